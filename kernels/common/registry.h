@@ -1,0 +1,79 @@
+// Implementations of an operator and the dispatch over them. Each op keeps an ordered list of
+// Impl<Params> (fastest first); dispatch runs the first whose backend matches the context and
+// whose Supports() accepts the call, else answers UNIMPLEMENTED naming every refusal.
+//   const auto& impls = sparse_mla::Implementations();
+//   ATTND_RETURN_IF_ERROR(Dispatch(impls, params, ctx));
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/common/thread_pool.h"
+
+namespace attnd::kernels {
+
+enum class Backend { kCpu, kCuda, kHip };
+
+inline const char* BackendName(Backend b) {
+  switch (b) {
+    case Backend::kCpu: return "cpu";
+    case Backend::kCuda: return "cuda";
+    case Backend::kHip: return "hip";
+  }
+  return "unknown";
+}
+
+// Where and how an implementation runs. The caller owns everything it points to.
+struct ExecContext {
+  Backend backend = Backend::kCpu;
+  ThreadPool* pool = nullptr;  // CPU: worker threads (null = run on the calling thread)
+  void* stream = nullptr;      // GPU: cudaStream_t / hipStream_t
+  int device = 0;              // GPU: device ordinal in this process
+};
+
+template <class Params>
+struct Impl {
+  std::string name;  // e.g. "cpu", "cuda_simt", "sm90_wgmma"
+  Backend backend;
+  // True when this implementation handles `p`; otherwise false with the reason in *why.
+  std::function<bool(const Params& p, std::string* why)> supports;
+  // Runs the op. Params were validated by the op's Validate().
+  std::function<absl::Status(const Params& p, const ExecContext& ctx)> run;
+};
+
+// The first implementation for ctx.backend that supports p, or null with the reasons in *why.
+template <class Params>
+const Impl<Params>* SelectImpl(const std::vector<Impl<Params>>& impls, const Params& p,
+                               const ExecContext& ctx, std::string* why) {
+  for (const auto& impl : impls) {
+    if (impl.backend != ctx.backend) continue;
+    std::string reason;
+    if (!impl.supports || impl.supports(p, &reason)) return &impl;
+    absl::StrAppend(why, why->empty() ? "" : "; ", impl.name, ": ", reason);
+  }
+  if (why->empty()) absl::StrAppend(why, "no implementation for backend ", BackendName(ctx.backend));
+  return nullptr;
+}
+
+// Runs the selected implementation; *impl_name (optional) receives its name.
+template <class Params>
+absl::Status Dispatch(const std::vector<Impl<Params>>& impls, const Params& p,
+                      const ExecContext& ctx, std::string* impl_name = nullptr) {
+  std::string why;
+  const Impl<Params>* impl = SelectImpl(impls, p, ctx, &why);
+  if (impl == nullptr) return absl::UnimplementedError(why);
+  if (impl_name != nullptr) *impl_name = impl->name;
+  return impl->run(p, ctx);
+}
+
+// FLOPs of the useful matrix work and logical bytes (each input read once, each output written
+// once) of one call, DESIGN.md §8.
+struct WorkCount {
+  double flops = 0;
+  double bytes = 0;
+};
+
+}  // namespace attnd::kernels

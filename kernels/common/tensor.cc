@@ -1,0 +1,133 @@
+#include "kernels/common/tensor.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace attnd::kernels {
+
+bool MulOverflow(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out); }
+bool AddOverflow(int64_t a, int64_t b, int64_t* out) { return __builtin_add_overflow(a, b, out); }
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+Tensor MakeTensor(void* data, DType dtype, const int64_t* shape, int rank) {
+  Tensor t;
+  t.data = data;
+  t.dtype = dtype;
+  t.rank = rank;
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    t.shape[i] = shape[i];
+    t.strides[i] = stride;
+    stride *= shape[i] > 0 ? shape[i] : 1;
+  }
+  return t;
+}
+
+Tensor MakeTensor(void* data, DType dtype, std::initializer_list<int64_t> shape) {
+  return MakeTensor(data, dtype, shape.begin(), static_cast<int>(shape.size()));
+}
+
+Tensor MakeStridedTensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                         std::initializer_list<int64_t> strides) {
+  Tensor t = MakeTensor(data, dtype, shape);
+  int i = 0;
+  for (int64_t s : strides) t.strides[i++] = s;
+  return t;
+}
+
+int64_t SpanElements(const Tensor& t) {
+  int64_t span = 1;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] == 0) return 0;
+    span += (t.shape[i] - 1) * t.strides[i];
+  }
+  return span;
+}
+
+absl::Status SpanBytes(const Tensor& t, int64_t* bytes) {
+  int64_t span = 1;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] == 0) {
+      *bytes = 0;
+      return absl::OkStatus();
+    }
+    int64_t term;
+    if (MulOverflow(t.shape[i] - 1, t.strides[i], &term) || AddOverflow(span, term, &span)) {
+      return absl::InvalidArgumentError("tensor span overflows int64");
+    }
+  }
+  if (MulOverflow(span, DTypeSize(t.dtype), bytes)) {
+    return absl::InvalidArgumentError("tensor byte span overflows int64");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTensor(const Tensor& t, absl::string_view name, DType dtype,
+                         std::initializer_list<int64_t> shape) {
+  if (!t.present()) return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
+  if (t.dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": dtype is ", DTypeName(t.dtype),
+                                                   ", want ", DTypeName(dtype)));
+  }
+  const int want_rank = static_cast<int>(shape.size());
+  if (t.rank != want_rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": rank is ", t.rank, ", want ", want_rank));
+  }
+  int i = 0;
+  for (int64_t want : shape) {
+    if (t.shape[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": dim ", i, " is ", t.shape[i], ", want >= 0"));
+    }
+    if (want != kAnyDim && t.shape[i] != want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": dim ", i, " is ", t.shape[i], ", want ", want));
+    }
+    ++i;
+  }
+  if (t.rank > 0 && t.shape[t.rank - 1] > 1 && t.strides[t.rank - 1] != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": stride of dim ", t.rank - 1, " is ",
+                                                   t.strides[t.rank - 1],
+                                                   ", want 1 (last dim contiguous)"));
+  }
+  // Each leading stride must step over the whole extent of the dimensions below it, so rows never
+  // alias (outputs written in parallel rely on it).
+  int64_t inner_extent = 1;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    if (t.strides[d] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": stride of dim ", d, " is ", t.strides[d], ", want >= 0"));
+    }
+    if (d < t.rank - 1 && t.shape[d] > 1 && t.strides[d] < inner_extent) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": stride of dim ", d, " is ",
+                                                     t.strides[d], ", want >= ", inner_extent));
+    }
+    int64_t extent;
+    if (t.shape[d] == 0) break;
+    if (MulOverflow(t.shape[d] - 1, t.strides[d], &extent) ||
+        AddOverflow(extent, inner_extent, &inner_extent)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": size overflows int64"));
+    }
+  }
+  int64_t bytes;
+  if (!SpanBytes(t, &bytes).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": byte size overflows int64"));
+  }
+  if (bytes > 0 && t.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": data pointer is null"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOptionalTensor(const Tensor& t, absl::string_view name, DType dtype,
+                                 std::initializer_list<int64_t> shape) {
+  if (!t.present()) return absl::OkStatus();
+  return CheckTensor(t, name, dtype, shape);
+}
+
+}  // namespace attnd::kernels

@@ -1,0 +1,67 @@
+// Tensor: a non-owning strided view (pointer, dtype, shape, strides in elements) that every
+// operator's params are made of, plus the checks each Validate() uses. Row-major; the last
+// dimension must be contiguous; leading strides may exceed the dense ones (a strided cache view).
+//   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kFp8E4M3, {kAnyDim, h, d}));
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "kernels/common/dtype.h"
+
+namespace attnd::kernels {
+
+inline constexpr int kMaxRank = 5;
+inline constexpr int64_t kAnyDim = -1;  // shape wildcard in CheckTensor
+
+// How an operator uses a tensor; Params::ForEachTensor reports it so generic code (the test
+// harness, the server's tensor resolution, GPU mirroring) can walk any op's tensors.
+enum class Role { kInput, kOutput };
+
+struct Tensor {
+  void* data = nullptr;  // not owned; may be null only when the tensor has no elements
+  DType dtype = DType::kInvalid;
+  int rank = 0;  // 0 means "absent" for optional tensors
+  std::array<int64_t, kMaxRank> shape{};
+  std::array<int64_t, kMaxRank> strides{};  // in elements
+
+  bool present() const { return rank > 0; }
+  int64_t dim(int i) const { return shape[i]; }
+  int64_t stride(int i) const { return strides[i]; }
+  int64_t numel() const;  // product of shape; callers validated it fits
+  template <class T>
+  T* ptr() const { return static_cast<T*>(data); }
+};
+
+// A dense row-major view of `data` with the given shape.
+Tensor MakeTensor(void* data, DType dtype, std::initializer_list<int64_t> shape);
+Tensor MakeTensor(void* data, DType dtype, const int64_t* shape, int rank);
+// The same, with explicit strides (elements).
+Tensor MakeStridedTensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                         std::initializer_list<int64_t> strides);
+
+// Checks dtype, rank, each dimension (kAnyDim accepts any >= 0), non-negative strides, a
+// contiguous last dimension, leading strides at least as large as the data below them, that the
+// element span fits in int64, and a non-null pointer when the tensor has elements. Messages name
+// the tensor and the dimension with both values: "q: dim 2 is 575, want 576".
+absl::Status CheckTensor(const Tensor& t, absl::string_view name, DType dtype,
+                         std::initializer_list<int64_t> shape);
+
+// Like CheckTensor but the tensor may be absent (rank 0).
+absl::Status CheckOptionalTensor(const Tensor& t, absl::string_view name, DType dtype,
+                                 std::initializer_list<int64_t> shape);
+
+// Number of elements from the first to one past the last addressed element (0 when empty);
+// callers have run CheckTensor, which guarantees it does not overflow.
+int64_t SpanElements(const Tensor& t);
+// The same in bytes, or an error when it overflows int64.
+absl::Status SpanBytes(const Tensor& t, int64_t* bytes);
+
+// Overflow-checked arithmetic for sizes that come from requests.
+bool MulOverflow(int64_t a, int64_t b, int64_t* out);
+bool AddOverflow(int64_t a, int64_t b, int64_t* out);
+
+}  // namespace attnd::kernels

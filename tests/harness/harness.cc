@@ -1,0 +1,46 @@
+#include "tests/harness/harness.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace attnd::testing {
+
+kernels::ThreadPool* TestPool() {
+  static kernels::ThreadPool* pool = new kernels::ThreadPool(2);
+  return pool;
+}
+
+std::mt19937_64 MakeRng() {
+  static uint64_t counter = 0;
+  std::random_device rd;
+  const uint64_t seed = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (++counter * 0x9e3779b97f4a7c15ull);
+  return std::mt19937_64(seed);
+}
+
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& ref,
+                 const Tolerance& tol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double err2 = 0, ref2 = 0;
+  int64_t bad = 0;
+  std::ostringstream first;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double r = ref[i], g = got[i];
+    bool ok;
+    if (!std::isfinite(r)) {
+      ok = (std::isinf(r) && g == r);
+    } else if (!std::isfinite(g)) {
+      ok = false;
+    } else {
+      err2 += (g - r) * (g - r);
+      ref2 += r * r;
+      ok = std::fabs(g - r) <= tol.atol + tol.rtol * std::fabs(r);
+    }
+    if (!ok && bad++ < 5) first << " [" << i << "] got " << g << " want " << r << ";";
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.size()
+                    << " elements out of bounds:" << first.str();
+  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  EXPECT_LE(rel, tol.rel_l2) << what << ": relative L2 error " << rel;
+}
+
+}  // namespace attnd::testing
