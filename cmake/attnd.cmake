@@ -6,5 +6,5 @@ endfunction()
 
 # CPU kernels: vector ISA and loop optimisations, no fast-math (NaN must survive).
 function(attnd_cpu_kernel_flags target)
-  target_compile_options(${target} PRIVATE -march=${ATTND_CPU_ARCH} -O3 -fno-math-errno)
+  target_compile_options(${target} PRIVATE -march=${ATTND_CPU_ARCH} -O3 -fno-math-errno -ffp-contract=fast)
 endfunction()
