@@ -1,10 +1,20 @@
 # Per-target settings shared by every attnd target (no directory-wide flags).
 function(attnd_target_defaults target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror>)
   target_compile_features(${target} PUBLIC cxx_std_17)
 endfunction()
 
 # CPU kernels: vector ISA and loop optimisations, no fast-math (NaN must survive).
 function(attnd_cpu_kernel_flags target)
-  target_compile_options(${target} PRIVATE -march=${ATTND_CPU_ARCH} -O3 -fno-math-errno -ffp-contract=fast)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-march=${ATTND_CPU_ARCH} -O3 -fno-math-errno -ffp-contract=fast>)
+endfunction()
+
+# CUDA targets: sm_90a code plus compute_80 PTX; warnings as errors on the host side.
+set(ATTND_CUDA_GENCODE
+    "-gencode=arch=compute_90a,code=sm_90a" "-gencode=arch=compute_80,code=compute_80")
+function(attnd_cuda_flags target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:${ATTND_CUDA_GENCODE} --expt-relaxed-constexpr -lineinfo
+                               -Xcompiler=-Wall,-Wextra -Werror=all-warnings>)
 endfunction()

@@ -26,23 +26,85 @@ kernels::ThreadPool* TestPool();
 // by the caller if it wishes; deterministic for a given test binary run order.
 std::mt19937_64 MakeRng();
 
-// Runs each runnable implementation of `impls` on `params`. Before each run every tensor in
-// `outputs` is poisoned with NaN. After each successful run `check(impl_name)` is called; a
-// failed run is a test failure naming the implementation. Returns the number of runs.
+// The GPU backend this build has (kCpu when none) and whether a device is present.
+kernels::Backend GpuBackend();
+bool GpuAvailable();
+
+// Device copies of a call's tensors for GPU implementations: Mirror() allocates each tensor's
+// span on the device and copies the host bytes (outputs were poisoned on the host first, so the
+// device copy is poisoned too); CopyBack() returns output spans to the host tensors.
+class DeviceMirror {
+ public:
+  DeviceMirror();
+  ~DeviceMirror();
+  DeviceMirror(const DeviceMirror&) = delete;
+  DeviceMirror& operator=(const DeviceMirror&) = delete;
+  // Replaces t.data with a device copy of its span.
+  absl::Status Mirror(kernels::Tensor& t);
+  absl::Status CopyBack(const kernels::Tensor& device, const kernels::Tensor& host);
+  absl::Status Synchronize();
+  void* stream() const { return stream_; }
+
+ private:
+  std::vector<void*> allocations_;
+  void* stream_ = nullptr;
+};
+
+// Runs `impl` on the GPU with device mirrors of `params`; outputs come back to params' host
+// tensors.
+template <class Params>
+absl::Status RunOnGpu(const kernels::Impl<Params>& impl, const Params& params) {
+  std::vector<kernels::Tensor> host;
+  params.ForEachTensor([&](const char*, const kernels::Tensor& t, kernels::Role) {
+    host.push_back(t);
+  });
+  Params device = params;
+  DeviceMirror mirror;
+  absl::Status status;
+  device.ForEachTensor([&](const char*, kernels::Tensor& t, kernels::Role) {
+    if (status.ok() && t.present()) status = mirror.Mirror(t);
+  });
+  if (!status.ok()) return status;
+  kernels::ExecContext ctx;
+  ctx.backend = GpuBackend();
+  ctx.stream = mirror.stream();
+  status = impl.run(device, ctx);
+  if (!status.ok()) return status;
+  size_t i = 0;
+  device.ForEachTensor([&](const char*, kernels::Tensor& t, kernels::Role role) {
+    if (status.ok() && role == kernels::Role::kOutput && t.present()) {
+      status = mirror.CopyBack(t, host[i]);
+    }
+    ++i;
+  });
+  if (!status.ok()) return status;
+  return mirror.Synchronize();
+}
+
+// Runs each runnable implementation of `impls` on `params`: CPU ones always, GPU ones when this
+// build has a GPU backend and a device is present. Before each run every tensor in `outputs` is
+// poisoned with NaN. After each successful run `check(impl_name)` is called; a failed run is a
+// test failure naming the implementation. Returns the number of runs.
 template <class Params>
 int RunEachImpl(const std::vector<kernels::Impl<Params>>& impls, const Params& params,
                 const std::vector<HostTensor*>& outputs,
                 const std::function<void(const std::string& impl)>& check) {
   int runs = 0;
   for (const auto& impl : impls) {
-    if (impl.backend != kernels::Backend::kCpu) continue;  // GPU executors: issue 4
+    const bool on_cpu = impl.backend == kernels::Backend::kCpu;
+    if (!on_cpu && (impl.backend != GpuBackend() || !GpuAvailable())) continue;
     std::string why;
     if (impl.supports && !impl.supports(params, &why)) continue;
     for (HostTensor* out : outputs) PoisonNaN(*out);
-    kernels::ExecContext ctx;
-    ctx.backend = kernels::Backend::kCpu;
-    ctx.pool = TestPool();
-    const absl::Status status = impl.run(params, ctx);
+    absl::Status status;
+    if (on_cpu) {
+      kernels::ExecContext ctx;
+      ctx.backend = kernels::Backend::kCpu;
+      ctx.pool = TestPool();
+      status = impl.run(params, ctx);
+    } else {
+      status = RunOnGpu(impl, params);
+    }
     EXPECT_TRUE(status.ok()) << impl.name << ": " << status;
     if (!status.ok()) continue;
     SCOPED_TRACE("implementation " + impl.name);

@@ -1,0 +1,28 @@
+// The GPU vendor layer, safe to include from .cu/.hip files (no Abseil): the vendor runtime
+// (vendors/cuda.h or vendors/hip.h, chosen by ATTND_GPU_CUDA / ATTND_GPU_HIP) behind gpu::
+// wrappers, and hardware facts as constexpr functions. Host code uses runtime.h on top.
+#pragma once
+
+#if defined(ATTND_GPU_CUDA)
+#include "kernels/common/gpu/vendors/cuda.h"
+#elif defined(ATTND_GPU_HIP)
+#include "kernels/common/gpu/vendors/hip.h"
+#else
+#error "kernels/common/gpu/vendor.h needs ATTND_GPU_CUDA or ATTND_GPU_HIP"
+#endif
+
+namespace attnd::gpu {
+
+// Threads per warp (wavefront) of the target being compiled: 32 on NVIDIA, 64 on CDNA (gfx9).
+// Device code must use this, never a literal.
+__host__ __device__ constexpr int WarpSize() {
+#if defined(ATTND_GPU_HIP) && defined(__AMDGCN_WAVEFRONT_SIZE)
+  return __AMDGCN_WAVEFRONT_SIZE;
+#elif defined(ATTND_GPU_HIP)
+  return 64;
+#else
+  return 32;
+#endif
+}
+
+}  // namespace attnd::gpu
