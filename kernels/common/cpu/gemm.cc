@@ -107,4 +107,31 @@ void GemmF32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
   }
 }
 
+void GemmPackB(int64_t n, int64_t k, const float* b, int64_t ldb, bool b_transposed,
+               float* packed) {
+  for (int64_t j0 = 0; j0 < n; j0 += kGemmNr) {
+    const int cols = static_cast<int>(std::min<int64_t>(kGemmNr, n - j0));
+    PackB(k, b, ldb, b_transposed, j0, cols, packed + j0 * k);
+  }
+}
+
+void GemmF32PackedB(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                    const float* packed_b, float* c, int64_t ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate) {
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    }
+    return;
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += kGemmNr) {
+    const int cols = static_cast<int>(std::min<int64_t>(kGemmNr, n - j0));
+    const float* panel = packed_b + j0 * k;
+    for (int64_t i0 = 0; i0 < m; i0 += kGemmMr) {
+      const int rows = static_cast<int>(std::min<int64_t>(kGemmMr, m - i0));
+      MicroKernelRows(rows, k, a + i0 * lda, lda, panel, c + i0 * ldc + j0, ldc, cols, accumulate);
+    }
+  }
+}
+
 }  // namespace attnd::kernels::cpu

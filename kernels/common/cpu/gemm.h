@@ -16,9 +16,22 @@ inline constexpr int kGemmNr = 16;  // columns of C per micro-tile (two 8-wide v
 // Floats of scratch GemmF32 needs for a given K.
 inline int64_t GemmPackSize(int64_t k) { return k * kGemmNr; }
 
+// Pre-packed B, for a B reused across many products (one query's Qᵀ against every KV chunk) or
+// written straight in this layout by a caller that converts its data anyway: ceil(n/16) panels
+// of k×16 floats, B(kk, j) at packed[(j / 16)·k·16 + kk·16 + j % 16], columns past n zero.
+inline int64_t GemmPackedBSize(int64_t n, int64_t k) {
+  return (n + kGemmNr - 1) / kGemmNr * kGemmNr * k;
+}
+void GemmPackB(int64_t n, int64_t k, const float* b, int64_t ldb, bool b_transposed,
+               float* packed);
+
 // C[i*ldc + j] = (accumulate ? C : 0) + Σ_k A[i*lda + k] · B(k, j), where B(k, j) is
 // b[k*ldb + j] or, with b_transposed, b[j*ldb + k]. `pack` holds GemmPackSize(k) floats.
 void GemmF32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
              int64_t ldb, bool b_transposed, float* c, int64_t ldc, bool accumulate, float* pack);
+
+// GemmF32 with B given in the GemmPackB layout (GemmPackedBSize(n, k) floats).
+void GemmF32PackedB(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                    const float* packed_b, float* c, int64_t ldc, bool accumulate);
 
 }  // namespace attnd::kernels::cpu

@@ -47,5 +47,33 @@ TEST(GemmF32, MatchesNaiveProductOnTileEdges) {
   }
 }
 
+// GemmPackB + GemmF32PackedB give the same bits as GemmF32 (same micro-kernel, same order), and
+// the packed layout is the documented one (callers write it directly).
+TEST(GemmF32, PackedBMatchesUnpackedAndDocumentedLayout) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (int64_t n : {1, 16, 17, 40}) {
+    for (bool bt : {false, true}) {
+      const int64_t m = 13, k = 9, lda = k + 1, ldb = (bt ? k : n) + 3, ldc = n + 2;
+      std::vector<float> a(m * lda), b((bt ? n : k) * ldb), c0(m * ldc), c1, c2;
+      for (auto& x : a) x = dist(rng);
+      for (auto& x : b) x = dist(rng);
+      for (auto& x : c0) x = dist(rng);
+      c1 = c2 = c0;
+      std::vector<float> pack(GemmPackSize(k)), packed(GemmPackedBSize(n, k), -1.0f);
+      GemmF32(m, n, k, a.data(), lda, b.data(), ldb, bt, c1.data(), ldc, true, pack.data());
+      GemmPackB(n, k, b.data(), ldb, bt, packed.data());
+      for (int64_t j = 0; j < (n + kGemmNr - 1) / kGemmNr * kGemmNr; ++j) {
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const float want = j < n ? (bt ? b[j * ldb + kk] : b[kk * ldb + j]) : 0.0f;
+          ASSERT_EQ(packed[(j / kGemmNr) * k * kGemmNr + kk * kGemmNr + j % kGemmNr], want);
+        }
+      }
+      GemmF32PackedB(m, n, k, a.data(), lda, packed.data(), c2.data(), ldc, true);
+      ASSERT_EQ(c1, c2) << "n=" << n << " bt=" << bt;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnd::kernels::cpu

@@ -1,0 +1,69 @@
+#include "kernels/indexer_logits/indexer_logits.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status.h"
+#include "kernels/indexer_logits/cpu.h"
+
+namespace attnd::kernels::indexer_logits {
+
+absl::Status CheckHeadShape(const Tensor& q, int heads_dim) {
+  const int64_t h = q.dim(heads_dim), d = q.dim(heads_dim + 1);
+  if (h < 1 || h > kMaxHeads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q: dim ", heads_dim, " (heads) is ", h, ", want 1..", kMaxHeads));
+  }
+  if (d < kHeadDimAlign || d > kMaxHeadDim || d % kHeadDimAlign != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("q: dim ", heads_dim + 1, " (head dim) is ", d,
+                                                   ", want a multiple of ", kHeadDimAlign, " in [",
+                                                   kHeadDimAlign, ", ", kMaxHeadDim, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const Params& p) {
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kFp8E4M3, {kAnyDim, kAnyDim, kAnyDim}));
+  ATTND_RETURN_IF_ERROR(CheckHeadShape(p.q, 1));
+  const int64_t m = p.q.dim(0), h = p.q.dim(1), d = p.q.dim(2);
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.k, "k", DType::kFp8E4M3, {kAnyDim, d}));
+  const int64_t n = p.k.dim(0);
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.k_scale, "k_scale", DType::kF32, {n}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.weights, "weights", DType::kF32, {m, h}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.ks, "ks", DType::kI32, {m}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.ke, "ke", DType::kI32, {m}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.logits, "logits", DType::kF32, {m, n}));
+  return absl::OkStatus();
+}
+
+WorkCount Count(const Params& p) {
+  const int64_t m = p.q.dim(0), h = p.q.dim(1), d = p.q.dim(2), n = p.k.dim(0);
+  const int32_t* ks = p.ks.ptr<const int32_t>();
+  const int32_t* ke = p.ke.ptr<const int32_t>();
+  double pairs = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t lo = std::max<int64_t>(ks[i * p.ks.stride(0)], 0);
+    const int64_t hi = std::min<int64_t>(ke[i * p.ke.stride(0)], n);
+    if (hi > lo) pairs += static_cast<double>(hi - lo);
+  }
+  const double written = p.clean_logits ? static_cast<double>(m) * static_cast<double>(n) : pairs;
+  WorkCount w;
+  w.flops = 2.0 * static_cast<double>(h * d) * pairs;
+  w.bytes = static_cast<double>(m * h * d) + static_cast<double>(n) * static_cast<double>(d + 4) +
+            4.0 * static_cast<double>(m * h) + 8.0 * static_cast<double>(m) + 4.0 * written;
+  return w;
+}
+
+const std::vector<Impl<Params>>& Implementations() {
+  static const auto* impls = new std::vector<Impl<Params>>{
+      {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
+  };
+  return *impls;
+}
+
+absl::Status Run(const Params& p, const ExecContext& ctx, std::string* impl) {
+  ATTND_RETURN_IF_ERROR(Validate(p));
+  return Dispatch(Implementations(), p, ctx, impl);
+}
+
+}  // namespace attnd::kernels::indexer_logits

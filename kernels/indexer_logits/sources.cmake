@@ -1,0 +1,8 @@
+target_sources(attn_kernels PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/indexer_logits.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_tile.cc
+)
+target_sources(attn_kernels_reference PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/reference.cc
+)

@@ -1,0 +1,81 @@
+#include "kernels/indexer_logits_paged/indexer_logits_paged.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status.h"
+#include "kernels/indexer_logits/indexer_logits.h"
+#include "kernels/indexer_logits_paged/cpu.h"
+
+namespace attnd::kernels::indexer_logits_paged {
+
+absl::Status Validate(const Params& p) {
+  ATTND_RETURN_IF_ERROR(
+      CheckTensor(p.q, "q", DType::kFp8E4M3, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}));
+  const int64_t batch = p.q.dim(0), next_n = p.q.dim(1), h = p.q.dim(2), d = p.q.dim(3);
+  if (next_n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("q: dim 1 (next_n) is ", next_n, ", want >= 1"));
+  }
+  ATTND_RETURN_IF_ERROR(indexer_logits::CheckHeadShape(p.q, 2));
+  if (p.block_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("block_size: is ", p.block_size, ", want >= 1"));
+  }
+  int64_t block_bytes;
+  if (MulOverflow(p.block_size, d + 4, &block_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size: ", p.block_size, " · (D + 4) overflows int64"));
+  }
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.kv_cache, "kv_cache", DType::kU8, {kAnyDim, block_bytes}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.block_table, "block_table", DType::kI32, {batch, kAnyDim}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.context_lens, "context_lens", DType::kI32, {batch}));
+  int64_t rows;
+  if (MulOverflow(batch, next_n, &rows)) {
+    return absl::InvalidArgumentError("q: batch · next_n overflows int64");
+  }
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.weights, "weights", DType::kF32, {rows, h}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.logits, "logits", DType::kF32, {rows, kAnyDim}));
+  return absl::OkStatus();
+}
+
+int64_t VisibleLength(const Params& p, int64_t b, int64_t j) {
+  const int64_t max_blocks = p.block_table.dim(1);
+  // min(N, max_blocks · block_size) without overflow.
+  const int64_t cap = max_blocks > p.logits.dim(1) / p.block_size
+                          ? p.logits.dim(1)
+                          : std::min(p.logits.dim(1), max_blocks * p.block_size);
+  const int64_t context = p.context_lens.ptr<const int32_t>()[b * p.context_lens.stride(0)];
+  return std::clamp(context - p.q.dim(1) + j + 1, int64_t{0}, cap);
+}
+
+WorkCount Count(const Params& p) {
+  const int64_t batch = p.q.dim(0), next_n = p.q.dim(1), h = p.q.dim(2), d = p.q.dim(3);
+  const int64_t n = p.logits.dim(1), rows = batch * next_n;
+  double pairs = 0, keys = 0, table = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t j = 0; j < next_n; ++j) pairs += static_cast<double>(VisibleLength(p, b, j));
+    const int64_t longest = VisibleLength(p, b, next_n - 1);
+    keys += static_cast<double>(longest);
+    table += static_cast<double>((longest + p.block_size - 1) / p.block_size);
+  }
+  WorkCount w;
+  w.flops = 2.0 * static_cast<double>(h * d) * pairs;
+  w.bytes = static_cast<double>(rows * h * d) + keys * static_cast<double>(d + 4) + 4.0 * table +
+            4.0 * static_cast<double>(batch) + 4.0 * static_cast<double>(rows * h) +
+            4.0 * static_cast<double>(rows) * static_cast<double>(n);
+  return w;
+}
+
+const std::vector<Impl<Params>>& Implementations() {
+  static const auto* impls = new std::vector<Impl<Params>>{
+      {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
+  };
+  return *impls;
+}
+
+absl::Status Run(const Params& p, const ExecContext& ctx, std::string* impl) {
+  ATTND_RETURN_IF_ERROR(Validate(p));
+  return Dispatch(Implementations(), p, ctx, impl);
+}
+
+}  // namespace attnd::kernels::indexer_logits_paged

@@ -1,0 +1,56 @@
+// Parameters of the paged (decode) indexer-logits operator (DESIGN.md §2): the logits of each of
+// a request's next_n new tokens against its paged FP8 key cache, laid out as vLLM writes it.
+// Tensors are views owned by the caller; the operator never allocates them.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/tensor.h"
+
+namespace attnd::kernels::indexer_logits_paged {
+
+// kv_cache, one row per cache block of `block_size` tokens (B = block_size, D = head dim):
+//   bytes [0, B·D)           the B keys, fp8 e4m3, key t at [t·D, (t+1)·D)
+//   bytes [B·D, B·D + 4·B)   their B f32 scales (little-endian), scale t at B·D + 4·t
+// (not interleaved per token). Rows may be padded: the row stride is >= B·(D + 4) bytes. The
+// scales need no alignment on the CPU; GPU implementations state theirs in Supports().
+struct Params {
+  // Inputs.
+  Tensor q;                 // fp8 e4m3 [batch, next_n, H, D]; next_n >= 1; strides may be padded
+  Tensor kv_cache;          // u8 [num_blocks, block_size·(D + 4)], layout above
+  int64_t block_size = 64;  // tokens per cache block, >= 1 (the model's is 64)
+  // Position n of request b lives in block block_table[b, n / block_size], slot n % block_size.
+  // Untrusted: an entry outside [0, num_blocks) masks the positions it covers (-inf, never
+  // read); entries at or past ceil(context / block_size) are never read.
+  Tensor block_table;  // i32 [batch, max_blocks]; row stride >= max_blocks
+  // Tokens in request b's cache, the next_n new ones included; < 0 counts as 0 (untrusted).
+  Tensor context_lens;  // i32 [batch]
+  Tensor weights;       // f32 [batch·next_n, H]; row stride >= H
+
+  // Output. Row b·next_n + j (new token j of request b) sees positions [0, L) with
+  //   L = clamp(context_lens[b] − next_n + j + 1, 0, min(N, max_blocks·block_size));
+  // logits[row, n] = Σ_h relu(q[b,j,h]·k[n]) · scale[n] · weights[row, h] there, and -inf on
+  // every other column of [0, N) and on masked positions. Columns [N, ld) are never touched.
+  Tensor logits;  // f32 [batch·next_n, N]; row stride ld >= N
+
+  template <class F>
+  void ForEachTensor(F&& f) {
+    f("q", q, Role::kInput);
+    f("kv_cache", kv_cache, Role::kInput);
+    f("block_table", block_table, Role::kInput);
+    f("context_lens", context_lens, Role::kInput);
+    f("weights", weights, Role::kInput);
+    f("logits", logits, Role::kOutput);
+  }
+  template <class F>
+  void ForEachTensor(F&& f) const {
+    f("q", q, Role::kInput);
+    f("kv_cache", kv_cache, Role::kInput);
+    f("block_table", block_table, Role::kInput);
+    f("context_lens", context_lens, Role::kInput);
+    f("weights", weights, Role::kInput);
+    f("logits", logits, Role::kOutput);
+  }
+};
+
+}  // namespace attnd::kernels::indexer_logits_paged

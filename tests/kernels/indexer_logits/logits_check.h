@@ -1,0 +1,88 @@
+// Checks an indexer op's logits against its fp64 RefLogits (both indexer ops' tests use it):
+// in-window values within the f32 accumulation bound, exactly -inf where cleaned or masked, the
+// poison bits untouched elsewhere (and in the padding columns [N, ld) of poisoned buffers).
+//   ExpectLogits(out.tensor(), ref, ToleranceFor(heads, dim), impl);
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/common/tensor.h"
+#include "kernels/indexer_logits/reference.h"
+#include "tests/harness/host_tensor.h"
+
+namespace attnd::testing {
+
+struct LogitsTolerance {
+  double per_element;  // |got - ref| <= per_element · magnitude (RefLogits::magnitude)
+  double rel_l2;       // ‖got - ref‖₂ / ‖ref‖₂ over in-window elements
+};
+
+// The inputs are exact in f32 (fp8 codes, f32 weights and scales), so every error is f32
+// rounding: a D-term dot product (γ_D), relu (exact), an H-term weighted sum (γ_{H+1}) and one
+// scale multiply, each bounded by n·2^-24 times the sum of |terms| — together at most
+// (D + H + 4)·2^-24 · magnitude for any summation order. rel_l2: the typical error is a random
+// walk, ~√D·2^-24·magnitude, and magnitude/|ref| is a few units for random signs: ~1e-6; 1e-5
+// leaves room for the worst order yet fails a single bf16 rounding (2^-9).
+inline LogitsTolerance ToleranceFor(int64_t heads, int64_t dim) {
+  return {static_cast<double>(dim + heads + 4) * std::ldexp(1.0, -24), 1e-5};
+}
+
+inline void ExpectLogits(const kernels::Tensor& logits,
+                         const kernels::indexer_logits::RefLogits& ref, const LogitsTolerance& tol,
+                         const std::string& what, bool padding_poisoned = true) {
+  using kernels::indexer_logits::RefLogits;
+  ASSERT_EQ(logits.dim(0), ref.rows) << what;
+  ASSERT_EQ(logits.dim(1), ref.cols) << what;
+  const float* base = logits.ptr<const float>();
+  const int64_t ld = logits.stride(0);
+  int64_t bad = 0, values = 0;
+  double err2 = 0, ref2 = 0;
+  std::ostringstream first;
+  auto fail = [&](int64_t r, int64_t c, const char* want, float got) {
+    if (bad++ < 5) first << " [" << r << "," << c << "] got " << got << " want " << want << ";";
+  };
+  for (int64_t r = 0; r < ref.rows; ++r) {
+    const float* row = base + r * ld;
+    for (int64_t c = 0; c < ref.cols; ++c) {
+      const size_t at = static_cast<size_t>(r * ref.cols + c);
+      const float got = row[c];
+      switch (ref.expect[at]) {
+        case RefLogits::kUntouched:
+          if (!IsPoisonF32(got)) fail(r, c, "untouched", got);
+          break;
+        case RefLogits::kNegInf:
+          if (!(std::isinf(got) && got < 0)) fail(r, c, "-inf", got);
+          break;
+        case RefLogits::kValue: {
+          ++values;
+          const double want = ref.value[at], err = std::fabs(got - want);
+          err2 += err * err;
+          ref2 += want * want;
+          if (!(err <= tol.per_element * ref.magnitude[at])) {
+            fail(r, c, std::to_string(want).c_str(), got);
+          }
+          break;
+        }
+      }
+    }
+    // The padding of every row but the last lies inside the buffer (when it has elements).
+    if (padding_poisoned && ref.cols > 0 && r + 1 < ref.rows) {
+      for (int64_t c = ref.cols; c < ld; ++c) {
+        if (!IsPoisonF32(row[c])) fail(r, c, "untouched padding", row[c]);
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.rows << "x" << ref.cols
+                    << " elements wrong:" << first.str();
+  if (values > 0) {
+    const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+    EXPECT_LE(rel, tol.rel_l2) << what << ": relative L2 error " << rel;
+  }
+}
+
+}  // namespace attnd::testing

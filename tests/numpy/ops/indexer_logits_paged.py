@@ -1,0 +1,37 @@
+"""Paged indexer logits recomputed with NumPy from the raw cache bytes (vLLM's layout: per block,
+block_size keys of D fp8 bytes, then block_size f32 scales), against attnd's fp64 reference.
+Row b*next_n + j sees positions [0, L), L = clamp(ctx[b] - next_n + j + 1, 0,
+min(N, max_blocks * block_size)); a position whose page id is outside [0, num_blocks) and every
+column past L is -inf."""
+import numpy as np
+
+import common
+
+
+def check(inputs, scalars, refs):
+    q = inputs["q"]  # [B, next_n, H, D] as float64
+    cache = inputs["kv_cache"].astype(np.uint8)  # [num_blocks, bs * (D + 4)] raw bytes
+    table = inputs["block_table"].astype(np.int64)
+    ctx = inputs["context_lens"].astype(np.int64)
+    weights = inputs["weights"]
+    batch, next_n, _, dim = q.shape
+    bs, n = int(scalars["block_size"]), int(scalars["cols"])
+    num_blocks, max_blocks = cache.shape[0], table.shape[1]
+    want = np.full((batch * next_n, n), -np.inf)
+    expect = np.ones((batch * next_n, n))
+    for b in range(batch):
+        for j in range(next_n):
+            row = b * next_n + j
+            visible = int(np.clip(ctx[b] - next_n + j + 1, 0, min(n, max_blocks * bs)))
+            for pos in range(visible):
+                page, slot = table[b, pos // bs], pos % bs
+                if page < 0 or page >= num_blocks:
+                    continue
+                key = common.fp8_e4m3_to_f64(cache[page, slot * dim:(slot + 1) * dim])
+                at = bs * dim + 4 * slot
+                scale = float(cache[page, at:at + 4].copy().view(np.float32)[0])
+                scores = np.maximum(q[b, j] @ key, 0.0)
+                want[row, pos] = float(scores @ weights[row]) * scale
+                expect[row, pos] = 2.0
+    assert np.array_equal(expect, refs["expect"]), "visible / masked positions differ"
+    common.assert_close("logits", want, refs["logits"])
