@@ -32,6 +32,10 @@ struct ExecContext {
   ThreadPool* pool = nullptr;  // CPU: worker threads (null = run on the calling thread)
   void* stream = nullptr;      // GPU: cudaStream_t / hipStream_t
   int device = 0;              // GPU: device ordinal in this process
+  // GPU: caller-owned scratch of at least Impl::workspace(p) bytes (from the device pool), so
+  // launchers never allocate and stay capture-safe. Null when the implementation needs none.
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
 };
 
 template <class Params>
@@ -42,6 +46,8 @@ struct Impl {
   std::function<bool(const Params& p, std::string* why)> supports;
   // Runs the op. Params were validated by the op's Validate().
   std::function<absl::Status(const Params& p, const ExecContext& ctx)> run;
+  // Bytes of device scratch run() needs for `p` (split-K partials, counters); null means none.
+  std::function<int64_t(const Params& p)> workspace;
 };
 
 // The first implementation for ctx.backend that supports p, or null with the reasons in *why.

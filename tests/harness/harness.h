@@ -43,6 +43,9 @@ class DeviceMirror {
   absl::Status Mirror(kernels::Tensor& t);
   absl::Status CopyBack(const kernels::Tensor& device, const kernels::Tensor& host);
   absl::Status Synchronize();
+  // Device scratch of `bytes` (freed with the mirror), filled with 0xff so kernels that rely on
+  // zeroed scratch fail visibly.
+  absl::Status Allocate(int64_t bytes, void** out);
   void* stream() const { return stream_; }
 
  private:
@@ -68,6 +71,11 @@ absl::Status RunOnGpu(const kernels::Impl<Params>& impl, const Params& params) {
   kernels::ExecContext ctx;
   ctx.backend = GpuBackend();
   ctx.stream = mirror.stream();
+  if (impl.workspace) {
+    ctx.workspace_bytes = impl.workspace(params);
+    status = mirror.Allocate(ctx.workspace_bytes, &ctx.workspace);
+    if (!status.ok()) return status;
+  }
   status = impl.run(device, ctx);
   if (!status.ok()) return status;
   size_t i = 0;

@@ -62,6 +62,16 @@ absl::Status DeviceMirror::CopyBack(const kernels::Tensor& device, const kernels
   return absl::OkStatus();
 }
 
+absl::Status DeviceMirror::Allocate(int64_t bytes, void** out) {
+  void* d = nullptr;
+  GPU_RETURN_IF_ERROR(gpu::Malloc(&d, static_cast<size_t>(bytes) + 256));
+  allocations_.push_back(d);
+  GPU_RETURN_IF_ERROR(gpu::MemsetAsync(d, 0xff, static_cast<size_t>(bytes) + 256,
+                                       static_cast<gpu::Stream>(stream_)));
+  *out = d;
+  return absl::OkStatus();
+}
+
 absl::Status DeviceMirror::Synchronize() {
   GPU_RETURN_IF_ERROR(gpu::StreamSynchronize(static_cast<gpu::Stream>(stream_)));
   GPU_RETURN_IF_ERROR(gpu::GetLastError());
@@ -81,6 +91,9 @@ absl::Status DeviceMirror::CopyBack(const kernels::Tensor&, const kernels::Tenso
   return absl::UnimplementedError("no GPU backend in this build");
 }
 absl::Status DeviceMirror::Synchronize() { return absl::OkStatus(); }
+absl::Status DeviceMirror::Allocate(int64_t, void**) {
+  return absl::UnimplementedError("no GPU backend in this build");
+}
 
 #endif
 

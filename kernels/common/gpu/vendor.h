@@ -25,4 +25,24 @@ __host__ __device__ constexpr int WarpSize() {
 #endif
 }
 
+// Butterfly exchange within a warp (all lanes participate).
+template <class T>
+__device__ __forceinline__ T ShflXor(T v, int lane_mask) {
+#if defined(ATTND_GPU_HIP)
+  return __shfl_xor(v, lane_mask);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+#endif
+}
+
+// Value of lane `src` within the warp (all lanes participate).
+template <class T>
+__device__ __forceinline__ T Shfl(T v, int src) {
+#if defined(ATTND_GPU_HIP)
+  return __shfl(v, src);
+#else
+  return __shfl_sync(0xffffffffu, v, src);
+#endif
+}
+
 }  // namespace attnd::gpu
