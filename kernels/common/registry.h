@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -40,14 +41,27 @@ struct ExecContext {
 
 template <class Params>
 struct Impl {
+  using SupportsFn = std::function<bool(const Params& p, std::string* why)>;
+  using RunFn = std::function<absl::Status(const Params& p, const ExecContext& ctx)>;
+  using WorkspaceFn = std::function<int64_t(const Params& p)>;
+
+  Impl() = default;
+  Impl(std::string name_, Backend backend_, SupportsFn supports_, RunFn run_,
+       WorkspaceFn workspace_ = nullptr)
+      : name(std::move(name_)),
+        backend(backend_),
+        supports(std::move(supports_)),
+        run(std::move(run_)),
+        workspace(std::move(workspace_)) {}
+
   std::string name;  // e.g. "cpu", "cuda_simt", "sm90_wgmma"
-  Backend backend;
+  Backend backend = Backend::kCpu;
   // True when this implementation handles `p`; otherwise false with the reason in *why.
-  std::function<bool(const Params& p, std::string* why)> supports;
+  SupportsFn supports;
   // Runs the op. Params were validated by the op's Validate().
-  std::function<absl::Status(const Params& p, const ExecContext& ctx)> run;
+  RunFn run;
   // Bytes of device scratch run() needs for `p` (split-K partials, counters); null means none.
-  std::function<int64_t(const Params& p)> workspace;
+  WorkspaceFn workspace;
 };
 
 // The first implementation for ctx.backend that supports p, or null with the reasons in *why.
