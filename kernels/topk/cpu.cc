@@ -1,0 +1,94 @@
+#include "kernels/topk/cpu.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/thread_pool.h"
+#include "kernels/topk/row_select.h"
+#include "kernels/topk/topk.h"
+
+namespace attnd::kernels::topk {
+namespace {
+
+// Global KV slot of column `col` through one block_table row, or -1 when its page is out of
+// range, unmapped (negative entry) or the slot does not fit in int32. Page arithmetic in
+// uint32 (col and page_size are < 2^31; Validate), by shift when page_size is a power of two.
+class SlotMapper {
+ public:
+  SlotMapper(const int32_t* table_row, int64_t max_blocks, int64_t page_size)
+      : table_row_(table_row),
+        max_blocks_(max_blocks),
+        page_size_(static_cast<uint32_t>(page_size)),
+        shift_((page_size & (page_size - 1)) == 0 ? __builtin_ctzll(page_size) : -1) {}
+
+  int32_t operator()(int32_t col) const {
+    const uint32_t c = static_cast<uint32_t>(col);
+    const uint32_t page = shift_ >= 0 ? c >> shift_ : c / page_size_;
+    const uint32_t offset = c - page * page_size_;
+    if (page >= max_blocks_) return -1;
+    const int64_t block = table_row_[page];
+    if (block < 0) return -1;
+    const int64_t slot = block * page_size_ + offset;  // < 2^31 · 2^31: no overflow
+    return slot <= std::numeric_limits<int32_t>::max() ? static_cast<int32_t>(slot) : -1;
+  }
+
+ private:
+  const int32_t* table_row_;
+  int64_t max_blocks_;
+  uint32_t page_size_;
+  int shift_;
+};
+
+void WriteRow(const Params& p, int64_t row, int64_t count, const int32_t* cols,
+              const uint32_t* keys) {
+  const int64_t k = p.k;
+  int32_t* out = p.indices.ptr<int32_t>() + row * p.indices.stride(0);
+  if (p.block_table.present()) {
+    const int32_t* table_row =
+        p.block_table.ptr<int32_t>() + (row / p.rows_per_request) * p.block_table.stride(0);
+    const SlotMapper slot_of(table_row, p.block_table.dim(1), p.page_size);
+    for (int64_t j = 0; j < count; ++j) out[j] = slot_of(cols[j]);
+  } else {
+    std::copy(cols, cols + count, out);
+  }
+  std::fill(out + count, out + k, -1);
+  if (p.values.present()) {
+    float* val = p.values.ptr<float>() + row * p.values.stride(0);
+    for (int64_t j = 0; j < count; ++j) val[j] = KeyToLogit(keys[j]);
+    std::fill(val + count, val + k, -std::numeric_limits<float>::infinity());
+  }
+}
+
+}  // namespace
+
+absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
+  const int64_t rows = p.logits.dim(0);
+  const int64_t ncols = p.logits.dim(1);
+  std::atomic<bool> out_of_memory{false};
+  ParallelFor(ctx.pool, rows, /*grain=*/1, [&](int64_t begin, int64_t end) {
+    RowSelector selector;
+    for (int64_t r = begin; r < end; ++r) {
+      const Window w = RowWindow(p, r, ncols);
+      int64_t count = 0;  // an empty window never touches the row (it may have no storage)
+      if (w.end > w.begin) {
+        const float* row = p.logits.ptr<const float>() + r * p.logits.stride(0);
+        count = selector.Select(row, w.begin, w.end, p.k);
+      }
+      if (count < 0) {
+        out_of_memory.store(true, std::memory_order_relaxed);
+        return;
+      }
+      WriteRow(p, r, count, selector.cols(), selector.keys());
+    }
+  });
+  if (out_of_memory.load()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("topk: no memory for the scratch of a ", ncols, "-column row"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnd::kernels::topk

@@ -1,0 +1,57 @@
+// Parameters of the top-k operator (DESIGN.md §2): per row of indexer logits, the positions of the
+// k largest candidates in the row's window, optionally mapped through a block table to global KV
+// slot ids ready for sparse MLA. Tensors are views owned by the caller.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/tensor.h"
+
+namespace attnd::kernels::topk {
+
+inline constexpr int64_t kMaxK = 4096;
+
+struct Params {
+  // Inputs.
+  Tensor logits;  // f32 [M, N], row stride ld >= N. NaN counts as -inf; -inf is never chosen.
+  // The window of row m: exactly one of the two forms is given.
+  Tensor ks;       // i32 [M], optional: candidates are columns [max(ks,0), min(ke,N)) ...
+  Tensor ke;       // i32 [M], optional: ... given together with ks (empty when ke <= ks).
+  Tensor lengths;  // i32 [M], optional: the same as ks = 0, ke = lengths.
+  int64_t k = 0;   // 1 <= k <= kMaxK (the model's is 2048)
+
+  // Optional fused mapping to KV slots: a chosen column n of row m is written as
+  // block_table[m / rows_per_request, n / page_size] * page_size + n % page_size; a negative
+  // table entry, n / page_size >= max_blocks, or a slot past INT32_MAX gives -1 instead.
+  Tensor block_table;            // i32 [R, max_blocks], optional; R * rows_per_request == M
+  int64_t page_size = 0;         // > 0 with block_table, 0 without
+  int64_t rows_per_request = 1;  // >= 1: consecutive rows sharing one block_table row
+
+  // Outputs. Row m holds its min(k, selectable) chosen columns (or KV slots) in ascending column
+  // order, then -1 up to k. Ties at the threshold go to the lowest columns.
+  Tensor indices;  // i32 [M, k] (row stride may be larger)
+  Tensor values;   // f32 [M, k], optional: the logit of each chosen column; -inf where padded
+
+  template <class F>
+  void ForEachTensor(F&& f) {
+    f("logits", logits, Role::kInput);
+    f("ks", ks, Role::kInput);
+    f("ke", ke, Role::kInput);
+    f("lengths", lengths, Role::kInput);
+    f("block_table", block_table, Role::kInput);
+    f("indices", indices, Role::kOutput);
+    f("values", values, Role::kOutput);
+  }
+  template <class F>
+  void ForEachTensor(F&& f) const {
+    f("logits", logits, Role::kInput);
+    f("ks", ks, Role::kInput);
+    f("ke", ke, Role::kInput);
+    f("lengths", lengths, Role::kInput);
+    f("block_table", block_table, Role::kInput);
+    f("indices", indices, Role::kOutput);
+    f("values", values, Role::kOutput);
+  }
+};
+
+}  // namespace attnd::kernels::topk

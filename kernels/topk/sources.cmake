@@ -1,0 +1,9 @@
+# Top-k operator (kernels/topk): host entry, CPU implementation, fp64 reference.
+target_sources(attn_kernels PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/topk.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
+  ${CMAKE_CURRENT_LIST_DIR}/row_select.cc
+)
+target_sources(attn_kernels_reference PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/reference.cc
+)

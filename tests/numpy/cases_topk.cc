@@ -1,0 +1,149 @@
+// Cross-check cases for top-k: small random calls in both window forms (ties, NaN, -inf, empty
+// and past-the-end windows, rows shorter than k) and with the KV-slot mapping (invalid page ids,
+// two rows per request), with attnd's fp64 reference; tests/numpy/ops/topk.py recomputes them.
+// The reference orders each row by value descending, ties by column ascending, so the NumPy
+// side can compare exactly.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/topk/params.h"
+#include "kernels/topk/reference.h"
+#include "kernels/topk/topk.h"
+#include "tests/harness/harness.h"
+#include "tests/harness/host_tensor.h"
+#include "tests/numpy/dump.h"
+
+namespace attnd::testing {
+namespace {
+
+using kernels::DType;
+namespace topk = kernels::topk;
+
+struct CaseSpec {
+  const char* name;
+  int64_t m, n, k;
+  bool lengths;   // the lengths form instead of ks/ke
+  bool integers;  // small integer logits: heavy ties
+  int64_t page;   // > 0: a block table with this page size
+  int64_t rows_per_request;
+};
+
+void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
+  HostTensor logits = HostTensor::RowStrided(DType::kF32, {c.m, c.n}, c.n + 5);
+  if (c.integers) {
+    FillUniformInt(logits, rng, -3, 3);
+  } else {
+    FillNormal(logits, rng, 1.0);
+  }
+  std::uniform_int_distribution<int64_t> col(0, c.n - 1);
+  float* data = logits.data<float>();
+  for (int i = 0; i < 6; ++i) {  // sprinkle NaN and -inf
+    const int64_t r = static_cast<int64_t>(rng() % static_cast<uint64_t>(c.m));
+    data[logits.Offset({r, col(rng)})] = std::numeric_limits<float>::quiet_NaN();
+    data[logits.Offset({r, col(rng)})] = -std::numeric_limits<float>::infinity();
+  }
+  HostTensor ks = HostTensor::Dense(DType::kI32, {c.m});
+  HostTensor ke = HostTensor::Dense(DType::kI32, {c.m});
+  HostTensor lengths = HostTensor::Dense(DType::kI32, {c.m});
+  std::uniform_int_distribution<int32_t> pos(-5, static_cast<int32_t>(c.n + 5));
+  for (int64_t r = 0; r < c.m; ++r) {
+    ks.data<int32_t>()[r] = pos(rng);
+    ke.data<int32_t>()[r] = pos(rng);
+    lengths.data<int32_t>()[r] = pos(rng);
+  }
+  HostTensor block_table;
+  topk::Params p;
+  p.logits = logits.tensor();
+  if (c.lengths) {
+    p.lengths = lengths.tensor();
+  } else {
+    p.ks = ks.tensor();
+    p.ke = ke.tensor();
+  }
+  p.k = c.k;
+  if (c.page > 0) {
+    const int64_t max_blocks = (c.n + c.page - 1) / c.page - 3;  // the last pages unmapped
+    block_table = HostTensor::Dense(DType::kI32, {c.m / c.rows_per_request, max_blocks});
+    FillUniformInt(block_table, rng, 0, 4 * max_blocks);
+    for (int64_t q = 0; q < block_table.tensor().dim(0); ++q) {  // unmapped and overflowing ids
+      for (int64_t b = 0; b < max_blocks; ++b) {
+        int32_t& id = block_table.data<int32_t>()[block_table.Offset({q, b})];
+        if (b % 5 == 1) id = -1;
+        if (b % 7 == 3) id = -2 - static_cast<int32_t>(b);
+        if (b % 11 == 4)
+          id = std::numeric_limits<int32_t>::max() / static_cast<int32_t>(c.page) + 1;
+      }
+    }
+    // Large logits in the first unmapped page and in pages with -1, negative and overflowing ids,
+    // so that chosen columns land there; rows 0 and 1 see the whole row.
+    for (int64_t r = 0; r < c.m; ++r) {
+      for (int64_t b : {int64_t{1}, int64_t{3}, int64_t{4}, max_blocks}) {
+        data[logits.Offset({r, std::min(c.n - 1, b * c.page + r % c.page)})] = 50.0f;
+      }
+    }
+    for (int64_t r = 0; r < 2; ++r) {
+      ks.data<int32_t>()[r] = 0;
+      ke.data<int32_t>()[r] = lengths.data<int32_t>()[r] = static_cast<int32_t>(c.n);
+    }
+    p.block_table = block_table.tensor();
+    p.page_size = c.page;
+    p.rows_per_request = c.rows_per_request;
+  }
+  HostTensor indices = HostTensor::Dense(DType::kI32, {c.m, c.k});
+  p.indices = indices.tensor();
+  if (!topk::Validate(p).ok()) return;  // a bad spec above: no case rather than a wrong one
+
+  const std::vector<topk::RefRow> ref = topk::Reference(p);
+  std::vector<double> ref_cols(static_cast<size_t>(c.m * c.k), -1.0);
+  std::vector<double> ref_values(ref_cols.size(), -INFINITY);
+  std::vector<double> ref_slots(ref_cols.size(), -1.0);
+  for (int64_t r = 0; r < c.m; ++r) {
+    const topk::RefRow& row = ref[static_cast<size_t>(r)];
+    for (size_t j = 0; j < row.cols.size(); ++j) {
+      const size_t at = static_cast<size_t>(r * c.k) + j;
+      ref_cols[at] = static_cast<double>(row.cols[j]);
+      ref_values[at] = row.values[j];
+      ref_slots[at] = static_cast<double>(topk::ReferenceSlot(p, r, row.cols[j]));
+    }
+  }
+  CaseWriter w(dir, std::string("topk_") + c.name, "topk");
+  w.AddTensor("logits", p.logits);
+  if (c.lengths) {
+    w.AddTensor("lengths", p.lengths);
+  } else {
+    w.AddTensor("ks", p.ks);
+    w.AddTensor("ke", p.ke);
+  }
+  w.AddScalar("k", static_cast<double>(c.k));
+  if (c.page > 0) {
+    w.AddTensor("block_table", p.block_table);
+    w.AddScalar("page_size", static_cast<double>(c.page));
+    w.AddScalar("rows_per_request", static_cast<double>(c.rows_per_request));
+    w.AddReference("slots", ref_slots, {c.m, c.k});
+  }
+  w.AddReference("cols", ref_cols, {c.m, c.k});
+  w.AddReference("values", ref_values, {c.m, c.k});
+  w.Finish();
+}
+
+void DumpTopK(const std::string& dir) {
+  std::mt19937_64 rng = MakeRng();
+  const CaseSpec cases[] = {
+      {"ks_ke_ties", 8, 300, 40, false, true, 0, 1},
+      {"ks_ke_normal", 6, 700, 64, false, false, 0, 1},
+      {"lengths_short_rows", 5, 200, 150, true, false, 0, 1},
+      {"lengths_ties_k1", 7, 90, 1, true, true, 0, 1},
+      {"slots_page16_two_rows_per_request", 6, 500, 32, true, false, 16, 2},
+      {"slots_page7_ties", 4, 260, 50, false, true, 7, 1},
+  };
+  for (const CaseSpec& c : cases) DumpCase(dir, c, rng);
+}
+
+}  // namespace
+}  // namespace attnd::testing
+
+ATTND_REGISTER_NUMPY_DUMPER(topk, attnd::testing::DumpTopK);

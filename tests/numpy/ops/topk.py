@@ -1,0 +1,53 @@
+"""Top-k recomputed with NumPy from the raw inputs (DESIGN.md §2), against attnd's fp64
+reference: per row, the window [max(ks, 0), min(ke, N)) (or [0, lengths)), NaN and -inf never
+chosen, the k largest by value descending with ties by ascending column (the reference's
+documented order), -1 / -inf padding; with a block table each column n maps to
+block_table[r // rows_per_request, n // page] * page + n % page, or -1 for a page past the table,
+a negative entry, or a slot past INT32_MAX."""
+import numpy as np
+
+import common
+
+INT32_MAX = 2**31 - 1
+
+
+def _window(inputs, r, n):
+    if "lengths" in inputs:
+        lo, hi = 0, int(inputs["lengths"][r])
+    else:
+        lo, hi = int(inputs["ks"][r]), int(inputs["ke"][r])
+    return max(lo, 0), min(hi, n)
+
+
+def _slot(inputs, scalars, r, col):
+    table = inputs["block_table"].astype(np.int64)
+    page = int(scalars["page_size"])
+    row = table[r // int(scalars["rows_per_request"])]
+    if col // page >= row.shape[0] or row[col // page] < 0:
+        return -1
+    slot = int(row[col // page]) * page + col % page
+    return slot if slot <= INT32_MAX else -1
+
+
+def check(inputs, scalars, refs):
+    logits = inputs["logits"]
+    m, n = logits.shape
+    k = int(scalars["k"])
+    cols = np.full((m, k), -1.0)
+    values = np.full((m, k), -np.inf)
+    slots = np.full((m, k), -1.0)
+    for r in range(m):
+        lo, hi = _window(inputs, r, n)
+        cand = np.arange(lo, hi) if hi > lo else np.arange(0)
+        v = logits[r, cand]
+        keep = ~np.isnan(v) & (v != -np.inf)
+        cand, v = cand[keep], v[keep]
+        order = np.lexsort((cand, -v))[:k]  # value descending, then column ascending
+        cols[r, :order.size] = cand[order]
+        values[r, :order.size] = v[order]
+        if "block_table" in inputs:
+            slots[r, :order.size] = [_slot(inputs, scalars, r, int(c)) for c in cand[order]]
+    assert np.array_equal(cols, refs["cols"]), "cols differ from the reference"
+    common.assert_close("values", values, refs["values"], rtol=0, atol=0)
+    if "block_table" in inputs:
+        assert np.array_equal(slots, refs["slots"]), "slots differ from the reference"
