@@ -1,0 +1,71 @@
+// Parameters of the fused DSA attention layer (DESIGN.md §1, §2): indexer logits → top-k →
+// sparse MLA in one call. T query tokens, N cache tokens (row n of k_index and of kv is the same
+// token), indexer heads H_i of dim D_i, attention heads H of dim d_qk (512 or 576).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/tensor.h"
+
+namespace attnd::kernels::dsa {
+
+struct Params {
+  // Indexer inputs (kernels/indexer_logits/params.h).
+  Tensor q_index;  // fp8 e4m3 [T, H_i, D_i]
+  Tensor k_index;  // fp8 e4m3 [N, D_i]
+  Tensor k_scale;  // f32 [N]
+  Tensor weights;  // f32 [T, H_i]
+  // Token t's candidates are cache rows [max(ks[t], 0), min(ke[t], N)) (causal prefill of a
+  // prompt after P cached tokens: ks = 0, ke = P + t + 1). Untrusted values are clamped.
+  Tensor ks;            // i32 [T]
+  Tensor ke;            // i32 [T]
+  int64_t topk = 2048;  // k: 1 <= k <= 4096; a token keeps min(k, window) rows
+
+  // Sparse MLA inputs (kernels/sparse_mla/params.h).
+  Tensor q;            // bf16 [T, H, d_qk]
+  Tensor kv;           // bf16 [N, d_qk], row stride >= d_qk
+  float sm_scale = 0;  // softmax scale (> 0, finite)
+
+  // Scratch, optional: f32 [T, N] (row stride >= N). Present: the call leaves the cleaned
+  // indexer logits there (-inf outside each window). Absent: the CPU implementation allocates
+  // blocks of rows itself (at most 64 MiB at a time).
+  Tensor logits;
+
+  // Outputs.
+  Tensor out;      // bf16 [T, H, 512]
+  Tensor lse;      // f32 [T, H], optional (natural log; -inf for a token with an empty window)
+  Tensor indices;  // i32 [T, topk], optional: the chosen cache rows, ascending, then -1
+
+  template <class F>
+  void ForEachTensor(F&& f) {
+    f("q_index", q_index, Role::kInput);
+    f("k_index", k_index, Role::kInput);
+    f("k_scale", k_scale, Role::kInput);
+    f("weights", weights, Role::kInput);
+    f("ks", ks, Role::kInput);
+    f("ke", ke, Role::kInput);
+    f("q", q, Role::kInput);
+    f("kv", kv, Role::kInput);
+    f("logits", logits, Role::kOutput);
+    f("out", out, Role::kOutput);
+    f("lse", lse, Role::kOutput);
+    f("indices", indices, Role::kOutput);
+  }
+  template <class F>
+  void ForEachTensor(F&& f) const {
+    f("q_index", q_index, Role::kInput);
+    f("k_index", k_index, Role::kInput);
+    f("k_scale", k_scale, Role::kInput);
+    f("weights", weights, Role::kInput);
+    f("ks", ks, Role::kInput);
+    f("ke", ke, Role::kInput);
+    f("q", q, Role::kInput);
+    f("kv", kv, Role::kInput);
+    f("logits", logits, Role::kOutput);
+    f("out", out, Role::kOutput);
+    f("lse", lse, Role::kOutput);
+    f("indices", indices, Role::kOutput);
+  }
+};
+
+}  // namespace attnd::kernels::dsa

@@ -1,0 +1,133 @@
+#include "kernels/sparse_mla/sparse_mla.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status.h"
+#include "kernels/sparse_mla/cpu.h"
+
+namespace attnd::kernels::sparse_mla {
+namespace {
+
+// Number of selection slots (T·K or nnz); valid after Validate.
+int64_t SlotCount(const Params& p) {
+  if (p.is_csr()) return p.indices.dim(0);
+  return p.q.dim(0) * p.indices.dim(1);
+}
+
+WorkCount CountWith(const Params& p, int64_t valid) {
+  const double t = static_cast<double>(p.q.dim(0));
+  const double h = static_cast<double>(p.q.dim(1));
+  const double d_qk = static_cast<double>(p.q.dim(2));
+  const double e = static_cast<double>(valid);
+  WorkCount w;
+  w.flops = 2.0 * h * (d_qk + kDimV) * e;  // Σ_t 2·H·(d_qk + 512)·K_valid(t)
+  double index_bytes = 4.0 * static_cast<double>(SlotCount(p));
+  if (p.is_csr()) {
+    index_bytes += 4.0 * (t + 1);
+  } else if (p.topk_length.present()) {
+    index_bytes += 4.0 * t;
+  }
+  w.bytes = 2.0 * t * h * d_qk + 2.0 * d_qk * e + index_bytes + 2.0 * t * h * kDimV;
+  if (p.lse.present()) w.bytes += 4.0 * t * h;
+  return w;
+}
+
+}  // namespace
+
+absl::Status Validate(const Params& p) {
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {kAnyDim, kAnyDim, kAnyDim}));
+  const int64_t t = p.q.dim(0), h = p.q.dim(1), d_qk = p.q.dim(2);
+  if (h < 1 || h > kMaxHeads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q: dim 1 is ", h, ", want 1..", kMaxHeads, " (heads)"));
+  }
+  if (d_qk != 512 && d_qk != 576) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q: dim 2 is ", d_qk, ", want 512 or 576 (d_qk)"));
+  }
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.kv, "kv", DType::kBF16, {kAnyDim, d_qk}));
+  if (p.is_csr()) {
+    ATTND_RETURN_IF_ERROR(CheckTensor(p.indptr, "indptr", DType::kI32, {t + 1}));
+    ATTND_RETURN_IF_ERROR(CheckTensor(p.indices, "indices", DType::kI32, {kAnyDim}));
+    if (p.topk_length.present()) {
+      return absl::InvalidArgumentError(
+          "topk_length: present with the CSR form (indptr); it belongs to the table form only");
+    }
+  } else {
+    ATTND_RETURN_IF_ERROR(CheckTensor(p.indices, "indices", DType::kI32, {t, kAnyDim}));
+    ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.topk_length, "topk_length", DType::kI32, {t}));
+  }
+  if (!(p.sm_scale > 0.0f) || !std::isfinite(p.sm_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sm_scale: is ", p.sm_scale, ", want finite and > 0"));
+  }
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {t, h, kDimV}));
+  ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {t, h}));
+  return absl::OkStatus();
+}
+
+absl::Status CheckSelectionData(const Params& p) {
+  if (!p.is_csr()) return absl::OkStatus();
+  const int32_t* ptr = p.indptr.ptr<const int32_t>();
+  const int64_t t = p.q.dim(0), nnz = p.indices.dim(0);
+  if (ptr[0] != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("indptr: element 0 is ", ptr[0], ", want 0"));
+  }
+  for (int64_t i = 0; i < t; ++i) {
+    if (ptr[i + 1] < ptr[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("indptr: element ", i + 1, " is ", ptr[i + 1],
+                                                     ", want >= element ", i, " (", ptr[i],
+                                                     "): indptr must be monotone"));
+    }
+  }
+  if (ptr[t] != nnz) {
+    return absl::InvalidArgumentError(absl::StrCat("indptr: element ", t, " is ", ptr[t], ", want ",
+                                                   nnz, " (indices dim 0, nnz)"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t CountValidSelections(const Params& p) {
+  if (!CheckSelectionData(p).ok()) return 0;
+  const int64_t t_count = p.q.dim(0), s = p.kv.dim(0);
+  const int32_t* indices = p.indices.ptr<const int32_t>();
+  int64_t valid = 0;
+  for (int64_t t = 0; t < t_count; ++t) {
+    const int32_t* row;
+    int64_t len;
+    if (p.is_csr()) {
+      const int32_t* ptr = p.indptr.ptr<const int32_t>();
+      row = indices + ptr[t];
+      len = ptr[t + 1] - ptr[t];
+    } else {
+      const int64_t k = p.indices.dim(1);
+      row = indices + t * p.indices.stride(0);
+      len = k;
+      if (p.topk_length.present()) {
+        len = std::clamp<int64_t>(p.topk_length.ptr<const int32_t>()[t], 0, k);
+      }
+    }
+    for (int64_t i = 0; i < len; ++i) valid += (row[i] >= 0 && row[i] < s) ? 1 : 0;
+  }
+  return valid;
+}
+
+WorkCount Count(const Params& p) { return CountWith(p, CountValidSelections(p)); }
+
+WorkCount CountSlots(const Params& p) { return CountWith(p, SlotCount(p)); }
+
+const std::vector<Impl<Params>>& Implementations() {
+  static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>>{
+      {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
+  };
+  return *impls;
+}
+
+absl::Status Run(const Params& p, const ExecContext& ctx, std::string* impl) {
+  ATTND_RETURN_IF_ERROR(Validate(p));
+  return Dispatch(Implementations(), p, ctx, impl);
+}
+
+}  // namespace attnd::kernels::sparse_mla

@@ -1,0 +1,68 @@
+#include "tests/kernels/dsa/dsa_case.h"
+
+#include <cmath>
+
+#include "kernels/sparse_mla/params.h"
+
+namespace attnd::testing {
+
+using kernels::DType;
+
+DsaCase::DsaCase(const DsaSpec& spec, std::mt19937_64& rng) : spec_(spec) {
+  const int64_t t = spec.t, n = spec.prefix + spec.t;
+  q_index_ = HostTensor::Dense(DType::kFp8E4M3, {t, spec.index_heads, spec.index_dim});
+  k_index_ = HostTensor::Dense(DType::kFp8E4M3, {n, spec.index_dim});
+  k_scale_ = HostTensor::Dense(DType::kF32, {n});
+  weights_ = HostTensor::Dense(DType::kF32, {t, spec.index_heads});
+  FillNormal(q_index_, rng, 1.0);
+  FillNormal(k_index_, rng, 1.0);
+  FillUniform(k_scale_, rng, 0.01, 0.1);
+  FillNormal(weights_, rng, 1.0);
+  ks_ = HostTensor::Dense(DType::kI32, {t});
+  ke_ = HostTensor::Dense(DType::kI32, {t});
+  for (int64_t i = 0; i < t; ++i) SetWindow(i, 0, static_cast<int32_t>(spec.prefix + i + 1));
+
+  q_ = HostTensor::RowStrided(DType::kBF16, {t, spec.heads, spec.d_qk},
+                              spec.heads * spec.d_qk + spec.pad);
+  kv_ = HostTensor::RowStrided(DType::kBF16, {n, spec.d_qk}, spec.d_qk + spec.pad);
+  FillNormal(q_, rng, 1.0);
+  FillNormal(kv_, rng, 1.0);
+  if (spec.with_logits) logits_ = HostTensor::RowStrided(DType::kF32, {t, n}, n + spec.pad);
+  out_ = HostTensor::Dense(DType::kBF16, {t, spec.heads, kernels::sparse_mla::kDimV});
+  if (spec.with_lse) lse_ = HostTensor::Dense(DType::kF32, {t, spec.heads});
+  if (spec.with_indices) indices_ = HostTensor::Dense(DType::kI32, {t, spec.topk});
+}
+
+void DsaCase::SetWindow(int64_t t, int32_t ks, int32_t ke) {
+  ks_.data<int32_t>()[t] = ks;
+  ke_.data<int32_t>()[t] = ke;
+}
+
+kernels::dsa::Params DsaCase::MakeParams() {
+  kernels::dsa::Params p;
+  p.q_index = q_index_.tensor();
+  p.k_index = k_index_.tensor();
+  p.k_scale = k_scale_.tensor();
+  p.weights = weights_.tensor();
+  p.ks = ks_.tensor();
+  p.ke = ke_.tensor();
+  p.topk = spec_.topk;
+  p.q = q_.tensor();
+  p.kv = kv_.tensor();
+  p.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec_.d_qk)));
+  if (spec_.with_logits) p.logits = logits_.tensor();
+  p.out = out_.tensor();
+  if (spec_.with_lse) p.lse = lse_.tensor();
+  if (spec_.with_indices) p.indices = indices_.tensor();
+  return p;
+}
+
+std::vector<HostTensor*> DsaCase::Outputs() {
+  std::vector<HostTensor*> outs = {&out_};
+  if (spec_.with_lse) outs.push_back(&lse_);
+  if (spec_.with_indices) outs.push_back(&indices_);
+  if (spec_.with_logits) outs.push_back(&logits_);
+  return outs;
+}
+
+}  // namespace attnd::testing

@@ -1,0 +1,53 @@
+// Random fused-DSA calls for the tests: fp8 indexer inputs, bf16 q and kv, windows (causal after
+// a prefix unless given), optional caller logits scratch and indices output, NaN-poisoned
+// outputs.
+//   DsaCase c(spec, rng);
+//   dsa::Params p = c.MakeParams();
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/dsa/params.h"
+#include "tests/harness/host_tensor.h"
+
+namespace attnd::testing {
+
+struct DsaSpec {
+  int64_t t = 6;
+  int64_t prefix = 90;  // N = prefix + t; causal windows ks = 0, ke = prefix + t + 1
+  int64_t index_heads = 16;
+  int64_t index_dim = 128;
+  int64_t topk = 64;
+  int64_t heads = 16;
+  int64_t d_qk = 576;
+  bool with_logits = false;  // caller-provided scratch
+  bool with_indices = true;  // indices output requested
+  bool with_lse = true;
+  int64_t pad = 0;  // extra elements on the leading strides of q, kv, logits
+};
+
+class DsaCase {
+ public:
+  DsaCase(const DsaSpec& spec, std::mt19937_64& rng);
+
+  int64_t n() const { return spec_.prefix + spec_.t; }
+  // Overrides token t's window (defaults are causal).
+  void SetWindow(int64_t t, int32_t ks, int32_t ke);
+  kernels::dsa::Params MakeParams();
+  std::vector<HostTensor*> Outputs();  // out, lse, indices, logits (those present)
+
+  const DsaSpec& spec() const { return spec_; }
+  HostTensor& out() { return out_; }
+  HostTensor& lse() { return lse_; }
+  HostTensor& indices() { return indices_; }
+  HostTensor& logits() { return logits_; }
+
+ private:
+  DsaSpec spec_;
+  HostTensor q_index_, k_index_, k_scale_, weights_, ks_, ke_, q_, kv_;
+  HostTensor logits_, out_, lse_, indices_;
+};
+
+}  // namespace attnd::testing

@@ -1,0 +1,251 @@
+// Fused DSA layer against the three fp64 reference steps: the chosen rows must be a true top-k
+// of the fp64 indexer logits over each window (as a set, within the f32 bound of the logits),
+// and out / lse must match the fp64 sparse MLA reference on the rows the call chose.
+#include "kernels/dsa/dsa.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/dsa/cpu.h"
+#include "kernels/indexer_logits/indexer_logits.h"
+#include "kernels/indexer_logits/reference.h"
+#include "kernels/sparse_mla/reference.h"
+#include "kernels/sparse_mla/sparse_mla.h"
+#include "kernels/topk/topk.h"
+#include "tests/harness/harness.h"
+#include "tests/kernels/dsa/dsa_case.h"
+
+namespace attnd::testing {
+namespace {
+
+using kernels::DType;
+using kernels::dsa::Params;
+
+// Same bounds as tests/kernels/sparse_mla (bf16 out: 2^-8 rounding + f32 accumulation; f32 lse).
+constexpr Tolerance kOutTol{4e-3, 2e-5, 4e-3};
+constexpr Tolerance kLseTol{1e-5, 1e-4, 0.0};
+
+std::vector<uint8_t> Bits(const HostTensor& t) { return {t.raw(), t.raw() + t.bytes()}; }
+
+// The chosen rows of every token must be: ascending, then -1; inside the window; min(k, window)
+// of them; and no row left out may beat a chosen one by more than both logits' f32 error bound,
+// (D_i + H_i + 4)·2^-24·magnitude (the indexer's own test derives it).
+void ExpectTrueTopk(const Params& p, const HostTensor& indices) {
+  const int64_t t_count = p.q_index.dim(0), n = p.k_index.dim(0), k = p.topk;
+  HostTensor scratch = HostTensor::Dense(DType::kF32, {t_count, n});
+  const kernels::indexer_logits::RefLogits ref = kernels::indexer_logits::Reference(
+      kernels::dsa::IndexerStep(p, 0, t_count, scratch.tensor()));
+  const double bound =
+      static_cast<double>(p.q_index.dim(2) + p.q_index.dim(1) + 4) * std::ldexp(1.0, -24);
+  for (int64_t t = 0; t < t_count; ++t) {
+    const int64_t begin = std::max<int64_t>(p.ks.ptr<const int32_t>()[t], 0);
+    const int64_t end = std::max(begin, std::min<int64_t>(p.ke.ptr<const int32_t>()[t], n));
+    std::set<int64_t> chosen;
+    int64_t last = -1;
+    bool padding = false;
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t c = indices.data<int32_t>()[indices.Offset({t, i})];
+      if (c == -1) {
+        padding = true;
+        continue;
+      }
+      ASSERT_FALSE(padding) << "t=" << t << ": a row after the -1 padding";
+      ASSERT_GT(c, last) << "t=" << t << ": rows not ascending (or repeated)";
+      ASSERT_TRUE(c >= begin && c < end)
+          << "t=" << t << ": row " << c << " outside [" << begin << ", " << end << ")";
+      chosen.insert(c);
+      last = c;
+    }
+    ASSERT_EQ(static_cast<int64_t>(chosen.size()), std::min(k, end - begin)) << "t=" << t;
+    double lowest_chosen = std::numeric_limits<double>::infinity();
+    double highest_other = -std::numeric_limits<double>::infinity();
+    for (int64_t col = begin; col < end; ++col) {
+      const size_t at = static_cast<size_t>(t * n + col);
+      const double tol = bound * ref.magnitude[at];
+      if (chosen.count(col)) {
+        lowest_chosen = std::min(lowest_chosen, ref.value[at] + tol);
+      } else {
+        highest_other = std::max(highest_other, ref.value[at] - tol);
+      }
+    }
+    EXPECT_GE(lowest_chosen, highest_other) << "t=" << t << ": not a top-" << k;
+  }
+}
+
+// Runs every implementation on c and checks the selection and the attention output.
+void ExpectMatchesReferenceSteps(DsaCase& c) {
+  const Params p = c.MakeParams();
+  ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
+  const int runs =
+      RunEachImpl(kernels::dsa::Implementations(), p, c.Outputs(), [&](const std::string& impl) {
+        SCOPED_TRACE(impl);
+        ExpectTrueTopk(p, c.indices());
+        const kernels::sparse_mla::Reference ref = kernels::sparse_mla::ComputeReference(
+            kernels::dsa::SparseMlaStep(p, 0, p.q.dim(0), c.indices().tensor()));
+        ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, impl + " out");
+        if (p.lse.present()) ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, impl + " lse");
+      });
+  EXPECT_GE(runs, 1);
+}
+
+TEST(Dsa, CausalPrefillMatchesReferenceSteps) {
+  std::mt19937_64 rng = MakeRng();
+  DsaCase c(DsaSpec{}, rng);  // windows 91..96 rows, top-64
+  ExpectMatchesReferenceSteps(c);
+}
+
+TEST(Dsa, WindowsShorterThanTopkEmptyAndClamped) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.t = 7;
+  spec.prefix = 20;  // causal windows of 21..27 rows < top-64: every window row is chosen
+  DsaCase c(spec, rng);
+  c.SetWindow(2, 5, 5);        // empty: out 0, lse -inf
+  c.SetWindow(3, 10, 26);      // starts past 0 (context parallel)
+  c.SetWindow(4, -7, 1000);    // clamped to [0, N)
+  c.SetWindow(5, 30, 10);      // ke < ks: empty
+  c.SetWindow(6, 1000, 2000);  // past the end: empty
+  ExpectMatchesReferenceSteps(c);
+  for (int64_t t : {2, 5, 6}) {
+    for (int64_t h = 0; h < spec.heads; ++h) {
+      EXPECT_EQ(c.lse().At({t, h}), -std::numeric_limits<double>::infinity()) << "t=" << t;
+      EXPECT_EQ(c.out().At({t, h, 0}), 0.0) << "t=" << t;
+    }
+  }
+}
+
+// (H_i, D_i, H, d_qk): DeepSeek-V3.2's indexer and attention heads, GLM-5's, a small odd one.
+class DsaShapes : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t, int64_t>> {
+};
+
+TEST_P(DsaShapes, MatchesReferenceSteps) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  std::tie(spec.index_heads, spec.index_dim, spec.heads, spec.d_qk) = GetParam();
+  spec.t = 3;
+  spec.prefix = 150;
+  spec.topk = 128;
+  spec.pad = 24;
+  DsaCase c(spec, rng);
+  ExpectMatchesReferenceSteps(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DsaShapes,
+                         ::testing::Values(std::make_tuple(64, 128, 128, 576),
+                                           std::make_tuple(32, 128, 16, 512),
+                                           std::make_tuple(5, 64, 8, 576)),
+                         [](const auto& info) {
+                           return "Hi" + std::to_string(std::get<0>(info.param)) + "_Di" +
+                                  std::to_string(std::get<1>(info.param)) + "_H" +
+                                  std::to_string(std::get<2>(info.param)) + "_d" +
+                                  std::to_string(std::get<3>(info.param));
+                         });
+
+TEST(Dsa, FusedEqualsTheThreeStepsRunSeparately) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.with_logits = true;
+  DsaCase c(spec, rng);
+  const Params p = c.MakeParams();
+  kernels::ExecContext ctx;
+  ctx.pool = TestPool();
+  for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+  ASSERT_TRUE(kernels::dsa::Run(p, ctx).ok());
+
+  const int64_t t = spec.t, n = c.n();
+  HostTensor logits = HostTensor::Dense(DType::kF32, {t, n});
+  HostTensor indices = HostTensor::Dense(DType::kI32, {t, spec.topk});
+  HostTensor out = HostTensor::Dense(DType::kBF16, {t, spec.heads, 512});
+  HostTensor lse = HostTensor::Dense(DType::kF32, {t, spec.heads});
+  for (HostTensor* o : {&logits, &indices, &out, &lse}) PoisonNaN(*o);
+  ASSERT_TRUE(
+      kernels::indexer_logits::Run(kernels::dsa::IndexerStep(p, 0, t, logits.tensor()), ctx).ok());
+  ASSERT_TRUE(
+      kernels::topk::Run(kernels::dsa::TopkStep(p, 0, t, logits.tensor(), indices.tensor()), ctx)
+          .ok());
+  kernels::sparse_mla::Params sp = kernels::dsa::SparseMlaStep(p, 0, t, indices.tensor());
+  sp.out = out.tensor();
+  sp.lse = lse.tensor();
+  ASSERT_TRUE(kernels::sparse_mla::Run(sp, ctx).ok());
+  EXPECT_EQ(ToDoubles(c.logits()), ToDoubles(logits));  // -inf == -inf; no NaN expected
+  EXPECT_EQ(Bits(c.indices()), Bits(indices));
+  EXPECT_EQ(Bits(c.out()), Bits(out));
+  EXPECT_EQ(Bits(c.lse()), Bits(lse));
+}
+
+TEST(Dsa, SmallScratchBlocksGiveTheSameBits) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.t = 7;
+  DsaCase c(spec, rng);
+  c.SetWindow(3, 4, 4);  // one empty window inside a block
+  const Params p = c.MakeParams();
+  kernels::ExecContext ctx;
+  ctx.pool = TestPool();
+  ASSERT_TRUE(kernels::dsa::RunCpuWithScratch(p, ctx, kernels::dsa::kScratchBytes).ok());
+  const std::vector<uint8_t> out = Bits(c.out()), lse = Bits(c.lse()), idx = Bits(c.indices());
+  // Logits for 3 tokens per block (7 = 3 + 3 + 1), then 1 token per block.
+  for (int64_t rows : {3, 1}) {
+    for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+    ASSERT_TRUE(kernels::dsa::RunCpuWithScratch(p, ctx, rows * c.n() * 4).ok());
+    EXPECT_EQ(Bits(c.out()), out) << rows << " rows per block";
+    EXPECT_EQ(Bits(c.lse()), lse) << rows << " rows per block";
+    EXPECT_EQ(Bits(c.indices()), idx) << rows << " rows per block";
+  }
+  ExpectTrueTopk(p, c.indices());
+}
+
+TEST(Dsa, CallerLogitsScratchIsUsedAndCleaned) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.with_logits = true;
+  spec.pad = 8;
+  DsaCase c(spec, rng);
+  c.SetWindow(1, 10, 50);
+  ExpectMatchesReferenceSteps(c);
+  for (int64_t t = 0; t < spec.t; ++t) {
+    const int64_t begin = t == 1 ? 10 : 0, end = t == 1 ? 50 : spec.prefix + t + 1;
+    for (int64_t col = 0; col < c.n(); ++col) {
+      const double v = c.logits().At({t, col});
+      if (col >= begin && col < end) {
+        ASSERT_TRUE(std::isfinite(v)) << "t=" << t << " col=" << col;
+      } else {
+        ASSERT_EQ(v, -std::numeric_limits<double>::infinity()) << "t=" << t << " col=" << col;
+      }
+    }
+  }
+}
+
+TEST(Dsa, IndicesAndLseOutputsOptional) {
+  std::mt19937_64 rng = MakeRng();
+  std::mt19937_64 rng_copy = rng;
+  DsaSpec spec;
+  DsaCase full(spec, rng);
+  spec.with_indices = false;
+  spec.with_lse = false;
+  DsaCase bare(spec, rng_copy);  // the same inputs
+  ExpectMatchesReferenceSteps(full);
+  const int runs = RunEachImpl(
+      kernels::dsa::Implementations(), bare.MakeParams(), bare.Outputs(),
+      [&](const std::string& impl) { EXPECT_EQ(Bits(bare.out()), Bits(full.out())) << impl; });
+  EXPECT_GE(runs, 1);
+}
+
+TEST(Dsa, ZeroTokensIsANoOp) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.t = 0;
+  DsaCase c(spec, rng);
+  const Params p = c.MakeParams();
+  EXPECT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
+  EXPECT_EQ(RunEachImpl(kernels::dsa::Implementations(), p, c.Outputs(), [](const std::string&) {}),
+            1);
+}
+
+}  // namespace
+}  // namespace attnd::testing

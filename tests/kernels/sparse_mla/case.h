@@ -1,0 +1,67 @@
+// Random sparse MLA calls for the tests: q, a KV cache view with NaN guard rows on both sides (an
+// index -2, -1, S or S+1 that were read would poison the output), the selection in both forms
+// (table + optional topk_length, and the equivalent CSR), and NaN-poisoned outputs.
+//   SparseMlaCase c(spec, rng);
+//   sparse_mla::Params p = c.MakeParams(/*csr=*/false);
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/sparse_mla/params.h"
+#include "tests/harness/host_tensor.h"
+
+namespace attnd::testing {
+
+struct SparseMlaSpec {
+  int64_t t = 3;
+  int64_t h = 16;
+  int64_t d_qk = 576;
+  int64_t s = 700;                // cache rows
+  int64_t k = 130;                // table width
+  int64_t kv_row_stride = 0;      // 0: dense (d_qk)
+  int64_t q_pad = 0;              // extra elements after each q head row (dim 1 stride > d_qk)
+  int64_t indices_row_pad = 0;    // extra elements after each table row
+  double masked_fraction = 0.15;  // slots replaced by invalid indices (-1, ≥ S, int32 extremes)
+  bool with_topk_length = false;  // random lengths in [-2, K + 2] (clamped by the op)
+  bool with_lse = true;
+};
+
+class SparseMlaCase {
+ public:
+  // Random data; slots[t] (K entries per token) drawn per the spec.
+  SparseMlaCase(const SparseMlaSpec& spec, std::mt19937_64& rng);
+  // The same with caller-chosen slots (each row exactly K entries) and topk lengths (empty:
+  // no topk_length tensor).
+  SparseMlaCase(const SparseMlaSpec& spec, std::mt19937_64& rng,
+                const std::vector<std::vector<int32_t>>& slots,
+                const std::vector<int32_t>& topk_length);
+
+  // A call in the table form or the equivalent CSR form (row t = the first
+  // clamp(topk_length[t], 0, K) slots, masked ones kept).
+  kernels::sparse_mla::Params MakeParams(bool csr);
+  std::vector<HostTensor*> Outputs();
+
+  const SparseMlaSpec& spec() const { return spec_; }
+  HostTensor& out() { return out_; }
+  HostTensor& lse() { return lse_; }
+
+  // Writes `value` (any float) into every element of cache row `row` (may be a guard row: -2..S+1).
+  void SetKvRow(int64_t row, float value);
+
+ private:
+  void Build(std::mt19937_64& rng, const std::vector<std::vector<int32_t>>& slots,
+             const std::vector<int32_t>& topk_length);
+
+  SparseMlaSpec spec_;
+  HostTensor q_, kv_storage_, table_, topk_length_, indptr_, csr_indices_, out_, lse_;
+  kernels::Tensor kv_;  // S rows of kv_storage_ after the leading guard rows
+};
+
+// Random slots: uniform valid indices in [0, S) with masked_fraction of them invalid.
+std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt19937_64& rng);
+
+inline constexpr int64_t kKvGuardRows = 2;  // NaN rows before and after the S cache rows
+
+}  // namespace attnd::testing

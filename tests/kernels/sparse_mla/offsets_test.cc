@@ -1,0 +1,82 @@
+// Sparse MLA with KV rows whose element offsets pass 2^31 (index × row stride in 64 bit; seed
+// 000 and KERNELS.md §1(c)). The cache is a 4.4 GB MAP_NORESERVE mapping of which only the
+// selected rows are ever touched.
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/common/bf16.h"
+#include "kernels/sparse_mla/reference.h"
+#include "kernels/sparse_mla/sparse_mla.h"
+#include "tests/harness/harness.h"
+
+namespace attnd::testing {
+namespace {
+
+using kernels::DType;
+using kernels::sparse_mla::Params;
+
+class LazyMapping {
+ public:
+  explicit LazyMapping(size_t bytes) : bytes_(bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : p;
+  }
+  ~LazyMapping() {
+    if (data_ != nullptr) munmap(data_, bytes_);
+  }
+  void* data() const { return data_; }
+
+ private:
+  size_t bytes_;
+  void* data_;
+};
+
+TEST(SparseMla, OffsetsPast2To31Elements) {
+  constexpr int64_t kDqk = 576;
+  constexpr int64_t kRows = 3'800'000;  // row 3'728'271 is the first past 2^31 elements
+  LazyMapping cache(static_cast<size_t>(kRows * kDqk * 2));
+  if (cache.data() == nullptr) GTEST_SKIP() << "cannot map a 4.4 GB lazy region here";
+  std::mt19937_64 rng = MakeRng();
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+
+  const int64_t t = 2, h = 16, k = 96;
+  Params p;
+  p.kv = kernels::MakeTensor(cache.data(), DType::kBF16, {kRows, kDqk});
+  HostTensor q = HostTensor::Dense(DType::kBF16, {t, h, kDqk});
+  FillNormal(q, rng, 1.0);
+  HostTensor indices = HostTensor::Dense(DType::kI32, {t, k});
+  std::uniform_int_distribution<int32_t> high(3'728'000, kRows - 1), low(0, 1000);
+  auto* bf16 = static_cast<kernels::bf16_t*>(cache.data());
+  for (int64_t i = 0; i < t * k; ++i) {
+    const int32_t row = i % 4 == 0 ? low(rng) : high(rng);  // mostly rows past 2^31 elements
+    indices.data<int32_t>()[i] = row;
+    for (int64_t d = 0; d < kDqk; ++d) {
+      bf16[row * kDqk + d] = kernels::FloatToBf16(normal(rng));
+    }
+  }
+  HostTensor out = HostTensor::Dense(DType::kBF16, {t, h, 512});
+  HostTensor lse = HostTensor::Dense(DType::kF32, {t, h});
+  p.q = q.tensor();
+  p.indices = indices.tensor();
+  p.sm_scale = 0.0417f;
+  p.out = out.tensor();
+  p.lse = lse.tensor();
+  ASSERT_TRUE(kernels::sparse_mla::Validate(p).ok()) << kernels::sparse_mla::Validate(p);
+
+  const kernels::sparse_mla::Reference ref = kernels::sparse_mla::ComputeReference(p);
+  const int runs = RunEachImpl(
+      kernels::sparse_mla::Implementations(), p, {&out, &lse}, [&](const std::string& impl) {
+        // Same bounds as sparse_mla_test.cc (bf16 out, f32 lse).
+        ExpectClose(ToDoubles(out), ref.out, {4e-3, 2e-5, 4e-3}, impl + " out");
+        ExpectClose(ToDoubles(lse), ref.lse, {1e-5, 1e-4, 0.0}, impl + " lse");
+      });
+  EXPECT_GE(runs, 1);
+}
+
+}  // namespace
+}  // namespace attnd::testing

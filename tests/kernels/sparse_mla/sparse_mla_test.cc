@@ -1,0 +1,295 @@
+// Sparse MLA: every implementation against the fp64 reference on fresh random data, one named
+// case per edge case of DESIGN.md §2 / §9 and seed 000.
+#include "kernels/sparse_mla/sparse_mla.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/sparse_mla/reference.h"
+#include "tests/harness/harness.h"
+#include "tests/kernels/sparse_mla/case.h"
+
+namespace attnd::testing {
+namespace {
+
+using kernels::sparse_mla::ComputeReference;
+using kernels::sparse_mla::Implementations;
+using kernels::sparse_mla::kDimV;
+using kernels::sparse_mla::Params;
+using kernels::sparse_mla::Reference;
+
+// out is bf16: round-to-nearest-even has relative error ≤ u = 2^-8 ≈ 3.9e-3 per element, so
+// ‖err‖/‖ref‖ ≤ 2^-8 from rounding alone. The f32 path adds ~1e-6 relative (scores summed over
+// d_qk ≤ 576 products of O(1) values, exp2 polynomial ~2e-7, P·V over ≤ 2051 terms), covered by
+// rtol 4e-3 (2^-8 + 1e-4) and atol 2e-5 for outputs near zero (|v| ≲ 5 here).
+constexpr Tolerance kOutTol{4e-3, 2e-5, 4e-3};
+// lse is f32 (|lse| ≲ 10: rounding 1e-6) from f32 scores whose error is ~1e-6 absolute for the
+// O(1) scores these tests produce (sm_scale = 1/sqrt(d_qk), unit-normal q and kv); 1e-4 leaves
+// room for unlucky sums without hiding a wrong max or sum (errors of those are ≥ 1e-2).
+constexpr Tolerance kLseTol{1e-5, 1e-4, 0.0};
+
+// Runs every implementation on `c` (table or CSR form) and checks out and lse.
+void ExpectMatchesReference(SparseMlaCase& c, bool csr) {
+  const Params p = c.MakeParams(csr);
+  ASSERT_TRUE(kernels::sparse_mla::Validate(p).ok()) << kernels::sparse_mla::Validate(p);
+  const Reference ref = ComputeReference(p);
+  const int runs = RunEachImpl(Implementations(), p, c.Outputs(), [&](const std::string& impl) {
+    ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, impl + (csr ? " csr" : " table") + " out");
+    if (p.lse.present()) {
+      ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, impl + (csr ? " csr" : " table") + " lse");
+    }
+  });
+  EXPECT_GE(runs, 1);
+}
+
+void ExpectBothForms(SparseMlaCase& c) {
+  ExpectMatchesReference(c, /*csr=*/false);
+  ExpectMatchesReference(c, /*csr=*/true);
+}
+
+TEST(SparseMla, MasksNegativeAndOutOfRangeIndices) {
+  // Half the slots are -1, -2, S, S+1 (the NaN guard rows: a read poisons the output) or
+  // INT32_MIN / INT32_MAX (a read would leave the allocation).
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 4;
+  spec.s = 300;
+  spec.k = 200;
+  spec.masked_fraction = 0.5;
+  SparseMlaCase c(spec, rng);
+  ExpectBothForms(c);
+}
+
+TEST(SparseMla, RowsWithNoValidIndexGiveZeroOutAndNegInfLse) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 5;
+  spec.h = 8;
+  spec.s = 100;
+  spec.k = 70;
+  std::vector<std::vector<int32_t>> slots = RandomSlots(spec, rng);
+  for (auto& x : slots[0]) x = -1;                            // every slot masked
+  for (auto& x : slots[3]) x = static_cast<int32_t>(spec.s);  // every slot past the cache
+  for (auto& x : slots[2]) x = 7;                             // valid, but topk_length 0 hides them
+  const std::vector<int32_t> lengths = {70, 70, 0, 70, -3};   // row 4: negative length
+  SparseMlaCase c(spec, rng, slots, lengths);
+  ExpectBothForms(c);
+  for (bool csr : {false, true}) {
+    const Params p = c.MakeParams(csr);
+    RunEachImpl(Implementations(), p, c.Outputs(), [&](const std::string& impl) {
+      for (int64_t t : {0, 2, 3, 4}) {
+        for (int64_t h = 0; h < spec.h; ++h) {
+          EXPECT_EQ(c.lse().At({t, h}), -std::numeric_limits<double>::infinity()) << impl;
+          for (int64_t d = 0; d < kDimV; ++d) {
+            ASSERT_EQ(c.out().data<uint16_t>()[c.out().Offset({t, h, d})], 0u)
+                << impl << " t=" << t << " h=" << h << " d=" << d << ": want +0.0";
+          }
+        }
+      }
+      EXPECT_TRUE(std::isfinite(c.lse().At({1, 0}))) << impl << ": row 1 has valid slots";
+    });
+  }
+}
+
+TEST(SparseMla, EmptyCacheMasksEverySlot) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 2;
+  spec.h = 8;
+  spec.s = 0;
+  spec.k = 9;
+  SparseMlaCase c(spec, rng);
+  ExpectBothForms(c);
+}
+
+TEST(SparseMla, ZeroTokensIsANoOp) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 0;
+  SparseMlaCase c(spec, rng);
+  for (bool csr : {false, true}) {
+    const Params p = c.MakeParams(csr);
+    EXPECT_TRUE(kernels::sparse_mla::Validate(p).ok()) << kernels::sparse_mla::Validate(p);
+    EXPECT_EQ(RunEachImpl(Implementations(), p, c.Outputs(), [](const std::string&) {}), 1);
+  }
+}
+
+// Table widths around the 64-row chunk and the seed's 2051 tail; every slot valid so the
+// number of valid rows is exactly K.
+class SparseMlaWidth : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(SparseMlaWidth, MatchesReference) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 2;
+  spec.s = 4000;
+  spec.k = GetParam();
+  spec.masked_fraction = 0.0;
+  SparseMlaCase c(spec, rng);
+  ExpectBothForms(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Chunks, SparseMlaWidth, ::testing::Values(1, 63, 64, 65, 2051),
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           return "K" + std::to_string(info.param);
+                         });
+
+TEST(SparseMla, TailK2051WithMaskedSlots) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 2;
+  spec.h = 16;
+  spec.d_qk = 512;
+  spec.s = 32768;
+  spec.k = 2051;
+  spec.masked_fraction = 0.1;
+  SparseMlaCase c(spec, rng);
+  ExpectBothForms(c);
+}
+
+TEST(SparseMla, CsrAndTableGiveIdenticalBits) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 6;
+  spec.h = 16;
+  spec.s = 500;
+  spec.k = 150;
+  spec.masked_fraction = 0.2;
+  spec.with_topk_length = true;
+  SparseMlaCase c(spec, rng);
+  for (const auto& impl : Implementations()) {
+    if (impl.backend != kernels::Backend::kCpu) continue;
+    kernels::ExecContext ctx;
+    ctx.pool = TestPool();
+    std::vector<uint8_t> out_bits[2], lse_bits[2];
+    for (int form = 0; form < 2; ++form) {
+      for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+      const Params p = c.MakeParams(/*csr=*/form == 1);
+      ASSERT_TRUE(impl.run(p, ctx).ok()) << impl.name;
+      out_bits[form].assign(c.out().raw(), c.out().raw() + c.out().bytes());
+      lse_bits[form].assign(c.lse().raw(), c.lse().raw() + c.lse().bytes());
+    }
+    EXPECT_EQ(out_bits[0], out_bits[1]) << impl.name << ": out differs between table and CSR";
+    EXPECT_EQ(lse_bits[0], lse_bits[1]) << impl.name << ": lse differs between table and CSR";
+  }
+  ExpectBothForms(c);
+}
+
+TEST(SparseMla, TopkLengthLimitsEachRow) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 8;
+  spec.s = 900;
+  spec.k = 140;
+  spec.masked_fraction = 0.0;  // slots past the length are valid rows: using them would show
+  const std::vector<int32_t> lengths = {-2, 0, 1, 63, 64, 70, 140, 200};
+  SparseMlaCase c(spec, rng, RandomSlots(spec, rng), lengths);
+  ExpectBothForms(c);
+}
+
+// (H, d_qk, T): the native head counts, odd ones (validated range 1..128), both d_qk; T = 1
+// splits heads across work items.
+class SparseMlaHeads : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+
+TEST_P(SparseMlaHeads, MatchesReference) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  std::tie(spec.h, spec.d_qk, spec.t) = GetParam();
+  spec.s = 1000;
+  spec.k = spec.h >= 64 ? 90 : 150;
+  SparseMlaCase c(spec, rng);
+  ExpectBothForms(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SparseMlaHeads,
+    ::testing::Values(std::make_tuple(8, 512, 3), std::make_tuple(8, 576, 3),
+                      std::make_tuple(16, 512, 3), std::make_tuple(16, 576, 3),
+                      std::make_tuple(32, 576, 2), std::make_tuple(64, 512, 2),
+                      std::make_tuple(64, 576, 2), std::make_tuple(128, 512, 2),
+                      std::make_tuple(128, 576, 2), std::make_tuple(128, 576, 1),
+                      std::make_tuple(16, 576, 1), std::make_tuple(1, 576, 2),
+                      std::make_tuple(5, 512, 1), std::make_tuple(100, 576, 1)),
+    [](const auto& info) {
+      return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
+             std::to_string(std::get<1>(info.param)) + "_T" +
+             std::to_string(std::get<2>(info.param));
+    });
+
+TEST(SparseMla, StridedKvAndQ) {
+  for (int64_t d_qk : {512, 576}) {
+    SCOPED_TRACE("d_qk " + std::to_string(d_qk));
+    std::mt19937_64 rng = MakeRng();
+    SparseMlaSpec spec;
+    spec.d_qk = d_qk;
+    spec.t = 3;
+    spec.kv_row_stride = 656;  // a cache row with other data after the latent vector
+    spec.q_pad = 40;           // q heads padded (dim 1 stride d_qk + 40)
+    spec.indices_row_pad = 5;  // table rows padded; the padding holds junk
+    SparseMlaCase c(spec, rng);
+    ExpectBothForms(c);
+  }
+}
+
+TEST(SparseMla, DuplicateIndicesCountTwice) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 1;
+  spec.s = 50;
+  spec.k = 2;
+  // [a, -1] and [a, a] on identical data: softmax over equal scores gives out = v_a exactly in
+  // both, and the duplicate doubles Σ exp, so lse grows by ln 2.
+  std::mt19937_64 rng_copy = rng;
+  SparseMlaCase once(spec, rng, {{11, -1}}, {});
+  SparseMlaCase twice(spec, rng_copy, {{11, 11}}, {});
+  std::vector<double> lse_once;
+  RunEachImpl(Implementations(), once.MakeParams(false), once.Outputs(),
+              [&](const std::string&) { lse_once = ToDoubles(once.lse()); });
+  RunEachImpl(Implementations(), twice.MakeParams(false), twice.Outputs(),
+              [&](const std::string& impl) {
+                const std::vector<double> lse_twice = ToDoubles(twice.lse());
+                ASSERT_EQ(lse_once.size(), lse_twice.size());
+                for (size_t h = 0; h < lse_twice.size(); ++h) {
+                  EXPECT_NEAR(lse_twice[h] - lse_once[h], std::log(2.0), 1e-5) << impl;
+                }
+                EXPECT_EQ(ToDoubles(twice.out()), ToDoubles(once.out())) << impl;
+              });
+  ExpectMatchesReference(twice, false);
+
+  // Mixed duplicates against the reference: each row repeats a few rows many times.
+  spec.t = 4;
+  spec.k = 120;
+  std::vector<std::vector<int32_t>> slots(spec.t, std::vector<int32_t>(spec.k));
+  std::uniform_int_distribution<int32_t> few(0, 3);
+  for (auto& row : slots) {
+    for (auto& x : row) x = 5 + 7 * few(rng);
+  }
+  SparseMlaCase mixed(spec, rng, slots, {});
+  ExpectBothForms(mixed);
+}
+
+TEST(SparseMla, LseOptionalAbsent) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.with_lse = false;
+  std::mt19937_64 rng_copy = rng;
+  SparseMlaCase without(spec, rng);
+  ExpectBothForms(without);
+  // The same call with lse requested writes the same out bits.
+  spec.with_lse = true;
+  SparseMlaCase with(spec, rng_copy);
+  RunEachImpl(Implementations(), without.MakeParams(false), without.Outputs(),
+              [](const std::string&) {});
+  RunEachImpl(Implementations(), with.MakeParams(false), with.Outputs(),
+              [&](const std::string& impl) {
+                EXPECT_EQ(0, std::memcmp(with.out().raw(), without.out().raw(),
+                                         static_cast<size_t>(with.out().bytes())))
+                    << impl;
+              });
+}
+
+}  // namespace
+}  // namespace attnd::testing
