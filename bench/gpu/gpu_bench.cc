@@ -1,0 +1,221 @@
+#include "bench/gpu/gpu_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "bench/gpu/fill.h"
+#include "kernels/common/status.h"
+
+namespace attnd::bench {
+
+DeviceArena::~DeviceArena() {
+  for (void* p : buffers_) gpu::Free(p);
+}
+
+absl::StatusOr<void*> DeviceArena::Alloc(int64_t bytes) {
+  void* p = nullptr;
+  GPU_RETURN_IF_ERROR(gpu::Malloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 256));
+  buffers_.push_back(p);
+  bytes_ += bytes;
+  return p;
+}
+
+absl::StatusOr<void*> DeviceArena::Random(kernels::DType dtype, int64_t elements, float scale,
+                                          uint64_t seed) {
+  auto p = Alloc(elements * kernels::DTypeSize(dtype));
+  if (!p.ok()) return p.status();
+  GPU_RETURN_IF_ERROR(LaunchFill(*p, static_cast<int>(dtype), elements, scale, seed, nullptr));
+  GPU_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return p;
+}
+
+absl::StatusOr<void*> DeviceArena::RandomInt(int64_t elements, int32_t lo, int32_t hi,
+                                             uint64_t seed) {
+  auto p = Alloc(elements * 4);
+  if (!p.ok()) return p.status();
+  GPU_RETURN_IF_ERROR(LaunchFillInt(static_cast<int32_t*>(*p), elements, lo, hi, seed, nullptr));
+  GPU_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return p;
+}
+
+absl::StatusOr<void*> DeviceArena::Upload(const void* host, int64_t bytes) {
+  auto p = Alloc(bytes);
+  if (!p.ok()) return p.status();
+  GPU_RETURN_IF_ERROR(cudaMemcpy(*p, host, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+  return p;
+}
+
+namespace {
+std::vector<std::pair<std::string, GpuBenchFactory>>& Registry() {
+  static auto* r = new std::vector<std::pair<std::string, GpuBenchFactory>>();
+  return *r;
+}
+}  // namespace
+
+bool RegisterGpuBench(const std::string& op, GpuBenchFactory factory) {
+  Registry().emplace_back(op, std::move(factory));
+  return true;
+}
+
+const std::vector<std::pair<std::string, GpuBenchFactory>>& GpuBenches() { return Registry(); }
+
+}  // namespace attnd::bench
+
+namespace {
+
+using attnd::bench::GpuBenchCase;
+using attnd::bench::PeakKind;
+
+// The card's measured ceilings (H200, docs/BENCHMARKS.md).
+constexpr double kPeakBf16 = 685e12, kPeakFp8 = 1420e12, kPeakCopy = 4.28e12;
+constexpr int kLaunchesPerGraph = 10;
+
+struct Options {
+  std::string filter;
+  int replays = 60;
+  std::string out;
+  std::string commit = "unknown";
+};
+
+double Median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string Json(const GpuBenchCase& c, const char* cache, double median_us, const Options& o,
+                 const std::string& device, const std::string& date, const std::string& error) {
+  const double s = median_us * 1e-6;
+  const double flops = s > 0 ? c.work.flops / s : 0, bytes = s > 0 ? c.work.bytes / s : 0;
+  const double peak = c.peak == PeakKind::kFp8 ? kPeakFp8 : kPeakBf16;
+  std::ostringstream j;
+  j.precision(6);
+  j << "{\"op\": \"" << c.op << "\", \"preset\": \"" << c.preset << "\", \"impl\": \"" << c.impl
+    << "\", \"cache\": \"" << cache << "\", \"median_us\": " << median_us
+    << ", \"tflops\": " << flops * 1e-12 << ", \"gbps\": " << bytes * 1e-9
+    << ", \"pct_peak_flops\": " << 100 * flops / peak << ", \"pct_peak_bw\": "
+    << 100 * bytes / kPeakCopy << ", \"flops\": " << c.work.flops << ", \"bytes\": " << c.work.bytes
+    << ", \"commit\": \"" << o.commit << "\", \"date\": \"" << date << "\", \"device\": \""
+    << device << "\"";
+  if (!error.empty()) j << ", \"error\": \"" << error << "\"";
+  j << "}";
+  return j.str();
+}
+
+absl::Status TimeCase(const GpuBenchCase& c, const Options& o, void* flush, size_t flush_bytes,
+                      double* warm_us, double* cold_us) {
+  cudaStream_t stream;
+  GPU_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  GPU_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  absl::Status launch_status;
+  for (int i = 0; i < kLaunchesPerGraph && launch_status.ok(); ++i) launch_status = c.launch(stream);
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (!launch_status.ok()) return launch_status;
+  GPU_RETURN_IF_ERROR(end);
+  GPU_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  GPU_RETURN_IF_ERROR(cudaEventCreate(&e0));
+  GPU_RETURN_IF_ERROR(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) GPU_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
+  GPU_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  std::vector<float> warm, cold;
+  for (int r = 0; r < o.replays; ++r) {
+    GPU_RETURN_IF_ERROR(cudaEventRecord(e0, stream));
+    GPU_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
+    GPU_RETURN_IF_ERROR(cudaEventRecord(e1, stream));
+    GPU_RETURN_IF_ERROR(cudaEventSynchronize(e1));
+    float ms;
+    GPU_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e0, e1));
+    warm.push_back(ms);
+  }
+  for (int r = 0; r < o.replays / 2; ++r) {
+    // Evict L2 (60 MB) by writing a much larger buffer, outside the timed region. Cold here
+    // means "first launch after the flush": one graph of 10 launches is timed per flush, so
+    // only the first launch is really cold; we report the graph's first-launch-dominated mean.
+    GPU_RETURN_IF_ERROR(cudaMemsetAsync(flush, r & 0xff, flush_bytes, stream));
+    GPU_RETURN_IF_ERROR(cudaEventRecord(e0, stream));
+    ATTND_RETURN_IF_ERROR(c.launch(stream));
+    GPU_RETURN_IF_ERROR(cudaEventRecord(e1, stream));
+    GPU_RETURN_IF_ERROR(cudaEventSynchronize(e1));
+    float ms;
+    GPU_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e0, e1));
+    cold.push_back(ms);
+  }
+  *warm_us = Median(warm) * 1e3 / kLaunchesPerGraph;
+  *cold_us = Median(cold) * 1e3;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      const std::string f = std::string(flag) + "=";
+      return a.rfind(f, 0) == 0 ? argv[i] + f.size() : nullptr;
+    };
+    if (const char* v = value("--filter")) o.filter = v;
+    else if (const char* v = value("--replays")) o.replays = std::max(10, std::atoi(v));
+    else if (const char* v = value("--out")) o.out = v;
+    else if (const char* v = value("--commit")) o.commit = v;
+    else {
+      std::cerr << "usage: attn_gpu_bench [--filter=SUBSTR] [--replays=N] [--out=FILE.jsonl] "
+                   "[--commit=SHA]\n";
+      return 2;
+    }
+  }
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    std::cerr << "attn_gpu_bench: no CUDA device\n";
+    return 1;
+  }
+  const std::string device = prop.name;
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  const size_t flush_bytes = size_t{512} << 20;
+  void* flush = nullptr;
+  if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) return 1;
+  std::ofstream out;
+  if (!o.out.empty()) out.open(o.out, std::ios::app);
+  int failures = 0;
+  for (const auto& [op, factory] : attnd::bench::GpuBenches()) {
+    auto cases = factory(o.filter);
+    if (!cases.ok()) {
+      std::cerr << op << ": " << cases.status() << "\n";
+      ++failures;
+      continue;
+    }
+    for (const auto& c : *cases) {
+      const std::string name = absl::StrCat(c.op, "/", c.preset, "/", c.impl);
+      if (!o.filter.empty() && name.find(o.filter) == std::string::npos) continue;
+      std::cerr << "running " << name << "\n";
+      double warm = 0, cold = 0;
+      const absl::Status s = TimeCase(c, o, flush, flush_bytes, &warm, &cold);
+      const std::string err = s.ok() ? "" : std::string(s.message());
+      if (!s.ok()) ++failures;
+      for (auto [cache, us] : {std::pair<const char*, double>{"warm", warm}, {"cold", cold}}) {
+        const std::string line = Json(c, cache, us, o, device, date, err);
+        std::cout << line << std::endl;
+        if (out.is_open()) out << line << "\n";
+        if (!s.ok()) break;
+      }
+    }
+  }
+  cudaFree(flush);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,79 @@
+// The GPU kernel benchmark framework (attn_gpu_bench): each operator registers cases (op, preset,
+// implementation, FLOP/byte counts, a capture-safe launch); the runner captures 10 launches in a
+// graph, warms up, times >= 50 replays with events (median per launch), warm and cold (a 512 MiB
+// write between replays, outside the timing), and prints one JSON line per measurement.
+//   ATTND_REGISTER_GPU_BENCH(sparse_mla, MakeSparseMlaCases);
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/common/dtype.h"
+#include "kernels/common/gpu/runtime.h"
+#include "kernels/common/registry.h"
+
+namespace attnd::bench {
+
+// Device buffers owned by one benchmark case; freed when the case is done.
+class DeviceArena {
+ public:
+  DeviceArena() = default;
+  ~DeviceArena();
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  // Uninitialised device memory (256-B aligned).
+  absl::StatusOr<void*> Alloc(int64_t bytes);
+  // Device memory filled with random values of `dtype`: N(0, scale)-like floats (bf16, f32,
+  // fp8) or uniform integers in [lo, hi] (i32). Never zeros (they run faster on this card).
+  absl::StatusOr<void*> Random(kernels::DType dtype, int64_t elements, float scale, uint64_t seed);
+  absl::StatusOr<void*> RandomInt(int64_t elements, int32_t lo, int32_t hi, uint64_t seed);
+  // Copies host bytes to new device memory.
+  absl::StatusOr<void*> Upload(const void* host, int64_t bytes);
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  std::vector<void*> buffers_;
+  int64_t bytes_ = 0;
+};
+
+enum class PeakKind { kBf16, kFp8, kMemory };
+
+struct GpuBenchCase {
+  std::string op;      // e.g. "sparse_mla"
+  std::string preset;  // e.g. "deepseek_prefill_t4096_h128_d576_k2048"
+  std::string impl;    // implementation name
+  kernels::WorkCount work;
+  PeakKind peak = PeakKind::kBf16;  // which compute ceiling pct_peak_flops refers to
+  // One launch of the op on `stream`: capture-safe (no allocation, no synchronisation).
+  std::function<absl::Status(gpu::Stream stream)> launch;
+  std::shared_ptr<DeviceArena> arena;  // keeps the buffers alive
+};
+
+// Builds the cases of one operator (buffers allocated and filled); `filter` is the substring
+// the user asked for, so factories may skip building presets that will not run.
+using GpuBenchFactory =
+    std::function<absl::StatusOr<std::vector<GpuBenchCase>>(const std::string& filter)>;
+
+bool RegisterGpuBench(const std::string& op, GpuBenchFactory factory);
+const std::vector<std::pair<std::string, GpuBenchFactory>>& GpuBenches();
+
+// Runs `kernel_impl` of an op's implementation list by name with the device stream as context
+// (a helper for factories): finds impl `name` for the CUDA/HIP backend.
+template <class Params>
+const kernels::Impl<Params>* FindImpl(const std::vector<kernels::Impl<Params>>& impls,
+                                      const std::string& name) {
+  for (const auto& impl : impls) {
+    if (impl.name == name) return &impl;
+  }
+  return nullptr;
+}
+
+}  // namespace attnd::bench
+
+#define ATTND_REGISTER_GPU_BENCH(op, factory) \
+  static const bool attnd_gpu_bench_##op = ::attnd::bench::RegisterGpuBench(#op, factory)

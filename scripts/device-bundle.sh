@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds attnd for the H200 (ATTND_GPU=cuda, sm_90a) on a machine without a GPU and gathers every
+# executable (daemon, CLI, tests, benchmarks) with the shared libraries they need into one
+# relocatable, git-ignored folder (default ./bundle) that runs on a GPU host which has the driver
+# but none of the build dependencies:
+#   scripts/device-bundle.sh [bundle-dir]
+#   # on the GPU host, from the repo root:  bundle/run-gpu-suite.sh OUT_DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUNDLE="${1:-bundle}"
+BUILD_DIR="${ATTND_CUDA_BUILD_DIR:-build-cuda}"
+
+ATTND_SKIP_BUILD=1 scripts/setup.sh
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTND_GPU=cuda
+cmake --build "$BUILD_DIR" -j "${ATTND_JOBS:-$(nproc)}"
+
+rm -rf "$BUNDLE"
+mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+# Every executable the build produced (ELF files with the execute bit), flattened into bin/.
+while IFS= read -r -d '' f; do
+  if head -c 4 "$f" | grep -q $'\x7fELF'; then cp "$f" "$BUNDLE/bin/"; fi
+done < <(find "$BUILD_DIR" -type f -perm -u+x ! -name '*.so*' ! -path '*/CMakeFiles/*' -print0)
+
+# Their shared libraries, except the C runtime and the driver (the host provides those).
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libcuda\.so)'
+for exe in "$BUNDLE"/bin/*; do
+  ldd "$exe" 2>/dev/null | awk '/=> \//{print $1, $3}' | while read -r name path; do
+    [[ "$name" =~ $skip ]] && continue
+    [ -e "$BUNDLE/lib/$name" ] || cp -L "$path" "$BUNDLE/lib/$name"
+  done
+done
+
+cp scripts/run-gpu-suite.sh "$BUNDLE/"
+[ -d client/python ] && cp -r client/python "$BUNDLE/python"
+[ -d tests/gpu ] && cp -r tests/gpu "$BUNDLE/gpu-tests"
+git rev-parse HEAD > "$BUNDLE/COMMIT" 2>/dev/null || echo unknown > "$BUNDLE/COMMIT"
+du -sh "$BUNDLE"
+echo "bundle ready: $BUNDLE (run $BUNDLE/run-gpu-suite.sh OUT_DIR on the GPU host)"

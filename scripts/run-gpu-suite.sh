@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the GPU test suite and the GPU kernel benchmarks from a device bundle (made by
+# scripts/device-bundle.sh) on a GPU host with only the driver installed. Logs and JSON go to
+# OUT_DIR. Exits non-zero when any test binary fails.
+#   bundle/run-gpu-suite.sh OUT_DIR [tests|bench|all] [gtest/bench filter]
+set -uo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+OUT="${1:?usage: run-gpu-suite.sh OUT_DIR [tests|bench|all] [filter]}"
+WHAT="${2:-all}"
+FILTER="${3:-}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+COMMIT="$(cat "$HERE/COMMIT" 2>/dev/null || echo unknown)"
+nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$OUT/device.csv" 2>&1
+rc=0
+if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
+  for t in "$HERE"/bin/*_test; do
+    name="$(basename "$t")"
+    echo "== $name"
+    if ! "$t" ${FILTER:+--gtest_filter="$FILTER"} --gtest_brief=1 > "$OUT/$name.log" 2>&1; then
+      rc=1
+      echo "FAILED: $name (see $name.log)"
+      grep -E "^\[  FAILED|Failure|error" "$OUT/$name.log" | head -20
+    fi
+    tail -3 "$OUT/$name.log"
+  done
+fi
+if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
+  if [ -x "$HERE/bin/attn_gpu_bench" ]; then
+    "$HERE/bin/attn_gpu_bench" --commit="$COMMIT" --out="$OUT/gpu_bench.jsonl" \
+      ${FILTER:+--filter="$FILTER"} 2> "$OUT/gpu_bench.err" || rc=1
+    tail -5 "$OUT/gpu_bench.err"
+  fi
+fi
+exit $rc
