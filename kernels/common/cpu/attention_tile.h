@@ -1,7 +1,8 @@
-// Tile helpers shared by the CPU attention kernels (dense MLA decode / prefill): bf16 rows to f32,
-// a vectorised exp2, causal masking and the online softmax over a transposed score tile
-// Sᵀ[token][row] (rows on the contiguous axis, 8 at a time), and the Pᵀ → P transpose.
-// Include only from sources built with attnd_cpu_kernel_flags (AVX2 + FMA).
+// Tile helpers shared by the CPU attention kernels (dense MLA decode / prefill): bf16 rows to f32
+// (row-major or straight into cpu::GemmPackB panels), a vectorised exp2, causal masking, the
+// online softmax over a transposed score tile Sᵀ[token][row] (rows on the contiguous axis, 8 at a
+// time) and the Pᵀ → P transpose. Include only from sources built with attnd_cpu_kernel_flags.
+//   cpu::OnlineSoftmaxColumns(nt, rp, st, rp, m, l, alpha);  // then rescale O, O += P·V
 #pragma once
 
 #include <cstdint>

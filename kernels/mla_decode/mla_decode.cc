@@ -1,0 +1,115 @@
+#include "kernels/mla_decode/mla_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status.h"
+
+namespace attnd::kernels::mla_decode {
+namespace {
+
+// Readable tokens of request b among positions [0, n) for n <= its clamped length: tokens on
+// pages whose id is in range. A prefix count over the pages makes each query O(1).
+class ReadableCounter {
+ public:
+  ReadableCounter(const Params& p, int64_t b, int64_t seqlen) : page_size_(p.kv_cache.dim(1)) {
+    const int64_t pages = (seqlen + page_size_ - 1) / page_size_;
+    const int32_t* row = p.block_table.ptr<const int32_t>() + b * p.block_table.stride(0);
+    valid_before_.assign(static_cast<size_t>(pages + 1), 0);
+    for (int64_t j = 0; j < pages; ++j) {
+      const int32_t id = row[j * p.block_table.stride(1)];
+      valid_before_[j + 1] = valid_before_[j] + (id >= 0 && id < p.kv_cache.dim(0) ? 1 : 0);
+    }
+  }
+  int64_t Count(int64_t n) const {
+    const int64_t full = n / page_size_, rest = n % page_size_;
+    const bool last_valid = rest > 0 && valid_before_[full + 1] > valid_before_[full];
+    return valid_before_[full] * page_size_ + (last_valid ? rest : 0);
+  }
+
+ private:
+  const int64_t page_size_;
+  std::vector<int64_t> valid_before_;  // [j]: valid pages among the first j
+};
+
+}  // namespace
+
+namespace internal {
+
+int64_t ClampedSeqlen(const Params& p, int64_t b) {
+  const int64_t raw = p.cache_seqlens.ptr<const int32_t>()[b * p.cache_seqlens.stride(0)];
+  int64_t capacity;
+  if (MulOverflow(p.block_table.dim(1), p.kv_cache.dim(1), &capacity)) {
+    capacity = std::numeric_limits<int64_t>::max();
+  }
+  return std::clamp<int64_t>(raw, 0, capacity);
+}
+
+}  // namespace internal
+
+absl::Status Validate(const Params& p) {
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}));
+  const int64_t batch = p.q.dim(0), s_q = p.q.dim(1), heads = p.q.dim(2), d_qk = p.q.dim(3);
+  if (heads < 1 || heads > kMaxHeads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q: dim 2 (heads) is ", heads, ", want 1..", kMaxHeads));
+  }
+  if (d_qk != kDqkRope && d_qk != kDqkNoRope) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q: dim 3 is ", d_qk, ", want ", kDqkRope, " or ", kDqkNoRope));
+  }
+  ATTND_RETURN_IF_ERROR(
+      CheckTensor(p.kv_cache, "kv_cache", DType::kBF16, {kAnyDim, kAnyDim, d_qk}));
+  if (p.kv_cache.dim(1) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_cache: dim 1 (page_size) is ", p.kv_cache.dim(1), ", want >= 1"));
+  }
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.block_table, "block_table", DType::kI32, {batch, kAnyDim}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.cache_seqlens, "cache_seqlens", DType::kI32, {batch}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {batch, s_q, heads, kDv}));
+  ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {batch, s_q, heads}));
+  if (!std::isfinite(p.sm_scale) || p.sm_scale <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sm_scale is ", p.sm_scale, ", want finite and > 0"));
+  }
+  return absl::OkStatus();
+}
+
+WorkCount Count(const Params& p) {
+  const int64_t batch = p.q.dim(0), s_q = p.q.dim(1), heads = p.q.dim(2), d_qk = p.q.dim(3);
+  const double rows = static_cast<double>(batch) * s_q * heads;
+  WorkCount w;
+  double tokens_read = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t seqlen = internal::ClampedSeqlen(p, b);
+    const ReadableCounter readable(p, b, seqlen);
+    int64_t max_limit = 0;
+    for (int64_t i = 0; i < s_q; ++i) {
+      const int64_t limit = internal::VisibleLimit(seqlen, s_q, i, p.causal);
+      max_limit = std::max(max_limit, limit);
+      w.flops += 2.0 * heads * (d_qk + kDv) * static_cast<double>(readable.Count(limit));
+    }
+    tokens_read += static_cast<double>(readable.Count(max_limit));
+  }
+  w.bytes = 2.0 * rows * d_qk + 2.0 * d_qk * tokens_read + 2.0 * rows * kDv +
+            (p.lse.present() ? 4.0 * rows : 0.0) +
+            4.0 * static_cast<double>(batch) * (p.block_table.dim(1) + 1);
+  return w;
+}
+
+const std::vector<Impl<Params>>& Implementations() {
+  static const auto* impls = new std::vector<Impl<Params>>{
+      {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
+  };
+  return *impls;
+}
+
+absl::Status Run(const Params& p, const ExecContext& ctx, std::string* impl) {
+  ATTND_RETURN_IF_ERROR(Validate(p));
+  return Dispatch(Implementations(), p, ctx, impl);
+}
+
+}  // namespace attnd::kernels::mla_decode

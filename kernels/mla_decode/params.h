@@ -1,0 +1,47 @@
+// Parameters of the dense, absorbed MLA decode over a paged latent KV cache (DESIGN.md §2):
+// every query row attends to the first visible tokens of its request's pages; V is the first 512
+// columns of each cache row. Callers own every tensor; the op only reads and writes through them.
+#pragma once
+
+#include "kernels/common/tensor.h"
+
+namespace attnd::kernels::mla_decode {
+
+inline constexpr int64_t kDv = 512;         // V width: the first 512 columns of a cache row
+inline constexpr int64_t kDqkRope = 576;    // DeepSeek: 512 latent + 64 rope
+inline constexpr int64_t kDqkNoRope = 512;  // GLM-5.3-Flash: K = V
+inline constexpr int64_t kMaxHeads = 128;
+
+struct Params {
+  Tensor q;              // bf16 [B, s_q, H, d_qk], d_qk 576 or 512, H in 1..128
+  Tensor kv_cache;       // bf16 [num_pages, page_size, d_qk], page_size >= 1 (64 in the model)
+  Tensor block_table;    // i32 [B, max_pages]; ids outside [0, num_pages) mask their tokens
+  Tensor cache_seqlens;  // i32 [B]; clamped to [0, max_pages·page_size]
+  Tensor out;            // bf16 [B, s_q, H, 512]
+  Tensor lse;            // f32 [B, s_q, H], natural log, optional (rank 0 = absent)
+  float sm_scale = 0;    // softmax scale applied to q·k, finite and > 0
+  // Query i of s_q sees the first seqlen − s_q + i + 1 tokens (none when that is <= 0) with
+  // causal; all seqlen tokens without. A row that sees no readable token gets out 0, lse -inf.
+  bool causal = false;
+
+  template <class F>
+  void ForEachTensor(F&& f) {
+    f("q", q, Role::kInput);
+    f("kv_cache", kv_cache, Role::kInput);
+    f("block_table", block_table, Role::kInput);
+    f("cache_seqlens", cache_seqlens, Role::kInput);
+    f("out", out, Role::kOutput);
+    f("lse", lse, Role::kOutput);
+  }
+  template <class F>
+  void ForEachTensor(F&& f) const {
+    f("q", q, Role::kInput);
+    f("kv_cache", kv_cache, Role::kInput);
+    f("block_table", block_table, Role::kInput);
+    f("cache_seqlens", cache_seqlens, Role::kInput);
+    f("out", out, Role::kOutput);
+    f("lse", lse, Role::kOutput);
+  }
+};
+
+}  // namespace attnd::kernels::mla_decode

@@ -1,0 +1,93 @@
+#include "tests/kernels/mla_decode/decode_case.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/common/bf16.h"
+
+namespace attnd::kernels::mla_decode {
+namespace {
+
+using testing::HostTensor;
+
+// A dense allocation of `shape` (+pad on every dim when padded) viewed with the real shape.
+HostTensor Padded(DType dtype, std::vector<int64_t> shape, bool padded) {
+  std::vector<int64_t> alloc = shape;
+  if (padded) {
+    for (size_t i = 0; i < alloc.size(); ++i) alloc[i] += (i + 1 == alloc.size()) ? 8 : 1;
+  }
+  HostTensor t = HostTensor::Dense(dtype, alloc);
+  for (size_t i = 0; i < shape.size(); ++i) t.tensor().shape[i] = shape[i];
+  return t;
+}
+
+}  // namespace
+
+DecodeTensors::DecodeTensors(const DecodeCase& c, std::mt19937_64& rng) {
+  const int64_t batch = static_cast<int64_t>(c.seqlens.size());
+  int64_t max_pages = c.max_pages;
+  if (max_pages < 0) {
+    max_pages = 1;
+    for (int32_t len : c.seqlens) {
+      max_pages = std::max<int64_t>(max_pages, (std::max(len, 0) + c.page_size - 1) / c.page_size);
+    }
+  }
+  const int64_t num_pages = batch * max_pages + c.spare_pages;
+
+  q_ = Padded(DType::kBF16, {batch, c.s_q, c.heads, c.d_qk}, c.padded_strides);
+  testing::FillNormal(q_, rng, 1.0);
+
+  // The cache view sits between two guard pages of NaN: reading ids -1 or num_pages poisons.
+  kv_ = Padded(DType::kBF16, {num_pages + 2, c.page_size, c.d_qk}, c.padded_strides);
+  testing::FillNormal(kv_, rng, 1.0);
+  Tensor& kv = kv_.tensor();
+  for (int64_t guard : {int64_t{0}, num_pages + 1}) {
+    bf16_t* page = kv.ptr<bf16_t>() + guard * kv.strides[0];
+    std::fill(page, page + kv.strides[0], FloatToBf16(std::nanf("")));
+  }
+  Tensor kv_view = kv;
+  kv_view.data = kv.ptr<bf16_t>() + kv.strides[0];
+  kv_view.shape[0] = num_pages;
+
+  // Every request gets distinct pages in a random order; ids of unused table slots are random
+  // valid pages too (they lie past the request's length and must not matter).
+  table_ = Padded(DType::kI32, {batch, max_pages}, c.padded_strides);
+  std::vector<int32_t> ids(static_cast<size_t>(num_pages));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const Tensor& tt = table_.tensor();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t j = 0; j < max_pages; ++j) {
+      tt.ptr<int32_t>()[b * tt.strides[0] + j * tt.strides[1]] = ids[b * max_pages + j];
+    }
+  }
+  for (size_t n = 0; n < c.invalid_pages.size(); ++n) {
+    const auto [b, j] = c.invalid_pages[n];
+    tt.ptr<int32_t>()[b * tt.strides[0] + j * tt.strides[1]] =
+        c.invalid_ids[n % c.invalid_ids.size()];
+  }
+
+  seqlens_ = HostTensor::Dense(DType::kI32, {batch});  // 1-D: its only dim is contiguous
+  for (int64_t b = 0; b < batch; ++b) seqlens_.data<int32_t>()[b] = c.seqlens[b];
+
+  out_ = Padded(DType::kBF16, {batch, c.s_q, c.heads, kDv}, c.padded_strides);
+  if (c.with_lse) lse_ = Padded(DType::kF32, {batch, c.s_q, c.heads}, c.padded_strides);
+
+  params_.q = q_.tensor();
+  params_.kv_cache = kv_view;
+  params_.block_table = table_.tensor();
+  params_.cache_seqlens = seqlens_.tensor();
+  params_.out = out_.tensor();
+  if (c.with_lse) params_.lse = lse_.tensor();
+  params_.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d_qk)));
+  params_.causal = c.causal;
+}
+
+std::vector<testing::HostTensor*> DecodeTensors::outputs() {
+  std::vector<testing::HostTensor*> v = {&out_};
+  if (lse_.tensor().present()) v.push_back(&lse_);
+  return v;
+}
+
+}  // namespace attnd::kernels::mla_decode

@@ -1,0 +1,306 @@
+// mla_decode: every implementation against the fp64 reference on fresh random data, one named
+// case per edge case of the contract (DESIGN.md §2, §9).
+#include "kernels/mla_decode/mla_decode.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/bf16.h"
+#include "kernels/mla_decode/reference.h"
+#include "tests/harness/harness.h"
+#include "tests/harness/sparse_buffer.h"
+#include "tests/kernels/mla_decode/decode_case.h"
+
+namespace attnd::kernels::mla_decode {
+namespace {
+
+using testing::ExpectClose;
+using testing::Tolerance;
+
+// Tolerances (never widened to make a test pass):
+// out is bf16 (8-bit significand): rounding the f32 result costs up to 2^-8 relative per element
+// (RMS ≈ 1.6e-3 measured). The f32 path adds: q pre-scaled by sm_scale·log2(e) (one rounding),
+// 576-term f32 dot products (scores ~N(0,1), error ~1e-7..1e-6), the exp2 polynomial (2e-7
+// relative) and 64-term f32 sums: ≲1e-6 relative on the softmax weights, so |Δout| ≲ 1e-6·
+// max|v| with |v| < 6 for N(0,1) data (measured: ≤ 5e-7 beyond the rounding bound). Per element
+// |Δ| ≤ 1e-5 + 2^-8·|ref|; relative L2 ≤ 2^-8 (≈2.4× the measured bf16 RMS).
+constexpr Tolerance kOutTol = {/*rel_l2=*/1.0 / 256, /*atol=*/1e-5, /*rtol=*/1.0 / 256};
+// lse is f32 of log Σ exp(s): the absolute score error (≲1e-6) plus f32 rounding of a value of
+// magnitude < 16 (1e-6); measured ≤ 2e-6, atol 2e-5 leaves ~10×. -inf must match exactly.
+constexpr Tolerance kLseTol = {/*rel_l2=*/1e-5, /*atol=*/2e-5, /*rtol=*/0};
+
+// Builds the case, runs every implementation and checks out / lse against the reference.
+// Returns the reference lse so callers can assert the case really has what it claims.
+std::vector<double> CheckCase(const DecodeCase& c) {
+  auto rng = testing::MakeRng();
+  DecodeTensors t(c, rng);
+  const Params& p = t.params();
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  std::vector<double> ref_out, ref_lse;
+  Reference(p, &ref_out, &ref_lse);
+  const int runs =
+      testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
+        ExpectClose(testing::ToDoubles(t.out()), ref_out, kOutTol, impl + " out");
+        if (c.with_lse) ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
+      });
+  EXPECT_GE(runs, 1);
+  return ref_lse;
+}
+
+int CountEmptyRows(const std::vector<double>& lse) {
+  int n = 0;
+  for (double v : lse) n += std::isinf(v) ? 1 : 0;
+  return n;
+}
+
+TEST(MlaDecode, SqOneNonCausal) {
+  DecodeCase c;
+  c.s_q = 1;
+  c.seqlens = {130, 77};
+  CheckCase(c);
+}
+
+TEST(MlaDecode, SqOneCausal) {
+  DecodeCase c;
+  c.s_q = 1;
+  c.causal = true;
+  c.seqlens = {130, 77};
+  CheckCase(c);
+}
+
+TEST(MlaDecode, SqTwoNonCausal) {
+  DecodeCase c;
+  c.s_q = 2;
+  c.seqlens = {130, 77};
+  CheckCase(c);
+}
+
+// Query 0 of two sees one token less than query 1; at seqlen 1 query 0 sees nothing.
+TEST(MlaDecode, SqTwoCausal) {
+  DecodeCase c;
+  c.s_q = 2;
+  c.causal = true;
+  c.seqlens = {130, 65, 1};
+  const auto lse = CheckCase(c);
+  EXPECT_EQ(CountEmptyRows(lse), c.heads);  // request 2, query 0
+}
+
+// s_q larger than the context: the leading queries see nothing (out 0, lse -inf).
+TEST(MlaDecode, CausalQueriesBeyondContextAreEmpty) {
+  DecodeCase c;
+  c.s_q = 4;
+  c.heads = 8;
+  c.causal = true;
+  c.seqlens = {2, 70};
+  const auto lse = CheckCase(c);
+  EXPECT_EQ(CountEmptyRows(lse), 2 * c.heads);
+}
+
+class MlaDecodeSeqlen : public ::testing::TestWithParam<int> {};
+TEST_P(MlaDecodeSeqlen, AroundThePageBoundary) {
+  for (bool causal : {false, true}) {
+    DecodeCase c;
+    c.s_q = 2;
+    c.causal = causal;
+    c.seqlens = {GetParam(), 3};
+    const auto lse = CheckCase(c);
+    if (GetParam() == 0) {
+      EXPECT_GE(CountEmptyRows(lse), 2 * c.heads);
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Lengths, MlaDecodeSeqlen, ::testing::Values(0, 1, 63, 64, 65),
+                         [](const auto& info) { return "L" + std::to_string(info.param); });
+
+class MlaDecodeBatch : public ::testing::TestWithParam<int> {};
+TEST_P(MlaDecodeBatch, OddBatchSizes) {
+  DecodeCase c;
+  c.heads = 4;
+  c.s_q = 2;
+  c.causal = true;
+  std::mt19937_64 rng = testing::MakeRng();
+  c.seqlens.clear();
+  for (int b = 0; b < GetParam(); ++b) c.seqlens.push_back(static_cast<int32_t>(rng() % 200));
+  CheckCase(c);
+}
+INSTANTIATE_TEST_SUITE_P(Sizes, MlaDecodeBatch, ::testing::Values(1, 3, 5),
+                         [](const auto& info) { return "B" + std::to_string(info.param); });
+
+class MlaDecodeHeads : public ::testing::TestWithParam<int> {};
+TEST_P(MlaDecodeHeads, AnyHeadCount) {
+  DecodeCase c;
+  c.heads = GetParam();
+  c.s_q = 2;
+  c.causal = true;
+  c.seqlens = {70, 129};
+  CheckCase(c);
+}
+INSTANTIATE_TEST_SUITE_P(Heads, MlaDecodeHeads, ::testing::Values(1, 3, 16, 64, 128),
+                         [](const auto& info) { return "H" + std::to_string(info.param); });
+
+class MlaDecodeHeadDim : public ::testing::TestWithParam<int> {};
+TEST_P(MlaDecodeHeadDim, RopeAndNoRope) {
+  DecodeCase c;
+  c.d_qk = GetParam();
+  c.seqlens = {100, 64};
+  CheckCase(c);
+}
+INSTANTIATE_TEST_SUITE_P(Dims, MlaDecodeHeadDim, ::testing::Values(576, 512),
+                         [](const auto& info) { return "D" + std::to_string(info.param); });
+
+// Pages of every request shuffled over the whole cache, a table wider than needed, and page
+// sizes other than 64 (tokens of a tile then come from several pages).
+TEST(MlaDecode, PermutedBlockTableOddPageCounts) {
+  DecodeCase c;
+  c.seqlens = {320, 5, 191};
+  c.max_pages = 7;
+  c.spare_pages = 5;
+  CheckCase(c);
+}
+
+class MlaDecodePageSize : public ::testing::TestWithParam<int> {};
+TEST_P(MlaDecodePageSize, AnyPageSize) {
+  DecodeCase c;
+  c.page_size = GetParam();
+  c.s_q = 2;
+  c.causal = true;
+  c.seqlens = {150, 17};
+  CheckCase(c);
+}
+INSTANTIATE_TEST_SUITE_P(Pages, MlaDecodePageSize, ::testing::Values(1, 13, 64, 100),
+                         [](const auto& info) { return "P" + std::to_string(info.param); });
+
+// Ids -1, num_pages (both land on NaN guard pages if read) and extremes mask their tokens.
+TEST(MlaDecode, InvalidPageIdsAreMasked) {
+  DecodeCase c;
+  c.s_q = 2;
+  c.causal = true;
+  c.seqlens = {256, 130, 64};
+  c.spare_pages = 0;
+  c.invalid_pages = {{0, 1}, {0, 3}, {1, 0}, {2, 0}};
+  const int64_t num_pages = 3 * 4;
+  c.invalid_ids = {-1, static_cast<int32_t>(num_pages), 2147483647, -2147483647 - 1};
+  const auto lse = CheckCase(c);
+  EXPECT_EQ(CountEmptyRows(lse), 2 * c.heads);  // request 2's only page is invalid
+}
+
+// Every dimension of every tensor padded (strided views of a larger cache, table and outputs).
+TEST(MlaDecode, PaddedStrides) {
+  DecodeCase c;
+  c.s_q = 2;
+  c.causal = true;
+  c.padded_strides = true;
+  c.seqlens = {129, 40};
+  c.invalid_pages = {{0, 1}};
+  CheckCase(c);
+}
+
+// Lengths are data: negative ones clamp to 0, ones past the table's capacity to the capacity.
+TEST(MlaDecode, SeqlensAreClamped) {
+  DecodeCase c;
+  c.max_pages = 2;
+  c.seqlens = {-5, 100000, 70};
+  const auto lse = CheckCase(c);
+  EXPECT_EQ(CountEmptyRows(lse), c.heads);
+}
+
+TEST(MlaDecode, WithoutLse) {
+  DecodeCase c;
+  c.with_lse = false;
+  c.seqlens = {90};
+  CheckCase(c);
+}
+
+// Long contexts with a single row block: the tokens are split across threads and combined.
+// Split ranges at the end of the shorter request are empty and must read nothing.
+TEST(MlaDecode, SplitContextCombine) {
+  DecodeCase c;
+  c.heads = 8;
+  c.s_q = 2;
+  c.causal = true;
+  c.seqlens = {2000, 300};
+  c.invalid_pages = {{0, 5}, {0, 6}, {0, 7}, {0, 8}, {0, 9}, {0, 10}, {1, 0}};
+  c.invalid_ids = {-1, 2000};
+  CheckCase(c);
+}
+
+TEST(MlaDecode, SplitContextAllMaskedSplit) {
+  DecodeCase c;
+  c.heads = 2;
+  c.seqlens = {1500};
+  // Pages 0..15 invalid: the first splits see only masked tokens.
+  for (int64_t j = 0; j < 16; ++j) c.invalid_pages.push_back({0, j});
+  CheckCase(c);
+}
+
+// A cache view whose page stride puts page 2 past 2^31 elements (4 GiB): every offset must be
+// 64-bit. Only the three pages used are backed by memory.
+TEST(MlaDecode, OffsetsPast2To31Elements) {
+  constexpr int64_t kPage = 64, kD = 576, kPageStride = (int64_t{1} << 30) + kD;
+  testing::SparseBuffer kv_mem((2 * kPageStride + kPage * kD) * 2);
+  if (kv_mem.data() == nullptr) GTEST_SKIP() << "no 4 GiB of address space";
+  Tensor kv = MakeStridedTensor(kv_mem.data(), DType::kBF16, {3, kPage, kD}, {kPageStride, kD, 1});
+  auto rng = testing::MakeRng();
+  std::normal_distribution<float> dist;
+  for (int64_t page = 0; page < 3; ++page) {
+    for (int64_t i = 0; i < kPage * kD; ++i) {
+      kv.ptr<bf16_t>()[page * kPageStride + i] = FloatToBf16(dist(rng));
+    }
+  }
+  DecodeCase c;
+  c.s_q = 2;
+  c.heads = 4;
+  c.causal = true;
+  c.seqlens = {150};  // pages 2, 0, 1 in that order (the last partly)
+  DecodeTensors t(c, rng);
+  Params p = t.params();
+  p.kv_cache = kv;
+  int32_t table[3] = {2, 0, 1};
+  p.block_table = MakeTensor(table, DType::kI32, {1, 3});
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p);
+  std::vector<double> ref_out, ref_lse;
+  Reference(p, &ref_out, &ref_lse);
+  const int runs =
+      testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
+        ExpectClose(testing::ToDoubles(t.out()), ref_out, kOutTol, impl + " out");
+        ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
+      });
+  EXPECT_GE(runs, 1);
+}
+
+TEST(MlaDecode, RunDispatchesToCpu) {
+  auto rng = testing::MakeRng();
+  DecodeCase c;
+  c.seqlens = {10};
+  DecodeTensors t(c, rng);
+  ExecContext ctx;
+  ctx.pool = testing::TestPool();
+  std::string impl;
+  ASSERT_TRUE(mla_decode::Run(t.params(), ctx, &impl).ok());
+  EXPECT_EQ(impl, "cpu");
+  Params bad = t.params();
+  bad.sm_scale = -1;
+  EXPECT_EQ(mla_decode::Run(bad, ctx).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// FLOPs count visible readable tokens per row; bytes count each readable token once.
+TEST(MlaDecode, CountsVisibleWork) {
+  auto rng = testing::MakeRng();
+  DecodeCase c;
+  c.s_q = 2;
+  c.heads = 4;
+  c.causal = true;
+  c.seqlens = {130, 0};
+  c.invalid_pages = {{0, 1}};  // tokens 64..127 masked: 66 readable, rows see 65 and 66
+  DecodeTensors t(c, rng);
+  const WorkCount w = Count(t.params());
+  EXPECT_DOUBLE_EQ(w.flops, 2.0 * 4 * (576 + 512) * (65 + 66));
+  const double rows = 2 * 2 * 4;
+  EXPECT_DOUBLE_EQ(w.bytes,
+                   2 * rows * 576 + 2 * 576 * 66.0 + 2 * rows * 512 + 4 * rows + 4 * 2 * (3 + 1));
+}
+
+}  // namespace
+}  // namespace attnd::kernels::mla_decode

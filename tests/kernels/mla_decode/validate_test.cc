@@ -1,0 +1,137 @@
+// mla_decode::Validate: one row per malformed input, each rejected with INVALID_ARGUMENT and a
+// message that starts with the offending tensor's (or scalar's) name.
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "kernels/mla_decode/mla_decode.h"
+#include "tests/harness/harness.h"
+#include "tests/kernels/mla_decode/decode_case.h"
+
+namespace attnd::kernels::mla_decode {
+namespace {
+
+struct Mutation {
+  const char* what;
+  const char* name;  // the tensor or scalar the message must start with
+  std::function<void(Params&)> apply;
+};
+
+void SetDim(Tensor& t, int d, int64_t v) { t.shape[d] = v; }
+
+const std::vector<Mutation>& Mutations() {
+  static const auto* rows = new std::vector<Mutation>{
+      {"q missing", "q", [](Params& p) { p.q = Tensor(); }},
+      {"q dtype", "q", [](Params& p) { p.q.dtype = DType::kF32; }},
+      {"q rank", "q", [](Params& p) { p.q.rank = 3; }},
+      {"q negative batch", "q", [](Params& p) { SetDim(p.q, 0, -1); }},
+      {"q negative s_q", "q", [](Params& p) { SetDim(p.q, 1, -2); }},
+      {"q zero heads", "q", [](Params& p) { SetDim(p.q, 2, 0); }},
+      {"q 129 heads", "q", [](Params& p) { SetDim(p.q, 2, 129); }},
+      {"q d_qk 575", "q", [](Params& p) { SetDim(p.q, 3, 575); }},
+      {"q d_qk 192", "q", [](Params& p) { SetDim(p.q, 3, 192); }},
+      {"q last dim strided", "q", [](Params& p) { p.q.strides[3] = 2; }},
+      {"q head stride overlaps", "q", [](Params& p) { p.q.strides[2] = 100; }},
+      {"q negative stride", "q", [](Params& p) { p.q.strides[0] = -1; }},
+      {"q null data", "q", [](Params& p) { p.q.data = nullptr; }},
+      {"kv_cache missing", "kv_cache", [](Params& p) { p.kv_cache = Tensor(); }},
+      {"kv_cache dtype", "kv_cache", [](Params& p) { p.kv_cache.dtype = DType::kFp8E4M3; }},
+      {"kv_cache rank", "kv_cache", [](Params& p) { p.kv_cache.rank = 2; }},
+      {"kv_cache d_qk differs from q", "kv_cache", [](Params& p) { SetDim(p.kv_cache, 2, 512); }},
+      {"kv_cache page size 0", "kv_cache", [](Params& p) { SetDim(p.kv_cache, 1, 0); }},
+      {"kv_cache negative pages", "kv_cache", [](Params& p) { SetDim(p.kv_cache, 0, -3); }},
+      {"kv_cache token stride overlaps", "kv_cache",
+       [](Params& p) { p.kv_cache.strides[1] = 100; }},
+      {"kv_cache page stride overflows", "kv_cache",
+       [](Params& p) { p.kv_cache.strides[0] = std::numeric_limits<int64_t>::max() / 2; }},
+      {"block_table missing", "block_table", [](Params& p) { p.block_table = Tensor(); }},
+      {"block_table dtype", "block_table", [](Params& p) { p.block_table.dtype = DType::kF32; }},
+      {"block_table rank", "block_table", [](Params& p) { p.block_table.rank = 1; }},
+      {"block_table batch", "block_table", [](Params& p) { SetDim(p.block_table, 0, 3); }},
+      {"block_table negative width", "block_table",
+       [](Params& p) { SetDim(p.block_table, 1, -1); }},
+      {"cache_seqlens missing", "cache_seqlens", [](Params& p) { p.cache_seqlens = Tensor(); }},
+      {"cache_seqlens dtype", "cache_seqlens",
+       [](Params& p) { p.cache_seqlens.dtype = DType::kBF16; }},
+      {"cache_seqlens rank", "cache_seqlens", [](Params& p) { p.cache_seqlens.rank = 2; }},
+      {"cache_seqlens batch", "cache_seqlens", [](Params& p) { SetDim(p.cache_seqlens, 0, 1); }},
+      {"out missing", "out", [](Params& p) { p.out = Tensor(); }},
+      {"out dtype", "out", [](Params& p) { p.out.dtype = DType::kF32; }},
+      {"out rank", "out", [](Params& p) { p.out.rank = 3; }},
+      {"out batch", "out", [](Params& p) { SetDim(p.out, 0, 1); }},
+      {"out s_q", "out", [](Params& p) { SetDim(p.out, 1, 3); }},
+      {"out heads", "out", [](Params& p) { SetDim(p.out, 2, 15); }},
+      {"out width 576", "out", [](Params& p) { SetDim(p.out, 3, 576); }},
+      {"out last dim strided", "out", [](Params& p) { p.out.strides[3] = 0; }},
+      {"lse dtype", "lse", [](Params& p) { p.lse.dtype = DType::kBF16; }},
+      {"lse rank", "lse", [](Params& p) { p.lse.rank = 2; }},
+      {"lse heads", "lse", [](Params& p) { SetDim(p.lse, 2, 17); }},
+      {"lse s_q", "lse", [](Params& p) { SetDim(p.lse, 1, 1); }},
+      {"sm_scale NaN", "sm_scale", [](Params& p) { p.sm_scale = std::nanf(""); }},
+      {"sm_scale inf", "sm_scale",
+       [](Params& p) { p.sm_scale = std::numeric_limits<float>::infinity(); }},
+      {"sm_scale zero", "sm_scale", [](Params& p) { p.sm_scale = 0; }},
+      {"sm_scale negative", "sm_scale", [](Params& p) { p.sm_scale = -0.1f; }},
+  };
+  return *rows;
+}
+
+DecodeCase BaseCase() {
+  DecodeCase c;
+  c.s_q = 2;
+  c.heads = 16;
+  c.seqlens = {70, 5};
+  return c;
+}
+
+TEST(MlaDecodeValidate, BaseCaseIsValid) {
+  auto rng = testing::MakeRng();
+  DecodeTensors t(BaseCase(), rng);
+  EXPECT_TRUE(Validate(t.params()).ok()) << Validate(t.params());
+}
+
+TEST(MlaDecodeValidate, EachMutationIsRejectedNamingTheTensor) {
+  auto rng = testing::MakeRng();
+  DecodeTensors t(BaseCase(), rng);
+  for (const Mutation& m : Mutations()) {
+    Params p = t.params();
+    m.apply(p);
+    const absl::Status s = Validate(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << m.what << ": " << s;
+    EXPECT_TRUE(absl::StartsWith(s.message(), std::string(m.name) + ":") ||
+                absl::StartsWith(s.message(), std::string(m.name) + " "))
+        << m.what << ": message \"" << s.message() << "\" does not name " << m.name;
+  }
+}
+
+// Shapes the contract allows at its edges: empty batch, s_q 0, one head, 128 heads, d_qk 512,
+// page size 1, a table with no pages, and lse absent.
+TEST(MlaDecodeValidate, EdgeShapesAreAccepted) {
+  auto rng = testing::MakeRng();
+  for (int64_t heads : {1, 128}) {
+    DecodeCase c = BaseCase();
+    c.heads = heads;
+    c.d_qk = 512;
+    c.page_size = 1;
+    c.with_lse = false;
+    DecodeTensors t(c, rng);
+    EXPECT_TRUE(Validate(t.params()).ok()) << Validate(t.params());
+  }
+  DecodeTensors t(BaseCase(), rng);
+  Params p = t.params();
+  SetDim(p.block_table, 1, 0);
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  p = t.params();
+  for (Tensor* x : {&p.q, &p.out, &p.lse}) SetDim(*x, 1, 0);
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  p = t.params();
+  for (Tensor* x : {&p.q, &p.out, &p.lse, &p.block_table, &p.cache_seqlens}) SetDim(*x, 0, 0);
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+}
+
+}  // namespace
+}  // namespace attnd::kernels::mla_decode
