@@ -1,0 +1,25 @@
+// The CPU backend: runs op steps with ExecContext{kCpu, pool}; the pool is owned by the caller
+// (main builds it from --cpu-threads).
+//   kernels::ThreadPool pool(4);
+//   CpuBackend backend(&pool);
+#pragma once
+
+#include "server/engine/backend.h"
+
+namespace attnd::server::engine {
+
+class CpuBackend : public Backend {
+ public:
+  // `pool` (not owned, may be null = run on the worker thread) must outlive the backend.
+  explicit CpuBackend(kernels::ThreadPool* pool);
+
+  kernels::Backend kind() const override { return kernels::Backend::kCpu; }
+  // Thread-safe; concurrent steps share the pool (its ParallelFor serialises them).
+  absl::Status Run(absl::string_view op, const StepFn& step, StepResult* result) override;
+  std::vector<DeviceDescription> Devices() const override;
+
+ private:
+  kernels::ThreadPool* const pool_;
+};
+
+}  // namespace attnd::server::engine

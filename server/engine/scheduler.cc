@@ -1,0 +1,142 @@
+#include "server/engine/scheduler.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace attnd::server::engine {
+namespace {
+
+absl::Status ShuttingDown() { return absl::UnavailableError("attnd is shutting down"); }
+
+}  // namespace
+
+Scheduler::Scheduler(Options options, Backend* backend) : options_(options), backend_(backend) {
+  const int n = options_.workers > 0 ? options_.workers : 1;
+  threads_.reserve(n);
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+}
+
+Scheduler::~Scheduler() {
+  Drain(absl::Now());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+absl::Status Scheduler::Submit(std::unique_ptr<Job> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) return ShuttingDown();
+    if (static_cast<int>(queue_.size()) >= options_.queue_capacity) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "request queue is full (", options_.queue_capacity, " waiting; --queue-capacity)"));
+    }
+    job->submitted = absl::Now();
+    queue_.push_back(std::move(job));
+  }
+  work_cv_.notify_one();
+  return absl::OkStatus();
+}
+
+bool Scheduler::Drain(absl::Time deadline) {
+  std::deque<std::unique_ptr<Job>> failed;
+  bool drained;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    accepting_ = false;
+    drained = idle_cv_.wait_until(lock, absl::ToChronoTime(deadline),
+                                  [&] { return queue_.empty() && running_ == 0; });
+    if (!drained) {
+      aborting_ = true;
+      failed.swap(queue_);
+    }
+  }
+  for (auto& job : failed) {
+    JobOutcome o;
+    o.status = ShuttingDown();
+    o.queue = absl::Now() - job->submitted;
+    if (job->done) job->done(std::move(o));
+  }
+  if (!drained) {
+    // Running jobs stop at their next step boundary; wait for them so callers can tear down.
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
+  }
+  return drained;
+}
+
+int Scheduler::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(queue_.size());
+}
+
+int Scheduler::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_;
+}
+
+void Scheduler::WorkerLoop() {
+  for (;;) {
+    std::unique_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      ++running_;
+    }
+    JobOutcome outcome = RunJob(*job);
+    if (job->done) job->done(std::move(outcome));
+    job.reset();  // release what the job owns before reporting idle
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+JobOutcome Scheduler::RunJob(Job& job) {
+  JobOutcome o;
+  o.queue = absl::Now() - job.submitted;
+  for (size_t i = 0; i < job.steps.size(); ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborting_) {
+        o.status = ShuttingDown();
+        return o;
+      }
+    }
+    if (job.cancelled && job.cancelled()) {
+      o.status = absl::CancelledError(
+          i == 0 ? "cancelled before it started" : absl::StrCat("cancelled after step ", i));
+      return o;
+    }
+    if (absl::Now() >= job.deadline) {
+      o.status = absl::DeadlineExceededError(
+          i == 0 ? absl::StrCat("deadline passed while queued (", absl::FormatDuration(o.queue),
+                                " in the queue)")
+                 : absl::StrCat("deadline passed after step ", i, " of ", job.steps.size()));
+      return o;
+    }
+    StepResult r;
+    absl::Status s = backend_->Run(job.op, job.steps[i], &r);
+    o.ran = true;
+    o.compute += r.compute;
+    if (!r.impl.empty()) o.impl = o.impl.empty() ? r.impl : absl::StrCat(o.impl, "+", r.impl);
+    if (!s.ok()) {
+      o.status = s;
+      return o;
+    }
+  }
+  o.status = absl::OkStatus();
+  return o;
+}
+
+}  // namespace attnd::server::engine

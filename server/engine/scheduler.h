@@ -1,0 +1,93 @@
+// The engine's scheduler (DESIGN.md §5): a bounded queue of op calls served by a fixed pool of
+// worker threads that run each call's steps on the backend, honouring deadlines and cancellation
+// before the first step and between steps. No gRPC here: the front submits Jobs and gets a
+// JobOutcome back through the job's `done`.
+//   Scheduler sched({.queue_capacity = 64, .workers = 2}, &backend);
+//   auto job = std::make_unique<Job>(); job->steps = {...}; job->done = [](JobOutcome o) {...};
+//   if (absl::Status s = sched.Submit(std::move(job)); !s.ok()) { /* RESOURCE_EXHAUSTED... */ }
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "server/engine/backend.h"
+
+namespace attnd::server::engine {
+
+struct JobOutcome {
+  absl::Status status;
+  std::string impl;
+  absl::Duration queue = absl::ZeroDuration();    // submitted -> a worker took it
+  absl::Duration compute = absl::ZeroDuration();  // sum of the backend's step times
+  bool ran = false;                               // at least one step ran
+};
+
+struct Job {
+  uint64_t id = 0;   // request id, for logs
+  std::string op;    // op name, for the backend
+  absl::Time deadline = absl::InfiniteFuture();
+  // Polled before each step; may be empty. Must be thread-safe.
+  std::function<bool()> cancelled;
+  std::vector<StepFn> steps;
+  // Called exactly once after a successful Submit, on a worker thread (or the thread calling
+  // Drain/~Scheduler for jobs failed at shutdown). Must not call back into the scheduler's Drain.
+  std::function<void(JobOutcome)> done;
+  absl::Time submitted;  // set by Submit
+};
+
+class Scheduler {
+ public:
+  struct Options {
+    int queue_capacity = 64;  // jobs waiting (not yet running); full -> RESOURCE_EXHAUSTED
+    int workers = 2;
+  };
+  // `backend` (not owned) must outlive the scheduler. Starts the workers.
+  Scheduler(Options options, Backend* backend);
+  // Drains with no time limit left: fails queued jobs with UNAVAILABLE, joins the workers.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues `job`. RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE once draining; `done`
+  // is then not called. Thread-safe, never blocks on running work.
+  absl::Status Submit(std::unique_ptr<Job> job);
+
+  // Stops accepting (Submit -> UNAVAILABLE), then waits until every queued and running job is
+  // done or `deadline` passes; at the deadline still-queued jobs fail with UNAVAILABLE (running
+  // ones finish their current step, then stop with UNAVAILABLE). True when everything finished
+  // before the deadline. Thread-safe; blocks.
+  bool Drain(absl::Time deadline);
+
+  int queued() const;
+  int running() const;
+  int capacity() const { return options_.queue_capacity; }
+  int workers() const { return options_.workers; }
+
+ private:
+  void WorkerLoop();
+  JobOutcome RunJob(Job& job);
+
+  const Options options_;
+  Backend* const backend_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable idle_cv_;
+  std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  bool aborting_ ABSL_GUARDED_BY(mu_) = false;  // drain deadline passed: stop between steps
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace attnd::server::engine

@@ -1,0 +1,45 @@
+// GetInfo: version, backend, devices, ops with their implementations, limits.
+#include "server/grpc/service.h"
+#include "server/grpc/status.h"
+
+namespace attnd::server::grpc_front {
+
+AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {}
+
+grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext* ctx,
+                                                    const v1::GetInfoRequest* /*request*/,
+                                                    v1::GetInfoResponse* response) {
+  response->set_version(deps_.version);
+  response->set_backend(deps_.backend->name());
+  for (const engine::DeviceDescription& d : deps_.backend->Devices()) {
+    v1::DeviceInfo* info = response->add_devices();
+    info->set_name(d.name);
+    info->set_uuid(d.uuid);
+    info->set_memory_bytes(d.memory_bytes);
+    info->set_arch(d.arch);
+    info->set_cores(d.cores);
+  }
+  for (int i = 0; i < ops::kNumOps; ++i) {
+    const auto id = static_cast<ops::OpId>(i);
+    const ops::OpHandler* h = deps_.ops->Find(id);
+    if (h == nullptr) continue;
+    v1::OpInfo* op = response->add_ops();
+    op->set_name(ops::OpName(id));
+    op->set_rpc(ops::OpRpc(id));
+    for (const std::string& impl : h->Implementations()) op->add_implementations(impl);
+    op->set_fast_paths(h->FastPaths());
+  }
+  v1::Limits* limits = response->mutable_limits();
+  limits->set_max_message_bytes(deps_.limits.max_message_bytes);
+  limits->set_queue_capacity(deps_.limits.queue_capacity);
+  limits->set_workers(deps_.limits.workers);
+  limits->set_cpu_threads(deps_.limits.cpu_threads);
+  limits->set_allow_client_shm(deps_.limits.allow_client_shm);
+  limits->set_max_rank(kernels::kMaxRank);
+  limits->set_device_handle_bytes(regions::kDeviceHandleBytes);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace attnd::server::grpc_front

@@ -1,0 +1,116 @@
+// Region RPCs (after Triton's shared-memory extension): register host/device regions, unregister
+// (finishing once in-flight requests using the regions end), list.
+#include "absl/strings/str_cat.h"
+#include "server/common/log.h"
+#include "server/grpc/service.h"
+#include "server/grpc/status.h"
+
+namespace attnd::server::grpc_front {
+
+absl::Status RegisterHostRegion(regions::RegionRegistry* registry,
+                                const v1::RegisterHostRegionRequest& request,
+                                const std::string& lease) {
+  regions::HostRegionSpec spec;
+  spec.name = request.name();
+  spec.key = request.key();
+  spec.offset = request.offset();
+  spec.byte_size = request.byte_size();
+  spec.lease = lease.empty() ? request.lease_id() : lease;
+  absl::Status s = registry->RegisterHost(spec);
+  if (s.ok()) {
+    Log(LogLevel::kInfo, "host region registered",
+        {{"region", spec.name}, {"key", spec.key}, {"offset", spec.offset},
+         {"byte_size", spec.byte_size}, {"lease", spec.lease}});
+  } else {
+    Log(LogLevel::kWarning, "host region refused",
+        {{"region", spec.name}, {"key", spec.key}, {"offset", spec.offset},
+         {"byte_size", spec.byte_size}, {"lease", spec.lease},
+         {"code", absl::StatusCodeToString(s.code())}, {"error", s.message()}});
+  }
+  return s;
+}
+
+absl::Status RegisterDeviceRegion(regions::RegionRegistry* registry,
+                                  const v1::RegisterDeviceRegionRequest& request,
+                                  const std::string& lease) {
+  regions::DeviceRegionSpec spec;
+  spec.name = request.name();
+  spec.raw_handle = request.raw_handle();
+  spec.device_uuid = request.device_uuid();
+  spec.offset = request.offset();
+  spec.byte_size = request.byte_size();
+  spec.lease = lease.empty() ? request.lease_id() : lease;
+  absl::Status s = registry->RegisterDevice(spec);
+  if (s.ok()) {
+    Log(LogLevel::kInfo, "device region registered",
+        {{"region", spec.name}, {"device", spec.device_uuid}, {"byte_size", spec.byte_size},
+         {"lease", spec.lease}});
+  } else {
+    Log(LogLevel::kWarning, "device region refused",
+        {{"region", spec.name}, {"device", spec.device_uuid}, {"byte_size", spec.byte_size},
+         {"lease", spec.lease}, {"code", absl::StatusCodeToString(s.code())},
+         {"error", s.message()}});
+  }
+  return s;
+}
+
+grpc::ServerUnaryReactor* AttentionService::RegisterHostRegion(
+    grpc::CallbackServerContext* ctx, const v1::RegisterHostRegionRequest* request,
+    v1::RegisterRegionResponse* /*response*/) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(grpc_front::RegisterHostRegion(deps_.registry, *request, "")));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionService::RegisterDeviceRegion(
+    grpc::CallbackServerContext* ctx, const v1::RegisterDeviceRegionRequest* request,
+    v1::RegisterRegionResponse* /*response*/) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(grpc_front::RegisterDeviceRegion(deps_.registry, *request, "")));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(
+    grpc::CallbackServerContext* ctx, const v1::UnregisterRegionRequest* request,
+    v1::UnregisterRegionResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  // Finishes when the regions' in-flight requests end (never blocks this thread).
+  absl::Status s = deps_.registry->UnregisterAsync(
+      request->name(), request->lease_id(),
+      [reactor, response](std::vector<std::string> removed) {
+        for (std::string& name : removed) response->add_removed(std::move(name));
+        reactor->Finish(grpc::Status::OK);
+      });
+  if (s.ok()) {
+    Log(LogLevel::kInfo, "unregistering region",
+        {{"region", request->name()}, {"lease", request->lease_id()}});
+  } else {
+    Log(LogLevel::kWarning, "unregister refused",
+        {{"region", request->name()}, {"lease", request->lease_id()},
+         {"code", absl::StatusCodeToString(s.code())}, {"error", s.message()}});
+    reactor->Finish(ToGrpcStatus(s));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionService::ListRegions(grpc::CallbackServerContext* ctx,
+                                                        const v1::ListRegionsRequest* /*request*/,
+                                                        v1::ListRegionsResponse* response) {
+  for (const regions::RegionDescription& d : deps_.registry->List()) {
+    v1::RegionInfo* info = response->add_regions();
+    info->set_name(d.name);
+    info->set_kind(d.kind == regions::RegionKind::kHost ? v1::RegionInfo::KIND_HOST
+                                                        : v1::RegionInfo::KIND_DEVICE);
+    info->set_key(d.key);
+    info->set_device_uuid(d.device_uuid);
+    info->set_offset(d.offset);
+    info->set_byte_size(d.byte_size);
+    info->set_lease_id(d.lease);
+    info->set_in_flight(d.in_flight);
+  }
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace attnd::server::grpc_front

@@ -1,0 +1,371 @@
+// The Session stream: a lease (regions registered under it are removed when the stream ends,
+// however it ends) and pipelined calls on one stream. Replies carry the request_id of their
+// request and may come out of order. One write is in flight at a time; Finish comes once the
+// client half-closed (or the call was cancelled), every call has completed and every reply was
+// written; OnDone closes the lease.
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/common/log.h"
+#include "server/grpc/service.h"
+#include "server/grpc/status.h"
+
+namespace attnd::server::grpc_front {
+namespace {
+
+using SessionReactorBase = grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>;
+
+class SessionReactor final : public SessionReactorBase {
+ public:
+  SessionReactor(AttentionService* service, grpc::CallbackServerContext* ctx)
+      : service_(service), deps_(service->deps()), ctx_(ctx) {
+    service_->AddSession(1);
+    const auto d = ctx->deadline();
+    if (d != std::chrono::system_clock::time_point::max()) stream_deadline_ = absl::FromChrono(d);
+    StartRead(&read_buf_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      bool finish;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reads_done_ = true;
+        finish = ShouldFinishLocked();
+      }
+      if (finish) FinishNow();
+      return;
+    }
+    auto request = std::make_shared<v1::SessionRequest>();
+    request->Swap(&read_buf_);
+    if (!Handle(std::move(request))) {
+      // Protocol error: stop reading and end the stream once pending work is done.
+      bool finish;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reads_done_ = true;
+        finish = ShouldFinishLocked();
+      }
+      if (finish) FinishNow();
+      return;
+    }
+    bool pause;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pause = PendingLocked() >= kMaxPending;
+      read_paused_ = pause;
+    }
+    if (!pause) StartRead(&read_buf_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::shared_ptr<v1::SessionResponse> next;
+    bool finish = false, resume = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writes_.pop_front();
+      if (!ok) {
+        broken_ = true;  // the client is gone: drop what is left
+        writes_.clear();
+        CancelAllLocked();
+      }
+      if (!writes_.empty()) {
+        next = writes_.front();
+      } else {
+        writing_ = false;
+      }
+      resume = ResumeReadLocked();
+      finish = ShouldFinishLocked();
+    }
+    if (next) StartWrite(next.get());
+    if (resume) StartRead(&read_buf_);
+    if (finish) FinishNow();
+  }
+
+  void OnCancel() override {
+    bool finish;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      broken_ = true;
+      if (finish_status_.ok()) finish_status_ = absl::CancelledError("session cancelled");
+      CancelAllLocked();
+      // Reads and writes in flight complete with ok = false; OnReadDone then finishes. With
+      // reading paused no read is in flight: reading is over now.
+      if (read_paused_) reads_done_ = true;
+      finish = ShouldFinishLocked();
+    }
+    if (finish) FinishNow();
+  }
+
+  void OnDone() override {
+    std::string lease;
+    int64_t calls;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lease = lease_;
+      calls = calls_;
+    }
+    if (!lease.empty()) {
+      deps_.registry->CloseLease(lease);
+      Log(LogLevel::kInfo, "session closed", {{"lease", lease}, {"calls", calls}});
+    }
+    service_->AddSession(-1);
+    delete this;
+  }
+
+ private:
+  // Handles one message; false on a protocol error (the stream then ends with finish_status_).
+  bool Handle(std::shared_ptr<v1::SessionRequest> request) {
+    auto response = std::make_shared<v1::SessionResponse>();
+    response->set_request_id(request->request_id());
+    std::string lease;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lease = lease_;
+    }
+    if (lease.empty()) {
+      if (request->call_case() != v1::SessionRequest::kOpen) {
+        std::lock_guard<std::mutex> lock(mu_);
+        finish_status_ = absl::FailedPreconditionError(
+            "the first Session message must be `open` (it opens the lease)");
+        return false;
+      }
+      lease = deps_.registry->OpenLease();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        lease_ = lease;
+      }
+      response->mutable_opened()->set_lease_id(lease);
+      Log(LogLevel::kInfo, "session opened",
+          {{"lease", lease}, {"client", request->open().client_name()}, {"peer", ctx_->peer()}});
+      Reply(std::move(response));
+      return true;
+    }
+    switch (request->call_case()) {
+      case v1::SessionRequest::kOpen:
+        SetError(response.get(), absl::FailedPreconditionError("session is already open"));
+        Reply(std::move(response));
+        return true;
+      case v1::SessionRequest::kCancel: {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = cancels_.find(request->cancel().target_request_id());
+        if (it != cancels_.end()) it->second->store(true);
+      }
+        Reply(std::move(response));
+        return true;
+      case v1::SessionRequest::kRegisterHostRegion:
+        SetError(response.get(),
+                 RegisterHostRegion(deps_.registry, request->register_host_region(), lease));
+        if (response->code() == 0) response->mutable_register_region();
+        Reply(std::move(response));
+        return true;
+      case v1::SessionRequest::kRegisterDeviceRegion:
+        SetError(response.get(),
+                 RegisterDeviceRegion(deps_.registry, request->register_device_region(), lease));
+        if (response->code() == 0) response->mutable_register_region();
+        Reply(std::move(response));
+        return true;
+      case v1::SessionRequest::kUnregisterRegion:
+        Unregister(request, response, lease);
+        return true;
+      case v1::SessionRequest::kIndexerLogits:
+        return RunOp(ops::OpId::kIndexerLogits, request, response, request->indexer_logits(),
+                     response->mutable_indexer_logits());
+      case v1::SessionRequest::kIndexerLogitsPaged:
+        return RunOp(ops::OpId::kIndexerLogitsPaged, request, response,
+                     request->indexer_logits_paged(), response->mutable_indexer_logits_paged());
+      case v1::SessionRequest::kTopK:
+        return RunOp(ops::OpId::kTopK, request, response, request->top_k(),
+                     response->mutable_top_k());
+      case v1::SessionRequest::kSparseMla:
+        return RunOp(ops::OpId::kSparseMla, request, response, request->sparse_mla(),
+                     response->mutable_sparse_mla());
+      case v1::SessionRequest::kMlaDecode:
+        return RunOp(ops::OpId::kMlaDecode, request, response, request->mla_decode(),
+                     response->mutable_mla_decode());
+      case v1::SessionRequest::kMlaPrefill:
+        return RunOp(ops::OpId::kMlaPrefill, request, response, request->mla_prefill(),
+                     response->mutable_mla_prefill());
+      case v1::SessionRequest::kDsaAttention:
+        return RunOp(ops::OpId::kDsaAttention, request, response, request->dsa_attention(),
+                     response->mutable_dsa_attention());
+      case v1::SessionRequest::CALL_NOT_SET:
+        break;
+    }
+    SetError(response.get(), absl::InvalidArgumentError("Session message carries no call"));
+    Reply(std::move(response));
+    return true;
+  }
+
+  static void SetError(v1::SessionResponse* response, const absl::Status& s) {
+    if (s.ok()) return;
+    response->clear_result();
+    response->set_code(static_cast<int32_t>(s.code()));
+    response->set_message(std::string(s.message()));
+  }
+
+  void Unregister(std::shared_ptr<v1::SessionRequest> request,
+                  std::shared_ptr<v1::SessionResponse> response, const std::string& lease) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++inflight_;
+    }
+    absl::Status s = deps_.registry->UnregisterAsync(
+        request->unregister_region().name(), lease,
+        [this, response](std::vector<std::string> removed) {
+          auto* out = response->mutable_unregister_region();
+          for (std::string& name : removed) out->add_removed(std::move(name));
+          Reply(response);
+          CallDone();
+        });
+    if (!s.ok()) {
+      SetError(response.get(), s);
+      Reply(std::move(response));
+      CallDone();
+    }
+  }
+
+  bool RunOp(ops::OpId id, std::shared_ptr<v1::SessionRequest> request,
+             std::shared_ptr<v1::SessionResponse> response,
+             const google::protobuf::Message& op_request, google::protobuf::Message* op_response) {
+    auto cancelled = std::make_shared<std::atomic<bool>>(false);
+    const uint64_t client_id = request->request_id();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++inflight_;
+      ++calls_;
+      cancels_[client_id] = cancelled;
+      if (broken_) cancelled->store(true);
+    }
+    ops::CallContext cc;
+    cc.deadline = stream_deadline_;
+    if (request->timeout_seconds() > 0) {
+      cc.deadline = std::min(cc.deadline,
+                             absl::Now() + absl::Seconds(request->timeout_seconds()));
+    }
+    cc.cancelled = [cancelled] { return cancelled->load(); };
+    cc.origin = absl::StrCat("session ", lease_for_logs(), " id ", client_id);
+    deps_.runner->Start(id, op_request, op_response, std::move(cc),
+                        [this, request, response, cancelled, client_id](absl::Status s) {
+                          SetError(response.get(), s);
+                          {
+                            std::lock_guard<std::mutex> lock(mu_);
+                            auto it = cancels_.find(client_id);
+                            if (it != cancels_.end() && it->second == cancelled) {
+                              cancels_.erase(it);
+                            }
+                          }
+                          Reply(response);
+                          CallDone();
+                        });
+    return true;
+  }
+
+  std::string lease_for_logs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lease_;
+  }
+
+  // Queues a reply; thread-safe.
+  void Reply(std::shared_ptr<v1::SessionResponse> response) {
+    bool start = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (broken_) return;
+      writes_.push_back(std::move(response));
+      if (!writing_) {
+        writing_ = true;
+        start = true;
+      }
+    }
+    if (start) StartWrite(writes_front());
+  }
+
+  v1::SessionResponse* writes_front() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return writes_.front().get();
+  }
+
+  // One call (op or unregister) finished; `this` must not be touched after this returns.
+  void CallDone() {
+    bool finish, resume;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --inflight_;
+      resume = ResumeReadLocked();
+      finish = ShouldFinishLocked();
+    }
+    if (resume) StartRead(&read_buf_);
+    if (finish) FinishNow();
+  }
+
+  // Calls running plus replies not yet written: reading pauses at kMaxPending (flow control
+  // for a client that sends faster than it reads) and resumes below half of it.
+  size_t PendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return static_cast<size_t>(inflight_) + writes_.size();
+  }
+  bool ResumeReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!read_paused_ || reads_done_) return false;
+    if (broken_) {
+      reads_done_ = true;  // no read in flight and none will be started
+      read_paused_ = false;
+      return false;
+    }
+    if (PendingLocked() >= kMaxPending / 2) return false;
+    read_paused_ = false;
+    return true;
+  }
+
+  void CancelAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto& [id, flag] : cancels_) flag->store(true);
+  }
+
+  bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || !reads_done_ || inflight_ > 0 || writing_) return false;
+    finished_ = true;
+    return true;
+  }
+
+  void FinishNow() {
+    absl::Status s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      s = finish_status_;
+    }
+    Finish(ToGrpcStatus(s));
+  }
+
+  static constexpr size_t kMaxPending = 128;
+
+  AttentionService* const service_;
+  const ServiceDeps& deps_;
+  grpc::CallbackServerContext* const ctx_;
+  absl::Time stream_deadline_ = absl::InfiniteFuture();
+  v1::SessionRequest read_buf_;  // one read in flight at a time owns it
+
+  std::mutex mu_;
+  std::string lease_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<v1::SessionResponse>> writes_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<std::atomic<bool>>> cancels_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status finish_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* AttentionService::Session(
+    grpc::CallbackServerContext* ctx) {
+  return new SessionReactor(this, ctx);
+}
+
+}  // namespace attnd::server::grpc_front

@@ -1,0 +1,45 @@
+// The daemon's configuration: what attnd's flags (docs/FLAGS.md) say, as a plain struct that
+// tests can fill directly.
+//   ATTND_ASSIGN_OR_RETURN(DaemonConfig config, ConfigFromFlags());
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace attnd::server {
+
+struct DaemonConfig {
+  std::vector<std::string> listen = {"unix:/tmp/attnd.sock"};  // gRPC addresses
+  std::string metrics_listen = "127.0.0.1:9464";  // host:port of /metrics; empty = off
+  bool allow_client_shm = false;
+  std::string backend = "auto";  // auto | cpu | cuda | hip
+  std::string tls_cert;          // PEM files; TLS on TCP listeners when cert and key are given
+  std::string tls_key;
+  std::string tls_ca;            // verify client certificates against this CA (mTLS)
+  bool tls_require_client_cert = false;
+  int queue_capacity = 256;
+  int workers = 2;
+  int cpu_threads = 0;  // 0 = every core
+  absl::Duration drain_timeout = absl::Seconds(30);
+  int64_t max_message_bytes = 512ll << 20;
+  std::string ready_file;  // written with the bound addresses once serving
+  std::string log_level = "info";
+};
+
+// Reads the absl flags (after absl::ParseCommandLine) into a config and checks it;
+// INVALID_ARGUMENT naming the flag.
+absl::StatusOr<DaemonConfig> ConfigFromFlags();
+
+// attnd's public flag names use hyphens (--metrics-listen, --allow-client-shm); absl flags are
+// defined with underscores. Returns argv with the name part of every "--flag[=value]" before a
+// bare "--" rewritten: '-' -> '_' ("--no-allow-client-shm" -> "--noallow_client_shm").
+std::vector<std::string> NormalizeFlagArgs(int argc, char** argv);
+
+// Checks a config (ranges, TLS file combinations, backend names).
+absl::Status CheckConfig(const DaemonConfig& config);
+
+}  // namespace attnd::server

@@ -1,0 +1,236 @@
+#include "server/main/daemon.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "kernels/common/thread_pool.h"
+#include "prometheus/registry.h"
+#include "server/common/log.h"
+#include "server/engine/cpu_backend.h"
+#include "server/engine/scheduler.h"
+#include "server/grpc/service.h"
+#include "server/main/listeners.h"
+#include "server/metrics/exposer.h"
+#include "server/metrics/metrics.h"
+#include "server/ops/call_runner.h"
+#include "server/ops/op_handler.h"
+#include "server/regions/registry.h"
+
+#ifndef ATTND_VERSION
+#define ATTND_VERSION "0.0.0"
+#endif
+
+namespace attnd::server {
+
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
+
+Daemon::~Daemon() {
+  if (started_) Shutdown();
+  // Teardown order: nothing submits any more; jobs still referencing the runner finish first.
+  server_.reset();
+  scheduler_.reset();
+  service_.reset();
+  runner_.reset();
+  ops_.reset();
+  backend_.reset();
+  pool_.reset();
+  registry_.reset();
+  metrics_endpoint_.reset();
+  metrics_.reset();
+}
+
+absl::Status Daemon::Start() {
+  if (absl::Status s = CheckConfig(config_); !s.ok()) return s;
+  LogLevel level;
+  if (!ParseLogLevel(config_.log_level, &level)) {
+    return absl::InvalidArgumentError(absl::StrCat("--log-level=", config_.log_level));
+  }
+  SetMinLogLevel(level);
+  if (config_.backend == "cuda" || config_.backend == "hip") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--backend=", config_.backend,
+                     ": this attnd is built without GPU backends (ATTND_GPU=off); use "
+                     "--backend=cpu"));
+  }
+  const int threads = config_.cpu_threads > 0
+                          ? config_.cpu_threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  ops_ = std::make_unique<ops::OpTable>();
+  std::vector<std::string> op_names;
+  for (int i = 0; i < ops::kNumOps; ++i) op_names.push_back(ops::OpName(static_cast<ops::OpId>(i)));
+  prometheus_ = std::make_shared<prometheus::Registry>();
+  metrics_ = std::make_unique<metrics::Metrics>(prometheus_.get(), ATTND_VERSION, "cpu", op_names);
+  metrics_->SetPoolBytes("cpu", "used", 0);
+  metrics_->SetPoolBytes("cpu", "reserved", 0);
+
+  regions::RegionRegistry::Options ropt;
+  ropt.allow_client_shm = config_.allow_client_shm;
+  metrics::Metrics* m = metrics_.get();
+  ropt.on_stats = [m](regions::RegionKind kind, int64_t count, int64_t bytes) {
+    m->SetRegions(regions::RegionKindName(kind), count, bytes);
+  };
+  registry_ = std::make_unique<regions::RegionRegistry>(std::move(ropt));
+
+  pool_ = std::make_unique<kernels::ThreadPool>(threads);
+  backend_ = std::make_unique<engine::CpuBackend>(pool_.get());
+  engine::Scheduler::Options sopt;
+  sopt.queue_capacity = config_.queue_capacity;
+  sopt.workers = config_.workers;
+  scheduler_ = std::make_unique<engine::Scheduler>(sopt, backend_.get());
+
+  ops::CallRunner::Options copt;
+  copt.max_inline_bytes = static_cast<uint64_t>(config_.max_message_bytes);
+  runner_ = std::make_unique<ops::CallRunner>(ops_.get(), scheduler_.get(), registry_.get(),
+                                              metrics_.get(), copt);
+
+  grpc_front::ServiceDeps deps;
+  deps.version = ATTND_VERSION;
+  deps.backend = backend_.get();
+  deps.ops = ops_.get();
+  deps.runner = runner_.get();
+  deps.registry = registry_.get();
+  deps.limits.max_message_bytes = static_cast<uint64_t>(config_.max_message_bytes);
+  deps.limits.queue_capacity = config_.queue_capacity;
+  deps.limits.workers = config_.workers;
+  deps.limits.cpu_threads = threads;
+  deps.limits.allow_client_shm = config_.allow_client_shm;
+  service_ = std::make_unique<grpc_front::AttentionService>(std::move(deps));
+
+  if (!config_.metrics_listen.empty()) {
+    auto endpoint = metrics::MetricsEndpoint::Start(config_.metrics_listen, prometheus_);
+    if (!endpoint.ok()) return endpoint.status();
+    metrics_endpoint_ = *std::move(endpoint);
+    metrics_address_ = metrics_endpoint_->address();
+  }
+  if (absl::Status s = StartGrpc(); !s.ok()) return s;
+  started_ = true;
+  for (const std::string& a : grpc_addresses_) Log(LogLevel::kInfo, "listening on " + a);
+  if (!metrics_address_.empty()) {
+    Log(LogLevel::kInfo, "metrics on http://" + metrics_address_ + "/metrics");
+  }
+  Log(LogLevel::kInfo, "attnd serving",
+      {{"version", ATTND_VERSION}, {"backend", backend_->name()}, {"cpu_threads", threads},
+       {"workers", config_.workers}, {"queue_capacity", config_.queue_capacity},
+       {"allow_client_shm", config_.allow_client_shm}});
+  return WriteReadyFile();
+}
+
+absl::Status Daemon::StartGrpc() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
+  // A taken TCP port must fail the start, not be shared with another daemon.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tcp_creds = TcpCredentials(config_);
+  if (!tcp_creds.ok()) return tcp_creds.status();
+
+  std::vector<ListenAddress> addresses;
+  std::vector<std::unique_ptr<int>> ports;
+  for (const std::string& text : config_.listen) {
+    absl::StatusOr<ListenAddress> a = ParseListenAddress(text);
+    if (!a.ok()) return a.status();
+    if (a->is_unix) {
+      if (absl::Status s = PrepareUnixSocket(a->unix_path); !s.ok()) return s;
+    }
+    ports.push_back(std::make_unique<int>(0));
+    builder.AddListeningPort(a->address,
+                             a->is_unix || a->address.rfind("unix-abstract:", 0) == 0
+                                 ? grpc::InsecureServerCredentials()
+                                 : *tcp_creds,
+                             ports.back().get());
+    addresses.push_back(*std::move(a));
+  }
+  builder.RegisterService(service_.get());
+  // Socket files are created 0660 (umask), and chmod-ed again below in case of a wider umask.
+  const mode_t old_umask = umask(0117);
+  server_ = builder.BuildAndStart();
+  umask(old_umask);
+  if (server_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", absl::StrJoin(config_.listen, ",")));
+  }
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const ListenAddress& a = addresses[i];
+    if (a.is_unix) {
+      chmod(a.unix_path.c_str(), 0660);
+      unix_paths_.push_back(a.unix_path);
+      grpc_addresses_.push_back(a.address);
+    } else if (a.address.rfind("unix-abstract:", 0) == 0) {
+      grpc_addresses_.push_back(a.address);
+    } else {
+      if (*ports[i] == 0) return absl::UnavailableError(absl::StrCat("cannot bind ", a.address));
+      grpc_addresses_.push_back(WithPort(a.address, *ports[i]));
+    }
+  }
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  server_->GetHealthCheckService()->SetServingStatus(v1::Attention::service_full_name(), true);
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::WriteReadyFile() const {
+  if (config_.ready_file.empty()) return absl::OkStatus();
+  std::string text;
+  for (const std::string& a : grpc_addresses_) absl::StrAppend(&text, "grpc ", a, "\n");
+  if (!metrics_address_.empty()) absl::StrAppend(&text, "metrics ", metrics_address_, "\n");
+  const std::string tmp = absl::StrCat(config_.ready_file, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.good()) {
+      return absl::InternalError(absl::StrCat("cannot write --ready-file '", tmp, "'"));
+    }
+  }
+  if (std::rename(tmp.c_str(), config_.ready_file.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ready file to '", config_.ready_file, "'"));
+  }
+  return absl::OkStatus();
+}
+
+void Daemon::RequestShutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_requested_ = true;
+  cv_.notify_all();
+}
+
+void Daemon::WaitForShutdownRequest() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return shutdown_requested_; });
+}
+
+bool Daemon::Shutdown() {
+  if (!started_ || stopped_) return true;
+  stopped_ = true;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + config_.drain_timeout;
+  Log(LogLevel::kInfo, "draining",
+      {{"timeout", absl::FormatDuration(config_.drain_timeout)},
+       {"queued", scheduler_->queued()}, {"running", scheduler_->running()},
+       {"sessions", service_->open_sessions()}});
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  bool drained = true;
+  std::thread drain([&] { drained = scheduler_->Drain(deadline); });
+  server_->Shutdown(absl::ToChronoTime(deadline));
+  drain.join();
+  server_->Wait();
+  for (const std::string& path : unix_paths_) unlink(path.c_str());
+  if (!config_.ready_file.empty()) unlink(config_.ready_file.c_str());
+  Log(LogLevel::kInfo, "stopped",
+      {{"drained", drained}, {"took", absl::FormatDuration(absl::Now() - start)}});
+  return drained;
+}
+
+}  // namespace attnd::server

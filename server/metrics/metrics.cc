@@ -1,0 +1,173 @@
+#include "server/metrics/metrics.h"
+
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+
+namespace attnd::server::metrics {
+namespace {
+
+using prometheus::Histogram;
+
+// Powers of `factor` from `start`, `n` boundaries.
+Histogram::BucketBoundaries Exponential(double start, double factor, int n) {
+  Histogram::BucketBoundaries b;
+  double v = start;
+  for (int i = 0; i < n; ++i, v *= factor) b.push_back(v);
+  return b;
+}
+
+// 10 µs .. ~100 s: service latencies from a tiny call on the unix socket to a long prefill.
+const Histogram::BucketBoundaries& SecondsBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries(Exponential(1e-5, 2.5, 18));
+  return *b;
+}
+// 1 MB/s .. ~10 TB/s.
+const Histogram::BucketBoundaries& BandwidthBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries(Exponential(1e6, std::sqrt(10.0), 15));
+  return *b;
+}
+// 1 MFLOP/s .. ~3 PFLOP/s.
+const Histogram::BucketBoundaries& FlopsBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries(Exponential(1e6, std::sqrt(10.0), 20));
+  return *b;
+}
+
+}  // namespace
+
+std::string CodeLabel(absl::StatusCode code) {
+  return absl::AsciiStrToUpper(absl::StatusCodeToString(code));
+}
+
+Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
+                 absl::string_view backend, const std::vector<std::string>& ops)
+    : requests_(prometheus::BuildCounter()
+                    .Name("attnd_requests_total")
+                    .Help("Operator calls finished, by op and gRPC status code.")
+                    .Register(*registry)),
+      request_duration_(prometheus::BuildHistogram()
+                            .Name("attnd_request_duration_seconds")
+                            .Help("Server-side time from request received to reply ready.")
+                            .Register(*registry)),
+      queue_duration_(prometheus::BuildHistogram()
+                          .Name("attnd_queue_duration_seconds")
+                          .Help("Time a call waited in the request queue.")
+                          .Register(*registry)),
+      compute_duration_(prometheus::BuildHistogram()
+                            .Name("attnd_compute_duration_seconds")
+                            .Help("Backend compute time of a call, by op and implementation.")
+                            .Register(*registry)),
+      logical_bytes_(prometheus::BuildCounter()
+                         .Name("attnd_logical_bytes_total")
+                         .Help("Logical bytes of finished calls (each input read once, each "
+                               "output written once).")
+                         .Register(*registry)),
+      flops_(prometheus::BuildCounter()
+                 .Name("attnd_flops_total")
+                 .Help("Useful matrix FLOPs of finished calls.")
+                 .Register(*registry)),
+      bandwidth_(prometheus::BuildHistogram()
+                     .Name("attnd_achieved_bandwidth_bytes_per_second")
+                     .Help("Logical bytes over compute time, per call.")
+                     .Register(*registry)),
+      achieved_flops_(prometheus::BuildHistogram()
+                          .Name("attnd_achieved_flops")
+                          .Help("FLOPs over compute time (FLOP/s), per call.")
+                          .Register(*registry)),
+      copied_bytes_(prometheus::BuildCounter()
+                        .Name("attnd_copied_bytes_total")
+                        .Help("Tensor bytes copied inline (in: from requests, out: into "
+                              "replies); region tensors copy none.")
+                        .Register(*registry)),
+      pool_bytes_(prometheus::BuildGauge()
+                      .Name("attnd_pool_bytes")
+                      .Help("Bytes of the backend's memory pools, by device and state.")
+                      .Register(*registry)),
+      regions_(prometheus::BuildGauge()
+                   .Name("attnd_regions")
+                   .Help("Mapped regions, by kind (including unregistered ones still in use).")
+                   .Register(*registry)),
+      region_bytes_(prometheus::BuildGauge()
+                        .Name("attnd_region_bytes")
+                        .Help("Bytes of mapped regions, by kind.")
+                        .Register(*registry)),
+      graph_cache_(prometheus::BuildCounter()
+                       .Name("attnd_graph_cache_total")
+                       .Help("Graph cache lookups, by result (GPU backends).")
+                       .Register(*registry)),
+      inflight_family_(prometheus::BuildGauge()
+                           .Name("attnd_inflight_requests")
+                           .Help("Operator calls received and not yet answered.")
+                           .Register(*registry)),
+      build_info_(prometheus::BuildGauge()
+                      .Name("attnd_build_info")
+                      .Help("Always 1; labels name the version and the backend.")
+                      .Register(*registry)) {
+  inflight_ = &inflight_family_.Add({});
+  copied_in_ = &copied_bytes_.Add({{"direction", "in"}});
+  copied_out_ = &copied_bytes_.Add({{"direction", "out"}});
+  build_info_.Add({{"version", std::string(version)}, {"backend", std::string(backend)}}).Set(1);
+  for (const char* kind : {"host", "device"}) {
+    regions_.Add({{"kind", kind}});
+    region_bytes_.Add({{"kind", kind}});
+  }
+  for (const char* result : {"hit", "miss"}) graph_cache_.Add({{"result", result}});
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& op : ops) {
+    ForOp(op);
+    requests_by_code_[{op, "OK"}] = &requests_.Add({{"op", op}, {"code", "OK"}});
+  }
+}
+
+Metrics::OpMetrics& Metrics::ForOp(const std::string& op) {
+  auto it = ops_.find(op);
+  if (it != ops_.end()) return it->second;
+  OpMetrics& m = ops_[op];
+  const prometheus::Labels labels{{"op", op}};
+  m.request = &request_duration_.Add(labels, SecondsBuckets());
+  m.queue = &queue_duration_.Add(labels, SecondsBuckets());
+  m.logical_bytes = &logical_bytes_.Add(labels);
+  m.flops = &flops_.Add(labels);
+  m.bandwidth = &bandwidth_.Add(labels, BandwidthBuckets());
+  m.achieved_flops = &achieved_flops_.Add(labels, FlopsBuckets());
+  return m;
+}
+
+void Metrics::RecordCall(const CallRecord& r) {
+  const std::string code = CodeLabel(r.code);
+  std::lock_guard<std::mutex> lock(mu_);
+  OpMetrics& m = ForOp(r.op);
+  prometheus::Counter*& requests = requests_by_code_[{r.op, code}];
+  if (requests == nullptr) requests = &requests_.Add({{"op", r.op}, {"code", code}});
+  requests->Increment();
+  m.request->Observe(r.total_seconds);
+  if (r.copied_in > 0) copied_in_->Increment(static_cast<double>(r.copied_in));
+  if (r.copied_out > 0) copied_out_->Increment(static_cast<double>(r.copied_out));
+  if (!r.ran) return;
+  m.queue->Observe(r.queue_seconds);
+  prometheus::Histogram*& compute = compute_by_impl_[{r.op, r.impl}];
+  if (compute == nullptr) {
+    compute = &compute_duration_.Add({{"op", r.op}, {"impl", r.impl}}, SecondsBuckets());
+  }
+  compute->Observe(r.compute_seconds);
+  if (r.code != absl::StatusCode::kOk) return;
+  m.logical_bytes->Increment(r.logical_bytes);
+  m.flops->Increment(r.flops);
+  if (r.compute_seconds > 0) {
+    m.bandwidth->Observe(r.logical_bytes / r.compute_seconds);
+    m.achieved_flops->Observe(r.flops / r.compute_seconds);
+  }
+}
+
+void Metrics::SetRegions(absl::string_view kind, int64_t count, int64_t bytes) {
+  const prometheus::Labels labels{{"kind", std::string(kind)}};
+  regions_.Add(labels).Set(static_cast<double>(count));
+  region_bytes_.Add(labels).Set(static_cast<double>(bytes));
+}
+
+void Metrics::SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes) {
+  pool_bytes_.Add({{"device", std::string(device)}, {"state", std::string(state)}})
+      .Set(static_cast<double>(bytes));
+}
+
+}  // namespace attnd::server::metrics

@@ -1,0 +1,98 @@
+// attnd's Prometheus metrics (DESIGN.md §6), base units and Prometheus naming. Built on a
+// registry the owner constructs (main, a test) and passes in; never global.
+//   auto registry = std::make_shared<prometheus::Registry>();
+//   Metrics metrics(registry.get(), "0.1.0", "cpu", {"sparse_mla", ...});
+//   metrics.RecordCall({.op = "sparse_mla", .code = absl::StatusCode::kOk, ...});
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace attnd::server::metrics {
+
+// What one finished call (successful or not) reports.
+struct CallRecord {
+  std::string op;                      // "sparse_mla"
+  absl::StatusCode code = absl::StatusCode::kOk;
+  std::string impl;                    // empty when nothing ran
+  double total_seconds = 0;            // received -> reply ready
+  double queue_seconds = 0;
+  double compute_seconds = 0;
+  bool ran = false;                    // queue/compute/work figures are meaningful
+  double flops = 0;
+  double logical_bytes = 0;
+  uint64_t copied_in = 0;              // inline bytes copied into the daemon
+  uint64_t copied_out = 0;             // inline bytes copied out in replies
+};
+
+class Metrics {
+ public:
+  // `registry` (not owned) must outlive this object. `ops` are pre-created so every family
+  // shows each op from the first scrape.
+  Metrics(prometheus::Registry* registry, absl::string_view version, absl::string_view backend,
+          const std::vector<std::string>& ops);
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Thread-safe.
+  void RecordCall(const CallRecord& r);
+  void AddInflight(double delta) { inflight_->Increment(delta); }
+  // kind: "host" or "device".
+  void SetRegions(absl::string_view kind, int64_t count, int64_t bytes);
+  void SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes);
+
+ private:
+  struct OpMetrics {
+    prometheus::Histogram* request = nullptr;
+    prometheus::Histogram* queue = nullptr;
+    prometheus::Counter* logical_bytes = nullptr;
+    prometheus::Counter* flops = nullptr;
+    prometheus::Histogram* bandwidth = nullptr;
+    prometheus::Histogram* achieved_flops = nullptr;
+  };
+  OpMetrics& ForOp(const std::string& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& request_duration_;
+  prometheus::Family<prometheus::Histogram>& queue_duration_;
+  prometheus::Family<prometheus::Histogram>& compute_duration_;
+  prometheus::Family<prometheus::Counter>& logical_bytes_;
+  prometheus::Family<prometheus::Counter>& flops_;
+  prometheus::Family<prometheus::Histogram>& bandwidth_;
+  prometheus::Family<prometheus::Histogram>& achieved_flops_;
+  prometheus::Family<prometheus::Counter>& copied_bytes_;
+  prometheus::Family<prometheus::Gauge>& pool_bytes_;
+  prometheus::Family<prometheus::Gauge>& regions_;
+  prometheus::Family<prometheus::Gauge>& region_bytes_;
+  prometheus::Family<prometheus::Counter>& graph_cache_;
+  prometheus::Family<prometheus::Gauge>& inflight_family_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Gauge* inflight_ = nullptr;
+  prometheus::Counter* copied_in_ = nullptr;
+  prometheus::Counter* copied_out_ = nullptr;
+
+  std::mutex mu_;
+  std::map<std::string, OpMetrics> ops_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> requests_by_code_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, prometheus::Histogram*> compute_by_impl_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// The gRPC-style name of an absl code ("OK", "INVALID_ARGUMENT"): the `code` label.
+std::string CodeLabel(absl::StatusCode code);
+
+}  // namespace attnd::server::metrics

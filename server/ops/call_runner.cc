@@ -1,0 +1,132 @@
+#include "server/ops/call_runner.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/common/log.h"
+
+namespace attnd::server::ops {
+
+struct CallRunner::State {
+  OpId id;
+  google::protobuf::Message* response = nullptr;
+  CallContext ctx;
+  std::function<void(absl::Status)> done;
+  std::unique_ptr<PreparedCall> call;
+};
+
+CallRunner::CallRunner(const OpTable* ops, engine::Scheduler* scheduler,
+                       const regions::RegionRegistry* registry, metrics::Metrics* metrics,
+                       Options options)
+    : ops_(ops), scheduler_(scheduler), registry_(registry), metrics_(metrics),
+      options_(options) {}
+
+void CallRunner::Start(OpId id, const google::protobuf::Message& request,
+                       google::protobuf::Message* response, CallContext ctx,
+                       std::function<void(absl::Status)> done) {
+  auto state = std::make_shared<State>();
+  state->id = id;
+  state->response = response;
+  state->ctx = std::move(ctx);
+  state->done = std::move(done);
+  if (state->ctx.request_id == 0) state->ctx.request_id = NewRequestId();
+  if (state->ctx.received == absl::InfinitePast()) state->ctx.received = absl::Now();
+  if (metrics_ != nullptr) metrics_->AddInflight(1);
+
+  const OpHandler* handler = ops_->Find(id);
+  if (handler == nullptr) {
+    Finish(std::move(state),
+           absl::UnimplementedError(absl::StrCat(OpName(id), " is not built into this attnd")),
+           nullptr);
+    return;
+  }
+  PrepareOptions prep;
+  prep.registry = registry_;
+  prep.max_inline_bytes = options_.max_inline_bytes;
+  absl::StatusOr<std::unique_ptr<PreparedCall>> call = handler->Prepare(request, response, prep);
+  if (!call.ok()) {
+    Finish(std::move(state), call.status(), nullptr);
+    return;
+  }
+  state->call = *std::move(call);
+
+  auto job = std::make_unique<engine::Job>();
+  job->id = state->ctx.request_id;
+  job->op = OpName(id);
+  job->deadline = state->ctx.deadline;
+  job->cancelled = state->ctx.cancelled;
+  job->steps = state->call->Steps();
+  job->done = [this, state](engine::JobOutcome outcome) {
+    Finish(state, outcome.status, &outcome);
+  };
+  if (absl::Status s = scheduler_->Submit(std::move(job)); !s.ok()) {
+    // The job (and its copy of `state`) is gone; `state` is ours again.
+    Finish(std::move(state), s, nullptr);
+  }
+}
+
+void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
+                        const engine::JobOutcome* outcome) {
+  metrics::CallRecord rec;
+  rec.op = OpName(state->id);
+  kernels::WorkCount work;
+  if (state->call != nullptr) {
+    if (status.ok()) {
+      state->call->tensors().FinishOutputs();
+      work = state->call->Count();
+    }
+    rec.copied_in = state->call->tensors().copied_in();
+    rec.copied_out = status.ok() ? state->call->tensors().copied_out() : 0;
+    state->call.reset();  // release region pins and staging buffers now
+  }
+  const double total = absl::ToDoubleSeconds(absl::Now() - state->ctx.received);
+  rec.code = status.code();
+  rec.total_seconds = total;
+  if (outcome != nullptr) {
+    rec.ran = outcome->ran;
+    rec.impl = outcome->impl;
+    rec.queue_seconds = absl::ToDoubleSeconds(outcome->queue);
+    rec.compute_seconds = absl::ToDoubleSeconds(outcome->compute);
+  }
+  rec.flops = work.flops;
+  rec.logical_bytes = work.bytes;
+  if (v1::CallStats* stats = MutableStats(state->response); stats != nullptr) {
+    stats->set_queue_seconds(rec.queue_seconds);
+    stats->set_compute_seconds(rec.compute_seconds);
+    stats->set_total_seconds(total);
+    stats->set_impl(rec.impl);
+    stats->set_flops(work.flops);
+    stats->set_logical_bytes(work.bytes);
+    if (rec.compute_seconds > 0) {
+      stats->set_achieved_flops_per_second(work.flops / rec.compute_seconds);
+      stats->set_achieved_bytes_per_second(work.bytes / rec.compute_seconds);
+    }
+    stats->set_copied_bytes_in(rec.copied_in);
+    stats->set_copied_bytes_out(rec.copied_out);
+    stats->set_request_id(state->ctx.request_id);
+  }
+  if (metrics_ != nullptr) {
+    metrics_->RecordCall(rec);
+    metrics_->AddInflight(-1);
+  }
+  if (status.ok()) {
+    if (LogEnabled(LogLevel::kDebug)) {
+      Log(LogLevel::kDebug, "call done",
+          {{"req", state->ctx.request_id}, {"op", rec.op}, {"origin", state->ctx.origin},
+           {"code", "OK"}, {"impl", rec.impl}, {"total_us", static_cast<int64_t>(total * 1e6)},
+           {"queue_us", static_cast<int64_t>(rec.queue_seconds * 1e6)},
+           {"compute_us", static_cast<int64_t>(rec.compute_seconds * 1e6)}});
+    }
+  } else {
+    Log(LogLevel::kInfo, "call failed",
+        {{"req", state->ctx.request_id}, {"op", rec.op}, {"origin", state->ctx.origin},
+         {"code", metrics::CodeLabel(status.code())}, {"error", status.message()},
+         {"total_us", static_cast<int64_t>(total * 1e6)}});
+  }
+  auto done = std::move(state->done);
+  state.reset();
+  if (done) done(std::move(status));
+}
+
+}  // namespace attnd::server::ops

@@ -1,0 +1,46 @@
+// IndexerLogits: q, k, k_scale, weights, ks, ke from the request; logits derived as f32 [M, N]
+// (M = q's rows, N = k's rows) when the request leaves it out.
+#include "server/ops/op_handler.h"
+
+#ifdef ATTND_HAVE_OP_INDEXER_LOGITS
+#include "kernels/indexer_logits/indexer_logits.h"
+
+namespace attnd::server::ops {
+namespace {
+
+namespace op = kernels::indexer_logits;
+
+struct IndexerLogitsTraits {
+  using Params = op::Params;
+  using Request = v1::IndexerLogitsRequest;
+  using Response = v1::IndexerLogitsResponse;
+  static constexpr OpId kId = OpId::kIndexerLogits;
+  static constexpr const char* kFastPaths = "H in {32, 64}, D = 128 (any H <= 128, D in {64, 128} runs)";
+
+  static absl::Status SetScalars(const Request& r, Params* p) {
+    if (r.has_clean_logits()) p->clean_logits = r.clean_logits();
+    return absl::OkStatus();
+  }
+  static OutputSpec Output(const Params& p, const Request&, absl::string_view) {
+    return {true, kernels::DType::kF32, {p.q.dim(0), p.k.dim(0)}};  // logits
+  }
+  static absl::Status Validate(const Params& p) { return op::Validate(p); }
+  static kernels::WorkCount Count(const Params& p) { return op::Count(p); }
+  static const auto& Implementations() { return op::Implementations(); }
+  static absl::Status Run(const Params& p, const kernels::ExecContext& ctx, std::string* impl) {
+    return op::Run(p, ctx, impl);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<OpHandler> MakeIndexerLogitsHandler() {
+  return std::make_unique<TypedOpHandler<IndexerLogitsTraits>>();
+}
+
+}  // namespace attnd::server::ops
+#else
+namespace attnd::server::ops {
+std::unique_ptr<OpHandler> MakeIndexerLogitsHandler() { return nullptr; }
+}  // namespace attnd::server::ops
+#endif

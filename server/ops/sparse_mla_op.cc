@@ -1,0 +1,48 @@
+// SparseMla: q, kv, indices, indptr, topk_length from the request; out/lse derived as
+// [T, H, 512] bf16 and [T, H] f32 when the request leaves them out.
+#include "server/ops/op_handler.h"
+
+#ifdef ATTND_HAVE_OP_SPARSE_MLA
+#include "kernels/sparse_mla/sparse_mla.h"
+
+namespace attnd::server::ops {
+namespace {
+
+namespace op = kernels::sparse_mla;
+
+struct SparseMlaTraits {
+  using Params = op::Params;
+  using Request = v1::SparseMlaRequest;
+  using Response = v1::SparseMlaResponse;
+  static constexpr OpId kId = OpId::kSparseMla;
+  static constexpr const char* kFastPaths =
+      "d_qk 512 or 576, H in {8,16,32,64,128}, any K (top-k table or CSR)";
+
+  static absl::Status SetScalars(const Request& r, Params* p) {
+    p->sm_scale = r.sm_scale();
+    return absl::OkStatus();
+  }
+  static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {
+    if (name == "out") return {true, kernels::DType::kBF16, {p.q.dim(0), p.q.dim(1), op::kDimV}};
+    return {true, kernels::DType::kF32, {p.q.dim(0), p.q.dim(1)}};  // lse
+  }
+  static absl::Status Validate(const Params& p) { return op::Validate(p); }
+  static kernels::WorkCount Count(const Params& p) { return op::Count(p); }
+  static const auto& Implementations() { return op::Implementations(); }
+  static absl::Status Run(const Params& p, const kernels::ExecContext& ctx, std::string* impl) {
+    return op::Run(p, ctx, impl);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<OpHandler> MakeSparseMlaHandler() {
+  return std::make_unique<TypedOpHandler<SparseMlaTraits>>();
+}
+
+}  // namespace attnd::server::ops
+#else
+namespace attnd::server::ops {
+std::unique_ptr<OpHandler> MakeSparseMlaHandler() { return nullptr; }
+}  // namespace attnd::server::ops
+#endif

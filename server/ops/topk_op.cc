@@ -1,0 +1,49 @@
+// TopK: logits, ks/ke or lengths, block_table from the request; indices derived as i32 [M, k];
+// values (f32 [M, k]) is optional and computed only when the request places it.
+#include "server/ops/op_handler.h"
+
+#ifdef ATTND_HAVE_OP_TOPK
+#include "kernels/topk/topk.h"
+
+namespace attnd::server::ops {
+namespace {
+
+namespace op = kernels::topk;
+
+struct TopKTraits {
+  using Params = op::Params;
+  using Request = v1::TopKRequest;
+  using Response = v1::TopKResponse;
+  static constexpr OpId kId = OpId::kTopK;
+  static constexpr const char* kFastPaths = "k <= 4096 (2048 in the model), optional fused block-table mapping";
+
+  static absl::Status SetScalars(const Request& r, Params* p) {
+    p->k = r.k();
+    p->page_size = r.page_size();
+    p->rows_per_request = r.rows_per_request() > 0 ? r.rows_per_request() : 1;
+    return absl::OkStatus();
+  }
+  static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {
+    if (name == "indices") return {true, kernels::DType::kI32, {p.logits.dim(0), p.k}};
+    return {false, kernels::DType::kF32, {p.logits.dim(0), p.k}};  // values: optional
+  }
+  static absl::Status Validate(const Params& p) { return op::Validate(p); }
+  static kernels::WorkCount Count(const Params& p) { return op::Count(p); }
+  static const auto& Implementations() { return op::Implementations(); }
+  static absl::Status Run(const Params& p, const kernels::ExecContext& ctx, std::string* impl) {
+    return op::Run(p, ctx, impl);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<OpHandler> MakeTopKHandler() {
+  return std::make_unique<TypedOpHandler<TopKTraits>>();
+}
+
+}  // namespace attnd::server::ops
+#else
+namespace attnd::server::ops {
+std::unique_ptr<OpHandler> MakeTopKHandler() { return nullptr; }
+}  // namespace attnd::server::ops
+#endif

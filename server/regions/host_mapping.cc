@@ -1,0 +1,126 @@
+#include "server/regions/host_mapping.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace attnd::server::regions {
+namespace {
+
+absl::Status ErrnoStatus(int err, const std::string& what) {
+  const std::string msg = absl::StrCat(what, ": ", strerror(err));
+  switch (err) {
+    case ENOENT: return absl::NotFoundError(msg);
+    case EACCES:
+    case EPERM: return absl::PermissionDeniedError(msg);
+    case EINVAL:
+    case ENAMETOOLONG: return absl::InvalidArgumentError(msg);
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM: return absl::ResourceExhaustedError(msg);
+    default: return absl::InternalError(msg);
+  }
+}
+
+}  // namespace
+
+absl::Status CheckRange(uint64_t offset, uint64_t byte_size, uint64_t object_size,
+                        const std::string& what) {
+  if (byte_size == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": byte_size is 0"));
+  uint64_t end;
+  if (__builtin_add_overflow(offset, byte_size, &end)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": offset ", offset, " + byte_size ",
+                                                   byte_size, " overflows 64 bits"));
+  }
+  if (offset >= object_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": offset ", offset, " is >= the size ", object_size));
+  }
+  if (byte_size > object_size - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": offset ", offset, " + byte_size ",
+                                                   byte_size, " = ", end, " is past the size ",
+                                                   object_size));
+  }
+  return absl::OkStatus();
+}
+
+HostMapping::~HostMapping() { Reset(); }
+
+HostMapping::HostMapping(HostMapping&& other) noexcept { *this = std::move(other); }
+
+HostMapping& HostMapping::operator=(HostMapping&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    std::swap(map_base_, other.map_base_);
+    std::swap(map_len_, other.map_len_);
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+  }
+  return *this;
+}
+
+void HostMapping::Reset() {
+  if (map_base_ != nullptr) munmap(map_base_, map_len_);
+  map_base_ = nullptr;
+  map_len_ = 0;
+  data_ = nullptr;
+  size_ = 0;
+}
+
+absl::StatusOr<HostMapping> HostMapping::Map(const std::string& key, uint64_t offset,
+                                             uint64_t byte_size) {
+  const std::string what = absl::StrCat("shm object '", key, "'");
+  // Range checks that need no syscall first (zero size, 2^64 overflow, off_t range).
+  if (byte_size == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": byte_size is 0"));
+  uint64_t end;
+  if (__builtin_add_overflow(offset, byte_size, &end) ||
+      end > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": offset ", offset, " + byte_size ",
+                                                   byte_size, " overflows 64 bits"));
+  }
+  const int fd = shm_open(key.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open ", what));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return ErrnoStatus(err, absl::StrCat("cannot stat ", what));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(what, " is not a regular shm object"));
+  }
+  absl::Status range = CheckRange(offset, byte_size, static_cast<uint64_t>(st.st_size), what);
+  if (!range.ok()) {
+    close(fd);
+    return range;
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t page_offset = offset - offset % page;
+  const uint64_t delta = offset - page_offset;
+  HostMapping m;
+  m.map_len_ = static_cast<size_t>(delta + byte_size);
+  void* base = mmap(nullptr, m.map_len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                    static_cast<off_t>(page_offset));
+  const int err = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    m.map_len_ = 0;
+    return ErrnoStatus(err, absl::StrCat("cannot map ", what));
+  }
+  m.map_base_ = base;
+  m.data_ = static_cast<char*>(base) + delta;
+  m.size_ = byte_size;
+  return m;
+}
+
+}  // namespace attnd::server::regions

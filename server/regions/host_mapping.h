@@ -1,0 +1,45 @@
+// A mapping of part of a POSIX shm object into the daemon: opened, size-checked against the
+// object (fstat), mmapped once and the descriptor closed at once, so regions never hold fds.
+//   ATTND_ASSIGN_OR_RETURN(HostMapping m, HostMapping::Map("/my-shm", 0, 1 << 20));
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace attnd::server::regions {
+
+// Checks that [offset, offset + byte_size) is a non-empty range inside an object of
+// `object_size` bytes without overflowing 64 bits; INVALID_ARGUMENT naming the values.
+absl::Status CheckRange(uint64_t offset, uint64_t byte_size, uint64_t object_size,
+                        const std::string& what);
+
+class HostMapping {
+ public:
+  HostMapping() = default;
+  ~HostMapping();
+  HostMapping(HostMapping&& other) noexcept;
+  HostMapping& operator=(HostMapping&& other) noexcept;
+  HostMapping(const HostMapping&) = delete;
+  HostMapping& operator=(const HostMapping&) = delete;
+
+  // Maps bytes [offset, offset + byte_size) of shm object `key` (already validated) read-write.
+  // NOT_FOUND when the object does not exist, PERMISSION_DENIED when it cannot be opened
+  // read-write, INVALID_ARGUMENT when the range is empty or past the object's end.
+  static absl::StatusOr<HostMapping> Map(const std::string& key, uint64_t offset,
+                                         uint64_t byte_size);
+
+  char* data() const { return data_; }  // the byte at `offset` of the object
+  uint64_t size() const { return size_; }
+  void Reset();  // unmaps now
+
+ private:
+  void* map_base_ = nullptr;
+  size_t map_len_ = 0;
+  char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+}  // namespace attnd::server::regions
