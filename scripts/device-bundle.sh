@@ -16,9 +16,17 @@ cmake --build "$BUILD_DIR" -j "${ATTND_JOBS:-$(nproc)}"
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
-# Every executable the build produced (ELF files with the execute bit), flattened into bin/.
+# The daemon, the CLI, the GPU benchmarks and every test binary, flattened into bin/, stripped
+# (the device tool carries at most 64 MiB).
 while IFS= read -r -d '' f; do
-  if head -c 4 "$f" | grep -q $'\x7fELF'; then cp "$f" "$BUNDLE/bin/"; fi
+  case "$(basename "$f")" in
+    attnd|attnctl|attn_gpu_bench|*_test) ;;
+    *) continue ;;
+  esac
+  if head -c 4 "$f" | grep -q $'\x7fELF'; then
+    cp "$f" "$BUNDLE/bin/"
+    strip --strip-unneeded "$BUNDLE/bin/$(basename "$f")"
+  fi
 done < <(find "$BUILD_DIR" -type f -perm -u+x ! -name '*.so*' ! -path '*/CMakeFiles/*' -print0)
 
 # Their shared libraries, except the C runtime and the driver (the host provides those).
@@ -34,5 +42,8 @@ cp scripts/run-gpu-suite.sh "$BUNDLE/"
 [ -d client/python ] && cp -r client/python "$BUNDLE/python"
 [ -d tests/gpu ] && cp -r tests/gpu "$BUNDLE/gpu-tests"
 git rev-parse HEAD > "$BUNDLE/COMMIT" 2>/dev/null || echo unknown > "$BUNDLE/COMMIT"
-du -sh "$BUNDLE"
+for l in "$BUNDLE"/lib/*; do strip --strip-unneeded "$l" 2>/dev/null || true; done
+# A compressed copy for transports with a size limit: tar xf bundle.tar.xz restores $BUNDLE/.
+tar -cJf "$BUNDLE.tar.xz" "$BUNDLE"
+du -sh "$BUNDLE" "$BUNDLE.tar.xz"
 echo "bundle ready: $BUNDLE (run $BUNDLE/run-gpu-suite.sh OUT_DIR on the GPU host)"
