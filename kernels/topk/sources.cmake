@@ -1,4 +1,5 @@
-# Top-k operator (kernels/topk): host entry, CPU implementation, fp64 reference.
+# Top-k operator (kernels/topk): host entry, CPU implementation, GPU implementation (CUDA builds),
+# fp64 reference.
 target_sources(attn_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/topk.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
@@ -7,3 +8,8 @@ target_sources(attn_kernels PRIVATE
 target_sources(attn_kernels_reference PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/reference.cc
 )
+if(ATTND_GPU STREQUAL "cuda")
+  target_sources(attn_kernels PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
+  )
+endif()

@@ -1,0 +1,113 @@
+// GPU benchmarks of top-k (k = 2048, N(0, 1) logits): prefill 4096 rows with causal windows over
+// a 32K context (KERNELS.md §3 budget 409 µs), decode 128 × 32K (budget 30 µs) plain and mapped to
+// KV slots (page 64), and 8 rows of 128K. Byte counts come from the host-side shapes and windows.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/gpu/gpu_bench.h"
+#include "kernels/topk/topk.h"
+
+namespace attnd::bench {
+namespace {
+
+using kernels::DType;
+namespace topk = kernels::topk;
+
+struct Preset {
+  const char* name;
+  int64_t m, n, k;
+  bool causal;     // ks = 0, ke = n - m + row + 1 (the last m positions of an n context)
+  int64_t page;    // > 0: map to KV slots through a [m, n / page] block table
+};
+
+constexpr Preset kPresets[] = {
+    {"prefill_m4096_n32768_causal_k2048", 4096, 32768, 2048, true, 0},
+    {"decode_b128_n32768_k2048", 128, 32768, 2048, false, 0},
+    {"decode_b128_n32768_k2048_slots_p64", 128, 32768, 2048, false, 64},
+    {"long_m8_n131072_k2048", 8, 131072, 2048, false, 0},
+};
+
+absl::StatusOr<GpuBenchCase> MakeCase(const Preset& preset, const kernels::Impl<topk::Params>& impl,
+                                      uint64_t seed) {
+  auto arena = std::make_shared<DeviceArena>();
+  const int64_t m = preset.m, n = preset.n, k = preset.k;
+  topk::Params p;
+  auto logits = arena->Random(DType::kF32, m * n, 1.0f, seed);
+  if (!logits.ok()) return logits.status();
+  p.logits = kernels::MakeTensor(*logits, DType::kF32, {m, n});
+  p.k = k;
+  double valid = 0;
+  std::vector<int32_t> ks(static_cast<size_t>(m), 0), ke(static_cast<size_t>(m));
+  for (int64_t r = 0; r < m; ++r) {
+    ke[static_cast<size_t>(r)] = static_cast<int32_t>(preset.causal ? n - m + r + 1 : n);
+    valid += ke[static_cast<size_t>(r)];
+  }
+  auto ke_dev = arena->Upload(ke.data(), 4 * m);
+  if (!ke_dev.ok()) return ke_dev.status();
+  double window_bytes = 4.0 * static_cast<double>(m);
+  if (preset.causal) {
+    auto ks_dev = arena->Upload(ks.data(), 4 * m);
+    if (!ks_dev.ok()) return ks_dev.status();
+    p.ks = kernels::MakeTensor(*ks_dev, DType::kI32, {m});
+    p.ke = kernels::MakeTensor(*ke_dev, DType::kI32, {m});
+    window_bytes *= 2;
+  } else {
+    p.lengths = kernels::MakeTensor(*ke_dev, DType::kI32, {m});
+  }
+  auto indices = arena->Alloc(4 * m * k);
+  if (!indices.ok()) return indices.status();
+  p.indices = kernels::MakeTensor(*indices, DType::kI32, {m, k});
+  double table_bytes = 0;
+  if (preset.page > 0) {
+    const int64_t blocks = (n + preset.page - 1) / preset.page;
+    std::vector<int32_t> table(static_cast<size_t>(m * blocks));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i % (1 << 20));
+    auto table_dev = arena->Upload(table.data(), 4 * m * blocks);
+    if (!table_dev.ok()) return table_dev.status();
+    p.block_table = kernels::MakeTensor(*table_dev, DType::kI32, {m, blocks});
+    p.page_size = preset.page;
+    table_bytes = 4.0 * static_cast<double>(m * blocks);  // full windows span every page
+  }
+  if (absl::Status s = topk::Validate(p); !s.ok()) return s;
+
+  GpuBenchCase c;
+  c.op = "topk";
+  c.preset = preset.name;
+  c.impl = impl.name;
+  c.peak = PeakKind::kMemory;
+  c.work.bytes = 4.0 * valid + window_bytes + 4.0 * static_cast<double>(m * k) + table_bytes;
+  c.arena = arena;
+  const kernels::Impl<topk::Params>* run = &impl;
+  c.launch = [p, run](gpu::Stream stream) {
+    kernels::ExecContext ctx;
+    ctx.backend = run->backend;
+    ctx.stream = stream;
+    return run->run(p, ctx);
+  };
+  return c;
+}
+
+absl::StatusOr<std::vector<GpuBenchCase>> MakeTopkCases(const std::string& filter) {
+  std::vector<GpuBenchCase> cases;
+  uint64_t seed = 1;
+  for (const auto& impl : topk::Implementations()) {
+    if (impl.backend != kernels::Backend::kCuda) continue;
+    for (const Preset& preset : kPresets) {
+      ++seed;
+      const std::string name = absl::StrCat("topk/", preset.name, "/", impl.name);
+      if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+      auto c = MakeCase(preset, impl, seed);
+      if (!c.ok()) return c.status();
+      cases.push_back(std::move(*c));
+    }
+  }
+  return cases;
+}
+
+}  // namespace
+}  // namespace attnd::bench
+
+ATTND_REGISTER_GPU_BENCH(topk, attnd::bench::MakeTopkCases);
