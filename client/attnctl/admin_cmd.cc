@@ -1,0 +1,171 @@
+// attnctl info | health | regions | presets.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/attnctl/commands.h"
+#include "client/attnctl/json.h"
+#include "client/client.h"
+
+namespace attnd::attnctl {
+
+int ServiceExit(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kInvalidArgument && s.message().find("tls_") == 0
+             ? kExitUsage
+             : kExitService;
+}
+
+int Fail(const CtlOptions& o, const absl::Status& s, int exit_code) {
+  if (o.json) {
+    JsonObject j;
+    j.Add("error", std::string(s.message())).Add("code", absl::StatusCodeToString(s.code()));
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    std::fprintf(stderr, "attnctl: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
+                 std::string(s.message()).c_str());
+  }
+  return exit_code;
+}
+
+int InfoCommand(const CtlOptions& o) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Connect(o.connect);
+  if (!c.ok()) return Fail(o, c.status(), ServiceExit(c.status()));
+  absl::StatusOr<v1::GetInfoResponse> info = (*c)->GetInfo(o.timeout);
+  if (!info.ok()) return Fail(o, info.status(), kExitService);
+  const v1::Limits& l = info->limits();
+  if (o.json) {
+    std::vector<std::string> devices, ops;
+    for (const v1::DeviceInfo& d : info->devices()) {
+      JsonObject j;
+      j.Add("name", d.name()).Add("uuid", d.uuid()).Add("memory_bytes", d.memory_bytes());
+      j.Add("arch", d.arch()).Add("cores", d.cores());
+      devices.push_back(j.str());
+    }
+    for (const v1::OpInfo& op : info->ops()) {
+      std::vector<std::string> impls;
+      for (const std::string& i : op.implementations()) impls.push_back(JsonQuote(i));
+      JsonObject j;
+      j.Add("name", op.name()).Add("rpc", op.rpc()).AddRaw("implementations", JsonArray(impls));
+      j.Add("fast_paths", op.fast_paths());
+      ops.push_back(j.str());
+    }
+    JsonObject limits;
+    limits.Add("max_message_bytes", l.max_message_bytes());
+    limits.Add("queue_capacity", l.queue_capacity());
+    limits.Add("workers", l.workers()).Add("cpu_threads", l.cpu_threads());
+    limits.Add("allow_client_shm", l.allow_client_shm()).Add("max_rank", l.max_rank());
+    limits.Add("device_handle_bytes", uint64_t{l.device_handle_bytes()});
+    JsonObject j;
+    j.Add("target", o.connect.target).Add("version", info->version());
+    j.Add("backend", info->backend()).AddRaw("devices", JsonArray(devices));
+    j.AddRaw("ops", JsonArray(ops)).AddRaw("limits", limits.str());
+    std::printf("%s\n", j.str().c_str());
+    return kExitOk;
+  }
+  std::printf("attnd %s at %s, backend %s\n", info->version().c_str(), o.connect.target.c_str(),
+              info->backend().c_str());
+  for (const v1::DeviceInfo& d : info->devices()) {
+    std::printf("device  %s (%s) arch %s, %d cores, %.1f GiB\n", d.name().c_str(),
+                d.uuid().empty() ? "no uuid" : d.uuid().c_str(), d.arch().c_str(), d.cores(),
+                static_cast<double>(d.memory_bytes()) / (1ull << 30));
+  }
+  for (const v1::OpInfo& op : info->ops()) {
+    std::vector<std::string> impls(op.implementations().begin(), op.implementations().end());
+    std::printf("op      %-22s %-20s impls [%s]  fast paths: %s\n", op.name().c_str(),
+                op.rpc().c_str(), absl::StrJoin(impls, ", ").c_str(), op.fast_paths().c_str());
+  }
+  std::printf("limits  max message %llu B, queue %d, workers %d, cpu threads %d, "
+              "client shm %s, max rank %d\n",
+              static_cast<unsigned long long>(l.max_message_bytes()), l.queue_capacity(),
+              l.workers(), l.cpu_threads(), l.allow_client_shm() ? "allowed" : "off",
+              l.max_rank());
+  return kExitOk;
+}
+
+int HealthCommand(const CtlOptions& o) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Connect(o.connect);
+  if (!c.ok()) return Fail(o, c.status(), ServiceExit(c.status()));
+  absl::StatusOr<client::HealthStatus> h = (*c)->Health(o.health_service, o.timeout);
+  if (!h.ok()) return Fail(o, h.status(), kExitService);
+  const bool serving = *h == client::HealthStatus::kServing;
+  if (o.json) {
+    JsonObject j;
+    j.Add("target", o.connect.target).Add("service", o.health_service);
+    j.Add("status", client::HealthStatusName(*h)).Add("serving", serving);
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    std::printf("%s\n", client::HealthStatusName(*h));
+  }
+  return serving ? kExitOk : kExitCheckFailed;
+}
+
+int RegionsCommand(const CtlOptions& o) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Connect(o.connect);
+  if (!c.ok()) return Fail(o, c.status(), ServiceExit(c.status()));
+  absl::StatusOr<v1::ListRegionsResponse> r = (*c)->ListRegions(o.timeout);
+  if (!r.ok()) return Fail(o, r.status(), kExitService);
+  if (o.json) {
+    std::vector<std::string> items;
+    for (const v1::RegionInfo& ri : r->regions()) {
+      JsonObject j;
+      j.Add("name", ri.name());
+      j.Add("kind", ri.kind() == v1::RegionInfo::KIND_DEVICE ? "device" : "host");
+      j.Add("key", ri.key()).Add("device_uuid", ri.device_uuid()).Add("offset", ri.offset());
+      j.Add("byte_size", ri.byte_size()).Add("lease_id", ri.lease_id());
+      j.Add("in_flight", int64_t{ri.in_flight()});
+      items.push_back(j.str());
+    }
+    JsonObject j;
+    j.Add("target", o.connect.target).AddRaw("regions", JsonArray(items));
+    std::printf("%s\n", j.str().c_str());
+    return kExitOk;
+  }
+  if (r->regions().empty()) std::printf("no regions\n");
+  for (const v1::RegionInfo& ri : r->regions()) {
+    std::printf("%-32s %-6s %-40s offset %llu size %llu in-flight %lld%s%s\n",
+                ri.name().c_str(), ri.kind() == v1::RegionInfo::KIND_DEVICE ? "device" : "host",
+                ri.kind() == v1::RegionInfo::KIND_DEVICE ? ri.device_uuid().c_str()
+                                                         : ri.key().c_str(),
+                static_cast<unsigned long long>(ri.offset()),
+                static_cast<unsigned long long>(ri.byte_size()),
+                static_cast<long long>(ri.in_flight()), ri.lease_id().empty() ? "" : " lease ",
+                ri.lease_id().c_str());
+  }
+  return kExitOk;
+}
+
+int PresetsCommand(const CtlOptions& o, const std::string& op) {
+  std::vector<std::string> ops;
+  if (op.empty()) {
+    ops = OpNames();
+  } else {
+    const std::string name = CanonicalOpName(op);
+    if (name.empty()) {
+      return Fail(o, absl::InvalidArgumentError(absl::StrCat("unknown op '", op, "'")),
+                  kExitUsage);
+    }
+    ops.push_back(name);
+  }
+  std::vector<std::string> items;
+  for (const std::string& name : ops) {
+    for (const PresetInfo& p : Presets(name)) {
+      std::vector<std::string> dims;
+      for (const auto& [k, v] : p.dims) dims.push_back(absl::StrCat(k, "=", v));
+      if (o.json) {
+        JsonObject j;
+        j.Add("op", name).Add("preset", p.name).Add("description", p.description);
+        j.Add("dims", absl::StrJoin(dims, ","));
+        items.push_back(j.str());
+      } else {
+        std::printf("%-22s %-9s %-60s %s\n", name.c_str(), p.name.c_str(),
+                    p.description.c_str(), absl::StrJoin(dims, ",").c_str());
+      }
+    }
+  }
+  if (o.json) std::printf("%s\n", JsonArray(items).c_str());
+  return kExitOk;
+}
+
+}  // namespace attnd::attnctl

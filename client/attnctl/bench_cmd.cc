@@ -1,0 +1,326 @@
+// attnctl bench <op>: many calls of one preset (unary or on a Session, inline or in regions)
+// from --concurrency threads; latency percentiles, throughput and the service overhead
+// (client round trip minus the server's compute time), with a progress line on stderr.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/attnctl/commands.h"
+#include "client/attnctl/json.h"
+#include "client/attnctl/report.h"
+
+namespace attnd::attnctl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sample {
+  double round_trip = 0;
+  double queue = 0;
+  double compute = 0;
+  double total = 0;
+  double flops_per_second = 0;
+  double bytes_per_second = 0;
+  uint64_t copied_in = 0;
+  uint64_t copied_out = 0;
+};
+
+// Nearest-rank percentile of a sorted vector.
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return NAN;
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
+  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+double Median(const std::vector<double>& sorted) {
+  if (sorted.empty()) return NAN;
+  const size_t n = sorted.size();
+  return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+std::vector<double> Sorted(const std::vector<Sample>& s, double Sample::*field) {
+  std::vector<double> v;
+  v.reserve(s.size());
+  for (const Sample& x : s) v.push_back(x.*field);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// Prints "\r..." every 0.5 s on a terminal, a line every 5 s otherwise, until stopped.
+class Progress {
+ public:
+  Progress(bool enabled, std::string label, int64_t total, const std::atomic<int64_t>* done)
+      : enabled_(enabled), label_(std::move(label)), total_(total), done_(done) {
+    if (!enabled_) return;
+    tty_ = isatty(STDERR_FILENO) != 0;
+    start_ = Clock::now();
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Progress() { Stop(); }
+  void Stop() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    Print(true);
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto period = std::chrono::milliseconds(tty_ ? 500 : 5000);
+    while (!cv_.wait_for(lock, period, [this] { return stop_; })) Print(false);
+  }
+  void Print(bool final_line) {
+    const double s = std::chrono::duration<double>(Clock::now() - start_).count();
+    const int64_t n = done_->load();
+    const std::string line = absl::StrFormat("[bench] %s: %d/%d requests, %.1f s, %.1f req/s",
+                                             label_, n, total_, s, s > 0 ? n / s : 0.0);
+    if (tty_) {
+      std::fprintf(stderr, "\r%s%s", line.c_str(), final_line ? "\n" : "");
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+
+  const bool enabled_;
+  const std::string label_;
+  const int64_t total_;
+  const std::atomic<int64_t>* const done_;
+  bool tty_ = false;
+  Clock::time_point start_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+int PingCommand(const CtlOptions& o) {
+  if (o.requests < 1 || o.warmup < 0) {
+    return Fail(o, absl::InvalidArgumentError("want --requests >= 1, --warmup >= 0"), kExitUsage);
+  }
+  absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Connect(o.connect);
+  if (!c.ok()) return Fail(o, c.status(), ServiceExit(c.status()));
+  std::vector<Sample> samples;
+  for (int64_t i = 0; i < o.warmup + o.requests; ++i) {
+    const Clock::time_point start = Clock::now();
+    absl::StatusOr<v1::GetInfoResponse> info = (*c)->GetInfo(o.timeout);
+    const double rt = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!info.ok()) return Fail(o, info.status(), kExitService);
+    if (i >= o.warmup) {
+      Sample sample;
+      sample.round_trip = rt;
+      samples.push_back(sample);
+    }
+  }
+  const auto rt = Sorted(samples, &Sample::round_trip);
+  if (o.json) {
+    JsonObject j;
+    j.Add("command", "ping").Add("target", o.connect.target).Add("requests", o.requests);
+    j.Add("median_us", Median(rt) * 1e6).Add("p50_us", Percentile(rt, 50) * 1e6);
+    j.Add("p90_us", Percentile(rt, 90) * 1e6).Add("p99_us", Percentile(rt, 99) * 1e6);
+    j.Add("min_us", rt.front() * 1e6).Add("max_us", rt.back() * 1e6);
+    if (o.samples) {
+      std::vector<std::string> rts;
+      for (const Sample& x : samples) rts.push_back(absl::StrFormat("%.3f", x.round_trip * 1e6));
+      j.AddRaw("round_trip_us_samples", JsonArray(rts));
+    }
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    std::printf("GetInfo round trip to %s over %lld calls: p50 %s  p90 %s  p99 %s  (min %s)\n",
+                o.connect.target.c_str(), static_cast<long long>(o.requests),
+                FormatSeconds(Percentile(rt, 50)).c_str(),
+                FormatSeconds(Percentile(rt, 90)).c_str(),
+                FormatSeconds(Percentile(rt, 99)).c_str(), FormatSeconds(rt.front()).c_str());
+  }
+  return kExitOk;
+}
+
+int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
+  const std::string op = CanonicalOpName(op_arg);
+  if (op.empty()) {
+    return Fail(o, absl::InvalidArgumentError(absl::StrCat("unknown op '", op_arg, "'")),
+                kExitUsage);
+  }
+  if (o.requests < 1 || o.concurrency < 1 || o.warmup < 0) {
+    return Fail(o, absl::InvalidArgumentError("want --requests >= 1, --concurrency >= 1, "
+                                              "--warmup >= 0"),
+                kExitUsage);
+  }
+  absl::StatusOr<std::unique_ptr<OpCase>> made = MakeOpCase(op, o.preset, o.set, o.seed);
+  if (!made.ok()) return Fail(o, made.status(), kExitUsage);
+  OpCase& c = **made;
+  CallSetup setup;
+  const uint64_t region_bytes = c.InputBytes() + o.concurrency * c.OutputBytes() + 4096;
+  if (absl::Status s = setup.Connect(o, region_bytes); !s.ok()) return Fail(o, s, ServiceExit(s));
+  if (setup.region != nullptr) {
+    if (absl::Status s = c.MoveInputsTo(setup.region.get()); !s.ok()) {
+      return Fail(o, s, kExitLocal);
+    }
+  }
+  std::vector<std::unique_ptr<RemoteCall>> calls;
+  for (int w = 0; w < o.concurrency; ++w) {
+    absl::StatusOr<std::unique_ptr<RemoteCall>> call = c.NewRemoteCall(setup.region.get());
+    if (!call.ok()) return Fail(o, call.status(), kExitLocal);
+    calls.push_back(*std::move(call));
+  }
+  const Caller caller = setup.caller(o);
+
+  // Warm-up on worker 0's buffers; the first reply is checked against the local run.
+  bool verified = false;
+  for (int64_t i = 0; i < std::max<int64_t>(o.warmup, o.verify ? 1 : 0); ++i) {
+    absl::StatusOr<client::CallResult> r = calls[0]->Run(caller);
+    if (!r.ok()) return Fail(o, r.status(), kExitService);
+    if (i == 0 && o.verify) {
+      kernels::ThreadPool pool(o.local_threads);
+      if (absl::Status s = c.RunLocal(&pool); !s.ok()) return Fail(o, s, kExitLocal);
+      for (const Check& k : c.Compare(*calls[0], *r)) {
+        if (!k.pass) {
+          return Fail(o, absl::DataLossError(absl::StrCat("the reply does not match the local "
+                                                          "run: ", k.name, ": ", k.detail)),
+                      kExitCheckFailed);
+        }
+      }
+      verified = true;
+    }
+  }
+
+  std::vector<std::vector<Sample>> per_worker(o.concurrency);
+  std::atomic<int64_t> next{0}, done{0}, errors{0};
+  std::mutex error_mu;
+  std::string first_error;
+  const std::string transport = o.regions ? "regions" : "inline";
+  const Clock::time_point start = Clock::now();
+  {
+    Progress progress(o.progress, absl::StrCat(op, " ", o.preset, " ", transport), o.requests,
+                      &done);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < o.concurrency; ++w) {
+      threads.emplace_back([&, w] {
+        while (next.fetch_add(1) < o.requests) {
+          absl::StatusOr<client::CallResult> r = calls[w]->Run(caller);
+          done.fetch_add(1);
+          if (!r.ok()) {
+            errors.fetch_add(1);
+            std::lock_guard<std::mutex> lock(error_mu);
+            if (first_error.empty()) first_error = r.status().ToString();
+            continue;
+          }
+          const v1::CallStats& s = r->stats;
+          per_worker[w].push_back({r->round_trip_seconds, s.queue_seconds(),
+                                   s.compute_seconds(), s.total_seconds(),
+                                   s.achieved_flops_per_second(), s.achieved_bytes_per_second(),
+                                   s.copied_bytes_in(), s.copied_bytes_out()});
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+
+  std::vector<Sample> samples;
+  for (auto& v : per_worker) samples.insert(samples.end(), v.begin(), v.end());
+  std::vector<Sample> overheads = samples;
+  for (Sample& s : overheads) s.round_trip -= s.compute;  // service overhead per call
+  std::vector<Sample> transport_overheads = samples;
+  for (Sample& s : transport_overheads) s.round_trip -= s.total;
+  const auto rt = Sorted(samples, &Sample::round_trip);
+  const auto oh = Sorted(overheads, &Sample::round_trip);
+  const auto toh = Sorted(transport_overheads, &Sample::round_trip);
+  const auto compute = Sorted(samples, &Sample::compute);
+  const auto queue = Sorted(samples, &Sample::queue);
+  const auto total = Sorted(samples, &Sample::total);
+  const auto gflops = Sorted(samples, &Sample::flops_per_second);
+  const auto gbytes = Sorted(samples, &Sample::bytes_per_second);
+  uint64_t copied_in = 0, copied_out = 0;
+  double mean = 0;
+  for (const Sample& s : samples) {
+    copied_in = std::max(copied_in, s.copied_in);
+    copied_out = std::max(copied_out, s.copied_out);
+    mean += s.round_trip / samples.size();
+  }
+  const double throughput = wall > 0 ? samples.size() / wall : 0;
+
+  if (o.json) {
+    JsonObject j;
+    j.Add("command", "bench").Add("op", op).Add("preset", o.preset).Add("shape", c.shape());
+    j.Add("transport", transport).Add("api", o.session ? "session" : "unary");
+    j.Add("target", o.connect.target).Add("requests", o.requests);
+    j.Add("concurrency", o.concurrency).Add("warmup", o.warmup).Add("verified", verified);
+    j.Add("errors", errors.load()).Add("first_error", first_error).Add("wall_s", wall);
+    j.Add("throughput_rps", throughput);
+    j.Add("median_us", Median(rt) * 1e6).Add("p50_us", Percentile(rt, 50) * 1e6);
+    j.Add("p90_us", Percentile(rt, 90) * 1e6).Add("p99_us", Percentile(rt, 99) * 1e6);
+    j.Add("min_us", rt.empty() ? NAN : rt.front() * 1e6);
+    j.Add("max_us", rt.empty() ? NAN : rt.back() * 1e6).Add("mean_us", mean * 1e6);
+    j.Add("server_queue_p50_us", Percentile(queue, 50) * 1e6);
+    j.Add("server_compute_p50_us", Percentile(compute, 50) * 1e6);
+    j.Add("server_total_p50_us", Percentile(total, 50) * 1e6);
+    j.Add("overhead_p50_us", Percentile(oh, 50) * 1e6);
+    j.Add("overhead_p90_us", Percentile(oh, 90) * 1e6);
+    j.Add("overhead_p99_us", Percentile(oh, 99) * 1e6);
+    j.Add("transport_overhead_p50_us", Percentile(toh, 50) * 1e6);
+    j.Add("copied_bytes", copied_in + copied_out).Add("copied_bytes_in", copied_in);
+    j.Add("copied_bytes_out", copied_out);
+    j.Add("gflops_per_second", Percentile(gflops, 50) / 1e9);
+    j.Add("gbytes_per_second", Percentile(gbytes, 50) / 1e9);
+    if (o.samples) {
+      // Per call, in completion order per worker: for merging several runs (bench/).
+      std::vector<std::string> rts, computes, totals;
+      for (const Sample& x : samples) {
+        rts.push_back(absl::StrFormat("%.3f", x.round_trip * 1e6));
+        computes.push_back(absl::StrFormat("%.3f", x.compute * 1e6));
+        totals.push_back(absl::StrFormat("%.3f", x.total * 1e6));
+      }
+      j.AddRaw("round_trip_us_samples", JsonArray(rts));
+      j.AddRaw("compute_us_samples", JsonArray(computes));
+      j.AddRaw("total_us_samples", JsonArray(totals));
+    }
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    std::printf("%s %s (%s) via %s, %s %s: %lld requests, concurrency %d, %lld errors%s%s\n",
+                op.c_str(), o.preset.c_str(), c.shape().c_str(), o.connect.target.c_str(),
+                transport.c_str(), o.session ? "session" : "unary",
+                static_cast<long long>(o.requests), o.concurrency,
+                static_cast<long long>(errors.load()), first_error.empty() ? "" : ": ",
+                first_error.c_str());
+    std::printf("  round trip  p50 %s  p90 %s  p99 %s  (min %s, max %s)\n",
+                FormatSeconds(Percentile(rt, 50)).c_str(),
+                FormatSeconds(Percentile(rt, 90)).c_str(),
+                FormatSeconds(Percentile(rt, 99)).c_str(),
+                FormatSeconds(rt.empty() ? NAN : rt.front()).c_str(),
+                FormatSeconds(rt.empty() ? NAN : rt.back()).c_str());
+    std::printf("  server      queue p50 %s  compute p50 %s  total p50 %s  %.2f GFLOP/s  "
+                "%.2f GB/s\n",
+                FormatSeconds(Percentile(queue, 50)).c_str(),
+                FormatSeconds(Percentile(compute, 50)).c_str(),
+                FormatSeconds(Percentile(total, 50)).c_str(), Percentile(gflops, 50) / 1e9,
+                Percentile(gbytes, 50) / 1e9);
+    std::printf("  overhead    (round trip - compute) p50 %s  p90 %s  p99 %s\n",
+                FormatSeconds(Percentile(oh, 50)).c_str(),
+                FormatSeconds(Percentile(oh, 90)).c_str(),
+                FormatSeconds(Percentile(oh, 99)).c_str());
+    std::printf("  throughput  %.1f requests/s over %s; copied per request in %s, out %s%s\n",
+                throughput, FormatSeconds(wall).c_str(), FormatBytes(copied_in).c_str(),
+                FormatBytes(copied_out).c_str(), verified ? "; reply verified" : "");
+  }
+  return errors.load() == 0 ? kExitOk : kExitService;
+}
+
+}  // namespace attnd::attnctl

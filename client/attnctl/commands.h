@@ -1,0 +1,57 @@
+// attnctl's subcommands, each taking the parsed flags and returning the process exit code
+// (docs/ATTNCTL.md): 0 ok, 1 check failed (mismatch, NOT_SERVING, copied bytes with regions),
+// 2 usage, 3 the daemon refused or could not be reached, 4 local failure.
+//   return RunCommand(options, "sparse_mla");
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "client/attnctl/cases.h"
+#include "client/channel.h"
+
+namespace attnd::attnctl {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitCheckFailed = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitService = 3;
+inline constexpr int kExitLocal = 4;
+
+struct CtlOptions {
+  client::ConnectOptions connect;
+  absl::Duration timeout = absl::Seconds(120);  // per call
+  bool json = false;
+  std::string preset = "tiny";
+  Dims set;                 // --set overrides of the preset's dims
+  bool regions = false;     // tensors in a host region (zero copy) instead of inline
+  bool session = false;     // calls on a Session stream instead of unary RPCs
+  int64_t requests = 100;   // bench
+  int concurrency = 1;      // bench
+  int64_t warmup = 5;       // bench
+  bool verify = true;       // bench: check the first reply against the local run
+  bool samples = false;     // bench --json: every call's round trip, compute, total
+  uint64_t seed = 0;        // 0: a fresh random seed (printed)
+  int local_threads = 0;    // 0: every core
+  bool progress = true;     // bench: progress line on stderr
+  std::string health_service;
+  std::string client_name = "attnctl";
+};
+
+int InfoCommand(const CtlOptions& o);
+int HealthCommand(const CtlOptions& o);
+int RegionsCommand(const CtlOptions& o);
+int PresetsCommand(const CtlOptions& o, const std::string& op);  // op may be empty: all
+int RunCommand(const CtlOptions& o, const std::string& op);
+int BenchCommand(const CtlOptions& o, const std::string& op);
+// GetInfo round trips (--requests after --warmup): the transport's floor, no operator work.
+int PingCommand(const CtlOptions& o);
+
+// Prints an error (text, or {"error":..., "code":...} with --json) and returns `exit_code`.
+int Fail(const CtlOptions& o, const absl::Status& s, int exit_code);
+// The exit code for a failed status from the daemon or the connection.
+int ServiceExit(const absl::Status& s);
+
+}  // namespace attnd::attnctl

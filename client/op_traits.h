@@ -1,0 +1,98 @@
+// Per-operator facts the client needs to send a kernels Params struct as an RPC: the request
+// and response messages, the scalar fields, where the call sits in a Session message, and the
+// unary stub method. Tensor fields are matched by name (Params::ForEachTensor == proto fields).
+//   using T = OpTraits<kernels::sparse_mla::Params>;  T::Request req;  T::SetScalars(p, &req);
+#pragma once
+
+#include "attnd/v1/attention.grpc.pb.h"
+#include "client/dsa_params.h"
+#include "kernels/indexer_logits/params.h"
+#include "kernels/indexer_logits_paged/params.h"
+#include "kernels/mla_decode/params.h"
+#include "kernels/mla_prefill/params.h"
+#include "kernels/sparse_mla/params.h"
+#include "kernels/topk/params.h"
+
+namespace attnd::client {
+
+template <class Params>
+struct OpTraits;
+
+#define ATTND_CLIENT_OP_COMMON(ParamsT, Name, Rpc, field)                                  \
+  using Params = ParamsT;                                                                    \
+  using Request = v1::Rpc##Request;                                                          \
+  using Response = v1::Rpc##Response;                                                        \
+  static constexpr const char* kName = Name;                                                 \
+  static constexpr const char* kRpc = #Rpc;                                                  \
+  static Request* InSession(v1::SessionRequest* s) { return s->mutable_##field(); }          \
+  static const Response* FromSession(const v1::SessionResponse& s) {                         \
+    return s.has_##field() ? &s.field() : nullptr;                                           \
+  }                                                                                          \
+  static grpc::Status Unary(v1::Attention::Stub* stub, grpc::ClientContext* ctx,             \
+                            const Request& r, Response* out) {                               \
+    return stub->Rpc(ctx, r, out);                                                           \
+  }
+
+template <>
+struct OpTraits<kernels::indexer_logits::Params> {
+  ATTND_CLIENT_OP_COMMON(kernels::indexer_logits::Params, "indexer_logits", IndexerLogits,
+                         indexer_logits)
+  static void SetScalars(const Params& p, Request* r) { r->set_clean_logits(p.clean_logits); }
+};
+
+template <>
+struct OpTraits<kernels::indexer_logits_paged::Params> {
+  ATTND_CLIENT_OP_COMMON(kernels::indexer_logits_paged::Params, "indexer_logits_paged",
+                         IndexerLogitsPaged, indexer_logits_paged)
+  static void SetScalars(const Params& p, Request* r) {
+    r->set_block_size(p.block_size);
+    if (p.logits.present()) r->set_max_context_len(p.logits.dim(1));
+  }
+};
+
+template <>
+struct OpTraits<kernels::topk::Params> {
+  ATTND_CLIENT_OP_COMMON(kernels::topk::Params, "topk", TopK, top_k)
+  static void SetScalars(const Params& p, Request* r) {
+    r->set_k(p.k);
+    r->set_page_size(p.page_size);
+    r->set_rows_per_request(p.rows_per_request);
+  }
+};
+
+template <>
+struct OpTraits<kernels::sparse_mla::Params> {
+  ATTND_CLIENT_OP_COMMON(kernels::sparse_mla::Params, "sparse_mla", SparseMla, sparse_mla)
+  static void SetScalars(const Params& p, Request* r) { r->set_sm_scale(p.sm_scale); }
+};
+
+template <>
+struct OpTraits<kernels::mla_decode::Params> {
+  ATTND_CLIENT_OP_COMMON(kernels::mla_decode::Params, "mla_decode", MlaDecode, mla_decode)
+  static void SetScalars(const Params& p, Request* r) {
+    r->set_sm_scale(p.sm_scale);
+    r->set_causal(p.causal);
+  }
+};
+
+template <>
+struct OpTraits<kernels::mla_prefill::Params> {
+  ATTND_CLIENT_OP_COMMON(kernels::mla_prefill::Params, "mla_prefill", MlaPrefill, mla_prefill)
+  static void SetScalars(const Params& p, Request* r) {
+    r->set_sm_scale(p.sm_scale);
+    r->set_causal(p.causal);
+  }
+};
+
+template <>
+struct OpTraits<DsaAttentionParams> {
+  ATTND_CLIENT_OP_COMMON(DsaAttentionParams, "dsa_attention", DsaAttention, dsa_attention)
+  static void SetScalars(const Params& p, Request* r) {
+    r->set_topk(p.topk);
+    r->set_sm_scale(p.sm_scale);
+  }
+};
+
+#undef ATTND_CLIENT_OP_COMMON
+
+}  // namespace attnd::client

@@ -1,0 +1,29 @@
+"""attnd_client: the Python client of attnd, the attention daemon (DSA and MLA operators over
+gRPC). NumPy arrays in and out (bf16 as uint16, fp8 e4m3fn as uint8: see dtypes), zero-copy host
+regions (POSIX shm), sessions (a lease and pipelined calls), health, info, and torch tensors
+when torch is importable (CUDA tensors become device regions).
+
+    import attnd_client as ac
+    with ac.Client("unix:/tmp/attnd.sock") as client:
+        client.wait_ready()
+        res = client.topk(logits=logits, lengths=lengths, k=2048)
+        print(res.indices.shape, res.stats.compute_seconds)
+
+The stubs are generated at build time (CMake target attn_python_stubs); use the package from
+client/python (PYTHONPATH) with Debian's python3-grpcio, python3-protobuf and python3-numpy.
+"""
+from . import dtypes
+from .client import Client, OpFuture
+from .dtypes import from_bf16, from_fp8_e4m3, to_bf16, to_fp8_e4m3
+from .errors import AttndError
+from .ops import OPS, OpResult
+from .regions import HostRegion, ShmObject
+from .session import Session, SessionCall
+from .tensors import Placement, RegionRef, Typed, typed
+from ._proto import pb
+
+__all__ = [
+    "AttndError", "Client", "HostRegion", "OPS", "OpFuture", "OpResult", "Placement",
+    "RegionRef", "Session", "SessionCall", "ShmObject", "Typed", "dtypes", "from_bf16",
+    "from_fp8_e4m3", "pb", "to_bf16", "to_fp8_e4m3", "typed",
+]

@@ -1,0 +1,258 @@
+"""Client: one channel to an attnd daemon (unix socket or TCP, optionally TLS / mutual TLS) with
+typed op calls (ops.OpCalls), regions, health, info and sessions.
+
+    with Client("unix:/run/attnd/attnd.sock") as client:
+        client.wait_ready()
+        res = client.mla_decode(q=q, kv_cache=cache, block_table=bt, cache_seqlens=lens,
+                                sm_scale=0.0417)
+    tls = Client("node:50051", root_certificates="ca.pem", private_key="client.key",
+                 certificate_chain="client.pem")           # mTLS; paths or PEM bytes
+Thread-safe: calls may be made from many threads at once.
+"""
+import threading
+import time
+
+import grpc
+
+from . import health as _health
+from . import ops as _ops
+from .errors import AttndError
+from .regions import HostRegion, ShmObject
+from .tensors import TensorCodec
+from ._proto import pb, pb_grpc
+
+DEFAULT_MAX_MESSAGE_BYTES = 512 << 20  # attnd's --max-message-bytes default
+
+
+def _pem(value):
+    if value is None or isinstance(value, bytes):
+        return value
+    with open(value, "rb") as f:
+        return f.read()
+
+
+class OpFuture:
+    """A unary op call in flight: result(timeout) -> OpResult (raises AttndError), cancel()."""
+
+    def __init__(self, op_spec, future, sinks, keep):
+        self._spec, self._future, self._sinks = op_spec, future, sinks
+        self._keep = keep  # the request (and its buffers) until the call ends
+
+    def result(self, timeout=None):
+        try:
+            response = self._future.result(timeout=timeout)
+        except grpc.FutureCancelledError:
+            raise AttndError(grpc.StatusCode.CANCELLED, "cancelled by the client") from None
+        except grpc.RpcError as e:
+            raise AttndError.from_rpc_error(e) from None
+        return _ops.decode_response(self._spec, response, self._sinks)
+
+    def exception(self, timeout=None):
+        try:
+            self.result(timeout)
+        except AttndError as e:
+            return e
+        return None
+
+    def cancel(self):
+        return self._future.cancel()
+
+    def done(self):
+        return self._future.done()
+
+
+class Client(_ops.OpCalls):
+    def __init__(self, target, *, root_certificates=None, private_key=None,
+                 certificate_chain=None, tls=False, server_name=None,
+                 max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, options=(), timeout=None):
+        """`target`: "unix:/path" or "host:port". TLS when tls=True or any PEM is given (paths or
+        bytes): root_certificates verifies the server, private_key + certificate_chain is the
+        client's identity for mTLS; server_name overrides the name checked in the server's
+        certificate. `timeout`: default seconds per call (None: no deadline)."""
+        opts = [("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", max_message_bytes)]
+        if server_name:
+            opts.append(("grpc.ssl_target_name_override", server_name))
+        opts.extend(options)
+        self.target = target
+        if tls or root_certificates or private_key or certificate_chain:
+            creds = grpc.ssl_channel_credentials(_pem(root_certificates), _pem(private_key),
+                                                 _pem(certificate_chain))
+            self._channel = grpc.secure_channel(target, creds, options=opts)
+        else:
+            self._channel = grpc.insecure_channel(target, options=opts)
+        self._stub = pb_grpc.AttentionStub(self._channel)
+        self._health = _health.HealthStub(self._channel)
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._regions = {}  # name -> HostRegion registered through this client or its sessions
+        self._device_regions = None
+        self._device_uuids = None
+        self._codec = TensorCodec(self._find_region, self._device_region)
+
+    # ---- lifecycle ----
+
+    def close(self, unregister=True):
+        """Closes the host regions created through this client (unregistering them when
+        `unregister`), the device regions it registered, and the channel."""
+        with self._lock:
+            regions = list(self._regions.values())
+        for region in regions:
+            try:
+                region.close(unregister=unregister)
+            except AttndError:
+                pass
+        if self._device_regions is not None:
+            for name in self._device_regions.names():
+                try:
+                    self.unregister_region(name)
+                except AttndError:
+                    pass
+            self._device_regions.clear()
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _rpc(self, method, request, timeout=None):
+        try:
+            return method(request, timeout=self._timeout(timeout))
+        except grpc.RpcError as e:
+            raise AttndError.from_rpc_error(e) from None
+
+    def _timeout(self, timeout):
+        return self.timeout if timeout is None else timeout
+
+    # ---- service ----
+
+    def wait_ready(self, timeout=30.0):
+        """Blocks until the channel connects and health reports SERVING (AttndError else)."""
+        deadline = time.monotonic() + timeout
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise AttndError(grpc.StatusCode.UNAVAILABLE,
+                             f"{self.target}: not connected after {timeout} s") from None
+        status = None
+        while time.monotonic() < deadline:
+            status = self.health(timeout=max(0.1, deadline - time.monotonic()))
+            if status == "SERVING":
+                return
+            time.sleep(0.05)
+        raise AttndError(grpc.StatusCode.UNAVAILABLE, f"{self.target}: health is {status}")
+
+    def health(self, service="", timeout=None):
+        """grpc.health.v1 status name: "SERVING", "NOT_SERVING", ..."""
+        try:
+            return self._health.check(service, timeout=self._timeout(timeout))
+        except grpc.RpcError as e:
+            raise AttndError.from_rpc_error(e) from None
+
+    def watch_health(self, service="", timeout=None):
+        """A grpc call iterating status names as they change (cancel() it to stop)."""
+        return self._health.watch(service, timeout=timeout)
+
+    def info(self, timeout=None):
+        """attnd.v1.GetInfoResponse: version, backend, devices, ops, limits."""
+        return self._rpc(self._stub.GetInfo, pb.GetInfoRequest(), timeout)
+
+    def device_uuids(self):
+        if self._device_uuids is None:
+            self._device_uuids = [d.uuid for d in self.info().devices]
+        return self._device_uuids
+
+    # ---- regions ----
+
+    def register_host_region(self, name, key, byte_size, offset=0, lease_id="", timeout=None):
+        self._rpc(self._stub.RegisterHostRegion, pb.RegisterHostRegionRequest(
+            name=name, key=key, offset=offset, byte_size=byte_size, lease_id=lease_id), timeout)
+
+    def register_device_region(self, name, raw_handle, device_uuid, byte_size, offset=0,
+                               lease_id="", timeout=None):
+        self._rpc(self._stub.RegisterDeviceRegion, pb.RegisterDeviceRegionRequest(
+            name=name, raw_handle=raw_handle, device_uuid=device_uuid, offset=offset,
+            byte_size=byte_size, lease_id=lease_id), timeout)
+
+    def unregister_region(self, name="", lease_id="", timeout=None):
+        """Unregisters `name` (empty: every region without a lease, or every region of
+        `lease_id`); returns once their in-flight requests ended, with the removed names."""
+        response = self._rpc(self._stub.UnregisterRegion,
+                             pb.UnregisterRegionRequest(name=name, lease_id=lease_id), timeout)
+        with self._lock:
+            for removed in response.removed:
+                region = self._regions.pop(removed, None)
+                if region is not None:
+                    region.registered = False
+        return list(response.removed)
+
+    def list_regions(self, timeout=None):
+        """[attnd.v1.RegionInfo] of every registered region (all clients)."""
+        return list(self._rpc(self._stub.ListRegions, pb.ListRegionsRequest(), timeout).regions)
+
+    def create_host_region(self, name, byte_size, key=None, unlink_early=True, lease_id=""):
+        """Creates a shm object of byte_size bytes, registers it as region `name` (under
+        `lease_id` when given) and returns the HostRegion (see regions.py for who unlinks)."""
+        shm = ShmObject(byte_size, key)
+        try:
+            self.register_host_region(name, shm.key, byte_size, lease_id=lease_id)
+        except BaseException:
+            shm.close()
+            raise
+        if unlink_early:
+            shm.unlink()
+        region = HostRegion(self, name, shm, lease_id=lease_id)
+        self._add_region(region)
+        return region
+
+    def _add_region(self, region):
+        with self._lock:
+            self._regions[region.name] = region
+
+    def _forget_region(self, region):
+        with self._lock:
+            if self._regions.get(region.name) is region:
+                del self._regions[region.name]
+
+    def _release_region(self, region):
+        self._forget_region(region)
+        try:
+            self.unregister_region(region.name, lease_id=region.lease_id)
+        except AttndError as e:
+            if e.code != grpc.StatusCode.NOT_FOUND:  # already gone (unregister-all, lease end)
+                raise
+
+    def _find_region(self, address, nbytes):
+        with self._lock:
+            for region in self._regions.values():
+                if region.contains(address, nbytes):
+                    return region.name, region.address
+        return None
+
+    def _device_region(self, tensor):
+        with self._lock:
+            if self._device_regions is None:
+                from .torch_support import DeviceRegionCache
+                self._device_regions = DeviceRegionCache(self)
+        return self._device_regions.ref(tensor)
+
+    # ---- ops ----
+
+    def submit(self, op, timeout=None, metadata=None, **arguments):
+        """Starts an op call; returns an OpFuture."""
+        spec = _ops.spec(op)
+        request, sinks = _ops.build_request(spec, self._codec, arguments)
+        method = getattr(self._stub, spec.rpc)
+        future = method.future(request, timeout=self._timeout(timeout), metadata=metadata)
+        return OpFuture(spec, future, sinks, request)
+
+    def call(self, op, timeout=None, metadata=None, **arguments):
+        """Runs an op call and returns its OpResult (AttndError on failure)."""
+        return self.submit(op, timeout=timeout, metadata=metadata, **arguments).result()
+
+    def session(self, client_name="", timeout=None):
+        """Opens a Session (a lease and pipelined calls on one stream)."""
+        from .session import Session
+        return Session(self, client_name=client_name, timeout=timeout)

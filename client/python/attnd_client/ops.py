@@ -1,0 +1,190 @@
+"""The operators of attnd.v1 as data: each op's request fields with their dtypes, outputs and
+scalar options (DESIGN.md §2, proto/attnd/v1/attention.proto), the typed call methods shared by
+Client and Session, and OpResult.
+
+    res = client.sparse_mla(q=q, kv=kv, indices=idx, sm_scale=0.0417)
+    res.out      # uint16 bf16 bits [T, H, 512] (dtypes.from_bf16 for floats)
+    res.lse      # float32 [T, H]
+    res.stats    # attnd.v1.CallStats: queue/compute seconds, flops, copied bytes, request id
+"""
+import collections
+
+import numpy as np
+
+from . import dtypes
+from ._proto import pb
+from .tensors import decode_tensor
+
+F32, BF16, FP8, I32, U8 = dtypes.F32, dtypes.BF16, dtypes.FP8_E4M3, dtypes.I32, dtypes.U8
+
+OpSpec = collections.namedtuple(
+    "OpSpec", "name rpc request session_field inputs outputs optional_outputs scalars")
+
+OPS = {spec.name: spec for spec in [
+    OpSpec("indexer_logits", "IndexerLogits", pb.IndexerLogitsRequest, "indexer_logits",
+           {"q": FP8, "k": FP8, "k_scale": F32, "weights": F32, "ks": I32, "ke": I32},
+           {"logits": F32}, (), ("clean_logits",)),
+    OpSpec("indexer_logits_paged", "IndexerLogitsPaged", pb.IndexerLogitsPagedRequest,
+           "indexer_logits_paged",
+           {"q": FP8, "kv_cache": U8, "block_table": I32, "context_lens": I32, "weights": F32},
+           {"logits": F32}, (), ("clean_logits", "max_context_len", "block_size")),
+    OpSpec("topk", "TopK", pb.TopKRequest, "top_k",
+           {"logits": F32, "ks": I32, "ke": I32, "lengths": I32, "block_table": I32},
+           {"indices": I32, "values": F32}, ("values",), ("k", "page_size", "rows_per_request")),
+    OpSpec("sparse_mla", "SparseMla", pb.SparseMlaRequest, "sparse_mla",
+           {"q": BF16, "kv": BF16, "indices": I32, "indptr": I32, "topk_length": I32},
+           {"out": BF16, "lse": F32}, (), ("sm_scale",)),
+    OpSpec("mla_decode", "MlaDecode", pb.MlaDecodeRequest, "mla_decode",
+           {"q": BF16, "kv_cache": BF16, "block_table": I32, "cache_seqlens": I32},
+           {"out": BF16, "lse": F32}, (), ("sm_scale", "causal")),
+    OpSpec("mla_prefill", "MlaPrefill", pb.MlaPrefillRequest, "mla_prefill",
+           {"q": BF16, "k": BF16, "v": BF16, "cu_seqlens_q": I32, "cu_seqlens_k": I32},
+           {"out": BF16, "lse": F32}, (), ("causal", "sm_scale")),
+    OpSpec("dsa_attention", "DsaAttention", pb.DsaAttentionRequest, "dsa_attention",
+           {"index_q": FP8, "index_k": FP8, "index_k_scale": F32, "index_weights": F32,
+            "ks": I32, "ke": I32, "q": BF16, "kv": BF16},
+           {"out": BF16, "lse": F32, "indices": I32, "logits": F32}, ("indices", "logits"),
+           ("topk", "sm_scale")),
+]}
+
+
+# Options every op request may carry when the proto has them (GPU backends): the IPC event the
+# daemon waits on before the op, and the device to run on.
+COMMON_SCALARS = ("ready_event", "device_uuid")
+for _name, _spec in list(OPS.items()):
+    _extra = tuple(f for f in COMMON_SCALARS if f in _spec.request.DESCRIPTOR.fields_by_name)
+    OPS[_name] = _spec._replace(scalars=_spec.scalars + _extra)
+
+
+def spec(op):
+    try:
+        return OPS[op]
+    except KeyError:
+        raise ValueError(f"unknown op {op!r}; want one of {sorted(OPS)}") from None
+
+
+class OpResult:
+    """The outputs of one call by name (inline ones as read-only NumPy arrays of raw storage,
+    region ones as the array / tensor / RegionRef they were placed in), `stats` (CallStats) and
+    the raw `response` message."""
+
+    def __init__(self, op, response, outputs):
+        self.op = op
+        self.response = response
+        self.stats = response.stats
+        self.outputs = outputs
+        for name, value in outputs.items():
+            setattr(self, name, value)
+
+    def __getitem__(self, name):
+        return self.outputs[name]
+
+    def __repr__(self):
+        shapes = {k: getattr(v, "shape", v) for k, v in self.outputs.items()}
+        return f"OpResult({self.op}, {shapes}, request_id={self.stats.request_id})"
+
+
+def build_request(op_spec, codec, kwargs):
+    """(request message, sinks) for an op call's keyword arguments."""
+    known = set(op_spec.inputs) | set(op_spec.outputs) | set(op_spec.scalars)
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise TypeError(f"{op_spec.name}: unknown argument(s) {unknown}; want {sorted(known)}")
+    request = op_spec.request()
+    for name, dtype in op_spec.inputs.items():
+        value = kwargs.get(name)
+        if value is not None:
+            getattr(request, name).CopyFrom(codec.encode_input(name, value, dtype))
+    sinks = {}
+    for name, dtype in op_spec.outputs.items():
+        placement, sink = codec.encode_output(name, kwargs.get(name), dtype)
+        if placement is not None:
+            getattr(request, name).CopyFrom(placement)
+            getattr(request, name).SetInParent()
+        if sink is not None:
+            sinks[name] = sink
+    for name in op_spec.scalars:
+        value = kwargs.get(name)
+        if value is not None:
+            setattr(request, name, value)
+    return request, sinks
+
+
+def decode_response(op_spec, response, sinks):
+    outputs = {}
+    for name in op_spec.outputs:
+        if not response.HasField(name):
+            continue
+        sink = sinks.get(name)
+        array = decode_tensor(getattr(response, name))
+        if sink is not None and sink[0] == "copy" and array is not None:
+            np.copyto(sink[1], array.reshape(sink[1].shape))
+            array = sink[1]
+        elif sink is not None and sink[0] == "view":
+            array = sink[1]
+        outputs[name] = array
+    return OpResult(op_spec.name, response, outputs)
+
+
+class OpCalls:
+    """Typed calls per op. Subclasses implement call(op, timeout=None, **arguments) and
+    submit(op, timeout=None, **arguments) (a future with .result()). Tensor arguments: see
+    tensors.py; outputs default to inline replies. **options: the proto's per-call options
+    (COMMON_SCALARS: ready_event, device_uuid) where it has them."""
+
+    def indexer_logits(self, *, q, k, k_scale, weights, ks, ke, clean_logits=None, logits=None,
+                       timeout=None, **options):
+        """logits[m,n] = sum_h relu(q[m,h].k[n]) k_scale[n] weights[m,h] on row m's window."""
+        return self.call("indexer_logits", timeout=timeout, q=q, k=k, k_scale=k_scale,
+                         weights=weights, ks=ks, ke=ke, clean_logits=clean_logits, logits=logits,
+                         **options)
+
+    def indexer_logits_paged(self, *, q, kv_cache, block_table, context_lens, weights,
+                             max_context_len=None, block_size=None, clean_logits=None,
+                             logits=None, timeout=None, **options):
+        """Decode indexer over vLLM's paged fp8 key cache (block = keys then f32 scales)."""
+        return self.call("indexer_logits_paged", timeout=timeout, q=q, kv_cache=kv_cache,
+                         block_table=block_table, context_lens=context_lens, weights=weights,
+                         max_context_len=max_context_len, block_size=block_size,
+                         clean_logits=clean_logits, logits=logits, **options)
+
+    def topk(self, *, logits, k, ks=None, ke=None, lengths=None, block_table=None,
+             page_size=None, rows_per_request=None, indices=None, values=None, timeout=None,
+             **options):
+        """Row-wise top-k of logits in each row's window (values=True to get them back)."""
+        return self.call("topk", timeout=timeout, logits=logits, k=k, ks=ks, ke=ke,
+                         lengths=lengths, block_table=block_table, page_size=page_size,
+                         rows_per_request=rows_per_request, indices=indices, values=values,
+                         **options)
+
+    def sparse_mla(self, *, q, kv, indices, sm_scale, indptr=None, topk_length=None, out=None,
+                   lse=None, timeout=None, **options):
+        """Sparse MLA: each token attends to its selected kv rows (top-k table or CSR)."""
+        return self.call("sparse_mla", timeout=timeout, q=q, kv=kv, indices=indices,
+                         indptr=indptr, topk_length=topk_length, sm_scale=sm_scale, out=out,
+                         lse=lse, **options)
+
+    def mla_decode(self, *, q, kv_cache, block_table, cache_seqlens, sm_scale, causal=None,
+                   out=None, lse=None, timeout=None, **options):
+        """Dense absorbed MLA decode over a paged latent cache."""
+        return self.call("mla_decode", timeout=timeout, q=q, kv_cache=kv_cache,
+                         block_table=block_table, cache_seqlens=cache_seqlens,
+                         sm_scale=sm_scale, causal=causal, out=out, lse=lse, **options)
+
+    def mla_prefill(self, *, q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal=None,
+                    out=None, lse=None, timeout=None, **options):
+        """Dense non-absorbed MLA prefill over packed variable-length sequences."""
+        return self.call("mla_prefill", timeout=timeout, q=q, k=k, v=v,
+                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, causal=causal,
+                         sm_scale=sm_scale, out=out, lse=lse, **options)
+
+    def dsa_attention(self, *, index_q, index_k, index_k_scale, index_weights, ks, ke, q, kv,
+                      sm_scale, topk=None, out=None, lse=None, indices=None, logits=None,
+                      timeout=None, **options):
+        """A whole DSA layer in one call: indexer -> top-k -> sparse MLA (topk None: 2048).
+        indices=True / logits=True (or a placement) also return the chosen rows / the cleaned
+        indexer logits."""
+        return self.call("dsa_attention", timeout=timeout, index_q=index_q, index_k=index_k,
+                         index_k_scale=index_k_scale, index_weights=index_weights, ks=ks, ke=ke,
+                         topk=topk, q=q, kv=kv, sm_scale=sm_scale, out=out, lse=lse,
+                         indices=indices, logits=logits, **options)

@@ -1,0 +1,229 @@
+"""Session: one bidirectional stream to attnd holding a lease (regions registered through the
+session die with it, however it ends) and carrying pipelined calls: submit() returns at once,
+replies come back out of order and are matched by request id.
+
+    with client.session("decoder-rank0") as s:
+        region = s.create_host_region("kv", 64 << 20)          # tied to s.lease_id
+        calls = [s.submit("sparse_mla", q=q, kv=kv, indices=i, sm_scale=0.07) for i in idx]
+        outs = [c.result().out for c in calls]
+        slow = s.submit("mla_prefill", ..., timeout=0.5)       # a per-call deadline, server-side
+        slow.cancel()                                          # SessionCancel if not started
+"""
+import itertools
+import queue
+import threading
+
+import grpc
+
+from . import ops as _ops
+from .errors import AttndError, status_code
+from .regions import HostRegion, ShmObject
+from ._proto import pb
+
+_END = object()
+
+
+class SessionCall:
+    """A call in a session: result(timeout) -> its payload (OpResult for ops), cancel()."""
+
+    def __init__(self, session, request_id, decode):
+        self.request_id = request_id
+        self._session = session
+        self._decode = decode
+        self._event = threading.Event()
+        self._response = None
+        self._error = None
+
+    def _set(self, response=None, error=None):
+        self._response, self._error = response, error
+        self._event.set()
+
+    def done(self):
+        return self._event.is_set()
+
+    def result(self, timeout=None):
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"session call {self.request_id}: no reply after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        if self._response.code != 0:
+            raise AttndError(status_code(self._response.code), self._response.message)
+        return self._decode(self._response)
+
+    def exception(self, timeout=None):
+        try:
+            self.result(timeout)
+        except AttndError as e:
+            return e
+        return None
+
+    def cancel(self):
+        """Asks the daemon to cancel this call if it has not started (its reply then carries
+        CANCELLED)."""
+        if not self.done():
+            self._session._send(pb.SessionRequest(
+                cancel=pb.SessionCancel(target_request_id=self.request_id)), expect_reply=False)
+
+
+class Session(_ops.OpCalls):
+    def __init__(self, client, client_name="", timeout=None, open_timeout=60.0):
+        self.client = client
+        self._ids = itertools.count(1)
+        self._requests = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pending = {}
+        self._closed = False
+        self._regions = {}
+        self._stream = client._stub.Session(self._request_iterator(), timeout=timeout)
+        self._reader = threading.Thread(target=self._read, name="attnd-session", daemon=True)
+        self._reader.start()
+        opened = self._send(pb.SessionRequest(open=pb.SessionOpen(client_name=client_name)))
+        self.lease_id = opened.result(open_timeout).opened.lease_id
+
+    # ---- stream plumbing ----
+
+    def _request_iterator(self):
+        while True:
+            item = self._requests.get()
+            if item is _END:
+                return
+            yield item
+
+    def _send(self, request, decode=lambda r: r, expect_reply=True):
+        call = None
+        with self._lock:
+            if self._closed:
+                raise AttndError(grpc.StatusCode.FAILED_PRECONDITION, "session is closed")
+            request.request_id = next(self._ids)
+            if expect_reply:
+                call = SessionCall(self, request.request_id, decode)
+                self._pending[request.request_id] = call
+            self._requests.put(request)
+        return call
+
+    def _read(self):
+        error = AttndError(grpc.StatusCode.UNAVAILABLE, "session stream ended")
+        try:
+            for response in self._stream:
+                with self._lock:
+                    call = self._pending.pop(response.request_id, None)
+                if call is not None:
+                    call._set(response=response)
+        except grpc.RpcError as e:
+            error = AttndError.from_rpc_error(e)
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            self._closed = True
+        for call in pending.values():
+            call._set(error=error)
+
+    def close(self, timeout=60.0):
+        """Half-closes the stream, waits for pending replies (the daemon then ends the stream
+        and the lease: every region of this session is removed), and unmaps its host regions."""
+        with self._lock:
+            already = self._closed
+            self._closed = True
+        if not already:
+            self._requests.put(_END)
+        self._reader.join(timeout)
+        if self._reader.is_alive():
+            self._stream.cancel()
+            self._reader.join(timeout)
+        self._drop_regions()
+
+    def abort(self):
+        """Cancels the stream at once (in-flight calls fail; the lease ends)."""
+        with self._lock:
+            self._closed = True
+        self._stream.cancel()
+        self._reader.join(30)
+        self._drop_regions()
+
+    def _drop_regions(self):
+        for region in list(self._regions.values()):
+            self.client._forget_region(region)
+            region.close(unregister=False)
+        self._regions.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- regions (tied to the lease) ----
+
+    def register_host_region(self, name, key, byte_size, offset=0, timeout=60.0):
+        request = pb.SessionRequest(register_host_region=pb.RegisterHostRegionRequest(
+            name=name, key=key, offset=offset, byte_size=byte_size))
+        self._send(request).result(timeout)
+
+    def register_device_region(self, name, raw_handle, device_uuid, byte_size, offset=0,
+                               timeout=60.0):
+        request = pb.SessionRequest(register_device_region=pb.RegisterDeviceRegionRequest(
+            name=name, raw_handle=raw_handle, device_uuid=device_uuid, offset=offset,
+            byte_size=byte_size))
+        self._send(request).result(timeout)
+
+    def unregister_region(self, name="", timeout=60.0):
+        """Unregisters `name` (empty: every region of this lease); waits for in-flight use."""
+        request = pb.SessionRequest(unregister_region=pb.UnregisterRegionRequest(name=name))
+        removed = list(self._send(request).result(timeout).unregister_region.removed)
+        for n in removed:
+            region = self._regions.pop(n, None)
+            if region is not None:
+                self.client._forget_region(region)
+                region.registered = False
+        return removed
+
+    def submit_unregister(self, name=""):
+        """Pipelined unregister: returns the SessionCall at once."""
+        request = pb.SessionRequest(unregister_region=pb.UnregisterRegionRequest(name=name))
+        return self._send(request, decode=lambda r: list(r.unregister_region.removed))
+
+    def submit_register_host_region(self, name, key, byte_size, offset=0):
+        """Pipelined register: returns the SessionCall at once."""
+        return self._send(pb.SessionRequest(register_host_region=pb.RegisterHostRegionRequest(
+            name=name, key=key, offset=offset, byte_size=byte_size)))
+
+    def create_host_region(self, name, byte_size, key=None, unlink_early=True):
+        """As Client.create_host_region, registered under this session's lease."""
+        shm = ShmObject(byte_size, key)
+        try:
+            self.register_host_region(name, shm.key, byte_size)
+        except BaseException:
+            shm.close()
+            raise
+        if unlink_early:
+            shm.unlink()
+        region = HostRegion(self, name, shm, lease_id=self.lease_id)
+        self._regions[name] = region
+        self.client._add_region(region)
+        return region
+
+    def _release_region(self, region):
+        self._regions.pop(region.name, None)
+        self.client._forget_region(region)
+        if not self._closed:
+            try:
+                self.unregister_region(region.name)
+            except AttndError as e:
+                if e.code != grpc.StatusCode.NOT_FOUND:
+                    raise
+
+    def device_uuids(self):
+        return self.client.device_uuids()
+
+    # ---- ops ----
+
+    def submit(self, op, timeout=None, **arguments):
+        """Starts an op call on the stream; `timeout` (seconds) is enforced by the daemon."""
+        spec = _ops.spec(op)
+        request, sinks = _ops.build_request(spec, self.client._codec, arguments)
+        message = pb.SessionRequest(timeout_seconds=timeout or 0)
+        getattr(message, spec.session_field).CopyFrom(request)
+        return self._send(message, decode=lambda r: _ops.decode_response(
+            spec, getattr(r, spec.session_field), sinks))
+
+    def call(self, op, timeout=None, **arguments):
+        return self.submit(op, timeout=timeout, **arguments).result()

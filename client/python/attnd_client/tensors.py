@@ -1,0 +1,222 @@
+"""attnd.v1.Tensor <-> NumPy: inline arrays, slices of registered regions, output placements.
+
+An argument of an op call may be
+  * a NumPy array: sent inline, or, when its memory lies inside a host region registered through
+    this client (a view from HostRegion.array()), passed zero-copy as a slice of that region;
+  * typed(array, "fp8_e4m3"): an array whose raw dtype is ambiguous (uint8 as fp8 or u8), or
+    typed(array, inline=True) to force inline;
+  * RegionRef(region, dtype, shape, offset, strides): an explicit slice of any registered region;
+  * a torch tensor (CPU: as its NumPy view; CUDA: a device region, see torch_support.py).
+Outputs also accept Placement(...) and True (return inline, e.g. the optional top-k `values`).
+    ref = RegionRef("kv", "bf16", (4096, 576), offset=0)
+    out = region.array("bf16", (4, 16, 512))
+    client.sparse_mla(q=q, kv=ref, indices=idx, sm_scale=0.07, out=out)
+"""
+import sys
+
+import numpy as np
+
+from . import dtypes
+from ._proto import pb
+
+
+class RegionRef:
+    """A tensor in a registered region: `offset` bytes from the region's start, `strides` in
+    elements (None = dense row-major)."""
+
+    def __init__(self, region, dtype, shape, offset=0, strides=None):
+        self.region = region
+        self.dtype = dtypes.canonical(dtype)
+        self.shape = tuple(int(d) for d in shape)
+        self.offset = int(offset)
+        self.strides = None if strides is None else tuple(int(s) for s in strides)
+
+    def __repr__(self):
+        return (f"RegionRef({self.region!r}, {self.dtype!r}, {self.shape}, offset={self.offset}, "
+                f"strides={self.strides})")
+
+
+class Placement:
+    """An output placement: in `region` (a RegionRef, written in place) or inline (region None),
+    with an optional dtype / shape / element strides (e.g. a logits row stride ld > N)."""
+
+    def __init__(self, dtype=None, shape=None, strides=None, region=None):
+        self.dtype = None if dtype is None else dtypes.canonical(dtype)
+        self.shape = None if shape is None else tuple(int(d) for d in shape)
+        self.strides = None if strides is None else tuple(int(s) for s in strides)
+        self.region = region
+
+
+class Typed:
+    """An array with an explicit attnd dtype and/or forced inline transfer."""
+
+    def __init__(self, array, dtype=None, inline=False):
+        self.array = array
+        self.dtype = None if dtype is None else dtypes.canonical(dtype)
+        self.inline = inline
+
+
+def typed(array, dtype=None, inline=False):
+    return Typed(array, dtype, inline)
+
+
+def _is_torch(value):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def array_address(array):
+    return array.__array_interface__["data"][0]
+
+
+def element_strides(array, name):
+    """The element strides of `array`, or ValueError when its layout cannot be described."""
+    item = array.itemsize
+    strides = []
+    for dim, (size, stride) in enumerate(zip(array.shape, array.strides)):
+        if size > 1 and (stride < 0 or stride % item):
+            raise ValueError(f"{name}: stride of dim {dim} is {stride} bytes; want a non-negative "
+                             f"multiple of {item}")
+        strides.append(stride // item if size > 1 else 0)
+    if array.ndim and array.shape[-1] > 1 and strides[-1] != 1:
+        raise ValueError(f"{name}: the last dimension must be contiguous")
+    return strides
+
+
+def _set_layout(t, dtype, shape, strides):
+    t.dtype = dtypes.to_proto(dtype)
+    t.shape.extend(int(d) for d in shape)
+    if strides is not None:
+        t.strides.extend(int(s) for s in strides)
+
+
+def region_tensor(ref):
+    t = pb.Tensor()
+    _set_layout(t, ref.dtype, ref.shape, ref.strides)
+    t.region.region = ref.region
+    t.region.offset = ref.offset
+    return t
+
+
+def decode_tensor(t):
+    """An inline reply tensor as a read-only NumPy array of its raw storage dtype (bf16 -> uint16,
+    fp8 -> uint8); None for a tensor written to a region or absent."""
+    if t.WhichOneof("data") != "inline_data":
+        return None
+    dt = dtypes.storage_dtype(dtypes.from_proto(t.dtype))
+    shape = tuple(t.shape)
+    flat = np.frombuffer(t.inline_data, dtype=dt)
+    if 0 in shape:
+        return np.empty(shape, dt)
+    if not t.strides:
+        if flat.size != int(np.prod(shape)):
+            raise ValueError(f"reply tensor: {flat.size} elements for shape {shape}")
+        return flat.reshape(shape)
+    byte_strides = tuple(s * dt.itemsize for s in t.strides)
+    span = 1 + sum((d - 1) * s for d, s in zip(shape, t.strides))
+    if flat.size < span:
+        raise ValueError(f"reply tensor: {flat.size} elements for a span of {span}")
+    return np.lib.stride_tricks.as_strided(flat, shape=shape, strides=byte_strides,
+                                           writeable=False)
+
+
+class TensorCodec:
+    """Turns call arguments into attnd.v1.Tensor messages for one client (or session).
+
+    `find_region(address, nbytes)` -> (region name, region start address) of a registered host
+    region containing [address, address + nbytes), or None. `device_region(tensor)` -> RegionRef
+    of a CUDA tensor (registers its storage once)."""
+
+    def __init__(self, find_region, device_region=None):
+        self._find_region = find_region
+        self._device_region = device_region
+
+    def _unwrap(self, name, value, want):
+        """(NumPy array or RegionRef, attnd dtype, force inline) of an argument."""
+        dtype, inline = want, False
+        if isinstance(value, Typed):
+            dtype = value.dtype or want
+            inline = value.inline
+            value = value.array
+        if _is_torch(value):
+            from . import torch_support
+            if value.is_cuda:
+                if self._device_region is None:
+                    raise ValueError(f"{name}: CUDA tensors need a client (device regions)")
+                return self._device_region(value), dtype, False
+            value, torch_dtype = torch_support.cpu_numpy(value)
+            dtype = dtype or torch_dtype
+        if isinstance(value, RegionRef):
+            return value, value.dtype, False
+        return np.asarray(value), dtype, inline
+
+    def _region_slice(self, name, array, dtype):
+        """A RegionRef for an array view inside a registered host region, else None."""
+        if array.size == 0:
+            return None
+        lo = array_address(array)
+        span = sum((d - 1) * s for d, s in zip(array.shape, array.strides)) + array.itemsize
+        found = self._find_region(lo, span)
+        if found is None:
+            return None
+        region, start = found
+        raw = dtypes.storage_dtype(dtype)
+        if array.dtype != raw:
+            raise ValueError(f"{name}: a region view of {dtype} must hold its raw elements "
+                             f"({raw}), not {array.dtype}")
+        strides = None if array.flags.c_contiguous else element_strides(array, name)
+        return RegionRef(region, dtype, array.shape, lo - start, strides)
+
+    def encode_input(self, name, value, want):
+        value, dtype, inline = self._unwrap(name, value, want)
+        if isinstance(value, RegionRef):
+            return region_tensor(value)
+        if dtype is None:
+            raise ValueError(f"{name}: dtype unknown; pass typed(array, dtype)")
+        if not inline:
+            ref = self._region_slice(name, value, dtype)
+            if ref is not None:
+                return region_tensor(ref)
+        raw = dtypes.encode(value, dtype) if value.dtype != dtypes.storage_dtype(dtype) else value
+        if dtype == dtypes.I32 and value.dtype.kind in "iu" and value.size:
+            if value.min() < -2**31 or value.max() >= 2**31:
+                raise ValueError(f"{name}: values do not fit int32")
+        if raw.ndim == 0:
+            raise ValueError(f"{name}: a tensor needs rank >= 1 (got a scalar)")
+        t = pb.Tensor()
+        _set_layout(t, dtype, raw.shape, None)
+        t.inline_data = np.ascontiguousarray(raw).tobytes()
+        return t
+
+    def encode_output(self, name, value, want):
+        """(placement Tensor or None, sink): sink is (kind, object) with kind "view" (the output
+        lands in that object's memory) or "copy" (copy the inline reply into it), or None."""
+        if value is None or value is False:
+            return None, None
+        if value is True:
+            return pb.Tensor(), None
+        if isinstance(value, Placement):
+            t = pb.Tensor()
+            if value.region is not None:
+                ref = value.region
+                t.region.region, t.region.offset = ref.region, ref.offset
+            if value.dtype or value.shape:
+                _set_layout(t, value.dtype or want, value.shape or (), value.strides)
+            return t, ("view", value.region) if value.region is not None else None
+        original = value
+        value, dtype, inline = self._unwrap(name, value, want)
+        if isinstance(value, RegionRef):
+            return region_tensor(value), ("view", original)
+        raw = dtypes.storage_dtype(dtype)
+        if value.dtype != raw:
+            raise ValueError(f"{name}: an output array of {dtype} must have dtype {raw}, "
+                             f"not {value.dtype}")
+        if not inline:
+            ref = self._region_slice(name, value, dtype)
+            if ref is not None:
+                return region_tensor(ref), ("view", original)
+        if not value.flags.writeable:
+            raise ValueError(f"{name}: the output array is read-only")
+        t = pb.Tensor()
+        _set_layout(t, dtype, value.shape, None)
+        return t, ("copy", value)

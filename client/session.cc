@@ -1,0 +1,258 @@
+#include "client/session.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace attnd::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+struct Session::Pending::Slot {
+  uint64_t id = 0;
+  Clock::time_point sent;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  absl::Status status;  // of the stream, when it ended before the reply
+  v1::SessionResponse response;
+  Clock::time_point received;
+
+  void Complete(v1::SessionResponse r, absl::Status s) {
+    const Clock::time_point now = Clock::now();
+    std::lock_guard<std::mutex> lock(mu);
+    if (done) return;
+    response = std::move(r);
+    status = std::move(s);
+    received = now;
+    done = true;
+    cv.notify_all();
+  }
+};
+
+Session::Session(Client* client, SessionOptions options)
+    : client_(client), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Open(Client* client,
+                                                       const SessionOptions& options) {
+  if (client == nullptr) return absl::InvalidArgumentError("Session: no client");
+  std::unique_ptr<Session> s(new Session(client, options));
+  s->stream_ = client->stub()->Session(&s->ctx_);
+  if (s->stream_ == nullptr) return absl::UnavailableError("Session: cannot start the stream");
+  s->reader_ = std::thread([session = s.get()] { session->ReadLoop(); });
+
+  Pending open;
+  open.session_ = s.get();
+  open.slot_ = s->AddSlot(0);
+  open.wait_limit_ = options.open_timeout;
+  v1::SessionRequest request;
+  request.set_request_id(0);
+  request.mutable_open()->set_client_name(options.client_name);
+  absl::Status status = s->Write(request);
+  if (status.ok()) {
+    open.apply_ = [&s](const v1::SessionResponse& r, CallResult*) {
+      if (!r.has_opened() || r.opened().lease_id().empty()) {
+        return absl::DataLossError("Session: the reply to `open` carries no lease");
+      }
+      s->lease_id_ = r.opened().lease_id();
+      return absl::OkStatus();
+    };
+    status = open.Wait().status();
+  }
+  if (!status.ok()) {
+    s->ctx_.TryCancel();
+    s->Close().IgnoreError();
+    return status;
+  }
+  return s;
+}
+
+Session::~Session() { Close().IgnoreError(); }
+
+std::shared_ptr<Session::Pending::Slot> Session::AddSlot(uint64_t id) {
+  auto slot = std::make_shared<Pending::Slot>();
+  slot->id = id;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ended_) {
+    slot->done = true;
+    slot->status = end_status_.ok() ? absl::UnavailableError("Session: the stream has ended")
+                                    : end_status_;
+    return slot;
+  }
+  slots_[id] = slot;
+  return slot;
+}
+
+void Session::DropSlot(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_.erase(id);
+}
+
+absl::Status Session::Write(const v1::SessionRequest& request) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (writes_done_) return absl::FailedPreconditionError("Session: closed");
+  if (!stream_->Write(request)) {
+    return absl::UnavailableError("Session: the stream is broken (the daemon went away?)");
+  }
+  return absl::OkStatus();
+}
+
+void Session::ReadLoop() {
+  v1::SessionResponse response;
+  while (stream_->Read(&response)) {
+    std::shared_ptr<Pending::Slot> slot;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = slots_.find(response.request_id());
+      if (it == slots_.end()) continue;  // a cancel acknowledgement, or a call given up on
+      slot = std::move(it->second);
+      slots_.erase(it);
+    }
+    slot->Complete(std::move(response), absl::OkStatus());
+    response = v1::SessionResponse();
+  }
+  absl::Status end = FromGrpcStatus(stream_->Finish(), "Session");
+  std::map<uint64_t, std::shared_ptr<Pending::Slot>> orphans;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended_ = true;
+    end_status_ = end;
+    orphans.swap(slots_);
+  }
+  ended_cv_.notify_all();
+  const absl::Status orphan_status =
+      end.ok() ? absl::UnavailableError("Session: the stream ended before the reply") : end;
+  for (auto& [id, slot] : orphans) slot->Complete(v1::SessionResponse(), orphan_status);
+}
+
+absl::Status Session::Cancel(uint64_t request_id) {
+  v1::SessionRequest request;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    request.set_request_id(next_id_++);
+  }
+  request.mutable_cancel()->set_target_request_id(request_id);
+  return Write(request);
+}
+
+absl::Status Session::Close() {
+  if (closed_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return end_status_;
+  }
+  closed_ = true;
+  if (stream_ != nullptr) {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (!writes_done_) {
+      writes_done_ = true;
+      stream_->WritesDone();
+    }
+  }
+  if (reader_.joinable()) {
+    bool ended;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ended = ended_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.close_timeout),
+                                 [this] { return ended_; });
+    }
+    if (!ended) ctx_.TryCancel();  // the daemon does not finish: end the stream from here
+    reader_.join();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return end_status_;
+}
+
+uint64_t Session::Pending::request_id() const { return slot_ ? slot_->id : 0; }
+
+absl::StatusOr<CallResult> Session::Pending::Wait() {
+  if (!slot_) return absl::FailedPreconditionError("Session: Wait on an empty Pending");
+  std::shared_ptr<Slot> slot = std::move(slot_);
+  std::unique_lock<std::mutex> lock(slot->mu);
+  if (wait_limit_ == absl::InfiniteDuration()) {
+    slot->cv.wait(lock, [&] { return slot->done; });
+  } else if (!slot->cv.wait_for(lock, absl::ToChronoMilliseconds(wait_limit_),
+                                [&] { return slot->done; })) {
+    lock.unlock();
+    session_->DropSlot(slot->id);
+    session_->Cancel(slot->id).IgnoreError();
+    return absl::DeadlineExceededError(absl::StrCat("Session: no reply to request ", slot->id,
+                                                    " within ",
+                                                    absl::FormatDuration(wait_limit_)));
+  }
+  if (!slot->status.ok()) return slot->status;
+  const v1::SessionResponse& r = slot->response;
+  if (r.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(r.code()), r.message());
+  }
+  CallResult result;
+  result.round_trip_seconds = std::chrono::duration<double>(slot->received - slot->sent).count();
+  if (apply_) {
+    if (absl::Status s = apply_(r, &result); !s.ok()) return s;
+  }
+  return result;
+}
+
+template <class Params>
+absl::StatusOr<Session::Pending> Session::Start(const Params& p, const CallOptions& options) {
+  using Traits = OpTraits<Params>;
+  v1::SessionRequest request;
+  if (absl::Status s = BuildRequest(p, &client_->regions(), options.inline_only,
+                                    Traits::InSession(&request));
+      !s.ok()) {
+    return s;
+  }
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+  }
+  request.set_request_id(id);
+  Pending pending;
+  pending.session_ = this;
+  if (options.timeout != absl::InfiniteDuration() && options.timeout > absl::ZeroDuration()) {
+    request.set_timeout_seconds(absl::ToDoubleSeconds(options.timeout));
+    pending.wait_limit_ = options.timeout + options_.wait_slack;
+  }
+  pending.apply_ = [p](const v1::SessionResponse& r, CallResult* result) {
+    const typename Traits::Response* response = Traits::FromSession(r);
+    if (response == nullptr) {
+      return absl::DataLossError(absl::StrCat(Traits::kRpc, ": the Session reply carries no ",
+                                              Traits::kName, " result"));
+    }
+    absl::Status s = ApplyReply(p, *response, result);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(Traits::kRpc, ": ", s.message()));
+    return s;
+  };
+  pending.slot_ = AddSlot(id);
+  pending.slot_->sent = Clock::now();
+  if (absl::Status s = Write(request); !s.ok()) {
+    DropSlot(id);
+    return s;
+  }
+  return pending;
+}
+
+template <class Params>
+absl::StatusOr<CallResult> Session::Call(const Params& p, const CallOptions& options) {
+  absl::StatusOr<Pending> pending = Start(p, options);
+  if (!pending.ok()) return pending.status();
+  return pending->Wait();
+}
+
+#define ATTND_SESSION_INSTANTIATE(P)                                                         \
+  template absl::StatusOr<Session::Pending> Session::Start(const P&, const CallOptions&);    \
+  template absl::StatusOr<CallResult> Session::Call(const P&, const CallOptions&);
+ATTND_SESSION_INSTANTIATE(kernels::indexer_logits::Params)
+ATTND_SESSION_INSTANTIATE(kernels::indexer_logits_paged::Params)
+ATTND_SESSION_INSTANTIATE(kernels::topk::Params)
+ATTND_SESSION_INSTANTIATE(kernels::sparse_mla::Params)
+ATTND_SESSION_INSTANTIATE(kernels::mla_decode::Params)
+ATTND_SESSION_INSTANTIATE(kernels::mla_prefill::Params)
+ATTND_SESSION_INSTANTIATE(DsaAttentionParams)
+#undef ATTND_SESSION_INSTANTIATE
+
+}  // namespace attnd::client

@@ -1,0 +1,195 @@
+// Encoding a kernels Params struct into its request and applying replies (client/op_codec.h),
+// without a daemon: the replies are built by hand as the server builds them.
+#include "client/op_codec.h"
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace attnd::client {
+namespace {
+
+using kernels::DType;
+
+struct SparseMlaFixture {
+  SparseMlaFixture() {
+    q = HostArray::Dense(DType::kBF16, {2, 8, 576});
+    kv = HostArray::Dense(DType::kBF16, {16, 576});
+    indices = HostArray::Dense(DType::kI32, {2, 4});
+    out = HostArray::Dense(DType::kBF16, {2, 8, 512});
+    std::memset(q.data(), 1, q.span_bytes());
+    std::memset(kv.data(), 2, kv.span_bytes());
+    std::memset(indices.data(), 0, indices.span_bytes());
+    std::memset(out.data(), 0, out.span_bytes());
+    p.q = q.view();
+    p.kv = kv.view();
+    p.indices = indices.view();
+    p.sm_scale = 0.125f;
+    p.out = out.view();  // lse left absent
+  }
+  HostArray q, kv, indices, out;
+  kernels::sparse_mla::Params p;
+};
+
+TEST(OpCodecTest, InputsInARegionTravelAsSlicesOthersInline) {
+  SparseMlaFixture f;
+  RegionTable table;
+  table.Add("inputs", f.q.data(), f.q.span_bytes());
+  v1::SparseMlaRequest r;
+  ASSERT_TRUE(BuildRequest(f.p, &table, /*inline_only=*/false, &r).ok());
+  EXPECT_FLOAT_EQ(r.sm_scale(), 0.125f);
+  ASSERT_TRUE(r.q().has_region());
+  EXPECT_EQ(r.q().region().region(), "inputs");
+  EXPECT_EQ(r.q().region().offset(), 0u);
+  EXPECT_EQ(r.q().shape_size(), 3);
+  ASSERT_TRUE(r.kv().has_inline_data());
+  EXPECT_EQ(r.kv().inline_data().size(), f.kv.span_bytes());
+  EXPECT_EQ(r.indices().inline_data().size(), f.indices.span_bytes());
+  EXPECT_FALSE(r.has_indptr());       // absent optional inputs are not sent
+  EXPECT_FALSE(r.has_topk_length());
+  // An output with a host buffer outside any region: a placement without data (inline reply).
+  ASSERT_TRUE(r.has_out());
+  EXPECT_EQ(r.out().data_case(), v1::Tensor::DATA_NOT_SET);
+  EXPECT_EQ(r.out().dtype(), v1::DTYPE_BF16);
+  EXPECT_EQ(r.out().shape(2), 512);
+  EXPECT_FALSE(r.has_lse());  // absent: the server derives it
+
+  v1::SparseMlaRequest all_inline;
+  ASSERT_TRUE(BuildRequest(f.p, &table, /*inline_only=*/true, &all_inline).ok());
+  EXPECT_TRUE(all_inline.q().has_inline_data());
+}
+
+TEST(OpCodecTest, OutputsInARegionArePlacedThere) {
+  SparseMlaFixture f;
+  RegionTable table;
+  std::vector<char> region(f.out.span_bytes() + 128);
+  table.Add("outs", region.data(), region.size());
+  f.p.out.data = region.data() + 64;
+  v1::SparseMlaRequest r;
+  ASSERT_TRUE(BuildRequest(f.p, &table, false, &r).ok());
+  ASSERT_TRUE(r.out().has_region());
+  EXPECT_EQ(r.out().region().region(), "outs");
+  EXPECT_EQ(r.out().region().offset(), 64u);
+}
+
+TEST(OpCodecTest, ApplyReplyCopiesIntoBuffersAndReturnsTheRest) {
+  SparseMlaFixture f;
+  v1::SparseMlaResponse reply;
+  HostArray out = HostArray::Dense(DType::kBF16, {2, 8, 512});
+  std::memset(out.data(), 0x3f, out.span_bytes());
+  ASSERT_TRUE(EncodeInline(out.view(), "out", reply.mutable_out()).ok());
+  HostArray lse = HostArray::Dense(DType::kF32, {2, 8});
+  for (int i = 0; i < 16; ++i) static_cast<float*>(lse.data())[i] = 0.5f * i;
+  ASSERT_TRUE(EncodeInline(lse.view(), "lse", reply.mutable_lse()).ok());
+  reply.mutable_stats()->set_compute_seconds(0.25);
+  reply.mutable_stats()->set_copied_bytes_out(123);
+
+  CallResult result;
+  ASSERT_TRUE(ApplyReply(f.p, reply, &result).ok());
+  EXPECT_EQ(std::memcmp(f.out.data(), out.data(), out.span_bytes()), 0);
+  const HostArray* got_lse = result.Returned("lse");
+  ASSERT_NE(got_lse, nullptr);
+  EXPECT_FLOAT_EQ(static_cast<const float*>(got_lse->data())[15], 7.5f);
+  EXPECT_EQ(result.Returned("out"), nullptr);  // it went into p.out
+  EXPECT_DOUBLE_EQ(result.stats.compute_seconds(), 0.25);
+  EXPECT_EQ(result.stats.copied_bytes_out(), 123u);
+}
+
+TEST(OpCodecTest, ApplyReplyLeavesRegionOutputsAlone) {
+  SparseMlaFixture f;
+  v1::SparseMlaResponse reply;
+  EncodeRegion(f.out.view(), "outs", 0, reply.mutable_out());
+  std::memset(f.out.data(), 0x11, f.out.span_bytes());
+  CallResult result;
+  ASSERT_TRUE(ApplyReply(f.p, reply, &result).ok());
+  EXPECT_EQ(static_cast<const uint8_t*>(f.out.data())[7], 0x11);
+  EXPECT_TRUE(result.returned.empty());
+}
+
+TEST(OpCodecTest, ApplyReplyRefusesBrokenReplies) {
+  SparseMlaFixture f;
+  v1::SparseMlaResponse missing;  // no `out` although p.out is a host buffer
+  CallResult result;
+  EXPECT_EQ(ApplyReply(f.p, missing, &result).code(), absl::StatusCode::kDataLoss);
+
+  v1::SparseMlaResponse wrong_shape;
+  HostArray small = HostArray::Dense(DType::kBF16, {1, 8, 512});
+  ASSERT_TRUE(EncodeInline(small.view(), "out", wrong_shape.mutable_out()).ok());
+  EXPECT_EQ(ApplyReply(f.p, wrong_shape, &result).code(), absl::StatusCode::kInvalidArgument);
+
+  v1::SparseMlaResponse no_data;
+  SetLayout(f.out.view(), no_data.mutable_out());
+  EXPECT_EQ(ApplyReply(f.p, no_data, &result).code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(OpCodecTest, OptionalOutputsAreRequestedOnlyWhenPresent) {
+  HostArray logits = HostArray::Dense(DType::kF32, {4, 100});
+  HostArray lengths = HostArray::Dense(DType::kI32, {4});
+  kernels::topk::Params p;
+  p.logits = logits.view();
+  p.lengths = lengths.view();
+  p.k = 8;
+  v1::TopKRequest r;
+  ASSERT_TRUE(BuildRequest(p, nullptr, false, &r).ok());
+  EXPECT_EQ(r.k(), 8);
+  EXPECT_EQ(r.rows_per_request(), 1);
+  EXPECT_FALSE(r.has_indices());
+  EXPECT_FALSE(r.has_values());
+  EXPECT_FALSE(r.has_ks());
+  // Present with a null data pointer: requested, returned in CallResult::returned.
+  p.values = kernels::MakeTensor(nullptr, DType::kF32, {4, 8});
+  v1::TopKRequest with_values;
+  ASSERT_TRUE(BuildRequest(p, nullptr, false, &with_values).ok());
+  ASSERT_TRUE(with_values.has_values());
+  EXPECT_EQ(with_values.values().data_case(), v1::Tensor::DATA_NOT_SET);
+
+  v1::TopKResponse reply;
+  HostArray idx = HostArray::Dense(DType::kI32, {4, 8});
+  HostArray val = HostArray::Dense(DType::kF32, {4, 8});
+  ASSERT_TRUE(EncodeInline(idx.view(), "indices", reply.mutable_indices()).ok());
+  ASSERT_TRUE(EncodeInline(val.view(), "values", reply.mutable_values()).ok());
+  CallResult result;
+  ASSERT_TRUE(ApplyReply(p, reply, &result).ok());
+  EXPECT_NE(result.Returned("indices"), nullptr);
+  EXPECT_NE(result.Returned("values"), nullptr);
+}
+
+// Every tensor of every op's Params must name a Tensor field of its request (a typo would make
+// BuildRequest fail with INTERNAL).
+template <class P>
+void ExpectEveryTensorHasAField() {
+  P p;
+  std::vector<HostArray> storage;
+  p.ForEachTensor([&](const char*, kernels::Tensor& t, kernels::Role) {
+    storage.push_back(HostArray::Dense(DType::kF32, {2}));
+    t = storage.back().view();
+  });
+  typename OpTraits<P>::Request r;
+  absl::Status s = BuildRequest(p, nullptr, false, &r);
+  EXPECT_TRUE(s.ok()) << OpTraits<P>::kName << ": " << s;
+  if (!s.ok()) return;
+  typename OpTraits<P>::Response reply;
+  p.ForEachTensor([&](const char* name, kernels::Tensor& t, kernels::Role role) {
+    if (role == kernels::Role::kOutput) {
+      ASSERT_TRUE(EncodeInline(t, name, static_cast<v1::Tensor*>(
+          reply.GetReflection()->MutableMessage(
+              &reply, reply.GetDescriptor()->FindFieldByName(name)))).ok());
+    }
+  });
+  CallResult result;
+  s = ApplyReply(p, reply, &result);
+  EXPECT_TRUE(s.ok()) << OpTraits<P>::kName << ": " << s;
+}
+
+TEST(OpCodecTest, EveryOpsTensorsMatchItsProtoFields) {
+  ExpectEveryTensorHasAField<kernels::indexer_logits::Params>();
+  ExpectEveryTensorHasAField<kernels::indexer_logits_paged::Params>();
+  ExpectEveryTensorHasAField<kernels::topk::Params>();
+  ExpectEveryTensorHasAField<kernels::sparse_mla::Params>();
+  ExpectEveryTensorHasAField<kernels::mla_decode::Params>();
+  ExpectEveryTensorHasAField<kernels::mla_prefill::Params>();
+  ExpectEveryTensorHasAField<DsaAttentionParams>();
+}
+
+}  // namespace
+}  // namespace attnd::client

@@ -1,0 +1,247 @@
+"""fp64 NumPy references of attnd's operators (DESIGN.md §2, kernels/<op>/params.h), written from
+the contracts and sharing no code with attnd, plus the comparisons the integration tests use.
+Inputs are the raw arrays sent to the daemon (bf16 as uint16, fp8 as uint8); decoding goes through
+attnd_client.dtypes, which tests/client/python checks against hand-made tables.
+
+    ref_out, ref_lse = sparse_mla(q_bits, kv_bits, indices, sm_scale=0.04)
+    assert_bf16_close("out", got.out, ref_out)
+"""
+import numpy as np
+
+from attnd_client import dtypes
+
+D_V = 512
+
+
+def bf16(x):
+    return dtypes.from_bf16(x, np.float64)
+
+
+def fp8(x):
+    return dtypes.from_fp8_e4m3(x, np.float64)
+
+
+def _window(ks, ke, n):
+    return max(int(ks), 0), min(int(ke), n)
+
+
+def indexer_logits(q, k, k_scale, weights, ks, ke, clean_logits=True, logits=None):
+    """q fp8 [M,H,D], k fp8 [N,D]: logits [M,N]; outside the window -inf (clean) or `logits`'
+    prior values (untouched)."""
+    qf, kf = fp8(q), fp8(k)
+    m_rows, n = qf.shape[0], kf.shape[0]
+    scores = np.maximum(np.einsum("mhd,nd->mhn", qf, kf), 0.0)
+    full = np.einsum("mhn,mh->mn", scores, weights.astype(np.float64)) * k_scale[None, :]
+    out = np.full((m_rows, n), -np.inf) if logits is None else logits.astype(np.float64).copy()
+    for m in range(m_rows):
+        lo, hi = _window(ks[m], ke[m], n)
+        if clean_logits:
+            out[m, :] = -np.inf
+        if hi > lo:
+            out[m, lo:hi] = full[m, lo:hi]
+    return out
+
+
+def paged_keys(kv_cache, block, head_dim, block_size):
+    """(keys fp64 [block_size, D], scales fp64 [block_size]) of one cache block."""
+    row = kv_cache[block]
+    keys = fp8(row[:block_size * head_dim].reshape(block_size, head_dim))
+    scales = row[block_size * head_dim:block_size * (head_dim + 4)].view(np.float32)
+    return keys, scales.astype(np.float64)
+
+
+def indexer_logits_paged(q, kv_cache, block_table, context_lens, weights, block_size,
+                         max_context_len=0):
+    """q fp8 [B,next_n,H,D], kv_cache u8 [blocks, bs*(D+4)]: logits [B*next_n, N]."""
+    batch, next_n, _, head_dim = q.shape
+    qf = fp8(q)
+    max_blocks = block_table.shape[1]
+    n = max_context_len or max_blocks * block_size
+    out = np.full((batch * next_n, n), -np.inf)
+    for b in range(batch):
+        for j in range(next_n):
+            row = b * next_n + j
+            visible = int(np.clip(int(context_lens[b]) - next_n + j + 1, 0,
+                                  min(n, max_blocks * block_size)))
+            for pos in range(visible):
+                block = int(block_table[b, pos // block_size])
+                if block < 0 or block >= kv_cache.shape[0]:
+                    continue
+                keys, scales = paged_keys(kv_cache, block, head_dim, block_size)
+                key, scale = keys[pos % block_size], scales[pos % block_size]
+                s = np.maximum(qf[b, j] @ key, 0.0)
+                out[row, pos] = float(s @ weights[row].astype(np.float64)) * scale
+    return out
+
+
+def topk(logits, k, ks=None, ke=None, lengths=None, block_table=None, page_size=0,
+         rows_per_request=1):
+    """(indices [M,k] i32, values [M,k] f32): the k largest finite-or-+inf candidates of each
+    row's window (NaN and -inf never chosen), ties to the lowest column, ascending columns, -1
+    padded; with block_table the columns are mapped to KV slots."""
+    m_rows, n = logits.shape
+    indices = np.full((m_rows, k), -1, dtype=np.int64)
+    values = np.full((m_rows, k), -np.inf, dtype=np.float32)
+    for m in range(m_rows):
+        lo, hi = _window(0, lengths[m], n) if lengths is not None else _window(ks[m], ke[m], n)
+        cols = np.arange(lo, hi) if hi > lo else np.arange(0)
+        row = logits[m, cols]
+        ok = ~np.isnan(row) & (row != -np.inf)
+        cols, row = cols[ok], row[ok]
+        order = np.lexsort((cols, -row.astype(np.float64)))[:k]
+        chosen = np.sort(cols[order])
+        values[m, :chosen.size] = logits[m, chosen]
+        if block_table is not None:
+            mapped = []
+            for c in chosen:
+                page = c // page_size
+                entry = block_table[m // rows_per_request, page] \
+                    if page < block_table.shape[1] else -1
+                slot = int(entry) * page_size + int(c % page_size)
+                mapped.append(-1 if entry < 0 or slot > 2**31 - 1 else slot)
+            chosen = np.array(mapped, dtype=np.int64)
+        indices[m, :chosen.size] = chosen
+    return indices.astype(np.int32), values
+
+
+def _attend(q_rows, keys, values, scale):
+    """q [H,d], keys [n,d], values [n,dv]: (out [H,dv], lse [H]); n = 0 gives 0 and -inf."""
+    if keys.shape[0] == 0:
+        return np.zeros((q_rows.shape[0], values.shape[1])), np.full(q_rows.shape[0], -np.inf)
+    s = scale * (q_rows @ keys.T)
+    mx = s.max(axis=1, keepdims=True)
+    e = np.exp(s - mx)
+    total = e.sum(axis=1)
+    return (e @ values) / total[:, None], mx[:, 0] + np.log(total)
+
+
+def sparse_mla_rows(indices, t, num_rows, indptr=None, topk_length=None):
+    if indptr is not None:
+        row = indices[indptr[t]:indptr[t + 1]].astype(np.int64)
+    else:
+        row = indices[t].astype(np.int64)
+        if topk_length is not None:
+            row = row[:int(np.clip(topk_length[t], 0, row.shape[0]))]
+    return row[(row >= 0) & (row < num_rows)]
+
+
+def sparse_mla(q, kv, indices, sm_scale, indptr=None, topk_length=None):
+    """q bf16 [T,H,d_qk], kv bf16 [S,d_qk] (any row stride): (out [T,H,512], lse [T,H])."""
+    qf, kvf = bf16(q), bf16(kv)
+    tokens, heads, _ = qf.shape
+    out, lse = np.zeros((tokens, heads, D_V)), np.zeros((tokens, heads))
+    for t in range(tokens):
+        rows = sparse_mla_rows(indices, t, kvf.shape[0], indptr, topk_length)
+        keys = kvf[rows]
+        out[t], lse[t] = _attend(qf[t], keys, keys[:, :D_V], sm_scale)
+    return out, lse
+
+
+def mla_decode(q, kv_cache, block_table, cache_seqlens, sm_scale, causal):
+    """q bf16 [B,s_q,H,d_qk], kv_cache bf16 [pages, page_size, d_qk]: out [B,s_q,H,512], lse."""
+    qf, cache = bf16(q), bf16(kv_cache)
+    batch, s_q, heads, _ = qf.shape
+    num_pages, page_size, _ = cache.shape
+    max_pages = block_table.shape[1]
+    out, lse = np.zeros((batch, s_q, heads, D_V)), np.zeros((batch, s_q, heads))
+    for b in range(batch):
+        seqlen = int(np.clip(cache_seqlens[b], 0, max_pages * page_size))
+        for i in range(s_q):
+            visible = max(seqlen - s_q + i + 1, 0) if causal else seqlen
+            tokens = []
+            for t in range(visible):
+                page = int(block_table[b, t // page_size])
+                if 0 <= page < num_pages:
+                    tokens.append(cache[page, t % page_size])
+            keys = np.array(tokens).reshape(len(tokens), cache.shape[2])
+            out[b, i], lse[b, i] = _attend(qf[b, i], keys, keys[:, :D_V], sm_scale)
+    return out, lse
+
+
+def mla_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal):
+    """Varlen GQA attention, causal bottom-right aligned: out [total_q,H,d_v], lse [total_q,H]."""
+    qf, kf, vf = bf16(q), bf16(k), bf16(v)
+    total_q, heads, _ = qf.shape
+    heads_kv = kf.shape[1]
+    out, lse = np.zeros((total_q, heads, vf.shape[2])), np.full((total_q, heads), -np.inf)
+    for b in range(len(cu_seqlens_q) - 1):
+        q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        k0, k1 = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+        lq, lk = q1 - q0, k1 - k0
+        for i in range(lq):
+            seen = max(min(i + lk - lq + 1, lk), 0) if causal else lk
+            for h in range(heads):
+                g = h // (heads // heads_kv)
+                o, s = _attend(qf[q0 + i, h][None], kf[k0:k0 + seen, g], vf[k0:k0 + seen, g],
+                               sm_scale)
+                out[q0 + i, h], lse[q0 + i, h] = o[0], s[0]
+    return out, lse
+
+
+# ---- comparisons (tolerances stated once, never widened per test) ----
+
+BF16_RTOL = 2.0 ** -7   # two bf16 ulps of the output's own rounding and f32 accumulation
+NORM_RTOL = 4e-3        # ||got - ref|| / ||ref|| for bf16 outputs
+LSE_ATOL = 2e-3         # natural-log lse of f32 accumulation
+F32_RTOL = 1e-4         # f32 accumulation of short fp8 dot products
+
+
+def _check_inf(name, got, ref):
+    inf_ref = np.isinf(ref)
+    bad = np.flatnonzero(np.isinf(got) != inf_ref)
+    assert bad.size == 0, f"{name}: infinity pattern differs at flat index {bad[:8]}"
+    assert np.array_equal(got[inf_ref], ref[inf_ref]), f"{name}: infinity signs differ"
+    assert not np.isnan(got).any(), f"{name}: NaN in the daemon's output"
+    return ~inf_ref
+
+
+def assert_bf16_close(name, got_bits, ref):
+    got = bf16(got_bits)
+    assert got.shape == ref.shape, f"{name}: shape {got.shape}, want {ref.shape}"
+    finite = _check_inf(name, got, ref)
+    g, r = got[finite], ref[finite]
+    scale = np.sqrt(np.mean(r * r)) if r.size else 0.0
+    err = np.abs(g - r)
+    bound = BF16_RTOL * np.abs(r) + 1e-2 * BF16_RTOL * scale + 1e-30
+    if err.size and not (err <= bound).all():
+        i = int(np.argmax(err - bound))
+        raise AssertionError(f"{name}: element {i}: got {g[i]!r}, reference {r[i]!r}")
+    norm = np.linalg.norm(r)
+    if norm > 0:
+        assert np.linalg.norm(g - r) / norm <= NORM_RTOL, f"{name}: relative norm error"
+
+
+def assert_lse_close(name, got, ref):
+    got = np.asarray(got, dtype=np.float64)
+    assert got.shape == ref.shape, f"{name}: shape {got.shape}, want {ref.shape}"
+    finite = _check_inf(name, got, ref)
+    err = np.abs(got[finite] - ref[finite])
+    assert not err.size or err.max() <= LSE_ATOL, f"{name}: max abs error {err.max()}"
+
+
+def assert_f32_close(name, got, ref, rtol=F32_RTOL):
+    got = np.asarray(got, dtype=np.float64)
+    assert got.shape == ref.shape, f"{name}: shape {got.shape}, want {ref.shape}"
+    finite = _check_inf(name, got, ref)
+    g, r = got[finite], ref[finite]
+    scale = np.max(np.abs(r)) if r.size else 0.0
+    err = np.abs(g - r)
+    bound = rtol * (np.abs(r) + 1e-3 * scale) + 1e-30
+    if err.size and not (err <= bound).all():
+        i = int(np.argmax(err - bound))
+        raise AssertionError(f"{name}: element {i}: got {g[i]!r}, reference {r[i]!r}")
+
+
+def assert_true_topk(name, chosen, scores, k, lo, hi, tol):
+    """`chosen` (one row, -1 padded) is a true top-k of scores[lo:hi] up to `tol`: min(k, valid)
+    distinct in-window columns, none smaller than the (k)-th best score minus tol."""
+    picked = chosen[chosen >= 0]
+    window = scores[lo:hi] if hi > lo else np.zeros(0)
+    valid = np.flatnonzero(np.isfinite(window)) + lo
+    want = min(k, valid.size)
+    assert picked.size == want, f"{name}: {picked.size} chosen, want {want}"
+    assert np.unique(picked).size == picked.size, f"{name}: duplicate columns"
+    assert ((picked >= lo) & (picked < hi)).all(), f"{name}: a column outside [{lo}, {hi})"
+    if want:
+        threshold = np.sort(scores[valid])[::-1][want - 1]
+        assert (scores[picked] >= threshold - tol).all(), f"{name}: not a top-{k} set"

@@ -1,0 +1,101 @@
+"""The C++ client against a real daemon through its CLI: `attnctl run <op> --json` for every
+operator inline and through host regions (unary and on a Session), each checked by attnctl
+against the local CPU implementation, zero bytes copied for regions; info / health / regions;
+mutual TLS; attnctl processes running alongside Python clients. ATTNCTL_BIN (set by CMake when
+the attnctl target exists) names the binary; without it these tests skip."""
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+import cases
+from pki import tls_flags
+
+OPS = ["indexer_logits", "indexer_logits_paged", "topk", "sparse_mla", "mla_decode",
+       "mla_prefill", "dsa_attention"]
+MODES = {"inline": [], "regions": ["--regions"], "session-regions": ["--regions", "--session"],
+         "session-inline": ["--session"]}
+
+
+@pytest.fixture(scope="module")
+def attnctl(attnctl_bin):
+    if attnctl_bin is None:
+        pytest.skip("attnctl is not built (client/attnctl); set ATTNCTL_BIN")
+    return attnctl_bin
+
+
+def run(attnctl, target, *args, timeout=300, check_exit=0):
+    p = subprocess.run([attnctl, f"--target={target}", "--json", *args], capture_output=True,
+                       text=True, timeout=timeout)
+    assert p.returncode == check_exit, \
+        f"attnctl {args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return json.loads(p.stdout) if p.stdout.strip() else None
+
+
+@pytest.fixture(scope="module")
+def built_ops(client):
+    return {op.name for op in client.info().ops}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("op", OPS)
+def test_run(attnctl, daemon, built_ops, op, mode):
+    if op not in built_ops:
+        pytest.skip(f"{op} is not built into this attnd")
+    out = run(attnctl, daemon.unix_target, "run", op, *MODES[mode])
+    assert out["pass"] is True and out["op"] == op, out
+    assert out["checks"], out
+    assert out["transport"] == ("regions" if "regions" in mode else "inline")
+    assert out["api"] == ("session" if "session" in mode else "unary")
+    if "regions" in mode:
+        assert out["copied_bytes"] == 0, out
+    else:
+        assert out["copied_bytes"] > 0, out
+
+
+def test_run_over_tcp_with_a_bigger_preset(attnctl, daemon):
+    out = run(attnctl, daemon.tcp_target, "run", "sparse_mla", "--preset=decode")
+    assert out["pass"] is True, out
+
+
+def test_admin_commands(attnctl, daemon, client):
+    info = run(attnctl, daemon.unix_target, "info")
+    assert "cpu" in json.dumps(info)
+    run(attnctl, daemon.unix_target, "health")
+    with client.create_host_region("attnctl-listed", 4096):
+        listed = run(attnctl, daemon.unix_target, "regions")
+        assert "attnctl-listed" in json.dumps(listed)
+    run(attnctl, "unix:/nonexistent/attnd.sock", "--connect-timeout=2s", "health",
+        check_exit=3)
+
+
+def test_mutual_tls(attnctl, make_daemon, pki):
+    d = make_daemon(*tls_flags(pki, mutual=True), metrics=False)
+    out = run(attnctl, d.tcp_target, f"--tls-ca={pki('ca.pem')}",
+              f"--tls-cert={pki('client.pem')}", f"--tls-key={pki('client.key')}",
+              "run", "topk")
+    assert out["pass"] is True
+    run(attnctl, d.tcp_target, f"--tls-ca={pki('ca.pem')}", "--connect-timeout=5s", "run",
+        "topk", check_exit=3)
+
+
+def test_alongside_python_clients(attnctl, daemon, client, rng):
+    procs = [subprocess.Popen([attnctl, f"--target={daemon.unix_target}", "--json", "run", op,
+                               "--regions"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+             for op in ["sparse_mla", "mla_decode", "topk"]]
+    try:
+        for _ in range(3):
+            case = cases.make_case("indexer_logits", rng)
+            case.check(client.call(case.op, **case.arguments()).outputs)
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=300)
+            assert p.returncode == 0, stderr
+            assert json.loads(stdout)["pass"] is True
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert np.all([r.in_flight == 0 for r in client.list_regions()])

@@ -1,0 +1,106 @@
+"""The daemon's life: health SERVING once ready (unix and TCP; the ready file names the bound
+ports); SIGTERM drains in-flight work (it finishes correctly), health turns NOT_SERVING, new calls
+are refused, and attnd exits 0 removing its socket and ready file; a drain timeout fails what is
+still queued; a second signal exits at once."""
+import os
+import signal
+import socket
+import threading
+import time
+
+import grpc
+import pytest
+
+import attnd_client as ac
+
+from daemon import parse_metrics, sample, wait_until
+from slow import SlowCall
+
+
+def test_ready_file_and_health(daemon, client):
+    with open(daemon.ready_file) as f:
+        lines = f.read().split("\n")
+    assert f"grpc {daemon.unix_target}" in lines
+    host, port = daemon.tcp_target.rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) > 0
+    assert socket.create_connection((host, int(port)), timeout=10)
+    assert oct(os.stat(daemon.socket).st_mode & 0o777) == oct(0o660)
+    assert client.health() == "SERVING"
+    assert daemon.client(tcp=True).health() == "SERVING"
+    with pytest.raises(ac.AttndError) as e:
+        client.health("no.such.Service")
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    m = parse_metrics(daemon.scrape())
+    assert sample(m, "attnd_inflight_requests") == 0
+
+
+def _drain_daemon(make_daemon, *flags):
+    d = make_daemon("--workers=1", "--cpu-threads=1", *flags)
+    c = d.client()
+    return d, c, SlowCall(c, "drain", seconds=2.0)
+
+
+def test_sigterm_drains_and_exits_zero(make_daemon):
+    d, c, slow = _drain_daemon(make_daemon, "--drain-timeout=120s")
+    watch = c.watch_health(timeout=120)
+    statuses = []
+    watcher = threading.Thread(target=_consume, args=(watch, statuses), daemon=True)
+    watcher.start()
+    wait_until(lambda: statuses == ["SERVING"], what="the health watch to start")
+    session = c.session("drain")
+    running = slow.submit()
+    wait_until(lambda: slow.in_flight() > 0, what="in flight")
+    queued = slow.submit(caller=session)
+    time.sleep(0.2)
+    d.signal(signal.SIGTERM)
+    wait_until(lambda: "NOT_SERVING" in statuses, what="health NOT_SERVING while draining")
+    watch.cancel()  # an open Watch stream would hold the shutdown until --drain-timeout
+    slow.check(running.result(timeout=300))      # in-flight work finishes...
+    slow.check(queued.result(timeout=300))       # ... queued work too (within the timeout)
+    session.close()
+    assert d.wait(120) == 0, d.log()
+    watcher.join(30)
+    assert statuses[:2] == ["SERVING", "NOT_SERVING"], statuses
+    assert not os.path.exists(d.socket) and not os.path.exists(d.ready_file)
+    log = d.log()
+    assert "draining" in log and "drained=true" in log, log
+    with pytest.raises(ac.AttndError) as e:
+        c.info(timeout=5)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def _consume(call, out):
+    try:
+        for status in call:
+            out.append(status)
+    except grpc.RpcError:
+        pass
+
+
+def test_drain_timeout_fails_queued_work(make_daemon):
+    d, c, slow = _drain_daemon(make_daemon, "--drain-timeout=0.3s")
+    running = slow.submit()
+    wait_until(lambda: slow.in_flight() > 0, what="in flight")
+    queued = slow.submit()
+    time.sleep(0.2)
+    started = time.monotonic()
+    d.signal(signal.SIGTERM)
+    e = queued.exception(timeout=300)
+    assert e is not None and e.code in (grpc.StatusCode.UNAVAILABLE,
+                                        grpc.StatusCode.CANCELLED), e
+    running.exception(timeout=300)               # finished or cut off: either is fine
+    assert d.wait(120) == 0, d.log()
+    assert time.monotonic() - started < 60
+    assert "drained=false" in d.log()
+
+
+def test_second_signal_exits_at_once(make_daemon):
+    d, c, slow = _drain_daemon(make_daemon, "--drain-timeout=300s")
+    futures = [slow.submit() for _ in range(3)]
+    wait_until(lambda: slow.in_flight() > 0, what="in flight")
+    d.signal(signal.SIGINT)
+    time.sleep(0.3)
+    d.signal(signal.SIGTERM)
+    assert d.wait(60) == 1
+    for f in futures:
+        f.exception(timeout=60)
