@@ -113,16 +113,18 @@ JobOutcome Scheduler::RunJob(Job& job) {
         return o;
       }
     }
-    if (job.cancelled && job.cancelled()) {
-      o.status = absl::CancelledError(
-          i == 0 ? "cancelled before it started" : absl::StrCat("cancelled after step ", i));
-      return o;
-    }
+    // The deadline first: gRPC also cancels a call whose deadline passed, and such a call must
+    // be counted as DEADLINE_EXCEEDED (DESIGN.md §3), not CANCELLED.
     if (absl::Now() >= job.deadline) {
       o.status = absl::DeadlineExceededError(
           i == 0 ? absl::StrCat("deadline passed while queued (", absl::FormatDuration(o.queue),
                                 " in the queue)")
                  : absl::StrCat("deadline passed after step ", i, " of ", job.steps.size()));
+      return o;
+    }
+    if (job.cancelled && job.cancelled()) {
+      o.status = absl::CancelledError(
+          i == 0 ? "cancelled before it started" : absl::StrCat("cancelled after step ", i));
       return o;
     }
     StepResult r;
