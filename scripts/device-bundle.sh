@@ -10,9 +10,11 @@ cd "$(dirname "$0")/.."
 BUNDLE="${1:-bundle}"
 BUILD_DIR="${ATTND_CUDA_BUILD_DIR:-build-cuda}"
 
-ATTND_SKIP_BUILD=1 scripts/setup.sh
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTND_GPU=cuda
-cmake --build "$BUILD_DIR" -j "${ATTND_JOBS:-$(nproc)}"
+if [ "${ATTND_BUNDLE_SKIP_BUILD:-0}" != 1 ]; then  # 1: bundle what $BUILD_DIR already holds
+  ATTND_SKIP_BUILD=1 scripts/setup.sh
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTND_GPU=cuda
+  cmake --build "$BUILD_DIR" -j "${ATTND_JOBS:-$(nproc)}"
+fi
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"

@@ -1,8 +1,15 @@
-# Paged (decode) indexer logits; its CPU kernel shares kernels/indexer_logits/cpu_tile.cc.
+# Paged (decode) indexer logits; its CPU kernel shares kernels/indexer_logits/cpu_tile.cc and its
+# GPU kernels the templates in kernels/indexer_logits/gpu/.
 target_sources(attn_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/indexer_logits_paged.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
 )
+if(ATTND_GPU STREQUAL "cuda")
+  target_sources(attn_kernels PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma.cu
+  )
+endif()
 target_sources(attn_kernels_reference PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/reference.cc
 )

@@ -1,6 +1,6 @@
 // Every implementation of indexer_logits against the fp64 reference on fresh random data: the six
-// window modes with and without clean_logits, the head counts and head dims, padded strides,
-// long rows and row offsets past 2^31 elements.
+// window modes with and without clean_logits (also at the tensor-core shapes), the head counts and
+// head dims, padded strides, long rows and row offsets past 2^31 elements.
 #include "kernels/indexer_logits/indexer_logits.h"
 
 #include <algorithm>
@@ -202,6 +202,19 @@ TEST_P(WindowModeTest, MatchesReference) {
   const auto [mode, clean] = GetParam();
   auto rng = MakeRng();
   const Shape shape{70, 2240, 16, 64, 3};
+  Problem prob(shape, rng);
+  std::vector<int64_t> ks, ke;
+  MakeWindows(mode, shape.m, shape.n, rng, &ks, &ke);
+  prob.SetWindows(ks, ke);
+  EXPECT_GE(prob.RunAndCheck(clean), 1);
+}
+
+// The same modes at the tensor-core shapes (H 32 / 64, D 128) with 16-byte-aligned padding, so
+// the GPU's fast path sees every window mode, the fill and the no-clean path too.
+TEST_P(WindowModeTest, TensorCoreShapes) {
+  const auto [mode, clean] = GetParam();
+  auto rng = MakeRng();
+  const Shape shape{37, 1500, clean ? 64 : 32, 128, 16};
   Problem prob(shape, rng);
   std::vector<int64_t> ks, ke;
   MakeWindows(mode, shape.m, shape.n, rng, &ks, &ke);

@@ -99,12 +99,14 @@ struct PagedProblem {
     return p;
   }
 
-  // Runs every implementation and checks each against the reference; returns the runs.
+  // Runs every implementation (or those of `impls`) and checks each against the reference;
+  // returns the runs.
   int RunAndCheck() { return RunAndCheck(params()); }
-  int RunAndCheck(const Params& p) {
+  int RunAndCheck(const Params& p) { return RunAndCheck(p, Implementations()); }
+  int RunAndCheck(const Params& p, const std::vector<Impl<Params>>& impls) {
     EXPECT_TRUE(Validate(p).ok()) << Validate(p);
     const RefLogits ref = Reference(p);
-    return testing::RunEachImpl(Implementations(), p, {&logits}, [&](const std::string& impl) {
+    return testing::RunEachImpl(impls, p, {&logits}, [&](const std::string& impl) {
       testing::ExpectLogits(logits.tensor(), ref, testing::ToleranceFor(shape.heads, shape.dim),
                             impl);
     });

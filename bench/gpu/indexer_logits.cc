@@ -1,0 +1,183 @@
+// GPU benchmark cases of indexer_logits (prefill) and indexer_logits_paged (decode): the
+// DeepSeek-V3.2 (H64) and GLM-5 (H32) presets of KERNELS.md §2 with causal windows as DeepGEMM's
+// benchmark sets them (ks = 0, ke = N − M + i + 1), clean_logits on. FLOPs = 2·H·D·valid pairs and
+// logical bytes are computed on the host from the shapes (Count would read device data).
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/gpu/gpu_bench.h"
+#include "kernels/common/status.h"
+#include "kernels/common/tensor.h"
+#include "kernels/indexer_logits/indexer_logits.h"
+#include "kernels/indexer_logits_paged/indexer_logits_paged.h"
+
+namespace attnd::bench {
+namespace {
+
+using kernels::DType;
+using kernels::MakeTensor;
+using kernels::WorkCount;
+
+constexpr int64_t kDim = 128;
+constexpr int64_t kBlockSize = 64;
+
+bool Wanted(const std::string& filter, const std::string& op, const std::string& preset,
+            const std::vector<std::string>& impls) {
+  if (filter.empty()) return true;
+  for (const auto& impl : impls) {
+    if (absl::StrCat(op, "/", preset, "/", impl).find(filter) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The SIMT path is a portable fallback (~30× slower at these shapes): timed on the small presets
+// only, so a full run stays short.
+template <class Params>
+void AddCases(const std::string& op, const std::string& preset, const Params& p,
+              const WorkCount& work, bool with_simt, const std::shared_ptr<DeviceArena>& arena,
+              const std::vector<kernels::Impl<Params>>& impls, std::vector<GpuBenchCase>* out) {
+  for (const char* name : {"cuda_mma", "cuda_simt"}) {
+    if (std::string(name) == "cuda_simt" && !with_simt) continue;
+    const kernels::Impl<Params>* impl = FindImpl(impls, name);
+    std::string why;
+    if (impl == nullptr || (impl->supports && !impl->supports(p, &why))) continue;
+    GpuBenchCase c;
+    c.op = op;
+    c.preset = preset;
+    c.impl = name;
+    c.work = work;
+    c.peak = PeakKind::kFp8;
+    c.arena = arena;
+    c.launch = [impl, p](gpu::Stream stream) {
+      kernels::ExecContext ctx;
+      ctx.backend = kernels::Backend::kCuda;
+      ctx.stream = stream;
+      return impl->run(p, ctx);
+    };
+    out->push_back(std::move(c));
+  }
+}
+
+struct PrefillPreset {
+  const char* model;
+  int64_t heads, m, n;
+};
+
+absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& filter) {
+  namespace il = kernels::indexer_logits;
+  static constexpr PrefillPreset kPresets[] = {
+      {"deepseek_v32", 64, 4096, 4096}, {"deepseek_v32", 64, 4096, 32768},
+      {"deepseek_v32", 64, 2048, 65536}, {"deepseek_v32", 64, 8192, 8192},
+      {"glm5", 32, 4096, 4096},         {"glm5", 32, 4096, 32768},
+      {"glm5", 32, 2048, 65536},        {"glm5", 32, 8192, 8192},
+  };
+  std::vector<GpuBenchCase> cases;
+  uint64_t seed = 1;
+  for (const PrefillPreset& s : kPresets) {
+    const std::string preset =
+        absl::StrCat(s.model, "_h", s.heads, "_m", s.m, "_n", s.n, "_causal");
+    const bool small = s.n <= 4096;
+    if (!Wanted(filter, "indexer_logits", preset, {"cuda_mma", "cuda_simt"})) continue;
+    auto arena = std::make_shared<DeviceArena>();
+    std::vector<int32_t> ks(s.m, 0), ke(s.m);
+    for (int64_t i = 0; i < s.m; ++i) ke[i] = static_cast<int32_t>(s.n - s.m + i + 1);
+    auto q = arena->Random(DType::kFp8E4M3, s.m * s.heads * kDim, 1.0f, seed++);
+    auto k = arena->Random(DType::kFp8E4M3, s.n * kDim, 1.0f, seed++);
+    auto k_scale = arena->Random(DType::kF32, s.n, 0.05f, seed++);
+    auto weights = arena->Random(DType::kF32, s.m * s.heads, 1.0f, seed++);
+    auto ks_d = arena->Upload(ks.data(), 4 * s.m);
+    auto ke_d = arena->Upload(ke.data(), 4 * s.m);
+    auto logits = arena->Alloc(4 * s.m * s.n);
+    for (const auto* r : {&q, &k, &k_scale, &weights, &ks_d, &ke_d, &logits}) {
+      if (!r->ok()) return r->status();
+    }
+    il::Params p;
+    p.q = MakeTensor(*q, DType::kFp8E4M3, {s.m, s.heads, kDim});
+    p.k = MakeTensor(*k, DType::kFp8E4M3, {s.n, kDim});
+    p.k_scale = MakeTensor(*k_scale, DType::kF32, {s.n});
+    p.weights = MakeTensor(*weights, DType::kF32, {s.m, s.heads});
+    p.ks = MakeTensor(*ks_d, DType::kI32, {s.m});
+    p.ke = MakeTensor(*ke_d, DType::kI32, {s.m});
+    p.logits = MakeTensor(*logits, DType::kF32, {s.m, s.n});
+    p.clean_logits = true;
+    ATTND_RETURN_IF_ERROR(il::Validate(p));
+    // Valid pairs: Σ_i (N − M + i + 1).
+    const double pairs = static_cast<double>(s.m) * static_cast<double>(s.n - s.m) +
+                         static_cast<double>(s.m) * static_cast<double>(s.m + 1) / 2;
+    WorkCount work;
+    work.flops = 2.0 * static_cast<double>(s.heads * kDim) * pairs;
+    work.bytes = static_cast<double>(s.m * s.heads * kDim) +
+                 static_cast<double>(s.n * (kDim + 4)) + 4.0 * static_cast<double>(s.m * s.heads) +
+                 8.0 * static_cast<double>(s.m) + 4.0 * static_cast<double>(s.m * s.n);
+    AddCases("indexer_logits", preset, p, work, small, arena, il::Implementations(), &cases);
+  }
+  return cases;
+}
+
+struct PagedPreset {
+  int64_t heads, batch, context, next_n;
+};
+
+absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filter) {
+  namespace ilp = kernels::indexer_logits_paged;
+  static constexpr PagedPreset kPresets[] = {
+      {64, 64, 32768, 1}, {64, 128, 32768, 1}, {64, 64, 32768, 2}, {64, 128, 32768, 2}};
+  std::vector<GpuBenchCase> cases;
+  uint64_t seed = 101;
+  std::mt19937_64 rng(7);
+  for (const PagedPreset& s : kPresets) {
+    const std::string preset = absl::StrCat("deepseek_v32_h", s.heads, "_b", s.batch, "_ctx",
+                                            s.context, "_next", s.next_n);
+    if (!Wanted(filter, "indexer_logits_paged", preset, {"cuda_mma", "cuda_simt"})) continue;
+    const int64_t max_blocks = s.context / kBlockSize, pages = s.batch * max_blocks;
+    const int64_t rows = s.batch * s.next_n, block_bytes = kBlockSize * (kDim + 4);
+    // Each request gets its own pages in shuffled order (a fragmented cache).
+    std::vector<int32_t> table(pages);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<int32_t> contexts(s.batch, static_cast<int32_t>(s.context));
+    auto arena = std::make_shared<DeviceArena>();
+    auto q = arena->Random(DType::kFp8E4M3, rows * s.heads * kDim, 1.0f, seed++);
+    auto cache = arena->Random(DType::kFp8E4M3, pages * block_bytes, 1.0f, seed++);
+    auto weights = arena->Random(DType::kF32, rows * s.heads, 1.0f, seed++);
+    auto table_d = arena->Upload(table.data(), 4 * pages);
+    auto contexts_d = arena->Upload(contexts.data(), 4 * s.batch);
+    auto logits = arena->Alloc(4 * rows * s.context);
+    for (const auto* r : {&q, &cache, &weights, &table_d, &contexts_d, &logits}) {
+      if (!r->ok()) return r->status();
+    }
+    ilp::Params p;
+    p.q = MakeTensor(*q, DType::kFp8E4M3, {s.batch, s.next_n, s.heads, kDim});
+    p.kv_cache = MakeTensor(*cache, DType::kU8, {pages, block_bytes});
+    p.block_size = kBlockSize;
+    p.block_table = MakeTensor(*table_d, DType::kI32, {s.batch, max_blocks});
+    p.context_lens = MakeTensor(*contexts_d, DType::kI32, {s.batch});
+    p.weights = MakeTensor(*weights, DType::kF32, {rows, s.heads});
+    p.logits = MakeTensor(*logits, DType::kF32, {rows, s.context});
+    ATTND_RETURN_IF_ERROR(ilp::Validate(p));
+    // Row j of a request sees context − next_n + j + 1 positions; keys are read once.
+    double pairs = 0;
+    for (int64_t j = 0; j < s.next_n; ++j) pairs += static_cast<double>(s.context - s.next_n + j + 1);
+    pairs *= static_cast<double>(s.batch);
+    WorkCount work;
+    work.flops = 2.0 * static_cast<double>(s.heads * kDim) * pairs;
+    work.bytes = static_cast<double>(rows * s.heads * kDim) +
+                 static_cast<double>(s.batch * s.context * (kDim + 4)) + 4.0 * pages +
+                 4.0 * s.batch + 4.0 * static_cast<double>(rows * s.heads) +
+                 4.0 * static_cast<double>(rows * s.context);
+    AddCases("indexer_logits_paged", preset, p, work, s.batch <= 64, arena, ilp::Implementations(),
+             &cases);
+  }
+  return cases;
+}
+
+}  // namespace
+}  // namespace attnd::bench
+
+ATTND_REGISTER_GPU_BENCH(indexer_logits, attnd::bench::MakePrefillCases);
+ATTND_REGISTER_GPU_BENCH(indexer_logits_paged, attnd::bench::MakePagedCases);

@@ -1,0 +1,26 @@
+// Launchers of the prefill indexer-logits GPU kernels (kernels in simt.cuh / mma.cuh). Each takes
+// a stream, never allocates and never synchronises (capture-safe); params were validated and
+// point at device memory. The Supports rules live beside them so that they match the kernels.
+//   if (MmaSupports(p, &why)) GPU_RETURN_IF_ERROR(LaunchMma(p, stream));
+#pragma once
+
+#include <string>
+
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/indexer_logits/params.h"
+
+namespace attnd::kernels::indexer_logits::gpu_impl {
+
+// The portable SIMT kernel: any validated params (H <= 128, D a multiple of 16, any strides and
+// alignment). False only when the grid would not fit in one dimension (M beyond ~2^37 rows).
+bool SimtSupports(const Params& p, std::string* why);
+gpu::Error LaunchSimt(const Params& p, gpu::Stream stream);
+
+#if defined(ATTND_GPU_CUDA)
+// The tensor-core kernel: H in {32, 64}, D in {64, 128}, q and k 16-B aligned (pointers and
+// strides, bytes), k_scale 4-B aligned, a device of compute capability >= 8.0.
+bool MmaSupports(const Params& p, std::string* why);
+gpu::Error LaunchMma(const Params& p, gpu::Stream stream);
+#endif
+
+}  // namespace attnd::kernels::indexer_logits::gpu_impl

@@ -1,0 +1,80 @@
+// The device-side description of one indexer-logits call, shared by the prefill and the paged
+// operator's GPU kernels: rows (queries) in groups, their windows, where each key lives, and the
+// host-chosen split of the work into CTAs. Plain data, passed to kernels by value.
+#pragma once
+
+#include <stdint.h>
+
+namespace attnd::kernels::indexer_logits::gpu_impl {
+
+// Rows come in num_groups groups of rows_per_group (prefill: one group of M rows; paged: one
+// group per request, its next_n new tokens). Row j of group g is output row g·rows_per_group + j.
+struct IndexerProblem {
+  int64_t num_groups = 0, rows_per_group = 0;
+  int heads = 0, dim = 0;
+  // q[g, j, h, :] at q + g·q_group_stride + j·q_row_stride + h·q_head_stride (bytes, fp8).
+  const uint8_t* q = nullptr;
+  int64_t q_group_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  const float* weights = nullptr;  // [rows, heads], row stride weights_stride
+  int64_t weights_stride = 0;
+  float* logits = nullptr;  // [rows, num_cols], row stride ld
+  int64_t ld = 0, num_cols = 0;
+  bool clean = true;  // -inf on the columns of [0, num_cols) outside a row's window
+
+  // Prefill windows: row m sees [max(ks[m], 0), min(ke[m], num_cols)).
+  const int32_t* ks = nullptr;
+  const int32_t* ke = nullptr;
+  int64_t ks_stride = 0, ke_stride = 0;
+  // Paged windows: row (b, j) sees [0, clamp(context_lens[b] − rows_per_group + j + 1, 0,
+  // visible_cap)), visible_cap = min(num_cols, max_blocks · block_size).
+  const int32_t* context_lens = nullptr;
+  int64_t context_stride = 0, visible_cap = 0;
+
+  // Prefill keys: key n at k + n·k_stride (bytes), its scale k_scale[n].
+  const uint8_t* k = nullptr;
+  int64_t k_stride = 0;
+  const float* k_scale = nullptr;
+  // Paged keys: key n of request b in page block_table[b·table_stride + n / block_size] (masked
+  // unless in [0, num_pages)), slot n % block_size: bytes at page·cache_stride + slot·dim, scale
+  // at page·cache_stride + block_size·dim + 4·slot.
+  const uint8_t* cache = nullptr;
+  int64_t cache_stride = 0, num_pages = 0;
+  int32_t block_size = 1;
+  const int32_t* block_table = nullptr;
+  int64_t table_stride = 0;
+
+  // Work split: CTA b owns query block (b / num_chunks) — queries_per_block rows of one group —
+  // and key chunk (b % num_chunks): columns [chunk·key_chunk, min(num_cols, (chunk+1)·key_chunk)).
+  int queries_per_block = 1;
+  int64_t blocks_per_group = 0;  // ceil(rows_per_group / queries_per_block)
+  int64_t key_chunk = 0, num_chunks = 0;
+};
+
+// Fills the work split of `p` (rows, columns and groups set): query blocks of
+// `queries_per_block` rows, and the columns cut into key chunks (multiples of `tile_keys`, at
+// least four tiles) only when there are fewer than `target_ctas` query blocks. Shapes only: no
+// tensor data is read, so the split is the same for every replay of a captured graph.
+inline void ChooseSplit(IndexerProblem* p, int queries_per_block, int64_t tile_keys,
+                        int64_t target_ctas) {
+  p->queries_per_block = queries_per_block;
+  p->blocks_per_group = (p->rows_per_group + queries_per_block - 1) / queries_per_block;
+  const int64_t blocks = p->num_groups * p->blocks_per_group;
+  int64_t chunks = 1;
+  if (blocks > 0 && blocks < target_ctas) {
+    const int64_t by_size = (p->num_cols + 4 * tile_keys - 1) / (4 * tile_keys);
+    const int64_t by_ctas = (target_ctas + blocks - 1) / blocks;
+    chunks = by_size < by_ctas ? by_size : by_ctas;
+    if (chunks < 1) chunks = 1;
+  }
+  const int64_t per_chunk = (p->num_cols + chunks - 1) / chunks;
+  p->key_chunk = (per_chunk + tile_keys - 1) / tile_keys * tile_keys;
+  if (p->key_chunk < tile_keys) p->key_chunk = tile_keys;
+  p->num_chunks = (p->num_cols + p->key_chunk - 1) / p->key_chunk;
+}
+
+// The grid ChooseSplit gives, in CTAs (one dimension; must stay below 2^31).
+inline int64_t GridCtas(const IndexerProblem& p) {
+  return p.num_groups * p.blocks_per_group * p.num_chunks;
+}
+
+}  // namespace attnd::kernels::indexer_logits::gpu_impl

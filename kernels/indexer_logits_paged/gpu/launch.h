@@ -1,0 +1,27 @@
+// Launchers of the paged (decode) indexer-logits GPU kernels, which share the prefill operator's
+// kernel templates (kernels/indexer_logits/gpu/simt.cuh, mma.cuh). Each takes a stream, never
+// allocates and never synchronises (capture-safe); params were validated and point at device
+// memory. The Supports rules live beside them so that they match the kernels.
+//   if (MmaSupports(p, &why)) GPU_RETURN_IF_ERROR(LaunchMma(p, stream));
+#pragma once
+
+#include <string>
+
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/indexer_logits_paged/params.h"
+
+namespace attnd::kernels::indexer_logits_paged::gpu_impl {
+
+// The portable SIMT kernel: any validated params (any H <= 128, D a multiple of 16, block size,
+// strides and alignment) with block_size < 2^31.
+bool SimtSupports(const Params& p, std::string* why);
+gpu::Error LaunchSimt(const Params& p, gpu::Stream stream);
+
+#if defined(ATTND_GPU_CUDA)
+// The tensor-core kernel: H in {32, 64}, D in {64, 128}, q and kv_cache 16-B aligned (pointers
+// and strides, bytes), at least one cache block, block_size < 2^31, compute capability >= 8.0.
+bool MmaSupports(const Params& p, std::string* why);
+gpu::Error LaunchMma(const Params& p, gpu::Stream stream);
+#endif
+
+}  // namespace attnd::kernels::indexer_logits_paged::gpu_impl

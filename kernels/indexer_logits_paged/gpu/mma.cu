@@ -1,0 +1,106 @@
+// The paged operator's tensor-core kernel: instantiations for H {32, 64} × D {64, 128}, the
+// Supports rules and the launcher. CUDA only (inline PTX): compiles to nothing in the HIP check.
+#if defined(ATTND_GPU_CUDA)
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/indexer_logits/gpu/device_info.h"
+#include "kernels/indexer_logits/gpu/mma.cuh"
+#include "kernels/indexer_logits_paged/gpu/launch.h"
+#include "kernels/indexer_logits_paged/gpu/paged_problem.h"
+
+namespace attnd::kernels::indexer_logits_paged::gpu_impl {
+namespace {
+
+using indexer_logits::gpu_impl::ChooseSplit;
+using indexer_logits::gpu_impl::CurrentDeviceCapability;
+using indexer_logits::gpu_impl::CurrentDeviceSmCount;
+using indexer_logits::gpu_impl::GridCtas;
+using indexer_logits::gpu_impl::IndexerMmaKernel;
+using indexer_logits::gpu_impl::kMmaThreads;
+using indexer_logits::gpu_impl::kMmaTileKeys;
+using indexer_logits::gpu_impl::MmaLayout;
+
+// Decode is memory-bound: fewer columns (next_n · H <= 128 per CTA at H64) leave room for four
+// key stages (~100 KB of pages in flight per SM).
+constexpr int kColumns = 128;
+constexpr int kStages = 4;
+constexpr int kMinCapability = 80;  // mma.sync m16n8k16 f16, cp.async
+constexpr int64_t kMaxGridCtas = int64_t{1} << 31;
+
+bool Aligned(const void* p, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
+}
+
+bool Empty(const Params& p) { return p.q.dim(0) == 0 || p.logits.dim(1) == 0; }
+
+IndexerProblem SplitMma(const Params& p) {
+  IndexerProblem x = MakePagedProblem(p);
+  ChooseSplit(&x, kColumns / x.heads, kMmaTileKeys, int64_t{4} * CurrentDeviceSmCount());
+  return x;
+}
+
+template <int kHeads, int kDim>
+gpu::Error Launch(const IndexerProblem& x, gpu::Stream stream) {
+  using L = MmaLayout<kHeads, kDim, kColumns, kStages>;
+  const auto kernel = IndexerMmaKernel<kHeads, kDim, kColumns, kStages, /*kPaged=*/true>;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
+  if (e != cudaSuccess) return e;
+  kernel<<<static_cast<unsigned>(GridCtas(x)), kMmaThreads, L::kBytes, stream>>>(x);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool MmaSupports(const Params& p, std::string* why) {
+  const int64_t h = p.q.dim(2), d = p.q.dim(3);
+  if (h != 32 && h != 64) {
+    *why = absl::StrCat("H is ", h, ", want 32 or 64");
+    return false;
+  }
+  if (d != 64 && d != 128) {
+    *why = absl::StrCat("D is ", d, ", want 64 or 128");
+    return false;
+  }
+  if (!Aligned(p.q.data, 16) || p.q.stride(0) % 16 != 0 || p.q.stride(1) % 16 != 0 ||
+      p.q.stride(2) % 16 != 0 || !Aligned(p.kv_cache.data, 16) || p.kv_cache.stride(0) % 16 != 0) {
+    *why = "q and kv_cache must be 16-byte aligned (pointers and row strides)";
+    return false;
+  }
+  if (p.kv_cache.dim(0) < 1) {
+    *why = "kv_cache has no blocks";  // cp.async needs a mapped fallback address
+    return false;
+  }
+  if (p.block_size > kMaxBlockSize) {
+    *why = absl::StrCat("block_size is ", p.block_size, ", want < 2^31");
+    return false;
+  }
+  const int capability = CurrentDeviceCapability();
+  if (capability < kMinCapability) {
+    *why = absl::StrCat("compute capability ", capability, ", want >= ", kMinCapability);
+    return false;
+  }
+  if (!Empty(p) && GridCtas(SplitMma(p)) >= kMaxGridCtas) {
+    *why = "grid does not fit one dimension";
+    return false;
+  }
+  return true;
+}
+
+gpu::Error LaunchMma(const Params& p, gpu::Stream stream) {
+  if (Empty(p)) return cudaSuccess;
+  const IndexerProblem x = SplitMma(p);
+  switch (x.heads * 1000 + x.dim) {
+    case 32064: return Launch<32, 64>(x, stream);
+    case 32128: return Launch<32, 128>(x, stream);
+    case 64064: return Launch<64, 64>(x, stream);
+    case 64128: return Launch<64, 128>(x, stream);
+  }
+  return cudaErrorInvalidValue;  // refused by MmaSupports
+}
+
+}  // namespace attnd::kernels::indexer_logits_paged::gpu_impl
+
+#endif  // defined(ATTND_GPU_CUDA)

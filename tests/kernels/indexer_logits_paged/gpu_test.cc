@@ -1,0 +1,93 @@
+// GPU-only cases of indexer_logits_paged (skipped without a GPU): the block table read only below
+// each context, checked against a device allocation that ends right after the last request's
+// used entries, so compute-sanitizer (memcheck) reports any later read.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/harness/harness.h"
+#include "tests/kernels/indexer_logits_paged/paged_problem.h"
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#include "kernels/common/gpu/runtime.h"
+#endif
+
+namespace attnd::kernels::indexer_logits_paged {
+namespace {
+
+using testing::MakeRng;
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+
+// A device buffer of exactly `bytes` (no slack: memcheck flags a read past it).
+class TightDeviceBuffer {
+ public:
+  explicit TightDeviceBuffer(int64_t bytes) {
+    if (gpu::Malloc(&data_, static_cast<size_t>(bytes)) != gpu::kSuccess) data_ = nullptr;
+  }
+  ~TightDeviceBuffer() {
+    if (data_ != nullptr) gpu::Free(data_);
+  }
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+};
+
+// Row b of the table holds its 3 used entries (contexts 130, 150, 192 at block size 64) and
+// max_blocks is 8; the allocation stops after the last row's third entry.
+TEST(IndexerLogitsPagedGpu, ReadsBlockTableOnlyBelowContext) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  auto rng = MakeRng();
+  const PagedShape shape{3, 2, 32, 64, 64, 8, 12, 512};
+  PagedProblem prob(shape, rng);
+  prob.SetContexts({130, 150, 192});
+  const Params host = prob.params();
+  const int64_t used = 3, table_ints = (shape.batch - 1) * shape.max_blocks + used;
+  TightDeviceBuffer table(4 * table_ints);
+  ASSERT_NE(table.data(), nullptr);
+  ASSERT_EQ(gpu::MemcpyH2DAsync(table.data(), prob.block_table.data<int32_t>(),
+                                static_cast<size_t>(4 * table_ints), nullptr),
+            gpu::kSuccess);
+  ASSERT_EQ(gpu::StreamSynchronize(nullptr), gpu::kSuccess);  // before the mirrors' streams read it
+  const RefLogits ref = Reference(host);
+  int runs = 0;
+  for (const auto& impl : Implementations()) {
+    if (impl.backend != testing::GpuBackend()) continue;
+    std::string why;
+    if (impl.supports && !impl.supports(host, &why)) continue;
+    SCOPED_TRACE("implementation " + impl.name);
+    testing::PoisonNaN(prob.logits);
+    testing::DeviceMirror mirror;
+    Params device = host;
+    for (Tensor* t : {&device.q, &device.kv_cache, &device.context_lens, &device.weights,
+                      &device.logits}) {
+      ASSERT_TRUE(mirror.Mirror(*t).ok());
+    }
+    device.block_table.data = table.data();  // spans past the allocation: the point of the test
+    ExecContext ctx;
+    ctx.backend = testing::GpuBackend();
+    ctx.stream = mirror.stream();
+    const absl::Status status = impl.run(device, ctx);
+    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_TRUE(mirror.CopyBack(device.logits, host.logits).ok());
+    ASSERT_TRUE(mirror.Synchronize().ok());
+    testing::ExpectLogits(host.logits, ref, testing::ToleranceFor(shape.heads, shape.dim),
+                          impl.name);
+    ++runs;
+  }
+  EXPECT_GE(runs, 1);
+}
+
+#else
+
+TEST(IndexerLogitsPagedGpu, ReadsBlockTableOnlyBelowContext) {
+  GTEST_SKIP() << "no GPU backend in this build";
+}
+
+#endif
+
+}  // namespace
+}  // namespace attnd::kernels::indexer_logits_paged
