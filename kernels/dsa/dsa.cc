@@ -11,6 +11,10 @@
 #include "kernels/sparse_mla/sparse_mla.h"
 #include "kernels/topk/topk.h"
 
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#include "kernels/dsa/gpu.h"
+#endif
+
 namespace attnd::kernels::dsa {
 namespace {
 
@@ -141,6 +145,11 @@ WorkCount Count(const Params& p) {
 
 const std::vector<Impl<Params>>& Implementations() {
   static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>>{
+#if defined(ATTND_GPU_CUDA)
+      {"cuda_steps", Backend::kCuda, GpuSupports, RunGpu, GpuWorkspaceBytes},
+#elif defined(ATTND_GPU_HIP)
+      {"hip_steps", Backend::kHip, GpuSupports, RunGpu, GpuWorkspaceBytes},
+#endif
       {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };
   return *impls;

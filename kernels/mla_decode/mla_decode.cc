@@ -8,6 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status.h"
 
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#include "kernels/common/gpu/runtime.h"
+#include "kernels/mla_decode/gpu/launch.h"
+#endif
+
 namespace attnd::kernels::mla_decode {
 namespace {
 
@@ -34,6 +39,44 @@ class ReadableCounter {
   const int64_t page_size_;
   std::vector<int64_t> valid_before_;  // [j]: valid pages among the first j
 };
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#if defined(ATTND_GPU_CUDA)
+constexpr Backend kGpuBackend = Backend::kCuda;
+constexpr const char* kSimtName = "cuda_simt";
+#else
+constexpr Backend kGpuBackend = Backend::kHip;
+constexpr const char* kSimtName = "hip_simt";
+#endif
+
+// GPU implementations: the kernel's split plan is shapes-only (lengths are device data), so
+// workspace(p) and run(p) agree; run() lowers the split count to what the caller's workspace
+// holds. Count(p) reads block_table / cache_seqlens on the host and is never called here.
+template <GpuKernel kKernel>
+bool SupportsGpu(const Params& p, std::string* why) {
+  return GpuSupports(kKernel, p, why);
+}
+
+template <GpuKernel kKernel>
+int64_t GpuWorkspace(const Params& p) {
+  return SplitWorkspaceBytes(p, GpuSplits(p, kKernel));
+}
+
+template <GpuKernel kKernel>
+absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
+  const int splits = SplitsThatFit(p, GpuSplits(p, kKernel),
+                                   ctx.workspace == nullptr ? 0 : ctx.workspace_bytes);
+  const auto stream = static_cast<gpu::Stream>(ctx.stream);
+#if defined(ATTND_GPU_CUDA)
+  if constexpr (kKernel == GpuKernel::kMma) {
+    GPU_RETURN_IF_ERROR(LaunchMlaDecodeMma(p, splits, ctx.workspace, stream));
+    return absl::OkStatus();
+  }
+#endif
+  GPU_RETURN_IF_ERROR(LaunchMlaDecodeSimt(p, splits, ctx.workspace, stream));
+  return absl::OkStatus();
+}
+#endif
 
 }  // namespace
 
@@ -102,6 +145,14 @@ WorkCount Count(const Params& p) {
 
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>>{
+#if defined(ATTND_GPU_CUDA)
+      {"cuda_mma", kGpuBackend, SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>,
+       GpuWorkspace<GpuKernel::kMma>},
+#endif
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+      {kSimtName, kGpuBackend, SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
+       GpuWorkspace<GpuKernel::kSimt>},
+#endif
       {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
   };
   return *impls;

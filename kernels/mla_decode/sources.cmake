@@ -1,6 +1,17 @@
-# Dense MLA decode (absorbed, paged).
+# Dense MLA decode (absorbed, paged): host entry, CPU implementation, fp64 reference, and the GPU
+# kernels (gpu/) in CUDA builds.
 target_sources(attn_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/mla_decode.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
 )
 target_sources(attn_kernels_reference PRIVATE ${CMAKE_CURRENT_LIST_DIR}/reference.cc)
+if(ATTND_GPU STREQUAL "cuda")
+  target_sources(attn_kernels PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/plan.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/combine.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d512.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d576.cu
+  )
+endif()

@@ -6,6 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status.h"
 
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#include "kernels/common/gpu/runtime.h"
+#include "kernels/mla_prefill/gpu/launch.h"
+#endif
+
 namespace attnd::kernels::mla_prefill {
 namespace {
 
@@ -29,6 +34,45 @@ absl::Status CheckOneCuSeqlens(const Tensor& cu, const char* name, int64_t total
   }
   return absl::OkStatus();
 }
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#if defined(ATTND_GPU_CUDA)
+constexpr Backend kGpuBackend = Backend::kCuda;
+constexpr const char* kSimtName = "cuda_simt";
+#else
+constexpr Backend kGpuBackend = Backend::kHip;
+constexpr const char* kSimtName = "hip_simt";
+#endif
+
+// GPU implementations. cu_seqlens live on the device: the kernels clamp them instead of running
+// CheckCuSeqlens (well-formed input gives the CPU's output; malformed input stays memory-safe,
+// output unspecified: gpu/common.cuh). Count(p) reads cu_seqlens on the host and is never called
+// here.
+template <GpuKernel kKernel>
+bool SupportsGpu(const Params& p, std::string* why) {
+  return GpuSupports(kKernel, p, why);
+}
+
+int64_t GpuWorkspace(const Params& p) { return WorkspaceBytes(p); }
+
+template <GpuKernel kKernel>
+absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
+  if (ctx.workspace == nullptr || ctx.workspace_bytes < WorkspaceBytes(p)) {
+    return absl::InvalidArgumentError(absl::StrCat("mla_prefill: workspace of ",
+                                                   ctx.workspace_bytes, " bytes, want ",
+                                                   WorkspaceBytes(p)));
+  }
+  const auto stream = static_cast<gpu::Stream>(ctx.stream);
+#if defined(ATTND_GPU_CUDA)
+  if constexpr (kKernel == GpuKernel::kMma) {
+    GPU_RETURN_IF_ERROR(LaunchMlaPrefillMma(p, ctx.workspace, stream));
+    return absl::OkStatus();
+  }
+#endif
+  GPU_RETURN_IF_ERROR(LaunchMlaPrefillSimt(p, ctx.workspace, stream));
+  return absl::OkStatus();
+}
+#endif
 
 }  // namespace
 
@@ -97,6 +141,14 @@ WorkCount Count(const Params& p) {
 
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>>{
+#if defined(ATTND_GPU_CUDA)
+      {"cuda_mma", kGpuBackend, SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>,
+       GpuWorkspace},
+#endif
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+      {kSimtName, kGpuBackend, SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
+       GpuWorkspace},
+#endif
       {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
   };
   return *impls;

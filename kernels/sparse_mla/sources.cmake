@@ -1,4 +1,5 @@
-# Sparse MLA: host entry and CPU implementation in attn_kernels; the fp64 reference for tests.
+# Sparse MLA: host entry and CPU implementation in attn_kernels; the fp64 reference for tests;
+# the GPU kernels (gpu/) in CUDA builds.
 target_sources(attn_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sparse_mla.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
@@ -6,3 +7,13 @@ target_sources(attn_kernels PRIVATE
 target_sources(attn_kernels_reference PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/reference.cc
 )
+if(ATTND_GPU STREQUAL "cuda")
+  target_sources(attn_kernels PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/plan.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/combine.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d512.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d576.cu
+  )
+endif()

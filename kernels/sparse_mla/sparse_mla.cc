@@ -7,6 +7,11 @@
 #include "kernels/common/status.h"
 #include "kernels/sparse_mla/cpu.h"
 
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#include "kernels/common/gpu/runtime.h"
+#include "kernels/sparse_mla/gpu/launch.h"
+#endif
+
 namespace attnd::kernels::sparse_mla {
 namespace {
 
@@ -33,6 +38,38 @@ WorkCount CountWith(const Params& p, int64_t valid) {
   if (p.lse.present()) w.bytes += 4.0 * t * h;
   return w;
 }
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#if defined(ATTND_GPU_CUDA)
+constexpr Backend kGpuBackend = Backend::kCuda;
+#else
+constexpr Backend kGpuBackend = Backend::kHip;
+#endif
+
+// A GPU implementation: Supports from the kernel's device checks, run = launch (split-K sized to
+// the workspace the caller provides), workspace = the split partials. Never reads the selection
+// on the host (Count would: it is not called here). A CSR indptr cannot be checked on the host:
+// the kernels clamp each row to [clamp(indptr[t], 0, nnz), clamp(indptr[t+1], that, nnz)).
+Impl<Params> GpuImpl(const char* name, GpuKernel kernel) {
+  return Impl<Params>(
+      name, kGpuBackend,
+      [kernel](const Params& p, std::string* why) { return GpuSupports(kernel, p, why); },
+      [kernel](const Params& p, const ExecContext& ctx) -> absl::Status {
+        const int64_t bytes = ctx.workspace != nullptr ? ctx.workspace_bytes : 0;
+        const int splits = SplitsThatFit(p, GpuSplits(p, kernel), bytes);
+        const auto stream = static_cast<gpu::Stream>(ctx.stream);
+#if defined(ATTND_GPU_CUDA)
+        if (kernel == GpuKernel::kMma) {
+          GPU_RETURN_IF_ERROR(LaunchSparseMlaMma(p, splits, ctx.workspace, stream));
+          return absl::OkStatus();
+        }
+#endif
+        GPU_RETURN_IF_ERROR(LaunchSparseMlaSimt(p, splits, ctx.workspace, stream));
+        return absl::OkStatus();
+      },
+      [kernel](const Params& p) { return SplitWorkspaceBytes(p, GpuSplits(p, kernel)); });
+}
+#endif
 
 }  // namespace
 
@@ -120,6 +157,12 @@ WorkCount CountSlots(const Params& p) { return CountWith(p, SlotCount(p)); }
 
 const std::vector<Impl<Params>>& Implementations() {
   static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>>{
+#if defined(ATTND_GPU_CUDA)
+      GpuImpl("cuda_mma", GpuKernel::kMma),
+      GpuImpl("cuda_simt", GpuKernel::kSimt),
+#elif defined(ATTND_GPU_HIP)
+      GpuImpl("hip_simt", GpuKernel::kSimt),
+#endif
       {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };
   return *impls;

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/dsa/cpu.h"
@@ -230,9 +232,13 @@ TEST(Dsa, IndicesAndLseOutputsOptional) {
   spec.with_lse = false;
   DsaCase bare(spec, rng_copy);  // the same inputs
   ExpectMatchesReferenceSteps(full);
+  // Each implementation against its own run with every output requested.
+  std::map<std::string, std::vector<uint8_t>> full_out;
+  RunEachImpl(kernels::dsa::Implementations(), full.MakeParams(), full.Outputs(),
+              [&](const std::string& impl) { full_out[impl] = Bits(full.out()); });
   const int runs = RunEachImpl(
       kernels::dsa::Implementations(), bare.MakeParams(), bare.Outputs(),
-      [&](const std::string& impl) { EXPECT_EQ(Bits(bare.out()), Bits(full.out())) << impl; });
+      [&](const std::string& impl) { EXPECT_EQ(Bits(bare.out()), full_out[impl]) << impl; });
   EXPECT_GE(runs, 1);
 }
 
@@ -243,7 +249,8 @@ TEST(Dsa, ZeroTokensIsANoOp) {
   DsaCase c(spec, rng);
   const Params p = c.MakeParams();
   EXPECT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
-  EXPECT_EQ(RunEachImpl(kernels::dsa::Implementations(), p, c.Outputs(), [](const std::string&) {}),
+  // Every implementation that runs here (the CPU one, and the GPU ones with a device).
+  EXPECT_GE(RunEachImpl(kernels::dsa::Implementations(), p, c.Outputs(), [](const std::string&) {}),
             1);
 }
 

@@ -17,19 +17,7 @@ namespace attnd::kernels::mla_decode {
 namespace {
 
 using testing::ExpectClose;
-using testing::Tolerance;
 
-// Tolerances (never widened to make a test pass):
-// out is bf16 (8-bit significand): rounding the f32 result costs up to 2^-8 relative per element
-// (RMS ≈ 1.6e-3 measured). The f32 path adds: q pre-scaled by sm_scale·log2(e) (one rounding),
-// 576-term f32 dot products (scores ~N(0,1), error ~1e-7..1e-6), the exp2 polynomial (2e-7
-// relative) and 64-term f32 sums: ≲1e-6 relative on the softmax weights, so |Δout| ≲ 1e-6·
-// max|v| with |v| < 6 for N(0,1) data (measured: ≤ 5e-7 beyond the rounding bound). Per element
-// |Δ| ≤ 1e-5 + 2^-8·|ref|; relative L2 ≤ 2^-8 (≈2.4× the measured bf16 RMS).
-constexpr Tolerance kOutTol = {/*rel_l2=*/1.0 / 256, /*atol=*/1e-5, /*rtol=*/1.0 / 256};
-// lse is f32 of log Σ exp(s): the absolute score error (≲1e-6) plus f32 rounding of a value of
-// magnitude < 16 (1e-6); measured ≤ 2e-6, atol 2e-5 leaves ~10×. -inf must match exactly.
-constexpr Tolerance kLseTol = {/*rel_l2=*/1e-5, /*atol=*/2e-5, /*rtol=*/0};
 
 // Builds the case, runs every implementation and checks out / lse against the reference.
 // Returns the reference lse so callers can assert the case really has what it claims.

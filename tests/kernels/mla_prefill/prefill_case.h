@@ -11,9 +11,24 @@
 #include <vector>
 
 #include "kernels/mla_prefill/params.h"
+#include "tests/harness/harness.h"
 #include "tests/harness/host_tensor.h"
 
 namespace attnd::kernels::mla_prefill {
+
+// Tolerances (never widened to make a test pass):
+// out is bf16 (8-bit significand): rounding the f32 result costs up to 2^-8 relative per element
+// (RMS ≈ 1.6e-3). The f32 path adds: q pre-scaled by sm_scale·log2(e) (one rounding), ≤256-term
+// f32 dot products (scores ~N(0,1), error ≲1e-6), the exp2 polynomial (2e-7 relative) and
+// 64-term f32 sums: ≲1e-6 relative on the softmax weights, so |Δout| ≲ 1e-6·max|v| with |v| < 6
+// for N(0,1) data. Per element |Δ| ≤ 1e-5 + 2^-8·|ref|; relative L2 ≤ 2^-8 (≈2.4× the bf16 RMS).
+// The GPU kernels stay inside the same model: f32 dot products (exact bf16 products on the
+// tensor cores), and the tensor-core P·V takes P as two bf16 terms hi + lo (2^-16 relative).
+inline constexpr testing::Tolerance kOutTol = {/*rel_l2=*/1.0 / 256, /*atol=*/1e-5,
+                                               /*rtol=*/1.0 / 256};
+// lse is f32 of log Σ exp(s): the absolute score error (≲1e-6) plus f32 rounding of a value of
+// magnitude < 16 (1e-6); atol 2e-5 leaves ~10×. -inf must match exactly.
+inline constexpr testing::Tolerance kLseTol = {/*rel_l2=*/1e-5, /*atol=*/2e-5, /*rtol=*/0};
 
 struct PrefillCase {
   std::vector<std::pair<int32_t, int32_t>> lens = {{70, 70}};  // (Lq, Lk) per sequence

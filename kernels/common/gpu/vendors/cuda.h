@@ -1,7 +1,11 @@
 // CUDA side of the gpu:: runtime wrappers (included only through kernels/common/gpu/runtime.h).
 #pragma once
 
+#include <cuda.h>  // driver API types only (CUresult, CUdeviceptr): never linked, see below
 #include <cuda_runtime.h>
+
+#include <cstring>
+#include <string>
 
 namespace attnd::gpu {
 
@@ -12,6 +16,7 @@ using IpcMemHandle = cudaIpcMemHandle_t;
 using IpcEventHandle = cudaIpcEventHandle_t;
 using Graph = cudaGraph_t;
 using GraphExec = cudaGraphExec_t;
+using DeviceProp = cudaDeviceProp;
 
 inline constexpr Error kSuccess = cudaSuccess;
 inline constexpr const char* kVendorName = "cuda";
@@ -59,6 +64,103 @@ inline Error IpcOpenMemHandle(void** p, IpcMemHandle h) {
 inline Error IpcCloseMemHandle(void* p) { return cudaIpcCloseMemHandle(p); }
 inline Error IpcGetMemHandle(IpcMemHandle* h, void* p) { return cudaIpcGetMemHandle(h, p); }
 inline Error IpcOpenEventHandle(Event* e, IpcEventHandle h) { return cudaIpcOpenEventHandle(e, h); }
+inline Error IpcGetEventHandle(IpcEventHandle* h, Event e) { return cudaIpcGetEventHandle(h, e); }
 inline Error MemGetInfo(size_t* free_bytes, size_t* total) { return cudaMemGetInfo(free_bytes, total); }
+
+// ---- Device facts (daemon runtime) ----
+inline Error GetDeviceProperties(DeviceProp* p, int d) { return cudaGetDeviceProperties(p, d); }
+// The 16 bytes nvidia-smi prints as GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+inline Error GetDeviceUuid(int d, unsigned char out[16]) {
+  cudaDeviceProp p;
+  const Error e = cudaGetDeviceProperties(&p, d);
+  if (e == cudaSuccess) std::memcpy(out, p.uuid.bytes, 16);
+  return e;
+}
+inline std::string ArchName(const DeviceProp& p) {
+  return std::to_string(p.major) + "." + std::to_string(p.minor);
+}
+inline int MultiprocessorCount(const DeviceProp& p) { return p.multiProcessorCount; }
+// Errors after which the device (its context in this process) is unusable: every later call
+// fails too. Anything else is the one call's problem.
+inline bool IsDeviceLost(Error e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorAssert:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorNoDevice:
+    case cudaErrorContextIsDestroyed:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// ---- Host memory visible to every device (staging, registered regions) ----
+inline Error HostAllocPortable(void** p, size_t bytes) {
+  return cudaHostAlloc(p, bytes, cudaHostAllocPortable);
+}
+inline Error HostRegisterPortable(void* p, size_t bytes) {
+  return cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+}
+
+// ---- Pointers ----
+// The device ordinal of device memory `p` (an error for host or unregistered memory).
+inline Error PointerDevice(const void* p, int* device) {
+  cudaPointerAttributes a;
+  const Error e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) return e;
+  if (a.type != cudaMemoryTypeDevice) return cudaErrorInvalidValue;
+  *device = a.device;
+  return cudaSuccess;
+}
+// The allocation containing device pointer `p`: its base and size. The runtime has no such call;
+// the driver's cuMemGetAddressRange is reached through the runtime's entry-point query so that
+// attnd never links libcuda (a CUDA build still starts, on its CPU backend, without a driver).
+// cudaErrorNotSupported when the driver does not offer it.
+inline Error MemGetAddressRange(const void* p, void** base, size_t* size) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  static const Fn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      f = nullptr;
+    }
+    return reinterpret_cast<Fn>(f);
+  }();
+  if (fn == nullptr) return cudaErrorNotSupported;
+  CUdeviceptr b = 0;
+  size_t s = 0;
+  if (fn(&b, &s, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  *base = reinterpret_cast<void*>(b);
+  *size = s;
+  return cudaSuccess;
+}
+
+// ---- Graphs (capture a stream's launches, instantiate, update, replay) ----
+// Thread-local capture: other threads' runtime calls are unaffected while a stream captures.
+inline Error StreamBeginCapture(Stream s) {
+  return cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+}
+inline Error StreamEndCapture(Stream s, Graph* g) { return cudaStreamEndCapture(s, g); }
+inline Error GraphInstantiate(GraphExec* e, Graph g) { return cudaGraphInstantiate(e, g, 0); }
+// Updates `e` in place to run `g` (same topology and kernels, new parameters); an error when the
+// update is not possible (the caller then instantiates `g` afresh).
+inline Error GraphExecUpdate(GraphExec e, Graph g) {
+  cudaGraphExecUpdateResultInfo info;
+  return cudaGraphExecUpdate(e, g, &info);
+}
+inline Error GraphLaunch(GraphExec e, Stream s) { return cudaGraphLaunch(e, s); }
+inline Error GraphExecDestroy(GraphExec e) { return cudaGraphExecDestroy(e); }
+inline Error GraphDestroy(Graph g) { return cudaGraphDestroy(g); }
 
 }  // namespace attnd::gpu

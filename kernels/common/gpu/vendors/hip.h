@@ -3,6 +3,9 @@
 
 #include <hip/hip_runtime.h>
 
+#include <cstring>
+#include <string>
+
 namespace attnd::gpu {
 
 using Stream = hipStream_t;
@@ -12,6 +15,7 @@ using IpcMemHandle = hipIpcMemHandle_t;
 using IpcEventHandle = hipIpcEventHandle_t;
 using Graph = hipGraph_t;
 using GraphExec = hipGraphExec_t;
+using DeviceProp = hipDeviceProp_t;
 
 inline constexpr Error kSuccess = hipSuccess;
 inline constexpr const char* kVendorName = "hip";
@@ -59,6 +63,76 @@ inline Error IpcOpenMemHandle(void** p, IpcMemHandle h) {
 inline Error IpcCloseMemHandle(void* p) { return hipIpcCloseMemHandle(p); }
 inline Error IpcGetMemHandle(IpcMemHandle* h, void* p) { return hipIpcGetMemHandle(h, p); }
 inline Error IpcOpenEventHandle(Event* e, IpcEventHandle h) { return hipIpcOpenEventHandle(e, h); }
+inline Error IpcGetEventHandle(IpcEventHandle* h, Event e) { return hipIpcGetEventHandle(h, e); }
 inline Error MemGetInfo(size_t* free_bytes, size_t* total) { return hipMemGetInfo(free_bytes, total); }
+
+// ---- Device facts (daemon runtime) ----
+inline Error GetDeviceProperties(DeviceProp* p, int d) { return hipGetDeviceProperties(p, d); }
+inline Error GetDeviceUuid(int d, unsigned char out[16]) {
+  hipUUID u;
+  const Error e = hipDeviceGetUuid(&u, d);
+  if (e == hipSuccess) std::memcpy(out, u.bytes, 16);
+  return e;
+}
+inline std::string ArchName(const DeviceProp& p) {
+  std::string arch = p.gcnArchName;
+  const size_t colon = arch.find(':');  // "gfx90a:sramecc+:xnack-" -> "gfx90a"
+  return colon == std::string::npos ? arch : arch.substr(0, colon);
+}
+inline int MultiprocessorCount(const DeviceProp& p) { return p.multiProcessorCount; }
+inline bool IsDeviceLost(Error e) {
+  switch (e) {
+    case hipErrorIllegalAddress:
+    case hipErrorLaunchFailure:
+    case hipErrorECCNotCorrectable:
+    case hipErrorNoDevice:
+    case hipErrorAssert:
+    case hipErrorContextIsDestroyed:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// ---- Host memory visible to every device ----
+inline Error HostAllocPortable(void** p, size_t bytes) {
+  return hipHostMalloc(p, bytes, hipHostMallocPortable);
+}
+inline Error HostRegisterPortable(void* p, size_t bytes) {
+  return hipHostRegister(p, bytes, hipHostRegisterPortable);
+}
+
+// ---- Pointers ----
+inline Error PointerDevice(const void* p, int* device) {
+  hipPointerAttribute_t a;
+  const Error e = hipPointerGetAttributes(&a, p);
+  if (e != hipSuccess) return e;
+  if (a.memoryType != hipMemoryTypeDevice) return hipErrorInvalidValue;
+  *device = a.device;
+  return hipSuccess;
+}
+inline Error MemGetAddressRange(const void* p, void** base, size_t* size) {
+  hipDeviceptr_t b = nullptr;
+  const Error e = hipMemGetAddressRange(&b, size, const_cast<void*>(p));
+  if (e == hipSuccess) *base = b;
+  return e;
+}
+
+// ---- Graphs ----
+inline Error StreamBeginCapture(Stream s) {
+  return hipStreamBeginCapture(s, hipStreamCaptureModeThreadLocal);
+}
+inline Error StreamEndCapture(Stream s, Graph* g) { return hipStreamEndCapture(s, g); }
+inline Error GraphInstantiate(GraphExec* e, Graph g) {
+  return hipGraphInstantiate(e, g, nullptr, nullptr, 0);
+}
+inline Error GraphExecUpdate(GraphExec e, Graph g) {
+  hipGraphNode_t node = nullptr;
+  hipGraphExecUpdateResult result = hipGraphExecUpdateSuccess;
+  return hipGraphExecUpdate(e, g, &node, &result);
+}
+inline Error GraphLaunch(GraphExec e, Stream s) { return hipGraphLaunch(e, s); }
+inline Error GraphExecDestroy(GraphExec e) { return hipGraphExecDestroy(e); }
+inline Error GraphDestroy(Graph g) { return hipGraphDestroy(g); }
 
 }  // namespace attnd::gpu

@@ -1,0 +1,145 @@
+// Device-side pieces shared by the MLA decode GPU kernels (portable CUDA/HIP): the argument
+// block built from Params on the host, the work item of a CTA (request, row block, split) with
+// every untrusted value clamped, and the split-K partial layout the combine reads.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/common/gpu/vendor.h"
+
+namespace attnd::kernels::mla_decode {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+// The running max starts finite so that exp2(m_old - m_new) never sees inf - inf; masked
+// scores are -inf and contribute exp2(-inf) = 0.
+inline constexpr float kInitialMax = -1e30f;
+inline constexpr int kDimV = 512;
+
+__host__ __device__ __forceinline__ int64_t Min64(int64_t x, int64_t y) { return x < y ? x : y; }
+__host__ __device__ __forceinline__ int64_t Max64(int64_t x, int64_t y) { return x > y ? x : y; }
+
+// Pointers and strides (elements) of one call as the kernels see them (device memory).
+struct DecodeArgs {
+  const uint16_t* q;  // bf16 [B, s_q, H, d_qk]
+  int64_t q_stride_b, q_stride_s, q_stride_h;
+  const uint16_t* kv;  // bf16 [num_pages, page_size, d_qk]
+  int64_t kv_stride_page, kv_stride_slot;
+  int64_t num_pages, page_size;
+  const int32_t* block_table;  // i32 [B, max_pages]
+  int64_t table_stride_b, table_stride_page;
+  int64_t capacity;  // max_pages · page_size, saturated at INT64_MAX: the clamp of a seqlen
+  const int32_t* seqlens;  // i32 [B]
+  int64_t seqlens_stride;
+  uint16_t* out;  // bf16 [B, s_q, H, 512]
+  int64_t out_stride_b, out_stride_s, out_stride_h;
+  float* lse;  // f32 [B, s_q, H] natural log; null when absent
+  int64_t lse_stride_b, lse_stride_s, lse_stride_h;
+  // Split-K workspace (null when splits == 1): partial O f32 [splits, B, rows, 512] divided by
+  // its split's sum, and partial LSE f32 [splits, B, rows] in log2 units (-inf: nothing seen).
+  float* partial_o;
+  float* partial_lse;
+  int32_t batch, s_q, heads;
+  int32_t rows;        // s_q · H: query rows of a request (MTP tokens stacked over heads)
+  int32_t block_rows;  // rows per CTA
+  int32_t row_blocks;  // ceil(rows / block_rows)
+  int32_t splits;
+  int32_t causal;
+  float scale_log2;  // sm_scale · log2(e)
+};
+
+// One CTA's share: rows [row0, row0 + nrows) of request b, positions [begin, end) of the
+// request's context (whole kernel tiles; empty when the split has nothing to do), and the
+// per-row visibility rule.
+struct WorkItem {
+  int64_t b;
+  int32_t split;
+  int32_t row0, nrows;
+  int64_t seqlen;  // cache_seqlens[b] clamped to [0, max_pages · page_size]
+  int64_t begin, end;
+};
+
+// blockIdx.x = ((b · splits) + split) · row_blocks + row_block: the row blocks of one split,
+// which read the same pages, are neighbours in launch order.
+__device__ __forceinline__ WorkItem DecodeWorkItem(const DecodeArgs& a, int64_t block,
+                                                  int tile_tokens) {
+  WorkItem w;
+  const int32_t rb = static_cast<int32_t>(block % a.row_blocks);
+  const int64_t bs = block / a.row_blocks;
+  w.split = static_cast<int32_t>(bs % a.splits);
+  w.b = bs / a.splits;
+  w.row0 = rb * a.block_rows;
+  w.nrows = a.rows - w.row0 < a.block_rows ? a.rows - w.row0 : a.block_rows;
+  const int64_t raw = a.seqlens[w.b * a.seqlens_stride];
+  w.seqlen = Min64(Max64(raw, 0), a.capacity);
+  // Rows see a prefix that grows with the MTP token index: the block's last row sees the most.
+  const int32_t last_token = (w.row0 + w.nrows - 1) / a.heads;
+  int64_t limit = w.seqlen;
+  if (a.causal) limit = Max64(w.seqlen - a.s_q + last_token + 1, 0);
+  const int64_t tiles = (limit + tile_tokens - 1) / tile_tokens;
+  const int64_t per_split = (tiles + a.splits - 1) / a.splits;
+  w.begin = Min64(w.split * per_split, tiles) * tile_tokens;
+  w.end = Min64(Min64((w.split + 1) * per_split, tiles) * tile_tokens, limit);
+  if (w.end < w.begin) w.end = w.begin;
+  return w;
+}
+
+// Positions [0, limit) that row `row` (of the request's s_q · H) sees, before page masking.
+__device__ __forceinline__ int64_t RowLimit(const DecodeArgs& a, int64_t seqlen, int32_t row) {
+  if (!a.causal) return seqlen;
+  return Max64(seqlen - a.s_q + row / a.heads + 1, 0);
+}
+
+// Element offset of position `pos` of request b in the cache, or -1 when its page id is out of
+// [0, num_pages) (the token is masked and never read). pos < seqlen <= capacity =
+// max_pages · page_size, so the table entry read is inside the request's row.
+__device__ __forceinline__ int64_t TokenOffset(const DecodeArgs& a, int64_t b, int64_t pos) {
+  const int64_t page = pos / a.page_size;
+  const int64_t slot = pos - page * a.page_size;
+  const int64_t id = a.block_table[b * a.table_stride_b + page * a.table_stride_page];
+  if (id < 0 || id >= a.num_pages) return -1;
+  return id * a.kv_stride_page + slot * a.kv_stride_slot;
+}
+
+// Query row `row` of request b as a pointer to its d_qk elements.
+__device__ __forceinline__ const uint16_t* QueryRow(const DecodeArgs& a, int64_t b, int32_t row) {
+  const int64_t s = row / a.heads, h = row % a.heads;
+  return a.q + b * a.q_stride_b + s * a.q_stride_s + h * a.q_stride_h;
+}
+
+__device__ __forceinline__ uint16_t* OutRow(const DecodeArgs& a, int64_t b, int32_t row) {
+  const int64_t s = row / a.heads, h = row % a.heads;
+  return a.out + b * a.out_stride_b + s * a.out_stride_s + h * a.out_stride_h;
+}
+
+__device__ __forceinline__ float* LseAt(const DecodeArgs& a, int64_t b, int32_t row) {
+  const int64_t s = row / a.heads, h = row % a.heads;
+  return a.lse + b * a.lse_stride_b + s * a.lse_stride_s + h * a.lse_stride_h;
+}
+
+// Index of (split, request b, row) in the partial arrays (64-bit: splits·B·rows·512 may pass
+// 2^31).
+__device__ __forceinline__ int64_t PartialRow(const DecodeArgs& a, int32_t split, int64_t b,
+                                              int32_t row) {
+  return (static_cast<int64_t>(split) * a.batch + b) * a.rows + row;
+}
+
+// Writes what a CTA with no position to read owes: partial LSE -inf for its rows when split
+// (the combine then ignores them), else out 0 and lse -inf. Issues no loads.
+__device__ __forceinline__ void WriteEmptyRows(const DecodeArgs& a, const WorkItem& w) {
+  if (a.splits > 1) {
+    for (int r = threadIdx.x; r < w.nrows; r += blockDim.x) {
+      a.partial_lse[PartialRow(a, w.split, w.b, w.row0 + r)] = -INFINITY;
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < w.nrows * kDimV; i += blockDim.x) {
+    OutRow(a, w.b, w.row0 + i / kDimV)[i % kDimV] = 0;
+  }
+  if (a.lse != nullptr) {
+    for (int r = threadIdx.x; r < w.nrows; r += blockDim.x) *LseAt(a, w.b, w.row0 + r) = -INFINITY;
+  }
+}
+
+}  // namespace attnd::kernels::mla_decode

@@ -1,0 +1,55 @@
+// MLA decode on the GPU: what each kernel supports, the split-K plan and its workspace, and the
+// launchers (capture-safe: they never allocate or synchronise; split partials live in the
+// caller's workspace). Params point to device memory and passed Validate.
+//   const int splits = SplitsThatFit(p, GpuSplits(p, GpuKernel::kMma), ctx.workspace_bytes);
+//   GPU_RETURN_IF_ERROR(LaunchMlaDecodeMma(p, splits, ctx.workspace, stream));
+#pragma once
+
+#include <stdint.h>
+
+#include <string>
+
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/mla_decode/params.h"
+
+namespace attnd::kernels::mla_decode {
+
+enum class GpuKernel {
+  kSimt,  // portable CUDA/HIP: 16 rows per CTA, 32-token tiles, f32 FMA
+  kMma,   // CUDA sm_80+: 16, 32 or 64 rows per CTA, 64-token tiles, bf16 mma.sync
+};
+
+inline constexpr int kMaxSplits = 128;
+
+// Whether `kernel` can run `p` on the current device; otherwise false with the reason.
+// kSimt: any validated call with B · row blocks · splits < 2^31 and s_q · H < 2^31.
+// kMma additionally: compute capability >= 8.0; q and kv_cache 16-byte aligned (base and
+// leading strides multiples of 8 elements); out 4-byte aligned (base and leading strides even);
+// its shared memory (up to ~226 KiB at 64 rows, d_qk 576) available per block.
+bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why);
+
+// Split-K count for `p` on the current device (shapes only: the lengths are device data, so
+// the plan assumes the table's capacity max_pages · page_size). Heuristic: items = B · row
+// blocks (ceil(s_q · H / rows per CTA)), slots = SMs x resident CTAs per SM. items >= slots:
+// 1. Otherwise s = floor(slots / items) when that fills at least 3/4 of a wave, else
+// ceil(slots / items); at most kMaxSplits and at most capacity / (2 tiles) so a split of a full
+// context has at least two tiles. Each request's actual tiles are shared evenly on the device;
+// splits left without tiles issue no loads and leave LSE -inf for the combine.
+int GpuSplits(const Params& p, GpuKernel kernel);
+
+// Workspace bytes for `splits` (0 when splits == 1): partial O f32 [splits, B, s_q·H, 512] and
+// partial LSE f32 [splits, B, s_q·H].
+int64_t SplitWorkspaceBytes(const Params& p, int splits);
+
+// The largest split count <= `splits` whose workspace fits in `bytes` (1 always fits).
+int SplitsThatFit(const Params& p, int splits, int64_t bytes);
+
+// Runs the decode with `splits` splits (then the combine when splits > 1) on `stream`.
+// `workspace` holds SplitWorkspaceBytes(p, splits) bytes (may be null when splits == 1); its
+// contents on entry do not matter. Returns an error for a call GpuSupports refuses.
+gpu::Error LaunchMlaDecodeSimt(const Params& p, int splits, void* workspace, gpu::Stream stream);
+#if defined(ATTND_GPU_CUDA)
+gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace, gpu::Stream stream);
+#endif
+
+}  // namespace attnd::kernels::mla_decode

@@ -1,0 +1,42 @@
+// Launcher of the tensor-core MLA decode kernel (CUDA only): picks the instance (rows per CTA
+// from s_q · H, d_qk) and runs it with `splits` splits, then the combine when split.
+#if defined(ATTND_GPU_CUDA)
+#include "kernels/mla_decode/gpu/launch.h"
+#include "kernels/mla_decode/gpu/mma.cuh"
+#include "kernels/mla_decode/gpu/plan.h"
+
+namespace attnd::kernels::mla_decode {
+
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 1, 512)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 2, 512)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 4, 512)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 1, 576)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 2, 576)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 4, 576)
+
+namespace {
+
+// m16 tiles per CTA: the fewest that cover s_q · H up to 64 (16, 32 or 64 rows; more rows take
+// several 64-row blocks, each reading the request's pages).
+template <int kDqk>
+KernelShape ShapeFor(int64_t rows) {
+  if (rows <= 16) return MmaInstanceShape<1, kDqk>();
+  if (rows <= 32) return MmaInstanceShape<2, kDqk>();
+  return MmaInstanceShape<4, kDqk>();
+}
+
+}  // namespace
+
+KernelShape MmaShape(const Params& p) {
+  const int64_t rows = p.q.dim(1) * p.q.dim(2);
+  if (p.q.dim(3) == 576) return ShapeFor<576>(rows);
+  if (p.q.dim(3) == 512) return ShapeFor<512>(rows);
+  return KernelShape{};
+}
+
+gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace, gpu::Stream stream) {
+  return LaunchDecode(p, MmaShape(p), splits, workspace, stream);
+}
+
+}  // namespace attnd::kernels::mla_decode
+#endif  // ATTND_GPU_CUDA

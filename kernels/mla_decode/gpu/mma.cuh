@@ -1,0 +1,379 @@
+// The tensor-core MLA decode kernel (CUDA sm_80+, bf16 mma.sync m16n8k16, f32 accumulate).
+// A CTA (8 warps) takes kRows = 16·kMTiles query rows of one request (MTP tokens stacked over
+// heads; rows past s_q·H are zero, see nothing and are never written) and one split of its
+// positions, in tiles of 64 positions, double-buffered:
+//   gather   cp.async 16 B per thread, 8 threads per cache row, into a swizzled [64][d_qk] tile;
+//            positions past the range or on a page id outside [0, num_pages) are zero-filled
+//            by plain stores and never read. Tile i+1 is in flight while tile i is computed.
+//   S = Q·Kᵀ warp (m-group, n-group): kWarpMTiles x kWarpNTiles m16n8 tiles over d_qk.
+//   softmax  scores scaled to log2 units, -inf where invisible (masked token or the row's MTP
+//            causal limit); tile row max through shared memory, online update from a finite
+//            initial max; P = exp2(x - m) as bf16 hi + lo (|P - hi - lo| <= 2^-16·P, so the
+//            output keeps f32-path accuracy) in shared memory: for d576 P hi lives in the rope
+//            columns of the tile, dead once Q·Kᵀ is done.
+//   O += P·V warp w owns O[:, 64w .. 64w+63] for all kRows rows (kMTiles·32 f32 registers).
+// Instantiated in mma_d512.cu / mma_d576.cu; launched by mma.cu.
+#pragma once
+
+#if !defined(ATTND_GPU_CUDA)
+#error "kernels/mla_decode/gpu/mma.cuh is CUDA-only"
+#endif
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/mma_sync.cuh"
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/mla_decode/gpu/common.cuh"
+#include "kernels/mla_decode/gpu/plan.h"
+
+namespace attnd::kernels::mla_decode {
+
+template <int kMTiles, int kDqk>
+struct MmaTile {
+  static_assert(kMTiles == 1 || kMTiles == 2 || kMTiles == 4, "16, 32 or 64 rows per CTA");
+  static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
+  static constexpr int kThreads = 256;
+  static constexpr int kWarps = 8;
+  static constexpr int kRows = 16 * kMTiles;            // rows of S and O
+  static constexpr int kTile = 64;                      // positions per tile
+  static constexpr int kRowBytes = kDqk * 2;            // Q and cache rows in shared memory
+  static constexpr int kChunks = kDqk / 8;              // 16-B chunks per row
+  static constexpr int kKSteps = kDqk / 16;             // k16 steps of Q·Kᵀ
+  static constexpr int kMGroups = kMTiles == 1 ? 1 : 2;  // Q·Kᵀ warp grid
+  static constexpr int kNGroups = kWarps / kMGroups;
+  static constexpr int kWarpMTiles = kMTiles / kMGroups;
+  static constexpr int kWarpNTiles = kTile / 8 / kNGroups;
+  static constexpr int kOTiles = kDimV / kWarps / 8;  // n8 tiles of O per warp (8)
+  static constexpr int kLoadRows = kThreads / 8;      // cache rows per gather pass (8 thr/row)
+  // P hi sits in the rope chunks 64..71 of the tile's rows (d576) or in its own buffer.
+  static constexpr bool kPInRope = kDqk == 576;
+  static constexpr int kPRowBytes = kTile * 2;
+  // Shared memory (bytes): Q | tile stage 0 | tile stage 1 | [P hi] | P lo | row max | positions.
+  static constexpr int kQOffset = 0;
+  static constexpr int kKvOffset = kQOffset + kRows * kRowBytes;
+  static constexpr int kStageBytes = kTile * kRowBytes;
+  static constexpr int kPHiOffset = kKvOffset + 2 * kStageBytes;
+  static constexpr int kPLoOffset = kPHiOffset + (kPInRope ? 0 : kRows * kPRowBytes);
+  static constexpr int kRedOffset = kPLoOffset + kRows * kPRowBytes;
+  static constexpr int kPosOffset = kRedOffset + kRows * kNGroups * 4;
+  static constexpr int kSmemBytes = kPosOffset + 2 * kTile * 4;
+  static_assert(kWarpNTiles == 1 || kWarpNTiles == 2, "one ldmatrix per k-step for K");
+  static_assert(kRows <= kTile, "P hi rows live in the tile's rows");
+  static_assert(kChunks % 8 == 0, "whole gather passes");
+  static_assert(kNGroups % 4 == 0, "row max read as float4");
+};
+
+template <int kMTiles, int kDqk>
+__global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a) {
+  using T = MmaTile<kMTiles, kDqk>;
+  using namespace gpu::ptx;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t q_s = SmemAddr(smem + T::kQOffset);
+  const uint32_t kv_s = SmemAddr(smem + T::kKvOffset);
+  const uint32_t p_lo_s = SmemAddr(smem + T::kPLoOffset);
+  float* red_s = reinterpret_cast<float*>(smem + T::kRedOffset);      // [kRows][kNGroups]
+  int32_t* pos_s = reinterpret_cast<int32_t*>(smem + T::kPosOffset);  // [2][kTile]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, cq = lane % 4;  // fragment row; column pair 2·cq, 2·cq + 1
+  const int mg = warp / T::kNGroups, ng = warp % T::kNGroups;
+  const WorkItem w = DecodeWorkItem(a, blockIdx.x, T::kTile);
+  if (w.begin >= w.end) {
+    WriteEmptyRows(a, w);  // no position to read: no loads at all
+    return;
+  }
+
+  // Gather: thread (row lr + kLoadRows·i, chunks lc + 8·k).
+  const int lr = tid / 8, lc = tid % 8;
+  for (int r = lr; r < T::kRows; r += T::kLoadRows) {
+    const uint16_t* src = r < w.nrows ? QueryRow(a, w.b, w.row0 + r) : nullptr;
+#pragma unroll
+    for (int c = lc; c < T::kChunks; c += 8) {
+      const uint32_t dst = q_s + Swizzle(r, c, T::kRowBytes);
+      if (src != nullptr) {
+        CpAsync16(dst, src + 8 * c, true);
+      } else {
+        *reinterpret_cast<uint4*>(smem + (dst - SmemAddr(smem))) = make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+  auto issue_tile = [&](int64_t t0, int stage) {
+    const uint32_t base = kv_s + stage * T::kStageBytes;
+#pragma unroll
+    for (int i = 0; i < T::kTile / T::kLoadRows; ++i) {
+      const int r = lr + T::kLoadRows * i;
+      const int64_t pos = t0 + r;
+      const int64_t off = pos < w.end ? TokenOffset(a, w.b, pos) : -1;
+#pragma unroll
+      for (int c = lc; c < T::kChunks; c += 8) {
+        const uint32_t dst = base + Swizzle(r, c, T::kRowBytes);
+        if (off >= 0) {
+          CpAsync16(dst, a.kv + off + 8 * c, true);
+        } else {
+          *reinterpret_cast<uint4*>(smem + (dst - SmemAddr(smem))) = make_uint4(0, 0, 0, 0);
+        }
+      }
+      if (lc == 0) pos_s[stage * T::kTile + r] = off >= 0 ? static_cast<int32_t>(pos) : -1;
+    }
+  };
+
+  // Per-thread state. Q·Kᵀ rows: m-tiles mg·kWarpMTiles + mi, rows g and g + 8. O rows: every
+  // m-tile, rows g and g + 8; m_run is kept for all of them (identical in every thread).
+  int32_t limit[T::kWarpMTiles][2];  // <= seqlen <= INT32_MAX
+#pragma unroll
+  for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = (mg * T::kWarpMTiles + mi) * 16 + g + 8 * h;
+      limit[mi][h] = r < w.nrows ? static_cast<int32_t>(RowLimit(a, w.seqlen, w.row0 + r)) : 0;
+    }
+  }
+  float m_run[kMTiles][2], l_part[T::kWarpMTiles][2];
+  float o[kMTiles][T::kOTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    m_run[mt][0] = m_run[mt][1] = kInitialMax;
+#pragma unroll
+    for (int n = 0; n < T::kOTiles; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0;
+  }
+#pragma unroll
+  for (int mi = 0; mi < T::kWarpMTiles; ++mi) l_part[mi][0] = l_part[mi][1] = 0.0f;
+
+  issue_tile(w.begin, 0);
+  CpAsyncCommit();
+  const int64_t tiles = (w.end - w.begin + T::kTile - 1) / T::kTile;
+  for (int64_t it = 0; it < tiles; ++it) {
+    const int stage = static_cast<int>(it & 1);
+    const uint32_t kv_stage = kv_s + stage * T::kStageBytes;
+    CpAsyncWait<0>();
+    __syncthreads();  // tile `it` landed; every warp is done with tile it - 1
+    if (it + 1 < tiles) {
+      issue_tile(w.begin + (it + 1) * T::kTile, stage ^ 1);
+      CpAsyncCommit();
+    }
+
+    // S = Q·Kᵀ for this warp's m16n8 tiles.
+    float s[T::kWarpMTiles][T::kWarpNTiles][4];
+#pragma unroll
+    for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < T::kWarpNTiles; ++ni) {
+        s[mi][ni][0] = s[mi][ni][1] = s[mi][ni][2] = s[mi][ni][3] = 0.0f;
+      }
+    }
+#pragma unroll 4
+    for (int ks = 0; ks < T::kKSteps; ++ks) {
+      uint32_t af[T::kWarpMTiles][4];
+#pragma unroll
+      for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
+        const int row = (mg * T::kWarpMTiles + mi) * 16 + (lane & 15);
+        LdMatrixX4(af[mi], q_s + Swizzle(row, 2 * ks + (lane >> 4), T::kRowBytes));
+      }
+      uint32_t bf[T::kWarpNTiles][2];
+      if constexpr (T::kWarpNTiles == 2) {
+        uint32_t r[4];
+        const int tok = ng * 16 + (lane & 7) + ((lane >> 4) << 3);
+        LdMatrixX4(r, kv_stage + Swizzle(tok, 2 * ks + ((lane >> 3) & 1), T::kRowBytes));
+        bf[0][0] = r[0];
+        bf[0][1] = r[1];
+        bf[T::kWarpNTiles - 1][0] = r[2];
+        bf[T::kWarpNTiles - 1][1] = r[3];
+      } else {
+        const int tok = ng * 8 + (lane & 7);
+        LdMatrixX2(bf[0], kv_stage + Swizzle(tok, 2 * ks + ((lane >> 3) & 1), T::kRowBytes));
+      }
+#pragma unroll
+      for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < T::kWarpNTiles; ++ni) MmaBf16(s[mi][ni], af[mi], bf[ni]);
+      }
+    }
+
+    // Scale to log2 units, mask, and publish this warp's row maxima.
+    const int32_t* tile_pos = pos_s + stage * T::kTile;
+#pragma unroll
+    for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int ni = 0; ni < T::kWarpNTiles; ++ni) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int32_t pos = tile_pos[(ng * T::kWarpNTiles + ni) * 8 + 2 * cq + e];
+            float& x = s[mi][ni][2 * h + e];
+            x = pos >= 0 && pos < limit[mi][h] ? x * a.scale_log2 : -INFINITY;
+            mx = fmaxf(mx, x);
+          }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const int row = (mg * T::kWarpMTiles + mi) * 16 + g + 8 * h;
+        if (cq == 0) red_s[row * T::kNGroups + ng] = mx;
+      }
+    }
+    __syncthreads();  // row maxima of every n-group published
+
+    // New running max per row; rescale O (all rows) and this warp's partial sums. m_qk copies
+    // the max of this warp's Q·Kᵀ rows (static register indices: mg is not a constant).
+    float m_qk[T::kWarpMTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float4* red =
+            reinterpret_cast<const float4*>(red_s + (mt * 16 + g + 8 * h) * T::kNGroups);
+        float mx = m_run[mt][h];
+#pragma unroll
+        for (int k = 0; k < T::kNGroups / 4; ++k) {
+          const float4 v = red[k];
+          mx = fmaxf(fmaxf(mx, fmaxf(v.x, v.y)), fmaxf(v.z, v.w));
+        }
+        const float alpha = Exp2(m_run[mt][h] - mx);
+        m_run[mt][h] = mx;
+#pragma unroll
+        for (int n = 0; n < T::kOTiles; ++n) {
+          o[mt][n][2 * h] *= alpha;
+          o[mt][n][2 * h + 1] *= alpha;
+        }
+#pragma unroll
+        for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
+          if (mt == mg * T::kWarpMTiles + mi) {  // a row of this warp's Q·Kᵀ tiles
+            l_part[mi][h] *= alpha;
+            m_qk[mi][h] = mx;
+          }
+        }
+      }
+    }
+
+    // P = exp2(x - m) as bf16 hi + lo into shared memory, row-major [row][position].
+#pragma unroll
+    for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
+      const int mt = mg * T::kWarpMTiles + mi;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = mt * 16 + g + 8 * h;
+#pragma unroll
+        for (int ni = 0; ni < T::kWarpNTiles; ++ni) {
+          const int chunk = ng * T::kWarpNTiles + ni;
+          const float p0 = Exp2(s[mi][ni][2 * h] - m_qk[mi][h]);
+          const float p1 = Exp2(s[mi][ni][2 * h + 1] - m_qk[mi][h]);
+          l_part[mi][h] += p0 + p1;
+          uint32_t hi, lo;
+          SplitBf16x2(p0, p1, &hi, &lo);
+          const uint32_t hi_at =
+              T::kPInRope ? kv_stage + Swizzle(row, 64 + chunk, T::kRowBytes)
+                          : SmemAddr(smem + T::kPHiOffset) + Swizzle(row, chunk, T::kPRowBytes);
+          const uint32_t lo_at = p_lo_s + Swizzle(row, chunk, T::kPRowBytes);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(hi_at + 4 * cq), "r"(hi) : "memory");
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(lo_at + 4 * cq), "r"(lo) : "memory");
+        }
+      }
+    }
+    __syncthreads();  // P complete (Q·Kᵀ of every warp finished before the rope chunks changed)
+
+    // O[:, 64·warp ..] += P·V, V = the tile's first 512 columns.
+    const uint32_t p_hi_s =
+        T::kPInRope ? kv_stage + 64 * 16 : SmemAddr(smem + T::kPHiOffset);
+#pragma unroll 1
+    for (int kk = 0; kk < T::kTile / 16; ++kk) {
+      uint32_t bv[T::kOTiles][2];
+#pragma unroll
+      for (int np = 0; np < T::kOTiles / 2; ++np) {
+        uint32_t r[4];
+        const int tok = 16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3);
+        LdMatrixX4Trans(r, kv_stage + Swizzle(tok, 8 * warp + 2 * np + (lane >> 4), T::kRowBytes));
+        bv[2 * np][0] = r[0];
+        bv[2 * np][1] = r[1];
+        bv[2 * np + 1][0] = r[2];
+        bv[2 * np + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const int row = mt * 16 + (lane & 15), chunk = 2 * kk + (lane >> 4);
+        uint32_t ahi[4], alo[4];
+        LdMatrixX4(ahi, p_hi_s + Swizzle(row, chunk, T::kPInRope ? T::kRowBytes : T::kPRowBytes));
+        LdMatrixX4(alo, p_lo_s + Swizzle(row, chunk, T::kPRowBytes));
+#pragma unroll
+        for (int n = 0; n < T::kOTiles; ++n) {
+          MmaBf16(o[mt][n], ahi, bv[n]);
+          MmaBf16(o[mt][n], alo, bv[n]);
+        }
+      }
+    }
+  }
+
+  // Row sums: quad, then across the n-groups through shared memory (no warp reads red_s after
+  // the last tile's second barrier, so it is free).
+#pragma unroll
+  for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_part[mi][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = (mg * T::kWarpMTiles + mi) * 16 + g + 8 * h;
+      if (cq == 0) red_s[row * T::kNGroups + ng] = l;
+    }
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = mt * 16 + g + 8 * h;
+      if (row >= w.nrows) continue;
+      float l = 0.0f;
+#pragma unroll
+      for (int k = 0; k < T::kNGroups; ++k) l += red_s[row * T::kNGroups + k];
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int col0 = 64 * warp + 2 * cq;
+      if (a.splits == 1) {
+        uint16_t* out = OutRow(a, w.b, w.row0 + row) + col0;
+#pragma unroll
+        for (int n = 0; n < T::kOTiles; ++n) {
+          *reinterpret_cast<uint32_t*>(out + 8 * n) =
+              PackBf16x2(o[mt][n][2 * h] * inv, o[mt][n][2 * h + 1] * inv);
+        }
+      } else {
+        float* out = a.partial_o + PartialRow(a, w.split, w.b, w.row0 + row) * kDimV + col0;
+#pragma unroll
+        for (int n = 0; n < T::kOTiles; ++n) {
+          *reinterpret_cast<float2*>(out + 8 * n) =
+              make_float2(o[mt][n][2 * h] * inv, o[mt][n][2 * h + 1] * inv);
+        }
+      }
+      if (warp == 0 && cq == 0) {
+        const float lse2 = l > 0.0f ? m_run[mt][h] + log2f(l) : -INFINITY;
+        if (a.splits > 1) {
+          a.partial_lse[PartialRow(a, w.split, w.b, w.row0 + row)] = lse2;
+        } else if (a.lse != nullptr) {
+          *LseAt(a, w.b, w.row0 + row) = lse2 * kLn2;
+        }
+      }
+    }
+  }
+}
+
+// How the instance runs (its kernel pointer, shared memory, residency on the current device).
+template <int kMTiles, int kDqk>
+KernelShape MmaInstanceShape() {
+  using T = MmaTile<kMTiles, kDqk>;
+  KernelShape s;
+  s.kernel = reinterpret_cast<const void*>(&MlaDecodeMmaKernel<kMTiles, kDqk>);
+  s.block_rows = T::kRows;
+  s.tile_tokens = T::kTile;
+  s.threads = T::kThreads;
+  s.smem_bytes = T::kSmemBytes;
+  s.blocks_per_sm = gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
+  return s;
+}
+
+// Explicit instantiation (mma_d512.cu, mma_d576.cu) or its extern declaration (mma.cu).
+#define ATTND_MLA_DECODE_MMA_INSTANCE(EXTERN, M, D) \
+  EXTERN template KernelShape MmaInstanceShape<M, D>();
+
+}  // namespace attnd::kernels::mla_decode

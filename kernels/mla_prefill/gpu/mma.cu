@@ -1,0 +1,27 @@
+// Launcher of the tensor-core MLA prefill kernel (CUDA only): picks the instance for
+// (d_qk, d_v) and runs the schedule, then the kernel.
+#if defined(ATTND_GPU_CUDA)
+#include "kernels/mla_prefill/gpu/launch.h"
+#include "kernels/mla_prefill/gpu/mma.cuh"
+#include "kernels/mla_prefill/gpu/plan.h"
+
+namespace attnd::kernels::mla_prefill {
+
+ATTND_MLA_PREFILL_MMA_INSTANCE(extern, 192, 128)
+ATTND_MLA_PREFILL_MMA_INSTANCE(extern, 64, 64)
+ATTND_MLA_PREFILL_MMA_INSTANCE(extern, 128, 128)
+
+KernelShape MmaShape(const Params& p) {
+  const int64_t d_qk = p.q.dim(2), d_v = p.v.dim(2);
+  if (d_qk == 192 && d_v == 128) return MmaInstanceShape<192, 128>();
+  if (d_qk == 64 && d_v == 64) return MmaInstanceShape<64, 64>();
+  if (d_qk == 128 && d_v == 128) return MmaInstanceShape<128, 128>();
+  return KernelShape{};
+}
+
+gpu::Error LaunchMlaPrefillMma(const Params& p, void* workspace, gpu::Stream stream) {
+  return LaunchPrefill(p, MmaShape(p), workspace, stream);
+}
+
+}  // namespace attnd::kernels::mla_prefill
+#endif  // ATTND_GPU_CUDA

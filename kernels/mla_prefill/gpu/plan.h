@@ -1,0 +1,47 @@
+// Host-side internals of the MLA prefill GPU path shared by plan.cu and the launchers: how a
+// kernel instance runs a call and the kernels' argument block. Internal to
+// kernels/mla_prefill/gpu.
+#pragma once
+
+#include <stdint.h>
+
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/mla_prefill/gpu/common.cuh"
+#include "kernels/mla_prefill/params.h"
+
+namespace attnd::kernels::mla_prefill {
+
+#if defined(ATTND_GPU_CUDA)
+inline constexpr gpu::Error kInvalidValue = cudaErrorInvalidValue;
+#else
+inline constexpr gpu::Error kInvalidValue = hipErrorInvalidValue;
+#endif
+
+struct KernelShape {
+  const void* kernel = nullptr;  // the instance a launch would use (null: none fits p)
+  int block_m = 0;               // query rows per CTA
+  int threads = 0;
+  int smem_bytes = 0;
+  int blocks_per_sm = 0;  // resident CTAs per SM on the current device (0: cannot run)
+};
+
+// simt.cu / mma.cu: the instance for p.
+KernelShape SimtShape(const Params& p);
+#if defined(ATTND_GPU_CUDA)
+KernelShape MmaShape(const Params& p);
+#endif
+
+// CTAs per head: ceil(total_q / block_m) + B, an upper bound of Σ_b ceil(Lq_b / block_m).
+int64_t SlotsPerHead(const Params& p, int block_m);
+
+// The kernels' view of p with `block_m` query rows per CTA and the schedule in `workspace`.
+PrefillArgs MakePrefillArgs(const Params& p, int block_m, void* workspace);
+
+// schedule.cu: fills a.tile_start and writes the rows past cu_seqlens_q[B].
+gpu::Error LaunchPrefillSchedule(const PrefillArgs& a, gpu::Stream stream);
+
+// The schedule, then `shape.kernel` over slots · H CTAs.
+gpu::Error LaunchPrefill(const Params& p, const KernelShape& shape, void* workspace,
+                         gpu::Stream stream);
+
+}  // namespace attnd::kernels::mla_prefill

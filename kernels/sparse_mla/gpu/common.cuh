@@ -1,0 +1,94 @@
+// Device-side pieces shared by the sparse MLA GPU kernels (portable CUDA/HIP): the kernel
+// argument block built from Params on the host, the slot range of one (token, split) work item
+// with every untrusted length clamped, and the split-K partial layout the combine reads.
+#pragma once
+
+#include <stdint.h>
+
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/sparse_mla/params.h"
+
+namespace attnd::kernels::sparse_mla {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+// The running max starts finite so that exp2(m_old - m_new) never sees inf - inf; masked
+// scores are -inf and contribute exp2(-inf) = 0.
+inline constexpr float kInitialMax = -1e30f;
+// Split ranges are whole 64-slot blocks (the tensor-core kernel's KV tile; two SIMT chunks).
+inline constexpr int kSplitAlign = 64;
+
+// Pointers and strides (elements) of one call, as the kernels see them.
+struct KernelArgs {
+  const uint16_t* q;  // bf16 [T, H, d_qk]
+  int64_t q_stride_t, q_stride_h;
+  const uint16_t* kv;  // bf16 [S, d_qk]
+  int64_t kv_stride;
+  int64_t kv_rows;  // S
+  // Selection: table (indptr null) [T, width] with row stride `indices_stride`, or CSR.
+  const int32_t* indices;
+  int64_t indices_stride;
+  int64_t width;  // table: K; CSR: nnz
+  const int32_t* indptr;
+  const int32_t* topk_length;  // optional (table form)
+  uint16_t* out;               // bf16 [T, H, 512]
+  int64_t out_stride_t, out_stride_h;
+  float* lse;  // f32 [T, H], optional
+  int64_t lse_stride_t;
+  // Split-K workspace (null when splits == 1): partial O f32 [splits, T, H, 512] (already
+  // divided by the split's sum) and partial LSE f32 [splits, T, H] in log2 units (-inf: empty).
+  float* partial_o;
+  float* partial_lse;
+  int32_t tokens;  // T
+  int32_t heads;   // H
+  int32_t splits;
+  float scale_log2;  // sm_scale · log2(e)
+};
+
+// Token t's slots for one split: slots[begin, end) (slot i of the row is slots[i]).
+struct SlotRange {
+  const int32_t* slots;
+  int64_t begin, end;
+};
+
+// Clamps every untrusted value: topk_length to [0, K]; a CSR row to [clamp(indptr[t], 0, nnz),
+// clamp(indptr[t+1], that, nnz)) so a malformed indptr (the CPU refuses it) reads only inside
+// indices and gives an empty or shortened row. The row is cut into `splits` ranges of whole
+// kSplitAlign-slot blocks; trailing splits may be empty.
+__device__ __forceinline__ SlotRange SplitSlots(const KernelArgs& a, int64_t t, int split) {
+  const int32_t* slots;
+  int64_t len;
+  if (a.indptr != nullptr) {
+    const int64_t b = min(max(static_cast<int64_t>(a.indptr[t]), int64_t{0}), a.width);
+    const int64_t e = min(max(static_cast<int64_t>(a.indptr[t + 1]), b), a.width);
+    slots = a.indices + b;
+    len = e - b;
+  } else {
+    slots = a.indices + t * a.indices_stride;
+    len = a.width;
+    if (a.topk_length != nullptr) {
+      len = min(max(static_cast<int64_t>(a.topk_length[t]), int64_t{0}), a.width);
+    }
+  }
+  const int64_t blocks = (len + kSplitAlign - 1) / kSplitAlign;
+  const int64_t per_split = (blocks + a.splits - 1) / a.splits;
+  const int64_t begin = min(split * per_split * kSplitAlign, len);
+  const int64_t end = min((split + 1) * per_split * kSplitAlign, len);
+  return {slots, begin, end};
+}
+
+// Slot i of the range as a KV row, or -1 when masked (past the range end, < 0 or >= S).
+// Never reads slots[i] for i >= end.
+__device__ __forceinline__ int32_t LoadRow(const KernelArgs& a, const SlotRange& r, int64_t i) {
+  if (i >= r.end) return -1;
+  const int32_t idx = r.slots[i];
+  return (idx >= 0 && static_cast<int64_t>(idx) < a.kv_rows) ? idx : -1;
+}
+
+// Offsets into the split workspace (64-bit: splits·T·H·512 may pass 2^31).
+__device__ __forceinline__ int64_t PartialRow(const KernelArgs& a, int split, int64_t t,
+                                              int64_t h) {
+  return (static_cast<int64_t>(split) * a.tokens + t) * a.heads + h;
+}
+
+}  // namespace attnd::kernels::sparse_mla

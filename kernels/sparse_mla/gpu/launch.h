@@ -1,0 +1,56 @@
+// Sparse MLA on the GPU: launchers (capture-safe: they never allocate or synchronise; split-K
+// scratch comes from the caller's workspace) and the split-K plan the host entry and its
+// workspace size share. Params point to device memory; the call was validated.
+//   const int splits = sparse_mla::GpuSplits(p, GpuKernel::kMma);
+//   GPU_RETURN_IF_ERROR(sparse_mla::LaunchSparseMlaMma(p, splits, workspace, stream));
+#pragma once
+
+#include <stdint.h>
+
+#include <string>
+
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/sparse_mla/params.h"
+
+namespace attnd::kernels::sparse_mla {
+
+enum class GpuKernel {
+  kSimt,  // portable CUDA/HIP: one token x 16 heads per CTA, 32-row KV chunks, f32 FMA
+  kMma,   // CUDA sm_80+: one token x up to 64 heads per CTA, 64-row KV tiles, bf16 mma.sync
+};
+
+inline constexpr int kMaxSplits = 32;
+
+// Whether `kernel` can run `p` on the current device; otherwise false with the reason.
+// Both need q and kv 16-byte aligned (base and leading strides multiples of 8 elements) and out
+// 4-byte aligned (even strides); T·ceil(H / heads per CTA) < 2^31. kMma also needs compute
+// capability >= 8.0 and its shared memory (up to 226 KiB at H > 32, d_qk 576) per block.
+bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why);
+
+// Split-K count for `p` on the current device: 1 when the (token, head block) work items
+// already fill the machine. Heuristic: items = T·ceil(H / heads per CTA), slots = SMs x CTAs
+// per SM; the fewest splits s whose waves are at least 3/4 full (items·s >= 0.75·slots·
+// ceil(items·s / slots)), at most kMaxSplits and at most half the 64-slot blocks of the widest
+// row (K for a table, nnz for CSR) so every split has at least two blocks of work.
+int GpuSplits(const Params& p, GpuKernel kernel);
+
+// Workspace bytes for `splits` (0 when splits == 1): partial O f32 [splits, T, H, 512] and
+// partial LSE f32 [splits, T, H].
+int64_t SplitWorkspaceBytes(const Params& p, int splits);
+
+// The largest split count <= `splits` whose workspace fits in `bytes` (1 always fits).
+int SplitsThatFit(const Params& p, int splits, int64_t bytes);
+
+// Runs sparse MLA with `splits` splits (then the combine when splits > 1) on `stream`.
+// `workspace` holds SplitWorkspaceBytes(p, splits) bytes (may be null when splits == 1); its
+// contents on entry do not matter.
+gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace, gpu::Stream stream);
+#if defined(ATTND_GPU_CUDA)
+gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace, gpu::Stream stream);
+#endif
+
+// Merges the `splits` partials in `workspace` into p.out and p.lse (a block per (token, head)).
+gpu::Error LaunchSparseMlaCombine(const Params& p, int splits, const void* workspace,
+                                  gpu::Stream stream);
+
+}  // namespace attnd::kernels::sparse_mla

@@ -1,0 +1,56 @@
+// Launcher of the tensor-core sparse MLA kernel: picks the instance (heads per CTA from H,
+// d_qk), launches it with `splits` splits, then the combine when splits > 1.
+#if defined(ATTND_GPU_CUDA)  // CUDA-only (mma.sync); compiles to nothing for HIP
+#include "kernels/sparse_mla/gpu/launch.h"
+#include "kernels/sparse_mla/gpu/mma.cuh"
+
+namespace attnd::kernels::sparse_mla {
+
+ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 1, 512)
+ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 2, 512)
+ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 4, 512)
+ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 1, 576)
+ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 2, 576)
+ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 4, 576)
+
+namespace {
+
+// m16 tiles per CTA: the fewest that cover H up to 64 (16, 32 or 64 heads; larger H takes
+// several 64-head blocks).
+int MTilesFor(int64_t heads) { return heads <= 16 ? 1 : heads <= 32 ? 2 : 4; }
+
+template <int kDqk>
+gpu::Error LaunchFor(const KernelArgs& a, gpu::Stream stream) {
+  switch (MTilesFor(a.heads)) {
+    case 1: return LaunchMmaInstance<1, kDqk>(a, stream);
+    case 2: return LaunchMmaInstance<2, kDqk>(a, stream);
+    default: return LaunchMmaInstance<4, kDqk>(a, stream);
+  }
+}
+
+template <int kDqk>
+KernelShape ShapeFor(int64_t heads) {
+  switch (MTilesFor(heads)) {
+    case 1: return MmaInstanceShape<1, kDqk>();
+    case 2: return MmaInstanceShape<2, kDqk>();
+    default: return MmaInstanceShape<4, kDqk>();
+  }
+}
+
+}  // namespace
+
+KernelShape MmaShape(const Params& p) {
+  return p.q.dim(2) == 576 ? ShapeFor<576>(p.q.dim(1)) : ShapeFor<512>(p.q.dim(1));
+}
+
+gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace, gpu::Stream stream) {
+  if (p.q.dim(0) == 0) return gpu::kSuccess;
+  const KernelArgs a = MakeKernelArgs(p, splits, workspace);
+  const gpu::Error e = p.q.dim(2) == 576 ? LaunchFor<576>(a, stream) : LaunchFor<512>(a, stream);
+  if (e != gpu::kSuccess || splits == 1) return e;
+  return LaunchSparseMlaCombine(p, splits, workspace, stream);
+}
+
+}  // namespace attnd::kernels::sparse_mla
+
+#endif  // defined(ATTND_GPU_CUDA)

@@ -1,0 +1,379 @@
+// The tensor-core sparse MLA kernel (CUDA sm_80+, bf16 mma.sync m16n8k16, f32 accumulate).
+// A CTA (8 warps) takes one token, a block of 16·kMTiles heads (padded rows are zero and never
+// written) and one split of the token's slots, in tiles of 64 KV rows, double-buffered:
+//   gather   cp.async 16 B per thread, 4 threads per row, into a swizzled [64][d_qk] tile; a
+//            masked row (slot past the range, index < 0 or >= S) is zero-filled by a plain
+//            store and never read. Tile i+1 is in flight while tile i is computed.
+//   S = Q·Kᵀ warp (m-tile, token group): 16 heads x 8·kMTiles rows over d_qk; Q's first 512
+//            columns from smem, d576's 64 rope columns from registers.
+//   softmax  row max over the token groups through smem, online update in log2 units
+//            (exp2 with sm_scale·log2e folded, running max from -1e30, masked scores -inf);
+//            P goes to smem as two bf16 terms, P = hi + lo (|P - hi - lo| <= 2^-16·P), so the
+//            output keeps f32-path accuracy rather than bf16-P accuracy (2^-8 per weight).
+//   O += P·V warp w owns O[:, 64w .. 64w+63] for all heads (kMTiles·32 f32 registers).
+// Instantiated in mma_d512.cu / mma_d576.cu; launched by mma.cu.
+#pragma once
+
+#if !defined(ATTND_GPU_CUDA)
+#error "kernels/sparse_mla/gpu/mma.cuh is CUDA-only"
+#endif
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/common/gpu/mma_sync.cuh"
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/sparse_mla/gpu/common.cuh"
+#include "kernels/sparse_mla/gpu/plan.h"
+
+namespace attnd::kernels::sparse_mla {
+
+template <int kMTiles, int kDqk>
+struct MmaTile {
+  static_assert(kMTiles == 1 || kMTiles == 2 || kMTiles == 4, "16, 32 or 64 heads per CTA");
+  static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
+  static constexpr int kThreads = 256;
+  static constexpr int kWarps = 8;
+  static constexpr int kHeads = 16 * kMTiles;                // rows of S and O
+  static constexpr int kBlockN = 64;                         // KV rows per tile
+  static constexpr int kGroups = kWarps / kMTiles;           // QK warps sharing an m-tile
+  static constexpr int kGroupTiles = kBlockN / 8 / kGroups;  // n8 tiles per QK warp
+  static constexpr int kRopeSteps = (kDqk - 512) / 16;       // k16 steps of Q held in registers
+  static constexpr int kOTiles = kDimV / kWarps / 8;         // n8 tiles of O per warp (8)
+  static constexpr int kQRowBytes = 512 * 2;                 // Q tile: the first 512 columns
+  static constexpr int kKvRowBytes = kDqk * 2;
+  static constexpr int kKvChunks = kDqk / 8;  // 16-B chunks per KV row
+  static constexpr int kPRowBytes = kBlockN * 2;
+  static constexpr int kGatherThreads = kThreads / kBlockN;  // per KV row
+  // Shared memory (bytes): Q | KV stage 0 | KV stage 1 | P hi | P lo | statistics.
+  static constexpr int kQOffset = 0;
+  static constexpr int kKvOffset = kQOffset + kHeads * kQRowBytes;
+  static constexpr int kKvStageBytes = kBlockN * kKvRowBytes;
+  static constexpr int kPHiOffset = kKvOffset + 2 * kKvStageBytes;
+  static constexpr int kPLoOffset = kPHiOffset + kHeads * kPRowBytes;
+  static constexpr int kStatOffset = kPLoOffset + kHeads * kPRowBytes;
+  static constexpr int kRedFloats = kGroups * kHeads;  // per-group row max, then row sum
+  static constexpr int kStatBytes = (kRedFloats + 3 * kHeads) * 4 + 2 * kBlockN * 4;
+  static constexpr int kSmemBytes = kStatOffset + kStatBytes;
+  static_assert(kGroupTiles * 8 * kGroups == kBlockN, "token groups tile the KV block");
+  static_assert(kKvChunks % kGatherThreads == 0, "whole chunks per gather thread");
+  static_assert(kSplitAlign % kBlockN == 0, "splits are whole KV tiles");
+  static_assert(kSmemBytes <= 227 * 1024, "fits sm_90's 227 KiB of shared memory per block");
+};
+
+template <int kMTiles, int kDqk>
+__global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a) {
+  using Tile = MmaTile<kMTiles, kDqk>;
+  using namespace ::attnd::gpu::ptx;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t q_s = SmemAddr(smem + Tile::kQOffset);
+  const uint32_t kv_s = SmemAddr(smem + Tile::kKvOffset);
+  const uint32_t p_hi_s = SmemAddr(smem + Tile::kPHiOffset);
+  const uint32_t p_lo_s = SmemAddr(smem + Tile::kPLoOffset);
+  float* red_s = reinterpret_cast<float*>(smem + Tile::kStatOffset);  // [kGroups][kHeads]
+  float* alpha_s = red_s + Tile::kRedFloats;                          // [kHeads]
+  float* l_s = alpha_s + Tile::kHeads;                                // [kHeads]
+  float* m_s = l_s + Tile::kHeads;                                    // [kHeads]
+  int* valid_s = reinterpret_cast<int*>(m_s + Tile::kHeads);          // [2][kBlockN]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, cq = 2 * (lane % 4);  // mma fragment row and column pair
+  const int groups = (a.heads + Tile::kHeads - 1) / Tile::kHeads;
+  const int64_t t = blockIdx.x / groups;
+  const int h0 = static_cast<int>(blockIdx.x % groups) * Tile::kHeads;
+  const int split = blockIdx.y;
+  const SlotRange range = SplitSlots(a, t, split);
+
+  // QK role: m-tile `mt`, token group `grp` (rows tok0 .. tok0 + 8·kGroupTiles of the tile).
+  const int mt = warp / Tile::kGroups, grp = warp % Tile::kGroups;
+  const int tok0 = grp * Tile::kGroupTiles * 8;
+  // Gather role: KV row g_row of the tile, chunks g_sub + kGatherThreads·i.
+  const int g_row = tid / Tile::kGatherThreads, g_sub = tid % Tile::kGatherThreads;
+
+  float m_row[2] = {kInitialMax, kInitialMax};  // rows mt·16 + g and + 8 (QK role)
+  float l_row[2] = {0.0f, 0.0f};                // this thread's share of their sums
+  float o[kMTiles][Tile::kOTiles][4] = {};      // O[:, 64·warp ..] (P·V role)
+
+  // KV row `row` (or -1: zeros) into stage `stage`; masked rows issue no load.
+  auto gather = [&](int stage, int32_t row) {
+    const uint32_t dst = kv_s + stage * Tile::kKvStageBytes;
+    if (row >= 0) {
+      const uint16_t* src = a.kv + static_cast<int64_t>(row) * a.kv_stride;
+#pragma unroll
+      for (int i = 0; i < Tile::kKvChunks / Tile::kGatherThreads; ++i) {
+        const int c = g_sub + Tile::kGatherThreads * i;
+        CpAsync16(dst + Swizzle(g_row, c, Tile::kKvRowBytes), src + c * 8, true);
+      }
+    } else {
+      uint8_t* base = smem + Tile::kKvOffset + stage * Tile::kKvStageBytes;
+#pragma unroll
+      for (int i = 0; i < Tile::kKvChunks / Tile::kGatherThreads; ++i) {
+        const int c = g_sub + Tile::kGatherThreads * i;
+        *reinterpret_cast<uint4*>(base + Swizzle(g_row, c, Tile::kKvRowBytes)) =
+            make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (g_sub == 0) valid_s[stage * Tile::kBlockN + g_row] = row >= 0;
+  };
+
+  if (range.begin < range.end) {
+    // Q's first 512 columns to smem (rows past H zero); d576's rope columns to registers.
+    const uint16_t* q_tok = a.q + t * a.q_stride_t;
+    for (int e = tid; e < Tile::kHeads * 64; e += Tile::kThreads) {
+      const int r = e / 64, c = e % 64;
+      if (h0 + r < a.heads) {
+        CpAsync16(q_s + Swizzle(r, c, Tile::kQRowBytes),
+                  q_tok + static_cast<int64_t>(h0 + r) * a.q_stride_h + c * 8, true);
+      } else {
+        *reinterpret_cast<uint4*>(smem + Tile::kQOffset + Swizzle(r, c, Tile::kQRowBytes)) =
+            make_uint4(0, 0, 0, 0);
+      }
+    }
+    uint32_t q_rope[Tile::kRopeSteps > 0 ? Tile::kRopeSteps : 1][4];
+#pragma unroll
+    for (int rs = 0; rs < Tile::kRopeSteps; ++rs) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int h = h0 + mt * 16 + g + 8 * (i & 1);
+        const int col = 512 + 16 * rs + cq + 8 * (i >> 1);
+        q_rope[rs][i] = h < a.heads ? *reinterpret_cast<const uint32_t*>(
+                                          q_tok + static_cast<int64_t>(h) * a.q_stride_h + col)
+                                    : 0u;
+      }
+    }
+
+    gather(0, LoadRow(a, range, range.begin + g_row));
+    CpAsyncCommit();
+    int32_t row_next = LoadRow(a, range, range.begin + Tile::kBlockN + g_row);
+
+    int stage = 0;
+    for (int64_t pos = range.begin; pos < range.end; pos += Tile::kBlockN, stage ^= 1) {
+      CpAsyncWait<0>();
+      __syncthreads();  // (A) tile `stage` landed; the previous P·V is done with the other
+                        // stage, P and alpha
+      if (pos + Tile::kBlockN < range.end) gather(stage ^ 1, row_next);
+      CpAsyncCommit();
+      row_next = LoadRow(a, range, pos + 2 * Tile::kBlockN + g_row);
+      const uint32_t kv_tile = kv_s + stage * Tile::kKvStageBytes;
+      const int* valid = valid_s + stage * Tile::kBlockN;
+
+      // S = Q·Kᵀ for rows mt·16 .. +15 and tile rows tok0 .. (two k16 steps per ldmatrix of K).
+      float s[Tile::kGroupTiles][4] = {};
+#pragma unroll 4
+      for (int ks = 0; ks < 32; ks += 2) {
+        uint32_t qa[4], qb[4];
+        LdMatrixX4(qa, q_s + Swizzle(mt * 16 + lane % 16, 2 * ks + lane / 16, Tile::kQRowBytes));
+        LdMatrixX4(qb,
+                   q_s + Swizzle(mt * 16 + lane % 16, 2 * ks + 2 + lane / 16, Tile::kQRowBytes));
+#pragma unroll
+        for (int nt = 0; nt < Tile::kGroupTiles; ++nt) {
+          uint32_t kb[4];
+          LdMatrixX4(kb, kv_tile + Swizzle(tok0 + 8 * nt + lane % 8, 2 * ks + lane / 8,
+                                           Tile::kKvRowBytes));
+          MmaBf16(s[nt], qa, {kb[0], kb[1]});
+          MmaBf16(s[nt], qb, {kb[2], kb[3]});
+        }
+      }
+#pragma unroll
+      for (int rs = 0; rs < Tile::kRopeSteps; rs += 2) {
+#pragma unroll
+        for (int nt = 0; nt < Tile::kGroupTiles; ++nt) {
+          uint32_t kb[4];
+          LdMatrixX4(kb, kv_tile + Swizzle(tok0 + 8 * nt + lane % 8, 64 + 2 * rs + lane / 8,
+                                           Tile::kKvRowBytes));
+          MmaBf16(s[nt], q_rope[rs], {kb[0], kb[1]});
+          MmaBf16(s[nt], q_rope[rs + 1], {kb[2], kb[3]});
+        }
+      }
+
+      // Scores in log2 units, masked -inf; this group's row max to smem.
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nt = 0; nt < Tile::kGroupTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool ok = valid[tok0 + 8 * nt + cq + (e & 1)] != 0;
+          s[nt][e] = ok ? s[nt][e] * a.scale_log2 : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], gpu::ShflXor(mx[i], 1));
+        mx[i] = fmaxf(mx[i], gpu::ShflXor(mx[i], 2));
+        if (lane % 4 == 0) red_s[grp * Tile::kHeads + mt * 16 + g + 8 * i] = mx[i];
+      }
+      __syncthreads();  // (B) every group's row max visible
+
+      // Online softmax: new max, rescale factor, P = hi + lo to smem.
+      float alpha[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float m_new = m_row[i];
+#pragma unroll
+        for (int gg = 0; gg < Tile::kGroups; ++gg) {
+          m_new = fmaxf(m_new, red_s[gg * Tile::kHeads + mt * 16 + g + 8 * i]);
+        }
+        alpha[i] = Exp2(m_row[i] - m_new);
+        m_row[i] = m_new;
+        l_row[i] *= alpha[i];
+      }
+#pragma unroll
+      for (int nt = 0; nt < Tile::kGroupTiles; ++nt) {
+        const int col = tok0 + 8 * nt + cq;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float p0 = Exp2(s[nt][2 * i] - m_row[i]);
+          const float p1 = Exp2(s[nt][2 * i + 1] - m_row[i]);
+          l_row[i] += p0 + p1;
+          uint32_t hi, lo;
+          SplitBf16x2(p0, p1, &hi, &lo);
+          const int row = mt * 16 + g + 8 * i;
+          const uint32_t off = Swizzle(row, col / 8, Tile::kPRowBytes) + (col % 8) * 2;
+          *reinterpret_cast<uint32_t*>(smem + Tile::kPHiOffset + off) = hi;
+          *reinterpret_cast<uint32_t*>(smem + Tile::kPLoOffset + off) = lo;
+        }
+      }
+      if (grp == 0 && lane % 4 == 0) {
+        alpha_s[mt * 16 + g] = alpha[0];
+        alpha_s[mt * 16 + g + 8] = alpha[1];
+      }
+      __syncthreads();  // (C) P and alpha visible
+
+      // O[:, 64·warp ..] = alpha · O + (P_hi + P_lo) · V.
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+        const float a0 = alpha_s[m * 16 + g], a1 = alpha_s[m * 16 + g + 8];
+#pragma unroll
+        for (int nt = 0; nt < Tile::kOTiles; ++nt) {
+          o[m][nt][0] *= a0;
+          o[m][nt][1] *= a0;
+          o[m][nt][2] *= a1;
+          o[m][nt][3] *= a1;
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < Tile::kBlockN / 16; ++ks) {
+        uint32_t v[Tile::kOTiles][2];
+#pragma unroll
+        for (int np = 0; np < Tile::kOTiles / 2; ++np) {
+          uint32_t r[4];
+          LdMatrixX4Trans(
+              r, kv_tile + Swizzle(16 * ks + lane % 16, Tile::kOTiles * warp + 2 * np + lane / 16,
+                                   Tile::kKvRowBytes));
+          v[2 * np][0] = r[0];
+          v[2 * np][1] = r[1];
+          v[2 * np + 1][0] = r[2];
+          v[2 * np + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          uint32_t ph[4], pl[4];
+          const uint32_t off = Swizzle(m * 16 + lane % 16, 2 * ks + lane / 16, Tile::kPRowBytes);
+          LdMatrixX4(ph, p_hi_s + off);
+          LdMatrixX4(pl, p_lo_s + off);
+#pragma unroll
+          for (int nt = 0; nt < Tile::kOTiles; ++nt) {
+            MmaBf16(o[m][nt], ph, v[nt]);
+            MmaBf16(o[m][nt], pl, v[nt]);
+          }
+        }
+      }
+    }
+    CpAsyncWait<0>();  // nothing may be left in flight (the last commit is empty)
+  }
+
+  // Epilogue: row sums over the quad and the token groups; final max per row.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l_row[i] += gpu::ShflXor(l_row[i], 1);
+    l_row[i] += gpu::ShflXor(l_row[i], 2);
+  }
+  __syncthreads();  // every read of red_s in the loop is done
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      red_s[grp * Tile::kHeads + mt * 16 + g + 8 * i] = l_row[i];
+      if (grp == 0) m_s[mt * 16 + g + 8 * i] = m_row[i];
+    }
+  }
+  __syncthreads();
+  if (tid < Tile::kHeads) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int gg = 0; gg < Tile::kGroups; ++gg) sum += red_s[gg * Tile::kHeads + tid];
+    l_s[tid] = sum;
+  }
+  __syncthreads();
+
+  // O / l (bf16 out, or the f32 partial of this split); rows past H are never written.
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = m * 16 + g + 8 * i;
+      const int h = h0 + row;
+      if (h >= a.heads) continue;
+      const float sum = l_s[row];
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      if (a.splits == 1) {
+        uint16_t* dst = a.out + t * a.out_stride_t + static_cast<int64_t>(h) * a.out_stride_h;
+#pragma unroll
+        for (int nt = 0; nt < Tile::kOTiles; ++nt) {
+          const int col = 64 * warp + 8 * nt + cq;
+          *reinterpret_cast<uint32_t*>(dst + col) =
+              PackBf16x2(o[m][nt][2 * i] * inv, o[m][nt][2 * i + 1] * inv);
+        }
+      } else if (sum > 0.0f) {
+        float* dst = a.partial_o + PartialRow(a, split, t, h) * kDimV;
+#pragma unroll
+        for (int nt = 0; nt < Tile::kOTiles; ++nt) {
+          const int col = 64 * warp + 8 * nt + cq;
+          *reinterpret_cast<float2*>(dst + col) =
+              make_float2(o[m][nt][2 * i] * inv, o[m][nt][2 * i + 1] * inv);
+        }
+      }
+    }
+  }
+  if (tid < Tile::kHeads && h0 + tid < a.heads) {
+    const float sum = l_s[tid];
+    const float lse2 = sum > 0.0f ? m_s[tid] + log2f(sum) : -INFINITY;
+    if (a.splits > 1) {
+      a.partial_lse[PartialRow(a, split, t, h0 + tid)] = lse2;
+    } else if (a.lse != nullptr) {
+      a.lse[t * a.lse_stride_t + h0 + tid] = sum > 0.0f ? lse2 * kLn2 : -INFINITY;
+    }
+  }
+}
+
+// One instance's launch (main kernel only) and its shape on the current device.
+template <int kMTiles, int kDqk>
+gpu::Error LaunchMmaInstance(const KernelArgs& a, gpu::Stream stream) {
+  using Tile = MmaTile<kMTiles, kDqk>;
+  const void* fn = reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk>);
+  const gpu::Error e = gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
+  if (e != gpu::kSuccess) return e;
+  const int groups = (a.heads + Tile::kHeads - 1) / Tile::kHeads;
+  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
+                  static_cast<unsigned>(a.splits));
+  SparseMlaMmaKernel<kMTiles, kDqk><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
+  return gpu::GetLastError();
+}
+
+template <int kMTiles, int kDqk>
+KernelShape MmaInstanceShape() {
+  using Tile = MmaTile<kMTiles, kDqk>;
+  KernelShape s;
+  s.heads_per_cta = Tile::kHeads;
+  s.smem_bytes = Tile::kSmemBytes;
+  s.ctas_per_sm =
+      gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk>),
+                       Tile::kThreads, Tile::kSmemBytes);
+  return s;
+}
+
+#define ATTND_SPARSE_MLA_MMA_INSTANCE(EXTERN, M, D)                                   \
+  EXTERN template gpu::Error LaunchMmaInstance<M, D>(const KernelArgs&, gpu::Stream); \
+  EXTERN template KernelShape MmaInstanceShape<M, D>();
+
+}  // namespace attnd::kernels::sparse_mla

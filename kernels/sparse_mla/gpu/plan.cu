@@ -1,0 +1,150 @@
+// Host side of the sparse MLA GPU path: what each kernel supports on the current device, the
+// split-K plan and its workspace, and the kernels' argument block. Portable CUDA/HIP.
+#include <stdint.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/sparse_mla/gpu/common.cuh"
+#include "kernels/sparse_mla/gpu/launch.h"
+#include "kernels/sparse_mla/gpu/plan.h"
+
+namespace attnd::kernels::sparse_mla {
+namespace {
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+bool Aligned(const void* p, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
+}
+
+// Leading strides (all but the last, contiguous, dimension) are multiples of `elements`.
+bool StridesMultipleOf(const Tensor& x, int64_t elements) {
+  for (int d = 0; d + 1 < x.rank; ++d) {
+    if (x.stride(d) % elements != 0) return false;
+  }
+  return true;
+}
+
+bool Refuse(std::string* why, const std::string& reason) {
+  if (why != nullptr) *why = reason;
+  return false;
+}
+
+}  // namespace
+
+KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
+  KernelArgs a{};
+  a.q = p.q.ptr<const uint16_t>();
+  a.q_stride_t = p.q.stride(0);
+  a.q_stride_h = p.q.stride(1);
+  a.kv = p.kv.ptr<const uint16_t>();
+  a.kv_stride = p.kv.stride(0);
+  a.kv_rows = p.kv.dim(0);
+  a.indices = p.indices.ptr<const int32_t>();
+  if (p.is_csr()) {
+    a.indptr = p.indptr.ptr<const int32_t>();
+    a.width = p.indices.dim(0);
+  } else {
+    a.indices_stride = p.indices.stride(0);
+    a.width = p.indices.dim(1);
+    if (p.topk_length.present()) a.topk_length = p.topk_length.ptr<const int32_t>();
+  }
+  a.out = p.out.ptr<uint16_t>();
+  a.out_stride_t = p.out.stride(0);
+  a.out_stride_h = p.out.stride(1);
+  if (p.lse.present()) {
+    a.lse = p.lse.ptr<float>();
+    a.lse_stride_t = p.lse.stride(0);
+  }
+  a.tokens = static_cast<int32_t>(p.q.dim(0));
+  a.heads = static_cast<int32_t>(p.q.dim(1));
+  a.splits = splits;
+  a.scale_log2 = p.sm_scale * kLog2e;
+  if (splits > 1) {
+    a.partial_o = static_cast<float*>(workspace);
+    a.partial_lse = a.partial_o + static_cast<int64_t>(splits) * p.q.dim(0) * p.q.dim(1) * kDimV;
+  }
+  return a;
+}
+
+bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
+  gpu::DeviceFacts d;
+  if (!gpu::CurrentDeviceFacts(&d)) return Refuse(why, "no GPU device");
+  if (!Aligned(p.q.data, 16) || !StridesMultipleOf(p.q, 8)) {
+    return Refuse(why, "q: needs 16-byte alignment (base and leading strides multiples of 8)");
+  }
+  if (p.kv.dim(0) > 0 && (!Aligned(p.kv.data, 16) || !StridesMultipleOf(p.kv, 8))) {
+    return Refuse(why, "kv: needs 16-byte alignment (base and row stride multiples of 8)");
+  }
+  if (!Aligned(p.out.data, 4) || !StridesMultipleOf(p.out, 2)) {
+    return Refuse(why, "out: needs 4-byte alignment (base and leading strides even)");
+  }
+  if (p.q.dim(0) > INT32_MAX) return Refuse(why, "q: more than 2^31 - 1 tokens");
+  const KernelShape shape = kernel == GpuKernel::kSimt ? SimtShape(p)
+#if defined(ATTND_GPU_CUDA)
+                                                       : MmaShape(p);
+#else
+                                                       : KernelShape{};
+#endif
+  if (kernel == GpuKernel::kMma) {
+#if defined(ATTND_GPU_CUDA)
+    if (d.cc_major < 8) {
+      return Refuse(why, "needs compute capability >= 8.0 (bf16 mma.sync), device has " +
+                             Str(d.cc_major) + "." + Str(d.cc_minor));
+    }
+#else
+    return Refuse(why, "the mma.sync kernel is CUDA-only");
+#endif
+  }
+  const int64_t groups = (p.q.dim(1) + shape.heads_per_cta - 1) / shape.heads_per_cta;
+  if (p.q.dim(0) * groups > INT32_MAX) {
+    return Refuse(why, "T x head blocks is " + Str(p.q.dim(0) * groups) + ", want < 2^31");
+  }
+  if (shape.smem_bytes > d.smem_optin) {
+    return Refuse(why, "needs " + Str(shape.smem_bytes) +
+                           " bytes of shared memory per block, device has " + Str(d.smem_optin));
+  }
+  if (shape.ctas_per_sm < 1) return Refuse(why, "the kernel cannot be resident on this device");
+  return true;
+}
+
+int GpuSplits(const Params& p, GpuKernel kernel) {
+  const int64_t tokens = p.q.dim(0), heads = p.q.dim(1);
+  if (tokens == 0) return 1;
+  gpu::DeviceFacts d;
+  if (!gpu::CurrentDeviceFacts(&d)) return 1;
+  const KernelShape shape = kernel == GpuKernel::kSimt ? SimtShape(p)
+#if defined(ATTND_GPU_CUDA)
+                                                       : MmaShape(p);
+#else
+                                                       : KernelShape{};
+#endif
+  if (shape.heads_per_cta == 0) return 1;
+  const int64_t items = tokens * ((heads + shape.heads_per_cta - 1) / shape.heads_per_cta);
+  const int64_t slots = static_cast<int64_t>(d.sm_count) * std::max(shape.ctas_per_sm, 1);
+  const int64_t width = p.is_csr() ? p.indices.dim(0) : p.indices.dim(1);
+  const int64_t blocks = (width + kSplitAlign - 1) / kSplitAlign;
+  const int max_splits = static_cast<int>(std::clamp<int64_t>(blocks / 2, 1, kMaxSplits));
+  for (int s = 1; s < max_splits; ++s) {
+    const int64_t ctas = items * s;
+    const int64_t waves = (ctas + slots - 1) / slots;
+    if (4 * ctas >= 3 * slots * waves) return s;
+  }
+  return max_splits;
+}
+
+int64_t SplitWorkspaceBytes(const Params& p, int splits) {
+  if (splits <= 1) return 0;
+  return static_cast<int64_t>(splits) * p.q.dim(0) * p.q.dim(1) * (kDimV + 1) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
+  while (splits > 1 && SplitWorkspaceBytes(p, splits) > bytes) --splits;
+  return std::max(splits, 1);
+}
+
+}  // namespace attnd::kernels::sparse_mla

@@ -1,0 +1,30 @@
+// Internal to kernels/sparse_mla/gpu: each kernel's launch shape on the current device (for
+// GpuSupports and the split plan) and the kernels' argument block built from Params.
+//   const KernelShape s = MmaShape(p);  const KernelArgs a = MakeKernelArgs(p, splits, ws);
+#pragma once
+
+#include <stdint.h>
+
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/sparse_mla/gpu/common.cuh"
+#include "kernels/sparse_mla/params.h"
+
+namespace attnd::kernels::sparse_mla {
+
+// How a kernel instance runs one call: heads per CTA, dynamic shared memory, resident CTAs per
+// SM on the current device (from the occupancy API; 0 when it cannot run there).
+struct KernelShape {
+  int heads_per_cta = 0;
+  int smem_bytes = 0;
+  int ctas_per_sm = 0;
+};
+KernelShape SimtShape(const Params& p);
+#if defined(ATTND_GPU_CUDA)
+KernelShape MmaShape(const Params& p);
+#endif
+
+// The kernels' view of p (device pointers), with the split workspace carved as KernelArgs says.
+KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace);
+
+}  // namespace attnd::kernels::sparse_mla

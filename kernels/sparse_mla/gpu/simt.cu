@@ -1,0 +1,261 @@
+// Portable SIMT sparse MLA (CUDA and HIP; f32 FMA, no tensor cores). A CTA takes one token, 16
+// of its heads (padded: rows past H are zero and never written) and one split of its slots, and
+// walks the slots in chunks of 32 KV rows:
+//   gather   8 threads per row, 16 B each, into shared memory; a masked row (slot past the range,
+//            index < 0 or >= S) is zero-filled and never read. The next chunk is in flight in
+//            registers while this one is computed.
+//   scores   thread (row j, heads 2p and 2p+1) dots q and k in f32, scaled to log2 units.
+//   softmax  the 32 threads of a head pair hold one chunk row each: max and sum by shuffles
+//            (xor 16..1, inside 32 lanes on 32- and 64-wide warps); online update, P to smem.
+//   P·V      thread owns 2 of the 512 columns for all 16 heads.
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/common/gpu/convert.cuh"
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/sparse_mla/gpu/common.cuh"
+#include "kernels/sparse_mla/gpu/launch.h"
+#include "kernels/sparse_mla/gpu/plan.h"
+
+namespace attnd::kernels::sparse_mla {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kHeads = 16;                      // heads per CTA
+constexpr int kChunk = 32;                      // KV rows per step
+constexpr int kRowThreads = kThreads / kChunk;  // gather threads per row
+constexpr int kHeadPairs = kThreads / kChunk;   // score threads: kChunk rows x head pairs
+static_assert(kHeadPairs * 2 == kHeads, "a head pair per group of kChunk threads");
+static_assert(kThreads * 2 == kDimV, "P·V: two output columns per thread");
+static_assert(kSplitAlign % kChunk == 0, "splits are whole chunks");
+
+template <int kDqk>
+struct SimtTile {
+  static constexpr int kRowChunks = kDqk / 8;                     // 16-B chunks per row
+  static constexpr int kLoads = kRowChunks / kRowThreads;         // per gather thread per chunk
+  static constexpr int kKvPitch = kDqk + 8;                       // odd number of 16-B units:
+                                                                  // 8 rows hit 8 bank groups
+  static constexpr int kQBytes = kHeads * kDqk * 2;               // bf16 [kHeads][kDqk]
+  static constexpr int kKvBytes = kChunk * kKvPitch * 2;          // bf16 [kChunk][kKvPitch]
+  static constexpr int kPBytes = kChunk * kHeads * 4;             // f32 P [kChunk][kHeads]
+  static constexpr int kStatBytes = 3 * kHeads * 4 + kChunk * 4;  // alpha, l, m; row valid
+  static constexpr int kSmemBytes = kQBytes + kKvBytes + kPBytes + kStatBytes;
+  static_assert(kRowChunks % kRowThreads == 0, "whole chunks per gather thread");
+  static_assert((kKvPitch * 2 / 16) % 2 == 1, "odd row pitch in 16-B units");
+};
+
+// Σ over 8 bf16 pairs of q·k, accumulated into acc in f32 (bf16 -> f32 is exact).
+__device__ __forceinline__ float Dot8(const uint4& q, const uint4& k, float acc) {
+  const uint32_t qw[4] = {q.x, q.y, q.z, q.w}, kw[4] = {k.x, k.y, k.z, k.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(gpu::BitsToFloat(qw[i] << 16), gpu::BitsToFloat(kw[i] << 16), acc);
+    acc = fmaf(gpu::BitsToFloat(qw[i] & 0xffff0000u), gpu::BitsToFloat(kw[i] & 0xffff0000u), acc);
+  }
+  return acc;
+}
+
+// Max and sum over the kChunk lanes of a head pair (aligned groups of 32 lanes).
+__device__ __forceinline__ float GroupMax(float v) {
+#pragma unroll
+  for (int o = kChunk / 2; o > 0; o /= 2) v = fmaxf(v, gpu::ShflXor(v, o));
+  return v;
+}
+__device__ __forceinline__ float GroupSum(float v) {
+#pragma unroll
+  for (int o = kChunk / 2; o > 0; o /= 2) v += gpu::ShflXor(v, o);
+  return v;
+}
+
+template <int kDqk>
+__global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelArgs a) {
+  using Tile = SimtTile<kDqk>;
+  extern __shared__ uint4 smem_raw[];
+  char* smem = reinterpret_cast<char*>(smem_raw);
+  uint4* q_s = reinterpret_cast<uint4*>(smem);                         // [kHeads][kRowChunks]
+  uint16_t* kv_s = reinterpret_cast<uint16_t*>(smem + Tile::kQBytes);  // [kChunk][kKvPitch]
+  float* p_s = reinterpret_cast<float*>(smem + Tile::kQBytes + Tile::kKvBytes);
+  float* alpha_s = p_s + kChunk * kHeads;
+  float* l_s = alpha_s + kHeads;
+  float* m_s = l_s + kHeads;
+  int* valid_s = reinterpret_cast<int*>(m_s + kHeads);
+
+  const int tid = threadIdx.x;
+  const int groups = (a.heads + kHeads - 1) / kHeads;
+  const int64_t t = blockIdx.x / groups;
+  const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
+  const int split = blockIdx.y;
+  const SlotRange range = SplitSlots(a, t, split);
+
+  const int j = tid % kChunk, pair = tid / kChunk;                 // score / softmax role
+  const int g_row = tid / kRowThreads, g_sub = tid % kRowThreads;  // gather role
+  float m[2] = {kInitialMax, kInitialMax}, l[2] = {0.0f, 0.0f};    // heads 2·pair, 2·pair + 1
+  float acc[kHeads][2] = {};                                       // columns 2·tid, 2·tid + 1
+
+  if (range.begin < range.end) {
+    // Q rows of this head block (zero past H).
+    const uint16_t* q_tok = a.q + t * a.q_stride_t;
+    for (int e = tid; e < kHeads * Tile::kRowChunks; e += kThreads) {
+      const int h = e / Tile::kRowChunks, c = e % Tile::kRowChunks;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (h0 + h < a.heads) {
+        v = *reinterpret_cast<const uint4*>(q_tok + static_cast<int64_t>(h0 + h) * a.q_stride_h +
+                                            c * 8);
+      }
+      q_s[e] = v;
+    }
+
+    // The gather thread's row of the current chunk is in `cur` (loaded one chunk ahead).
+    uint4 cur[Tile::kLoads];
+    auto fetch = [&](int32_t row) {
+      const uint16_t* src = a.kv + static_cast<int64_t>(row < 0 ? 0 : row) * a.kv_stride;
+#pragma unroll
+      for (int i = 0; i < Tile::kLoads; ++i) {
+        cur[i] = make_uint4(0, 0, 0, 0);
+        if (row >= 0) cur[i] = *reinterpret_cast<const uint4*>(src + (g_sub + kRowThreads * i) * 8);
+      }
+    };
+    int32_t row_cur = LoadRow(a, range, range.begin + g_row);
+    int32_t row_next = LoadRow(a, range, range.begin + kChunk + g_row);
+    fetch(row_cur);
+
+    for (int64_t pos = range.begin; pos < range.end; pos += kChunk) {
+      __syncthreads();  // the previous chunk's P·V is done with kv_s, p_s and alpha_s
+      uint16_t* dst = kv_s + g_row * Tile::kKvPitch;
+#pragma unroll
+      for (int i = 0; i < Tile::kLoads; ++i) {
+        *reinterpret_cast<uint4*>(dst + (g_sub + kRowThreads * i) * 8) = cur[i];
+      }
+      if (g_sub == 0) valid_s[g_row] = row_cur >= 0;
+      __syncthreads();  // chunk rows, their validity (and Q) visible
+      row_cur = row_next;
+      fetch(row_cur);  // next chunk in flight during this one's math
+      row_next = LoadRow(a, range, pos + 2 * kChunk + g_row);
+
+      // Scores of row j for heads 2·pair and 2·pair + 1, in log2 units; masked rows -inf.
+      const uint4* k_row = reinterpret_cast<const uint4*>(kv_s + j * Tile::kKvPitch);
+      const uint4* q0 = q_s + (2 * pair) * Tile::kRowChunks;
+      const uint4* q1 = q0 + Tile::kRowChunks;
+      float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll 8
+      for (int c = 0; c < Tile::kRowChunks; ++c) {
+        const uint4 k = k_row[c];
+        s0 = Dot8(q0[c], k, s0);
+        s1 = Dot8(q1[c], k, s1);
+      }
+      const bool valid = valid_s[j] != 0;
+      const float x[2] = {valid ? s0 * a.scale_log2 : -INFINITY,
+                          valid ? s1 * a.scale_log2 : -INFINITY};
+      // Online softmax over the chunk for both heads.
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float m_new = fmaxf(m[i], GroupMax(x[i]));
+        const float alpha = exp2f(m[i] - m_new);
+        const float p = exp2f(x[i] - m_new);
+        l[i] = l[i] * alpha + GroupSum(p);
+        m[i] = m_new;
+        p_s[j * kHeads + 2 * pair + i] = p;
+        if (j == 0) alpha_s[2 * pair + i] = alpha;
+      }
+      __syncthreads();  // P and alpha visible
+
+      // O[h][2·tid .. +1] = alpha_h · O + Σ_j P[j][h] · V[j][2·tid .. +1].
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        acc[h][0] *= alpha_s[h];
+        acc[h][1] *= alpha_s[h];
+      }
+#pragma unroll 4
+      for (int r = 0; r < kChunk; ++r) {
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(kv_s + r * Tile::kKvPitch + 2 * tid);
+        const float v0 = gpu::BitsToFloat(w << 16), v1 = gpu::BitsToFloat(w & 0xffff0000u);
+        const float4* p4 = reinterpret_cast<const float4*>(p_s + r * kHeads);
+#pragma unroll
+        for (int h4 = 0; h4 < kHeads / 4; ++h4) {
+          const float4 p = p4[h4];
+          const float ps[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            acc[4 * h4 + i][0] = fmaf(ps[i], v0, acc[4 * h4 + i][0]);
+            acc[4 * h4 + i][1] = fmaf(ps[i], v1, acc[4 * h4 + i][1]);
+          }
+        }
+      }
+    }
+  }
+
+  // Epilogue: per-head sum and max to smem, then O / l (or the split partial) and the LSE.
+  if (j == 0) {
+    l_s[2 * pair] = l[0];
+    l_s[2 * pair + 1] = l[1];
+    m_s[2 * pair] = m[0];
+    m_s[2 * pair + 1] = m[1];
+  }
+  __syncthreads();
+  const int col = 2 * tid;
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+    if (h0 + h >= a.heads) break;
+    const float sum = l_s[h];
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (a.splits == 1) {
+      const uint32_t packed = static_cast<uint32_t>(gpu::FloatToBf16(acc[h][0] * inv)) |
+                              (static_cast<uint32_t>(gpu::FloatToBf16(acc[h][1] * inv)) << 16);
+      *reinterpret_cast<uint32_t*>(a.out + t * a.out_stride_t +
+                                   static_cast<int64_t>(h0 + h) * a.out_stride_h + col) = packed;
+    } else if (sum > 0.0f) {
+      float* dst = a.partial_o + PartialRow(a, split, t, h0 + h) * kDimV + col;
+      dst[0] = acc[h][0] * inv;
+      dst[1] = acc[h][1] * inv;
+    }
+  }
+  if (tid < kHeads && h0 + tid < a.heads) {
+    const float sum = l_s[tid];
+    const float lse2 = sum > 0.0f ? m_s[tid] + log2f(sum) : -INFINITY;
+    if (a.splits > 1) {
+      a.partial_lse[PartialRow(a, split, t, h0 + tid)] = lse2;
+    } else if (a.lse != nullptr) {
+      a.lse[t * a.lse_stride_t + h0 + tid] = sum > 0.0f ? lse2 * kLn2 : -INFINITY;
+    }
+  }
+}
+
+template <int kDqk>
+const void* SimtKernel() {
+  return reinterpret_cast<const void*>(&SparseMlaSimtKernel<kDqk>);
+}
+
+template <int kDqk>
+gpu::Error LaunchSimt(const KernelArgs& a, int groups, gpu::Stream stream) {
+  constexpr int kSmem = SimtTile<kDqk>::kSmemBytes;
+  gpu::Error e = gpu::AllowDynamicSmem(SimtKernel<kDqk>(), kSmem);
+  if (e != gpu::kSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
+                  static_cast<unsigned>(a.splits));
+  SparseMlaSimtKernel<kDqk><<<grid, kThreads, kSmem, stream>>>(a);
+  return gpu::GetLastError();
+}
+
+}  // namespace
+
+KernelShape SimtShape(const Params& p) {
+  KernelShape s;
+  s.heads_per_cta = kHeads;
+  const bool d576 = p.q.dim(2) == 576;
+  s.smem_bytes = d576 ? SimtTile<576>::kSmemBytes : SimtTile<512>::kSmemBytes;
+  s.ctas_per_sm =
+      gpu::BlocksPerSm(d576 ? SimtKernel<576>() : SimtKernel<512>(), kThreads, s.smem_bytes);
+  return s;
+}
+
+gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace, gpu::Stream stream) {
+  if (p.q.dim(0) == 0) return gpu::kSuccess;
+  const KernelArgs a = MakeKernelArgs(p, splits, workspace);
+  const int groups = (a.heads + kHeads - 1) / kHeads;
+  const gpu::Error e =
+      p.q.dim(2) == 576 ? LaunchSimt<576>(a, groups, stream) : LaunchSimt<512>(a, groups, stream);
+  if (e != gpu::kSuccess || splits == 1) return e;
+  return LaunchSparseMlaCombine(p, splits, workspace, stream);
+}
+
+}  // namespace attnd::kernels::sparse_mla

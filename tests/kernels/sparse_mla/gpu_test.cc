@@ -1,0 +1,320 @@
+// Sparse MLA on the GPU, where the GPU is the point: forced split counts (empty splits
+// included) against the fp64 reference with NaN guard rows around the device KV, a KV pool of
+// more than 4M rows (row offsets past 2^31 elements) whose unselected rows are NaN, a malformed
+// CSR indptr (memory-safe and clamped as documented), and Supports' refusals. Skipped without a
+// GPU backend or device.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/bf16.h"
+#include "kernels/sparse_mla/reference.h"
+#include "kernels/sparse_mla/sparse_mla.h"
+#include "tests/harness/harness.h"
+#include "tests/kernels/sparse_mla/case.h"
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#include "kernels/common/gpu/runtime.h"
+#include "kernels/sparse_mla/gpu/launch.h"
+#endif
+
+namespace attnd::testing {
+namespace {
+
+using kernels::sparse_mla::ComputeReference;
+using kernels::sparse_mla::Params;
+using kernels::sparse_mla::Reference;
+
+// The bounds of sparse_mla_test.cc (bf16 out, f32 lse; derivation there).
+constexpr Tolerance kOutTol{4e-3, 2e-5, 4e-3};
+constexpr Tolerance kLseTol{1e-5, 1e-4, 0.0};
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+
+using kernels::sparse_mla::GpuKernel;
+
+std::vector<GpuKernel> Kernels() {
+#if defined(ATTND_GPU_CUDA)
+  return {GpuKernel::kMma, GpuKernel::kSimt};
+#else
+  return {GpuKernel::kSimt};
+#endif
+}
+
+const char* Name(GpuKernel k) { return k == GpuKernel::kMma ? "mma" : "simt"; }
+
+// Runs `kernel` with exactly `splits` splits on device mirrors of `p` (outputs come back to
+// the host tensors). The device KV carries the case's NaN guard rows on both sides, so a read
+// of index -2, -1, S or S+1 poisons the output.
+absl::Status RunWithSplits(GpuKernel kernel, const Params& p, int splits) {
+  kernels::Impl<Params> impl(
+      "forced", GpuBackend(), nullptr,
+      [kernel, splits](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
+        const auto stream = static_cast<gpu::Stream>(ctx.stream);
+#if defined(ATTND_GPU_CUDA)
+        if (kernel == GpuKernel::kMma) {
+          GPU_RETURN_IF_ERROR(
+              kernels::sparse_mla::LaunchSparseMlaMma(d, splits, ctx.workspace, stream));
+          return absl::OkStatus();
+        }
+#endif
+        GPU_RETURN_IF_ERROR(
+            kernels::sparse_mla::LaunchSparseMlaSimt(d, splits, ctx.workspace, stream));
+        return absl::OkStatus();
+      },
+      [splits](const Params& h) { return kernels::sparse_mla::SplitWorkspaceBytes(h, splits); });
+  // Widen the KV view by the guard rows so the mirror copies them, then narrow it again on the
+  // device side (RunOnGpu mirrors whatever span the view has).
+  Params widened = p;
+  widened.kv.data = static_cast<kernels::bf16_t*>(p.kv.data) - kKvGuardRows * p.kv.stride(0);
+  widened.kv.shape[0] = p.kv.dim(0) + 2 * kKvGuardRows;
+  kernels::Impl<Params> narrowed = impl;
+  narrowed.run = [impl](const Params& d, const kernels::ExecContext& ctx) {
+    Params inner = d;
+    inner.kv.data = static_cast<kernels::bf16_t*>(d.kv.data) + kKvGuardRows * d.kv.stride(0);
+    inner.kv.shape[0] = d.kv.dim(0) - 2 * kKvGuardRows;
+    return impl.run(inner, ctx);
+  };
+  return RunOnGpu(narrowed, widened);
+}
+
+void ExpectReference(SparseMlaCase& c, const Params& p, const Reference& ref,
+                     const std::string& what) {
+  ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, what + " out");
+  if (p.lse.present()) ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, what + " lse");
+}
+
+// (H, d_qk): every split count, including more splits than 64-slot blocks (empty splits write
+// -inf partials that the combine must skip: the workspace starts as 0xff, NaN).
+class SparseMlaGpuSplits : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+TEST_P(SparseMlaGpuSplits, EveryCountMatchesReference) {
+  if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  std::tie(spec.h, spec.d_qk) = GetParam();
+  spec.t = 4;
+  spec.s = 3000;
+  spec.k = 333;  // 6 blocks of 64, the last one partial
+  spec.masked_fraction = 0.2;
+  // Rows: full, a 65-slot prefix, empty, and one that ends inside the first block.
+  SparseMlaCase c(spec, rng, RandomSlots(spec, rng), {333, 65, 0, 17});
+  const Reference refs[2] = {ComputeReference(c.MakeParams(false)),
+                             ComputeReference(c.MakeParams(true))};
+  for (GpuKernel kernel : Kernels()) {
+    for (bool csr : {false, true}) {
+      const Params p = c.MakeParams(csr);
+      std::string why;
+      if (!kernels::sparse_mla::GpuSupports(kernel, p, &why)) {
+        ADD_FAILURE() << Name(kernel) << " refuses a supported shape: " << why;
+        continue;
+      }
+      for (int splits : {1, 2, 3, 6, 7, 32}) {
+        const std::string what = std::string(Name(kernel)) + (csr ? " csr" : " table") +
+                                 " splits " + std::to_string(splits);
+        for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+        const absl::Status s = RunWithSplits(kernel, p, splits);
+        ASSERT_TRUE(s.ok()) << what << ": " << s;
+        ExpectReference(c, p, refs[csr], what);
+        // Token 2 has no slot: out +0.0, lse -inf, whatever the split count.
+        for (int64_t h = 0; h < spec.h; ++h) {
+          EXPECT_EQ(c.lse().At({2, h}), -std::numeric_limits<double>::infinity()) << what;
+          EXPECT_EQ(c.out().data<uint16_t>()[c.out().Offset({2, h, 0})], 0u) << what;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SparseMlaGpuSplits,
+                         ::testing::Values(std::make_tuple(16, 576), std::make_tuple(8, 512),
+                                           std::make_tuple(32, 576), std::make_tuple(64, 512),
+                                           std::make_tuple(128, 576), std::make_tuple(100, 576)),
+                         [](const auto& info) {
+                           return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// A KV pool of 4.1M rows x 576 (4.7 GB, row offsets past 2^31 elements) allocated on the
+// device and filled with NaN; only the selected rows get values. A row address computed in 32
+// bits lands on a NaN row (or outside the pool) and the output shows it.
+TEST(SparseMlaGpu, KvPoolPast2To31Elements) {
+  if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
+  constexpr int64_t kDqk = 576, kRows = 4'100'000;
+  constexpr int64_t kPoolBytes = kRows * kDqk * 2;
+  std::mt19937_64 rng = MakeRng();
+  const int64_t t = 3, h = 64, k = 200;
+
+  // Host copy of the selected rows only: indices mostly past row 3'728'271 (2^31 / 576).
+  HostTensor indices = HostTensor::Dense(DType::kI32, {t, k});
+  std::uniform_int_distribution<int32_t> high(3'728'000, kRows - 1), low(0, 1000);
+  std::vector<std::vector<kernels::bf16_t>> rows;  // row data in slot order
+  std::vector<int32_t> row_ids;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < t * k; ++i) {
+    const int32_t row = i % 5 == 0 ? low(rng) : high(rng);
+    indices.data<int32_t>()[i] = row;
+    if (std::find(row_ids.begin(), row_ids.end(), row) != row_ids.end()) continue;
+    row_ids.push_back(row);
+    rows.emplace_back(kDqk);
+    for (auto& x : rows.back()) x = kernels::FloatToBf16(normal(rng));
+  }
+  DeviceMirror mirror;
+  void* pool = nullptr;
+  ASSERT_TRUE(mirror.Allocate(kPoolBytes, &pool).ok()) << "cannot allocate the 4.7 GB pool";
+  const auto stream = static_cast<gpu::Stream>(mirror.stream());
+  for (size_t i = 0; i < row_ids.size(); ++i) {
+    ASSERT_EQ(gpu::MemcpyH2DAsync(static_cast<char*>(pool) + row_ids[i] * kDqk * 2, rows[i].data(),
+                                  kDqk * 2, stream),
+              gpu::kSuccess);
+  }
+  HostTensor q = HostTensor::Dense(DType::kBF16, {t, h, kDqk});
+  FillNormal(q, rng, 1.0);
+  HostTensor out = HostTensor::Dense(DType::kBF16, {t, h, 512});
+  HostTensor lse = HostTensor::Dense(DType::kF32, {t, h});
+
+  // Reference params: a compact host KV of the distinct rows with remapped indices.
+  HostTensor compact_kv =
+      HostTensor::Dense(DType::kBF16, {static_cast<int64_t>(row_ids.size()), kDqk});
+  HostTensor compact_idx = HostTensor::Dense(DType::kI32, {t, k});
+  for (size_t i = 0; i < row_ids.size(); ++i) {
+    std::memcpy(compact_kv.data<kernels::bf16_t>() + i * kDqk, rows[i].data(), kDqk * 2);
+  }
+  for (int64_t i = 0; i < t * k; ++i) {
+    const auto it = std::find(row_ids.begin(), row_ids.end(), indices.data<int32_t>()[i]);
+    compact_idx.data<int32_t>()[i] = static_cast<int32_t>(it - row_ids.begin());
+  }
+  Params ref_params;
+  ref_params.q = q.tensor();
+  ref_params.kv = compact_kv.tensor();
+  ref_params.indices = compact_idx.tensor();
+  ref_params.sm_scale = 0.0417f;
+  ref_params.out = out.tensor();
+  ref_params.lse = lse.tensor();
+  const Reference ref = ComputeReference(ref_params);
+
+  for (GpuKernel kernel : Kernels()) {
+    Params p = ref_params;
+    p.kv = kernels::MakeTensor(pool, DType::kBF16, {kRows, kDqk});
+    p.indices = indices.tensor();
+    ASSERT_TRUE(kernels::sparse_mla::Validate(p).ok());
+    for (int splits : {1, 3}) {
+      SCOPED_TRACE(std::string(Name(kernel)) + " splits " + std::to_string(splits));
+      PoisonNaN(out);
+      PoisonNaN(lse);
+      // q, indices, out and lse through the mirror; kv is already on the device.
+      Params host = p;
+      host.kv = kernels::Tensor{};  // absent: not mirrored
+      kernels::Impl<Params> impl(
+          "forced", GpuBackend(), nullptr,
+          [kernel, splits, pool](const Params& d, const kernels::ExecContext& ctx) {
+            Params call = d;
+            call.kv = kernels::MakeTensor(pool, DType::kBF16, {kRows, kDqk});
+            const auto s = static_cast<gpu::Stream>(ctx.stream);
+#if defined(ATTND_GPU_CUDA)
+            if (kernel == GpuKernel::kMma) {
+              GPU_RETURN_IF_ERROR(
+                  kernels::sparse_mla::LaunchSparseMlaMma(call, splits, ctx.workspace, s));
+              return absl::OkStatus();
+            }
+#endif
+            GPU_RETURN_IF_ERROR(
+                kernels::sparse_mla::LaunchSparseMlaSimt(call, splits, ctx.workspace, s));
+            return absl::OkStatus();
+          },
+          [splits](const Params& hp) {
+            return kernels::sparse_mla::SplitWorkspaceBytes(hp, splits);
+          });
+      ASSERT_TRUE(mirror.Synchronize().ok());  // the pool's rows are uploaded
+      const absl::Status s = RunOnGpu(impl, host);
+      ASSERT_TRUE(s.ok()) << s;
+      ExpectClose(ToDoubles(out), ref.out, kOutTol, "out");
+      ExpectClose(ToDoubles(lse), ref.lse, kLseTol, "lse");
+    }
+  }
+}
+
+// A malformed CSR indptr (the CPU refuses it with INVALID_ARGUMENT) cannot be checked on the
+// host for device data: the kernels clamp row t to [b, e), b = clamp(indptr[t], 0, nnz),
+// e = clamp(indptr[t+1], b, nnz), and read nothing outside `indices`.
+TEST(SparseMlaGpu, MalformedIndptrIsClampedAndMemorySafe) {
+  if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 5;
+  spec.h = 16;
+  spec.s = 400;
+  spec.k = 100;
+  spec.masked_fraction = 0.1;
+  SparseMlaCase c(spec, rng);
+  Params p = c.MakeParams(/*csr=*/true);
+  const int64_t nnz = p.indices.dim(0);
+  int32_t* ip = p.indptr.ptr<int32_t>();
+  const std::vector<int32_t> saved(ip, ip + spec.t + 1);
+  // Starts below 0, a decreasing step, a row past nnz, an end past nnz.
+  const std::vector<int32_t> bad = {
+      -7, 150, 90, static_cast<int32_t>(nnz) + 40, 260, static_cast<int32_t>(nnz) + 1000};
+  std::copy(bad.begin(), bad.end(), ip);
+
+  // The same rows as a well-formed CSR over a copy of the clamped ranges.
+  HostTensor good_ptr = HostTensor::Dense(DType::kI32, {spec.t + 1});
+  std::vector<int32_t> flat;
+  good_ptr.data<int32_t>()[0] = 0;
+  for (int64_t t = 0; t < spec.t; ++t) {
+    const int64_t b = std::clamp<int64_t>(bad[t], 0, nnz);
+    const int64_t e = std::clamp<int64_t>(bad[t + 1], b, nnz);
+    for (int64_t i = b; i < e; ++i) flat.push_back(p.indices.ptr<int32_t>()[i]);
+    good_ptr.data<int32_t>()[t + 1] = static_cast<int32_t>(flat.size());
+  }
+  HostTensor good_idx = HostTensor::Dense(DType::kI32, {static_cast<int64_t>(flat.size())});
+  std::copy(flat.begin(), flat.end(), good_idx.data<int32_t>());
+  Params good = p;
+  good.indptr = good_ptr.tensor();
+  good.indices = good_idx.tensor();
+  ASSERT_TRUE(kernels::sparse_mla::CheckSelectionData(good).ok());
+
+  const Reference ref = ComputeReference(good);
+  for (GpuKernel kernel : Kernels()) {
+    for (int splits : {1, 4}) {
+      const std::string what = std::string(Name(kernel)) + " splits " + std::to_string(splits);
+      for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+      const absl::Status s = RunWithSplits(kernel, p, splits);
+      ASSERT_TRUE(s.ok()) << what << ": " << s;
+      ExpectReference(c, good, ref, what);
+    }
+  }
+  std::copy(saved.begin(), saved.end(), ip);
+}
+
+TEST(SparseMlaGpu, SupportsRefusesMisalignedViewsWithAReason) {
+  if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.kv_row_stride = 580;  // not a multiple of 8 elements: rows are not 16-byte aligned
+  SparseMlaCase c(spec, rng);
+  const Params p = c.MakeParams(false);
+  for (GpuKernel kernel : Kernels()) {
+    std::string why;
+    EXPECT_FALSE(kernels::sparse_mla::GpuSupports(kernel, p, &why)) << Name(kernel);
+    EXPECT_NE(why.find("kv:"), std::string::npos) << why;
+  }
+  // Dispatch answers UNIMPLEMENTED naming every GPU refusal rather than failing later.
+  kernels::ExecContext ctx;
+  ctx.backend = GpuBackend();
+  const absl::Status s = kernels::sparse_mla::Run(p, ctx);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+}
+
+#else  // no GPU backend in this build
+
+TEST(SparseMlaGpu, NeedsAGpuBuild) { GTEST_SKIP() << "built without a GPU backend"; }
+
+#endif
+
+}  // namespace
+}  // namespace attnd::testing
