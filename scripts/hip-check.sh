@@ -18,7 +18,10 @@ ATTND_SKIP_BUILD=1 scripts/setup.sh
 
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
-mapfile -t SOURCES < <(ls kernels/*/gpu/*.cu 2>/dev/null; echo tests/hip/runtime_check.cc)
+# The kernels, the daemon's GPU runtime (server/engine/gpu, host code on the gpu:: wrappers) and
+# the fused DSA layer's GPU composition.
+mapfile -t SOURCES < <(ls kernels/*/gpu/*.cu server/engine/gpu/*.cc 2>/dev/null
+                       echo kernels/dsa/gpu.cc; echo tests/hip/runtime_check.cc)
 fail=0
 for src in "${SOURCES[@]}"; do
   [ -f "$src" ] || continue

@@ -2,10 +2,13 @@
 # Runs the GPU test suite and the GPU kernel benchmarks from a device bundle (made by
 # scripts/device-bundle.sh) on a GPU host with only the driver installed. Logs and JSON go to
 # OUT_DIR. Exits non-zero when any test binary fails.
-#   bundle/run-gpu-suite.sh OUT_DIR [tests|bench|all] [gtest/bench filter]
+#   bundle/run-gpu-suite.sh OUT_DIR [tests|bench|frontend|all] [gtest/bench filter]
+# frontend: the Python/PyTorch frontend test against the bundled daemon (gpu-tests/
+# run_frontend.sh; needs the host's python3 with torch and grpcio). `all` runs it too when that
+# python3 can import torch.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-OUT="${1:?usage: run-gpu-suite.sh OUT_DIR [tests|bench|all] [filter]}"
+OUT="${1:?usage: run-gpu-suite.sh OUT_DIR [tests|bench|frontend|all] [filter]}"
 WHAT="${2:-all}"
 FILTER="${3:-}"
 mkdir -p "$OUT"
@@ -30,6 +33,19 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     "$HERE/bin/attn_gpu_bench" --commit="$COMMIT" --out="$OUT/gpu_bench.jsonl" \
       ${FILTER:+--filter="$FILTER"} 2> "$OUT/gpu_bench.err" || rc=1
     tail -5 "$OUT/gpu_bench.err"
+  fi
+fi
+if [ "$WHAT" = frontend ] || { [ "$WHAT" = all ] && python3 -c "import torch" 2>/dev/null; }; then
+  echo "== frontend (Python/PyTorch, device regions)"
+  if [ -x "$HERE/gpu-tests/run_frontend.sh" ]; then
+    "$HERE/gpu-tests/run_frontend.sh" "$OUT" > "$OUT/frontend-run.log" 2>&1 || {
+      rc=1
+      echo "FAILED: frontend (see frontend.log, frontend-attnd.log)"
+    }
+    tail -15 "$OUT/frontend-run.log"
+  else
+    rc=1
+    echo "FAILED: frontend: gpu-tests/run_frontend.sh is not in the bundle"
   fi
 fi
 exit $rc

@@ -1,13 +1,15 @@
-// The engine's view of a compute backend (DESIGN.md §5): it runs one step of an operator call
-// (a closure over the op's params that calls the op's Run/Dispatch with the backend's
-// ExecContext) and reports the implementation and the compute time. No gRPC here.
+// The engine's view of a compute backend (DESIGN.md §5): it runs one step of an operator call —
+// either an OpCall (whose tensors it places: host pointers on the CPU, staged or in-place device
+// pointers on a GPU) or a plain closure over an ExecContext — and reports the implementation, the
+// compute time and the bytes it moved. No gRPC here.
 //   CpuBackend cpu(&pool);
 //   StepResult r;
-//   ATTND_RETURN_IF_ERROR(cpu.Run("sparse_mla", step, &r));
+//   ATTND_RETURN_IF_ERROR(cpu.RunCall(call, &r));
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,15 +17,31 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "kernels/common/registry.h"
+#include "server/engine/op_call.h"
+#include "server/regions/registry.h"
 
 namespace attnd::server::engine {
 
-// One step of a call: runs the op in `ctx`, writing the chosen implementation to *impl.
+// A closure step: runs something in `ctx`, writing the implementation's name to *impl.
 using StepFn = std::function<absl::Status(const kernels::ExecContext& ctx, std::string* impl)>;
+
+// One step of a job: an op call (the normal case) or a closure (tests, host-only work).
+struct JobStep {
+  JobStep(StepFn f) : fn(std::move(f)) {}  // NOLINT: implicit, steps are written as lambdas
+  JobStep(OpCall* c) : call(c) {}          // NOLINT: not owned; outlives the job
+  StepFn fn;
+  OpCall* call = nullptr;
+};
 
 struct StepResult {
   std::string impl;
+  // Device time of the op's launches (GPU events), or host wall time on the CPU backend.
   absl::Duration compute = absl::ZeroDuration();
+  uint64_t copied_h2d = 0;      // bytes DMA'd host -> device (inline staging, host regions)
+  uint64_t copied_d2h = 0;      // bytes DMA'd device -> host
+  uint64_t count_readback = 0;  // device-region bytes read back for the work count
+  std::string device;           // the device that ran it (UUID; "cpu-0")
+  std::string graph;            // "hit" | "update" | "capture" when a graph ran; empty otherwise
 };
 
 struct DeviceDescription {
@@ -39,11 +57,22 @@ class Backend {
   virtual ~Backend() = default;
   virtual kernels::Backend kind() const = 0;
   const char* name() const { return kernels::BackendName(kind()); }
-  // Runs `step` and times it. Thread-safe: scheduler workers call it concurrently.
+  // Runs a closure step and times it. Thread-safe: scheduler workers call it concurrently.
   virtual absl::Status Run(absl::string_view op, const StepFn& step, StepResult* result) = 0;
+  // Runs an op call: places its tensors, runs the op, brings host outputs back, fills *result.
+  // Thread-safe. The default runs it on its host pointers through Run().
+  virtual absl::Status RunCall(OpCall& call, StepResult* result);
   virtual std::vector<DeviceDescription> Devices() const = 0;
   // Bytes held by the backend's memory pools (0 for the CPU backend).
   virtual int64_t PoolBytes() const { return 0; }
+  // GPU backends: what the region registry needs to open device regions and pin host regions
+  // (null on the CPU backend). Shared: regions may outlive the backend.
+  virtual std::shared_ptr<regions::DeviceRegionOpener> device_opener() const { return nullptr; }
+  virtual std::shared_ptr<regions::HostPinner> host_pinner() const { return nullptr; }
 };
+
+// The host-only checks of an op call for a backend without devices: no device-region tensors, no
+// ready event, no device UUID other than `own_uuid`. INVALID_ARGUMENT / UNIMPLEMENTED else.
+absl::Status CheckHostOnlyCall(const OpCall& call, absl::string_view own_uuid);
 
 }  // namespace attnd::server::engine

@@ -45,10 +45,22 @@ absl::Status CpuBackend::Run(absl::string_view /*op*/, const StepFn& step, StepR
   return status;
 }
 
+absl::Status CpuBackend::RunCall(OpCall& call, StepResult* result) {
+  if (absl::Status s = CheckHostOnlyCall(call, kUuid); !s.ok()) return s;
+  result->device = kUuid;
+  const std::vector<void*> data = call.HostData();
+  return Run(
+      call.op(),
+      [&call, &data](const kernels::ExecContext& ctx, std::string* impl) {
+        return call.Run(ctx, data, impl);
+      },
+      result);
+}
+
 std::vector<DeviceDescription> CpuBackend::Devices() const {
   DeviceDescription d;
   d.name = CpuModelName();
-  d.uuid = "cpu-0";
+  d.uuid = kUuid;
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page_size > 0) {

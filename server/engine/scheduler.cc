@@ -128,9 +128,16 @@ JobOutcome Scheduler::RunJob(Job& job) {
       return o;
     }
     StepResult r;
-    absl::Status s = backend_->Run(job.op, job.steps[i], &r);
+    const JobStep& step = job.steps[i];
+    absl::Status s = step.call != nullptr ? backend_->RunCall(*step.call, &r)
+                                          : backend_->Run(job.op, step.fn, &r);
     o.ran = true;
     o.compute += r.compute;
+    o.copied_h2d += r.copied_h2d;
+    o.copied_d2h += r.copied_d2h;
+    o.count_readback += r.count_readback;
+    if (!r.device.empty()) o.device = r.device;
+    if (!r.graph.empty()) o.graph = r.graph;
     if (!r.impl.empty()) o.impl = o.impl.empty() ? r.impl : absl::StrCat(o.impl, "+", r.impl);
     if (!s.ok()) {
       o.status = s;

@@ -30,6 +30,11 @@ struct JobOutcome {
   absl::Duration queue = absl::ZeroDuration();    // submitted -> a worker took it
   absl::Duration compute = absl::ZeroDuration();  // sum of the backend's step times
   bool ran = false;                               // at least one step ran
+  uint64_t copied_h2d = 0;                        // sums of the steps' StepResult figures
+  uint64_t copied_d2h = 0;
+  uint64_t count_readback = 0;
+  std::string device;                             // of the last step that ran
+  std::string graph;                              // of the last step that ran
 };
 
 struct Job {
@@ -38,7 +43,7 @@ struct Job {
   absl::Time deadline = absl::InfiniteFuture();
   // Polled before each step; may be empty. Must be thread-safe.
   std::function<bool()> cancelled;
-  std::vector<StepFn> steps;
+  std::vector<JobStep> steps;
   // Called exactly once after a successful Submit, on a worker thread (or the thread calling
   // Drain/~Scheduler for jobs failed at shutdown). Must not call back into the scheduler's Drain.
   std::function<void(JobOutcome)> done;

@@ -37,6 +37,9 @@ grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext*
   limits->set_allow_client_shm(deps_.limits.allow_client_shm);
   limits->set_max_rank(kernels::kMaxRank);
   limits->set_device_handle_bytes(regions::kDeviceHandleBytes);
+  limits->set_pool_bytes_per_device(deps_.limits.pool_bytes_per_device);
+  limits->set_graphs(deps_.limits.graphs);
+  limits->set_streams_per_device(deps_.limits.streams_per_device);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

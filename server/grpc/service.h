@@ -25,6 +25,9 @@ struct ServiceLimits {
   int workers = 0;
   int cpu_threads = 0;
   bool allow_client_shm = false;
+  uint64_t pool_bytes_per_device = 0;  // GPU backends
+  bool graphs = false;
+  int streams_per_device = 0;
 };
 
 // Everything the service uses; borrowed, must outlive the service (and the grpc::Server).

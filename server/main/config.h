@@ -28,7 +28,17 @@ struct DaemonConfig {
   int64_t max_message_bytes = 512ll << 20;
   std::string ready_file;  // written with the bound addresses once serving
   std::string log_level = "info";
+  // GPU backends (docs/FLAGS.md).
+  int64_t pool_bytes = 8ll << 30;       // device memory pool reserved per device
+  int64_t staging_bytes = 256ll << 20;  // pinned host staging for inline tensors (all devices)
+  bool graphs = true;                   // capture and replay launch sequences as graphs
+  std::vector<std::string> devices;     // UUIDs or ordinals to serve; empty = every visible GPU
+  int streams_per_device = 4;
 };
+
+// "8GiB", "512MiB", "1.5GiB", "64KB", "1048576": bytes (binary Ki/Mi/Gi/Ti, decimal K/M/G/T with
+// or without a trailing B). INVALID_ARGUMENT naming `flag` otherwise.
+absl::StatusOr<int64_t> ParseByteSize(const std::string& flag, const std::string& text);
 
 // Reads the absl flags (after absl::ParseCommandLine) into a config and checks it;
 // INVALID_ARGUMENT naming the flag.

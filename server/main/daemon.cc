@@ -17,6 +17,7 @@
 #include "prometheus/registry.h"
 #include "server/common/log.h"
 #include "server/engine/cpu_backend.h"
+#include "server/engine/gpu_backend_factory.h"
 #include "server/engine/scheduler.h"
 #include "server/grpc/service.h"
 #include "server/main/listeners.h"
@@ -42,9 +43,9 @@ Daemon::~Daemon() {
   service_.reset();
   runner_.reset();
   ops_.reset();
+  registry_.reset();  // regions still pinned keep the backend's opener/pinner alive themselves
   backend_.reset();
   pool_.reset();
-  registry_.reset();
   metrics_endpoint_.reset();
   metrics_.reset();
 }
@@ -56,11 +57,19 @@ absl::Status Daemon::Start() {
     return absl::InvalidArgumentError(absl::StrCat("--log-level=", config_.log_level));
   }
   SetMinLogLevel(level);
+  const std::string built_gpu = engine::GpuBackendName();
+  bool use_gpu = false;
   if (config_.backend == "cuda" || config_.backend == "hip") {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--backend=", config_.backend,
-                     ": this attnd is built without GPU backends (ATTND_GPU=off); use "
-                     "--backend=cpu"));
+    if (config_.backend != built_gpu) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--backend=", config_.backend, ": this attnd is built ",
+          built_gpu.empty() ? std::string("without GPU backends (ATTND_GPU=off)")
+                            : absl::StrCat("with the ", built_gpu, " backend only"),
+          "; use --backend=", built_gpu.empty() ? "cpu" : built_gpu, " or auto"));
+    }
+    use_gpu = true;
+  } else if (config_.backend == "auto") {
+    use_gpu = !built_gpu.empty() && engine::VisibleGpuCount() > 0;
   }
   const int threads = config_.cpu_threads > 0
                           ? config_.cpu_threads
@@ -70,20 +79,46 @@ absl::Status Daemon::Start() {
   std::vector<std::string> op_names;
   for (int i = 0; i < ops::kNumOps; ++i) op_names.push_back(ops::OpName(static_cast<ops::OpId>(i)));
   prometheus_ = std::make_shared<prometheus::Registry>();
-  metrics_ = std::make_unique<metrics::Metrics>(prometheus_.get(), ATTND_VERSION, "cpu", op_names);
-  metrics_->SetPoolBytes("cpu", "used", 0);
-  metrics_->SetPoolBytes("cpu", "reserved", 0);
+  metrics_ = std::make_unique<metrics::Metrics>(prometheus_.get(), ATTND_VERSION,
+                                                use_gpu ? built_gpu : "cpu", op_names);
+  metrics::Metrics* m = metrics_.get();
+
+  pool_ = std::make_unique<kernels::ThreadPool>(threads);
+  if (use_gpu) {
+    engine::GpuBackendOptions gopt;
+    gopt.pool_bytes = static_cast<uint64_t>(config_.pool_bytes);
+    gopt.staging_bytes = static_cast<uint64_t>(config_.staging_bytes);
+    gopt.streams_per_device = config_.streams_per_device;
+    gopt.graphs = config_.graphs;
+    gopt.devices = config_.devices;
+    gopt.cpu_pool = pool_.get();
+    gopt.on_pool_stats = [m](const std::string& pool, const char* state, int64_t bytes) {
+      m->SetPoolBytes(pool, state, bytes);
+    };
+    gopt.on_log = [](int level, const std::string& message) {
+      Log(static_cast<LogLevel>(level), message);
+    };
+    absl::StatusOr<std::unique_ptr<engine::Backend>> gpu = engine::MakeGpuBackend(gopt);
+    if (!gpu.ok()) return gpu.status();
+    backend_ = *std::move(gpu);
+  } else {
+    backend_ = std::make_unique<engine::CpuBackend>(pool_.get());
+    metrics_->SetPoolBytes("cpu", "used", 0);
+    metrics_->SetPoolBytes("cpu", "reserved", 0);
+  }
 
   regions::RegionRegistry::Options ropt;
   ropt.allow_client_shm = config_.allow_client_shm;
-  metrics::Metrics* m = metrics_.get();
+  ropt.device_opener = backend_->device_opener();
+  ropt.host_pinner = backend_->host_pinner();
   ropt.on_stats = [m](regions::RegionKind kind, int64_t count, int64_t bytes) {
     m->SetRegions(regions::RegionKindName(kind), count, bytes);
   };
+  ropt.on_pin_failure = [](const std::string& name, const absl::Status& why) {
+    Log(LogLevel::kWarning, "host region not pinned (copies from it are staged, slower)",
+        {{"region", name}, {"error", why.message()}});
+  };
   registry_ = std::make_unique<regions::RegionRegistry>(std::move(ropt));
-
-  pool_ = std::make_unique<kernels::ThreadPool>(threads);
-  backend_ = std::make_unique<engine::CpuBackend>(pool_.get());
   engine::Scheduler::Options sopt;
   sopt.queue_capacity = config_.queue_capacity;
   sopt.workers = config_.workers;
@@ -105,6 +140,11 @@ absl::Status Daemon::Start() {
   deps.limits.workers = config_.workers;
   deps.limits.cpu_threads = threads;
   deps.limits.allow_client_shm = config_.allow_client_shm;
+  if (use_gpu) {
+    deps.limits.pool_bytes_per_device = static_cast<uint64_t>(config_.pool_bytes);
+    deps.limits.graphs = config_.graphs;
+    deps.limits.streams_per_device = config_.streams_per_device;
+  }
   service_ = std::make_unique<grpc_front::AttentionService>(std::move(deps));
 
   if (!config_.metrics_listen.empty()) {
@@ -120,7 +160,8 @@ absl::Status Daemon::Start() {
     Log(LogLevel::kInfo, "metrics on http://" + metrics_address_ + "/metrics");
   }
   Log(LogLevel::kInfo, "attnd serving",
-      {{"version", ATTND_VERSION}, {"backend", backend_->name()}, {"cpu_threads", threads},
+      {{"version", ATTND_VERSION}, {"backend", backend_->name()},
+       {"devices", static_cast<int64_t>(backend_->Devices().size())}, {"cpu_threads", threads},
        {"workers", config_.workers}, {"queue_capacity", config_.queue_capacity},
        {"allow_client_shm", config_.allow_client_shm}});
   return WriteReadyFile();

@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -42,6 +44,23 @@ ABSL_FLAG(std::string, ready_file, "",
           "When set, written (atomically) once attnd serves: one line per bound address, "
           "'grpc <address>' and 'metrics <host:port>'.");
 ABSL_FLAG(std::string, log_level, "info", "Minimum log level: debug | info | warning | error.");
+ABSL_FLAG(std::string, pool_bytes, "8GiB",
+          "GPU backends: device memory reserved at start on each served device for staged "
+          "tensors and kernel workspaces (a hard limit: calls that do not fit get "
+          "RESOURCE_EXHAUSTED). Bytes with an optional unit: 8GiB, 512MiB, 4GB.");
+ABSL_FLAG(std::string, staging_bytes, "256MiB",
+          "GPU backends: pinned host memory for staging inline tensors (shared by every device). "
+          "Calls that do not fit copy from pageable memory instead (slower, still correct).");
+ABSL_FLAG(bool, graphs, true,
+          "GPU backends: capture each op's launch sequence once per launch key and replay it "
+          "(updating the executable graph when only pointers change). --graphs=false launches "
+          "directly, for comparison.");
+ABSL_FLAG(std::string, devices, "",
+          "GPU backends: comma-separated devices to serve, by UUID (GPU-…, as nvidia-smi -L "
+          "prints) or ordinal; empty = every visible GPU.");
+ABSL_FLAG(int, streams_per_device, 4,
+          "GPU backends: streams per device; independent calls on one device overlap up to this "
+          "many (and up to --workers).");
 
 namespace attnd::server {
 
@@ -76,7 +95,46 @@ absl::Status CheckConfig(const DaemonConfig& c) {
   if (c.max_message_bytes < 1024 || c.max_message_bytes > 2147483647ll) {
     return absl::InvalidArgumentError("--max-message-bytes must be in 1024..2147483647");
   }
+  if (c.pool_bytes < (1ll << 20)) return absl::InvalidArgumentError("--pool-bytes must be >= 1MiB");
+  if (c.staging_bytes < 0) return absl::InvalidArgumentError("--staging-bytes must be >= 0");
+  if (c.streams_per_device < 1 || c.streams_per_device > 64) {
+    return absl::InvalidArgumentError("--streams-per-device must be in 1..64");
+  }
+  for (const std::string& d : c.devices) {
+    if (d.empty()) return absl::InvalidArgumentError("--devices: empty entry");
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ParseByteSize(const std::string& flag, const std::string& text) {
+  absl::string_view s = absl::StripAsciiWhitespace(text);
+  size_t i = 0;
+  while (i < s.size() && (absl::ascii_isdigit(s[i]) || s[i] == '.')) ++i;
+  double value = 0;
+  if (i == 0 || !absl::SimpleAtod(s.substr(0, i), &value) || value < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", text, ": want bytes, e.g. 8GiB, 512MiB, 4GB, 1048576"));
+  }
+  const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s.substr(i)));
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1}, {"b", 1},
+      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+      {"ki", 1024.0}, {"mi", 1048576.0}, {"gi", 1073741824.0}, {"ti", 1099511627776.0},
+      {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+      {"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"t", 1e12}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit == name) {
+      const double bytes = value * scale;
+      if (bytes > 9.0e18) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag, "=", text, ": too large (at most 8 EiB)"));
+      }
+      return static_cast<int64_t>(bytes);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--", flag, "=", text, ": unknown unit '", unit,
+      "' (want B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"));
 }
 
 std::vector<std::string> NormalizeFlagArgs(int argc, char** argv) {
@@ -125,6 +183,19 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   c.ready_file = absl::GetFlag(FLAGS_ready_file);
   c.log_level = absl::GetFlag(FLAGS_log_level);
+  absl::StatusOr<int64_t> pool = ParseByteSize("pool-bytes", absl::GetFlag(FLAGS_pool_bytes));
+  if (!pool.ok()) return pool.status();
+  c.pool_bytes = *pool;
+  absl::StatusOr<int64_t> staging =
+      ParseByteSize("staging-bytes", absl::GetFlag(FLAGS_staging_bytes));
+  if (!staging.ok()) return staging.status();
+  c.staging_bytes = *staging;
+  c.graphs = absl::GetFlag(FLAGS_graphs);
+  for (absl::string_view d :
+       absl::StrSplit(absl::GetFlag(FLAGS_devices), ',', absl::SkipWhitespace())) {
+    c.devices.emplace_back(absl::StripAsciiWhitespace(d));
+  }
+  c.streams_per_device = absl::GetFlag(FLAGS_streams_per_device);
   if (absl::Status s = CheckConfig(c); !s.ok()) return s;
   return c;
 }

@@ -76,8 +76,10 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
                           .Register(*registry)),
       copied_bytes_(prometheus::BuildCounter()
                         .Name("attnd_copied_bytes_total")
-                        .Help("Tensor bytes copied inline (in: from requests, out: into "
-                              "replies); region tensors copy none.")
+                        .Help("Tensor bytes copied: in/out inline in requests/replies; "
+                              "host_to_device/device_to_host DMA on a GPU (inline staging, host "
+                              "regions); count_readback: device index data read back for work "
+                              "counts. Device-region tensors copy none.")
                         .Register(*registry)),
       pool_bytes_(prometheus::BuildGauge()
                       .Name("attnd_pool_bytes")
@@ -102,16 +104,24 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
       build_info_(prometheus::BuildGauge()
                       .Name("attnd_build_info")
                       .Help("Always 1; labels name the version and the backend.")
-                      .Register(*registry)) {
+                      .Register(*registry)),
+      work_counts_(prometheus::BuildCounter()
+                       .Name("attnd_work_counts_total")
+                       .Help("Successful calls by how their flops/logical bytes were counted: "
+                             "exact, or upper_bound (every selection slot counted valid).")
+                       .Register(*registry)) {
   inflight_ = &inflight_family_.Add({});
   copied_in_ = &copied_bytes_.Add({{"direction", "in"}});
   copied_out_ = &copied_bytes_.Add({{"direction", "out"}});
+  copied_h2d_ = &copied_bytes_.Add({{"direction", "host_to_device"}});
+  copied_d2h_ = &copied_bytes_.Add({{"direction", "device_to_host"}});
+  count_readback_ = &copied_bytes_.Add({{"direction", "count_readback"}});
   build_info_.Add({{"version", std::string(version)}, {"backend", std::string(backend)}}).Set(1);
   for (const char* kind : {"host", "device"}) {
     regions_.Add({{"kind", kind}});
     region_bytes_.Add({{"kind", kind}});
   }
-  for (const char* result : {"hit", "miss"}) graph_cache_.Add({{"result", result}});
+  for (const char* result : {"hit", "update", "capture"}) graph_cache_.Add({{"result", result}});
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::string& op : ops) {
     ForOp(op);
@@ -143,6 +153,9 @@ void Metrics::RecordCall(const CallRecord& r) {
   m.request->Observe(r.total_seconds);
   if (r.copied_in > 0) copied_in_->Increment(static_cast<double>(r.copied_in));
   if (r.copied_out > 0) copied_out_->Increment(static_cast<double>(r.copied_out));
+  if (r.copied_h2d > 0) copied_h2d_->Increment(static_cast<double>(r.copied_h2d));
+  if (r.copied_d2h > 0) copied_d2h_->Increment(static_cast<double>(r.copied_d2h));
+  if (r.count_readback > 0) count_readback_->Increment(static_cast<double>(r.count_readback));
   if (!r.ran) return;
   m.queue->Observe(r.queue_seconds);
   prometheus::Histogram*& compute = compute_by_impl_[{r.op, r.impl}];
@@ -151,6 +164,9 @@ void Metrics::RecordCall(const CallRecord& r) {
   }
   compute->Observe(r.compute_seconds);
   if (r.code != absl::StatusCode::kOk) return;
+  if (!r.work_count.empty()) {
+    work_counts_.Add({{"op", r.op}, {"basis", r.work_count}}).Increment();
+  }
   m.logical_bytes->Increment(r.logical_bytes);
   m.flops->Increment(r.flops);
   if (r.compute_seconds > 0) {
@@ -163,6 +179,10 @@ void Metrics::SetRegions(absl::string_view kind, int64_t count, int64_t bytes) {
   const prometheus::Labels labels{{"kind", std::string(kind)}};
   regions_.Add(labels).Set(static_cast<double>(count));
   region_bytes_.Add(labels).Set(static_cast<double>(bytes));
+}
+
+void Metrics::RecordGraph(absl::string_view result) {
+  graph_cache_.Add({{"result", std::string(result)}}).Increment();
 }
 
 void Metrics::SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes) {

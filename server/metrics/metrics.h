@@ -36,6 +36,10 @@ struct CallRecord {
   double logical_bytes = 0;
   uint64_t copied_in = 0;              // inline bytes copied into the daemon
   uint64_t copied_out = 0;             // inline bytes copied out in replies
+  uint64_t copied_h2d = 0;             // GPU: bytes DMA'd host -> device
+  uint64_t copied_d2h = 0;             // GPU: bytes DMA'd device -> host
+  uint64_t count_readback = 0;         // GPU: device index bytes read back for the work count
+  std::string work_count;              // "exact" | "upper_bound" (successful calls)
 };
 
 class Metrics {
@@ -53,6 +57,8 @@ class Metrics {
   // kind: "host" or "device".
   void SetRegions(absl::string_view kind, int64_t count, int64_t bytes);
   void SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes);
+  // result: "hit", "update" or "capture" (attnd_graph_cache_total).
+  void RecordGraph(absl::string_view result);
 
  private:
   struct OpMetrics {
@@ -80,9 +86,13 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& graph_cache_;
   prometheus::Family<prometheus::Gauge>& inflight_family_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Counter>& work_counts_;
   prometheus::Gauge* inflight_ = nullptr;
   prometheus::Counter* copied_in_ = nullptr;
   prometheus::Counter* copied_out_ = nullptr;
+  prometheus::Counter* copied_h2d_ = nullptr;
+  prometheus::Counter* copied_d2h_ = nullptr;
+  prometheus::Counter* count_readback_ = nullptr;
 
   std::mutex mu_;
   std::map<std::string, OpMetrics> ops_ ABSL_GUARDED_BY(mu_);

@@ -73,11 +73,12 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
   kernels::WorkCount work;
   if (state->call != nullptr) {
     if (status.ok()) {
-      state->call->tensors().FinishOutputs();
+      state->call->call_tensors().FinishOutputs();
       work = state->call->Count();
+      rec.work_count = state->call->count_basis();
     }
-    rec.copied_in = state->call->tensors().copied_in();
-    rec.copied_out = status.ok() ? state->call->tensors().copied_out() : 0;
+    rec.copied_in = state->call->call_tensors().copied_in();
+    rec.copied_out = status.ok() ? state->call->call_tensors().copied_out() : 0;
     state->call.reset();  // release region pins and staging buffers now
   }
   const double total = absl::ToDoubleSeconds(absl::Now() - state->ctx.received);
@@ -88,6 +89,9 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
     rec.impl = outcome->impl;
     rec.queue_seconds = absl::ToDoubleSeconds(outcome->queue);
     rec.compute_seconds = absl::ToDoubleSeconds(outcome->compute);
+    rec.copied_h2d = outcome->copied_h2d;
+    rec.copied_d2h = outcome->copied_d2h;
+    rec.count_readback = outcome->count_readback;
   }
   rec.flops = work.flops;
   rec.logical_bytes = work.bytes;
@@ -105,9 +109,18 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
     stats->set_copied_bytes_in(rec.copied_in);
     stats->set_copied_bytes_out(rec.copied_out);
     stats->set_request_id(state->ctx.request_id);
+    stats->set_copied_bytes_host_to_device(rec.copied_h2d);
+    stats->set_copied_bytes_device_to_host(rec.copied_d2h);
+    stats->set_count_readback_bytes(rec.count_readback);
+    stats->set_work_count(rec.work_count);
+    if (outcome != nullptr) {
+      stats->set_device_uuid(outcome->device);
+      stats->set_graph(outcome->graph);
+    }
   }
   if (metrics_ != nullptr) {
     metrics_->RecordCall(rec);
+    if (outcome != nullptr && !outcome->graph.empty()) metrics_->RecordGraph(outcome->graph);
     metrics_->AddInflight(-1);
   }
   if (status.ok()) {

@@ -1,6 +1,10 @@
 #include "server/ops/op_handler.h"
 
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
+#include "server/regions/registry.h"
 
 namespace attnd::server::ops {
 namespace {
@@ -63,6 +67,79 @@ v1::CallStats* MutableStats(google::protobuf::Message* m) {
   const google::protobuf::FieldDescriptor* f = m->GetDescriptor()->FindFieldByName("stats");
   if (f == nullptr || f->message_type() != v1::CallStats::descriptor()) return nullptr;
   return static_cast<v1::CallStats*>(m->GetReflection()->MutableMessage(m, f));
+}
+
+absl::Status ReadCallOptions(const google::protobuf::Message& request, std::string* ready_event,
+                             std::string* device_uuid) {
+  const google::protobuf::Descriptor* d = request.GetDescriptor();
+  const google::protobuf::Reflection* r = request.GetReflection();
+  ready_event->clear();
+  device_uuid->clear();
+  if (const auto* f = d->FindFieldByName("ready_event");
+      f != nullptr && f->type() == google::protobuf::FieldDescriptor::TYPE_BYTES &&
+      !f->is_repeated()) {
+    *ready_event = r->GetString(request, f);
+    if (!ready_event->empty() && ready_event->size() != regions::kDeviceHandleBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ready_event: is ", ready_event->size(), " bytes, want exactly ",
+                       regions::kDeviceHandleBytes, " (an IPC event handle) or none"));
+    }
+  }
+  if (const auto* f = d->FindFieldByName("device_uuid");
+      f != nullptr && f->type() == google::protobuf::FieldDescriptor::TYPE_STRING &&
+      !f->is_repeated()) {
+    *device_uuid = r->GetString(request, f);
+  }
+  return absl::OkStatus();
+}
+
+void AppendScalarKey(const google::protobuf::Message& request, std::string* key) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = request.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(request, &fields);  // set fields, by number
+  for (const FieldDescriptor* f : fields) {
+    if (f->is_repeated()) continue;  // op requests have no repeated scalars
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) continue;  // tensors: by layout
+    if (f->name() == "ready_event" || f->name() == "device_uuid") continue;
+    absl::StrAppend(key, "|#", f->number(), "=");
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32: absl::StrAppend(key, r->GetInt32(request, f)); break;
+      case FieldDescriptor::CPPTYPE_INT64: absl::StrAppend(key, r->GetInt64(request, f)); break;
+      case FieldDescriptor::CPPTYPE_UINT32: absl::StrAppend(key, r->GetUInt32(request, f)); break;
+      case FieldDescriptor::CPPTYPE_UINT64: absl::StrAppend(key, r->GetUInt64(request, f)); break;
+      case FieldDescriptor::CPPTYPE_BOOL: absl::StrAppend(key, r->GetBool(request, f)); break;
+      case FieldDescriptor::CPPTYPE_ENUM: absl::StrAppend(key, r->GetEnumValue(request, f)); break;
+      case FieldDescriptor::CPPTYPE_FLOAT: {
+        const float v = r->GetFloat(request, f);
+        uint32_t bits;
+        std::memcpy(&bits, &v, sizeof(bits));
+        absl::StrAppend(key, "f", bits);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_DOUBLE: {
+        const double v = r->GetDouble(request, f);
+        uint64_t bits;
+        std::memcpy(&bits, &v, sizeof(bits));
+        absl::StrAppend(key, "d", bits);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_STRING: {
+        const std::string v = r->GetString(request, f);
+        absl::StrAppend(key, v.size(), ":", v);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_MESSAGE: break;
+    }
+  }
+}
+
+void AppendTensorKey(absl::string_view name, const kernels::Tensor& t, std::string* key) {
+  absl::StrAppend(key, "|", name, ":", static_cast<int>(t.dtype), "[");
+  for (int i = 0; i < t.rank; ++i) absl::StrAppend(key, i ? "," : "", t.shape[i]);
+  absl::StrAppend(key, "/");
+  for (int i = 0; i < t.rank; ++i) absl::StrAppend(key, i ? "," : "", t.strides[i]);
+  absl::StrAppend(key, "]");
 }
 
 OpTable::OpTable() {

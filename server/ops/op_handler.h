@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,6 +18,7 @@
 #include "google/protobuf/message.h"
 #include "kernels/common/registry.h"
 #include "server/engine/backend.h"
+#include "server/engine/op_call.h"
 #include "server/ops/tensors.h"
 
 namespace attnd::server::ops {
@@ -34,22 +36,45 @@ inline constexpr int kNumOps = 7;
 const char* OpName(OpId id);  // "indexer_logits", ...: the `op` metrics label
 const char* OpRpc(OpId id);   // "IndexerLogits", ...: the RPC name
 
-// A call ready to run. Owns its params and what their tensors point into; the request and the
-// response it was prepared with must outlive it. Not thread-safe: the scheduler runs its steps
-// on one worker at a time.
-class PreparedCall {
+// The request's `ready_event` (empty or exactly 64 bytes, else INVALID_ARGUMENT) and
+// `device_uuid` fields (empty when the message has none).
+absl::Status ReadCallOptions(const google::protobuf::Message& request, std::string* ready_event,
+                             std::string* device_uuid);
+
+// Upper bound on the device-region bytes a call reads back to the host so that its work count
+// (DESIGN.md §8) is exact; past it an op with a data-free upper bound reports that instead
+// (CallStats.work_count "upper_bound"). docs/SERVICE.md "Work counts on a GPU".
+inline constexpr uint64_t kMaxCountReadbackBytes = 1 << 20;
+
+// A call ready to run: an engine::OpCall over its params. Owns its params and what their tensors
+// point into; the request and the response it was prepared with must outlive it. Not
+// thread-safe: the scheduler runs its steps on one worker at a time.
+class PreparedCall : public engine::OpCall {
  public:
-  virtual ~PreparedCall() = default;
-  // The steps to run in order (closures over this object).
-  virtual std::vector<engine::StepFn> Steps() = 0;
-  // FLOPs and logical bytes of this call (after it ran: counts may read host-resident data).
+  // The steps to run in order: the call itself (one step).
+  std::vector<engine::JobStep> Steps() { return {engine::JobStep(this)}; }
+  // FLOPs and logical bytes of this call, after it ran: host-resident index data is read where
+  // it lies, device-region data from the backend's readback (or an upper bound: count_basis()).
   virtual kernels::WorkCount Count() const = 0;
-  CallTensors& tensors() { return tensors_; }
+  // "exact" or "upper_bound" (what Count() reports).
+  virtual const char* count_basis() const = 0;
+  CallTensors& call_tensors() { return tensors_; }
+  // Reads the request's ready_event and device_uuid (ReadCallOptions).
+  absl::Status ReadOptions(const google::protobuf::Message& request) {
+    return ReadCallOptions(request, &ready_event_, &device_uuid_);
+  }
+
+  // engine::OpCall
+  const std::vector<engine::TensorUse>& tensors() const override { return tensors_.uses(); }
+  const std::string& ready_event() const override { return ready_event_; }
+  const std::string& device_uuid() const override { return device_uuid_; }
 
  protected:
   PreparedCall(const regions::RegionRegistry* registry, uint64_t max_inline_bytes)
       : tensors_(registry, max_inline_bytes) {}
   CallTensors tensors_;
+  std::string ready_event_;
+  std::string device_uuid_;
 };
 
 struct PrepareOptions {
@@ -78,6 +103,11 @@ const v1::Tensor* FindTensor(const google::protobuf::Message& m, absl::string_vi
 v1::Tensor* MutableTensor(google::protobuf::Message* m, absl::string_view name);
 // The `stats` field every op response has (null if absent).
 v1::CallStats* MutableStats(google::protobuf::Message* m);
+// Appends the request's set scalar fields (not tensors, ready_event or device_uuid) to a launch
+// key: field number and exact value (floats by bit pattern).
+void AppendScalarKey(const google::protobuf::Message& request, std::string* key);
+// Appends a tensor's name, dtype, shape and strides to a launch key.
+void AppendTensorKey(absl::string_view name, const kernels::Tensor& t, std::string* key);
 
 // The proto field of a params tensor: Traits::ProtoField(name) when the traits define it (an op
 // whose public field names predate its params), else the params name itself.
@@ -88,6 +118,30 @@ struct ProtoFieldOf {
 template <class Traits>
 struct ProtoFieldOf<Traits, std::void_t<decltype(Traits::ProtoField(absl::string_view()))>> {
   static absl::string_view Get(absl::string_view name) { return Traits::ProtoField(name); }
+};
+
+// Whether the op's Count reads the data of tensor `name`: Traits::CountReads(name) when defined.
+template <class Traits, class = void>
+struct CountReadsOf {
+  static bool Get(absl::string_view) { return false; }
+};
+template <class Traits>
+struct CountReadsOf<Traits, std::void_t<decltype(Traits::CountReads(absl::string_view()))>> {
+  static bool Get(absl::string_view name) { return Traits::CountReads(name); }
+};
+// Traits::CountBound(p): an upper bound of Count(p) that reads no tensor data (optional).
+template <class Traits, class = void>
+struct CountBoundOf {
+  static constexpr bool kHas = false;
+  template <class P>
+  static kernels::WorkCount Get(const P&) { return {}; }
+};
+template <class Traits>
+struct CountBoundOf<Traits, std::void_t<decltype(Traits::CountBound(
+                                std::declval<const typename Traits::Params&>()))>> {
+  static constexpr bool kHas = true;
+  template <class P>
+  static kernels::WorkCount Get(const P& p) { return Traits::CountBound(p); }
 };
 
 // The handler of an op described by `Traits` (see server/ops/<op>_op.cc for the contract).
@@ -114,13 +168,15 @@ class TypedOpHandler : public OpHandler {
       return absl::InternalError(absl::StrCat(OpName(Traits::kId), ": wrong message types"));
     }
     const auto& req = static_cast<const Request&>(request);
-    auto call = std::make_unique<Call>(options.registry, options.max_inline_bytes);
+    auto call = std::make_unique<Call>(options.registry, options.max_inline_bytes, &req);
     Params& p = call->params;
+    if (absl::Status o = call->ReadOptions(req); !o.ok()) return o;
     absl::Status st = Traits::SetScalars(req, &p);
     if (!st.ok()) return st;
     p.ForEachTensor([&](const auto& name, kernels::Tensor& t, kernels::Role role) {
       if (!st.ok() || role != kernels::Role::kInput) return;
-      st = call->tensors().Input(name, FindTensor(req, ProtoFieldOf<Traits>::Get(name)), &t);
+      st = call->call_tensors().Input(name, FindTensor(req, ProtoFieldOf<Traits>::Get(name)),
+                                      &t);
     });
     if (!st.ok()) return st;
     p.ForEachTensor([&](const auto& name, kernels::Tensor& t, kernels::Role role) {
@@ -135,25 +191,122 @@ class TypedOpHandler : public OpHandler {
                                               "' field"));
         return;
       }
-      st = call->tensors().Output(name, placement, spec, reply, &t);
+      st = call->call_tensors().Output(name, placement, spec, reply, &t);
     });
     if (!st.ok()) return st;
     if (absl::Status v = Traits::Validate(p); !v.ok()) return v;
+    call->PlanCountReadback();
     return std::unique_ptr<PreparedCall>(std::move(call));
   }
 
  private:
   class Call : public PreparedCall {
    public:
-    Call(const regions::RegionRegistry* registry, uint64_t max_inline_bytes)
-        : PreparedCall(registry, max_inline_bytes) {}
-    std::vector<engine::StepFn> Steps() override {
-      return {[this](const kernels::ExecContext& ctx, std::string* impl) {
-        return Traits::Run(params, ctx, impl);
-      }};
+    Call(const regions::RegionRegistry* registry, uint64_t max_inline_bytes, const Request* request)
+        : PreparedCall(registry, max_inline_bytes), request_(request) {}
+
+    absl::string_view op() const override { return OpName(Traits::kId); }
+
+    std::string LaunchKey() const override {
+      std::string key = OpName(Traits::kId);
+      params.ForEachTensor([&](const auto& name, const kernels::Tensor& t, kernels::Role) {
+        if (t.present()) AppendTensorKey(name, t, &key);
+      });
+      AppendScalarKey(*request_, &key);
+      return key;
     }
-    kernels::WorkCount Count() const override { return Traits::Count(params); }
+
+    absl::Status Select(const kernels::ExecContext& ctx, const std::vector<void*>& data,
+                        std::string* impl, int64_t* workspace_bytes) override {
+      Binding bound(this, data);
+      if (!bound.status().ok()) return bound.status();
+      std::string why;
+      const auto* selected = kernels::SelectImpl(Traits::Implementations(), params, ctx, &why);
+      if (selected == nullptr) return absl::UnimplementedError(why);
+      *impl = selected->name;
+      *workspace_bytes = selected->workspace ? selected->workspace(params) : 0;
+      return absl::OkStatus();
+    }
+
+    absl::Status Run(const kernels::ExecContext& ctx, const std::vector<void*>& data,
+                     std::string* impl) override {
+      Binding bound(this, data);
+      if (!bound.status().ok()) return bound.status();
+      return Traits::Run(params, ctx, impl);
+    }
+
+    kernels::WorkCount Count() const override {
+      if (count_bound_) return CountBoundOf<Traits>::Get(params);
+      Params p = params;  // device-region tensors Count reads: their host readback copies
+      for (const engine::TensorUse& use : tensors_.uses()) {
+        if (use.readback == nullptr) continue;
+        p.ForEachTensor([&](const auto& name, kernels::Tensor& t, kernels::Role) {
+          if (use.name == name) t.data = use.readback;
+        });
+      }
+      return Traits::Count(p);
+    }
+    const char* count_basis() const override { return count_bound_ ? "upper_bound" : "exact"; }
+
+    // Device-region tensors that Count reads get a host buffer the backend fills after the op,
+    // unless they exceed kMaxCountReadbackBytes and the op has a data-free upper bound.
+    void PlanCountReadback() {
+      uint64_t bytes = 0;
+      for (const engine::TensorUse& use : tensors_.uses()) {
+        if (use.residence == engine::Residence::kDeviceRegion &&
+            CountReadsOf<Traits>::Get(use.name)) {
+          bytes += use.span_bytes;
+        }
+      }
+      if (bytes == 0) return;
+      if (bytes > kMaxCountReadbackBytes && CountBoundOf<Traits>::kHas) {
+        count_bound_ = true;
+        return;
+      }
+      for (engine::TensorUse& use : tensors_.mutable_uses()) {
+        if (use.residence != engine::Residence::kDeviceRegion ||
+            !CountReadsOf<Traits>::Get(use.name) || use.span_bytes == 0) {
+          continue;
+        }
+        readback_.emplace_back(new char[use.span_bytes]);
+        use.readback = readback_.back().get();
+      }
+    }
+
     Params params;
+
+   private:
+    // Points the params' tensors at `data` (one per tensors() entry, by name) for its lifetime.
+    class Binding {
+     public:
+      Binding(Call* call, const std::vector<void*>& data) {
+        const auto& uses = call->tensors_.uses();
+        if (data.size() != uses.size()) {
+          status_ = absl::InternalError("tensor binding: pointer count mismatch");
+          return;
+        }
+        call->params.ForEachTensor([&](const auto& name, kernels::Tensor& t, kernels::Role) {
+          for (size_t i = 0; i < uses.size(); ++i) {
+            if (uses[i].name == name) {
+              saved_.emplace_back(&t, t.data);
+              t.data = data[i];
+            }
+          }
+        });
+      }
+      ~Binding() {
+        for (auto& [t, p] : saved_) t->data = p;
+      }
+      const absl::Status& status() const { return status_; }
+
+     private:
+      std::vector<std::pair<kernels::Tensor*, void*>> saved_;
+      absl::Status status_;
+    };
+
+    const Request* const request_;
+    bool count_bound_ = false;
+    std::vector<std::unique_ptr<char[]>> readback_;
   };
 };
 

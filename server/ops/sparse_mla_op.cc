@@ -28,6 +28,13 @@ struct SparseMlaTraits {
   }
   static absl::Status Validate(const Params& p) { return op::Validate(p); }
   static kernels::WorkCount Count(const Params& p) { return op::Count(p); }
+  // The tensors whose data Count reads (read back from device regions on a GPU).
+  static bool CountReads(absl::string_view name) {
+    return name == "indices" || name == "indptr" || name == "topk_length";
+  }
+  // Every slot counted as a valid selection (reads no data): for a selection too large to read
+  // back from a device region (kMaxCountReadbackBytes).
+  static kernels::WorkCount CountBound(const Params& p) { return op::CountSlots(p); }
   static const auto& Implementations() { return op::Implementations(); }
   static absl::Status Run(const Params& p, const kernels::ExecContext& ctx, std::string* impl) {
     return op::Run(p, ctx, impl);

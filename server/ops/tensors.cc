@@ -128,8 +128,21 @@ void* CallTensors::Allocate(size_t bytes) {
   return p;
 }
 
+void CallTensors::AddUse(absl::string_view name, kernels::Role role, engine::Residence residence,
+                         void* host, uint64_t span_bytes, bool zero_fill) {
+  engine::TensorUse use;
+  use.name = std::string(name);
+  use.role = role;
+  use.residence = residence;
+  use.host = host;
+  use.span_bytes = span_bytes;
+  use.zero_fill = zero_fill;
+  uses_.push_back(std::move(use));
+}
+
 absl::Status CallTensors::ResolveRegion(absl::string_view name, const v1::RegionSlice& slice,
-                                        uint64_t span_bytes, DType dtype, void** data) {
+                                        uint64_t span_bytes, DType dtype, void** data,
+                                        engine::TensorUse* use) {
   if (registry_ == nullptr) return absl::FailedPreconditionError("no region registry");
   absl::StatusOr<regions::RegionPin> pin = registry_->Acquire(slice.region());
   if (!pin.ok()) {
@@ -138,11 +151,13 @@ absl::Status CallTensors::ResolveRegion(absl::string_view name, const v1::Region
   const regions::Region* region = pin->get();
   absl::Status s = CheckSlice(name, slice.region(), slice.offset(), span_bytes, region->byte_size());
   if (!s.ok()) return s;
-  if (region->data() == nullptr) {
+  const bool on_device = region->kind() == regions::RegionKind::kDevice;
+  char* base = on_device ? region->device_data() : region->data();
+  if (base == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
         name, ": region '", slice.region(), "' is a device region; this backend cannot open it"));
   }
-  char* p = region->data() + slice.offset();
+  char* p = base + slice.offset();
   if (!Aligned(p, dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": region '", slice.region(),
                                                    "' offset ", slice.offset(),
@@ -150,6 +165,18 @@ absl::Status CallTensors::ResolveRegion(absl::string_view name, const v1::Region
                                                    " bytes (", kernels::DTypeName(dtype), ")"));
   }
   *data = p;
+  use->name = std::string(name);
+  use->span_bytes = span_bytes;
+  if (on_device) {
+    use->residence = engine::Residence::kDeviceRegion;
+    use->device = p;
+    use->device_ordinal = region->device_ordinal();
+    use->device_uuid = region->description().device_uuid;
+  } else {
+    use->residence = engine::Residence::kHostRegion;
+    use->host = p;
+    use->pinned = region->pinned();
+  }
   pins_.push_back(*std::move(pin));
   return absl::OkStatus();
 }
@@ -174,7 +201,10 @@ absl::Status CallTensors::Input(absl::string_view name, const v1::Tensor* t,
                                                        " bytes, want ", span));
       }
       copied_in_ += span;
-      if (span == 0) return absl::OkStatus();
+      if (span == 0) {
+        AddUse(name, kernels::Role::kInput, engine::Residence::kInline, nullptr, 0, false);
+        return absl::OkStatus();
+      }
       if (Aligned(bytes.data(), dtype)) {
         // Read in place from the request (kernels never write inputs).
         out->data = const_cast<char*>(bytes.data());
@@ -186,12 +216,21 @@ absl::Status CallTensors::Input(absl::string_view name, const v1::Tensor* t,
         std::memcpy(p, bytes.data(), span);
         out->data = p;
       }
+      AddUse(name, kernels::Role::kInput, engine::Residence::kInline, out->data, span, false);
       return absl::OkStatus();
     }
-    case v1::Tensor::kRegion:
-      return ResolveRegion(name, t->region(), span, dtype, &out->data);
+    case v1::Tensor::kRegion: {
+      engine::TensorUse use;
+      use.role = kernels::Role::kInput;
+      absl::Status s = ResolveRegion(name, t->region(), span, dtype, &out->data, &use);
+      if (s.ok()) uses_.push_back(std::move(use));
+      return s;
+    }
     case v1::Tensor::DATA_NOT_SET:
-      if (span == 0) return absl::OkStatus();
+      if (span == 0) {
+        AddUse(name, kernels::Role::kInput, engine::Residence::kInline, nullptr, 0, false);
+        return absl::OkStatus();
+      }
       return absl::InvalidArgumentError(
           absl::StrCat(name, ": no data (set inline_data or region)"));
   }
@@ -226,7 +265,11 @@ absl::Status CallTensors::Output(absl::string_view name, const v1::Tensor* place
   for (int i = 0; i < strides_size; ++i) reply->add_strides(strides[i]);
   if (placement != nullptr && placement->has_region()) {
     *reply->mutable_region() = placement->region();
-    return ResolveRegion(name, placement->region(), span, dtype, &out->data);
+    engine::TensorUse use;
+    use.role = kernels::Role::kOutput;
+    absl::Status s = ResolveRegion(name, placement->region(), span, dtype, &out->data, &use);
+    if (s.ok()) uses_.push_back(std::move(use));
+    return s;
   }
   if (placement != nullptr && placement->data_case() == v1::Tensor::kInlineData) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -241,7 +284,10 @@ absl::Status CallTensors::Output(absl::string_view name, const v1::Tensor* place
   std::string* data = reply->mutable_inline_data();
   data->resize(span);
   copied_out_ += span;
-  if (span == 0) return absl::OkStatus();
+  if (span == 0) {
+    AddUse(name, kernels::Role::kOutput, engine::Residence::kInline, nullptr, 0, true);
+    return absl::OkStatus();
+  }
   if (Aligned(data->data(), dtype)) {
     out->data = data->data();
   } else {
@@ -253,6 +299,7 @@ absl::Status CallTensors::Output(absl::string_view name, const v1::Tensor* place
     staged_.push_back({p, data, span});
     out->data = p;
   }
+  AddUse(name, kernels::Role::kOutput, engine::Residence::kInline, out->data, span, true);
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "attnd/v1/attention.pb.h"
 #include "kernels/common/tensor.h"
+#include "server/engine/op_call.h"
 #include "server/regions/registry.h"
 
 namespace attnd::server::ops {
@@ -70,6 +71,11 @@ class CallTensors {
   uint64_t copied_in() const { return copied_in_; }
   uint64_t copied_out() const { return copied_out_; }
 
+  // Where each resolved (present) tensor lives, in resolution order (inputs, then outputs), for
+  // the backend. A device-region tensor's view points at device memory: host code never reads it.
+  const std::vector<engine::TensorUse>& uses() const { return uses_; }
+  std::vector<engine::TensorUse>& mutable_uses() { return uses_; }
+
  private:
   struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
@@ -79,8 +85,12 @@ class CallTensors {
     std::string* to;
     size_t bytes;
   };
+  // Resolves a region slice into *use (residence, pointers, device) and *data.
   absl::Status ResolveRegion(absl::string_view name, const v1::RegionSlice& slice,
-                             uint64_t span_bytes, kernels::DType dtype, void** data);
+                             uint64_t span_bytes, kernels::DType dtype, void** data,
+                             engine::TensorUse* use);
+  void AddUse(absl::string_view name, kernels::Role role, engine::Residence residence, void* host,
+              uint64_t span_bytes, bool zero_fill);
   void* Allocate(size_t bytes);
 
   const regions::RegionRegistry* const registry_;
@@ -88,6 +98,7 @@ class CallTensors {
   std::vector<regions::RegionPin> pins_;
   std::vector<std::unique_ptr<void, FreeDeleter>> buffers_;
   std::vector<Staged> staged_;
+  std::vector<engine::TensorUse> uses_;
   uint64_t copied_in_ = 0;
   uint64_t copied_out_ = 0;
 };

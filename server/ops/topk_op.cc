@@ -29,6 +29,10 @@ struct TopKTraits {
   }
   static absl::Status Validate(const Params& p) { return op::Validate(p); }
   static kernels::WorkCount Count(const Params& p) { return op::Count(p); }
+  // The tensors whose data Count reads (read back from device regions on a GPU).
+  static bool CountReads(absl::string_view name) {
+    return name == "ks" || name == "ke" || name == "lengths";
+  }
   static const auto& Implementations() { return op::Implementations(); }
   static absl::Status Run(const Params& p, const kernels::ExecContext& ctx, std::string* impl) {
     return op::Run(p, ctx, impl);

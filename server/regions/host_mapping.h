@@ -33,6 +33,9 @@ class HostMapping {
 
   char* data() const { return data_; }  // the byte at `offset` of the object
   uint64_t size() const { return size_; }
+  // The whole page-aligned mapping (covers [data(), data() + size())).
+  void* map_base() const { return map_base_; }
+  size_t map_len() const { return map_len_; }
   void Reset();  // unmaps now
 
  private:

@@ -36,8 +36,17 @@ Region::Region(RegionDescription desc, HostMapping mapping, std::shared_ptr<Stat
   stats_->Add(desc_.kind, 1, static_cast<int64_t>(desc_.byte_size));
 }
 
+Region::Region(RegionDescription desc, std::shared_ptr<DeviceMapping> device,
+               std::shared_ptr<Stats> stats)
+    : desc_(std::move(desc)), device_(std::move(device)), stats_(std::move(stats)) {
+  stats_->Add(desc_.kind, 1, static_cast<int64_t>(desc_.byte_size));
+}
+
 Region::~Region() {
+  if (pinner_ != nullptr) pinner_->Unpin(mapping_.map_base());
+  pinner_.reset();
   mapping_.Reset();
+  device_.reset();  // closes the IPC mapping when this was its last region
   stats_->Add(desc_.kind, -1, -static_cast<int64_t>(desc_.byte_size));
   std::vector<std::function<void()>> callbacks;
   {
@@ -130,8 +139,21 @@ absl::Status RegionRegistry::RegisterHost(const HostRegionSpec& spec) {
   desc.offset = spec.offset;
   desc.byte_size = spec.byte_size;
   desc.lease = spec.lease;
+  auto region =
+      std::shared_ptr<Region>(new Region(std::move(desc), *std::move(mapping), stats_));
+  if (options_.host_pinner != nullptr) {
+    // Pinned so that GPU copies from and to it are DMA. A region that cannot be pinned still
+    // works (the runtime stages pageable copies), only slower: not a reason to refuse it.
+    absl::Status pinned =
+        options_.host_pinner->Pin(region->mapping_.map_base(), region->mapping_.map_len());
+    if (pinned.ok()) {
+      region->pinner_ = options_.host_pinner;
+    } else if (options_.on_pin_failure) {
+      options_.on_pin_failure(spec.name, pinned);
+    }
+  }
   // A name taken meanwhile makes Insert fail; the mapping then goes with the region.
-  return Insert(std::shared_ptr<Region>(new Region(std::move(desc), *std::move(mapping), stats_)));
+  return Insert(std::move(region));
 }
 
 absl::Status RegionRegistry::RegisterDevice(const DeviceRegionSpec& spec) {
@@ -156,15 +178,25 @@ absl::Status RegionRegistry::RegisterDevice(const DeviceRegionSpec& spec) {
     return absl::FailedPreconditionError(
         "client shared memory is disabled on this daemon (start attnd with --allow-client-shm)");
   }
-  if (absl::Status s = options_.device_opener->Check(spec); !s.ok()) return s;
+  {
+    // Fail fast on a taken name or a closed lease before opening the handle.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status s = CheckLease(spec.lease); !s.ok()) return s;
+    if (regions_.count(spec.name) != 0) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("region '", spec.name, "' is already registered"));
+    }
+  }
+  absl::StatusOr<std::shared_ptr<DeviceMapping>> mapping = options_.device_opener->Open(spec);
+  if (!mapping.ok()) return mapping.status();
   RegionDescription desc;
   desc.name = spec.name;
   desc.kind = RegionKind::kDevice;
-  desc.device_uuid = spec.device_uuid;
+  desc.device_uuid = (*mapping)->device_uuid();
   desc.offset = spec.offset;
   desc.byte_size = spec.byte_size;
   desc.lease = spec.lease;
-  return Insert(std::shared_ptr<Region>(new Region(std::move(desc), HostMapping(), stats_)));
+  return Insert(std::shared_ptr<Region>(new Region(std::move(desc), *std::move(mapping), stats_)));
 }
 
 absl::Status RegionRegistry::UnregisterAsync(const std::string& name, const std::string& lease,

@@ -47,12 +47,37 @@ struct DeviceRegionSpec {
   std::string lease;
 };
 
-// Opens device IPC handles; provided by GPU backends (issue 4). Thread-safe.
+// An opened device allocation (a GPU IPC mapping), shared by every region inside it: a handle
+// names the base of an allocation and may be opened only once per process, so regions of one
+// allocation share one mapping, which is closed when the last of them (and the last request
+// pinning one) lets go. Implemented by GPU backends.
+class DeviceMapping {
+ public:
+  virtual ~DeviceMapping() = default;
+  virtual char* base() const = 0;     // the allocation's first byte in this process
+  virtual uint64_t size() const = 0;  // the allocation's bytes; 0 when the runtime cannot tell
+  virtual int device() const = 0;     // the device's ordinal in this process
+  virtual const std::string& device_uuid() const = 0;  // "GPU-…"
+};
+
+// Opens device IPC handles; provided by GPU backends. Thread-safe.
 class DeviceRegionOpener {
  public:
   virtual ~DeviceRegionOpener() = default;
-  // Checks that `spec` names a device this backend serves; opening may happen lazily later.
-  virtual absl::Status Check(const DeviceRegionSpec& spec) = 0;
+  // The mapping of spec.raw_handle (opened now, or shared with regions already open on the same
+  // allocation) on the device spec.device_uuid names, with [offset, offset + byte_size) checked
+  // against the allocation. INVALID_ARGUMENT for a handle that does not open, a device not
+  // served, a range past the allocation.
+  virtual absl::StatusOr<std::shared_ptr<DeviceMapping>> Open(const DeviceRegionSpec& spec) = 0;
+};
+
+// Registers host memory with the GPU runtime (page-locked and mapped for every device) so that
+// copies between it and device memory are DMA. Provided by GPU backends. Thread-safe.
+class HostPinner {
+ public:
+  virtual ~HostPinner() = default;
+  virtual absl::Status Pin(void* p, size_t bytes) = 0;
+  virtual void Unpin(void* p) = 0;  // `p` as given to a successful Pin
 };
 
 struct RegionDescription {
@@ -80,8 +105,15 @@ class Region {
   const std::string& name() const { return desc_.name; }
   RegionKind kind() const { return desc_.kind; }
   uint64_t byte_size() const { return desc_.byte_size; }
-  // Host: the first byte of the region. Device: null (opened by the GPU backend, issue 4).
+  // Host: the first byte of the region. Device: null (device memory: see device_data()).
   char* data() const { return mapping_.data(); }
+  // Device: the region's first byte in this process's mapping of the allocation; null for host.
+  char* device_data() const {
+    return device_ != nullptr ? device_->base() + desc_.offset : nullptr;
+  }
+  int device_ordinal() const { return device_ != nullptr ? device_->device() : -1; }
+  // Host: registered with the GPU runtime (copies from and to it are DMA).
+  bool pinned() const { return pinner_ != nullptr; }
   int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 
  private:
@@ -89,12 +121,16 @@ class Region {
   friend class RegionPin;
   struct Stats;
   Region(RegionDescription desc, HostMapping mapping, std::shared_ptr<Stats> stats);
+  Region(RegionDescription desc, std::shared_ptr<DeviceMapping> device,
+         std::shared_ptr<Stats> stats);
   // Runs `fn` once the region is released (unmapped); immediately if that already happened is
   // impossible here because the caller holds a reference.
   void OnRelease(std::function<void()> fn);
 
   const RegionDescription desc_;
   HostMapping mapping_;
+  std::shared_ptr<HostPinner> pinner_;        // set while mapping_ is pinned
+  std::shared_ptr<DeviceMapping> device_;     // device regions
   std::shared_ptr<Stats> stats_;
   std::atomic<int64_t> in_flight_{0};
   std::mutex mu_;
@@ -124,11 +160,17 @@ class RegionRegistry {
  public:
   struct Options {
     bool allow_client_shm = false;
-    DeviceRegionOpener* device_opener = nullptr;  // null: no GPU backend (CPU daemon)
+    // GPU backends: open device regions and pin host regions. Null on the CPU daemon (device
+    // regions are then UNIMPLEMENTED; host regions stay pageable). Shared: regions still
+    // pinned by requests may outlive the registry and the backend.
+    std::shared_ptr<DeviceRegionOpener> device_opener;
+    std::shared_ptr<HostPinner> host_pinner;
     size_t max_regions = 65536;
     // Called with the live count and bytes of a kind whenever they change (metrics). May run on
     // any thread, including the one dropping a request's last pin; must not call the registry.
     std::function<void(RegionKind, int64_t count, int64_t bytes)> on_stats;
+    // Called (for logs) when a host region could not be pinned; it is registered unpinned.
+    std::function<void(const std::string& name, const absl::Status& why)> on_pin_failure;
   };
   explicit RegionRegistry(Options options);
   ~RegionRegistry();
@@ -141,7 +183,9 @@ class RegionRegistry {
   // (shm_open, fstat, mmap) but never waits on other requests.
   absl::Status RegisterHost(const HostRegionSpec& spec);
   // Registers a device region: INVALID_ARGUMENT unless the handle is exactly kDeviceHandleBytes,
-  // UNIMPLEMENTED without a GPU backend. Thread-safe.
+  // UNIMPLEMENTED without a GPU backend; the backend's opener maps the handle (once per
+  // allocation) and checks the range. Thread-safe; the first region of an allocation costs the
+  // runtime's IPC open (~100 µs).
   absl::Status RegisterDevice(const DeviceRegionSpec& spec);
 
   // Removes `name` (or, when empty, every region of `lease`; with both empty every region that

@@ -68,9 +68,11 @@ class DaemonTest : public ::testing::Test {
     // The metrics endpoint (civetweb) takes about a second to stop: only where a test scrapes.
     config.metrics_listen = WithMetrics() ? "127.0.0.1:0" : "";
     config.allow_client_shm = true;
+    config.backend = "cpu";  // these tests check the CPU daemon, also on GPU hosts
     config.cpu_threads = 2;
     config.drain_timeout = absl::Seconds(5);
     config.log_level = getenv("ATTND_TEST_LOG") ? getenv("ATTND_TEST_LOG") : "warning";
+    Configure(&config);
     daemon_ = std::make_unique<Daemon>(config);
     ASSERT_TRUE(daemon_->Start().ok());
     ASSERT_EQ(daemon_->grpc_addresses().size(), 2u);
@@ -111,6 +113,8 @@ class DaemonTest : public ::testing::Test {
   }
 
   virtual bool WithMetrics() const { return false; }
+  // Last changes to the daemon's configuration before it starts (e.g. a GPU backend).
+  virtual void Configure(DaemonConfig* /*config*/) {}
 
   v1::SparseMlaRequest InlineRequest() const {
     v1::SparseMlaRequest req;

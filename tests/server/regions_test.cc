@@ -9,10 +9,15 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "server/regions/shm_key.h"
+#include "tests/server/fake_device_opener.h"
 #include "tests/server/shm_test_util.h"
 
 namespace attnd::server::regions {
@@ -266,9 +271,25 @@ TEST(RegionRegistryTest, BlockingUnregisterReturnsAfterTheLastPin) {
   EXPECT_TRUE(returned.load());
 }
 
-class FakeOpener : public DeviceRegionOpener {
+using FakeOpener = attnd::server::testing::FakeDeviceOpener;
+
+class FakePinner : public HostPinner {
  public:
-  absl::Status Check(const DeviceRegionSpec&) override { return absl::OkStatus(); }
+  absl::Status Pin(void* p, size_t bytes) override {
+    if (fail) return absl::InternalError("cannot pin");
+    std::lock_guard<std::mutex> lock(mu);
+    pinned[p] = bytes;
+    return absl::OkStatus();
+  }
+  void Unpin(void* p) override {
+    std::lock_guard<std::mutex> lock(mu);
+    unpinned.push_back(p);
+    pinned.erase(p);
+  }
+  bool fail = false;
+  std::mutex mu;
+  std::map<void*, size_t> pinned;
+  std::vector<void*> unpinned;
 };
 
 TEST(RegionRegistryTest, DeviceRegionsOnTheCpuDaemon) {
@@ -289,9 +310,8 @@ TEST(RegionRegistryTest, DeviceRegionsOnTheCpuDaemon) {
 TEST(RegionRegistryTest, NamesAreOneNamespaceAcrossKinds) {
   ScopedShm shm(4096);
   ASSERT_TRUE(shm.ok());
-  FakeOpener opener;
   RegionRegistry::Options o = Allowed();
-  o.device_opener = &opener;
+  o.device_opener = std::make_shared<FakeOpener>(1 << 20);
   RegionRegistry registry(o);
   DeviceRegionSpec spec;
   spec.name = "x";
@@ -306,6 +326,84 @@ TEST(RegionRegistryTest, NamesAreOneNamespaceAcrossKinds) {
   spec.offset = std::numeric_limits<uint64_t>::max();
   spec.name = "z";
   EXPECT_EQ(registry.RegisterDevice(spec).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RegionRegistryTest, DeviceRegionsShareOneMappingPerAllocation) {
+  auto opener = std::make_shared<FakeOpener>(1 << 20);
+  RegionRegistry::Options o = Allowed();
+  o.device_opener = opener;
+  RegionRegistry registry(o);
+  DeviceRegionSpec spec;
+  spec.raw_handle = std::string(64, 'a');
+  spec.name = "q";
+  spec.offset = 0;
+  spec.byte_size = 4096;
+  ASSERT_TRUE(registry.RegisterDevice(spec).ok());
+  spec.name = "kv";
+  spec.offset = 8192;
+  ASSERT_TRUE(registry.RegisterDevice(spec).ok());
+  spec.name = "past";
+  spec.offset = (1 << 20) - 10;
+  EXPECT_EQ(registry.RegisterDevice(spec).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(opener->opened.load(), 1);  // one allocation, opened once
+  auto q = registry.Acquire("q");
+  auto kv = registry.Acquire("kv");
+  ASSERT_TRUE(q.ok() && kv.ok());
+  EXPECT_EQ((*q)->data(), nullptr);  // device memory: never a host pointer
+  EXPECT_EQ((*kv)->device_data() - (*q)->device_data(), 8192);
+  EXPECT_EQ((*q)->device_ordinal(), 3);
+  EXPECT_EQ((*q)->description().device_uuid, "GPU-00000000-0000-0000-0000-000000000003");
+  // Unregistered while pinned: the mapping stays until the last request lets go.
+  ASSERT_TRUE(registry.UnregisterAsync("", "", nullptr).ok());
+  EXPECT_EQ(opener->closed.load(), 0);
+  *q = RegionPin();
+  EXPECT_EQ(opener->closed.load(), 0);
+  *kv = RegionPin();
+  EXPECT_EQ(opener->closed.load(), 1);
+  // Registered again: opened again.
+  spec.name = "q2";
+  spec.offset = 0;
+  ASSERT_TRUE(registry.RegisterDevice(spec).ok());
+  EXPECT_EQ(opener->opened.load(), 2);
+}
+
+TEST(RegionRegistryTest, HostRegionsArePinnedWhileMapped) {
+  ScopedShm shm(3 * 4096);
+  ASSERT_TRUE(shm.ok());
+  auto pinner = std::make_shared<FakePinner>();
+  RegionRegistry::Options o = Allowed();
+  o.host_pinner = pinner;
+  std::vector<std::string> failures;
+  o.on_pin_failure = [&](const std::string& name, const absl::Status&) {
+    failures.push_back(name);
+  };
+  RegionRegistry registry(o);
+  ASSERT_TRUE(registry.RegisterHost(Spec("h", shm.key(), 4096 + 100, 200)).ok());
+  {
+    auto pin = registry.Acquire("h");
+    ASSERT_TRUE(pin.ok());
+    EXPECT_TRUE((*pin)->pinned());
+    std::lock_guard<std::mutex> lock(pinner->mu);
+    ASSERT_EQ(pinner->pinned.size(), 1u);
+    // The whole page-aligned mapping is pinned, and it covers the region.
+    char* base = static_cast<char*>(pinner->pinned.begin()->first);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % 4096, 0u);
+    EXPECT_LE(base, (*pin)->data());
+    EXPECT_GE(base + pinner->pinned.begin()->second, (*pin)->data() + 200);
+  }
+  ASSERT_TRUE(registry.Unregister("h", "").ok());
+  {
+    std::lock_guard<std::mutex> lock(pinner->mu);
+    EXPECT_TRUE(pinner->pinned.empty());
+    EXPECT_EQ(pinner->unpinned.size(), 1u);
+  }
+  // A region that cannot be pinned still registers (copies are staged), and says so.
+  pinner->fail = true;
+  ASSERT_TRUE(registry.RegisterHost(Spec("u", shm.key(), 0, 64)).ok());
+  auto pin = registry.Acquire("u");
+  ASSERT_TRUE(pin.ok());
+  EXPECT_FALSE((*pin)->pinned());
+  EXPECT_EQ(failures, std::vector<std::string>{"u"});
 }
 
 TEST(RegionRegistryTest, StatsCallbackFollowsTheMappings) {

@@ -54,7 +54,7 @@ struct Result {
 std::unique_ptr<Job> MakeJob(std::vector<StepFn> steps, Result* result) {
   auto job = std::make_unique<Job>();
   job->op = "test";
-  job->steps = std::move(steps);
+  job->steps.assign(steps.begin(), steps.end());
   job->done = [result](JobOutcome o) { result->promise.set_value(std::move(o)); };
   return job;
 }

@@ -55,6 +55,7 @@ class TlsTest : public ::testing::Test {
     config.tls_key = *dir_ + "/server.key";
     config.tls_ca = *dir_ + "/ca.pem";
     config.tls_require_client_cert = require_client_cert;
+    config.backend = "cpu";
     config.log_level = "error";
     auto daemon = std::make_unique<Daemon>(config);
     const absl::Status s = daemon->Start();

@@ -1,0 +1,38 @@
+#include "server/engine/backend.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace attnd::server::engine {
+
+absl::Status CheckHostOnlyCall(const OpCall& call, absl::string_view own_uuid) {
+  for (const TensorUse& t : call.tensors()) {
+    if (t.residence == Residence::kDeviceRegion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          t.name, ": a device region reached a backend without devices"));
+    }
+  }
+  if (!call.ready_event().empty()) {
+    return absl::UnimplementedError(
+        "ready_event: IPC events need a GPU backend (--backend=cuda|hip); this daemon runs the "
+        "CPU backend");
+  }
+  if (!call.device_uuid().empty() && call.device_uuid() != own_uuid) {
+    return absl::InvalidArgumentError(absl::StrCat("device_uuid: '", call.device_uuid(),
+                                                   "' is not a device this daemon serves (",
+                                                   own_uuid, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::RunCall(OpCall& call, StepResult* result) {
+  if (absl::Status s = CheckHostOnlyCall(call, ""); !s.ok()) return s;
+  const std::vector<void*> data = call.HostData();
+  return Run(
+      call.op(),
+      [&call, &data](const kernels::ExecContext& ctx, std::string* impl) {
+        return call.Run(ctx, data, impl);
+      },
+      result);
+}
+
+}  // namespace attnd::server::engine

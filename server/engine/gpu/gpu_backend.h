@@ -1,0 +1,64 @@
+// The GPU backend (CUDA or HIP; DESIGN.md §4-5): one daemon serves every visible GPU (or those
+// --devices names). A call runs on the device of its device regions (else its device_uuid, else
+// the first served device), on a stream leased from that device's pool: host-resident tensors are
+// staged into the device memory pool, device regions bound in place, the caller's ready event
+// waited on in-stream, the op launched through the graph cache between two timing events, host
+// outputs brought back, the stream synchronised. Built only with ATTND_GPU=cuda|hip; main makes
+// it through gpu_backend_factory.h.
+//   ATTND_ASSIGN_OR_RETURN(auto backend, GpuBackend::Create(options));
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/engine/backend.h"
+#include "server/engine/cpu_backend.h"
+#include "server/engine/device_select.h"
+#include "server/engine/gpu/device.h"
+#include "server/engine/gpu/ipc.h"
+#include "server/engine/gpu_backend_factory.h"
+#include "server/engine/memory_pool.h"
+
+namespace attnd::server::engine::gpu_rt {
+
+class GpuBackend : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<GpuBackend>> Create(const GpuBackendOptions& options);
+  ~GpuBackend() override;
+
+  kernels::Backend kind() const override;
+  // A closure step on the first served device: a leased stream in ctx, synchronised after.
+  absl::Status Run(absl::string_view op, const StepFn& step, StepResult* result) override;
+  // See the header comment. INVALID_ARGUMENT for mixed or unknown devices, RESOURCE_EXHAUSTED
+  // when the device pool cannot hold the call's staged tensors and workspace, UNAVAILABLE once
+  // the device is lost. An op without a GPU implementation for the call runs on the CPU when
+  // every tensor is host-resident (and a CPU pool was given), else UNIMPLEMENTED. Thread-safe.
+  absl::Status RunCall(OpCall& call, StepResult* result) override;
+  std::vector<DeviceDescription> Devices() const override;
+  int64_t PoolBytes() const override;
+  std::shared_ptr<regions::DeviceRegionOpener> device_opener() const override { return opener_; }
+  std::shared_ptr<regions::HostPinner> host_pinner() const override { return pinner_; }
+
+  const std::vector<ServedDevice>& served() const { return served_; }
+  GpuDevice& device(size_t index) { return *devices_[index]; }
+  MemoryPool* staging() const { return staging_.get(); }
+
+ private:
+  explicit GpuBackend(GpuBackendOptions options) : options_(std::move(options)) {}
+  absl::Status RunOnDevice(GpuDevice& device, OpCall& call, StepResult* result);
+  absl::Status RunOnCpu(OpCall& call, StepResult* result);
+  void PublishPools(const GpuDevice& device) const;
+  void Log(int level, const std::string& message) const;
+
+  const GpuBackendOptions options_;
+  std::vector<std::unique_ptr<GpuDevice>> devices_;
+  std::vector<ServedDevice> served_;
+  std::unique_ptr<MemoryPool> staging_;
+  std::shared_ptr<IpcMemOpener> opener_;
+  std::shared_ptr<HostRegionPinner> pinner_;
+  std::unique_ptr<CpuBackend> cpu_;  // fallback for ops without a GPU implementation
+};
+
+}  // namespace attnd::server::engine::gpu_rt

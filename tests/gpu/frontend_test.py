@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""The frontend test on a GPU host (issue 4): a PyTorch "serving frontend" allocates its tensors
+on the GPU, registers them with a running attnd as device regions through their storages' CUDA
+IPC handles, calls SparseMla, MlaDecode, IndexerLogits and DsaAttention with every input and
+output in device regions, and checks the results against the same formulas written out in
+PyTorch (float64 on the GPU). /metrics must show zero tensor bytes copied for these calls.
+
+    PYTHONPATH=bundle/python python3 frontend_test.py --target unix:/tmp/x/attnd.sock \\
+        --metrics http://127.0.0.1:9464/metrics [--json out.json]
+
+Run by gpu-tests/run_frontend.sh (which starts the bundled daemon). Needs torch and grpcio; the
+attnd_client package comes from the bundle. Exit status 0 when every check passed.
+"""
+import argparse
+import json
+import math
+import re
+import sys
+import time
+import traceback
+import urllib.request
+
+import grpc
+import torch
+
+import attnd_client as ac
+from attnd_client import ops as ac_ops
+
+DEV = torch.device("cuda", 0)
+NEG_INF = float("-inf")
+DIRECTIONS = ("in", "out", "host_to_device", "device_to_host")
+
+
+# ---- plumbing ----
+
+def scrape(url):
+    """{(family, labels): value} of a Prometheus text page."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    samples = {}
+    for line in text.splitlines():
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$', line)
+        if m:
+            samples[(m.group(1), m.group(2) or "")] = float(m.group(3))
+    return samples
+
+
+def copied(samples, direction):
+    return samples.get(("attnd_copied_bytes_total", '{direction="%s"}' % direction), 0.0)
+
+
+def call(client, op, extra=None, **arguments):
+    """An op call with request fields the client's typed calls do not know yet (ready_event,
+    device_uuid): the request is built by the client package, sent with its stub."""
+    spec = ac_ops.spec(op)
+    request, sinks = ac_ops.build_request(spec, client._codec, arguments)
+    for name, value in (extra or {}).items():
+        setattr(request, name, value)
+    try:
+        response = getattr(client._stub, spec.rpc)(request, timeout=300)
+    except grpc.RpcError as e:
+        raise ac.AttndError.from_rpc_error(e) from None
+    return ac_ops.decode_response(spec, response, sinks)
+
+
+def nan_like(shape, dtype):
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEV)
+
+
+def fp8(shape, scale=1.0):
+    return (torch.randn(shape, device=DEV) * scale).to(torch.float8_e4m3fn)
+
+
+class Checks:
+    def __init__(self):
+        self.failures = []
+        self.report = {}
+
+    def expect(self, ok, what):
+        if not ok:
+            self.failures.append(what)
+            print(f"  FAIL {what}", flush=True)
+        return ok
+
+    def close(self, got, ref, what, rel_l2, atol, rtol):
+        """got (any float dtype) vs ref (float64): equal infinities, relative L2 and per-element
+        |got - ref| <= atol + rtol |ref| over the finite reference values; no NaN anywhere."""
+        got = got.double()
+        finite = torch.isfinite(ref)
+        ok = self.expect(not torch.isnan(got).any().item(), f"{what}: NaN in the result "
+                         "(an element left unwritten?)")
+        ok &= self.expect(torch.equal(got[~finite], ref[~finite]),
+                          f"{what}: infinities differ from the reference")
+        g, r = got[finite], ref[finite]
+        if r.numel() == 0:
+            return ok
+        err = torch.linalg.norm(g - r).item() / max(torch.linalg.norm(r).item(), 1e-30)
+        bad = (g - r).abs() > atol + rtol * r.abs()
+        ok &= self.expect(err <= rel_l2, f"{what}: relative L2 error {err:.3g} > {rel_l2}")
+        ok &= self.expect(not bad.any().item(),
+                          f"{what}: {int(bad.sum())} elements off (worst "
+                          f"{(g - r).abs().max().item():.3g})")
+        print(f"  {what}: rel L2 {err:.2e}, max abs {(g - r).abs().max().item():.2e}")
+        return ok
+
+    def zero_copy(self, result, op):
+        s = result.stats
+        figures = {f: getattr(s, f, 0) for f in (
+            "copied_bytes_in", "copied_bytes_out", "copied_bytes_host_to_device",
+            "copied_bytes_device_to_host", "count_readback_bytes")}
+        for f in ("copied_bytes_in", "copied_bytes_out", "copied_bytes_host_to_device",
+                  "copied_bytes_device_to_host"):
+            self.expect(figures[f] == 0, f"{op}: stats.{f} = {figures[f]}, want 0")
+        self.report[op] = dict(figures, impl=s.impl, compute_us=s.compute_seconds * 1e6,
+                               graph=getattr(s, "graph", ""), device=getattr(s, "device_uuid", ""),
+                               work_count=getattr(s, "work_count", ""), flops=s.flops,
+                               logical_bytes=s.logical_bytes)
+        print(f"  {op}: impl {s.impl}, {s.compute_seconds * 1e6:.1f} us on the device, graph "
+              f"{getattr(s, 'graph', '?')}, work count {getattr(s, 'work_count', '?')} "
+              f"(readback {figures['count_readback_bytes']} B)")
+
+
+# ---- references (float64 on the GPU) ----
+
+def ref_sparse_mla(q, kv, indices, sm_scale):
+    """out [T,H,512], lse [T,H]: softmax over each token's valid selected rows (index in [0,S))."""
+    q64, kv64 = q.double(), kv.double()
+    s = kv.shape[0]
+    valid = (indices >= 0) & (indices < s)
+    rows = kv64[indices.clamp(0, s - 1).long()]                     # [T,K,d_qk]
+    scores = torch.einsum("thd,tkd->thk", q64, rows) * sm_scale
+    scores = scores.masked_fill(~valid[:, None, :], NEG_INF)
+    lse = torch.logsumexp(scores, dim=-1)                          # -inf for an empty row
+    p = torch.nan_to_num(torch.exp(scores - lse[..., None]), nan=0.0)
+    return torch.einsum("thk,tkd->thd", p, rows[..., :512]), lse
+
+
+def ref_mla_decode(q, kv_cache, block_table, seqlens, sm_scale, causal):
+    b_count, s_q, h, _ = q.shape
+    pages, page, _ = kv_cache.shape
+    out = torch.zeros(b_count, s_q, h, 512, dtype=torch.float64, device=DEV)
+    lse = torch.full((b_count, s_q, h), NEG_INF, dtype=torch.float64, device=DEV)
+    for b in range(b_count):
+        seqlen = max(0, min(int(seqlens[b]), block_table.shape[1] * page))
+        n = torch.arange(seqlen, device=DEV)
+        ids = block_table[b, n // page].long()
+        valid = (ids >= 0) & (ids < pages)
+        rows = kv_cache[ids.clamp(0, pages - 1), n % page].double()  # [n, d_qk]
+        scores = torch.einsum("shd,nd->shn", q[b].double(), rows) * sm_scale
+        visible = valid[None, :].expand(s_q, seqlen).clone()
+        if causal:
+            limit = seqlen - s_q + torch.arange(s_q, device=DEV) + 1   # query i sees n < limit
+            visible &= n[None, :] < limit[:, None]
+        scores = scores.masked_fill(~visible[:, None, :], NEG_INF)
+        lse[b] = torch.logsumexp(scores, dim=-1)
+        p = torch.nan_to_num(torch.exp(scores - lse[b][..., None]), nan=0.0)
+        out[b] = torch.einsum("shn,nd->shd", p, rows[:, :512])
+    return out, lse
+
+
+def ref_indexer(q, k, k_scale, weights, ks, ke):
+    """logits[m,n] = sum_h relu(q[m,h].k[n]) k_scale[n] w[m,h] on [max(ks,0), min(ke,N)), -inf
+    elsewhere."""
+    n = k.shape[0]
+    dots = torch.einsum("mhd,nd->mhn", q.to(torch.float32).double(), k.to(torch.float32).double())
+    logits = torch.einsum("mhn,mh->mn", dots.clamp_min(0), weights.double()) * k_scale.double()
+    col = torch.arange(n, device=DEV)[None, :]
+    inside = (col >= ks.long().clamp_min(0)[:, None]) & (col < ke.long().clamp_max(n)[:, None])
+    return logits.masked_fill(~inside, NEG_INF)
+
+
+# ---- the calls ----
+
+def run_sparse_mla(client, checks):
+    t, h, d_qk, s, k = 48, 64, 576, 8192, 512
+    q = torch.randn(t, h, d_qk, device=DEV).bfloat16()
+    cache = torch.randn(s, 640, device=DEV).bfloat16()   # kv is a strided view of a wider cache
+    kv = cache[:, :d_qk]
+    indices = torch.randint(-64, s + 64, (t, k), dtype=torch.int32, device=DEV)  # some masked
+    indices[3] = -1                                                             # an empty row
+    out, lse = nan_like((t, h, 512), torch.bfloat16), nan_like((t, h), torch.float32)
+    scale = 1 / math.sqrt(d_qk)
+    # The inputs come from a side stream; the daemon waits on the recorded IPC event in-stream.
+    ready = torch.cuda.Event(interprocess=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        q.mul_(1.0)
+    ready.record(side)
+    results = []
+    for _ in range(2):
+        res = call(client, "sparse_mla", extra={"ready_event": bytes(ready.ipc_handle())},
+                   q=q, kv=kv, indices=indices, sm_scale=scale, out=out, lse=lse)
+        results.append(res)
+    ref_out, ref_lse = ref_sparse_mla(q, kv, indices, scale)
+    checks.close(out, ref_out, "sparse_mla out", 1e-2, 2e-2, 2e-2)
+    checks.close(lse, ref_lse, "sparse_mla lse", 1e-4, 2e-3, 0)
+    checks.zero_copy(results[0], "sparse_mla")
+    graph = getattr(results[1].stats, "graph", None)
+    checks.expect(graph in (None, "hit"), f"sparse_mla: the repeated call's graph is {graph!r}, "
+                  "want 'hit' (same launch key, same pointers)")
+
+
+def run_mla_decode(client, checks):
+    b, s_q, h, d_qk, page, max_pages, pages = 4, 2, 16, 576, 64, 24, 128
+    q = torch.randn(b, s_q, h, d_qk, device=DEV).bfloat16()
+    kv_cache = torch.randn(pages, page, d_qk, device=DEV).bfloat16()
+    block_table = torch.randperm(pages, device=DEV)[: b * max_pages].reshape(b, max_pages).int()
+    block_table[1, 2] = -1                        # a masked page
+    block_table[2, 0] = pages + 5                 # an out-of-range page id
+    seqlens = torch.tensor([1000, 1537, 64, 1], dtype=torch.int32, device=DEV)
+    out, lse = nan_like((b, s_q, h, 512), torch.bfloat16), nan_like((b, s_q, h), torch.float32)
+    scale = 1 / math.sqrt(d_qk)
+    res = call(client, "mla_decode", q=q, kv_cache=kv_cache, block_table=block_table,
+               cache_seqlens=seqlens, sm_scale=scale, causal=True, out=out, lse=lse)
+    ref_out, ref_lse = ref_mla_decode(q, kv_cache, block_table, seqlens.tolist(), scale, True)
+    checks.close(out, ref_out, "mla_decode out", 1e-2, 2e-2, 2e-2)
+    checks.close(lse, ref_lse, "mla_decode lse", 1e-4, 2e-3, 0)
+    checks.zero_copy(res, "mla_decode")
+
+
+def indexer_inputs(m, n, h_i, d_i):
+    q = fp8((m, h_i, d_i))
+    k = fp8((n, d_i))
+    k_scale = torch.rand(n, device=DEV) + 0.5
+    weights = torch.randn(m, h_i, device=DEV) / math.sqrt(h_i)
+    ke = torch.arange(n - m + 1, n + 1, dtype=torch.int32, device=DEV)   # causal prefill
+    ks = torch.zeros(m, dtype=torch.int32, device=DEV)
+    ks[5], ke[5] = 10, 10                                                # an empty window
+    ks[6], ke[6] = n - 40, n + 100                                        # past the end
+    return q, k, k_scale, weights, ks, ke
+
+
+def run_indexer_logits(client, checks):
+    m, n, h_i, d_i = 64, 2048, 64, 128
+    q, k, k_scale, weights, ks, ke = indexer_inputs(m, n, h_i, d_i)
+    wide = nan_like((m, n + 32), torch.float32)   # row stride ld > N: columns past N untouched
+    logits = wide[:, :n]
+    res = call(client, "indexer_logits", q=q, k=k, k_scale=k_scale, weights=weights, ks=ks,
+               ke=ke, logits=logits)
+    ref = ref_indexer(q, k, k_scale, weights, ks, ke)
+    scale = ref[torch.isfinite(ref)].abs().max().item()
+    checks.close(logits, ref, "indexer_logits", 1e-4, 1e-4 * scale, 1e-4)
+    checks.expect(torch.isnan(wide[:, n:]).all().item(), "indexer_logits: wrote past column N")
+    checks.zero_copy(res, "indexer_logits")
+
+
+def run_dsa_attention(client, checks):
+    t, n, h_i, d_i, h, d_qk, topk = 32, 1024, 64, 128, 16, 576, 128
+    q_i, k_i, k_scale, weights, ks, ke = indexer_inputs(t, n, h_i, d_i)
+    q = torch.randn(t, h, d_qk, device=DEV).bfloat16()
+    kv = torch.randn(n, d_qk, device=DEV).bfloat16()
+    out, lse = nan_like((t, h, 512), torch.bfloat16), nan_like((t, h), torch.float32)
+    indices = torch.full((t, topk), -7, dtype=torch.int32, device=DEV)
+    logits = nan_like((t, n), torch.float32)
+    scale = 1 / math.sqrt(d_qk)
+    res = call(client, "dsa_attention", index_q=q_i, index_k=k_i, index_k_scale=k_scale,
+               index_weights=weights, ks=ks, ke=ke, topk=topk, q=q, kv=kv, sm_scale=scale,
+               out=out, lse=lse, indices=indices, logits=logits)
+    ref_logits = ref_indexer(q_i, k_i, k_scale, weights, ks, ke)
+    big = ref_logits[torch.isfinite(ref_logits)].abs().max().item()
+    checks.close(logits, ref_logits, "dsa_attention logits", 1e-4, 1e-4 * big, 1e-4)
+    # The selection: min(topk, window) distinct in-window rows, a true top-k of the logits (up to
+    # f32 rounding at the threshold), ascending, then -1.
+    ok = True
+    for r in range(t):
+        lo, hi = max(int(ks[r]), 0), min(int(ke[r]), n)
+        want = min(topk, max(hi - lo, 0))
+        row = indices[r]
+        chosen = row[:want]
+        ok &= checks.expect(bool((row[want:] == -1).all()), f"dsa indices row {r}: not -1 padded")
+        if want == 0:
+            continue
+        ok &= checks.expect(bool(((chosen >= lo) & (chosen < hi)).all()) and
+                            bool((chosen[1:] > chosen[:-1]).all()),
+                            f"dsa indices row {r}: not ascending distinct rows of the window")
+        mask = torch.zeros(n, dtype=torch.bool, device=DEV)
+        mask[chosen.long().clamp(0, n - 1)] = True
+        window = torch.zeros(n, dtype=torch.bool, device=DEV)
+        window[lo:hi] = True
+        rest = ref_logits[r][window & ~mask]
+        if rest.numel():
+            gap = ref_logits[r][mask].min().item() - rest.max().item()
+            ok &= checks.expect(gap >= -1e-5 * big, f"dsa indices row {r}: not a top-k "
+                                f"(a better row was left out by {-gap:.3g})")
+    ref_out, ref_lse = ref_sparse_mla(q, kv, indices, scale)
+    checks.close(out, ref_out, "dsa_attention out", 1e-2, 2e-2, 2e-2)
+    checks.close(lse, ref_lse, "dsa_attention lse", 1e-4, 2e-3, 0)
+    checks.zero_copy(res, "dsa_attention")
+
+
+def run_refusals(client, checks):
+    q = torch.randn(2, 8, 576, device=DEV).bfloat16()
+    kv = torch.randn(64, 576, device=DEV).bfloat16()
+    idx = torch.zeros(2, 4, dtype=torch.int32, device=DEV)
+    for extra, what in (({"ready_event": b"short"}, "a 5-byte ready_event"),
+                        ({"device_uuid": "GPU-00000000-0000-0000-0000-000000000000"},
+                         "a device_uuid other than the regions' device")):
+        try:
+            call(client, "sparse_mla", extra=extra, q=q, kv=kv, indices=idx, sm_scale=0.1,
+                 out=nan_like((2, 8, 512), torch.bfloat16))
+            checks.expect(False, f"{what} was accepted")
+        except ac.AttndError as e:
+            checks.expect(e.code == grpc.StatusCode.INVALID_ARGUMENT,
+                          f"{what}: {e.code.name}, want INVALID_ARGUMENT")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target", required=True, help="attnd address, e.g. unix:/tmp/attnd.sock")
+    parser.add_argument("--metrics", required=True, help="http://host:port/metrics")
+    parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--seed", type=int, default=20261130)
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    checks = Checks()
+    with ac.Client(args.target, timeout=300) as client:
+        client.wait_ready(timeout=60)
+        info = client.info()
+        print(f"attnd {info.version}, backend {info.backend}, devices: " +
+              ", ".join(f"{d.name} {d.uuid} ({d.arch}, {d.cores} SMs)" for d in info.devices))
+        checks.expect(info.backend == "cuda", f"backend is {info.backend!r}, want 'cuda'")
+        uuid = str(torch.cuda.get_device_properties(0).uuid)
+        checks.expect(any(d.uuid in (uuid, "GPU-" + uuid) for d in info.devices),
+                      f"torch's device 0 ({uuid}) is not among the daemon's devices")
+        before = scrape(args.metrics)
+        for name, fn in (("SparseMla", run_sparse_mla), ("MlaDecode", run_mla_decode),
+                         ("IndexerLogits", run_indexer_logits),
+                         ("DsaAttention", run_dsa_attention)):
+            print(f"== {name}", flush=True)
+            try:
+                fn(client, checks)
+            except Exception as e:  # a failed call is one failed check; go on with the others
+                traceback.print_exc()
+                checks.expect(False, f"{name}: {type(e).__name__}: {e}")
+        torch.cuda.synchronize()
+        time.sleep(0.2)
+        after = scrape(args.metrics)
+        print("== zero copies in /metrics")
+        for d in DIRECTIONS:
+            delta = copied(after, d) - copied(before, d)
+            print(f"  attnd_copied_bytes_total{{direction=\"{d}\"}} +{delta:.0f}")
+            checks.expect(delta == 0, f"/metrics: {delta:.0f} bytes copied ({d}), want 0")
+        readback = copied(after, "count_readback") - copied(before, "count_readback")
+        print(f"  (index data read back for work counts: {readback:.0f} B)")
+        regions = [r for r in client.list_regions() if r.kind == ac.pb.RegionInfo.KIND_DEVICE]
+        checks.expect(len(regions) > 0, "no device regions listed")
+        print(f"  {len(regions)} device regions registered")
+        print("== refusals")
+        run_refusals(client, checks)
+    checks.report["failures"] = checks.failures
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(checks.report, f, indent=1)
+    print("PASS" if not checks.failures else f"FAIL: {len(checks.failures)} check(s)")
+    return 0 if not checks.failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+// An in-process attnd on the GPU backend (skipped without a GPU): GetInfo's devices, SparseMla
+// inline and through a host region against the CPU kernel, the CallStats of a GPU call (device,
+// bytes moved both ways, graph capture then hit), pool exhaustion, request option errors, and
+// the GPU metric families.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/common/bf16.h"
+#include "server/engine/gpu_backend_factory.h"
+#include "tests/server/daemon_fixture.h"
+
+namespace attnd::server::testing {
+namespace {
+
+std::string Scrape(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  std::string body;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) body.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return body;
+}
+
+// out (bf16) and lse (f32) of a reply against the CPU kernel's: the GPU kernels accumulate in
+// another order, so within bf16 rounding (out) and 1e-3 (lse), -inf where the CPU has -inf.
+void ExpectCloseToCpu(const std::string& out, const HostTensor& want_out, const std::string& lse,
+                      const HostTensor& want_lse) {
+  ASSERT_EQ(out.size(), SpanBytes(want_out));
+  ASSERT_EQ(lse.size(), SpanBytes(want_lse));
+  const auto* got_o = reinterpret_cast<const uint16_t*>(out.data());
+  const auto* want_o = want_out.data<uint16_t>();
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < out.size() / 2; ++i) {
+    const double g = kernels::Bf16ToFloat(got_o[i]), w = kernels::Bf16ToFloat(want_o[i]);
+    ASSERT_TRUE(std::isfinite(g)) << "out element " << i;
+    err += (g - w) * (g - w);
+    norm += w * w;
+  }
+  EXPECT_LE(std::sqrt(err / std::max(norm, 1e-30)), 1e-2);
+  const auto* got_l = reinterpret_cast<const float*>(lse.data());
+  const float* want_l = want_lse.data<float>();
+  for (size_t i = 0; i < lse.size() / 4; ++i) {
+    if (std::isinf(want_l[i])) {
+      EXPECT_EQ(got_l[i], want_l[i]) << "lse " << i;
+    } else {
+      EXPECT_NEAR(got_l[i], want_l[i], 1e-3) << "lse " << i;
+    }
+  }
+}
+
+class GpuDaemonTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    if (engine::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU";
+    DaemonTest::SetUp();
+  }
+  bool WithMetrics() const override { return true; }
+  void Configure(DaemonConfig* config) override {
+    config->backend = engine::GpuBackendName();
+    config->pool_bytes = int64_t{512} << 20;
+  }
+};
+
+TEST_F(GpuDaemonTest, GetInfoListsTheGpus) {
+  grpc::ClientContext ctx;
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
+  EXPECT_EQ(info.backend(), engine::GpuBackendName());
+  ASSERT_GE(info.devices_size(), 1);
+  for (const auto& d : info.devices()) {
+    EXPECT_EQ(d.uuid().rfind("GPU-", 0), 0u) << d.uuid();
+    EXPECT_EQ(d.uuid().size(), 40u) << d.uuid();
+    EXPECT_FALSE(d.name().empty());
+    EXPECT_GT(d.memory_bytes(), 0u);
+    EXPECT_FALSE(d.arch().empty());
+    EXPECT_GT(d.cores(), 0);
+  }
+  EXPECT_EQ(info.limits().pool_bytes_per_device(), uint64_t{512} << 20);
+  EXPECT_TRUE(info.limits().graphs());
+  EXPECT_EQ(info.limits().streams_per_device(), 4);
+}
+
+TEST_F(GpuDaemonTest, SparseMlaInlineRunsOnTheGpuAndReplaysItsGraph) {
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    v1::SparseMlaResponse reply;
+    const grpc::Status s = stub_->SparseMla(&ctx, InlineRequest(), &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ExpectCloseToCpu(reply.out().inline_data(), want_out_, reply.lse().inline_data(), want_lse_);
+    const v1::CallStats& st = reply.stats();
+    EXPECT_NE(st.impl(), "cpu") << "a GPU implementation ran";
+    EXPECT_EQ(st.device_uuid().rfind("GPU-", 0), 0u);
+    EXPECT_EQ(st.copied_bytes_in(), SpanBytes(q_) + SpanBytes(kv_) + SpanBytes(indices_));
+    EXPECT_EQ(st.copied_bytes_host_to_device(), st.copied_bytes_in());
+    EXPECT_EQ(st.copied_bytes_device_to_host(), SpanBytes(want_out_) + SpanBytes(want_lse_));
+    EXPECT_EQ(st.count_readback_bytes(), 0u) << "inline indices are counted on the host";
+    EXPECT_EQ(st.work_count(), "exact");
+    EXPECT_GT(st.compute_seconds(), 0);
+    EXPECT_EQ(st.graph(), i == 0 ? "capture" : "hit") << "call " << i;
+  }
+  const std::string m = Scrape(daemon_->metrics_address());
+  EXPECT_NE(m.find("attnd_graph_cache_total{result=\"hit\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("attnd_graph_cache_total{result=\"capture\"} 1"), std::string::npos);
+  EXPECT_NE(m.find("attnd_copied_bytes_total{direction=\"host_to_device\"}"), std::string::npos);
+  EXPECT_NE(m.find("attnd_pool_bytes{device=\"GPU-"), std::string::npos);
+  EXPECT_NE(m.find("attnd_build_info{backend=\"" + std::string(engine::GpuBackendName())),
+            std::string::npos);
+}
+
+TEST_F(GpuDaemonTest, HostRegionsAreDmaCopies) {
+  ScopedShm shm(8 << 20);
+  ASSERT_TRUE(shm.ok());
+  {
+    grpc::ClientContext ctx;
+    v1::RegisterHostRegionRequest reg;
+    reg.set_name("tensors");
+    reg.set_key(shm.key());
+    reg.set_byte_size(shm.size());
+    v1::RegisterRegionResponse r;
+    ASSERT_TRUE(stub_->RegisterHostRegion(&ctx, reg, &r).ok());
+  }
+  v1::SparseMlaRequest req = InlineRequest();
+  *req.mutable_kv() = RegionTensor(kv_, v1::DTYPE_BF16, shm, "tensors", 0);
+  const uint64_t out_at = 4 << 20;
+  req.mutable_out()->mutable_region()->set_region("tensors");
+  req.mutable_out()->mutable_region()->set_offset(out_at);
+  grpc::ClientContext ctx;
+  v1::SparseMlaResponse reply;
+  const grpc::Status s = stub_->SparseMla(&ctx, req, &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectCloseToCpu(std::string(shm.data() + out_at, SpanBytes(want_out_)), want_out_,
+                   reply.lse().inline_data(), want_lse_);
+  const v1::CallStats& st = reply.stats();
+  EXPECT_EQ(st.copied_bytes_in(), SpanBytes(q_) + SpanBytes(indices_));
+  // q, indices (inline) and kv (host region) in; out's prior bytes too (kept where untouched).
+  EXPECT_EQ(st.copied_bytes_host_to_device(),
+            SpanBytes(q_) + SpanBytes(indices_) + SpanBytes(kv_) + SpanBytes(want_out_));
+  EXPECT_EQ(st.copied_bytes_device_to_host(), SpanBytes(want_out_) + SpanBytes(want_lse_));
+}
+
+TEST_F(GpuDaemonTest, RequestOptionErrors) {
+  v1::SparseMlaRequest req = InlineRequest();
+  req.set_ready_event("short");
+  grpc::ClientContext c1;
+  v1::SparseMlaResponse reply;
+  EXPECT_EQ(stub_->SparseMla(&c1, req, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  req.clear_ready_event();
+  req.set_device_uuid("GPU-00000000-0000-0000-0000-000000000000");
+  grpc::ClientContext c2;
+  EXPECT_EQ(stub_->SparseMla(&c2, req, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::RegisterDeviceRegionRequest dev;
+  dev.set_name("garbage");
+  dev.set_raw_handle(std::string(64, '\x01'));
+  dev.set_byte_size(4096);
+  grpc::ClientContext c3;
+  v1::RegisterRegionResponse r;
+  EXPECT_EQ(stub_->RegisterDeviceRegion(&c3, dev, &r).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+class TinyPoolTest : public GpuDaemonTest {
+ protected:
+  void Configure(DaemonConfig* config) override {
+    GpuDaemonTest::Configure(config);
+    config->pool_bytes = 16 << 20;  // the fixture's call fits (with its split-K workspace)
+  }
+};
+
+TEST_F(TinyPoolTest, ExhaustionIsResourceExhaustedAndTheDaemonKeepsServing) {
+  // A kv of 22 MB cannot be staged into a 16 MiB pool.
+  v1::SparseMlaRequest big = InlineRequest();
+  HostTensor kv = HostTensor::Dense(DType::kBF16, {20000, kDqk});
+  std::mt19937_64 rng = attnd::testing::MakeRng();
+  attnd::testing::FillNormal(kv, rng, 1.0);
+  *big.mutable_kv() = InlineTensor(kv, v1::DTYPE_BF16);
+  grpc::ClientContext c1;
+  v1::SparseMlaResponse reply;
+  const grpc::Status s = stub_->SparseMla(&c1, big, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("memory pool exhausted"), std::string::npos);
+  grpc::ClientContext c2;
+  const grpc::Status ok = stub_->SparseMla(&c2, InlineRequest(), &reply);
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  ExpectCloseToCpu(reply.out().inline_data(), want_out_, reply.lse().inline_data(), want_lse_);
+}
+
+}  // namespace
+}  // namespace attnd::server::testing
