@@ -13,7 +13,10 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-grpcio python3-protobuf python3-pytest
   prometheus
+  yamllint shellcheck python3-yaml python3-kubernetes
 )
+# tests/deploy also renders deploy/k8s with `kubectl kustomize` (kustomize v4+: kubectl >= 1.21).
+# The machine image brings kubectl 1.32; Debian's kubernetes-client (1.20) is too old for it.
 
 missing=()
 for p in "${PACKAGES[@]}"; do
