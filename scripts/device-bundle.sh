@@ -5,6 +5,9 @@
 # but none of the build dependencies:
 #   scripts/device-bundle.sh [bundle-dir]
 #   # on the GPU host, from the repo root:  bundle/run-gpu-suite.sh OUT_DIR
+# Environment: ATTND_CUDA_BUILD_DIR (default build-cuda); ATTND_BUNDLE_SKIP_BUILD=1 bundles what
+# that folder already holds; ATTND_BUNDLE_ONLY="sparse_mla_test attn_gpu_bench" bundles only
+# those executables (a smaller, quicker transfer while iterating on one kernel).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE="${1:-bundle}"
@@ -25,6 +28,9 @@ while IFS= read -r -d '' f; do
     attnd|attnctl|attn_gpu_bench|*_test) ;;
     *) continue ;;
   esac
+  if [ -n "${ATTND_BUNDLE_ONLY:-}" ] && [[ " $ATTND_BUNDLE_ONLY " != *" $(basename "$f") "* ]]; then
+    continue
+  fi
   if head -c 4 "$f" | grep -q $'\x7fELF'; then
     cp "$f" "$BUNDLE/bin/"
     strip --strip-unneeded "$BUNDLE/bin/$(basename "$f")"

@@ -6,6 +6,9 @@
 # frontend: the Python/PyTorch frontend test against the bundled daemon (gpu-tests/
 # run_frontend.sh; needs the host's python3 with torch and grpcio). `all` runs it too when that
 # python3 can import torch.
+# sanitize: compute-sanitizer memcheck over each op's test binary (the cases past 2^31 elements
+# excluded: too slow under the tool), ATTND_SANITIZE_TIMEOUT seconds each (default 300); not in
+# `all`.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${1:?usage: run-gpu-suite.sh OUT_DIR [tests|bench|frontend|all] [filter]}"
@@ -26,6 +29,20 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
       grep -E "^\[  FAILED|Failure|error" "$OUT/$name.log" | head -20
     fi
     tail -3 "$OUT/$name.log"
+  done
+fi
+if [ "$WHAT" = sanitize ]; then
+  SAN="$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")"
+  for t in "$HERE"/bin/*_test; do
+    name="$(basename "$t")"
+    case "$name" in common_test|server_test|gpu_runtime_test) continue ;; esac
+    echo "== memcheck $name"
+    timeout "${ATTND_SANITIZE_TIMEOUT:-300}" "$SAN" --tool memcheck --error-exitcode 99 \
+      "$t" --gtest_filter="${FILTER:-*}:-*2To31*" --gtest_brief=1 > "$OUT/memcheck-$name.log" 2>&1
+    st=$?
+    [ "$st" -eq 0 ] || rc=1
+    echo "exit $st; $(grep -E "ERROR SUMMARY" "$OUT/memcheck-$name.log" | tail -1)"
+    tail -2 "$OUT/memcheck-$name.log"
   done
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then

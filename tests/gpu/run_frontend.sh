@@ -61,8 +61,11 @@ if [ ! -s "$READY" ]; then
 fi
 METRICS="$(awk '$1 == "metrics" { print $2 }' "$READY")"
 
+GRAPHS=on
+case " ${ATTND_ARGS:-} " in *" --graphs=false "*|*" --nographs "*) GRAPHS=off ;; esac
 PYTHONPATH="$BUNDLE/python${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$HERE/frontend_test.py" \
   --target "unix:$SOCK" --metrics "http://$METRICS/metrics" --json "$OUT/frontend.json" \
+  --graphs "$GRAPHS" \
   2>&1 | tee "$OUT/frontend.log"
 rc=${PIPESTATUS[0]}
 curl -s "http://$METRICS/metrics" > "$OUT/frontend-metrics.txt" 2>/dev/null || true
