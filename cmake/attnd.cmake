@@ -18,3 +18,10 @@ function(attnd_cuda_flags target)
     $<$<COMPILE_LANGUAGE:CUDA>:${ATTND_CUDA_GENCODE} --expt-relaxed-constexpr -lineinfo
                                -Xcompiler=-Wall,-Wextra -Werror=all-warnings>)
 endfunction()
+
+# HIP targets (ATTND_GPU=hip): warnings as errors in device and host code alike. The offload arch
+# comes from ATTND_HIP_ARCH through CMAKE_HIP_ARCHITECTURES (cmake/hip.cmake).
+function(attnd_hip_flags target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:HIP>:-Wall -Wextra -Werror -Wno-unused-command-line-argument>)
+endfunction()

@@ -2,16 +2,19 @@
 # Runs the GPU test suite and the GPU kernel benchmarks from a device bundle (made by
 # scripts/device-bundle.sh) on a GPU host with only the driver installed. Logs and JSON go to
 # OUT_DIR. Exits non-zero when any test binary fails.
-#   bundle/run-gpu-suite.sh OUT_DIR [tests|bench|frontend|all] [gtest/bench filter]
+#   bundle/run-gpu-suite.sh OUT_DIR [tests|bench|frontend|service|sanitize|all] [filter]
 # frontend: the Python/PyTorch frontend test against the bundled daemon (gpu-tests/
 # run_frontend.sh; needs the host's python3 with torch and grpcio). `all` runs it too when that
 # python3 can import torch.
+# service: the service-overhead benchmark (gpu-tests/run_service_bench.sh: the same ops through
+# the bundled daemon over device regions, graphs on then off; needs torch); results in
+# OUT_DIR/service_gpu.jsonl. Not in `all`.
 # sanitize: compute-sanitizer memcheck over each op's test binary (the cases past 2^31 elements
 # excluded: too slow under the tool), ATTND_SANITIZE_TIMEOUT seconds each (default 300); not in
 # `all`.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-OUT="${1:?usage: run-gpu-suite.sh OUT_DIR [tests|bench|frontend|all] [filter]}"
+OUT="${1:?usage: run-gpu-suite.sh OUT_DIR [tests|bench|frontend|service|sanitize|all] [filter]}"
 WHAT="${2:-all}"
 FILTER="${3:-}"
 mkdir -p "$OUT"
@@ -63,6 +66,19 @@ if [ "$WHAT" = frontend ] || { [ "$WHAT" = all ] && python3 -c "import torch" 2>
   else
     rc=1
     echo "FAILED: frontend: gpu-tests/run_frontend.sh is not in the bundle"
+  fi
+fi
+if [ "$WHAT" = service ]; then
+  echo "== service overhead (device regions, graphs on and off)"
+  if [ -x "$HERE/gpu-tests/run_service_bench.sh" ]; then
+    "$HERE/gpu-tests/run_service_bench.sh" "$OUT" > "$OUT/service-run.log" 2>&1 || {
+      rc=1
+      echo "FAILED: service benchmark (see service-run.log, service-attnd-*.log)"
+    }
+    tail -12 "$OUT/service-run.log"
+  else
+    rc=1
+    echo "FAILED: service: gpu-tests/run_service_bench.sh is not in the bundle"
   fi
 fi
 exit $rc

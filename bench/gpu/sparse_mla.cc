@@ -1,14 +1,21 @@
 // GPU benchmarks of sparse MLA (KERNELS.md §1d anchors): DeepSeek prefill T4096 S32K H128 d576
 // K2048 (FlashMLA 4185 µs, 558 TFLOP/s), GLM prefill T2048 S32K H64 and H16 d512 K2048 (FlashMLA
-// H64 1025 µs; H16 padded to 64 costs the same), and decode B64 / B128 x next_n 1 at H128 d576
-// K2048 over a pool of B x 32K rows (bf16 KV). Indices are uniform in [0, S); FLOPs count every
-// slot (FlashMLA's count: 2·T·H·K·(d_qk + 512)), bytes per DESIGN.md §8 with E = T·K. Counts
-// come from the shapes (CountSlots), never from device data.
+// H64 1025 µs; H16 padded to 64 costs the same), and decode B 1 / 32 / 64 / 128 x next_n 1 and 2
+// (T = B·next_n) at H128 d576 K2048 over a pool of B x 32K rows, with a bf16 KV cache and with
+// the FP8 cache (656-byte rows; FlashMLA FP8: B128 189 µs, B64 100 µs, B128/H64 120 µs). Indices
+// are uniform in [0, S); FLOPs count every slot (FlashMLA's count: 2·T·H·K·(d_qk + 512)), bytes
+// per DESIGN.md §8 with E = T·K (2·d_qk or 656 bytes per row). Counts come from the shapes
+// (CountSlots), never from device data. Presets share one KV pool per (S, format).
 #include "kernels/sparse_mla/sparse_mla.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <iostream>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -23,26 +30,89 @@ namespace sparse_mla = kernels::sparse_mla;
 struct Preset {
   const char* name;
   int64_t t, s, h, d_qk, k;
-  bool simt;  // also time the portable SIMT kernel (slow on the big prefill shapes)
+  bool simt;         // also time the portable SIMT kernel (slow on the big prefill shapes)
+  bool fp8 = false;  // the FP8 KV cache (u8 [S, 656]) instead of bf16
 };
 
 constexpr Preset kPresets[] = {
     {"deepseek_prefill_t4096_s32768_h128_d576_k2048", 4096, 32768, 128, 576, 2048, false},
     {"glm_prefill_t2048_s32768_h64_d512_k2048", 2048, 32768, 64, 512, 2048, false},
     {"glm_prefill_t2048_s32768_h16_d512_k2048", 2048, 32768, 16, 512, 2048, true},
+    {"glm_prefill_t2048_s32768_h8_d512_k2048", 2048, 32768, 8, 512, 2048, false},
+    {"glm_prefill_t2048_s32768_h32_d512_k2048", 2048, 32768, 32, 512, 2048, false},
     {"deepseek_decode_b64_s2097152_h128_d576_k2048", 64, 64 * 32768, 128, 576, 2048, true},
     {"deepseek_decode_b128_s4194304_h128_d576_k2048", 128, 128 * 32768, 128, 576, 2048, true},
+    {"deepseek_decode_b1_s32768_h128_d576_k2048", 1, 32768, 128, 576, 2048, false},
+    {"deepseek_decode_b32_s1048576_h128_d576_k2048", 32, 32 * 32768, 128, 576, 2048, false},
+    {"deepseek_decode_b1_nextn2_s32768_h128_d576_k2048", 2, 32768, 128, 576, 2048, false},
+    {"deepseek_decode_b32_nextn2_s1048576_h128_d576_k2048", 64, 32 * 32768, 128, 576, 2048,
+     false},
+    {"deepseek_decode_b64_nextn2_s2097152_h128_d576_k2048", 128, 64 * 32768, 128, 576, 2048,
+     false},
+    {"deepseek_decode_b128_nextn2_s4194304_h128_d576_k2048", 256, 128 * 32768, 128, 576, 2048,
+     false},
+    {"deepseek_decode_b1_s32768_h128_d576_k2048_fp8kv", 1, 32768, 128, 576, 2048, false, true},
+    {"deepseek_decode_b32_s1048576_h128_d576_k2048_fp8kv", 32, 32 * 32768, 128, 576, 2048, false,
+     true},
+    {"deepseek_decode_b64_s2097152_h128_d576_k2048_fp8kv", 64, 64 * 32768, 128, 576, 2048, true,
+     true},
+    {"deepseek_decode_b128_s4194304_h128_d576_k2048_fp8kv", 128, 128 * 32768, 128, 576, 2048,
+     true, true},
+    {"deepseek_decode_b1_nextn2_s32768_h128_d576_k2048_fp8kv", 2, 32768, 128, 576, 2048, false,
+     true},
+    {"deepseek_decode_b32_nextn2_s1048576_h128_d576_k2048_fp8kv", 64, 32 * 32768, 128, 576, 2048,
+     false, true},
+    {"deepseek_decode_b64_nextn2_s2097152_h128_d576_k2048_fp8kv", 128, 64 * 32768, 128, 576, 2048,
+     false, true},
+    {"deepseek_decode_b128_nextn2_s4194304_h128_d576_k2048_fp8kv", 256, 128 * 32768, 128, 576,
+     2048, false, true},
+    {"deepseek_decode_b128_s4194304_h64_d576_k2048_fp8kv", 128, 128 * 32768, 64, 576, 2048, false,
+     true},
 };
+
+// One KV pool per (S, d_qk, format), shared by the presets and implementations that use it.
+struct KvPool {
+  std::shared_ptr<DeviceArena> arena;
+  void* data = nullptr;
+};
+using KvPools = std::map<std::tuple<int64_t, int64_t, bool>, KvPool>;
+
+// The pool of `preset`: random bf16, or FP8 rows of random e4m3 codes (never NaN) whose scales
+// and rope bytes are all 0x3c (f32 scales 0.0115, bf16 rope 0.0115: finite, non-zero).
+absl::StatusOr<KvPool> PoolFor(const Preset& preset, KvPools* pools, uint64_t seed) {
+  const auto key = std::make_tuple(preset.s, preset.d_qk, preset.fp8);
+  if (auto it = pools->find(key); it != pools->end()) return it->second;
+  KvPool pool;
+  pool.arena = std::make_shared<DeviceArena>();
+  const int64_t s = preset.s;
+  if (preset.fp8) {
+    const int64_t row = sparse_mla::kFp8RowBytes;
+    auto kv = pool.arena->Random(DType::kFp8E4M3, s * row, 1.0f, seed);
+    if (!kv.ok()) return kv.status();
+    GPU_RETURN_IF_ERROR(cudaMemset2D(static_cast<char*>(*kv) + sparse_mla::kFp8ScaleOffset,
+                                     static_cast<size_t>(row), 0x3c,
+                                     static_cast<size_t>(row - sparse_mla::kFp8ScaleOffset),
+                                     static_cast<size_t>(s)));
+    GPU_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    pool.data = *kv;
+  } else {
+    auto kv = pool.arena->Random(DType::kBF16, s * preset.d_qk, 1.0f, seed);
+    if (!kv.ok()) return kv.status();
+    pool.data = *kv;
+  }
+  (*pools)[key] = pool;
+  return pool;
+}
 
 absl::StatusOr<GpuBenchCase> MakeCase(const Preset& preset,
                                       const kernels::Impl<sparse_mla::Params>& impl,
-                                      uint64_t seed) {
+                                      uint64_t seed, KvPools* pools) {
   auto arena = std::make_shared<DeviceArena>();
   const int64_t t = preset.t, s = preset.s, h = preset.h, d = preset.d_qk, k = preset.k;
   sparse_mla::Params p;
   auto q = arena->Random(DType::kBF16, t * h * d, 1.0f, seed);
   if (!q.ok()) return q.status();
-  auto kv = arena->Random(DType::kBF16, s * d, 1.0f, seed + 1);
+  auto kv = PoolFor(preset, pools, seed + 1);
   if (!kv.ok()) return kv.status();
   auto indices = arena->RandomInt(t * k, 0, static_cast<int32_t>(s - 1), seed + 2);
   if (!indices.ok()) return indices.status();
@@ -51,7 +121,8 @@ absl::StatusOr<GpuBenchCase> MakeCase(const Preset& preset,
   auto lse = arena->Alloc(t * h * 4);
   if (!lse.ok()) return lse.status();
   p.q = kernels::MakeTensor(*q, DType::kBF16, {t, h, d});
-  p.kv = kernels::MakeTensor(*kv, DType::kBF16, {s, d});
+  p.kv = preset.fp8 ? kernels::MakeTensor(kv->data, DType::kU8, {s, sparse_mla::kFp8RowBytes})
+                    : kernels::MakeTensor(kv->data, DType::kBF16, {s, d});
   p.indices = kernels::MakeTensor(*indices, DType::kI32, {t, k});
   p.out = kernels::MakeTensor(*out, DType::kBF16, {t, h, sparse_mla::kDimV});
   p.lse = kernels::MakeTensor(*lse, DType::kF32, {t, h});
@@ -77,7 +148,8 @@ absl::StatusOr<GpuBenchCase> MakeCase(const Preset& preset,
   c.work = sparse_mla::CountSlots(p);  // shapes only: every slot counts
   c.arena = arena;
   const kernels::Impl<sparse_mla::Params>* run = &impl;
-  c.launch = [p, run, workspace, workspace_bytes](gpu::Stream stream) {
+  // The launch holds the shared KV pool's arena (alive as long as the case).
+  c.launch = [p, run, workspace, workspace_bytes, kv_arena = kv->arena](gpu::Stream stream) {
     kernels::ExecContext ctx;
     ctx.backend = run->backend;
     ctx.stream = stream;
@@ -88,8 +160,182 @@ absl::StatusOr<GpuBenchCase> MakeCase(const Preset& preset,
   return c;
 }
 
+// GLM-5.3 prefill with seed 000's causal "kpool4" selection. The seed names it without
+// defining it; our reading: queries at positions prefix + i (i < T = 2048) form pools of 4
+// consecutive positions; pool [p0, p0 + 3] shares one selection of min(2048, p0 + 1) distinct
+// positions drawn uniformly from [0, p0] (sorted), and query p appends its causal tail, the
+// positions p0 + 1 .. p (0 to 3 entries): 2048 + 3 = the seed's 2051-entry width. CSR with
+// fixed-width rows of 2051 (indptr[t] = 2051·t), unused entries -1, as the seed's logical bytes
+// count "the full fixed-width CSR indices". KV layouts (seed: "disjoint" and "shared"): shared,
+// one cache of prefix + T rows indexed by position (every query's rows are physically shared
+// with its neighbours'); disjoint, each query owns private rows t·2051 + j for its entry j (the
+// same logical selection with no physical reuse across queries; values random rather than
+// copies). Bytes per seed 000: B = 4QHD + 2DE + 4Q·2051 + 4(Q + 1) + 4QH (LSE), E the valid
+// entries; FLOPs 4EHD (Count on the host copy of the selection).
+constexpr int64_t kKpoolT = 2048, kKpoolWidth = 2051, kKpoolShared = 2048;
+
+struct Kpool4Preset {
+  int64_t h, prefix;
+  bool disjoint;
+};
+
+constexpr Kpool4Preset kKpool4Presets[] = {
+    {16, 0, false},    {16, 32768, false}, {16, 0, true},    {16, 32768, true},
+    {8, 0, false},     {8, 32768, false},  {8, 0, true},     {8, 32768, true},
+    {32, 0, false},    {32, 32768, false}, {32, 0, true},    {32, 32768, true},
+};
+
+std::string Kpool4Name(const Kpool4Preset& k) {
+  return absl::StrCat("glm_prefill_kpool4_t", kKpoolT, "_p", k.prefix, "_h", k.h, "_d512_",
+                      k.disjoint ? "disjoint" : "shared");
+}
+
+// The selection of (prefix, layout) on the host and the device, shared by its presets.
+struct Kpool4Selection {
+  std::shared_ptr<DeviceArena> arena;
+  std::vector<int32_t> indices, indptr;  // host copies (for Count)
+  void* d_indices = nullptr;
+  void* d_indptr = nullptr;
+  int64_t s = 0;  // KV rows
+};
+
+absl::StatusOr<Kpool4Selection> MakeKpool4Selection(int64_t prefix, bool disjoint,
+                                                    uint64_t seed) {
+  Kpool4Selection sel;
+  sel.indices.assign(kKpoolT * kKpoolWidth, -1);
+  sel.indptr.resize(kKpoolT + 1);
+  for (int64_t t = 0; t <= kKpoolT; ++t) sel.indptr[t] = static_cast<int32_t>(t * kKpoolWidth);
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> chosen;
+  std::vector<uint8_t> taken;
+  for (int64_t t0 = 0; t0 < kKpoolT; t0 += 4) {
+    const int64_t p0 = prefix + t0;  // pool start (prefix is a multiple of 4)
+    const int64_t visible = p0 + 1, n = std::min(kKpoolShared, visible);
+    chosen.clear();
+    taken.assign(visible, 0);
+    std::uniform_int_distribution<int64_t> pick(0, visible - 1);
+    if (n == visible) {
+      for (int64_t x = 0; x < visible; ++x) chosen.push_back(static_cast<int32_t>(x));
+    } else {
+      while (static_cast<int64_t>(chosen.size()) < n) {  // n <= visible / 4 here: few rejects
+        const int64_t x = pick(rng);
+        if (!taken[x]) {
+          taken[x] = 1;
+          chosen.push_back(static_cast<int32_t>(x));
+        }
+      }
+      std::sort(chosen.begin(), chosen.end());
+    }
+    for (int64_t t = t0; t < t0 + 4 && t < kKpoolT; ++t) {
+      int32_t* row = sel.indices.data() + t * kKpoolWidth;
+      int64_t j = 0;
+      for (int32_t x : chosen) row[j++] = x;
+      for (int64_t x = p0 + 1; x <= prefix + t; ++x) row[j++] = static_cast<int32_t>(x);
+      if (disjoint) {
+        for (int64_t i = 0; i < j; ++i) row[i] = static_cast<int32_t>(t * kKpoolWidth + i);
+      }
+    }
+  }
+  sel.s = disjoint ? kKpoolT * kKpoolWidth : prefix + kKpoolT;
+  sel.arena = std::make_shared<DeviceArena>();
+  auto idx = sel.arena->Upload(sel.indices.data(), static_cast<int64_t>(sel.indices.size()) * 4);
+  if (!idx.ok()) return idx.status();
+  auto ptr = sel.arena->Upload(sel.indptr.data(), static_cast<int64_t>(sel.indptr.size()) * 4);
+  if (!ptr.ok()) return ptr.status();
+  sel.d_indices = *idx;
+  sel.d_indptr = *ptr;
+  return sel;
+}
+
+absl::StatusOr<GpuBenchCase> MakeKpool4Case(const Kpool4Preset& kp, const Kpool4Selection& sel,
+                                            const kernels::Impl<sparse_mla::Params>& impl,
+                                            uint64_t seed, KvPools* pools) {
+  auto arena = std::make_shared<DeviceArena>();
+  const int64_t t = kKpoolT, h = kp.h, d = 512;
+  const Preset pool_preset{"kpool4", t, sel.s, h, d, kKpoolWidth, false};
+  auto kv = PoolFor(pool_preset, pools, 7);  // one pool per S, shared by every preset
+  if (!kv.ok()) return kv.status();
+  auto q = arena->Random(DType::kBF16, t * h * d, 1.0f, seed);
+  if (!q.ok()) return q.status();
+  auto out = arena->Alloc(t * h * sparse_mla::kDimV * 2);
+  if (!out.ok()) return out.status();
+  auto lse = arena->Alloc(t * h * 4);
+  if (!lse.ok()) return lse.status();
+  sparse_mla::Params p;
+  p.q = kernels::MakeTensor(*q, DType::kBF16, {t, h, d});
+  p.kv = kernels::MakeTensor(kv->data, DType::kBF16, {sel.s, d});
+  p.indices = kernels::MakeTensor(sel.d_indices, DType::kI32, {t * kKpoolWidth});
+  p.indptr = kernels::MakeTensor(sel.d_indptr, DType::kI32, {t + 1});
+  p.out = kernels::MakeTensor(*out, DType::kBF16, {t, h, sparse_mla::kDimV});
+  p.lse = kernels::MakeTensor(*lse, DType::kF32, {t, h});
+  p.sm_scale = 1.0f / 22.627417f;  // 1/sqrt(512)
+  if (absl::Status st = sparse_mla::Validate(p); !st.ok()) return st;
+  std::string why;
+  if (impl.supports && !impl.supports(p, &why)) {
+    return absl::UnimplementedError(absl::StrCat(impl.name, ": ", why));
+  }
+  const int64_t workspace_bytes = impl.workspace ? impl.workspace(p) : 0;
+  void* workspace = nullptr;
+  if (workspace_bytes > 0) {
+    auto ws = arena->Alloc(workspace_bytes);
+    if (!ws.ok()) return ws.status();
+    workspace = *ws;
+  }
+  sparse_mla::Params host = p;  // Count reads the selection: the host copies
+  host.indices.data = const_cast<int32_t*>(sel.indices.data());
+  host.indptr.data = const_cast<int32_t*>(sel.indptr.data());
+
+  GpuBenchCase c;
+  c.op = "sparse_mla";
+  c.preset = Kpool4Name(kp);
+  c.impl = impl.name;
+  c.peak = PeakKind::kBf16;
+  c.work = sparse_mla::Count(host);
+  c.arena = arena;
+  const kernels::Impl<sparse_mla::Params>* run = &impl;
+  c.launch = [p, run, workspace, workspace_bytes, kv_arena = kv->arena,
+              sel_arena = sel.arena](gpu::Stream stream) {
+    kernels::ExecContext ctx;
+    ctx.backend = run->backend;
+    ctx.stream = stream;
+    ctx.workspace = workspace;
+    ctx.workspace_bytes = workspace_bytes;
+    return run->run(p, ctx);
+  };
+  return c;
+}
+
+absl::Status AddKpool4Cases(const std::string& filter, KvPools* pools,
+                            std::vector<GpuBenchCase>* cases) {
+  std::map<std::pair<int64_t, bool>, Kpool4Selection> selections;
+  uint64_t seed = 5000;
+  for (const auto& impl : sparse_mla::Implementations()) {
+    if (impl.backend != kernels::Backend::kCuda || impl.name == "cuda_simt") continue;
+    for (const Kpool4Preset& kp : kKpool4Presets) {
+      seed += 3;
+      const std::string name = absl::StrCat("sparse_mla/", Kpool4Name(kp), "/", impl.name);
+      if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+      const auto key = std::make_pair(kp.prefix, kp.disjoint);
+      if (selections.find(key) == selections.end()) {
+        auto sel = MakeKpool4Selection(kp.prefix, kp.disjoint, 4000 + kp.prefix + kp.disjoint);
+        if (!sel.ok()) return sel.status();
+        selections.emplace(key, std::move(*sel));
+      }
+      auto c = MakeKpool4Case(kp, selections.at(key), impl, seed, pools);
+      if (absl::IsUnimplemented(c.status())) {
+        std::cerr << "skipping " << name << ": " << c.status().message() << "\n";
+        continue;
+      }
+      if (!c.ok()) return c.status();
+      cases->push_back(std::move(*c));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<GpuBenchCase>> MakeSparseMlaCases(const std::string& filter) {
   std::vector<GpuBenchCase> cases;
+  KvPools pools;
   uint64_t seed = 100;
   for (const auto& impl : sparse_mla::Implementations()) {
     if (impl.backend != kernels::Backend::kCuda) continue;
@@ -98,11 +344,16 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSparseMlaCases(const std::string& 
       if (impl.name == "cuda_simt" && !preset.simt) continue;
       const std::string name = absl::StrCat("sparse_mla/", preset.name, "/", impl.name);
       if (!filter.empty() && name.find(filter) == std::string::npos) continue;
-      auto c = MakeCase(preset, impl, seed);
+      auto c = MakeCase(preset, impl, seed, &pools);
+      if (absl::IsUnimplemented(c.status())) {  // this implementation refuses the shape
+        std::cerr << "skipping " << name << ": " << c.status().message() << "\n";
+        continue;
+      }
       if (!c.ok()) return c.status();
       cases.push_back(std::move(*c));
     }
   }
+  if (absl::Status st = AddKpool4Cases(filter, &pools, &cases); !st.ok()) return st;
   return cases;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/attnctl/commands.h"
+#include "kernels/common/flag_args.h"
 
 ABSL_FLAG(std::string, target, "unix:/tmp/attnd.sock",
           "The daemon: unix:/path (a unix socket) or host:port (TCP).");
@@ -83,32 +84,6 @@ constexpr const char* kUsage =
     "     dsa_attention (RPC names such as SparseMla are accepted too)\n"
     "exit codes: 0 ok, 1 check failed, 2 usage, 3 daemon error or unreachable, 4 local error.\n"
     "Flags may be written with '-' or '_' (--tls-ca = --tls_ca); docs/ATTNCTL.md has them all.";
-
-// "--tls-ca=x" -> "--tls_ca=x" before a bare "--" (absl flags use underscores).
-std::vector<std::string> NormalizeFlagArgs(int argc, char** argv) {
-  std::vector<std::string> out;
-  bool flags_done = false;
-  for (int i = 0; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (i == 0 || flags_done || arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
-      out.push_back(std::move(arg));
-      continue;
-    }
-    if (arg == "--") {
-      flags_done = true;
-      out.push_back(std::move(arg));
-      continue;
-    }
-    const size_t eq = arg.find('=');
-    std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    if (name.compare(0, 3, "no-") == 0) name = "no" + name.substr(3);
-    for (char& c : name) {
-      if (c == '-') c = '_';
-    }
-    out.push_back(absl::StrCat("--", name, eq == std::string::npos ? "" : arg.substr(eq)));
-  }
-  return out;
-}
 
 absl::Status ParseSet(const std::string& text, Dims* dims) {
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {

@@ -11,7 +11,8 @@
 #   --build-dir DIR   CMake build folder (default build-docker-VARIANT); an existing, configured
 #                     folder is reused as it is (its ATTND_GPU must match the variant)
 #   --steps LIST      comma-separated subset of deps,configure,build,stage,verify (default: all)
-#   --hip-arch ARCH   offload arch of the hip variant (default gfx950, the MI355X)
+#   --hip-arch ARCH   offload arch of the hip variant (default gfx950, the MI355X; ROCm >= 6.4.
+#                     Debian's ROCm 5.2 hipcc knows gfx90a and gfx940, not gfx942/gfx950)
 #   --jobs N          parallel build jobs (default: nproc)
 #   --dry-run         print every command instead of running it; probe the toolchain only
 # Environment: ATTND_COMMIT names the commit in BUILD_INFO where the tree has no .git (images).
@@ -27,7 +28,7 @@ HIP_ARCH="gfx950"
 JOBS="$(nproc)"
 DRY_RUN=0
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "build.sh: $*" >&2; exit 1; }
 
 while (($#)); do
@@ -72,7 +73,9 @@ case "$VARIANT" in
 esac
 CMAKE_ARGS=(-S "$SRC" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTND_GPU="$GPU"
             -DATTND_BUILD_TESTS=OFF -DATTND_BUILD_BENCH=OFF)
-[ "$VARIANT" = hip ] && CMAKE_ARGS+=(-DCMAKE_HIP_ARCHITECTURES="$HIP_ARCH")
+# The HIP build's offload arch (cmake/hip.cmake); CMake finds ROCm's clang under /opt/rocm, or
+# the clang Debian's hipcc drives.
+[ "$VARIANT" = hip ] && CMAKE_ARGS+=(-DATTND_HIP_ARCH="$HIP_ARCH")
 
 # Libraries the runtime stage must not carry: the C runtime (the base image's) and the GPU
 # driver's user-space part (the NVIDIA container runtime injects libcuda; ROCm's kernel driver

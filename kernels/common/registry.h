@@ -7,11 +7,13 @@
 
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "kernels/common/thread_pool.h"
 
 namespace attnd::kernels {
@@ -88,6 +90,53 @@ absl::Status Dispatch(const std::vector<Impl<Params>>& impls, const Params& p,
   if (impl_name != nullptr) *impl_name = impl->name;
   return impl->run(p, ctx);
 }
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+// GPU implementations in the build's one GPU backend (CUDA or HIP), named "<vendor>_<kind>":
+//   GpuImpl("simt", gpu_impl::SimtSupports, gpu_impl::LaunchSimt)   // "cuda_simt" / "hip_simt"
+//   GpuImpl<Params>("mma", SupportsMma, RunMma, MmaWorkspace)       // run() returns a Status
+#if defined(ATTND_GPU_CUDA)
+inline constexpr Backend kGpuBackend = Backend::kCuda;
+#else
+inline constexpr Backend kGpuBackend = Backend::kHip;
+#endif
+
+inline std::string GpuImplName(absl::string_view kind) {
+  return absl::StrCat(BackendName(kGpuBackend), "_", kind);
+}
+
+namespace gpu_internal {
+// INTERNAL naming the implementation and the vendor runtime's message for a launcher's non-zero
+// error code (kernels/common/gpu/launch_status.cc: only GPU builds define it).
+absl::Status LaunchFailed(int code, absl::string_view impl);
+}  // namespace gpu_internal
+
+// An implementation whose run() is `run(p, ctx)` itself (it converts launch errors, e.g. with
+// GPU_RETURN_IF_ERROR, and may use ctx.workspace).
+template <class Params>
+Impl<Params> GpuImpl(absl::string_view kind, typename Impl<Params>::SupportsFn supports,
+                     typename Impl<Params>::RunFn run,
+                     typename Impl<Params>::WorkspaceFn workspace = nullptr) {
+  return Impl<Params>(GpuImplName(kind), kGpuBackend, std::move(supports), std::move(run),
+                      std::move(workspace));
+}
+
+// An implementation whose run() is one launcher `Error launch(const Params&, Stream)` (the
+// vendor's error enum and stream type, gpu::Error / gpu::Stream) on ctx.stream; a non-zero error
+// becomes INTERNAL. Launchers never allocate, so there is no workspace.
+template <class Params, class Error, class Stream,
+          std::enable_if_t<std::is_enum_v<Error> && std::is_pointer_v<Stream>, int> = 0>
+Impl<Params> GpuImpl(absl::string_view kind, typename Impl<Params>::SupportsFn supports,
+                     Error (*launch)(const Params&, Stream)) {
+  std::string name = GpuImplName(kind);
+  auto run = [launch, name](const Params& p, const ExecContext& ctx) -> absl::Status {
+    const Error e = launch(p, static_cast<Stream>(ctx.stream));
+    if (static_cast<int>(e) == 0) return absl::OkStatus();
+    return gpu_internal::LaunchFailed(static_cast<int>(e), name);
+  };
+  return Impl<Params>(std::move(name), kGpuBackend, std::move(supports), std::move(run));
+}
+#endif  // defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 
 // FLOPs of the useful matrix work and logical bytes (each input read once, each output written
 // once) of one call, DESIGN.md §8.

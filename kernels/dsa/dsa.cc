@@ -145,10 +145,8 @@ WorkCount Count(const Params& p) {
 
 const std::vector<Impl<Params>>& Implementations() {
   static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>>{
-#if defined(ATTND_GPU_CUDA)
-      {"cuda_steps", Backend::kCuda, GpuSupports, RunGpu, GpuWorkspaceBytes},
-#elif defined(ATTND_GPU_HIP)
-      {"hip_steps", Backend::kHip, GpuSupports, RunGpu, GpuWorkspaceBytes},
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+      GpuImpl<Params>("steps", GpuSupports, RunGpu, GpuWorkspaceBytes),
 #endif
       {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };

@@ -13,12 +13,6 @@ namespace {
 
 constexpr int64_t kAlign = 256;
 
-#if defined(ATTND_GPU_CUDA)
-constexpr Backend kGpu = Backend::kCuda;
-#else
-constexpr Backend kGpu = Backend::kHip;
-#endif
-
 // Stands in for scratch in Supports/workspace queries (aligned like the real workspace; never
 // dereferenced on the host).
 alignas(kAlign) char placeholder[kAlign];
@@ -63,7 +57,7 @@ Tensor IndicesView(const Params& p, int64_t t0, int64_t count, void* scratch) {
 template <class P>
 const Impl<P>* Pick(const std::vector<Impl<P>>& impls, const P& sp, std::string* why) {
   ExecContext ctx;
-  ctx.backend = kGpu;
+  ctx.backend = kGpuBackend;
   return SelectImpl(impls, sp, ctx, why);
 }
 

@@ -2,7 +2,7 @@
 // sparse MLA) run in order on the caller's stream, in blocks of tokens, with the logits and
 // indices scratch (when the caller does not place them) and the steps' workspaces carved from
 // the caller's workspace. Capture-safe because its steps are: no allocation, no synchronisation.
-//   {"cuda_steps", Backend::kCuda, GpuSupports, RunGpu, GpuWorkspaceBytes}
+//   GpuImpl<Params>("steps", GpuSupports, RunGpu, GpuWorkspaceBytes)   // "cuda_steps"
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,6 @@ target_sources(attn_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/dsa.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
 )
-if(ATTND_GPU STREQUAL "cuda")
+if(ATTND_GPU_ENABLED)
   target_sources(attn_kernels PRIVATE ${CMAKE_CURRENT_LIST_DIR}/gpu.cc)
 endif()

@@ -3,7 +3,7 @@ target_sources(attn_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_tile.cc
 )
-if(ATTND_GPU STREQUAL "cuda")
+if(ATTND_GPU_ENABLED)
   target_sources(attn_kernels PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma.cu

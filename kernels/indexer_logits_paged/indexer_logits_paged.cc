@@ -9,7 +9,6 @@
 #include "kernels/indexer_logits_paged/cpu.h"
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-#include "kernels/common/gpu/runtime.h"
 #include "kernels/indexer_logits_paged/gpu/launch.h"
 #endif
 
@@ -71,40 +70,16 @@ WorkCount Count(const Params& p) {
   return w;
 }
 
-#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-namespace {
-
-#if defined(ATTND_GPU_CUDA)
-constexpr Backend kGpuBackend = Backend::kCuda;
-constexpr const char* kSimtName = "cuda_simt";
-
-absl::Status RunMma(const Params& p, const ExecContext& ctx) {
-  GPU_RETURN_IF_ERROR(gpu_impl::LaunchMma(p, static_cast<gpu::Stream>(ctx.stream)));
-  return absl::OkStatus();
-}
-#else
-constexpr Backend kGpuBackend = Backend::kHip;
-constexpr const char* kSimtName = "hip_simt";
-#endif
-
-absl::Status RunSimt(const Params& p, const ExecContext& ctx) {
-  GPU_RETURN_IF_ERROR(gpu_impl::LaunchSimt(p, static_cast<gpu::Stream>(ctx.stream)));
-  return absl::OkStatus();
-}
-
-}  // namespace
-#endif
-
 // GPU implementations first (dispatch picks by backend, then by Supports). They read
 // context_lens and block_table on the device only; nothing here calls Count or VisibleLength
 // (they read context_lens on the host).
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>>{
 #if defined(ATTND_GPU_CUDA)
-      {"cuda_mma", Backend::kCuda, gpu_impl::MmaSupports, RunMma},
+      GpuImpl("mma", gpu_impl::MmaSupports, gpu_impl::LaunchMma),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-      {kSimtName, kGpuBackend, gpu_impl::SimtSupports, RunSimt},
+      GpuImpl("simt", gpu_impl::SimtSupports, gpu_impl::LaunchSimt),
 #endif
       {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };

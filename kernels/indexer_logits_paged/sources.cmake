@@ -4,7 +4,7 @@ target_sources(attn_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/indexer_logits_paged.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
 )
-if(ATTND_GPU STREQUAL "cuda")
+if(ATTND_GPU_ENABLED)
   target_sources(attn_kernels PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma.cu

@@ -41,14 +41,6 @@ class ReadableCounter {
 };
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-#if defined(ATTND_GPU_CUDA)
-constexpr Backend kGpuBackend = Backend::kCuda;
-constexpr const char* kSimtName = "cuda_simt";
-#else
-constexpr Backend kGpuBackend = Backend::kHip;
-constexpr const char* kSimtName = "hip_simt";
-#endif
-
 // GPU implementations: the kernel's split plan is shapes-only (lengths are device data), so
 // workspace(p) and run(p) agree; run() lowers the split count to what the caller's workspace
 // holds. Count(p) reads block_table / cache_seqlens on the host and is never called here.
@@ -146,12 +138,12 @@ WorkCount Count(const Params& p) {
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>>{
 #if defined(ATTND_GPU_CUDA)
-      {"cuda_mma", kGpuBackend, SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>,
-       GpuWorkspace<GpuKernel::kMma>},
+      GpuImpl<Params>("mma", SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>,
+                      GpuWorkspace<GpuKernel::kMma>),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-      {kSimtName, kGpuBackend, SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
-       GpuWorkspace<GpuKernel::kSimt>},
+      GpuImpl<Params>("simt", SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
+                      GpuWorkspace<GpuKernel::kSimt>),
 #endif
       {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
   };

@@ -1,11 +1,11 @@
 # Dense MLA decode (absorbed, paged): host entry, CPU implementation, fp64 reference, and the GPU
-# kernels (gpu/) in CUDA builds.
+# kernels (gpu/) in GPU builds (CUDA or HIP).
 target_sources(attn_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/mla_decode.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
 )
 target_sources(attn_kernels_reference PRIVATE ${CMAKE_CURRENT_LIST_DIR}/reference.cc)
-if(ATTND_GPU STREQUAL "cuda")
+if(ATTND_GPU_ENABLED)
   target_sources(attn_kernels PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gpu/plan.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu

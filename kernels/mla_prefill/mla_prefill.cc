@@ -36,14 +36,6 @@ absl::Status CheckOneCuSeqlens(const Tensor& cu, const char* name, int64_t total
 }
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-#if defined(ATTND_GPU_CUDA)
-constexpr Backend kGpuBackend = Backend::kCuda;
-constexpr const char* kSimtName = "cuda_simt";
-#else
-constexpr Backend kGpuBackend = Backend::kHip;
-constexpr const char* kSimtName = "hip_simt";
-#endif
-
 // GPU implementations. cu_seqlens live on the device: the kernels clamp them instead of running
 // CheckCuSeqlens (well-formed input gives the CPU's output; malformed input stays memory-safe,
 // output unspecified: gpu/common.cuh). Count(p) reads cu_seqlens on the host and is never called
@@ -142,12 +134,11 @@ WorkCount Count(const Params& p) {
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>>{
 #if defined(ATTND_GPU_CUDA)
-      {"cuda_mma", kGpuBackend, SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>,
-       GpuWorkspace},
+      GpuImpl<Params>("mma", SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>, GpuWorkspace),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-      {kSimtName, kGpuBackend, SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
-       GpuWorkspace},
+      GpuImpl<Params>("simt", SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
+                      GpuWorkspace),
 #endif
       {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
   };

@@ -5,6 +5,8 @@
 // vector; O[heads, 512] += P · V_chunk. Masked slots are skipped while gathering: never read.
 // The next chunk's rows are prefetched a few cache lines at a time between the slices of this
 // chunk's products (one micro-tile row group of Sᵀ, one 16-column panel of O per slice).
+// An FP8 cache row (params.h) is dequantised once per gather, e4m3 × scale in f32, into the same
+// f32 K and V tiles; the math after that is the bf16 path's.
 #include "kernels/sparse_mla/cpu.h"
 
 #if defined(__AVX2__)
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "kernels/common/bf16.h"
+#include "kernels/common/fp8.h"
 #include "kernels/common/cpu/attention_tile.h"
 #include "kernels/common/cpu/gemm.h"
 #include "kernels/common/status.h"
@@ -97,8 +100,8 @@ class RowPrefetcher {
  public:
   RowPrefetcher(const Params& p, const int32_t* rows, int64_t n)
       : kv_(static_cast<const char*>(p.kv.data)),
-        stride_bytes_(p.kv.stride(0) * static_cast<int64_t>(sizeof(bf16_t))),
-        lines_per_row_((p.kv.dim(1) * static_cast<int64_t>(sizeof(bf16_t)) + 63) / 64),
+        stride_bytes_(p.kv.stride(0) * DTypeSize(p.kv.dtype)),
+        lines_per_row_((p.kv.dim(1) * DTypeSize(p.kv.dtype) + 63) / 64),
         rows_(rows),
         total_(n * lines_per_row_) {}
 
@@ -148,9 +151,51 @@ inline void ConvertRow(const bf16_t* src, int64_t d_qk, float* k_dst, float* v_d
 #endif
 }
 
+// One FP8 cache row (params.h) dequantised to f32: columns 0..511 = e4m3 × their tile's scale
+// to k_dst and the V panels, the 64 bf16 rope columns to k_dst[512..575].
+inline void DequantRow(const uint8_t* src, float* k_dst, float* v_dst) {
+  float scales[kDimV / kFp8ScaleCols];
+  std::memcpy(scales, src + kFp8ScaleOffset, sizeof scales);
+  const auto* rope = reinterpret_cast<const bf16_t*>(src + kFp8RopeOffset);
+#if defined(__AVX2__)
+  const float* table = internal::kFp8DecodeTable.value;
+  for (int64_t c = 0; c < kDimV; c += cpu::kGemmNr) {
+    const __m256 scale = _mm256_set1_ps(scales[c / kFp8ScaleCols]);
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c));
+    const __m256 lo = _mm256_mul_ps(
+        _mm256_i32gather_ps(table, _mm256_cvtepu8_epi32(codes), sizeof(float)), scale);
+    const __m256 hi = _mm256_mul_ps(
+        _mm256_i32gather_ps(table, _mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8)), sizeof(float)),
+        scale);
+    float* v = v_dst + (c / cpu::kGemmNr) * kVPanelStride;
+    _mm256_storeu_ps(k_dst + c, lo);
+    _mm256_storeu_ps(k_dst + c + kLanes, hi);
+    _mm256_storeu_ps(v, lo);
+    _mm256_storeu_ps(v + kLanes, hi);
+  }
+#else
+  for (int64_t c = 0; c < kDimV; ++c) {
+    k_dst[c] = Fp8E4M3ToFloat(src[c]) * scales[c / kFp8ScaleCols];
+  }
+  for (int64_t panel = 0; panel < kDimV / cpu::kGemmNr; ++panel) {
+    std::memcpy(v_dst + panel * kVPanelStride, k_dst + panel * cpu::kGemmNr,
+                cpu::kGemmNr * sizeof(float));
+  }
+#endif
+  cpu::Bf16ToF32Row(rope, kFp8DimQk - kDimV, k_dst + kDimV);
+}
+
 // Converts the gathered rows: K (all d_qk columns) row-major, V (first 512) packed for P·V.
 void ConvertRows(const Params& p, const int32_t* rows, int64_t n, Scratch& sc) {
-  const int64_t d_qk = p.kv.dim(1), ld = d_qk + kRowPad;
+  const int64_t d_qk = p.q.dim(2), ld = d_qk + kRowPad;
+  if (p.kv_is_fp8()) {
+    const uint8_t* kv = p.kv.ptr<const uint8_t>();
+    for (int64_t r = 0; r < n; ++r) {
+      DequantRow(kv + static_cast<int64_t>(rows[r]) * p.kv.stride(0), sc.k_tile.data() + r * ld,
+                 sc.v_packed.data() + r * cpu::kGemmNr);
+    }
+    return;
+  }
   const bf16_t* kv = p.kv.ptr<const bf16_t>();
   for (int64_t r = 0; r < n; ++r) {
     ConvertRow(kv + static_cast<int64_t>(rows[r]) * p.kv.stride(0), d_qk, sc.k_tile.data() + r * ld,

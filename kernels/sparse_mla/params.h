@@ -1,6 +1,7 @@
 // Parameters of sparse MLA (DESIGN.md §2): each query token attends, in MQA form, only to its
 // selected rows of the latent KV cache. Selection is a top-k table or CSR; the form is chosen by
-// whether `indptr` is present. Shapes: T tokens, H heads, d_qk 512 or 576, S cache rows.
+// whether `indptr` is present. Shapes: T tokens, H heads, d_qk 512 or 576, S cache rows. The KV
+// cache is bf16 or, for decode with d_qk 576, the FP8 format of FlashMLA / vLLM (kFp8Row*).
 #pragma once
 
 #include <cstdint>
@@ -12,10 +13,25 @@ namespace attnd::kernels::sparse_mla {
 inline constexpr int64_t kDimV = 512;      // d_v: V is the first 512 columns of kv
 inline constexpr int64_t kMaxHeads = 128;  // H in [1, 128]
 
+// FP8 KV cache row (DeepSeek-V3.2's layout in FlashMLA and vLLM), 656 bytes per token:
+//   bytes [0, 512)    512 e4m3fn codes: columns 0..511 (the no-rope part: V and K's first 512)
+//   bytes [512, 528)  4 f32 scales: scale j applies to columns 128·j .. 128·j + 127
+//   bytes [528, 656)  64 bf16 values: columns 512..575 (rope), not scaled
+// Column c < 512 is e4m3(byte c) × scale[c / 128]. NaN codes (S.1111.111) are not valid input.
+inline constexpr int64_t kFp8RowBytes = 656;
+inline constexpr int64_t kFp8ScaleOffset = 512;  // bytes
+inline constexpr int64_t kFp8RopeOffset = 528;   // bytes
+inline constexpr int64_t kFp8ScaleCols = 128;    // columns per scale
+inline constexpr int64_t kFp8DimQk = 576;        // the only d_qk the FP8 cache serves
+
 struct Params {
   // Inputs (owned by the caller; strided views are fine, the last dim must be contiguous).
   Tensor q;   // bf16 [T, H, d_qk], d_qk in {512, 576}
-  Tensor kv;  // bf16 [S, d_qk]: K is all d_qk columns, V the first 512; row stride >= d_qk
+  // KV cache, one of two formats (K is all d_qk columns, V the first 512):
+  //   bf16 [S, d_qk], row stride >= d_qk elements;
+  //   FP8  u8 [S, 656] (kFp8Row*, d_qk must be 576), row stride >= 656 bytes and a multiple of
+  //        4, base 4-byte aligned (f32 scales); a strided view of a wider cache row is fine.
+  Tensor kv;
   // Selection, one of two forms:
   //   table (indptr absent): i32 [T, K], row t lists token t's K slots (row stride may be > K);
   //   CSR (indptr present):  i32 [nnz], token t's slots are indices[indptr[t] .. indptr[t+1]).
@@ -31,6 +47,7 @@ struct Params {
   Tensor lse;  // f32 [T, H], optional: natural log of Σ exp(sm_scale·q·k); -inf when no slot
 
   bool is_csr() const { return indptr.present(); }
+  bool kv_is_fp8() const { return kv.dtype == DType::kU8; }
 
   template <class F>
   void ForEachTensor(F&& f) {

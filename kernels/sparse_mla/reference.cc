@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "kernels/common/reference.h"
@@ -30,6 +32,42 @@ std::vector<int64_t> ValidRows(const Params& p, int64_t t) {
   return rows;
 }
 
+// Exact value of an OCP e4m3fn code (decoded here by hand, independent of kernels/common/fp8.h):
+// S.EEEE.MMM, bias 7, subnormals at E = 0; S.1111.111 is NaN.
+double DecodeE4m3(uint8_t code) {
+  const int exponent = (code >> 3) & 0xf, mantissa = code & 0x7;
+  double v = exponent == 0 ? std::ldexp(mantissa / 8.0, -6)
+                           : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+  if (exponent == 0xf && mantissa == 0x7) v = std::numeric_limits<double>::quiet_NaN();
+  return (code & 0x80) ? -v : v;
+}
+
+// Row `row` of the cache as d_qk exact doubles: bf16 elements, or an FP8 row decoded from its
+// bytes (params.h): e4m3 × f32 scale for columns < 512, bf16 rope after.
+std::vector<double> KvRow(const Params& p, int64_t row) {
+  const int64_t d_qk = p.q.dim(2);
+  std::vector<double> v(d_qk);
+  if (!p.kv_is_fp8()) {
+    for (int64_t d = 0; d < d_qk; ++d) v[d] = RefLoad(p.kv, {row, d});
+    return v;
+  }
+  const uint8_t* bytes = p.kv.ptr<const uint8_t>() + RefOffset(p.kv, {row, 0});
+  for (int64_t d = 0; d < kDimV; ++d) {
+    float scale;
+    std::memcpy(&scale, bytes + kFp8ScaleOffset + 4 * (d / kFp8ScaleCols), sizeof scale);
+    v[d] = DecodeE4m3(bytes[d]) * static_cast<double>(scale);
+  }
+  for (int64_t d = kDimV; d < d_qk; ++d) {
+    uint16_t bits;
+    std::memcpy(&bits, bytes + kFp8RopeOffset + 2 * (d - kDimV), sizeof bits);
+    const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &wide, sizeof f);
+    v[d] = f;
+  }
+  return v;
+}
+
 }  // namespace
 
 Reference ComputeReference(const Params& p) {
@@ -40,13 +78,13 @@ Reference ComputeReference(const Params& p) {
   for (int64_t t = 0; t < t_count; ++t) {
     const std::vector<int64_t> rows = ValidRows(p, t);
     if (rows.empty()) continue;
+    std::vector<std::vector<double>> kv(rows.size());
+    for (size_t j = 0; j < rows.size(); ++j) kv[j] = KvRow(p, rows[j]);
     for (int64_t h = 0; h < heads; ++h) {
       std::vector<double> score(rows.size());
       for (size_t j = 0; j < rows.size(); ++j) {
         double dot = 0;
-        for (int64_t d = 0; d < d_qk; ++d) {
-          dot += RefLoad(p.q, {t, h, d}) * RefLoad(p.kv, {rows[j], d});
-        }
+        for (int64_t d = 0; d < d_qk; ++d) dot += RefLoad(p.q, {t, h, d}) * kv[j][d];
         score[j] = static_cast<double>(p.sm_scale) * dot;
       }
       const double max = *std::max_element(score.begin(), score.end());
@@ -57,7 +95,7 @@ Reference ComputeReference(const Params& p) {
       }
       double* out = &ref.out[(t * heads + h) * kDimV];
       for (size_t j = 0; j < rows.size(); ++j) {
-        for (int64_t d = 0; d < kDimV; ++d) out[d] += score[j] / sum * RefLoad(p.kv, {rows[j], d});
+        for (int64_t d = 0; d < kDimV; ++d) out[d] += score[j] / sum * kv[j][d];
       }
       ref.lse[t * heads + h] = max + std::log(sum);
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status.h"
@@ -34,9 +35,40 @@ WorkCount CountWith(const Params& p, int64_t valid) {
   } else if (p.topk_length.present()) {
     index_bytes += 4.0 * t;
   }
-  w.bytes = 2.0 * t * h * d_qk + 2.0 * d_qk * e + index_bytes + 2.0 * t * h * kDimV;
+  // One gathered KV row per valid selection: 2·d_qk bytes (bf16) or 656 (FP8 cache).
+  const double row_bytes = p.kv_is_fp8() ? static_cast<double>(kFp8RowBytes) : 2.0 * d_qk;
+  w.bytes = 2.0 * t * h * d_qk + row_bytes * e + index_bytes + 2.0 * t * h * kDimV;
   if (p.lse.present()) w.bytes += 4.0 * t * h;
   return w;
+}
+
+// kv in either format (params.h): bf16 [S, d_qk], or the FP8 cache u8 [S, 656] with d_qk 576
+// and f32-aligned rows.
+absl::Status ValidateKv(const Tensor& kv, int64_t d_qk) {
+  if (kv.present() && kv.dtype == DType::kU8) {
+    if (d_qk != kFp8DimQk) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kv: the FP8 cache (u8 [S, ", kFp8RowBytes, "]) needs d_qk ", kFp8DimQk,
+          ", q dim 2 is ", d_qk));
+    }
+    ATTND_RETURN_IF_ERROR(CheckTensor(kv, "kv", DType::kU8, {kAnyDim, kFp8RowBytes}));
+    if (kv.dim(0) > 1 && kv.stride(0) % 4 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kv: stride of dim 0 is ", kv.stride(0),
+                       " bytes, want a multiple of 4 (FP8 rows hold f32 scales)"));
+    }
+    if (kv.dim(0) > 0 && reinterpret_cast<uintptr_t>(kv.data) % 4 != 0) {
+      return absl::InvalidArgumentError(
+          "kv: data pointer is not 4-byte aligned (FP8 rows hold f32 scales)");
+    }
+    return absl::OkStatus();
+  }
+  if (kv.present() && kv.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv: dtype is ", DTypeName(kv.dtype), ", want bf16 [S, d_qk] or u8 [S, ",
+                     kFp8RowBytes, "] (the FP8 cache)"));
+  }
+  return CheckTensor(kv, "kv", DType::kBF16, {kAnyDim, d_qk});
 }
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
@@ -59,8 +91,16 @@ Impl<Params> GpuImpl(const char* name, GpuKernel kernel) {
         const int splits = SplitsThatFit(p, GpuSplits(p, kernel), bytes);
         const auto stream = static_cast<gpu::Stream>(ctx.stream);
 #if defined(ATTND_GPU_CUDA)
+        if (kernel == GpuKernel::kWgmma) {
+          GPU_RETURN_IF_ERROR(LaunchSparseMlaWgmma(p, splits, ctx.workspace, stream));
+          return absl::OkStatus();
+        }
         if (kernel == GpuKernel::kMma) {
           GPU_RETURN_IF_ERROR(LaunchSparseMlaMma(p, splits, ctx.workspace, stream));
+          return absl::OkStatus();
+        }
+        if (kernel == GpuKernel::kMmaLowH) {
+          GPU_RETURN_IF_ERROR(LaunchSparseMlaMmaLowh(p, splits, ctx.workspace, stream));
           return absl::OkStatus();
         }
 #endif
@@ -84,7 +124,7 @@ absl::Status Validate(const Params& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("q: dim 2 is ", d_qk, ", want 512 or 576 (d_qk)"));
   }
-  ATTND_RETURN_IF_ERROR(CheckTensor(p.kv, "kv", DType::kBF16, {kAnyDim, d_qk}));
+  ATTND_RETURN_IF_ERROR(ValidateKv(p.kv, d_qk));
   if (p.is_csr()) {
     ATTND_RETURN_IF_ERROR(CheckTensor(p.indptr, "indptr", DType::kI32, {t + 1}));
     ATTND_RETURN_IF_ERROR(CheckTensor(p.indices, "indices", DType::kI32, {kAnyDim}));
@@ -158,7 +198,13 @@ WorkCount CountSlots(const Params& p) { return CountWith(p, SlotCount(p)); }
 const std::vector<Impl<Params>>& Implementations() {
   static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>>{
 #if defined(ATTND_GPU_CUDA)
+      GpuImpl("cuda_wgmma", GpuKernel::kWgmma),  // sm_90a, H % 64 == 0: first where it runs
       GpuImpl("cuda_mma", GpuKernel::kMma),
+      // H <= 32, several neighbouring tokens per CTA gathering the union of their rows once:
+      // 1.5-3.4x faster than cuda_mma when neighbours share rows (causal kpool4 on one cache),
+      // 0.6-0.7x on uniform or disjoint selections (docs/BENCHMARKS.md). Dispatch cannot see
+      // the overlap, so it is listed after cuda_mma: run by name, never chosen automatically.
+      GpuImpl("cuda_mma_lowh", GpuKernel::kMmaLowH),
       GpuImpl("cuda_simt", GpuKernel::kSimt),
 #elif defined(ATTND_GPU_HIP)
       GpuImpl("hip_simt", GpuKernel::kSimt),

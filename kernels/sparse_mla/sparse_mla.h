@@ -28,8 +28,8 @@ int64_t CountValidSelections(const Params& p);
 
 // FLOPs 2·H·(d_qk + 512)·E (= 2·T·H·(d_qk + 512)·K_valid when every token has K_valid valid
 // slots; KERNELS.md §1a) and logical bytes (seed 000, DESIGN.md §8):
-//   2·T·H·d_qk + 2·d_qk·E + 4·slots + 4·(T+1) [CSR indptr] or 4·T [topk_length, if present]
-//   + 2·T·H·512 [+ 4·T·H lse],
+//   2·T·H·d_qk + row·E + 4·slots + 4·(T+1) [CSR indptr] or 4·T [topk_length, if present]
+//   + 2·T·H·512 [+ 4·T·H lse], row = 2·d_qk bytes (bf16 cache) or 656 (FP8 cache),
 // slots = T·K (table) or nnz (CSR). Reads the selection (host-resident calls only).
 WorkCount Count(const Params& p);
 // FlashMLA's count, reading no data: every slot counts as a selection (E = slots).

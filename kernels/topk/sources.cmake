@@ -1,4 +1,4 @@
-# Top-k operator (kernels/topk): host entry, CPU implementation, GPU implementation (CUDA builds),
+# Top-k operator (kernels/topk): host entry, CPU implementation, GPU implementation (GPU builds),
 # fp64 reference.
 target_sources(attn_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/topk.cc
@@ -8,7 +8,7 @@ target_sources(attn_kernels PRIVATE
 target_sources(attn_kernels_reference PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/reference.cc
 )
-if(ATTND_GPU STREQUAL "cuda")
+if(ATTND_GPU_ENABLED)
   target_sources(attn_kernels PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
   )

@@ -8,7 +8,6 @@
 #include "kernels/topk/cpu.h"
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-#include "kernels/common/gpu/runtime.h"
 #include "kernels/topk/gpu/launch.h"
 #endif
 
@@ -59,22 +58,9 @@ absl::Status CheckBlockTable(const Params& p, int64_t rows) {
 }
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-#if defined(ATTND_GPU_CUDA)
-constexpr Backend kGpuBackend = Backend::kCuda;
-constexpr const char* kSimtName = "cuda_simt";
-#else
-constexpr Backend kGpuBackend = Backend::kHip;
-constexpr const char* kSimtName = "hip_simt";
-#endif
-
 // The SIMT kernel handles every validated call: any M, N <= INT32_MAX, k <= kMaxK, both window
 // forms, the KV-slot mapping, strided views. Windows are device data and are clamped on the device.
 bool SupportsSimt(const Params&, std::string*) { return true; }
-
-absl::Status RunSimt(const Params& p, const ExecContext& ctx) {
-  GPU_RETURN_IF_ERROR(LaunchTopkSimt(p, static_cast<gpu::Stream>(ctx.stream)));
-  return absl::OkStatus();
-}
 #endif
 
 }  // namespace
@@ -146,7 +132,7 @@ WorkCount Count(const Params& p) {
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>>{
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-      {kSimtName, kGpuBackend, SupportsSimt, RunSimt},
+      GpuImpl("simt", SupportsSimt, LaunchTopkSimt),
 #endif
       {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };

@@ -38,6 +38,7 @@ absl::Status Scheduler::Submit(std::unique_ptr<Job> job) {
     }
     job->submitted = absl::Now();
     queue_.push_back(std::move(job));
+    ReportLoad();
   }
   work_cv_.notify_one();
   return absl::OkStatus();
@@ -54,6 +55,7 @@ bool Scheduler::Drain(absl::Time deadline) {
     if (!drained) {
       aborting_ = true;
       failed.swap(queue_);
+      ReportLoad();
     }
   }
   for (auto& job : failed) {
@@ -68,6 +70,10 @@ bool Scheduler::Drain(absl::Time deadline) {
     idle_cv_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
   }
   return drained;
+}
+
+void Scheduler::ReportLoad() {
+  if (options_.on_load) options_.on_load(static_cast<int>(queue_.size()), running_);
 }
 
 int Scheduler::queued() const {
@@ -90,6 +96,7 @@ void Scheduler::WorkerLoop() {
       job = std::move(queue_.front());
       queue_.pop_front();
       ++running_;
+      ReportLoad();
     }
     JobOutcome outcome = RunJob(*job);
     if (job->done) job->done(std::move(outcome));
@@ -97,6 +104,7 @@ void Scheduler::WorkerLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
+      ReportLoad();
     }
     idle_cv_.notify_all();
   }

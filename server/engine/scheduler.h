@@ -55,6 +55,10 @@ class Scheduler {
   struct Options {
     int queue_capacity = 64;  // jobs waiting (not yet running); full -> RESOURCE_EXHAUSTED
     int workers = 2;
+    // Optional: called with the number of queued and of running jobs each time either changes
+    // (the attnd_queue_depth / attnd_workers_busy gauges), in order, under the scheduler's lock:
+    // it must be quick and must not call back into the scheduler.
+    std::function<void(int queued, int running)> on_load;
   };
   // `backend` (not owned) must outlive the scheduler. Starts the workers.
   Scheduler(Options options, Backend* backend);
@@ -81,6 +85,7 @@ class Scheduler {
  private:
   void WorkerLoop();
   JobOutcome RunJob(Job& job);
+  void ReportLoad() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Backend* const backend_;

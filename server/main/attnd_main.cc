@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "kernels/common/flag_args.h"
 #include "server/common/log.h"
 #include "server/main/config.h"
 #include "server/main/daemon.h"
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
       "  attnd --listen=unix:/run/attnd/attnd.sock,0.0.0.0:50051 --metrics-listen=0.0.0.0:9464\n"
       "Flags are documented in docs/FLAGS.md; write them with '-' or '_' "
       "(--metrics-listen = --metrics_listen).");
-  std::vector<std::string> args = attnd::server::NormalizeFlagArgs(argc, argv);
+  std::vector<std::string> args = attnd::NormalizeFlagArgs(argc, argv);
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
   absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());

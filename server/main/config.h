@@ -44,11 +44,6 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& flag, const std::string
 // INVALID_ARGUMENT naming the flag.
 absl::StatusOr<DaemonConfig> ConfigFromFlags();
 
-// attnd's public flag names use hyphens (--metrics-listen, --allow-client-shm); absl flags are
-// defined with underscores. Returns argv with the name part of every "--flag[=value]" before a
-// bare "--" rewritten: '-' -> '_' ("--no-allow-client-shm" -> "--noallow_client_shm").
-std::vector<std::string> NormalizeFlagArgs(int argc, char** argv);
-
 // Checks a config (ranges, TLS file combinations, backend names).
 absl::Status CheckConfig(const DaemonConfig& config);
 

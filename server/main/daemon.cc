@@ -122,7 +122,9 @@ absl::Status Daemon::Start() {
   engine::Scheduler::Options sopt;
   sopt.queue_capacity = config_.queue_capacity;
   sopt.workers = config_.workers;
+  sopt.on_load = [m](int queued, int running) { m->SetQueueLoad(queued, running); };
   scheduler_ = std::make_unique<engine::Scheduler>(sopt, backend_.get());
+  metrics_->SetQueueLimits(scheduler_->capacity(), std::max(1, scheduler_->workers()));
 
   ops::CallRunner::Options copt;
   copt.max_inline_bytes = static_cast<uint64_t>(config_.max_message_bytes);

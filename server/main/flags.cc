@@ -137,31 +137,6 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& flag, const std::string
       "' (want B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"));
 }
 
-std::vector<std::string> NormalizeFlagArgs(int argc, char** argv) {
-  std::vector<std::string> out;
-  bool flags_done = false;
-  for (int i = 0; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (i == 0 || flags_done || arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
-      out.push_back(std::move(arg));
-      continue;
-    }
-    if (arg == "--") {
-      flags_done = true;
-      out.push_back(std::move(arg));
-      continue;
-    }
-    const size_t eq = arg.find('=');
-    std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    if (name.compare(0, 3, "no-") == 0) name = "no" + name.substr(3);
-    for (char& c : name) {
-      if (c == '-') c = '_';
-    }
-    out.push_back(absl::StrCat("--", name, eq == std::string::npos ? "" : arg.substr(eq)));
-  }
-  return out;
-}
-
 absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   DaemonConfig c;
   c.listen.clear();

@@ -101,6 +101,23 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
                            .Name("attnd_inflight_requests")
                            .Help("Operator calls received and not yet answered.")
                            .Register(*registry)),
+      queue_depth_family_(prometheus::BuildGauge()
+                              .Name("attnd_queue_depth")
+                              .Help("Operator calls waiting in the request queue for a worker.")
+                              .Register(*registry)),
+      queue_capacity_family_(prometheus::BuildGauge()
+                                 .Name("attnd_queue_capacity")
+                                 .Help("Calls the request queue holds (--queue-capacity); one "
+                                       "more is refused with RESOURCE_EXHAUSTED.")
+                                 .Register(*registry)),
+      workers_busy_family_(prometheus::BuildGauge()
+                               .Name("attnd_workers_busy")
+                               .Help("Workers running an operator call now.")
+                               .Register(*registry)),
+      workers_family_(prometheus::BuildGauge()
+                          .Name("attnd_workers")
+                          .Help("Worker threads of the scheduler (--workers).")
+                          .Register(*registry)),
       build_info_(prometheus::BuildGauge()
                       .Name("attnd_build_info")
                       .Help("Always 1; labels name the version and the backend.")
@@ -111,6 +128,10 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
                              "exact, or upper_bound (every selection slot counted valid).")
                        .Register(*registry)) {
   inflight_ = &inflight_family_.Add({});
+  queue_depth_ = &queue_depth_family_.Add({});
+  queue_capacity_ = &queue_capacity_family_.Add({});
+  workers_busy_ = &workers_busy_family_.Add({});
+  workers_ = &workers_family_.Add({});
   copied_in_ = &copied_bytes_.Add({{"direction", "in"}});
   copied_out_ = &copied_bytes_.Add({{"direction", "out"}});
   copied_h2d_ = &copied_bytes_.Add({{"direction", "host_to_device"}});
@@ -173,6 +194,11 @@ void Metrics::RecordCall(const CallRecord& r) {
     m.bandwidth->Observe(r.logical_bytes / r.compute_seconds);
     m.achieved_flops->Observe(r.flops / r.compute_seconds);
   }
+}
+
+void Metrics::SetQueueLimits(int capacity, int workers) {
+  queue_capacity_->Set(capacity);
+  workers_->Set(workers);
 }
 
 void Metrics::SetRegions(absl::string_view kind, int64_t count, int64_t bytes) {

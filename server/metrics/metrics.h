@@ -54,6 +54,13 @@ class Metrics {
   // Thread-safe.
   void RecordCall(const CallRecord& r);
   void AddInflight(double delta) { inflight_->Increment(delta); }
+  // The scheduler's bounds (--queue-capacity, --workers): attnd_queue_capacity, attnd_workers.
+  void SetQueueLimits(int capacity, int workers);
+  // Calls waiting for a worker and calls running now: attnd_queue_depth, attnd_workers_busy.
+  void SetQueueLoad(int queued, int running) {
+    queue_depth_->Set(queued);
+    workers_busy_->Set(running);
+  }
   // kind: "host" or "device".
   void SetRegions(absl::string_view kind, int64_t count, int64_t bytes);
   void SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes);
@@ -85,9 +92,17 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& region_bytes_;
   prometheus::Family<prometheus::Counter>& graph_cache_;
   prometheus::Family<prometheus::Gauge>& inflight_family_;
+  prometheus::Family<prometheus::Gauge>& queue_depth_family_;
+  prometheus::Family<prometheus::Gauge>& queue_capacity_family_;
+  prometheus::Family<prometheus::Gauge>& workers_busy_family_;
+  prometheus::Family<prometheus::Gauge>& workers_family_;
   prometheus::Family<prometheus::Gauge>& build_info_;
   prometheus::Family<prometheus::Counter>& work_counts_;
   prometheus::Gauge* inflight_ = nullptr;
+  prometheus::Gauge* queue_depth_ = nullptr;
+  prometheus::Gauge* queue_capacity_ = nullptr;
+  prometheus::Gauge* workers_busy_ = nullptr;
+  prometheus::Gauge* workers_ = nullptr;
   prometheus::Counter* copied_in_ = nullptr;
   prometheus::Counter* copied_out_ = nullptr;
   prometheus::Counter* copied_h2d_ = nullptr;

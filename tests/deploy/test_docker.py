@@ -87,8 +87,11 @@ def dockerfile(request):
 def test_shellcheck():
     shellcheck = tool("SHELLCHECK", "shellcheck")
     here = os.path.dirname(os.path.abspath(__file__))
-    scripts = [os.path.join(d, f) for top in (DEPLOY, here)
+    gpu_host = os.path.join(ROOT, "tests", "gpu")  # the bundle's GPU-host scripts
+    scripts = [os.path.join(d, f) for top in (DEPLOY, here, gpu_host)
                for d, _, fs in os.walk(top) for f in fs if f.endswith(".sh")]
+    scripts += [os.path.join(ROOT, "scripts", f)
+                for f in ("test.sh", "hip-check.sh", "run-gpu-suite.sh")]
     assert BUILD_SH in scripts and os.path.join(here, "promtool_check.sh") in scripts
     r = subprocess.run([shellcheck, "-x", *scripts], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -281,5 +284,30 @@ def test_cuda_variant_configures_where_nvcc_exists():
         plan = subprocess.run(["ninja", "-C", os.path.join(tmp, "b"), "-n", "attnd", "attnctl"],
                               capture_output=True, text=True, timeout=120)
         assert plan.returncode == 0 and "server/attnd" in plan.stdout, plan.stdout + plan.stderr
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_hip_variant_configures_where_hipcc_exists():
+    """The hip variant's CMake configuration, for real, where a HIP toolchain is installed
+    (Debian's hipcc: scripts/hip-check.sh installs it): configure only, for gfx90a (Debian's
+    clang 15 does not know the image's default gfx950), then ninja's plan for attnd and attnctl
+    with the kernels compiled as HIP."""
+    if shutil.which("hipcc") is None and not os.path.exists("/opt/rocm/llvm/bin/clang++"):
+        pytest.skip("no HIP toolchain here: the hip variant was dry-run only")
+    tmp = tempfile.mkdtemp(prefix="attnd-hip-configure-")
+    try:
+        r = subprocess.run([BUILD_SH, "hip", "--build-dir", os.path.join(tmp, "b"),
+                            "--hip-arch", "gfx90a", "--steps", "configure"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        with open(os.path.join(tmp, "b", "CMakeCache.txt")) as f:
+            cache = f.read()
+        assert "ATTND_GPU:STRING=hip" in cache and "ATTND_HIP_ARCH:STRING=gfx90a" in cache
+        plan = subprocess.run(["ninja", "-C", os.path.join(tmp, "b"), "-t", "commands", "attnd"],
+                              capture_output=True, text=True, timeout=120)
+        assert plan.returncode == 0 and "server/attnd" in plan.stdout, plan.stdout + plan.stderr
+        hip = [c for c in plan.stdout.splitlines() if "topk/gpu/simt.cu" in c and " -c " in c]
+        assert hip and "-x hip" in hip[0] and "--offload-arch=gfx90a" in hip[0], hip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

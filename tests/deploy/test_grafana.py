@@ -104,7 +104,10 @@ def test_shows_what_operators_need(dashboard):
         "regions": "attnd_regions",
         "region bytes": "attnd_region_bytes",
         "graph-cache hit rate": "attnd_graph_cache_total",
-        "in flight / queue": "attnd_inflight_requests",
+        "in flight": "attnd_inflight_requests",
+        "queue depth": "attnd_queue_depth",
+        "queue capacity": "attnd_queue_capacity",
+        "busy workers": "attnd_workers_busy",
         "copied bytes": "attnd_copied_bytes_total",
     }
     missing = [f"{what} ({metric})" for what, metric in need.items() if metric not in used]

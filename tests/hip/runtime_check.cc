@@ -1,5 +1,5 @@
-// Compiled by scripts/hip-check.sh with hipcc: the gpu:: runtime wrappers, device conversions and
-// hardware facts must build for HIP exactly as for CUDA.
+// Built as HIP in HIP builds (target hip_runtime_check, scripts/hip-check.sh): the gpu:: runtime
+// wrappers, device conversions and hardware facts must build for HIP exactly as for CUDA.
 #include "kernels/common/gpu/convert.cuh"
 #include "kernels/common/gpu/runtime.h"
 

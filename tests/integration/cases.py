@@ -124,12 +124,22 @@ def topk(rng, m=16, n=1000, k=64, fused=False):
                 {"indices": ("i32", (m, k)), "values": ("f32", (m, k))}, check)
 
 
-def sparse_mla(rng, tokens=8, heads=16, d_qk=576, rows=500, k=70, form="table"):
-    q, kv = _bf16(rng, (tokens, heads, d_qk)), _bf16(rng, (rows, d_qk))
+def _fp8_kv_cache(rng, rows):
+    """The FP8 cache (u8 [rows, 656]): 512 e4m3 codes, 4 f32 power-of-two scales, 64 bf16 rope."""
+    codes = to_fp8_e4m3(rng.standard_normal((rows, 512)) * 64)
+    scales = np.exp2(rng.integers(-9, -4, (rows, 4))).astype(np.float32)
+    rope = _bf16(rng, (rows, 64))
+    return np.concatenate([codes, scales.view(np.uint8), rope.view(np.uint8)], axis=1)
+
+
+def sparse_mla(rng, tokens=8, heads=16, d_qk=576, rows=500, k=70, form="table", kv_format="bf16"):
+    fp8_kv = kv_format == "fp8"
+    q = _bf16(rng, (tokens, heads, d_qk))
+    kv = _fp8_kv_cache(rng, rows) if fp8_kv else _bf16(rng, (rows, d_qk))
     indices = rng.integers(-3, rows + 3, (tokens, k)).astype(np.int32)
     indices[0] = -1                 # a row with no valid index: out 0, lse -inf
     inputs = {"q": q, "kv": kv}
-    in_dtypes = {"q": "bf16", "kv": "bf16", "indices": "i32"}
+    in_dtypes = {"q": "bf16", "kv": "u8" if fp8_kv else "bf16", "indices": "i32"}
     indptr = topk_length = None
     if form == "csr":
         counts = rng.integers(0, k, tokens)

@@ -125,9 +125,20 @@ def sparse_mla_rows(indices, t, num_rows, indptr=None, topk_length=None):
     return row[(row >= 0) & (row < num_rows)]
 
 
+def fp8_kv_cache(kv):
+    """The FP8 sparse-MLA cache u8 [S, 656] as fp64 [S, 576]: 512 e4m3 codes times the f32 scale
+    of their 128 columns, then 64 bf16 rope values."""
+    rows = np.ascontiguousarray(kv)
+    scales = rows[:, 512:528].copy().view(np.float32).astype(np.float64)
+    nope = fp8(rows[:, :512]) * np.repeat(scales, 128, axis=1)
+    return np.concatenate([nope, bf16(rows[:, 528:].copy().view(np.uint16))], axis=1)
+
+
 def sparse_mla(q, kv, indices, sm_scale, indptr=None, topk_length=None):
-    """q bf16 [T,H,d_qk], kv bf16 [S,d_qk] (any row stride): (out [T,H,512], lse [T,H])."""
-    qf, kvf = bf16(q), bf16(kv)
+    """q bf16 [T,H,d_qk], kv bf16 [S,d_qk] (any row stride) or the FP8 cache u8 [S,656]:
+    (out [T,H,512], lse [T,H])."""
+    qf = bf16(q)
+    kvf = fp8_kv_cache(kv) if kv.dtype == np.uint8 else bf16(kv)
     tokens, heads, _ = qf.shape
     out, lse = np.zeros((tokens, heads, D_V)), np.zeros((tokens, heads))
     for t in range(tokens):

@@ -1,12 +1,16 @@
 // Cross-check cases for sparse MLA: small random calls in both selection forms (masked and
-// duplicate indices, topk_length, an empty row, d_qk 512 and 576, a strided cache view) with
-// attnd's fp64 reference outputs; tests/numpy/ops/sparse_mla.py recomputes them in NumPy.
+// duplicate indices, topk_length, an empty row, d_qk 512 and 576, a strided cache view, the FP8
+// cache) with attnd's fp64 reference outputs; tests/numpy/ops/sparse_mla.py recomputes them in
+// NumPy, decoding FP8 rows from their bytes.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/common/bf16.h"
+#include "kernels/common/fp8.h"
 #include "kernels/sparse_mla/params.h"
 #include "kernels/sparse_mla/reference.h"
 #include "kernels/sparse_mla/sparse_mla.h"
@@ -25,13 +29,45 @@ struct CaseSpec {
   int64_t t, h, d_qk, s, k;
   bool csr;
   bool with_topk_length;
+  bool fp8 = false;  // the FP8 cache (u8 [S, 656], row stride 688 bytes); d_qk must be 576
 };
+
+// FP8 cache rows: e4m3 codes of N(0, 64) (1 in 8 a random subnormal code; never NaN), power-of-
+// two scales in [2^-9, 2^-4] per 128 columns, bf16 N(0, 1) rope.
+void FillFp8Cache(HostTensor& kv, std::mt19937_64& rng) {
+  std::normal_distribution<float> code(0.0f, 64.0f), rope(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-9, -4), sub(0, 15), pick(0, 7);
+  const kernels::Tensor& t = kv.tensor();
+  for (int64_t r = 0; r < t.dim(0); ++r) {
+    uint8_t* row = kv.data<uint8_t>() + r * t.stride(0);
+    for (int64_t c = 0; c < sparse_mla::kDimV; ++c) {
+      const int s = sub(rng);
+      row[c] = pick(rng) == 0 ? static_cast<uint8_t>((s & 8) << 4 | (s & 7))
+                              : kernels::FloatToFp8E4M3(code(rng));
+    }
+    for (int64_t j = 0; j < 4; ++j) {
+      const float scale = std::ldexp(1.0f, exponent(rng));
+      std::memcpy(row + sparse_mla::kFp8ScaleOffset + 4 * j, &scale, 4);
+    }
+    for (int64_t d = 0; d < 64; ++d) {
+      const kernels::bf16_t b = kernels::FloatToBf16(rope(rng));
+      std::memcpy(row + sparse_mla::kFp8RopeOffset + 2 * d, &b, 2);
+    }
+  }
+}
 
 void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
   HostTensor q = HostTensor::Dense(DType::kBF16, {c.t, c.h, c.d_qk});
   FillNormal(q, rng, 1.0);
-  HostTensor kv = HostTensor::RowStrided(DType::kBF16, {c.s, c.d_qk}, c.d_qk + 80);
-  FillNormal(kv, rng, 1.0);
+  HostTensor kv;
+  if (c.fp8) {
+    kv = HostTensor::RowStrided(DType::kU8, {c.s, sparse_mla::kFp8RowBytes},
+                                sparse_mla::kFp8RowBytes + 32);
+    FillFp8Cache(kv, rng);
+  } else {
+    kv = HostTensor::RowStrided(DType::kBF16, {c.s, c.d_qk}, c.d_qk + 80);
+    FillNormal(kv, rng, 1.0);
+  }
   // Slots: valid rows (few distinct, so duplicates are common), -1 and >= S; row 1 empty.
   std::uniform_int_distribution<int32_t> row(0, static_cast<int32_t>(c.s - 1));
   std::uniform_int_distribution<int> kind(0, 9);
@@ -100,6 +136,8 @@ void DumpSparseMla(const std::string& dir) {
       {"table_h16_d512", 3, 16, 512, 300, 70, false, false},
       {"csr_h4_d512", 5, 4, 512, 30, 25, true, false},
       {"csr_h5_d576", 4, 5, 576, 90, 130, true, false},
+      {"table_topk_length_h16_fp8kv", 4, 16, 576, 60, 40, false, true, true},
+      {"csr_h8_fp8kv", 5, 8, 576, 80, 90, true, false, true},
   };
   for (const CaseSpec& c : cases) DumpCase(dir, c, rng);
 }

@@ -5,6 +5,14 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
 #include "tests/server/daemon_fixture.h"
 
 namespace attnd::server::testing {
@@ -261,6 +269,83 @@ TEST_F(DaemonMetricsTest, CountersMoveWithCalls) {
             std::string::npos);
   EXPECT_NE(after.find("attnd_copied_bytes_total{direction=\"in\"}"), std::string::npos);
   EXPECT_NE(after.find("attnd_inflight_requests 0"), std::string::npos);
+}
+
+// The value of an unlabelled gauge in a /metrics text; NaN when it is not there.
+double GaugeValue(const std::string& text, const std::string& name) {
+  const std::string key = "\n" + name + " ";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(text.c_str() + at + key.size(), nullptr);
+}
+
+// One worker and calls that take a while: the gauges of the scheduler's queue must show calls
+// waiting and the worker busy while they run, then nothing once all are answered.
+class DaemonQueueMetricsTest : public DaemonMetricsTest {
+ protected:
+  void Configure(DaemonConfig* config) override {
+    config->workers = 1;
+    config->queue_capacity = 7;
+  }
+};
+
+TEST_F(DaemonQueueMetricsTest, QueueDepthAndBusyWorkersMoveWithLoad) {
+  const std::string address = daemon_->metrics_address();
+  ASSERT_FALSE(address.empty());
+  std::string idle = Scrape(address);
+  EXPECT_EQ(GaugeValue(idle, "attnd_queue_depth"), 0) << idle;
+  EXPECT_EQ(GaugeValue(idle, "attnd_workers_busy"), 0) << idle;
+  EXPECT_EQ(GaugeValue(idle, "attnd_queue_capacity"), 7) << idle;
+  EXPECT_EQ(GaugeValue(idle, "attnd_workers"), 1) << idle;
+
+  // A sparse MLA call of ~2.3 GFLOP (tens to hundreds of ms on the CPU backend); its reply (2 MiB)
+  // stays under the channel's default 4 MiB receive limit.
+  constexpr int64_t kBigT = 64, kBigH = 32, kBigS = 2048, kBigK = 512;
+  std::mt19937_64 rng = attnd::testing::MakeRng();
+  HostTensor q = HostTensor::Dense(DType::kBF16, {kBigT, kBigH, kDqk});
+  HostTensor kv = HostTensor::Dense(DType::kBF16, {kBigS, kDqk});
+  HostTensor indices = HostTensor::Dense(DType::kI32, {kBigT, kBigK});
+  attnd::testing::FillNormal(q, rng, 1.0);
+  attnd::testing::FillNormal(kv, rng, 1.0);
+  attnd::testing::FillUniformInt(indices, rng, 0, kBigS - 1);
+  v1::SparseMlaRequest req;
+  *req.mutable_q() = InlineTensor(q, v1::DTYPE_BF16);
+  *req.mutable_kv() = InlineTensor(kv, v1::DTYPE_BF16);
+  *req.mutable_indices() = InlineTensor(indices, v1::DTYPE_I32);
+  req.set_sm_scale(kScale);
+
+  constexpr int kCalls = 4;
+  std::atomic<int> ok{0}, done{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCalls; ++i) {
+    callers.emplace_back([&] {
+      grpc::ClientContext ctx;
+      v1::SparseMlaResponse reply;
+      if (stub_->SparseMla(&ctx, req, &reply).ok()) ok.fetch_add(1);
+      done.fetch_add(1);
+    });
+  }
+  double max_depth = 0, max_busy = 0;
+  while (done.load() < kCalls) {
+    const std::string text = Scrape(address);
+    max_depth = std::max(max_depth, GaugeValue(text, "attnd_queue_depth"));
+    max_busy = std::max(max_busy, GaugeValue(text, "attnd_workers_busy"));
+    EXPECT_LE(GaugeValue(text, "attnd_workers_busy"), 1) << text;
+    EXPECT_LE(GaugeValue(text, "attnd_queue_depth"), kCalls - 1) << text;
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(ok.load(), kCalls);
+  EXPECT_GE(max_depth, 1) << "no call was ever seen waiting";
+  EXPECT_EQ(max_busy, 1) << "the worker was never seen busy";
+  // A reply is sent before its worker counts itself idle: allow the last one a moment.
+  std::string after;
+  for (int i = 0; i < 500; ++i) {
+    after = Scrape(address);
+    if (GaugeValue(after, "attnd_workers_busy") == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(GaugeValue(after, "attnd_queue_depth"), 0) << after;
+  EXPECT_EQ(GaugeValue(after, "attnd_workers_busy"), 0) << after;
 }
 
 }  // namespace

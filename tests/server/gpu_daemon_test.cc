@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "kernels/common/bf16.h"
 #include "server/engine/gpu_backend_factory.h"
@@ -173,6 +176,51 @@ TEST_F(GpuDaemonTest, RequestOptionErrors) {
   v1::RegisterRegionResponse r;
   EXPECT_EQ(stub_->RegisterDeviceRegion(&c3, dev, &r).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// One daemon serves every visible GPU: calls addressed by device UUID run on that device, from
+// one thread per device at once, each device capturing its own graph. With one GPU this covers
+// the addressing path; on a 2-GPU host it runs both devices concurrently.
+TEST_F(GpuDaemonTest, EachDeviceRunsTheCallsAddressedToItConcurrently) {
+  grpc::ClientContext info_ctx;
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(stub_->GetInfo(&info_ctx, v1::GetInfoRequest(), &info).ok());
+  ASSERT_EQ(info.devices_size(), engine::VisibleGpuCount());
+  constexpr int kCallsPerDevice = 4;
+  struct Result {
+    std::vector<grpc::Status> status;
+    std::vector<v1::SparseMlaResponse> reply;
+  };
+  std::vector<Result> results(info.devices_size());
+  std::vector<std::thread> threads;
+  for (int d = 0; d < info.devices_size(); ++d) {
+    threads.emplace_back([&, d] {
+      v1::SparseMlaRequest req = InlineRequest();
+      req.set_device_uuid(info.devices(d).uuid());
+      for (int i = 0; i < kCallsPerDevice; ++i) {
+        grpc::ClientContext ctx;
+        v1::SparseMlaResponse reply;
+        results[d].status.push_back(stub_->SparseMla(&ctx, req, &reply));
+        results[d].reply.push_back(std::move(reply));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int d = 0; d < info.devices_size(); ++d) {
+    SCOPED_TRACE("device " + info.devices(d).uuid());
+    for (int i = 0; i < kCallsPerDevice; ++i) {
+      ASSERT_TRUE(results[d].status[i].ok()) << results[d].status[i].error_message();
+      const v1::SparseMlaResponse& reply = results[d].reply[i];
+      EXPECT_EQ(reply.stats().device_uuid(), info.devices(d).uuid()) << "call " << i;
+      EXPECT_NE(reply.stats().impl(), "cpu");
+      ExpectCloseToCpu(reply.out().inline_data(), want_out_, reply.lse().inline_data(),
+                       want_lse_);
+    }
+    int captures = 0;
+    for (const auto& reply : results[d].reply) captures += reply.stats().graph() == "capture";
+    EXPECT_EQ(captures, 1) << "each device captures its own graph once";
+  }
+  std::printf("served %d device(s) concurrently\n", info.devices_size());
 }
 
 class TinyPoolTest : public GpuDaemonTest {

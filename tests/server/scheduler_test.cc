@@ -7,6 +7,8 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -51,6 +53,13 @@ struct Result {
   std::future<JobOutcome> future = promise.get_future();
 };
 
+Scheduler::Options Opts(int queue_capacity, int workers) {
+  Scheduler::Options o;
+  o.queue_capacity = queue_capacity;
+  o.workers = workers;
+  return o;
+}
+
 std::unique_ptr<Job> MakeJob(std::vector<StepFn> steps, Result* result) {
   auto job = std::make_unique<Job>();
   job->op = "test";
@@ -77,7 +86,7 @@ StepFn WaitStep(Gate* gate) {
 
 TEST(SchedulerTest, RunsStepsInOrder) {
   FakeBackend backend;
-  Scheduler sched({4, 2}, &backend);
+  Scheduler sched(Opts(4, 2), &backend);
   std::atomic<int> n{0};
   Result r;
   ASSERT_TRUE(sched.Submit(MakeJob({Step(&n, "a"), Step(&n, "b")}, &r)).ok());
@@ -90,7 +99,7 @@ TEST(SchedulerTest, RunsStepsInOrder) {
 
 TEST(SchedulerTest, StepErrorsStopTheJob) {
   FakeBackend backend;
-  Scheduler sched({4, 1}, &backend);
+  Scheduler sched(Opts(4, 1), &backend);
   std::atomic<int> n{0};
   Result r;
   StepFn fail = [](const kernels::ExecContext&, std::string*) {
@@ -103,7 +112,7 @@ TEST(SchedulerTest, StepErrorsStopTheJob) {
 
 TEST(SchedulerTest, FullQueueIsResourceExhausted) {
   FakeBackend backend;
-  Scheduler sched({2, 1}, &backend);
+  Scheduler sched(Opts(2, 1), &backend);
   Gate gate;
   Result running, q1, q2, q3;
   ASSERT_TRUE(sched.Submit(MakeJob({WaitStep(&gate)}, &running)).ok());
@@ -119,9 +128,46 @@ TEST(SchedulerTest, FullQueueIsResourceExhausted) {
   EXPECT_TRUE(q2.future.get().status.ok());
 }
 
+// on_load sees every change of (queued, running), in order, and ends at (0, 0).
+TEST(SchedulerTest, ReportsQueueDepthAndRunningJobs) {
+  FakeBackend backend;
+  std::mutex mu;
+  std::vector<std::pair<int, int>> loads;
+  Scheduler::Options options;
+  options.queue_capacity = 4;
+  options.workers = 1;
+  options.on_load = [&](int queued, int running) {
+    std::lock_guard<std::mutex> lock(mu);
+    loads.emplace_back(queued, running);
+  };
+  Scheduler sched(options, &backend);
+  auto last = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return loads.empty() ? std::make_pair(-1, -1) : loads.back();
+  };
+  Gate gate;
+  Result running, q1, q2;
+  ASSERT_TRUE(sched.Submit(MakeJob({WaitStep(&gate)}, &running)).ok());
+  while (sched.running() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(last(), std::make_pair(0, 1));
+  ASSERT_TRUE(sched.Submit(MakeJob({WaitStep(&gate)}, &q1)).ok());
+  EXPECT_EQ(last(), std::make_pair(1, 1));
+  ASSERT_TRUE(sched.Submit(MakeJob({WaitStep(&gate)}, &q2)).ok());
+  EXPECT_EQ(last(), std::make_pair(2, 1));
+  gate.Open();
+  EXPECT_TRUE(running.future.get().status.ok());
+  EXPECT_TRUE(q1.future.get().status.ok());
+  EXPECT_TRUE(q2.future.get().status.ok());
+  sched.Drain(absl::InfiniteFuture());
+  std::lock_guard<std::mutex> lock(mu);
+  const std::vector<std::pair<int, int>> want = {{1, 0}, {0, 1}, {1, 1}, {2, 1}, {2, 0},
+                                                 {1, 1}, {1, 0}, {0, 1}, {0, 0}};
+  EXPECT_EQ(loads, want);
+}
+
 TEST(SchedulerTest, DeadlinePassedInTheQueue) {
   FakeBackend backend;
-  Scheduler sched({4, 1}, &backend);
+  Scheduler sched(Opts(4, 1), &backend);
   std::atomic<int> n{0};
   Result r;
   auto job = MakeJob({Step(&n)}, &r);
@@ -135,7 +181,7 @@ TEST(SchedulerTest, DeadlinePassedInTheQueue) {
 
 TEST(SchedulerTest, DeadlineBetweenSteps) {
   FakeBackend backend;
-  Scheduler sched({4, 1}, &backend);
+  Scheduler sched(Opts(4, 1), &backend);
   std::atomic<int> n{0};
   Result r;
   StepFn slow = [](const kernels::ExecContext&, std::string*) {
@@ -153,7 +199,7 @@ TEST(SchedulerTest, DeadlineBetweenSteps) {
 
 TEST(SchedulerTest, CancelledBeforeStartAndBetweenSteps) {
   FakeBackend backend;
-  Scheduler sched({4, 1}, &backend);
+  Scheduler sched(Opts(4, 1), &backend);
   std::atomic<int> n{0};
   Result before;
   auto job = MakeJob({Step(&n)}, &before);
@@ -177,7 +223,7 @@ TEST(SchedulerTest, CancelledBeforeStartAndBetweenSteps) {
 
 TEST(SchedulerTest, DrainFinishesQueuedWork) {
   FakeBackend backend;
-  Scheduler sched({8, 1}, &backend);
+  Scheduler sched(Opts(8, 1), &backend);
   std::atomic<int> n{0};
   Result r[4];
   for (Result& x : r) ASSERT_TRUE(sched.Submit(MakeJob({Step(&n)}, &x)).ok());
@@ -190,7 +236,7 @@ TEST(SchedulerTest, DrainFinishesQueuedWork) {
 
 TEST(SchedulerTest, DrainDeadlineFailsQueuedWork) {
   FakeBackend backend;
-  Scheduler sched({8, 1}, &backend);
+  Scheduler sched(Opts(8, 1), &backend);
   Gate gate;
   std::atomic<int> n{0};
   Result running, queued;

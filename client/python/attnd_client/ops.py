@@ -31,8 +31,9 @@ OPS = {spec.name: spec for spec in [
     OpSpec("topk", "TopK", pb.TopKRequest, "top_k",
            {"logits": F32, "ks": I32, "ke": I32, "lengths": I32, "block_table": I32},
            {"indices": I32, "values": F32}, ("values",), ("k", "page_size", "rows_per_request")),
+    # kv: bf16 [S, d_qk], or a uint8 array [S, 656]: the FP8 cache (sent as u8).
     OpSpec("sparse_mla", "SparseMla", pb.SparseMlaRequest, "sparse_mla",
-           {"q": BF16, "kv": BF16, "indices": I32, "indptr": I32, "topk_length": I32},
+           {"q": BF16, "kv": (BF16, U8), "indices": I32, "indptr": I32, "topk_length": I32},
            {"out": BF16, "lse": F32}, (), ("sm_scale",)),
     OpSpec("mla_decode", "MlaDecode", pb.MlaDecodeRequest, "mla_decode",
            {"q": BF16, "kv_cache": BF16, "block_table": I32, "cache_seqlens": I32},
@@ -84,6 +85,18 @@ class OpResult:
         return f"OpResult({self.op}, {shapes}, request_id={self.stats.request_id})"
 
 
+def _input_dtype(want, value):
+    """The attnd dtype an input goes as: `want`, or for an input with alternatives (a tuple, the
+    default first) the alternative whose raw NumPy dtype the array has (typed() still wins)."""
+    if not isinstance(want, tuple):
+        return want
+    raw = getattr(value, "dtype", None)
+    for alt in want[1:]:
+        if isinstance(raw, np.dtype) and raw == dtypes.storage_dtype(alt):
+            return alt
+    return want[0]
+
+
 def build_request(op_spec, codec, kwargs):
     """(request message, sinks) for an op call's keyword arguments."""
     known = set(op_spec.inputs) | set(op_spec.outputs) | set(op_spec.scalars)
@@ -94,7 +107,8 @@ def build_request(op_spec, codec, kwargs):
     for name, dtype in op_spec.inputs.items():
         value = kwargs.get(name)
         if value is not None:
-            getattr(request, name).CopyFrom(codec.encode_input(name, value, dtype))
+            getattr(request, name).CopyFrom(
+                codec.encode_input(name, value, _input_dtype(dtype, value)))
     sinks = {}
     for name, dtype in op_spec.outputs.items():
         placement, sink = codec.encode_output(name, kwargs.get(name), dtype)
@@ -159,7 +173,9 @@ class OpCalls:
 
     def sparse_mla(self, *, q, kv, indices, sm_scale, indptr=None, topk_length=None, out=None,
                    lse=None, timeout=None, **options):
-        """Sparse MLA: each token attends to its selected kv rows (top-k table or CSR)."""
+        """Sparse MLA: each token attends to its selected kv rows (top-k table or CSR). kv is
+        bf16 [S, d_qk] or, with d_qk 576, the FP8 cache as uint8 [S, 656] (512 e4m3 codes, 4 f32
+        scales, 64 bf16 rope per row)."""
         return self.call("sparse_mla", timeout=timeout, q=q, kv=kv, indices=indices,
                          indptr=indptr, topk_length=topk_length, sm_scale=sm_scale, out=out,
                          lse=lse, **options)

@@ -22,9 +22,9 @@ inline constexpr int kSplitAlign = 64;
 struct KernelArgs {
   const uint16_t* q;  // bf16 [T, H, d_qk]
   int64_t q_stride_t, q_stride_h;
-  const uint16_t* kv;  // bf16 [S, d_qk]
+  const uint16_t* kv;  // bf16 [S, d_qk]; null for the FP8 cache (kv_fp8)
   int64_t kv_stride;
-  int64_t kv_rows;  // S
+  int64_t kv_rows;  // S (either format)
   // Selection: table (indptr null) [T, width] with row stride `indices_stride`, or CSR.
   const int32_t* indices;
   int64_t indices_stride;
@@ -43,6 +43,10 @@ struct KernelArgs {
   int32_t heads;   // H
   int32_t splits;
   float scale_log2;  // sm_scale · log2(e)
+  // The FP8 cache (params.h kFp8Row*): u8 [S, 656] rows `kv_fp8_stride` bytes apart; null for a
+  // bf16 cache. Kernels that do not read it refuse the call in GpuSupports.
+  const uint8_t* kv_fp8;
+  int64_t kv_fp8_stride;
 };
 
 // Token t's slots for one split: slots[begin, end) (slot i of the row is slots[i]).

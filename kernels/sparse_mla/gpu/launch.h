@@ -17,14 +17,20 @@ namespace attnd::kernels::sparse_mla {
 enum class GpuKernel {
   kSimt,  // portable CUDA/HIP: one token x 16 heads per CTA, 32-row KV chunks, f32 FMA
   kMma,   // CUDA sm_80+: one token x up to 64 heads per CTA, 64-row KV tiles, bf16 mma.sync
+  kMmaLowH,  // CUDA sm_80+, H <= 32: 64 / H tokens per CTA stacked into 64 rows, their
+             // selections gathered once as a union (mma_lowh.cuh), bf16 mma.sync
+  kWgmma,    // CUDA sm_90a, H % 64 == 0, either KV format: one token x 64 heads per CTA, three
+             // warpgroups (producer, softmax + left P·V, right P·V), wgmma (wgmma.cuh)
 };
 
 inline constexpr int kMaxSplits = 32;
 
 // Whether `kernel` can run `p` on the current device; otherwise false with the reason.
-// Both need q and kv 16-byte aligned (base and leading strides multiples of 8 elements) and out
-// 4-byte aligned (even strides); T·ceil(H / heads per CTA) < 2^31. kMma also needs compute
-// capability >= 8.0 and its shared memory (up to 226 KiB at H > 32, d_qk 576) per block.
+// Both need q and kv 16-byte aligned (base and leading strides multiples of 8 elements; an FP8
+// cache's row stride a multiple of 16 bytes) and out 4-byte aligned (even strides);
+// T·ceil(H / heads per CTA) < 2^31. kMma also needs compute capability >= 8.0 and its shared
+// memory (up to 226 KiB at H > 32, d_qk 576) per block. kSimt, kMma and kWgmma read either KV
+// format.
 bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why);
 
 // Split-K count for `p` on the current device: 1 when the (token, head block) work items
@@ -47,6 +53,11 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace, gpu::Stream stream);
 #if defined(ATTND_GPU_CUDA)
 gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace, gpu::Stream stream);
+gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace,
+                                  gpu::Stream stream);
+// kWgmma: splits from GpuSplits' heuristic (one CTA per SM).
+gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace,
+                                gpu::Stream stream);
 #endif
 
 // Merges the `splits` partials in `workspace` into p.out and p.lse (a block per (token, head)).

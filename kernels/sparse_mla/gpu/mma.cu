@@ -12,6 +12,9 @@ ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 4, 512)
 ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 1, 576)
 ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 2, 576)
 ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 4, 576)
+ATTND_SPARSE_MLA_MMA_FP8_INSTANCE(extern, 1)
+ATTND_SPARSE_MLA_MMA_FP8_INSTANCE(extern, 2)
+ATTND_SPARSE_MLA_MMA_FP8_INSTANCE(extern, 4)
 
 namespace {
 
@@ -19,34 +22,37 @@ namespace {
 // several 64-head blocks).
 int MTilesFor(int64_t heads) { return heads <= 16 ? 1 : heads <= 32 ? 2 : 4; }
 
-template <int kDqk>
+template <int kDqk, bool kFp8 = false>
 gpu::Error LaunchFor(const KernelArgs& a, gpu::Stream stream) {
   switch (MTilesFor(a.heads)) {
-    case 1: return LaunchMmaInstance<1, kDqk>(a, stream);
-    case 2: return LaunchMmaInstance<2, kDqk>(a, stream);
-    default: return LaunchMmaInstance<4, kDqk>(a, stream);
+    case 1: return LaunchMmaInstance<1, kDqk, kFp8>(a, stream);
+    case 2: return LaunchMmaInstance<2, kDqk, kFp8>(a, stream);
+    default: return LaunchMmaInstance<4, kDqk, kFp8>(a, stream);
   }
 }
 
-template <int kDqk>
+template <int kDqk, bool kFp8 = false>
 KernelShape ShapeFor(int64_t heads) {
   switch (MTilesFor(heads)) {
-    case 1: return MmaInstanceShape<1, kDqk>();
-    case 2: return MmaInstanceShape<2, kDqk>();
-    default: return MmaInstanceShape<4, kDqk>();
+    case 1: return MmaInstanceShape<1, kDqk, kFp8>();
+    case 2: return MmaInstanceShape<2, kDqk, kFp8>();
+    default: return MmaInstanceShape<4, kDqk, kFp8>();
   }
 }
 
 }  // namespace
 
 KernelShape MmaShape(const Params& p) {
+  if (p.kv_is_fp8()) return ShapeFor<576, true>(p.q.dim(1));
   return p.q.dim(2) == 576 ? ShapeFor<576>(p.q.dim(1)) : ShapeFor<512>(p.q.dim(1));
 }
 
 gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace, gpu::Stream stream) {
   if (p.q.dim(0) == 0) return gpu::kSuccess;
   const KernelArgs a = MakeKernelArgs(p, splits, workspace);
-  const gpu::Error e = p.q.dim(2) == 576 ? LaunchFor<576>(a, stream) : LaunchFor<512>(a, stream);
+  const gpu::Error e = p.kv_is_fp8()        ? LaunchFor<576, true>(a, stream)
+                       : p.q.dim(2) == 576 ? LaunchFor<576>(a, stream)
+                                           : LaunchFor<512>(a, stream);
   if (e != gpu::kSuccess || splits == 1) return e;
   return LaunchSparseMlaCombine(p, splits, workspace, stream);
 }

@@ -11,7 +11,10 @@
 //            P goes to smem as two bf16 terms, P = hi + lo (|P - hi - lo| <= 2^-16·P), so the
 //            output keeps f32-path accuracy rather than bf16-P accuracy (2^-8 per weight).
 //   O += P·V warp w owns O[:, 64w .. 64w+63] for all heads (kMTiles·32 f32 registers).
-// Instantiated in mma_d512.cu / mma_d576.cu; launched by mma.cu.
+// kFp8 (the FP8 cache, d_qk 576): each gather thread loads its 8 chunks of codes and the scales
+// of tile i+1 into registers (ld.global.nc) while tile i's S = Q·Kᵀ runs, then dequantises them
+// to bf16 (fp8_kv.cuh) into the other stage; the rope columns go by cp.async as in the bf16 path.
+// Instantiated in mma_d512.cu / mma_d576.cu / mma_fp8.cu; launched by mma.cu.
 #pragma once
 
 #if !defined(ATTND_GPU_CUDA)
@@ -24,6 +27,7 @@
 #include "kernels/common/gpu/mma_sync.cuh"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
+#include "kernels/sparse_mla/gpu/fp8_kv.cuh"
 #include "kernels/sparse_mla/gpu/plan.h"
 
 namespace attnd::kernels::sparse_mla {
@@ -59,10 +63,19 @@ struct MmaTile {
   static_assert(kKvChunks % kGatherThreads == 0, "whole chunks per gather thread");
   static_assert(kSplitAlign % kBlockN == 0, "splits are whole KV tiles");
   static_assert(kSmemBytes <= 227 * 1024, "fits sm_90's 227 KiB of shared memory per block");
+  // FP8 cache rows: gather thread g_sub takes code chunks g_sub + kGatherThreads·i (scale tile
+  // i / 2) and rope chunks g_sub, g_sub + kGatherThreads.
+  static constexpr int kFp8Loads = kFp8CodeChunks / kGatherThreads;
+  static constexpr int kFp8RopeLoads = kFp8RopeChunks / kGatherThreads;
+  static_assert(kFp8CodeChunksPerScale == 2 * kGatherThreads, "chunk i in scale tile i / 2");
+  static_assert(kFp8Loads * kGatherThreads == kFp8CodeChunks &&
+                    kFp8RopeLoads * kGatherThreads == kFp8RopeChunks,
+                "whole FP8 row sections per gather thread");
 };
 
-template <int kMTiles, int kDqk>
+template <int kMTiles, int kDqk, bool kFp8>
 __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a) {
+  static_assert(!kFp8 || kDqk == kFp8DimQk, "the FP8 cache has d_qk 576");
   using Tile = MmaTile<kMTiles, kDqk>;
   using namespace ::attnd::gpu::ptx;
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -94,10 +107,43 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
   float l_row[2] = {0.0f, 0.0f};                // this thread's share of their sums
   float o[kMTiles][Tile::kOTiles][4] = {};      // O[:, 64·warp ..] (P·V role)
 
-  // KV row `row` (or -1: zeros) into stage `stage`; masked rows issue no load.
+  // FP8: the codes and scales of this thread's share of the next tile's row (zeros: masked).
+  [[maybe_unused]] uint4 fp8_codes[kFp8 ? Tile::kFp8Loads : 1];
+  [[maybe_unused]] uint4 fp8_scales;
+
+  // KV row `row` (or -1: zeros) into stage `stage`; masked rows issue no load. FP8: the rope
+  // columns by cp.async, codes and scales to registers (store_fp8 puts them in the stage).
   auto gather = [&](int stage, int32_t row) {
     const uint32_t dst = kv_s + stage * Tile::kKvStageBytes;
-    if (row >= 0) {
+    if constexpr (kFp8) {
+      fp8_scales = make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int i = 0; i < Tile::kFp8Loads; ++i) fp8_codes[i] = make_uint4(0, 0, 0, 0);
+      if (row >= 0) {
+        const uint4* src = reinterpret_cast<const uint4*>(
+            a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride);
+#pragma unroll
+        for (int i = 0; i < Tile::kFp8Loads; ++i) {
+          fp8_codes[i] = __ldg(src + g_sub + Tile::kGatherThreads * i);
+        }
+        fp8_scales = __ldg(src + kFp8ScaleChunk);
+#pragma unroll
+        for (int i = 0; i < Tile::kFp8RopeLoads; ++i) {
+          const int r = g_sub + Tile::kGatherThreads * i;
+          CpAsync16(dst + Swizzle(g_row, kFp8CodeChunks * 2 + r, Tile::kKvRowBytes),
+                    src + kFp8RopeChunk0 + r, true);
+        }
+      } else {
+        uint8_t* base = smem + Tile::kKvOffset + stage * Tile::kKvStageBytes;
+#pragma unroll
+        for (int i = 0; i < Tile::kFp8RopeLoads; ++i) {
+          const int r = g_sub + Tile::kGatherThreads * i;
+          *reinterpret_cast<uint4*>(
+              base + Swizzle(g_row, kFp8CodeChunks * 2 + r, Tile::kKvRowBytes)) =
+              make_uint4(0, 0, 0, 0);
+        }
+      }
+    } else if (row >= 0) {
       const uint16_t* src = a.kv + static_cast<int64_t>(row) * a.kv_stride;
 #pragma unroll
       for (int i = 0; i < Tile::kKvChunks / Tile::kGatherThreads; ++i) {
@@ -114,6 +160,22 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
       }
     }
     if (g_sub == 0) valid_s[stage * Tile::kBlockN + g_row] = row >= 0;
+  };
+
+  // FP8: the codes gathered last (zeros for a masked row) × their scales, as bf16, into the
+  // first 512 columns of stage `stage` (code chunk c -> bf16 chunks 2c, 2c + 1).
+  auto store_fp8 = [&](int stage) {
+    if constexpr (kFp8) {
+      uint8_t* base = smem + Tile::kKvOffset + stage * Tile::kKvStageBytes;
+#pragma unroll
+      for (int i = 0; i < Tile::kFp8Loads; ++i) {
+        const int c = g_sub + Tile::kGatherThreads * i;
+        uint4 lo, hi;
+        DequantFp8x16(fp8_codes[i], Fp8Scale(fp8_scales, i / 2), &lo, &hi);
+        *reinterpret_cast<uint4*>(base + Swizzle(g_row, 2 * c, Tile::kKvRowBytes)) = lo;
+        *reinterpret_cast<uint4*>(base + Swizzle(g_row, 2 * c + 1, Tile::kKvRowBytes)) = hi;
+      }
+    }
   };
 
   if (range.begin < range.end) {
@@ -143,6 +205,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
     }
 
     gather(0, LoadRow(a, range, range.begin + g_row));
+    store_fp8(0);
     CpAsyncCommit();
     int32_t row_next = LoadRow(a, range, range.begin + Tile::kBlockN + g_row);
 
@@ -151,7 +214,8 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
       CpAsyncWait<0>();
       __syncthreads();  // (A) tile `stage` landed; the previous P·V is done with the other
                         // stage, P and alpha
-      if (pos + Tile::kBlockN < range.end) gather(stage ^ 1, row_next);
+      const bool more = pos + Tile::kBlockN < range.end;
+      if (more) gather(stage ^ 1, row_next);
       CpAsyncCommit();
       row_next = LoadRow(a, range, pos + 2 * Tile::kBlockN + g_row);
       const uint32_t kv_tile = kv_s + stage * Tile::kKvStageBytes;
@@ -185,6 +249,9 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
           MmaBf16(s[nt], q_rope[rs + 1], {kb[2], kb[3]});
         }
       }
+      // FP8: the next tile's codes have had the QKᵀ to arrive; the other stage is free since (A)
+      // and is read after the next iteration's (A).
+      if (more) store_fp8(stage ^ 1);
 
       // Scores in log2 units, masked -inf; this group's row max to smem.
       float mx[2] = {-INFINITY, -INFINITY};
@@ -347,27 +414,27 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
 }
 
 // One instance's launch (main kernel only) and its shape on the current device.
-template <int kMTiles, int kDqk>
+template <int kMTiles, int kDqk, bool kFp8 = false>
 gpu::Error LaunchMmaInstance(const KernelArgs& a, gpu::Stream stream) {
   using Tile = MmaTile<kMTiles, kDqk>;
-  const void* fn = reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk>);
+  const void* fn = reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk, kFp8>);
   const gpu::Error e = gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
   if (e != gpu::kSuccess) return e;
   const int groups = (a.heads + Tile::kHeads - 1) / Tile::kHeads;
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
                   static_cast<unsigned>(a.splits));
-  SparseMlaMmaKernel<kMTiles, kDqk><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
+  SparseMlaMmaKernel<kMTiles, kDqk, kFp8><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
   return gpu::GetLastError();
 }
 
-template <int kMTiles, int kDqk>
+template <int kMTiles, int kDqk, bool kFp8 = false>
 KernelShape MmaInstanceShape() {
   using Tile = MmaTile<kMTiles, kDqk>;
   KernelShape s;
   s.heads_per_cta = Tile::kHeads;
   s.smem_bytes = Tile::kSmemBytes;
   s.ctas_per_sm =
-      gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk>),
+      gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk, kFp8>),
                        Tile::kThreads, Tile::kSmemBytes);
   return s;
 }
@@ -375,5 +442,9 @@ KernelShape MmaInstanceShape() {
 #define ATTND_SPARSE_MLA_MMA_INSTANCE(EXTERN, M, D)                                   \
   EXTERN template gpu::Error LaunchMmaInstance<M, D>(const KernelArgs&, gpu::Stream); \
   EXTERN template KernelShape MmaInstanceShape<M, D>();
+// The FP8-cache instances (d_qk 576).
+#define ATTND_SPARSE_MLA_MMA_FP8_INSTANCE(EXTERN, M)                                         \
+  EXTERN template gpu::Error LaunchMmaInstance<M, 576, true>(const KernelArgs&, gpu::Stream); \
+  EXTERN template KernelShape MmaInstanceShape<M, 576, true>();
 
 }  // namespace attnd::kernels::sparse_mla

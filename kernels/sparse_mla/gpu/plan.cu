@@ -40,8 +40,13 @@ KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
   a.q = p.q.ptr<const uint16_t>();
   a.q_stride_t = p.q.stride(0);
   a.q_stride_h = p.q.stride(1);
-  a.kv = p.kv.ptr<const uint16_t>();
-  a.kv_stride = p.kv.stride(0);
+  if (p.kv_is_fp8()) {
+    a.kv_fp8 = p.kv.ptr<const uint8_t>();
+    a.kv_fp8_stride = p.kv.stride(0);
+  } else {
+    a.kv = p.kv.ptr<const uint16_t>();
+    a.kv_stride = p.kv.stride(0);
+  }
   a.kv_rows = p.kv.dim(0);
   a.indices = p.indices.ptr<const int32_t>();
   if (p.is_csr()) {
@@ -76,15 +81,35 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   if (!Aligned(p.q.data, 16) || !StridesMultipleOf(p.q, 8)) {
     return Refuse(why, "q: needs 16-byte alignment (base and leading strides multiples of 8)");
   }
-  if (p.kv.dim(0) > 0 && (!Aligned(p.kv.data, 16) || !StridesMultipleOf(p.kv, 8))) {
+  if (p.kv_is_fp8()) {
+    if (p.kv.dim(0) > 0 && (!Aligned(p.kv.data, 16) || !StridesMultipleOf(p.kv, 16))) {
+      return Refuse(why, "kv: FP8 cache rows need 16-byte alignment (base and row stride "
+                         "multiples of 16 bytes)");
+    }
+  } else if (p.kv.dim(0) > 0 && (!Aligned(p.kv.data, 16) || !StridesMultipleOf(p.kv, 8))) {
     return Refuse(why, "kv: needs 16-byte alignment (base and row stride multiples of 8)");
   }
   if (!Aligned(p.out.data, 4) || !StridesMultipleOf(p.out, 2)) {
     return Refuse(why, "out: needs 4-byte alignment (base and leading strides even)");
   }
   if (p.q.dim(0) > INT32_MAX) return Refuse(why, "q: more than 2^31 - 1 tokens");
+  if (kernel == GpuKernel::kMmaLowH) {
+#if defined(ATTND_GPU_CUDA)
+    return MmaLowhSupports(p, why);
+#else
+    return Refuse(why, "the low-head mma.sync kernel is CUDA-only");
+#endif
+  }
+  if (kernel == GpuKernel::kWgmma) {
+#if defined(ATTND_GPU_CUDA)
+    return WgmmaSupports(p, why);
+#else
+    return Refuse(why, "the wgmma kernel is CUDA-only");
+#endif
+  }
   const KernelShape shape = kernel == GpuKernel::kSimt ? SimtShape(p)
 #if defined(ATTND_GPU_CUDA)
+                            : kernel == GpuKernel::kWgmma ? WgmmaShape(p)
                                                        : MmaShape(p);
 #else
                                                        : KernelShape{};
@@ -112,12 +137,16 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
 }
 
 int GpuSplits(const Params& p, GpuKernel kernel) {
+#if defined(ATTND_GPU_CUDA)
+  if (kernel == GpuKernel::kMmaLowH) return MmaLowhSplits(p);
+#endif
   const int64_t tokens = p.q.dim(0), heads = p.q.dim(1);
   if (tokens == 0) return 1;
   gpu::DeviceFacts d;
   if (!gpu::CurrentDeviceFacts(&d)) return 1;
   const KernelShape shape = kernel == GpuKernel::kSimt ? SimtShape(p)
 #if defined(ATTND_GPU_CUDA)
+                            : kernel == GpuKernel::kWgmma ? WgmmaShape(p)
                                                        : MmaShape(p);
 #else
                                                        : KernelShape{};

@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include <string>
+
 #include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
@@ -22,6 +24,13 @@ struct KernelShape {
 KernelShape SimtShape(const Params& p);
 #if defined(ATTND_GPU_CUDA)
 KernelShape MmaShape(const Params& p);
+// The low-head kernel's device checks (after GpuSupports' common ones) and split plan.
+bool MmaLowhSupports(const Params& p, std::string* why);
+int MmaLowhSplits(const Params& p);
+// The wgmma kernel's shape and its device checks (after GpuSupports' common ones): compute
+// capability 9.0 (sm_90a), bf16 KV, H a multiple of 64.
+KernelShape WgmmaShape(const Params& p);
+bool WgmmaSupports(const Params& p, std::string* why);
 #endif
 
 // The kernels' view of p (device pointers), with the split workspace carved as KernelArgs says.

@@ -8,12 +8,15 @@
 //   softmax  the 32 threads of a head pair hold one chunk row each: max and sum by shuffles
 //            (xor 16..1, inside 32 lanes on 32- and 64-wide warps); online update, P to smem.
 //   P·V      thread owns 2 of the 512 columns for all 16 heads.
+// An FP8 cache (d_qk 576) is gathered the same way (8 threads per row: 4 chunks of codes, the
+// scales, 1 chunk of rope each) and dequantised to bf16 (fp8_kv.cuh) as it is stored to smem.
 #include <math.h>
 #include <stdint.h>
 
 #include "kernels/common/gpu/convert.cuh"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
+#include "kernels/sparse_mla/gpu/fp8_kv.cuh"
 #include "kernels/sparse_mla/gpu/launch.h"
 #include "kernels/sparse_mla/gpu/plan.h"
 
@@ -42,6 +45,13 @@ struct SimtTile {
   static constexpr int kSmemBytes = kQBytes + kKvBytes + kPBytes + kStatBytes;
   static_assert(kRowChunks % kRowThreads == 0, "whole chunks per gather thread");
   static_assert((kKvPitch * 2 / 16) % 2 == 1, "odd row pitch in 16-B units");
+  // FP8 cache rows: code chunks g_sub + kRowThreads·i (i < kFp8Loads, all in scale tile i) and
+  // rope chunk g_sub per gather thread.
+  static constexpr int kFp8Loads = kFp8CodeChunks / kRowThreads;
+  static_assert(kFp8Loads * kRowThreads == kFp8CodeChunks, "whole code chunks per thread");
+  static_assert(kRowThreads == kFp8CodeChunksPerScale,
+                "chunk i of every gather thread lies in scale tile i");
+  static_assert(kRowThreads == kFp8RopeChunks, "one rope chunk per gather thread");
 };
 
 // Σ over 8 bf16 pairs of q·k, accumulated into acc in f32 (bf16 -> f32 is exact).
@@ -67,8 +77,9 @@ __device__ __forceinline__ float GroupSum(float v) {
   return v;
 }
 
-template <int kDqk>
+template <int kDqk, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelArgs a) {
+  static_assert(!kFp8 || kDqk == kFp8DimQk, "the FP8 cache has d_qk 576");
   using Tile = SimtTile<kDqk>;
   extern __shared__ uint4 smem_raw[];
   char* smem = reinterpret_cast<char*>(smem_raw);
@@ -105,14 +116,27 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
       q_s[e] = v;
     }
 
-    // The gather thread's row of the current chunk is in `cur` (loaded one chunk ahead).
-    uint4 cur[Tile::kLoads];
+    // The gather thread's row of the current chunk is in `cur` (loaded one chunk ahead): bf16
+    // chunks, or (FP8) the code chunks, then the scales, then the rope chunk.
+    constexpr int kCurLoads = kFp8 ? Tile::kFp8Loads + 2 : Tile::kLoads;
+    uint4 cur[kCurLoads];
     auto fetch = [&](int32_t row) {
-      const uint16_t* src = a.kv + static_cast<int64_t>(row < 0 ? 0 : row) * a.kv_stride;
 #pragma unroll
-      for (int i = 0; i < Tile::kLoads; ++i) {
-        cur[i] = make_uint4(0, 0, 0, 0);
-        if (row >= 0) cur[i] = *reinterpret_cast<const uint4*>(src + (g_sub + kRowThreads * i) * 8);
+      for (int i = 0; i < kCurLoads; ++i) cur[i] = make_uint4(0, 0, 0, 0);
+      if (row < 0) return;
+      if constexpr (kFp8) {
+        const uint4* src = reinterpret_cast<const uint4*>(
+            a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride);
+#pragma unroll
+        for (int i = 0; i < Tile::kFp8Loads; ++i) cur[i] = src[g_sub + kRowThreads * i];
+        cur[Tile::kFp8Loads] = src[kFp8ScaleChunk];
+        cur[Tile::kFp8Loads + 1] = src[kFp8RopeChunk0 + g_sub];
+      } else {
+        const uint16_t* src = a.kv + static_cast<int64_t>(row) * a.kv_stride;
+#pragma unroll
+        for (int i = 0; i < Tile::kLoads; ++i) {
+          cur[i] = *reinterpret_cast<const uint4*>(src + (g_sub + kRowThreads * i) * 8);
+        }
       }
     };
     int32_t row_cur = LoadRow(a, range, range.begin + g_row);
@@ -122,9 +146,22 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
     for (int64_t pos = range.begin; pos < range.end; pos += kChunk) {
       __syncthreads();  // the previous chunk's P·V is done with kv_s, p_s and alpha_s
       uint16_t* dst = kv_s + g_row * Tile::kKvPitch;
+      if constexpr (kFp8) {
+        // Code chunk c = g_sub + kRowThreads·i holds columns 16c .. 16c + 15, scale tile i.
 #pragma unroll
-      for (int i = 0; i < Tile::kLoads; ++i) {
-        *reinterpret_cast<uint4*>(dst + (g_sub + kRowThreads * i) * 8) = cur[i];
+        for (int i = 0; i < Tile::kFp8Loads; ++i) {
+          uint4 lo, hi;
+          DequantFp8x16(cur[i], Fp8Scale(cur[Tile::kFp8Loads], i), &lo, &hi);
+          const int col = 16 * (g_sub + kRowThreads * i);
+          *reinterpret_cast<uint4*>(dst + col) = lo;
+          *reinterpret_cast<uint4*>(dst + col + 8) = hi;
+        }
+        *reinterpret_cast<uint4*>(dst + kDimV + 8 * g_sub) = cur[Tile::kFp8Loads + 1];
+      } else {
+#pragma unroll
+        for (int i = 0; i < Tile::kLoads; ++i) {
+          *reinterpret_cast<uint4*>(dst + (g_sub + kRowThreads * i) * 8) = cur[i];
+        }
       }
       if (g_sub == 0) valid_s[g_row] = row_cur >= 0;
       __syncthreads();  // chunk rows, their validity (and Q) visible
@@ -220,19 +257,19 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
   }
 }
 
-template <int kDqk>
+template <int kDqk, bool kFp8 = false>
 const void* SimtKernel() {
-  return reinterpret_cast<const void*>(&SparseMlaSimtKernel<kDqk>);
+  return reinterpret_cast<const void*>(&SparseMlaSimtKernel<kDqk, kFp8>);
 }
 
-template <int kDqk>
+template <int kDqk, bool kFp8 = false>
 gpu::Error LaunchSimt(const KernelArgs& a, int groups, gpu::Stream stream) {
   constexpr int kSmem = SimtTile<kDqk>::kSmemBytes;
-  gpu::Error e = gpu::AllowDynamicSmem(SimtKernel<kDqk>(), kSmem);
+  gpu::Error e = gpu::AllowDynamicSmem(SimtKernel<kDqk, kFp8>(), kSmem);
   if (e != gpu::kSuccess) return e;
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
                   static_cast<unsigned>(a.splits));
-  SparseMlaSimtKernel<kDqk><<<grid, kThreads, kSmem, stream>>>(a);
+  SparseMlaSimtKernel<kDqk, kFp8><<<grid, kThreads, kSmem, stream>>>(a);
   return gpu::GetLastError();
 }
 
@@ -243,8 +280,10 @@ KernelShape SimtShape(const Params& p) {
   s.heads_per_cta = kHeads;
   const bool d576 = p.q.dim(2) == 576;
   s.smem_bytes = d576 ? SimtTile<576>::kSmemBytes : SimtTile<512>::kSmemBytes;
-  s.ctas_per_sm =
-      gpu::BlocksPerSm(d576 ? SimtKernel<576>() : SimtKernel<512>(), kThreads, s.smem_bytes);
+  const void* fn = p.kv_is_fp8() ? SimtKernel<576, true>()
+                   : d576         ? SimtKernel<576>()
+                                  : SimtKernel<512>();
+  s.ctas_per_sm = gpu::BlocksPerSm(fn, kThreads, s.smem_bytes);
   return s;
 }
 
@@ -252,8 +291,9 @@ gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace, gpu
   if (p.q.dim(0) == 0) return gpu::kSuccess;
   const KernelArgs a = MakeKernelArgs(p, splits, workspace);
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  const gpu::Error e =
-      p.q.dim(2) == 576 ? LaunchSimt<576>(a, groups, stream) : LaunchSimt<512>(a, groups, stream);
+  const gpu::Error e = p.kv_is_fp8()        ? LaunchSimt<576, true>(a, groups, stream)
+                       : p.q.dim(2) == 576 ? LaunchSimt<576>(a, groups, stream)
+                                           : LaunchSimt<512>(a, groups, stream);
   if (e != gpu::kSuccess || splits == 1) return e;
   return LaunchSparseMlaCombine(p, splits, workspace, stream);
 }

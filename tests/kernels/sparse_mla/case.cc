@@ -2,14 +2,69 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/common/bf16.h"
+#include "kernels/common/fp8.h"
 
 namespace attnd::testing {
 
 using kernels::DType;
+using kernels::sparse_mla::kDimV;
+using kernels::sparse_mla::kFp8DimQk;
+using kernels::sparse_mla::kFp8RopeOffset;
+using kernels::sparse_mla::kFp8RowBytes;
+using kernels::sparse_mla::kFp8ScaleCols;
+using kernels::sparse_mla::kFp8ScaleOffset;
 using kernels::sparse_mla::Params;
+
+std::string KvFormatName(KvFormat f) { return f == KvFormat::kFp8 ? "Fp8" : "Bf16"; }
+
+void FillFp8Row(uint8_t* row, std::mt19937_64& rng, bool pow2_scales) {
+  std::normal_distribution<float> wide(0.0f, 64.0f), narrow(0.0f, 1.0f / 64), rope(0.0f, 1.0f);
+  std::bernoulli_distribution subnormal(0.04), small_tile(0.25);
+  std::uniform_int_distribution<int> sub_code(0, 15), exponent(-9, -5);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  for (int64_t j = 0; j < kDimV / kFp8ScaleCols; ++j) {
+    // A quarter of the tiles hold small codes (about two thirds subnormal) under a large scale,
+    // so subnormal decoding matters to the output; the rest span the normal range, 4% of them
+    // replaced by random subnormal codes.
+    const bool small = small_tile(rng);
+    for (int64_t c = j * kFp8ScaleCols; c < (j + 1) * kFp8ScaleCols; ++c) {
+      uint8_t code = kernels::FloatToFp8E4M3(small ? narrow(rng) : wide(rng));
+      if (!small && subnormal(rng)) {
+        const int r = sub_code(rng);
+        code = static_cast<uint8_t>((r & 8) << 4 | (r & 7));  // sign, E = 0, mantissa
+      }
+      if ((code & 0x7f) == 0x7f) code &= 0xfe;  // never a NaN code (|x| < 448 makes none)
+      row[c] = code;
+    }
+    float scale = std::ldexp(1.0f, exponent(rng) + (small ? 11 : 0));
+    if (!pow2_scales) scale *= mantissa(rng);
+    std::memcpy(row + kFp8ScaleOffset + 4 * j, &scale, sizeof scale);
+  }
+  for (int64_t d = 0; d < kFp8DimQk - kDimV; ++d) {
+    const kernels::bf16_t b = kernels::FloatToBf16(rope(rng));
+    std::memcpy(row + kFp8RopeOffset + 2 * d, &b, sizeof b);
+  }
+}
+
+HostTensor Fp8KvAsBf16(const kernels::Tensor& kv) {
+  const int64_t s = kv.dim(0);
+  HostTensor out = HostTensor::Dense(DType::kBF16, {s, kFp8DimQk});
+  for (int64_t r = 0; r < s; ++r) {
+    const uint8_t* row = static_cast<const uint8_t*>(kv.data) + r * kv.stride(0);
+    kernels::bf16_t* dst = out.data<kernels::bf16_t>() + r * kFp8DimQk;
+    for (int64_t c = 0; c < kDimV; ++c) {
+      float scale;
+      std::memcpy(&scale, row + kFp8ScaleOffset + 4 * (c / kFp8ScaleCols), sizeof scale);
+      dst[c] = kernels::FloatToBf16(kernels::Fp8E4M3ToFloat(row[c]) * scale);
+    }
+    std::memcpy(dst + kDimV, row + kFp8RopeOffset, (kFp8DimQk - kDimV) * 2);
+  }
+  return out;
+}
 
 std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt19937_64& rng) {
   const int32_t s = static_cast<int32_t>(spec.s);
@@ -26,6 +81,7 @@ std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt
 }
 
 SparseMlaCase::SparseMlaCase(const SparseMlaSpec& spec, std::mt19937_64& rng) : spec_(spec) {
+  if (spec_.kv_format == KvFormat::kFp8) spec_.d_qk = kFp8DimQk;
   std::vector<int32_t> lengths;
   if (spec.with_topk_length) {
     std::uniform_int_distribution<int32_t> len(-2, static_cast<int32_t>(spec.k) + 2);
@@ -38,6 +94,7 @@ SparseMlaCase::SparseMlaCase(const SparseMlaSpec& spec, std::mt19937_64& rng,
                              const std::vector<std::vector<int32_t>>& slots,
                              const std::vector<int32_t>& topk_length)
     : spec_(spec) {
+  if (spec_.kv_format == KvFormat::kFp8) spec_.d_qk = kFp8DimQk;
   spec_.with_topk_length = !topk_length.empty();
   Build(rng, slots, topk_length);
 }
@@ -50,14 +107,26 @@ void SparseMlaCase::Build(std::mt19937_64& rng, const std::vector<std::vector<in
   FillNormal(q_, rng, 1.0);
   q_.tensor().shape[2] = sp.d_qk;
 
-  // kv: S + 2 guard rows, guards NaN, viewed from row kKvGuardRows.
-  const int64_t row_stride = std::max(sp.kv_row_stride, sp.d_qk);
-  kv_storage_ =
-      HostTensor::RowStrided(DType::kBF16, {sp.s + 2 * kKvGuardRows, sp.d_qk}, row_stride);
-  FillNormal(kv_storage_, rng, 1.0);
+  // kv: S + 2 guard rows, guards NaN, viewed from row kKvGuardRows. FP8: the bytes past 656 in
+  // a wider row hold NaN codes (never read).
+  const bool fp8 = sp.kv_format == KvFormat::kFp8;
+  const int64_t row_width = fp8 ? kFp8RowBytes : sp.d_qk;
+  const int64_t row_stride = std::max(sp.kv_row_stride, row_width);
+  const int64_t storage_rows = sp.s + 2 * kKvGuardRows;
+  kv_storage_ = HostTensor::RowStrided(fp8 ? DType::kU8 : DType::kBF16,
+                                       {storage_rows, row_width}, row_stride);
+  if (fp8) {
+    std::fill(kv_storage_.raw(), kv_storage_.raw() + kv_storage_.bytes(), uint8_t{0x7f});
+    for (int64_t r = 0; r < storage_rows; ++r) {
+      FillFp8Row(kv_storage_.data<uint8_t>() + r * row_stride, rng, sp.pow2_scales);
+    }
+  } else {
+    FillNormal(kv_storage_, rng, 1.0);
+  }
   kv_ = kv_storage_.tensor();
   kv_.shape[0] = sp.s;
-  kv_.data = kv_storage_.data<kernels::bf16_t>() + kKvGuardRows * row_stride;
+  kv_.data = static_cast<char*>(kv_storage_.tensor().data) +
+             kKvGuardRows * row_stride * kernels::DTypeSize(kv_.dtype);
   for (int64_t g = 1; g <= kKvGuardRows; ++g) {
     SetKvRow(-g, std::numeric_limits<float>::quiet_NaN());
     SetKvRow(sp.s - 1 + g, std::numeric_limits<float>::quiet_NaN());
@@ -94,6 +163,17 @@ void SparseMlaCase::Build(std::mt19937_64& rng, const std::vector<std::vector<in
 }
 
 void SparseMlaCase::SetKvRow(int64_t row, float value) {
+  if (spec_.kv_format == KvFormat::kFp8) {
+    uint8_t* p = static_cast<uint8_t*>(kv_.data) + row * kv_.strides[0];
+    std::fill(p, p + kDimV, kernels::FloatToFp8E4M3(value));
+    const float scale = std::isnan(value) ? value : 1.0f;
+    for (int64_t j = 0; j < kDimV / kFp8ScaleCols; ++j) {
+      std::memcpy(p + kFp8ScaleOffset + 4 * j, &scale, sizeof scale);
+    }
+    const kernels::bf16_t b = kernels::FloatToBf16(value);
+    for (int64_t d = 0; d < kFp8DimQk - kDimV; ++d) std::memcpy(p + kFp8RopeOffset + 2 * d, &b, 2);
+    return;
+  }
   kernels::bf16_t* p = static_cast<kernels::bf16_t*>(kv_.data) + row * kv_.strides[0];
   std::fill(p, p + spec_.d_qk, kernels::FloatToBf16(value));
 }

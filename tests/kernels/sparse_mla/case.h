@@ -1,18 +1,26 @@
 // Random sparse MLA calls for the tests: q, a KV cache view with NaN guard rows on both sides (an
 // index -2, -1, S or S+1 that were read would poison the output), the selection in both forms
-// (table + optional topk_length, and the equivalent CSR), and NaN-poisoned outputs.
+// (table + optional topk_length, and the equivalent CSR), and NaN-poisoned outputs. The cache is
+// bf16 or the FP8 format (params.h: e4m3 codes, random ones subnormals included, never NaN;
+// random scales per row and 128-column tile; bf16 rope).
 //   SparseMlaCase c(spec, rng);
 //   sparse_mla::Params p = c.MakeParams(/*csr=*/false);
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/sparse_mla/params.h"
 #include "tests/harness/host_tensor.h"
 
 namespace attnd::testing {
+
+enum class KvFormat { kBf16, kFp8 };
+std::string KvFormatName(KvFormat f);  // "Bf16" / "Fp8" (test name suffixes)
+inline void PrintTo(KvFormat f, std::ostream* os) { *os << KvFormatName(f); }
 
 struct SparseMlaSpec {
   int64_t t = 3;
@@ -26,6 +34,12 @@ struct SparseMlaSpec {
   double masked_fraction = 0.15;  // slots replaced by invalid indices (-1, ≥ S, int32 extremes)
   bool with_topk_length = false;  // random lengths in [-2, K + 2] (clamped by the op)
   bool with_lse = true;
+  // kFp8: the FP8 cache, [S, 656] bytes with row stride max(kv_row_stride, 656) bytes; d_qk is
+  // then always 576 (the only one it serves), whatever d_qk says.
+  KvFormat kv_format = KvFormat::kBf16;
+  // FP8 scales (FillFp8Row): random powers of two (what FlashMLA's and vLLM's quantisers write;
+  // bf16 holds every e4m3 × scale exactly) or, when false, any f32 in the same ranges.
+  bool pow2_scales = true;
 };
 
 class SparseMlaCase {
@@ -47,7 +61,8 @@ class SparseMlaCase {
   HostTensor& out() { return out_; }
   HostTensor& lse() { return lse_; }
 
-  // Writes `value` (any float) into every element of cache row `row` (may be a guard row: -2..S+1).
+  // Writes `value` (any float) into every element of cache row `row` (may be a guard row: -2..S+1);
+  // FP8: every code is e4m3(value), the scales 1 (NaN for a NaN value), the rope bf16(value).
   void SetKvRow(int64_t row, float value);
 
  private:
@@ -61,6 +76,16 @@ class SparseMlaCase {
 
 // Random slots: uniform valid indices in [0, S) with masked_fraction of them invalid.
 std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt19937_64& rng);
+
+// Fills row `row` (656 bytes) of an FP8 cache with random codes (never NaN; per 128-column tile
+// either N(0, 64) quantised to e4m3 with 4% random subnormal codes and a scale in [2^-9, 2^-4),
+// or, a quarter of the tiles, N(0, 1/64) quantised (mostly subnormals) with a scale in
+// [2^2, 2^7)), powers of two when pow2_scales, and bf16 N(0, 1) rope.
+void FillFp8Row(uint8_t* row, std::mt19937_64& rng, bool pow2_scales);
+
+// A dense bf16 [S, 576] copy of an FP8 cache whose values are what the GPU kernels compute in
+// shared memory: e4m3 × scale in f32, rounded to bf16 (exact for power-of-two scales).
+HostTensor Fp8KvAsBf16(const kernels::Tensor& kv);
 
 inline constexpr int64_t kKvGuardRows = 2;  // NaN rows before and after the S cache rows
 

@@ -1,8 +1,8 @@
 // Sparse MLA on the GPU, where the GPU is the point: forced split counts (empty splits
-// included) against the fp64 reference with NaN guard rows around the device KV, a KV pool of
-// more than 4M rows (row offsets past 2^31 elements) whose unselected rows are NaN, a malformed
-// CSR indptr (memory-safe and clamped as documented), and Supports' refusals. Skipped without a
-// GPU backend or device.
+// included) against the fp64 reference with NaN guard rows around the device KV, a KV pool whose
+// row offsets pass 2^31 elements and whose unselected rows are NaN, a malformed CSR indptr
+// (memory-safe and clamped as documented), and Supports' refusals; each with a bf16 KV cache and
+// with the FP8 cache. Skipped without a GPU backend or device.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/common/bf16.h"
+#include "kernels/common/dtype.h"
 #include "kernels/sparse_mla/reference.h"
 #include "kernels/sparse_mla/sparse_mla.h"
 #include "tests/harness/harness.h"
@@ -70,13 +71,14 @@ absl::Status RunWithSplits(GpuKernel kernel, const Params& p, int splits) {
       [splits](const Params& h) { return kernels::sparse_mla::SplitWorkspaceBytes(h, splits); });
   // Widen the KV view by the guard rows so the mirror copies them, then narrow it again on the
   // device side (RunOnGpu mirrors whatever span the view has).
+  const int64_t guard_bytes = kKvGuardRows * p.kv.stride(0) * kernels::DTypeSize(p.kv.dtype);
   Params widened = p;
-  widened.kv.data = static_cast<kernels::bf16_t*>(p.kv.data) - kKvGuardRows * p.kv.stride(0);
+  widened.kv.data = static_cast<char*>(p.kv.data) - guard_bytes;
   widened.kv.shape[0] = p.kv.dim(0) + 2 * kKvGuardRows;
   kernels::Impl<Params> narrowed = impl;
-  narrowed.run = [impl](const Params& d, const kernels::ExecContext& ctx) {
+  narrowed.run = [impl, guard_bytes](const Params& d, const kernels::ExecContext& ctx) {
     Params inner = d;
-    inner.kv.data = static_cast<kernels::bf16_t*>(d.kv.data) + kKvGuardRows * d.kv.stride(0);
+    inner.kv.data = static_cast<char*>(d.kv.data) + guard_bytes;
     inner.kv.shape[0] = d.kv.dim(0) - 2 * kKvGuardRows;
     return impl.run(inner, ctx);
   };
@@ -89,15 +91,16 @@ void ExpectReference(SparseMlaCase& c, const Params& p, const Reference& ref,
   if (p.lse.present()) ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, what + " lse");
 }
 
-// (H, d_qk): every split count, including more splits than 64-slot blocks (empty splits write
-// -inf partials that the combine must skip: the workspace starts as 0xff, NaN).
-class SparseMlaGpuSplits : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+// (H, d_qk, KV format): every split count, including more splits than 64-slot blocks (empty
+// splits write -inf partials that the combine must skip: the workspace starts as 0xff, NaN).
+class SparseMlaGpuSplits
+    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, KvFormat>> {};
 
 TEST_P(SparseMlaGpuSplits, EveryCountMatchesReference) {
   if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
   std::mt19937_64 rng = MakeRng();
   SparseMlaSpec spec;
-  std::tie(spec.h, spec.d_qk) = GetParam();
+  std::tie(spec.h, spec.d_qk, spec.kv_format) = GetParam();
   spec.t = 4;
   spec.s = 3000;
   spec.k = 333;  // 6 blocks of 64, the last one partial
@@ -131,29 +134,46 @@ TEST_P(SparseMlaGpuSplits, EveryCountMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, SparseMlaGpuSplits,
-                         ::testing::Values(std::make_tuple(16, 576), std::make_tuple(8, 512),
-                                           std::make_tuple(32, 576), std::make_tuple(64, 512),
-                                           std::make_tuple(128, 576), std::make_tuple(100, 576)),
-                         [](const auto& info) {
-                           return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+constexpr KvFormat kBf16 = KvFormat::kBf16, kFp8 = KvFormat::kFp8;
 
-// A KV pool of 4.1M rows x 576 (4.7 GB, row offsets past 2^31 elements) allocated on the
-// device and filled with NaN; only the selected rows get values. A row address computed in 32
-// bits lands on a NaN row (or outside the pool) and the output shows it.
-TEST(SparseMlaGpu, KvPoolPast2To31Elements) {
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SparseMlaGpuSplits,
+    ::testing::Values(std::make_tuple(16, 576, kBf16), std::make_tuple(8, 512, kBf16),
+                      std::make_tuple(32, 576, kBf16), std::make_tuple(64, 512, kBf16),
+                      std::make_tuple(128, 576, kBf16), std::make_tuple(100, 576, kBf16),
+                      std::make_tuple(8, 576, kFp8), std::make_tuple(16, 576, kFp8),
+                      std::make_tuple(32, 576, kFp8), std::make_tuple(64, 576, kFp8),
+                      std::make_tuple(128, 576, kFp8), std::make_tuple(100, 576, kFp8)),
+    [](const auto& info) {
+      return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
+             std::to_string(std::get<1>(info.param)) + "_" + KvFormatName(std::get<2>(info.param));
+    });
+
+// A KV pool whose row offsets pass 2^31 elements, allocated on the device and filled with NaN
+// (0xff: NaN bf16, NaN e4m3 codes and f32 scales); only the selected rows get values. bf16: 4.1M
+// rows x 576 (4.7 GB); FP8: 3.4M rows x 656 bytes (2.2 GB, 2^31 bytes from row 3'273'604). A row
+// address computed in 32 bits lands on a NaN row (or outside the pool) and the output shows it.
+// Each GPU edge case with either KV cache format.
+class SparseMlaGpuKv : public ::testing::TestWithParam<KvFormat> {};
+
+TEST_P(SparseMlaGpuKv, KvPoolPast2To31Elements) {
   if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
-  constexpr int64_t kDqk = 576, kRows = 4'100'000;
-  constexpr int64_t kPoolBytes = kRows * kDqk * 2;
+  const bool fp8 = GetParam() == KvFormat::kFp8;
+  constexpr int64_t kDqk = 576;
+  const int64_t rows_total = fp8 ? 3'400'000 : 4'100'000;
+  const int64_t row_bytes = fp8 ? kernels::sparse_mla::kFp8RowBytes : kDqk * 2;
+  const int64_t first_high = fp8 ? 3'273'700 : 3'728'000;  // past 2^31 elements
+  const DType kv_dtype = fp8 ? DType::kU8 : DType::kBF16;
+  const int64_t row_elements = fp8 ? row_bytes : kDqk;
   std::mt19937_64 rng = MakeRng();
   const int64_t t = 3, h = 64, k = 200;
 
-  // Host copy of the selected rows only: indices mostly past row 3'728'271 (2^31 / 576).
+  // Host copy of the selected rows only: indices mostly past 2^31 elements.
   HostTensor indices = HostTensor::Dense(DType::kI32, {t, k});
-  std::uniform_int_distribution<int32_t> high(3'728'000, kRows - 1), low(0, 1000);
-  std::vector<std::vector<kernels::bf16_t>> rows;  // row data in slot order
+  std::uniform_int_distribution<int32_t> high(static_cast<int32_t>(first_high),
+                                              static_cast<int32_t>(rows_total - 1)),
+      low(0, 1000);
+  std::vector<std::vector<uint8_t>> rows;  // row bytes in first-use order
   std::vector<int32_t> row_ids;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t i = 0; i < t * k; ++i) {
@@ -161,16 +181,23 @@ TEST(SparseMlaGpu, KvPoolPast2To31Elements) {
     indices.data<int32_t>()[i] = row;
     if (std::find(row_ids.begin(), row_ids.end(), row) != row_ids.end()) continue;
     row_ids.push_back(row);
-    rows.emplace_back(kDqk);
-    for (auto& x : rows.back()) x = kernels::FloatToBf16(normal(rng));
+    rows.emplace_back(row_bytes);
+    if (fp8) {
+      FillFp8Row(rows.back().data(), rng, /*pow2_scales=*/true);
+    } else {
+      for (int64_t d = 0; d < kDqk; ++d) {
+        const kernels::bf16_t b = kernels::FloatToBf16(normal(rng));
+        std::memcpy(rows.back().data() + 2 * d, &b, 2);
+      }
+    }
   }
   DeviceMirror mirror;
   void* pool = nullptr;
-  ASSERT_TRUE(mirror.Allocate(kPoolBytes, &pool).ok()) << "cannot allocate the 4.7 GB pool";
+  ASSERT_TRUE(mirror.Allocate(rows_total * row_bytes, &pool).ok()) << "cannot allocate the pool";
   const auto stream = static_cast<gpu::Stream>(mirror.stream());
   for (size_t i = 0; i < row_ids.size(); ++i) {
-    ASSERT_EQ(gpu::MemcpyH2DAsync(static_cast<char*>(pool) + row_ids[i] * kDqk * 2, rows[i].data(),
-                                  kDqk * 2, stream),
+    ASSERT_EQ(gpu::MemcpyH2DAsync(static_cast<char*>(pool) + row_ids[i] * row_bytes,
+                                  rows[i].data(), row_bytes, stream),
               gpu::kSuccess);
   }
   HostTensor q = HostTensor::Dense(DType::kBF16, {t, h, kDqk});
@@ -180,10 +207,10 @@ TEST(SparseMlaGpu, KvPoolPast2To31Elements) {
 
   // Reference params: a compact host KV of the distinct rows with remapped indices.
   HostTensor compact_kv =
-      HostTensor::Dense(DType::kBF16, {static_cast<int64_t>(row_ids.size()), kDqk});
+      HostTensor::Dense(kv_dtype, {static_cast<int64_t>(row_ids.size()), row_elements});
   HostTensor compact_idx = HostTensor::Dense(DType::kI32, {t, k});
   for (size_t i = 0; i < row_ids.size(); ++i) {
-    std::memcpy(compact_kv.data<kernels::bf16_t>() + i * kDqk, rows[i].data(), kDqk * 2);
+    std::memcpy(compact_kv.raw() + i * row_bytes, rows[i].data(), row_bytes);
   }
   for (int64_t i = 0; i < t * k; ++i) {
     const auto it = std::find(row_ids.begin(), row_ids.end(), indices.data<int32_t>()[i]);
@@ -200,7 +227,7 @@ TEST(SparseMlaGpu, KvPoolPast2To31Elements) {
 
   for (GpuKernel kernel : Kernels()) {
     Params p = ref_params;
-    p.kv = kernels::MakeTensor(pool, DType::kBF16, {kRows, kDqk});
+    p.kv = kernels::MakeTensor(pool, kv_dtype, {rows_total, row_elements});
     p.indices = indices.tensor();
     ASSERT_TRUE(kernels::sparse_mla::Validate(p).ok());
     for (int splits : {1, 3}) {
@@ -212,9 +239,10 @@ TEST(SparseMlaGpu, KvPoolPast2To31Elements) {
       host.kv = kernels::Tensor{};  // absent: not mirrored
       kernels::Impl<Params> impl(
           "forced", GpuBackend(), nullptr,
-          [kernel, splits, pool](const Params& d, const kernels::ExecContext& ctx) {
+          [kernel, splits, pool, kv_dtype, rows_total, row_elements](
+              const Params& d, const kernels::ExecContext& ctx) {
             Params call = d;
-            call.kv = kernels::MakeTensor(pool, DType::kBF16, {kRows, kDqk});
+            call.kv = kernels::MakeTensor(pool, kv_dtype, {rows_total, row_elements});
             const auto s = static_cast<gpu::Stream>(ctx.stream);
 #if defined(ATTND_GPU_CUDA)
             if (kernel == GpuKernel::kMma) {
@@ -242,10 +270,11 @@ TEST(SparseMlaGpu, KvPoolPast2To31Elements) {
 // A malformed CSR indptr (the CPU refuses it with INVALID_ARGUMENT) cannot be checked on the
 // host for device data: the kernels clamp row t to [b, e), b = clamp(indptr[t], 0, nnz),
 // e = clamp(indptr[t+1], b, nnz), and read nothing outside `indices`.
-TEST(SparseMlaGpu, MalformedIndptrIsClampedAndMemorySafe) {
+TEST_P(SparseMlaGpuKv, MalformedIndptrIsClampedAndMemorySafe) {
   if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
   std::mt19937_64 rng = MakeRng();
   SparseMlaSpec spec;
+  spec.kv_format = GetParam();
   spec.t = 5;
   spec.h = 16;
   spec.s = 400;
@@ -291,11 +320,14 @@ TEST(SparseMlaGpu, MalformedIndptrIsClampedAndMemorySafe) {
   std::copy(saved.begin(), saved.end(), ip);
 }
 
-TEST(SparseMlaGpu, SupportsRefusesMisalignedViewsWithAReason) {
+TEST_P(SparseMlaGpuKv, SupportsRefusesMisalignedViewsWithAReason) {
   if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
   std::mt19937_64 rng = MakeRng();
   SparseMlaSpec spec;
-  spec.kv_row_stride = 580;  // not a multiple of 8 elements: rows are not 16-byte aligned
+  spec.kv_format = GetParam();
+  // Rows not 16-byte aligned: bf16 580 elements (not a multiple of 8); FP8 664 bytes (valid:
+  // a multiple of 4, but not of 16).
+  spec.kv_row_stride = spec.kv_format == KvFormat::kFp8 ? 664 : 580;
   SparseMlaCase c(spec, rng);
   const Params p = c.MakeParams(false);
   for (GpuKernel kernel : Kernels()) {
@@ -309,6 +341,9 @@ TEST(SparseMlaGpu, SupportsRefusesMisalignedViewsWithAReason) {
   const absl::Status s = kernels::sparse_mla::Run(p, ctx);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
 }
+
+INSTANTIATE_TEST_SUITE_P(Formats, SparseMlaGpuKv, ::testing::Values(kBf16, kFp8),
+                         [](const auto& info) { return KvFormatName(info.param); });
 
 #else  // no GPU backend in this build
 

@@ -1,5 +1,8 @@
 // Sparse MLA: every implementation against the fp64 reference on fresh random data, one named
-// case per edge case of DESIGN.md §2 / §9 and seed 000.
+// case per edge case of DESIGN.md §2 / §9 and seed 000, each with a bf16 KV cache and with the
+// FP8 cache (params.h; the reference decodes its bytes exactly). FP8 cases use power-of-two
+// scales, as real quantisers write, so every implementation sees exactly the reference's values
+// and the bounds below hold unchanged; Fp8NonPowerOfTwoScales covers any other scale.
 #include "kernels/sparse_mla/sparse_mla.h"
 
 #include <cmath>
@@ -52,11 +55,26 @@ void ExpectBothForms(SparseMlaCase& c) {
   ExpectMatchesReference(c, /*csr=*/true);
 }
 
-TEST(SparseMla, MasksNegativeAndOutOfRangeIndices) {
+// Every edge case runs once per KV cache format.
+class SparseMlaKv : public ::testing::TestWithParam<KvFormat> {
+ protected:
+  SparseMlaSpec Spec() const {
+    SparseMlaSpec spec;
+    spec.kv_format = GetParam();
+    return spec;
+  }
+  bool fp8() const { return GetParam() == KvFormat::kFp8; }
+};
+
+std::string FormatName(const ::testing::TestParamInfo<KvFormat>& info) {
+  return KvFormatName(info.param);
+}
+
+TEST_P(SparseMlaKv, MasksNegativeAndOutOfRangeIndices) {
   // Half the slots are -1, -2, S, S+1 (the NaN guard rows: a read poisons the output) or
   // INT32_MIN / INT32_MAX (a read would leave the allocation).
   std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
+  SparseMlaSpec spec = Spec();
   spec.t = 4;
   spec.s = 300;
   spec.k = 200;
@@ -65,9 +83,9 @@ TEST(SparseMla, MasksNegativeAndOutOfRangeIndices) {
   ExpectBothForms(c);
 }
 
-TEST(SparseMla, RowsWithNoValidIndexGiveZeroOutAndNegInfLse) {
+TEST_P(SparseMlaKv, RowsWithNoValidIndexGiveZeroOutAndNegInfLse) {
   std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
+  SparseMlaSpec spec = Spec();
   spec.t = 5;
   spec.h = 8;
   spec.s = 100;
@@ -96,9 +114,9 @@ TEST(SparseMla, RowsWithNoValidIndexGiveZeroOutAndNegInfLse) {
   }
 }
 
-TEST(SparseMla, EmptyCacheMasksEverySlot) {
+TEST_P(SparseMlaKv, EmptyCacheMasksEverySlot) {
   std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
+  SparseMlaSpec spec = Spec();
   spec.t = 2;
   spec.h = 8;
   spec.s = 0;
@@ -107,9 +125,9 @@ TEST(SparseMla, EmptyCacheMasksEverySlot) {
   ExpectBothForms(c);
 }
 
-TEST(SparseMla, ZeroTokensIsANoOp) {
+TEST_P(SparseMlaKv, ZeroTokensIsANoOp) {
   std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
+  SparseMlaSpec spec = Spec();
   spec.t = 0;
   SparseMlaCase c(spec, rng);
   for (bool csr : {false, true}) {
@@ -120,29 +138,35 @@ TEST(SparseMla, ZeroTokensIsANoOp) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Formats, SparseMlaKv, ::testing::Values(KvFormat::kBf16, KvFormat::kFp8),
+                         FormatName);
+
 // Table widths around the 64-row chunk and the seed's 2051 tail; every slot valid so the
 // number of valid rows is exactly K.
-class SparseMlaWidth : public ::testing::TestWithParam<int64_t> {};
+class SparseMlaWidth : public ::testing::TestWithParam<std::tuple<int64_t, KvFormat>> {};
 
 TEST_P(SparseMlaWidth, MatchesReference) {
   std::mt19937_64 rng = MakeRng();
   SparseMlaSpec spec;
+  std::tie(spec.k, spec.kv_format) = GetParam();
   spec.t = 2;
   spec.s = 4000;
-  spec.k = GetParam();
   spec.masked_fraction = 0.0;
   SparseMlaCase c(spec, rng);
   ExpectBothForms(c);
 }
 
-INSTANTIATE_TEST_SUITE_P(Chunks, SparseMlaWidth, ::testing::Values(1, 63, 64, 65, 2051),
-                         [](const ::testing::TestParamInfo<int64_t>& info) {
-                           return "K" + std::to_string(info.param);
+INSTANTIATE_TEST_SUITE_P(Chunks, SparseMlaWidth,
+                         ::testing::Combine(::testing::Values(1, 63, 64, 65, 2051),
+                                            ::testing::Values(KvFormat::kBf16, KvFormat::kFp8)),
+                         [](const auto& info) {
+                           return "K" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  KvFormatName(std::get<1>(info.param));
                          });
 
-TEST(SparseMla, TailK2051WithMaskedSlots) {
+TEST_P(SparseMlaKv, TailK2051WithMaskedSlots) {
   std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
+  SparseMlaSpec spec = Spec();
   spec.t = 2;
   spec.h = 16;
   spec.d_qk = 512;
@@ -153,9 +177,9 @@ TEST(SparseMla, TailK2051WithMaskedSlots) {
   ExpectBothForms(c);
 }
 
-TEST(SparseMla, CsrAndTableGiveIdenticalBits) {
+TEST_P(SparseMlaKv, CsrAndTableGiveIdenticalBits) {
   std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
+  SparseMlaSpec spec = Spec();
   spec.t = 6;
   spec.h = 16;
   spec.s = 500;
@@ -181,9 +205,9 @@ TEST(SparseMla, CsrAndTableGiveIdenticalBits) {
   ExpectBothForms(c);
 }
 
-TEST(SparseMla, TopkLengthLimitsEachRow) {
+TEST_P(SparseMlaKv, TopkLengthLimitsEachRow) {
   std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
+  SparseMlaSpec spec = Spec();
   spec.t = 8;
   spec.s = 900;
   spec.k = 140;
@@ -193,43 +217,57 @@ TEST(SparseMla, TopkLengthLimitsEachRow) {
   ExpectBothForms(c);
 }
 
-// (H, d_qk, T): the native head counts, odd ones (validated range 1..128), both d_qk; T = 1
-// splits heads across work items.
-class SparseMlaHeads : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+// (H, d_qk, T, KV format): the native head counts, odd ones (validated range 1..128), both
+// d_qk; T = 1 splits heads across work items. FP8 (d_qk 576): decode shapes, T = B × next_n
+// from 1 to 8.
+class SparseMlaHeads
+    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t, KvFormat>> {};
 
 TEST_P(SparseMlaHeads, MatchesReference) {
   std::mt19937_64 rng = MakeRng();
   SparseMlaSpec spec;
-  std::tie(spec.h, spec.d_qk, spec.t) = GetParam();
+  std::tie(spec.h, spec.d_qk, spec.t, spec.kv_format) = GetParam();
   spec.s = 1000;
   spec.k = spec.h >= 64 ? 90 : 150;
   SparseMlaCase c(spec, rng);
   ExpectBothForms(c);
 }
 
+constexpr KvFormat kBf16 = KvFormat::kBf16, kFp8 = KvFormat::kFp8;
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SparseMlaHeads,
-    ::testing::Values(std::make_tuple(8, 512, 3), std::make_tuple(8, 576, 3),
-                      std::make_tuple(16, 512, 3), std::make_tuple(16, 576, 3),
-                      std::make_tuple(32, 576, 2), std::make_tuple(64, 512, 2),
-                      std::make_tuple(64, 576, 2), std::make_tuple(128, 512, 2),
-                      std::make_tuple(128, 576, 2), std::make_tuple(128, 576, 1),
-                      std::make_tuple(16, 576, 1), std::make_tuple(1, 576, 2),
-                      std::make_tuple(5, 512, 1), std::make_tuple(100, 576, 1)),
+    ::testing::Values(
+        std::make_tuple(8, 512, 3, kBf16), std::make_tuple(8, 576, 3, kBf16),
+        std::make_tuple(16, 512, 3, kBf16), std::make_tuple(16, 576, 3, kBf16),
+        std::make_tuple(32, 576, 2, kBf16), std::make_tuple(64, 512, 2, kBf16),
+        std::make_tuple(64, 576, 2, kBf16), std::make_tuple(128, 512, 2, kBf16),
+        std::make_tuple(128, 576, 2, kBf16), std::make_tuple(128, 576, 1, kBf16),
+        std::make_tuple(16, 576, 1, kBf16), std::make_tuple(1, 576, 2, kBf16),
+        std::make_tuple(5, 512, 1, kBf16), std::make_tuple(100, 576, 1, kBf16),
+        std::make_tuple(8, 576, 3, kFp8), std::make_tuple(16, 576, 1, kFp8),
+        std::make_tuple(16, 576, 8, kFp8), std::make_tuple(32, 576, 2, kFp8),
+        std::make_tuple(64, 576, 1, kFp8), std::make_tuple(64, 576, 4, kFp8),
+        std::make_tuple(128, 576, 1, kFp8), std::make_tuple(128, 576, 2, kFp8),
+        std::make_tuple(128, 576, 8, kFp8), std::make_tuple(1, 576, 2, kFp8),
+        std::make_tuple(100, 576, 1, kFp8)),
     [](const auto& info) {
       return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
              std::to_string(std::get<1>(info.param)) + "_T" +
-             std::to_string(std::get<2>(info.param));
+             std::to_string(std::get<2>(info.param)) + "_" +
+             KvFormatName(std::get<3>(info.param));
     });
 
-TEST(SparseMla, StridedKvAndQ) {
+TEST_P(SparseMlaKv, StridedKvAndQ) {
   for (int64_t d_qk : {512, 576}) {
+    if (fp8() && d_qk != 576) continue;  // the FP8 cache serves d_qk 576 only
     SCOPED_TRACE("d_qk " + std::to_string(d_qk));
     std::mt19937_64 rng = MakeRng();
-    SparseMlaSpec spec;
+    SparseMlaSpec spec = Spec();
     spec.d_qk = d_qk;
     spec.t = 3;
-    spec.kv_row_stride = 656;  // a cache row with other data after the latent vector
+    // A cache row with other data after the latent vector (elements; FP8: bytes, 16-aligned).
+    spec.kv_row_stride = fp8() ? 720 : 656;
     spec.q_pad = 40;           // q heads padded (dim 1 stride d_qk + 40)
     spec.indices_row_pad = 5;  // table rows padded; the padding holds junk
     SparseMlaCase c(spec, rng);
@@ -237,9 +275,9 @@ TEST(SparseMla, StridedKvAndQ) {
   }
 }
 
-TEST(SparseMla, DuplicateIndicesCountTwice) {
+TEST_P(SparseMlaKv, DuplicateIndicesCountTwice) {
   std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
+  SparseMlaSpec spec = Spec();
   spec.t = 1;
   spec.s = 50;
   spec.k = 2;
@@ -278,9 +316,9 @@ TEST(SparseMla, DuplicateIndicesCountTwice) {
   ExpectBothForms(mixed);
 }
 
-TEST(SparseMla, LseOptionalAbsent) {
+TEST_P(SparseMlaKv, LseOptionalAbsent) {
   std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
+  SparseMlaSpec spec = Spec();
   spec.with_lse = false;
   std::mt19937_64 rng_copy = rng;
   SparseMlaCase without(spec, rng);
@@ -302,6 +340,53 @@ TEST(SparseMla, LseOptionalAbsent) {
                                          out_without[impl].size()))
                     << impl;
               });
+}
+
+// FP8 scales that are not powers of two. The CPU implementation dequantises in f32 (relative
+// 2^-24) and meets the bounds above against the exact reference. The GPU kernels round each
+// e4m3 × scale to bf16 once in shared memory (fp8_kv.cuh): they meet the same bounds against the
+// fp64 reference of those bf16 values, and kFp8Rounded*Tol against the exact one. Derivation:
+// each K and V value moves by at most u = 2^-8 relative, so a score (sm_scale·q·k, O(1) here)
+// moves by ~(1/24)·(u/√3)·√(Σ q²k²) ≈ 1e-3 rms (lse likewise; 1e-2 is > 5 sigma over these rows)
+// and out by ~u/√3 ≈ 2.3e-3 relative rms from V plus the bf16 output rounding (2^-9 rms):
+// ‖err‖/‖ref‖ ≤ 1e-2, and |err| ≤ 2e-2 + 2e-2·|ref| per element; lse ‖err‖/‖ref‖ ≤ 2e-3. A
+// wrong tile or scale shows as errors of order 1.
+constexpr Tolerance kFp8RoundedOutTol{1e-2, 2e-2, 2e-2};
+constexpr Tolerance kFp8RoundedLseTol{2e-3, 1e-2, 0.0};
+
+TEST(SparseMlaFp8, NonPowerOfTwoScales) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.kv_format = KvFormat::kFp8;
+  spec.pow2_scales = false;
+  spec.t = 4;
+  spec.h = 64;
+  spec.s = 3000;
+  spec.k = 300;
+  spec.masked_fraction = 0.1;
+  SparseMlaCase c(spec, rng);
+  for (bool csr : {false, true}) {
+    const Params p = c.MakeParams(csr);
+    const Reference exact = ComputeReference(p);
+    HostTensor rounded_kv = Fp8KvAsBf16(p.kv);
+    Params rounded_p = p;
+    rounded_p.kv = rounded_kv.tensor();
+    const Reference rounded = ComputeReference(rounded_p);
+    const std::string form = csr ? " csr" : " table";
+    const int runs = RunEachImpl(Implementations(), p, c.Outputs(), [&](const std::string& impl) {
+      const std::vector<double> out = ToDoubles(c.out()), lse = ToDoubles(c.lse());
+      if (impl == "cpu") {
+        ExpectClose(out, exact.out, kOutTol, impl + form + " out");
+        ExpectClose(lse, exact.lse, kLseTol, impl + form + " lse");
+        return;
+      }
+      ExpectClose(out, rounded.out, kOutTol, impl + form + " out vs bf16-rounded kv");
+      ExpectClose(lse, rounded.lse, kLseTol, impl + form + " lse vs bf16-rounded kv");
+      ExpectClose(out, exact.out, kFp8RoundedOutTol, impl + form + " out vs exact kv");
+      ExpectClose(lse, exact.lse, kFp8RoundedLseTol, impl + form + " lse vs exact kv");
+    });
+    EXPECT_GE(runs, 1);
+  }
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ using kernels::sparse_mla::Validate;
 
 struct Mutation {
   const char* what;
-  bool csr;  // start from the CSR form instead of the table form
+  bool csr;  // start from the CSR form instead of the table form (FP8 table: the FP8 cache)
   std::function<void(Params&)> apply;
   const char* tensor;  // the message must start with "<tensor>:"
 };
@@ -90,17 +90,31 @@ const std::vector<Mutation>& Mutations() {
   return *rows;
 }
 
-TEST(SparseMlaValidate, RejectsEachMalformedInput) {
-  std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
-  spec.t = 3;
-  spec.with_topk_length = true;
-  SparseMlaCase c(spec, rng);
-  for (bool csr : {false, true}) {
-    const Params good = c.MakeParams(csr);
-    ASSERT_TRUE(Validate(good).ok()) << Validate(good);
-  }
-  for (const Mutation& m : Mutations()) {
+// Applied to a valid call with the FP8 cache (u8 [S, 656], row stride 672 bytes).
+const std::vector<Mutation>& Fp8Mutations() {
+  static const auto* rows = new std::vector<Mutation>{
+      {"fp8 kv width 655", false, [](Params& p) { p.kv.shape[1] = 655; }, "kv"},
+      {"fp8 kv width 576", false, [](Params& p) { p.kv.shape[1] = 576; }, "kv"},
+      {"fp8 kv with d_qk 512", false,
+       [](Params& p) { p.q.shape[2] = 512; }, "kv"},
+      {"fp8 kv row stride 658 (not a multiple of 4)", false,
+       [](Params& p) { p.kv.strides[0] = 658; }, "kv"},
+      {"fp8 kv row stride 650 (below 656)", false, [](Params& p) { p.kv.strides[0] = 650; },
+       "kv"},
+      {"fp8 kv base not 4-byte aligned", false,
+       [](Params& p) { p.kv.data = static_cast<char*>(p.kv.data) + 2; }, "kv"},
+      {"fp8 kv rank 3", false, [](Params& p) { p.kv.rank = 3; }, "kv"},
+      {"fp8 kv last dim strided", false, [](Params& p) { p.kv.strides[1] = 2; }, "kv"},
+      {"fp8 kv null data", false, [](Params& p) { p.kv.data = nullptr; }, "kv"},
+      {"kv dtype fp8_e4m3 with 656-byte rows", false,
+       [](Params& p) { p.kv.dtype = DType::kFp8E4M3; }, "kv"},
+      {"kv dtype i32", false, [](Params& p) { p.kv.dtype = DType::kI32; }, "kv"},
+  };
+  return *rows;
+}
+
+void ExpectEachRejected(SparseMlaCase& c, const std::vector<Mutation>& mutations) {
+  for (const Mutation& m : mutations) {
     Params p = c.MakeParams(m.csr);
     m.apply(p);
     const absl::Status s = Validate(p);
@@ -112,6 +126,38 @@ TEST(SparseMlaValidate, RejectsEachMalformedInput) {
     EXPECT_EQ(kernels::sparse_mla::Run(p, ctx).code(), absl::StatusCode::kInvalidArgument)
         << m.what;
   }
+}
+
+TEST(SparseMlaValidate, RejectsEachMalformedInput) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 3;
+  spec.with_topk_length = true;
+  SparseMlaCase c(spec, rng);
+  for (bool csr : {false, true}) {
+    const Params good = c.MakeParams(csr);
+    ASSERT_TRUE(Validate(good).ok()) << Validate(good);
+  }
+  ExpectEachRejected(c, Mutations());
+}
+
+TEST(SparseMlaValidate, RejectsEachMalformedFp8Cache) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 3;
+  spec.kv_format = KvFormat::kFp8;
+  spec.kv_row_stride = 672;
+  SparseMlaCase c(spec, rng);
+  for (bool csr : {false, true}) {
+    const Params good = c.MakeParams(csr);
+    ASSERT_TRUE(Validate(good).ok()) << Validate(good);
+  }
+  // Any row stride >= 656 that is a multiple of 4 is valid (GPU kernels want 16: Supports).
+  Params wide = c.MakeParams(false);
+  wide.kv.strides[0] = 660;
+  wide.kv.shape[0] = 10;
+  EXPECT_TRUE(Validate(wide).ok()) << Validate(wide);
+  ExpectEachRejected(c, Fp8Mutations());
 }
 
 TEST(SparseMlaValidate, MessagesNameDimAndBothValues) {
@@ -126,6 +172,25 @@ TEST(SparseMlaValidate, MessagesNameDimAndBothValues) {
   p = c.MakeParams(false);
   p.out.shape[2] = 576;
   EXPECT_EQ(Validate(p).message(), "out: dim 2 is 576, want 512");
+  p = c.MakeParams(false);
+  p.kv.dtype = DType::kF32;
+  EXPECT_EQ(Validate(p).message(),
+            "kv: dtype is f32, want bf16 [S, d_qk] or u8 [S, 656] (the FP8 cache)");
+
+  SparseMlaSpec spec;
+  spec.kv_format = KvFormat::kFp8;
+  SparseMlaCase f(spec, rng);
+  p = f.MakeParams(false);
+  p.kv.shape[1] = 640;
+  EXPECT_EQ(Validate(p).message(), "kv: dim 1 is 640, want 656");
+  p = f.MakeParams(false);
+  p.kv.strides[0] = 662;
+  EXPECT_EQ(Validate(p).message(),
+            "kv: stride of dim 0 is 662 bytes, want a multiple of 4 (FP8 rows hold f32 scales)");
+  p = f.MakeParams(false);
+  p.q.shape[2] = 512;
+  EXPECT_EQ(Validate(p).message(),
+            "kv: the FP8 cache (u8 [S, 656]) needs d_qk 576, q dim 2 is 512");
 }
 
 // indptr is data: Validate cannot see it; the CPU implementation refuses before writing.
@@ -190,6 +255,15 @@ TEST(SparseMlaCount, FollowsSeedFormula) {
   p = c2.MakeParams(false);
   EXPECT_EQ(kernels::sparse_mla::CountValidSelections(p), 3);
   EXPECT_DOUBLE_EQ(kernels::sparse_mla::Count(p).bytes, base - 2 * d + 4 * slots + 4 * t);
+  // The FP8 cache: 656 logical bytes per gathered row; the same FLOPs.
+  spec.kv_format = KvFormat::kFp8;
+  SparseMlaCase c3(spec, rng, {{0, -1, 10}, {5, 5, 9}}, {});
+  p = c3.MakeParams(false);
+  EXPECT_DOUBLE_EQ(kernels::sparse_mla::Count(p).flops, 2 * h * (d + 512) * e);
+  EXPECT_DOUBLE_EQ(kernels::sparse_mla::Count(p).bytes,
+                   base - 2 * d * e + 656 * e + 4 * slots);
+  EXPECT_DOUBLE_EQ(kernels::sparse_mla::CountSlots(p).bytes,
+                   base - 2 * d * e + 656 * slots + 4 * slots);
 }
 
 }  // namespace

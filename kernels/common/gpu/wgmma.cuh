@@ -1,0 +1,402 @@
+// Hopper (sm_90a) PTX layer for warpgroup kernels, CUDA-only: shared-memory matrix descriptors
+// (128-byte swizzle, K-major and MN-major), bf16 wgmma m64nNk16 (N = 64, 128, 256; A from shared
+// memory or registers) with f32 accumulators, wgmma fence / commit / wait and accumulator fences,
+// mbarriers, 16-byte cp.async with zero fill and mbarrier completion, named barriers,
+// setmaxnreg and the generic -> async proxy fence. Everything that needs sm_90a compiles only
+// where ATTND_SM90A is 1 (the build also embeds compute_80 PTX, whose kernels must trap there).
+//   const uint64_t da = SmemDescKMajor(q_tile), db = SmemDescKMajor(k_tile);
+//   WgmmaFence();  Wgmma<64, WgmmaA::kSmem>::Run<false>(s, da, db, /*accumulate=*/false);
+//   WgmmaCommit();  WgmmaWait<0>();  FenceAccumulators(s);
+#pragma once
+
+#if !defined(ATTND_GPU_CUDA)
+#error "kernels/common/gpu/wgmma.cuh is CUDA-only"
+#endif
+
+#include <stdint.h>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTND_SM90A 1
+#else
+#define ATTND_SM90A 0
+#endif
+
+namespace attnd::gpu::wgmma {
+
+// ---- Shared-memory matrix descriptors (128-byte swizzle) ----
+// A tile is stored as 64-column (bf16) slabs; slab rows are 128 bytes and 8 rows form a 1024-byte
+// swizzle atom (atoms 1024-byte aligned) in which 16-byte chunk c of row r sits at chunk
+// c ^ (r % 8). SwizzledOffset gives that byte offset inside one slab.
+inline constexpr uint32_t kSwizzleRowBytes = 128;
+inline constexpr uint32_t kSwizzleAtomBytes = 1024;
+
+__host__ __device__ constexpr uint32_t SwizzledOffset(uint32_t row, uint32_t chunk) {
+  return row * kSwizzleRowBytes + (((chunk ^ row) & 7u) << 4);
+}
+
+// Descriptor fields: bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride
+// byte offset >> 4, 49-51 base offset (0: atoms 1024-byte aligned), 62-63 swizzle (1: 128 B).
+__host__ __device__ constexpr uint64_t SmemDesc(uint32_t smem_addr, uint32_t lbo_bytes,
+                                                uint32_t sbo_bytes) {
+  return static_cast<uint64_t>((smem_addr & 0x3ffffu) >> 4) |
+         (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3fffu) << 16) |
+         (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3fffu) << 32) | (uint64_t{1} << 62);
+}
+
+// K-major operand (A M x 16 or B N x 16, K contiguous): rows of one slab, 8-row groups 1024 B
+// apart (stride byte offset); the leading byte offset is unused with 128-byte swizzle. The k16
+// step j (j < 4) of a slab starts 32·j bytes in; slab s starts s·(rows·128) bytes in.
+__host__ __device__ constexpr uint64_t SmemDescKMajor(uint32_t smem_addr) {
+  return SmemDesc(smem_addr, 16, kSwizzleAtomBytes);
+}
+
+// MN-major operand (B 16 x N with N contiguous, read with imm-trans-b = 1): K rows of 128 bytes
+// (64 N-elements), 8-row K groups 1024 B apart (stride byte offset), consecutive 64-element N
+// blocks `mn_block_bytes` apart (leading byte offset: the slab size). The k16 step j starts
+// 2048·j bytes in (two 8-row groups).
+__host__ __device__ constexpr uint64_t SmemDescMnMajor(uint32_t smem_addr,
+                                                       uint32_t mn_block_bytes) {
+  return SmemDesc(smem_addr, mn_block_bytes, kSwizzleAtomBytes);
+}
+
+// A descriptor advanced by `bytes` (a multiple of 16; the address field cannot overflow below
+// 256 KiB of shared memory).
+__host__ __device__ constexpr uint64_t DescAdvance(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
+
+#if ATTND_SM90A
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- wgmma ----
+// Orders this warpgroup's earlier register accesses (accumulators, A fragments) before the
+// wgmma.mma_async that follow: needed before the first MMA of a batch.
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits until at most kPending of this warpgroup's committed groups are in flight (groups
+// complete in commit order).
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  static_assert(kPending >= 0 && kPending <= 7, "wgmma.wait_group takes 0..7");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of these registers across the surrounding
+// wgmma issue / wait (an empty asm that "modifies" each one).
+template <int kN>
+__device__ __forceinline__ void FenceAccumulators(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int kN>
+__device__ __forceinline__ void FenceRegisters(uint32_t (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// D (64 x N f32, accumulate ? D + A·B : A·B) with A 64 x 16 bf16 and B 16 x N bf16.
+// Accumulator layout (thread t of the warpgroup, warp w = t / 32, lane l): d[4j + 0..1] hold
+// row 16w + l/4, columns 8j + 2(l%4) + 0..1; d[4j + 2..3] the same columns of row + 8.
+// A in registers (kRegs) uses the mma.sync m16n8k16 A fragment of the warp's 16 rows:
+// a[0] = (row l/4, k 2(l%4) + 0..1), a[1] = row + 8, a[2] = k + 8, a[3] = row + 8 and k + 8 —
+// exactly an accumulator's d[8i .. 8i+7] packed pairwise to bf16x2 for k-step i.
+// B from a descriptor: K-major (kTransB false) or MN-major (kTransB true).
+enum class WgmmaA { kSmem, kRegs };
+template <int kN, WgmmaA kA>
+struct Wgmma;
+
+// Generated (one specialisation per N and A source): bf16 x bf16 -> f32, scale-d from
+// `accumulate`, imm-scale-a/b 1, imm-trans-a 0 (A K-major), imm-trans-b kTransB.
+template <>
+struct Wgmma<64, WgmmaA::kSmem> {
+  template <bool kTransB>
+  static __device__ __forceinline__ void Run(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                             bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, %35;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)),
+          "n"(kTransB ? 1 : 0));
+  }
+};
+
+template <>
+struct Wgmma<64, WgmmaA::kRegs> {
+  template <bool kTransB>
+  static __device__ __forceinline__ void Run(float (&d)[32], const uint32_t (&a)[4],
+                                             uint64_t desc_b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),
+          "r"(static_cast<int>(accumulate)),
+          "n"(kTransB ? 1 : 0));
+  }
+};
+
+template <>
+struct Wgmma<128, WgmmaA::kSmem> {
+  template <bool kTransB>
+  static __device__ __forceinline__ void Run(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                             bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)),
+          "n"(kTransB ? 1 : 0));
+  }
+};
+
+template <>
+struct Wgmma<128, WgmmaA::kRegs> {
+  template <bool kTransB>
+  static __device__ __forceinline__ void Run(float (&d)[64], const uint32_t (&a)[4],
+                                             uint64_t desc_b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),
+          "r"(static_cast<int>(accumulate)),
+          "n"(kTransB ? 1 : 0));
+  }
+};
+
+template <>
+struct Wgmma<256, WgmmaA::kSmem> {
+  template <bool kTransB>
+  static __device__ __forceinline__ void Run(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                             bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+        "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, %131;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+          "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+          "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+          "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+          "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)),
+          "n"(kTransB ? 1 : 0));
+  }
+};
+
+template <>
+struct Wgmma<256, WgmmaA::kRegs> {
+  template <bool kTransB>
+  static __device__ __forceinline__ void Run(float (&d)[128], const uint32_t (&a)[4],
+                                             uint64_t desc_b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+        "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127}, "
+        "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+          "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+          "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+          "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+          "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),
+          "r"(static_cast<int>(accumulate)),
+          "n"(kTransB ? 1 : 0));
+  }
+};
+// ---- Proxy fence ----
+// Makes this thread's generic-proxy shared-memory accesses (ordinary stores, or data it has
+// acquired through a barrier, cp.async fills included) visible to later async-proxy accesses
+// (wgmma operands, bulk copies), and vice versa.
+__device__ __forceinline__ void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- mbarrier (64-bit, in shared memory) ----
+__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes barrier initialisation visible before other threads (and the async proxy) use them.
+__device__ __forceinline__ void FenceMbarInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Arrive (release semantics: this thread's earlier memory accesses are visible to a thread whose
+// wait observes the phase completion).
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrive and add `bytes` to the transaction count of the current phase (< 2^20).
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Whether the phase with parity `parity` has completed (acquire semantics when true).
+__device__ __forceinline__ bool MbarTryWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Blocks until the phase with parity `parity` has completed. Phase k of a barrier has parity
+// k % 2; a waiter for phase k must not fall two phases behind.
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  while (!MbarTryWait(bar, parity)) {
+  }
+}
+
+// ---- cp.async (16 bytes, L2 only) ----
+// Copies 16 bytes global -> shared; `src_bytes` 16 or 0 (0: writes 16 zero bytes, reads
+// nothing; the address must still be a valid generic address).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+// One arrival on `bar` once all of this thread's earlier cp.async have completed. noinc: the
+// arrival is one of the barrier's initial expected count (init with one per such thread).
+__device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// ---- Named barriers (ids 1..15; 0 is __syncthreads) ----
+// `threads` counts every thread that arrives or syncs on the barrier (a multiple of 32).
+__device__ __forceinline__ void NamedBarSync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void NamedBarArrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- Register reallocation (whole warpgroup; kernel needs __launch_bounds__(threads, 1)) ----
+template <int kRegs>
+__device__ __forceinline__ void SetMaxRegsInc() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "8k in [24, 256]");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void SetMaxRegsDec() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "8k in [24, 256]");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+#endif  // ATTND_SM90A
+
+}  // namespace attnd::gpu::wgmma

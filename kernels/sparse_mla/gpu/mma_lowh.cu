@@ -1,0 +1,113 @@
+// Launcher, Supports and split plan of the low-head sparse MLA kernel (mma_lowh.cuh): picks the
+// instance (head slots from H, d_qk), launches it with `splits` splits, then the combine when
+// splits > 1.
+#if defined(ATTND_GPU_CUDA)  // CUDA-only (mma.sync); compiles to nothing for HIP
+#include <algorithm>
+#include <string>
+
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/sparse_mla/gpu/launch.h"
+#include "kernels/sparse_mla/gpu/mma_lowh.cuh"
+#include "kernels/sparse_mla/gpu/plan.h"
+
+namespace attnd::kernels::sparse_mla {
+
+ATTND_SPARSE_MLA_LOWH_INSTANCE(extern, 8, 512)
+ATTND_SPARSE_MLA_LOWH_INSTANCE(extern, 16, 512)
+ATTND_SPARSE_MLA_LOWH_INSTANCE(extern, 32, 512)
+ATTND_SPARSE_MLA_LOWH_INSTANCE(extern, 8, 576)
+ATTND_SPARSE_MLA_LOWH_INSTANCE(extern, 16, 576)
+ATTND_SPARSE_MLA_LOWH_INSTANCE(extern, 32, 576)
+
+namespace {
+
+constexpr int64_t kLowhMaxHeads = 32;
+constexpr int kLowhRows = 64;  // stacked (token, head) rows per CTA
+
+// Head slots per token: H rounded up to 8, 16 or 32.
+int SlotsFor(int64_t heads) { return heads <= 8 ? 8 : heads <= 16 ? 16 : 32; }
+
+template <int kDqk>
+gpu::Error LaunchFor(const KernelArgs& a, gpu::Stream stream) {
+  switch (SlotsFor(a.heads)) {
+    case 8: return LaunchLowhInstance<8, kDqk>(a, stream);
+    case 16: return LaunchLowhInstance<16, kDqk>(a, stream);
+    default: return LaunchLowhInstance<32, kDqk>(a, stream);
+  }
+}
+
+template <int kDqk>
+KernelShape ShapeFor(int64_t heads) {
+  switch (SlotsFor(heads)) {
+    case 8: return LowhInstanceShape<8, kDqk>();
+    case 16: return LowhInstanceShape<16, kDqk>();
+    default: return LowhInstanceShape<32, kDqk>();
+  }
+}
+
+KernelShape LowhShape(const Params& p) {
+  return p.q.dim(2) == 576 ? ShapeFor<576>(p.q.dim(1)) : ShapeFor<512>(p.q.dim(1));
+}
+
+bool Refuse(std::string* why, const std::string& reason) {
+  if (why != nullptr) *why = reason;
+  return false;
+}
+
+}  // namespace
+
+bool MmaLowhSupports(const Params& p, std::string* why) {
+  gpu::DeviceFacts d;
+  if (!gpu::CurrentDeviceFacts(&d)) return Refuse(why, "no GPU device");
+  if (d.cc_major < 8) {
+    return Refuse(why, "needs compute capability >= 8.0 (bf16 mma.sync), device has " +
+                           std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor));
+  }
+  if (p.kv_is_fp8()) return Refuse(why, "kv: the low-head kernel reads a bf16 cache only");
+  if (p.q.dim(1) > kLowhMaxHeads) {
+    return Refuse(why, "q: dim 1 is " + std::to_string(p.q.dim(1)) +
+                           ", the low-head kernel takes at most 32 heads");
+  }
+  const KernelShape shape = LowhShape(p);
+  if (shape.smem_bytes > d.smem_optin) {
+    return Refuse(why, "needs " + std::to_string(shape.smem_bytes) +
+                           " bytes of shared memory per block, device has " +
+                           std::to_string(d.smem_optin));
+  }
+  if (shape.ctas_per_sm < 1) return Refuse(why, "the kernel cannot be resident on this device");
+  return true;
+}
+
+// GpuSplits' heuristic (launch.h) with work items = CTAs = ceil(T / tokens per CTA).
+int MmaLowhSplits(const Params& p) {
+  const int64_t tokens = p.q.dim(0);
+  if (tokens == 0) return 1;
+  gpu::DeviceFacts d;
+  if (!gpu::CurrentDeviceFacts(&d)) return 1;
+  const KernelShape shape = LowhShape(p);
+  const int64_t per_cta = kLowhRows / SlotsFor(p.q.dim(1));
+  const int64_t items = (tokens + per_cta - 1) / per_cta;
+  const int64_t slots = static_cast<int64_t>(d.sm_count) * std::max(shape.ctas_per_sm, 1);
+  const int64_t width = p.is_csr() ? p.indices.dim(0) : p.indices.dim(1);
+  const int64_t blocks = (width + kSplitAlign - 1) / kSplitAlign;
+  const int max_splits = static_cast<int>(std::clamp<int64_t>(blocks / 2, 1, kMaxSplits));
+  for (int s = 1; s < max_splits; ++s) {
+    const int64_t ctas = items * s;
+    const int64_t waves = (ctas + slots - 1) / slots;
+    if (4 * ctas >= 3 * slots * waves) return s;
+  }
+  return max_splits;
+}
+
+gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace,
+                                  gpu::Stream stream) {
+  if (p.q.dim(0) == 0) return gpu::kSuccess;
+  const KernelArgs a = MakeKernelArgs(p, splits, workspace);
+  const gpu::Error e = p.q.dim(2) == 576 ? LaunchFor<576>(a, stream) : LaunchFor<512>(a, stream);
+  if (e != gpu::kSuccess || splits == 1) return e;
+  return LaunchSparseMlaCombine(p, splits, workspace, stream);
+}
+
+}  // namespace attnd::kernels::sparse_mla
+
+#endif  // defined(ATTND_GPU_CUDA)

@@ -1,0 +1,13 @@
+// Instances of the low-head sparse MLA kernel for d_qk = 576 (8, 16 and 32 head slots).
+#if defined(ATTND_GPU_CUDA)  // CUDA-only (mma.sync); compiles to nothing for HIP
+#include "kernels/sparse_mla/gpu/mma_lowh.cuh"
+
+namespace attnd::kernels::sparse_mla {
+
+ATTND_SPARSE_MLA_LOWH_INSTANCE(, 8, 576)
+ATTND_SPARSE_MLA_LOWH_INSTANCE(, 16, 576)
+ATTND_SPARSE_MLA_LOWH_INSTANCE(, 32, 576)
+
+}  // namespace attnd::kernels::sparse_mla
+
+#endif  // defined(ATTND_GPU_CUDA)

@@ -1,0 +1,69 @@
+// Launcher of the Hopper sparse MLA kernel: picks the instance (d_qk, or the FP8 cache), launches
+// it with `splits` splits, then the combine when splits > 1.
+#if defined(ATTND_GPU_CUDA)  // CUDA-only (sm_90a wgmma); compiles to nothing for HIP
+#include <stdint.h>
+
+#include <string>
+
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/sparse_mla/gpu/launch.h"
+#include "kernels/sparse_mla/gpu/wgmma.cuh"
+
+namespace attnd::kernels::sparse_mla {
+
+ATTND_SPARSE_MLA_WGMMA_INSTANCE(extern, 512)
+ATTND_SPARSE_MLA_WGMMA_INSTANCE(extern, 576)
+ATTND_SPARSE_MLA_WGMMA_FP8_INSTANCE(extern)
+
+KernelShape WgmmaShape(const Params& p) {
+  if (p.kv_is_fp8()) return WgmmaInstanceShape<576, true>();
+  return p.q.dim(2) == 576 ? WgmmaInstanceShape<576>() : WgmmaInstanceShape<512>();
+}
+
+bool WgmmaSupports(const Params& p, std::string* why) {
+  auto refuse = [why](const std::string& reason) {
+    if (why != nullptr) *why = reason;
+    return false;
+  };
+  gpu::DeviceFacts d;
+  if (!gpu::CurrentDeviceFacts(&d)) return refuse("no GPU device");
+  if (d.cc_major != 9 || d.cc_minor != 0) {
+    return refuse("needs compute capability 9.0 (sm_90a wgmma), device has " +
+                  std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor));
+  }
+  if (p.kv_is_fp8() && p.q.dim(2) != kFp8DimQk) {  // Validate refuses it too
+    return refuse("q: dim 2 is " + std::to_string(p.q.dim(2)) + ", the FP8 cache needs " +
+                  std::to_string(kFp8DimQk));
+  }
+  const int64_t heads = p.q.dim(1);
+  if (heads % 64 != 0) {
+    return refuse("q: dim 1 is " + std::to_string(heads) + ", want a multiple of 64 (heads)");
+  }
+  if (p.q.dim(0) * (heads / 64) > INT32_MAX) {
+    return refuse("T x head blocks is " + std::to_string(p.q.dim(0) * (heads / 64)) +
+                  ", want < 2^31");
+  }
+  const KernelShape shape = WgmmaShape(p);
+  if (shape.smem_bytes > d.smem_optin) {
+    return refuse("needs " + std::to_string(shape.smem_bytes) +
+                  " bytes of shared memory per block, device has " +
+                  std::to_string(d.smem_optin));
+  }
+  if (shape.ctas_per_sm < 1) return refuse("the kernel cannot be resident on this device");
+  return true;
+}
+
+gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace,
+                                gpu::Stream stream) {
+  if (p.q.dim(0) == 0) return gpu::kSuccess;
+  const KernelArgs a = MakeKernelArgs(p, splits, workspace);
+  const gpu::Error e = p.kv_is_fp8()        ? LaunchWgmmaInstance<576, true, true>(a, stream)
+                       : p.q.dim(2) == 576 ? LaunchWgmmaInstance<576>(a, stream)
+                                           : LaunchWgmmaInstance<512>(a, stream);
+  if (e != gpu::kSuccess || splits == 1) return e;
+  return LaunchSparseMlaCombine(p, splits, workspace, stream);
+}
+
+}  // namespace attnd::kernels::sparse_mla
+
+#endif  // defined(ATTND_GPU_CUDA)

@@ -1,0 +1,638 @@
+// The Hopper sparse MLA kernel (CUDA sm_90a: warpgroup MMA, mbarriers, setmaxnreg). A CTA of
+// three warpgroups takes one token, 64 heads and one split of the token's slots, in blocks of
+// 64 KV rows through two shared-memory stages:
+//   WG2 (producer)  gathers each block's rows with 16-byte cp.async straight into the 128-byte
+//                   swizzled layout (a masked row is stored as zeros, never read), writes the
+//                   block's validity bits, and completes the stage's "full" mbarrier;
+//                   it waits on the stage's "empty" mbarrier before refilling it.
+//                   kFp8 (the FP8 cache, d_qk 576): a warp per row, lane c loads code chunk c
+//                   (16 e4m3, 16-byte ld.global.nc), its tile's scale and 4 bytes of the bf16
+//                   rope; kFp8RoundRows rows' loads are in flight before any is used; e4m3 ×
+//                   scale to bf16 (e4m3 bits decoded with integer ops, one f32 multiply, one
+//                   rounding to bf16: bit for bit fp8_kv.cuh's result, exact for power-of-two
+//                   scales) and st.shared into the same swizzled stage; then
+//                   fence.proxy.async and a plain mbarrier arrive per producer thread.
+//   WG0 (softmax)   S = Q·Kᵀ (m64n64k16, A = Q and B = K from shared memory), masks invalid
+//                   slots to -inf, online softmax in log2 units (exp2 with sm_scale·log2e folded,
+//                   running max from -1e30), P = hi + lo in bf16 (|P - hi - lo| <= 2^-16·P,
+//                   so O keeps f32-path accuracy), then O[:, 0:256] += P·V (m64n256k16, A = P
+//                   from registers, B = V read N-major from the same rows). P and the per-row
+//                   rescale factor go to shared memory for WG1.
+//   WG1 (P·V right) O[:, 256:512] = alpha·O + P·V (m64n256k16, A = P from shared memory).
+// WG0 issues P·V_L of block b-1 before Q·Kᵀ of block b and releases b-1's stage as soon as it
+// completes, so the gather of b+1 overlaps Q·Kᵀ, softmax and P·V of b. Epilogue: O / l to bf16
+// (or the split's f32 partial), LSE.
+// Instantiated in wgmma_d512.cu / wgmma_d576.cu / wgmma_fp8.cu; launched by wgmma.cu.
+#pragma once
+
+#if !defined(ATTND_GPU_CUDA)
+#error "kernels/sparse_mla/gpu/wgmma.cuh is CUDA-only"
+#endif
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/mma_sync.cuh"
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/common/gpu/wgmma.cuh"
+#include "kernels/sparse_mla/gpu/common.cuh"
+#include "kernels/sparse_mla/gpu/fp8_kv.cuh"
+#include "kernels/sparse_mla/gpu/plan.h"
+
+namespace attnd::kernels::sparse_mla {
+
+template <int kDqk>
+struct WgmmaTile {
+  static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
+  static constexpr int kThreads = 384;  // WG0 softmax + left P·V, WG1 right P·V, WG2 producer
+  static constexpr int kHeads = 64;     // rows of S and O: one wgmma M
+  static constexpr int kBlockN = 64;    // KV rows per stage
+  static constexpr int kSlabs = kDqk / 64;  // 64-column slabs of Q and K
+  static constexpr uint32_t kSlabBytes = 64 * 128;
+  static constexpr uint32_t kStageBytes = kSlabs * kSlabBytes;
+  // Shared memory (bytes; every tile 1024-byte aligned): Q | KV stage 0 | KV stage 1 | P lo |
+  // P hi (d512; d576 keeps P hi in the stage's rope slab, dead once Q·Kᵀ of the stage is
+  // complete and refilled only after the stage's P·V) | alpha, row sum, row max | validity | bars.
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKvOffset = kQOffset + kSlabs * kSlabBytes;
+  static constexpr uint32_t kPLoOffset = kKvOffset + 2 * kStageBytes;
+  static constexpr bool kPHiInRope = kDqk == 576;
+  static constexpr uint32_t kPHiOffset = kPLoOffset + kSlabBytes;  // d512 only
+  static constexpr uint32_t kStatOffset = kPLoOffset + (kPHiInRope ? 1 : 2) * kSlabBytes;
+  static constexpr uint32_t kAlphaOffset = kStatOffset;              // f32 [64]
+  static constexpr uint32_t kSumOffset = kAlphaOffset + 4 * kHeads;  // f32 [64]
+  static constexpr uint32_t kMaxOffset = kSumOffset + 4 * kHeads;    // f32 [64]
+  static constexpr uint32_t kMaskOffset = kMaxOffset + 4 * kHeads;   // u64 [2]: bit r = row r valid
+  static constexpr uint32_t kBarOffset = kMaskOffset + 16;  // u64 full[2], empty[2], q_full
+  static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 5 * 8);
+  // Registers per thread after setmaxnreg: 3·168 = 504 (the 384-thread launch cap) in total.
+  static constexpr int kProducerRegs = 72, kSoftmaxRegs = 240, kPvRegs = 192;
+  // FP8: the producer holds kFp8RoundRows rows of codes in registers; WG1 gives it 24.
+  static constexpr int kProducerRegsFp8 = 96, kPvRegsFp8 = 168;
+  // mbarrier counts: full = 128 cp.async arrivals (noinc) + 128 ordinary ones (they release
+  // the validity bits and zero stores); empty = one arrival per consumer warp.
+  static constexpr uint32_t kFullCount = 256, kEmptyCount = 8, kQCount = 128;
+  // FP8: full = one ordinary arrival per producer thread (after its stores and proxy fence).
+  static constexpr uint32_t kFullCountFp8 = 128;
+  // FP8: rows per producer warp (16 per block) whose loads are in flight together (6 registers
+  // each: code chunk, scale, rope word).
+  static constexpr int kFp8RoundRows = 8;
+
+  static constexpr uint32_t PHiOffset(int stage) {
+    return kPHiInRope ? kKvOffset + stage * kStageBytes + (kSlabs - 1) * kSlabBytes : kPHiOffset;
+  }
+  static_assert(kProducerRegs + kSoftmaxRegs + kPvRegs <= 3 * 168, "register budget");
+  static_assert(kProducerRegsFp8 + kSoftmaxRegs + kPvRegsFp8 <= 3 * 168, "register budget");
+  static_assert(kSmemBytes <= 227 * 1024, "fits sm_90's 227 KiB of shared memory per block");
+  static_assert(kSplitAlign % kBlockN == 0, "splits are whole KV blocks");
+};
+
+// Named barriers between WG0 and WG1 (256 threads each; 0 is __syncthreads).
+enum WgmmaBarrier : uint32_t {
+  kBarPFree = 1,   // WG1 -> WG0: P (smem), alpha and the previous block's P·V_R are done
+  kBarPReady = 2,  // WG0 -> WG1: P and alpha of the current block are written
+  kBarStats = 3,   // both: final row sums and maxima are written
+};
+
+namespace wgmma_internal {
+
+// An empty asm that "changes" the descriptors: keeps the compiler from precomputing every
+// k-step's descriptor of an unrolled loop (dozens of live 64-bit registers).
+__device__ __forceinline__ void OpaqueDescriptors(uint64_t& a) { asm volatile("" : "+l"(a)); }
+__device__ __forceinline__ void OpaqueDescriptors(uint64_t& a, uint64_t& b) {
+  asm volatile("" : "+l"(a), "+l"(b));
+}
+
+// 16 bytes from global memory through the non-coherent path (read-only KV), without L1
+// allocation (a gathered row is read once per CTA) and with a 256-byte L2 prefetch (the row's
+// other chunks).
+__device__ __forceinline__ uint4 LdgNc16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t LdgNc4(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// e4m3 codes as bf16 bits (KERNELS.md §1e): the sign to bit 15, exponent and mantissa (7 bits)
+// to bits 4..10 give the bf16 value code·2^-120 exactly, subnormal codes included (they land in
+// bf16's subnormal range). Bytes 0 and 1 of `w` (pair 0) or 2 and 3 (pair 1) as bf16x2, the
+// first in bits 0..15. Integer ops only (the cvt chain's f16 -> f32 -> bf16 steps run on the
+// slow conversion pipe); NaN codes are not valid input.
+template <int kPair>
+__device__ __forceinline__ uint32_t E4m3PairAsScaledBf16(uint32_t w) {
+  // The pair's codes to bytes 1 and 3, zeros elsewhere.
+  const uint32_t t = __byte_perm(w, 0u, kPair == 0 ? 0x1404u : 0x3424u);
+  return (t & 0x80008000u) | ((t >> 4) & 0x07f007f0u);
+}
+
+// One 16-byte chunk of codes × scale as bf16 (columns 0..7 to *lo, 8..15 to *hi), with
+// `scale_x2p120` = scale·2^120 (exact when scale < 2^8): the product (code·2^-120)·(scale·2^120)
+// is the same real number as code·scale, rounded once to f32 and once to bf16 — bit for bit
+// what fp8_kv.cuh's DequantFp8x16 gives.
+__device__ __forceinline__ void DequantFp8x16Int(const uint4& codes, float scale_x2p120,
+                                                 uint4* lo, uint4* hi) {
+  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  uint32_t r[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair) {
+      const uint32_t b =
+          pair == 0 ? E4m3PairAsScaledBf16<0>(w[i]) : E4m3PairAsScaledBf16<1>(w[i]);
+      r[2 * i + pair] = PackBf16Pair(gpu::BitsToFloat(b << 16) * scale_x2p120,
+                                     gpu::BitsToFloat(b & 0xffff0000u) * scale_x2p120);
+    }
+  }
+  *lo = make_uint4(r[0], r[1], r[2], r[3]);
+  *hi = make_uint4(r[4], r[5], r[6], r[7]);
+}
+
+// O / l of this thread's two rows (r0, r0 + 8) and 128 columns starting at `col0` to out (bf16)
+// or to the split's partial (f32, rows with l > 0 only).
+__device__ __forceinline__ void StoreO(const KernelArgs& a, const float (&o)[128], int64_t t,
+                                       int split, int h_row0, int col0, const float (&l)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int64_t h = h_row0 + 8 * i;
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    if (a.splits == 1) {
+      uint16_t* dst = a.out + t * a.out_stride_t + h * a.out_stride_h + col0;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+            gpu::ptx::PackBf16x2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+      }
+    } else if (l[i] > 0.0f) {
+      float* dst = a.partial_o + PartialRow(a, split, t, h) * kDimV + col0;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        *reinterpret_cast<float2*>(dst + 8 * j) =
+            make_float2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+      }
+    }
+  }
+}
+
+}  // namespace wgmma_internal
+
+// kExactP: P·V as (P hi + P lo)·V, f32-path accuracy (the tests' bounds). false: P in bf16 only,
+// FlashMLA's numerics (relative error up to 2^-9 per weight, outside those bounds): measured on
+// the H200 at 4709 µs against 6184 µs (T4096 H128 d576 K2048); not instantiated.
+// kFp8: KV from the FP8 cache (a.kv_fp8; d_qk 576), dequantised by the producer.
+template <int kDqk, bool kExactP, bool kFp8>
+__global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs a) {
+  static_assert(!kFp8 || kDqk == kFp8DimQk, "the FP8 cache has d_qk 576");
+#if ATTND_SM90A
+  using Tile = WgmmaTile<kDqk>;
+  using namespace ::attnd::gpu::wgmma;
+  using ::attnd::gpu::ptx::Bf16Hi;
+  using ::attnd::gpu::ptx::Bf16Lo;
+  using ::attnd::gpu::ptx::Exp2;
+  using ::attnd::gpu::ptx::PackBf16x2;
+  using wgmma_internal::OpaqueDescriptors;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = SmemAddr(smem);
+  if ((base & (kSwizzleAtomBytes - 1)) != 0) __trap();  // swizzle atoms need 1024-B alignment
+
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
+  const int groups = a.heads / Tile::kHeads;
+  const int64_t t = blockIdx.x / groups;
+  const int h0 = static_cast<int>(blockIdx.x % groups) * Tile::kHeads;
+  const int split = blockIdx.y;
+  const SlotRange range = SplitSlots(a, t, split);
+  const int n_blocks =
+      static_cast<int>((range.end - range.begin + Tile::kBlockN - 1) / Tile::kBlockN);
+
+  const uint32_t full_bar = base + Tile::kBarOffset;  // + 8·stage
+  const uint32_t empty_bar = full_bar + 16;           // + 8·stage
+  const uint32_t q_bar = full_bar + 32;
+  if (tid == 0) {
+    constexpr uint32_t kFull = kFp8 ? Tile::kFullCountFp8 : Tile::kFullCount;
+    MbarInit(full_bar, kFull);
+    MbarInit(full_bar + 8, kFull);
+    MbarInit(empty_bar, Tile::kEmptyCount);
+    MbarInit(empty_bar + 8, Tile::kEmptyCount);
+    MbarInit(q_bar, Tile::kQCount);
+    FenceMbarInit();
+  }
+  __syncthreads();
+
+  if (wg == 2) {
+    // ---- Producer: thread (warp pw, lane) fills 16-byte chunk lane % 8 of every slab of rows
+    // pw·16 + 4i + lane / 8 (i < 4): 8 threads per 128-byte slab row, conflict-free.
+    SetMaxRegsDec<kFp8 ? Tile::kProducerRegsFp8 : Tile::kProducerRegs>();
+    const int p = tid - 256, pw = p / 32, lane = p % 32, chunk = lane & 7;
+    int rows[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) rows[i] = pw * 16 + 4 * i + (lane >> 3);
+    if (n_blocks == 0) return;
+    const uint16_t* q_tok = a.q + t * a.q_stride_t + static_cast<int64_t>(h0) * a.q_stride_h;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t* src = q_tok + static_cast<int64_t>(rows[i]) * a.q_stride_h + chunk * 8;
+      const uint32_t dst = base + Tile::kQOffset + SwizzledOffset(rows[i], chunk);
+#pragma unroll
+      for (int s = 0; s < Tile::kSlabs; ++s) {
+        CpAsync16(dst + s * Tile::kSlabBytes, src + s * 64, 16);
+      }
+    }
+    CpAsyncArriveNoinc(q_bar);
+
+    if constexpr (kFp8) {
+      // Warp pw fills rows pw·16 + i of each block; lane c dequantises code chunk c (columns
+      // 16c..16c+15: slab c / 4, 16-byte chunks 2(c % 4) and + 1) with its tile's scale
+      // (c / 8; integer e4m3 decode, wgmma_internal::DequantFp8x16Int) and copies rope bytes
+      // 4c..4c+3 (slab 8, chunk c / 4). Odd slabs store their high chunk first: the 8 lanes
+      // of a store phase then hit 8 distinct bank groups.
+      constexpr int kRound = Tile::kFp8RoundRows;
+      static_assert(16 % kRound == 0, "rounds split a warp's 16 rows");
+      const int slab = lane >> 2;
+      const bool swap = (slab & 1) != 0;
+      const uint32_t chunk_first = 2 * (lane & 3) + (swap ? 1 : 0);
+      const uint32_t slab_off = static_cast<uint32_t>(slab) * Tile::kSlabBytes;
+      const uint32_t rope_off = (Tile::kSlabs - 1) * Tile::kSlabBytes;
+      const uint32_t rope_chunk = static_cast<uint32_t>(lane >> 2), rope_byte = 4 * (lane & 3);
+      const int64_t code_byte = 16 * lane;
+      const int64_t scale_byte = kFp8ScaleOffset + 4 * (lane >> 3);
+      const int64_t rope_src_byte = kFp8RopeOffset + 4 * lane;
+      // Lane l < 16 holds the KV row of row pw·16 + l of a block (-1: masked).
+      auto load_row = [&](int b) {
+        const int64_t i = range.begin + int64_t{Tile::kBlockN} * b + pw * 16 + lane;
+        return lane < 16 ? LoadRow(a, range, i) : int32_t{-1};
+      };
+      int32_t kv_row = load_row(0);
+      for (int b = 0; b < n_blocks; ++b) {
+        const int stage = b & 1;
+        const int32_t cur_row = kv_row;
+        if (b + 1 < n_blocks) kv_row = load_row(b + 1);  // in flight under this block's gather
+        const uint32_t bits = __ballot_sync(0xffffffffu, cur_row >= 0) & 0xffffu;
+        const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
+#pragma unroll 1
+        for (int first = 0; first < 16; first += kRound) {
+          uint4 codes[kRound];
+          uint32_t scales[kRound], rope[kRound];
+#pragma unroll
+          for (int i = 0; i < kRound; ++i) {
+            const int32_t row = __shfl_sync(0xffffffffu, cur_row, first + i);
+            if (row >= 0) {  // warp-uniform; a masked row reads nothing and stores zeros
+              const uint8_t* src = a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride;
+              codes[i] = wgmma_internal::LdgNc16(src + code_byte);
+              scales[i] = wgmma_internal::LdgNc4(src + scale_byte);
+              rope[i] = wgmma_internal::LdgNc4(src + rope_src_byte);
+            } else {
+              codes[i] = make_uint4(0, 0, 0, 0);
+              scales[i] = 0;
+              rope[i] = 0;
+            }
+          }
+          if (first == 0) {  // the first round's loads are in flight while the stage drains
+            if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
+            if (lane == 0) {
+              *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
+                  static_cast<uint16_t>(bits);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < kRound; ++i) {
+            const uint32_t row = static_cast<uint32_t>(pw * 16 + first + i);
+            uint4 lo, hi;
+            const float scale = gpu::BitsToFloat(scales[i]);
+            // |scale| < 2^8: scale·2^120 is finite and exact, the integer decode's fast path.
+            if (__all_sync(0xffffffffu, fabsf(scale) < 256.0f)) {
+              wgmma_internal::DequantFp8x16Int(codes[i], scale * 0x1p120f, &lo, &hi);
+            } else {  // huge, inf or NaN scales (never from a quantiser): the cvt chain
+              DequantFp8x16(codes[i], scale, &lo, &hi);
+            }
+            uint8_t* dst = smem + stage_off + slab_off;
+            *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first)) = swap ? hi : lo;
+            *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first ^ 1u)) =
+                swap ? lo : hi;
+            *reinterpret_cast<uint32_t*>(smem + stage_off + rope_off +
+                                         SwizzledOffset(row, rope_chunk) + rope_byte) = rope[i];
+          }
+        }
+        FenceProxyAsync();  // the generic stores before the consumers' wgmma reads
+        MbarArrive(full_bar + 8 * stage);
+      }
+    } else {
+      int32_t kv_rows[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) kv_rows[i] = LoadRow(a, range, range.begin + rows[i]);
+      for (int b = 0; b < n_blocks; ++b) {
+        const int stage = b & 1;
+        if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
+        uint32_t bits = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t vote = __ballot_sync(0xffffffffu, kv_rows[i] >= 0);
+#pragma unroll
+          for (int sub = 0; sub < 4; ++sub) bits |= ((vote >> (8 * sub)) & 1u) << (4 * i + sub);
+        }
+        if (lane == 0) {
+          *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
+              static_cast<uint16_t>(bits);
+        }
+        const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t off = stage_off + SwizzledOffset(rows[i], chunk);
+          if (kv_rows[i] >= 0) {
+            const uint16_t* src =
+                a.kv + static_cast<int64_t>(kv_rows[i]) * a.kv_stride + chunk * 8;
+#pragma unroll
+            for (int s = 0; s < Tile::kSlabs; ++s) {
+              CpAsync16(base + off + s * Tile::kSlabBytes, src + s * 64, 16);
+            }
+          } else {
+#pragma unroll
+            for (int s = 0; s < Tile::kSlabs; ++s) {
+              *reinterpret_cast<uint4*>(smem + off + s * Tile::kSlabBytes) =
+                  make_uint4(0, 0, 0, 0);
+            }
+          }
+        }
+        CpAsyncArriveNoinc(full_bar + 8 * stage);
+        MbarArrive(full_bar + 8 * stage);
+        if (b + 1 < n_blocks) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            kv_rows[i] =
+                LoadRow(a, range, range.begin + int64_t{Tile::kBlockN} * (b + 1) + rows[i]);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: warp w of the warpgroup owns rows 16w + lane/4 and + 8 of S and O.
+  const int warp = (tid / 32) % 4, lane = tid % 32;
+  const int r0 = 16 * warp + lane / 4;
+  float* alpha_s = reinterpret_cast<float*>(smem + Tile::kAlphaOffset);
+  float* sum_s = reinterpret_cast<float*>(smem + Tile::kSumOffset);
+  float* max_s = reinterpret_cast<float*>(smem + Tile::kMaxOffset);
+  float o[128];  // O[:, 0:256] (WG0) or O[:, 256:512] (WG1), wgmma accumulator layout
+
+  if (wg == 0) {
+    SetMaxRegsInc<Tile::kSoftmaxRegs>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    const int cq = 2 * (lane % 4);
+    float m_run[2] = {kInitialMax, kInitialMax};  // log2 units (scores · sm_scale·log2e)
+    float l_run[2] = {0.0f, 0.0f};                // this thread's share of the row sums
+    uint32_t p_hi[4][4], p_lo[4][4];              // P of the last softmax as A fragments
+    float s[32];
+    float alpha[2];
+    const uint64_t q_desc = SmemDescKMajor(base + Tile::kQOffset);
+    auto stage_off = [](int stage) { return Tile::kKvOffset + stage * Tile::kStageBytes; };
+
+    // S = Q·Kᵀ of the block in `stage` (one commit group).
+    auto issue_qk = [&](int stage) {
+      uint64_t qd = q_desc, kd = SmemDescKMajor(base + stage_off(stage));
+#pragma unroll
+      for (int sl = 0; sl < Tile::kSlabs; ++sl) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          OpaqueDescriptors(qd, kd);  // one live descriptor pair, not 36 hoisted ones
+          Wgmma<64, WgmmaA::kSmem>::Run<false>(s, qd, kd, sl + kk > 0);
+          const uint32_t step = kk < 3 ? 32 : Tile::kSlabBytes - 3 * 32;
+          qd = DescAdvance(qd, step);
+          kd = DescAdvance(kd, step);
+        }
+      }
+      WgmmaCommit();
+    };
+    // O_L += (P hi + P lo)·V_L of the block in `stage` (one commit group).
+    auto issue_pv = [&](int stage) {
+      uint64_t vd = SmemDescMnMajor(base + stage_off(stage), Tile::kSlabBytes);
+#pragma unroll
+      for (int kk = 0; kk < (kExactP ? 8 : 4); ++kk) {
+        OpaqueDescriptors(vd);
+        Wgmma<256, WgmmaA::kRegs>::Run<true>(o, kk < 4 ? p_hi[kk] : p_lo[kk - 4], vd, true);
+        vd = kk == 3 ? vd - (3 * 2048 >> 4) : DescAdvance(vd, 2048);  // k-steps 0..3 twice
+      }
+      WgmmaCommit();
+    };
+    // Online softmax of the completed S: masked slots -inf, row max over the quad, the rescale
+    // factor alpha, P in place of S, the row sums.
+    auto softmax = [&](int stage) {
+      const uint64_t mask =
+          *reinterpret_cast<const uint64_t*>(smem + Tile::kMaskOffset + 8 * stage);
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * j + cq + (e & 1);
+          if (((mask >> col) & 1u) == 0) s[4 * j + e] = -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * j + e]);
+        }
+      }
+      float neg_m[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], gpu::ShflXor(mx[i], 1));
+        mx[i] = fmaxf(mx[i], gpu::ShflXor(mx[i], 2));
+        const float m_new = fmaxf(m_run[i], mx[i] * a.scale_log2);
+        alpha[i] = Exp2(m_run[i] - m_new);
+        m_run[i] = m_new;
+        neg_m[i] = -m_new;
+        l_run[i] *= alpha[i];
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pe = Exp2(fmaf(s[4 * j + e], a.scale_log2, neg_m[e >> 1]));
+          s[4 * j + e] = pe;
+          l_run[e >> 1] += pe;
+        }
+      }
+    };
+    // P = hi + lo as A fragments; then (once WG1 is done with the previous ones) to shared
+    // memory with alpha, and WG1 is told.
+    auto publish_p = [&](int stage) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float x0 = s[8 * kk + 2 * q], x1 = s[8 * kk + 2 * q + 1];
+          const uint32_t hi = PackBf16x2(x0, x1);
+          p_hi[kk][q] = hi;
+          p_lo[kk][q] = kExactP ? PackBf16x2(x0 - Bf16Lo(hi), x1 - Bf16Hi(hi)) : 0u;
+        }
+      }
+      NamedBarSync(kBarPFree, 256);
+      uint8_t* p_hi_s = smem + Tile::PHiOffset(stage);
+      uint8_t* p_lo_s = smem + Tile::kPLoOffset;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int row = r0 + 8 * (q & 1);
+          const uint32_t off = SwizzledOffset(row, 2 * kk + (q >> 1)) + 4 * (lane % 4);
+          *reinterpret_cast<uint32_t*>(p_hi_s + off) = p_hi[kk][q];
+          if (kExactP) *reinterpret_cast<uint32_t*>(p_lo_s + off) = p_lo[kk][q];
+        }
+      }
+      if (lane % 4 == 0) {
+        alpha_s[r0] = alpha[0];
+        alpha_s[r0 + 8] = alpha[1];
+      }
+      FenceProxyAsync();  // P (generic stores) before WG1's wgmma reads it
+      NamedBarArrive(kBarPReady, 256);
+    };
+
+    if (n_blocks > 0) {
+      // Block 0 (O is still zero: nothing to rescale).
+      MbarWait(q_bar, 0);
+      MbarWait(full_bar, 0);
+      FenceProxyAsync();  // the cp.async fills (generic proxy) before wgmma reads them
+      WgmmaFence();
+      issue_qk(0);
+      WgmmaWait<0>();
+      FenceAccumulators(s);
+      softmax(0);
+      publish_p(0);
+      // Block b: Q·Kᵀ of b and P·V_L of b - 1 in flight, softmax of b under the latter.
+      // Block b: P·V_L of b - 1 first, so that its stage is released (and the gather of b + 1
+      // starts) as early as possible; then Q·Kᵀ and softmax of b.
+      for (int b = 1; b < n_blocks; ++b) {
+        const int stage = b & 1;
+        WgmmaFence();
+        issue_pv(stage ^ 1);
+        WgmmaWait<0>();
+        FenceAccumulators(o);
+        if (lane == 0) MbarArrive(empty_bar + 8 * (stage ^ 1));
+        MbarWait(full_bar + 8 * stage, (b >> 1) & 1);
+        FenceProxyAsync();
+        WgmmaFence();
+        issue_qk(stage);
+        WgmmaWait<0>();
+        FenceAccumulators(s);
+        softmax(stage);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j + 0] *= alpha[0];
+          o[4 * j + 1] *= alpha[0];
+          o[4 * j + 2] *= alpha[1];
+          o[4 * j + 3] *= alpha[1];
+        }
+        publish_p(stage);
+      }
+      WgmmaFence();
+      issue_pv((n_blocks - 1) & 1);
+      WgmmaWait<0>();
+      FenceAccumulators(o);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l_run[i] += gpu::ShflXor(l_run[i], 1);
+      l_run[i] += gpu::ShflXor(l_run[i], 2);
+    }
+    if (lane % 4 == 0) {
+      sum_s[r0] = l_run[0];
+      sum_s[r0 + 8] = l_run[1];
+      max_s[r0] = m_run[0];
+      max_s[r0 + 8] = m_run[1];
+    }
+    NamedBarSync(kBarStats, 256);
+    wgmma_internal::StoreO(a, o, t, split, h0 + r0, cq, l_run);
+    if (lane % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int h = h0 + r0 + 8 * i;
+        const float lse2 = l_run[i] > 0.0f ? m_run[i] + log2f(l_run[i]) : -INFINITY;
+        if (a.splits > 1) {
+          a.partial_lse[PartialRow(a, split, t, h)] = lse2;
+        } else if (a.lse != nullptr) {
+          a.lse[t * a.lse_stride_t + h] = l_run[i] > 0.0f ? lse2 * kLn2 : -INFINITY;
+        }
+      }
+    }
+  } else {
+    SetMaxRegsInc<kFp8 ? Tile::kPvRegsFp8 : Tile::kPvRegs>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    const uint64_t p_lo_desc = SmemDescKMajor(base + Tile::kPLoOffset);
+    for (int b = 0; b < n_blocks; ++b) {
+      const int stage = b & 1;
+      NamedBarArrive(kBarPFree, 256);
+      NamedBarSync(kBarPReady, 256);
+      FenceProxyAsync();  // the stage's fills, acquired through WG0, before wgmma reads them
+      const float alpha0 = alpha_s[r0], alpha1 = alpha_s[r0 + 8];
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j + 0] *= alpha0;
+        o[4 * j + 1] *= alpha0;
+        o[4 * j + 2] *= alpha1;
+        o[4 * j + 3] *= alpha1;
+      }
+      const uint32_t kv_off = Tile::kKvOffset + stage * Tile::kStageBytes;
+      uint64_t vd = SmemDescMnMajor(base + kv_off + 4 * Tile::kSlabBytes, Tile::kSlabBytes);
+      uint64_t pd = SmemDescKMajor(base + Tile::PHiOffset(stage));
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < (kExactP ? 8 : 4); ++kk) {  // k-steps 0..3 with P hi, then P lo
+        OpaqueDescriptors(pd, vd);
+        Wgmma<256, WgmmaA::kSmem>::Run<true>(o, pd, vd, true);
+        pd = kk == 3 ? p_lo_desc : DescAdvance(pd, 32);
+        vd = kk == 3 ? vd - (3 * 2048 >> 4) : DescAdvance(vd, 2048);
+      }
+      WgmmaCommit();
+      WgmmaWait<0>();
+      FenceAccumulators(o);
+      if (lane == 0) MbarArrive(empty_bar + 8 * stage);
+    }
+    NamedBarSync(kBarStats, 256);
+    const float l[2] = {sum_s[r0], sum_s[r0 + 8]};
+    wgmma_internal::StoreO(a, o, t, split, h0 + r0, kDimV / 2 + 2 * (lane % 4), l);
+  }
+#else
+  __trap();  // sm_90a only: GpuSupports refuses other devices
+#endif
+}
+
+// One instance's launch (main kernel only) and its shape on the current device.
+template <int kDqk, bool kExactP = true, bool kFp8 = false>
+gpu::Error LaunchWgmmaInstance(const KernelArgs& a, gpu::Stream stream) {
+  using Tile = WgmmaTile<kDqk>;
+  const void* fn = reinterpret_cast<const void*>(&SparseMlaWgmmaKernel<kDqk, kExactP, kFp8>);
+  const gpu::Error e = gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
+  if (e != gpu::kSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * (a.heads / Tile::kHeads)),
+                  static_cast<unsigned>(a.splits));
+  SparseMlaWgmmaKernel<kDqk, kExactP, kFp8><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
+  return gpu::GetLastError();
+}
+
+template <int kDqk, bool kFp8 = false>
+KernelShape WgmmaInstanceShape() {
+  using Tile = WgmmaTile<kDqk>;
+  KernelShape s;
+  s.heads_per_cta = Tile::kHeads;
+  s.smem_bytes = Tile::kSmemBytes;
+  s.ctas_per_sm =
+      gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaWgmmaKernel<kDqk, true, kFp8>),
+                       Tile::kThreads, Tile::kSmemBytes);
+  return s;
+}
+
+#define ATTND_SPARSE_MLA_WGMMA_INSTANCE(EXTERN, D)                                                \
+  EXTERN template gpu::Error LaunchWgmmaInstance<D, true, false>(const KernelArgs&, gpu::Stream); \
+  EXTERN template KernelShape WgmmaInstanceShape<D, false>();
+// The FP8 cache (d_qk 576).
+#define ATTND_SPARSE_MLA_WGMMA_FP8_INSTANCE(EXTERN)                                          \
+  EXTERN template gpu::Error LaunchWgmmaInstance<576, true, true>(const KernelArgs&,        \
+                                                                  gpu::Stream);             \
+  EXTERN template KernelShape WgmmaInstanceShape<576, true>();
+
+}  // namespace attnd::kernels::sparse_mla
