@@ -101,7 +101,9 @@ absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckTensor(p.ks, "ks", DType::kI32, {t}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.ke, "ke", DType::kI32, {t}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {t, kAnyDim, kAnyDim}));
-  ATTND_RETURN_IF_ERROR(CheckTensor(p.kv, "kv", DType::kBF16, {n, kAnyDim}));
+  // bf16, or sparse_mla's FP8 cache (u8 [N, 656]); sparse_mla::Validate below checks the rest.
+  const DType kv_type = p.kv.dtype == DType::kU8 ? DType::kU8 : DType::kBF16;
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.kv, "kv", kv_type, {n, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {t, kAnyDim, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {t, kAnyDim}));
   if (p.topk < 1 || p.topk > kMaxTopk) {
@@ -135,8 +137,11 @@ WorkCount Count(const Params& p) {
   WorkCount w;
   w.flops = indexer.flops + 2.0 * h * (d_qk + sparse_mla::kDimV) * selections;
   const double td = static_cast<double>(t), nd = static_cast<double>(n);
+  const double kv_row_bytes = p.kv.dtype == DType::kU8
+                                  ? static_cast<double>(sparse_mla::kFp8RowBytes)
+                                  : 2.0 * d_qk;
   w.bytes = td * h_i * d_i + nd * d_i + 4.0 * nd + 4.0 * td * h_i + 8.0 * td  // indexer
-            + 2.0 * td * h * d_qk + 2.0 * d_qk * selections                   // q, kv rows
+            + 2.0 * td * h * d_qk + kv_row_bytes * selections                // q, kv rows
             + 2.0 * td * h * sparse_mla::kDimV;                               // out
   if (p.lse.present()) w.bytes += 4.0 * td * h;
   if (p.indices.present()) w.bytes += 4.0 * td * static_cast<double>(p.topk);

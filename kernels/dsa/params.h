@@ -23,7 +23,8 @@ struct Params {
 
   // Sparse MLA inputs (kernels/sparse_mla/params.h).
   Tensor q;            // bf16 [T, H, d_qk]
-  Tensor kv;           // bf16 [N, d_qk], row stride >= d_qk
+  Tensor kv;           // bf16 [N, d_qk], row stride >= d_qk; or sparse_mla's FP8 cache, u8
+                       // [N, 656] with d_qk 576 (kernels/sparse_mla/params.h)
   float sm_scale = 0;  // softmax scale (> 0, finite)
 
   // Scratch, optional: f32 [T, N] (row stride >= N). Present: the call leaves the cleaned

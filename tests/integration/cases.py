@@ -201,14 +201,16 @@ def mla_prefill(rng, lens_q=(5, 17), lens_k=(9, 17), heads=8, heads_kv=2, d_qk=1
 
 
 def dsa_attention(rng, tokens=6, heads_idx=32, dim_idx=128, rows=400, topk_k=64, heads=16,
-                  d_qk=576):
+                  d_qk=576, kv_format="bf16"):
     index_q, index_k = _fp8(rng, (tokens, heads_idx, dim_idx)), _fp8(rng, (rows, dim_idx))
     index_k_scale = rng.uniform(0.5, 2.0, rows).astype(np.float32)
     index_weights = rng.standard_normal((tokens, heads_idx)).astype(np.float32)
     ke = _i32(rows - tokens + 1 + np.arange(tokens))   # causal prefill of the last tokens
     ke[0] = topk_k // 2                                  # a window shorter than k
     ks = np.zeros(tokens, dtype=np.int32)
-    q, kv = _bf16(rng, (tokens, heads, d_qk)), _bf16(rng, (rows, d_qk))
+    fp8_kv = kv_format == "fp8"
+    q = _bf16(rng, (tokens, heads, d_qk))
+    kv = _fp8_kv_cache(rng, rows) if fp8_kv else _bf16(rng, (rows, d_qk))
     scale = float(1.0 / np.sqrt(d_qk))
     inputs = {"index_q": index_q, "index_k": index_k, "index_k_scale": index_k_scale,
               "index_weights": index_weights, "ks": ks, "ke": ke, "q": q, "kv": kv}
@@ -226,7 +228,8 @@ def dsa_attention(rng, tokens=6, heads_idx=32, dim_idx=128, rows=400, topk_k=64,
         ref.assert_f32_close("logits", out["logits"], scores)
     return Case("dsa_attention", inputs,
                 {"index_q": "fp8_e4m3", "index_k": "fp8_e4m3", "index_k_scale": "f32",
-                 "index_weights": "f32", "ks": "i32", "ke": "i32", "q": "bf16", "kv": "bf16"},
+                 "index_weights": "f32", "ks": "i32", "ke": "i32", "q": "bf16",
+                 "kv": "u8" if fp8_kv else "bf16"},
                 {"topk": topk_k, "sm_scale": scale},
                 {"out": ("bf16", (tokens, heads, 512)), "lse": ("f32", (tokens, heads)),
                  "indices": ("i32", (tokens, topk_k)), "logits": ("f32", (tokens, rows))},

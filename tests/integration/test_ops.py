@@ -16,7 +16,7 @@ VARIANTS = [("indexer_logits", {}), ("indexer_logits_paged", {}), ("topk", {}),
             ("sparse_mla", {"form": "topk_length"}), ("sparse_mla", {"d_qk": 512}),
             ("sparse_mla", {"kv_format": "fp8"}),
             ("mla_decode", {}), ("mla_decode", {"d_qk": 512, "heads": 5}), ("mla_prefill", {}),
-            ("dsa_attention", {})]
+            ("dsa_attention", {}), ("dsa_attention", {"kv_format": "fp8"})]
 IDS = [op + "".join(f"-{k}={v}" for k, v in kw.items()) for op, kw in VARIANTS]
 
 

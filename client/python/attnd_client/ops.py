@@ -43,7 +43,7 @@ OPS = {spec.name: spec for spec in [
            {"out": BF16, "lse": F32}, (), ("causal", "sm_scale")),
     OpSpec("dsa_attention", "DsaAttention", pb.DsaAttentionRequest, "dsa_attention",
            {"index_q": FP8, "index_k": FP8, "index_k_scale": F32, "index_weights": F32,
-            "ks": I32, "ke": I32, "q": BF16, "kv": BF16},
+            "ks": I32, "ke": I32, "q": BF16, "kv": (BF16, U8)},
            {"out": BF16, "lse": F32, "indices": I32, "logits": F32}, ("indices", "logits"),
            ("topk", "sm_scale")),
 ]}
@@ -198,6 +198,7 @@ class OpCalls:
                       sm_scale, topk=None, out=None, lse=None, indices=None, logits=None,
                       timeout=None, **options):
         """A whole DSA layer in one call: indexer -> top-k -> sparse MLA (topk None: 2048).
+        kv as in sparse_mla: bf16 [N, d_qk], or a uint8 array [N, 656] (the FP8 cache, d_qk 576).
         indices=True / logits=True (or a placement) also return the chosen rows / the cleaned
         indexer logits."""
         return self.call("dsa_attention", timeout=timeout, index_q=index_q, index_k=index_k,

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/sparse_mla/params.h"
+#include "tests/harness/fp8_kv.h"
 
 namespace attnd::testing {
 
@@ -24,9 +25,17 @@ DsaCase::DsaCase(const DsaSpec& spec, std::mt19937_64& rng) : spec_(spec) {
 
   q_ = HostTensor::RowStrided(DType::kBF16, {t, spec.heads, spec.d_qk},
                               spec.heads * spec.d_qk + spec.pad);
-  kv_ = HostTensor::RowStrided(DType::kBF16, {n, spec.d_qk}, spec.d_qk + spec.pad);
   FillNormal(q_, rng, 1.0);
-  FillNormal(kv_, rng, 1.0);
+  if (spec.fp8_kv) {
+    const int64_t row = kernels::sparse_mla::kFp8RowBytes + 4 * spec.pad;  // stride % 4 == 0
+    kv_ = HostTensor::RowStrided(DType::kU8, {n, kernels::sparse_mla::kFp8RowBytes}, row);
+    for (int64_t r = 0; r < n; ++r) {
+      FillFp8Row(kv_.data<uint8_t>() + r * row, rng, /*pow2_scales=*/true);
+    }
+  } else {
+    kv_ = HostTensor::RowStrided(DType::kBF16, {n, spec.d_qk}, spec.d_qk + spec.pad);
+    FillNormal(kv_, rng, 1.0);
+  }
   if (spec.with_logits) logits_ = HostTensor::RowStrided(DType::kF32, {t, n}, n + spec.pad);
   out_ = HostTensor::Dense(DType::kBF16, {t, spec.heads, kernels::sparse_mla::kDimV});
   if (spec.with_lse) lse_ = HostTensor::Dense(DType::kF32, {t, spec.heads});

@@ -1,4 +1,4 @@
-// Random fused-DSA calls for the tests: fp8 indexer inputs, bf16 q and kv, windows (causal after
+// Random fused-DSA calls for the tests: fp8 indexer inputs, bf16 q, bf16 or FP8-cache kv, windows (causal after
 // a prefix unless given), optional caller logits scratch and indices output, NaN-poisoned
 // outputs.
 //   DsaCase c(spec, rng);
@@ -26,6 +26,9 @@ struct DsaSpec {
   bool with_indices = true;  // indices output requested
   bool with_lse = true;
   int64_t pad = 0;  // extra elements on the leading strides of q, kv, logits
+  // kv in sparse_mla's FP8 cache format (u8 [N, 656], d_qk must be 576; power-of-two scales, so
+  // the GPU kernels' one bf16 rounding is exact) instead of bf16.
+  bool fp8_kv = false;
 };
 
 class DsaCase {

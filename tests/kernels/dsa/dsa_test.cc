@@ -148,6 +148,51 @@ INSTANTIATE_TEST_SUITE_P(Models, DsaShapes,
                                   std::to_string(std::get<3>(info.param));
                          });
 
+// DeepSeek-V3.2's FP8 KV cache through the whole layer: the CPU implementation dequantises
+// exactly and the GPU ones round code × scale to bf16 once, which the power-of-two scales make
+// exact, so the bf16 bounds hold against the fp64 reference on the decoded cache. H 128 runs the
+// wgmma kernel on an H200, H 16 the mma.sync one; a padded row stride (672 B) at H 64.
+class DsaFp8Kv : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(DsaFp8Kv, MatchesReferenceSteps) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.heads = GetParam();
+  spec.d_qk = 576;
+  spec.fp8_kv = true;
+  spec.t = 5;
+  spec.prefix = 300;
+  spec.topk = 256;
+  spec.pad = spec.heads == 64 ? 4 : 0;
+  DsaCase c(spec, rng);
+  c.SetWindow(1, 7, 7);      // an empty window: out 0, lse -inf
+  c.SetWindow(2, 100, 180);  // fewer rows than topk
+  const Params p = c.MakeParams();
+  EXPECT_EQ(p.kv.dtype, DType::kU8);
+  ExpectMatchesReferenceSteps(c);
+  // Count charges 656 bytes per selected row, not 2·d_qk.
+  DsaSpec bf16_spec = spec;
+  bf16_spec.fp8_kv = false;
+  bf16_spec.pad = 0;
+  std::mt19937_64 rng2 = MakeRng();
+  DsaCase bf16(bf16_spec, rng2);
+  bf16.SetWindow(1, 7, 7);
+  bf16.SetWindow(2, 100, 180);
+  const kernels::WorkCount w8 = kernels::dsa::Count(p);
+  const kernels::WorkCount w16 = kernels::dsa::Count(bf16.MakeParams());
+  double selections = 0;
+  for (int64_t t = 0; t < spec.t; ++t) {
+    const int64_t begin = p.ks.ptr<const int32_t>()[t], end = p.ke.ptr<const int32_t>()[t];
+    const int64_t rows = std::min<int64_t>(spec.topk, std::max<int64_t>(end - begin, 0));
+    selections += static_cast<double>(rows);
+  }
+  EXPECT_EQ(w8.flops, w16.flops);
+  EXPECT_DOUBLE_EQ(w16.bytes - w8.bytes, (2.0 * 576 - 656) * selections);
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, DsaFp8Kv, ::testing::Values(16, 64, 128),
+                         [](const auto& info) { return "H" + std::to_string(info.param); });
+
 TEST(Dsa, FusedEqualsTheThreeStepsRunSeparately) {
   std::mt19937_64 rng = MakeRng();
   DsaSpec spec;

@@ -61,6 +61,8 @@ const std::vector<Mutation>& Mutations() {
       {"kv N-1 rows", [](Params& p) { p.kv.shape[0] -= 1; }, "kv"},
       {"kv d_qk 512 vs 576", [](Params& p) { p.kv.shape[1] = 512; }, "kv"},
       {"kv row stride", [](Params& p) { p.kv.strides[0] = 100; }, "kv"},
+      {"kv f32", [](Params& p) { p.kv.dtype = DType::kF32; }, "kv"},
+      {"kv u8 576 wide (FP8 rows are 656)", [](Params& p) { p.kv.dtype = DType::kU8; }, "kv"},
       {"sm_scale 0", [](Params& p) { p.sm_scale = 0.0f; }, "sm_scale"},
       {"sm_scale NaN", [](Params& p) { p.sm_scale = std::numeric_limits<float>::quiet_NaN(); },
        "sm_scale"},

@@ -21,50 +21,6 @@ using kernels::sparse_mla::Params;
 
 std::string KvFormatName(KvFormat f) { return f == KvFormat::kFp8 ? "Fp8" : "Bf16"; }
 
-void FillFp8Row(uint8_t* row, std::mt19937_64& rng, bool pow2_scales) {
-  std::normal_distribution<float> wide(0.0f, 64.0f), narrow(0.0f, 1.0f / 64), rope(0.0f, 1.0f);
-  std::bernoulli_distribution subnormal(0.04), small_tile(0.25);
-  std::uniform_int_distribution<int> sub_code(0, 15), exponent(-9, -5);
-  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
-  for (int64_t j = 0; j < kDimV / kFp8ScaleCols; ++j) {
-    // A quarter of the tiles hold small codes (about two thirds subnormal) under a large scale,
-    // so subnormal decoding matters to the output; the rest span the normal range, 4% of them
-    // replaced by random subnormal codes.
-    const bool small = small_tile(rng);
-    for (int64_t c = j * kFp8ScaleCols; c < (j + 1) * kFp8ScaleCols; ++c) {
-      uint8_t code = kernels::FloatToFp8E4M3(small ? narrow(rng) : wide(rng));
-      if (!small && subnormal(rng)) {
-        const int r = sub_code(rng);
-        code = static_cast<uint8_t>((r & 8) << 4 | (r & 7));  // sign, E = 0, mantissa
-      }
-      if ((code & 0x7f) == 0x7f) code &= 0xfe;  // never a NaN code (|x| < 448 makes none)
-      row[c] = code;
-    }
-    float scale = std::ldexp(1.0f, exponent(rng) + (small ? 11 : 0));
-    if (!pow2_scales) scale *= mantissa(rng);
-    std::memcpy(row + kFp8ScaleOffset + 4 * j, &scale, sizeof scale);
-  }
-  for (int64_t d = 0; d < kFp8DimQk - kDimV; ++d) {
-    const kernels::bf16_t b = kernels::FloatToBf16(rope(rng));
-    std::memcpy(row + kFp8RopeOffset + 2 * d, &b, sizeof b);
-  }
-}
-
-HostTensor Fp8KvAsBf16(const kernels::Tensor& kv) {
-  const int64_t s = kv.dim(0);
-  HostTensor out = HostTensor::Dense(DType::kBF16, {s, kFp8DimQk});
-  for (int64_t r = 0; r < s; ++r) {
-    const uint8_t* row = static_cast<const uint8_t*>(kv.data) + r * kv.stride(0);
-    kernels::bf16_t* dst = out.data<kernels::bf16_t>() + r * kFp8DimQk;
-    for (int64_t c = 0; c < kDimV; ++c) {
-      float scale;
-      std::memcpy(&scale, row + kFp8ScaleOffset + 4 * (c / kFp8ScaleCols), sizeof scale);
-      dst[c] = kernels::FloatToBf16(kernels::Fp8E4M3ToFloat(row[c]) * scale);
-    }
-    std::memcpy(dst + kDimV, row + kFp8RopeOffset, (kFp8DimQk - kDimV) * 2);
-  }
-  return out;
-}
 
 std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt19937_64& rng) {
   const int32_t s = static_cast<int32_t>(spec.s);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/sparse_mla/params.h"
+#include "tests/harness/fp8_kv.h"
 #include "tests/harness/host_tensor.h"
 
 namespace attnd::testing {
@@ -77,15 +78,6 @@ class SparseMlaCase {
 // Random slots: uniform valid indices in [0, S) with masked_fraction of them invalid.
 std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt19937_64& rng);
 
-// Fills row `row` (656 bytes) of an FP8 cache with random codes (never NaN; per 128-column tile
-// either N(0, 64) quantised to e4m3 with 4% random subnormal codes and a scale in [2^-9, 2^-4),
-// or, a quarter of the tiles, N(0, 1/64) quantised (mostly subnormals) with a scale in
-// [2^2, 2^7)), powers of two when pow2_scales, and bf16 N(0, 1) rope.
-void FillFp8Row(uint8_t* row, std::mt19937_64& rng, bool pow2_scales);
-
-// A dense bf16 [S, 576] copy of an FP8 cache whose values are what the GPU kernels compute in
-// shared memory: e4m3 × scale in f32, rounded to bf16 (exact for power-of-two scales).
-HostTensor Fp8KvAsBf16(const kernels::Tensor& kv);
 
 inline constexpr int64_t kKvGuardRows = 2;  // NaN rows before and after the S cache rows
 
