@@ -9,12 +9,14 @@
 
 namespace attnd::testing {
 
-using kernels::DType;
-using kernels::sparse_mla::kDimV;
-using kernels::sparse_mla::kFp8DimQk;
-using kernels::sparse_mla::kFp8RopeOffset;
-using kernels::sparse_mla::kFp8ScaleCols;
-using kernels::sparse_mla::kFp8ScaleOffset;
+namespace {
+// The FP8 row layout (kernels/sparse_mla/params.h).
+constexpr int64_t kDimV = kernels::sparse_mla::kDimV;
+constexpr int64_t kFp8DimQk = kernels::sparse_mla::kFp8DimQk;
+constexpr int64_t kFp8RopeOffset = kernels::sparse_mla::kFp8RopeOffset;
+constexpr int64_t kFp8ScaleCols = kernels::sparse_mla::kFp8ScaleCols;
+constexpr int64_t kFp8ScaleOffset = kernels::sparse_mla::kFp8ScaleOffset;
+}  // namespace
 
 void FillFp8Row(uint8_t* row, std::mt19937_64& rng, bool pow2_scales) {
   std::normal_distribution<float> wide(0.0f, 64.0f), narrow(0.0f, 1.0f / 64), rope(0.0f, 1.0f);
@@ -47,7 +49,7 @@ void FillFp8Row(uint8_t* row, std::mt19937_64& rng, bool pow2_scales) {
 
 HostTensor Fp8KvAsBf16(const kernels::Tensor& kv) {
   const int64_t s = kv.dim(0);
-  HostTensor out = HostTensor::Dense(DType::kBF16, {s, kFp8DimQk});
+  HostTensor out = HostTensor::Dense(kernels::DType::kBF16, {s, kFp8DimQk});
   for (int64_t r = 0; r < s; ++r) {
     const uint8_t* row = static_cast<const uint8_t*>(kv.data) + r * kv.stride(0);
     kernels::bf16_t* dst = out.data<kernels::bf16_t>() + r * kFp8DimQk;
