@@ -72,19 +72,14 @@ absl::Status ValidateKv(const Tensor& kv, int64_t d_qk) {
 }
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-#if defined(ATTND_GPU_CUDA)
-constexpr Backend kGpuBackend = Backend::kCuda;
-#else
-constexpr Backend kGpuBackend = Backend::kHip;
-#endif
-
-// A GPU implementation: Supports from the kernel's device checks, run = launch (split-K sized to
-// the workspace the caller provides), workspace = the split partials. Never reads the selection
-// on the host (Count would: it is not called here). A CSR indptr cannot be checked on the host:
-// the kernels clamp each row to [clamp(indptr[t], 0, nnz), clamp(indptr[t+1], that, nnz)).
-Impl<Params> GpuImpl(const char* name, GpuKernel kernel) {
-  return Impl<Params>(
-      name, kGpuBackend,
+// A GPU implementation (registry.h's GpuImpl, named "<vendor>_<kind>"): Supports from the
+// kernel's device checks, run = launch (split-K sized to the workspace the caller provides),
+// workspace = the split partials. Never reads the selection on the host (Count would: it is not
+// called here). A CSR indptr cannot be checked on the host: the kernels clamp each row to
+// [clamp(indptr[t], 0, nnz), clamp(indptr[t+1], that, nnz)).
+Impl<Params> KernelImpl(absl::string_view kind, GpuKernel kernel) {
+  return GpuImpl<Params>(
+      kind,
       [kernel](const Params& p, std::string* why) { return GpuSupports(kernel, p, why); },
       [kernel](const Params& p, const ExecContext& ctx) -> absl::Status {
         const int64_t bytes = ctx.workspace != nullptr ? ctx.workspace_bytes : 0;
@@ -198,16 +193,16 @@ WorkCount CountSlots(const Params& p) { return CountWith(p, SlotCount(p)); }
 const std::vector<Impl<Params>>& Implementations() {
   static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>>{
 #if defined(ATTND_GPU_CUDA)
-      GpuImpl("cuda_wgmma", GpuKernel::kWgmma),  // sm_90a, H % 64 == 0: first where it runs
-      GpuImpl("cuda_mma", GpuKernel::kMma),
+      KernelImpl("wgmma", GpuKernel::kWgmma),  // sm_90a, H % 64 == 0: first where it runs
+      KernelImpl("mma", GpuKernel::kMma),
       // H <= 32, several neighbouring tokens per CTA gathering the union of their rows once:
       // 1.5-3.4x faster than cuda_mma when neighbours share rows (causal kpool4 on one cache),
       // 0.6-0.7x on uniform or disjoint selections (docs/BENCHMARKS.md). Dispatch cannot see
       // the overlap, so it is listed after cuda_mma: run by name, never chosen automatically.
-      GpuImpl("cuda_mma_lowh", GpuKernel::kMmaLowH),
-      GpuImpl("cuda_simt", GpuKernel::kSimt),
-#elif defined(ATTND_GPU_HIP)
-      GpuImpl("hip_simt", GpuKernel::kSimt),
+      KernelImpl("mma_lowh", GpuKernel::kMmaLowH),
+#endif
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+      KernelImpl("simt", GpuKernel::kSimt),
 #endif
       {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };
