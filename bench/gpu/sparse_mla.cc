@@ -6,6 +6,7 @@
 // are uniform in [0, S); FLOPs count every slot (FlashMLA's count: 2·T·H·K·(d_qk + 512)), bytes
 // per DESIGN.md §8 with E = T·K (2·d_qk or 656 bytes per row). Counts come from the shapes
 // (CountSlots), never from device data. Presets share one KV pool per (S, format).
+// The split-K sweep (op sparse_mla_splits, below) runs only when --filter names it.
 #include "kernels/sparse_mla/sparse_mla.h"
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/gpu_bench.h"
+#include "kernels/sparse_mla/gpu/launch.h"
 
 namespace attnd::bench {
 namespace {
@@ -104,21 +106,29 @@ absl::StatusOr<KvPool> PoolFor(const Preset& preset, KvPools* pools, uint64_t se
   return pool;
 }
 
-absl::StatusOr<GpuBenchCase> MakeCase(const Preset& preset,
-                                      const kernels::Impl<sparse_mla::Params>& impl,
-                                      uint64_t seed, KvPools* pools) {
-  auto arena = std::make_shared<DeviceArena>();
-  const int64_t t = preset.t, s = preset.s, h = preset.h, d = preset.d_qk, k = preset.k;
+// One call's buffers and Params, without an implementation: the presets' cases and the split
+// sweep build their cases from it.
+struct Call {
   sparse_mla::Params p;
-  auto q = arena->Random(DType::kBF16, t * h * d, 1.0f, seed);
+  kernels::WorkCount work;
+  std::shared_ptr<DeviceArena> arena;              // q, out, lse (and the preset's indices)
+  std::vector<std::shared_ptr<DeviceArena>> keep;  // shared pools it reads (KV, a selection)
+};
+
+absl::StatusOr<Call> MakeCall(const Preset& preset, uint64_t seed, KvPools* pools) {
+  Call c;
+  c.arena = std::make_shared<DeviceArena>();
+  const int64_t t = preset.t, s = preset.s, h = preset.h, d = preset.d_qk, k = preset.k;
+  sparse_mla::Params& p = c.p;
+  auto q = c.arena->Random(DType::kBF16, t * h * d, 1.0f, seed);
   if (!q.ok()) return q.status();
   auto kv = PoolFor(preset, pools, seed + 1);
   if (!kv.ok()) return kv.status();
-  auto indices = arena->RandomInt(t * k, 0, static_cast<int32_t>(s - 1), seed + 2);
+  auto indices = c.arena->RandomInt(t * k, 0, static_cast<int32_t>(s - 1), seed + 2);
   if (!indices.ok()) return indices.status();
-  auto out = arena->Alloc(t * h * sparse_mla::kDimV * 2);
+  auto out = c.arena->Alloc(t * h * sparse_mla::kDimV * 2);
   if (!out.ok()) return out.status();
-  auto lse = arena->Alloc(t * h * 4);
+  auto lse = c.arena->Alloc(t * h * 4);
   if (!lse.ok()) return lse.status();
   p.q = kernels::MakeTensor(*q, DType::kBF16, {t, h, d});
   p.kv = preset.fp8 ? kernels::MakeTensor(kv->data, DType::kU8, {s, sparse_mla::kFp8RowBytes})
@@ -128,28 +138,35 @@ absl::StatusOr<GpuBenchCase> MakeCase(const Preset& preset,
   p.lse = kernels::MakeTensor(*lse, DType::kF32, {t, h});
   p.sm_scale = 1.0f / 24.0f;  // 1/sqrt(576)
   if (absl::Status st = sparse_mla::Validate(p); !st.ok()) return st;
+  c.work = sparse_mla::CountSlots(p);  // shapes only: every slot counts
+  c.keep.push_back(kv->arena);
+  return c;
+}
+
+// The case of `call` run through `impl` (its Supports, workspace and split plan, as served).
+absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
+                                      const kernels::Impl<sparse_mla::Params>& impl) {
   std::string why;
-  if (impl.supports && !impl.supports(p, &why)) {
+  if (impl.supports && !impl.supports(call.p, &why)) {
     return absl::UnimplementedError(absl::StrCat(impl.name, ": ", why));
   }
-  int64_t workspace_bytes = impl.workspace ? impl.workspace(p) : 0;
+  const int64_t workspace_bytes = impl.workspace ? impl.workspace(call.p) : 0;
   void* workspace = nullptr;
   if (workspace_bytes > 0) {
-    auto ws = arena->Alloc(workspace_bytes);
+    auto ws = call.arena->Alloc(workspace_bytes);
     if (!ws.ok()) return ws.status();
     workspace = *ws;
   }
-
   GpuBenchCase c;
   c.op = "sparse_mla";
-  c.preset = preset.name;
+  c.preset = preset;
   c.impl = impl.name;
   c.peak = PeakKind::kBf16;
-  c.work = sparse_mla::CountSlots(p);  // shapes only: every slot counts
-  c.arena = arena;
+  c.work = call.work;
+  c.arena = call.arena;
   const kernels::Impl<sparse_mla::Params>* run = &impl;
-  // The launch holds the shared KV pool's arena (alive as long as the case).
-  c.launch = [p, run, workspace, workspace_bytes, kv_arena = kv->arena](gpu::Stream stream) {
+  // The launch holds the shared pools' arenas (alive as long as the case).
+  c.launch = [p = call.p, run, workspace, workspace_bytes, keep = call.keep](gpu::Stream stream) {
     kernels::ExecContext ctx;
     ctx.backend = run->backend;
     ctx.stream = stream;
@@ -247,21 +264,21 @@ absl::StatusOr<Kpool4Selection> MakeKpool4Selection(int64_t prefix, bool disjoin
   return sel;
 }
 
-absl::StatusOr<GpuBenchCase> MakeKpool4Case(const Kpool4Preset& kp, const Kpool4Selection& sel,
-                                            const kernels::Impl<sparse_mla::Params>& impl,
-                                            uint64_t seed, KvPools* pools) {
-  auto arena = std::make_shared<DeviceArena>();
+absl::StatusOr<Call> MakeKpool4Call(const Kpool4Preset& kp, const Kpool4Selection& sel,
+                                    uint64_t seed, KvPools* pools) {
+  Call c;
+  c.arena = std::make_shared<DeviceArena>();
   const int64_t t = kKpoolT, h = kp.h, d = 512;
   const Preset pool_preset{"kpool4", t, sel.s, h, d, kKpoolWidth, false};
   auto kv = PoolFor(pool_preset, pools, 7);  // one pool per S, shared by every preset
   if (!kv.ok()) return kv.status();
-  auto q = arena->Random(DType::kBF16, t * h * d, 1.0f, seed);
+  auto q = c.arena->Random(DType::kBF16, t * h * d, 1.0f, seed);
   if (!q.ok()) return q.status();
-  auto out = arena->Alloc(t * h * sparse_mla::kDimV * 2);
+  auto out = c.arena->Alloc(t * h * sparse_mla::kDimV * 2);
   if (!out.ok()) return out.status();
-  auto lse = arena->Alloc(t * h * 4);
+  auto lse = c.arena->Alloc(t * h * 4);
   if (!lse.ok()) return lse.status();
-  sparse_mla::Params p;
+  sparse_mla::Params& p = c.p;
   p.q = kernels::MakeTensor(*q, DType::kBF16, {t, h, d});
   p.kv = kernels::MakeTensor(kv->data, DType::kBF16, {sel.s, d});
   p.indices = kernels::MakeTensor(sel.d_indices, DType::kI32, {t * kKpoolWidth});
@@ -270,38 +287,11 @@ absl::StatusOr<GpuBenchCase> MakeKpool4Case(const Kpool4Preset& kp, const Kpool4
   p.lse = kernels::MakeTensor(*lse, DType::kF32, {t, h});
   p.sm_scale = 1.0f / 22.627417f;  // 1/sqrt(512)
   if (absl::Status st = sparse_mla::Validate(p); !st.ok()) return st;
-  std::string why;
-  if (impl.supports && !impl.supports(p, &why)) {
-    return absl::UnimplementedError(absl::StrCat(impl.name, ": ", why));
-  }
-  const int64_t workspace_bytes = impl.workspace ? impl.workspace(p) : 0;
-  void* workspace = nullptr;
-  if (workspace_bytes > 0) {
-    auto ws = arena->Alloc(workspace_bytes);
-    if (!ws.ok()) return ws.status();
-    workspace = *ws;
-  }
   sparse_mla::Params host = p;  // Count reads the selection: the host copies
   host.indices.data = const_cast<int32_t*>(sel.indices.data());
   host.indptr.data = const_cast<int32_t*>(sel.indptr.data());
-
-  GpuBenchCase c;
-  c.op = "sparse_mla";
-  c.preset = Kpool4Name(kp);
-  c.impl = impl.name;
-  c.peak = PeakKind::kBf16;
   c.work = sparse_mla::Count(host);
-  c.arena = arena;
-  const kernels::Impl<sparse_mla::Params>* run = &impl;
-  c.launch = [p, run, workspace, workspace_bytes, kv_arena = kv->arena,
-              sel_arena = sel.arena](gpu::Stream stream) {
-    kernels::ExecContext ctx;
-    ctx.backend = run->backend;
-    ctx.stream = stream;
-    ctx.workspace = workspace;
-    ctx.workspace_bytes = workspace_bytes;
-    return run->run(p, ctx);
-  };
+  c.keep = {kv->arena, sel.arena};
   return c;
 }
 
@@ -321,7 +311,9 @@ absl::Status AddKpool4Cases(const std::string& filter, KvPools* pools,
         if (!sel.ok()) return sel.status();
         selections.emplace(key, std::move(*sel));
       }
-      auto c = MakeKpool4Case(kp, selections.at(key), impl, seed, pools);
+      auto call = MakeKpool4Call(kp, selections.at(key), seed, pools);
+      if (!call.ok()) return call.status();
+      auto c = ImplCase(std::move(*call), Kpool4Name(kp), impl);
       if (absl::IsUnimplemented(c.status())) {
         std::cerr << "skipping " << name << ": " << c.status().message() << "\n";
         continue;
@@ -344,7 +336,9 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSparseMlaCases(const std::string& 
       if (impl.name == "cuda_simt" && !preset.simt) continue;
       const std::string name = absl::StrCat("sparse_mla/", preset.name, "/", impl.name);
       if (!filter.empty() && name.find(filter) == std::string::npos) continue;
-      auto c = MakeCase(preset, impl, seed, &pools);
+      auto call = MakeCall(preset, seed, &pools);
+      if (!call.ok()) return call.status();
+      auto c = ImplCase(std::move(*call), preset.name, impl);
       if (absl::IsUnimplemented(c.status())) {  // this implementation refuses the shape
         std::cerr << "skipping " << name << ": " << c.status().message() << "\n";
         continue;
@@ -357,7 +351,132 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSparseMlaCases(const std::string& 
   return cases;
 }
 
+// Split-K sweep (issue 5: the split count GpuSplits picks should be near the best per shape).
+// Op "sparse_mla_splits", built only when --filter contains "sparse_mla_splits" (the default run
+// and --filter=sparse_mla skip it):  attn_gpu_bench --replays=20 --filter=sparse_mla_splits/
+// Each shape runs its kernel through launch.h's launcher at explicit split counts s from
+// kSweepSplits up to the plan's cap (half the 64-slot blocks of K, or of nnz for CSR, at most
+// kMaxSplits) and at the count GpuSplits picks, one workspace per shape sized
+// SplitWorkspaceBytes(p, largest s). Preset "<shape>_s<s>", "-heuristic" appended at the pick.
+struct SweepShape {
+  const char* preset;  // a kPresets name, or "kpool4" (kKpool4Presets[0]: H16, prefix 0, shared)
+  sparse_mla::GpuKernel kernel;
+};
+
+constexpr sparse_mla::GpuKernel kWgmma = sparse_mla::GpuKernel::kWgmma;
+constexpr SweepShape kSweepShapes[] = {
+    {"deepseek_decode_b1_s32768_h128_d576_k2048", kWgmma},
+    {"deepseek_decode_b32_s1048576_h128_d576_k2048", kWgmma},
+    {"deepseek_decode_b64_s2097152_h128_d576_k2048", kWgmma},
+    {"deepseek_decode_b128_s4194304_h128_d576_k2048", kWgmma},
+    {"deepseek_decode_b1_s32768_h128_d576_k2048_fp8kv", kWgmma},
+    {"deepseek_decode_b32_s1048576_h128_d576_k2048_fp8kv", kWgmma},
+    {"deepseek_decode_b64_s2097152_h128_d576_k2048_fp8kv", kWgmma},
+    {"deepseek_decode_b128_s4194304_h128_d576_k2048_fp8kv", kWgmma},
+    {"deepseek_decode_b32_nextn2_s1048576_h128_d576_k2048_fp8kv", kWgmma},
+    {"deepseek_decode_b128_nextn2_s4194304_h128_d576_k2048_fp8kv", kWgmma},
+    {"deepseek_prefill_t4096_s32768_h128_d576_k2048", kWgmma},
+    {"glm_prefill_t2048_s32768_h64_d512_k2048", kWgmma},
+    {"glm_prefill_t2048_s32768_h16_d512_k2048", sparse_mla::GpuKernel::kMma},
+    {"glm_prefill_t2048_s32768_h32_d512_k2048", sparse_mla::GpuKernel::kMma},
+    {"kpool4", sparse_mla::GpuKernel::kMmaLowH},
+};
+constexpr int kSweepSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+
+absl::Status LaunchWithSplits(const sparse_mla::Params& p, sparse_mla::GpuKernel kernel,
+                              int splits, void* workspace, gpu::Stream stream) {
+  switch (kernel) {
+    case sparse_mla::GpuKernel::kWgmma:
+      GPU_RETURN_IF_ERROR(sparse_mla::LaunchSparseMlaWgmma(p, splits, workspace, stream));
+      break;
+    case sparse_mla::GpuKernel::kMma:
+      GPU_RETURN_IF_ERROR(sparse_mla::LaunchSparseMlaMma(p, splits, workspace, stream));
+      break;
+    case sparse_mla::GpuKernel::kMmaLowH:
+      GPU_RETURN_IF_ERROR(sparse_mla::LaunchSparseMlaMmaLowh(p, splits, workspace, stream));
+      break;
+    case sparse_mla::GpuKernel::kSimt:
+      GPU_RETURN_IF_ERROR(sparse_mla::LaunchSparseMlaSimt(p, splits, workspace, stream));
+      break;
+  }
+  return absl::OkStatus();
+}
+
+const char* KernelImplName(sparse_mla::GpuKernel kernel) {
+  switch (kernel) {
+    case sparse_mla::GpuKernel::kWgmma: return "cuda_wgmma";
+    case sparse_mla::GpuKernel::kMma: return "cuda_mma";
+    case sparse_mla::GpuKernel::kMmaLowH: return "cuda_mma_lowh";
+    case sparse_mla::GpuKernel::kSimt: break;
+  }
+  return "cuda_simt";
+}
+
+absl::StatusOr<std::vector<GpuBenchCase>> MakeSplitSweepCases(const std::string& filter) {
+  std::vector<GpuBenchCase> cases;
+  if (filter.find("sparse_mla_splits") == std::string::npos) return cases;
+  KvPools pools;
+  uint64_t seed = 9000;
+  for (const SweepShape& shape : kSweepShapes) {
+    seed += 3;
+    const bool kpool4 = std::string(shape.preset) == "kpool4";
+    const std::string name = kpool4 ? Kpool4Name(kKpool4Presets[0]) : shape.preset;
+    const std::string prefix = absl::StrCat("sparse_mla_splits/", name);
+    if (filter.find(prefix) == std::string::npos && prefix.find(filter) == std::string::npos) {
+      continue;  // the filter names another shape
+    }
+    absl::StatusOr<Call> call = absl::NotFoundError(absl::StrCat("no preset ", name));
+    if (kpool4) {
+      const Kpool4Preset& kp = kKpool4Presets[0];
+      auto sel = MakeKpool4Selection(kp.prefix, kp.disjoint, 4000 + kp.prefix + kp.disjoint);
+      if (!sel.ok()) return sel.status();
+      call = MakeKpool4Call(kp, *sel, seed, &pools);
+    } else {
+      for (const Preset& preset : kPresets) {
+        if (name == preset.name) call = MakeCall(preset, seed, &pools);
+      }
+    }
+    if (!call.ok()) return call.status();
+    const sparse_mla::Params& p = call->p;
+    std::string why;
+    if (!sparse_mla::GpuSupports(shape.kernel, p, &why)) {
+      std::cerr << "skipping " << prefix << ": " << KernelImplName(shape.kernel) << ": " << why
+                << "\n";
+      continue;
+    }
+    const int64_t width = p.is_csr() ? p.indices.dim(0) : p.indices.dim(1);
+    const int64_t cap = std::clamp<int64_t>((width + 63) / 64 / 2, 1, sparse_mla::kMaxSplits);
+    const int heuristic = sparse_mla::GpuSplits(p, shape.kernel);
+    std::vector<int> splits = {heuristic};  // the pick, even where the list lacks it
+    for (int s : kSweepSplits) {
+      if (s <= cap && s != heuristic) splits.push_back(s);
+    }
+    std::sort(splits.begin(), splits.end());
+    void* workspace = nullptr;
+    if (splits.back() > 1) {
+      auto ws = call->arena->Alloc(sparse_mla::SplitWorkspaceBytes(p, splits.back()));
+      if (!ws.ok()) return ws.status();
+      workspace = *ws;
+    }
+    for (int s : splits) {
+      GpuBenchCase c;
+      c.op = "sparse_mla_splits";
+      c.preset = absl::StrCat(name, "_s", s, s == heuristic ? "-heuristic" : "");
+      c.impl = KernelImplName(shape.kernel);
+      c.peak = PeakKind::kBf16;
+      c.work = call->work;
+      c.arena = call->arena;
+      c.launch = [p, kernel = shape.kernel, s, workspace, keep = call->keep](gpu::Stream stream) {
+        return LaunchWithSplits(p, kernel, s, workspace, stream);
+      };
+      cases.push_back(std::move(c));
+    }
+  }
+  return cases;
+}
+
 }  // namespace
 }  // namespace attnd::bench
 
 ATTND_REGISTER_GPU_BENCH(sparse_mla, attnd::bench::MakeSparseMlaCases);
+ATTND_REGISTER_GPU_BENCH(sparse_mla_splits, attnd::bench::MakeSplitSweepCases);

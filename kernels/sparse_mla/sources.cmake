@@ -18,6 +18,7 @@ if(ATTND_GPU STREQUAL "cuda")
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_lowh.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_lowh_d512.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_lowh_d576.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_auto.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_fp8.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_d512.cu

@@ -106,6 +106,22 @@ Impl<Params> KernelImpl(absl::string_view kind, GpuKernel kernel) {
 }
 #endif
 
+#if defined(ATTND_GPU_CUDA)
+// cuda_mma_auto (gpu/launch.h): kMmaLowH or kMma, chosen on the device from a sample of the
+// selection; its workspace holds the decision and both kernels' split partials.
+Impl<Params> MmaAutoImpl() {
+  return GpuImpl<Params>(
+      "mma_auto", [](const Params& p, std::string* why) { return MmaAutoSupports(p, why); },
+      [](const Params& p, const ExecContext& ctx) -> absl::Status {
+        const int64_t bytes = ctx.workspace != nullptr ? ctx.workspace_bytes : 0;
+        GPU_RETURN_IF_ERROR(LaunchSparseMlaMmaAuto(p, ctx.workspace, bytes,
+                                                   static_cast<gpu::Stream>(ctx.stream)));
+        return absl::OkStatus();
+      },
+      [](const Params& p) { return MmaAutoWorkspaceBytes(p); });
+}
+#endif
+
 }  // namespace
 
 absl::Status Validate(const Params& p) {
@@ -194,11 +210,14 @@ const std::vector<Impl<Params>>& Implementations() {
   static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>>{
 #if defined(ATTND_GPU_CUDA)
       KernelImpl("wgmma", GpuKernel::kWgmma),  // sm_90a, H % 64 == 0: first where it runs
+      // H <= 32, bf16 cache: cuda_mma_lowh when the sampled neighbours share rows, else
+      // cuda_mma, decided by a device-side estimate (gpu/mma_auto.cu).
+      MmaAutoImpl(),
       KernelImpl("mma", GpuKernel::kMma),
       // H <= 32, several neighbouring tokens per CTA gathering the union of their rows once:
       // 1.5-3.4x faster than cuda_mma when neighbours share rows (causal kpool4 on one cache),
-      // 0.6-0.7x on uniform or disjoint selections (docs/BENCHMARKS.md). Dispatch cannot see
-      // the overlap, so it is listed after cuda_mma: run by name, never chosen automatically.
+      // 0.6-0.7x on uniform or disjoint selections (docs/BENCHMARKS.md). Listed after cuda_mma:
+      // by name, or through cuda_mma_auto, which runs it where the overlap pays.
       KernelImpl("mma_lowh", GpuKernel::kMmaLowH),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)

@@ -20,6 +20,7 @@ struct DeviceFacts {
   int sm_count = 0;
   int cc_major = 0, cc_minor = 0;  // CUDA compute capability (0.0 on HIP)
   int smem_optin = 0;              // the most dynamic shared memory one block may use (bytes)
+  int l2_bytes = 0;                // L2 cache size
 };
 
 namespace internal {
@@ -33,12 +34,14 @@ inline bool QueryDeviceFacts(int ordinal, DeviceFacts* f) {
          cudaDeviceGetAttribute(&f->cc_minor, cudaDevAttrComputeCapabilityMinor, ordinal) ==
              cudaSuccess &&
          cudaDeviceGetAttribute(&f->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                ordinal) == cudaSuccess;
+                                ordinal) == cudaSuccess &&
+         cudaDeviceGetAttribute(&f->l2_bytes, cudaDevAttrL2CacheSize, ordinal) == cudaSuccess;
 #else
   return hipDeviceGetAttribute(&f->sm_count, hipDeviceAttributeMultiprocessorCount, ordinal) ==
              hipSuccess &&
          hipDeviceGetAttribute(&f->smem_optin, hipDeviceAttributeMaxSharedMemoryPerBlock,
-                               ordinal) == hipSuccess;
+                               ordinal) == hipSuccess &&
+         hipDeviceGetAttribute(&f->l2_bytes, hipDeviceAttributeL2CacheSize, ordinal) == hipSuccess;
 #endif
 }
 }  // namespace internal

@@ -376,6 +376,13 @@ __device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+// ---- L2 prefetch (bulk, asynchronous: nothing waits for it) ----
+// Asks the L2 to fetch `bytes` (a multiple of 16) at `src` (16-byte aligned); a later load of
+// the range may then hit in L2 instead of waiting on HBM. A hint: it changes no data.
+__device__ __forceinline__ void PrefetchL2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
 // ---- Named barriers (ids 1..15; 0 is __syncthreads) ----
 // `threads` counts every thread that arrives or syncs on the barrier (a multiple of 32).
 __device__ __forceinline__ void NamedBarSync(uint32_t id, uint32_t threads) {

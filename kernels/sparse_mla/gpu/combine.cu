@@ -16,6 +16,7 @@ namespace {
 constexpr int kCombineThreads = kDimV / 4;
 
 __global__ void __launch_bounds__(kCombineThreads) SparseMlaCombineKernel(const KernelArgs a) {
+  if (GateClosed(a)) return;  // its kernel was not chosen for this call (common.cuh)
   const int64_t row = blockIdx.x;  // t·H + h
   const int64_t t = row / a.heads, h = row % a.heads;
   const int col = 4 * threadIdx.x;
@@ -55,10 +56,12 @@ __global__ void __launch_bounds__(kCombineThreads) SparseMlaCombineKernel(const 
 }  // namespace
 
 gpu::Error LaunchSparseMlaCombine(const Params& p, int splits, const void* workspace,
-                                  gpu::Stream stream) {
+                                  gpu::Stream stream, const int32_t* gate, int32_t gate_open) {
   const int64_t rows = p.q.dim(0) * p.q.dim(1);
   if (rows == 0) return gpu::kSuccess;
-  const KernelArgs a = MakeKernelArgs(p, splits, const_cast<void*>(workspace));
+  KernelArgs a = MakeKernelArgs(p, splits, const_cast<void*>(workspace));
+  a.gate = gate;
+  a.gate_open = gate_open;
   SparseMlaCombineKernel<<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(a);
   return gpu::GetLastError();
 }

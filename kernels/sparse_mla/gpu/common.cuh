@@ -47,7 +47,21 @@ struct KernelArgs {
   // bf16 cache. Kernels that do not read it refuse the call in GpuSupports.
   const uint8_t* kv_fp8;
   int64_t kv_fp8_stride;
+  // The KV pool is larger than the L2 (decode pools of B x 32K rows): the wgmma kernel's bf16
+  // producer asks the L2 for the next block's rows a block ahead (prefill pools of one sequence
+  // stay L2-resident, where the extra work only costs: measured +5 % on prefill).
+  bool prefetch_l2;
+  // Optional launch gate (null: always run): a CTA of a kernel that checks it (mma.cuh,
+  // mma_lowh.cuh, the combine) returns at entry unless *gate == gate_open. A device word, so a
+  // kernel earlier in the stream decides without the host (cuda_mma_auto, mma_auto.cu).
+  const int32_t* gate;
+  int32_t gate_open;
 };
+
+// Whether this CTA's kernel was chosen (a.gate, above); uniform over the CTA.
+__device__ __forceinline__ bool GateClosed(const KernelArgs& a) {
+  return a.gate != nullptr && *a.gate != a.gate_open;
+}
 
 // Token t's slots for one split: slots[begin, end) (slot i of the row is slots[i]).
 struct SlotRange {

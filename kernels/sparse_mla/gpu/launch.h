@@ -49,19 +49,60 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 
 // Runs sparse MLA with `splits` splits (then the combine when splits > 1) on `stream`.
 // `workspace` holds SplitWorkspaceBytes(p, splits) bytes (may be null when splits == 1); its
-// contents on entry do not matter.
+// contents on entry do not matter. `gate` (kMma, kMmaLowH and the combine; null: always run):
+// a device word; every CTA returns at entry unless *gate == gate_open (cuda_mma_auto below).
 gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace, gpu::Stream stream);
 #if defined(ATTND_GPU_CUDA)
-gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace, gpu::Stream stream);
+gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace, gpu::Stream stream,
+                              const int32_t* gate = nullptr, int32_t gate_open = 0);
 gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace,
-                                  gpu::Stream stream);
+                                  gpu::Stream stream, const int32_t* gate = nullptr,
+                                  int32_t gate_open = 0);
 // kWgmma: splits from GpuSplits' heuristic (one CTA per SM).
 gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace,
                                 gpu::Stream stream);
+
+// cuda_mma_auto (mma_auto.cu), H <= 32 with a bf16 cache: kMmaLowH where the 64 / H
+// neighbouring tokens it stacks share most of their rows, else kMma, decided on the device. A
+// memset and an estimate kernel sample up to kAutoSampleGroups of those token groups
+// (kAutoBlocksPerGroup lockstep blocks each, as kMmaLowH walks them) into an MmaAutoHeader at
+// the start of the workspace; then both kernels are launched, gated by header.choice, each with
+// its own split count and workspace region. Capture-safe: the host never reads the selection.
+// Workspace: header (32 B) | kMma's split partials | kMmaLowH's, at 16-byte aligned offsets.
+inline constexpr int kAutoSampleGroups = 32;
+inline constexpr int kAutoBlocksPerGroup = 4;
+inline constexpr int32_t kAutoChoseMma = 0;
+inline constexpr int32_t kAutoChoseLowh = 1;
+struct MmaAutoHeader {    // test hook: copy it back after a run to see what was chosen
+  int32_t choice;         // kAutoChoseLowh or kAutoChoseMma (MmaAutoPicksLowh)
+  int32_t union_rows;     // Σ over the sampled blocks: distinct valid rows
+  int32_t valid_entries;  //   entries with 0 <= index < S
+  int32_t walked_slots;   //   entries inside their token's row (what kMma walks)
+  uint64_t sums;          // internal: the estimate CTAs' packed running sums
+  int32_t reserved[2];
+};
+static_assert(sizeof(MmaAutoHeader) == 32, "the header is two 16-byte units");
+// The rule (its measurements in mma_auto.cu): kMmaLowH when union_rows / walked_slots is below
+// 1/2 with 2 tokens a group (H 17-32), 9/20 with 4 (H 9-16), 2/5 with 8 (H <= 8); kMma on ties
+// and when nothing was walked.
+constexpr bool MmaAutoPicksLowh(int64_t union_rows, int64_t walked_slots, int group_tokens) {
+  return walked_slots > 0 && (group_tokens >= 8   ? 5 * union_rows < 2 * walked_slots
+                              : group_tokens >= 4 ? 20 * union_rows < 9 * walked_slots
+                                                  : 2 * union_rows < walked_slots);
+}
+// Both kMmaLowH and kMma support `p`.
+bool MmaAutoSupports(const Params& p, std::string* why);
+// Header + both kernels' split workspaces (their GpuSplits).
+int64_t MmaAutoWorkspaceBytes(const Params& p);
+// `workspace` holds `bytes` bytes (16-byte aligned); split counts shrink to fit. With no room
+// for the header (null or < 32 bytes) it runs kMma with one split, ungated.
+gpu::Error LaunchSparseMlaMmaAuto(const Params& p, void* workspace, int64_t bytes,
+                                  gpu::Stream stream);
 #endif
 
 // Merges the `splits` partials in `workspace` into p.out and p.lse (a block per (token, head)).
 gpu::Error LaunchSparseMlaCombine(const Params& p, int splits, const void* workspace,
-                                  gpu::Stream stream);
+                                  gpu::Stream stream, const int32_t* gate = nullptr,
+                                  int32_t gate_open = 0);
 
 }  // namespace attnd::kernels::sparse_mla

@@ -78,6 +78,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
   static_assert(!kFp8 || kDqk == kFp8DimQk, "the FP8 cache has d_qk 576");
   using Tile = MmaTile<kMTiles, kDqk>;
   using namespace ::attnd::gpu::ptx;
+  if (GateClosed(a)) return;  // another kernel was chosen for this call (common.cuh)
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t q_s = SmemAddr(smem + Tile::kQOffset);
   const uint32_t kv_s = SmemAddr(smem + Tile::kKvOffset);

@@ -100,12 +100,14 @@ int MmaLowhSplits(const Params& p) {
 }
 
 gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace,
-                                  gpu::Stream stream) {
+                                  gpu::Stream stream, const int32_t* gate, int32_t gate_open) {
   if (p.q.dim(0) == 0) return gpu::kSuccess;
-  const KernelArgs a = MakeKernelArgs(p, splits, workspace);
+  KernelArgs a = MakeKernelArgs(p, splits, workspace);
+  a.gate = gate;
+  a.gate_open = gate_open;
   const gpu::Error e = p.q.dim(2) == 576 ? LaunchFor<576>(a, stream) : LaunchFor<512>(a, stream);
   if (e != gpu::kSuccess || splits == 1) return e;
-  return LaunchSparseMlaCombine(p, splits, workspace, stream);
+  return LaunchSparseMlaCombine(p, splits, workspace, stream, gate, gate_open);
 }
 
 }  // namespace attnd::kernels::sparse_mla

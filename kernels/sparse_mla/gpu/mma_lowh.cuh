@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
   using Tile = LowhTile<kHs, kDqk>;
   using namespace ::attnd::gpu::ptx;
   constexpr int kThreads = Tile::kThreads, kBlockN = Tile::kBlockN, kEntries = Tile::kEntries;
+  if (GateClosed(a)) return;  // another kernel was chosen for this call (common.cuh)
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t q_s = SmemAddr(smem + Tile::kQOffset);
   const uint32_t kv_s = SmemAddr(smem + Tile::kKvOffset);

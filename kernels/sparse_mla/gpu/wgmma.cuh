@@ -4,14 +4,16 @@
 //   WG2 (producer)  gathers each block's rows with 16-byte cp.async straight into the 128-byte
 //                   swizzled layout (a masked row is stored as zeros, never read), writes the
 //                   block's validity bits, and completes the stage's "full" mbarrier;
-//                   it waits on the stage's "empty" mbarrier before refilling it.
+//                   it waits on the stage's "empty" mbarrier before refilling it. For pools
+//                   larger than the L2 (decode) it asks the L2 for the next block's rows
+//                   (cp.async.bulk.prefetch) a block ahead, so their cp.async wait on L2.
 //                   kFp8 (the FP8 cache, d_qk 576): a warp per row, lane c loads code chunk c
-//                   (16 e4m3, 16-byte ld.global.nc), its tile's scale and 4 bytes of the bf16
-//                   rope; kFp8RoundRows rows' loads are in flight before any is used; e4m3 ×
-//                   scale to bf16 (e4m3 bits decoded with integer ops, one f32 multiply, one
-//                   rounding to bf16: bit for bit fp8_kv.cuh's result, exact for power-of-two
-//                   scales) and st.shared into the same swizzled stage; then
-//                   fence.proxy.async and a plain mbarrier arrive per producer thread.
+//                   (16 e4m3, 16-byte ld.global.nc) and its tile's scale; kFp8RoundRows rows'
+//                   loads are in flight before any is used; e4m3 × scale to bf16 (integer
+//                   e4m3 decode and one bf16x2 multiply for power-of-two-like scales, the cvt
+//                   chain otherwise: bit for bit fp8_kv.cuh's result) and st.shared into the
+//                   same swizzled stage; the bf16 rope goes by cp.async. Then
+//                   fence.proxy.async and a cp.async and a plain mbarrier arrive per thread.
 //   WG0 (softmax)   S = Q·Kᵀ (m64n64k16, A = Q and B = K from shared memory), masks invalid
 //                   slots to -inf, online softmax in log2 units (exp2 with sm_scale·log2e folded,
 //                   running max from -1e30), P = hi + lo in bf16 (|P - hi - lo| <= 2^-16·P,
@@ -68,15 +70,17 @@ struct WgmmaTile {
   static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 5 * 8);
   // Registers per thread after setmaxnreg: 3·168 = 504 (the 384-thread launch cap) in total.
   static constexpr int kProducerRegs = 72, kSoftmaxRegs = 240, kPvRegs = 192;
-  // FP8: the producer holds kFp8RoundRows rows of codes in registers; WG1 gives it 24.
-  static constexpr int kProducerRegsFp8 = 96, kPvRegsFp8 = 168;
+  // FP8: the producer holds kFp8RoundRows rows of codes in registers; WG1 gives it 32 (at 96
+  // the producer spilled 4 bytes, at 104 neither it nor WG1 at 160 spills).
+  static constexpr int kProducerRegsFp8 = 104, kPvRegsFp8 = 160;
   // mbarrier counts: full = 128 cp.async arrivals (noinc) + 128 ordinary ones (they release
   // the validity bits and zero stores); empty = one arrival per consumer warp.
   static constexpr uint32_t kFullCount = 256, kEmptyCount = 8, kQCount = 128;
-  // FP8: full = one ordinary arrival per producer thread (after its stores and proxy fence).
-  static constexpr uint32_t kFullCountFp8 = 128;
-  // FP8: rows per producer warp (16 per block) whose loads are in flight together (6 registers
-  // each: code chunk, scale, rope word).
+  // FP8: full = per producer thread one cp.async arrival (noinc: its rope copies) and one
+  // ordinary one (after its stores and proxy fence).
+  static constexpr uint32_t kFullCountFp8 = 256;
+  // FP8: rows per producer warp (16 per block) whose loads are in flight together (5 registers
+  // each: code chunk, scale).
   static constexpr int kFp8RoundRows = 8;
 
   static constexpr uint32_t PHiOffset(int stage) {
@@ -132,23 +136,34 @@ __device__ __forceinline__ uint32_t E4m3PairAsScaledBf16(uint32_t w) {
   return (t & 0x80008000u) | ((t >> 4) & 0x07f007f0u);
 }
 
-// One 16-byte chunk of codes × scale as bf16 (columns 0..7 to *lo, 8..15 to *hi), with
-// `scale_x2p120` = scale·2^120 (exact when scale < 2^8): the product (code·2^-120)·(scale·2^120)
-// is the same real number as code·scale, rounded once to f32 and once to bf16 — bit for bit
-// what fp8_kv.cuh's DequantFp8x16 gives.
-__device__ __forceinline__ void DequantFp8x16Int(const uint4& codes, float scale_x2p120,
+// a·b per bf16 lane, rounded once to bf16 (sm_90 mul.rn.bf16x2; subnormals kept).
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Whether DequantFp8x16Int serves the f32 scale with bits `u`: 2^-110 <= |scale| < 2^8 (biased
+// exponent 17..134: scale·2^120 finite, every code·scale normal in f32) and scale a bf16 (low 16
+// bits 0; powers of two, which real quantisers write, always are).
+__device__ __forceinline__ bool Bf16ScaleFastPath(uint32_t u) {
+  return ((u >> 23) & 0xffu) - 17u < 118u && (u & 0xffffu) == 0;
+}
+
+// One 16-byte chunk of codes × scale as bf16 (columns 0..7 to *lo, 8..15 to *hi), the scale's
+// f32 bits `scale_bits` passing Bf16ScaleFastPath: one bf16x2 multiply per pair of
+// (code·2^-120)·(scale·2^120) (the exponent field raised by 120), the same real number as
+// code·scale, rounded once. fp8_kv.cuh's DequantFp8x16 rounds code·scale to f32 and then to
+// bf16, but a 4-bit times an 8-bit significand is exact in f32: bit for bit the same result.
+__device__ __forceinline__ void DequantFp8x16Int(const uint4& codes, uint32_t scale_bits,
                                                  uint4* lo, uint4* hi) {
   const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  const uint32_t scale2 = __byte_perm(scale_bits + (120u << 23), 0u, 0x3232u);
   uint32_t r[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-#pragma unroll
-    for (int pair = 0; pair < 2; ++pair) {
-      const uint32_t b =
-          pair == 0 ? E4m3PairAsScaledBf16<0>(w[i]) : E4m3PairAsScaledBf16<1>(w[i]);
-      r[2 * i + pair] = PackBf16Pair(gpu::BitsToFloat(b << 16) * scale_x2p120,
-                                     gpu::BitsToFloat(b & 0xffff0000u) * scale_x2p120);
-    }
+    r[2 * i] = MulBf16x2(E4m3PairAsScaledBf16<0>(w[i]), scale2);
+    r[2 * i + 1] = MulBf16x2(E4m3PairAsScaledBf16<1>(w[i]), scale2);
   }
   *lo = make_uint4(r[0], r[1], r[2], r[3]);
   *hi = make_uint4(r[4], r[5], r[6], r[7]);
@@ -249,9 +264,9 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
     if constexpr (kFp8) {
       // Warp pw fills rows pw·16 + i of each block; lane c dequantises code chunk c (columns
       // 16c..16c+15: slab c / 4, 16-byte chunks 2(c % 4) and + 1) with its tile's scale
-      // (c / 8; integer e4m3 decode, wgmma_internal::DequantFp8x16Int) and copies rope bytes
-      // 4c..4c+3 (slab 8, chunk c / 4). Odd slabs store their high chunk first: the 8 lanes
-      // of a store phase then hit 8 distinct bank groups.
+      // (c / 8; wgmma_internal::DequantFp8x16Int); the rope is copied by cp.async. Odd slabs
+      // store their high chunk first: the 8 lanes of a store phase then hit 8 distinct bank
+      // groups.
       constexpr int kRound = Tile::kFp8RoundRows;
       static_assert(16 % kRound == 0, "rounds split a warp's 16 rows");
       const int slab = lane >> 2;
@@ -259,10 +274,9 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
       const uint32_t chunk_first = 2 * (lane & 3) + (swap ? 1 : 0);
       const uint32_t slab_off = static_cast<uint32_t>(slab) * Tile::kSlabBytes;
       const uint32_t rope_off = (Tile::kSlabs - 1) * Tile::kSlabBytes;
-      const uint32_t rope_chunk = static_cast<uint32_t>(lane >> 2), rope_byte = 4 * (lane & 3);
       const int64_t code_byte = 16 * lane;
       const int64_t scale_byte = kFp8ScaleOffset + 4 * (lane >> 3);
-      const int64_t rope_src_byte = kFp8RopeOffset + 4 * lane;
+      const int64_t rope_src_byte = kFp8RopeOffset + 16 * (lane & 7);
       // Lane l < 16 holds the KV row of row pw·16 + l of a block (-1: masked).
       auto load_row = [&](int b) {
         const int64_t i = range.begin + int64_t{Tile::kBlockN} * b + pw * 16 + lane;
@@ -278,7 +292,7 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
 #pragma unroll 1
         for (int first = 0; first < 16; first += kRound) {
           uint4 codes[kRound];
-          uint32_t scales[kRound], rope[kRound];
+          uint32_t scales[kRound];
 #pragma unroll
           for (int i = 0; i < kRound; ++i) {
             const int32_t row = __shfl_sync(0xffffffffu, cur_row, first + i);
@@ -286,11 +300,9 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
               const uint8_t* src = a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride;
               codes[i] = wgmma_internal::LdgNc16(src + code_byte);
               scales[i] = wgmma_internal::LdgNc4(src + scale_byte);
-              rope[i] = wgmma_internal::LdgNc4(src + rope_src_byte);
             } else {
               codes[i] = make_uint4(0, 0, 0, 0);
               scales[i] = 0;
-              rope[i] = 0;
             }
           }
           if (first == 0) {  // the first round's loads are in flight while the stage drains
@@ -299,26 +311,41 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
               *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
                   static_cast<uint16_t>(bits);
             }
+            // The rope (bf16 already) by cp.async straight to slab 8: lane l copies chunk l % 8
+            // of rows 4i + l / 8 (zeros for a masked row); they complete on the full barrier.
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int j = 4 * i + lane / 8;
+              const int32_t row = __shfl_sync(0xffffffffu, cur_row, j);
+              const uint32_t dst = stage_off + rope_off +
+                                   SwizzledOffset(static_cast<uint32_t>(pw * 16 + j), lane & 7);
+              if (row >= 0) {
+                CpAsync16(base + dst,
+                          a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride + rope_src_byte,
+                          16);
+              } else {
+                *reinterpret_cast<uint4*>(smem + dst) = make_uint4(0, 0, 0, 0);
+              }
+            }
           }
 #pragma unroll
           for (int i = 0; i < kRound; ++i) {
             const uint32_t row = static_cast<uint32_t>(pw * 16 + first + i);
             uint4 lo, hi;
-            const float scale = gpu::BitsToFloat(scales[i]);
-            // |scale| < 2^8: scale·2^120 is finite and exact, the integer decode's fast path.
-            if (__all_sync(0xffffffffu, fabsf(scale) < 256.0f)) {
-              wgmma_internal::DequantFp8x16Int(codes[i], scale * 0x1p120f, &lo, &hi);
-            } else {  // huge, inf or NaN scales (never from a quantiser): the cvt chain
-              DequantFp8x16(codes[i], scale, &lo, &hi);
+            // Power-of-two-like scales (what quantisers write): the integer decode and a
+            // bf16x2 multiply.
+            if (__all_sync(0xffffffffu, wgmma_internal::Bf16ScaleFastPath(scales[i]))) {
+              wgmma_internal::DequantFp8x16Int(codes[i], scales[i], &lo, &hi);
+            } else {  // other scales (any f32, inf or NaN): fp8_kv.cuh's cvt chain
+              DequantFp8x16(codes[i], gpu::BitsToFloat(scales[i]), &lo, &hi);
             }
             uint8_t* dst = smem + stage_off + slab_off;
             *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first)) = swap ? hi : lo;
             *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first ^ 1u)) =
                 swap ? lo : hi;
-            *reinterpret_cast<uint32_t*>(smem + stage_off + rope_off +
-                                         SwizzledOffset(row, rope_chunk) + rope_byte) = rope[i];
           }
         }
+        CpAsyncArriveNoinc(full_bar + 8 * stage);  // the rope copies
         FenceProxyAsync();  // the generic stores before the consumers' wgmma reads
         MbarArrive(full_bar + 8 * stage);
       }
@@ -366,6 +393,18 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
           for (int i = 0; i < 4; ++i) {
             kv_rows[i] =
                 LoadRow(a, range, range.begin + int64_t{Tile::kBlockN} * (b + 1) + rows[i]);
+          }
+          // Pools larger than the L2 (a.prefetch_l2): block b + 1's rows into L2 (one thread
+          // per row) while its stage is still in use, so its cp.async wait on L2, not HBM.
+          // Measured on decode B128 H128: 209 -> 196 us (FP8: no change, so not done there).
+          if (a.prefetch_l2 && chunk == 0) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              if (kv_rows[i] >= 0) {
+                PrefetchL2(a.kv + static_cast<int64_t>(kv_rows[i]) * a.kv_stride,
+                                  static_cast<uint32_t>(2 * kDqk));
+              }
+            }
           }
         }
       }
