@@ -86,8 +86,14 @@ struct WgmmaTile {
   static constexpr uint32_t PHiOffset(int stage) {
     return kPHiInRope ? kKvOffset + stage * kStageBytes + (kSlabs - 1) * kSlabBytes : kPHiOffset;
   }
-  static_assert(kProducerRegs + kSoftmaxRegs + kPvRegs <= 3 * 168, "register budget");
-  static_assert(kProducerRegsFp8 + kSoftmaxRegs + kPvRegsFp8 <= 3 * 168, "register budget");
+  static constexpr int kLaunchRegs = 168;  // 65536 / 384, rounded down to a multiple of 8
+  static_assert(kProducerRegs + kSoftmaxRegs + kPvRegs <= 3 * kLaunchRegs, "register budget");
+  static_assert(kProducerRegsFp8 + kSoftmaxRegs + kPvRegsFp8 <= 3 * kLaunchRegs,
+                "register budget");
+  static_assert(kProducerRegs <= kLaunchRegs && kProducerRegsFp8 <= kLaunchRegs &&
+                    kSoftmaxRegs >= kLaunchRegs && kPvRegs >= kLaunchRegs &&
+                    kPvRegsFp8 <= kLaunchRegs,
+                "setmaxnreg: dec for the producer and FP8's WG1, inc for the others");
   static_assert(kSmemBytes <= 227 * 1024, "fits sm_90's 227 KiB of shared memory per block");
   static_assert(kSplitAlign % kBlockN == 0, "splits are whole KV blocks");
 };
@@ -598,7 +604,13 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
       }
     }
   } else {
-    SetMaxRegsInc<kFp8 ? Tile::kPvRegsFp8 : Tile::kPvRegs>();
+    // setmaxnreg.inc may not lower the count (illegal instruction): FP8's WG1 gives registers
+    // to the producer, below the launch's kLaunchRegs.
+    if constexpr (kFp8) {
+      SetMaxRegsDec<Tile::kPvRegsFp8>();
+    } else {
+      SetMaxRegsInc<Tile::kPvRegs>();
+    }
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     const uint64_t p_lo_desc = SmemDescKMajor(base + Tile::kPLoOffset);
