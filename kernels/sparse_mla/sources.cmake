@@ -1,5 +1,6 @@
 # Sparse MLA: host entry and CPU implementation in attn_kernels; the fp64 reference for tests;
-# the GPU kernels (gpu/) in CUDA builds.
+# the GPU kernels (gpu/) in GPU builds (CUDA or HIP: the CUDA-only files compile to nothing for
+# HIP).
 target_sources(attn_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sparse_mla.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu.cc
@@ -7,7 +8,7 @@ target_sources(attn_kernels PRIVATE
 target_sources(attn_kernels_reference PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/reference.cc
 )
-if(ATTND_GPU STREQUAL "cuda")
+if(ATTND_GPU_ENABLED)
   target_sources(attn_kernels PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gpu/plan.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
