@@ -45,24 +45,18 @@ absl::Status RunAuto(const Params& p, MmaAutoHeader* header, bool no_workspace =
   kernels::Impl<Params> impl(
       "auto", GpuBackend(), nullptr,
       [header, no_workspace](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
-        Params inner = d;
-        inner.kv.data = static_cast<kernels::bf16_t*>(d.kv.data) + kKvGuardRows * d.kv.stride(0);
-        inner.kv.shape[0] = d.kv.dim(0) - 2 * kKvGuardRows;
         const auto stream = static_cast<gpu::Stream>(ctx.stream);
         GPU_RETURN_IF_ERROR(kernels::sparse_mla::LaunchSparseMlaMmaAuto(
-            inner, no_workspace ? nullptr : ctx.workspace, no_workspace ? 0 : ctx.workspace_bytes,
+            d, no_workspace ? nullptr : ctx.workspace, no_workspace ? 0 : ctx.workspace_bytes,
             stream));
-        if (!no_workspace && inner.q.dim(0) > 0) {
+        if (!no_workspace && d.q.dim(0) > 0) {
           GPU_RETURN_IF_ERROR(gpu::MemcpyD2HAsync(header, ctx.workspace, sizeof(*header), stream));
           GPU_RETURN_IF_ERROR(gpu::StreamSynchronize(stream));
         }
         return absl::OkStatus();
       },
       [](const Params& h) { return kernels::sparse_mla::MmaAutoWorkspaceBytes(h); });
-  Params widened = p;
-  widened.kv.data = static_cast<kernels::bf16_t*>(p.kv.data) - kKvGuardRows * p.kv.stride(0);
-  widened.kv.shape[0] = p.kv.dim(0) + 2 * kKvGuardRows;
-  return RunOnGpu(impl, widened);
+  return RunOnGpuWithKvGuards(impl, p);
 }
 
 // The sums the estimate must write for rows `rows` (each token's row after topk_length): groups

@@ -157,4 +157,21 @@ std::vector<HostTensor*> SparseMlaCase::Outputs() {
   return outs;
 }
 
+absl::Status RunOnGpuWithKvGuards(const kernels::Impl<kernels::sparse_mla::Params>& impl,
+                                  const kernels::sparse_mla::Params& p) {
+  using kernels::sparse_mla::Params;
+  const int64_t guard_bytes = kKvGuardRows * p.kv.stride(0) * kernels::DTypeSize(p.kv.dtype);
+  Params widened = p;
+  widened.kv.data = static_cast<char*>(p.kv.data) - guard_bytes;
+  widened.kv.shape[0] = p.kv.dim(0) + 2 * kKvGuardRows;
+  kernels::Impl<Params> narrowed = impl;
+  narrowed.run = [impl, guard_bytes](const Params& d, const kernels::ExecContext& ctx) {
+    Params inner = d;
+    inner.kv.data = static_cast<char*>(d.kv.data) + guard_bytes;
+    inner.kv.shape[0] = d.kv.dim(0) - 2 * kKvGuardRows;
+    return impl.run(inner, ctx);
+  };
+  return RunOnGpu(narrowed, widened);
+}
+
 }  // namespace attnd::testing

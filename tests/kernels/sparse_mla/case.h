@@ -93,4 +93,11 @@ inline constexpr Tolerance kLseTol{1e-5, 1e-4, 0.0};
 
 inline constexpr int64_t kKvGuardRows = 2;  // NaN rows before and after the S cache rows
 
+// Runs `impl` on device mirrors of `p`, a call a SparseMlaCase built (RunOnGpu: outputs come back
+// to p's host tensors). The mirrored KV view is widened by the case's NaN guard rows on both
+// sides and narrowed back before impl.run sees it, so a read of index -2, -1, S or S+1 poisons
+// the output.
+absl::Status RunOnGpuWithKvGuards(const kernels::Impl<kernels::sparse_mla::Params>& impl,
+                                  const kernels::sparse_mla::Params& p);
+
 }  // namespace attnd::testing

@@ -66,20 +66,7 @@ absl::Status RunWithSplits(GpuKernel kernel, const Params& p, int splits) {
         return absl::OkStatus();
       },
       [splits](const Params& h) { return kernels::sparse_mla::SplitWorkspaceBytes(h, splits); });
-  // Widen the KV view by the guard rows so the mirror copies them, then narrow it again on the
-  // device side (RunOnGpu mirrors whatever span the view has).
-  const int64_t guard_bytes = kKvGuardRows * p.kv.stride(0) * kernels::DTypeSize(p.kv.dtype);
-  Params widened = p;
-  widened.kv.data = static_cast<char*>(p.kv.data) - guard_bytes;
-  widened.kv.shape[0] = p.kv.dim(0) + 2 * kKvGuardRows;
-  kernels::Impl<Params> narrowed = impl;
-  narrowed.run = [impl, guard_bytes](const Params& d, const kernels::ExecContext& ctx) {
-    Params inner = d;
-    inner.kv.data = static_cast<char*>(d.kv.data) + guard_bytes;
-    inner.kv.shape[0] = d.kv.dim(0) - 2 * kKvGuardRows;
-    return impl.run(inner, ctx);
-  };
-  return RunOnGpu(narrowed, widened);
+  return RunOnGpuWithKvGuards(impl, p);
 }
 
 void ExpectReference(SparseMlaCase& c, const Params& p, const Reference& ref,

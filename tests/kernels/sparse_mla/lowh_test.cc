@@ -42,18 +42,12 @@ absl::Status RunLowh(const Params& p, int splits) {
   kernels::Impl<Params> impl(
       "forced", GpuBackend(), nullptr,
       [splits](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
-        Params inner = d;
-        inner.kv.data = static_cast<kernels::bf16_t*>(d.kv.data) + kKvGuardRows * d.kv.stride(0);
-        inner.kv.shape[0] = d.kv.dim(0) - 2 * kKvGuardRows;
         GPU_RETURN_IF_ERROR(kernels::sparse_mla::LaunchSparseMlaMmaLowh(
-            inner, splits, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
+            d, splits, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
         return absl::OkStatus();
       },
       [splits](const Params& h) { return kernels::sparse_mla::SplitWorkspaceBytes(h, splits); });
-  Params widened = p;
-  widened.kv.data = static_cast<kernels::bf16_t*>(p.kv.data) - kKvGuardRows * p.kv.stride(0);
-  widened.kv.shape[0] = p.kv.dim(0) + 2 * kKvGuardRows;
-  return RunOnGpu(impl, widened);
+  return RunOnGpuWithKvGuards(impl, p);
 }
 
 enum class Sharing { kSame, kPermuted, kPartial, kRepeats };

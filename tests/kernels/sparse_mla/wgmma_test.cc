@@ -99,22 +99,15 @@ TEST(SparseMlaWgmma, PtxLayoutsMatchAMatmul) {
 // carries the case's NaN guard rows on both sides (a read of index -2, -1, S or S+1 poisons
 // the output).
 absl::Status RunWgmma(const Params& p, int splits) {
-  const int64_t guard_bytes = kKvGuardRows * p.kv.stride(0) * kernels::DTypeSize(p.kv.dtype);
   kernels::Impl<Params> impl(
       "cuda_wgmma forced", GpuBackend(), nullptr,
-      [splits, guard_bytes](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
-        Params inner = d;
-        inner.kv.data = static_cast<char*>(d.kv.data) + guard_bytes;
-        inner.kv.shape[0] = d.kv.dim(0) - 2 * kKvGuardRows;
+      [splits](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
         GPU_RETURN_IF_ERROR(kernels::sparse_mla::LaunchSparseMlaWgmma(
-            inner, splits, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
+            d, splits, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
         return absl::OkStatus();
       },
       [splits](const Params& h) { return kernels::sparse_mla::SplitWorkspaceBytes(h, splits); });
-  Params widened = p;
-  widened.kv.data = static_cast<char*>(p.kv.data) - guard_bytes;
-  widened.kv.shape[0] = p.kv.dim(0) + 2 * kKvGuardRows;
-  return RunOnGpu(impl, widened);
+  return RunOnGpuWithKvGuards(impl, p);
 }
 
 // Every split count and both selection forms of `c` against the reference; rows listed in
