@@ -3,6 +3,7 @@
 // with every untrusted length clamped, and the split-K partial layout the combine reads.
 #pragma once
 
+#include <math.h>
 #include <stdint.h>
 
 #include "kernels/common/gpu/vendor.h"
@@ -107,6 +108,19 @@ __device__ __forceinline__ int32_t LoadRow(const KernelArgs& a, const SlotRange&
 __device__ __forceinline__ int64_t PartialRow(const KernelArgs& a, int split, int64_t t,
                                               int64_t h) {
   return (static_cast<int64_t>(split) * a.tokens + t) * a.heads + h;
+}
+
+// Row (t, h)'s LSE from its final running max (log2 units) and sum: the split's partial (log2,
+// -inf for an empty row) or, with one split, lse (natural log, -inf when empty; skipped when
+// absent). Every kernel's epilogue.
+__device__ __forceinline__ void StoreRowLse(const KernelArgs& a, int split, int64_t t, int64_t h,
+                                            float max_log2, float sum) {
+  const float lse2 = sum > 0.0f ? max_log2 + log2f(sum) : -INFINITY;
+  if (a.splits > 1) {
+    a.partial_lse[PartialRow(a, split, t, h)] = lse2;
+  } else if (a.lse != nullptr) {
+    a.lse[t * a.lse_stride_t + h] = sum > 0.0f ? lse2 * kLn2 : -INFINITY;
+  }
 }
 
 }  // namespace attnd::kernels::sparse_mla

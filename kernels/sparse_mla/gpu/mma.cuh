@@ -73,6 +73,34 @@ struct MmaTile {
                 "whole FP8 row sections per gather thread");
 };
 
+// Row (t, h) of O / sum from half i (row g + 8i) of one m16 tile's P·V accumulators `o_m`
+// (kOTiles n8 tiles; this thread's columns 64·warp + 8·nt + cq, + 1): bf16 to out, or the
+// split's f32 partial (rows with sum > 0 only). Shared with mma_lowh.cuh.
+template <int kOTiles>
+__device__ __forceinline__ void StoreMmaORow(const KernelArgs& a, const float (&o_m)[kOTiles][4],
+                                             int i, int64_t t, int h, int split, float sum,
+                                             int warp, int cq) {
+  using ::attnd::gpu::ptx::PackBf16x2;
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  if (a.splits == 1) {
+    uint16_t* dst = a.out + t * a.out_stride_t + static_cast<int64_t>(h) * a.out_stride_h;
+#pragma unroll
+    for (int nt = 0; nt < kOTiles; ++nt) {
+      const int col = 64 * warp + 8 * nt + cq;
+      *reinterpret_cast<uint32_t*>(dst + col) =
+          PackBf16x2(o_m[nt][2 * i] * inv, o_m[nt][2 * i + 1] * inv);
+    }
+  } else if (sum > 0.0f) {
+    float* dst = a.partial_o + PartialRow(a, split, t, h) * kDimV;
+#pragma unroll
+    for (int nt = 0; nt < kOTiles; ++nt) {
+      const int col = 64 * warp + 8 * nt + cq;
+      *reinterpret_cast<float2*>(dst + col) =
+          make_float2(o_m[nt][2 * i] * inv, o_m[nt][2 * i + 1] * inv);
+    }
+  }
+}
+
 template <int kMTiles, int kDqk, bool kFp8>
 __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a) {
   static_assert(!kFp8 || kDqk == kFp8DimQk, "the FP8 cache has d_qk 576");
@@ -382,35 +410,11 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
       const int row = m * 16 + g + 8 * i;
       const int h = h0 + row;
       if (h >= a.heads) continue;
-      const float sum = l_s[row];
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      if (a.splits == 1) {
-        uint16_t* dst = a.out + t * a.out_stride_t + static_cast<int64_t>(h) * a.out_stride_h;
-#pragma unroll
-        for (int nt = 0; nt < Tile::kOTiles; ++nt) {
-          const int col = 64 * warp + 8 * nt + cq;
-          *reinterpret_cast<uint32_t*>(dst + col) =
-              PackBf16x2(o[m][nt][2 * i] * inv, o[m][nt][2 * i + 1] * inv);
-        }
-      } else if (sum > 0.0f) {
-        float* dst = a.partial_o + PartialRow(a, split, t, h) * kDimV;
-#pragma unroll
-        for (int nt = 0; nt < Tile::kOTiles; ++nt) {
-          const int col = 64 * warp + 8 * nt + cq;
-          *reinterpret_cast<float2*>(dst + col) =
-              make_float2(o[m][nt][2 * i] * inv, o[m][nt][2 * i + 1] * inv);
-        }
-      }
+      StoreMmaORow(a, o[m], i, t, h, split, l_s[row], warp, cq);
     }
   }
   if (tid < Tile::kHeads && h0 + tid < a.heads) {
-    const float sum = l_s[tid];
-    const float lse2 = sum > 0.0f ? m_s[tid] + log2f(sum) : -INFINITY;
-    if (a.splits > 1) {
-      a.partial_lse[PartialRow(a, split, t, h0 + tid)] = lse2;
-    } else if (a.lse != nullptr) {
-      a.lse[t * a.lse_stride_t + h0 + tid] = sum > 0.0f ? lse2 * kLn2 : -INFINITY;
-    }
+    StoreRowLse(a, split, t, h0 + tid, m_s[tid], l_s[tid]);
   }
 }
 

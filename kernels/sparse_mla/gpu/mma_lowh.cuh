@@ -42,6 +42,7 @@
 #include "kernels/common/gpu/mma_sync.cuh"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
+#include "kernels/sparse_mla/gpu/mma.cuh"
 #include "kernels/sparse_mla/gpu/plan.h"
 
 namespace attnd::kernels::sparse_mla {
@@ -591,39 +592,13 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
       const int64_t t = t0 + r / kHs;
       const int h = r % kHs;
       if (t >= a.tokens || h >= a.heads) continue;
-      const float sum = l_s[r];
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      if (a.splits == 1) {
-        uint16_t* dst = a.out + t * a.out_stride_t + static_cast<int64_t>(h) * a.out_stride_h;
-#pragma unroll
-        for (int nt = 0; nt < Tile::kOTiles; ++nt) {
-          const int col = 64 * warp + 8 * nt + cq;
-          *reinterpret_cast<uint32_t*>(dst + col) =
-              PackBf16x2(o[m][nt][2 * i] * inv, o[m][nt][2 * i + 1] * inv);
-        }
-      } else if (sum > 0.0f) {
-        float* dst = a.partial_o + PartialRow(a, split, t, h) * kDimV;
-#pragma unroll
-        for (int nt = 0; nt < Tile::kOTiles; ++nt) {
-          const int col = 64 * warp + 8 * nt + cq;
-          *reinterpret_cast<float2*>(dst + col) =
-              make_float2(o[m][nt][2 * i] * inv, o[m][nt][2 * i + 1] * inv);
-        }
-      }
+      StoreMmaORow(a, o[m], i, t, h, split, l_s[r], warp, cq);
     }
   }
   if (tid < Tile::kRows) {
     const int64_t t = t0 + tid / kHs;
     const int h = tid % kHs;
-    if (t < a.tokens && h < a.heads) {
-      const float sum = l_s[tid];
-      const float lse2 = sum > 0.0f ? m_s[tid] + log2f(sum) : -INFINITY;
-      if (a.splits > 1) {
-        a.partial_lse[PartialRow(a, split, t, h)] = lse2;
-      } else if (a.lse != nullptr) {
-        a.lse[t * a.lse_stride_t + h] = sum > 0.0f ? lse2 * kLn2 : -INFINITY;
-      }
-    }
+    if (t < a.tokens && h < a.heads) StoreRowLse(a, split, t, h, m_s[tid], l_s[tid]);
   }
 }
 

@@ -49,9 +49,8 @@ KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
   }
   a.kv_rows = p.kv.dim(0);
   gpu::DeviceFacts d;
-  a.prefetch_l2 = gpu::CurrentDeviceFacts(&d) && a.kv_rows * p.kv.stride(0) *
-                                                          static_cast<int64_t>(DTypeSize(p.kv.dtype)) >
-                                                      d.l2_bytes;
+  const int64_t pool_bytes = a.kv_rows * p.kv.stride(0) * DTypeSize(p.kv.dtype);
+  a.prefetch_l2 = gpu::CurrentDeviceFacts(&d) && pool_bytes > d.l2_bytes;
   a.indices = p.indices.ptr<const int32_t>();
   if (p.is_csr()) {
     a.indptr = p.indptr.ptr<const int32_t>();

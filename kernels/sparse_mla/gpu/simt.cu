@@ -246,15 +246,7 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
       dst[1] = acc[h][1] * inv;
     }
   }
-  if (tid < kHeads && h0 + tid < a.heads) {
-    const float sum = l_s[tid];
-    const float lse2 = sum > 0.0f ? m_s[tid] + log2f(sum) : -INFINITY;
-    if (a.splits > 1) {
-      a.partial_lse[PartialRow(a, split, t, h0 + tid)] = lse2;
-    } else if (a.lse != nullptr) {
-      a.lse[t * a.lse_stride_t + h0 + tid] = sum > 0.0f ? lse2 * kLn2 : -INFINITY;
-    }
-  }
+  if (tid < kHeads && h0 + tid < a.heads) StoreRowLse(a, split, t, h0 + tid, m_s[tid], l_s[tid]);
 }
 
 template <int kDqk, bool kFp8 = false>

@@ -595,12 +595,7 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int h = h0 + r0 + 8 * i;
-        const float lse2 = l_run[i] > 0.0f ? m_run[i] + log2f(l_run[i]) : -INFINITY;
-        if (a.splits > 1) {
-          a.partial_lse[PartialRow(a, split, t, h)] = lse2;
-        } else if (a.lse != nullptr) {
-          a.lse[t * a.lse_stride_t + h] = l_run[i] > 0.0f ? lse2 * kLn2 : -INFINITY;
-        }
+        StoreRowLse(a, split, t, h, m_run[i], l_run[i]);
       }
     }
   } else {
