@@ -73,6 +73,69 @@ struct MmaTile {
                 "whole FP8 row sections per gather thread");
 };
 
+// Two k16 steps (k columns 32·(ks / 2) .. + 31) of S += Q·Kᵀ for the m16 tile of Q rows
+// mt·16 .. + 15 and kNt n8 tiles of KV rows row0 + 8·nt: Q and K from swizzled shared memory
+// (rows kQRowBytes / kKvRowBytes apart), one ldmatrix x4 of K per n8 tile. Shared with
+// mma_lowh.cuh.
+template <int kNt, int kQRowBytes, int kKvRowBytes>
+__device__ __forceinline__ void QkTwoSteps(float (&s)[kNt][4], uint32_t q_s, uint32_t kv_tile,
+                                           int mt, int row0, int ks, int lane) {
+  using namespace ::attnd::gpu::ptx;
+  uint32_t qa[4], qb[4];
+  LdMatrixX4(qa, q_s + Swizzle(mt * 16 + lane % 16, 2 * ks + lane / 16, kQRowBytes));
+  LdMatrixX4(qb, q_s + Swizzle(mt * 16 + lane % 16, 2 * ks + 2 + lane / 16, kQRowBytes));
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) {
+    uint32_t kb[4];
+    LdMatrixX4(kb, kv_tile + Swizzle(row0 + 8 * nt + lane % 8, 2 * ks + lane / 8, kKvRowBytes));
+    MmaBf16(s[nt], qa, {kb[0], kb[1]});
+    MmaBf16(s[nt], qb, {kb[2], kb[3]});
+  }
+}
+
+// One m16 tile of O, rows g and g + 8, scaled by a0 and a1 (the online softmax's rescale).
+template <int kOTiles>
+__device__ __forceinline__ void ScaleORows(float (&o_m)[kOTiles][4], float a0, float a1) {
+#pragma unroll
+  for (int nt = 0; nt < kOTiles; ++nt) {
+    o_m[nt][0] *= a0;
+    o_m[nt][1] *= a0;
+    o_m[nt][2] *= a1;
+    o_m[nt][3] *= a1;
+  }
+}
+
+// The B fragments of P·V for k16 step ks (KV rows 16·ks .. + 15) and this warp's kOTiles n8
+// tiles of V columns (64·warp ..): ldmatrix x4 trans, two n8 tiles per load.
+template <int kOTiles, int kKvRowBytes>
+__device__ __forceinline__ void LoadVFragments(uint32_t (&v)[kOTiles][2], uint32_t kv_tile,
+                                               int ks, int warp, int lane) {
+  using namespace ::attnd::gpu::ptx;
+#pragma unroll
+  for (int np = 0; np < kOTiles / 2; ++np) {
+    uint32_t r[4];
+    LdMatrixX4Trans(r, kv_tile + Swizzle(16 * ks + lane % 16, kOTiles * warp + 2 * np + lane / 16,
+                                         kKvRowBytes));
+    v[2 * np][0] = r[0];
+    v[2 * np][1] = r[1];
+    v[2 * np + 1][0] = r[2];
+    v[2 * np + 1][1] = r[3];
+  }
+}
+
+// o_m += (P hi + P lo)·V for one m16 tile of O (A fragments ph, pl; B fragments v).
+template <int kOTiles>
+__device__ __forceinline__ void MmaPvHiLo(float (&o_m)[kOTiles][4], const uint32_t (&ph)[4],
+                                          const uint32_t (&pl)[4],
+                                          const uint32_t (&v)[kOTiles][2]) {
+  using namespace ::attnd::gpu::ptx;
+#pragma unroll
+  for (int nt = 0; nt < kOTiles; ++nt) {
+    MmaBf16(o_m[nt], ph, v[nt]);
+    MmaBf16(o_m[nt], pl, v[nt]);
+  }
+}
+
 // Row (t, h) of O / sum from half i (row g + 8i) of one m16 tile's P·V accumulators `o_m`
 // (kOTiles n8 tiles; this thread's columns 64·warp + 8·nt + cq, + 1): bf16 to out, or the
 // split's f32 partial (rows with sum > 0 only). Shared with mma_lowh.cuh.
@@ -254,18 +317,8 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
       float s[Tile::kGroupTiles][4] = {};
 #pragma unroll 4
       for (int ks = 0; ks < 32; ks += 2) {
-        uint32_t qa[4], qb[4];
-        LdMatrixX4(qa, q_s + Swizzle(mt * 16 + lane % 16, 2 * ks + lane / 16, Tile::kQRowBytes));
-        LdMatrixX4(qb,
-                   q_s + Swizzle(mt * 16 + lane % 16, 2 * ks + 2 + lane / 16, Tile::kQRowBytes));
-#pragma unroll
-        for (int nt = 0; nt < Tile::kGroupTiles; ++nt) {
-          uint32_t kb[4];
-          LdMatrixX4(kb, kv_tile + Swizzle(tok0 + 8 * nt + lane % 8, 2 * ks + lane / 8,
-                                           Tile::kKvRowBytes));
-          MmaBf16(s[nt], qa, {kb[0], kb[1]});
-          MmaBf16(s[nt], qb, {kb[2], kb[3]});
-        }
+        QkTwoSteps<Tile::kGroupTiles, Tile::kQRowBytes, Tile::kKvRowBytes>(s, q_s, kv_tile, mt,
+                                                                          tok0, ks, lane);
       }
 #pragma unroll
       for (int rs = 0; rs < Tile::kRopeSteps; rs += 2) {
@@ -339,40 +392,19 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
       // O[:, 64·warp ..] = alpha · O + (P_hi + P_lo) · V.
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
-        const float a0 = alpha_s[m * 16 + g], a1 = alpha_s[m * 16 + g + 8];
-#pragma unroll
-        for (int nt = 0; nt < Tile::kOTiles; ++nt) {
-          o[m][nt][0] *= a0;
-          o[m][nt][1] *= a0;
-          o[m][nt][2] *= a1;
-          o[m][nt][3] *= a1;
-        }
+        ScaleORows(o[m], alpha_s[m * 16 + g], alpha_s[m * 16 + g + 8]);
       }
 #pragma unroll
       for (int ks = 0; ks < Tile::kBlockN / 16; ++ks) {
         uint32_t v[Tile::kOTiles][2];
-#pragma unroll
-        for (int np = 0; np < Tile::kOTiles / 2; ++np) {
-          uint32_t r[4];
-          LdMatrixX4Trans(
-              r, kv_tile + Swizzle(16 * ks + lane % 16, Tile::kOTiles * warp + 2 * np + lane / 16,
-                                   Tile::kKvRowBytes));
-          v[2 * np][0] = r[0];
-          v[2 * np][1] = r[1];
-          v[2 * np + 1][0] = r[2];
-          v[2 * np + 1][1] = r[3];
-        }
+        LoadVFragments<Tile::kOTiles, Tile::kKvRowBytes>(v, kv_tile, ks, warp, lane);
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m) {
           uint32_t ph[4], pl[4];
           const uint32_t off = Swizzle(m * 16 + lane % 16, 2 * ks + lane / 16, Tile::kPRowBytes);
           LdMatrixX4(ph, p_hi_s + off);
           LdMatrixX4(pl, p_lo_s + off);
-#pragma unroll
-          for (int nt = 0; nt < Tile::kOTiles; ++nt) {
-            MmaBf16(o[m][nt], ph, v[nt]);
-            MmaBf16(o[m][nt], pl, v[nt]);
-          }
+          MmaPvHiLo(o[m], ph, pl, v);
         }
       }
     }

@@ -348,18 +348,8 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
       const int per = Tile::kKSteps / parts, ks0 = kp * per;
 #pragma unroll 2
       for (int ks = ks0; ks < ks0 + per; ks += 2) {
-        uint32_t qa[4], qb[4];
-        LdMatrixX4(qa, q_s + Swizzle(mt * 16 + lane % 16, 2 * ks + lane / 16, Tile::kQRowBytes));
-        LdMatrixX4(qb,
-                   q_s + Swizzle(mt * 16 + lane % 16, 2 * ks + 2 + lane / 16, Tile::kQRowBytes));
-#pragma unroll
-        for (int nt = 0; nt < Tile::kNt; ++nt) {
-          uint32_t kb[4];
-          LdMatrixX4(kb, kv_tile + Swizzle(n0 + 8 * nt + lane % 8, 2 * ks + lane / 8,
-                                           Tile::kKvRowBytes));
-          MmaBf16(s[nt], qa, {kb[0], kb[1]});
-          MmaBf16(s[nt], qb, {kb[2], kb[3]});
-        }
+        QkTwoSteps<Tile::kNt, Tile::kQRowBytes, Tile::kKvRowBytes>(s, q_s, kv_tile, mt, n0, ks,
+                                                                  lane);
       }
       if (Tile::kRopeSteps > 0 && kp == 0) {
 #pragma unroll
@@ -491,31 +481,12 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
     // O[:, 64·warp ..] = alpha · O + (P_hi + P_lo) · V for the active m16 tiles.
 #pragma unroll
     for (int m = 0; m < Tile::kMTiles; ++m) {
-      if ((mm >> m) & 1) {
-        const float a0 = alpha_s[m * 16 + g], a1 = alpha_s[m * 16 + g + 8];
-#pragma unroll
-        for (int nt = 0; nt < Tile::kOTiles; ++nt) {
-          o[m][nt][0] *= a0;
-          o[m][nt][1] *= a0;
-          o[m][nt][2] *= a1;
-          o[m][nt][3] *= a1;
-        }
-      }
+      if ((mm >> m) & 1) ScaleORows(o[m], alpha_s[m * 16 + g], alpha_s[m * 16 + g + 8]);
     }
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks) {
       uint32_t v[Tile::kOTiles][2];
-#pragma unroll
-      for (int np = 0; np < Tile::kOTiles / 2; ++np) {
-        uint32_t r[4];
-        LdMatrixX4Trans(r, kv_tile + Swizzle(16 * ks + lane % 16,
-                                             Tile::kOTiles * warp + 2 * np + lane / 16,
-                                             Tile::kKvRowBytes));
-        v[2 * np][0] = r[0];
-        v[2 * np][1] = r[1];
-        v[2 * np + 1][0] = r[2];
-        v[2 * np + 1][1] = r[3];
-      }
+      LoadVFragments<Tile::kOTiles, Tile::kKvRowBytes>(v, kv_tile, ks, warp, lane);
 #pragma unroll
       for (int m = 0; m < Tile::kMTiles; ++m) {
         if ((mm >> m) & 1) {
@@ -523,11 +494,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
           const uint32_t off = (m * 16 + lane % 16) * Tile::kPRowBytes + (2 * ks + lane / 16) * 16;
           LdMatrixX4(ph, p_hi_s + off);
           LdMatrixX4(pl, p_lo_s + off);
-#pragma unroll
-          for (int nt = 0; nt < Tile::kOTiles; ++nt) {
-            MmaBf16(o[m][nt], ph, v[nt]);
-            MmaBf16(o[m][nt], pl, v[nt]);
-          }
+          MmaPvHiLo(o[m], ph, pl, v);
         }
       }
     }
