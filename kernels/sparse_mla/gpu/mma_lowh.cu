@@ -80,23 +80,11 @@ bool MmaLowhSupports(const Params& p, std::string* why) {
 
 // GpuSplits' heuristic (launch.h) with work items = CTAs = ceil(T / tokens per CTA).
 int MmaLowhSplits(const Params& p) {
-  const int64_t tokens = p.q.dim(0);
-  if (tokens == 0) return 1;
   gpu::DeviceFacts d;
-  if (!gpu::CurrentDeviceFacts(&d)) return 1;
-  const KernelShape shape = LowhShape(p);
+  if (p.q.dim(0) == 0 || !gpu::CurrentDeviceFacts(&d)) return 1;  // before the occupancy query
   const int64_t per_cta = kLowhRows / SlotsFor(p.q.dim(1));
-  const int64_t items = (tokens + per_cta - 1) / per_cta;
-  const int64_t slots = static_cast<int64_t>(d.sm_count) * std::max(shape.ctas_per_sm, 1);
-  const int64_t width = p.is_csr() ? p.indices.dim(0) : p.indices.dim(1);
-  const int64_t blocks = (width + kSplitAlign - 1) / kSplitAlign;
-  const int max_splits = static_cast<int>(std::clamp<int64_t>(blocks / 2, 1, kMaxSplits));
-  for (int s = 1; s < max_splits; ++s) {
-    const int64_t ctas = items * s;
-    const int64_t waves = (ctas + slots - 1) / slots;
-    if (4 * ctas >= 3 * slots * waves) return s;
-  }
-  return max_splits;
+  const int64_t slots = static_cast<int64_t>(d.sm_count) * std::max(LowhShape(p).ctas_per_sm, 1);
+  return SplitsForItems(p, (p.q.dim(0) + per_cta - 1) / per_cta, slots);
 }
 
 gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace,

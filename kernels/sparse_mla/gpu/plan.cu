@@ -112,7 +112,6 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   }
   const KernelShape shape = kernel == GpuKernel::kSimt ? SimtShape(p)
 #if defined(ATTND_GPU_CUDA)
-                            : kernel == GpuKernel::kWgmma ? WgmmaShape(p)
                                                        : MmaShape(p);
 #else
                                                        : KernelShape{};
@@ -139,14 +138,25 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   return true;
 }
 
+int SplitsForItems(const Params& p, int64_t items, int64_t slots) {
+  const int64_t width = p.is_csr() ? p.indices.dim(0) : p.indices.dim(1);
+  const int64_t blocks = (width + kSplitAlign - 1) / kSplitAlign;
+  const int max_splits = static_cast<int>(std::clamp<int64_t>(blocks / 2, 1, kMaxSplits));
+  for (int s = 1; s < max_splits; ++s) {
+    const int64_t ctas = items * s;
+    const int64_t waves = (ctas + slots - 1) / slots;
+    if (4 * ctas >= 3 * slots * waves) return s;
+  }
+  return max_splits;
+}
+
 int GpuSplits(const Params& p, GpuKernel kernel) {
 #if defined(ATTND_GPU_CUDA)
   if (kernel == GpuKernel::kMmaLowH) return MmaLowhSplits(p);
 #endif
   const int64_t tokens = p.q.dim(0), heads = p.q.dim(1);
-  if (tokens == 0) return 1;
   gpu::DeviceFacts d;
-  if (!gpu::CurrentDeviceFacts(&d)) return 1;
+  if (tokens == 0 || !gpu::CurrentDeviceFacts(&d)) return 1;  // before any occupancy query
   const KernelShape shape = kernel == GpuKernel::kSimt ? SimtShape(p)
 #if defined(ATTND_GPU_CUDA)
                             : kernel == GpuKernel::kWgmma ? WgmmaShape(p)
@@ -157,15 +167,7 @@ int GpuSplits(const Params& p, GpuKernel kernel) {
   if (shape.heads_per_cta == 0) return 1;
   const int64_t items = tokens * ((heads + shape.heads_per_cta - 1) / shape.heads_per_cta);
   const int64_t slots = static_cast<int64_t>(d.sm_count) * std::max(shape.ctas_per_sm, 1);
-  const int64_t width = p.is_csr() ? p.indices.dim(0) : p.indices.dim(1);
-  const int64_t blocks = (width + kSplitAlign - 1) / kSplitAlign;
-  const int max_splits = static_cast<int>(std::clamp<int64_t>(blocks / 2, 1, kMaxSplits));
-  for (int s = 1; s < max_splits; ++s) {
-    const int64_t ctas = items * s;
-    const int64_t waves = (ctas + slots - 1) / slots;
-    if (4 * ctas >= 3 * slots * waves) return s;
-  }
-  return max_splits;
+  return SplitsForItems(p, items, slots);
 }
 
 int64_t SplitWorkspaceBytes(const Params& p, int splits) {

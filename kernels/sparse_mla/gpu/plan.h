@@ -22,13 +22,16 @@ struct KernelShape {
   int ctas_per_sm = 0;
 };
 KernelShape SimtShape(const Params& p);
+// GpuSplits' heuristic (launch.h) for `items` (> 0) independent CTAs of work and `slots`
+// resident CTAs on the device (SMs x CTAs per SM), capped by p's widest row.
+int SplitsForItems(const Params& p, int64_t items, int64_t slots);
 #if defined(ATTND_GPU_CUDA)
 KernelShape MmaShape(const Params& p);
 // The low-head kernel's device checks (after GpuSupports' common ones) and split plan.
 bool MmaLowhSupports(const Params& p, std::string* why);
 int MmaLowhSplits(const Params& p);
 // The wgmma kernel's shape and its device checks (after GpuSupports' common ones): compute
-// capability 9.0 (sm_90a), bf16 KV, H a multiple of 64.
+// capability 9.0 (sm_90a), H a multiple of 64, either KV format.
 KernelShape WgmmaShape(const Params& p);
 bool WgmmaSupports(const Params& p, std::string* why);
 #endif

@@ -8,6 +8,11 @@
 #include "kernels/common/bf16.h"
 #include "kernels/common/fp8.h"
 
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#include "kernels/common/gpu/runtime.h"
+#include "kernels/sparse_mla/gpu/launch.h"
+#endif
+
 namespace attnd::testing {
 
 using kernels::DType;
@@ -173,5 +178,20 @@ absl::Status RunOnGpuWithKvGuards(const kernels::Impl<kernels::sparse_mla::Param
   };
   return RunOnGpu(narrowed, widened);
 }
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+absl::Status RunWithSplitsOnGpu(const SplitLauncher& launch,
+                                const kernels::sparse_mla::Params& p, int splits) {
+  using kernels::sparse_mla::Params;
+  kernels::Impl<Params> impl(
+      "forced", GpuBackend(), nullptr,
+      [launch, splits](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
+        GPU_RETURN_IF_ERROR(launch(d, splits, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
+        return absl::OkStatus();
+      },
+      [splits](const Params& h) { return kernels::sparse_mla::SplitWorkspaceBytes(h, splits); });
+  return RunOnGpuWithKvGuards(impl, p);
+}
+#endif
 
 }  // namespace attnd::testing

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -17,6 +18,10 @@
 #include "tests/harness/fp8_kv.h"
 #include "tests/harness/harness.h"
 #include "tests/harness/host_tensor.h"
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#include "kernels/common/gpu/vendor.h"
+#endif
 
 namespace attnd::testing {
 
@@ -99,5 +104,15 @@ inline constexpr int64_t kKvGuardRows = 2;  // NaN rows before and after the S c
 // the output.
 absl::Status RunOnGpuWithKvGuards(const kernels::Impl<kernels::sparse_mla::Params>& impl,
                                   const kernels::sparse_mla::Params& p);
+
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+// One of kernels/sparse_mla/gpu/launch.h's launchers, with an explicit split count.
+using SplitLauncher = std::function<gpu::Error(const kernels::sparse_mla::Params&, int splits,
+                                               void* workspace, gpu::Stream stream)>;
+// Runs `launch` with exactly `splits` splits (workspace SplitWorkspaceBytes) through
+// RunOnGpuWithKvGuards.
+absl::Status RunWithSplitsOnGpu(const SplitLauncher& launch,
+                                const kernels::sparse_mla::Params& p, int splits);
+#endif
 
 }  // namespace attnd::testing

@@ -50,23 +50,16 @@ const char* Name(GpuKernel k) { return k == GpuKernel::kMma ? "mma" : "simt"; }
 // the host tensors). The device KV carries the case's NaN guard rows on both sides, so a read
 // of index -2, -1, S or S+1 poisons the output.
 absl::Status RunWithSplits(GpuKernel kernel, const Params& p, int splits) {
-  kernels::Impl<Params> impl(
-      "forced", GpuBackend(), nullptr,
-      [kernel, splits](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
-        const auto stream = static_cast<gpu::Stream>(ctx.stream);
+  return RunWithSplitsOnGpu(
+      [kernel](const Params& d, int s, void* workspace, gpu::Stream stream) {
 #if defined(ATTND_GPU_CUDA)
         if (kernel == GpuKernel::kMma) {
-          GPU_RETURN_IF_ERROR(
-              kernels::sparse_mla::LaunchSparseMlaMma(d, splits, ctx.workspace, stream));
-          return absl::OkStatus();
+          return kernels::sparse_mla::LaunchSparseMlaMma(d, s, workspace, stream);
         }
 #endif
-        GPU_RETURN_IF_ERROR(
-            kernels::sparse_mla::LaunchSparseMlaSimt(d, splits, ctx.workspace, stream));
-        return absl::OkStatus();
+        return kernels::sparse_mla::LaunchSparseMlaSimt(d, s, workspace, stream);
       },
-      [splits](const Params& h) { return kernels::sparse_mla::SplitWorkspaceBytes(h, splits); });
-  return RunOnGpuWithKvGuards(impl, p);
+      p, splits);
 }
 
 void ExpectReference(SparseMlaCase& c, const Params& p, const Reference& ref,

@@ -39,15 +39,11 @@ using kernels::sparse_mla::Reference;
 // Runs the low-head kernel with exactly `splits` splits on device mirrors of `p`. The device KV
 // carries the case's NaN guard rows, so a read of index -2, -1, S or S+1 poisons the output.
 absl::Status RunLowh(const Params& p, int splits) {
-  kernels::Impl<Params> impl(
-      "forced", GpuBackend(), nullptr,
-      [splits](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
-        GPU_RETURN_IF_ERROR(kernels::sparse_mla::LaunchSparseMlaMmaLowh(
-            d, splits, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
-        return absl::OkStatus();
+  return RunWithSplitsOnGpu(
+      [](const Params& d, int s, void* workspace, gpu::Stream stream) {
+        return kernels::sparse_mla::LaunchSparseMlaMmaLowh(d, s, workspace, stream);
       },
-      [splits](const Params& h) { return kernels::sparse_mla::SplitWorkspaceBytes(h, splits); });
-  return RunOnGpuWithKvGuards(impl, p);
+      p, splits);
 }
 
 enum class Sharing { kSame, kPermuted, kPartial, kRepeats };

@@ -99,15 +99,11 @@ TEST(SparseMlaWgmma, PtxLayoutsMatchAMatmul) {
 // carries the case's NaN guard rows on both sides (a read of index -2, -1, S or S+1 poisons
 // the output).
 absl::Status RunWgmma(const Params& p, int splits) {
-  kernels::Impl<Params> impl(
-      "cuda_wgmma forced", GpuBackend(), nullptr,
-      [splits](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
-        GPU_RETURN_IF_ERROR(kernels::sparse_mla::LaunchSparseMlaWgmma(
-            d, splits, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
-        return absl::OkStatus();
+  return RunWithSplitsOnGpu(
+      [](const Params& d, int s, void* workspace, gpu::Stream stream) {
+        return kernels::sparse_mla::LaunchSparseMlaWgmma(d, s, workspace, stream);
       },
-      [splits](const Params& h) { return kernels::sparse_mla::SplitWorkspaceBytes(h, splits); });
-  return RunOnGpuWithKvGuards(impl, p);
+      p, splits);
 }
 
 // Every split count and both selection forms of `c` against the reference; rows listed in
@@ -140,6 +136,47 @@ void ExpectCase(SparseMlaCase& c, const std::vector<int>& split_counts,
   }
 }
 
+// Cases both suites below run; `spec` carries H, d_qk and the KV format.
+void TailK2051WithMaskedSlots(SparseMlaSpec spec) {
+  std::mt19937_64 rng = MakeRng();
+  spec.t = 2;
+  spec.s = 32768;
+  spec.k = 2051;
+  spec.masked_fraction = 0.1;
+  SparseMlaCase c(spec, rng);
+  ExpectCase(c, {1, 3}, {});
+}
+
+void LengthsEmptyRowsAndEverySplitCount(SparseMlaSpec spec) {
+  std::mt19937_64 rng = MakeRng();
+  spec.t = 5;
+  spec.s = 3000;
+  spec.k = 333;  // 6 blocks of 64, the last one partial
+  spec.masked_fraction = 0.3;
+  std::vector<std::vector<int32_t>> slots = RandomSlots(spec, rng);
+  for (auto& x : slots[4]) x = -1;  // every slot masked
+  // Rows: full, a 65-slot prefix, empty, one that ends inside the first block, all masked.
+  SparseMlaCase c(spec, rng, slots, {333, 65, 0, 17, 333});
+  ExpectCase(c, {1, 2, 3, 6, 7, 32}, {2, 4});
+}
+
+// `kv_row_stride`: a cache row with other data after it (elements for bf16, bytes for FP8).
+void StridedViewsDuplicatesAndNoLse(SparseMlaSpec spec, int64_t kv_row_stride) {
+  std::mt19937_64 rng = MakeRng();
+  spec.t = 3;
+  spec.s = 200;
+  spec.k = 150;
+  spec.kv_row_stride = kv_row_stride;
+  spec.q_pad = 40;
+  spec.indices_row_pad = 5;
+  spec.with_lse = false;
+  std::vector<std::vector<int32_t>> slots = RandomSlots(spec, rng);
+  std::uniform_int_distribution<int32_t> few(0, 3);
+  for (auto& x : slots[1]) x = 5 + 7 * few(rng);  // a few rows repeated many times
+  SparseMlaCase c(spec, rng, slots, {});
+  ExpectCase(c, {1, 2}, {});
+}
+
 // (H, d_qk)
 class SparseMlaWgmmaShapes : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {
  protected:
@@ -152,14 +189,7 @@ class SparseMlaWgmmaShapes : public ::testing::TestWithParam<std::tuple<int64_t,
 
 TEST_P(SparseMlaWgmmaShapes, TailK2051WithMaskedSlots) {
   if (!HaveSm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
-  std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec = Spec();
-  spec.t = 2;
-  spec.s = 32768;
-  spec.k = 2051;
-  spec.masked_fraction = 0.1;
-  SparseMlaCase c(spec, rng);
-  ExpectCase(c, {1, 3}, {});
+  TailK2051WithMaskedSlots(Spec());
 }
 
 TEST_P(SparseMlaWgmmaShapes, OneBlockManyTokens) {
@@ -179,35 +209,12 @@ TEST_P(SparseMlaWgmmaShapes, OneBlockManyTokens) {
 
 TEST_P(SparseMlaWgmmaShapes, LengthsEmptyRowsAndEverySplitCount) {
   if (!HaveSm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
-  std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec = Spec();
-  spec.t = 5;
-  spec.s = 3000;
-  spec.k = 333;  // 6 blocks of 64, the last one partial
-  spec.masked_fraction = 0.3;
-  std::vector<std::vector<int32_t>> slots = RandomSlots(spec, rng);
-  for (auto& x : slots[4]) x = -1;  // every slot masked
-  // Rows: full, a 65-slot prefix, empty, one that ends inside the first block, all masked.
-  SparseMlaCase c(spec, rng, slots, {333, 65, 0, 17, 333});
-  ExpectCase(c, {1, 2, 3, 6, 7, 32}, {2, 4});
+  LengthsEmptyRowsAndEverySplitCount(Spec());
 }
 
 TEST_P(SparseMlaWgmmaShapes, StridedViewsDuplicatesAndNoLse) {
   if (!HaveSm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
-  std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec = Spec();
-  spec.t = 3;
-  spec.s = 200;
-  spec.k = 150;
-  spec.kv_row_stride = spec.d_qk + 80;  // a cache row with other data after it
-  spec.q_pad = 40;
-  spec.indices_row_pad = 5;
-  spec.with_lse = false;
-  std::vector<std::vector<int32_t>> slots = RandomSlots(spec, rng);
-  std::uniform_int_distribution<int32_t> few(0, 3);
-  for (auto& x : slots[1]) x = 5 + 7 * few(rng);  // a few rows repeated many times
-  SparseMlaCase c(spec, rng, slots, {});
-  ExpectCase(c, {1, 2}, {});
+  StridedViewsDuplicatesAndNoLse(Spec(), Spec().d_qk + 80);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SparseMlaWgmmaShapes,
@@ -233,14 +240,7 @@ class SparseMlaWgmmaFp8 : public ::testing::TestWithParam<int64_t> {
 
 TEST_P(SparseMlaWgmmaFp8, TailK2051WithMaskedSlots) {
   if (!HaveSm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
-  std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec = Spec();
-  spec.t = 2;
-  spec.s = 32768;
-  spec.k = 2051;
-  spec.masked_fraction = 0.1;
-  SparseMlaCase c(spec, rng);
-  ExpectCase(c, {1, 3}, {});
+  TailK2051WithMaskedSlots(Spec());
 }
 
 TEST_P(SparseMlaWgmmaFp8, TokensOneToEightWithLengths) {
@@ -261,34 +261,12 @@ TEST_P(SparseMlaWgmmaFp8, TokensOneToEightWithLengths) {
 
 TEST_P(SparseMlaWgmmaFp8, LengthsEmptyRowsAndEverySplitCount) {
   if (!HaveSm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
-  std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec = Spec();
-  spec.t = 5;
-  spec.s = 3000;
-  spec.k = 333;
-  spec.masked_fraction = 0.3;
-  std::vector<std::vector<int32_t>> slots = RandomSlots(spec, rng);
-  for (auto& x : slots[4]) x = -1;
-  SparseMlaCase c(spec, rng, slots, {333, 65, 0, 17, 333});
-  ExpectCase(c, {1, 2, 3, 6, 7, 32}, {2, 4});
+  LengthsEmptyRowsAndEverySplitCount(Spec());
 }
 
 TEST_P(SparseMlaWgmmaFp8, StridedViewsDuplicatesAndNoLse) {
   if (!HaveSm90()) GTEST_SKIP() << "needs a compute capability 9.0 device";
-  std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec = Spec();
-  spec.t = 3;
-  spec.s = 200;
-  spec.k = 150;
-  spec.kv_row_stride = 720;  // bytes: a cache row with other data after it (16-B multiple)
-  spec.q_pad = 40;
-  spec.indices_row_pad = 5;
-  spec.with_lse = false;
-  std::vector<std::vector<int32_t>> slots = RandomSlots(spec, rng);
-  std::uniform_int_distribution<int32_t> few(0, 3);
-  for (auto& x : slots[1]) x = 5 + 7 * few(rng);
-  SparseMlaCase c(spec, rng, slots, {});
-  ExpectCase(c, {1, 2}, {});
+  StridedViewsDuplicatesAndNoLse(Spec(), 720);  // bytes, a 16-byte multiple
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, SparseMlaWgmmaFp8, ::testing::Values(64, 128),
