@@ -62,11 +62,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ConnectOption
   } else {
     creds = grpc::InsecureChannelCredentials();
   }
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.target, creds, args);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.target, creds, args);
   if (channel == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot create a channel to '",
-                                                   options.target, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create a channel to '", options.target, "'"));
   }
   if (options.connect_timeout > absl::ZeroDuration()) {
     const auto deadline =

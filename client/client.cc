@@ -127,8 +127,7 @@ absl::Status Client::RegisterHostRegion(const v1::RegisterHostRegionRequest& req
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout);
   v1::RegisterRegionResponse response;
-  return FromGrpcStatus(stub_->RegisterHostRegion(&ctx, request, &response),
-                        "RegisterHostRegion");
+  return FromGrpcStatus(stub_->RegisterHostRegion(&ctx, request, &response), "RegisterHostRegion");
 }
 
 absl::StatusOr<std::vector<std::string>> Client::UnregisterRegion(const std::string& name,
@@ -172,8 +171,7 @@ template absl::StatusOr<CallResult> Client::Call(const kernels::indexer_logits::
                                                  const CallOptions&);
 template absl::StatusOr<CallResult> Client::Call(const kernels::indexer_logits_paged::Params&,
                                                  const CallOptions&);
-template absl::StatusOr<CallResult> Client::Call(const kernels::topk::Params&,
-                                                 const CallOptions&);
+template absl::StatusOr<CallResult> Client::Call(const kernels::topk::Params&, const CallOptions&);
 template absl::StatusOr<CallResult> Client::Call(const kernels::sparse_mla::Params&,
                                                  const CallOptions&);
 template absl::StatusOr<CallResult> Client::Call(const kernels::mla_decode::Params&,

@@ -54,8 +54,7 @@ class Client {
                                            const CallOptions& options = {});
   absl::StatusOr<CallResult> IndexerLogitsPaged(const kernels::indexer_logits_paged::Params& p,
                                                 const CallOptions& options = {});
-  absl::StatusOr<CallResult> TopK(const kernels::topk::Params& p,
-                                  const CallOptions& options = {});
+  absl::StatusOr<CallResult> TopK(const kernels::topk::Params& p, const CallOptions& options = {});
   absl::StatusOr<CallResult> SparseMla(const kernels::sparse_mla::Params& p,
                                        const CallOptions& options = {});
   absl::StatusOr<CallResult> MlaDecode(const kernels::mla_decode::Params& p,

@@ -74,8 +74,8 @@ absl::StatusOr<std::unique_ptr<HostRegion>> HostRegion::Create(Client* client,
     return s;
   }
   void* p = mmap(nullptr, options.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  absl::Status map_status = p == MAP_FAILED ? Errno(absl::StrCat("mmap('", r->key_, "')"))
-                                            : absl::OkStatus();
+  absl::Status map_status =
+      p == MAP_FAILED ? Errno(absl::StrCat("mmap('", r->key_, "')")) : absl::OkStatus();
   close(fd);
   if (!map_status.ok()) return map_status;
   r->data_ = static_cast<char*>(p);
@@ -138,8 +138,8 @@ absl::StatusOr<kernels::Tensor> HostRegion::Allocate(kernels::DType dtype,
   const uint64_t start = (used_ + kAlign - 1) / kAlign * kAlign;
   if (start > size_ || *span > size_ - start) {
     return absl::ResourceExhaustedError(absl::StrCat("HostRegion '", name_, "': ", *span,
-                                                     " bytes do not fit (", size_ - used_,
-                                                     " of ", size_, " left)"));
+                                                     " bytes do not fit (", size_ - used_, " of ",
+                                                     size_, " left)"));
   }
   t.data = data_ + start;
   used_ = start + *span;
@@ -156,8 +156,7 @@ absl::StatusOr<v1::Tensor> HostRegion::Slice(const kernels::Tensor& t) const {
   absl::StatusOr<uint64_t> span = SpanBytesOf(t, "tensor");
   if (!span.ok()) return span.status();
   if (!Contains(t.data, *span)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor is not inside region '", name_, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor is not inside region '", name_, "'"));
   }
   v1::Tensor out;
   EncodeRegion(t, name_, static_cast<uint64_t>(static_cast<const char*>(t.data) - data_), &out);

@@ -22,14 +22,14 @@
 namespace attnd::client {
 
 struct HostRegionOptions {
-  uint64_t bytes = 0;        // size of the object and the region (> 0)
-  std::string name;          // region name; empty: derived from the key
+  uint64_t bytes = 0;                        // size of the object and the region (> 0)
+  std::string name;                          // region name; empty: derived from the key
   std::string key_prefix = "/attnd-client";  // key = prefix + "-<pid>-<n>-<random>"
-  std::string lease_id;      // tie the region to a Session's lease (Session::lease_id())
+  std::string lease_id;  // tie the region to a Session's lease (Session::lease_id())
   // Unlink the shm object as soon as the daemon has mapped it: nothing is left in /dev/shm even
   // if this process is killed. false keeps the key visible until destruction.
   bool unlink_after_register = true;
-  int mode = 0600;           // of the shm object (0660 when the daemon runs as another user)
+  int mode = 0600;  // of the shm object (0660 when the daemon runs as another user)
   absl::Duration timeout = kDefaultAdminTimeout;  // of the register/unregister RPCs
 };
 

@@ -24,8 +24,8 @@ absl::Status EncodeTensorField(const char* name, const kernels::Tensor& t, kerne
   if (!t.present()) return absl::OkStatus();
   const google::protobuf::FieldDescriptor* f = TensorField(*request, name);
   if (f == nullptr) {
-    return absl::InternalError(absl::StrCat(request->GetDescriptor()->name(),
-                                            " has no Tensor field '", name, "'"));
+    return absl::InternalError(
+        absl::StrCat(request->GetDescriptor()->name(), " has no Tensor field '", name, "'"));
   }
   auto* out = static_cast<v1::Tensor*>(request->GetReflection()->MutableMessage(request, f));
   absl::StatusOr<uint64_t> span = SpanBytesOf(t, name);
@@ -48,8 +48,8 @@ absl::Status ApplyTensorField(const char* name, const kernels::Tensor& t, kernel
   if (role != kernels::Role::kOutput) return absl::OkStatus();
   const google::protobuf::FieldDescriptor* f = TensorField(response, name);
   if (f == nullptr) {
-    return absl::InternalError(absl::StrCat(response.GetDescriptor()->name(),
-                                            " has no Tensor field '", name, "'"));
+    return absl::InternalError(
+        absl::StrCat(response.GetDescriptor()->name(), " has no Tensor field '", name, "'"));
   }
   const google::protobuf::Reflection* r = response.GetReflection();
   const bool wanted = t.present() && t.data != nullptr;
@@ -62,8 +62,7 @@ absl::Status ApplyTensorField(const char* name, const kernels::Tensor& t, kernel
   }
   const auto& reply = static_cast<const v1::Tensor&>(r->GetMessage(response, f));
   switch (reply.data_case()) {
-    case v1::Tensor::kRegion:
-      return absl::OkStatus();  // written in place by the server
+    case v1::Tensor::kRegion: return absl::OkStatus();  // written in place by the server
     case v1::Tensor::kInlineData:
       if (wanted) return CopyInlineInto(reply, name, t);
       {
@@ -72,8 +71,7 @@ absl::Status ApplyTensorField(const char* name, const kernels::Tensor& t, kernel
         result->returned[name] = *std::move(a);
       }
       return absl::OkStatus();
-    case v1::Tensor::DATA_NOT_SET:
-      break;
+    case v1::Tensor::DATA_NOT_SET: break;
   }
   // No data: an empty output (span 0) is fine, anything else is a broken reply.
   uint64_t span = 0;

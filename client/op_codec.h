@@ -32,8 +32,8 @@ struct CallOptions {
 };
 
 struct CallResult {
-  v1::CallStats stats;              // the server's figures (queue, compute, bytes, FLOPs, ...)
-  double round_trip_seconds = 0;    // client-measured: request sent -> reply received
+  v1::CallStats stats;            // the server's figures (queue, compute, bytes, FLOPs, ...)
+  double round_trip_seconds = 0;  // client-measured: request sent -> reply received
   std::map<std::string, HostArray> returned;  // inline outputs params had no buffer for
 
   // The returned output `name`, or null.

@@ -18,19 +18,19 @@ namespace attnd::client {
 template <class Params>
 struct OpTraits;
 
-#define ATTND_CLIENT_OP_COMMON(ParamsT, Name, Rpc, field)                                  \
-  using Params = ParamsT;                                                                    \
-  using Request = v1::Rpc##Request;                                                          \
-  using Response = v1::Rpc##Response;                                                        \
-  static constexpr const char* kName = Name;                                                 \
-  static constexpr const char* kRpc = #Rpc;                                                  \
-  static Request* InSession(v1::SessionRequest* s) { return s->mutable_##field(); }          \
-  static const Response* FromSession(const v1::SessionResponse& s) {                         \
-    return s.has_##field() ? &s.field() : nullptr;                                           \
-  }                                                                                          \
-  static grpc::Status Unary(v1::Attention::Stub* stub, grpc::ClientContext* ctx,             \
-                            const Request& r, Response* out) {                               \
-    return stub->Rpc(ctx, r, out);                                                           \
+#define ATTND_CLIENT_OP_COMMON(ParamsT, Name, Rpc, field)                                          \
+  using Params = ParamsT;                                                                          \
+  using Request = v1::Rpc##Request;                                                                \
+  using Response = v1::Rpc##Response;                                                              \
+  static constexpr const char* kName = Name;                                                       \
+  static constexpr const char* kRpc = #Rpc;                                                        \
+  static Request* InSession(v1::SessionRequest* s) { return s->mutable_##field(); }                \
+  static const Response* FromSession(const v1::SessionResponse& s) {                               \
+    return s.has_##field() ? &s.field() : nullptr;                                                 \
+  }                                                                                                \
+  static grpc::Status Unary(v1::Attention::Stub* stub, grpc::ClientContext* ctx, const Request& r, \
+                            Response* out) {                                                       \
+    return stub->Rpc(ctx, r, out);                                                                 \
   }
 
 template <>

@@ -79,8 +79,8 @@ std::shared_ptr<Session::Pending::Slot> Session::AddSlot(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ended_) {
     slot->done = true;
-    slot->status = end_status_.ok() ? absl::UnavailableError("Session: the stream has ended")
-                                    : end_status_;
+    slot->status =
+        end_status_.ok() ? absl::UnavailableError("Session: the stream has ended") : end_status_;
     return slot;
   }
   slots_[id] = slot;
@@ -180,8 +180,7 @@ absl::StatusOr<CallResult> Session::Pending::Wait() {
     session_->DropSlot(slot->id);
     session_->Cancel(slot->id).IgnoreError();
     return absl::DeadlineExceededError(absl::StrCat("Session: no reply to request ", slot->id,
-                                                    " within ",
-                                                    absl::FormatDuration(wait_limit_)));
+                                                    " within ", absl::FormatDuration(wait_limit_)));
   }
   if (!slot->status.ok()) return slot->status;
   const v1::SessionResponse& r = slot->response;
@@ -200,8 +199,8 @@ template <class Params>
 absl::StatusOr<Session::Pending> Session::Start(const Params& p, const CallOptions& options) {
   using Traits = OpTraits<Params>;
   v1::SessionRequest request;
-  if (absl::Status s = BuildRequest(p, &client_->regions(), options.inline_only,
-                                    Traits::InSession(&request));
+  if (absl::Status s =
+          BuildRequest(p, &client_->regions(), options.inline_only, Traits::InSession(&request));
       !s.ok()) {
     return s;
   }
@@ -220,8 +219,8 @@ absl::StatusOr<Session::Pending> Session::Start(const Params& p, const CallOptio
   pending.apply_ = [p](const v1::SessionResponse& r, CallResult* result) {
     const typename Traits::Response* response = Traits::FromSession(r);
     if (response == nullptr) {
-      return absl::DataLossError(absl::StrCat(Traits::kRpc, ": the Session reply carries no ",
-                                              Traits::kName, " result"));
+      return absl::DataLossError(
+          absl::StrCat(Traits::kRpc, ": the Session reply carries no ", Traits::kName, " result"));
     }
     absl::Status s = ApplyReply(p, *response, result);
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat(Traits::kRpc, ": ", s.message()));
@@ -243,8 +242,8 @@ absl::StatusOr<CallResult> Session::Call(const Params& p, const CallOptions& opt
   return pending->Wait();
 }
 
-#define ATTND_SESSION_INSTANTIATE(P)                                                         \
-  template absl::StatusOr<Session::Pending> Session::Start(const P&, const CallOptions&);    \
+#define ATTND_SESSION_INSTANTIATE(P)                                                      \
+  template absl::StatusOr<Session::Pending> Session::Start(const P&, const CallOptions&); \
   template absl::StatusOr<CallResult> Session::Call(const P&, const CallOptions&);
 ATTND_SESSION_INSTANTIATE(kernels::indexer_logits::Params)
 ATTND_SESSION_INSTANTIATE(kernels::indexer_logits_paged::Params)

@@ -105,9 +105,9 @@ class Session {
   std::map<uint64_t, std::shared_ptr<Pending::Slot>> slots_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::condition_variable ended_cv_;
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;      // the stream has finished
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;       // the stream has finished
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);  // its final status
-  bool closed_ = false;  // Close() ran (owner thread)
+  bool closed_ = false;                           // Close() ran (owner thread)
 };
 
 }  // namespace attnd::client

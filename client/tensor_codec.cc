@@ -188,8 +188,8 @@ absl::StatusOr<HostArray> DecodeInline(const v1::Tensor& t, absl::string_view na
   if (!layout.ok()) return layout.status();
   if (t.data_case() != v1::Tensor::kInlineData) return Invalid(name, "no inline data");
   if (t.inline_data().size() != span) {
-    return Invalid(name, absl::StrCat("inline_data is ", t.inline_data().size(), " bytes, want ",
-                                      span));
+    return Invalid(name,
+                   absl::StrCat("inline_data is ", t.inline_data().size(), " bytes, want ", span));
   }
   std::vector<int64_t> shape(layout->shape.begin(), layout->shape.begin() + layout->rank);
   std::vector<int64_t> strides(layout->strides.begin(), layout->strides.begin() + layout->rank);
@@ -213,8 +213,7 @@ absl::Status CopyTensor(const kernels::Tensor& src, const kernels::Tensor& dest,
   bool empty = false;
   for (int i = 0; i < src.rank; ++i) {
     if (src.shape[i] != dest.shape[i]) {
-      return Invalid(name, absl::StrCat("dim ", i, " is ", src.shape[i], ", want ",
-                                        dest.shape[i]));
+      return Invalid(name, absl::StrCat("dim ", i, " is ", src.shape[i], ", want ", dest.shape[i]));
     }
     empty |= src.shape[i] == 0;
   }
@@ -241,8 +240,8 @@ absl::Status CopyInlineInto(const v1::Tensor& t, absl::string_view name,
   if (!layout.ok()) return layout.status();
   if (t.data_case() != v1::Tensor::kInlineData) return Invalid(name, "no inline data");
   if (t.inline_data().size() != span) {
-    return Invalid(name, absl::StrCat("inline_data is ", t.inline_data().size(), " bytes, want ",
-                                      span));
+    return Invalid(name,
+                   absl::StrCat("inline_data is ", t.inline_data().size(), " bytes, want ", span));
   }
   kernels::Tensor src = *layout;
   src.data = const_cast<char*>(t.inline_data().data());

@@ -28,10 +28,10 @@ inline kernels::ExecContext CpuContext() {
 }
 
 inline void SetWorkCounters(benchmark::State& state, const kernels::WorkCount& work) {
-  state.counters["GFLOP/s"] = benchmark::Counter(work.flops * 1e-9 * state.iterations(),
-                                                 benchmark::Counter::kIsRate);
-  state.counters["GB/s"] = benchmark::Counter(work.bytes * 1e-9 * state.iterations(),
-                                              benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(work.flops * 1e-9 * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(work.bytes * 1e-9 * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 inline std::vector<uint16_t> RandomBf16(int64_t n, std::mt19937_64& rng, float stddev = 1.0f) {

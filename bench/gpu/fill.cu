@@ -19,7 +19,8 @@ __device__ __forceinline__ uint32_t Hash(uint64_t x) {
 // Sum of four uniforms, centred: roughly normal with unit variance.
 __device__ __forceinline__ float RoughNormal(uint64_t seed, int64_t i) {
   float s = 0.f;
-  for (int j = 0; j < 4; ++j) s += Hash(seed + 4 * static_cast<uint64_t>(i) + j) * (1.0f / 4294967296.0f);
+  for (int j = 0; j < 4; ++j)
+    s += Hash(seed + 4 * static_cast<uint64_t>(i) + j) * (1.0f / 4294967296.0f);
   return (s - 2.0f) * 1.7320508f;
 }
 

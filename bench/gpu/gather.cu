@@ -51,9 +51,9 @@ __device__ __forceinline__ uint4 Load16L2(const uint8_t* p) {
 // A warp per kRowsInFlight rows: each lane loads chunks lane, lane + 32, ... of every row, all
 // loads issued before any is folded. `sink` is written only for an impossible value.
 template <int kRowsInFlight>
-__global__ void __launch_bounds__(kThreads) GatherWarpKernel(const uint8_t* pool,
-                                                             const int32_t* rows, int64_t n,
-                                                             int row_bytes, uint32_t* sink) {
+__global__ void __launch_bounds__(kThreads)
+    GatherWarpKernel(const uint8_t* pool, const int32_t* rows, int64_t n, int row_bytes,
+                     uint32_t* sink) {
   constexpr int kWarp = 32;
   const int lane = threadIdx.x % kWarp;
   const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(kThreads) GatherWarpKernel(const uint8_t* pool
 #pragma unroll
       for (int c = 0; c < 3; ++c) {
         const int chunk = lane + kWarp * c;
-        v[r][c] = (r0 + r < n && chunk < chunks) ? Load16(src + chunk * 16) : make_uint4(0, 0, 0, 0);
+        v[r][c] =
+            (r0 + r < n && chunk < chunks) ? Load16(src + chunk * 16) : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
@@ -90,10 +91,9 @@ __global__ void __launch_bounds__(kThreads) GatherWarpKernel(const uint8_t* pool
 // issue does not wait on an index load. After a stage lands each thread folds one 16-B chunk.
 constexpr int kMaxChunksPerThread = 18;  // 64 rows x 72 chunks / 256 threads
 
-__global__ void __launch_bounds__(kThreads) GatherCpAsyncKernel(const uint8_t* pool,
-                                                                const int32_t* rows, int64_t n,
-                                                                int row_bytes, int stages,
-                                                                int tile_rows, uint32_t* sink) {
+__global__ void __launch_bounds__(kThreads)
+    GatherCpAsyncKernel(const uint8_t* pool, const int32_t* rows, int64_t n, int row_bytes,
+                        int stages, int tile_rows, uint32_t* sink) {
   using namespace ::attnd::gpu::ptx;
   extern __shared__ __align__(128) uint8_t smem[];
   const int chunks = row_bytes / 16;
@@ -195,10 +195,9 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
 
 constexpr int kBulkMaxStages = 6;
 
-__global__ void __launch_bounds__(kThreads) GatherBulkKernel(const uint8_t* pool,
-                                                             const int32_t* rows, int64_t n,
-                                                             int row_bytes, int stages,
-                                                             int tile_rows, uint32_t* sink) {
+__global__ void __launch_bounds__(kThreads)
+    GatherBulkKernel(const uint8_t* pool, const int32_t* rows, int64_t n, int row_bytes, int stages,
+                     int tile_rows, uint32_t* sink) {
   using namespace ::attnd::gpu::ptx;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tile_bytes = tile_rows * row_bytes;
@@ -262,8 +261,8 @@ __global__ void __launch_bounds__(kThreads) GatherBulkKernel(const uint8_t* pool
 }
 
 // Streams `bytes` of `buf`, `passes` times (16-B loads, 4 in flight per thread).
-__global__ void __launch_bounds__(kThreads) StreamKernel(const uint8_t* buf, int64_t bytes,
-                                                         int passes, uint32_t* sink) {
+__global__ void __launch_bounds__(kThreads)
+    StreamKernel(const uint8_t* buf, int64_t bytes, int passes, uint32_t* sink) {
   const int64_t n16 = bytes / 16;
   const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -311,10 +310,10 @@ GpuBenchCase GatherCase(const std::string& impl, int row_bytes, int64_t pool_byt
     const int stages = impl[6] - '0', tile_rows = std::atoi(impl.c_str() + 8);
     const int smem = stages * tile_rows * row_bytes + 8 * kBulkMaxStages;
     c.launch = [=](gpu::Stream stream) -> absl::Status {
-      GPU_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          GatherBulkKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      GPU_RETURN_IF_ERROR(cudaFuncSetAttribute(GatherBulkKernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       GatherBulkKernel<<<sms, kThreads, smem, stream>>>(pool, rows, kRows, row_bytes, stages,
-                                                       tile_rows, sink);
+                                                        tile_rows, sink);
       GPU_RETURN_IF_ERROR(cudaGetLastError());
       return absl::OkStatus();
     };
@@ -322,10 +321,10 @@ GpuBenchCase GatherCase(const std::string& impl, int row_bytes, int64_t pool_byt
     const int stages = impl[9] - '0', tile_rows = std::atoi(impl.c_str() + 11);
     const int smem = stages * tile_rows * row_bytes;
     c.launch = [=](gpu::Stream stream) -> absl::Status {
-      GPU_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          GatherCpAsyncKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      GPU_RETURN_IF_ERROR(cudaFuncSetAttribute(GatherCpAsyncKernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       GatherCpAsyncKernel<<<sms, kThreads, smem, stream>>>(pool, rows, kRows, row_bytes, stages,
-                                                          tile_rows, sink);
+                                                           tile_rows, sink);
       GPU_RETURN_IF_ERROR(cudaGetLastError());
       return absl::OkStatus();
     };
@@ -377,14 +376,14 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeGatherCases(const std::string& fil
   // cpasync_s<stages>r<rows>: 2 x 64 rows is the sparse MLA kernels' ring; deeper rings keep
   // more bytes in flight per SM (one CTA per SM in all).
   // bulk_s<stages>r<rows>: the same rings filled by one cp.async.bulk per row (sm_90).
-  const char* kImpls[] = {"warp_x1",       "warp_x8",     "cpasync_s2r64", "cpasync_s3r64",
-                          "cpasync_s6r32", "bulk_s2r64",  "bulk_s3r64",    "bulk_s6r32"};
+  const char* kImpls[] = {"warp_x1",       "warp_x8",    "cpasync_s2r64", "cpasync_s3r64",
+                          "cpasync_s6r32", "bulk_s2r64", "bulk_s3r64",    "bulk_s6r32"};
   for (int64_t pool_bytes : {int64_t{32} << 20, int64_t{4} << 30}) {
     bool any = Wanted(filter, absl::StrCat("stream_", Mib(pool_bytes)), "stream_x4");
     for (int row_bytes : {1024, 1152}) {
       for (const char* impl : kImpls) {
-        any = any || Wanted(filter,
-                            absl::StrCat("rows4M_row", row_bytes, "_pool", Mib(pool_bytes)), impl);
+        any = any ||
+              Wanted(filter, absl::StrCat("rows4M_row", row_bytes, "_pool", Mib(pool_bytes)), impl);
       }
     }
     if (!any) continue;

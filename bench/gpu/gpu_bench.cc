@@ -98,10 +98,10 @@ std::string Json(const GpuBenchCase& c, const char* cache, double median_us, con
   j << "{\"op\": \"" << c.op << "\", \"preset\": \"" << c.preset << "\", \"impl\": \"" << c.impl
     << "\", \"cache\": \"" << cache << "\", \"median_us\": " << median_us
     << ", \"tflops\": " << flops * 1e-12 << ", \"gbps\": " << bytes * 1e-9
-    << ", \"pct_peak_flops\": " << 100 * flops / peak << ", \"pct_peak_bw\": "
-    << 100 * bytes / kPeakCopy << ", \"flops\": " << c.work.flops << ", \"bytes\": " << c.work.bytes
-    << ", \"commit\": \"" << o.commit << "\", \"date\": \"" << date << "\", \"device\": \""
-    << device << "\"";
+    << ", \"pct_peak_flops\": " << 100 * flops / peak
+    << ", \"pct_peak_bw\": " << 100 * bytes / kPeakCopy << ", \"flops\": " << c.work.flops
+    << ", \"bytes\": " << c.work.bytes << ", \"commit\": \"" << o.commit << "\", \"date\": \""
+    << date << "\", \"device\": \"" << device << "\"";
   if (!error.empty()) j << ", \"error\": \"" << error << "\"";
   j << "}";
   return j.str();
@@ -115,7 +115,8 @@ absl::Status TimeCase(const GpuBenchCase& c, const Options& o, void* flush, size
   cudaGraphExec_t exec = nullptr;
   GPU_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   absl::Status launch_status;
-  for (int i = 0; i < kLaunchesPerGraph && launch_status.ok(); ++i) launch_status = c.launch(stream);
+  for (int i = 0; i < kLaunchesPerGraph && launch_status.ok(); ++i)
+    launch_status = c.launch(stream);
   const cudaError_t end = cudaStreamEndCapture(stream, &graph);
   if (!launch_status.ok()) return launch_status;
   GPU_RETURN_IF_ERROR(end);
@@ -168,10 +169,14 @@ int main(int argc, char** argv) {
       const std::string f = std::string(flag) + "=";
       return a.rfind(f, 0) == 0 ? argv[i] + f.size() : nullptr;
     };
-    if (const char* v = value("--filter")) o.filter = v;
-    else if (const char* v = value("--replays")) o.replays = std::max(10, std::atoi(v));
-    else if (const char* v = value("--out")) o.out = v;
-    else if (const char* v = value("--commit")) o.commit = v;
+    if (const char* v = value("--filter"))
+      o.filter = v;
+    else if (const char* v = value("--replays"))
+      o.replays = std::max(10, std::atoi(v));
+    else if (const char* v = value("--out"))
+      o.out = v;
+    else if (const char* v = value("--commit"))
+      o.commit = v;
     else {
       std::cerr << "usage: attn_gpu_bench [--filter=SUBSTR] [--replays=N] [--out=FILE.jsonl] "
                    "[--commit=SHA]\n";

@@ -71,10 +71,10 @@ struct PrefillPreset {
 absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& filter) {
   namespace il = kernels::indexer_logits;
   static constexpr PrefillPreset kPresets[] = {
-      {"deepseek_v32", 64, 4096, 4096}, {"deepseek_v32", 64, 4096, 32768},
+      {"deepseek_v32", 64, 4096, 4096},  {"deepseek_v32", 64, 4096, 32768},
       {"deepseek_v32", 64, 2048, 65536}, {"deepseek_v32", 64, 8192, 8192},
-      {"glm5", 32, 4096, 4096},         {"glm5", 32, 4096, 32768},
-      {"glm5", 32, 2048, 65536},        {"glm5", 32, 8192, 8192},
+      {"glm5", 32, 4096, 4096},          {"glm5", 32, 4096, 32768},
+      {"glm5", 32, 2048, 65536},         {"glm5", 32, 8192, 8192},
   };
   std::vector<GpuBenchCase> cases;
   uint64_t seed = 1;
@@ -111,9 +111,9 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& fi
                          static_cast<double>(s.m) * static_cast<double>(s.m + 1) / 2;
     WorkCount work;
     work.flops = 2.0 * static_cast<double>(s.heads * kDim) * pairs;
-    work.bytes = static_cast<double>(s.m * s.heads * kDim) +
-                 static_cast<double>(s.n * (kDim + 4)) + 4.0 * static_cast<double>(s.m * s.heads) +
-                 8.0 * static_cast<double>(s.m) + 4.0 * static_cast<double>(s.m * s.n);
+    work.bytes = static_cast<double>(s.m * s.heads * kDim) + static_cast<double>(s.n * (kDim + 4)) +
+                 4.0 * static_cast<double>(s.m * s.heads) + 8.0 * static_cast<double>(s.m) +
+                 4.0 * static_cast<double>(s.m * s.n);
     AddCases("indexer_logits", preset, p, work, small, arena, il::Implementations(), &cases);
   }
   return cases;
@@ -162,7 +162,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filt
     ATTND_RETURN_IF_ERROR(ilp::Validate(p));
     // Row j of a request sees context − next_n + j + 1 positions; keys are read once.
     double pairs = 0;
-    for (int64_t j = 0; j < s.next_n; ++j) pairs += static_cast<double>(s.context - s.next_n + j + 1);
+    for (int64_t j = 0; j < s.next_n; ++j)
+      pairs += static_cast<double>(s.context - s.next_n + j + 1);
     pairs *= static_cast<double>(s.batch);
     WorkCount work;
     work.flops = 2.0 * static_cast<double>(s.heads * kDim) * pairs;

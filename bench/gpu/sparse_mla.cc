@@ -47,10 +47,8 @@ constexpr Preset kPresets[] = {
     {"deepseek_decode_b1_s32768_h128_d576_k2048", 1, 32768, 128, 576, 2048, false},
     {"deepseek_decode_b32_s1048576_h128_d576_k2048", 32, 32 * 32768, 128, 576, 2048, false},
     {"deepseek_decode_b1_nextn2_s32768_h128_d576_k2048", 2, 32768, 128, 576, 2048, false},
-    {"deepseek_decode_b32_nextn2_s1048576_h128_d576_k2048", 64, 32 * 32768, 128, 576, 2048,
-     false},
-    {"deepseek_decode_b64_nextn2_s2097152_h128_d576_k2048", 128, 64 * 32768, 128, 576, 2048,
-     false},
+    {"deepseek_decode_b32_nextn2_s1048576_h128_d576_k2048", 64, 32 * 32768, 128, 576, 2048, false},
+    {"deepseek_decode_b64_nextn2_s2097152_h128_d576_k2048", 128, 64 * 32768, 128, 576, 2048, false},
     {"deepseek_decode_b128_nextn2_s4194304_h128_d576_k2048", 256, 128 * 32768, 128, 576, 2048,
      false},
     {"deepseek_decode_b1_s32768_h128_d576_k2048_fp8kv", 1, 32768, 128, 576, 2048, false, true},
@@ -58,16 +56,16 @@ constexpr Preset kPresets[] = {
      true},
     {"deepseek_decode_b64_s2097152_h128_d576_k2048_fp8kv", 64, 64 * 32768, 128, 576, 2048, true,
      true},
-    {"deepseek_decode_b128_s4194304_h128_d576_k2048_fp8kv", 128, 128 * 32768, 128, 576, 2048,
-     true, true},
+    {"deepseek_decode_b128_s4194304_h128_d576_k2048_fp8kv", 128, 128 * 32768, 128, 576, 2048, true,
+     true},
     {"deepseek_decode_b1_nextn2_s32768_h128_d576_k2048_fp8kv", 2, 32768, 128, 576, 2048, false,
      true},
     {"deepseek_decode_b32_nextn2_s1048576_h128_d576_k2048_fp8kv", 64, 32 * 32768, 128, 576, 2048,
      false, true},
     {"deepseek_decode_b64_nextn2_s2097152_h128_d576_k2048_fp8kv", 128, 64 * 32768, 128, 576, 2048,
      false, true},
-    {"deepseek_decode_b128_nextn2_s4194304_h128_d576_k2048_fp8kv", 256, 128 * 32768, 128, 576,
-     2048, false, true},
+    {"deepseek_decode_b128_nextn2_s4194304_h128_d576_k2048_fp8kv", 256, 128 * 32768, 128, 576, 2048,
+     false, true},
     {"deepseek_decode_b128_s4194304_h64_d576_k2048_fp8kv", 128, 128 * 32768, 64, 576, 2048, false,
      true},
 };
@@ -91,10 +89,9 @@ absl::StatusOr<KvPool> PoolFor(const Preset& preset, KvPools* pools, uint64_t se
     const int64_t row = sparse_mla::kFp8RowBytes;
     auto kv = pool.arena->Random(DType::kFp8E4M3, s * row, 1.0f, seed);
     if (!kv.ok()) return kv.status();
-    GPU_RETURN_IF_ERROR(cudaMemset2D(static_cast<char*>(*kv) + sparse_mla::kFp8ScaleOffset,
-                                     static_cast<size_t>(row), 0x3c,
-                                     static_cast<size_t>(row - sparse_mla::kFp8ScaleOffset),
-                                     static_cast<size_t>(s)));
+    GPU_RETURN_IF_ERROR(cudaMemset2D(
+        static_cast<char*>(*kv) + sparse_mla::kFp8ScaleOffset, static_cast<size_t>(row), 0x3c,
+        static_cast<size_t>(row - sparse_mla::kFp8ScaleOffset), static_cast<size_t>(s)));
     GPU_RETURN_IF_ERROR(cudaDeviceSynchronize());
     pool.data = *kv;
   } else {
@@ -197,9 +194,9 @@ struct Kpool4Preset {
 };
 
 constexpr Kpool4Preset kKpool4Presets[] = {
-    {16, 0, false},    {16, 32768, false}, {16, 0, true},    {16, 32768, true},
-    {8, 0, false},     {8, 32768, false},  {8, 0, true},     {8, 32768, true},
-    {32, 0, false},    {32, 32768, false}, {32, 0, true},    {32, 32768, true},
+    {16, 0, false}, {16, 32768, false}, {16, 0, true}, {16, 32768, true},
+    {8, 0, false},  {8, 32768, false},  {8, 0, true},  {8, 32768, true},
+    {32, 0, false}, {32, 32768, false}, {32, 0, true}, {32, 32768, true},
 };
 
 std::string Kpool4Name(const Kpool4Preset& k) {
@@ -216,8 +213,7 @@ struct Kpool4Selection {
   int64_t s = 0;  // KV rows
 };
 
-absl::StatusOr<Kpool4Selection> MakeKpool4Selection(int64_t prefix, bool disjoint,
-                                                    uint64_t seed) {
+absl::StatusOr<Kpool4Selection> MakeKpool4Selection(int64_t prefix, bool disjoint, uint64_t seed) {
   Kpool4Selection sel;
   sel.indices.assign(kKpoolT * kKpoolWidth, -1);
   sel.indptr.resize(kKpoolT + 1);
@@ -383,8 +379,8 @@ constexpr SweepShape kSweepShapes[] = {
 };
 constexpr int kSweepSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
 
-absl::Status LaunchWithSplits(const sparse_mla::Params& p, sparse_mla::GpuKernel kernel,
-                              int splits, void* workspace, gpu::Stream stream) {
+absl::Status LaunchWithSplits(const sparse_mla::Params& p, sparse_mla::GpuKernel kernel, int splits,
+                              void* workspace, gpu::Stream stream) {
   switch (kernel) {
     case sparse_mla::GpuKernel::kWgmma:
       GPU_RETURN_IF_ERROR(sparse_mla::LaunchSparseMlaWgmma(p, splits, workspace, stream));

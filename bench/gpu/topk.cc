@@ -19,8 +19,8 @@ namespace topk = kernels::topk;
 struct Preset {
   const char* name;
   int64_t m, n, k;
-  bool causal;     // ks = 0, ke = n - m + row + 1 (the last m positions of an n context)
-  int64_t page;    // > 0: map to KV slots through a [m, n / page] block table
+  bool causal;   // ks = 0, ke = n - m + row + 1 (the last m positions of an n context)
+  int64_t page;  // > 0: map to KV slots through a [m, n / page] block table
 };
 
 constexpr Preset kPresets[] = {

@@ -76,11 +76,11 @@ int InfoCommand(const CtlOptions& o) {
     std::printf("op      %-22s %-20s impls [%s]  fast paths: %s\n", op.name().c_str(),
                 op.rpc().c_str(), absl::StrJoin(impls, ", ").c_str(), op.fast_paths().c_str());
   }
-  std::printf("limits  max message %llu B, queue %d, workers %d, cpu threads %d, "
-              "client shm %s, max rank %d\n",
-              static_cast<unsigned long long>(l.max_message_bytes()), l.queue_capacity(),
-              l.workers(), l.cpu_threads(), l.allow_client_shm() ? "allowed" : "off",
-              l.max_rank());
+  std::printf(
+      "limits  max message %llu B, queue %d, workers %d, cpu threads %d, "
+      "client shm %s, max rank %d\n",
+      static_cast<unsigned long long>(l.max_message_bytes()), l.queue_capacity(), l.workers(),
+      l.cpu_threads(), l.allow_client_shm() ? "allowed" : "off", l.max_rank());
   return kExitOk;
 }
 
@@ -124,14 +124,13 @@ int RegionsCommand(const CtlOptions& o) {
   }
   if (r->regions().empty()) std::printf("no regions\n");
   for (const v1::RegionInfo& ri : r->regions()) {
-    std::printf("%-32s %-6s %-40s offset %llu size %llu in-flight %lld%s%s\n",
-                ri.name().c_str(), ri.kind() == v1::RegionInfo::KIND_DEVICE ? "device" : "host",
-                ri.kind() == v1::RegionInfo::KIND_DEVICE ? ri.device_uuid().c_str()
-                                                         : ri.key().c_str(),
-                static_cast<unsigned long long>(ri.offset()),
-                static_cast<unsigned long long>(ri.byte_size()),
-                static_cast<long long>(ri.in_flight()), ri.lease_id().empty() ? "" : " lease ",
-                ri.lease_id().c_str());
+    std::printf(
+        "%-32s %-6s %-40s offset %llu size %llu in-flight %lld%s%s\n", ri.name().c_str(),
+        ri.kind() == v1::RegionInfo::KIND_DEVICE ? "device" : "host",
+        ri.kind() == v1::RegionInfo::KIND_DEVICE ? ri.device_uuid().c_str() : ri.key().c_str(),
+        static_cast<unsigned long long>(ri.offset()),
+        static_cast<unsigned long long>(ri.byte_size()), static_cast<long long>(ri.in_flight()),
+        ri.lease_id().empty() ? "" : " lease ", ri.lease_id().c_str());
   }
   return kExitOk;
 }
@@ -143,8 +142,7 @@ int PresetsCommand(const CtlOptions& o, const std::string& op) {
   } else {
     const std::string name = CanonicalOpName(op);
     if (name.empty()) {
-      return Fail(o, absl::InvalidArgumentError(absl::StrCat("unknown op '", op, "'")),
-                  kExitUsage);
+      return Fail(o, absl::InvalidArgumentError(absl::StrCat("unknown op '", op, "'")), kExitUsage);
     }
     ops.push_back(name);
   }
@@ -159,8 +157,8 @@ int PresetsCommand(const CtlOptions& o, const std::string& op) {
         j.Add("dims", absl::StrJoin(dims, ","));
         items.push_back(j.str());
       } else {
-        std::printf("%-22s %-9s %-60s %s\n", name.c_str(), p.name.c_str(),
-                    p.description.c_str(), absl::StrJoin(dims, ",").c_str());
+        std::printf("%-22s %-9s %-60s %s\n", name.c_str(), p.name.c_str(), p.description.c_str(),
+                    absl::StrJoin(dims, ",").c_str());
       }
     }
   }

@@ -159,8 +159,9 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
                 kExitUsage);
   }
   if (o.requests < 1 || o.concurrency < 1 || o.warmup < 0) {
-    return Fail(o, absl::InvalidArgumentError("want --requests >= 1, --concurrency >= 1, "
-                                              "--warmup >= 0"),
+    return Fail(o,
+                absl::InvalidArgumentError("want --requests >= 1, --concurrency >= 1, "
+                                           "--warmup >= 0"),
                 kExitUsage);
   }
   absl::StatusOr<std::unique_ptr<OpCase>> made = MakeOpCase(op, o.preset, o.set, o.seed);
@@ -192,8 +193,10 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
       if (absl::Status s = c.RunLocal(&pool); !s.ok()) return Fail(o, s, kExitLocal);
       for (const Check& k : c.Compare(*calls[0], *r)) {
         if (!k.pass) {
-          return Fail(o, absl::DataLossError(absl::StrCat("the reply does not match the local "
-                                                          "run: ", k.name, ": ", k.detail)),
+          return Fail(o,
+                      absl::DataLossError(absl::StrCat("the reply does not match the local "
+                                                       "run: ",
+                                                       k.name, ": ", k.detail)),
                       kExitCheckFailed);
         }
       }
@@ -223,10 +226,10 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
             continue;
           }
           const v1::CallStats& s = r->stats;
-          per_worker[w].push_back({r->round_trip_seconds, s.queue_seconds(),
-                                   s.compute_seconds(), s.total_seconds(),
-                                   s.achieved_flops_per_second(), s.achieved_bytes_per_second(),
-                                   s.copied_bytes_in(), s.copied_bytes_out()});
+          per_worker[w].push_back({r->round_trip_seconds, s.queue_seconds(), s.compute_seconds(),
+                                   s.total_seconds(), s.achieved_flops_per_second(),
+                                   s.achieved_bytes_per_second(), s.copied_bytes_in(),
+                                   s.copied_bytes_out()});
         }
       });
     }
@@ -306,12 +309,13 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
                 FormatSeconds(Percentile(rt, 99)).c_str(),
                 FormatSeconds(rt.empty() ? NAN : rt.front()).c_str(),
                 FormatSeconds(rt.empty() ? NAN : rt.back()).c_str());
-    std::printf("  server      queue p50 %s  compute p50 %s  total p50 %s  %.2f GFLOP/s  "
-                "%.2f GB/s\n",
-                FormatSeconds(Percentile(queue, 50)).c_str(),
-                FormatSeconds(Percentile(compute, 50)).c_str(),
-                FormatSeconds(Percentile(total, 50)).c_str(), Percentile(gflops, 50) / 1e9,
-                Percentile(gbytes, 50) / 1e9);
+    std::printf(
+        "  server      queue p50 %s  compute p50 %s  total p50 %s  %.2f GFLOP/s  "
+        "%.2f GB/s\n",
+        FormatSeconds(Percentile(queue, 50)).c_str(),
+        FormatSeconds(Percentile(compute, 50)).c_str(),
+        FormatSeconds(Percentile(total, 50)).c_str(), Percentile(gflops, 50) / 1e9,
+        Percentile(gbytes, 50) / 1e9);
     std::printf("  overhead    (round trip - compute) p50 %s  p90 %s  p99 %s\n",
                 FormatSeconds(Percentile(oh, 50)).c_str(),
                 FormatSeconds(Percentile(oh, 90)).c_str(),

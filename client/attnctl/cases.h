@@ -85,8 +85,7 @@ std::vector<PresetInfo> Presets(const std::string& op);
 // Builds a case: the preset's dims, with `overrides` applied (unknown names are refused),
 // inputs drawn from a generator seeded with `seed`. INVALID_ARGUMENT for an unknown op, preset
 // or dim, or dims the op refuses (the op's Validate message).
-absl::StatusOr<std::unique_ptr<OpCase>> MakeOpCase(const std::string& op,
-                                                   const std::string& preset,
+absl::StatusOr<std::unique_ptr<OpCase>> MakeOpCase(const std::string& op, const std::string& preset,
                                                    const Dims& overrides, uint64_t seed);
 
 }  // namespace attnd::attnctl

@@ -16,8 +16,8 @@ namespace {
 using kernels::DType;
 
 absl::Status Refused(const std::string& op, const absl::Status& s) {
-  return absl::InvalidArgumentError(absl::StrCat(op, ": the preset's dims are refused: ",
-                                                 s.message()));
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, ": the preset's dims are refused: ", s.message()));
 }
 
 }  // namespace
@@ -33,8 +33,8 @@ absl::StatusOr<std::unique_ptr<OpCase>> BuildSparseMla(const Dims& d, Rng& rng) 
   namespace op = kernels::sparse_mla;
   const int64_t t = d.at("T"), h = d.at("H"), dqk = d.at("D"), s = d.at("S"), k = d.at("K");
   const int64_t mask_pct = d.at("MASK_PCT");
-  CaseBuilder<op::Params> b("sparse_mla", absl::StrCat("T=", t, " H=", h, " d_qk=", dqk, " S=",
-                                                       s, " K=", k, " masked=", mask_pct, "%"));
+  CaseBuilder<op::Params> b("sparse_mla", absl::StrCat("T=", t, " H=", h, " d_qk=", dqk, " S=", s,
+                                                       " K=", k, " masked=", mask_pct, "%"));
   op::Params& p = b.p;
   p.q = b.New(DType::kBF16, {t, h, dqk});
   FillNormal(p.q, rng, 1.0);
@@ -63,10 +63,9 @@ absl::StatusOr<std::unique_ptr<OpCase>> BuildMlaDecode(const Dims& d, Rng& rng) 
   if (page < 1 || ctx_len < 1) return absl::InvalidArgumentError("mla_decode: PAGE, CTX >= 1");
   const int64_t max_pages = (ctx_len + page - 1) / page;
   const int64_t num_pages = batch * max_pages;
-  CaseBuilder<op::Params> b("mla_decode",
-                            absl::StrCat("B=", batch, " s_q=", sq, " H=", h, " d_qk=", dqk,
-                                         " context<=", ctx_len, " page=", page,
-                                         causal ? " causal" : ""));
+  CaseBuilder<op::Params> b(
+      "mla_decode", absl::StrCat("B=", batch, " s_q=", sq, " H=", h, " d_qk=", dqk,
+                                 " context<=", ctx_len, " page=", page, causal ? " causal" : ""));
   op::Params& p = b.p;
   p.q = b.New(DType::kBF16, {batch, sq, h, dqk});
   FillNormal(p.q, rng, 1.0);
@@ -103,10 +102,9 @@ absl::StatusOr<std::unique_ptr<OpCase>> BuildMlaPrefill(const Dims& d, Rng& rng)
     cu_k.push_back(static_cast<int32_t>(cu_k.back() + q + (lk - lq)));
   }
   const int64_t total_q = cu_q.back(), total_k = cu_k.back();
-  CaseBuilder<op::Params> b("mla_prefill",
-                            absl::StrCat("B=", batch, " q<=", lq, " k<=", lk, " H=", h,
-                                         " H_kv=", hkv, " d_qk=", dqk, " d_v=", dv,
-                                         causal ? " causal" : ""));
+  CaseBuilder<op::Params> b(
+      "mla_prefill", absl::StrCat("B=", batch, " q<=", lq, " k<=", lk, " H=", h, " H_kv=", hkv,
+                                  " d_qk=", dqk, " d_v=", dv, causal ? " causal" : ""));
   op::Params& p = b.p;
   p.q = b.New(DType::kBF16, {total_q, h, dqk});
   FillNormal(p.q, rng, 1.0);

@@ -17,8 +17,8 @@ namespace {
 using kernels::DType;
 
 absl::Status Refused(const std::string& op, const absl::Status& s) {
-  return absl::InvalidArgumentError(absl::StrCat(op, ": the preset's dims are refused: ",
-                                                 s.message()));
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, ": the preset's dims are refused: ", s.message()));
 }
 
 // Causal windows of a chunk of `rows` new tokens at the end of `n` positions:
@@ -36,8 +36,8 @@ void FillCausalWindows(const kernels::Tensor& ks, const kernels::Tensor& ke, int
 absl::StatusOr<std::unique_ptr<OpCase>> BuildIndexerLogits(const Dims& d, Rng& rng) {
   namespace op = kernels::indexer_logits;
   const int64_t m = d.at("M"), h = d.at("H"), dim = d.at("D"), n = d.at("N");
-  CaseBuilder<op::Params> b("indexer_logits", absl::StrCat("M=", m, " H=", h, " D=", dim, " N=",
-                                                           n, " causal windows"));
+  CaseBuilder<op::Params> b(
+      "indexer_logits", absl::StrCat("M=", m, " H=", h, " D=", dim, " N=", n, " causal windows"));
   op::Params& p = b.p;
   p.q = b.New(DType::kFp8E4M3, {m, h, dim});
   FillNormal(p.q, rng, 1.0);
@@ -89,8 +89,7 @@ absl::StatusOr<std::unique_ptr<OpCase>> BuildIndexerLogitsPaged(const Dims& d, R
   p.block_table = b.New(DType::kI32, {batch, max_blocks});
   FillPermutation(p.block_table, num_blocks, rng);
   p.context_lens = b.New(DType::kI32, {batch});
-  FillInt(p.context_lens, rng, std::min(ctx_len, std::max<int64_t>(next_n, ctx_len / 2)),
-          ctx_len);
+  FillInt(p.context_lens, rng, std::min(ctx_len, std::max<int64_t>(next_n, ctx_len / 2)), ctx_len);
   p.weights = b.New(DType::kF32, {batch * next_n, h});
   FillNormal(p.weights, rng, 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(h, 1))));
   p.logits = b.New(DType::kF32, {batch * next_n, max_blocks * block});
@@ -104,9 +103,9 @@ absl::StatusOr<std::unique_ptr<OpCase>> BuildTopK(const Dims& d, Rng& rng) {
   namespace op = kernels::topk;
   const int64_t m = d.at("M"), n = d.at("N"), k = d.at("K"), page = d.at("PAGE");
   const bool windows = d.at("WINDOWS") != 0;
-  CaseBuilder<op::Params> b("topk", absl::StrCat("M=", m, " N=", n, " k=", k,
-                                                 windows ? " causal ks/ke" : " lengths",
-                                                 page > 0 ? absl::StrCat(" page=", page) : ""));
+  CaseBuilder<op::Params> b(
+      "topk", absl::StrCat("M=", m, " N=", n, " k=", k, windows ? " causal ks/ke" : " lengths",
+                           page > 0 ? absl::StrCat(" page=", page) : ""));
   op::Params& p = b.p;
   p.logits = b.New(DType::kF32, {m, n});
   FillNormal(p.logits, rng, 1.0);

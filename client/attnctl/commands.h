@@ -25,17 +25,17 @@ struct CtlOptions {
   absl::Duration timeout = absl::Seconds(120);  // per call
   bool json = false;
   std::string preset = "tiny";
-  Dims set;                 // --set overrides of the preset's dims
-  bool regions = false;     // tensors in a host region (zero copy) instead of inline
-  bool session = false;     // calls on a Session stream instead of unary RPCs
-  int64_t requests = 100;   // bench
-  int concurrency = 1;      // bench
-  int64_t warmup = 5;       // bench
-  bool verify = true;       // bench: check the first reply against the local run
-  bool samples = false;     // bench --json: every call's round trip, compute, total
-  uint64_t seed = 0;        // 0: a fresh random seed (printed)
-  int local_threads = 0;    // 0: every core
-  bool progress = true;     // bench: progress line on stderr
+  Dims set;                // --set overrides of the preset's dims
+  bool regions = false;    // tensors in a host region (zero copy) instead of inline
+  bool session = false;    // calls on a Session stream instead of unary RPCs
+  int64_t requests = 100;  // bench
+  int concurrency = 1;     // bench
+  int64_t warmup = 5;      // bench
+  bool verify = true;      // bench: check the first reply against the local run
+  bool samples = false;    // bench --json: every call's round trip, compute, total
+  uint64_t seed = 0;       // 0: a fresh random seed (printed)
+  int local_threads = 0;   // 0: every core
+  bool progress = true;    // bench: progress line on stderr
   std::string health_service;
   std::string client_name = "attnctl";
 };

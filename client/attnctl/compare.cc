@@ -93,8 +93,8 @@ Check CompareDoubles(const std::string& name, const std::vector<double>& g,
     }
     if (bad) {
       if (c.mismatches == 0) {
-        c.detail = absl::StrFormat("first mismatch at flat index %d: got %g, want %g", i, g[i],
-                                   r[i]);
+        c.detail =
+            absl::StrFormat("first mismatch at flat index %d: got %g, want %g", i, g[i], r[i]);
       }
       ++c.mismatches;
     }
@@ -111,16 +111,15 @@ void SortRows(std::vector<double>* v, int64_t k) {
   if (k <= 0) return;
   for (size_t row = 0; row + static_cast<size_t>(k) <= v->size(); row += static_cast<size_t>(k)) {
     // NaN sorts last (it never equals anything, so a NaN row still mismatches).
-    std::sort(v->begin() + row, v->begin() + row + k, [](double a, double b) {
-      return std::isnan(b) ? !std::isnan(a) : a < b;
-    });
+    std::sort(v->begin() + row, v->begin() + row + k,
+              [](double a, double b) { return std::isnan(b) ? !std::isnan(a) : a < b; });
   }
 }
 
 }  // namespace
 
-Check CompareFloat(const std::string& name, const kernels::Tensor& got,
-                   const kernels::Tensor& ref, const Tolerance& tol) {
+Check CompareFloat(const std::string& name, const kernels::Tensor& got, const kernels::Tensor& ref,
+                   const Tolerance& tol) {
   if (std::string why = SameLayout(got, ref); !why.empty()) return FailedCheck(name, why);
   return CompareDoubles(name, ToDoubles(got), ToDoubles(ref), tol);
 }

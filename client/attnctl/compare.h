@@ -22,21 +22,21 @@ inline constexpr Tolerance kBf16Tolerance{1e-2, 1e-2, 1e-2};
 inline constexpr Tolerance kF32Tolerance{1e-4, 1e-3, 1e-3};
 
 struct Check {
-  std::string name;          // the output ("out", "lse", "indices", ...)
-  std::string kind;          // "float", "float_row_set", "index_set" or "missing"
+  std::string name;  // the output ("out", "lse", "indices", ...)
+  std::string kind;  // "float", "float_row_set", "index_set" or "missing"
   bool pass = false;
   int64_t elements = 0;
-  int64_t mismatches = 0;    // elements (float) or rows (index_set) out of bounds
-  double max_abs_err = 0;    // float: over finite reference elements
-  double rel_l2_err = 0;     // float
+  int64_t mismatches = 0;  // elements (float) or rows (index_set) out of bounds
+  double max_abs_err = 0;  // float: over finite reference elements
+  double rel_l2_err = 0;   // float
   Tolerance tolerance{0, 0, 0};
-  std::string detail;        // first mismatch, or why the check could not run
+  std::string detail;  // first mismatch, or why the check could not run
 };
 
 // Non-finite reference elements must match exactly (same infinity); NaN in `got` where the
 // reference is finite is a mismatch (an unwritten, poisoned element).
-Check CompareFloat(const std::string& name, const kernels::Tensor& got,
-                   const kernels::Tensor& ref, const Tolerance& tol);
+Check CompareFloat(const std::string& name, const kernels::Tensor& got, const kernels::Tensor& ref,
+                   const Tolerance& tol);
 // The same after sorting each row (last dim) of both: values that follow a free order.
 Check CompareFloatRows(const std::string& name, const kernels::Tensor& got,
                        const kernels::Tensor& ref, const Tolerance& tol);

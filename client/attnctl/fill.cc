@@ -37,9 +37,7 @@ void Store(const kernels::Tensor& t, int64_t off, double v) {
       t.ptr<uint8_t>()[off] = kernels::FloatToFp8E4M3(static_cast<float>(v));
       break;
     case kernels::DType::kI32: t.ptr<int32_t>()[off] = static_cast<int32_t>(std::lround(v)); break;
-    case kernels::DType::kU8:
-      t.ptr<uint8_t>()[off] = static_cast<uint8_t>(std::lround(v));
-      break;
+    case kernels::DType::kU8: t.ptr<uint8_t>()[off] = static_cast<uint8_t>(std::lround(v)); break;
     case kernels::DType::kInvalid: break;
   }
 }

@@ -71,12 +71,12 @@ int RunCommand(const CtlOptions& o, const std::string& op_arg) {
                 o.session ? "session" : "unary", static_cast<unsigned long long>(o.seed));
     for (const Check& k : checks) {
       if (k.kind == "float" || k.kind == "float_row_set") {
-        std::printf("  %-13s %s  max abs err %.3g, rel L2 err %.3g (tol %.0e), %lld of %lld "
-                    "out of bounds%s%s\n",
-                    k.name.c_str(), k.pass ? "PASS" : "FAIL", k.max_abs_err, k.rel_l2_err,
-                    k.tolerance.rel_l2, static_cast<long long>(k.mismatches),
-                    static_cast<long long>(k.elements), k.detail.empty() ? "" : ": ",
-                    k.detail.c_str());
+        std::printf(
+            "  %-13s %s  max abs err %.3g, rel L2 err %.3g (tol %.0e), %lld of %lld "
+            "out of bounds%s%s\n",
+            k.name.c_str(), k.pass ? "PASS" : "FAIL", k.max_abs_err, k.rel_l2_err,
+            k.tolerance.rel_l2, static_cast<long long>(k.mismatches),
+            static_cast<long long>(k.elements), k.detail.empty() ? "" : ": ", k.detail.c_str());
       } else {
         std::string what = k.kind == "index_set"   ? absl::StrCat(k.mismatches, " rows differ")
                            : k.kind == "zero_copy" ? absl::StrCat(copied, " bytes copied")

@@ -76,9 +76,7 @@ template <class P>
 class TypedRemoteCall final : public RemoteCall {
  public:
   explicit TypedRemoteCall(P p) : p_(std::move(p)) {}
-  absl::StatusOr<client::CallResult> Run(const Caller& caller) override {
-    return caller.Call(p_);
-  }
+  absl::StatusOr<client::CallResult> Run(const Caller& caller) override { return caller.Call(p_); }
   void Poison() override {
     p_.ForEachTensor([](const char*, kernels::Tensor& t, kernels::Role role) {
       if (role == kernels::Role::kOutput) attnctl::Poison(t);
@@ -99,8 +97,12 @@ class TypedCase final : public OpCase {
   using LocalFn = std::function<absl::Status(const P&, const kernels::ExecContext&)>;
 
   TypedCase(CaseBuilder<P> b, LocalFn local, std::map<std::string, CheckKind> kinds)
-      : op_(std::move(b.op)), shape_(std::move(b.shape)), base_(b.p),
-        storage_(std::move(b.storage)), local_fn_(std::move(local)), kinds_(std::move(kinds)) {}
+      : op_(std::move(b.op)),
+        shape_(std::move(b.shape)),
+        base_(b.p),
+        storage_(std::move(b.storage)),
+        local_fn_(std::move(local)),
+        kinds_(std::move(kinds)) {}
 
   const std::string& op() const override { return op_; }
   const std::string& shape() const override { return shape_; }
@@ -123,8 +125,7 @@ class TypedCase final : public OpCase {
     return st;
   }
 
-  absl::StatusOr<std::unique_ptr<RemoteCall>> NewRemoteCall(
-      client::HostRegion* outputs) override {
+  absl::StatusOr<std::unique_ptr<RemoteCall>> NewRemoteCall(client::HostRegion* outputs) override {
     auto call = std::make_unique<TypedRemoteCall<P>>(base_);
     if (absl::Status s = AllocateOutputs(call->mutable_params(), outputs, call->storage());
         !s.ok()) {
@@ -166,8 +167,7 @@ class TypedCase final : public OpCase {
       }
       auto it = kinds_.find(name);
       const CheckKind kind = it == kinds_.end() ? CheckKind::kFloat : it->second;
-      const Tolerance& tol =
-          ref.dtype == kernels::DType::kBF16 ? kBf16Tolerance : kF32Tolerance;
+      const Tolerance& tol = ref.dtype == kernels::DType::kBF16 ? kBf16Tolerance : kF32Tolerance;
       if (kind == CheckKind::kIndexRows) {
         checks.push_back(CompareIndexRows(name, g, ref));
       } else if (kind == CheckKind::kFloatRows) {

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 
-
 namespace attnd::kernels {
 
 enum class DType : uint8_t {

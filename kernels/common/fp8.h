@@ -45,9 +45,9 @@ inline fp8_t FloatToFp8E4M3(float f) {
   std::memcpy(&u, &f, sizeof u);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7f;          // NaN
-  if (a >= 0x43e00000u) return sign | 0x7e;         // >= 448 (inf included): saturate
-  if (a >= 0x3c800000u) {                           // >= 2^-6: normal range of e4m3
+  if (a > 0x7f800000u) return sign | 0x7f;   // NaN
+  if (a >= 0x43e00000u) return sign | 0x7e;  // >= 448 (inf included): saturate
+  if (a >= 0x3c800000u) {                    // >= 2^-6: normal range of e4m3
     const uint32_t rounded = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;  // keep 3 mantissa bits
     return sign | static_cast<uint8_t>(rounded - ((127u - 7u) << 3));
   }

@@ -31,7 +31,9 @@ void RefStore(const Tensor& t, std::initializer_list<int64_t> index, double v) {
   const int64_t off = RefOffset(t, index);
   switch (t.dtype) {
     case DType::kF32: static_cast<float*>(t.data)[off] = static_cast<float>(v); break;
-    case DType::kBF16: static_cast<uint16_t*>(t.data)[off] = FloatToBf16(static_cast<float>(v)); break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(t.data)[off] = FloatToBf16(static_cast<float>(v));
+      break;
     case DType::kI32: static_cast<int32_t*>(t.data)[off] = static_cast<int32_t>(v); break;
     default: break;
   }

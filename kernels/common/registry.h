@@ -76,7 +76,8 @@ const Impl<Params>* SelectImpl(const std::vector<Impl<Params>>& impls, const Par
     if (!impl.supports || impl.supports(p, &reason)) return &impl;
     absl::StrAppend(why, why->empty() ? "" : "; ", impl.name, ": ", reason);
   }
-  if (why->empty()) absl::StrAppend(why, "no implementation for backend ", BackendName(ctx.backend));
+  if (why->empty())
+    absl::StrAppend(why, "no implementation for backend ", BackendName(ctx.backend));
   return nullptr;
 }
 

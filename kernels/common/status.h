@@ -10,10 +10,10 @@
 #define ATTND_STATUS_CONCAT_INNER_(a, b) a##b
 #define ATTND_STATUS_CONCAT_(a, b) ATTND_STATUS_CONCAT_INNER_(a, b)
 
-#define ATTND_RETURN_IF_ERROR(expr)                  \
-  do {                                               \
-    ::absl::Status attnd_status_ = (expr);           \
-    if (!attnd_status_.ok()) return attnd_status_;   \
+#define ATTND_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::absl::Status attnd_status_ = (expr);         \
+    if (!attnd_status_.ok()) return attnd_status_; \
   } while (false)
 
 #define ATTND_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

@@ -70,8 +70,8 @@ absl::Status CheckTensor(const Tensor& t, absl::string_view name, DType dtype,
                          std::initializer_list<int64_t> shape) {
   if (!t.present()) return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
   if (t.dtype != dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": dtype is ", DTypeName(t.dtype),
-                                                   ", want ", DTypeName(dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": dtype is ", DTypeName(t.dtype), ", want ", DTypeName(dtype)));
   }
   const int want_rank = static_cast<int>(shape.size());
   if (t.rank != want_rank) {

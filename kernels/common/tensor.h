@@ -33,7 +33,9 @@ struct Tensor {
   int64_t stride(int i) const { return strides[i]; }
   int64_t numel() const;  // product of shape; callers validated it fits
   template <class T>
-  T* ptr() const { return static_cast<T*>(data); }
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
 };
 
 // A dense row-major view of `data` with the given shape.

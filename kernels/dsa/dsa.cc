@@ -137,11 +137,10 @@ WorkCount Count(const Params& p) {
   WorkCount w;
   w.flops = indexer.flops + 2.0 * h * (d_qk + sparse_mla::kDimV) * selections;
   const double td = static_cast<double>(t), nd = static_cast<double>(n);
-  const double kv_row_bytes = p.kv.dtype == DType::kU8
-                                  ? static_cast<double>(sparse_mla::kFp8RowBytes)
-                                  : 2.0 * d_qk;
+  const double kv_row_bytes =
+      p.kv.dtype == DType::kU8 ? static_cast<double>(sparse_mla::kFp8RowBytes) : 2.0 * d_qk;
   w.bytes = td * h_i * d_i + nd * d_i + 4.0 * nd + 4.0 * td * h_i + 8.0 * td  // indexer
-            + 2.0 * td * h * d_qk + kv_row_bytes * selections                // q, kv rows
+            + 2.0 * td * h * d_qk + kv_row_bytes * selections                 // q, kv rows
             + 2.0 * td * h * sparse_mla::kDimV;                               // out
   if (p.lse.present()) w.bytes += 4.0 * td * h;
   if (p.indices.present()) w.bytes += 4.0 * td * static_cast<double>(p.topk);
@@ -149,11 +148,11 @@ WorkCount Count(const Params& p) {
 }
 
 const std::vector<Impl<Params>>& Implementations() {
-  static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>>{
+  static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-      GpuImpl<Params>("steps", GpuSupports, RunGpu, GpuWorkspaceBytes),
+    GpuImpl<Params>("steps", GpuSupports, RunGpu, GpuWorkspaceBytes),
 #endif
-      {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
+        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };
   return *impls;
 }

@@ -102,10 +102,10 @@ int64_t GpuWorkspaceBytes(const Params& p) {
   const Tensor logits = LogitsView(p, 0, count, placeholder);
   const Tensor indices = IndicesView(p, 0, count, placeholder);
   int64_t steps = WorkspaceOf(indexer_logits::Implementations(), IndexerStep(p, 0, count, logits));
-  steps = std::max(steps, WorkspaceOf(topk::Implementations(),
-                                      TopkStep(p, 0, count, logits, indices)));
-  steps = std::max(steps, WorkspaceOf(sparse_mla::Implementations(),
-                                      SparseMlaStep(p, 0, count, indices)));
+  steps =
+      std::max(steps, WorkspaceOf(topk::Implementations(), TopkStep(p, 0, count, logits, indices)));
+  steps = std::max(steps,
+                   WorkspaceOf(sparse_mla::Implementations(), SparseMlaStep(p, 0, count, indices)));
   return l.logits_bytes + l.indices_bytes + AlignUp(steps);
 }
 
@@ -115,8 +115,8 @@ absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
   const Layout l = MakeLayout(p);
   const int64_t scratch = l.logits_bytes + l.indices_bytes;
   if (scratch > 0 && (ctx.workspace == nullptr || ctx.workspace_bytes < scratch)) {
-    return absl::InternalError(absl::StrCat("dsa: workspace of ", ctx.workspace_bytes,
-                                            " bytes, want at least ", scratch));
+    return absl::InternalError(
+        absl::StrCat("dsa: workspace of ", ctx.workspace_bytes, " bytes, want at least ", scratch));
   }
   char* ws = static_cast<char*>(ctx.workspace);
   void* logits_scratch = l.logits_bytes > 0 ? ws : nullptr;
@@ -128,8 +128,7 @@ absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
     const int64_t count = std::min(l.block, t - t0);
     const Tensor logits = LogitsView(p, t0, count, logits_scratch);
     const Tensor indices = IndicesView(p, t0, count, indices_scratch);
-    absl::Status s =
-        indexer_logits::Run(IndexerStep(p, t0, count, logits), step_ctx);
+    absl::Status s = indexer_logits::Run(IndexerStep(p, t0, count, logits), step_ctx);
     if (!s.ok()) return InStep("indexer_logits", s);
     s = topk::Run(TopkStep(p, t0, count, logits, indices), step_ctx);
     if (!s.ok()) return InStep("topk", s);

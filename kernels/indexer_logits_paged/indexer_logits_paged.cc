@@ -74,14 +74,14 @@ WorkCount Count(const Params& p) {
 // context_lens and block_table on the device only; nothing here calls Count or VisibleLength
 // (they read context_lens on the host).
 const std::vector<Impl<Params>>& Implementations() {
-  static const auto* impls = new std::vector<Impl<Params>>{
+  static const auto* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-      GpuImpl("mma", gpu_impl::MmaSupports, gpu_impl::LaunchMma),
+    GpuImpl("mma", gpu_impl::MmaSupports, gpu_impl::LaunchMma),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-      GpuImpl("simt", gpu_impl::SimtSupports, gpu_impl::LaunchSimt),
+        GpuImpl("simt", gpu_impl::SimtSupports, gpu_impl::LaunchSimt),
 #endif
-      {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
+        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };
   return *impls;
 }

@@ -56,8 +56,8 @@ int64_t GpuWorkspace(const Params& p) {
 
 template <GpuKernel kKernel>
 absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
-  const int splits = SplitsThatFit(p, GpuSplits(p, kKernel),
-                                   ctx.workspace == nullptr ? 0 : ctx.workspace_bytes);
+  const int splits =
+      SplitsThatFit(p, GpuSplits(p, kKernel), ctx.workspace == nullptr ? 0 : ctx.workspace_bytes);
   const auto stream = static_cast<gpu::Stream>(ctx.stream);
 #if defined(ATTND_GPU_CUDA)
   if constexpr (kKernel == GpuKernel::kMma) {
@@ -136,16 +136,16 @@ WorkCount Count(const Params& p) {
 }
 
 const std::vector<Impl<Params>>& Implementations() {
-  static const auto* impls = new std::vector<Impl<Params>>{
+  static const auto* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-      GpuImpl<Params>("mma", SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>,
-                      GpuWorkspace<GpuKernel::kMma>),
+    GpuImpl<Params>("mma", SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>,
+                    GpuWorkspace<GpuKernel::kMma>),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-      GpuImpl<Params>("simt", SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
-                      GpuWorkspace<GpuKernel::kSimt>),
+        GpuImpl<Params>("simt", SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
+                        GpuWorkspace<GpuKernel::kSimt>),
 #endif
-      {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
+        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
   };
   return *impls;
 }

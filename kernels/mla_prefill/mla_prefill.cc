@@ -50,9 +50,8 @@ int64_t GpuWorkspace(const Params& p) { return WorkspaceBytes(p); }
 template <GpuKernel kKernel>
 absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
   if (ctx.workspace == nullptr || ctx.workspace_bytes < WorkspaceBytes(p)) {
-    return absl::InvalidArgumentError(absl::StrCat("mla_prefill: workspace of ",
-                                                   ctx.workspace_bytes, " bytes, want ",
-                                                   WorkspaceBytes(p)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mla_prefill: workspace of ", ctx.workspace_bytes, " bytes, want ", WorkspaceBytes(p)));
   }
   const auto stream = static_cast<gpu::Stream>(ctx.stream);
 #if defined(ATTND_GPU_CUDA)
@@ -132,15 +131,15 @@ WorkCount Count(const Params& p) {
 }
 
 const std::vector<Impl<Params>>& Implementations() {
-  static const auto* impls = new std::vector<Impl<Params>>{
+  static const auto* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-      GpuImpl<Params>("mma", SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>, GpuWorkspace),
+    GpuImpl<Params>("mma", SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>, GpuWorkspace),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-      GpuImpl<Params>("simt", SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
-                      GpuWorkspace),
+        GpuImpl<Params>("simt", SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
+                        GpuWorkspace),
 #endif
-      {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
+        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
   };
   return *impls;
 }

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "kernels/common/bf16.h"
-#include "kernels/common/fp8.h"
 #include "kernels/common/cpu/attention_tile.h"
 #include "kernels/common/cpu/gemm.h"
+#include "kernels/common/fp8.h"
 #include "kernels/common/status.h"
 #include "kernels/sparse_mla/sparse_mla.h"
 

@@ -26,7 +26,7 @@ inline constexpr int64_t kFp8DimQk = 576;        // the only d_qk the FP8 cache 
 
 struct Params {
   // Inputs (owned by the caller; strided views are fine, the last dim must be contiguous).
-  Tensor q;   // bf16 [T, H, d_qk], d_qk in {512, 576}
+  Tensor q;  // bf16 [T, H, d_qk], d_qk in {512, 576}
   // KV cache, one of two formats (K is all d_qk columns, V the first 512):
   //   bf16 [S, d_qk], row stride >= d_qk elements;
   //   FP8  u8 [S, 656] (kFp8Row*, d_qk must be 576), row stride >= 656 bytes and a multiple of

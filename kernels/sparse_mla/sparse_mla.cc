@@ -47,9 +47,9 @@ WorkCount CountWith(const Params& p, int64_t valid) {
 absl::Status ValidateKv(const Tensor& kv, int64_t d_qk) {
   if (kv.present() && kv.dtype == DType::kU8) {
     if (d_qk != kFp8DimQk) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "kv: the FP8 cache (u8 [S, ", kFp8RowBytes, "]) needs d_qk ", kFp8DimQk,
-          ", q dim 2 is ", d_qk));
+      return absl::InvalidArgumentError(absl::StrCat("kv: the FP8 cache (u8 [S, ", kFp8RowBytes,
+                                                     "]) needs d_qk ", kFp8DimQk, ", q dim 2 is ",
+                                                     d_qk));
     }
     ATTND_RETURN_IF_ERROR(CheckTensor(kv, "kv", DType::kU8, {kAnyDim, kFp8RowBytes}));
     if (kv.dim(0) > 1 && kv.stride(0) % 4 != 0) {
@@ -64,9 +64,9 @@ absl::Status ValidateKv(const Tensor& kv, int64_t d_qk) {
     return absl::OkStatus();
   }
   if (kv.present() && kv.dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kv: dtype is ", DTypeName(kv.dtype), ", want bf16 [S, d_qk] or u8 [S, ",
-                     kFp8RowBytes, "] (the FP8 cache)"));
+    return absl::InvalidArgumentError(absl::StrCat("kv: dtype is ", DTypeName(kv.dtype),
+                                                   ", want bf16 [S, d_qk] or u8 [S, ", kFp8RowBytes,
+                                                   "] (the FP8 cache)"));
   }
   return CheckTensor(kv, "kv", DType::kBF16, {kAnyDim, d_qk});
 }
@@ -79,8 +79,7 @@ absl::Status ValidateKv(const Tensor& kv, int64_t d_qk) {
 // [clamp(indptr[t], 0, nnz), clamp(indptr[t+1], that, nnz)).
 Impl<Params> KernelImpl(absl::string_view kind, GpuKernel kernel) {
   return GpuImpl<Params>(
-      kind,
-      [kernel](const Params& p, std::string* why) { return GpuSupports(kernel, p, why); },
+      kind, [kernel](const Params& p, std::string* why) { return GpuSupports(kernel, p, why); },
       [kernel](const Params& p, const ExecContext& ctx) -> absl::Status {
         const int64_t bytes = ctx.workspace != nullptr ? ctx.workspace_bytes : 0;
         const int splits = SplitsThatFit(p, GpuSplits(p, kernel), bytes);
@@ -114,8 +113,8 @@ Impl<Params> MmaAutoImpl() {
       "mma_auto", [](const Params& p, std::string* why) { return MmaAutoSupports(p, why); },
       [](const Params& p, const ExecContext& ctx) -> absl::Status {
         const int64_t bytes = ctx.workspace != nullptr ? ctx.workspace_bytes : 0;
-        GPU_RETURN_IF_ERROR(LaunchSparseMlaMmaAuto(p, ctx.workspace, bytes,
-                                                   static_cast<gpu::Stream>(ctx.stream)));
+        GPU_RETURN_IF_ERROR(
+            LaunchSparseMlaMmaAuto(p, ctx.workspace, bytes, static_cast<gpu::Stream>(ctx.stream)));
         return absl::OkStatus();
       },
       [](const Params& p) { return MmaAutoWorkspaceBytes(p); });
@@ -207,23 +206,22 @@ WorkCount Count(const Params& p) { return CountWith(p, CountValidSelections(p));
 WorkCount CountSlots(const Params& p) { return CountWith(p, SlotCount(p)); }
 
 const std::vector<Impl<Params>>& Implementations() {
-  static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>>{
+  static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-      KernelImpl("wgmma", GpuKernel::kWgmma),  // sm_90a, H % 64 == 0: first where it runs
-      // H <= 32, bf16 cache: cuda_mma_lowh when the sampled neighbours share rows, else
-      // cuda_mma, decided by a device-side estimate (gpu/mma_auto.cu).
-      MmaAutoImpl(),
-      KernelImpl("mma", GpuKernel::kMma),
-      // H <= 32, several neighbouring tokens per CTA gathering the union of their rows once:
-      // 1.5-3.4x faster than cuda_mma when neighbours share rows (causal kpool4 on one cache),
-      // 0.6-0.7x on uniform or disjoint selections (docs/BENCHMARKS.md). Listed after cuda_mma:
-      // by name, or through cuda_mma_auto, which runs it where the overlap pays.
-      KernelImpl("mma_lowh", GpuKernel::kMmaLowH),
+    KernelImpl("wgmma", GpuKernel::kWgmma),  // sm_90a, H % 64 == 0: first where it runs
+        // H <= 32, bf16 cache: cuda_mma_lowh when the sampled neighbours share rows, else
+        // cuda_mma, decided by a device-side estimate (gpu/mma_auto.cu).
+        MmaAutoImpl(), KernelImpl("mma", GpuKernel::kMma),
+        // H <= 32, several neighbouring tokens per CTA gathering the union of their rows once:
+        // 1.5-3.4x faster than cuda_mma when neighbours share rows (causal kpool4 on one cache),
+        // 0.6-0.7x on uniform or disjoint selections (docs/BENCHMARKS.md). Listed after cuda_mma:
+        // by name, or through cuda_mma_auto, which runs it where the overlap pays.
+        KernelImpl("mma_lowh", GpuKernel::kMmaLowH),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-      KernelImpl("simt", GpuKernel::kSimt),
+        KernelImpl("simt", GpuKernel::kSimt),
 #endif
-      {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
+        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };
   return *impls;
 }

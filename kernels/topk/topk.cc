@@ -130,11 +130,11 @@ WorkCount Count(const Params& p) {
 }
 
 const std::vector<Impl<Params>>& Implementations() {
-  static const auto* impls = new std::vector<Impl<Params>>{
+  static const auto* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-      GpuImpl("simt", SupportsSimt, LaunchTopkSimt),
+    GpuImpl("simt", SupportsSimt, LaunchTopkSimt),
 #endif
-      {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
+        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };
   return *impls;
 }

@@ -58,11 +58,16 @@ void AppendValue(std::string* out, absl::string_view v) {
 void SetMinLogLevel(LogLevel level) { g_min_level.store(static_cast<int>(level)); }
 
 bool ParseLogLevel(absl::string_view text, LogLevel* level) {
-  if (text == "debug") *level = LogLevel::kDebug;
-  else if (text == "info") *level = LogLevel::kInfo;
-  else if (text == "warning" || text == "warn") *level = LogLevel::kWarning;
-  else if (text == "error") *level = LogLevel::kError;
-  else return false;
+  if (text == "debug")
+    *level = LogLevel::kDebug;
+  else if (text == "info")
+    *level = LogLevel::kInfo;
+  else if (text == "warning" || text == "warn")
+    *level = LogLevel::kWarning;
+  else if (text == "error")
+    *level = LogLevel::kError;
+  else
+    return false;
   return true;
 }
 

@@ -20,13 +20,13 @@
 namespace attnd::server::engine {
 
 struct ArenaStats {
-  uint64_t reserved = 0;       // capacity
-  uint64_t used = 0;           // bytes of live blocks (rounded to their size classes)
-  uint64_t peak_used = 0;      // high-water mark of `used`
-  uint64_t largest_free = 0;   // the largest block a request could get now
+  uint64_t reserved = 0;      // capacity
+  uint64_t used = 0;          // bytes of live blocks (rounded to their size classes)
+  uint64_t peak_used = 0;     // high-water mark of `used`
+  uint64_t largest_free = 0;  // the largest block a request could get now
   uint64_t live_blocks = 0;
-  uint64_t allocations = 0;    // successful Allocate calls
-  uint64_t failures = 0;       // RESOURCE_EXHAUSTED answers
+  uint64_t allocations = 0;  // successful Allocate calls
+  uint64_t failures = 0;     // RESOURCE_EXHAUSTED answers
 };
 
 class Arena {
@@ -63,9 +63,9 @@ class Arena {
   const uint64_t capacity_;
   const std::string name_;
   mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_by_offset_ ABSL_GUARDED_BY(mu_);  // offset -> size
+  std::map<uint64_t, uint64_t> free_by_offset_ ABSL_GUARDED_BY(mu_);           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_ ABSL_GUARDED_BY(mu_);  // (size, offset)
-  std::unordered_map<uint64_t, uint64_t> live_ ABSL_GUARDED_BY(mu_);  // offset -> size
+  std::unordered_map<uint64_t, uint64_t> live_ ABSL_GUARDED_BY(mu_);           // offset -> size
   ArenaStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -7,8 +7,8 @@ namespace attnd::server::engine {
 absl::Status CheckHostOnlyCall(const OpCall& call, absl::string_view own_uuid) {
   for (const TensorUse& t : call.tensors()) {
     if (t.residence == Residence::kDeviceRegion) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          t.name, ": a device region reached a backend without devices"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(t.name, ": a device region reached a backend without devices"));
     }
   }
   if (!call.ready_event().empty()) {

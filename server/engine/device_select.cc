@@ -83,9 +83,9 @@ absl::StatusOr<size_t> SelectDevice(const std::vector<TensorUse>& tensors,
     if (first == nullptr) {
       first = &t;
     } else if (t.device_ordinal != first->device_ordinal) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensors on different devices: ", first->name, " is on ", first->device_uuid, ", ",
-          t.name, " on ", t.device_uuid, " (one call runs on one device)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensors on different devices: ", first->name, " is on ", first->device_uuid,
+                       ", ", t.name, " on ", t.device_uuid, " (one call runs on one device)"));
     }
   }
   int chosen = -1;
@@ -94,9 +94,9 @@ absl::StatusOr<size_t> SelectDevice(const std::vector<TensorUse>& tensors,
       if (served[i].ordinal == first->device_ordinal) chosen = static_cast<int>(i);
     }
     if (chosen < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          first->name, ": its region is on ", first->device_uuid,
-          ", which this daemon does not serve (", ServedList(served), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(first->name, ": its region is on ", first->device_uuid,
+                       ", which this daemon does not serve (", ServedList(served), ")"));
     }
   }
   if (!device_uuid.empty()) {
@@ -107,9 +107,9 @@ absl::StatusOr<size_t> SelectDevice(const std::vector<TensorUse>& tensors,
                                                      ServedList(served), ")"));
     }
     if (chosen >= 0 && named != chosen) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "device_uuid: '", device_uuid, "' differs from the device of ", first->name,
-          "'s region (", served[chosen].uuid, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("device_uuid: '", device_uuid,
+                                                     "' differs from the device of ", first->name,
+                                                     "'s region (", served[chosen].uuid, ")"));
     }
     chosen = named;
   }

@@ -21,9 +21,9 @@ struct GpuBackendOptions {
   uint64_t staging_bytes = 256ull << 20;  // pinned host staging, shared by all devices
   int streams_per_device = 4;
   bool graphs = true;
-  size_t graph_cache_capacity = 512;      // executable graphs kept per device (LRU)
-  size_t event_cache_capacity = 1024;     // opened IPC ready events kept per device (LRU)
-  std::vector<std::string> devices;       // UUIDs or ordinals to serve; empty = all visible
+  size_t graph_cache_capacity = 512;   // executable graphs kept per device (LRU)
+  size_t event_cache_capacity = 1024;  // opened IPC ready events kept per device (LRU)
+  std::vector<std::string> devices;    // UUIDs or ordinals to serve; empty = all visible
   // Runs calls whose op has no GPU implementation (and whose tensors are all host-resident) on
   // the CPU; null = no fallback (UNIMPLEMENTED). Not owned; must outlive the backend.
   kernels::ThreadPool* cpu_pool = nullptr;

@@ -25,7 +25,8 @@ void PoolBlock::Reset() {
 
 MemoryPool::MemoryPool(std::string name, char* base, uint64_t capacity,
                        std::function<void(char*)> release)
-    : base_(base), arena_(base != nullptr ? capacity : 0, std::move(name)),
+    : base_(base),
+      arena_(base != nullptr ? capacity : 0, std::move(name)),
       release_(std::move(release)) {}
 
 MemoryPool::~MemoryPool() {

@@ -34,10 +34,10 @@ struct TensorUse {
   void* host = nullptr;
   // kDeviceRegion: its first addressed byte in this process's mapping of the region.
   void* device = nullptr;
-  int device_ordinal = -1;   // kDeviceRegion: the region's device (this process's ordinal)
-  std::string device_uuid;   // kDeviceRegion: the same device by UUID
-  uint64_t span_bytes = 0;   // first to one past the last addressed byte
-  bool pinned = false;       // kHostRegion: registered with the GPU runtime (DMA-able)
+  int device_ordinal = -1;  // kDeviceRegion: the region's device (this process's ordinal)
+  std::string device_uuid;  // kDeviceRegion: the same device by UUID
+  uint64_t span_bytes = 0;  // first to one past the last addressed byte
+  bool pinned = false;      // kHostRegion: registered with the GPU runtime (DMA-able)
   // Inline outputs: zeroed before the op (elements it leaves untouched come back 0).
   bool zero_fill = false;
   // kDeviceRegion tensors the op's work count reads: span_bytes of host memory the backend fills

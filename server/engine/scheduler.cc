@@ -131,8 +131,8 @@ JobOutcome Scheduler::RunJob(Job& job) {
       return o;
     }
     if (job.cancelled && job.cancelled()) {
-      o.status = absl::CancelledError(
-          i == 0 ? "cancelled before it started" : absl::StrCat("cancelled after step ", i));
+      o.status = absl::CancelledError(i == 0 ? "cancelled before it started"
+                                             : absl::StrCat("cancelled after step ", i));
       return o;
     }
     StepResult r;

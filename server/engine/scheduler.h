@@ -33,13 +33,13 @@ struct JobOutcome {
   uint64_t copied_h2d = 0;                        // sums of the steps' StepResult figures
   uint64_t copied_d2h = 0;
   uint64_t count_readback = 0;
-  std::string device;                             // of the last step that ran
-  std::string graph;                              // of the last step that ran
+  std::string device;  // of the last step that ran
+  std::string graph;   // of the last step that ran
 };
 
 struct Job {
-  uint64_t id = 0;   // request id, for logs
-  std::string op;    // op name, for the backend
+  uint64_t id = 0;  // request id, for logs
+  std::string op;   // op name, for the backend
   absl::Time deadline = absl::InfiniteFuture();
   // Polled before each step; may be empty. Must be thread-safe.
   std::function<bool()> cancelled;

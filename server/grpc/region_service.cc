@@ -19,13 +19,20 @@ absl::Status RegisterHostRegion(regions::RegionRegistry* registry,
   absl::Status s = registry->RegisterHost(spec);
   if (s.ok()) {
     Log(LogLevel::kInfo, "host region registered",
-        {{"region", spec.name}, {"key", spec.key}, {"offset", spec.offset},
-         {"byte_size", spec.byte_size}, {"lease", spec.lease}});
+        {{"region", spec.name},
+         {"key", spec.key},
+         {"offset", spec.offset},
+         {"byte_size", spec.byte_size},
+         {"lease", spec.lease}});
   } else {
     Log(LogLevel::kWarning, "host region refused",
-        {{"region", spec.name}, {"key", spec.key}, {"offset", spec.offset},
-         {"byte_size", spec.byte_size}, {"lease", spec.lease},
-         {"code", absl::StatusCodeToString(s.code())}, {"error", s.message()}});
+        {{"region", spec.name},
+         {"key", spec.key},
+         {"offset", spec.offset},
+         {"byte_size", spec.byte_size},
+         {"lease", spec.lease},
+         {"code", absl::StatusCodeToString(s.code())},
+         {"error", s.message()}});
   }
   return s;
 }
@@ -43,12 +50,17 @@ absl::Status RegisterDeviceRegion(regions::RegionRegistry* registry,
   absl::Status s = registry->RegisterDevice(spec);
   if (s.ok()) {
     Log(LogLevel::kInfo, "device region registered",
-        {{"region", spec.name}, {"device", spec.device_uuid}, {"byte_size", spec.byte_size},
+        {{"region", spec.name},
+         {"device", spec.device_uuid},
+         {"byte_size", spec.byte_size},
          {"lease", spec.lease}});
   } else {
     Log(LogLevel::kWarning, "device region refused",
-        {{"region", spec.name}, {"device", spec.device_uuid}, {"byte_size", spec.byte_size},
-         {"lease", spec.lease}, {"code", absl::StatusCodeToString(s.code())},
+        {{"region", spec.name},
+         {"device", spec.device_uuid},
+         {"byte_size", spec.byte_size},
+         {"lease", spec.lease},
+         {"code", absl::StatusCodeToString(s.code())},
          {"error", s.message()}});
   }
   return s;
@@ -76,8 +88,7 @@ grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(
   auto* reactor = ctx->DefaultReactor();
   // Finishes when the regions' in-flight requests end (never blocks this thread).
   absl::Status s = deps_.registry->UnregisterAsync(
-      request->name(), request->lease_id(),
-      [reactor, response](std::vector<std::string> removed) {
+      request->name(), request->lease_id(), [reactor, response](std::vector<std::string> removed) {
         for (std::string& name : removed) response->add_removed(std::move(name));
         reactor->Finish(grpc::Status::OK);
       });
@@ -86,8 +97,10 @@ grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(
         {{"region", request->name()}, {"lease", request->lease_id()}});
   } else {
     Log(LogLevel::kWarning, "unregister refused",
-        {{"region", request->name()}, {"lease", request->lease_id()},
-         {"code", absl::StatusCodeToString(s.code())}, {"error", s.message()}});
+        {{"region", request->name()},
+         {"lease", request->lease_id()},
+         {"code", absl::StatusCodeToString(s.code())},
+         {"error", s.message()}});
     reactor->Finish(ToGrpcStatus(s));
   }
   return reactor;

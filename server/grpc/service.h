@@ -70,8 +70,7 @@ class AttentionService final : public v1::Attention::CallbackService {
   grpc::ServerUnaryReactor* IndexerLogitsPaged(grpc::CallbackServerContext* ctx,
                                                const v1::IndexerLogitsPagedRequest* request,
                                                v1::IndexerLogitsPagedResponse* response) override;
-  grpc::ServerUnaryReactor* TopK(grpc::CallbackServerContext* ctx,
-                                 const v1::TopKRequest* request,
+  grpc::ServerUnaryReactor* TopK(grpc::CallbackServerContext* ctx, const v1::TopKRequest* request,
                                  v1::TopKResponse* response) override;
   grpc::ServerUnaryReactor* SparseMla(grpc::CallbackServerContext* ctx,
                                       const v1::SparseMlaRequest* request,

@@ -169,9 +169,7 @@ class SessionReactor final : public SessionReactorBase {
         if (response->code() == 0) response->mutable_register_region();
         Reply(std::move(response));
         return true;
-      case v1::SessionRequest::kUnregisterRegion:
-        Unregister(request, response, lease);
-        return true;
+      case v1::SessionRequest::kUnregisterRegion: Unregister(request, response, lease); return true;
       case v1::SessionRequest::kIndexerLogits:
         return RunOp(ops::OpId::kIndexerLogits, request, response, request->indexer_logits(),
                      response->mutable_indexer_logits());
@@ -193,8 +191,7 @@ class SessionReactor final : public SessionReactorBase {
       case v1::SessionRequest::kDsaAttention:
         return RunOp(ops::OpId::kDsaAttention, request, response, request->dsa_attention(),
                      response->mutable_dsa_attention());
-      case v1::SessionRequest::CALL_NOT_SET:
-        break;
+      case v1::SessionRequest::CALL_NOT_SET: break;
     }
     SetError(response.get(), absl::InvalidArgumentError("Session message carries no call"));
     Reply(std::move(response));
@@ -214,14 +211,15 @@ class SessionReactor final : public SessionReactorBase {
       std::lock_guard<std::mutex> lock(mu_);
       ++inflight_;
     }
-    absl::Status s = deps_.registry->UnregisterAsync(
-        request->unregister_region().name(), lease,
-        [this, response](std::vector<std::string> removed) {
-          auto* out = response->mutable_unregister_region();
-          for (std::string& name : removed) out->add_removed(std::move(name));
-          Reply(response);
-          CallDone();
-        });
+    absl::Status s =
+        deps_.registry->UnregisterAsync(request->unregister_region().name(), lease,
+                                        [this, response](std::vector<std::string> removed) {
+                                          auto* out = response->mutable_unregister_region();
+                                          for (std::string& name : removed)
+                                            out->add_removed(std::move(name));
+                                          Reply(response);
+                                          CallDone();
+                                        });
     if (!s.ok()) {
       SetError(response.get(), s);
       Reply(std::move(response));
@@ -244,8 +242,7 @@ class SessionReactor final : public SessionReactorBase {
     ops::CallContext cc;
     cc.deadline = stream_deadline_;
     if (request->timeout_seconds() > 0) {
-      cc.deadline = std::min(cc.deadline,
-                             absl::Now() + absl::Seconds(request->timeout_seconds()));
+      cc.deadline = std::min(cc.deadline, absl::Now() + absl::Seconds(request->timeout_seconds()));
     }
     cc.cancelled = [cancelled] { return cancelled->load(); };
     cc.origin = absl::StrCat("session ", lease_for_logs(), " id ", client_id);

@@ -14,12 +14,12 @@ namespace attnd::server {
 
 struct DaemonConfig {
   std::vector<std::string> listen = {"unix:/tmp/attnd.sock"};  // gRPC addresses
-  std::string metrics_listen = "127.0.0.1:9464";  // host:port of /metrics; empty = off
+  std::string metrics_listen = "127.0.0.1:9464";               // host:port of /metrics; empty = off
   bool allow_client_shm = false;
   std::string backend = "auto";  // auto | cpu | cuda | hip
   std::string tls_cert;          // PEM files; TLS on TCP listeners when cert and key are given
   std::string tls_key;
-  std::string tls_ca;            // verify client certificates against this CA (mTLS)
+  std::string tls_ca;  // verify client certificates against this CA (mTLS)
   bool tls_require_client_cert = false;
   int queue_capacity = 256;
   int workers = 2;

@@ -61,11 +61,11 @@ absl::Status Daemon::Start() {
   bool use_gpu = false;
   if (config_.backend == "cuda" || config_.backend == "hip") {
     if (config_.backend != built_gpu) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--backend=", config_.backend, ": this attnd is built ",
-          built_gpu.empty() ? std::string("without GPU backends (ATTND_GPU=off)")
-                            : absl::StrCat("with the ", built_gpu, " backend only"),
-          "; use --backend=", built_gpu.empty() ? "cpu" : built_gpu, " or auto"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("--backend=", config_.backend, ": this attnd is built ",
+                       built_gpu.empty() ? std::string("without GPU backends (ATTND_GPU=off)")
+                                         : absl::StrCat("with the ", built_gpu, " backend only"),
+                       "; use --backend=", built_gpu.empty() ? "cpu" : built_gpu, " or auto"));
     }
     use_gpu = true;
   } else if (config_.backend == "auto") {
@@ -162,9 +162,12 @@ absl::Status Daemon::Start() {
     Log(LogLevel::kInfo, "metrics on http://" + metrics_address_ + "/metrics");
   }
   Log(LogLevel::kInfo, "attnd serving",
-      {{"version", ATTND_VERSION}, {"backend", backend_->name()},
-       {"devices", static_cast<int64_t>(backend_->Devices().size())}, {"cpu_threads", threads},
-       {"workers", config_.workers}, {"queue_capacity", config_.queue_capacity},
+      {{"version", ATTND_VERSION},
+       {"backend", backend_->name()},
+       {"devices", static_cast<int64_t>(backend_->Devices().size())},
+       {"cpu_threads", threads},
+       {"workers", config_.workers},
+       {"queue_capacity", config_.queue_capacity},
        {"allow_client_shm", config_.allow_client_shm}});
   return WriteReadyFile();
 }
@@ -261,7 +264,8 @@ bool Daemon::Shutdown() {
   const absl::Time deadline = start + config_.drain_timeout;
   Log(LogLevel::kInfo, "draining",
       {{"timeout", absl::FormatDuration(config_.drain_timeout)},
-       {"queued", scheduler_->queued()}, {"running", scheduler_->running()},
+       {"queued", scheduler_->queued()},
+       {"running", scheduler_->running()},
        {"sessions", service_->open_sessions()}});
   server_->GetHealthCheckService()->SetServingStatus(false);
   bool drained = true;

@@ -116,12 +116,24 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& flag, const std::string
         absl::StrCat("--", flag, "=", text, ": want bytes, e.g. 8GiB, 512MiB, 4GB, 1048576"));
   }
   const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s.substr(i)));
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1}, {"b", 1},
-      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
-      {"ki", 1024.0}, {"mi", 1048576.0}, {"gi", 1073741824.0}, {"ti", 1099511627776.0},
-      {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
-      {"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"t", 1e12}};
+  static const std::pair<const char*, double> kUnits[] = {{"", 1},
+                                                          {"b", 1},
+                                                          {"kib", 1024.0},
+                                                          {"mib", 1048576.0},
+                                                          {"gib", 1073741824.0},
+                                                          {"tib", 1099511627776.0},
+                                                          {"ki", 1024.0},
+                                                          {"mi", 1048576.0},
+                                                          {"gi", 1073741824.0},
+                                                          {"ti", 1099511627776.0},
+                                                          {"kb", 1e3},
+                                                          {"mb", 1e6},
+                                                          {"gb", 1e9},
+                                                          {"tb", 1e12},
+                                                          {"k", 1e3},
+                                                          {"m", 1e6},
+                                                          {"g", 1e9},
+                                                          {"t", 1e12}};
   for (const auto& [name, scale] : kUnits) {
     if (unit == name) {
       const double bytes = value * scale;
@@ -132,9 +144,8 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& flag, const std::string
       return static_cast<int64_t>(bytes);
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--", flag, "=", text, ": unknown unit '", unit,
-      "' (want B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"));
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", text, ": unknown unit '", unit,
+                                                 "' (want B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"));
 }
 
 absl::StatusOr<DaemonConfig> ConfigFromFlags() {

@@ -58,8 +58,7 @@ absl::Status PrepareUnixSocket(const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) return absl::OkStatus();  // nothing there
   if (!S_ISSOCK(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("'", path, "' exists and is not a socket"));
+    return absl::FailedPreconditionError(absl::StrCat("'", path, "' exists and is not a socket"));
   }
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));

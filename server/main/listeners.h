@@ -30,7 +30,6 @@ std::string WithPort(const std::string& address, int port);
 
 // Credentials for TCP listeners: TLS (and mTLS with --tls-ca) when --tls-cert is given, else
 // insecure. INVALID_ARGUMENT when a PEM file cannot be read.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
-    const DaemonConfig& config);
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const DaemonConfig& config);
 
 }  // namespace attnd::server

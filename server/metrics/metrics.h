@@ -25,21 +25,21 @@ namespace attnd::server::metrics {
 
 // What one finished call (successful or not) reports.
 struct CallRecord {
-  std::string op;                      // "sparse_mla"
+  std::string op;  // "sparse_mla"
   absl::StatusCode code = absl::StatusCode::kOk;
-  std::string impl;                    // empty when nothing ran
-  double total_seconds = 0;            // received -> reply ready
+  std::string impl;          // empty when nothing ran
+  double total_seconds = 0;  // received -> reply ready
   double queue_seconds = 0;
   double compute_seconds = 0;
-  bool ran = false;                    // queue/compute/work figures are meaningful
+  bool ran = false;  // queue/compute/work figures are meaningful
   double flops = 0;
   double logical_bytes = 0;
-  uint64_t copied_in = 0;              // inline bytes copied into the daemon
-  uint64_t copied_out = 0;             // inline bytes copied out in replies
-  uint64_t copied_h2d = 0;             // GPU: bytes DMA'd host -> device
-  uint64_t copied_d2h = 0;             // GPU: bytes DMA'd device -> host
-  uint64_t count_readback = 0;         // GPU: device index bytes read back for the work count
-  std::string work_count;              // "exact" | "upper_bound" (successful calls)
+  uint64_t copied_in = 0;       // inline bytes copied into the daemon
+  uint64_t copied_out = 0;      // inline bytes copied out in replies
+  uint64_t copied_h2d = 0;      // GPU: bytes DMA'd host -> device
+  uint64_t copied_d2h = 0;      // GPU: bytes DMA'd device -> host
+  uint64_t count_readback = 0;  // GPU: device index bytes read back for the work count
+  std::string work_count;       // "exact" | "upper_bound" (successful calls)
 };
 
 class Metrics {

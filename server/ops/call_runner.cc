@@ -19,8 +19,7 @@ struct CallRunner::State {
 CallRunner::CallRunner(const OpTable* ops, engine::Scheduler* scheduler,
                        const regions::RegionRegistry* registry, metrics::Metrics* metrics,
                        Options options)
-    : ops_(ops), scheduler_(scheduler), registry_(registry), metrics_(metrics),
-      options_(options) {}
+    : ops_(ops), scheduler_(scheduler), registry_(registry), metrics_(metrics), options_(options) {}
 
 void CallRunner::Start(OpId id, const google::protobuf::Message& request,
                        google::protobuf::Message* response, CallContext ctx,
@@ -126,15 +125,22 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
   if (status.ok()) {
     if (LogEnabled(LogLevel::kDebug)) {
       Log(LogLevel::kDebug, "call done",
-          {{"req", state->ctx.request_id}, {"op", rec.op}, {"origin", state->ctx.origin},
-           {"code", "OK"}, {"impl", rec.impl}, {"total_us", static_cast<int64_t>(total * 1e6)},
+          {{"req", state->ctx.request_id},
+           {"op", rec.op},
+           {"origin", state->ctx.origin},
+           {"code", "OK"},
+           {"impl", rec.impl},
+           {"total_us", static_cast<int64_t>(total * 1e6)},
            {"queue_us", static_cast<int64_t>(rec.queue_seconds * 1e6)},
            {"compute_us", static_cast<int64_t>(rec.compute_seconds * 1e6)}});
     }
   } else {
     Log(LogLevel::kInfo, "call failed",
-        {{"req", state->ctx.request_id}, {"op", rec.op}, {"origin", state->ctx.origin},
-         {"code", metrics::CodeLabel(status.code())}, {"error", status.message()},
+        {{"req", state->ctx.request_id},
+         {"op", rec.op},
+         {"origin", state->ctx.origin},
+         {"code", metrics::CodeLabel(status.code())},
+         {"error", status.message()},
          {"total_us", static_cast<int64_t>(total * 1e6)}});
   }
   auto done = std::move(state->done);

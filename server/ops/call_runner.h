@@ -22,7 +22,7 @@
 namespace attnd::server::ops {
 
 struct CallContext {
-  uint64_t request_id = 0;  // 0: the runner assigns one
+  uint64_t request_id = 0;                     // 0: the runner assigns one
   absl::Time received = absl::InfinitePast();  // InfinitePast: now
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> cancelled;  // thread-safe; may be empty
@@ -36,24 +36,21 @@ class CallRunner {
   };
   // Everything is borrowed and must outlive the runner; `metrics` may be null.
   CallRunner(const OpTable* ops, engine::Scheduler* scheduler,
-             const regions::RegionRegistry* registry, metrics::Metrics* metrics,
-             Options options);
+             const regions::RegionRegistry* registry, metrics::Metrics* metrics, Options options);
 
   // Starts op `id` with `request` (that op's request message) writing into `response` (its
   // response message); both must stay valid until `done` runs. `done` is called exactly once
   // with the call's status, after the response's outputs and stats are filled and the call's
   // region pins are released: on this thread when the call fails before queueing, else on a
   // scheduler worker. Thread-safe; never blocks.
-  void Start(OpId id, const google::protobuf::Message& request,
-             google::protobuf::Message* response, CallContext ctx,
-             std::function<void(absl::Status)> done);
+  void Start(OpId id, const google::protobuf::Message& request, google::protobuf::Message* response,
+             CallContext ctx, std::function<void(absl::Status)> done);
 
   uint64_t NewRequestId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   struct State;
-  void Finish(std::shared_ptr<State> state, absl::Status status,
-              const engine::JobOutcome* outcome);
+  void Finish(std::shared_ptr<State> state, absl::Status status, const engine::JobOutcome* outcome);
 
   const OpTable* const ops_;
   engine::Scheduler* const scheduler_;

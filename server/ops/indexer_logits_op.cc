@@ -15,7 +15,8 @@ struct IndexerLogitsTraits {
   using Request = v1::IndexerLogitsRequest;
   using Response = v1::IndexerLogitsResponse;
   static constexpr OpId kId = OpId::kIndexerLogits;
-  static constexpr const char* kFastPaths = "H in {32, 64}, D = 128 (any H <= 128, D in {64, 128} runs)";
+  static constexpr const char* kFastPaths =
+      "H in {32, 64}, D = 128 (any H <= 128, D in {64, 128} runs)";
 
   static absl::Status SetScalars(const Request& r, Params* p) {
     if (r.has_clean_logits()) p->clean_logits = r.clean_logits();

@@ -134,14 +134,18 @@ template <class Traits, class = void>
 struct CountBoundOf {
   static constexpr bool kHas = false;
   template <class P>
-  static kernels::WorkCount Get(const P&) { return {}; }
+  static kernels::WorkCount Get(const P&) {
+    return {};
+  }
 };
 template <class Traits>
 struct CountBoundOf<Traits, std::void_t<decltype(Traits::CountBound(
                                 std::declval<const typename Traits::Params&>()))>> {
   static constexpr bool kHas = true;
   template <class P>
-  static kernels::WorkCount Get(const P& p) { return Traits::CountBound(p); }
+  static kernels::WorkCount Get(const P& p) {
+    return Traits::CountBound(p);
+  }
 };
 
 // The handler of an op described by `Traits` (see server/ops/<op>_op.cc for the contract).
@@ -175,8 +179,7 @@ class TypedOpHandler : public OpHandler {
     if (!st.ok()) return st;
     p.ForEachTensor([&](const auto& name, kernels::Tensor& t, kernels::Role role) {
       if (!st.ok() || role != kernels::Role::kInput) return;
-      st = call->call_tensors().Input(name, FindTensor(req, ProtoFieldOf<Traits>::Get(name)),
-                                      &t);
+      st = call->call_tensors().Input(name, FindTensor(req, ProtoFieldOf<Traits>::Get(name)), &t);
     });
     if (!st.ok()) return st;
     p.ForEachTensor([&](const auto& name, kernels::Tensor& t, kernels::Role role) {
@@ -187,8 +190,8 @@ class TypedOpHandler : public OpHandler {
       if (placement == nullptr && !spec.produce_when_absent) return;
       v1::Tensor* reply = MutableTensor(response, field);
       if (reply == nullptr) {
-        st = absl::InternalError(absl::StrCat(OpName(Traits::kId), ": reply has no '", field,
-                                              "' field"));
+        st = absl::InternalError(
+            absl::StrCat(OpName(Traits::kId), ": reply has no '", field, "' field"));
         return;
       }
       st = call->call_tensors().Output(name, placement, spec, reply, &t);

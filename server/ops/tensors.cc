@@ -51,8 +51,8 @@ absl::Status MakeLayout(absl::string_view name, DType dtype, const int64_t* shap
         absl::StrCat(name, ": rank is ", rank, ", want 1..", kernels::kMaxRank));
   }
   if (strides_size != 0 && strides_size != rank) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": ", strides_size,
-                                                   " strides for rank ", rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", strides_size, " strides for rank ", rank));
   }
   *t = kernels::Tensor();
   t->dtype = dtype;
@@ -112,9 +112,9 @@ absl::Status CheckSlice(absl::string_view name, absl::string_view region, uint64
                                                    "')"));
   }
   if (end > region_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": bytes [", offset, ", ", end, ") are past the end of region '", region, "' (",
-        region_size, " bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": bytes [", offset, ", ", end,
+                                                   ") are past the end of region '", region, "' (",
+                                                   region_size, " bytes)"));
   }
   return absl::OkStatus();
 }
@@ -149,7 +149,8 @@ absl::Status CallTensors::ResolveRegion(absl::string_view name, const v1::Region
     return absl::Status(pin.status().code(), absl::StrCat(name, ": ", pin.status().message()));
   }
   const regions::Region* region = pin->get();
-  absl::Status s = CheckSlice(name, slice.region(), slice.offset(), span_bytes, region->byte_size());
+  absl::Status s =
+      CheckSlice(name, slice.region(), slice.offset(), span_bytes, region->byte_size());
   if (!s.ok()) return s;
   const bool on_device = region->kind() == regions::RegionKind::kDevice;
   char* base = on_device ? region->device_data() : region->data();
@@ -159,10 +160,9 @@ absl::Status CallTensors::ResolveRegion(absl::string_view name, const v1::Region
   }
   char* p = base + slice.offset();
   if (!Aligned(p, dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": region '", slice.region(),
-                                                   "' offset ", slice.offset(),
-                                                   " is not aligned to ", kernels::DTypeSize(dtype),
-                                                   " bytes (", kernels::DTypeName(dtype), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": region '", slice.region(), "' offset ", slice.offset(), " is not aligned to ",
+        kernels::DTypeSize(dtype), " bytes (", kernels::DTypeName(dtype), ")"));
   }
   *data = p;
   use->name = std::string(name);
@@ -181,8 +181,7 @@ absl::Status CallTensors::ResolveRegion(absl::string_view name, const v1::Region
   return absl::OkStatus();
 }
 
-absl::Status CallTensors::Input(absl::string_view name, const v1::Tensor* t,
-                                kernels::Tensor* out) {
+absl::Status CallTensors::Input(absl::string_view name, const v1::Tensor* t, kernels::Tensor* out) {
   *out = kernels::Tensor();
   if (t == nullptr) return absl::OkStatus();
   DType dtype;
@@ -197,8 +196,8 @@ absl::Status CallTensors::Input(absl::string_view name, const v1::Tensor* t,
     case v1::Tensor::kInlineData: {
       const std::string& bytes = t->inline_data();
       if (bytes.size() != span) {
-        return absl::InvalidArgumentError(absl::StrCat(name, ": inline_data is ", bytes.size(),
-                                                       " bytes, want ", span));
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": inline_data is ", bytes.size(), " bytes, want ", span));
       }
       copied_in_ += span;
       if (span == 0) {
@@ -211,7 +210,8 @@ absl::Status CallTensors::Input(absl::string_view name, const v1::Tensor* t,
       } else {
         void* p = Allocate(span);
         if (p == nullptr) {
-          return absl::ResourceExhaustedError(absl::StrCat(name, ": cannot stage ", span, " bytes"));
+          return absl::ResourceExhaustedError(
+              absl::StrCat(name, ": cannot stage ", span, " bytes"));
         }
         std::memcpy(p, bytes.data(), span);
         out->data = p;
@@ -238,8 +238,7 @@ absl::Status CallTensors::Input(absl::string_view name, const v1::Tensor* t,
 }
 
 absl::Status CallTensors::Output(absl::string_view name, const v1::Tensor* placement,
-                                 const OutputSpec& spec, v1::Tensor* reply,
-                                 kernels::Tensor* out) {
+                                 const OutputSpec& spec, v1::Tensor* reply, kernels::Tensor* out) {
   *out = kernels::Tensor();
   if (placement == nullptr && !spec.produce_when_absent) return absl::OkStatus();
   DType dtype = spec.dtype;
@@ -273,8 +272,9 @@ absl::Status CallTensors::Output(absl::string_view name, const v1::Tensor* place
   }
   if (placement != nullptr && placement->data_case() == v1::Tensor::kInlineData) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, ": an output placement carries no inline_data (give a region, or no data to get "
-              "the output inline)"));
+        name,
+        ": an output placement carries no inline_data (give a region, or no data to get "
+        "the output inline)"));
   }
   if (span > max_inline_bytes_) {
     return absl::InvalidArgumentError(

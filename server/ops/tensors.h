@@ -4,7 +4,8 @@
 // overflow-safe arithmetic; bytes copied are counted (zero for region tensors).
 //   CallTensors tensors(&registry, max_inline_bytes);
 //   ATTND_RETURN_IF_ERROR(tensors.Input("q", &request.q(), &params.q));
-//   ATTND_RETURN_IF_ERROR(tensors.Output("out", placement, spec, reply.mutable_out(), &params.out));
+//   ATTND_RETURN_IF_ERROR(tensors.Output("out", placement, spec, reply.mutable_out(),
+//   &params.out));
 #pragma once
 
 #include <cstdint>

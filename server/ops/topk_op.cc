@@ -15,7 +15,8 @@ struct TopKTraits {
   using Request = v1::TopKRequest;
   using Response = v1::TopKResponse;
   static constexpr OpId kId = OpId::kTopK;
-  static constexpr const char* kFastPaths = "k <= 4096 (2048 in the model), optional fused block-table mapping";
+  static constexpr const char* kFastPaths =
+      "k <= 4096 (2048 in the model), optional fused block-table mapping";
 
   static absl::Status SetScalars(const Request& r, Params* p) {
     p->k = r.k();

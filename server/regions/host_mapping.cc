@@ -38,8 +38,8 @@ absl::Status CheckRange(uint64_t offset, uint64_t byte_size, uint64_t object_siz
   if (byte_size == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": byte_size is 0"));
   uint64_t end;
   if (__builtin_add_overflow(offset, byte_size, &end)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": offset ", offset, " + byte_size ",
-                                                   byte_size, " overflows 64 bits"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": offset ", offset, " + byte_size ", byte_size, " overflows 64 bits"));
   }
   if (offset >= object_size) {
     return absl::InvalidArgumentError(
@@ -84,8 +84,8 @@ absl::StatusOr<HostMapping> HostMapping::Map(const std::string& key, uint64_t of
   uint64_t end;
   if (__builtin_add_overflow(offset, byte_size, &end) ||
       end > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": offset ", offset, " + byte_size ",
-                                                   byte_size, " overflows 64 bits"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": offset ", offset, " + byte_size ", byte_size, " overflows 64 bits"));
   }
   const int fd = shm_open(key.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open ", what));

@@ -127,7 +127,8 @@ absl::Status RegionRegistry::RegisterHost(const HostRegionSpec& spec) {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status s = CheckLease(spec.lease); !s.ok()) return s;
     if (regions_.count(spec.name) != 0) {
-      return absl::AlreadyExistsError(absl::StrCat("region '", spec.name, "' is already registered"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("region '", spec.name, "' is already registered"));
     }
   }
   absl::StatusOr<HostMapping> mapping = HostMapping::Map(spec.key, spec.offset, spec.byte_size);
@@ -139,8 +140,7 @@ absl::Status RegionRegistry::RegisterHost(const HostRegionSpec& spec) {
   desc.offset = spec.offset;
   desc.byte_size = spec.byte_size;
   desc.lease = spec.lease;
-  auto region =
-      std::shared_ptr<Region>(new Region(std::move(desc), *std::move(mapping), stats_));
+  auto region = std::shared_ptr<Region>(new Region(std::move(desc), *std::move(mapping), stats_));
   if (options_.host_pinner != nullptr) {
     // Pinned so that GPU copies from and to it are DMA. A region that cannot be pinned still
     // works (the runtime stages pageable copies), only slower: not a reason to refuse it.

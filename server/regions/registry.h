@@ -129,8 +129,8 @@ class Region {
 
   const RegionDescription desc_;
   HostMapping mapping_;
-  std::shared_ptr<HostPinner> pinner_;        // set while mapping_ is pinned
-  std::shared_ptr<DeviceMapping> device_;     // device regions
+  std::shared_ptr<HostPinner> pinner_;     // set while mapping_ is pinned
+  std::shared_ptr<DeviceMapping> device_;  // device regions
   std::shared_ptr<Stats> stats_;
   std::atomic<int64_t> in_flight_{0};
   std::mutex mu_;

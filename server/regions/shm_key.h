@@ -11,7 +11,7 @@
 
 namespace attnd::server::regions {
 
-inline constexpr size_t kMaxShmKeyLength = 255;   // NAME_MAX for /dev/shm entries
+inline constexpr size_t kMaxShmKeyLength = 255;  // NAME_MAX for /dev/shm entries
 inline constexpr size_t kMaxRegionNameLength = 256;
 // Keys the daemon keeps for itself; clients may not register them.
 inline constexpr absl::string_view kReservedShmPrefixes[] = {"/attnd-internal"};

@@ -196,8 +196,7 @@ TEST_F(ClientDaemonTest, ServerErrorsKeepTheirCodeAndMessage) {
   absl::StatusOr<CallResult> r = client_->SparseMla(p);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("q: dim 2 is 575"), absl::string_view::npos)
-      << r.status();
+  EXPECT_NE(r.status().message().find("q: dim 2 is 575"), absl::string_view::npos) << r.status();
 }
 
 TEST_F(ClientDaemonTest, SessionPipelinesCallsAndEndsItsLease) {

@@ -45,7 +45,7 @@ TEST(OpCodecTest, InputsInARegionTravelAsSlicesOthersInline) {
   ASSERT_TRUE(r.kv().has_inline_data());
   EXPECT_EQ(r.kv().inline_data().size(), f.kv.span_bytes());
   EXPECT_EQ(r.indices().inline_data().size(), f.indices.span_bytes());
-  EXPECT_FALSE(r.has_indptr());       // absent optional inputs are not sent
+  EXPECT_FALSE(r.has_indptr());  // absent optional inputs are not sent
   EXPECT_FALSE(r.has_topk_length());
   // An output with a host buffer outside any region: a placement without data (inline reply).
   ASSERT_TRUE(r.has_out());
@@ -171,9 +171,10 @@ void ExpectEveryTensorHasAField() {
   typename OpTraits<P>::Response reply;
   p.ForEachTensor([&](const char* name, kernels::Tensor& t, kernels::Role role) {
     if (role == kernels::Role::kOutput) {
-      ASSERT_TRUE(EncodeInline(t, name, static_cast<v1::Tensor*>(
-          reply.GetReflection()->MutableMessage(
-              &reply, reply.GetDescriptor()->FindFieldByName(name)))).ok());
+      ASSERT_TRUE(EncodeInline(t, name,
+                               static_cast<v1::Tensor*>(reply.GetReflection()->MutableMessage(
+                                   &reply, reply.GetDescriptor()->FindFieldByName(name))))
+                      .ok());
     }
   });
   CallResult result;

@@ -30,7 +30,7 @@ TEST(RegionTableTest, FindsRangesInsideARegionOnly) {
   EXPECT_FALSE(table.Find(a + 100, 901).has_value());  // one byte past the end
   EXPECT_FALSE(table.Find(b + 500, 1).has_value());
   EXPECT_FALSE(table.Find(nullptr, 0).has_value());
-  EXPECT_FALSE(table.Find(a + 1100, 4).has_value());  // in the gap
+  EXPECT_FALSE(table.Find(a + 1100, 4).has_value());   // in the gap
   EXPECT_FALSE(table.Find(a + 990, 300).has_value());  // from a across the gap into b
 
   table.Remove(a);

@@ -6,6 +6,7 @@ override them).
     with Daemon() as d:
         names = exported_names(d.scrape())
 """
+
 import os
 import re
 import shutil
@@ -25,8 +26,9 @@ def tool(env_name, name, required=True):
     """The path of a tool: $env_name, else `name` on PATH. Fails the test when missing."""
     path = os.environ.get(env_name) or shutil.which(name)
     if path is None and required:
-        raise AssertionError(f"{name} not found (scripts/setup.sh installs it; {env_name} "
-                             "overrides the path)")
+        raise AssertionError(
+            f"{name} not found (scripts/setup.sh installs it; {env_name} overrides the path)"
+        )
     return path
 
 
@@ -58,9 +60,14 @@ class Daemon:
         self.socket = os.path.join(self.dir, "attnd.sock")
         self.ready_file = os.path.join(self.dir, "ready")
         self.log_path = os.path.join(self.dir, "attnd.log")
-        self.argv = [binary or attnd_bin(), f"--listen=unix:{self.socket},127.0.0.1:0",
-                     "--metrics-listen=127.0.0.1:0", "--cpu-threads=1",
-                     *flags, f"--ready-file={self.ready_file}"]
+        self.argv = [
+            binary or attnd_bin(),
+            f"--listen=unix:{self.socket},127.0.0.1:0",
+            "--metrics-listen=127.0.0.1:0",
+            "--cpu-threads=1",
+            *flags,
+            f"--ready-file={self.ready_file}",
+        ]
         self.unix_target = f"unix:{self.socket}"
         self.tcp_target = None
         self.metrics_address = None
@@ -113,8 +120,12 @@ class Daemon:
 
     def attnctl(self, *args, timeout=60):
         """Runs attnctl against the unix socket; returns the CompletedProcess."""
-        return subprocess.run([attnctl_bin(), f"--target={self.unix_target}", *args],
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [attnctl_bin(), f"--target={self.unix_target}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 _TYPE = re.compile(r"^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (\w+)$", re.M)
@@ -135,31 +146,51 @@ def exported_names(exposition):
 
 
 # Series Prometheus adds to every target itself (not the daemon's).
-SCRAPE_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped",
-                 "scrape_samples_post_metric_relabeling", "scrape_series_added"}
+SCRAPE_SERIES = {
+    "up",
+    "scrape_duration_seconds",
+    "scrape_samples_scraped",
+    "scrape_samples_post_metric_relabeling",
+    "scrape_series_added",
+}
 
-_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
-                 "unless", "bool", "offset", "inf", "nan", "atan2", "le"}
+_PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+    "atan2",
+    "le",
+}
 
 
 def promql_metric_names(expr):
     """The metric names a PromQL expression selects. Grafana variables ($x, ${x}, [[x]]) are
     neutralised first; strings, label matchers, grouping clauses, durations and function
     names are not metric names."""
-    e = re.sub(r"\[\[\w+\]\]|\$\{[^}]*\}|\$\w+", "1", expr)       # variables (ranges too)
+    e = re.sub(r"\[\[\w+\]\]|\$\{[^}]*\}|\$\w+", "1", expr)  # variables (ranges too)
     e = re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', '""', e)  # strings
-    e = re.sub(r"\{[^{}]*\}", " ", e)                                # label matchers
+    e = re.sub(r"\{[^{}]*\}", " ", e)  # label matchers
     e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)", " ", e)
-    e = re.sub(r"\[[^\]]*\]", " ", e)                                # ranges, subqueries
+    e = re.sub(r"\[[^\]]*\]", " ", e)  # ranges, subqueries
     names = set()
     for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", e):
         word = m.group(0)
-        rest = e[m.end():].lstrip()
-        if rest.startswith("("):                                     # a function call
+        rest = e[m.end() :].lstrip()
+        if rest.startswith("("):  # a function call
             continue
         if word.lower() in _PROMQL_WORDS:
             continue
-        if re.fullmatch(r"\d", e[m.start() - 1:m.start()] or " "):   # 1e6, 5m inside a number
+        if re.fullmatch(r"\d", e[m.start() - 1 : m.start()] or " "):  # 1e6, 5m inside a number
             continue
         names.add(word)
     return names
@@ -188,8 +219,9 @@ def dashboard_queries(dashboard):
         for p in panels:
             for t in p.get("targets", []):
                 if "expr" in t:
-                    out.append((f"panel {p.get('id')} '{p.get('title')}' {t.get('refId')}",
-                                t["expr"]))
+                    out.append(
+                        (f"panel {p.get('id')} '{p.get('title')}' {t.get('refId')}", t["expr"])
+                    )
             walk(p.get("panels", []))
 
     walk(dashboard.get("panels", []))

@@ -5,6 +5,7 @@ runtime stage would, in a chroot holding nothing but the C runtime, with the Doc
 USER, ENTRYPOINT + CMD (listen addresses moved to loopback) and HEALTHCHECK. The cuda and hip
 variants are dry-run (and the cuda one configured for real where nvcc is installed). Both
 Dockerfiles are checked for the structure the issue asks for."""
+
 import json
 import os
 import re
@@ -22,11 +23,18 @@ DOCKER = os.path.join(DEPLOY, "docker")
 BUILD_SH = os.path.join(DOCKER, "build.sh")
 BUILD_DIR = os.environ.get("ATTND_BUILD_DIR") or os.path.join(ROOT, "build")
 VARIANTS = {"cuda": "Dockerfile.cuda", "rocm": "Dockerfile.rocm"}
-C_RUNTIME = ["libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
-             "libresolv.so.2"]
+C_RUNTIME = [
+    "libc.so.6",
+    "libm.so.6",
+    "libpthread.so.0",
+    "libdl.so.2",
+    "librt.so.1",
+    "libresolv.so.2",
+]
 
 
 # ---- Dockerfile parsing ----
+
 
 def parse_dockerfile(path):
     """[(stage name, [(INSTRUCTION, text)])] with continuation lines joined and ARG defaults
@@ -84,19 +92,31 @@ def dockerfile(request):
 
 # ---- the build script ----
 
+
 def test_shellcheck():
     shellcheck = tool("SHELLCHECK", "shellcheck")
     here = os.path.dirname(os.path.abspath(__file__))
     gpu_host = os.path.join(ROOT, "tests", "gpu")  # the bundle's GPU-host scripts
-    scripts = [os.path.join(d, f) for top in (DEPLOY, here, gpu_host)
-               for d, _, fs in os.walk(top) for f in fs if f.endswith(".sh")]
-    scripts += [os.path.join(ROOT, "scripts", f)
-                for f in ("test.sh", "hip-check.sh", "run-gpu-suite.sh")]
+    scripts = [
+        os.path.join(d, f)
+        for top in (DEPLOY, here, gpu_host)
+        for d, _, fs in os.walk(top)
+        for f in fs
+        if f.endswith(".sh")
+    ]
+    scripts += [
+        os.path.join(ROOT, "scripts", f) for f in ("test.sh", "hip-check.sh", "run-gpu-suite.sh")
+    ]
     assert BUILD_SH in scripts and os.path.join(here, "promtool_check.sh") in scripts
     r = subprocess.run([shellcheck, "-x", *scripts], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    bad = subprocess.run([shellcheck, "-s", "bash", "-"], input='rm -rf $1/bin\n',
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [shellcheck, "-s", "bash", "-"],
+        input='rm -rf $1/bin\n',
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode != 0, "shellcheck accepted an unquoted rm -rf"
 
 
@@ -108,14 +128,22 @@ def staged():
     # The build step runs when it has nothing to do (CI: setup.sh built everything first). In a
     # stale tree it is left out: relinking attnd here would pull it from under the other tests
     # that run it at the same time.
-    plan = subprocess.run(["ninja", "-C", BUILD_DIR, "-n", "attnd", "attnctl"],
-                          capture_output=True, text=True, timeout=120)
+    plan = subprocess.run(
+        ["ninja", "-C", BUILD_DIR, "-n", "attnd", "attnctl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     steps = "configure,build,stage,verify"
     if "no work to do" not in plan.stdout:
         print(f"{BUILD_DIR} is stale: build.sh runs without its build step")
         steps = "configure,stage,verify"
-    r = subprocess.run([BUILD_SH, "cpu", "--build-dir", BUILD_DIR, "--prefix", prefix,
-                        "--steps", steps], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [BUILD_SH, "cpu", "--build-dir", BUILD_DIR, "--prefix", prefix, "--steps", steps],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0 and "verify: ok" in r.stdout, r.stdout + r.stderr
     yield tmp, prefix
     shutil.rmtree(tmp, ignore_errors=True)
@@ -123,8 +151,9 @@ def staged():
 
 def test_staged_file_list(staged):
     _, prefix = staged
-    files = sorted(os.path.relpath(os.path.join(d, f), prefix)
-                   for d, _, fs in os.walk(prefix) for f in fs)
+    files = sorted(
+        os.path.relpath(os.path.join(d, f), prefix) for d, _, fs in os.walk(prefix) for f in fs
+    )
     assert {"bin/attnd", "bin/attnctl", "share/attnd/BUILD_INFO"} <= set(files)
     others = [f for f in files if f not in ("bin/attnd", "bin/attnctl", "share/attnd/BUILD_INFO")]
     assert others and all(re.fullmatch(r"lib/[^/]+\.so(\.[\w.]+)?", f) for f in others), others
@@ -175,21 +204,23 @@ def test_runtime_stage_in_a_chroot(staged, dockerfile):
     chroot = [chroot_bin, f"--userspec={user}", root]
     clean_env = {k: v for k, v in env.items()}
     # The container's PATH finds the programs, as `attnd` in ENTRYPOINT and HEALTHCHECK.
-    daemon = subprocess.Popen(chroot + cmd, env=clean_env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT)
+    daemon = subprocess.Popen(
+        chroot + cmd, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         ready = os.path.join(root, "tmp", "ready")
         deadline = time.monotonic() + 30
         while not os.path.exists(ready) and daemon.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert os.path.exists(ready), daemon.communicate(timeout=30)[0].decode()
-        socket = os.path.join(root, env["ATTND_HEALTH_TARGET"][len("unix:"):].lstrip("/"))
+        socket = os.path.join(root, env["ATTND_HEALTH_TARGET"][len("unix:") :].lstrip("/"))
         st = os.stat(socket)
         assert st.st_uid == 10001 and (st.st_mode & 0o777) == 0o660
         health = instr(runtime, "HEALTHCHECK")[-1]
-        health_cmd = exec_form(health[health.index("CMD ") + 4:].strip())
-        r = subprocess.run(chroot + health_cmd, env=clean_env, capture_output=True, text=True,
-                           timeout=30)
+        health_cmd = exec_form(health[health.index("CMD ") + 4 :].strip())
+        r = subprocess.run(
+            chroot + health_cmd, env=clean_env, capture_output=True, text=True, timeout=30
+        )
         assert r.returncode == 0 and "SERVING" in r.stdout, r.stdout + r.stderr
     finally:
         if daemon.poll() is None:
@@ -234,15 +265,21 @@ def test_dockerfile_structure(dockerfile):
     flags = dict(a[2:].split("=", 1) for a in exec_form(instr(runtime, "CMD")[-1]))
     unix = [a for a in flags["listen"].split(",") if a.startswith("unix:")]
     assert unix == [env["ATTND_HEALTH_TARGET"]], "HEALTHCHECK must dial the daemon's socket"
-    tcp_ports = {a.rsplit(":", 1)[1] for a in flags["listen"].split(",") if not a.startswith("unix")}
+    tcp_ports = {
+        a.rsplit(":", 1)[1] for a in flags["listen"].split(",") if not a.startswith("unix")
+    }
     tcp_ports.add(flags["metrics-listen"].rsplit(":", 1)[1])
     exposed = set(" ".join(instr(runtime, "EXPOSE")).split())
     assert exposed == tcp_ports, (exposed, tcp_ports)
     assert instr(runtime, "STOPSIGNAL") == ["SIGTERM"]
     if variant == "cuda":
-        assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and "compute" in env["NVIDIA_DRIVER_CAPABILITIES"]
-    help_text = subprocess.run([attnd_bin(), "--help"], capture_output=True, text=True,
-                               timeout=30).stdout
+        assert (
+            env["NVIDIA_VISIBLE_DEVICES"] == "all"
+            and "compute" in env["NVIDIA_DRIVER_CAPABILITIES"]
+        )
+    help_text = subprocess.run(
+        [attnd_bin(), "--help"], capture_output=True, text=True, timeout=30
+    ).stdout
     known = set(re.findall(r"^\s+--(\w+) \(", help_text, re.M))
     assert {f.replace("-", "_") for f in flags} <= known, flags
 
@@ -256,33 +293,44 @@ def test_dockerignore_keeps_builds_out():
 
 def test_gpu_variants_dry_run():
     for variant, gpu in (("cuda", "cuda"), ("hip", "hip")):
-        r = subprocess.run([BUILD_SH, variant, "--dry-run"], capture_output=True, text=True,
-                           timeout=120)
+        r = subprocess.run(
+            [BUILD_SH, variant, "--dry-run"], capture_output=True, text=True, timeout=120
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert f"-DATTND_GPU={gpu}" in r.stdout and "--target attnd attnctl" in r.stdout
         assert "(dry run)" in r.stdout
-    r = subprocess.run([BUILD_SH, "cuda", "--steps", "nope"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [BUILD_SH, "cuda", "--steps", "nope"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2, "an unknown step must be refused"
 
 
 def test_cuda_variant_configures_where_nvcc_exists():
     """The CUDA variant's CMake configuration, for real, where the toolkit is installed (the
     build machines): configure only, then ninja's plan for attnd and attnctl."""
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
-                                    if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    nvcc = shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None
+    )
     if nvcc is None:
         pytest.skip("no CUDA toolkit here: the cuda variant was dry-run only")
     tmp = tempfile.mkdtemp(prefix="attnd-cuda-configure-")
     try:
-        r = subprocess.run([BUILD_SH, "cuda", "--build-dir", os.path.join(tmp, "b"),
-                            "--steps", "configure"], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [BUILD_SH, "cuda", "--build-dir", os.path.join(tmp, "b"), "--steps", "configure"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         with open(os.path.join(tmp, "b", "CMakeCache.txt")) as f:
             cache = f.read()
         assert "ATTND_GPU:STRING=cuda" in cache and "ATTND_BUILD_TESTS:BOOL=OFF" in cache
-        plan = subprocess.run(["ninja", "-C", os.path.join(tmp, "b"), "-n", "attnd", "attnctl"],
-                              capture_output=True, text=True, timeout=120)
+        plan = subprocess.run(
+            ["ninja", "-C", os.path.join(tmp, "b"), "-n", "attnd", "attnctl"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert plan.returncode == 0 and "server/attnd" in plan.stdout, plan.stdout + plan.stderr
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -297,15 +345,31 @@ def test_hip_variant_configures_where_hipcc_exists():
         pytest.skip("no HIP toolchain here: the hip variant was dry-run only")
     tmp = tempfile.mkdtemp(prefix="attnd-hip-configure-")
     try:
-        r = subprocess.run([BUILD_SH, "hip", "--build-dir", os.path.join(tmp, "b"),
-                            "--hip-arch", "gfx90a", "--steps", "configure"],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [
+                BUILD_SH,
+                "hip",
+                "--build-dir",
+                os.path.join(tmp, "b"),
+                "--hip-arch",
+                "gfx90a",
+                "--steps",
+                "configure",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         with open(os.path.join(tmp, "b", "CMakeCache.txt")) as f:
             cache = f.read()
         assert "ATTND_GPU:STRING=hip" in cache and "ATTND_HIP_ARCH:STRING=gfx90a" in cache
-        plan = subprocess.run(["ninja", "-C", os.path.join(tmp, "b"), "-t", "commands", "attnd"],
-                              capture_output=True, text=True, timeout=120)
+        plan = subprocess.run(
+            ["ninja", "-C", os.path.join(tmp, "b"), "-t", "commands", "attnd"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert plan.returncode == 0 and "server/attnd" in plan.stdout, plan.stdout + plan.stderr
         hip = [c for c in plan.stdout.splitlines() if "topk/gpu/simt.cu" in c and " -c " in c]
         assert hip and "-x hip" in hip[0] and "--offload-arch=gfx90a" in hip[0], hip

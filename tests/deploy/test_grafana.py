@@ -3,6 +3,7 @@ metrics that a running attnd exports (read from the daemon's own /metrics after 
 from a list kept here), every variable it uses is defined, and it shows what the issue asks for.
 The provisioning files point at it. The PromQL itself is evaluated by a real Prometheus in
 test_prometheus_e2e.py."""
+
 import json
 import os
 import re
@@ -10,8 +11,15 @@ import re
 import pytest
 import yaml
 
-from deploy_util import (DEPLOY, SCRAPE_SERIES, Daemon, dashboard_queries, exported_names,
-                         grafana_variable_metric_names, promql_metric_names)
+from deploy_util import (
+    DEPLOY,
+    SCRAPE_SERIES,
+    Daemon,
+    dashboard_queries,
+    exported_names,
+    grafana_variable_metric_names,
+    promql_metric_names,
+)
 
 DASHBOARD = os.path.join(DEPLOY, "grafana", "attnd.json")
 BUILTIN_VARS = {"__rate_interval", "__interval", "__range", "__interval_ms", "__range_s"}
@@ -41,8 +49,10 @@ def unknown_metrics(dashboard, exported):
         bad += [f"{where}: {n}" for n in sorted(promql_metric_names(expr) - known)]
     for v in dashboard["templating"]["list"]:
         if v.get("type") == "query":
-            bad += [f"variable {v['name']}: {n}"
-                    for n in sorted(grafana_variable_metric_names(v["query"]) - known)]
+            bad += [
+                f"variable {v['name']}: {n}"
+                for n in sorted(grafana_variable_metric_names(v["query"]) - known)
+            ]
     return bad
 
 
@@ -82,7 +92,9 @@ def test_variables_defined(dashboard):
 
 
 def test_queries_name_only_exported_metrics(dashboard, exported):
-    assert "attnd_requests_total" in exported and "attnd_request_duration_seconds_bucket" in exported
+    assert (
+        "attnd_requests_total" in exported and "attnd_request_duration_seconds_bucket" in exported
+    )
     bad = unknown_metrics(dashboard, exported)
     assert not bad, "the dashboard names metrics attnd does not export:\n" + "\n".join(bad)
 
@@ -121,21 +133,28 @@ def test_checker_catches_a_wrong_name(dashboard, exported):
     """The name check can fail: a misspelt metric and a renamed histogram are reported."""
     broken = json.loads(json.dumps(dashboard))
     broken["panels"][1]["targets"][0]["expr"] = 'sum(rate(attnd_request_total{op="x"}[5m]))'
-    broken["panels"][2]["targets"][0]["expr"] = \
+    broken["panels"][2]["targets"][0]["expr"] = (
         "histogram_quantile(0.9, rate(attnd_request_latency_seconds_bucket[5m]))"
+    )
     bad = unknown_metrics(broken, exported)
     assert any("attnd_request_total" in b for b in bad), bad
     assert any("attnd_request_latency_seconds_bucket" in b for b in bad), bad
 
 
-@pytest.mark.parametrize("expr,names", [
-    ('sum by (op, le) (rate(a_bucket{job=~"$job", le!="+Inf"}[$__rate_interval]))', {"a_bucket"}),
-    ("histogram_quantile(0.99, sum by (le) (rate(x_bucket[5m]))) > 1e6", {"x_bucket"}),
-    ("a / on (instance) group_left (version) b offset 5m", {"a", "b"}),
-    ("(x > 0) or vector($bw_ceiling) and on() y", {"x", "y"}),
-    ('label_replace(m, "dst", "$1", "src", "(.*)")', {"m"}),
-    ("max_over_time(m[1h:5m]) unless bool 2", {"m"}),
-])
+@pytest.mark.parametrize(
+    "expr,names",
+    [
+        (
+            'sum by (op, le) (rate(a_bucket{job=~"$job", le!="+Inf"}[$__rate_interval]))',
+            {"a_bucket"},
+        ),
+        ("histogram_quantile(0.99, sum by (le) (rate(x_bucket[5m]))) > 1e6", {"x_bucket"}),
+        ("a / on (instance) group_left (version) b offset 5m", {"a", "b"}),
+        ("(x > 0) or vector($bw_ceiling) and on() y", {"x", "y"}),
+        ('label_replace(m, "dst", "$1", "src", "(.*)")', {"m"}),
+        ("max_over_time(m[1h:5m]) unless bool 2", {"m"}),
+    ],
+)
 def test_promql_metric_names(expr, names):
     assert promql_metric_names(expr) == names
 

@@ -6,6 +6,7 @@ fields; the gRPC probe action is newer than those models and is checked here), t
 ServiceMonitor against the Prometheus Operator CRD's fields it uses; then the settings zero-copy
 and operations depend on; and the ConfigMap's flags are given to a real attnd, which must start,
 answer grpc.health.v1 SERVING and drain on SIGTERM."""
+
 import os
 import re
 import signal
@@ -22,8 +23,9 @@ YAMLLINT_CONFIG = os.path.join(ROOT, "tests", "deploy", "yamllint.yaml")
 
 
 def render(path):
-    r = subprocess.run([tool("KUBECTL", "kubectl"), "kustomize", path], capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [tool("KUBECTL", "kubectl"), "kustomize", path], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, f"kubectl kustomize {path}:\n{r.stderr}"
     return [d for d in yaml.safe_load_all(r.stdout) if d]
 
@@ -39,28 +41,41 @@ def example():
 
 
 def find(objs, kind, name=None):
-    found = [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    found = [
+        o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
     assert len(found) == 1, f"want one {kind} {name or ''}, found {len(found)}"
     return found[0]
 
 
 # ---- lint ----
 
+
 def test_yamllint():
     yamllint = tool("YAMLLINT", "yamllint")
-    r = subprocess.run([yamllint, "-s", "-c", YAMLLINT_CONFIG, DEPLOY,
-                        os.path.join(ROOT, "tests", "deploy")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [yamllint, "-s", "-c", YAMLLINT_CONFIG, DEPLOY, os.path.join(ROOT, "tests", "deploy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    bad = subprocess.run([yamllint, "-s", "-c", YAMLLINT_CONFIG, "-"], input="a: 1\na: 2\n",
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [yamllint, "-s", "-c", YAMLLINT_CONFIG, "-"],
+        input="a: 1\na: 2\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode != 0, "yamllint accepted a duplicated key"
 
 
 # ---- schema ----
 
+
 def _kube():
     import kubernetes.client as client
+
     return client
 
 
@@ -73,7 +88,7 @@ QUANTITY_PARENTS = {"limits", "requests", "size_limit"}
 
 def check_type(value, typ, path, errors, parent=""):
     client = _kube()
-    if isinstance(typ, dict):                    # a field table (NEWER_FIELDS, RELABEL)
+    if isinstance(typ, dict):  # a field table (NEWER_FIELDS, RELABEL)
         if not isinstance(value, dict):
             errors.append(f"{path}: want an object, got {value!r}")
             return
@@ -83,9 +98,11 @@ def check_type(value, typ, path, errors, parent=""):
             else:
                 check_type(v, typ[k], f"{path}.{k}", errors)
     elif typ == "str":
-        ok = isinstance(value, str) or (parent in QUANTITY_PARENTS and
-                                        isinstance(value, (int, float)) and
-                                        not isinstance(value, bool))
+        ok = isinstance(value, str) or (
+            parent in QUANTITY_PARENTS
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+        )
         if not ok:
             errors.append(f"{path}: want a string, got {value!r}")
     elif typ == "int":
@@ -98,7 +115,7 @@ def check_type(value, typ, path, errors, parent=""):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             errors.append(f"{path}: want a number, got {value!r}")
     elif typ == "object":
-        pass                                     # IntOrString and friends
+        pass  # IntOrString and friends
     elif typ.startswith("list["):
         if not isinstance(value, list):
             errors.append(f"{path}: want a list, got {value!r}")
@@ -109,7 +126,7 @@ def check_type(value, typ, path, errors, parent=""):
         if not isinstance(value, dict):
             errors.append(f"{path}: want a map, got {value!r}")
             return
-        inner = typ[typ.index(",") + 1:-1].strip()
+        inner = typ[typ.index(",") + 1 : -1].strip()
         for k, v in value.items():
             check_type(v, inner, f"{path}.{k}", errors, parent)
     else:
@@ -139,7 +156,7 @@ def schema_errors(obj):
     assert hasattr(client, name), f"{obj['apiVersion']} {obj['kind']} is not a Kubernetes kind"
     errors = []
     check_type(obj, name, f"{obj['kind']}/{obj['metadata'].get('name')}", errors)
-    try:                                         # the models' own required-field checks
+    try:  # the models' own required-field checks
         client.ApiClient()._ApiClient__deserialize(obj, name)
     except (ValueError, TypeError) as e:
         errors.append(f"{obj['kind']}/{obj['metadata'].get('name')}: {e}")
@@ -147,16 +164,35 @@ def schema_errors(obj):
 
 
 # The ServiceMonitor fields used here, from the Prometheus Operator's monitoring.coreos.com/v1 CRD.
-RELABEL = {"sourceLabels": "list[str]", "separator": "str", "targetLabel": "str", "regex": "str",
-           "replacement": "str", "action": "str", "modulus": "int"}
-SERVICE_MONITOR_SPEC = {
-    "selector": "V1LabelSelector", "jobLabel": "str", "targetLabels": "list[str]",
-    "podTargetLabels": "list[str]", "namespaceSelector": {"any": "bool", "matchNames": "list[str]"},
-    "endpoints": "endpoints", "sampleLimit": "int",
+RELABEL = {
+    "sourceLabels": "list[str]",
+    "separator": "str",
+    "targetLabel": "str",
+    "regex": "str",
+    "replacement": "str",
+    "action": "str",
+    "modulus": "int",
 }
-ENDPOINT = {"port": "str", "targetPort": "object", "path": "str", "scheme": "str",
-            "interval": "str", "scrapeTimeout": "str", "honorLabels": "bool",
-            "relabelings": "list[relabel]", "metricRelabelings": "list[relabel]"}
+SERVICE_MONITOR_SPEC = {
+    "selector": "V1LabelSelector",
+    "jobLabel": "str",
+    "targetLabels": "list[str]",
+    "podTargetLabels": "list[str]",
+    "namespaceSelector": {"any": "bool", "matchNames": "list[str]"},
+    "endpoints": "endpoints",
+    "sampleLimit": "int",
+}
+ENDPOINT = {
+    "port": "str",
+    "targetPort": "object",
+    "path": "str",
+    "scheme": "str",
+    "interval": "str",
+    "scrapeTimeout": "str",
+    "honorLabels": "bool",
+    "relabelings": "list[relabel]",
+    "metricRelabelings": "list[relabel]",
+}
 
 
 def service_monitor_errors(obj):
@@ -203,22 +239,29 @@ def test_every_object_matches_the_api_schema(rendered):
 def test_schema_check_can_fail():
     ds = find(render(os.path.join(K8S, "overlays", "nvidia")), "DaemonSet")
     c = ds["spec"]["template"]["spec"]["containers"][0]
-    c["livenessProbe"]["grpc"]["prot"] = 1                 # misspelt field
-    c["ports"][0]["containerPort"] = "50051"                # string for an integer
-    c["hostPID"] = True                                     # pod field on the container
-    del c["name"]                                           # required
+    c["livenessProbe"]["grpc"]["prot"] = 1  # misspelt field
+    c["ports"][0]["containerPort"] = "50051"  # string for an integer
+    c["hostPID"] = True  # pod field on the container
+    del c["name"]  # required
     errors = "\n".join(schema_errors(ds))
-    for needle in ("grpc.prot: unknown field", "containerPort: want an integer",
-                   "hostPID: unknown field", "`name`, must not be `None`"):
+    for needle in (
+        "grpc.prot: unknown field",
+        "containerPort: want an integer",
+        "hostPID: unknown field",
+        "`name`, must not be `None`",
+    ):
         assert needle in errors, f"{needle!r} not reported:\n{errors}"
-    monitor = yaml.safe_load("apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\n"
-                             "metadata: {name: x}\nspec: {selector: {}, endpoints: [{path: /m}],"
-                             " interval: 5s}\n")
+    monitor = yaml.safe_load(
+        "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\n"
+        "metadata: {name: x}\nspec: {selector: {}, endpoints: [{path: /m}],"
+        " interval: 5s}\n"
+    )
     errors = "\n".join(service_monitor_errors(monitor))
     assert "needs port or targetPort" in errors and "spec.interval: unknown field" in errors
 
 
 # ---- what the daemon and zero-copy need ----
+
 
 def flags_of(objs):
     cm = find(objs, "ConfigMap", "attnd-flags")["data"]
@@ -230,8 +273,9 @@ def flags_of(objs):
             assert var in cm, f"{a}: {var} is not in the ConfigMap"
             a = a.replace(f"$({var})", cm[var])
         expanded.append(a)
-    assert set(cm) == {v for a in c["args"] for v in re.findall(r"\$\((\w+)\)", a)}, \
+    assert set(cm) == {v for a in c["args"] for v in re.findall(r"\$\((\w+)\)", a)}, (
         "a ConfigMap variable no flag uses"
+    )
     return dict(a[2:].split("=", 1) for a in expanded), expanded
 
 
@@ -246,7 +290,7 @@ def test_daemonset_settings(rendered, overlay):
     flags, _ = flags_of(objs)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     listen = flags["listen"].split(",")
-    unix = [a[len("unix:"):] for a in listen if a.startswith("unix:")]
+    unix = [a[len("unix:") :] for a in listen if a.startswith("unix:")]
     tcp = [a for a in listen if not a.startswith("unix")]
     assert tcp and int(tcp[0].rsplit(":", 1)[1]) == ports["grpc"]
     assert int(flags["metrics-listen"].rsplit(":", 1)[1]) == ports["metrics"]
@@ -262,7 +306,9 @@ def test_daemonset_settings(rendered, overlay):
     assert volumes[vol]["hostPath"]["path"] == os.path.dirname(sock)
     # Scrape annotations name the metrics port.
     ann = pod["metadata"]["annotations"]
-    assert ann["prometheus.io/scrape"] == "true" and int(ann["prometheus.io/port"]) == ports["metrics"]
+    assert (
+        ann["prometheus.io/scrape"] == "true" and int(ann["prometheus.io/port"]) == ports["metrics"]
+    )
     # Drain finishes inside the grace period.
     drain = flags["drain-timeout"]
     assert drain.endswith("s") and int(drain[:-1]) < spec["terminationGracePeriodSeconds"]
@@ -321,11 +367,16 @@ def test_services_and_monitoring(rendered, overlay):
     # The ServiceMonitor picks the API Service only (not the headless one: no double scrape).
     (monitor,) = render(os.path.join(K8S, "monitoring"))
     sel = monitor["spec"]["selector"]["matchLabels"]
-    picked = [s["metadata"]["name"] for s in objs
-              if s["kind"] == "Service" and sel.items() <= s["metadata"]["labels"].items()]
+    picked = [
+        s["metadata"]["name"]
+        for s in objs
+        if s["kind"] == "Service" and sel.items() <= s["metadata"]["labels"].items()
+    ]
     assert picked == ["attnd"]
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in api["spec"]["ports"]}
-    assert monitor["metadata"]["namespace"] == ns and monitor["spec"]["namespaceSelector"]["matchNames"] == [ns]
+    assert monitor["metadata"]["namespace"] == ns and monitor["spec"]["namespaceSelector"][
+        "matchNames"
+    ] == [ns]
 
 
 def test_shared_pod_example():
@@ -361,8 +412,9 @@ def run_daemon_with(flags):
 
 def test_configmap_flags_run_the_daemon(rendered):
     _, args = flags_of(rendered["nvidia"])
-    help_text = subprocess.run([attnd_bin(), "--help"], capture_output=True, text=True,
-                               timeout=30).stdout
+    help_text = subprocess.run(
+        [attnd_bin(), "--help"], capture_output=True, text=True, timeout=30
+    ).stdout
     known = set(re.findall(r"^\s+--(\w+) \(", help_text, re.M))
     assert "listen" in known and "drain_timeout" in known
     for a in args:

@@ -2,6 +2,7 @@
 exports is explained, every alert has the section its runbook link points at, the walk from
 image to dashboard names the deploy files it uses, and the documented `docker run` lines carry
 the flags IPC needs and only flags attnd knows."""
+
 import os
 import re
 import shlex
@@ -56,11 +57,18 @@ def test_every_alert_has_its_runbook_section():
 
 def test_walkthrough_names_the_deploy_files():
     doc = read(OPERATIONS)
-    for path in ("deploy/docker/Dockerfile.cuda", "deploy/docker/Dockerfile.rocm",
-                 "deploy/k8s/overlays/nvidia", "deploy/k8s/monitoring",
-                 "deploy/prometheus/prometheus.yml", "deploy/prometheus/prometheus-static.yml",
-                 "deploy/prometheus/alerts.yml", "deploy/grafana/attnd.json",
-                 "deploy/grafana/provisioning/", "examples/frontend-sidecar.yaml"):
+    for path in (
+        "deploy/docker/Dockerfile.cuda",
+        "deploy/docker/Dockerfile.rocm",
+        "deploy/k8s/overlays/nvidia",
+        "deploy/k8s/monitoring",
+        "deploy/prometheus/prometheus.yml",
+        "deploy/prometheus/prometheus-static.yml",
+        "deploy/prometheus/alerts.yml",
+        "deploy/grafana/attnd.json",
+        "deploy/grafana/provisioning/",
+        "examples/frontend-sidecar.yaml",
+    ):
         assert path in doc, f"docs/OPERATIONS.md never mentions {path}"
     for overlay in os.listdir(os.path.join(DEPLOY, "k8s", "overlays")):
         assert overlay in doc, f"overlay {overlay} is not explained"
@@ -79,12 +87,13 @@ def docker_run_lines(text):
 def test_docker_run_lines():
     runs = docker_run_lines(read(DOCKER_README))
     assert len(runs) == 2
-    help_text = subprocess.run([attnd_bin(), "--help"], capture_output=True, text=True,
-                               timeout=30).stdout
+    help_text = subprocess.run(
+        [attnd_bin(), "--help"], capture_output=True, text=True, timeout=30
+    ).stdout
     known = set(re.findall(r"^\s+--(\w+) \(", help_text, re.M))
     for argv in runs:
         (i,) = [i for i, a in enumerate(argv) if re.fullmatch(r"attnd:(cuda|rocm)", a)]
-        docker, image, flags = argv[:i], argv[i], argv[i + 1:]
+        docker, image, flags = argv[:i], argv[i], argv[i + 1 :]
         assert "--pid=host" in docker and "--ipc=host" in docker, argv
         assert "-v" in docker and "/run/attnd:/run/attnd" in docker
         if image.endswith("cuda"):

@@ -4,6 +4,7 @@ the test daemon) and the alert rules loaded, traffic from attnctl, and Prometheu
 queried until the request counter and the latency histogram hold exactly the calls made.
 Then: every alert rule evaluates without error against the live series, every dashboard query
 runs, and stopping the daemon turns AttndDown pending."""
+
 import json
 import os
 import re
@@ -20,7 +21,7 @@ import yaml
 from deploy_util import DEPLOY, Daemon, dashboard_queries, free_port, tool
 
 SCRAPE = "1s"
-WAIT = 40.0      # seconds any one condition may take to show up in Prometheus
+WAIT = 40.0  # seconds any one condition may take to show up in Prometheus
 
 
 def parse_samples(exposition, name, **labels):
@@ -47,14 +48,20 @@ class Prometheus:
 
     def start(self):
         binary = tool("PROMETHEUS", "prometheus")
-        for _ in range(5):                       # a free port can be taken before we bind it
+        for _ in range(5):  # a free port can be taken before we bind it
             port = free_port()
             self.log = open(os.path.join(self.dir, "prometheus.log"), "wb")
             self.proc = subprocess.Popen(
-                [binary, f"--config.file={self.config}",
-                 f"--storage.tsdb.path={os.path.join(self.dir, 'data')}",
-                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                stdout=self.log, stderr=subprocess.STDOUT)
+                [
+                    binary,
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={os.path.join(self.dir, 'data')}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    "--log.level=warn",
+                ],
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
             self.url = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and self.proc.poll() is None:
@@ -126,8 +133,12 @@ def stack():
     job["static_configs"] = [{"targets": [daemon.metrics_address]}]
     prom = Prometheus(yaml.safe_dump(config))
     try:
-        check = subprocess.run([tool("PROMTOOL", "promtool"), "check", "config", prom.config],
-                               capture_output=True, text=True, timeout=60)
+        check = subprocess.run(
+            [tool("PROMTOOL", "promtool"), "check", "config", prom.config],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert check.returncode == 0, check.stdout + check.stderr
         prom.start()
         yield daemon, prom
@@ -147,14 +158,29 @@ def traffic(stack):
     for op in ("topk", "sparse_mla"):
         r = daemon.attnctl("run", op, "--preset=tiny", "--local-threads=1")
         assert r.returncode == 0, r.stdout + r.stderr
-    prom.wait_for("the first sparse_mla call", lambda: scalar(prom.query(
-        'attnd_compute_duration_seconds_count{job="attnd", op="sparse_mla"}')) == 1)
-    r = daemon.attnctl("bench", "sparse_mla", "--preset=tiny", "--requests=20", "--warmup=3",
-                       "--concurrency=2", "--progress=false", "--local-threads=1")
+    prom.wait_for(
+        "the first sparse_mla call",
+        lambda: (
+            scalar(prom.query('attnd_compute_duration_seconds_count{job="attnd", op="sparse_mla"}'))
+            == 1
+        ),
+    )
+    r = daemon.attnctl(
+        "bench",
+        "sparse_mla",
+        "--preset=tiny",
+        "--requests=20",
+        "--warmup=3",
+        "--concurrency=2",
+        "--progress=false",
+        "--local-threads=1",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     text = daemon.scrape()
-    counts = {op: parse_samples(text, "attnd_requests_total", op=op, code="OK")
-              for op in ("topk", "sparse_mla")}
+    counts = {
+        op: parse_samples(text, "attnd_requests_total", op=op, code="OK")
+        for op in ("topk", "sparse_mla")
+    }
     assert counts == {"topk": 1, "sparse_mla": 24}, counts
     return counts
 
@@ -164,8 +190,13 @@ def test_request_counter_reaches_prometheus(stack, traffic):
     for op, n in traffic.items():
         expr = f'sum(attnd_requests_total{{job="attnd", op="{op}", code="OK"}})'
         prom.wait_for(f"{n} {op} calls", lambda e=expr, n=n: scalar(prom.query(e)) == n)
-    rate = prom.wait_for("a request rate", lambda: scalar(prom.query(
-        'sum(rate(attnd_requests_total{job="attnd", op="sparse_mla"}[30s]))')) or None)
+    rate = prom.wait_for(
+        "a request rate",
+        lambda: (
+            scalar(prom.query('sum(rate(attnd_requests_total{job="attnd", op="sparse_mla"}[30s]))'))
+            or None
+        ),
+    )
     assert rate > 0
 
 
@@ -178,9 +209,15 @@ def test_latency_histogram_reaches_prometheus(stack, traffic):
     assert scalar(prom.query(inf)) == n
     buckets = prom.query('attnd_request_duration_seconds_bucket{job="attnd", op="sparse_mla"}')
     assert len(buckets) >= 10, "the histogram's buckets are not all there"
-    p99 = prom.wait_for("a p99 latency", lambda: scalar(prom.query(
-        'histogram_quantile(0.99, sum by (le) (rate('
-        'attnd_request_duration_seconds_bucket{job="attnd", op="sparse_mla"}[30s])))')))
+    p99 = prom.wait_for(
+        "a p99 latency",
+        lambda: scalar(
+            prom.query(
+                'histogram_quantile(0.99, sum by (le) (rate('
+                'attnd_request_duration_seconds_bucket{job="attnd", op="sparse_mla"}[30s])))'
+            )
+        ),
+    )
     assert 0 < p99 < 60
 
 
@@ -195,11 +232,16 @@ def test_alert_rules_evaluate_cleanly(stack, traffic):
 
     rules = prom.wait_for("every rule evaluated", evaluated)
     names = {r["name"] for r in rules}
-    assert {"AttndDown", "AttndHighErrorRate", "AttndP99LatencyHigh", "AttndPoolNearLimit",
-            "AttndQueueFull"} <= names
+    assert {
+        "AttndDown",
+        "AttndHighErrorRate",
+        "AttndP99LatencyHigh",
+        "AttndPoolNearLimit",
+        "AttndQueueFull",
+    } <= names
     bad = [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
     assert not bad, f"rules failing against live series: {bad}"
-    firing = prom.api("alerts")["alerts"]           # pending ones included
+    firing = prom.api("alerts")["alerts"]  # pending ones included
     assert not firing, f"alerts on a healthy daemon: {firing}"
 
 
@@ -207,11 +249,21 @@ def test_dashboard_queries_run(stack, traffic):
     _, prom = stack
     with open(os.path.join(DEPLOY, "grafana", "attnd.json")) as f:
         dashboard = json.load(f)
-    values = {"job": ".*", "instance": ".*", "op": ".*", "__rate_interval": "30s",
-              "bw_ceiling": "4.3e12", "flops_ceiling": "7.9e14"}
-    prom.wait_for("the bench in the compute histogram", lambda: scalar(prom.query(
-        'attnd_compute_duration_seconds_count{job="attnd", op="sparse_mla"}'))
-        == traffic["sparse_mla"])
+    values = {
+        "job": ".*",
+        "instance": ".*",
+        "op": ".*",
+        "__rate_interval": "30s",
+        "bw_ceiling": "4.3e12",
+        "flops_ceiling": "7.9e14",
+    }
+    prom.wait_for(
+        "the bench in the compute histogram",
+        lambda: (
+            scalar(prom.query('attnd_compute_duration_seconds_count{job="attnd", op="sparse_mla"}'))
+            == traffic["sparse_mla"]
+        ),
+    )
     results = {}
     for where, expr in dashboard_queries(dashboard):
         q = re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)], expr)
@@ -230,23 +282,33 @@ def test_dashboard_queries_run(stack, traffic):
     # The panels that must show the traffic just made, with finite positive values. (The
     # graph cache is GPU-only, the pool's used fraction is 0/0 on the CPU backend, the error
     # panels need errors.)
-    for title, ref in (("Calls/s by op", "A"), ("Request latency by op (p50, p90, p99)", "C"),
-                       ("Queue wait by op (p50, p99)", "B"),
-                       ("Compute by op and implementation (p50, p99)", "A"),
-                       ("Achieved bandwidth by op", "A"), ("Achieved bandwidth by op", "B"),
-                       ("Achieved FLOP/s by op", "A"), ("Achieved FLOP/s by op", "B"),
-                       ("Fraction of the bandwidth ceiling by op", "A")):
+    for title, ref in (
+        ("Calls/s by op", "A"),
+        ("Request latency by op (p50, p90, p99)", "C"),
+        ("Queue wait by op (p50, p99)", "B"),
+        ("Compute by op and implementation (p50, p99)", "A"),
+        ("Achieved bandwidth by op", "A"),
+        ("Achieved bandwidth by op", "B"),
+        ("Achieved FLOP/s by op", "A"),
+        ("Achieved FLOP/s by op", "B"),
+        ("Fraction of the bandwidth ceiling by op", "A"),
+    ):
         v = value(title, ref)
         assert v is not None and 0 < v < float("inf"), f"'{title}' {ref}: {v}"
-    assert value("Achieved bandwidth by op", "C", op=None) == 4.3e12     # the ceiling line
+    assert value("Achieved bandwidth by op", "C", op=None) == 4.3e12  # the ceiling line
     assert value("Daemons up") == 1
 
 
 def test_daemon_down_turns_attnd_down_pending(stack, traffic):
     daemon, prom = stack
-    daemon.__exit__(None, None, None)            # SIGTERM: drain and exit
+    daemon.__exit__(None, None, None)  # SIGTERM: drain and exit
     prom.wait_for("up == 0", lambda: scalar(prom.query('up{job="attnd"}')) == 0)
-    alert = prom.wait_for("AttndDown pending", lambda: [
-        a for a in prom.api("alerts")["alerts"]
-        if a["labels"]["alertname"] == "AttndDown" and a["state"] in ("pending", "firing")])
+    alert = prom.wait_for(
+        "AttndDown pending",
+        lambda: [
+            a
+            for a in prom.api("alerts")["alerts"]
+            if a["labels"]["alertname"] == "AttndDown" and a["state"] in ("pending", "firing")
+        ],
+    )
     assert alert[0]["labels"]["instance"] == daemon.metrics_address

@@ -11,6 +11,7 @@ PyTorch (float64 on the GPU). /metrics must show zero tensor bytes copied for th
 Run by gpu-tests/run_frontend.sh (which starts the bundled daemon). Needs torch and grpcio; the
 attnd_client package comes from the bundle. Exit status 0 when every check passed.
 """
+
 import argparse
 import json
 import math
@@ -32,6 +33,7 @@ DIRECTIONS = ("in", "out", "host_to_device", "device_to_host")
 
 
 # ---- plumbing ----
+
 
 def scrape(url):
     """{(family, labels): value} of a Prometheus text page."""
@@ -89,50 +91,74 @@ class Checks:
         |got - ref| <= atol + rtol |ref| over the finite reference values; no NaN anywhere."""
         got = got.double()
         finite = torch.isfinite(ref)
-        ok = self.expect(not torch.isnan(got).any().item(), f"{what}: NaN in the result "
-                         "(an element left unwritten?)")
-        ok &= self.expect(torch.equal(got[~finite], ref[~finite]),
-                          f"{what}: infinities differ from the reference")
+        ok = self.expect(
+            not torch.isnan(got).any().item(),
+            f"{what}: NaN in the result (an element left unwritten?)",
+        )
+        ok &= self.expect(
+            torch.equal(got[~finite], ref[~finite]), f"{what}: infinities differ from the reference"
+        )
         g, r = got[finite], ref[finite]
         if r.numel() == 0:
             return ok
         err = torch.linalg.norm(g - r).item() / max(torch.linalg.norm(r).item(), 1e-30)
         bad = (g - r).abs() > atol + rtol * r.abs()
         ok &= self.expect(err <= rel_l2, f"{what}: relative L2 error {err:.3g} > {rel_l2}")
-        ok &= self.expect(not bad.any().item(),
-                          f"{what}: {int(bad.sum())} elements off (worst "
-                          f"{(g - r).abs().max().item():.3g})")
+        ok &= self.expect(
+            not bad.any().item(),
+            f"{what}: {int(bad.sum())} elements off (worst {(g - r).abs().max().item():.3g})",
+        )
         print(f"  {what}: rel L2 {err:.2e}, max abs {(g - r).abs().max().item():.2e}")
         return ok
 
     def zero_copy(self, result, op):
         s = result.stats
-        figures = {f: getattr(s, f, 0) for f in (
-            "copied_bytes_in", "copied_bytes_out", "copied_bytes_host_to_device",
-            "copied_bytes_device_to_host", "count_readback_bytes")}
-        for f in ("copied_bytes_in", "copied_bytes_out", "copied_bytes_host_to_device",
-                  "copied_bytes_device_to_host"):
+        figures = {
+            f: getattr(s, f, 0)
+            for f in (
+                "copied_bytes_in",
+                "copied_bytes_out",
+                "copied_bytes_host_to_device",
+                "copied_bytes_device_to_host",
+                "count_readback_bytes",
+            )
+        }
+        for f in (
+            "copied_bytes_in",
+            "copied_bytes_out",
+            "copied_bytes_host_to_device",
+            "copied_bytes_device_to_host",
+        ):
             self.expect(figures[f] == 0, f"{op}: stats.{f} = {figures[f]}, want 0")
-        self.report[op] = dict(figures, impl=s.impl, compute_us=s.compute_seconds * 1e6,
-                               graph=getattr(s, "graph", ""), device=getattr(s, "device_uuid", ""),
-                               work_count=getattr(s, "work_count", ""), flops=s.flops,
-                               logical_bytes=s.logical_bytes)
-        print(f"  {op}: impl {s.impl}, {s.compute_seconds * 1e6:.1f} us on the device, graph "
-              f"{getattr(s, 'graph', '?')}, work count {getattr(s, 'work_count', '?')} "
-              f"(readback {figures['count_readback_bytes']} B)")
+        self.report[op] = dict(
+            figures,
+            impl=s.impl,
+            compute_us=s.compute_seconds * 1e6,
+            graph=getattr(s, "graph", ""),
+            device=getattr(s, "device_uuid", ""),
+            work_count=getattr(s, "work_count", ""),
+            flops=s.flops,
+            logical_bytes=s.logical_bytes,
+        )
+        print(
+            f"  {op}: impl {s.impl}, {s.compute_seconds * 1e6:.1f} us on the device, graph "
+            f"{getattr(s, 'graph', '?')}, work count {getattr(s, 'work_count', '?')} "
+            f"(readback {figures['count_readback_bytes']} B)"
+        )
 
 
 # ---- references (float64 on the GPU) ----
+
 
 def ref_sparse_mla(q, kv, indices, sm_scale):
     """out [T,H,512], lse [T,H]: softmax over each token's valid selected rows (index in [0,S))."""
     q64, kv64 = q.double(), kv.double()
     s = kv.shape[0]
     valid = (indices >= 0) & (indices < s)
-    rows = kv64[indices.clamp(0, s - 1).long()]                     # [T,K,d_qk]
+    rows = kv64[indices.clamp(0, s - 1).long()]  # [T,K,d_qk]
     scores = torch.einsum("thd,tkd->thk", q64, rows) * sm_scale
     scores = scores.masked_fill(~valid[:, None, :], NEG_INF)
-    lse = torch.logsumexp(scores, dim=-1)                          # -inf for an empty row
+    lse = torch.logsumexp(scores, dim=-1)  # -inf for an empty row
     p = torch.nan_to_num(torch.exp(scores - lse[..., None]), nan=0.0)
     return torch.einsum("thk,tkd->thd", p, rows[..., :512]), lse
 
@@ -151,7 +177,7 @@ def ref_mla_decode(q, kv_cache, block_table, seqlens, sm_scale, causal):
         scores = torch.einsum("shd,nd->shn", q[b].double(), rows) * sm_scale
         visible = valid[None, :].expand(s_q, seqlen).clone()
         if causal:
-            limit = seqlen - s_q + torch.arange(s_q, device=DEV) + 1   # query i sees n < limit
+            limit = seqlen - s_q + torch.arange(s_q, device=DEV) + 1  # query i sees n < limit
             visible &= n[None, :] < limit[:, None]
         scores = scores.masked_fill(~visible[:, None, :], NEG_INF)
         lse[b] = torch.logsumexp(scores, dim=-1)
@@ -173,13 +199,14 @@ def ref_indexer(q, k, k_scale, weights, ks, ke):
 
 # ---- the calls ----
 
+
 def run_sparse_mla(client, checks):
     t, h, d_qk, s, k = 48, 64, 576, 8192, 512
     q = torch.randn(t, h, d_qk, device=DEV).bfloat16()
-    cache = torch.randn(s, 640, device=DEV).bfloat16()   # kv is a strided view of a wider cache
+    cache = torch.randn(s, 640, device=DEV).bfloat16()  # kv is a strided view of a wider cache
     kv = cache[:, :d_qk]
     indices = torch.randint(-64, s + 64, (t, k), dtype=torch.int32, device=DEV)  # some masked
-    indices[3] = -1                                                             # an empty row
+    indices[3] = -1  # an empty row
     out, lse = nan_like((t, h, 512), torch.bfloat16), nan_like((t, h), torch.float32)
     scale = 1 / math.sqrt(d_qk)
     # The inputs come from a side stream; the daemon waits on the recorded IPC event in-stream.
@@ -191,8 +218,17 @@ def run_sparse_mla(client, checks):
     ready.record(side)
     results = []
     for _ in range(2):
-        res = call(client, "sparse_mla", extra={"ready_event": bytes(ready.ipc_handle())},
-                   q=q, kv=kv, indices=indices, sm_scale=scale, out=out, lse=lse)
+        res = call(
+            client,
+            "sparse_mla",
+            extra={"ready_event": bytes(ready.ipc_handle())},
+            q=q,
+            kv=kv,
+            indices=indices,
+            sm_scale=scale,
+            out=out,
+            lse=lse,
+        )
         results.append(res)
     ref_out, ref_lse = ref_sparse_mla(q, kv, indices, scale)
     checks.close(out, ref_out, "sparse_mla out", 1e-2, 2e-2, 2e-2)
@@ -200,8 +236,11 @@ def run_sparse_mla(client, checks):
     checks.zero_copy(results[0], "sparse_mla")
     graph = results[1].stats.graph
     if GRAPHS:
-        checks.expect(graph == "hit", f"sparse_mla: the repeated call's graph is {graph!r}, "
-                      "want 'hit' (same launch key, same pointers)")
+        checks.expect(
+            graph == "hit",
+            f"sparse_mla: the repeated call's graph is {graph!r}, "
+            "want 'hit' (same launch key, same pointers)",
+        )
     else:
         checks.expect(graph == "", f"sparse_mla: graph {graph!r} with --graphs=false, want ''")
 
@@ -211,13 +250,23 @@ def run_mla_decode(client, checks):
     q = torch.randn(b, s_q, h, d_qk, device=DEV).bfloat16()
     kv_cache = torch.randn(pages, page, d_qk, device=DEV).bfloat16()
     block_table = torch.randperm(pages, device=DEV)[: b * max_pages].reshape(b, max_pages).int()
-    block_table[1, 2] = -1                        # a masked page
-    block_table[2, 0] = pages + 5                 # an out-of-range page id
+    block_table[1, 2] = -1  # a masked page
+    block_table[2, 0] = pages + 5  # an out-of-range page id
     seqlens = torch.tensor([1000, 1537, 64, 1], dtype=torch.int32, device=DEV)
     out, lse = nan_like((b, s_q, h, 512), torch.bfloat16), nan_like((b, s_q, h), torch.float32)
     scale = 1 / math.sqrt(d_qk)
-    res = call(client, "mla_decode", q=q, kv_cache=kv_cache, block_table=block_table,
-               cache_seqlens=seqlens, sm_scale=scale, causal=True, out=out, lse=lse)
+    res = call(
+        client,
+        "mla_decode",
+        q=q,
+        kv_cache=kv_cache,
+        block_table=block_table,
+        cache_seqlens=seqlens,
+        sm_scale=scale,
+        causal=True,
+        out=out,
+        lse=lse,
+    )
     ref_out, ref_lse = ref_mla_decode(q, kv_cache, block_table, seqlens.tolist(), scale, True)
     checks.close(out, ref_out, "mla_decode out", 1e-2, 2e-2, 2e-2)
     checks.close(lse, ref_lse, "mla_decode lse", 1e-4, 2e-3, 0)
@@ -229,20 +278,29 @@ def indexer_inputs(m, n, h_i, d_i):
     k = fp8((n, d_i))
     k_scale = torch.rand(n, device=DEV) + 0.5
     weights = torch.randn(m, h_i, device=DEV) / math.sqrt(h_i)
-    ke = torch.arange(n - m + 1, n + 1, dtype=torch.int32, device=DEV)   # causal prefill
+    ke = torch.arange(n - m + 1, n + 1, dtype=torch.int32, device=DEV)  # causal prefill
     ks = torch.zeros(m, dtype=torch.int32, device=DEV)
-    ks[5], ke[5] = 10, 10                                                # an empty window
-    ks[6], ke[6] = n - 40, n + 100                                        # past the end
+    ks[5], ke[5] = 10, 10  # an empty window
+    ks[6], ke[6] = n - 40, n + 100  # past the end
     return q, k, k_scale, weights, ks, ke
 
 
 def run_indexer_logits(client, checks):
     m, n, h_i, d_i = 64, 2048, 64, 128
     q, k, k_scale, weights, ks, ke = indexer_inputs(m, n, h_i, d_i)
-    wide = nan_like((m, n + 32), torch.float32)   # row stride ld > N: columns past N untouched
+    wide = nan_like((m, n + 32), torch.float32)  # row stride ld > N: columns past N untouched
     logits = wide[:, :n]
-    res = call(client, "indexer_logits", q=q, k=k, k_scale=k_scale, weights=weights, ks=ks,
-               ke=ke, logits=logits)
+    res = call(
+        client,
+        "indexer_logits",
+        q=q,
+        k=k,
+        k_scale=k_scale,
+        weights=weights,
+        ks=ks,
+        ke=ke,
+        logits=logits,
+    )
     ref = ref_indexer(q, k, k_scale, weights, ks, ke)
     scale = ref[torch.isfinite(ref)].abs().max().item()
     checks.close(logits, ref, "indexer_logits", 1e-4, 1e-4 * scale, 1e-4)
@@ -259,9 +317,24 @@ def run_dsa_attention(client, checks):
     indices = torch.full((t, topk), -7, dtype=torch.int32, device=DEV)
     logits = nan_like((t, n), torch.float32)
     scale = 1 / math.sqrt(d_qk)
-    res = call(client, "dsa_attention", index_q=q_i, index_k=k_i, index_k_scale=k_scale,
-               index_weights=weights, ks=ks, ke=ke, topk=topk, q=q, kv=kv, sm_scale=scale,
-               out=out, lse=lse, indices=indices, logits=logits)
+    res = call(
+        client,
+        "dsa_attention",
+        index_q=q_i,
+        index_k=k_i,
+        index_k_scale=k_scale,
+        index_weights=weights,
+        ks=ks,
+        ke=ke,
+        topk=topk,
+        q=q,
+        kv=kv,
+        sm_scale=scale,
+        out=out,
+        lse=lse,
+        indices=indices,
+        logits=logits,
+    )
     ref_logits = ref_indexer(q_i, k_i, k_scale, weights, ks, ke)
     big = ref_logits[torch.isfinite(ref_logits)].abs().max().item()
     checks.close(logits, ref_logits, "dsa_attention logits", 1e-4, 1e-4 * big, 1e-4)
@@ -276,9 +349,10 @@ def run_dsa_attention(client, checks):
         ok &= checks.expect(bool((row[want:] == -1).all()), f"dsa indices row {r}: not -1 padded")
         if want == 0:
             continue
-        ok &= checks.expect(bool(((chosen >= lo) & (chosen < hi)).all()) and
-                            bool((chosen[1:] > chosen[:-1]).all()),
-                            f"dsa indices row {r}: not ascending distinct rows of the window")
+        ok &= checks.expect(
+            bool(((chosen >= lo) & (chosen < hi)).all()) and bool((chosen[1:] > chosen[:-1]).all()),
+            f"dsa indices row {r}: not ascending distinct rows of the window",
+        )
         mask = torch.zeros(n, dtype=torch.bool, device=DEV)
         mask[chosen.long().clamp(0, n - 1)] = True
         window = torch.zeros(n, dtype=torch.bool, device=DEV)
@@ -286,8 +360,10 @@ def run_dsa_attention(client, checks):
         rest = ref_logits[r][window & ~mask]
         if rest.numel():
             gap = ref_logits[r][mask].min().item() - rest.max().item()
-            ok &= checks.expect(gap >= -1e-5 * big, f"dsa indices row {r}: not a top-k "
-                                f"(a better row was left out by {-gap:.3g})")
+            ok &= checks.expect(
+                gap >= -1e-5 * big,
+                f"dsa indices row {r}: not a top-k (a better row was left out by {-gap:.3g})",
+            )
     ref_out, ref_lse = ref_sparse_mla(q, kv, indices, scale)
     checks.close(out, ref_out, "dsa_attention out", 1e-2, 2e-2, 2e-2)
     checks.close(lse, ref_lse, "dsa_attention lse", 1e-4, 2e-3, 0)
@@ -298,16 +374,30 @@ def run_refusals(client, checks):
     q = torch.randn(2, 8, 576, device=DEV).bfloat16()
     kv = torch.randn(64, 576, device=DEV).bfloat16()
     idx = torch.zeros(2, 4, dtype=torch.int32, device=DEV)
-    for extra, what in (({"ready_event": b"short"}, "a 5-byte ready_event"),
-                        ({"device_uuid": "GPU-00000000-0000-0000-0000-000000000000"},
-                         "a device_uuid other than the regions' device")):
+    for extra, what in (
+        ({"ready_event": b"short"}, "a 5-byte ready_event"),
+        (
+            {"device_uuid": "GPU-00000000-0000-0000-0000-000000000000"},
+            "a device_uuid other than the regions' device",
+        ),
+    ):
         try:
-            call(client, "sparse_mla", extra=extra, q=q, kv=kv, indices=idx, sm_scale=0.1,
-                 out=nan_like((2, 8, 512), torch.bfloat16))
+            call(
+                client,
+                "sparse_mla",
+                extra=extra,
+                q=q,
+                kv=kv,
+                indices=idx,
+                sm_scale=0.1,
+                out=nan_like((2, 8, 512), torch.bfloat16),
+            )
             checks.expect(False, f"{what} was accepted")
         except ac.AttndError as e:
-            checks.expect(e.code == grpc.StatusCode.INVALID_ARGUMENT,
-                          f"{what}: {e.code.name}, want INVALID_ARGUMENT")
+            checks.expect(
+                e.code == grpc.StatusCode.INVALID_ARGUMENT,
+                f"{what}: {e.code.name}, want INVALID_ARGUMENT",
+            )
 
 
 def main():
@@ -316,8 +406,12 @@ def main():
     parser.add_argument("--metrics", required=True, help="http://host:port/metrics")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--seed", type=int, default=20261130)
-    parser.add_argument("--graphs", choices=("on", "off"), default="on",
-                        help="whether the daemon runs with graphs (off: --graphs=false)")
+    parser.add_argument(
+        "--graphs",
+        choices=("on", "off"),
+        default="on",
+        help="whether the daemon runs with graphs (off: --graphs=false)",
+    )
     args = parser.parse_args()
     global GRAPHS
     GRAPHS = args.graphs == "on"
@@ -326,16 +420,23 @@ def main():
     with ac.Client(args.target, timeout=300) as client:
         client.wait_ready(timeout=60)
         info = client.info()
-        print(f"attnd {info.version}, backend {info.backend}, devices: " +
-              ", ".join(f"{d.name} {d.uuid} ({d.arch}, {d.cores} SMs)" for d in info.devices))
+        print(
+            f"attnd {info.version}, backend {info.backend}, devices: "
+            + ", ".join(f"{d.name} {d.uuid} ({d.arch}, {d.cores} SMs)" for d in info.devices)
+        )
         checks.expect(info.backend == "cuda", f"backend is {info.backend!r}, want 'cuda'")
         uuid = str(torch.cuda.get_device_properties(0).uuid)
-        checks.expect(any(d.uuid in (uuid, "GPU-" + uuid) for d in info.devices),
-                      f"torch's device 0 ({uuid}) is not among the daemon's devices")
+        checks.expect(
+            any(d.uuid in (uuid, "GPU-" + uuid) for d in info.devices),
+            f"torch's device 0 ({uuid}) is not among the daemon's devices",
+        )
         before = scrape(args.metrics)
-        for name, fn in (("SparseMla", run_sparse_mla), ("MlaDecode", run_mla_decode),
-                         ("IndexerLogits", run_indexer_logits),
-                         ("DsaAttention", run_dsa_attention)):
+        for name, fn in (
+            ("SparseMla", run_sparse_mla),
+            ("MlaDecode", run_mla_decode),
+            ("IndexerLogits", run_indexer_logits),
+            ("DsaAttention", run_dsa_attention),
+        ):
             print(f"== {name}", flush=True)
             try:
                 fn(client, checks)

@@ -17,6 +17,7 @@ H 128, ctx 4K (page 64); IndexerLogits M 128, N 8192, H 64 (d 128, causal window
 (POSIX shm) instead of device regions, and small shapes unless --full (the CPU takes seconds per
 full-size call). Run by gpu-tests/run_service_bench.sh.
 """
+
 import argparse
 import datetime
 import json
@@ -29,17 +30,26 @@ import numpy as np
 
 import attnd_client as ac
 
-COPY_FIELDS = ("copied_bytes_in", "copied_bytes_out", "copied_bytes_host_to_device",
-               "copied_bytes_device_to_host")
+COPY_FIELDS = (
+    "copied_bytes_in",
+    "copied_bytes_out",
+    "copied_bytes_host_to_device",
+    "copied_bytes_device_to_host",
+)
 
 # name: (op, full shape, small shape for the CPU dry run)
 PRESETS = {
-    "sparse_mla": dict(full=dict(t=64, h=128, d_qk=576, topk=2048, s=65536),
-                       small=dict(t=8, h=16, d_qk=576, topk=256, s=4096)),
-    "mla_decode": dict(full=dict(b=32, h=128, d_qk=576, ctx=4096, page=64),
-                       small=dict(b=2, h=16, d_qk=576, ctx=512, page=64)),
-    "indexer_logits": dict(full=dict(m=128, n=8192, h=64, d=128),
-                           small=dict(m=16, n=1024, h=64, d=128)),
+    "sparse_mla": dict(
+        full=dict(t=64, h=128, d_qk=576, topk=2048, s=65536),
+        small=dict(t=8, h=16, d_qk=576, topk=256, s=4096),
+    ),
+    "mla_decode": dict(
+        full=dict(b=32, h=128, d_qk=576, ctx=4096, page=64),
+        small=dict(b=2, h=16, d_qk=576, ctx=512, page=64),
+    ),
+    "indexer_logits": dict(
+        full=dict(m=128, n=8192, h=64, d=128), small=dict(m=16, n=1024, h=64, d=128)
+    ),
 }
 
 
@@ -47,8 +57,11 @@ def preset_name(op, s):
     if op == "sparse_mla":
         return f"T{s['t']}_H{s['h']}_d{s['d_qk']}_K{s['topk']}_S{s['s'] // 1024}K"
     if op == "mla_decode":
-        return f"B{s['b']}_H{s['h']}_d{s['d_qk']}_ctx{s['ctx'] // 1024}K_page{s['page']}" \
-            if s["ctx"] >= 1024 else f"B{s['b']}_H{s['h']}_d{s['d_qk']}_ctx{s['ctx']}_page{s['page']}"
+        return (
+            f"B{s['b']}_H{s['h']}_d{s['d_qk']}_ctx{s['ctx'] // 1024}K_page{s['page']}"
+            if s["ctx"] >= 1024
+            else f"B{s['b']}_H{s['h']}_d{s['d_qk']}_ctx{s['ctx']}_page{s['page']}"
+        )
     return f"M{s['m']}_N{s['n']}_H{s['h']}_d{s['d']}_causal"
 
 
@@ -57,6 +70,7 @@ class TorchTensors:
 
     def __init__(self, seed):
         import torch
+
         self.torch = torch
         self.dev = torch.device("cuda", 0)
         self.gen = torch.Generator(device=self.dev).manual_seed(seed)
@@ -64,23 +78,32 @@ class TorchTensors:
 
     def normal(self, shape, dtype, scale=1.0):
         t = self.torch.randn(shape, generator=self.gen, device=self.dev) * scale
-        return t.to({"bf16": self.torch.bfloat16, "f32": self.torch.float32,
-                     "fp8": self.torch.float8_e4m3fn}[dtype])
+        return t.to(
+            {
+                "bf16": self.torch.bfloat16,
+                "f32": self.torch.float32,
+                "fp8": self.torch.float8_e4m3fn,
+            }[dtype]
+        )
 
     def uniform(self, shape, lo, hi):
-        return (self.torch.rand(shape, generator=self.gen, device=self.dev) * (hi - lo) + lo)
+        return self.torch.rand(shape, generator=self.gen, device=self.dev) * (hi - lo) + lo
 
     def ints(self, values):
         return self.torch.as_tensor(np.asarray(values, dtype=np.int32), device=self.dev)
 
     def randint(self, lo, hi, shape):
-        return self.torch.randint(lo, hi, shape, generator=self.gen, device=self.dev,
-                                  dtype=self.torch.int32)
+        return self.torch.randint(
+            lo, hi, shape, generator=self.gen, device=self.dev, dtype=self.torch.int32
+        )
 
     def nan(self, shape, dtype):
-        return self.torch.full(shape, float("nan"), device=self.dev,
-                               dtype={"bf16": self.torch.bfloat16,
-                                      "f32": self.torch.float32}[dtype])
+        return self.torch.full(
+            shape,
+            float("nan"),
+            device=self.dev,
+            dtype={"bf16": self.torch.bfloat16, "f32": self.torch.float32}[dtype],
+        )
 
     def perm(self, n):
         return self.torch.randperm(n, generator=self.gen, device=self.dev).int()
@@ -131,36 +154,49 @@ class HostRegionArrays:
 
 
 def sparse_mla_args(tf, s):
-    return dict(q=tf.normal((s["t"], s["h"], s["d_qk"]), "bf16"),
-                kv=tf.normal((s["s"], s["d_qk"]), "bf16"),
-                indices=tf.randint(0, s["s"], (s["t"], s["topk"])),
-                sm_scale=1 / math.sqrt(s["d_qk"]),
-                out=tf.nan((s["t"], s["h"], 512), "bf16"), lse=tf.nan((s["t"], s["h"]), "f32"))
+    return dict(
+        q=tf.normal((s["t"], s["h"], s["d_qk"]), "bf16"),
+        kv=tf.normal((s["s"], s["d_qk"]), "bf16"),
+        indices=tf.randint(0, s["s"], (s["t"], s["topk"])),
+        sm_scale=1 / math.sqrt(s["d_qk"]),
+        out=tf.nan((s["t"], s["h"], 512), "bf16"),
+        lse=tf.nan((s["t"], s["h"]), "f32"),
+    )
 
 
 def mla_decode_args(tf, s):
     pages_per_seq = s["ctx"] // s["page"]
     pages = s["b"] * pages_per_seq
-    return dict(q=tf.normal((s["b"], 1, s["h"], s["d_qk"]), "bf16"),
-                kv_cache=tf.normal((pages, s["page"], s["d_qk"]), "bf16"),
-                block_table=tf.perm(pages).reshape(s["b"], pages_per_seq),
-                cache_seqlens=tf.ints([s["ctx"]] * s["b"]),
-                sm_scale=1 / math.sqrt(s["d_qk"]), causal=True,
-                out=tf.nan((s["b"], 1, s["h"], 512), "bf16"),
-                lse=tf.nan((s["b"], 1, s["h"]), "f32"))
+    return dict(
+        q=tf.normal((s["b"], 1, s["h"], s["d_qk"]), "bf16"),
+        kv_cache=tf.normal((pages, s["page"], s["d_qk"]), "bf16"),
+        block_table=tf.perm(pages).reshape(s["b"], pages_per_seq),
+        cache_seqlens=tf.ints([s["ctx"]] * s["b"]),
+        sm_scale=1 / math.sqrt(s["d_qk"]),
+        causal=True,
+        out=tf.nan((s["b"], 1, s["h"], 512), "bf16"),
+        lse=tf.nan((s["b"], 1, s["h"]), "f32"),
+    )
 
 
 def indexer_logits_args(tf, s):
     m, n = s["m"], s["n"]
-    return dict(q=tf.normal((m, s["h"], s["d"]), "fp8"), k=tf.normal((n, s["d"]), "fp8"),
-                k_scale=tf.uniform((n,), 0.5, 1.5),
-                weights=tf.normal((m, s["h"]), "f32", 1 / math.sqrt(s["h"])),
-                ks=tf.ints([0] * m), ke=tf.ints(list(range(n - m + 1, n + 1))),
-                logits=tf.nan((m, n), "f32"))
+    return dict(
+        q=tf.normal((m, s["h"], s["d"]), "fp8"),
+        k=tf.normal((n, s["d"]), "fp8"),
+        k_scale=tf.uniform((n,), 0.5, 1.5),
+        weights=tf.normal((m, s["h"]), "f32", 1 / math.sqrt(s["h"])),
+        ks=tf.ints([0] * m),
+        ke=tf.ints(list(range(n - m + 1, n + 1))),
+        logits=tf.nan((m, n), "f32"),
+    )
 
 
-ARGS = {"sparse_mla": sparse_mla_args, "mla_decode": mla_decode_args,
-        "indexer_logits": indexer_logits_args}
+ARGS = {
+    "sparse_mla": sparse_mla_args,
+    "mla_decode": mla_decode_args,
+    "indexer_logits": indexer_logits_args,
+}
 
 
 def percentile(values, q):
@@ -207,7 +243,8 @@ def bench_op(client, tf, op, shape, warmup, iters):
         "logical_bytes": stats.logical_bytes,
         "copied_bytes": copied,
         "tflops_at_compute": stats.flops / percentile(compute, 50) / 1e12
-        if percentile(compute, 50) > 0 else None,
+        if percentile(compute, 50) > 0
+        else None,
     }
 
 
@@ -227,8 +264,12 @@ def main():
     parser.add_argument("--target", required=True, help="attnd address, e.g. unix:/tmp/attnd.sock")
     parser.add_argument("--out", required=True, help="JSON lines file to append to")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--graphs", choices=("on", "off"), default="on",
-                        help="whether the daemon runs with graphs (a label in the results)")
+    parser.add_argument(
+        "--graphs",
+        choices=("on", "off"),
+        default="on",
+        help="whether the daemon runs with graphs (a label in the results)",
+    )
     parser.add_argument("--ops", default="sparse_mla,mla_decode,indexer_logits")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--iters", type=int, default=300)
@@ -244,8 +285,10 @@ def main():
         client.wait_ready(timeout=60)
         info = client.info()
         if info.backend != args.device:
-            print(f"service_bench: the daemon's backend is {info.backend!r}, want "
-                  f"{args.device!r}", file=sys.stderr)
+            print(
+                f"service_bench: the daemon's backend is {info.backend!r}, want {args.device!r}",
+                file=sys.stderr,
+            )
             return 2
         if args.device == "cuda":
             tf = TorchTensors(args.seed)
@@ -264,29 +307,44 @@ def main():
                     continue
                 if r["copied_bytes"]:
                     failures.append(f"{op}: {r['copied_bytes']} tensor bytes copied, want 0")
-                row = {"op": op, "preset": preset_name(op, shape), "transport": tf.transport,
-                       "graphs": args.graphs if args.device == "cuda" else "n/a",
-                       "backend": info.backend, "warmup": args.warmup, "iters": args.iters,
-                       **r, "commit": args.commit,
-                       "date": datetime.date.today().isoformat(), "device": device}
+                row = {
+                    "op": op,
+                    "preset": preset_name(op, shape),
+                    "transport": tf.transport,
+                    "graphs": args.graphs if args.device == "cuda" else "n/a",
+                    "backend": info.backend,
+                    "warmup": args.warmup,
+                    "iters": args.iters,
+                    **r,
+                    "commit": args.commit,
+                    "date": datetime.date.today().isoformat(),
+                    "device": device,
+                }
                 rows.append(row)
-                print(f"  {op} {row['preset']}: wall {r['median_us']:.1f} us (p99 "
-                      f"{r['p99_us']:.1f}), compute {r['compute_median_us']:.1f}, overhead "
-                      f"{r['overhead_median_us']:.1f} (p99 {r['overhead_p99_us']:.1f}), "
-                      f"impl {r['impl']}, graph {r['graph'] or '-'}", flush=True)
+                print(
+                    f"  {op} {row['preset']}: wall {r['median_us']:.1f} us (p99 "
+                    f"{r['p99_us']:.1f}), compute {r['compute_median_us']:.1f}, overhead "
+                    f"{r['overhead_median_us']:.1f} (p99 {r['overhead_p99_us']:.1f}), "
+                    f"impl {r['impl']}, graph {r['graph'] or '-'}",
+                    flush=True,
+                )
         finally:
             tf.close()
     with open(args.out, "a") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
     print()
-    print("| op | preset | graphs | wall p50 / p99 µs | compute p50 µs | overhead p50 / p99 µs "
-          "| server overhead p50 µs |")
+    print(
+        "| op | preset | graphs | wall p50 / p99 µs | compute p50 µs | overhead p50 / p99 µs "
+        "| server overhead p50 µs |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['op']} | {r['preset']} | {r['graphs']} | {r['median_us']:.1f} / "
-              f"{r['p99_us']:.1f} | {r['compute_median_us']:.1f} | {r['overhead_median_us']:.1f}"
-              f" / {r['overhead_p99_us']:.1f} | {r['server_overhead_median_us']:.1f} |")
+        print(
+            f"| {r['op']} | {r['preset']} | {r['graphs']} | {r['median_us']:.1f} / "
+            f"{r['p99_us']:.1f} | {r['compute_median_us']:.1f} | {r['overhead_median_us']:.1f}"
+            f" / {r['overhead_p99_us']:.1f} | {r['server_overhead_median_us']:.1f} |"
+        )
     for failure in failures:
         print(f"FAIL {failure}")
     return 1 if failures else 0

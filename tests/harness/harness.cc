@@ -13,7 +13,8 @@ kernels::ThreadPool* TestPool() {
 std::mt19937_64 MakeRng() {
   static uint64_t counter = 0;
   std::random_device rd;
-  const uint64_t seed = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (++counter * 0x9e3779b97f4a7c15ull);
+  const uint64_t seed =
+      (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (++counter * 0x9e3779b97f4a7c15ull);
   return std::mt19937_64(seed);
 }
 

@@ -58,9 +58,8 @@ class DeviceMirror {
 template <class Params>
 absl::Status RunOnGpu(const kernels::Impl<Params>& impl, const Params& params) {
   std::vector<kernels::Tensor> host;
-  params.ForEachTensor([&](const char*, const kernels::Tensor& t, kernels::Role) {
-    host.push_back(t);
-  });
+  params.ForEachTensor(
+      [&](const char*, const kernels::Tensor& t, kernels::Role) { host.push_back(t); });
   Params device = params;
   DeviceMirror mirror;
   absl::Status status;

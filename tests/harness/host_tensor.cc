@@ -9,9 +9,9 @@
 namespace attnd::testing {
 
 using kernels::Bf16ToFloat;
-using kernels::Fp8E4M3ToFloat;
 using kernels::FloatToBf16;
 using kernels::FloatToFp8E4M3;
+using kernels::Fp8E4M3ToFloat;
 
 namespace {
 constexpr uint32_t kPoisonF32 = 0x7fc0dead;
@@ -109,9 +109,7 @@ void PoisonNaN(HostTensor& t) {
       for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(base)[i] = kPoisonBf16;
       break;
     case DType::kFp8E4M3:
-    case DType::kU8:
-      std::memset(base, 0x7f, static_cast<size_t>(n));
-      break;
+    case DType::kU8: std::memset(base, 0x7f, static_cast<size_t>(n)); break;
     case DType::kI32:
       for (int64_t i = 0; i < n; ++i) static_cast<int32_t*>(base)[i] = 0x7f7f7f7f;
       break;

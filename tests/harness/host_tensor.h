@@ -29,7 +29,9 @@ class HostTensor {
   Tensor& tensor() { return view_; }
   const Tensor& tensor() const { return view_; }
   template <class T>
-  T* data() const { return static_cast<T*>(view_.data); }
+  T* data() const {
+    return static_cast<T*>(view_.data);
+  }
   int64_t span_elements() const { return kernels::SpanElements(view_); }
   int64_t bytes() const { return static_cast<int64_t>(storage_.size()); }
   uint8_t* raw() const { return storage_.empty() ? nullptr : storage_.data(); }

@@ -6,6 +6,7 @@ the raw dtypes the daemon takes, the expected output layouts, and a check agains
     case.check(res.outputs)
     run_in_region(client, region, case)                    # zero-copy, outputs poisoned first
 """
+
 import numpy as np
 
 from attnd_client import dtypes, to_bf16, to_fp8_e4m3
@@ -18,10 +19,10 @@ POISON = {"bf16": 0x7FC0, "f32": np.nan, "i32": -7}  # NaN bits / an impossible 
 class Case:
     def __init__(self, op, inputs, input_dtypes, scalars, outputs, check):
         self.op = op
-        self.inputs = inputs              # name -> raw NumPy array
+        self.inputs = inputs  # name -> raw NumPy array
         self.input_dtypes = input_dtypes  # name -> attnd dtype
-        self.scalars = scalars            # name -> Python scalar
-        self.outputs = outputs            # name -> (attnd dtype, shape), what the check expects
+        self.scalars = scalars  # name -> Python scalar
+        self.outputs = outputs  # name -> (attnd dtype, shape), what the check expects
         self._check = check
 
     def arguments(self, **outputs):
@@ -55,47 +56,82 @@ def indexer_logits(rng, m=24, heads=32, dim=128, n=300):
     # Causal rows, context-parallel offsets, empty (ke <= ks, ke < 0), past-end, misaligned.
     ks = rng.integers(-20, n // 2, m)
     ke = ks + rng.integers(1, n, m)
-    ks[0], ke[0] = 0, n             # the whole row
-    ks[1], ke[1] = 10, 5            # empty
-    ks[2], ke[2] = -5, -1           # empty, negative
-    ks[3], ke[3] = n - 3, n + 50    # past the end
-    ks[4], ke[4] = n + 5, n + 9     # entirely past the end
-    inputs = {"q": q, "k": k, "k_scale": k_scale, "weights": weights, "ks": _i32(ks),
-              "ke": _i32(ke)}
+    ks[0], ke[0] = 0, n  # the whole row
+    ks[1], ke[1] = 10, 5  # empty
+    ks[2], ke[2] = -5, -1  # empty, negative
+    ks[3], ke[3] = n - 3, n + 50  # past the end
+    ks[4], ke[4] = n + 5, n + 9  # entirely past the end
+    inputs = {
+        "q": q,
+        "k": k,
+        "k_scale": k_scale,
+        "weights": weights,
+        "ks": _i32(ks),
+        "ke": _i32(ke),
+    }
 
     def check(out):
         want = ref.indexer_logits(q, k, k_scale, weights, ks, ke)
         ref.assert_f32_close("logits", out["logits"], want)
-    return Case("indexer_logits", inputs, {"q": "fp8_e4m3", "k": "fp8_e4m3", "k_scale": "f32",
-                                           "weights": "f32", "ks": "i32", "ke": "i32"},
-                {}, {"logits": ("f32", (m, n))}, check)
+
+    return Case(
+        "indexer_logits",
+        inputs,
+        {
+            "q": "fp8_e4m3",
+            "k": "fp8_e4m3",
+            "k_scale": "f32",
+            "weights": "f32",
+            "ks": "i32",
+            "ke": "i32",
+        },
+        {},
+        {"logits": ("f32", (m, n))},
+        check,
+    )
 
 
-def indexer_logits_paged(rng, batch=3, next_n=2, heads=32, dim=128, block_size=64,
-                         max_blocks=5, num_blocks=17):
+def indexer_logits_paged(
+    rng, batch=3, next_n=2, heads=32, dim=128, block_size=64, max_blocks=5, num_blocks=17
+):
     q = _fp8(rng, (batch, next_n, heads, dim))
     kv_cache = np.empty((num_blocks, block_size * (dim + 4)), dtype=np.uint8)
-    kv_cache[:, :block_size * dim] = _fp8(rng, (num_blocks, block_size * dim))
+    kv_cache[:, : block_size * dim] = _fp8(rng, (num_blocks, block_size * dim))
     scales = rng.uniform(0.5, 2.0, (num_blocks, block_size)).astype(np.float32)
-    kv_cache[:, block_size * dim:] = scales.view(np.uint8).reshape(num_blocks, -1)
-    block_table = rng.permutation(num_blocks)[:batch * max_blocks].reshape(batch, max_blocks)
+    kv_cache[:, block_size * dim :] = scales.view(np.uint8).reshape(num_blocks, -1)
+    block_table = rng.permutation(num_blocks)[: batch * max_blocks].reshape(batch, max_blocks)
     block_table = block_table.astype(np.int32)
-    block_table[1, 1] = -1          # masked block
+    block_table[1, 1] = -1  # masked block
     block_table[2, 0] = num_blocks + 3
     context_lens = _i32([130, 1, max_blocks * block_size])
     weights = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
-    inputs = {"q": q, "kv_cache": kv_cache, "block_table": block_table,
-              "context_lens": context_lens, "weights": weights}
+    inputs = {
+        "q": q,
+        "kv_cache": kv_cache,
+        "block_table": block_table,
+        "context_lens": context_lens,
+        "weights": weights,
+    }
     n = max_blocks * block_size
 
     def check(out):
-        want = ref.indexer_logits_paged(q, kv_cache, block_table, context_lens, weights,
-                                        block_size)
+        want = ref.indexer_logits_paged(q, kv_cache, block_table, context_lens, weights, block_size)
         ref.assert_f32_close("logits", out["logits"], want)
-    return Case("indexer_logits_paged", inputs,
-                {"q": "fp8_e4m3", "kv_cache": "u8", "block_table": "i32",
-                 "context_lens": "i32", "weights": "f32"},
-                {"block_size": block_size}, {"logits": ("f32", (batch * next_n, n))}, check)
+
+    return Case(
+        "indexer_logits_paged",
+        inputs,
+        {
+            "q": "fp8_e4m3",
+            "kv_cache": "u8",
+            "block_table": "i32",
+            "context_lens": "i32",
+            "weights": "f32",
+        },
+        {"block_size": block_size},
+        {"logits": ("f32", (batch * next_n, n))},
+        check,
+    )
 
 
 def topk(rng, m=16, n=1000, k=64, fused=False):
@@ -103,7 +139,7 @@ def topk(rng, m=16, n=1000, k=64, fused=False):
     logits[0, 5:40] = -np.inf
     logits[1, 7] = np.nan
     lengths = rng.integers(k, n + 1, m)
-    lengths[2], lengths[3], lengths[4] = 0, k // 2, n + 100   # empty, short, past the end
+    lengths[2], lengths[3], lengths[4] = 0, k // 2, n + 100  # empty, short, past the end
     inputs = {"logits": logits, "lengths": _i32(lengths)}
     in_dtypes = {"logits": "f32", "lengths": "i32"}
     scalars = {"k": k}
@@ -116,12 +152,18 @@ def topk(rng, m=16, n=1000, k=64, fused=False):
         scalars["page_size"] = page
 
     def check(out):
-        want_idx, want_val = ref.topk(logits, k, lengths=lengths, block_table=table,
-                                      page_size=page)
+        want_idx, want_val = ref.topk(logits, k, lengths=lengths, block_table=table, page_size=page)
         np.testing.assert_array_equal(out["indices"], want_idx, err_msg="indices")
         np.testing.assert_array_equal(out["values"], want_val, err_msg="values")
-    return Case("topk", inputs, in_dtypes, scalars,
-                {"indices": ("i32", (m, k)), "values": ("f32", (m, k))}, check)
+
+    return Case(
+        "topk",
+        inputs,
+        in_dtypes,
+        scalars,
+        {"indices": ("i32", (m, k)), "values": ("f32", (m, k))},
+        check,
+    )
 
 
 def _fp8_kv_cache(rng, rows):
@@ -137,7 +179,7 @@ def sparse_mla(rng, tokens=8, heads=16, d_qk=576, rows=500, k=70, form="table", 
     q = _bf16(rng, (tokens, heads, d_qk))
     kv = _fp8_kv_cache(rng, rows) if fp8_kv else _bf16(rng, (rows, d_qk))
     indices = rng.integers(-3, rows + 3, (tokens, k)).astype(np.int32)
-    indices[0] = -1                 # a row with no valid index: out 0, lse -inf
+    indices[0] = -1  # a row with no valid index: out 0, lse -inf
     inputs = {"q": q, "kv": kv}
     in_dtypes = {"q": "bf16", "kv": "u8" if fp8_kv else "bf16", "indices": "i32"}
     indptr = topk_length = None
@@ -157,13 +199,20 @@ def sparse_mla(rng, tokens=8, heads=16, d_qk=576, rows=500, k=70, form="table", 
         want_out, want_lse = ref.sparse_mla(q, kv, indices, scale, indptr, topk_length)
         ref.assert_bf16_close("out", out["out"], want_out)
         ref.assert_lse_close("lse", out["lse"], want_lse)
-    return Case("sparse_mla", inputs, in_dtypes, {"sm_scale": scale},
-                {"out": ("bf16", (tokens, heads, 512)), "lse": ("f32", (tokens, heads))}, check)
+
+    return Case(
+        "sparse_mla",
+        inputs,
+        in_dtypes,
+        {"sm_scale": scale},
+        {"out": ("bf16", (tokens, heads, 512)), "lse": ("f32", (tokens, heads))},
+        check,
+    )
 
 
 def mla_decode(rng, batch=3, s_q=2, heads=16, d_qk=576, page=64, num_pages=14, max_pages=4):
     q, cache = _bf16(rng, (batch, s_q, heads, d_qk)), _bf16(rng, (num_pages, page, d_qk))
-    block_table = rng.permutation(num_pages)[:batch * max_pages].reshape(batch, max_pages)
+    block_table = rng.permutation(num_pages)[: batch * max_pages].reshape(batch, max_pages)
     block_table = block_table.astype(np.int32)
     block_table[0, 1] = -1
     seqlens = _i32([100, 1, max_pages * page])
@@ -174,11 +223,15 @@ def mla_decode(rng, batch=3, s_q=2, heads=16, d_qk=576, page=64, num_pages=14, m
         want_out, want_lse = ref.mla_decode(q, cache, block_table, seqlens, scale, True)
         ref.assert_bf16_close("out", out["out"], want_out)
         ref.assert_lse_close("lse", out["lse"], want_lse)
-    return Case("mla_decode", inputs, {"q": "bf16", "kv_cache": "bf16", "block_table": "i32",
-                                       "cache_seqlens": "i32"},
-                {"sm_scale": scale, "causal": True},
-                {"out": ("bf16", (batch, s_q, heads, 512)), "lse": ("f32", (batch, s_q, heads))},
-                check)
+
+    return Case(
+        "mla_decode",
+        inputs,
+        {"q": "bf16", "kv_cache": "bf16", "block_table": "i32", "cache_seqlens": "i32"},
+        {"sm_scale": scale, "causal": True},
+        {"out": ("bf16", (batch, s_q, heads, 512)), "lse": ("f32", (batch, s_q, heads))},
+        check,
+    )
 
 
 def mla_prefill(rng, lens_q=(5, 17), lens_k=(9, 17), heads=8, heads_kv=2, d_qk=192, d_v=128):
@@ -193,52 +246,101 @@ def mla_prefill(rng, lens_q=(5, 17), lens_k=(9, 17), heads=8, heads_kv=2, d_qk=1
         want_out, want_lse = ref.mla_prefill(q, k, v, cu_q, cu_k, scale, True)
         ref.assert_bf16_close("out", out["out"], want_out)
         ref.assert_lse_close("lse", out["lse"], want_lse)
-    return Case("mla_prefill", inputs, {"q": "bf16", "k": "bf16", "v": "bf16",
-                                        "cu_seqlens_q": "i32", "cu_seqlens_k": "i32"},
-                {"sm_scale": scale, "causal": True},
-                {"out": ("bf16", (int(cu_q[-1]), heads, d_v)),
-                 "lse": ("f32", (int(cu_q[-1]), heads))}, check)
+
+    return Case(
+        "mla_prefill",
+        inputs,
+        {"q": "bf16", "k": "bf16", "v": "bf16", "cu_seqlens_q": "i32", "cu_seqlens_k": "i32"},
+        {"sm_scale": scale, "causal": True},
+        {"out": ("bf16", (int(cu_q[-1]), heads, d_v)), "lse": ("f32", (int(cu_q[-1]), heads))},
+        check,
+    )
 
 
-def dsa_attention(rng, tokens=6, heads_idx=32, dim_idx=128, rows=400, topk_k=64, heads=16,
-                  d_qk=576, kv_format="bf16"):
+def dsa_attention(
+    rng,
+    tokens=6,
+    heads_idx=32,
+    dim_idx=128,
+    rows=400,
+    topk_k=64,
+    heads=16,
+    d_qk=576,
+    kv_format="bf16",
+):
     index_q, index_k = _fp8(rng, (tokens, heads_idx, dim_idx)), _fp8(rng, (rows, dim_idx))
     index_k_scale = rng.uniform(0.5, 2.0, rows).astype(np.float32)
     index_weights = rng.standard_normal((tokens, heads_idx)).astype(np.float32)
-    ke = _i32(rows - tokens + 1 + np.arange(tokens))   # causal prefill of the last tokens
-    ke[0] = topk_k // 2                                  # a window shorter than k
+    ke = _i32(rows - tokens + 1 + np.arange(tokens))  # causal prefill of the last tokens
+    ke[0] = topk_k // 2  # a window shorter than k
     ks = np.zeros(tokens, dtype=np.int32)
     fp8_kv = kv_format == "fp8"
     q = _bf16(rng, (tokens, heads, d_qk))
     kv = _fp8_kv_cache(rng, rows) if fp8_kv else _bf16(rng, (rows, d_qk))
     scale = float(1.0 / np.sqrt(d_qk))
-    inputs = {"index_q": index_q, "index_k": index_k, "index_k_scale": index_k_scale,
-              "index_weights": index_weights, "ks": ks, "ke": ke, "q": q, "kv": kv}
+    inputs = {
+        "index_q": index_q,
+        "index_k": index_k,
+        "index_k_scale": index_k_scale,
+        "index_weights": index_weights,
+        "ks": ks,
+        "ke": ke,
+        "q": q,
+        "kv": kv,
+    }
 
     def check(out):
         scores = ref.indexer_logits(index_q, index_k, index_k_scale, index_weights, ks, ke)
         tol = 1e-4 * np.max(np.abs(scores[np.isfinite(scores)]))
         chosen = out["indices"]
         for t in range(tokens):
-            ref.assert_true_topk(f"indices[{t}]", chosen[t], scores[t], topk_k, int(ks[t]),
-                                 min(int(ke[t]), rows), tol)
+            ref.assert_true_topk(
+                f"indices[{t}]",
+                chosen[t],
+                scores[t],
+                topk_k,
+                int(ks[t]),
+                min(int(ke[t]), rows),
+                tol,
+            )
         want_out, want_lse = ref.sparse_mla(q, kv, chosen, scale)
         ref.assert_bf16_close("out", out["out"], want_out)
         ref.assert_lse_close("lse", out["lse"], want_lse)
         ref.assert_f32_close("logits", out["logits"], scores)
-    return Case("dsa_attention", inputs,
-                {"index_q": "fp8_e4m3", "index_k": "fp8_e4m3", "index_k_scale": "f32",
-                 "index_weights": "f32", "ks": "i32", "ke": "i32", "q": "bf16",
-                 "kv": "u8" if fp8_kv else "bf16"},
-                {"topk": topk_k, "sm_scale": scale},
-                {"out": ("bf16", (tokens, heads, 512)), "lse": ("f32", (tokens, heads)),
-                 "indices": ("i32", (tokens, topk_k)), "logits": ("f32", (tokens, rows))},
-                check)
+
+    return Case(
+        "dsa_attention",
+        inputs,
+        {
+            "index_q": "fp8_e4m3",
+            "index_k": "fp8_e4m3",
+            "index_k_scale": "f32",
+            "index_weights": "f32",
+            "ks": "i32",
+            "ke": "i32",
+            "q": "bf16",
+            "kv": "u8" if fp8_kv else "bf16",
+        },
+        {"topk": topk_k, "sm_scale": scale},
+        {
+            "out": ("bf16", (tokens, heads, 512)),
+            "lse": ("f32", (tokens, heads)),
+            "indices": ("i32", (tokens, topk_k)),
+            "logits": ("f32", (tokens, rows)),
+        },
+        check,
+    )
 
 
-MAKERS = {"indexer_logits": indexer_logits, "indexer_logits_paged": indexer_logits_paged,
-          "topk": topk, "sparse_mla": sparse_mla, "mla_decode": mla_decode,
-          "mla_prefill": mla_prefill, "dsa_attention": dsa_attention}
+MAKERS = {
+    "indexer_logits": indexer_logits,
+    "indexer_logits_paged": indexer_logits_paged,
+    "topk": topk,
+    "sparse_mla": sparse_mla,
+    "mla_decode": mla_decode,
+    "mla_prefill": mla_prefill,
+    "dsa_attention": dsa_attention,
+}
 
 
 def make_case(op, rng, **kwargs):
@@ -254,8 +356,7 @@ def run_in_region(caller, region, case, poison=True):
     """Copies the case's inputs into `region`, places every output there (poisoned first so an
     unwritten element fails), runs the call zero-copy and checks it. Returns the OpResult."""
     region.reset()
-    args = {name: region.put(array, case.input_dtypes[name])
-            for name, array in case.inputs.items()}
+    args = {name: region.put(array, case.input_dtypes[name]) for name, array in case.inputs.items()}
     args.update(case.scalars)
     outs = {}
     for name, (dtype, shape) in case.outputs.items():
@@ -275,6 +376,7 @@ def run_in_region(caller, region, case, poison=True):
 def region_bytes(case):
     """Bytes a region needs for run_in_region (with 64-byte alignment slack)."""
     total = sum(a.nbytes + 64 for a in case.inputs.values())
-    total += sum(int(np.prod(shape)) * dtypes.itemsize(dt) + 64
-                 for dt, shape in case.outputs.values())
+    total += sum(
+        int(np.prod(shape)) * dtypes.itemsize(dt) + 64 for dt, shape in case.outputs.values()
+    )
     return total

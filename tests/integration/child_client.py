@@ -3,6 +3,7 @@
 prints one JSON line describing what it holds, then sleeps until it is killed.
     python3 child_client.py unix:/path/attnd.sock
 """
+
 import json
 import sys
 import time
@@ -24,9 +25,17 @@ def main(target):
     unary.unlink()  # the daemon has it mapped; a crash now leaves nothing in /dev/shm
     call = slow.submit(caller=session)
     wait_until(lambda: slow.in_flight() > 0, what="the slow call in flight")
-    print(json.dumps({"lease": session.lease_id, "regions": ["kill-slow", "kill-b", "kill-c"],
-                      "keys": [slow.region.key, other.key, unary.key],
-                      "expected_seconds": slow.expected_seconds}), flush=True)
+    print(
+        json.dumps(
+            {
+                "lease": session.lease_id,
+                "regions": ["kill-slow", "kill-b", "kill-c"],
+                "keys": [slow.region.key, other.key, unary.key],
+                "expected_seconds": slow.expected_seconds,
+            }
+        ),
+        flush=True,
+    )
     time.sleep(600)
     call.result()
 

@@ -4,6 +4,7 @@ Run by ctest (tests/integration/CMakeLists.txt) or by hand:
     ATTND_BIN=build/server/attnd PYTHONPATH=client/python \
         /usr/bin/python3 -m pytest tests/integration
 """
+
 import os
 import secrets
 
@@ -59,6 +60,7 @@ def make_daemon(attnd_bin):
         d = Daemon(attnd_bin, *flags, **kwargs).start()
         started.append(d)
         return d
+
     yield make
     for d in started:
         try:
@@ -94,4 +96,5 @@ def no_shm_leak():
 def pki(tmp_path_factory):
     """pki(name) -> path of a PEM made by pki.make_pki (CA, server, client, rogue client)."""
     import pki as pki_module
+
     return pki_module.make_pki(str(tmp_path_factory.mktemp("pki")))

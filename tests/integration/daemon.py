@@ -6,6 +6,7 @@ RSS and mappings read from /proc; stopped (SIGTERM, then SIGKILL) at the end.
         client = d.client()              # unix socket; d.tcp_target for TCP
         text = d.scrape()                # /metrics
 """
+
 import os
 import re
 import shutil

@@ -6,6 +6,7 @@ attnd_client.dtypes, which tests/client/python checks against hand-made tables.
     ref_out, ref_lse = sparse_mla(q_bits, kv_bits, indices, sm_scale=0.04)
     assert_bf16_close("out", got.out, ref_out)
 """
+
 import numpy as np
 
 from attnd_client import dtypes
@@ -45,13 +46,14 @@ def indexer_logits(q, k, k_scale, weights, ks, ke, clean_logits=True, logits=Non
 def paged_keys(kv_cache, block, head_dim, block_size):
     """(keys fp64 [block_size, D], scales fp64 [block_size]) of one cache block."""
     row = kv_cache[block]
-    keys = fp8(row[:block_size * head_dim].reshape(block_size, head_dim))
-    scales = row[block_size * head_dim:block_size * (head_dim + 4)].view(np.float32)
+    keys = fp8(row[: block_size * head_dim].reshape(block_size, head_dim))
+    scales = row[block_size * head_dim : block_size * (head_dim + 4)].view(np.float32)
     return keys, scales.astype(np.float64)
 
 
-def indexer_logits_paged(q, kv_cache, block_table, context_lens, weights, block_size,
-                         max_context_len=0):
+def indexer_logits_paged(
+    q, kv_cache, block_table, context_lens, weights, block_size, max_context_len=0
+):
     """q fp8 [B,next_n,H,D], kv_cache u8 [blocks, bs*(D+4)]: logits [B*next_n, N]."""
     batch, next_n, _, head_dim = q.shape
     qf = fp8(q)
@@ -61,8 +63,9 @@ def indexer_logits_paged(q, kv_cache, block_table, context_lens, weights, block_
     for b in range(batch):
         for j in range(next_n):
             row = b * next_n + j
-            visible = int(np.clip(int(context_lens[b]) - next_n + j + 1, 0,
-                                  min(n, max_blocks * block_size)))
+            visible = int(
+                np.clip(int(context_lens[b]) - next_n + j + 1, 0, min(n, max_blocks * block_size))
+            )
             for pos in range(visible):
                 block = int(block_table[b, pos // block_size])
                 if block < 0 or block >= kv_cache.shape[0]:
@@ -74,8 +77,9 @@ def indexer_logits_paged(q, kv_cache, block_table, context_lens, weights, block_
     return out
 
 
-def topk(logits, k, ks=None, ke=None, lengths=None, block_table=None, page_size=0,
-         rows_per_request=1):
+def topk(
+    logits, k, ks=None, ke=None, lengths=None, block_table=None, page_size=0, rows_per_request=1
+):
     """(indices [M,k] i32, values [M,k] f32): the k largest finite-or-+inf candidates of each
     row's window (NaN and -inf never chosen), ties to the lowest column, ascending columns, -1
     padded; with block_table the columns are mapped to KV slots."""
@@ -90,17 +94,18 @@ def topk(logits, k, ks=None, ke=None, lengths=None, block_table=None, page_size=
         cols, row = cols[ok], row[ok]
         order = np.lexsort((cols, -row.astype(np.float64)))[:k]
         chosen = np.sort(cols[order])
-        values[m, :chosen.size] = logits[m, chosen]
+        values[m, : chosen.size] = logits[m, chosen]
         if block_table is not None:
             mapped = []
             for c in chosen:
                 page = c // page_size
-                entry = block_table[m // rows_per_request, page] \
-                    if page < block_table.shape[1] else -1
+                entry = (
+                    block_table[m // rows_per_request, page] if page < block_table.shape[1] else -1
+                )
                 slot = int(entry) * page_size + int(c % page_size)
                 mapped.append(-1 if entry < 0 or slot > 2**31 - 1 else slot)
             chosen = np.array(mapped, dtype=np.int64)
-        indices[m, :chosen.size] = chosen
+        indices[m, : chosen.size] = chosen
     return indices.astype(np.int32), values
 
 
@@ -117,11 +122,11 @@ def _attend(q_rows, keys, values, scale):
 
 def sparse_mla_rows(indices, t, num_rows, indptr=None, topk_length=None):
     if indptr is not None:
-        row = indices[indptr[t]:indptr[t + 1]].astype(np.int64)
+        row = indices[indptr[t] : indptr[t + 1]].astype(np.int64)
     else:
         row = indices[t].astype(np.int64)
         if topk_length is not None:
-            row = row[:int(np.clip(topk_length[t], 0, row.shape[0]))]
+            row = row[: int(np.clip(topk_length[t], 0, row.shape[0]))]
     return row[(row >= 0) & (row < num_rows)]
 
 
@@ -183,18 +188,19 @@ def mla_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal):
             seen = max(min(i + lk - lq + 1, lk), 0) if causal else lk
             for h in range(heads):
                 g = h // (heads // heads_kv)
-                o, s = _attend(qf[q0 + i, h][None], kf[k0:k0 + seen, g], vf[k0:k0 + seen, g],
-                               sm_scale)
+                o, s = _attend(
+                    qf[q0 + i, h][None], kf[k0 : k0 + seen, g], vf[k0 : k0 + seen, g], sm_scale
+                )
                 out[q0 + i, h], lse[q0 + i, h] = o[0], s[0]
     return out, lse
 
 
 # ---- comparisons (tolerances stated once, never widened per test) ----
 
-BF16_RTOL = 2.0 ** -7   # two bf16 ulps of the output's own rounding and f32 accumulation
-NORM_RTOL = 4e-3        # ||got - ref|| / ||ref|| for bf16 outputs
-LSE_ATOL = 2e-3         # natural-log lse of f32 accumulation
-F32_RTOL = 1e-4         # f32 accumulation of short fp8 dot products
+BF16_RTOL = 2.0**-7  # two bf16 ulps of the output's own rounding and f32 accumulation
+NORM_RTOL = 4e-3  # ||got - ref|| / ||ref|| for bf16 outputs
+LSE_ATOL = 2e-3  # natural-log lse of f32 accumulation
+F32_RTOL = 1e-4  # f32 accumulation of short fp8 dot products
 
 
 def _check_inf(name, got, ref):

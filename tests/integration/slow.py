@@ -9,6 +9,7 @@ daemon (measured once; the machine may be loaded, so tests only rely on "long en
     slow.check(future.result())
     slow.close()
 """
+
 import time
 
 import numpy as np
@@ -35,8 +36,9 @@ class SlowCall:
         self.kv = self.region.put(self.kv_rows, "bf16")
         # 16 distinct random tokens repeated: the work per token is what matters here.
         reps = tokens // probe
-        self._q_all = np.tile(to_bf16(rng.standard_normal((probe, HEADS, D_QK),
-                                                          dtype=np.float32)), (reps, 1, 1))
+        self._q_all = np.tile(
+            to_bf16(rng.standard_normal((probe, HEADS, D_QK), dtype=np.float32)), (reps, 1, 1)
+        )
         self._idx_all = np.tile(rng.integers(0, ROWS, (probe, K)).astype(np.int32), (reps, 1))
         self.q_full = self.region.put(self._q_all, "bf16")
         self.idx_full = self.region.put(self._idx_all, "i32")
@@ -51,14 +53,25 @@ class SlowCall:
 
     @staticmethod
     def _bytes(tokens):
-        return (ROWS * D_QK * 2 + tokens * HEADS * D_QK * 2 + tokens * K * 4 +
-                tokens * HEADS * 512 * 2 + tokens * HEADS * 4 + 8 * 64)
+        return (
+            ROWS * D_QK * 2
+            + tokens * HEADS * D_QK * 2
+            + tokens * K * 4
+            + tokens * HEADS * 512 * 2
+            + tokens * HEADS * 4
+            + 8 * 64
+        )
 
     def arguments(self):
         t = self.tokens
-        return {"q": self.q_full[:t], "kv": self.kv, "indices": self.idx_full[:t],
-                "sm_scale": 1.0 / np.sqrt(D_QK), "out": self.out_full[:t],
-                "lse": self.lse_full[:t]}
+        return {
+            "q": self.q_full[:t],
+            "kv": self.kv,
+            "indices": self.idx_full[:t],
+            "sm_scale": 1.0 / np.sqrt(D_QK),
+            "out": self.out_full[:t],
+            "lse": self.lse_full[:t],
+        }
 
     def _call_now(self):
         return self.client.call("sparse_mla", **self.arguments())
@@ -77,11 +90,11 @@ class SlowCall:
         assert result.stats.copied_bytes_in == 0 and result.stats.copied_bytes_out == 0
         for t in tokens:
             t = t % self.tokens
-            q = self._q_all[t:t + 1]
-            idx = self._idx_all[t:t + 1]
+            q = self._q_all[t : t + 1]
+            idx = self._idx_all[t : t + 1]
             want_out, want_lse = ref.sparse_mla(q, to_bf16(self.kv_rows), idx, 1 / np.sqrt(D_QK))
-            ref.assert_bf16_close(f"out[{t}]", self.out_full[t:t + 1], want_out)
-            ref.assert_lse_close(f"lse[{t}]", self.lse_full[t:t + 1], want_lse)
+            ref.assert_bf16_close(f"out[{t}]", self.out_full[t : t + 1], want_out)
+            ref.assert_lse_close(f"lse[{t}]", self.lse_full[t : t + 1], want_lse)
 
     def close(self):
         self.region.close()

@@ -3,6 +3,7 @@ operator inline and through host regions (unary and on a Session), each checked 
 against the local CPU implementation, zero bytes copied for regions; info / health / regions;
 mutual TLS; attnctl processes running alongside Python clients. ATTNCTL_BIN (set by CMake when
 the attnctl target exists) names the binary; without it these tests skip."""
+
 import json
 import subprocess
 
@@ -12,10 +13,21 @@ import pytest
 import cases
 from pki import tls_flags
 
-OPS = ["indexer_logits", "indexer_logits_paged", "topk", "sparse_mla", "mla_decode",
-       "mla_prefill", "dsa_attention"]
-MODES = {"inline": [], "regions": ["--regions"], "session-regions": ["--regions", "--session"],
-         "session-inline": ["--session"]}
+OPS = [
+    "indexer_logits",
+    "indexer_logits_paged",
+    "topk",
+    "sparse_mla",
+    "mla_decode",
+    "mla_prefill",
+    "dsa_attention",
+]
+MODES = {
+    "inline": [],
+    "regions": ["--regions"],
+    "session-regions": ["--regions", "--session"],
+    "session-inline": ["--session"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +38,15 @@ def attnctl(attnctl_bin):
 
 
 def run(attnctl, target, *args, timeout=300, check_exit=0):
-    p = subprocess.run([attnctl, f"--target={target}", "--json", *args], capture_output=True,
-                       text=True, timeout=timeout)
-    assert p.returncode == check_exit, \
+    p = subprocess.run(
+        [attnctl, f"--target={target}", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert p.returncode == check_exit, (
         f"attnctl {args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    )
     return json.loads(p.stdout) if p.stdout.strip() else None
 
 
@@ -66,25 +83,42 @@ def test_admin_commands(attnctl, daemon, client):
     with client.create_host_region("attnctl-listed", 4096):
         listed = run(attnctl, daemon.unix_target, "regions")
         assert "attnctl-listed" in json.dumps(listed)
-    run(attnctl, "unix:/nonexistent/attnd.sock", "--connect-timeout=2s", "health",
-        check_exit=3)
+    run(attnctl, "unix:/nonexistent/attnd.sock", "--connect-timeout=2s", "health", check_exit=3)
 
 
 def test_mutual_tls(attnctl, make_daemon, pki):
     d = make_daemon(*tls_flags(pki, mutual=True), metrics=False)
-    out = run(attnctl, d.tcp_target, f"--tls-ca={pki('ca.pem')}",
-              f"--tls-cert={pki('client.pem')}", f"--tls-key={pki('client.key')}",
-              "run", "topk")
+    out = run(
+        attnctl,
+        d.tcp_target,
+        f"--tls-ca={pki('ca.pem')}",
+        f"--tls-cert={pki('client.pem')}",
+        f"--tls-key={pki('client.key')}",
+        "run",
+        "topk",
+    )
     assert out["pass"] is True
-    run(attnctl, d.tcp_target, f"--tls-ca={pki('ca.pem')}", "--connect-timeout=5s", "run",
-        "topk", check_exit=3)
+    run(
+        attnctl,
+        d.tcp_target,
+        f"--tls-ca={pki('ca.pem')}",
+        "--connect-timeout=5s",
+        "run",
+        "topk",
+        check_exit=3,
+    )
 
 
 def test_alongside_python_clients(attnctl, daemon, client, rng):
-    procs = [subprocess.Popen([attnctl, f"--target={daemon.unix_target}", "--json", "run", op,
-                               "--regions"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
-             for op in ["sparse_mla", "mla_decode", "topk"]]
+    procs = [
+        subprocess.Popen(
+            [attnctl, f"--target={daemon.unix_target}", "--json", "run", op, "--regions"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for op in ["sparse_mla", "mla_decode", "topk"]
+    ]
     try:
         for _ in range(3):
             case = cases.make_case("indexer_logits", rng)

@@ -2,6 +2,7 @@
 lease, so its regions are gone (ListRegions), the daemon unmaps them once the call ends and its
 fds return to where they were; nothing is left in /dev/shm (the client unlinked its objects right
 after registering them: regions.py says who unlinks what)."""
+
 import json
 import os
 import select
@@ -33,8 +34,13 @@ def test_killed_client_leaves_nothing(daemon, client, target):
     fds_before = daemon.fd_count()
     address = daemon.unix_target if target == "unix" else daemon.tcp_target
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE] + sys.path))
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "child_client.py"), address],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "child_client.py"), address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     try:
         held = json.loads(read_line(proc, 180))
         regions = {r.name: r for r in client.list_regions()}
@@ -47,12 +53,18 @@ def test_killed_client_leaves_nothing(daemon, client, target):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(60)
-    wait_until(lambda: not ({r.name for r in client.list_regions()} & set(held["regions"])),
-               timeout=60, what="the dead client's regions to go")
-    wait_until(lambda: not [m for m in daemon.shm_mappings()
-                            if any(k[1:] in m for k in held["keys"])],
-               timeout=60 + 4 * held["expected_seconds"], what="the daemon to unmap them")
-    wait_until(lambda: daemon.fd_count() <= fds_before, timeout=60,
-               what=f"daemon fds back to {fds_before}")
+    wait_until(
+        lambda: not ({r.name for r in client.list_regions()} & set(held["regions"])),
+        timeout=60,
+        what="the dead client's regions to go",
+    )
+    wait_until(
+        lambda: not [m for m in daemon.shm_mappings() if any(k[1:] in m for k in held["keys"])],
+        timeout=60 + 4 * held["expected_seconds"],
+        what="the daemon to unmap them",
+    )
+    wait_until(
+        lambda: daemon.fd_count() <= fds_before, timeout=60, what=f"daemon fds back to {fds_before}"
+    )
     assert not [n for n in os.listdir("/dev/shm") if f"attnd-py-{proc.pid}-" in n]
     assert client.health() == "SERVING"

@@ -2,6 +2,7 @@
 ports); SIGTERM drains in-flight work (it finishes correctly), health turns NOT_SERVING, new calls
 are refused, and attnd exits 0 removing its socket and ready file; a drain timeout fails what is
 still queued; a second signal exits at once."""
+
 import os
 import signal
 import socket
@@ -55,8 +56,8 @@ def test_sigterm_drains_and_exits_zero(make_daemon):
     d.signal(signal.SIGTERM)
     wait_until(lambda: "NOT_SERVING" in statuses, what="health NOT_SERVING while draining")
     watch.cancel()  # an open Watch stream would hold the shutdown until --drain-timeout
-    slow.check(running.result(timeout=300))      # in-flight work finishes...
-    slow.check(queued.result(timeout=300))       # ... queued work too (within the timeout)
+    slow.check(running.result(timeout=300))  # in-flight work finishes...
+    slow.check(queued.result(timeout=300))  # ... queued work too (within the timeout)
     session.close()
     assert d.wait(120) == 0, d.log()
     watcher.join(30)
@@ -86,9 +87,8 @@ def test_drain_timeout_fails_queued_work(make_daemon):
     started = time.monotonic()
     d.signal(signal.SIGTERM)
     e = queued.exception(timeout=300)
-    assert e is not None and e.code in (grpc.StatusCode.UNAVAILABLE,
-                                        grpc.StatusCode.CANCELLED), e
-    running.exception(timeout=300)               # finished or cut off: either is fine
+    assert e is not None and e.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED), e
+    running.exception(timeout=300)  # finished or cut off: either is fine
     assert d.wait(120) == 0, d.log()
     assert time.monotonic() - started < 60
     assert "drained=false" in d.log()

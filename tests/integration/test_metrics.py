@@ -3,6 +3,7 @@
 of DESIGN.md §6 is there, and the counters move exactly as calls are made: requests by op and
 code, duration histograms, logical bytes and FLOPs equal to the calls' own stats, copied bytes
 equal to the inline bytes and zero for region calls, region gauges."""
+
 import os
 import shutil
 import subprocess
@@ -15,15 +16,29 @@ import attnd_client as ac
 import cases
 from daemon import parse_metrics, sample
 
-FAMILIES = ["attnd_requests_total", "attnd_request_duration_seconds",
-            "attnd_queue_duration_seconds", "attnd_compute_duration_seconds",
-            "attnd_logical_bytes_total", "attnd_flops_total",
-            "attnd_achieved_bandwidth_bytes_per_second", "attnd_achieved_flops",
-            "attnd_copied_bytes_total", "attnd_pool_bytes", "attnd_regions",
-            "attnd_region_bytes", "attnd_graph_cache_total", "attnd_inflight_requests",
-            "attnd_build_info"]
-HISTOGRAMS = ["attnd_request_duration_seconds", "attnd_queue_duration_seconds",
-              "attnd_achieved_bandwidth_bytes_per_second", "attnd_achieved_flops"]
+FAMILIES = [
+    "attnd_requests_total",
+    "attnd_request_duration_seconds",
+    "attnd_queue_duration_seconds",
+    "attnd_compute_duration_seconds",
+    "attnd_logical_bytes_total",
+    "attnd_flops_total",
+    "attnd_achieved_bandwidth_bytes_per_second",
+    "attnd_achieved_flops",
+    "attnd_copied_bytes_total",
+    "attnd_pool_bytes",
+    "attnd_regions",
+    "attnd_region_bytes",
+    "attnd_graph_cache_total",
+    "attnd_inflight_requests",
+    "attnd_build_info",
+]
+HISTOGRAMS = [
+    "attnd_request_duration_seconds",
+    "attnd_queue_duration_seconds",
+    "attnd_achieved_bandwidth_bytes_per_second",
+    "attnd_achieved_flops",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +50,9 @@ def promtool():
 
 
 def promtool_check(promtool, text):
-    p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, f"promtool check metrics:\n{p.stdout}\n{p.stderr}"
 
 
@@ -44,17 +60,20 @@ def test_promtool_accepts_exposition(daemon, client, promtool, rng):
     text = daemon.scrape()
     promtool_check(promtool, text)
     m = parse_metrics(text)
-    assert sample(m, "attnd_build_info", backend="cpu",
-                  version=client.info().version) == 1
+    assert sample(m, "attnd_build_info", backend="cpu", version=client.info().version) == 1
     assert sample(m, "attnd_inflight_requests") == 0
     case = cases.make_case("sparse_mla", rng)
     client.call("sparse_mla", **case.arguments())
     with pytest.raises(ac.AttndError):
-        client.sparse_mla(q=case.inputs["q"][:, :, :500], kv=case.inputs["kv"],
-                          indices=case.inputs["indices"], sm_scale=0.1)
+        client.sparse_mla(
+            q=case.inputs["q"][:, :, :500],
+            kv=case.inputs["kv"],
+            indices=case.inputs["indices"],
+            sm_scale=0.1,
+        )
     text = daemon.scrape()
-    promtool_check(promtool, text)   # with histogram buckets and an error code
-    for family in FAMILIES:          # (compute's impl label exists once a call ran)
+    promtool_check(promtool, text)  # with histogram buckets and an error code
+    for family in FAMILIES:  # (compute's impl label exists once a call ran)
         assert f"# TYPE {family} " in text, f"{family} missing"
 
 
@@ -123,11 +142,14 @@ def test_errors_counted_by_code(daemon, client, rng):
 def test_inflight_gauge_counts_running_calls(daemon, client):
     from slow import SlowCall
     from daemon import wait_until
+
     slow = SlowCall(client, "metrics-slow", seconds=1.0)
     try:
         future = slow.submit()
-        wait_until(lambda: sample(parse_metrics(daemon.scrape()),
-                                  "attnd_inflight_requests") == 1, what="inflight 1")
+        wait_until(
+            lambda: sample(parse_metrics(daemon.scrape()), "attnd_inflight_requests") == 1,
+            what="inflight 1",
+        )
         slow.check(future.result(timeout=300))
         assert sample(parse_metrics(daemon.scrape()), "attnd_inflight_requests") == 0
     finally:

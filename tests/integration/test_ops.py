@@ -1,6 +1,7 @@
 """Every operator through a real daemon, driven by the Python client: inline, zero-copy through
 host regions (outputs poisoned first), pipelined on a Session, over TCP; each against the fp64
 NumPy reference (reference.py). Strided layouts, clean_logits=false and bad requests too."""
+
 import grpc
 import numpy as np
 import pytest
@@ -11,12 +12,22 @@ import cases
 from daemon import wait_until
 
 ALL_OPS = list(cases.MAKERS)
-VARIANTS = [("indexer_logits", {}), ("indexer_logits_paged", {}), ("topk", {}),
-            ("topk", {"fused": True}), ("sparse_mla", {}), ("sparse_mla", {"form": "csr"}),
-            ("sparse_mla", {"form": "topk_length"}), ("sparse_mla", {"d_qk": 512}),
-            ("sparse_mla", {"kv_format": "fp8"}),
-            ("mla_decode", {}), ("mla_decode", {"d_qk": 512, "heads": 5}), ("mla_prefill", {}),
-            ("dsa_attention", {}), ("dsa_attention", {"kv_format": "fp8"})]
+VARIANTS = [
+    ("indexer_logits", {}),
+    ("indexer_logits_paged", {}),
+    ("topk", {}),
+    ("topk", {"fused": True}),
+    ("sparse_mla", {}),
+    ("sparse_mla", {"form": "csr"}),
+    ("sparse_mla", {"form": "topk_length"}),
+    ("sparse_mla", {"d_qk": 512}),
+    ("sparse_mla", {"kv_format": "fp8"}),
+    ("mla_decode", {}),
+    ("mla_decode", {"d_qk": 512, "heads": 5}),
+    ("mla_prefill", {}),
+    ("dsa_attention", {}),
+    ("dsa_attention", {"kv_format": "fp8"}),
+]
 IDS = [op + "".join(f"-{k}={v}" for k, v in kw.items()) for op, kw in VARIANTS]
 
 
@@ -76,8 +87,11 @@ def test_session_pipelines_every_op(client, built_ops, rng):
         assert listed["ops-session"].lease_id == session.lease_id
         cases.run_in_region(session, region, case)
     # The lease ends as the daemon finishes the stream (just after the client sees it end).
-    wait_until(lambda: "ops-session" not in {r.name for r in client.list_regions()},
-               timeout=10, what="the session's region to go")
+    wait_until(
+        lambda: "ops-session" not in {r.name for r in client.list_regions()},
+        timeout=10,
+        what="the session's region to go",
+    )
 
 
 def test_tcp_inline(daemon, rng):
@@ -107,8 +121,9 @@ def test_strided_region_input_and_output(client, rng):
         il.check({"logits": padded[:, :n]})
         assert (padded[:, n:] == -123.0).all(), "columns [N, ld) were touched"
     # The same row stride inline (Placement with strides).
-    res = client.indexer_logits(**il.arguments(),
-                                logits=ac.Placement(shape=(m, n), strides=(n + 13, 1)))
+    res = client.indexer_logits(
+        **il.arguments(), logits=ac.Placement(shape=(m, n), strides=(n + 13, 1))
+    )
     assert res.logits.strides == ((n + 13) * 4, 4)
     il.check({"logits": res.logits})
 
@@ -123,10 +138,17 @@ def test_clean_logits_false_leaves_columns(client, rng):
         before = logits.copy()
         client.indexer_logits(**args, clean_logits=False, logits=logits)
         import reference
-        want = reference.indexer_logits(case.inputs["q"], case.inputs["k"],
-                                        case.inputs["k_scale"], case.inputs["weights"],
-                                        case.inputs["ks"], case.inputs["ke"],
-                                        clean_logits=False, logits=before)
+
+        want = reference.indexer_logits(
+            case.inputs["q"],
+            case.inputs["k"],
+            case.inputs["k_scale"],
+            case.inputs["weights"],
+            case.inputs["ks"],
+            case.inputs["ke"],
+            clean_logits=False,
+            logits=before,
+        )
         reference.assert_f32_close("logits", logits, want)
 
 

@@ -1,6 +1,7 @@
 """100k register/unregister cycles against one daemon without growth of its open fds, mappings
 or RSS (DESIGN.md §7: nothing leaks). Python unary calls over the unix socket take ~0.8 ms a
 cycle on the 2-core CI machine (~80 s for 100k); ATTND_REGION_CYCLES overrides the count."""
+
 import os
 import time
 
@@ -9,8 +10,8 @@ import attnd_client as ac
 CYCLES = int(os.environ.get("ATTND_REGION_CYCLES", "100000"))
 WARMUP = 2000
 PAGE = 4096
-RSS_SLACK = 16 << 20   # allocator and gRPC caches; a leaked Region per cycle is >= 30 MB
-FD_SLACK = 2           # a transient gRPC wakeup fd
+RSS_SLACK = 16 << 20  # allocator and gRPC caches; a leaked Region per cycle is >= 30 MB
+FD_SLACK = 2  # a transient gRPC wakeup fd
 
 
 def footprint(daemon):
@@ -20,8 +21,10 @@ def footprint(daemon):
 def test_register_unregister_cycles_leak_nothing(daemon, client):
     with ac.ShmObject(4 * PAGE) as shm:
         # Regions of varying offset/size so every cycle maps a different range.
-        specs = [(f"cyc-{i % 7}", (i % 4) * PAGE, PAGE * (1 + i % 3 if i % 4 < 2 else 1))
-                 for i in range(16)]
+        specs = [
+            (f"cyc-{i % 7}", (i % 4) * PAGE, PAGE * (1 + i % 3 if i % 4 < 2 else 1))
+            for i in range(16)
+        ]
 
         def run(n):
             for i in range(n):
@@ -35,8 +38,10 @@ def test_register_unregister_cycles_leak_nothing(daemon, client):
         run(CYCLES)
         took = time.monotonic() - started
         fds1, maps1, rss1 = footprint(daemon)
-        print(f"{CYCLES} cycles in {took:.1f} s ({took / CYCLES * 1e6:.0f} us/cycle); "
-              f"fds {fds0}->{fds1}, mappings {maps0}->{maps1}, RSS {rss0 >> 10}->{rss1 >> 10} KiB")
+        print(
+            f"{CYCLES} cycles in {took:.1f} s ({took / CYCLES * 1e6:.0f} us/cycle); "
+            f"fds {fds0}->{fds1}, mappings {maps0}->{maps1}, RSS {rss0 >> 10}->{rss1 >> 10} KiB"
+        )
         assert fds1 <= fds0 + FD_SLACK, f"fds grew {fds0} -> {fds1}"
         assert maps1 <= maps0 + 8, f"mappings grew {maps0} -> {maps1}"
         assert rss1 <= rss0 + RSS_SLACK, f"RSS grew {rss0} -> {rss1}"
@@ -62,5 +67,11 @@ def test_session_cycles_leak_nothing(daemon, client):
             for call in pending:
                 call.result(120)
         fds1, maps1, rss1 = footprint(daemon)
-        assert fds1 <= fds0 + FD_SLACK and maps1 <= maps0 + 8 and rss1 <= rss0 + RSS_SLACK, \
-            (fds0, fds1, maps0, maps1, rss0, rss1)
+        assert fds1 <= fds0 + FD_SLACK and maps1 <= maps0 + 8 and rss1 <= rss0 + RSS_SLACK, (
+            fds0,
+            fds1,
+            maps0,
+            maps1,
+            rss0,
+            rss1,
+        )

@@ -2,6 +2,7 @@
 the Python client: registration errors with their codes, slices out of range in op calls,
 unregister while requests are in flight (they finish), unregister-all, and the shm-disabled and
 device-region answers of a CPU daemon."""
+
 import threading
 import time
 
@@ -44,11 +45,16 @@ def test_unregister_before_register_is_not_found(client):
 def test_register_list_unregister(client, shm):
     client.register_host_region("m-basic", shm.key, PAGE, offset=PAGE)
     info = {r.name: r for r in client.list_regions()}["m-basic"]
-    assert (info.kind, info.key, info.offset, info.byte_size, info.in_flight) == \
-        (ac.pb.RegionInfo.KIND_HOST, shm.key, PAGE, PAGE, 0)
+    assert (info.kind, info.key, info.offset, info.byte_size, info.in_flight) == (
+        ac.pb.RegionInfo.KIND_HOST,
+        shm.key,
+        PAGE,
+        PAGE,
+        0,
+    )
     assert client.unregister_region("m-basic") == ["m-basic"]
     assert "m-basic" not in names(client)
-    code, _ = code_of(client.unregister_region, "m-basic")   # twice
+    code, _ = code_of(client.unregister_region, "m-basic")  # twice
     assert code == grpc.StatusCode.NOT_FOUND
 
 
@@ -64,35 +70,41 @@ def test_duplicate_name_already_exists(client, shm):
         client.unregister_region("m-dup")
 
 
-@pytest.mark.parametrize("offset,size,why", [
-    (4 * PAGE, 1, "offset == size"),
-    (4 * PAGE + 7, 1, "offset > size"),
-    (3 * PAGE, 2 * PAGE, "offset + size past the end"),
-    (0, 4 * PAGE + 1, "size past the object's size"),
-    (U64_MAX, 2, "offset + size wraps 2^64"),
-    (1, U64_MAX, "size wraps 2^64"),
-    (2**63, PAGE, "offset past off_t"),
-    (0, 0, "size 0"),
-])
+@pytest.mark.parametrize(
+    "offset,size,why",
+    [
+        (4 * PAGE, 1, "offset == size"),
+        (4 * PAGE + 7, 1, "offset > size"),
+        (3 * PAGE, 2 * PAGE, "offset + size past the end"),
+        (0, 4 * PAGE + 1, "size past the object's size"),
+        (U64_MAX, 2, "offset + size wraps 2^64"),
+        (1, U64_MAX, "size wraps 2^64"),
+        (2**63, PAGE, "offset past off_t"),
+        (0, 0, "size 0"),
+    ],
+)
 def test_bad_ranges_invalid_argument(client, shm, offset, size, why):
     code, details = code_of(client.register_host_region, "m-range", shm.key, size, offset)
     assert code == grpc.StatusCode.INVALID_ARGUMENT, (why, details)
     assert "m-range" not in names(client)
 
 
-@pytest.mark.parametrize("key,want", [
-    ("/", grpc.StatusCode.INVALID_ARGUMENT),
-    ("//", grpc.StatusCode.INVALID_ARGUMENT),
-    ("///", grpc.StatusCode.INVALID_ARGUMENT),
-    ("/a/b", grpc.StatusCode.INVALID_ARGUMENT),
-    ("no-leading-slash", grpc.StatusCode.INVALID_ARGUMENT),
-    ("", grpc.StatusCode.INVALID_ARGUMENT),
-    ("/..", grpc.StatusCode.INVALID_ARGUMENT),
-    ("/x\ty", grpc.StatusCode.INVALID_ARGUMENT),
-    ("/" + "k" * 300, grpc.StatusCode.INVALID_ARGUMENT),
-    ("/attnd-internal-pool", grpc.StatusCode.PERMISSION_DENIED),
-    ("/attnd-no-such-object-9f1c", grpc.StatusCode.NOT_FOUND),
-])
+@pytest.mark.parametrize(
+    "key,want",
+    [
+        ("/", grpc.StatusCode.INVALID_ARGUMENT),
+        ("//", grpc.StatusCode.INVALID_ARGUMENT),
+        ("///", grpc.StatusCode.INVALID_ARGUMENT),
+        ("/a/b", grpc.StatusCode.INVALID_ARGUMENT),
+        ("no-leading-slash", grpc.StatusCode.INVALID_ARGUMENT),
+        ("", grpc.StatusCode.INVALID_ARGUMENT),
+        ("/..", grpc.StatusCode.INVALID_ARGUMENT),
+        ("/x\ty", grpc.StatusCode.INVALID_ARGUMENT),
+        ("/" + "k" * 300, grpc.StatusCode.INVALID_ARGUMENT),
+        ("/attnd-internal-pool", grpc.StatusCode.PERMISSION_DENIED),
+        ("/attnd-no-such-object-9f1c", grpc.StatusCode.NOT_FOUND),
+    ],
+)
 def test_bad_keys(client, key, want):
     code, details = code_of(client.register_host_region, "m-key", key, PAGE)
     assert code == want, details
@@ -137,13 +149,13 @@ def test_unregister_waits_for_in_flight_requests(client, rng):
         future = slow.submit()
         wait_until(lambda: slow.in_flight() > 0, what="the slow call to pin its region")
         started = time.monotonic()
-        removed = client.unregister_region(slow.region_name)   # blocks until the call ends
+        removed = client.unregister_region(slow.region_name)  # blocks until the call ends
         waited = time.monotonic() - started
         assert removed == [slow.region_name]
         assert waited > 0.2, f"unregister returned after {waited:.3f} s"
-        slow.check(future.result(timeout=120))                # the call finished correctly
+        slow.check(future.result(timeout=120))  # the call finished correctly
         assert slow.region_name not in names(client)
-        args = slow.arguments()                                # the name is gone
+        args = slow.arguments()  # the name is gone
         args["q"] = ac.RegionRef(slow.region_name, "bf16", args["q"].shape)
         code, _ = code_of(client.call, "sparse_mla", **args)
         assert code == grpc.StatusCode.NOT_FOUND
@@ -157,12 +169,13 @@ def test_unregister_during_call_name_reusable_at_once(client):
         future = slow.submit()
         wait_until(lambda: slow.in_flight() > 0, what="in flight")
         done = threading.Event()
-        waiter = threading.Thread(target=lambda: (client.unregister_region(slow.region_name),
-                                                  done.set()))
+        waiter = threading.Thread(
+            target=lambda: (client.unregister_region(slow.region_name), done.set())
+        )
         waiter.start()
         wait_until(lambda: slow.region_name not in names(client), what="name removed")
         assert not done.is_set() and not future.done()
-        with ac.ShmObject(PAGE) as other:   # the name can be taken again meanwhile
+        with ac.ShmObject(PAGE) as other:  # the name can be taken again meanwhile
             client.register_host_region(slow.region_name, other.key, PAGE)
             client.unregister_region(slow.region_name)
         waiter.join(120)
@@ -186,8 +199,10 @@ def test_unregister_all(client, daemon):
             assert not any(n.startswith("m-all-") and n != "m-all-leased" for n in left)
             assert "m-all-leased" in left and session_region.registered
         wait_until(lambda: "m-all-leased" not in names(client), timeout=10, what="lease end")
-        wait_until(lambda: not any(o.key[1:] in line for o in objs
-                                   for line in daemon.shm_mappings()), what="unmapped")
+        wait_until(
+            lambda: not any(o.key[1:] in line for o in objs for line in daemon.shm_mappings()),
+            what="unmapped",
+        )
     finally:
         for obj in objs:
             obj.close()
@@ -204,7 +219,7 @@ def test_client_shm_disabled(make_daemon):
 
 def test_device_regions_on_cpu_daemon(client):
     code, _ = code_of(client.register_device_region, "m-dev", b"\1" * 63, "GPU-x", PAGE)
-    assert code == grpc.StatusCode.INVALID_ARGUMENT            # handle must be exactly 64 bytes
+    assert code == grpc.StatusCode.INVALID_ARGUMENT  # handle must be exactly 64 bytes
     code, details = code_of(client.register_device_region, "m-dev", b"\1" * 64, "GPU-x", PAGE)
     assert code == grpc.StatusCode.UNIMPLEMENTED and "GPU" in details
     code, _ = code_of(client.register_device_region, "m-dev", b"\1" * 64, "GPU-x", 2, U64_MAX)
@@ -221,7 +236,8 @@ def test_region_reads_what_the_client_wrote_last(client, rng):
         case.check(first.outputs)
         view[...] = -view
         second = client.topk(**case.arguments(logits=view), values=True)
-        want_idx, want_val = reference.topk(np.array(view), case.scalars["k"],
-                                            lengths=case.inputs["lengths"])
+        want_idx, want_val = reference.topk(
+            np.array(view), case.scalars["k"], lengths=case.inputs["lengths"]
+        )
         np.testing.assert_array_equal(second.indices, want_idx)
         np.testing.assert_array_equal(second.values, want_val)

@@ -2,6 +2,7 @@
 --tls-require-client-cert) with a CA, server and client certificates made by openssl in a temp
 dir: verified clients connect; plaintext clients, clients trusting another CA and (mTLS) clients
 without a certificate or with one from another CA are refused. The unix socket stays plaintext."""
+
 import subprocess
 
 import grpc
@@ -39,9 +40,9 @@ def test_tls(make_daemon, pki):
     named = ac.Client(f"localhost:{port}", root_certificates=pki("ca.pem"))
     works(named)
     named.close()
-    refused(ac.Client(d.tcp_target))                                      # plaintext
+    refused(ac.Client(d.tcp_target))  # plaintext
     refused(ac.Client(d.tcp_target, root_certificates=pki("other-ca.pem")))
-    with ac.Client(d.unix_target) as unix:                                # unix: plaintext
+    with ac.Client(d.unix_target) as unix:  # unix: plaintext
         works(unix)
 
 
@@ -49,24 +50,40 @@ def test_mutual_tls(make_daemon, pki):
     d = make_daemon(*tls_flags(pki, mutual=True), metrics=False)
     with open(pki("client.key"), "rb") as f:
         key = f.read()
-    mtls = ac.Client(d.tcp_target, root_certificates=pki("ca.pem"), private_key=key,
-                     certificate_chain=pki("client.pem"))
+    mtls = ac.Client(
+        d.tcp_target,
+        root_certificates=pki("ca.pem"),
+        private_key=key,
+        certificate_chain=pki("client.pem"),
+    )
     works(mtls)
-    with mtls.session("mtls") as s:   # streams too
+    with mtls.session("mtls") as s:  # streams too
         assert s.lease_id
     mtls.close()
-    refused(ac.Client(d.tcp_target, root_certificates=pki("ca.pem")))      # no certificate
-    refused(ac.Client(d.tcp_target, root_certificates=pki("ca.pem"),
-                      private_key=pki("rogue.key"), certificate_chain=pki("rogue.pem")))
-    refused(ac.Client(d.tcp_target))                                      # plaintext
+    refused(ac.Client(d.tcp_target, root_certificates=pki("ca.pem")))  # no certificate
+    refused(
+        ac.Client(
+            d.tcp_target,
+            root_certificates=pki("ca.pem"),
+            private_key=pki("rogue.key"),
+            certificate_chain=pki("rogue.pem"),
+        )
+    )
+    refused(ac.Client(d.tcp_target))  # plaintext
     assert "error" not in d.log().split("attnd serving")[0].lower()
 
 
 def test_tls_flag_errors(attnd_bin, pki, tmp_path):
     """Bad TLS flag combinations stop attnd at start (exit 2) with the flag named."""
     sock = f"unix:{tmp_path}/s.sock"
-    for flags, name in [([f"--tls-cert={pki('server.pem')}"], "--tls-key"),
-                        (["--tls-require-client-cert"], "--tls-ca")]:
-        p = subprocess.run([attnd_bin, f"--listen={sock}", "--metrics-listen=", *flags],
-                           capture_output=True, text=True, timeout=60)
+    for flags, name in [
+        ([f"--tls-cert={pki('server.pem')}"], "--tls-key"),
+        (["--tls-require-client-cert"], "--tls-ca"),
+    ]:
+        p = subprocess.run(
+            [attnd_bin, f"--listen={sock}", "--metrics-listen=", *flags],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.returncode == 2 and name in p.stderr, (p.returncode, p.stderr)

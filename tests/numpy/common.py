@@ -3,6 +3,7 @@
 bf16: the upper 16 bits of an IEEE f32. fp8 e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa
 bits, subnormals at exponent 0, S.1111.111 is NaN, no infinities (OCP spec).
 """
+
 import numpy as np
 
 
@@ -47,5 +48,6 @@ def assert_close(name, got, ref, rtol=1e-9, atol=1e-9):
     bound = atol + rtol * np.abs(ref[finite])
     if err.size and not (err <= bound).all():
         i = int(np.argmax(err - bound))
-        raise AssertionError(f"{name}: max excess at {i}: numpy {got[finite][i]!r} "
-                             f"reference {ref[finite][i]!r}")
+        raise AssertionError(
+            f"{name}: max excess at {i}: numpy {got[finite][i]!r} reference {ref[finite][i]!r}"
+        )

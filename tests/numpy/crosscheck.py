@@ -5,6 +5,7 @@ Runs attn_numpy_dump into a temporary folder (every registered op writes small r
 inputs plus attnd's fp64 reference outputs), then recomputes each case with the op's module in
 ops/<op>.py and compares. Usage: crosscheck.py <path to attn_numpy_dump>
 """
+
 import importlib.util
 import json
 import pathlib
@@ -37,8 +38,10 @@ def main():
             return 1
         for case in cases:
             meta = json.loads((case / "case.json").read_text())
-            inputs = {name: common.decode(np.load(case / f"{name}.npy"), dtype)
-                      for name, dtype in meta["tensors"].items()}
+            inputs = {
+                name: common.decode(np.load(case / f"{name}.npy"), dtype)
+                for name, dtype in meta["tensors"].items()
+            }
             refs = {name: np.load(case / f"ref_{name}.npy") for name in meta["refs"]}
             try:
                 load_op(meta["op"]).check(inputs, meta["scalars"], refs)

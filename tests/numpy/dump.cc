@@ -27,7 +27,8 @@ bool WriteNpy(const std::string& path, const char* descr, const std::vector<int6
               const void* data, size_t bytes) {
   std::ostringstream header;
   header << "{'descr': '" << descr << "', 'fortran_order': False, 'shape': (";
-  for (size_t i = 0; i < shape.size(); ++i) header << shape[i] << (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+  for (size_t i = 0; i < shape.size(); ++i)
+    header << shape[i] << (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
   header << "), }";
   std::string h = header.str();
   const size_t total = 10 + h.size() + 1;
@@ -50,8 +51,7 @@ std::map<std::string, NumpyDumper>& Registry() {
 
 }  // namespace
 
-CaseWriter::CaseWriter(const std::string& dir, const std::string& case_name,
-                       const std::string& op)
+CaseWriter::CaseWriter(const std::string& dir, const std::string& case_name, const std::string& op)
     : path_(dir + "/" + case_name), op_(op) {
   if (mkdir(path_.c_str(), 0755) != 0) {
     std::cerr << "mkdir " << path_ << ": " << std::strerror(errno) << "\n";
@@ -74,7 +74,8 @@ void CaseWriter::AddTensor(const std::string& name, const kernels::Tensor& t) {
       idx[d] = 0;
     }
   }
-  ok_ &= WriteNpy(path_ + "/" + name + ".npy", NpyDescr(t.dtype), shape, dense.data(), dense.size());
+  ok_ &=
+      WriteNpy(path_ + "/" + name + ".npy", NpyDescr(t.dtype), shape, dense.data(), dense.size());
   tensors_[name] = kernels::DTypeName(t.dtype);
 }
 

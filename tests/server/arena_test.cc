@@ -20,7 +20,7 @@ TEST(ArenaTest, SizeClassesRoundUpWithBoundedWaste) {
   EXPECT_EQ(Arena::SizeClass(256), 256u);
   EXPECT_EQ(Arena::SizeClass(257), 512u);
   EXPECT_EQ(Arena::SizeClass(2048), 2048u);
-  EXPECT_EQ(Arena::SizeClass(2049), 2304u);         // 2048 + 256
+  EXPECT_EQ(Arena::SizeClass(2049), 2304u);  // 2048 + 256
   EXPECT_EQ(Arena::SizeClass(kMiB), kMiB);
   EXPECT_EQ(Arena::SizeClass(kMiB + 1), kMiB + kMiB / 8);
   std::mt19937_64 rng(7);

@@ -1,7 +1,7 @@
 // The daemon's configuration: byte sizes with units (--pool-bytes, --staging-bytes) and the range
 // checks of the GPU flags.
-#include "gtest/gtest.h"
 #include "server/main/config.h"
+#include "gtest/gtest.h"
 
 namespace attnd::server {
 namespace {

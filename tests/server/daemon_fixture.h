@@ -20,9 +20,9 @@
 #include "gtest/gtest.h"
 #include "kernels/dsa/dsa.h"
 #include "kernels/sparse_mla/sparse_mla.h"
+#include "server/main/daemon.h"
 #include "tests/harness/harness.h"
 #include "tests/harness/host_tensor.h"
-#include "server/main/daemon.h"
 #include "tests/server/shm_test_util.h"
 
 namespace attnd::server::testing {
@@ -33,7 +33,8 @@ using kernels::DType;
 
 // The tensor's span in bytes (HostTensor storage may be padded past it).
 inline size_t SpanBytes(const HostTensor& h) {
-  return static_cast<size_t>(kernels::SpanElements(h.tensor()) * kernels::DTypeSize(h.tensor().dtype));
+  return static_cast<size_t>(kernels::SpanElements(h.tensor()) *
+                             kernels::DTypeSize(h.tensor().dtype));
 }
 
 inline v1::Tensor InlineTensor(const HostTensor& h, v1::DType dtype) {
@@ -46,7 +47,7 @@ inline v1::Tensor InlineTensor(const HostTensor& h, v1::DType dtype) {
 
 // Copies h into the shm object at `offset` and returns a region-placed tensor.
 inline v1::Tensor RegionTensor(const HostTensor& h, v1::DType dtype, ScopedShm& shm,
-                        const std::string& region, uint64_t offset) {
+                               const std::string& region, uint64_t offset) {
   std::memcpy(shm.data() + offset, h.raw(), SpanBytes(h));
   v1::Tensor t;
   t.set_dtype(dtype);
@@ -77,7 +78,8 @@ class DaemonTest : public ::testing::Test {
     ASSERT_TRUE(daemon_->Start().ok());
     ASSERT_EQ(daemon_->grpc_addresses().size(), 2u);
     EXPECT_NE(daemon_->grpc_addresses()[1], "127.0.0.1:0");
-    channel_ = grpc::CreateChannel(daemon_->grpc_addresses()[0], grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel(daemon_->grpc_addresses()[0], grpc::InsecureChannelCredentials());
     stub_ = v1::Attention::NewStub(channel_);
 
     std::mt19937_64 rng = attnd::testing::MakeRng();

@@ -39,8 +39,8 @@ TEST_F(DaemonTest, HealthIsServing) {
   grpc::Slice empty("");  // HealthCheckRequest{service: ""} serialises to no bytes
   grpc::ByteBuffer request(&empty, 1), response;
   std::promise<grpc::Status> done;
-  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                    &response, [&](grpc::Status s) { done.set_value(s); });
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) { done.set_value(s); });
   ASSERT_TRUE(done.get_future().get().ok());
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE(response.Dump(&slices).ok());
@@ -55,7 +55,8 @@ TEST_F(DaemonTest, SparseMlaInlineMatchesTheKernel) {
   const grpc::Status s = stub_->SparseMla(&ctx, InlineRequest(), &reply);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_EQ(reply.out().inline_data().size(), SpanBytes(want_out_));
-  EXPECT_EQ(std::memcmp(reply.out().inline_data().data(), want_out_.raw(), SpanBytes(want_out_)), 0);
+  EXPECT_EQ(std::memcmp(reply.out().inline_data().data(), want_out_.raw(), SpanBytes(want_out_)),
+            0);
   for (size_t i = 0; i < SpanBytes(want_out_); i += 2) {
     if (std::memcmp(reply.out().inline_data().data() + i, want_out_.raw() + i, 2) != 0) {
       ADD_FAILURE() << "first difference at element " << i / 2;
@@ -63,7 +64,8 @@ TEST_F(DaemonTest, SparseMlaInlineMatchesTheKernel) {
     }
   }
   ASSERT_EQ(reply.lse().inline_data().size(), SpanBytes(want_lse_));
-  EXPECT_EQ(std::memcmp(reply.lse().inline_data().data(), want_lse_.raw(), SpanBytes(want_lse_)), 0);
+  EXPECT_EQ(std::memcmp(reply.lse().inline_data().data(), want_lse_.raw(), SpanBytes(want_lse_)),
+            0);
   EXPECT_EQ(reply.out().dtype(), v1::DTYPE_BF16);
   ASSERT_EQ(reply.out().shape_size(), 3);
   EXPECT_EQ(reply.out().shape(2), 512);
@@ -251,7 +253,8 @@ class DaemonMetricsTest : public DaemonTest {
 TEST_F(DaemonMetricsTest, CountersMoveWithCalls) {
   ASSERT_FALSE(daemon_->metrics_address().empty());
   std::string before = Scrape(daemon_->metrics_address());
-  EXPECT_NE(before.find("attnd_requests_total{code=\"OK\",op=\"sparse_mla\"} 0"), std::string::npos);
+  EXPECT_NE(before.find("attnd_requests_total{code=\"OK\",op=\"sparse_mla\"} 0"),
+            std::string::npos);
   EXPECT_NE(before.find("attnd_build_info{backend=\"cpu\""), std::string::npos);
   grpc::ClientContext ctx;
   v1::SparseMlaResponse reply;

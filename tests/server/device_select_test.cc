@@ -7,9 +7,8 @@
 namespace attnd::server::engine {
 namespace {
 
-const std::vector<ServedDevice> kServed = {
-    {0, "GPU-0a1b2c3d-0000-1111-2222-333344445555"},
-    {2, "GPU-ffffffff-eeee-dddd-cccc-bbbbaaaa9999"}};
+const std::vector<ServedDevice> kServed = {{0, "GPU-0a1b2c3d-0000-1111-2222-333344445555"},
+                                           {2, "GPU-ffffffff-eeee-dddd-cccc-bbbbaaaa9999"}};
 
 TensorUse DeviceTensor(const char* name, int ordinal, const std::string& uuid) {
   TensorUse t;

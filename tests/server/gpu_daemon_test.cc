@@ -213,8 +213,7 @@ TEST_F(GpuDaemonTest, EachDeviceRunsTheCallsAddressedToItConcurrently) {
       const v1::SparseMlaResponse& reply = results[d].reply[i];
       EXPECT_EQ(reply.stats().device_uuid(), info.devices(d).uuid()) << "call " << i;
       EXPECT_NE(reply.stats().impl(), "cpu");
-      ExpectCloseToCpu(reply.out().inline_data(), want_out_, reply.lse().inline_data(),
-                       want_lse_);
+      ExpectCloseToCpu(reply.out().inline_data(), want_out_, reply.lse().inline_data(), want_lse_);
     }
     int captures = 0;
     for (const auto& reply : results[d].reply) captures += reply.stats().graph() == "capture";

@@ -83,9 +83,7 @@ class CopyCall : public OpCall {
 };
 
 struct DeviceBuffer {
-  explicit DeviceBuffer(uint64_t n) : bytes(n) {
-    EXPECT_EQ(gpu::Malloc(&p, n), gpu::kSuccess);
-  }
+  explicit DeviceBuffer(uint64_t n) : bytes(n) { EXPECT_EQ(gpu::Malloc(&p, n), gpu::kSuccess); }
   ~DeviceBuffer() { (void)gpu::Free(p); }
   void Fill(int value) {
     EXPECT_EQ(gpu::MemsetAsync(p, value, bytes, nullptr), gpu::kSuccess);
@@ -335,10 +333,10 @@ TEST(GpuIpcChild, Export) {
   ASSERT_EQ(gpu::IpcGetMemHandle(&mem, p), gpu::kSuccess);
   gpu::IpcEventHandle ev;
   ASSERT_EQ(gpu::IpcGetEventHandle(&ev, event), gpu::kSuccess);
-  const std::string line = "HANDLES " +
-      absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(&mem), sizeof(mem))) +
-      " " + absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(&ev), sizeof(ev))) +
-      "\n";
+  const std::string line =
+      "HANDLES " +
+      absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(&mem), sizeof(mem))) + " " +
+      absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(&ev), sizeof(ev))) + "\n";
   ASSERT_EQ(write(1, line.data(), line.size()), static_cast<ssize_t>(line.size()));
   char c;
   while (read(0, &c, 1) > 0) {

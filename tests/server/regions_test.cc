@@ -31,8 +31,8 @@ RegionRegistry::Options Allowed() {
   return o;
 }
 
-HostRegionSpec Spec(const std::string& name, const std::string& key, uint64_t offset,
-                    uint64_t size, const std::string& lease = "") {
+HostRegionSpec Spec(const std::string& name, const std::string& key, uint64_t offset, uint64_t size,
+                    const std::string& lease = "") {
   HostRegionSpec s;
   s.name = name;
   s.key = key;
@@ -166,16 +166,14 @@ TEST(RegionRegistryTest, RangeErrorMatrix) {
 
 TEST(RegionRegistryTest, BadKeysAndNamesRefused) {
   RegionRegistry registry(Allowed());
-  EXPECT_EQ(registry.RegisterHost(Spec("r", "/", 0, 1)).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry.RegisterHost(Spec("r", "/", 0, 1)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.RegisterHost(Spec("r", "//", 0, 1)).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.RegisterHost(Spec("r", "/a/b", 0, 1)).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.RegisterHost(Spec("r", "/attnd-internal-x", 0, 1)).code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(registry.RegisterHost(Spec("", "/x", 0, 1)).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry.RegisterHost(Spec("", "/x", 0, 1)).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RegionRegistryTest, UnregisterAllRemovesOnlyUnleasedRegions) {

@@ -198,7 +198,8 @@ TEST_F(CallTensorsTest, OutputShapeAndStridesFromThePlacement) {
   placement.add_strides(1);
   v1::Tensor reply;
   kernels::Tensor view;
-  ASSERT_TRUE(tensors.Output("logits", &placement, {true, DType::kF32, {9, 9}}, &reply, &view).ok());
+  ASSERT_TRUE(
+      tensors.Output("logits", &placement, {true, DType::kF32, {9, 9}}, &reply, &view).ok());
   EXPECT_EQ(view.shape[0], 2);
   EXPECT_EQ(view.strides[0], 8);
   EXPECT_EQ(reply.inline_data().size(), (8 + 3) * 4u);
@@ -217,10 +218,10 @@ TEST_F(CallTensorsTest, OutputErrors) {
   EXPECT_EQ(tensors.Output("out", &placement, {true, DType::kF32, {2}}, &reply, &view).code(),
             absl::StatusCode::kInvalidArgument);
   // A huge derived shape is refused, never allocated.
-  EXPECT_FALSE(tensors
-                   .Output("out", nullptr, {true, DType::kF32, {int64_t{1} << 40, 1 << 20}},
-                           &reply, &view)
-                   .ok());
+  EXPECT_FALSE(
+      tensors
+          .Output("out", nullptr, {true, DType::kF32, {int64_t{1} << 40, 1 << 20}}, &reply, &view)
+          .ok());
   // An optional output left out stays absent.
   ASSERT_TRUE(tensors.Output("values", nullptr, {false, DType::kF32, {4}}, &reply, &view).ok());
   EXPECT_FALSE(view.present());

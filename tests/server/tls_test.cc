@@ -30,10 +30,12 @@ class TlsTest : public ::testing::Test {
     dir_ = new std::string("/tmp/attnd-tls-" + std::to_string(getpid()));
     const std::string d = *dir_;
     const std::string script =
-        "set -e; mkdir -p " + d + "; cd " + d + "; exec >/dev/null 2>&1;"
+        "set -e; mkdir -p " + d + "; cd " + d +
+        "; exec >/dev/null 2>&1;"
         "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
         "  -subj /CN=attnd-test-ca;"
-        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost;"
+        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "
+        "/CN=localhost;"
         "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1' > san.ext;"
         "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
         "  -days 2 -extfile san.ext;"

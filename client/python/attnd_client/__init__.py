@@ -12,6 +12,7 @@ when torch is importable (CUDA tensors become device regions).
 The stubs are generated at build time (CMake target attn_python_stubs); use the package from
 client/python (PYTHONPATH) with Debian's python3-grpcio, python3-protobuf and python3-numpy.
 """
+
 from . import dtypes
 from .client import Client, OpFuture
 from .dtypes import from_bf16, from_fp8_e4m3, to_bf16, to_fp8_e4m3
@@ -23,7 +24,23 @@ from .tensors import Placement, RegionRef, Typed, typed
 from ._proto import pb
 
 __all__ = [
-    "AttndError", "Client", "HostRegion", "OPS", "OpFuture", "OpResult", "Placement",
-    "RegionRef", "Session", "SessionCall", "ShmObject", "Typed", "dtypes", "from_bf16",
-    "from_fp8_e4m3", "pb", "to_bf16", "to_fp8_e4m3", "typed",
+    "AttndError",
+    "Client",
+    "HostRegion",
+    "OPS",
+    "OpFuture",
+    "OpResult",
+    "Placement",
+    "RegionRef",
+    "Session",
+    "SessionCall",
+    "ShmObject",
+    "Typed",
+    "dtypes",
+    "from_bf16",
+    "from_fp8_e4m3",
+    "pb",
+    "to_bf16",
+    "to_fp8_e4m3",
+    "typed",
 ]

@@ -9,6 +9,7 @@ typed op calls (ops.OpCalls), regions, health, info and sessions.
                  certificate_chain="client.pem")           # mTLS; paths or PEM bytes
 Thread-safe: calls may be made from many threads at once.
 """
+
 import threading
 import time
 
@@ -62,22 +63,35 @@ class OpFuture:
 
 
 class Client(_ops.OpCalls):
-    def __init__(self, target, *, root_certificates=None, private_key=None,
-                 certificate_chain=None, tls=False, server_name=None,
-                 max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, options=(), timeout=None):
+    def __init__(
+        self,
+        target,
+        *,
+        root_certificates=None,
+        private_key=None,
+        certificate_chain=None,
+        tls=False,
+        server_name=None,
+        max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
+        options=(),
+        timeout=None,
+    ):
         """`target`: "unix:/path" or "host:port". TLS when tls=True or any PEM is given (paths or
         bytes): root_certificates verifies the server, private_key + certificate_chain is the
         client's identity for mTLS; server_name overrides the name checked in the server's
         certificate. `timeout`: default seconds per call (None: no deadline)."""
-        opts = [("grpc.max_receive_message_length", max_message_bytes),
-                ("grpc.max_send_message_length", max_message_bytes)]
+        opts = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+        ]
         if server_name:
             opts.append(("grpc.ssl_target_name_override", server_name))
         opts.extend(options)
         self.target = target
         if tls or root_certificates or private_key or certificate_chain:
-            creds = grpc.ssl_channel_credentials(_pem(root_certificates), _pem(private_key),
-                                                 _pem(certificate_chain))
+            creds = grpc.ssl_channel_credentials(
+                _pem(root_certificates), _pem(private_key), _pem(certificate_chain)
+            )
             self._channel = grpc.secure_channel(target, creds, options=opts)
         else:
             self._channel = grpc.insecure_channel(target, options=opts)
@@ -134,8 +148,9 @@ class Client(_ops.OpCalls):
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
-            raise AttndError(grpc.StatusCode.UNAVAILABLE,
-                             f"{self.target}: not connected after {timeout} s") from None
+            raise AttndError(
+                grpc.StatusCode.UNAVAILABLE, f"{self.target}: not connected after {timeout} s"
+            ) from None
         status = None
         while time.monotonic() < deadline:
             status = self.health(timeout=max(0.1, deadline - time.monotonic()))
@@ -167,20 +182,38 @@ class Client(_ops.OpCalls):
     # ---- regions ----
 
     def register_host_region(self, name, key, byte_size, offset=0, lease_id="", timeout=None):
-        self._rpc(self._stub.RegisterHostRegion, pb.RegisterHostRegionRequest(
-            name=name, key=key, offset=offset, byte_size=byte_size, lease_id=lease_id), timeout)
+        self._rpc(
+            self._stub.RegisterHostRegion,
+            pb.RegisterHostRegionRequest(
+                name=name, key=key, offset=offset, byte_size=byte_size, lease_id=lease_id
+            ),
+            timeout,
+        )
 
-    def register_device_region(self, name, raw_handle, device_uuid, byte_size, offset=0,
-                               lease_id="", timeout=None):
-        self._rpc(self._stub.RegisterDeviceRegion, pb.RegisterDeviceRegionRequest(
-            name=name, raw_handle=raw_handle, device_uuid=device_uuid, offset=offset,
-            byte_size=byte_size, lease_id=lease_id), timeout)
+    def register_device_region(
+        self, name, raw_handle, device_uuid, byte_size, offset=0, lease_id="", timeout=None
+    ):
+        self._rpc(
+            self._stub.RegisterDeviceRegion,
+            pb.RegisterDeviceRegionRequest(
+                name=name,
+                raw_handle=raw_handle,
+                device_uuid=device_uuid,
+                offset=offset,
+                byte_size=byte_size,
+                lease_id=lease_id,
+            ),
+            timeout,
+        )
 
     def unregister_region(self, name="", lease_id="", timeout=None):
         """Unregisters `name` (empty: every region without a lease, or every region of
         `lease_id`); returns once their in-flight requests ended, with the removed names."""
-        response = self._rpc(self._stub.UnregisterRegion,
-                             pb.UnregisterRegionRequest(name=name, lease_id=lease_id), timeout)
+        response = self._rpc(
+            self._stub.UnregisterRegion,
+            pb.UnregisterRegionRequest(name=name, lease_id=lease_id),
+            timeout,
+        )
         with self._lock:
             for removed in response.removed:
                 region = self._regions.pop(removed, None)
@@ -235,6 +268,7 @@ class Client(_ops.OpCalls):
         with self._lock:
             if self._device_regions is None:
                 from .torch_support import DeviceRegionCache
+
                 self._device_regions = DeviceRegionCache(self)
         return self._device_regions.ref(tensor)
 
@@ -255,4 +289,5 @@ class Client(_ops.OpCalls):
     def session(self, client_name="", timeout=None):
         """Opens a Session (a lease and pipelined calls on one stream)."""
         from .session import Session
+
         return Session(self, client_name=client_name, timeout=timeout)

@@ -7,6 +7,7 @@ IEEE f32) and fp8 e4m3fn as uint8 arrays (OCP e4m3fn: bias 7, no infinities, S.1
     q_f32 = from_bf16(q_bf16)
     k_fp8 = to_fp8_e4m3(x)            # uint8, nearest even, saturating at +-448 (like the kernels)
 """
+
 import numpy as np
 
 from . import _proto
@@ -61,10 +62,11 @@ def itemsize(name):
 
 # ---- bf16 ----
 
+
 def to_bf16(x):
     """float array -> bf16 bits (uint16), rounding to nearest even; NaN stays a (quiet) NaN."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+    rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
     nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     quiet = (u >> np.uint32(16)) | np.uint32(0x40)
     return np.where(nan, quiet, rounded).astype(np.uint16)
@@ -77,6 +79,7 @@ def from_bf16(bits, dtype=np.float32):
 
 
 # ---- fp8 e4m3fn ----
+
 
 def _fp8_table():
     c = np.arange(256, dtype=np.int64)

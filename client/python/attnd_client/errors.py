@@ -1,10 +1,11 @@
 """AttndError: what every failed attnd call raises, with the gRPC status code and message.
 
-    try:
-        client.sparse_mla(q=q, kv=kv, indices=idx, sm_scale=0.07)
-    except AttndError as e:
-        if e.code == grpc.StatusCode.INVALID_ARGUMENT: print(e.details)
+try:
+    client.sparse_mla(q=q, kv=kv, indices=idx, sm_scale=0.07)
+except AttndError as e:
+    if e.code == grpc.StatusCode.INVALID_ARGUMENT: print(e.details)
 """
+
 import grpc
 
 _BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}

@@ -4,6 +4,7 @@
     status = HealthStub(channel).check("")      # "SERVING", "NOT_SERVING", ...
     for status in HealthStub(channel).watch(""): ...
 """
+
 STATUS_NAMES = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
 
 
@@ -60,11 +61,15 @@ def decode_response(data):
 class HealthStub:
     def __init__(self, channel):
         self._check = channel.unary_unary(
-            "/grpc.health.v1.Health/Check", request_serializer=encode_request,
-            response_deserializer=decode_response)
+            "/grpc.health.v1.Health/Check",
+            request_serializer=encode_request,
+            response_deserializer=decode_response,
+        )
         self._watch = channel.unary_stream(
-            "/grpc.health.v1.Health/Watch", request_serializer=encode_request,
-            response_deserializer=decode_response)
+            "/grpc.health.v1.Health/Watch",
+            request_serializer=encode_request,
+            response_deserializer=decode_response,
+        )
 
     def check(self, service="", timeout=None):
         return self._check(service, timeout=timeout)

@@ -7,6 +7,7 @@ Client and Session, and OpResult.
     res.lse      # float32 [T, H]
     res.stats    # attnd.v1.CallStats: queue/compute seconds, flops, copied bytes, request id
 """
+
 import collections
 
 import numpy as np
@@ -18,35 +19,94 @@ from .tensors import decode_tensor
 F32, BF16, FP8, I32, U8 = dtypes.F32, dtypes.BF16, dtypes.FP8_E4M3, dtypes.I32, dtypes.U8
 
 OpSpec = collections.namedtuple(
-    "OpSpec", "name rpc request session_field inputs outputs optional_outputs scalars")
+    "OpSpec", "name rpc request session_field inputs outputs optional_outputs scalars"
+)
 
-OPS = {spec.name: spec for spec in [
-    OpSpec("indexer_logits", "IndexerLogits", pb.IndexerLogitsRequest, "indexer_logits",
-           {"q": FP8, "k": FP8, "k_scale": F32, "weights": F32, "ks": I32, "ke": I32},
-           {"logits": F32}, (), ("clean_logits",)),
-    OpSpec("indexer_logits_paged", "IndexerLogitsPaged", pb.IndexerLogitsPagedRequest,
-           "indexer_logits_paged",
-           {"q": FP8, "kv_cache": U8, "block_table": I32, "context_lens": I32, "weights": F32},
-           {"logits": F32}, (), ("clean_logits", "max_context_len", "block_size")),
-    OpSpec("topk", "TopK", pb.TopKRequest, "top_k",
-           {"logits": F32, "ks": I32, "ke": I32, "lengths": I32, "block_table": I32},
-           {"indices": I32, "values": F32}, ("values",), ("k", "page_size", "rows_per_request")),
-    # kv: bf16 [S, d_qk], or a uint8 array [S, 656]: the FP8 cache (sent as u8).
-    OpSpec("sparse_mla", "SparseMla", pb.SparseMlaRequest, "sparse_mla",
-           {"q": BF16, "kv": (BF16, U8), "indices": I32, "indptr": I32, "topk_length": I32},
-           {"out": BF16, "lse": F32}, (), ("sm_scale",)),
-    OpSpec("mla_decode", "MlaDecode", pb.MlaDecodeRequest, "mla_decode",
-           {"q": BF16, "kv_cache": BF16, "block_table": I32, "cache_seqlens": I32},
-           {"out": BF16, "lse": F32}, (), ("sm_scale", "causal")),
-    OpSpec("mla_prefill", "MlaPrefill", pb.MlaPrefillRequest, "mla_prefill",
-           {"q": BF16, "k": BF16, "v": BF16, "cu_seqlens_q": I32, "cu_seqlens_k": I32},
-           {"out": BF16, "lse": F32}, (), ("causal", "sm_scale")),
-    OpSpec("dsa_attention", "DsaAttention", pb.DsaAttentionRequest, "dsa_attention",
-           {"index_q": FP8, "index_k": FP8, "index_k_scale": F32, "index_weights": F32,
-            "ks": I32, "ke": I32, "q": BF16, "kv": (BF16, U8)},
-           {"out": BF16, "lse": F32, "indices": I32, "logits": F32}, ("indices", "logits"),
-           ("topk", "sm_scale")),
-]}
+OPS = {
+    spec.name: spec
+    for spec in [
+        OpSpec(
+            "indexer_logits",
+            "IndexerLogits",
+            pb.IndexerLogitsRequest,
+            "indexer_logits",
+            {"q": FP8, "k": FP8, "k_scale": F32, "weights": F32, "ks": I32, "ke": I32},
+            {"logits": F32},
+            (),
+            ("clean_logits",),
+        ),
+        OpSpec(
+            "indexer_logits_paged",
+            "IndexerLogitsPaged",
+            pb.IndexerLogitsPagedRequest,
+            "indexer_logits_paged",
+            {"q": FP8, "kv_cache": U8, "block_table": I32, "context_lens": I32, "weights": F32},
+            {"logits": F32},
+            (),
+            ("clean_logits", "max_context_len", "block_size"),
+        ),
+        OpSpec(
+            "topk",
+            "TopK",
+            pb.TopKRequest,
+            "top_k",
+            {"logits": F32, "ks": I32, "ke": I32, "lengths": I32, "block_table": I32},
+            {"indices": I32, "values": F32},
+            ("values",),
+            ("k", "page_size", "rows_per_request"),
+        ),
+        # kv: bf16 [S, d_qk], or a uint8 array [S, 656]: the FP8 cache (sent as u8).
+        OpSpec(
+            "sparse_mla",
+            "SparseMla",
+            pb.SparseMlaRequest,
+            "sparse_mla",
+            {"q": BF16, "kv": (BF16, U8), "indices": I32, "indptr": I32, "topk_length": I32},
+            {"out": BF16, "lse": F32},
+            (),
+            ("sm_scale",),
+        ),
+        OpSpec(
+            "mla_decode",
+            "MlaDecode",
+            pb.MlaDecodeRequest,
+            "mla_decode",
+            {"q": BF16, "kv_cache": BF16, "block_table": I32, "cache_seqlens": I32},
+            {"out": BF16, "lse": F32},
+            (),
+            ("sm_scale", "causal"),
+        ),
+        OpSpec(
+            "mla_prefill",
+            "MlaPrefill",
+            pb.MlaPrefillRequest,
+            "mla_prefill",
+            {"q": BF16, "k": BF16, "v": BF16, "cu_seqlens_q": I32, "cu_seqlens_k": I32},
+            {"out": BF16, "lse": F32},
+            (),
+            ("causal", "sm_scale"),
+        ),
+        OpSpec(
+            "dsa_attention",
+            "DsaAttention",
+            pb.DsaAttentionRequest,
+            "dsa_attention",
+            {
+                "index_q": FP8,
+                "index_k": FP8,
+                "index_k_scale": F32,
+                "index_weights": F32,
+                "ks": I32,
+                "ke": I32,
+                "q": BF16,
+                "kv": (BF16, U8),
+            },
+            {"out": BF16, "lse": F32, "indices": I32, "logits": F32},
+            ("indices", "logits"),
+            ("topk", "sm_scale"),
+        ),
+    ]
+}
 
 
 # Options every op request may carry when the proto has them (GPU backends): the IPC event the
@@ -108,7 +168,8 @@ def build_request(op_spec, codec, kwargs):
         value = kwargs.get(name)
         if value is not None:
             getattr(request, name).CopyFrom(
-                codec.encode_input(name, value, _input_dtype(dtype, value)))
+                codec.encode_input(name, value, _input_dtype(dtype, value))
+            )
     sinks = {}
     for name, dtype in op_spec.outputs.items():
         placement, sink = codec.encode_output(name, kwargs.get(name), dtype)
@@ -146,62 +207,230 @@ class OpCalls:
     tensors.py; outputs default to inline replies. **options: the proto's per-call options
     (COMMON_SCALARS: ready_event, device_uuid) where it has them."""
 
-    def indexer_logits(self, *, q, k, k_scale, weights, ks, ke, clean_logits=None, logits=None,
-                       timeout=None, **options):
+    def indexer_logits(
+        self,
+        *,
+        q,
+        k,
+        k_scale,
+        weights,
+        ks,
+        ke,
+        clean_logits=None,
+        logits=None,
+        timeout=None,
+        **options,
+    ):
         """logits[m,n] = sum_h relu(q[m,h].k[n]) k_scale[n] weights[m,h] on row m's window."""
-        return self.call("indexer_logits", timeout=timeout, q=q, k=k, k_scale=k_scale,
-                         weights=weights, ks=ks, ke=ke, clean_logits=clean_logits, logits=logits,
-                         **options)
+        return self.call(
+            "indexer_logits",
+            timeout=timeout,
+            q=q,
+            k=k,
+            k_scale=k_scale,
+            weights=weights,
+            ks=ks,
+            ke=ke,
+            clean_logits=clean_logits,
+            logits=logits,
+            **options,
+        )
 
-    def indexer_logits_paged(self, *, q, kv_cache, block_table, context_lens, weights,
-                             max_context_len=None, block_size=None, clean_logits=None,
-                             logits=None, timeout=None, **options):
+    def indexer_logits_paged(
+        self,
+        *,
+        q,
+        kv_cache,
+        block_table,
+        context_lens,
+        weights,
+        max_context_len=None,
+        block_size=None,
+        clean_logits=None,
+        logits=None,
+        timeout=None,
+        **options,
+    ):
         """Decode indexer over vLLM's paged fp8 key cache (block = keys then f32 scales)."""
-        return self.call("indexer_logits_paged", timeout=timeout, q=q, kv_cache=kv_cache,
-                         block_table=block_table, context_lens=context_lens, weights=weights,
-                         max_context_len=max_context_len, block_size=block_size,
-                         clean_logits=clean_logits, logits=logits, **options)
+        return self.call(
+            "indexer_logits_paged",
+            timeout=timeout,
+            q=q,
+            kv_cache=kv_cache,
+            block_table=block_table,
+            context_lens=context_lens,
+            weights=weights,
+            max_context_len=max_context_len,
+            block_size=block_size,
+            clean_logits=clean_logits,
+            logits=logits,
+            **options,
+        )
 
-    def topk(self, *, logits, k, ks=None, ke=None, lengths=None, block_table=None,
-             page_size=None, rows_per_request=None, indices=None, values=None, timeout=None,
-             **options):
+    def topk(
+        self,
+        *,
+        logits,
+        k,
+        ks=None,
+        ke=None,
+        lengths=None,
+        block_table=None,
+        page_size=None,
+        rows_per_request=None,
+        indices=None,
+        values=None,
+        timeout=None,
+        **options,
+    ):
         """Row-wise top-k of logits in each row's window (values=True to get them back)."""
-        return self.call("topk", timeout=timeout, logits=logits, k=k, ks=ks, ke=ke,
-                         lengths=lengths, block_table=block_table, page_size=page_size,
-                         rows_per_request=rows_per_request, indices=indices, values=values,
-                         **options)
+        return self.call(
+            "topk",
+            timeout=timeout,
+            logits=logits,
+            k=k,
+            ks=ks,
+            ke=ke,
+            lengths=lengths,
+            block_table=block_table,
+            page_size=page_size,
+            rows_per_request=rows_per_request,
+            indices=indices,
+            values=values,
+            **options,
+        )
 
-    def sparse_mla(self, *, q, kv, indices, sm_scale, indptr=None, topk_length=None, out=None,
-                   lse=None, timeout=None, **options):
+    def sparse_mla(
+        self,
+        *,
+        q,
+        kv,
+        indices,
+        sm_scale,
+        indptr=None,
+        topk_length=None,
+        out=None,
+        lse=None,
+        timeout=None,
+        **options,
+    ):
         """Sparse MLA: each token attends to its selected kv rows (top-k table or CSR). kv is
         bf16 [S, d_qk] or, with d_qk 576, the FP8 cache as uint8 [S, 656] (512 e4m3 codes, 4 f32
         scales, 64 bf16 rope per row)."""
-        return self.call("sparse_mla", timeout=timeout, q=q, kv=kv, indices=indices,
-                         indptr=indptr, topk_length=topk_length, sm_scale=sm_scale, out=out,
-                         lse=lse, **options)
+        return self.call(
+            "sparse_mla",
+            timeout=timeout,
+            q=q,
+            kv=kv,
+            indices=indices,
+            indptr=indptr,
+            topk_length=topk_length,
+            sm_scale=sm_scale,
+            out=out,
+            lse=lse,
+            **options,
+        )
 
-    def mla_decode(self, *, q, kv_cache, block_table, cache_seqlens, sm_scale, causal=None,
-                   out=None, lse=None, timeout=None, **options):
+    def mla_decode(
+        self,
+        *,
+        q,
+        kv_cache,
+        block_table,
+        cache_seqlens,
+        sm_scale,
+        causal=None,
+        out=None,
+        lse=None,
+        timeout=None,
+        **options,
+    ):
         """Dense absorbed MLA decode over a paged latent cache."""
-        return self.call("mla_decode", timeout=timeout, q=q, kv_cache=kv_cache,
-                         block_table=block_table, cache_seqlens=cache_seqlens,
-                         sm_scale=sm_scale, causal=causal, out=out, lse=lse, **options)
+        return self.call(
+            "mla_decode",
+            timeout=timeout,
+            q=q,
+            kv_cache=kv_cache,
+            block_table=block_table,
+            cache_seqlens=cache_seqlens,
+            sm_scale=sm_scale,
+            causal=causal,
+            out=out,
+            lse=lse,
+            **options,
+        )
 
-    def mla_prefill(self, *, q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal=None,
-                    out=None, lse=None, timeout=None, **options):
+    def mla_prefill(
+        self,
+        *,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        sm_scale,
+        causal=None,
+        out=None,
+        lse=None,
+        timeout=None,
+        **options,
+    ):
         """Dense non-absorbed MLA prefill over packed variable-length sequences."""
-        return self.call("mla_prefill", timeout=timeout, q=q, k=k, v=v,
-                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, causal=causal,
-                         sm_scale=sm_scale, out=out, lse=lse, **options)
+        return self.call(
+            "mla_prefill",
+            timeout=timeout,
+            q=q,
+            k=k,
+            v=v,
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k,
+            causal=causal,
+            sm_scale=sm_scale,
+            out=out,
+            lse=lse,
+            **options,
+        )
 
-    def dsa_attention(self, *, index_q, index_k, index_k_scale, index_weights, ks, ke, q, kv,
-                      sm_scale, topk=None, out=None, lse=None, indices=None, logits=None,
-                      timeout=None, **options):
+    def dsa_attention(
+        self,
+        *,
+        index_q,
+        index_k,
+        index_k_scale,
+        index_weights,
+        ks,
+        ke,
+        q,
+        kv,
+        sm_scale,
+        topk=None,
+        out=None,
+        lse=None,
+        indices=None,
+        logits=None,
+        timeout=None,
+        **options,
+    ):
         """A whole DSA layer in one call: indexer -> top-k -> sparse MLA (topk None: 2048).
         kv as in sparse_mla: bf16 [N, d_qk], or a uint8 array [N, 656] (the FP8 cache, d_qk 576).
         indices=True / logits=True (or a placement) also return the chosen rows / the cleaned
         indexer logits."""
-        return self.call("dsa_attention", timeout=timeout, index_q=index_q, index_k=index_k,
-                         index_k_scale=index_k_scale, index_weights=index_weights, ks=ks, ke=ke,
-                         topk=topk, q=q, kv=kv, sm_scale=sm_scale, out=out, lse=lse,
-                         indices=indices, logits=logits, **options)
+        return self.call(
+            "dsa_attention",
+            timeout=timeout,
+            index_q=index_q,
+            index_k=index_k,
+            index_k_scale=index_k_scale,
+            index_weights=index_weights,
+            ks=ks,
+            ke=ke,
+            topk=topk,
+            q=q,
+            kv=kv,
+            sm_scale=sm_scale,
+            out=out,
+            lse=lse,
+            indices=indices,
+            logits=logits,
+            **options,
+        )

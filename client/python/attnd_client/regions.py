@@ -14,6 +14,7 @@ Pass unlink_early=False to keep the name (e.g. to register it again); close() un
         out = region.array("bf16", (T, H, 512))
         client.sparse_mla(q=q, kv=kv, indices=idx, sm_scale=s, out=out)  # written into `out`
 """
+
 import itertools
 import mmap
 import os
@@ -52,8 +53,9 @@ class ShmObject:
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
         try:
             os.ftruncate(fd, self.byte_size)
-            self._mmap = mmap.mmap(fd, self.byte_size, mmap.MAP_SHARED,
-                                   mmap.PROT_READ | mmap.PROT_WRITE)
+            self._mmap = mmap.mmap(
+                fd, self.byte_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+            )
         except BaseException:
             os.close(fd)
             os.unlink(self._path)
@@ -110,8 +112,11 @@ class HostRegion:
         self._next = 0
 
     def contains(self, address, nbytes):
-        return self.registered and self.address <= address and \
-            address + nbytes <= self.address + self.byte_size
+        return (
+            self.registered
+            and self.address <= address
+            and address + nbytes <= self.address + self.byte_size
+        )
 
     def array(self, dtype, shape, offset=None, align=64):
         """A writable NumPy view of `shape` elements of attnd dtype `dtype` (raw storage:
@@ -122,11 +127,13 @@ class HostRegion:
         if offset is None:
             offset = -(-self._next // align) * align
         if offset < 0 or offset + count * dt.itemsize > self.byte_size:
-            raise ValueError(f"region {self.name!r}: {count * dt.itemsize} bytes at offset "
-                             f"{offset} do not fit in {self.byte_size}")
+            raise ValueError(
+                f"region {self.name!r}: {count * dt.itemsize} bytes at offset "
+                f"{offset} do not fit in {self.byte_size}"
+            )
         self._next = max(self._next, offset + count * dt.itemsize)
         start = self.offset + offset
-        return self.shm.buffer[start:start + count * dt.itemsize].view(dt).reshape(shape)
+        return self.shm.buffer[start : start + count * dt.itemsize].view(dt).reshape(shape)
 
     def put(self, array, dtype, align=64):
         """Copies `array` (encoded to `dtype`) into a fresh view and returns the view."""

@@ -9,6 +9,7 @@ replies come back out of order and are matched by request id.
         slow = s.submit("mla_prefill", ..., timeout=0.5)       # a per-call deadline, server-side
         slow.cancel()                                          # SessionCancel if not started
 """
+
 import itertools
 import queue
 import threading
@@ -61,8 +62,10 @@ class SessionCall:
         """Asks the daemon to cancel this call if it has not started (its reply then carries
         CANCELLED)."""
         if not self.done():
-            self._session._send(pb.SessionRequest(
-                cancel=pb.SessionCancel(target_request_id=self.request_id)), expect_reply=False)
+            self._session._send(
+                pb.SessionRequest(cancel=pb.SessionCancel(target_request_id=self.request_id)),
+                expect_reply=False,
+            )
 
 
 class Session(_ops.OpCalls):
@@ -154,15 +157,25 @@ class Session(_ops.OpCalls):
     # ---- regions (tied to the lease) ----
 
     def register_host_region(self, name, key, byte_size, offset=0, timeout=60.0):
-        request = pb.SessionRequest(register_host_region=pb.RegisterHostRegionRequest(
-            name=name, key=key, offset=offset, byte_size=byte_size))
+        request = pb.SessionRequest(
+            register_host_region=pb.RegisterHostRegionRequest(
+                name=name, key=key, offset=offset, byte_size=byte_size
+            )
+        )
         self._send(request).result(timeout)
 
-    def register_device_region(self, name, raw_handle, device_uuid, byte_size, offset=0,
-                               timeout=60.0):
-        request = pb.SessionRequest(register_device_region=pb.RegisterDeviceRegionRequest(
-            name=name, raw_handle=raw_handle, device_uuid=device_uuid, offset=offset,
-            byte_size=byte_size))
+    def register_device_region(
+        self, name, raw_handle, device_uuid, byte_size, offset=0, timeout=60.0
+    ):
+        request = pb.SessionRequest(
+            register_device_region=pb.RegisterDeviceRegionRequest(
+                name=name,
+                raw_handle=raw_handle,
+                device_uuid=device_uuid,
+                offset=offset,
+                byte_size=byte_size,
+            )
+        )
         self._send(request).result(timeout)
 
     def unregister_region(self, name="", timeout=60.0):
@@ -183,8 +196,13 @@ class Session(_ops.OpCalls):
 
     def submit_register_host_region(self, name, key, byte_size, offset=0):
         """Pipelined register: returns the SessionCall at once."""
-        return self._send(pb.SessionRequest(register_host_region=pb.RegisterHostRegionRequest(
-            name=name, key=key, offset=offset, byte_size=byte_size)))
+        return self._send(
+            pb.SessionRequest(
+                register_host_region=pb.RegisterHostRegionRequest(
+                    name=name, key=key, offset=offset, byte_size=byte_size
+                )
+            )
+        )
 
     def create_host_region(self, name, byte_size, key=None, unlink_early=True):
         """As Client.create_host_region, registered under this session's lease."""
@@ -222,8 +240,10 @@ class Session(_ops.OpCalls):
         request, sinks = _ops.build_request(spec, self.client._codec, arguments)
         message = pb.SessionRequest(timeout_seconds=timeout or 0)
         getattr(message, spec.session_field).CopyFrom(request)
-        return self._send(message, decode=lambda r: _ops.decode_response(
-            spec, getattr(r, spec.session_field), sinks))
+        return self._send(
+            message,
+            decode=lambda r: _ops.decode_response(spec, getattr(r, spec.session_field), sinks),
+        )
 
     def call(self, op, timeout=None, **arguments):
         return self.submit(op, timeout=timeout, **arguments).result()

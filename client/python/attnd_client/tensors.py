@@ -12,6 +12,7 @@ Outputs also accept Placement(...) and True (return inline, e.g. the optional to
     out = region.array("bf16", (4, 16, 512))
     client.sparse_mla(q=q, kv=ref, indices=idx, sm_scale=0.07, out=out)
 """
+
 import sys
 
 import numpy as np
@@ -32,8 +33,10 @@ class RegionRef:
         self.strides = None if strides is None else tuple(int(s) for s in strides)
 
     def __repr__(self):
-        return (f"RegionRef({self.region!r}, {self.dtype!r}, {self.shape}, offset={self.offset}, "
-                f"strides={self.strides})")
+        return (
+            f"RegionRef({self.region!r}, {self.dtype!r}, {self.shape}, offset={self.offset}, "
+            f"strides={self.strides})"
+        )
 
 
 class Placement:
@@ -75,8 +78,10 @@ def element_strides(array, name):
     strides = []
     for dim, (size, stride) in enumerate(zip(array.shape, array.strides)):
         if size > 1 and (stride < 0 or stride % item):
-            raise ValueError(f"{name}: stride of dim {dim} is {stride} bytes; want a non-negative "
-                             f"multiple of {item}")
+            raise ValueError(
+                f"{name}: stride of dim {dim} is {stride} bytes; want a non-negative "
+                f"multiple of {item}"
+            )
         strides.append(stride // item if size > 1 else 0)
     if array.ndim and array.shape[-1] > 1 and strides[-1] != 1:
         raise ValueError(f"{name}: the last dimension must be contiguous")
@@ -116,8 +121,7 @@ def decode_tensor(t):
     span = 1 + sum((d - 1) * s for d, s in zip(shape, t.strides))
     if flat.size < span:
         raise ValueError(f"reply tensor: {flat.size} elements for a span of {span}")
-    return np.lib.stride_tricks.as_strided(flat, shape=shape, strides=byte_strides,
-                                           writeable=False)
+    return np.lib.stride_tricks.as_strided(flat, shape=shape, strides=byte_strides, writeable=False)
 
 
 class TensorCodec:
@@ -140,6 +144,7 @@ class TensorCodec:
             value = value.array
         if _is_torch(value):
             from . import torch_support
+
             if value.is_cuda:
                 if self._device_region is None:
                     raise ValueError(f"{name}: CUDA tensors need a client (device regions)")
@@ -162,8 +167,10 @@ class TensorCodec:
         region, start = found
         raw = dtypes.storage_dtype(dtype)
         if array.dtype != raw:
-            raise ValueError(f"{name}: a region view of {dtype} must hold its raw elements "
-                             f"({raw}), not {array.dtype}")
+            raise ValueError(
+                f"{name}: a region view of {dtype} must hold its raw elements "
+                f"({raw}), not {array.dtype}"
+            )
         strides = None if array.flags.c_contiguous else element_strides(array, name)
         return RegionRef(region, dtype, array.shape, lo - start, strides)
 
@@ -179,7 +186,7 @@ class TensorCodec:
                 return region_tensor(ref)
         raw = dtypes.encode(value, dtype) if value.dtype != dtypes.storage_dtype(dtype) else value
         if dtype == dtypes.I32 and value.dtype.kind in "iu" and value.size:
-            if value.min() < -2**31 or value.max() >= 2**31:
+            if value.min() < -(2**31) or value.max() >= 2**31:
                 raise ValueError(f"{name}: values do not fit int32")
         if raw.ndim == 0:
             raise ValueError(f"{name}: a tensor needs rank >= 1 (got a scalar)")
@@ -209,8 +216,9 @@ class TensorCodec:
             return region_tensor(value), ("view", original)
         raw = dtypes.storage_dtype(dtype)
         if value.dtype != raw:
-            raise ValueError(f"{name}: an output array of {dtype} must have dtype {raw}, "
-                             f"not {value.dtype}")
+            raise ValueError(
+                f"{name}: an output array of {dtype} must have dtype {raw}, not {value.dtype}"
+            )
         if not inline:
             ref = self._region_slice(name, value, dtype)
             if ref is not None:

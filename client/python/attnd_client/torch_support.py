@@ -10,6 +10,7 @@ The handle names the base of the caching allocator's block; _share_cuda_() also 
 storage's offset in that block (the region's offset) and its size (the region's byte_size).
 The client synchronises the tensor's device before each call (the API has no IPC event yet).
 """
+
 import itertools
 import os
 import threading
@@ -23,8 +24,13 @@ _counter = itertools.count()
 
 def attnd_dtype(torch_dtype):
     import torch
-    table = {torch.float32: dtypes.F32, torch.bfloat16: dtypes.BF16, torch.int32: dtypes.I32,
-             torch.uint8: dtypes.U8}
+
+    table = {
+        torch.float32: dtypes.F32,
+        torch.bfloat16: dtypes.BF16,
+        torch.int32: dtypes.I32,
+        torch.uint8: dtypes.U8,
+    }
     fp8 = getattr(torch, "float8_e4m3fn", None)
     if fp8 is not None:
         table[fp8] = dtypes.FP8_E4M3
@@ -37,6 +43,7 @@ def attnd_dtype(torch_dtype):
 def cpu_numpy(tensor):
     """(NumPy view sharing the tensor's memory, attnd dtype) of a CPU tensor."""
     import torch
+
     name = attnd_dtype(tensor.dtype)
     if name == dtypes.BF16:
         return tensor.detach().view(torch.int16).numpy().view(np.uint16), name
@@ -76,18 +83,26 @@ def cuda_ipc_handle(shared):
         if shared[1:2] == b"c":
             return shared[2:]
         if shared[1:2] == b"e":
-            raise ValueError("the tensor lives in an expandable segment, which has no CUDA IPC "
-                             "handle; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False")
-    raise ValueError(f"unrecognised torch CUDA IPC handle ({len(shared)} bytes, "
-                     f"starting {shared[:2].hex()})")
+            raise ValueError(
+                "the tensor lives in an expandable segment, which has no CUDA IPC "
+                "handle; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False"
+            )
+    raise ValueError(
+        f"unrecognised torch CUDA IPC handle ({len(shared)} bytes, starting {shared[:2].hex()})"
+    )
 
 
 def region_args(share, uuid, name):
     """RegisterDeviceRegion arguments of a storage from its _share_cuda_() tuple: the region is
     the storage's bytes [offset_bytes, offset_bytes + size_bytes) of the handle's block."""
     _, handle, size_bytes, offset_bytes = share_info(share)
-    return {"name": name, "raw_handle": cuda_ipc_handle(handle), "device_uuid": uuid,
-            "offset": offset_bytes, "byte_size": size_bytes}
+    return {
+        "name": name,
+        "raw_handle": cuda_ipc_handle(handle),
+        "device_uuid": uuid,
+        "offset": offset_bytes,
+        "byte_size": size_bytes,
+    }
 
 
 def tensor_slice(region, dtype, shape, strides, storage_offset, element_size):
@@ -96,6 +111,7 @@ def tensor_slice(region, dtype, shape, strides, storage_offset, element_size):
     dense. ValueError for a layout attnd cannot address (negative strides, non-contiguous last
     dimension)."""
     from .tensors import RegionRef
+
     shape, strides = tuple(int(d) for d in shape), tuple(int(s) for s in strides)
     dense, expect = True, 1
     for size, stride in zip(reversed(shape), reversed(strides)):
@@ -106,8 +122,9 @@ def tensor_slice(region, dtype, shape, strides, storage_offset, element_size):
             raise ValueError(f"tensor stride {stride} is negative")
     if shape and shape[-1] > 1 and strides[-1] != 1:
         raise ValueError("the tensor's last dimension must be contiguous")
-    return RegionRef(region, dtype, shape, storage_offset * element_size,
-                     None if dense else strides)
+    return RegionRef(
+        region, dtype, shape, storage_offset * element_size, None if dense else strides
+    )
 
 
 class DeviceRegionCache:
@@ -121,6 +138,7 @@ class DeviceRegionCache:
 
     def ref(self, tensor):
         import torch
+
         name_dtype = attnd_dtype(tensor.dtype)
         storage = tensor.untyped_storage()
         share = storage._share_cuda_()
@@ -136,8 +154,14 @@ class DeviceRegionCache:
                 entry = (name, storage)
                 self._by_key[key] = entry
         torch.cuda.synchronize(device)
-        return tensor_slice(entry[0], name_dtype, tensor.shape, tensor.stride(),
-                            tensor.storage_offset(), tensor.element_size())
+        return tensor_slice(
+            entry[0],
+            name_dtype,
+            tensor.shape,
+            tensor.stride(),
+            tensor.storage_offset(),
+            tensor.element_size(),
+        )
 
     def names(self):
         with self._lock:

@@ -22,8 +22,7 @@ inline int64_t GemmPackSize(int64_t k) { return k * kGemmNr; }
 inline int64_t GemmPackedBSize(int64_t n, int64_t k) {
   return (n + kGemmNr - 1) / kGemmNr * kGemmNr * k;
 }
-void GemmPackB(int64_t n, int64_t k, const float* b, int64_t ldb, bool b_transposed,
-               float* packed);
+void GemmPackB(int64_t n, int64_t k, const float* b, int64_t ldb, bool b_transposed, float* packed);
 
 // C[i*ldc + j] = (accumulate ? C : 0) + Σ_k A[i*lda + k] · B(k, j), where B(k, j) is
 // b[k*ldb + j] or, with b_transposed, b[j*ldb + k]. `pack` holds GemmPackSize(k) floats.

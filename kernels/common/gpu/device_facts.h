@@ -33,8 +33,8 @@ inline bool QueryDeviceFacts(int ordinal, DeviceFacts* f) {
              cudaSuccess &&
          cudaDeviceGetAttribute(&f->cc_minor, cudaDevAttrComputeCapabilityMinor, ordinal) ==
              cudaSuccess &&
-         cudaDeviceGetAttribute(&f->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                ordinal) == cudaSuccess &&
+         cudaDeviceGetAttribute(&f->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal) ==
+             cudaSuccess &&
          cudaDeviceGetAttribute(&f->l2_bytes, cudaDevAttrL2CacheSize, ordinal) == cudaSuccess;
 #else
   return hipDeviceGetAttribute(&f->sm_count, hipDeviceAttributeMultiprocessorCount, ordinal) ==

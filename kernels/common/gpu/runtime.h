@@ -17,8 +17,8 @@ inline absl::Status ToStatus(Error e, const char* call, const char* file, int li
 
 }  // namespace attnd::gpu
 
-#define GPU_RETURN_IF_ERROR(call)                                                     \
-  do {                                                                                \
+#define GPU_RETURN_IF_ERROR(call)                                                           \
+  do {                                                                                      \
     ::absl::Status gpu_status_ = ::attnd::gpu::ToStatus((call), #call, __FILE__, __LINE__); \
-    if (!gpu_status_.ok()) return gpu_status_;                                        \
+    if (!gpu_status_.ok()) return gpu_status_;                                              \
   } while (false)

@@ -116,61 +116,67 @@ struct Wgmma;
 // bf16 -> f32, scale-d from `accumulate`, imm-scale-a/b 1, imm-trans-a 0 (A K-major),
 // imm-trans-b kTransB. The asm operands: the N/2 accumulators %0.., then (kSmem) desc_a, desc_b,
 // accumulate, kTransB or (kRegs) a[0..3], desc_b, accumulate, kTransB.
-#define ATTND_WGMMA_D8(i)                                                                  \
+#define ATTND_WGMMA_D8(i)                                                                     \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
 #define ATTND_WGMMA_D32(i) \
   ATTND_WGMMA_D8(i), ATTND_WGMMA_D8(i + 8), ATTND_WGMMA_D8(i + 16), ATTND_WGMMA_D8(i + 24)
 #define ATTND_WGMMA_D64 ATTND_WGMMA_D32(0), ATTND_WGMMA_D32(32)
 #define ATTND_WGMMA_D128 ATTND_WGMMA_D64, ATTND_WGMMA_D32(64), ATTND_WGMMA_D32(96)
-#define ATTND_WGMMA_P32 \
+#define ATTND_WGMMA_P32                                                    \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define ATTND_WGMMA_P64 \
-  ATTND_WGMMA_P32 ", " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define ATTND_WGMMA_P128 \
-  ATTND_WGMMA_P64 ", " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define ATTND_WGMMA_P64                                                                  \
+  ATTND_WGMMA_P32                                                                        \
+      ", "                                                                               \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define ATTND_WGMMA_P128                                                                           \
+  ATTND_WGMMA_P64                                                                                  \
+      ", "                                                                                         \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "           \
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "           \
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "     \
+      "%111, "                                                                                     \
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, " \
+      "%127"
 // kN, accumulator count, their placeholders and operands, and the placeholders of the operands
 // after them ("%R" spelled as strings: the preprocessor cannot add).
-#define ATTND_WGMMA_SPECIALISATION(kN, kRegsN, P, D, R0, R1, R2, R3, R4, R5, R6)                \
-  template <>                                                                                    \
-  struct Wgmma<kN, WgmmaA::kSmem> {                                                              \
-    template <bool kTransB>                                                                      \
-    static __device__ __forceinline__ void Run(float (&d)[kRegsN], uint64_t desc_a,              \
-                                               uint64_t desc_b, bool accumulate) {               \
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" R2 ", 0;\n"                             \
-                   "wgmma.mma_async.sync.aligned.m64n" #kN "k16.f32.bf16.bf16 {" P "}, %" R0    \
-                   ", %" R1 ", p, 1, 1, 0, %" R3 ";\n}\n"                                         \
-                   : D                                                                           \
-                   : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)),                \
-                     "n"(kTransB ? 1 : 0));                                                      \
-    }                                                                                            \
-  };                                                                                             \
-  template <>                                                                                    \
-  struct Wgmma<kN, WgmmaA::kRegs> {                                                              \
-    template <bool kTransB>                                                                      \
-    static __device__ __forceinline__ void Run(float (&d)[kRegsN], const uint32_t (&a)[4],       \
-                                               uint64_t desc_b, bool accumulate) {               \
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" R5 ", 0;\n"                             \
-                   "wgmma.mma_async.sync.aligned.m64n" #kN "k16.f32.bf16.bf16 {" P "}, {%" R0   \
-                   ", %" R1 ", %" R2 ", %" R3 "}, %" R4 ", p, 1, 1, %" R6 ";\n}\n"                \
-                   : D                                                                           \
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),                    \
-                     "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0));                   \
-    }                                                                                            \
+#define ATTND_WGMMA_SPECIALISATION(kN, kRegsN, P, D, R0, R1, R2, R3, R4, R5, R6)              \
+  template <>                                                                                 \
+  struct Wgmma<kN, WgmmaA::kSmem> {                                                           \
+    template <bool kTransB>                                                                   \
+    static __device__ __forceinline__ void Run(float (&d)[kRegsN], uint64_t desc_a,           \
+                                               uint64_t desc_b, bool accumulate) {            \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" R2                                    \
+                   ", 0;\n"                                                                   \
+                   "wgmma.mma_async.sync.aligned.m64n" #kN "k16.f32.bf16.bf16 {" P "}, %" R0  \
+                   ", %" R1 ", p, 1, 1, 0, %" R3 ";\n}\n"                                     \
+                   : D                                                                        \
+                   : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)),             \
+                     "n"(kTransB ? 1 : 0));                                                   \
+    }                                                                                         \
+  };                                                                                          \
+  template <>                                                                                 \
+  struct Wgmma<kN, WgmmaA::kRegs> {                                                           \
+    template <bool kTransB>                                                                   \
+    static __device__ __forceinline__ void Run(float (&d)[kRegsN], const uint32_t (&a)[4],    \
+                                               uint64_t desc_b, bool accumulate) {            \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" R5                                    \
+                   ", 0;\n"                                                                   \
+                   "wgmma.mma_async.sync.aligned.m64n" #kN "k16.f32.bf16.bf16 {" P "}, {%" R0 \
+                   ", %" R1 ", %" R2 ", %" R3 "}, %" R4 ", p, 1, 1, %" R6 ";\n}\n"            \
+                   : D                                                                        \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),                 \
+                     "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0));                \
+    }                                                                                         \
   };
 ATTND_WGMMA_SPECIALISATION(64, 32, ATTND_WGMMA_P32, ATTND_WGMMA_D32(0), "32", "33", "34", "35",
                            "36", "37", "38")
-ATTND_WGMMA_SPECIALISATION(128, 64, ATTND_WGMMA_P64, ATTND_WGMMA_D64, "64", "65", "66", "67",
-                           "68", "69", "70")
-ATTND_WGMMA_SPECIALISATION(256, 128, ATTND_WGMMA_P128, ATTND_WGMMA_D128, "128", "129", "130",
-                           "131", "132", "133", "134")
+ATTND_WGMMA_SPECIALISATION(128, 64, ATTND_WGMMA_P64, ATTND_WGMMA_D64, "64", "65", "66", "67", "68",
+                           "69", "70")
+ATTND_WGMMA_SPECIALISATION(256, 128, ATTND_WGMMA_P128, ATTND_WGMMA_D128, "128", "129", "130", "131",
+                           "132", "133", "134")
 #undef ATTND_WGMMA_SPECIALISATION
 #undef ATTND_WGMMA_P128
 #undef ATTND_WGMMA_P64

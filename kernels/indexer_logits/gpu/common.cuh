@@ -15,9 +15,9 @@ inline constexpr float kNegInf = -__builtin_huge_valf();
 
 // The rows and columns one CTA owns.
 struct BlockWork {
-  int64_t group;  // request (paged) or 0 (prefill)
-  int64_t first;  // first row of the block within the group
-  int count;      // rows in the block, >= 1
+  int64_t group;   // request (paged) or 0 (prefill)
+  int64_t first;   // first row of the block within the group
+  int count;       // rows in the block, >= 1
   int64_t c0, c1;  // key chunk [c0, c1), c1 <= num_cols
 };
 
@@ -106,8 +106,8 @@ __device__ __forceinline__ bool LocateKey(const IndexerProblem& p, int64_t group
   if (page < 0 || page >= p.num_pages) return false;
   const uint8_t* base = p.cache + page * p.cache_stride;
   *row = base + slot * p.dim;
-  *scale = reinterpret_cast<const float*>(base + static_cast<int64_t>(p.block_size) * p.dim +
-                                          4 * slot);
+  *scale =
+      reinterpret_cast<const float*>(base + static_cast<int64_t>(p.block_size) * p.dim + 4 * slot);
   return true;
 }
 

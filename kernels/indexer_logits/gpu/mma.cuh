@@ -38,18 +38,18 @@ struct MmaLayout {
   static_assert(kColumns % kHeads == 0 && kColumns <= 256, "whole queries, <= 256 columns");
   static_assert(kStages >= 2, "at least double buffering");
   static constexpr int kQueries = kColumns / kHeads;
-  static constexpr int kGroups = kDim / 64;  // groups of four k-steps
-  static constexpr int kSteps = kDim / 16;   // k-steps of 16
+  static constexpr int kGroups = kDim / 64;     // groups of four k-steps
+  static constexpr int kSteps = kDim / 16;      // k-steps of 16
   static constexpr int kRowChunks = kDim / 16;  // 16-B chunks of an fp8 key row
   static constexpr int kTileBytes = kMmaTileKeys * kDim;
   // Byte offsets in dynamic shared memory.
-  static constexpr int kQ = 0;                                    // f16 [kColumns][kDim]
-  static constexpr int kK = kQ + kColumns * kDim * 2;             // fp8 [kStages][256][kDim]
-  static constexpr int kW = kK + kStages * kTileBytes;            // f32 [kColumns]
-  static constexpr int kScale = kW + kColumns * 4;                // f32 [kStages][256]
+  static constexpr int kQ = 0;                                     // f16 [kColumns][kDim]
+  static constexpr int kK = kQ + kColumns * kDim * 2;              // fp8 [kStages][256][kDim]
+  static constexpr int kW = kK + kStages * kTileBytes;             // f32 [kColumns]
+  static constexpr int kScale = kW + kColumns * 4;                 // f32 [kStages][256]
   static constexpr int kLo = kScale + kStages * kMmaTileKeys * 4;  // i64 [kQueries]
-  static constexpr int kHi = kLo + kQueries * 8;                  // i64 [kQueries]
-  static constexpr int kOk = kHi + kQueries * 8;                  // u8 [kStages][256]
+  static constexpr int kHi = kLo + kQueries * 8;                   // i64 [kQueries]
+  static constexpr int kOk = kHi + kQueries * 8;                   // u8 [kStages][256]
   static constexpr int kBytes = kOk + kStages * kMmaTileKeys;
 
   // Swizzled 16-B chunk positions (bank-conflict-free fragment loads, see the header comment).
@@ -144,8 +144,8 @@ __device__ __forceinline__ void ScoreKeyTile(const IndexerProblem& p, const Bloc
       const int row = warp * kMmaKeysPerWarp + 16 * mt + 8 * r + g;
 #pragma unroll
       for (int q = 0; q < L::kGroups; ++q) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(tile + row * kDim +
-                                                          16 * L::KeyChunk(row, t + 4 * q));
+        const uint4 raw =
+            *reinterpret_cast<const uint4*>(tile + row * kDim + 16 * L::KeyChunk(row, t + 4 * q));
         const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
@@ -159,7 +159,8 @@ __device__ __forceinline__ void ScoreKeyTile(const IndexerProblem& p, const Bloc
   // This lane stores key 8t + g of the warp's 32 (the quad transpose-sum's order).
   const int my_key = warp * kMmaKeysPerWarp + 8 * t + g;
   const int64_t n = start + my_key;
-  const float scale = reinterpret_cast<const float*>(smem + L::kScale)[stage * kMmaTileKeys + my_key];
+  const float scale =
+      reinterpret_cast<const float*>(smem + L::kScale)[stage * kMmaTileKeys + my_key];
   const bool key_ok = smem[L::kOk + stage * kMmaTileKeys + my_key] != 0;
   const int64_t* lo = reinterpret_cast<const int64_t*>(smem + L::kLo);
   const int64_t* hi = reinterpret_cast<const int64_t*>(smem + L::kHi);
@@ -209,8 +210,8 @@ __device__ __forceinline__ void ScoreKeyTile(const IndexerProblem& p, const Bloc
       }
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-        const float2 wh = *reinterpret_cast<const float2*>(weights + qi * kHeads + 16 * np +
-                                                           8 * nt + 2 * t);
+        const float2 wh =
+            *reinterpret_cast<const float2*>(weights + qi * kHeads + 16 * np + 8 * nt + 2 * t);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           part[2 * mt] += wh.x * fmaxf(acc[mt][nt][0], 0.0f) + wh.y * fmaxf(acc[mt][nt][1], 0.0f);
@@ -262,14 +263,14 @@ __global__ void __launch_bounds__(kMmaThreads, 1) IndexerMmaKernel(const Indexer
   for (int64_t tile = 0; tile < num_tiles; ++tile) {
     const int64_t ahead = tile + kStages - 1;  // its stage held tile - 1, finished last round
     if (ahead < num_tiles) {
-      LoadKeyTile<kHeads, kDim, kColumns, kStages, kPaged>(
-          p, w, ulo + ahead * kMmaTileKeys, uhi, static_cast<int>(ahead % kStages), smem);
+      LoadKeyTile<kHeads, kDim, kColumns, kStages, kPaged>(p, w, ulo + ahead * kMmaTileKeys, uhi,
+                                                           static_cast<int>(ahead % kStages), smem);
     }
     CpAsyncCommit();
     CpAsyncWait<kStages - 1>();
     __syncthreads();  // tile landed for every thread's copies; q block and flags visible
-    ScoreKeyTile<kHeads, kDim, kColumns, kStages, kPaged>(
-        p, w, ulo + tile * kMmaTileKeys, uhi, static_cast<int>(tile % kStages), smem);
+    ScoreKeyTile<kHeads, kDim, kColumns, kStages, kPaged>(p, w, ulo + tile * kMmaTileKeys, uhi,
+                                                          static_cast<int>(tile % kStages), smem);
     __syncthreads();  // stage free for the load issued next round
   }
 }

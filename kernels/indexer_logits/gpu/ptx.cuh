@@ -29,8 +29,8 @@ __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid
 
 // 4 bytes global → shared; zero fill when !valid (src must still be 4-B aligned).
 __device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SharedAddress(dst)),
-               "l"(src), "r"(valid ? 4 : 0)
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SharedAddress(dst)), "l"(src),
+               "r"(valid ? 4 : 0)
                : "memory");
 }
 
@@ -59,7 +59,8 @@ __device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t two_codes) {
 
 // acc += A · B for one m16n8k16 tile: A 16×16 f16 row-major fragment (a[4]), B 16×8 f16
 // column-major fragment (b0, b1), f32 accumulators (acc[4]); PTX ISA fragment layouts.
-__device__ __forceinline__ void MmaF16(float acc[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void MmaF16(float acc[4], const uint32_t a[4], uint32_t b0,
+                                       uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])

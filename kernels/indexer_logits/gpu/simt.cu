@@ -9,7 +9,7 @@ namespace attnd::kernels::indexer_logits::gpu_impl {
 namespace {
 
 constexpr int64_t kMaxGridCtas = int64_t{1} << 31;  // exclusive
-constexpr int kSimtCtasPerSm = 4;                     // for the key-chunk split
+constexpr int kSimtCtasPerSm = 4;                   // for the key-chunk split
 
 IndexerProblem SplitSimt(const Params& p) {
   IndexerProblem x = MakePrefillProblem(p);

@@ -33,9 +33,9 @@ struct SimtShared {
     } slab;
     float s[kSimtKeys][kSStride];  // relu(S)·w, [key][column]
   } u;
-  float w[kSimtColumns];                // weights of the block's columns
-  const uint8_t* key_row[kSimtKeys];    // the tile's key rows, null when masked or past the union
-  float scale[kSimtKeys];               // their scales (0 when masked)
+  float w[kSimtColumns];              // weights of the block's columns
+  const uint8_t* key_row[kSimtKeys];  // the tile's key rows, null when masked or past the union
+  float scale[kSimtKeys];             // their scales (0 when masked)
   int64_t lo[kSimtColumns], hi[kSimtColumns];  // row windows (<= 128 rows per block)
 };
 static_assert(sizeof(SimtShared) <= 48 * 1024, "SIMT shared memory must not need an opt-in");
@@ -43,7 +43,8 @@ static_assert(sizeof(SimtShared) <= 48 * 1024, "SIMT shared memory must not need
 // Four bytes at p (any alignment) as the f32 they encode (little-endian).
 __device__ __forceinline__ float LoadUnalignedF32(const uint8_t* p) {
   return gpu::BitsToFloat(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-                          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24));
+                          (static_cast<uint32_t>(p[2]) << 16) |
+                          (static_cast<uint32_t>(p[3]) << 24));
 }
 
 // One tile's keys: rows and scales of keys [t0, t0 + kSimtKeys), masked past `uhi`.
@@ -58,8 +59,8 @@ __device__ __forceinline__ void LocateTile(const IndexerProblem& p, const BlockW
   const bool valid = n < uhi && LocateKey<kPaged>(p, w.group, n, &row, &scale);
   s.key_row[i] = valid ? row : nullptr;
   // Paged scales sit at an offset of the caller's byte rows: no alignment is promised.
-  s.scale[i] = !valid ? 0.0f
-                      : (kPaged ? LoadUnalignedF32(reinterpret_cast<const uint8_t*>(scale)) : *scale);
+  s.scale[i] =
+      !valid ? 0.0f : (kPaged ? LoadUnalignedF32(reinterpret_cast<const uint8_t*>(scale)) : *scale);
 }
 
 // Slab [d0, d0 + kSimtSlab) of the query block and of the key tile, decoded to f32.

@@ -18,7 +18,7 @@ using indexer_logits::gpu_impl::kSimtThreads;
 using indexer_logits::gpu_impl::SimtShared;
 
 constexpr int64_t kMaxGridCtas = int64_t{1} << 31;  // exclusive
-constexpr int kSimtCtasPerSm = 4;                     // for the key-chunk split
+constexpr int kSimtCtasPerSm = 4;                   // for the key-chunk split
 
 bool Empty(const Params& p) { return p.q.dim(0) == 0 || p.logits.dim(1) == 0; }
 

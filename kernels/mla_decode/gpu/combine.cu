@@ -17,7 +17,7 @@ namespace attnd::kernels::mla_decode {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRowThreads = kDimV / 4;             // threads per row, 4 columns each
+constexpr int kRowThreads = kDimV / 4;  // threads per row, 4 columns each
 constexpr int kRowsPerBlock = kThreads / kRowThreads;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond this
 

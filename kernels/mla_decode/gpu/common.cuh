@@ -29,7 +29,7 @@ struct DecodeArgs {
   int64_t num_pages, page_size;
   const int32_t* block_table;  // i32 [B, max_pages]
   int64_t table_stride_b, table_stride_page;
-  int64_t capacity;  // max_pages · page_size, saturated at INT64_MAX: the clamp of a seqlen
+  int64_t capacity;        // max_pages · page_size, saturated at INT64_MAX: the clamp of a seqlen
   const int32_t* seqlens;  // i32 [B]
   int64_t seqlens_stride;
   uint16_t* out;  // bf16 [B, s_q, H, 512]
@@ -63,7 +63,7 @@ struct WorkItem {
 // blockIdx.x = ((b · splits) + split) · row_blocks + row_block: the row blocks of one split,
 // which read the same pages, are neighbours in launch order.
 __device__ __forceinline__ WorkItem DecodeWorkItem(const DecodeArgs& a, int64_t block,
-                                                  int tile_tokens) {
+                                                   int tile_tokens) {
   WorkItem w;
   const int32_t rb = static_cast<int32_t>(block % a.row_blocks);
   const int64_t bs = block / a.row_blocks;

@@ -36,11 +36,11 @@ struct MmaTile {
   static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
   static constexpr int kThreads = 256;
   static constexpr int kWarps = 8;
-  static constexpr int kRows = 16 * kMTiles;            // rows of S and O
-  static constexpr int kTile = 64;                      // positions per tile
-  static constexpr int kRowBytes = kDqk * 2;            // Q and cache rows in shared memory
-  static constexpr int kChunks = kDqk / 8;              // 16-B chunks per row
-  static constexpr int kKSteps = kDqk / 16;             // k16 steps of Q·Kᵀ
+  static constexpr int kRows = 16 * kMTiles;             // rows of S and O
+  static constexpr int kTile = 64;                       // positions per tile
+  static constexpr int kRowBytes = kDqk * 2;             // Q and cache rows in shared memory
+  static constexpr int kChunks = kDqk / 8;               // 16-B chunks per row
+  static constexpr int kKSteps = kDqk / 16;              // k16 steps of Q·Kᵀ
   static constexpr int kMGroups = kMTiles == 1 ? 1 : 2;  // Q·Kᵀ warp grid
   static constexpr int kNGroups = kWarps / kMGroups;
   static constexpr int kWarpMTiles = kMTiles / kMGroups;
@@ -275,8 +275,7 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
     __syncthreads();  // P complete (Q·Kᵀ of every warp finished before the rope chunks changed)
 
     // O[:, 64·warp ..] += P·V, V = the tile's first 512 columns.
-    const uint32_t p_hi_s =
-        T::kPInRope ? kv_stage + 64 * 16 : SmemAddr(smem + T::kPHiOffset);
+    const uint32_t p_hi_s = T::kPInRope ? kv_stage + 64 * 16 : SmemAddr(smem + T::kPHiOffset);
 #pragma unroll 1
     for (int kk = 0; kk < T::kTile / 16; ++kk) {
       uint32_t bv[T::kOTiles][2];

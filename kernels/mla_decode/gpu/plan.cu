@@ -133,8 +133,7 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   if (shape.kernel == nullptr) return Refuse(why, "no kernel instance for this shape");
   if (shape.smem_bytes > d.smem_optin) {
     return Refuse(why, "needs " + Str(shape.smem_bytes) +
-                           " bytes of shared memory per block, device allows " +
-                           Str(d.smem_optin));
+                           " bytes of shared memory per block, device allows " + Str(d.smem_optin));
   }
   if (shape.blocks_per_sm < 1) return Refuse(why, "the kernel cannot be resident on this device");
   // With splits > 1 there are fewer than SMs x resident CTAs items, so B · row blocks bounds

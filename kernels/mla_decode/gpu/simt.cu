@@ -42,7 +42,7 @@ struct SimtTile {
   static constexpr int kQBytes = kRows * kPitch * 2;  // bf16 [kRows][kPitch]
   static constexpr int kKBytes = kTile * kPitch * 2;  // bf16 [kTile][kPitch]
   static constexpr int kPBytes = kTile * kPStride * 4;
-  static constexpr int kOffBytes = kTile * 8;                  // i64 per position
+  static constexpr int kOffBytes = kTile * 8;                   // i64 per position
   static constexpr int kStatBytes = kTile * 4 + 3 * kRows * 4;  // position, alpha, m, l
   static constexpr int kSmemBytes = kQBytes + kKBytes + kPBytes + kOffBytes + kStatBytes;
   static_assert((kPitch * 2 / 16) % 2 == 1, "odd row pitch in 16-B units");
@@ -77,8 +77,8 @@ __device__ __forceinline__ float RowSum(float v) {
 template <int kDqk, bool kVec>
 __device__ __forceinline__ void CopyRowPiece(uint16_t* dst, const uint16_t* src, int piece) {
   if constexpr (kVec) {
-    const uint4 v = src != nullptr ? *reinterpret_cast<const uint4*>(src + 8 * piece)
-                                   : make_uint4(0, 0, 0, 0);
+    const uint4 v =
+        src != nullptr ? *reinterpret_cast<const uint4*>(src + 8 * piece) : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4*>(dst + 8 * piece) = v;
   } else {
     dst[piece] = src != nullptr ? src[piece] : uint16_t{0};
@@ -94,12 +94,12 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);                  // [kRows][kPitch]
   uint16_t* k_s = reinterpret_cast<uint16_t*>(smem + Tile::kQBytes);  // [kTile][kPitch]
   float* p_s = reinterpret_cast<float*>(smem + Tile::kQBytes + Tile::kKBytes);
-  int64_t* off_s = reinterpret_cast<int64_t*>(smem + Tile::kQBytes + Tile::kKBytes +
-                                              Tile::kPBytes);  // [kTile]
-  int32_t* pos_s = reinterpret_cast<int32_t*>(off_s + kTile);  // [kTile]
-  float* alpha_s = reinterpret_cast<float*>(pos_s + kTile);    // [kRows]
-  float* m_s = alpha_s + kRows;                                // [kRows]
-  float* l_s = m_s + kRows;                                    // [kRows]
+  int64_t* off_s =
+      reinterpret_cast<int64_t*>(smem + Tile::kQBytes + Tile::kKBytes + Tile::kPBytes);  // [kTile]
+  int32_t* pos_s = reinterpret_cast<int32_t*>(off_s + kTile);                            // [kTile]
+  float* alpha_s = reinterpret_cast<float*>(pos_s + kTile);                              // [kRows]
+  float* m_s = alpha_s + kRows;                                                          // [kRows]
+  float* l_s = m_s + kRows;                                                              // [kRows]
 
   const int tid = threadIdx.x;
   const WorkItem w = DecodeWorkItem(a, blockIdx.x, kTile);
@@ -158,8 +158,7 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
       }
       const int32_t pos = pos_s[sj];
       p_s[sj * kPStride + 2 * si] = pos >= 0 && pos < limit[0] ? d0 * a.scale_log2 : -INFINITY;
-      p_s[sj * kPStride + 2 * si + 1] =
-          pos >= 0 && pos < limit[1] ? d1 * a.scale_log2 : -INFINITY;
+      p_s[sj * kPStride + 2 * si + 1] = pos >= 0 && pos < limit[1] ? d1 * a.scale_log2 : -INFINITY;
     }
     __syncthreads();  // scores complete
 

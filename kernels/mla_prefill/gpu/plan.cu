@@ -101,9 +101,8 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
 #else
     return Refuse(why, "the mma.sync kernel is CUDA-only");
 #endif
-    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &p.q},
-                                  {"k", &p.k},
-                                  {"v", &p.v}}) {
+    for (const auto& [name, t] :
+         {std::pair<const char*, const Tensor*>{"q", &p.q}, {"k", &p.k}, {"v", &p.v}}) {
       if (!Aligned(t->data, 16) || !StridesMultipleOf(*t, 8)) {
         return Refuse(why, std::string(name) +
                                ": needs 16-byte alignment (base and leading strides multiples "
@@ -116,19 +115,18 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   }
   const KernelShape shape = ShapeOf(kernel, p);
   if (shape.kernel == nullptr) {
-    return Refuse(why, "no kernel instance for d_qk " + Str(p.q.dim(2)) + ", d_v " +
-                           Str(p.v.dim(2)));
+    return Refuse(why,
+                  "no kernel instance for d_qk " + Str(p.q.dim(2)) + ", d_v " + Str(p.v.dim(2)));
   }
   if (shape.smem_bytes > d.smem_optin) {
     return Refuse(why, "needs " + Str(shape.smem_bytes) +
-                           " bytes of shared memory per block, device allows " +
-                           Str(d.smem_optin));
+                           " bytes of shared memory per block, device allows " + Str(d.smem_optin));
   }
   if (shape.blocks_per_sm < 1) return Refuse(why, "the kernel cannot be resident on this device");
   const int64_t slots = SlotsPerHead(p, shape.block_m);
   if (slots > kInt32Limit / p.q.dim(1)) {
-    return Refuse(why, "(query tiles + B) x H is " + Str(slots) + " x " + Str(p.q.dim(1)) +
-                           ", want < 2^31");
+    return Refuse(
+        why, "(query tiles + B) x H is " + Str(slots) + " x " + Str(p.q.dim(1)) + ", want < 2^31");
   }
   return true;
 }
@@ -152,8 +150,8 @@ gpu::Error LaunchPrefill(const Params& p, const KernelShape& shape, void* worksp
   return cudaLaunchKernel(shape.kernel, dim3(static_cast<unsigned>(grid)), dim3(shape.threads),
                           args, shape.smem_bytes, stream);
 #else
-  return hipLaunchKernel(shape.kernel, dim3(static_cast<unsigned>(grid)), dim3(shape.threads),
-                         args, shape.smem_bytes, stream);
+  return hipLaunchKernel(shape.kernel, dim3(static_cast<unsigned>(grid)), dim3(shape.threads), args,
+                         shape.smem_bytes, stream);
 #endif
 }
 

@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(kThreads) PrefillScheduleKernel(const PrefillA
 
 gpu::Error LaunchPrefillSchedule(const PrefillArgs& a, gpu::Stream stream) {
   const int64_t fill_blocks = std::min<int64_t>(a.total_q * a.heads, kMaxFillBlocks);
-  PrefillScheduleKernel<<<static_cast<unsigned>(1 + std::max<int64_t>(fill_blocks, 1)), kThreads,
-                          0, stream>>>(a);
+  PrefillScheduleKernel<<<static_cast<unsigned>(1 + std::max<int64_t>(fill_blocks, 1)), kThreads, 0,
+                          stream>>>(a);
   return gpu::GetLastError();
 }
 

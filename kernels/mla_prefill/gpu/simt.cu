@@ -92,9 +92,9 @@ template <bool kVec>
 __global__ void __launch_bounds__(kThreads) MlaPrefillSimtKernel(const PrefillArgs a) {
   const int pq = Pitch(a.d_qk), pv = Pitch(a.d_v);
   extern __shared__ uint4 smem_raw[];
-  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_raw);  // [kRows][pq]
-  uint16_t* k_s = q_s + kRows * pq;                        // [kTile][pq]
-  uint16_t* v_s = k_s + kTile * pq;                        // [kTile][pv]
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_raw);    // [kRows][pq]
+  uint16_t* k_s = q_s + kRows * pq;                         // [kTile][pq]
+  uint16_t* v_s = k_s + kTile * pq;                         // [kTile][pv]
   float* p_s = reinterpret_cast<float*>(v_s + kTile * pv);  // [kTile][kPStride]
   float* alpha_s = p_s + kTile * kPStride;                  // [kRows]
   float* m_s = alpha_s + kRows;
@@ -244,8 +244,8 @@ KernelShape Shape(const Params& p) {
 }  // namespace
 
 KernelShape SimtShape(const Params& p) {
-  const bool vec = p.q.dim(2) % 8 == 0 && p.v.dim(2) % 8 == 0 && Aligned16(p.q) &&
-                   Aligned16(p.k) && Aligned16(p.v);
+  const bool vec = p.q.dim(2) % 8 == 0 && p.v.dim(2) % 8 == 0 && Aligned16(p.q) && Aligned16(p.k) &&
+                   Aligned16(p.v);
   return vec ? Shape<true>(p) : Shape<false>(p);
 }
 

@@ -16,7 +16,7 @@ namespace {
 constexpr int kCombineThreads = kDimV / 4;
 
 __global__ void __launch_bounds__(kCombineThreads) SparseMlaCombineKernel(const KernelArgs a) {
-  if (GateClosed(a)) return;  // its kernel was not chosen for this call (common.cuh)
+  if (GateClosed(a)) return;       // its kernel was not chosen for this call (common.cuh)
   const int64_t row = blockIdx.x;  // t·H + h
   const int64_t t = row / a.heads, h = row % a.heads;
   const int col = 4 * threadIdx.x;

@@ -15,8 +15,8 @@
 namespace attnd::kernels::sparse_mla {
 
 enum class GpuKernel {
-  kSimt,  // portable CUDA/HIP: one token x 16 heads per CTA, 32-row KV chunks, f32 FMA
-  kMma,   // CUDA sm_80+: one token x up to 64 heads per CTA, 64-row KV tiles, bf16 mma.sync
+  kSimt,     // portable CUDA/HIP: one token x 16 heads per CTA, 32-row KV chunks, f32 FMA
+  kMma,      // CUDA sm_80+: one token x up to 64 heads per CTA, 64-row KV tiles, bf16 mma.sync
   kMmaLowH,  // CUDA sm_80+, H <= 32: 64 / H tokens per CTA stacked into 64 rows, their
              // selections gathered once as a union (mma_lowh.cuh), bf16 mma.sync
   kWgmma,    // CUDA sm_90a, H % 64 == 0, either KV format: one token x 64 heads per CTA, three
@@ -55,12 +55,10 @@ gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace, gpu
 #if defined(ATTND_GPU_CUDA)
 gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace, gpu::Stream stream,
                               const int32_t* gate = nullptr, int32_t gate_open = 0);
-gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace,
-                                  gpu::Stream stream, const int32_t* gate = nullptr,
-                                  int32_t gate_open = 0);
+gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace, gpu::Stream stream,
+                                  const int32_t* gate = nullptr, int32_t gate_open = 0);
 // kWgmma: splits from GpuSplits' heuristic (one CTA per SM).
-gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace,
-                                gpu::Stream stream);
+gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace, gpu::Stream stream);
 
 // cuda_mma_auto (mma_auto.cu), H <= 32 with a bf16 cache: kMmaLowH where the 64 / H
 // neighbouring tokens it stacks share most of their rows, else kMma, decided on the device. A

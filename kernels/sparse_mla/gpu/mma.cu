@@ -53,7 +53,7 @@ gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace, gpu:
   KernelArgs a = MakeKernelArgs(p, splits, workspace);
   a.gate = gate;
   a.gate_open = gate_open;
-  const gpu::Error e = p.kv_is_fp8()        ? LaunchFor<576, true>(a, stream)
+  const gpu::Error e = p.kv_is_fp8()       ? LaunchFor<576, true>(a, stream)
                        : p.q.dim(2) == 576 ? LaunchFor<576>(a, stream)
                                            : LaunchFor<512>(a, stream);
   if (e != gpu::kSuccess || splits == 1) return e;

@@ -108,8 +108,8 @@ __device__ __forceinline__ void ScaleORows(float (&o_m)[kOTiles][4], float a0, f
 // The B fragments of P·V for k16 step ks (KV rows 16·ks .. + 15) and this warp's kOTiles n8
 // tiles of V columns (64·warp ..): ldmatrix x4 trans, two n8 tiles per load.
 template <int kOTiles, int kKvRowBytes>
-__device__ __forceinline__ void LoadVFragments(uint32_t (&v)[kOTiles][2], uint32_t kv_tile,
-                                               int ks, int warp, int lane) {
+__device__ __forceinline__ void LoadVFragments(uint32_t (&v)[kOTiles][2], uint32_t kv_tile, int ks,
+                                               int warp, int lane) {
   using namespace ::attnd::gpu::ptx;
 #pragma unroll
   for (int np = 0; np < kOTiles / 2; ++np) {
@@ -212,8 +212,8 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
 #pragma unroll
       for (int i = 0; i < Tile::kFp8Loads; ++i) fp8_codes[i] = make_uint4(0, 0, 0, 0);
       if (row >= 0) {
-        const uint4* src = reinterpret_cast<const uint4*>(
-            a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride);
+        const uint4* src =
+            reinterpret_cast<const uint4*>(a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride);
 #pragma unroll
         for (int i = 0; i < Tile::kFp8Loads; ++i) {
           fp8_codes[i] = __ldg(src + g_sub + Tile::kGatherThreads * i);
@@ -230,9 +230,8 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
 #pragma unroll
         for (int i = 0; i < Tile::kFp8RopeLoads; ++i) {
           const int r = g_sub + Tile::kGatherThreads * i;
-          *reinterpret_cast<uint4*>(
-              base + Swizzle(g_row, kFp8CodeChunks * 2 + r, Tile::kKvRowBytes)) =
-              make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(base + Swizzle(g_row, kFp8CodeChunks * 2 + r,
+                                                   Tile::kKvRowBytes)) = make_uint4(0, 0, 0, 0);
         }
       }
     } else if (row >= 0) {
@@ -318,7 +317,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
 #pragma unroll 4
       for (int ks = 0; ks < 32; ks += 2) {
         QkTwoSteps<Tile::kGroupTiles, Tile::kQRowBytes, Tile::kKvRowBytes>(s, q_s, kv_tile, mt,
-                                                                          tok0, ks, lane);
+                                                                           tok0, ks, lane);
       }
 #pragma unroll
       for (int rs = 0; rs < Tile::kRopeSteps; rs += 2) {
@@ -480,7 +479,7 @@ KernelShape MmaInstanceShape() {
   EXTERN template gpu::Error LaunchMmaInstance<M, D>(const KernelArgs&, gpu::Stream); \
   EXTERN template KernelShape MmaInstanceShape<M, D>();
 // The FP8-cache instances (d_qk 576).
-#define ATTND_SPARSE_MLA_MMA_FP8_INSTANCE(EXTERN, M)                                         \
+#define ATTND_SPARSE_MLA_MMA_FP8_INSTANCE(EXTERN, M)                                          \
   EXTERN template gpu::Error LaunchMmaInstance<M, 576, true>(const KernelArgs&, gpu::Stream); \
   EXTERN template KernelShape MmaInstanceShape<M, 576, true>();
 

@@ -41,8 +41,8 @@ namespace {
 
 constexpr int kWarpsPerBlock = 2;  // two warps hash one sampled block
 constexpr int kEstimateThreads = 32 * kWarpsPerBlock * kAutoBlocksPerGroup;
-constexpr int kMaxGroupTokens = 8;                       // 64 / 8 head slots
-constexpr int kMaxEntries = kMaxGroupTokens * 64;        // a block: tokens x kBlockN slots
+constexpr int kMaxGroupTokens = 8;                            // 64 / 8 head slots
+constexpr int kMaxEntries = kMaxGroupTokens * 64;             // a block: tokens x kBlockN slots
 constexpr int kRounds = kMaxEntries / (32 * kWarpsPerBlock);  // entries per lane
 constexpr int kHashBits = 10;
 constexpr int kHashSlots = 1 << kHashBits;  // load factor <= 1/2
@@ -63,8 +63,9 @@ int64_t Align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 // open-addressing hash in shared memory). The sums go to the header by atomics (zeroed by the
 // launcher's memset); the last CTA to arrive writes the totals and the choice. A CTA per group
 // spreads the shared atomics over SMs (one SM took ~100 µs for 32 groups x 4 blocks x 512).
-__global__ void __launch_bounds__(kEstimateThreads) SparseMlaAutoEstimateKernel(
-    const KernelArgs a, int tokens, int block_n, MmaAutoHeader* header) {
+__global__ void __launch_bounds__(kEstimateThreads)
+    SparseMlaAutoEstimateKernel(const KernelArgs a, int tokens, int block_n,
+                                MmaAutoHeader* header) {
   __shared__ int32_t hash_s[kAutoBlocksPerGroup][kHashSlots];
   __shared__ const int32_t* slots_s[kMaxGroupTokens];
   __shared__ int64_t len_s[kMaxGroupTokens];
@@ -149,9 +150,8 @@ __global__ void __launch_bounds__(kEstimateThreads) SparseMlaAutoEstimateKernel(
     }
     atomicAdd(&header->valid_entries, v);
     const uint64_t mine = w | (u << kUnionShift) | (uint64_t{1} << kArrivedShift);
-    const uint64_t total =
-        mine + atomicAdd(reinterpret_cast<unsigned long long*>(&header->sums),
-                         static_cast<unsigned long long>(mine));
+    const uint64_t total = mine + atomicAdd(reinterpret_cast<unsigned long long*>(&header->sums),
+                                            static_cast<unsigned long long>(mine));
     if ((total >> kArrivedShift) == gridDim.x) {  // the last CTA: the totals are final
       const int64_t un = static_cast<int64_t>((total >> kUnionShift) & kFieldMask);
       const int64_t wa = static_cast<int64_t>(total & kFieldMask);
@@ -226,8 +226,7 @@ gpu::Error LaunchSparseMlaMmaAuto(const Params& p, void* workspace, int64_t byte
   const int64_t left = (bytes - kHeader) / 16 * 16;
   const int mma_splits = SplitsThatFit(p, GpuSplits(p, GpuKernel::kMma), left);
   const int64_t mma_bytes = Align16(SplitWorkspaceBytes(p, mma_splits));  // <= left
-  const int lowh_splits =
-      SplitsThatFit(p, GpuSplits(p, GpuKernel::kMmaLowH), left - mma_bytes);
+  const int lowh_splits = SplitsThatFit(p, GpuSplits(p, GpuKernel::kMmaLowH), left - mma_bytes);
   gpu::Error e = LaunchEstimate(p, header, stream);
   if (e != gpu::kSuccess) return e;
   e = LaunchSparseMlaMmaLowh(p, lowh_splits, mma_ws + mma_bytes, stream, &header->choice,

@@ -87,8 +87,8 @@ int MmaLowhSplits(const Params& p) {
   return SplitsForItems(p, (p.q.dim(0) + per_cta - 1) / per_cta, slots);
 }
 
-gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace,
-                                  gpu::Stream stream, const int32_t* gate, int32_t gate_open) {
+gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace, gpu::Stream stream,
+                                  const int32_t* gate, int32_t gate_open) {
   if (p.q.dim(0) == 0) return gpu::kSuccess;
   KernelArgs a = MakeKernelArgs(p, splits, workspace);
   a.gate = gate;

@@ -55,9 +55,9 @@ struct LowhTile {
   static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
   static constexpr int kThreads = 256;
   static constexpr int kWarps = 8;
-  static constexpr int kRows = 64;             // stacked (token, head) rows of S and O
-  static constexpr int kMTiles = kRows / 16;   // m16 tiles
-  static constexpr int kTokens = kRows / kHs;  // query tokens per CTA (G)
+  static constexpr int kRows = 64;                       // stacked (token, head) rows of S and O
+  static constexpr int kMTiles = kRows / 16;             // m16 tiles
+  static constexpr int kTokens = kRows / kHs;            // query tokens per CTA (G)
   static constexpr int kBlockN = kDqk == 512 ? 64 : 48;  // slots per token per block; tile rows
   static constexpr int kHalfN = kBlockN / 2;             // columns per QK warp
   static constexpr int kNt = kHalfN / 8;                 // n8 tiles per QK warp
@@ -75,7 +75,7 @@ struct LowhTile {
   static constexpr int kInfoInts = 1 + kTokens;  // tile count, then a token mask per union tile
   // Dedupe hash table: row -> smallest entry index holding it; load factor <= 1/2.
   static constexpr int kHashSlots = 2 * kEntries <= 256 ? 256 : 2 * kEntries <= 512 ? 512 : 1024;
-  static constexpr int kMaxParts = 6;            // QK partials: (m slot, half, part > 0)
+  static constexpr int kMaxParts = 6;  // QK partials: (m slot, half, part > 0)
   // Shared memory (bytes): Q | KV stage 0 | KV stage 1 | P hi | P lo (scratch between uses) |
   // union rows [2][kEntries] | multiplicities u8 [2][kTokens][kEntries] | tile info [2] |
   // statistics f32 (m, l, alpha, max [2], sum [2]) per row | token ranges | warp counts.
@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
 #pragma unroll 2
       for (int ks = ks0; ks < ks0 + per; ks += 2) {
         QkTwoSteps<Tile::kNt, Tile::kQRowBytes, Tile::kKvRowBytes>(s, q_s, kv_tile, mt, n0, ks,
-                                                                  lane);
+                                                                   lane);
       }
       if (Tile::kRopeSteps > 0 && kp == 0) {
 #pragma unroll
@@ -363,11 +363,11 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
               const int64_t t = t0 + r / kHs;
               const int h = r % kHs;
               const int col = 512 + 16 * (rs + j) + cq + 8 * (i >> 1);
-              qr[j][i] = (t < a.tokens && h < a.heads)
-                             ? *reinterpret_cast<const uint32_t*>(
-                                   a.q + t * a.q_stride_t + static_cast<int64_t>(h) * a.q_stride_h +
-                                   col)
-                             : 0u;
+              qr[j][i] =
+                  (t < a.tokens && h < a.heads)
+                      ? *reinterpret_cast<const uint32_t*>(
+                            a.q + t * a.q_stride_t + static_cast<int64_t>(h) * a.q_stride_h + col)
+                      : 0u;
             }
           }
 #pragma unroll
@@ -588,13 +588,12 @@ KernelShape LowhInstanceShape() {
   KernelShape s;
   s.heads_per_cta = kHs;
   s.smem_bytes = Tile::kSmemBytes;
-  s.ctas_per_sm =
-      gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaLowhKernel<kHs, kDqk>),
-                       Tile::kThreads, Tile::kSmemBytes);
+  s.ctas_per_sm = gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaLowhKernel<kHs, kDqk>),
+                                   Tile::kThreads, Tile::kSmemBytes);
   return s;
 }
 
-#define ATTND_SPARSE_MLA_LOWH_INSTANCE(EXTERN, HS, D)                                  \
+#define ATTND_SPARSE_MLA_LOWH_INSTANCE(EXTERN, HS, D)                                   \
   EXTERN template gpu::Error LaunchLowhInstance<HS, D>(const KernelArgs&, gpu::Stream); \
   EXTERN template KernelShape LowhInstanceShape<HS, D>();
 

@@ -86,8 +86,9 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   }
   if (p.kv_is_fp8()) {
     if (p.kv.dim(0) > 0 && (!Aligned(p.kv.data, 16) || !StridesMultipleOf(p.kv, 16))) {
-      return Refuse(why, "kv: FP8 cache rows need 16-byte alignment (base and row stride "
-                         "multiples of 16 bytes)");
+      return Refuse(why,
+                    "kv: FP8 cache rows need 16-byte alignment (base and row stride "
+                    "multiples of 16 bytes)");
     }
   } else if (p.kv.dim(0) > 0 && (!Aligned(p.kv.data, 16) || !StridesMultipleOf(p.kv, 8))) {
     return Refuse(why, "kv: needs 16-byte alignment (base and row stride multiples of 8)");
@@ -160,7 +161,7 @@ int GpuSplits(const Params& p, GpuKernel kernel) {
   const KernelShape shape = kernel == GpuKernel::kSimt ? SimtShape(p)
 #if defined(ATTND_GPU_CUDA)
                             : kernel == GpuKernel::kWgmma ? WgmmaShape(p)
-                                                       : MmaShape(p);
+                                                          : MmaShape(p);
 #else
                                                        : KernelShape{};
 #endif

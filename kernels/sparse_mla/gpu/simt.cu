@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
       for (int i = 0; i < kCurLoads; ++i) cur[i] = make_uint4(0, 0, 0, 0);
       if (row < 0) return;
       if constexpr (kFp8) {
-        const uint4* src = reinterpret_cast<const uint4*>(
-            a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride);
+        const uint4* src =
+            reinterpret_cast<const uint4*>(a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride);
 #pragma unroll
         for (int i = 0; i < Tile::kFp8Loads; ++i) cur[i] = src[g_sub + kRowThreads * i];
         cur[Tile::kFp8Loads] = src[kFp8ScaleChunk];
@@ -273,8 +273,8 @@ KernelShape SimtShape(const Params& p) {
   const bool d576 = p.q.dim(2) == 576;
   s.smem_bytes = d576 ? SimtTile<576>::kSmemBytes : SimtTile<512>::kSmemBytes;
   const void* fn = p.kv_is_fp8() ? SimtKernel<576, true>()
-                   : d576         ? SimtKernel<576>()
-                                  : SimtKernel<512>();
+                   : d576        ? SimtKernel<576>()
+                                 : SimtKernel<512>();
   s.ctas_per_sm = gpu::BlocksPerSm(fn, kThreads, s.smem_bytes);
   return s;
 }
@@ -283,7 +283,7 @@ gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace, gpu
   if (p.q.dim(0) == 0) return gpu::kSuccess;
   const KernelArgs a = MakeKernelArgs(p, splits, workspace);
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  const gpu::Error e = p.kv_is_fp8()        ? LaunchSimt<576, true>(a, groups, stream)
+  const gpu::Error e = p.kv_is_fp8()       ? LaunchSimt<576, true>(a, groups, stream)
                        : p.q.dim(2) == 576 ? LaunchSimt<576>(a, groups, stream)
                                            : LaunchSimt<512>(a, groups, stream);
   if (e != gpu::kSuccess || splits == 1) return e;

@@ -46,18 +46,16 @@ bool WgmmaSupports(const Params& p, std::string* why) {
   const KernelShape shape = WgmmaShape(p);
   if (shape.smem_bytes > d.smem_optin) {
     return refuse("needs " + std::to_string(shape.smem_bytes) +
-                  " bytes of shared memory per block, device has " +
-                  std::to_string(d.smem_optin));
+                  " bytes of shared memory per block, device has " + std::to_string(d.smem_optin));
   }
   if (shape.ctas_per_sm < 1) return refuse("the kernel cannot be resident on this device");
   return true;
 }
 
-gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace,
-                                gpu::Stream stream) {
+gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace, gpu::Stream stream) {
   if (p.q.dim(0) == 0) return gpu::kSuccess;
   const KernelArgs a = MakeKernelArgs(p, splits, workspace);
-  const gpu::Error e = p.kv_is_fp8()        ? LaunchWgmmaInstance<576, true, true>(a, stream)
+  const gpu::Error e = p.kv_is_fp8()       ? LaunchWgmmaInstance<576, true, true>(a, stream)
                        : p.q.dim(2) == 576 ? LaunchWgmmaInstance<576>(a, stream)
                                            : LaunchWgmmaInstance<512>(a, stream);
   if (e != gpu::kSuccess || splits == 1) return e;

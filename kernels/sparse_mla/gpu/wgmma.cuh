@@ -47,9 +47,9 @@ namespace attnd::kernels::sparse_mla {
 template <int kDqk>
 struct WgmmaTile {
   static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
-  static constexpr int kThreads = 384;  // WG0 softmax + left P·V, WG1 right P·V, WG2 producer
-  static constexpr int kHeads = 64;     // rows of S and O: one wgmma M
-  static constexpr int kBlockN = 64;    // KV rows per stage
+  static constexpr int kThreads = 384;      // WG0 softmax + left P·V, WG1 right P·V, WG2 producer
+  static constexpr int kHeads = 64;         // rows of S and O: one wgmma M
+  static constexpr int kBlockN = 64;        // KV rows per stage
   static constexpr int kSlabs = kDqk / 64;  // 64-column slabs of Q and K
   static constexpr uint32_t kSlabBytes = 64 * 128;
   static constexpr uint32_t kStageBytes = kSlabs * kSlabBytes;
@@ -88,8 +88,7 @@ struct WgmmaTile {
   }
   static constexpr int kLaunchRegs = 168;  // 65536 / 384, rounded down to a multiple of 8
   static_assert(kProducerRegs + kSoftmaxRegs + kPvRegs <= 3 * kLaunchRegs, "register budget");
-  static_assert(kProducerRegsFp8 + kSoftmaxRegs + kPvRegsFp8 <= 3 * kLaunchRegs,
-                "register budget");
+  static_assert(kProducerRegsFp8 + kSoftmaxRegs + kPvRegsFp8 <= 3 * kLaunchRegs, "register budget");
   static_assert(kProducerRegs <= kLaunchRegs && kProducerRegsFp8 <= kLaunchRegs &&
                     kSoftmaxRegs >= kLaunchRegs && kPvRegs >= kLaunchRegs &&
                     kPvRegsFp8 <= kLaunchRegs,
@@ -161,8 +160,8 @@ __device__ __forceinline__ bool Bf16ScaleFastPath(uint32_t u) {
 // (code·2^-120)·(scale·2^120) (the exponent field raised by 120), the same real number as
 // code·scale, rounded once. fp8_kv.cuh's DequantFp8x16 rounds code·scale to f32 and then to
 // bf16, but a 4-bit times an 8-bit significand is exact in f32: bit for bit the same result.
-__device__ __forceinline__ void DequantFp8x16Int(const uint4& codes, uint32_t scale_bits,
-                                                 uint4* lo, uint4* hi) {
+__device__ __forceinline__ void DequantFp8x16Int(const uint4& codes, uint32_t scale_bits, uint4* lo,
+                                                 uint4* hi) {
   const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
   const uint32_t scale2 = __byte_perm(scale_bits + (120u << 23), 0u, 0x3232u);
   uint32_t r[8];
@@ -347,8 +346,7 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
             }
             uint8_t* dst = smem + stage_off + slab_off;
             *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first)) = swap ? hi : lo;
-            *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first ^ 1u)) =
-                swap ? lo : hi;
+            *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first ^ 1u)) = swap ? lo : hi;
           }
         }
         CpAsyncArriveNoinc(full_bar + 8 * stage);  // the rope copies
@@ -378,8 +376,7 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
         for (int i = 0; i < 4; ++i) {
           const uint32_t off = stage_off + SwizzledOffset(rows[i], chunk);
           if (kv_rows[i] >= 0) {
-            const uint16_t* src =
-                a.kv + static_cast<int64_t>(kv_rows[i]) * a.kv_stride + chunk * 8;
+            const uint16_t* src = a.kv + static_cast<int64_t>(kv_rows[i]) * a.kv_stride + chunk * 8;
 #pragma unroll
             for (int s = 0; s < Tile::kSlabs; ++s) {
               CpAsync16(base + off + s * Tile::kSlabBytes, src + s * 64, 16);
@@ -387,8 +384,7 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
           } else {
 #pragma unroll
             for (int s = 0; s < Tile::kSlabs; ++s) {
-              *reinterpret_cast<uint4*>(smem + off + s * Tile::kSlabBytes) =
-                  make_uint4(0, 0, 0, 0);
+              *reinterpret_cast<uint4*>(smem + off + s * Tile::kSlabBytes) = make_uint4(0, 0, 0, 0);
             }
           }
         }
@@ -408,7 +404,7 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
             for (int i = 0; i < 4; ++i) {
               if (kv_rows[i] >= 0) {
                 PrefetchL2(a.kv + static_cast<int64_t>(kv_rows[i]) * a.kv_stride,
-                                  static_cast<uint32_t>(2 * kDqk));
+                           static_cast<uint32_t>(2 * kDqk));
               }
             }
           }
@@ -676,9 +672,8 @@ KernelShape WgmmaInstanceShape() {
   EXTERN template gpu::Error LaunchWgmmaInstance<D, true, false>(const KernelArgs&, gpu::Stream); \
   EXTERN template KernelShape WgmmaInstanceShape<D, false>();
 // The FP8 cache (d_qk 576).
-#define ATTND_SPARSE_MLA_WGMMA_FP8_INSTANCE(EXTERN)                                          \
-  EXTERN template gpu::Error LaunchWgmmaInstance<576, true, true>(const KernelArgs&,        \
-                                                                  gpu::Stream);             \
+#define ATTND_SPARSE_MLA_WGMMA_FP8_INSTANCE(EXTERN)                                                \
+  EXTERN template gpu::Error LaunchWgmmaInstance<576, true, true>(const KernelArgs&, gpu::Stream); \
   EXTERN template KernelShape WgmmaInstanceShape<576, true>();
 
 }  // namespace attnd::kernels::sparse_mla

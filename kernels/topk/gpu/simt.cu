@@ -77,11 +77,11 @@ struct Shared {
   uint32_t hist[radix::kBins];
   uint32_t candidates[kCandidateCapacity];
   uint32_t candidate_count;
-  uint32_t scan[kWarps];                 // BlockExclusiveSum's scratch
-  uint32_t tile_counts[kTileEntries];    // above | at << 16, per entry of the current tile
-  uint32_t above_before[kTileEntries];   // keys above / at the threshold in lower columns
+  uint32_t scan[kWarps];                // BlockExclusiveSum's scratch
+  uint32_t tile_counts[kTileEntries];   // above | at << 16, per entry of the current tile
+  uint32_t above_before[kTileEntries];  // keys above / at the threshold in lower columns
   uint32_t at_before[kTileEntries];
-  uint32_t bin, bin_above, bin_count;    // ChooseBin's answer
+  uint32_t bin, bin_above, bin_count;  // ChooseBin's answer
 };
 
 // Row `row`'s window, clamped as topk::RowWindow does: [begin, begin + len) within [0, cols).
@@ -117,8 +117,9 @@ struct RowOut {
   uint32_t k;
 
   __device__ void Write(uint32_t pos, int32_t col, uint32_t bits) const {
-    indices[pos] =
-        table_row != nullptr ? radix::SlotOf(col, table_row, max_blocks, page_size, page_shift) : col;
+    indices[pos] = table_row != nullptr
+                       ? radix::SlotOf(col, table_row, max_blocks, page_size, page_shift)
+                       : col;
     if (values != nullptr) values[pos] = gpu::BitsToFloat(bits);
   }
   // Entries [from, k): -1 and -inf.
@@ -135,9 +136,8 @@ __device__ RowOut MakeRowOut(const RowArgs& a, int64_t row) {
   RowOut out;
   out.indices = a.indices + row * a.indices_ld;
   out.values = a.values != nullptr ? a.values + row * a.values_ld : nullptr;
-  out.table_row = a.block_table != nullptr
-                      ? a.block_table + (row / a.rows_per_request) * a.table_ld
-                      : nullptr;
+  out.table_row =
+      a.block_table != nullptr ? a.block_table + (row / a.rows_per_request) * a.table_ld : nullptr;
   out.max_blocks = a.max_blocks;
   out.page_size = a.page_size;
   out.page_shift = a.page_shift;

@@ -53,8 +53,7 @@ absl::StatusOr<std::unique_ptr<GpuDevice>> GpuDevice::Create(int ordinal, const 
     std::lock_guard<std::mutex> lock(d->mu_);
     d->busy_.assign(d->slots_.size(), false);
   }
-  d->graphs_ =
-      std::make_unique<GraphRunner>(options.graph_capacity, options.graphs, options.log);
+  d->graphs_ = std::make_unique<GraphRunner>(options.graph_capacity, options.graphs, options.log);
   d->events_ = std::make_unique<IpcEventCache>(ordinal, options.event_capacity);
   return d;
 }
@@ -116,8 +115,8 @@ void GpuDevice::Release(int index) {
 absl::Status GpuDevice::CheckUsable() const {
   if (!lost_.load(std::memory_order_acquire)) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(mu_);
-  return absl::UnavailableError(absl::StrCat(description_.uuid, " is unusable since: ",
-                                             lost_why_, " (restart attnd)"));
+  return absl::UnavailableError(
+      absl::StrCat(description_.uuid, " is unusable since: ", lost_why_, " (restart attnd)"));
 }
 
 void GpuDevice::MarkLost(const absl::Status& why) {

@@ -37,8 +37,8 @@ absl::StatusOr<std::vector<int>> ChooseOrdinals(const std::vector<std::string>& 
       for (const ServedDevice& d : visible) {
         absl::StrAppend(&names, names.empty() ? "" : ", ", d.ordinal, "=", d.uuid);
       }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--devices: '", entry, "' matches no visible GPU (visible: ", names, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--devices: '", entry, "' matches no visible GPU (visible: ", names, ")"));
     }
     if (seen.insert(ordinal).second) chosen.push_back(ordinal);
   }
@@ -77,9 +77,9 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendO
   if (options.staging_bytes > 0) {
     void* base = nullptr;
     if (gpu::HostAllocPortable(&base, options.staging_bytes) == gpu::kSuccess) {
-      b->staging_ = std::make_unique<MemoryPool>(
-          "pinned-staging", static_cast<char*>(base), options.staging_bytes,
-          [](char* p) { (void)gpu::FreeHost(p); });
+      b->staging_ = std::make_unique<MemoryPool>("pinned-staging", static_cast<char*>(base),
+                                                 options.staging_bytes,
+                                                 [](char* p) { (void)gpu::FreeHost(p); });
     } else {
       (void)gpu::GetLastError();
       b->Log(2, absl::StrCat("cannot pin ", FormatBytes(options.staging_bytes),
@@ -164,8 +164,8 @@ absl::Status GpuBackend::RunCall(OpCall& call, StepResult* result) {
   GpuDevice& device = *devices_[*index];
   ATTND_RETURN_IF_ERROR(device.CheckUsable());
   absl::Status s = RunOnDevice(device, call, result);
-  if (s.code() == absl::StatusCode::kUnimplemented && cpu_ != nullptr &&
-      !call.HasDeviceTensors() && call.ready_event().empty()) {
+  if (s.code() == absl::StatusCode::kUnimplemented && cpu_ != nullptr && !call.HasDeviceTensors() &&
+      call.ready_event().empty()) {
     *result = StepResult();
     s = RunOnCpu(call, result);
   }
@@ -223,8 +223,8 @@ absl::Status GpuBackend::RunOnDevice(GpuDevice& device, OpCall& call, StepResult
       device.graphs().Launch(call, ctx, placement.data(), key, pointers, &impl, &graph));
   ATTND_GPU_STATUS(gpu::EventRecord(lease.stop(), stream), "recording the stop event");
   ATTND_RETURN_IF_ERROR(placement.Collect(call.tensors()));
-  ATTND_GPU_STATUS(gpu::StreamSynchronize(stream), absl::StrCat("running ", call.op(), " (", impl,
-                                                                ") on ", device.uuid()));
+  ATTND_GPU_STATUS(gpu::StreamSynchronize(stream),
+                   absl::StrCat("running ", call.op(), " (", impl, ") on ", device.uuid()));
   float ms = 0;
   ATTND_GPU_STATUS(gpu::EventElapsedMs(&ms, lease.start(), lease.stop()),
                    "reading the compute time");

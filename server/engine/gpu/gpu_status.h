@@ -15,9 +15,8 @@ namespace attnd::server::engine::gpu_rt {
 inline absl::Status GpuStatus(gpu::Error e, absl::string_view what) {
   if (e == gpu::kSuccess) return absl::OkStatus();
   (void)gpu::GetLastError();  // a non-sticky error must not fail the next call
-  const std::string msg =
-      absl::StrCat(what, ": ", gpu::kVendorName, " error ", static_cast<int>(e), " (",
-                   gpu::ErrorString(e), ")");
+  const std::string msg = absl::StrCat(what, ": ", gpu::kVendorName, " error ", static_cast<int>(e),
+                                       " (", gpu::ErrorString(e), ")");
   if (gpu::IsDeviceLost(e)) {
     return absl::UnavailableError(absl::StrCat(msg, "; the device is unusable in this process"));
   }
@@ -31,8 +30,8 @@ inline absl::Status GpuStatus(gpu::Error e, absl::string_view what) {
 
 }  // namespace attnd::server::engine::gpu_rt
 
-#define ATTND_GPU_STATUS(call, what)                                                         \
-  do {                                                                                       \
+#define ATTND_GPU_STATUS(call, what)                                                             \
+  do {                                                                                           \
     ::absl::Status attnd_gpu_status_ = ::attnd::server::engine::gpu_rt::GpuStatus((call), what); \
-    if (!attnd_gpu_status_.ok()) return attnd_gpu_status_;                                   \
+    if (!attnd_gpu_status_.ok()) return attnd_gpu_status_;                                       \
   } while (false)

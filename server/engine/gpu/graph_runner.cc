@@ -8,8 +8,7 @@
 
 namespace attnd::server::engine::gpu_rt {
 
-GraphRunner::GraphRunner(size_t capacity, bool enabled,
-                         std::function<void(const std::string&)> log)
+GraphRunner::GraphRunner(size_t capacity, bool enabled, std::function<void(const std::string&)> log)
     : enabled_(enabled), log_(std::move(log)), cache_(capacity, [](void* exec) {
         (void)gpu::GraphExecDestroy(static_cast<gpu::GraphExec>(exec));
       }) {}
@@ -84,8 +83,10 @@ absl::Status GraphRunner::Launch(OpCall& call, const kernels::ExecContext& ctx,
     cache_.Insert(key, std::move(direct));
     lock.unlock();
     if (log_) {
-      log_(absl::StrCat("op ", call.op(), " cannot be captured as a graph; launching it "
-                        "directly (launch key ", key, ")"));
+      log_(absl::StrCat("op ", call.op(),
+                        " cannot be captured as a graph; launching it "
+                        "directly (launch key ",
+                        key, ")"));
     }
     return call.Run(ctx, data, impl);
   }

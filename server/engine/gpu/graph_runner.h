@@ -33,10 +33,9 @@ class GraphRunner {
   // workspace). *result: the graph cache outcome, empty for a direct launch. The device must be
   // current. Thread-safe: the cache is locked while a graph is looked up, captured, updated and
   // launched (launching only enqueues).
-  absl::Status Launch(OpCall& call, const kernels::ExecContext& ctx,
-                      const std::vector<void*>& data, const std::string& key,
-                      const std::vector<const void*>& pointers, std::string* impl,
-                      std::string* result);
+  absl::Status Launch(OpCall& call, const kernels::ExecContext& ctx, const std::vector<void*>& data,
+                      const std::string& key, const std::vector<const void*>& pointers,
+                      std::string* impl, std::string* result);
 
   bool enabled() const { return enabled_; }
   size_t size() const;

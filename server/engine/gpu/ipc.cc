@@ -12,8 +12,8 @@ namespace {
 // out of memory is RESOURCE_EXHAUSTED.
 absl::Status OpenError(gpu::Error e, absl::string_view what, absl::string_view hint) {
   (void)gpu::GetLastError();
-  const std::string msg = absl::StrCat(what, ": ", gpu::kVendorName, " error ",
-                                       static_cast<int>(e), " (", gpu::ErrorString(e), ")", hint);
+  const std::string msg = absl::StrCat(what, ": ", gpu::kVendorName, " error ", static_cast<int>(e),
+                                       " (", gpu::ErrorString(e), ")", hint);
 #if defined(ATTND_GPU_CUDA)
   if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
 #else
@@ -33,8 +33,12 @@ std::string ServedUuids(const std::vector<ServedDevice>& served) {
 class IpcMemOpener::Mapping : public regions::DeviceMapping {
  public:
   Mapping(std::shared_ptr<IpcMemOpener> owner, std::string key, const Entry& entry)
-      : owner_(std::move(owner)), key_(std::move(key)), base_(entry.base), size_(entry.size),
-        ordinal_(entry.ordinal), uuid_(entry.uuid) {}
+      : owner_(std::move(owner)),
+        key_(std::move(key)),
+        base_(entry.base),
+        size_(entry.size),
+        ordinal_(entry.ordinal),
+        uuid_(entry.uuid) {}
   ~Mapping() override { owner_->Release(key_); }
 
   char* base() const override { return base_; }
@@ -123,25 +127,24 @@ absl::StatusOr<std::shared_ptr<regions::DeviceMapping>> IpcMemOpener::Open(
     if (served_index < 0 || (named >= 0 && served_index != named)) {
       (void)gpu::SetDevice(entry->ordinal);
       (void)gpu::IpcCloseMemHandle(entry->base);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "raw_handle: the allocation lives on device ordinal ", entry->ordinal,
-          named >= 0 ? absl::StrCat(", not on ", served_[named].uuid) : std::string(),
-          " (served: ", ServedUuids(served_), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("raw_handle: the allocation lives on device ordinal ", entry->ordinal,
+                       named >= 0 ? absl::StrCat(", not on ", served_[named].uuid) : std::string(),
+                       " (served: ", ServedUuids(served_), ")"));
     }
     entry->uuid = served_[served_index].uuid;
     it = open_.emplace(key, *entry).first;
   } else if (named >= 0 && served_[named].ordinal != it->second.ordinal) {
-    return absl::InvalidArgumentError(absl::StrCat("device_uuid: '", spec.device_uuid,
-                                                   "', but the allocation is on ",
-                                                   it->second.uuid));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device_uuid: '", spec.device_uuid, "', but the allocation is on ", it->second.uuid));
   }
   Entry& entry = it->second;
   uint64_t end = 0;
   if (__builtin_add_overflow(spec.offset, spec.byte_size, &end) ||
       (entry.size > 0 && end > entry.size)) {
-    const std::string msg = absl::StrCat(
-        "device region: offset ", spec.offset, " + byte_size ", spec.byte_size,
-        " is past the end of the allocation (", entry.size, " bytes)");
+    const std::string msg =
+        absl::StrCat("device region: offset ", spec.offset, " + byte_size ", spec.byte_size,
+                     " is past the end of the allocation (", entry.size, " bytes)");
     if (entry.refs == 0) {
       (void)gpu::SetDevice(entry.ordinal);
       (void)gpu::IpcCloseMemHandle(entry.base);
@@ -194,9 +197,8 @@ size_t IpcEventCache::size() const {
 
 absl::Status IpcEventCache::Wait(const std::string& handle, gpu::Stream stream) {
   if (handle.size() != regions::kDeviceHandleBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("ready_event: is ", handle.size(),
-                                                   " bytes, want exactly ",
-                                                   regions::kDeviceHandleBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ready_event: is ", handle.size(), " bytes, want exactly ", regions::kDeviceHandleBytes));
   }
   std::lock_guard<std::mutex> lock(mu_);
   gpu::Event event = nullptr;

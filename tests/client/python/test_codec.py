@@ -1,6 +1,7 @@
 """attnd_client.tensors and .ops without a daemon: inline encoding and dtype conversion, region
 slices found from array addresses (offsets, strides, refusals), output placements, reply
 decoding with strides, and the op table against the generated proto."""
+
 import numpy as np
 import pytest
 
@@ -24,7 +25,7 @@ class FakeRegions:
 
     def view(self, offset, dtype, shape):
         n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        return self.buffer[offset:offset + n].view(dtype).reshape(shape)
+        return self.buffer[offset : offset + n].view(dtype).reshape(shape)
 
 
 def test_inline_inputs_convert_to_the_fields_dtype():
@@ -40,12 +41,14 @@ def test_inline_inputs_convert_to_the_fields_dtype():
     assert np.frombuffer(t.inline_data, np.int32).tolist() == [0, 1, 2]
     strided = np.arange(20, dtype=np.float32).reshape(4, 5)[:, ::2]
     t = codec.encode_input("w", strided, "f32")
-    assert not t.strides and np.frombuffer(t.inline_data, np.float32).tolist() == \
-        strided.ravel().tolist()
+    assert (
+        not t.strides
+        and np.frombuffer(t.inline_data, np.float32).tolist() == strided.ravel().tolist()
+    )
     with pytest.raises(ValueError):
         codec.encode_input("ks", np.array([2**40]), "i32")
     with pytest.raises(ValueError):
-        codec.encode_input("s", np.float32(1.0), "f32")   # rank 0
+        codec.encode_input("s", np.float32(1.0), "f32")  # rank 0
 
 
 def test_region_views_become_slices():
@@ -91,14 +94,17 @@ def test_output_placements():
 
 def test_decode_tensor_with_strides():
     data = np.arange(2 * 8, dtype=np.float32)
-    t = pb.Tensor(dtype=pb.DTYPE_F32, shape=[2, 5], strides=[8, 1],
-                  inline_data=data[:13].tobytes())
+    t = pb.Tensor(dtype=pb.DTYPE_F32, shape=[2, 5], strides=[8, 1], inline_data=data[:13].tobytes())
     got = tensors.decode_tensor(t)
     assert got.tolist() == [data[0:5].tolist(), data[8:13].tolist()]
     t = pb.Tensor(dtype=pb.DTYPE_BF16, shape=[3], inline_data=np.array([1, 2, 3], "<u2").tobytes())
     assert tensors.decode_tensor(t).dtype == np.uint16
-    assert tensors.decode_tensor(pb.Tensor(dtype=pb.DTYPE_F32, shape=[1],
-                                           region=pb.RegionSlice(region="r"))) is None
+    assert (
+        tensors.decode_tensor(
+            pb.Tensor(dtype=pb.DTYPE_F32, shape=[1], region=pb.RegionSlice(region="r"))
+        )
+        is None
+    )
 
 
 def test_op_table_matches_the_proto():
@@ -112,17 +118,26 @@ def test_op_table_matches_the_proto():
         tensor_fields = {f.name for f in request.fields if f.message_type is not None}
         assert tensor_fields == set(spec.inputs) | set(spec.outputs), spec.name
         scalar_fields = {f.name for f in request.fields if f.message_type is None}
-        assert scalar_fields == set(spec.scalars), spec.name   # every option is reachable
-        assert pb.SessionRequest.DESCRIPTOR.fields_by_name[spec.session_field].message_type \
-            is request
+        assert scalar_fields == set(spec.scalars), spec.name  # every option is reachable
+        assert (
+            pb.SessionRequest.DESCRIPTOR.fields_by_name[spec.session_field].message_type is request
+        )
         assert pb.DESCRIPTOR.services_by_name["Attention"].methods_by_name[spec.rpc]
 
 
 def test_build_request():
     codec = tensors.TensorCodec(lambda a, n: None)
     spec = ops.spec("topk")
-    req, sinks = ops.build_request(spec, codec, {"logits": np.ones((2, 4), np.float32), "k": 2,
-                                                 "lengths": np.array([4, 1]), "values": True})
+    req, sinks = ops.build_request(
+        spec,
+        codec,
+        {
+            "logits": np.ones((2, 4), np.float32),
+            "k": 2,
+            "lengths": np.array([4, 1]),
+            "values": True,
+        },
+    )
     assert req.k == 2 and req.HasField("values") and not req.HasField("indices")
     assert not req.HasField("ks") and sinks == {}
     with pytest.raises(TypeError, match="unknown"):

@@ -1,14 +1,26 @@
 """attnd_client.dtypes: bf16 and fp8 e4m3fn codecs against brute-force nearest-value searches
 over hand-built value tables (round to nearest, ties to even; fp8 saturates at +-448)."""
+
 import numpy as np
 import pytest
 
 from attnd_client import dtypes
 
 # fp8 e4m3fn values written out from the OCP spec: code -> value.
-FP8_KNOWN = {0x00: 0.0, 0x01: 2.0**-9, 0x07: 7 * 2.0**-9, 0x08: 2.0**-6, 0x38: 1.0,
-             0x39: 1.125, 0x40: 2.0, 0x7E: 448.0, 0x77: 240.0, 0x80: -0.0, 0xB8: -1.0,
-             0xFE: -448.0}
+FP8_KNOWN = {
+    0x00: 0.0,
+    0x01: 2.0**-9,
+    0x07: 7 * 2.0**-9,
+    0x08: 2.0**-6,
+    0x38: 1.0,
+    0x39: 1.125,
+    0x40: 2.0,
+    0x7E: 448.0,
+    0x77: 240.0,
+    0x80: -0.0,
+    0xB8: -1.0,
+    0xFE: -448.0,
+}
 
 
 def test_fp8_decode_known_values():
@@ -31,25 +43,39 @@ def _nearest_even(x, codes, values):
 
 def test_fp8_encode_is_nearest_even_and_saturates():
     rng = np.random.default_rng(7)
-    codes = np.arange(0x00, 0x7F)                        # non-negative finite codes
+    codes = np.arange(0x00, 0x7F)  # non-negative finite codes
     values = dtypes.from_fp8_e4m3(codes.astype(np.uint8), np.float64)
-    mags = np.concatenate([rng.uniform(0, 460, 20000), 2.0 ** rng.uniform(-12, 9, 20000),
-                           values, (values[1:] + values[:-1]) / 2])  # exact ties included
+    mags = np.concatenate(
+        [
+            rng.uniform(0, 460, 20000),
+            2.0 ** rng.uniform(-12, 9, 20000),
+            values,
+            (values[1:] + values[:-1]) / 2,
+        ]
+    )  # exact ties included
     mags = mags.astype(np.float32).astype(np.float64)
     want = _nearest_even(np.minimum(mags, 448.0), codes, values)
     got = dtypes.to_fp8_e4m3(mags)
     bad = np.flatnonzero(got != want)
     assert bad.size == 0, (mags[bad[:5]], got[bad[:5]], want[bad[:5]])
     assert (dtypes.to_fp8_e4m3(-mags) == (want | 0x80)).all()
-    assert list(dtypes.to_fp8_e4m3(np.array([np.inf, -np.inf, 1e9, 465.0]))) == \
-        [0x7E, 0xFE, 0x7E, 0x7E]
+    assert list(dtypes.to_fp8_e4m3(np.array([np.inf, -np.inf, 1e9, 465.0]))) == [
+        0x7E,
+        0xFE,
+        0x7E,
+        0x7E,
+    ]
     assert dtypes.to_fp8_e4m3(np.array([np.nan]))[0] & 0x7F == 0x7F
 
 
 def test_bf16_round_trip_is_nearest_even():
     rng = np.random.default_rng(8)
-    x = np.concatenate([rng.standard_normal(50000) * 10.0 ** rng.integers(-30, 30, 50000),
-                        [0.0, -0.0, 1.0, 65504.0, 3.0e38]]).astype(np.float32)
+    x = np.concatenate(
+        [
+            rng.standard_normal(50000) * 10.0 ** rng.integers(-30, 30, 50000),
+            [0.0, -0.0, 1.0, 65504.0, 3.0e38],
+        ]
+    ).astype(np.float32)
     bits = x.view(np.uint32).astype(np.uint64)
     lo, hi = bits >> 16, (bits >> 16) + 1
     to_f = lambda b: (b.astype(np.uint32) << 16).view(np.float32).astype(np.float64)

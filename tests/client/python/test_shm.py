@@ -1,5 +1,6 @@
 """attnd_client.regions without a daemon: shm objects in /dev/shm (created exclusive, mode 0600,
 unlinked exactly once), keys, and HostRegion views (alignment, bounds, encoding)."""
+
 import os
 import stat
 
@@ -31,7 +32,7 @@ def test_shm_object_lifecycle():
             ac.ShmObject(10, key=obj.key)
         obj.unlink()
         assert not os.path.exists(path)
-        obj.buffer[4] = 5                     # the mapping outlives the name
+        obj.buffer[4] = 5  # the mapping outlives the name
         obj.unlink()
     finally:
         obj.close()

@@ -4,6 +4,7 @@ tensor's bytes, checked by opening the handle in another process (cudaIpcOpenMem
 ctypes, as the daemon will) and reading them back. No daemon: registration goes to a recorder.
     python3 -m pytest tests/client/python/test_torch_cuda.py   # on the GPU machine
 """
+
 import glob
 import os
 import subprocess
@@ -60,9 +61,20 @@ class Recorder:
 
 
 def read_back(region, ref, nbytes):
-    out = subprocess.run([sys.executable, "-c", READER, cudart_path(), region["raw_handle"].hex(),
-                          str(region["offset"] + ref.offset), str(nbytes)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            READER,
+            cudart_path(),
+            region["raw_handle"].hex(),
+            str(region["offset"] + ref.offset),
+            str(nbytes),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return bytes.fromhex(out.stdout)
 
@@ -71,7 +83,7 @@ def test_cuda_tensor_slices_address_the_tensor():
     rec = Recorder()
     cache = torch_support.DeviceRegionCache(rec)
     base = torch.randn(64, 40, device="cuda").to(torch.bfloat16)
-    view = base[5:9]                                        # storage offset 5 rows
+    view = base[5:9]  # storage offset 5 rows
     ref = cache.ref(view)
     assert len(rec.registered) == 1
     region = rec.registered[0]
@@ -93,8 +105,12 @@ def test_cuda_tensor_slices_address_the_tensor():
 def test_uuid_matches_nvidia_smi():
     props = torch.cuda.get_device_properties(0)
     uuid = torch_support.pick_uuid(getattr(props, "uuid", ""), [])
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"],
-                         capture_output=True, text=True, timeout=60)
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if smi.returncode != 0:
         pytest.skip("nvidia-smi unavailable")
     assert uuid == smi.stdout.strip()

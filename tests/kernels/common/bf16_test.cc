@@ -36,8 +36,8 @@ TEST(Bf16, EveryEncodingRoundTrips) {
 TEST(Bf16, RoundsToNearestEven) {
   for (uint32_t b = 0; b < 65536; ++b) {
     const uint32_t exp = (b >> 7) & 0xff;
-    if (exp == 0xff) continue;                       // inf/NaN
-    if ((b & 0x7fff) == 0x7f7f) continue;            // largest finite: next is inf (checked below)
+    if (exp == 0xff) continue;             // inf/NaN
+    if ((b & 0x7fff) == 0x7f7f) continue;  // largest finite: next is inf (checked below)
     const uint32_t lo = b << 16;
     const uint32_t mid = lo | 0x8000u;
     const uint32_t next = b + 1;

@@ -41,8 +41,8 @@ TEST(GpuImpl, NamesBackendAndLaunchErrors) {
   const absl::Status s = impl.run(bad, ctx);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
   EXPECT_NE(s.message().find(impl.name), absl::string_view::npos) << s;
-  EXPECT_NE(s.message().find(gpu::ErrorString(static_cast<gpu::Error>(1))),
-            absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find(gpu::ErrorString(static_cast<gpu::Error>(1))), absl::string_view::npos)
+      << s;
 }
 
 TEST(GpuImpl, RunFormKeepsItsRunAndWorkspace) {

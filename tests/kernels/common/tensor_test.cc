@@ -50,8 +50,7 @@ TEST(Tensor, RejectsBadStrides) {
 
 TEST(Tensor, RejectsOverflowAndNull) {
   float buf[1];
-  Tensor t = MakeStridedTensor(buf, DType::kF32, {int64_t{1} << 40, 2},
-                               {int64_t{1} << 40, 1});
+  Tensor t = MakeStridedTensor(buf, DType::kF32, {int64_t{1} << 40, 2}, {int64_t{1} << 40, 1});
   EXPECT_EQ(CheckTensor(t, "kv", DType::kF32, {kAnyDim, 2}).code(),
             absl::StatusCode::kInvalidArgument);
   Tensor n = MakeTensor(nullptr, DType::kF32, {3});

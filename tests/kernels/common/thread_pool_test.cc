@@ -16,7 +16,8 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
     pool.ParallelFor(n, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
     });
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << n << " " << i;
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << n << " " << i;
   }
 }
 

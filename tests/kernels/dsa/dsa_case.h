@@ -1,6 +1,6 @@
-// Random fused-DSA calls for the tests: fp8 indexer inputs, bf16 q, bf16 or FP8-cache kv, windows (causal after
-// a prefix unless given), optional caller logits scratch and indices output, NaN-poisoned
-// outputs.
+// Random fused-DSA calls for the tests: fp8 indexer inputs, bf16 q, bf16 or FP8-cache kv, windows
+// (causal after a prefix unless given), optional caller logits scratch and indices output,
+// NaN-poisoned outputs.
 //   DsaCase c(spec, rng);
 //   dsa::Params p = c.MakeParams();
 #pragma once

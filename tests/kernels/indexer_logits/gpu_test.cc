@@ -64,7 +64,7 @@ TEST(IndexerLogitsGpu, RowOffsetsPast2To31Elements) {
     ks.data<int32_t>()[i] = static_cast<int32_t>(start(rng));
     ke.data<int32_t>()[i] = static_cast<int32_t>(ks.data<int32_t>()[i] + length(rng));
   }
-  ks.data<int32_t>()[1] = -5;  // clamped start
+  ks.data<int32_t>()[1] = -5;                                 // clamped start
   ke.data<int32_t>()[m - 1] = static_cast<int32_t>(n + 100);  // past the end
   ks.data<int32_t>()[m - 1] = static_cast<int32_t>(n - 70);
 
@@ -84,8 +84,8 @@ TEST(IndexerLogitsGpu, RowOffsetsPast2To31Elements) {
     SCOPED_TRACE("implementation " + impl.name);
     testing::DeviceMirror mirror;  // freed (8.6 GB) after each implementation
     Params device = p;
-    for (Tensor* t : {&device.q, &device.k, &device.k_scale, &device.weights, &device.ks,
-                      &device.ke}) {
+    for (Tensor* t :
+         {&device.q, &device.k, &device.k_scale, &device.weights, &device.ks, &device.ke}) {
       ASSERT_TRUE(mirror.Mirror(*t).ok());
     }
     void* out = nullptr;  // filled with 0xff bytes (a NaN) by Allocate

@@ -119,9 +119,7 @@ void MakeWindows(Mode mode, int64_t m, int64_t n, std::mt19937_64& rng, std::vec
             (*ks)[i] = Uniform(rng, -5, n);
             (*ke)[i] = -Uniform(rng, 1, 100);
             break;
-          case 1:
-            (*ks)[i] = (*ke)[i] = Uniform(rng, 0, n);
-            break;
+          case 1: (*ks)[i] = (*ke)[i] = Uniform(rng, 0, n); break;
           case 2:
             (*ks)[i] = Uniform(rng, 1, n);
             (*ke)[i] = (*ks)[i] - Uniform(rng, 1, (*ks)[i]);
@@ -176,18 +174,12 @@ void MakeWindows(Mode mode, int64_t m, int64_t n, std::mt19937_64& rng, std::vec
 
 const char* ModeName(Mode mode) {
   switch (mode) {
-    case Mode::kCausal:
-      return "Causal";
-    case Mode::kContextParallel:
-      return "ContextParallel";
-    case Mode::kMisaligned:
-      return "Misaligned";
-    case Mode::kEmpty:
-      return "Empty";
-    case Mode::kPastEnd:
-      return "PastEnd";
-    case Mode::kMultiRequest:
-      return "MultiRequest";
+    case Mode::kCausal: return "Causal";
+    case Mode::kContextParallel: return "ContextParallel";
+    case Mode::kMisaligned: return "Misaligned";
+    case Mode::kEmpty: return "Empty";
+    case Mode::kPastEnd: return "PastEnd";
+    case Mode::kMultiRequest: return "MultiRequest";
   }
   return "?";
 }

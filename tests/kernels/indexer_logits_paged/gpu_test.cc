@@ -62,8 +62,8 @@ TEST(IndexerLogitsPagedGpu, ReadsBlockTableOnlyBelowContext) {
     testing::PoisonNaN(prob.logits);
     testing::DeviceMirror mirror;
     Params device = host;
-    for (Tensor* t : {&device.q, &device.kv_cache, &device.context_lens, &device.weights,
-                      &device.logits}) {
+    for (Tensor* t :
+         {&device.q, &device.kv_cache, &device.context_lens, &device.weights, &device.logits}) {
       ASSERT_TRUE(mirror.Mirror(*t).ok());
     }
     device.block_table.data = table.data();  // spans past the allocation: the point of the test

@@ -138,8 +138,8 @@ INSTANTIATE_TEST_SUITE_P(IndexerLogitsPaged, BlockSizeTest, ::testing::Values(1,
                          [](const auto& info) { return "Block" + std::to_string(info.param); });
 
 // Table entries -1, -7, num_blocks, INT32_MAX, INT32_MIN and 1000 inside the contexts mask
-// their 64 positions. The cache (16 blocks = exactly 33 pages) sits between two inaccessible pages, so
-// reading a block just below or just past it faults.
+// their 64 positions. The cache (16 blocks = exactly 33 pages) sits between two inaccessible pages,
+// so reading a block just below or just past it faults.
 TEST(IndexerLogitsPaged, InvalidPageIdsAreMaskedNeverRead) {
   auto rng = MakeRng();
   const PagedShape shape{3, 2, 32, 128, 64, 6, 16, 384};

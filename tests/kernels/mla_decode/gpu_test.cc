@@ -67,7 +67,7 @@ void CheckRequests(const Params& p, int64_t b0, int64_t n, const std::string& wh
                             i * sub.out.stride(1) + h * sub.out.stride(2);
         for (int64_t c = 0; c < kDv; ++c) out.push_back(Bf16ToFloat(row[c]));
         lse.push_back(sub.lse.ptr<const float>()[b * sub.lse.stride(0) + i * sub.lse.stride(1) +
-                                                  h * sub.lse.stride(2)]);
+                                                 h * sub.lse.stride(2)]);
       }
     }
   }

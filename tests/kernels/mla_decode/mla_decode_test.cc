@@ -18,7 +18,6 @@ namespace {
 
 using testing::ExpectClose;
 
-
 // Builds the case, runs every implementation and checks out / lse against the reference.
 // Returns the reference lse so callers can assert the case really has what it claims.
 std::vector<double> CheckCase(const DecodeCase& c) {

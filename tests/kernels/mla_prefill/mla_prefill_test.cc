@@ -19,7 +19,6 @@ namespace {
 
 using testing::ExpectClose;
 
-
 // Runs every implementation and checks out / lse against the reference; returns the reference
 // lse so callers can assert the case has the empty rows it claims.
 std::vector<double> CheckCase(const PrefillCase& c) {

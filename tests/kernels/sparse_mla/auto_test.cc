@@ -80,8 +80,8 @@ MmaAutoHeader ExpectedHeader(const std::vector<std::vector<int32_t>>& rows, int6
       const int64_t blk = (2 * j + 1) * blocks / (2 * nb);
       std::set<int32_t> seen;
       for (int64_t t = group * tokens; t < std::min(t_count, (group + 1) * tokens); ++t) {
-        for (int64_t i = blk * block_n;
-             i < std::min<int64_t>((blk + 1) * block_n, rows[t].size()); ++i) {
+        for (int64_t i = blk * block_n; i < std::min<int64_t>((blk + 1) * block_n, rows[t].size());
+             ++i) {
           const int32_t r = rows[t][i];
           ++walked;
           if (r < 0 || r >= s) continue;
@@ -151,8 +151,8 @@ void CheckCase(const AutoCase& ac) {
     }
   }
   SparseMlaCase c(spec, rng, slots, lengths);
-  MmaAutoHeader want = ExpectedHeader(Effective(slots, lengths), ac.s, GroupTokens(ac.h),
-                                      ac.d_qk == 512 ? 64 : 48);
+  MmaAutoHeader want =
+      ExpectedHeader(Effective(slots, lengths), ac.s, GroupTokens(ac.h), ac.d_qk == 512 ? 64 : 48);
   for (bool csr : {false, true}) {
     const Params p = c.MakeParams(csr);
     std::string why;
@@ -163,10 +163,10 @@ void CheckCase(const AutoCase& ac) {
     const absl::Status st = RunAuto(p, &got);
     ASSERT_TRUE(st.ok()) << st;
     const std::string what = csr ? "csr" : "table";
-    EXPECT_EQ(got.choice, ac.want) << what << ": union " << got.union_rows << " of walked "
-                                   << got.walked_slots;
-    EXPECT_EQ(got.choice, kernels::sparse_mla::MmaAutoPicksLowh(
-                              want.union_rows, want.walked_slots, GroupTokens(ac.h))
+    EXPECT_EQ(got.choice, ac.want)
+        << what << ": union " << got.union_rows << " of walked " << got.walked_slots;
+    EXPECT_EQ(got.choice, kernels::sparse_mla::MmaAutoPicksLowh(want.union_rows, want.walked_slots,
+                                                                GroupTokens(ac.h))
                               ? kAutoChoseLowh
                               : kAutoChoseMma)
         << what << ": the documented rule";

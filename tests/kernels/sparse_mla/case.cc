@@ -26,7 +26,6 @@ using kernels::sparse_mla::Params;
 
 std::string KvFormatName(KvFormat f) { return f == KvFormat::kFp8 ? "Fp8" : "Bf16"; }
 
-
 std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt19937_64& rng) {
   const int32_t s = static_cast<int32_t>(spec.s);
   const int32_t invalid[] = {
@@ -74,8 +73,8 @@ void SparseMlaCase::Build(std::mt19937_64& rng, const std::vector<std::vector<in
   const int64_t row_width = fp8 ? kFp8RowBytes : sp.d_qk;
   const int64_t row_stride = std::max(sp.kv_row_stride, row_width);
   const int64_t storage_rows = sp.s + 2 * kKvGuardRows;
-  kv_storage_ = HostTensor::RowStrided(fp8 ? DType::kU8 : DType::kBF16,
-                                       {storage_rows, row_width}, row_stride);
+  kv_storage_ = HostTensor::RowStrided(fp8 ? DType::kU8 : DType::kBF16, {storage_rows, row_width},
+                                       row_stride);
   if (fp8) {
     std::fill(kv_storage_.raw(), kv_storage_.raw() + kv_storage_.bytes(), uint8_t{0x7f});
     for (int64_t r = 0; r < storage_rows; ++r) {
@@ -180,8 +179,8 @@ absl::Status RunOnGpuWithKvGuards(const kernels::Impl<kernels::sparse_mla::Param
 }
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-absl::Status RunWithSplitsOnGpu(const SplitLauncher& launch,
-                                const kernels::sparse_mla::Params& p, int splits) {
+absl::Status RunWithSplitsOnGpu(const SplitLauncher& launch, const kernels::sparse_mla::Params& p,
+                                int splits) {
   using kernels::sparse_mla::Params;
   kernels::Impl<Params> impl(
       "forced", GpuBackend(), nullptr,

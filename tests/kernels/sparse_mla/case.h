@@ -84,7 +84,6 @@ class SparseMlaCase {
 // Random slots: uniform valid indices in [0, S) with masked_fraction of them invalid.
 std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt19937_64& rng);
 
-
 // The bounds every sparse MLA implementation is held to against the fp64 reference.
 // out is bf16: round-to-nearest-even has relative error ≤ u = 2^-8 ≈ 3.9e-3 per element, so
 // ‖err‖/‖ref‖ ≤ 2^-8 from rounding alone. The f32 path adds ~1e-6 relative (scores summed over
@@ -111,8 +110,8 @@ using SplitLauncher = std::function<gpu::Error(const kernels::sparse_mla::Params
                                                void* workspace, gpu::Stream stream)>;
 // Runs `launch` with exactly `splits` splits (workspace SplitWorkspaceBytes) through
 // RunOnGpuWithKvGuards.
-absl::Status RunWithSplitsOnGpu(const SplitLauncher& launch,
-                                const kernels::sparse_mla::Params& p, int splits);
+absl::Status RunWithSplitsOnGpu(const SplitLauncher& launch, const kernels::sparse_mla::Params& p,
+                                int splits);
 #endif
 
 }  // namespace attnd::testing

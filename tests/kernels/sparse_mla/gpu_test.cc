@@ -31,7 +31,6 @@ using kernels::sparse_mla::ComputeReference;
 using kernels::sparse_mla::Params;
 using kernels::sparse_mla::Reference;
 
-
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 
 using kernels::sparse_mla::GpuKernel;
@@ -70,8 +69,8 @@ void ExpectReference(SparseMlaCase& c, const Params& p, const Reference& ref,
 
 // (H, d_qk, KV format): every split count, including more splits than 64-slot blocks (empty
 // splits write -inf partials that the combine must skip: the workspace starts as 0xff, NaN).
-class SparseMlaGpuSplits
-    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, KvFormat>> {};
+class SparseMlaGpuSplits : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, KvFormat>> {
+};
 
 TEST_P(SparseMlaGpuSplits, EveryCountMatchesReference) {
   if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
@@ -173,8 +172,8 @@ TEST_P(SparseMlaGpuKv, KvPoolPast2To31Elements) {
   ASSERT_TRUE(mirror.Allocate(rows_total * row_bytes, &pool).ok()) << "cannot allocate the pool";
   const auto stream = static_cast<gpu::Stream>(mirror.stream());
   for (size_t i = 0; i < row_ids.size(); ++i) {
-    ASSERT_EQ(gpu::MemcpyH2DAsync(static_cast<char*>(pool) + row_ids[i] * row_bytes,
-                                  rows[i].data(), row_bytes, stream),
+    ASSERT_EQ(gpu::MemcpyH2DAsync(static_cast<char*>(pool) + row_ids[i] * row_bytes, rows[i].data(),
+                                  row_bytes, stream),
               gpu::kSuccess);
   }
   HostTensor q = HostTensor::Dense(DType::kBF16, {t, h, kDqk});

@@ -35,7 +35,6 @@ using kernels::sparse_mla::ComputeReference;
 using kernels::sparse_mla::Params;
 using kernels::sparse_mla::Reference;
 
-
 // Runs the low-head kernel with exactly `splits` splits on device mirrors of `p`. The device KV
 // carries the case's NaN guard rows, so a read of index -2, -1, S or S+1 poisons the output.
 absl::Status RunLowh(const Params& p, int splits) {
@@ -81,9 +80,9 @@ std::vector<std::vector<int32_t>> GroupedSlots(const SparseMlaSpec& spec, Sharin
         break;
       case Sharing::kRepeats:
         for (int64_t i = 0; i < spec.k; ++i) {
-          if (i % 7 == 3) row[i] = row[pos(rng)];         // a repeat inside the token
-          if (i % 11 == 5) row[i] = 5 + 3 * (i % 2);      // hot rows 5 and 8, every token
-          if (i % 13 == 0) row[i] = fresh[t][i];          // unshared
+          if (i % 7 == 3) row[i] = row[pos(rng)];     // a repeat inside the token
+          if (i % 11 == 5) row[i] = 5 + 3 * (i % 2);  // hot rows 5 and 8, every token
+          if (i % 13 == 0) row[i] = fresh[t][i];      // unshared
         }
         break;
     }
@@ -129,25 +128,24 @@ TEST_P(SparseMlaLowh, EverySplitCountMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SparseMlaLowh,
-    ::testing::Values(std::make_tuple(16, 512, 7, Sharing::kSame),
-                      std::make_tuple(16, 512, 9, Sharing::kPermuted),
-                      std::make_tuple(16, 576, 7, Sharing::kPartial),
-                      std::make_tuple(16, 576, 6, Sharing::kRepeats),
-                      std::make_tuple(8, 512, 11, Sharing::kRepeats),
-                      std::make_tuple(8, 576, 13, Sharing::kSame),
-                      std::make_tuple(32, 512, 5, Sharing::kPartial),
-                      std::make_tuple(32, 576, 5, Sharing::kSame),
-                      std::make_tuple(5, 512, 10, Sharing::kPermuted),
-                      std::make_tuple(20, 576, 3, Sharing::kRepeats),
-                      std::make_tuple(12, 512, 1, Sharing::kSame)),
-    [](const auto& info) {
-      return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
-             std::to_string(std::get<1>(info.param)) + "_T" +
-             std::to_string(std::get<2>(info.param)) + "_" +
-             SharingName(std::get<3>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, SparseMlaLowh,
+                         ::testing::Values(std::make_tuple(16, 512, 7, Sharing::kSame),
+                                           std::make_tuple(16, 512, 9, Sharing::kPermuted),
+                                           std::make_tuple(16, 576, 7, Sharing::kPartial),
+                                           std::make_tuple(16, 576, 6, Sharing::kRepeats),
+                                           std::make_tuple(8, 512, 11, Sharing::kRepeats),
+                                           std::make_tuple(8, 576, 13, Sharing::kSame),
+                                           std::make_tuple(32, 512, 5, Sharing::kPartial),
+                                           std::make_tuple(32, 576, 5, Sharing::kSame),
+                                           std::make_tuple(5, 512, 10, Sharing::kPermuted),
+                                           std::make_tuple(20, 576, 3, Sharing::kRepeats),
+                                           std::make_tuple(12, 512, 1, Sharing::kSame)),
+                         [](const auto& info) {
+                           return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
+                                  std::to_string(std::get<1>(info.param)) + "_T" +
+                                  std::to_string(std::get<2>(info.param)) + "_" +
+                                  SharingName(std::get<3>(info.param));
+                         });
 
 // The benchmark's causal kpool4 selection (bench/gpu/sparse_mla.cc) at a small scale: pools of
 // 4 positions share up to `shared` slots drawn from the positions before the pool, plus each
@@ -250,8 +248,7 @@ TEST(SparseMlaLowhGpu, RefusesMoreThan32HeadsAndTheFp8Cache) {
   p.kv = fp8.tensor();
   ASSERT_TRUE(kernels::sparse_mla::Validate(p).ok()) << kernels::sparse_mla::Validate(p);
   why.clear();
-  EXPECT_FALSE(
-      kernels::sparse_mla::GpuSupports(kernels::sparse_mla::GpuKernel::kMmaLowH, p, &why));
+  EXPECT_FALSE(kernels::sparse_mla::GpuSupports(kernels::sparse_mla::GpuKernel::kMmaLowH, p, &why));
   EXPECT_NE(why.find("kv:"), std::string::npos) << why;
 }
 

@@ -30,7 +30,6 @@ using kernels::sparse_mla::kDimV;
 using kernels::sparse_mla::Params;
 using kernels::sparse_mla::Reference;
 
-
 // Runs every implementation on `c` (table or CSR form) and checks out and lse.
 void ExpectMatchesReference(SparseMlaCase& c, bool csr) {
   const Params p = c.MakeParams(csr);
@@ -232,25 +231,23 @@ constexpr KvFormat kBf16 = KvFormat::kBf16, kFp8 = KvFormat::kFp8;
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SparseMlaHeads,
-    ::testing::Values(
-        std::make_tuple(8, 512, 3, kBf16), std::make_tuple(8, 576, 3, kBf16),
-        std::make_tuple(16, 512, 3, kBf16), std::make_tuple(16, 576, 3, kBf16),
-        std::make_tuple(32, 576, 2, kBf16), std::make_tuple(64, 512, 2, kBf16),
-        std::make_tuple(64, 576, 2, kBf16), std::make_tuple(128, 512, 2, kBf16),
-        std::make_tuple(128, 576, 2, kBf16), std::make_tuple(128, 576, 1, kBf16),
-        std::make_tuple(16, 576, 1, kBf16), std::make_tuple(1, 576, 2, kBf16),
-        std::make_tuple(5, 512, 1, kBf16), std::make_tuple(100, 576, 1, kBf16),
-        std::make_tuple(8, 576, 3, kFp8), std::make_tuple(16, 576, 1, kFp8),
-        std::make_tuple(16, 576, 8, kFp8), std::make_tuple(32, 576, 2, kFp8),
-        std::make_tuple(64, 576, 1, kFp8), std::make_tuple(64, 576, 4, kFp8),
-        std::make_tuple(128, 576, 1, kFp8), std::make_tuple(128, 576, 2, kFp8),
-        std::make_tuple(128, 576, 8, kFp8), std::make_tuple(1, 576, 2, kFp8),
-        std::make_tuple(100, 576, 1, kFp8)),
+    ::testing::Values(std::make_tuple(8, 512, 3, kBf16), std::make_tuple(8, 576, 3, kBf16),
+                      std::make_tuple(16, 512, 3, kBf16), std::make_tuple(16, 576, 3, kBf16),
+                      std::make_tuple(32, 576, 2, kBf16), std::make_tuple(64, 512, 2, kBf16),
+                      std::make_tuple(64, 576, 2, kBf16), std::make_tuple(128, 512, 2, kBf16),
+                      std::make_tuple(128, 576, 2, kBf16), std::make_tuple(128, 576, 1, kBf16),
+                      std::make_tuple(16, 576, 1, kBf16), std::make_tuple(1, 576, 2, kBf16),
+                      std::make_tuple(5, 512, 1, kBf16), std::make_tuple(100, 576, 1, kBf16),
+                      std::make_tuple(8, 576, 3, kFp8), std::make_tuple(16, 576, 1, kFp8),
+                      std::make_tuple(16, 576, 8, kFp8), std::make_tuple(32, 576, 2, kFp8),
+                      std::make_tuple(64, 576, 1, kFp8), std::make_tuple(64, 576, 4, kFp8),
+                      std::make_tuple(128, 576, 1, kFp8), std::make_tuple(128, 576, 2, kFp8),
+                      std::make_tuple(128, 576, 8, kFp8), std::make_tuple(1, 576, 2, kFp8),
+                      std::make_tuple(100, 576, 1, kFp8)),
     [](const auto& info) {
       return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
              std::to_string(std::get<1>(info.param)) + "_T" +
-             std::to_string(std::get<2>(info.param)) + "_" +
-             KvFormatName(std::get<3>(info.param));
+             std::to_string(std::get<2>(info.param)) + "_" + KvFormatName(std::get<3>(info.param));
     });
 
 TEST_P(SparseMlaKv, StridedKvAndQ) {
@@ -328,13 +325,13 @@ TEST_P(SparseMlaKv, LseOptionalAbsent) {
                 out_without[impl].assign(without.out().raw(),
                                          without.out().raw() + without.out().bytes());
               });
-  RunEachImpl(Implementations(), with.MakeParams(false), with.Outputs(),
-              [&](const std::string& impl) {
-                ASSERT_EQ(out_without[impl].size(), static_cast<size_t>(with.out().bytes()));
-                EXPECT_EQ(0, std::memcmp(with.out().raw(), out_without[impl].data(),
-                                         out_without[impl].size()))
-                    << impl;
-              });
+  RunEachImpl(
+      Implementations(), with.MakeParams(false), with.Outputs(), [&](const std::string& impl) {
+        ASSERT_EQ(out_without[impl].size(), static_cast<size_t>(with.out().bytes()));
+        EXPECT_EQ(0,
+                  std::memcmp(with.out().raw(), out_without[impl].data(), out_without[impl].size()))
+            << impl;
+      });
 }
 
 // FP8 scales that are not powers of two. The CPU implementation dequantises in f32 (relative
@@ -359,10 +356,10 @@ RoundingBounds BoundsOfBf16Rounding(const Params& table_p, const kernels::Tensor
   auto exact_at = [&](int64_t r, int64_t c) -> double {  // e4m3 × scale, exactly (c < 512)
     const uint8_t* row = static_cast<const uint8_t*>(p.kv.data) + r * p.kv.stride(0);
     float scale;
-    std::memcpy(&scale,
-                row + kernels::sparse_mla::kFp8ScaleOffset +
-                    4 * (c / kernels::sparse_mla::kFp8ScaleCols),
-                sizeof scale);
+    std::memcpy(
+        &scale,
+        row + kernels::sparse_mla::kFp8ScaleOffset + 4 * (c / kernels::sparse_mla::kFp8ScaleCols),
+        sizeof scale);
     return static_cast<double>(kernels::Fp8E4M3ToFloat(row[c])) * scale;
   };
   auto rounded_at = [&](int64_t r, int64_t c) -> double {
@@ -421,16 +418,16 @@ void ExpectWithin(const std::vector<double>& got, const std::vector<double>& ref
   int64_t bad = 0;
   std::ostringstream first;
   for (size_t i = 0; i < got.size(); ++i) {
-    const bool ok = std::isfinite(ref[i]) ? std::fabs(got[i] - ref[i]) <= bound(i)
-                                          : (got[i] == ref[i] ||
-                                             (std::isnan(got[i]) && std::isnan(ref[i])));
+    const bool ok = std::isfinite(ref[i])
+                        ? std::fabs(got[i] - ref[i]) <= bound(i)
+                        : (got[i] == ref[i] || (std::isnan(got[i]) && std::isnan(ref[i])));
     if (!ok && bad++ < 3) {
       first << " [" << i << "] got " << got[i] << " want " << ref[i] << " bound " << bound(i)
             << ";";
     }
   }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " out of bounds:"
-                    << first.str();
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size()
+                    << " out of bounds:" << first.str();
 }
 
 TEST(SparseMlaFp8, NonPowerOfTwoScales) {

@@ -95,12 +95,10 @@ const std::vector<Mutation>& Fp8Mutations() {
   static const auto* rows = new std::vector<Mutation>{
       {"fp8 kv width 655", false, [](Params& p) { p.kv.shape[1] = 655; }, "kv"},
       {"fp8 kv width 576", false, [](Params& p) { p.kv.shape[1] = 576; }, "kv"},
-      {"fp8 kv with d_qk 512", false,
-       [](Params& p) { p.q.shape[2] = 512; }, "kv"},
+      {"fp8 kv with d_qk 512", false, [](Params& p) { p.q.shape[2] = 512; }, "kv"},
       {"fp8 kv row stride 658 (not a multiple of 4)", false,
        [](Params& p) { p.kv.strides[0] = 658; }, "kv"},
-      {"fp8 kv row stride 650 (below 656)", false, [](Params& p) { p.kv.strides[0] = 650; },
-       "kv"},
+      {"fp8 kv row stride 650 (below 656)", false, [](Params& p) { p.kv.strides[0] = 650; }, "kv"},
       {"fp8 kv base not 4-byte aligned", false,
        [](Params& p) { p.kv.data = static_cast<char*>(p.kv.data) + 2; }, "kv"},
       {"fp8 kv rank 3", false, [](Params& p) { p.kv.rank = 3; }, "kv"},
@@ -260,8 +258,7 @@ TEST(SparseMlaCount, FollowsSeedFormula) {
   SparseMlaCase c3(spec, rng, {{0, -1, 10}, {5, 5, 9}}, {});
   p = c3.MakeParams(false);
   EXPECT_DOUBLE_EQ(kernels::sparse_mla::Count(p).flops, 2 * h * (d + 512) * e);
-  EXPECT_DOUBLE_EQ(kernels::sparse_mla::Count(p).bytes,
-                   base - 2 * d * e + 656 * e + 4 * slots);
+  EXPECT_DOUBLE_EQ(kernels::sparse_mla::Count(p).bytes, base - 2 * d * e + 656 * e + 4 * slots);
   EXPECT_DOUBLE_EQ(kernels::sparse_mla::CountSlots(p).bytes,
                    base - 2 * d * e + 656 * slots + 4 * slots);
 }

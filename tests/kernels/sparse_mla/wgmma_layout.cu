@@ -70,8 +70,8 @@ __global__ void __launch_bounds__(128, 1)
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        frag[kk][q] = *reinterpret_cast<const uint32_t*>(
-            p + (r0 + 8 * (q & 1)) * kRows + 16 * kk + 8 * (q >> 1) + cq);
+        frag[kk][q] = *reinterpret_cast<const uint32_t*>(p + (r0 + 8 * (q & 1)) * kRows + 16 * kk +
+                                                         8 * (q >> 1) + cq);
       }
     }
     WgmmaFence();
@@ -100,8 +100,8 @@ __global__ void __launch_bounds__(128, 1)
 
 }  // namespace
 
-int RunWgmmaLayoutCheck(const uint16_t* a, const uint16_t* b, const uint16_t* p,
-                        const uint16_t* v, float* s, float* o) {
+int RunWgmmaLayoutCheck(const uint16_t* a, const uint16_t* b, const uint16_t* p, const uint16_t* v,
+                        float* s, float* o) {
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||

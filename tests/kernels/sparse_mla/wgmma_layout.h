@@ -12,7 +12,7 @@
 
 namespace attnd::testing {
 
-int RunWgmmaLayoutCheck(const uint16_t* a, const uint16_t* b, const uint16_t* p,
-                        const uint16_t* v, float* s, float* o);
+int RunWgmmaLayoutCheck(const uint16_t* a, const uint16_t* b, const uint16_t* p, const uint16_t* v,
+                        float* s, float* o);
 
 }  // namespace attnd::testing

@@ -38,7 +38,6 @@ using kernels::sparse_mla::GpuKernel;
 using kernels::sparse_mla::Params;
 using kernels::sparse_mla::Reference;
 
-
 // Whether the device can run the kernel at all (compute capability 9.0).
 bool HaveSm90() {
   if (!GpuAvailable()) return false;
@@ -219,8 +218,7 @@ TEST_P(SparseMlaWgmmaShapes, StridedViewsDuplicatesAndNoLse) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SparseMlaWgmmaShapes,
                          ::testing::Values(std::make_tuple(64, 512), std::make_tuple(64, 576),
-                                           std::make_tuple(128, 512),
-                                           std::make_tuple(128, 576)),
+                                           std::make_tuple(128, 512), std::make_tuple(128, 576)),
                          [](const auto& info) {
                            return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
                                   std::to_string(std::get<1>(info.param));

@@ -98,12 +98,12 @@ TEST_F(TopKGpu, SameOutputAsCpuOnTiesAndSpecials) {
   const float inf = std::numeric_limits<float>::infinity();
   const float specials[] = {0.0f, -0.0f, nan, -nan, -inf};
   for (int64_t j = 0; j < n; ++j) {
-    c.Logit(0, j) = static_cast<float>(rng() % 16);                     // ties at every level
-    c.Logit(1, j) = std::round(normal(rng) * 256.0f) / 256.0f;          // ties in a small bin
-    c.Logit(2, j) = (rng() % 64 == 0) ? inf : specials[rng() % 5];      // threshold at +0
-    c.Logit(3, j) = (rng() % 20 == 0) ? normal(rng) : -inf;             // fewer selectable than k
-    c.Logit(4, j) = 0.5f;                                               // all equal
-    c.Logit(5, j) = normal(rng);                                        // unique
+    c.Logit(0, j) = static_cast<float>(rng() % 16);                 // ties at every level
+    c.Logit(1, j) = std::round(normal(rng) * 256.0f) / 256.0f;      // ties in a small bin
+    c.Logit(2, j) = (rng() % 64 == 0) ? inf : specials[rng() % 5];  // threshold at +0
+    c.Logit(3, j) = (rng() % 20 == 0) ? normal(rng) : -inf;         // fewer selectable than k
+    c.Logit(4, j) = 0.5f;                                           // all equal
+    c.Logit(5, j) = normal(rng);                                    // unique
   }
   c.SetFullWindows();
   c.SetWindow(5, 17, n - 9);
@@ -125,7 +125,7 @@ TEST_F(TopKGpu, SameOutputAsCpuOnManyRows) {  // the 512-thread variant (many ro
   TopKCase c(m, n, 1024, WindowForm::kKsKe, /*with_values=*/true);
   testing::FillNormal(c.logits, rng, 1.0);
   for (int64_t r = 0; r < m; ++r) c.SetWindow(r, r % 7 - 3, n - m + r + 1);  // causal
-  c.SetWindow(5, 100, 50);  // empty
+  c.SetWindow(5, 100, 50);                                                   // empty
   ExpectGpuEqualsCpu(c);
 }
 

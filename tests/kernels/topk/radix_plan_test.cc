@@ -90,11 +90,16 @@ std::vector<int32_t> CpuSelect(const std::vector<float>& row, int64_t k) {
 
 TEST(TopKRadixPlan, KeysAreTheCpuKeys) {
   auto rng = MakeRng();
-  const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::infinity(),
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f,
+                            -1.0f,
+                            std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity(),
                             std::numeric_limits<float>::quiet_NaN(),
                             -std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::max(),
                             std::numeric_limits<float>::denorm_min()};
   for (float x : specials) EXPECT_EQ(radix::KeyOfBits(Bits(x)), LogitKey(x)) << x;
   for (int i = 0; i < 200000; ++i) {

@@ -1,4 +1,5 @@
 """fp8 e4m3fn and bf16 decoding: attnd's table against the hand decoders in common.py."""
+
 import numpy as np
 
 

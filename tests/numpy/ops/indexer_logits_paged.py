@@ -3,6 +3,7 @@ block_size keys of D fp8 bytes, then block_size f32 scales), against attnd's fp6
 Row b*next_n + j sees positions [0, L), L = clamp(ctx[b] - next_n + j + 1, 0,
 min(N, max_blocks * block_size)); a position whose page id is outside [0, num_blocks) and every
 column past L is -inf."""
+
 import numpy as np
 
 import common
@@ -27,9 +28,9 @@ def check(inputs, scalars, refs):
                 page, slot = table[b, pos // bs], pos % bs
                 if page < 0 or page >= num_blocks:
                     continue
-                key = common.fp8_e4m3_to_f64(cache[page, slot * dim:(slot + 1) * dim])
+                key = common.fp8_e4m3_to_f64(cache[page, slot * dim : (slot + 1) * dim])
                 at = bs * dim + 4 * slot
-                scale = float(cache[page, at:at + 4].copy().view(np.float32)[0])
+                scale = float(cache[page, at : at + 4].copy().view(np.float32)[0])
                 scores = np.maximum(q[b, j] @ key, 0.0)
                 want[row, pos] = float(scores @ weights[row]) * scale
                 expect[row, pos] = 2.0

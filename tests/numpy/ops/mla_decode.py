@@ -4,6 +4,7 @@ block_table[b, n // page_size] at slot n % page_size, and a page id outside [0, 
 the token; query i of s_q sees tokens n < len − s_q + i + 1 with causal, n < len without;
 s = sm_scale·q·kᵀ, softmax written out, out = P·V / Σ with V = the first 512 columns,
 lse = m + log Σ; a row with no visible token gives out 0 and lse -inf."""
+
 import numpy as np
 
 import common
@@ -27,7 +28,7 @@ def check(inputs, scalars, refs):
         page = table[b, pos // page_size]
         readable = (page >= 0) & (page < num_pages)
         pos, page = pos[readable], page[readable]
-        keys = kv[page, pos % page_size]              # [n, d_qk]
+        keys = kv[page, pos % page_size]  # [n, d_qk]
         for i in range(s_q):
             limit = length - s_q + i + 1 if causal else length
             k = keys[pos < limit]

@@ -4,6 +4,7 @@ query head h reads kv head h // (H / H_kv); with causal, query i of Lq sees keys
 (bottom-right aligned), without it all Lk keys; s = sm_scale·q·kᵀ, softmax written out,
 out = P·V / Σ, lse = m + log Σ. Rows that see no key, and rows past the last sequence, give
 out 0 and lse -inf."""
+
 import numpy as np
 
 import common
@@ -24,21 +25,21 @@ def check(inputs, scalars, refs):
         lq, lk = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
         if lq == 0 or lk == 0:
             continue
-        qs = q[cu_q[b]:cu_q[b + 1]]                       # [Lq, H, d_qk]
-        ks = k[cu_k[b]:cu_k[b + 1]][:, np.arange(heads) // group]   # [Lk, H, d_qk]
-        vs = v[cu_k[b]:cu_k[b + 1]][:, np.arange(heads) // group]   # [Lk, H, d_v]
-        s = scale * np.einsum("ihd,jhd->hij", qs, ks)     # [H, Lq, Lk]
+        qs = q[cu_q[b] : cu_q[b + 1]]  # [Lq, H, d_qk]
+        ks = k[cu_k[b] : cu_k[b + 1]][:, np.arange(heads) // group]  # [Lk, H, d_qk]
+        vs = v[cu_k[b] : cu_k[b + 1]][:, np.arange(heads) // group]  # [Lk, H, d_v]
+        s = scale * np.einsum("ihd,jhd->hij", qs, ks)  # [H, Lq, Lk]
         if causal:
             i = np.arange(lq)[:, None]
             j = np.arange(lk)[None, :]
             s = np.where(j <= i + lk - lq, s, -np.inf)
-        m = s.max(axis=2, keepdims=True)                  # -inf for rows that see nothing
-        seen = np.isfinite(m[:, :, 0])                    # [H, Lq]
+        m = s.max(axis=2, keepdims=True)  # -inf for rows that see nothing
+        seen = np.isfinite(m[:, :, 0])  # [H, Lq]
         e = np.where(np.isfinite(s), np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
         total = e.sum(axis=2)
         o = np.einsum("hij,jhd->ihd", e, vs) / np.where(seen, total, 1.0).T[:, :, None]
-        out[cu_q[b]:cu_q[b + 1]] = np.where(seen.T[:, :, None], o, 0.0)
+        out[cu_q[b] : cu_q[b + 1]] = np.where(seen.T[:, :, None], o, 0.0)
         with np.errstate(divide="ignore"):
-            lse[cu_q[b]:cu_q[b + 1]] = np.where(seen, m[:, :, 0] + np.log(total), -np.inf).T
+            lse[cu_q[b] : cu_q[b + 1]] = np.where(seen, m[:, :, 0] + np.log(total), -np.inf).T
     common.assert_close("out", out, refs["out"], rtol=1e-9, atol=1e-12)
     common.assert_close("lse", lse, refs["lse"], rtol=1e-12, atol=1e-12)

@@ -4,6 +4,7 @@ duplicates kept; s = sm_scale·q·kᵀ, softmax written out, out = P·V / Σ, ls
 a token with no valid slot gives out 0 and lse -inf. An FP8 cache (raw u8 [S, 656] rows) is
 decoded here from its bytes: 512 e4m3 codes × the f32 scale of their 128 columns, then 64 bf16
 rope values."""
+
 import numpy as np
 
 import common
@@ -28,11 +29,11 @@ def _rows(inputs, t, num_rows):
     indices = inputs["indices"].astype(np.int64)
     if "indptr" in inputs:
         indptr = inputs["indptr"].astype(np.int64)
-        row = indices[indptr[t]:indptr[t + 1]]
+        row = indices[indptr[t] : indptr[t + 1]]
     else:
         row = indices[t]
         if "topk_length" in inputs:
-            row = row[:int(np.clip(inputs["topk_length"][t], 0, row.shape[0]))]
+            row = row[: int(np.clip(inputs["topk_length"][t], 0, row.shape[0]))]
     return row[(row >= 0) & (row < num_rows)]
 
 
@@ -46,7 +47,7 @@ def check(inputs, scalars, refs):
         rows = _rows(inputs, t, kv.shape[0])
         if rows.size == 0:
             continue
-        k = kv[rows]                       # [n, d_qk]
+        k = kv[rows]  # [n, d_qk]
         s = scale * np.einsum("hd,nd->hn", q[t], k)
         m = s.max(axis=1, keepdims=True)
         e = np.exp(s - m)

@@ -4,6 +4,7 @@ chosen, the k largest by value descending with ties by ascending column (the ref
 documented order), -1 / -inf padding; with a block table each column n maps to
 block_table[r // rows_per_request, n // page] * page + n % page, or -1 for a page past the table,
 a negative entry, or a slot past INT32_MAX."""
+
 import numpy as np
 
 import common
@@ -43,10 +44,10 @@ def check(inputs, scalars, refs):
         keep = ~np.isnan(v) & (v != -np.inf)
         cand, v = cand[keep], v[keep]
         order = np.lexsort((cand, -v))[:k]  # value descending, then column ascending
-        cols[r, :order.size] = cand[order]
-        values[r, :order.size] = v[order]
+        cols[r, : order.size] = cand[order]
+        values[r, : order.size] = v[order]
         if "block_table" in inputs:
-            slots[r, :order.size] = [_slot(inputs, scalars, r, int(c)) for c in cand[order]]
+            slots[r, : order.size] = [_slot(inputs, scalars, r, int(c)) for c in cand[order]]
     assert np.array_equal(cols, refs["cols"]), "cols differ from the reference"
     common.assert_close("values", values, refs["values"], rtol=0, atol=0)
     if "block_table" in inputs:

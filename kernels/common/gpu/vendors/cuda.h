@@ -65,7 +65,9 @@ inline Error IpcCloseMemHandle(void* p) { return cudaIpcCloseMemHandle(p); }
 inline Error IpcGetMemHandle(IpcMemHandle* h, void* p) { return cudaIpcGetMemHandle(h, p); }
 inline Error IpcOpenEventHandle(Event* e, IpcEventHandle h) { return cudaIpcOpenEventHandle(e, h); }
 inline Error IpcGetEventHandle(IpcEventHandle* h, Event e) { return cudaIpcGetEventHandle(h, e); }
-inline Error MemGetInfo(size_t* free_bytes, size_t* total) { return cudaMemGetInfo(free_bytes, total); }
+inline Error MemGetInfo(size_t* free_bytes, size_t* total) {
+  return cudaMemGetInfo(free_bytes, total);
+}
 
 // ---- Device facts (daemon runtime) ----
 inline Error GetDeviceProperties(DeviceProp* p, int d) { return cudaGetDeviceProperties(p, d); }
@@ -96,10 +98,8 @@ inline bool IsDeviceLost(Error e) {
     case cudaErrorAssert:
     case cudaErrorDevicesUnavailable:
     case cudaErrorNoDevice:
-    case cudaErrorContextIsDestroyed:
-      return true;
-    default:
-      return false;
+    case cudaErrorContextIsDestroyed: return true;
+    default: return false;
   }
 }
 

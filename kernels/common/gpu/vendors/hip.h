@@ -64,7 +64,9 @@ inline Error IpcCloseMemHandle(void* p) { return hipIpcCloseMemHandle(p); }
 inline Error IpcGetMemHandle(IpcMemHandle* h, void* p) { return hipIpcGetMemHandle(h, p); }
 inline Error IpcOpenEventHandle(Event* e, IpcEventHandle h) { return hipIpcOpenEventHandle(e, h); }
 inline Error IpcGetEventHandle(IpcEventHandle* h, Event e) { return hipIpcGetEventHandle(h, e); }
-inline Error MemGetInfo(size_t* free_bytes, size_t* total) { return hipMemGetInfo(free_bytes, total); }
+inline Error MemGetInfo(size_t* free_bytes, size_t* total) {
+  return hipMemGetInfo(free_bytes, total);
+}
 
 // ---- Device facts (daemon runtime) ----
 inline Error GetDeviceProperties(DeviceProp* p, int d) { return hipGetDeviceProperties(p, d); }
@@ -87,10 +89,8 @@ inline bool IsDeviceLost(Error e) {
     case hipErrorECCNotCorrectable:
     case hipErrorNoDevice:
     case hipErrorAssert:
-    case hipErrorContextIsDestroyed:
-      return true;
-    default:
-      return false;
+    case hipErrorContextIsDestroyed: return true;
+    default: return false;
   }
 }
 
