@@ -383,13 +383,14 @@ __device__ uint32_t SelectRow(const RowArgs& a, int64_t row_index, const RowSpan
 
 // Three 512-thread CTAs per SM (40 registers, 42 KB of shared memory each): many rows. The
 // 1024-thread variant serves fewer rows than SMs or about: one per SM, registers unconstrained.
+// On AMD, as many as the LDS holds (ATTND_LAUNCH_BOUNDS): three on gfx950, one on gfx90a/gfx942.
 template <int kThreads>
 constexpr int MinBlocksPerSm() {
   return kThreads >= 1024 ? 1 : 3;
 }
 
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads, MinBlocksPerSm<kThreads>())
+__global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), sizeof(Shared<kThreads>))
     TopkRowsKernel(const RowArgs a) {
   __shared__ Shared<kThreads> s;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {

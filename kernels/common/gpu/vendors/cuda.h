@@ -164,3 +164,9 @@ inline Error GraphExecDestroy(GraphExec e) { return cudaGraphExecDestroy(e); }
 inline Error GraphDestroy(Graph g) { return cudaGraphDestroy(g); }
 
 }  // namespace attnd::gpu
+
+// Kernel attribute: at most `max_threads` threads per block, registers bounded so that
+// `min_blocks` blocks can be resident per SM. `static_smem_bytes` (the kernel's __shared__ bytes
+// per block) is used on AMD only (vendors/hip.h, docs/HIP.md).
+#define ATTND_LAUNCH_BOUNDS(max_threads, min_blocks, static_smem_bytes) \
+  __launch_bounds__(max_threads, min_blocks)

@@ -1,4 +1,5 @@
-// HIP side of the gpu:: runtime wrappers (included only through kernels/common/gpu/runtime.h).
+// HIP side of the gpu:: vendor layer (included only through kernels/common/gpu/vendor.h): the
+// runtime wrappers, and ATTND_LAUNCH_BOUNDS with CUDA's meaning (docs/HIP.md).
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -135,4 +136,37 @@ inline Error GraphLaunch(GraphExec e, Stream s) { return hipGraphLaunch(e, s); }
 inline Error GraphExecDestroy(GraphExec e) { return hipGraphExecDestroy(e); }
 inline Error GraphDestroy(Graph g) { return hipGraphDestroy(g); }
 
+// ---- Launch bounds ----
+// Facts of the CDNA target being compiled: four SIMDs (EUs) per CU; 160 KiB of LDS per CU on
+// gfx950 (MI355X), 64 KiB on gfx90a and gfx942. The host pass sees 64 KiB, the smallest.
+inline constexpr int kSimdsPerCu = 4;
+__host__ __device__ constexpr int LdsBytesPerCu() {
+#if defined(__gfx950__)
+  return 160 * 1024;
+#else
+  return 64 * 1024;
+#endif
+}
+
+// CUDA's "at least `min_blocks` resident blocks of `max_threads` threads" as the minimum waves
+// per SIMD that amdgpu_waves_per_eu takes, counting no more blocks than the LDS holds at
+// `static_smem_bytes` each (0: the kernel declares none). CUDA's figure only bounds registers;
+// the AMDGPU backend also weighs the LDS and fails (-Wpass-failed) on a target it cannot meet.
+__host__ __device__ constexpr int MinWavesPerSimd(int max_threads, int min_blocks,
+                                                  int static_smem_bytes, int wave_size) {
+  const int lds_blocks = static_smem_bytes > 0 ? LdsBytesPerCu() / static_smem_bytes : min_blocks;
+  const int blocks = lds_blocks >= min_blocks ? min_blocks : (lds_blocks > 0 ? lds_blocks : 1);
+  const int waves = blocks * ((max_threads + wave_size - 1) / wave_size);
+  return (waves + kSimdsPerCu - 1) / kSimdsPerCu;
+}
+
 }  // namespace attnd::gpu
+
+// Kernel attribute with CUDA's __launch_bounds__(max_threads, min_blocks) meaning on AMD; the
+// CUDA side is in vendors/cuda.h. HIP's own two-argument __launch_bounds__ passes its second
+// argument to amdgpu_waves_per_eu unchanged: a minimum of waves per SIMD, not of blocks per CU.
+#define ATTND_LAUNCH_BOUNDS(max_threads, min_blocks, static_smem_bytes)                \
+  __attribute__((amdgpu_flat_work_group_size(1, (max_threads)),                        \
+                 amdgpu_waves_per_eu(::attnd::gpu::MinWavesPerSimd(                    \
+                     (max_threads), (min_blocks), static_cast<int>(static_smem_bytes), \
+                     ::attnd::gpu::WarpSize()))))
