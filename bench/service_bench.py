@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Service benchmark of attnd (issue 3): round-trip latency and throughput over the unix socket
+"""Service benchmark of attnd: round-trip latency and throughput over the unix socket
 for a decode-sized SparseMla call (T=64, H=16, K=2048, d_qk 512: attnctl's `decode` preset) and a
 tiny one, inline vs host regions, unary and Session; the added service overhead (client round
 trip minus the server's compute time, from CallStats) and the bytes copied per call.

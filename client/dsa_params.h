@@ -1,6 +1,6 @@
-// The inputs and outputs of one DSA attention layer as the DsaAttention RPC takes them
-// (indexer -> top-k -> sparse MLA, DESIGN.md §1-2), in the shape of a kernels Params struct so
-// the client encodes it like any operator. Tensor names are the proto's field names.
+// The inputs and outputs of one DSA attention layer as the DsaAttention RPC takes them (indexer ->
+// top-k -> sparse MLA, docs/CONTRACTS.md "dsa_attention"), in the shape of a kernels Params struct
+// so the client encodes it like any operator. Tensor names are the proto's field names.
 //   DsaAttentionParams p;  p.index_q = ...;  p.topk = 2048;  p.q = ...;  p.kv = ...;
 //   ATTND_ASSIGN_OR_RETURN(CallResult r, client.DsaAttention(p));
 #pragma once
@@ -23,7 +23,7 @@ struct DsaAttentionParams {
   int64_t topk = 0;               // k of the top-k step (2048 in the model)
   // Sparse MLA inputs: the chosen positions index rows of kv (S = N).
   kernels::Tensor q;   // bf16 [T, H, d_qk]
-  kernels::Tensor kv;  // bf16 [S, d_qk]
+  kernels::Tensor kv;  // bf16 [S, d_qk], or the FP8 KV cache u8 [S, 656] (d_qk 576)
   float sm_scale = 0;
   // Outputs.
   kernels::Tensor out;      // bf16 [T, H, 512]

@@ -1,6 +1,7 @@
 // Conversions between attnd.v1.Tensor and host memory: dtypes, layouts (shape, strides in
 // elements) and inline bytes, which are exactly the tensor's span (first to one past the last
-// addressed element, DESIGN.md §3). HostArray is an owning, 64-byte-aligned host tensor.
+// addressed element; docs/SERVICE.md "Tensors"). HostArray is an owning, 64-byte-aligned host
+// tensor.
 //   HostArray q = HostArray::Dense(DType::kBF16, {t, h, 576});
 //   ATTND_RETURN_IF_ERROR(EncodeInline(q.view(), "q", request.mutable_q()));
 //   ATTND_ASSIGN_OR_RETURN(HostArray out, DecodeInline(reply.out(), "out"));

@@ -1,5 +1,6 @@
-// Sparse MLA on the CPU backend: seed 000's decode-size H16/d512 shape and DeepSeek-V3.2's
-// H128/d576 prefill shape, each query selecting K = 2048 random rows of a 32K-row cache.
+// Sparse MLA on the CPU backend: a low-head decode-size H16/d512 shape (GLM-5.x) and
+// DeepSeek-V3.2's H128/d576 prefill shape, each query selecting K = 2048 random rows of a 32K-row
+// cache.
 #include "kernels/sparse_mla/sparse_mla.h"
 
 #include <cstdint>

@@ -1,6 +1,7 @@
-// GPU gather ceilings (KERNELS.md §0, the low-head sparse MLA target of issue 5): random
-// 1024-B and 1152-B row gathers (d512 / d576 bf16 KV rows) from an L2-resident 32 MiB pool and
-// from a 4 GiB HBM pool, and a streaming read of a 32 MiB (L2) and a 4 GiB (HBM) buffer.
+// GPU gather ceilings (docs/BENCHMARKS.md "Gather ceilings"; what bounds the sparse MLA kernels'
+// KV gathers): random 1024-B and 1152-B row gathers (d512 / d576 bf16 KV rows) from an
+// L2-resident 32 MiB pool and from a 4 GiB HBM pool, and a streaming read of a 32 MiB (L2) and a
+// 4 GiB (HBM) buffer.
 // 2^22 rows per launch (T2048 x K2048); row ids uniform in the pool, read from an i32 array as
 // sparse MLA reads its selection. Bytes counted: the row bytes gathered (or streamed) only.
 // Variants (impl), every one summing what it reads so nothing is optimised away:

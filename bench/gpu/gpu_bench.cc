@@ -72,7 +72,7 @@ namespace {
 using attnd::bench::GpuBenchCase;
 using attnd::bench::PeakKind;
 
-// The card's measured ceilings (H200, docs/BENCHMARKS.md).
+// The card's measured ceilings (H200, docs/BENCHMARKS.md "Anchors and ceilings").
 constexpr double kPeakBf16 = 685e12, kPeakFp8 = 1420e12, kPeakCopy = 4.28e12;
 constexpr int kLaunchesPerGraph = 10;
 

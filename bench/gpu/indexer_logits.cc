@@ -1,7 +1,8 @@
 // GPU benchmark cases of indexer_logits (prefill) and indexer_logits_paged (decode): the
-// DeepSeek-V3.2 (H64) and GLM-5 (H32) presets of KERNELS.md §2 with causal windows as DeepGEMM's
-// benchmark sets them (ks = 0, ke = N − M + i + 1), clean_logits on. FLOPs = 2·H·D·valid pairs and
-// logical bytes are computed on the host from the shapes (Count would read device data).
+// DeepSeek-V3.2 (H64) and GLM-5 (H32) presets of docs/BENCHMARKS.md "Anchors and ceilings" with
+// causal windows as DeepGEMM's benchmark sets them (ks = 0, ke = N − M + i + 1), clean_logits on.
+// FLOPs = 2·H·D·valid pairs and logical bytes are computed on the host from the shapes (Count
+// would read device data).
 #include <algorithm>
 #include <cstdint>
 #include <numeric>

@@ -1,8 +1,8 @@
-// Dense MLA decode on the GPU (attn_gpu_bench): DeepSeek d576 latent cache, page 64, s_q 1, for
-// B 1/32/128 x context 4K/32K x H 16/64/128 (FlashMLA anchors on H200: B128/H16/32K 1182 µs,
-// B32/H128/32K 484 µs, B128/H64/32K 1243 µs). Each request owns its pages, shuffled over the
-// cache. Work counted on the host from the shape: FLOPs 2·B·s_q·H·L·(d_qk + 512); bytes = q +
-// the cache rows read once (2·d_qk·B·L) + out + lse + block table + seqlens.
+// Dense MLA decode on the GPU (attn_gpu_bench): DeepSeek d576 latent cache, page 64, s_q 1, for B
+// 1/32/128 x context 4K/32K x H 16/64/128 (FlashMLA's anchors: docs/BENCHMARKS.md
+// "Anchors and ceilings"). Each request owns its pages, shuffled over the cache. Work counted on
+// the host from the shape: FLOPs 2·B·s_q·H·L·(d_qk + 512); bytes = q + the cache rows read once
+// (2·d_qk·B·L) + out + lse + block table + seqlens.
 #include <cstdint>
 #include <map>
 #include <memory>

@@ -1,10 +1,9 @@
-// GPU benchmarks of sparse MLA (KERNELS.md §1d anchors): DeepSeek prefill T4096 S32K H128 d576
-// K2048 (FlashMLA 4185 µs, 558 TFLOP/s), GLM prefill T2048 S32K H64 and H16 d512 K2048 (FlashMLA
-// H64 1025 µs; H16 padded to 64 costs the same), and decode B 1 / 32 / 64 / 128 x next_n 1 and 2
-// (T = B·next_n) at H128 d576 K2048 over a pool of B x 32K rows, with a bf16 KV cache and with
-// the FP8 cache (656-byte rows; FlashMLA FP8: B128 189 µs, B64 100 µs, B128/H64 120 µs). Indices
-// are uniform in [0, S); FLOPs count every slot (FlashMLA's count: 2·T·H·K·(d_qk + 512)), bytes
-// per DESIGN.md §8 with E = T·K (2·d_qk or 656 bytes per row). Counts come from the shapes
+// GPU benchmarks of sparse MLA, the shapes of docs/BENCHMARKS.md "Anchors and ceilings": DeepSeek
+// prefill T4096 S32K H128 d576 K2048, GLM prefill T2048 S32K H64 and H16 d512 K2048, and decode
+// B 1 / 32 / 64 / 128 x next_n 1 and 2 (T = B·next_n) at H128 d576 K2048 over a pool of B x 32K
+// rows, with a bf16 KV cache and with the FP8 cache (656-byte rows). Indices are uniform in
+// [0, S); FLOPs count every slot (FlashMLA's count: 2·T·H·K·(d_qk + 512)), logical bytes as
+// sparse_mla::Count with E = T·K (2·d_qk or 656 bytes per row). Counts come from the shapes
 // (CountSlots), never from device data. Presets share one KV pool per (S, format).
 // The split-K sweep (op sparse_mla_splits, below) runs only when --filter names it.
 #include "kernels/sparse_mla/sparse_mla.h"
@@ -174,18 +173,17 @@ absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
   return c;
 }
 
-// GLM-5.3 prefill with seed 000's causal "kpool4" selection. The seed names it without
-// defining it; our reading: queries at positions prefix + i (i < T = 2048) form pools of 4
-// consecutive positions; pool [p0, p0 + 3] shares one selection of min(2048, p0 + 1) distinct
-// positions drawn uniformly from [0, p0] (sorted), and query p appends its causal tail, the
-// positions p0 + 1 .. p (0 to 3 entries): 2048 + 3 = the seed's 2051-entry width. CSR with
-// fixed-width rows of 2051 (indptr[t] = 2051·t), unused entries -1, as the seed's logical bytes
-// count "the full fixed-width CSR indices". KV layouts (seed: "disjoint" and "shared"): shared,
-// one cache of prefix + T rows indexed by position (every query's rows are physically shared
-// with its neighbours'); disjoint, each query owns private rows t·2051 + j for its entry j (the
-// same logical selection with no physical reuse across queries; values random rather than
-// copies). Bytes per seed 000: B = 4QHD + 2DE + 4Q·2051 + 4(Q + 1) + 4QH (LSE), E the valid
-// entries; FLOPs 4EHD (Count on the host copy of the selection).
+// GLM-5.3 prefill with the causal "kpool4" selection, defined here: queries at positions
+// prefix + i (i < T = 2048) form pools of 4 consecutive positions; pool [p0, p0 + 3] shares one
+// selection of min(2048, p0 + 1) distinct positions drawn uniformly from [0, p0] (sorted), and
+// query p appends its causal tail, the positions p0 + 1 .. p (0 to 3 entries): 2048 + 3 = a
+// 2051-entry width. CSR with fixed-width rows of 2051 (indptr[t] = 2051·t), unused entries -1;
+// the logical bytes count the full fixed-width CSR indices. Two KV layouts: shared, one cache of
+// prefix + T rows indexed by position (every query's rows are physically shared with its
+// neighbours'); disjoint, each query owns private rows t·2051 + j for its entry j (the same
+// logical selection with no physical reuse across queries; values random rather than copies).
+// Bytes: B = 4QHD + 2DE + 4Q·2051 + 4(Q + 1) + 4QH (LSE), E the valid entries; FLOPs 4EHD (Count
+// on the host copy of the selection).
 constexpr int64_t kKpoolT = 2048, kKpoolWidth = 2051, kKpoolShared = 2048;
 
 struct Kpool4Preset {
@@ -347,7 +345,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSparseMlaCases(const std::string& 
   return cases;
 }
 
-// Split-K sweep (issue 5: the split count GpuSplits picks should be near the best per shape).
+// Split-K sweep: checks that the split count GpuSplits picks is near the best per shape
+// (docs/BENCHMARKS.md "Split-K plan").
 // Op "sparse_mla_splits", built only when --filter contains "sparse_mla_splits" (the default run
 // and --filter=sparse_mla skip it):  attn_gpu_bench --replays=20 --filter=sparse_mla_splits/
 // Each shape runs its kernel through launch.h's launcher at explicit split counts s from

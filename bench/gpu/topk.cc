@@ -1,6 +1,7 @@
 // GPU benchmarks of top-k (k = 2048, N(0, 1) logits): prefill 4096 rows with causal windows over
-// a 32K context (KERNELS.md §3 budget 409 µs), decode 128 × 32K (budget 30 µs) plain and mapped to
-// KV slots (page 64), and 8 rows of 128K. Byte counts come from the host-side shapes and windows.
+// a 32K context and decode 128 × 32K (their budgets: docs/BENCHMARKS.md "Anchors and ceilings"),
+// plain and mapped to KV slots (page 64), and 8 rows of 128K. Byte counts come from the host-side
+// shapes and windows.
 #include <cstdint>
 #include <memory>
 #include <string>

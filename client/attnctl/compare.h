@@ -1,6 +1,6 @@
 // Comparing the daemon's outputs with the local CPU run: floating outputs element-wise with a
 // stated tolerance (relative L2 error and a per-element bound), index outputs as per-row sets
-// (top-k order and tie-breaking are free, DESIGN.md §2).
+// (top-k order and tie-breaking are free: docs/CONTRACTS.md "topk").
 //   Check c = CompareFloat("out", remote_out, local_out, kBf16Tolerance);
 #pragma once
 

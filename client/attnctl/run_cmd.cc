@@ -41,7 +41,7 @@ int RunCommand(const CtlOptions& o, const std::string& op_arg) {
   const v1::CallStats& stats = result->stats;
   const uint64_t copied = stats.copied_bytes_in() + stats.copied_bytes_out();
   if (o.regions) {
-    // Zero copy is part of the contract for region tensors (DESIGN.md §4).
+    // Zero copy is part of the contract for region tensors (docs/SERVICE.md "GPU backend").
     Check zc;
     zc.name = "copied_bytes";
     zc.kind = "zero_copy";

@@ -140,7 +140,7 @@ Impl<Params> GpuImpl(absl::string_view kind, typename Impl<Params>::SupportsFn s
 #endif  // defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 
 // FLOPs of the useful matrix work and logical bytes (each input read once, each output written
-// once) of one call, DESIGN.md §8.
+// once) of one call (docs/CONTRACTS.md "Common rules").
 struct WorkCount {
   double flops = 0;
   double bytes = 0;

@@ -1,6 +1,6 @@
-// Parameters of the fused DSA attention layer (DESIGN.md §1, §2): indexer logits → top-k →
-// sparse MLA in one call. T query tokens, N cache tokens (row n of k_index and of kv is the same
-// token), indexer heads H_i of dim D_i, attention heads H of dim d_qk (512 or 576).
+// Parameters of the fused DSA attention layer (docs/CONTRACTS.md "dsa_attention"): indexer
+// logits → top-k → sparse MLA in one call. T query tokens, N cache tokens (row n of k_index and of
+// kv is the same token), indexer heads H_i of dim D_i, attention heads H of dim d_qk (512 or 576).
 #pragma once
 
 #include <cstdint>

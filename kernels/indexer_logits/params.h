@@ -1,4 +1,5 @@
-// Parameters of the prefill indexer-logits operator (the DSA "lightning indexer", DESIGN.md §2):
+// Parameters of the prefill indexer-logits operator, the DSA "lightning indexer"
+// (docs/CONTRACTS.md "indexer_logits"):
 //   logits[m,n] = Σ_h relu(q[m,h]·k[n]) · k_scale[n] · weights[m,h], n in [max(ks,0), min(ke,N))
 // Tensors are views owned by the caller; the operator never allocates them.
 #pragma once

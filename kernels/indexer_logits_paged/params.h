@@ -1,5 +1,6 @@
-// Parameters of the paged (decode) indexer-logits operator (DESIGN.md §2): the logits of each of
-// a request's next_n new tokens against its paged FP8 key cache, laid out as vLLM writes it.
+// Parameters of the paged (decode) indexer-logits operator (docs/CONTRACTS.md
+// "indexer_logits_paged"): the logits of each of a request's next_n new tokens against its paged
+// FP8 key cache, laid out as vLLM writes it.
 // Tensors are views owned by the caller; the operator never allocates them.
 #pragma once
 

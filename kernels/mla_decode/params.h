@@ -1,6 +1,7 @@
-// Parameters of the dense, absorbed MLA decode over a paged latent KV cache (DESIGN.md §2):
-// every query row attends to the first visible tokens of its request's pages; V is the first 512
-// columns of each cache row. Callers own every tensor; the op only reads and writes through them.
+// Parameters of the dense, absorbed MLA decode over a paged latent KV cache (docs/CONTRACTS.md
+// "mla_decode"): every query row attends to the first visible tokens of its request's pages; V is
+// the first 512 columns of each cache row. Callers own every tensor; the op only reads and writes
+// through them.
 #pragma once
 
 #include "kernels/common/tensor.h"

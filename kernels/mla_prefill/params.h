@@ -1,6 +1,6 @@
 // Parameters of the dense, non-absorbed MLA prefill over packed variable-length sequences
-// (DESIGN.md §2): sequence b's queries q[cu_seqlens_q[b], cu_seqlens_q[b+1]) attend to its keys
-// k/v[cu_seqlens_k[b], cu_seqlens_k[b+1]), with GQA. Callers own every tensor.
+// (docs/CONTRACTS.md "mla_prefill"): sequence b's queries q[cu_seqlens_q[b], cu_seqlens_q[b+1])
+// attend to its keys k/v[cu_seqlens_k[b], cu_seqlens_k[b+1]), with GQA. Callers own every tensor.
 #pragma once
 
 #include "kernels/common/tensor.h"

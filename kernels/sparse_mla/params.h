@@ -1,7 +1,8 @@
-// Parameters of sparse MLA (DESIGN.md §2): each query token attends, in MQA form, only to its
-// selected rows of the latent KV cache. Selection is a top-k table or CSR; the form is chosen by
-// whether `indptr` is present. Shapes: T tokens, H heads, d_qk 512 or 576, S cache rows. The KV
-// cache is bf16 or, for decode with d_qk 576, the FP8 format of FlashMLA / vLLM (kFp8Row*).
+// Parameters of sparse MLA (docs/CONTRACTS.md "sparse_mla"): each query token attends, in MQA
+// form, only to its selected rows of the latent KV cache. Selection is a top-k table or CSR; the
+// form is chosen by whether `indptr` is present. Shapes: T tokens, H heads, d_qk 512 or 576, S
+// cache rows. The KV cache is bf16 or, for decode with d_qk 576, the FP8 format of FlashMLA / vLLM
+// (kFp8Row*; docs/CONTRACTS.md "FP8 KV cache").
 #pragma once
 
 #include <cstdint>

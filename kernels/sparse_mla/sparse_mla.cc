@@ -213,9 +213,9 @@ const std::vector<Impl<Params>>& Implementations() {
         // cuda_mma, decided by a device-side estimate (gpu/mma_auto.cu).
         MmaAutoImpl(), KernelImpl("mma", GpuKernel::kMma),
         // H <= 32, several neighbouring tokens per CTA gathering the union of their rows once:
-        // 1.5-3.4x faster than cuda_mma when neighbours share rows (causal kpool4 on one cache),
-        // 0.6-0.7x on uniform or disjoint selections (docs/BENCHMARKS.md). Listed after cuda_mma:
-        // by name, or through cuda_mma_auto, which runs it where the overlap pays.
+        // faster than cuda_mma when neighbours share rows (causal kpool4 on one cache), slower on
+        // uniform or disjoint selections (docs/BENCHMARKS.md "Low head counts"). Listed after
+        // cuda_mma: by name, or through cuda_mma_auto, which runs it where the overlap pays.
         KernelImpl("mma_lowh", GpuKernel::kMmaLowH),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)

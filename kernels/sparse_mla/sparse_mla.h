@@ -1,5 +1,6 @@
-// Sparse MLA (DESIGN.md §2): the host entry. Validate checks a call, Count gives its FLOPs and
-// logical bytes (§8), Run validates and dispatches to the first implementation that supports it.
+// Sparse MLA (docs/CONTRACTS.md "sparse_mla"): the host entry. Validate checks a call, Count gives
+// its FLOPs and logical bytes, Run validates and dispatches to the first implementation that
+// supports it.
 //   ATTND_RETURN_IF_ERROR(sparse_mla::Run(params, ctx));
 #pragma once
 
@@ -27,7 +28,7 @@ absl::Status CheckSelectionData(const Params& p);
 int64_t CountValidSelections(const Params& p);
 
 // FLOPs 2·H·(d_qk + 512)·E (= 2·T·H·(d_qk + 512)·K_valid when every token has K_valid valid
-// slots; KERNELS.md §1a) and logical bytes (seed 000, DESIGN.md §8):
+// slots) and logical bytes (one gathered KV row per valid selection):
 //   2·T·H·d_qk + row·E + 4·slots + 4·(T+1) [CSR indptr] or 4·T [topk_length, if present]
 //   + 2·T·H·512 [+ 4·T·H lse], row = 2·d_qk bytes (bf16 cache) or 656 (FP8 cache),
 // slots = T·K (table) or nnz (CSR). Reads the selection (host-resident calls only).

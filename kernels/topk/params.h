@@ -1,6 +1,6 @@
-// Parameters of the top-k operator (DESIGN.md §2): per row of indexer logits, the positions of the
-// k largest candidates in the row's window, optionally mapped through a block table to global KV
-// slot ids ready for sparse MLA. Tensors are views owned by the caller.
+// Parameters of the top-k operator (docs/CONTRACTS.md "topk"): per row of indexer logits, the
+// positions of the k largest candidates in the row's window, optionally mapped through a block
+// table to global KV slot ids ready for sparse MLA. Tensors are views owned by the caller.
 #pragma once
 
 #include <cstdint>

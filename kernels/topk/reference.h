@@ -21,7 +21,8 @@ struct RefRow {
 // One entry per row of p.logits.
 std::vector<RefRow> Reference(const Params& p);
 
-// The KV slot column `col` of row `row` maps to under p's block table, or -1 (DESIGN.md §2).
+// The KV slot column `col` of row `row` maps to under p's block table, or -1 (docs/CONTRACTS.md
+// "topk").
 int64_t ReferenceSlot(const Params& p, int64_t row, int64_t col);
 
 }  // namespace attnd::kernels::topk

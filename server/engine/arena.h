@@ -1,7 +1,8 @@
 // A size-classed sub-allocator over one reserved range of bytes (offsets [0, capacity); the owner
-// adds its base pointer): device memory pools and the pinned staging pool (DESIGN.md §5). Requests
-// round up to a size class, blocks come best-fit from coalescing free ranges, and the reserved
-// capacity is a hard limit: a request that does not fit is RESOURCE_EXHAUSTED, never a crash.
+// adds its base pointer): device memory pools and the pinned staging pool (docs/SERVICE.md
+// "Memory pools"). Requests round up to a size class, blocks come best-fit from coalescing free
+// ranges, and the reserved capacity is a hard limit: a request that does not fit is
+// RESOURCE_EXHAUSTED, never a crash.
 //   Arena arena(8ull << 30);
 //   ATTND_ASSIGN_OR_RETURN(uint64_t offset, arena.Allocate(bytes));  ...  arena.Free(offset);
 #pragma once

@@ -1,7 +1,7 @@
-// The engine's view of a compute backend (DESIGN.md §5): it runs one step of an operator call —
-// either an OpCall (whose tensors it places: host pointers on the CPU, staged or in-place device
-// pointers on a GPU) or a plain closure over an ExecContext — and reports the implementation, the
-// compute time and the bytes it moved. No gRPC here.
+// The engine's view of a compute backend (docs/SERVICE.md "Layers"): it runs one step of an
+// operator call — either an OpCall (whose tensors it places: host pointers on the CPU, staged or
+// in-place device pointers on a GPU) or a plain closure over an ExecContext — and reports the
+// implementation, the compute time and the bytes it moved. No gRPC here.
 //   CpuBackend cpu(&pool);
 //   StepResult r;
 //   ATTND_RETURN_IF_ERROR(cpu.RunCall(call, &r));

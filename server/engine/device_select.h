@@ -1,7 +1,7 @@
-// Which device runs a call (DESIGN.md §4-5, pure host logic): the device of its device regions
-// (all on one device), else the device its `device_uuid` names, else the first served device.
-// Devices are keyed by UUID, spelled as nvidia-smi does ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-
-// xxxxxxxxxxxx"); ordinals only mean something inside this process.
+// Which device runs a call (docs/SERVICE.md "GPU backend"; pure host logic): the device of its
+// device regions (all on one device), else the device its `device_uuid` names, else the first
+// served device. Devices are keyed by UUID, spelled as nvidia-smi does
+// ("GPU-xxxxxxxx-xxxx-xxxx-xxxx- xxxxxxxxxxxx"); ordinals only mean something inside this process.
 //   ATTND_ASSIGN_OR_RETURN(size_t i, SelectDevice(call.tensors(), call.device_uuid(), served));
 #pragma once
 

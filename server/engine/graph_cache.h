@@ -1,7 +1,8 @@
-// The graph cache's bookkeeping (DESIGN.md §5), free of any GPU call so that it is tested without
-// one: executable graphs keyed by a call's launch key (op, implementation, shapes, strides,
-// dtypes, scalars, workspace size — everything but pointers), each remembering the pointers it
-// was captured or last updated with; a bounded LRU. The GPU graph runner decides with Plan():
+// The graph cache's bookkeeping (docs/SERVICE.md "GPU backend"), free of any GPU call so that it is
+// tested without one: executable graphs keyed by a call's launch key (op, implementation, shapes,
+// strides, dtypes, scalars, workspace size — everything but pointers), each remembering the
+// pointers it was captured or last updated with; a bounded LRU. The GPU graph runner decides with
+// Plan():
 //   hit     — same key, same pointers: replay the executable graph;
 //   update  — same key, new pointers: re-capture and update the executable graph in place;
 //   capture — new key: capture and instantiate (evicting the least recently used past capacity).

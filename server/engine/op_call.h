@@ -1,5 +1,5 @@
-// One operator call as a backend sees it (DESIGN.md §4-5): where each of its tensors lives
-// (inline in the request or reply, in a host region, in a device region), and the op bound to
+// One operator call as a backend sees it (docs/SERVICE.md "GPU backend"): where each of its tensors
+// lives (inline in the request or reply, in a host region, in a device region), and the op bound to
 // whatever pointers the backend chooses. The ops layer (server/ops) implements it per op; the CPU
 // backend runs it on the host pointers, a GPU backend stages host tensors into its device pool,
 // binds device regions in place and launches (or replays a captured graph). No gRPC here.

@@ -122,7 +122,7 @@ JobOutcome Scheduler::RunJob(Job& job) {
       }
     }
     // The deadline first: gRPC also cancels a call whose deadline passed, and such a call must
-    // be counted as DEADLINE_EXCEEDED (DESIGN.md §3), not CANCELLED.
+    // be counted as DEADLINE_EXCEEDED (docs/SERVICE.md "Status codes"), not CANCELLED.
     if (absl::Now() >= job.deadline) {
       o.status = absl::DeadlineExceededError(
           i == 0 ? absl::StrCat("deadline passed while queued (", absl::FormatDuration(o.queue),

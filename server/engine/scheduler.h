@@ -1,7 +1,7 @@
-// The engine's scheduler (DESIGN.md §5): a bounded queue of op calls served by a fixed pool of
-// worker threads that run each call's steps on the backend, honouring deadlines and cancellation
-// before the first step and between steps. No gRPC here: the front submits Jobs and gets a
-// JobOutcome back through the job's `done`.
+// The engine's scheduler (docs/SERVICE.md "Scheduler, deadlines and shutdown"): a bounded queue of
+// op calls served by a fixed pool of worker threads that run each call's steps on the backend,
+// honouring deadlines and cancellation before the first step and between steps. No gRPC here: the
+// front submits Jobs and gets a JobOutcome back through the job's `done`.
 //   Scheduler sched({.queue_capacity = 64, .workers = 2}, &backend);
 //   auto job = std::make_unique<Job>(); job->steps = {...}; job->done = [](JobOutcome o) {...};
 //   if (absl::Status s = sched.Submit(std::move(job)); !s.ok()) { /* RESOURCE_EXHAUSTED... */ }

@@ -1,5 +1,5 @@
-// attnd's Prometheus metrics (DESIGN.md §6), base units and Prometheus naming. Built on a
-// registry the owner constructs (main, a test) and passes in; never global.
+// attnd's Prometheus metrics (docs/SERVICE.md "Metrics"), base units and Prometheus naming. Built
+// on a registry the owner constructs (main, a test) and passes in; never global.
 //   auto registry = std::make_shared<prometheus::Registry>();
 //   Metrics metrics(registry.get(), "0.1.0", "cpu", {"sparse_mla", ...});
 //   metrics.RecordCall({.op = "sparse_mla", .code = absl::StatusCode::kOk, ...});

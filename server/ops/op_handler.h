@@ -42,8 +42,8 @@ absl::Status ReadCallOptions(const google::protobuf::Message& request, std::stri
                              std::string* device_uuid);
 
 // Upper bound on the device-region bytes a call reads back to the host so that its work count
-// (DESIGN.md §8) is exact; past it an op with a data-free upper bound reports that instead
-// (CallStats.work_count "upper_bound"). docs/SERVICE.md "Work counts on a GPU".
+// (docs/CONTRACTS.md "Common rules") is exact; past it an op with a data-free upper bound reports
+// that instead (CallStats.work_count "upper_bound"). docs/SERVICE.md "Work counts on a GPU".
 inline constexpr uint64_t kMaxCountReadbackBytes = 1 << 20;
 
 // A call ready to run: an engine::OpCall over its params. Owns its params and what their tensors

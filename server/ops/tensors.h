@@ -1,7 +1,7 @@
-// Tensor resolution (DESIGN.md §3-4): a request's attnd.v1.Tensor becomes a kernels::Tensor view.
-// Inputs are read in place from a region or from the request's own bytes; outputs are written in
-// place into a region or into the reply's inline_data. Every size and offset is checked with
-// overflow-safe arithmetic; bytes copied are counted (zero for region tensors).
+// Tensor resolution (docs/SERVICE.md "Tensors"): a request's attnd.v1.Tensor becomes a
+// kernels::Tensor view. Inputs are read in place from a region or from the request's own bytes;
+// outputs are written in place into a region or into the reply's inline_data. Every size and offset
+// is checked with overflow-safe arithmetic; bytes copied are counted (zero for region tensors).
 //   CallTensors tensors(&registry, max_inline_bytes);
 //   ATTND_RETURN_IF_ERROR(tensors.Input("q", &request.q(), &params.q));
 //   ATTND_RETURN_IF_ERROR(tensors.Output("out", placement, spec, reply.mutable_out(),

@@ -1,7 +1,7 @@
-// The region registry (DESIGN.md §3-4, after Triton's shared-memory extension): named host
-// regions (POSIX shm mapped once) and device regions (raw IPC handles) in one namespace, pins that
-// keep a region alive while requests use it, and leases that remove a session's regions when it
-// ends. Constructed by its owner (main, a test) and passed in; never global.
+// The region registry (docs/SERVICE.md "Regions", after Triton's shared-memory extension): named
+// host regions (POSIX shm mapped once) and device regions (raw IPC handles) in one namespace, pins
+// that keep a region alive while requests use it, and leases that remove a session's regions when
+// it ends. Constructed by its owner (main, a test) and passed in; never global.
 //   RegionRegistry registry({.allow_client_shm = true});
 //   ATTND_RETURN_IF_ERROR(registry.RegisterHost({"kv", "/my-shm", 0, size, ""}));
 //   ATTND_ASSIGN_OR_RETURN(RegionPin pin, registry.Acquire("kv"));  // pin.data() ...

@@ -1,6 +1,6 @@
-// Validation of untrusted region names and POSIX shm keys (DESIGN.md §7): a key is "/" followed
-// by 1..kMaxShmKeyLength-1 printable characters without a further slash, and never one of the
-// daemon's reserved prefixes.
+// Validation of untrusted region names and POSIX shm keys (docs/SERVICE.md "Security rules"): a key
+// is "/" followed by 1..kMaxShmKeyLength-1 printable characters without a further slash, and never
+// one of the daemon's reserved prefixes.
 //   ATTND_RETURN_IF_ERROR(ValidateShmKey(request.key()));
 #pragma once
 

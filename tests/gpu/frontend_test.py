@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The frontend test on a GPU host (issue 4): a PyTorch "serving frontend" allocates its tensors
+"""The frontend test on a GPU host: a PyTorch "serving frontend" allocates its tensors
 on the GPU, registers them with a running attnd as device regions through their storages' CUDA
 IPC handles, calls SparseMla, MlaDecode, IndexerLogits and DsaAttention with every input and
 output in device regions, and checks the results against the same formulas written out in

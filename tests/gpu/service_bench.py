@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The service overhead on the GPU (issue 4): the same ops through a running attnd with every
+"""The service overhead on the GPU: the same ops through a running attnd with every
 tensor in a device region (PyTorch CUDA tensors registered by their storages' IPC handles), timed
 by the caller. Per op, 20 warm-up calls then 300 timed ones, one at a time: the client's wall
 time (time.perf_counter around the blocking call) and the server's CallStats (compute_seconds:

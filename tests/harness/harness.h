@@ -1,6 +1,6 @@
 // The correctness harness: runs every implementation of an op that this build and machine can
 // run on the same inputs, outputs poisoned with NaN before each run, and hands each result to a
-// check against the fp64 reference. GPU executors plug in here (issue 4): they mirror the params'
+// check against the fp64 reference. GPU executors plug in here: they mirror the params'
 // tensors to the device through Params::ForEachTensor and copy the outputs back.
 //   int runs = RunEachImpl(sparse_mla::Implementations(), p, [&](const std::string& impl) {
 //     ExpectClose(out, ref, tol, impl);

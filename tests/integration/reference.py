@@ -1,5 +1,5 @@
-"""fp64 NumPy references of attnd's operators (DESIGN.md §2, kernels/<op>/params.h), written from
-the contracts and sharing no code with attnd, plus the comparisons the integration tests use.
+"""fp64 NumPy references of attnd's operators (docs/CONTRACTS.md, kernels/<op>/params.h), written
+from the contracts and sharing no code with attnd, plus the comparisons the integration tests use.
 Inputs are the raw arrays sent to the daemon (bf16 as uint16, fp8 as uint8); decoding goes through
 attnd_client.dtypes, which tests/client/python checks against hand-made tables.
 

@@ -1,6 +1,6 @@
 """/metrics of a real daemon: the exposition passes Prometheus's own `promtool check metrics`
 (Debian's prometheus package; PROMTOOL overrides the path) before and after traffic, every family
-of DESIGN.md §6 is there, and the counters move exactly as calls are made: requests by op and
+of docs/SERVICE.md "Metrics" is there, and the counters move exactly as calls are made: requests by op and
 code, duration histograms, logical bytes and FLOPs equal to the calls' own stats, copied bytes
 equal to the inline bytes and zero for region calls, region gauges."""
 

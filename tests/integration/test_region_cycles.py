@@ -1,6 +1,7 @@
 """100k register/unregister cycles against one daemon without growth of its open fds, mappings
-or RSS (DESIGN.md §7: nothing leaks). Python unary calls over the unix socket take ~0.8 ms a
-cycle on the 2-core CI machine (~80 s for 100k); ATTND_REGION_CYCLES overrides the count."""
+or RSS (docs/SERVICE.md "Security rules": nothing leaks). Each cycle is two Python unary calls
+over the unix socket, so the full count takes over a minute on a small machine;
+ATTND_REGION_CYCLES overrides the count."""
 
 import os
 import time

@@ -1,5 +1,5 @@
 """The operators of attnd.v1 as data: each op's request fields with their dtypes, outputs and
-scalar options (DESIGN.md §2, proto/attnd/v1/attention.proto), the typed call methods shared by
+scalar options (docs/CONTRACTS.md, proto/attnd/v1/attention.proto), the typed call methods shared by
 Client and Session, and OpResult.
 
     res = client.sparse_mla(q=q, kv=kv, indices=idx, sm_scale=0.0417)

@@ -50,7 +50,8 @@ struct KernelArgs {
   int64_t kv_fp8_stride;
   // The KV pool is larger than the L2 (decode pools of B x 32K rows): the wgmma kernel's bf16
   // producer asks the L2 for the next block's rows a block ahead (prefill pools of one sequence
-  // stay L2-resident, where the extra work only costs: measured +5 % on prefill).
+  // stay L2-resident, where the extra work only costs time: docs/BENCHMARKS.md
+  // "Sparse MLA on Hopper").
   bool prefetch_l2;
   // Optional launch gate (null: always run): a CTA of a kernel that checks it (mma.cuh,
   // mma_lowh.cuh, the combine) returns at entry unless *gate == gate_open. A device word, so a

@@ -2,8 +2,8 @@
 // share rows, the one-token kernel (mma.cuh) elsewhere, chosen on the device. A memset and the
 // estimate kernel sample token groups as kMmaLowH stacks them into MmaAutoHeader; both kernels
 // are then launched, each gated by the header's choice (the other's CTAs return at entry).
-// Cost over the chosen kernel alone (H200, GLM T2048 presets, graph replays): 7-17 µs, of which
-// the estimate ~7.5 µs and cuda_mma's empty grid (2048 CTAs) ~5.3 µs when kMmaLowH runs (ncu).
+// Its cost over the chosen kernel alone is the estimate plus the empty grid of the kernel not
+// chosen (docs/BENCHMARKS.md "`cuda_mma_auto`: the union kernel where neighbours share rows").
 #if defined(ATTND_GPU_CUDA)  // CUDA-only (mma.sync); compiles to nothing for HIP
 #include <stdint.h>
 
@@ -19,25 +19,17 @@
 namespace attnd::kernels::sparse_mla {
 namespace {
 
-// The decision (launch.h's MmaAutoPicksLowh): kMmaLowH when x = union_rows / walked_slots over
-// the sampled blocks is below 1/2 with 2 tokens a group (H 17-32), 9/20 with 4 (H 9-16), 2/5
-// with 8 (H <= 8). Why the walked slots: kMma walks every slot of a token's row in 64-slot
-// tiles (a masked slot is not gathered but still computed: its kpool4 prefix-0 time, half the
-// slots -1, is 94 % of prefix 32K's), while kMmaLowH gathers and computes the union of the
-// stacked tokens' valid rows (a block with no valid row costs little). Measured on the H200
-// (T2048 d512 K2048/2051, warm µs, time ratio kMmaLowH / kMma; x from the estimate's sample,
-// exact for the deterministic prefix-0 selections):
-//   x ≈ 1      uniform S32K      H8 2588/1566 = 1.65  H16 2494/1578 = 1.58  H32 3045/1987 = 1.53
-//   x ≈ 1      kpool4 32K disj.  H8 1.46  H16 1.45  H32 1.33
-//   x = 0.49   kpool4 0 disj.    H8 1956/1601 = 1.22  H16 1665/1617 = 1.03  H32 1821/2031 = 0.90
-//   x ≈ 0.50   kpool4 32K shared H32 2066/2062 = 1.00
-//   x ≈ 0.25   kpool4 32K shared H8 877/1612 = 0.54  H16 1036/1627 = 0.64
-//   x = 0.24   kpool4 0 shared   H32 1331/1958 = 0.68
-//   x ≤ 0.12   kpool4 0 shared   H8 446/1518 = 0.29  H16 719/1528 = 0.47
-// Per group size, interpolating between the two rows around ratio 1 puts parity at x ≈ 0.41
-// (H8), 0.47 (H16), 0.5-0.6 (H32); each threshold sits at or just below it (ties go to kMma).
-// The more tokens a CTA stacks, the more a union row costs it (deduplication over 8 tokens'
-// entries, multiplicities per token), hence the lower threshold at H8.
+// The decision (launch.h's MmaAutoPicksLowh): kMmaLowH when x = union_rows / walked_slots over the
+// sampled blocks is below 1/2 with 2 tokens a group (H 17-32), 9/20 with 4 (H 9-16), 2/5 with 8 (H
+// <= 8). Why the walked slots: kMma walks every slot of a token's row in 64-slot tiles (a masked
+// slot is not gathered but still computed: its kpool4 prefix-0 time, half the slots -1, is 94 % of
+// prefix 32K's), while kMmaLowH gathers and computes the union of the stacked tokens' valid rows (a
+// block with no valid row costs little). Each threshold sits at or just below the overlap x at
+// which the two kernels' measured times are equal for that group size (ties go to kMma); the
+// measurements are in docs/BENCHMARKS.md
+// "`cuda_mma_auto`: the union kernel where neighbours share rows". The more tokens a CTA stacks,
+// the more a union row costs it (deduplication over 8 tokens' entries, multiplicities per token),
+// hence the lower threshold at H8.
 
 constexpr int kWarpsPerBlock = 2;  // two warps hash one sampled block
 constexpr int kEstimateThreads = 32 * kWarpsPerBlock * kAutoBlocksPerGroup;
@@ -62,7 +54,7 @@ int64_t Align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 // entries (0 <= index < S; others are never used as addresses) and the distinct valid rows (an
 // open-addressing hash in shared memory). The sums go to the header by atomics (zeroed by the
 // launcher's memset); the last CTA to arrive writes the totals and the choice. A CTA per group
-// spreads the shared atomics over SMs (one SM took ~100 µs for 32 groups x 4 blocks x 512).
+// spreads the shared atomics over SMs (one CTA for every group serialises them on one SM).
 __global__ void __launch_bounds__(kEstimateThreads)
     SparseMlaAutoEstimateKernel(const KernelArgs a, int tokens, int block_n,
                                 MmaAutoHeader* header) {

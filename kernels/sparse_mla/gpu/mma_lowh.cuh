@@ -27,9 +27,10 @@
 //            only active m16 tiles are rescaled and multiplied.
 // On causal selections that neighbouring tokens share (kpool4), one gathered row serves all G
 // tokens (A = 4). On uniform selections a tile is one token's (A = 1) and the kernel is latency
-// bound (8 warps per SM, 2-stage ring): measured 1.6x slower than mma.cuh there (H200,
-// T2048/K2048/H16: 2497 vs 1574 µs). TODO(issue 5): a faster A = 1 path. Instantiated in
-// mma_lowh_d512.cu / mma_lowh_d576.cu; launched by mma_lowh.cu.
+// bound (8 warps per SM, 2-stage ring) and slower than mma.cuh (docs/BENCHMARKS.md
+// "Low head counts"), which is why cuda_mma_auto runs it only where neighbouring tokens share rows.
+// TODO: a faster A = 1 path. Instantiated in mma_lowh_d512.cu / mma_lowh_d576.cu; launched by
+// mma_lowh.cu.
 #pragma once
 
 #if !defined(ATTND_GPU_CUDA)

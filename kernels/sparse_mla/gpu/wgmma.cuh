@@ -129,7 +129,7 @@ __device__ __forceinline__ uint32_t LdgNc4(const void* p) {
   return v;
 }
 
-// e4m3 codes as bf16 bits (KERNELS.md §1e): the sign to bit 15, exponent and mantissa (7 bits)
+// e4m3 codes as bf16 bits: the sign to bit 15, exponent and mantissa (7 bits)
 // to bits 4..10 give the bf16 value code·2^-120 exactly, subnormal codes included (they land in
 // bf16's subnormal range). Bytes 0 and 1 of `w` (pair 0) or 2 and 3 (pair 1) as bf16x2, the
 // first in bits 0..15. Integer ops only (the cvt chain's f16 -> f32 -> bf16 steps run on the
@@ -398,7 +398,8 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
           }
           // Pools larger than the L2 (a.prefetch_l2): block b + 1's rows into L2 (one thread
           // per row) while its stage is still in use, so its cp.async wait on L2, not HBM.
-          // Measured on decode B128 H128: 209 -> 196 us (FP8: no change, so not done there).
+          // It pays on BF16 decode and not on the FP8 path, which does not do it
+          // (docs/BENCHMARKS.md "Sparse MLA on Hopper").
           if (a.prefetch_l2 && chunk == 0) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {

@@ -1,6 +1,6 @@
-// One GPU the daemon serves (DESIGN.md §5): its description and UUID, the device memory pool
-// reserved at start, a pool of streams (each with its timing events) that calls lease one at a
-// time so that independent calls overlap, the graph runner and the ready-event cache.
+// One GPU the daemon serves (docs/SERVICE.md "GPU backend"): its description and UUID, the device
+// memory pool reserved at start, a pool of streams (each with its timing events) that calls lease
+// one at a time so that independent calls overlap, the graph runner and the ready-event cache.
 //   ATTND_ASSIGN_OR_RETURN(auto device, GpuDevice::Create(0, options));
 //   GpuDevice::StreamLease lease = device->AcquireStream();  // lease.stream(), lease.start() ...
 #pragma once

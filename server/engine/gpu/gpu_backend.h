@@ -1,10 +1,10 @@
-// The GPU backend (CUDA or HIP; DESIGN.md §4-5): one daemon serves every visible GPU (or those
-// --devices names). A call runs on the device of its device regions (else its device_uuid, else
-// the first served device), on a stream leased from that device's pool: host-resident tensors are
-// staged into the device memory pool, device regions bound in place, the caller's ready event
-// waited on in-stream, the op launched through the graph cache between two timing events, host
-// outputs brought back, the stream synchronised. Built only with ATTND_GPU=cuda|hip; main makes
-// it through gpu_backend_factory.h.
+// The GPU backend (CUDA or HIP; docs/SERVICE.md "GPU backend"): one daemon serves every visible GPU
+// (or those --devices names). A call runs on the device of its device regions (else its
+// device_uuid, else the first served device), on a stream leased from that device's pool:
+// host-resident tensors are staged into the device memory pool, device regions bound in place, the
+// caller's ready event waited on in-stream, the op launched through the graph cache between two
+// timing events, host outputs brought back, the stream synchronised. Built only with
+// ATTND_GPU=cuda|hip; main makes it through gpu_backend_factory.h.
 //   ATTND_ASSIGN_OR_RETURN(auto backend, GpuBackend::Create(options));
 #pragma once
 

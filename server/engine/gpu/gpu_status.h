@@ -1,7 +1,7 @@
 // GPU runtime errors as statuses for the daemon's GPU runtime (server/engine/gpu): errors after
-// which the device is unusable in this process are UNAVAILABLE (DESIGN.md §3: device lost),
-// out-of-memory is RESOURCE_EXHAUSTED, anything else INTERNAL; the message names the vendor, the
-// call and the runtime's description. Clears the runtime's last (non-sticky) error.
+// which the device is unusable in this process are UNAVAILABLE (docs/SERVICE.md "Status codes": a
+// lost device), out-of-memory is RESOURCE_EXHAUSTED, anything else INTERNAL; the message names the
+// vendor, the call and the runtime's description. Clears the runtime's last (non-sticky) error.
 //   ATTND_GPU_STATUS(gpu::StreamSynchronize(s), "synchronising the stream");
 #pragma once
 

@@ -1,8 +1,9 @@
-// Launches an op call's launch sequence on a stream through the device's graph cache (DESIGN.md
-// §5): replayed when its launch key and pointers match a cached executable graph, re-captured and
-// applied with an executable-graph update when only the pointers changed, captured and
-// instantiated otherwise. A key whose capture fails (a launcher that is not capture-safe) is
-// remembered and launched directly from then on. With graphs off every call launches directly.
+// Launches an op call's launch sequence on a stream through the device's graph cache
+// (docs/SERVICE.md "GPU backend"): replayed when its launch key and pointers match a cached
+// executable graph, re-captured and applied with an executable-graph update when only the pointers
+// changed, captured and instantiated otherwise. A key whose capture fails (a launcher that is not
+// capture-safe) is remembered and launched directly from then on. With graphs off every call
+// launches directly.
 //   std::string result;  // "hit" | "update" | "capture" | "" (direct)
 //   ATTND_RETURN_IF_ERROR(runner.Launch(call, ctx, data, key, pointers, &impl, &result));
 #pragma once

@@ -1,7 +1,7 @@
-// GPU inter-process sharing for the daemon (DESIGN.md §4): device regions (IPC memory handles
-// opened once per allocation and shared by refcount, since a process may open an allocation only
-// once), the callers' input-ready IPC events (opened once per handle, kept in a bounded LRU) and
-// host regions pinned with the runtime so that copies from and to them are DMA.
+// GPU inter-process sharing for the daemon (docs/SERVICE.md "Regions"): device regions (IPC memory
+// handles opened once per allocation and shared by refcount, since a process may open an allocation
+// only once), the callers' input-ready IPC events (opened once per handle, kept in a bounded LRU)
+// and host regions pinned with the runtime so that copies from and to them are DMA.
 //   auto opener = std::make_shared<IpcMemOpener>(served);   // RegionRegistry::Options
 //   ATTND_RETURN_IF_ERROR(events.Wait(handle_bytes, stream));
 #pragma once

@@ -1,10 +1,10 @@
-// Where one call's tensors live on its GPU (DESIGN.md §4): device-region tensors in place (zero
-// bytes copied); inline and host-region tensors in blocks of the device pool, filled by DMA
-// (inline bytes through the pinned staging pool, host regions straight from their registered
-// pages). Inline outputs are zeroed first (elements an op leaves untouched read 0, as on the
-// CPU); host-region outputs are copied in first so that such elements keep their bytes. After the
-// op the host-resident outputs go back (D2H), and the device-region index tensors the work count
-// reads are read back. Not thread-safe: one per call.
+// Where one call's tensors live on its GPU (docs/SERVICE.md "GPU backend"): device-region tensors
+// in place (zero bytes copied); inline and host-region tensors in blocks of the device pool, filled
+// by DMA (inline bytes through the pinned staging pool, host regions straight from their registered
+// pages). Inline outputs are zeroed first (elements an op leaves untouched read 0, as on the CPU);
+// host-region outputs are copied in first so that such elements keep their bytes. After the op the
+// host-resident outputs go back (D2H), and the device-region index tensors the work count reads are
+// read back. Not thread-safe: one per call.
 //   CallPlacement placement(&device, staging, stream);
 //   ATTND_RETURN_IF_ERROR(placement.Place(call.tensors()));  ... launch on placement.data() ...
 //   ATTND_RETURN_IF_ERROR(placement.Collect(call.tensors()));  sync;  placement.Finish();

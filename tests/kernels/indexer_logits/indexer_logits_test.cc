@@ -89,7 +89,7 @@ int64_t Uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {  // [lo, hi]
 
 enum class Mode { kCausal, kContextParallel, kMisaligned, kEmpty, kPastEnd, kMultiRequest };
 
-// ks/ke of each mode (vLLM / DeepGEMM conventions; seed 002's sweep).
+// ks/ke of each mode (vLLM / DeepGEMM conventions; docs/CONTRACTS.md "indexer_logits").
 void MakeWindows(Mode mode, int64_t m, int64_t n, std::mt19937_64& rng, std::vector<int64_t>* ks,
                  std::vector<int64_t>* ke) {
   ks->assign(m, 0);

@@ -1,5 +1,5 @@
 // mla_decode: every implementation against the fp64 reference on fresh random data, one named
-// case per edge case of the contract (DESIGN.md §2, §9).
+// case per edge case of the contract (docs/CONTRACTS.md "mla_decode").
 #include "kernels/mla_decode/mla_decode.h"
 
 #include <cmath>

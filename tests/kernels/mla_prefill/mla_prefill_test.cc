@@ -1,5 +1,5 @@
 // mla_prefill: every implementation against the fp64 reference on fresh random data, one named
-// case per edge case of the contract (DESIGN.md §2, §9; KERNELS.md §5(c)).
+// case per edge case of the contract (docs/CONTRACTS.md "mla_prefill").
 #include "kernels/mla_prefill/mla_prefill.h"
 
 #include <cmath>

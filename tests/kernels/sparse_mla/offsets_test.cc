@@ -1,6 +1,6 @@
-// Sparse MLA with KV rows whose element offsets pass 2^31 (index × row stride in 64 bit; seed
-// 000 and KERNELS.md §1(c)), bf16 and FP8 caches. The cache is a multi-GB MAP_NORESERVE mapping
-// of which only the selected rows are ever touched.
+// Sparse MLA with KV rows whose element offsets pass 2^31 (index × row stride in 64 bit;
+// docs/CONTRACTS.md "Common rules"), bf16 and FP8 caches. The cache is a multi-GB MAP_NORESERVE
+// mapping of which only the selected rows are ever touched.
 #include <sys/mman.h>
 
 #include <cstdint>

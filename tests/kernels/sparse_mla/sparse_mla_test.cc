@@ -1,5 +1,5 @@
 // Sparse MLA: every implementation against the fp64 reference on fresh random data, one named
-// case per edge case of DESIGN.md §2 / §9 and seed 000, each with a bf16 KV cache and with the
+// case per edge case of docs/CONTRACTS.md "sparse_mla", each with a bf16 KV cache and with the
 // FP8 cache (params.h; the reference decodes its bytes exactly). FP8 cases use power-of-two
 // scales, as real quantisers write, so every implementation sees exactly the reference's values
 // and the bounds below hold unchanged; Fp8NonPowerOfTwoScales covers any other scale.

@@ -1,5 +1,5 @@
 // Correctness of every top-k implementation against the fp64 reference (sets, not order), one
-// named case per edge case of DESIGN.md §2 and KERNELS.md §3.
+// named case per edge case of docs/CONTRACTS.md "topk".
 #include "kernels/topk/topk.h"
 
 #include <cmath>

@@ -1,6 +1,7 @@
-"""Prefill indexer logits recomputed with NumPy from the decoded inputs (DESIGN.md §2), against
-attnd's fp64 reference: logits[m, n] = sum_h relu(q[m,h] . k[n]) * k_scale[n] * w[m,h] for n in
-[max(ks,0), min(ke,N)); elsewhere -inf with clean_logits, untouched without (expect 0)."""
+"""Prefill indexer logits recomputed with NumPy from the decoded inputs (docs/CONTRACTS.md
+"indexer_logits"), against attnd's fp64 reference: logits[m, n] = sum_h relu(q[m,h] . k[n]) *
+k_scale[n] * w[m,h] for n in [max(ks,0), min(ke,N)); elsewhere -inf with clean_logits, untouched
+without (expect 0)."""
 
 import numpy as np
 

@@ -1,9 +1,9 @@
-"""Dense MLA decode recomputed with NumPy from the raw inputs (DESIGN.md §2), against attnd's
-fp64 reference: request b's length is clamped to [0, max_pages·page_size]; token n lives in page
-block_table[b, n // page_size] at slot n % page_size, and a page id outside [0, num_pages) hides
-the token; query i of s_q sees tokens n < len − s_q + i + 1 with causal, n < len without;
-s = sm_scale·q·kᵀ, softmax written out, out = P·V / Σ with V = the first 512 columns,
-lse = m + log Σ; a row with no visible token gives out 0 and lse -inf."""
+"""Dense MLA decode recomputed with NumPy from the raw inputs (docs/CONTRACTS.md "mla_decode"),
+against attnd's fp64 reference: request b's length is clamped to [0, max_pages·page_size]; token
+n lives in page block_table[b, n // page_size] at slot n % page_size, and a page id outside
+[0, num_pages) hides the token; query i of s_q sees tokens n < len − s_q + i + 1 with causal,
+n < len without; s = sm_scale·q·kᵀ, softmax written out, out = P·V / Σ with V = the first 512
+columns, lse = m + log Σ; a row with no visible token gives out 0 and lse -inf."""
 
 import numpy as np
 

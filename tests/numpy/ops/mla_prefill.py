@@ -1,9 +1,9 @@
-"""Dense MLA prefill recomputed with NumPy from the raw inputs (DESIGN.md §2), against attnd's
-fp64 reference: sequence b owns queries [cu_q[b], cu_q[b+1]) and keys [cu_k[b], cu_k[b+1]);
-query head h reads kv head h // (H / H_kv); with causal, query i of Lq sees keys j <= i + Lk − Lq
-(bottom-right aligned), without it all Lk keys; s = sm_scale·q·kᵀ, softmax written out,
-out = P·V / Σ, lse = m + log Σ. Rows that see no key, and rows past the last sequence, give
-out 0 and lse -inf."""
+"""Dense MLA prefill recomputed with NumPy from the raw inputs (docs/CONTRACTS.md "mla_prefill"),
+against attnd's fp64 reference: sequence b owns queries [cu_q[b], cu_q[b+1]) and keys
+[cu_k[b], cu_k[b+1]); query head h reads kv head h // (H / H_kv); with causal, query i of Lq sees
+keys j <= i + Lk − Lq (bottom-right aligned), without it all Lk keys; s = sm_scale·q·kᵀ, softmax
+written out, out = P·V / Σ, lse = m + log Σ. Rows that see no key, and rows past the last
+sequence, give out 0 and lse -inf."""
 
 import numpy as np
 

@@ -1,9 +1,8 @@
-"""Sparse MLA recomputed with NumPy from the raw inputs (DESIGN.md §2), against attnd's fp64
-reference: per token, the valid slots (inside the row / topk_length, index in [0, S)),
-duplicates kept; s = sm_scale·q·kᵀ, softmax written out, out = P·V / Σ, lse = m + log Σ;
-a token with no valid slot gives out 0 and lse -inf. An FP8 cache (raw u8 [S, 656] rows) is
-decoded here from its bytes: 512 e4m3 codes × the f32 scale of their 128 columns, then 64 bf16
-rope values."""
+"""Sparse MLA recomputed with NumPy from the raw inputs (docs/CONTRACTS.md "sparse_mla"), against
+attnd's fp64 reference: per token, the valid slots (inside the row / topk_length, index in [0, S)),
+duplicates kept; s = sm_scale·q·kᵀ, softmax written out, out = P·V / Σ, lse = m + log Σ; a token
+with no valid slot gives out 0 and lse -inf. An FP8 cache (raw u8 [S, 656] rows) is decoded here
+from its bytes: 512 e4m3 codes × the f32 scale of their 128 columns, then 64 bf16 rope values."""
 
 import numpy as np
 

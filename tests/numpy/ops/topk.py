@@ -1,4 +1,4 @@
-"""Top-k recomputed with NumPy from the raw inputs (DESIGN.md §2), against attnd's fp64
+"""Top-k recomputed with NumPy from the raw inputs (docs/CONTRACTS.md "topk"), against attnd's fp64
 reference: per row, the window [max(ks, 0), min(ke, N)) (or [0, lengths)), NaN and -inf never
 chosen, the k largest by value descending with ties by ascending column (the reference's
 documented order), -1 / -inf padding; with a block table each column n maps to
