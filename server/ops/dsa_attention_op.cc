@@ -4,7 +4,6 @@
 // [T, H] f32; indices (i32 [T, topk]) and logits (f32 [T, N]) only when the request places them.
 #include "server/ops/op_handler.h"
 
-#ifdef ATTND_HAVE_OP_DSA
 #include "kernels/dsa/dsa.h"
 
 namespace attnd::server::ops {
@@ -57,8 +56,3 @@ std::unique_ptr<OpHandler> MakeDsaAttentionHandler() {
 }
 
 }  // namespace attnd::server::ops
-#else
-namespace attnd::server::ops {
-std::unique_ptr<OpHandler> MakeDsaAttentionHandler() { return nullptr; }
-}  // namespace attnd::server::ops
-#endif

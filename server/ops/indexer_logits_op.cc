@@ -2,7 +2,6 @@
 // (M = q's rows, N = k's rows) when the request leaves it out.
 #include "server/ops/op_handler.h"
 
-#ifdef ATTND_HAVE_OP_INDEXER_LOGITS
 #include "kernels/indexer_logits/indexer_logits.h"
 
 namespace attnd::server::ops {
@@ -42,8 +41,3 @@ std::unique_ptr<OpHandler> MakeIndexerLogitsHandler() {
 }
 
 }  // namespace attnd::server::ops
-#else
-namespace attnd::server::ops {
-std::unique_ptr<OpHandler> MakeIndexerLogitsHandler() { return nullptr; }
-}  // namespace attnd::server::ops
-#endif

@@ -2,7 +2,6 @@
 // derived as f32 [B·next_n, N] with N = max_context_len, or max_blocks·block_size when 0.
 #include "server/ops/op_handler.h"
 
-#ifdef ATTND_HAVE_OP_INDEXER_LOGITS_PAGED
 #include "kernels/indexer_logits_paged/indexer_logits_paged.h"
 
 namespace attnd::server::ops {
@@ -60,8 +59,3 @@ std::unique_ptr<OpHandler> MakeIndexerLogitsPagedHandler() {
 }
 
 }  // namespace attnd::server::ops
-#else
-namespace attnd::server::ops {
-std::unique_ptr<OpHandler> MakeIndexerLogitsPagedHandler() { return nullptr; }
-}  // namespace attnd::server::ops
-#endif

@@ -2,7 +2,6 @@
 // [B, s_q, H, 512] bf16 and [B, s_q, H] f32 when the request leaves them out.
 #include "server/ops/op_handler.h"
 
-#ifdef ATTND_HAVE_OP_MLA_DECODE
 #include "kernels/mla_decode/mla_decode.h"
 
 namespace attnd::server::ops {
@@ -47,8 +46,3 @@ std::unique_ptr<OpHandler> MakeMlaDecodeHandler() {
 }
 
 }  // namespace attnd::server::ops
-#else
-namespace attnd::server::ops {
-std::unique_ptr<OpHandler> MakeMlaDecodeHandler() { return nullptr; }
-}  // namespace attnd::server::ops
-#endif

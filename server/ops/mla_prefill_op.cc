@@ -2,7 +2,6 @@
 // [total_q, H, d_v] bf16 and [total_q, H] f32 when the request leaves them out.
 #include "server/ops/op_handler.h"
 
-#ifdef ATTND_HAVE_OP_MLA_PREFILL
 #include "kernels/mla_prefill/mla_prefill.h"
 
 namespace attnd::server::ops {
@@ -48,8 +47,3 @@ std::unique_ptr<OpHandler> MakeMlaPrefillHandler() {
 }
 
 }  // namespace attnd::server::ops
-#else
-namespace attnd::server::ops {
-std::unique_ptr<OpHandler> MakeMlaPrefillHandler() { return nullptr; }
-}  // namespace attnd::server::ops
-#endif

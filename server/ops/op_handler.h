@@ -313,8 +313,7 @@ class TypedOpHandler : public OpHandler {
   };
 };
 
-// The handlers built into this binary, one per OpId (null for an op whose kernels are not
-// built). Owned by main (or a test) and passed in.
+// The handlers of every operator, one per OpId. Owned by main (or a test) and passed in.
 class OpTable {
  public:
   OpTable();
@@ -324,7 +323,7 @@ class OpTable {
   std::unique_ptr<OpHandler> handlers_[kNumOps];
 };
 
-// Per-op factories (server/ops/<op>_op.cc); each returns null when its op is not built.
+// Per-op factories (server/ops/<op>_op.cc).
 std::unique_ptr<OpHandler> MakeIndexerLogitsHandler();
 std::unique_ptr<OpHandler> MakeIndexerLogitsPagedHandler();
 std::unique_ptr<OpHandler> MakeTopKHandler();

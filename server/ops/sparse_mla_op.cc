@@ -2,7 +2,6 @@
 // [T, H, 512] bf16 and [T, H] f32 when the request leaves them out.
 #include "server/ops/op_handler.h"
 
-#ifdef ATTND_HAVE_OP_SPARSE_MLA
 #include "kernels/sparse_mla/sparse_mla.h"
 
 namespace attnd::server::ops {
@@ -48,8 +47,3 @@ std::unique_ptr<OpHandler> MakeSparseMlaHandler() {
 }
 
 }  // namespace attnd::server::ops
-#else
-namespace attnd::server::ops {
-std::unique_ptr<OpHandler> MakeSparseMlaHandler() { return nullptr; }
-}  // namespace attnd::server::ops
-#endif

@@ -2,7 +2,6 @@
 // values (f32 [M, k]) is optional and computed only when the request places it.
 #include "server/ops/op_handler.h"
 
-#ifdef ATTND_HAVE_OP_TOPK
 #include "kernels/topk/topk.h"
 
 namespace attnd::server::ops {
@@ -47,8 +46,3 @@ std::unique_ptr<OpHandler> MakeTopKHandler() {
 }
 
 }  // namespace attnd::server::ops
-#else
-namespace attnd::server::ops {
-std::unique_ptr<OpHandler> MakeTopKHandler() { return nullptr; }
-}  // namespace attnd::server::ops
-#endif
