@@ -7,16 +7,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/attnctl/commands.h"
-#include "kernels/common/flag_args.h"
+#include "common/flag_args.h"
 
 ABSL_FLAG(std::string, target, "unix:/tmp/attnd.sock",
           "The daemon: unix:/path (a unix socket) or host:port (TCP).");
@@ -43,6 +39,10 @@ ABSL_FLAG(std::string, preset, "tiny",
 ABSL_FLAG(std::string, set, "",
           "Override preset dims, comma-separated NAME=VALUE (e.g. T=32,K=1024; attnctl presets "
           "shows each op's dims).");
+ABSL_FLAG(std::string, precision, "",
+          "run/bench of sparse_mla, mla_decode, mla_prefill, dsa_attention: the precision of out, "
+          "fast (P rounded to bf16 before P·V, the default) or high (P as bf16 hi + lo); "
+          "docs/ACCURACY.md.");
 ABSL_FLAG(bool, regions, false,
           "run/bench: place inputs and outputs in a POSIX shared-memory host region registered "
           "with the daemon (zero copy; needs attnd --allow-client-shm) instead of inline bytes. "
@@ -98,19 +98,8 @@ absl::Status ParseSet(const std::string& text, Dims* dims) {
 }
 
 int Main(int argc, char** argv) {
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "client/attnctl/");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  usage.version_string = [] { return std::string("attnctl (attnd.v1)\n"); };
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(kUsage);
-  std::vector<std::string> args = NormalizeFlagArgs(argc, argv);
-  std::vector<char*> arg_ptrs;
-  for (std::string& a : args) arg_ptrs.push_back(a.data());
-  std::vector<char*> positional =
-      absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  const std::vector<std::string> positional =
+      ParseFlags(argc, argv, {kUsage, "attnctl (attnd.v1)\n", "client/attnctl/"});
 
   CtlOptions o;
   o.connect.target = absl::GetFlag(FLAGS_target);
@@ -138,13 +127,22 @@ int Main(int argc, char** argv) {
   if (absl::Status s = ParseSet(absl::GetFlag(FLAGS_set), &o.set); !s.ok()) {
     return Fail(o, s, kExitUsage);
   }
+  if (const std::string precision = absl::GetFlag(FLAGS_precision); precision == "fast") {
+    o.precision = kernels::Precision::kFast;
+  } else if (precision == "high") {
+    o.precision = kernels::Precision::kHigh;
+  } else if (!precision.empty()) {
+    return Fail(o,
+                absl::InvalidArgumentError(
+                    absl::StrCat("--precision: '", precision, "', want fast or high")),
+                kExitUsage);
+  }
   if (o.seed == 0) {
     std::random_device rd;
     o.seed = ((static_cast<uint64_t>(rd()) << 32) ^ rd()) | 1;
   }
 
-  std::vector<std::string> words;
-  for (size_t i = 1; i < positional.size(); ++i) words.emplace_back(positional[i]);
+  const std::vector<std::string> words(positional.begin() + 1, positional.end());
   const std::string command = words.empty() ? "" : words[0];
   const std::string op = words.size() > 1 ? words[1] : "";
   const size_t want = (command == "run" || command == "bench") ? 2

@@ -10,11 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
-#include "kernels/common/flag_args.h"
+#include "absl/synchronization/mutex.h"
+#include "common/flag_args.h"
 #include "server/common/log.h"
 #include "server/main/config.h"
 #include "server/main/daemon.h"
@@ -48,22 +45,18 @@ int WaitSignal() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "server/main/");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  usage.version_string = [] { return std::string("attnd " ATTND_VERSION "\n"); };
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(
-      "serves DSA and MLA attention operators over gRPC (attnd.v1.Attention).\n"
-      "  attnd --listen=unix:/run/attnd/attnd.sock,0.0.0.0:50051 --metrics-listen=0.0.0.0:9464\n"
-      "Flags are documented in docs/FLAGS.md; write them with '-' or '_' "
-      "(--metrics-listen = --metrics_listen).");
-  std::vector<std::string> args = attnd::NormalizeFlagArgs(argc, argv);
-  std::vector<char*> arg_ptrs;
-  for (std::string& a : args) arg_ptrs.push_back(a.data());
-  absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  // Debian's Abseil is built without NDEBUG, so absl::Mutex runs its debug lock-order checker by
+  // default: a process-wide graph updated on every acquisition, and an abort on a lock-order
+  // cycle. The daemon runs without it, as it did on std::mutex; the tests keep it on, as a
+  // deadlock check.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  attnd::ParseFlags(
+      argc, argv,
+      {"serves DSA and MLA attention operators over gRPC (attnd.v1.Attention).\n"
+       "  attnd --listen=unix:/run/attnd/attnd.sock,0.0.0.0:50051 --metrics-listen=0.0.0.0:9464\n"
+       "Flags are documented in docs/FLAGS.md; write them with '-' or '_' "
+       "(--metrics-listen = --metrics_listen).",
+       "attnd " ATTND_VERSION "\n", "server/main/"});
 
   // SIGTERM/SIGINT: a handler writes the signal number to a pipe (async-signal-safe) that one
   // thread reads. (Masking is not enough: libraries start threads before main.)

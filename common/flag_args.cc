@@ -1,7 +1,11 @@
-#include "kernels/common/flag_args.h"
+#include "common/flag_args.h"
 
 #include <utility>
 
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace attnd {
@@ -29,6 +33,24 @@ std::vector<std::string> NormalizeFlagArgs(int argc, char** argv) {
     out.push_back(absl::StrCat("--", name, eq == std::string::npos ? "" : arg.substr(eq)));
   }
   return out;
+}
+
+std::vector<std::string> ParseFlags(int argc, char** argv, const CommandLineInfo& info) {
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [dir = info.help_flags_dir](absl::string_view file) {
+    return absl::StrContains(file, dir);
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.version_string = [version = info.version] { return version; };
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(info.usage);
+
+  std::vector<std::string> args = NormalizeFlagArgs(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  const std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  return std::vector<std::string>(positional.begin(), positional.end());
 }
 
 }  // namespace attnd

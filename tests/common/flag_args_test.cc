@@ -1,9 +1,13 @@
-#include "kernels/common/flag_args.h"
+#include "common/flag_args.h"
 
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "gtest/gtest.h"
+
+ABSL_FLAG(std::string, flag_args_test_text, "", "A string flag for ParseFlags' test.");
+ABSL_FLAG(bool, flag_args_test_switch, true, "A boolean flag for ParseFlags' test.");
 
 namespace attnd {
 namespace {
@@ -32,6 +36,21 @@ TEST(NormalizeFlagArgs, KeepsProgramPositionalsSingleDashAndAfterDoubleDash) {
   EXPECT_EQ(Normalize({"p", "--", "x", "--under_score-x"}),
             (std::vector<std::string>{"p", "--", "x", "--under_score-x"}));
   EXPECT_EQ(Normalize({"p", "--a", "--b-c"}), (std::vector<std::string>{"p", "--a", "--b_c"}));
+}
+
+// ParseFlags sets absl's usage message, which absl accepts once per process: this is the only
+// test that calls it.
+TEST(ParseFlags, ParsesHyphenatedFlagsAndReturnsPositionals) {
+  std::vector<std::string> args = {
+      "prog", "run",  "--flag-args-test-text=a-b", "--no-flag-args-test-switch", "x-y",
+      "--",   "--z-w"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  const std::vector<std::string> positional =
+      ParseFlags(static_cast<int>(argv.size()), argv.data(), {"usage", "prog 1\n", "tests/"});
+  EXPECT_EQ(positional, (std::vector<std::string>{"prog", "run", "x-y", "--z-w"}));
+  EXPECT_EQ(absl::GetFlag(FLAGS_flag_args_test_text), "a-b");
+  EXPECT_FALSE(absl::GetFlag(FLAGS_flag_args_test_switch));
 }
 
 }  // namespace
