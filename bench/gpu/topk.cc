@@ -1,14 +1,18 @@
 // GPU benchmarks of top-k (k = 2048, N(0, 1) logits): prefill 4096 rows with causal windows over
 // a 32K context and decode 128 × 32K (their budgets: docs/BENCHMARKS.md "Anchors and ceilings"),
-// plain and mapped to KV slots (page 64), and 8 rows of 128K. Byte counts come from the host-side
-// shapes and windows.
+// plain and mapped to KV slots (page 64), and 8 rows of 128K; prefill over a 64K context and one
+// row of 128K and of 256K (issue 13's targets). Byte counts come from the host-side shapes and
+// windows. Besides the registered implementations, "sweep_stream_*" forces the streaming kernel's
+// launch choices (threads, cluster size, speculation).
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/gpu_bench.h"
+#include "kernels/topk/gpu/stream.h"
 #include "kernels/topk/topk.h"
 
 namespace attnd::bench {
@@ -26,10 +30,42 @@ struct Preset {
 
 constexpr Preset kPresets[] = {
     {"prefill_m4096_n32768_causal_k2048", 4096, 32768, 2048, true, 0},
+    {"prefill_m4096_n65536_causal_k2048", 4096, 65536, 2048, true, 0},
     {"decode_b128_n32768_k2048", 128, 32768, 2048, false, 0},
     {"decode_b128_n32768_k2048_slots_p64", 128, 32768, 2048, false, 64},
     {"long_m8_n131072_k2048", 8, 131072, 2048, false, 0},
+    {"single_m1_n131072_k2048", 1, 131072, 2048, false, 0},
+    {"single_m1_n262144_k2048", 1, 262144, 2048, false, 0},
 };
+
+// Forced launch choices of the streaming kernel (impl "sweep_stream_*"; the registered
+// implementations are "cuda_*"), so one run compares them on every preset.
+struct Variant {
+  const char* name;
+  topk::gpu::StreamConfig config;
+};
+
+const std::vector<kernels::Impl<topk::Params>>& SweepImpls() {
+  static const auto* impls = [] {
+    auto* v = new std::vector<kernels::Impl<topk::Params>>();
+    const Variant variants[] = {
+        {"t512", {512, 0, true}}, {"nospec", {256, 0, false}}, {"c1", {256, 1, true}},
+        {"c2", {256, 2, true}},   {"c4", {256, 4, true}},      {"c8", {256, 8, true}},
+    };
+    for (const Variant& var : variants) {
+      const topk::gpu::StreamConfig config = var.config;
+      v->emplace_back(
+          absl::StrCat("sweep_stream_", var.name), kernels::Backend::kCuda, nullptr,
+          [config](const topk::Params& p, const kernels::ExecContext& ctx) -> absl::Status {
+            GPU_RETURN_IF_ERROR(
+                topk::gpu::LaunchTopkStreamWith(p, config, static_cast<gpu::Stream>(ctx.stream)));
+            return absl::OkStatus();
+          });
+    }
+    return v;
+  }();
+  return *impls;
+}
 
 absl::StatusOr<GpuBenchCase> MakeCase(const Preset& preset, const kernels::Impl<topk::Params>& impl,
                                       uint64_t seed) {
@@ -94,10 +130,16 @@ absl::StatusOr<GpuBenchCase> MakeCase(const Preset& preset, const kernels::Impl<
 absl::StatusOr<std::vector<GpuBenchCase>> MakeTopkCases(const std::string& filter) {
   std::vector<GpuBenchCase> cases;
   uint64_t seed = 1;
-  for (const auto& impl : topk::Implementations()) {
+  std::vector<const kernels::Impl<topk::Params>*> impls;
+  for (const auto& impl : topk::Implementations()) impls.push_back(&impl);
+  for (const auto& impl : SweepImpls()) impls.push_back(&impl);
+  for (const kernels::Impl<topk::Params>* impl_ptr : impls) {
+    const kernels::Impl<topk::Params>& impl = *impl_ptr;
     if (impl.backend != kernels::Backend::kCuda) continue;
     for (const Preset& preset : kPresets) {
       ++seed;
+      // Forced clusters only where rows are few (elsewhere the default is one CTA per row).
+      if (absl::StartsWith(impl.name, "sweep_stream_c") && preset.m > 256) continue;
       const std::string name = absl::StrCat("topk/", preset.name, "/", impl.name);
       if (!filter.empty() && name.find(filter) == std::string::npos) continue;
       auto c = MakeCase(preset, impl, seed);

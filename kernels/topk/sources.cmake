@@ -13,3 +13,8 @@ if(ATTND_GPU_ENABLED)
     ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
   )
 endif()
+if(ATTND_GPU STREQUAL "cuda")  # the streaming kernel (thread-block clusters on sm_90): CUDA only
+  target_sources(attn_kernels PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/stream.cu
+  )
+endif()

@@ -27,11 +27,14 @@ namespace {
 using testing::HostTensor;
 using testing::MakeRng;
 
-const Impl<Params>* GpuImpl() {
+// Every GPU implementation of the op list (the streaming kernel first on CUDA, then SIMT).
+std::vector<const Impl<Params>*> GpuImpls() {
+  std::vector<const Impl<Params>*> out;
   for (const auto& impl : Implementations()) {
-    if (impl.backend != Backend::kCpu && impl.backend == testing::GpuBackend()) return &impl;
+    if (impl.backend != Backend::kCpu && impl.backend == testing::GpuBackend())
+      out.push_back(&impl);
   }
-  return nullptr;
+  return out;
 }
 
 const Impl<Params>* CpuImpl() {
@@ -45,25 +48,13 @@ std::vector<uint8_t> Bytes(const HostTensor& t) {
   return std::vector<uint8_t>(t.raw(), t.raw() + t.bytes());
 }
 
-// Runs the CPU and the GPU implementation on the case (outputs poisoned before each) and expects
-// identical output bytes, padding between rows included.
-void ExpectGpuEqualsCpu(TopKCase& c) {
-  ASSERT_TRUE(Validate(c.p).ok()) << Validate(c.p);
-  const Impl<Params>* gpu_impl = GpuImpl();
-  ASSERT_NE(gpu_impl, nullptr);
-  std::string why;
-  ASSERT_TRUE(gpu_impl->supports(c.p, &why)) << why;
+// Runs `gpu_impl` on the case (outputs poisoned first) and expects the CPU's output bytes.
+void ExpectImplEqualsCpu(const Impl<Params>& gpu_impl, TopKCase& c,
+                         const std::vector<uint8_t>& want_indices,
+                         const std::vector<uint8_t>& want_values) {
   testing::PoisonNaN(c.indices);
   if (c.p.values.present()) testing::PoisonNaN(c.values);
-  ExecContext cpu;
-  cpu.pool = testing::TestPool();
-  ASSERT_TRUE(CpuImpl()->run(c.p, cpu).ok());
-  const std::vector<uint8_t> want_indices = Bytes(c.indices);
-  const std::vector<uint8_t> want_values =
-      c.p.values.present() ? Bytes(c.values) : std::vector<uint8_t>{};
-  testing::PoisonNaN(c.indices);
-  if (c.p.values.present()) testing::PoisonNaN(c.values);
-  const absl::Status status = testing::RunOnGpu(*gpu_impl, c.p);
+  const absl::Status status = testing::RunOnGpu(gpu_impl, c.p);
   ASSERT_TRUE(status.ok()) << status;
   const int32_t* got = c.indices.data<int32_t>();
   const int32_t* want = reinterpret_cast<const int32_t*>(want_indices.data());
@@ -78,6 +69,27 @@ void ExpectGpuEqualsCpu(TopKCase& c) {
   EXPECT_EQ(bad, 0) << "indices differ from the cpu's";
   if (c.p.values.present()) {
     EXPECT_TRUE(Bytes(c.values) == want_values) << "values differ from the cpu's";
+  }
+}
+
+// Runs the CPU and each GPU implementation on the case (outputs poisoned before each) and expects
+// identical output bytes, padding between rows included.
+void ExpectGpuEqualsCpu(TopKCase& c) {
+  ASSERT_TRUE(Validate(c.p).ok()) << Validate(c.p);
+  ASSERT_FALSE(GpuImpls().empty());
+  testing::PoisonNaN(c.indices);
+  if (c.p.values.present()) testing::PoisonNaN(c.values);
+  ExecContext cpu;
+  cpu.pool = testing::TestPool();
+  ASSERT_TRUE(CpuImpl()->run(c.p, cpu).ok());
+  const std::vector<uint8_t> want_indices = Bytes(c.indices);
+  const std::vector<uint8_t> want_values =
+      c.p.values.present() ? Bytes(c.values) : std::vector<uint8_t>{};
+  for (const Impl<Params>* gpu_impl : GpuImpls()) {
+    SCOPED_TRACE(gpu_impl->name);
+    std::string why;
+    ASSERT_TRUE(gpu_impl->supports(c.p, &why)) << why;
+    ExpectImplEqualsCpu(*gpu_impl, c, want_indices, want_values);
   }
 }
 
@@ -189,23 +201,29 @@ TEST_F(TopKGpu, OffsetsPast2To31Elements) {
   ExecContext ctx;
   ctx.backend = testing::GpuBackend();
   ctx.stream = dev.stream();
-  ASSERT_TRUE(GpuImpl()->run(p, ctx).ok());
-  std::vector<int32_t> got_indices(static_cast<size_t>(m * k));
-  std::vector<float> got_values(static_cast<size_t>(m * k));
-  for (int64_t r = 0; r < m; ++r) {
-    ASSERT_EQ(gpu::MemcpyD2HAsync(got_indices.data() + r * k,
-                                  static_cast<int32_t*>(indices) + r * out_ld, 4 * k, stream),
-              gpu::kSuccess);
-    ASSERT_EQ(gpu::MemcpyD2HAsync(got_values.data() + r * k,
-                                  static_cast<float*>(values) + r * out_ld, 4 * k, stream),
-              gpu::kSuccess);
-  }
-  ASSERT_TRUE(dev.Synchronize().ok());
-  for (int64_t r = 0; r < m; ++r) {
-    SCOPED_TRACE(::testing::Message() << "row " << r);
-    ASSERT_EQ(std::memcmp(got_indices.data() + r * k, host.indices.data<int32_t>() + r * k, 4 * k),
-              0);
-    ASSERT_EQ(std::memcmp(got_values.data() + r * k, host.values.data<float>() + r * k, 4 * k), 0);
+  for (const Impl<Params>* gpu_impl : GpuImpls()) {
+    SCOPED_TRACE(gpu_impl->name);
+    ASSERT_EQ(gpu::MemsetAsync(indices, 0xff, 4 * ((m - 1) * out_ld + k), stream), gpu::kSuccess);
+    ASSERT_EQ(gpu::MemsetAsync(values, 0xff, 4 * ((m - 1) * out_ld + k), stream), gpu::kSuccess);
+    ASSERT_TRUE(gpu_impl->run(p, ctx).ok());
+    std::vector<int32_t> got_indices(static_cast<size_t>(m * k));
+    std::vector<float> got_values(static_cast<size_t>(m * k));
+    for (int64_t r = 0; r < m; ++r) {
+      ASSERT_EQ(gpu::MemcpyD2HAsync(got_indices.data() + r * k,
+                                    static_cast<int32_t*>(indices) + r * out_ld, 4 * k, stream),
+                gpu::kSuccess);
+      ASSERT_EQ(gpu::MemcpyD2HAsync(got_values.data() + r * k,
+                                    static_cast<float*>(values) + r * out_ld, 4 * k, stream),
+                gpu::kSuccess);
+    }
+    ASSERT_TRUE(dev.Synchronize().ok());
+    for (int64_t r = 0; r < m; ++r) {
+      SCOPED_TRACE(::testing::Message() << "row " << r);
+      ASSERT_EQ(
+          std::memcmp(got_indices.data() + r * k, host.indices.data<int32_t>() + r * k, 4 * k), 0);
+      ASSERT_EQ(std::memcmp(got_values.data() + r * k, host.values.data<float>() + r * k, 4 * k),
+                0);
+    }
   }
 #else
   GTEST_SKIP() << "no GPU backend in this build";

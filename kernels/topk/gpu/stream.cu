@@ -1,0 +1,714 @@
+// The streaming GPU top-k (CUDA). Each CTA (or each CTA of a row's cluster, on its segment of the
+// window) reads its logits once, 16 bytes per thread per load, one chunk ahead, and appends the
+// admitted ones (value >= the admission floor) to a candidate buffer in shared memory in column
+// order. The floor starts at the lowest selectable value and rises:
+//   - after the first chunk, to a speculative level-0 bin from the chunks' histogram (a bin that
+//     very likely leaves >= k entries; if it leaves fewer, the row is streamed again without it);
+//   - whenever the buffer cannot take another chunk, by an exact compaction to the k best so far
+//     (ties to the lowest columns), the floor moving just above the k-th (stream_plan.h).
+// Every entry dropped has k entries above it in the (key desc, column asc) order, so the buffer
+// always holds the window's top k. The final radix select (radix.h levels, histograms over the
+// buffer, summed over the cluster through DSMEM) and an ordered pass write exactly the CPU
+// implementation's output: ascending columns, ties to the lowest columns, -1 / -inf padding.
+#include <stdint.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "kernels/common/gpu/convert.cuh"
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/topk/gpu/radix.h"
+#include "kernels/topk/gpu/stream.h"
+#include "kernels/topk/gpu/stream_block.cuh"
+#include "kernels/topk/gpu/stream_plan.h"
+
+namespace attnd::kernels::topk::gpu {
+namespace {
+
+namespace vendor = ::attnd::gpu;
+using radix::Threshold;
+
+constexpr uint32_t kNanBits = 0xffffffffu;  // stands in for columns outside the window: key 0
+constexpr uint32_t kNegInfBits = 0xff800000u;
+constexpr uint32_t kMinSelectableBits = 0xff7fffffu;  // -FLT_MAX: admits every selectable logit
+constexpr int kBins = radix::kBins;
+// Buffer entries each thread takes per tile of an ordered pass (a tile's counts are packed in 16
+// bits: kThreads * kTileEntriesPerThread < 2^16).
+constexpr int kTileEntriesPerThread = 4;
+constexpr int kMaxCluster = 8;  // portable cluster sizes
+
+// The op's tensors as raw device pointers with element strides (products formed in 64 bits).
+struct StreamArgs {
+  const uint32_t* logits = nullptr;  // f32 bits [rows, logits_ld]
+  int64_t logits_ld = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const int32_t* ks = nullptr;  // window [ks, ke) ...
+  const int32_t* ke = nullptr;
+  const int32_t* lengths = nullptr;  // ... or [0, lengths) when non-null
+  int64_t ks_stride = 0, ke_stride = 0, lengths_stride = 0;
+  uint32_t k = 0;
+  int32_t* indices = nullptr;
+  int64_t indices_ld = 0;
+  float* values = nullptr;  // null when absent
+  int64_t values_ld = 0;
+  const int32_t* block_table = nullptr;  // null when absent
+  int64_t table_ld = 0;
+  int64_t max_blocks = 0;
+  uint32_t page_size = 0;
+  int page_shift = -1;
+  int64_t rows_per_request = 1;
+  uint32_t cluster = 1;  // CTAs per row; the launch's cluster dimension
+  bool speculate = true;
+};
+
+// Shared memory: this header, then keys[kCapacity] and cols[kCapacity] (16-byte aligned).
+template <int kThreads>
+struct Header {
+  static constexpr int kScanWords = 2;  // the most words one scan carries
+  static constexpr int kSlotWords = ScanShape<kThreads, kScanWords>::kSlotWords;
+  uint32_t hist[kBins];
+  uint32_t scan[2 * kSlotWords];
+  uint32_t choice[3];    // BlockChoose's answer: bin, keys above it, its count
+  uint32_t exchange[2];  // this CTA's entries above / at the final threshold (cluster offsets)
+};
+
+template <int kThreads>
+constexpr int HeaderBytes() {
+  return static_cast<int>((sizeof(Header<kThreads>) + 15) / 16 * 16);
+}
+template <int kThreads>
+constexpr int SmemBytes() {
+  return HeaderBytes<kThreads>() + static_cast<int>(2 * sizeof(uint32_t) * kCapacity);
+}
+
+// One CTA's view of its row: shared state and where it sits in the cluster.
+template <int kThreads>
+struct Cta {
+  Header<kThreads>* h;
+  uint32_t* keys;
+  int32_t* cols;
+  ScanSlots slots;
+  uint32_t rank;     // in the cluster
+  uint32_t cluster;  // CTAs per row
+};
+
+// Row `row`'s window, clamped as topk::RowWindow does.
+struct RowSpan {
+  int64_t begin = 0;
+  uint32_t len = 0;
+};
+
+__device__ RowSpan LoadWindow(const StreamArgs& a, int64_t row) {
+  int64_t begin = 0, end = 0;
+  if (a.lengths != nullptr) {
+    end = a.lengths[row * a.lengths_stride];
+  } else {
+    begin = a.ks[row * a.ks_stride];
+    end = a.ke[row * a.ke_stride];
+  }
+  begin = begin < 0 ? 0 : (begin > a.cols ? a.cols : begin);
+  end = end < begin ? begin : (end > a.cols ? a.cols : end);
+  RowSpan w;
+  w.begin = begin;
+  w.len = static_cast<uint32_t>(end - begin);
+  return w;
+}
+
+// Where row `row`'s output goes, and the KV-slot mapping of its request.
+struct RowOut {
+  int32_t* indices;
+  float* values;             // null when absent
+  const int32_t* table_row;  // null when absent
+  int64_t max_blocks;
+  uint32_t page_size;
+  int page_shift;
+
+  __device__ void Write(uint32_t pos, int32_t col, uint32_t key) const {
+    indices[pos] = table_row != nullptr
+                       ? radix::SlotOf(col, table_row, max_blocks, page_size, page_shift)
+                       : col;
+    if (values != nullptr) values[pos] = vendor::BitsToFloat(BitsOfKey(key));
+  }
+  __device__ void Pad(uint32_t pos) const {
+    indices[pos] = -1;
+    if (values != nullptr) values[pos] = vendor::BitsToFloat(kNegInfBits);
+  }
+};
+
+__device__ RowOut MakeRowOut(const StreamArgs& a, int64_t row) {
+  RowOut out;
+  out.indices = a.indices + row * a.indices_ld;
+  out.values = a.values != nullptr ? a.values + row * a.values_ld : nullptr;
+  out.table_row =
+      a.block_table != nullptr ? a.block_table + (row / a.rows_per_request) * a.table_ld : nullptr;
+  out.max_blocks = a.max_blocks;
+  out.page_size = a.page_size;
+  out.page_shift = a.page_shift;
+  return out;
+}
+
+// ---- Reading the window.
+
+// The segment of the window this CTA streams, with the row's base pointer.
+struct Segment {
+  const uint32_t* row;  // column 0 of the row
+  SegmentPlan plan;
+  int64_t begin, end;  // the window's columns
+};
+
+// Group g of the window as four f32 bit patterns (kNanBits outside the window or the segment):
+// one 16-byte load when the group lies inside the window, else element loads of its columns in it.
+__device__ __forceinline__ uint4 LoadGroup(const Segment& seg, uint32_t g) {
+  uint4 v = make_uint4(kNanBits, kNanBits, kNanBits, kNanBits);
+  if (g >= seg.plan.group_hi) return v;
+  const int64_t col = seg.plan.first_col + static_cast<int64_t>(kGroupElems) * g;
+  if (g >= seg.plan.full_lo && g < seg.plan.full_hi) {
+    return __ldg(reinterpret_cast<const uint4*>(seg.row + col));
+  }
+  uint32_t e[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int64_t c = col + q;
+    e[q] = (c >= seg.begin && c < seg.end) ? seg.row[c] : kNanBits;
+  }
+  return make_uint4(e[0], e[1], e[2], e[3]);
+}
+
+// The groups of the chunk starting at group `base`: group base + v * kThreads + thread.
+template <int kThreads, int kV>
+__device__ __forceinline__ void LoadChunk(const Segment& seg, uint32_t base, uint4 (&bits)[kV]) {
+#pragma unroll
+  for (int v = 0; v < kV; ++v) bits[v] = LoadGroup(seg, base + v * kThreads + threadIdx.x);
+}
+
+__device__ __forceinline__ uint32_t Elem(const uint4& g, int q) {
+  return q == 0 ? g.x : (q == 1 ? g.y : (q == 2 ? g.z : g.w));
+}
+
+// Appends the chunk's admitted logits (value >= floor as floats) after the n buffered ones, in
+// column order (v, thread, element); returns the new count (the same in every thread). One
+// barrier. The caller guarantees n + kChunkElems <= kCapacity.
+template <int kThreads, int kV>
+__device__ uint32_t AppendChunk(Cta<kThreads>& cta, const Segment& seg, uint32_t base,
+                                const uint4 (&bits)[kV], float floor, uint32_t n) {
+  constexpr int kWords = (kV + 1) / 2;  // two 16-bit counts per word
+  uint32_t take[kV];
+  uint32_t packed[kWords] = {};
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      m |= (vendor::BitsToFloat(Elem(bits[v], q)) >= floor) ? 1u << q : 0u;
+    take[v] = m;
+    packed[v / 2] += static_cast<uint32_t>(__popc(m)) << (16 * (v % 2));
+  }
+  uint32_t excl[kWords], total[kWords];
+  BlockExclusiveScan<kThreads, kWords>(packed, excl, total, cta.slots.Next());
+  uint32_t at = n;  // first slot of field v
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    const int shift = 16 * (v % 2);
+    uint32_t pos = at + ((excl[v / 2] >> shift) & 0xffffu);
+    if (take[v] != 0) {
+      const uint32_t g = base + v * kThreads + threadIdx.x;
+      const int32_t col0 = static_cast<int32_t>(seg.plan.first_col + kGroupElems * g);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (take[v] & (1u << q)) {
+          cta.keys[pos] = radix::KeyOfBits(Elem(bits[v], q));
+          cta.cols[pos] = col0 + q;
+          ++pos;
+        }
+      }
+    }
+    at += (total[v / 2] >> shift) & 0xffffu;
+  }
+  return at;
+}
+
+// ---- Histograms and selects over the buffer.
+
+template <int kThreads>
+__device__ __forceinline__ void ClearHist(Cta<kThreads>& cta) {
+  for (int i = threadIdx.x; i < kBins; i += kThreads) cta.h->hist[i] = 0;
+}
+
+// Histograms digit `level` of the buffered keys radix::InLevel admits under t (level 0: all).
+// Call after ClearHist and a barrier (which also orders the appends before these reads).
+template <int kThreads>
+__device__ void BuildHist(Cta<kThreads>& cta, uint32_t n, int level, const Threshold& t) {
+  for (uint32_t base = 0; base < n; base += 4 * kThreads) {  // the same trip count everywhere
+    const uint32_t i = base + 4 * threadIdx.x;
+    const uint4 k4 = i < n ? *reinterpret_cast<const uint4*>(cta.keys + i) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t key = i + q < n ? Elem(k4, q) : 0u;  // key 0 is in no level
+      const bool in = key != 0u && radix::InLevel(key, level, t);
+      WarpHistAdd(cta.h->hist, in ? static_cast<int>(radix::Digit(key, level)) : -1);
+    }
+  }
+}
+
+struct Choice {
+  uint32_t bin = 0, above = 0, count = 0;  // the bin holding rank `need`, keys above it, its size
+  uint32_t total = 0;                      // keys in the histogram
+  bool found = false;                      // total >= need
+};
+
+// Walks the histogram (summed over the cluster when `over_cluster`) from the top bin down to the
+// one holding the need-th largest key (need >= 1). Thread t owns kBins / kThreads bins from the
+// top, so thread order is bin order from the top. Starts with a barrier (a cluster barrier when
+// over_cluster, so every CTA's histogram is complete) and, over the cluster, ends with one (so no
+// CTA clears its histogram while another still reads it).
+template <int kThreads>
+__device__ Choice BlockChoose(Cta<kThreads>& cta, uint32_t need, bool over_cluster) {
+  constexpr int kPer = kBins / kThreads;
+  static_assert(kBins % kThreads == 0 && kPer % 4 == 0, "whole uint4s of bins per thread");
+  if (over_cluster) {
+    ClusterSync();
+  } else {
+    __syncthreads();
+  }
+  const int low = kBins - (static_cast<int>(threadIdx.x) + 1) * kPer;  // my bins [low, low + kPer)
+  uint32_t c[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; j += 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(cta.h->hist + low + j);
+    c[j] = v.x, c[j + 1] = v.y, c[j + 2] = v.z, c[j + 3] = v.w;
+  }
+  if (over_cluster) {
+    for (uint32_t r = 0; r < cta.cluster; ++r) {
+      if (r == cta.rank) continue;
+      const uint32_t* remote = MapToRank(cta.h->hist, r);
+#pragma unroll
+      for (int j = 0; j < kPer; j += 4) {
+        const uint4 v = *reinterpret_cast<const uint4*>(remote + low + j);
+        c[j] += v.x, c[j + 1] += v.y, c[j + 2] += v.z, c[j + 3] += v.w;
+      }
+    }
+  }
+  uint32_t sum[1] = {0};
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) sum[0] += c[j];
+  uint32_t above[1], total[1];
+  BlockExclusiveScan<kThreads, 1>(sum, above, total, cta.slots.Next());
+  if (above[0] < need && need - above[0] <= sum[0]) {  // exactly one thread
+    uint32_t acc = above[0];
+#pragma unroll
+    for (int j = kPer - 1; j >= 0; --j) {
+      if (radix::HoldsRank(acc, c[j], need)) {
+        cta.h->choice[0] = static_cast<uint32_t>(low + j);
+        cta.h->choice[1] = acc;
+        cta.h->choice[2] = c[j];
+      }
+      acc += c[j];
+    }
+  }
+  __syncthreads();
+  Choice ch;
+  ch.total = total[0];
+  ch.found = total[0] >= need;
+  if (ch.found) {
+    ch.bin = cta.h->choice[0];
+    ch.above = cta.h->choice[1];
+    ch.count = cta.h->choice[2];
+  }
+  if (over_cluster) ClusterSync();
+  return ch;
+}
+
+// The radix walk for the k best of the buffer (of the cluster's buffers when over_cluster): the
+// threshold an ordered pass applies and, in *total, the keys buffered. When total <= k every
+// entry is chosen (radix::AllSelectable). Level 0 always runs; levels 1 and 2 unless a bin is
+// taken whole.
+template <int kThreads>
+__device__ Threshold SelectK(Cta<kThreads>& cta, uint32_t n, uint32_t k, bool over_cluster,
+                             uint32_t* total) {
+  Threshold t = radix::Start(k);
+  ClearHist(cta);
+  __syncthreads();
+  BuildHist(cta, n, 0, t);
+  Choice c = BlockChoose(cta, k, over_cluster);
+  *total = c.total;
+  if (c.total <= k) return radix::AllSelectable();
+  t = radix::Refine(t, 0, c.bin, c.above);
+#pragma unroll 1
+  for (int level = 1; level < radix::kLevels && c.count != t.need; ++level) {
+    ClearHist(cta);
+    __syncthreads();
+    BuildHist(cta, n, level, t);
+    c = BlockChoose(cta, t.need, over_cluster);
+    t = radix::Refine(t, level, c.bin, c.above);
+  }
+  return t;
+}
+
+// Per tile of kThreads * 4 buffered entries (four consecutive ones per thread): counts of keys
+// above / at t, one scan, then every chosen entry's output position (radix::OutputPosition), with
+// gt / eq the counts of lower columns before the buffer (lower ranks of the cluster). Calls
+// emit(pos, key, col) per chosen entry; with an in-place emit every tile is read before any of it
+// is written (positions never pass the entry's own index). Returns the buffer's counts above and
+// at t. Call after a barrier that completes the buffer; one barrier per tile.
+template <int kThreads, class Emit>
+__device__ uint2 OrderedPass(Cta<kThreads>& cta, uint32_t n, const Threshold& t, uint32_t gt,
+                             uint32_t eq, Emit emit) {
+  constexpr int kE = kTileEntriesPerThread;
+  constexpr uint32_t kTile = kThreads * kE;
+  static_assert(kE % 4 == 0 && kTile < (1u << 16), "uint4s of entries; 16-bit tile counts");
+  uint2 counts = make_uint2(0, 0);
+  for (uint32_t base = 0; base < n; base += kTile) {  // the same trip count everywhere
+    const uint32_t i0 = base + kE * threadIdx.x;
+    uint32_t key[kE];
+    int32_t col[kE];
+#pragma unroll
+    for (int j = 0; j < kE; j += 4) {
+      const bool any = i0 + j < n;
+      const uint4 k4 =
+          any ? *reinterpret_cast<const uint4*>(cta.keys + i0 + j) : make_uint4(0, 0, 0, 0);
+      const int4 c4 =
+          any ? *reinterpret_cast<const int4*>(cta.cols + i0 + j) : make_int4(0, 0, 0, 0);
+      key[j] = k4.x, key[j + 1] = k4.y, key[j + 2] = k4.z, key[j + 3] = k4.w;
+      col[j] = c4.x, col[j + 1] = c4.y, col[j + 2] = c4.z, col[j + 3] = c4.w;
+    }
+    uint32_t above = 0, at = 0;  // bit j: entry i0 + j
+#pragma unroll
+    for (int j = 0; j < kE; ++j) {
+      if (i0 + j >= n) key[j] = 0;  // key 0: neither above nor at any threshold
+      above |= radix::AboveThreshold(t, key[j]) ? 1u << j : 0u;
+      at |= radix::AtThreshold(t, key[j]) && key[j] != 0 ? 1u << j : 0u;
+    }
+    const uint32_t mine[1] = {static_cast<uint32_t>(__popc(above)) |
+                              (static_cast<uint32_t>(__popc(at)) << 16)};
+    uint32_t excl[1], total[1];
+    BlockExclusiveScan<kThreads, 1>(mine, excl, total, cta.slots.Next());
+    uint32_t g = gt + (excl[0] & 0xffffu);
+    uint32_t e = eq + (excl[0] >> 16);
+#pragma unroll
+    for (int j = 0; j < kE; ++j) {
+      const bool is_above = (above >> j) & 1u;
+      const bool is_at = (at >> j) & 1u;
+      if (radix::IsChosen(t, is_above, is_at, e))
+        emit(radix::OutputPosition(t, g, e), key[j], col[j]);
+      g += is_above ? 1u : 0u;
+      e += is_at ? 1u : 0u;
+    }
+    gt += total[0] & 0xffffu;
+    eq += total[0] >> 16;
+    counts.x += total[0] & 0xffffu;
+    counts.y += total[0] >> 16;
+  }
+  return counts;
+}
+
+// Keeps, in place and in column order, the buffered entries t chooses; returns their number.
+template <int kThreads>
+__device__ uint32_t CompactInPlace(Cta<kThreads>& cta, uint32_t n, const Threshold& t) {
+  uint32_t* keys = cta.keys;
+  int32_t* cols = cta.cols;
+  const uint2 c = OrderedPass(cta, n, t, 0, 0, [&](uint32_t pos, uint32_t key, int32_t col) {
+    keys[pos] = key;
+    cols[pos] = col;
+  });
+  return radix::IsChosen(t, false, true, 0) ? c.x + min(c.y, t.need) : c.x;
+}
+
+// ---- One row.
+
+struct StreamResult {
+  uint32_t n;       // entries buffered
+  bool speculated;  // a speculative floor was applied (cluster-uniform)
+};
+
+// Streams this CTA's segment into the buffer. spec_rank > 0: after the first chunks, the floor
+// rises to the level-0 bin holding that rank among the cluster's first-chunk keys (when it
+// exists). The first chunk is processed by every CTA, empty segments too: the speculation's
+// cluster barriers are uniform.
+template <int kThreads, int kV>
+__device__ StreamResult StreamSegment(Cta<kThreads>& cta, const Segment& seg, uint32_t k,
+                                      uint32_t spec_rank) {
+  constexpr uint32_t kStep = kThreads * kV;  // groups per chunk
+  static_assert(kStep * kGroupElems == kChunkElems, "chunks of kChunkElems logits");
+  static_assert(static_cast<int64_t>(kCapacity) >= kMaxK + kChunkElems,
+                "room for k kept entries plus a chunk");
+  StreamResult r{0, false};
+  uint32_t admit = radix::kMinSelectableKey;
+  float floor = vendor::BitsToFloat(kMinSelectableBits);
+  uint4 cur[kV], next[kV];
+  uint32_t g = seg.plan.group_lo;
+  LoadChunk<kThreads, kV>(seg, g, cur);
+  LoadChunk<kThreads, kV>(seg, g + kStep, next);
+  r.n = AppendChunk<kThreads, kV>(cta, seg, g, cur, floor, 0);
+#pragma unroll
+  for (int v = 0; v < kV; ++v) cur[v] = next[v];  // in flight through the speculation
+  if (spec_rank > 0) {
+    const bool over_cluster = cta.cluster > 1;
+    ClearHist(cta);
+    __syncthreads();
+    BuildHist(cta, r.n, 0, radix::Start(k));
+    const Choice c = BlockChoose(cta, spec_rank, over_cluster);
+    if (c.found) {  // cluster-uniform
+      r.speculated = true;
+      __syncthreads();
+      r.n = CompactInPlace(cta, r.n, KeepBinsFrom(c.bin));
+      admit = c.bin << radix::DigitShift(0);
+      floor = vendor::BitsToFloat(AdmitBits(admit));
+    }
+  }
+  // Chunk g's loads are in flight at the top of each step; the next chunk's are issued after a
+  // compaction, so only one chunk is held in registers through it.
+#pragma unroll 1
+  for (g += kStep; g < seg.plan.group_hi; g += kStep) {
+    if (r.n + kChunkElems > kCapacity) {  // the same in every thread
+      uint32_t total;
+      const Threshold t = SelectK(cta, r.n, k, /*over_cluster=*/false, &total);
+      __syncthreads();
+      r.n = CompactInPlace(cta, r.n, t);
+      admit = max(admit, AdmitKeyAfter(t));
+      floor = vendor::BitsToFloat(AdmitBits(admit));
+    }
+    LoadChunk<kThreads, kV>(seg, g + kStep, next);
+    r.n = AppendChunk<kThreads, kV>(cta, seg, g, cur, floor, r.n);
+#pragma unroll
+    for (int v = 0; v < kV; ++v) cur[v] = next[v];
+  }
+  return r;
+}
+
+// Selects and writes one non-empty window; returns how many entries are chosen (cluster-uniform).
+template <int kThreads, int kV>
+__device__ uint32_t SelectRow(Cta<kThreads>& cta, const StreamArgs& a, int64_t row,
+                              const RowSpan& w) {
+  Segment seg;
+  seg.row = a.logits + row * a.logits_ld;
+  seg.begin = w.begin;
+  seg.end = w.begin + w.len;
+  const uint32_t misalign =
+      static_cast<uint32_t>(reinterpret_cast<uintptr_t>(seg.row + w.begin) / sizeof(uint32_t)) &
+      (kGroupElems - 1);
+  seg.plan = PlanSegment(w.begin, w.len, misalign, cta.rank, cta.cluster);
+  uint32_t spec_rank = 0;
+  if (a.speculate && Speculates(w.len, a.k)) {
+    const uint32_t sample = SampleColumns(w.len, misalign, cta.cluster, kThreads * kV);
+    spec_rank = SpeculationRank(a.k, sample, w.len);
+  }
+  const bool over_cluster = cta.cluster > 1;
+  StreamResult s = StreamSegment<kThreads, kV>(cta, seg, a.k, spec_rank);
+  uint32_t total = 0;
+  Threshold t = SelectK(cta, s.n, a.k, over_cluster, &total);
+  if (s.speculated && total < a.k) {  // the floor was too high: stream again without it
+    __syncthreads();
+    s = StreamSegment<kThreads, kV>(cta, seg, a.k, 0);
+    t = SelectK(cta, s.n, a.k, over_cluster, &total);
+  }
+  const uint32_t count = total <= a.k ? total : a.k;
+  uint32_t gt = 0, eq = 0;
+  __syncthreads();
+  if (over_cluster) {  // entries above / at t in lower ranks' segments (lower columns)
+    const uint2 mine = OrderedPass(cta, s.n, t, 0, 0, [](uint32_t, uint32_t, int32_t) {});
+    if (threadIdx.x == 0) cta.h->exchange[0] = mine.x, cta.h->exchange[1] = mine.y;
+    ClusterSync();
+    for (uint32_t r = 0; r < cta.rank; ++r) {
+      const uint32_t* remote = MapToRank(cta.h->exchange, r);
+      gt += remote[0];
+      eq += remote[1];
+    }
+  }
+  const RowOut out = MakeRowOut(a, row);
+  OrderedPass(cta, s.n, t, gt, eq, [&](uint32_t pos, uint32_t key, int32_t col) {
+    if (pos < a.k) out.Write(pos, col, key);
+  });
+  return count;
+}
+
+// Three 256-thread CTAs per SM (80 registers, 73 KB of shared memory each) or two of 512 (64
+// registers): one CTA's barriers and selects overlap another's loads. The compiler then spills a
+// few words in the per-row setup, none in the streaming loop.
+template <int kThreads>
+constexpr int MinBlocksPerSm() {
+  return kThreads >= 512 ? 2 : 3;
+}
+
+template <int kThreads, int kV>
+__global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), 0)
+    TopkStreamKernel(const StreamArgs a) {
+  extern __shared__ uint4 smem[];
+  Cta<kThreads> cta;
+  cta.h = reinterpret_cast<Header<kThreads>*>(smem);
+  cta.keys = reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(smem) + HeaderBytes<kThreads>());
+  cta.cols = reinterpret_cast<int32_t*>(cta.keys + kCapacity);
+  cta.slots = ScanSlots{cta.h->scan, Header<kThreads>::kSlotWords, 0};
+  cta.cluster = a.cluster;
+  cta.rank = blockIdx.x % a.cluster;
+  const int64_t clusters = gridDim.x / a.cluster;
+  for (int64_t row = blockIdx.x / a.cluster; row < a.rows; row += clusters) {
+    const RowSpan w = LoadWindow(a, row);  // the same in every thread of the cluster
+    const uint32_t count = w.len > 0 ? SelectRow<kThreads, kV>(cta, a, row, w) : 0u;
+    const RowOut out = MakeRowOut(a, row);
+    for (uint32_t j = count + cta.rank * kThreads + threadIdx.x; j < a.k;
+         j += a.cluster * kThreads) {
+      out.Pad(j);
+    }
+    if (a.cluster > 1) {
+      ClusterSync();  // no CTA reads another's shared memory past here
+    } else {
+      __syncthreads();  // shared state is free for the next row
+    }
+  }
+}
+
+// ---- Host side.
+
+StreamArgs MakeArgs(const Params& p) {
+  StreamArgs a;
+  a.logits = p.logits.ptr<const uint32_t>();
+  a.logits_ld = p.logits.stride(0);
+  a.rows = p.logits.dim(0);
+  a.cols = p.logits.dim(1);
+  if (p.lengths.present()) {
+    a.lengths = p.lengths.ptr<const int32_t>();
+    a.lengths_stride = p.lengths.stride(0);
+  } else {
+    a.ks = p.ks.ptr<const int32_t>();
+    a.ks_stride = p.ks.stride(0);
+    a.ke = p.ke.ptr<const int32_t>();
+    a.ke_stride = p.ke.stride(0);
+  }
+  a.k = static_cast<uint32_t>(p.k);
+  a.indices = p.indices.ptr<int32_t>();
+  a.indices_ld = p.indices.stride(0);
+  if (p.values.present()) {
+    a.values = p.values.ptr<float>();
+    a.values_ld = p.values.stride(0);
+  }
+  if (p.block_table.present()) {
+    a.block_table = p.block_table.ptr<const int32_t>();
+    a.table_ld = p.block_table.stride(0);
+    a.max_blocks = p.block_table.dim(1);
+    a.page_size = static_cast<uint32_t>(p.page_size);
+    a.page_shift = -1;
+    if ((p.page_size & (p.page_size - 1)) == 0) {
+      a.page_shift = 0;
+      while ((int64_t{1} << a.page_shift) < p.page_size) ++a.page_shift;
+    }
+    a.rows_per_request = p.rows_per_request;
+  }
+  return a;
+}
+
+constexpr int kDefaultThreads = 256;
+
+template <int kThreads, int kV>
+const void* KernelOf() {
+  return reinterpret_cast<const void*>(&TopkStreamKernel<kThreads, kV>);
+}
+
+// Resident clusters of `cluster` CTAs of the kernel (0 when none fit); cached.
+int MaxActiveClusters(const void* kernel, int threads, int smem, int cluster) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::tuple<const void*, int, int>, int>();
+  int device = 0;
+  if (vendor::GetDevice(&device) != vendor::kSuccess) return 0;
+  const auto key = std::make_tuple(kernel, device, cluster);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster), 1, 1);
+  config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+    static_cast<void>(vendor::GetLastError());
+    n = 0;
+  }
+  (*cache)[key] = n;
+  return n;
+}
+
+template <int kThreads, int kV>
+vendor::Error Launch(const StreamArgs& base, const StreamConfig& config, vendor::Stream stream) {
+  const void* kernel = KernelOf<kThreads, kV>();
+  constexpr int kSmem = SmemBytes<kThreads>();
+  vendor::DeviceFacts d;
+  if (!vendor::CurrentDeviceFacts(&d)) return cudaErrorNoDevice;
+  const int per_sm = vendor::BlocksPerSm(kernel, kThreads, kSmem);  // also allows the smem
+  if (per_sm == 0) return cudaErrorInvalidConfiguration;
+  const int64_t resident = static_cast<int64_t>(per_sm) * d.sm_count;
+  int cluster = config.cluster;
+  if (cluster == 0) {
+    cluster = d.cc_major >= 9 ? ClusterSizeFor(base.rows, base.cols, resident, kMaxCluster) : 1;
+  }
+  if (cluster != 1 && cluster != 2 && cluster != 4 && cluster != 8) return cudaErrorInvalidValue;
+  if (cluster > 1 && d.cc_major < 9) return cudaErrorNotSupported;
+  StreamArgs a = base;
+  a.cluster = static_cast<uint32_t>(cluster);
+  a.speculate = config.speculate;
+  if (cluster == 1) {
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.rows, resident));
+    TopkStreamKernel<kThreads, kV><<<grid, kThreads, kSmem, stream>>>(a);
+    return vendor::GetLastError();
+  }
+  const int clusters = MaxActiveClusters(kernel, kThreads, kSmem, cluster);
+  if (clusters == 0) return cudaErrorInvalidConfiguration;
+  cudaLaunchConfig_t launch = {};
+  launch.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(a.rows, clusters) * cluster), 1, 1);
+  launch.blockDim = dim3(kThreads, 1, 1);
+  launch.dynamicSmemBytes = kSmem;
+  launch.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  launch.attrs = attr;
+  launch.numAttrs = 1;
+  return cudaLaunchKernelEx(&launch, TopkStreamKernel<kThreads, kV>, a);
+}
+
+}  // namespace
+
+bool SupportsStream(const Params&, std::string* why) {
+  vendor::DeviceFacts d;
+  if (!vendor::CurrentDeviceFacts(&d)) {
+    if (why != nullptr) *why = "no GPU device";
+    return false;
+  }
+  if (d.smem_optin < SmemBytes<kDefaultThreads>()) {
+    if (why != nullptr) {
+      *why = "needs " + std::to_string(SmemBytes<kDefaultThreads>()) +
+             " bytes of shared memory per block, the device allows " + std::to_string(d.smem_optin);
+    }
+    return false;
+  }
+  return true;
+}
+
+vendor::Error LaunchTopkStreamWith(const Params& p, const StreamConfig& config,
+                                   vendor::Stream stream) {
+  const StreamArgs a = MakeArgs(p);
+  if (a.rows == 0) return vendor::kSuccess;  // an empty grid is a launch error
+  switch (config.threads == 0 ? kDefaultThreads : config.threads) {
+    case 256: return Launch<256, 4>(a, config, stream);
+    case 512: return Launch<512, 2>(a, config, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+vendor::Error LaunchTopkStream(const Params& p, vendor::Stream stream) {
+  return LaunchTopkStreamWith(p, StreamConfig{}, stream);
+}
+
+}  // namespace attnd::kernels::topk::gpu

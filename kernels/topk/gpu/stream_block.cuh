@@ -1,0 +1,120 @@
+// Warp, block and cluster building blocks of the streaming top-k (stream.cu, CUDA): a block-wide
+// exclusive scan of a few 32-bit words with double-buffered shared scratch (one barrier per
+// scan), a warp-aggregated shared-memory histogram add, and the thread-block-cluster barrier and
+// DSMEM address mapping (sm_90; a one-CTA cluster elsewhere). Blocks are one-dimensional.
+//   uint32_t excl[1], total[1];  BlockExclusiveScan<256, 1>(v, excl, total, slots.Next());
+#pragma once
+
+#include <stdint.h>
+
+#include "kernels/common/gpu/vendor.h"
+
+namespace attnd::kernels::topk::gpu {
+
+inline constexpr int kLanes = ::attnd::gpu::WarpSize();
+inline constexpr unsigned kFullMask = 0xffffffffu;
+static_assert(kLanes == 32, "the streaming top-k is CUDA-only: 32-lane warps");
+
+__device__ __forceinline__ int LaneOf() { return static_cast<int>(threadIdx.x) % kLanes; }
+__device__ __forceinline__ int WarpOf() { return static_cast<int>(threadIdx.x) / kLanes; }
+
+__device__ __forceinline__ uint32_t WarpInclusiveSum(uint32_t v) {
+  const int lane = LaneOf();
+#pragma unroll
+  for (int offset = 1; offset < kLanes; offset <<= 1) {
+    const uint32_t lower = __shfl_up_sync(kFullMask, v, offset);
+    if (lane >= offset) v += lower;
+  }
+  return v;
+}
+
+// Scratch words one scan needs per warp and word; ScanSlots hands out two alternating halves so a
+// scan's readers never race the next scan's writers (each scan has one barrier between them).
+template <int kThreads, int kWords>
+struct ScanShape {
+  static constexpr int kWarps = kThreads / kLanes;
+  static constexpr int kSlotWords = kWarps * kWords;
+};
+
+struct ScanSlots {
+  uint32_t* base;  // 2 * slot_words words of shared memory
+  int slot_words;
+  int phase;
+  __device__ uint32_t* Next() {
+    phase ^= 1;
+    return base + phase * slot_words;
+  }
+};
+
+// Exclusive prefix sums of kWords words over the block's threads in thread order, and their
+// totals. 32-bit adds: callers pack several counts per word only where no field can carry.
+// Every thread must call it (one __syncthreads inside); `slot` holds kWarps * kWords words and
+// must not be the slot of the previous scan.
+template <int kThreads, int kWords>
+__device__ __forceinline__ void BlockExclusiveScan(const uint32_t (&v)[kWords],
+                                                   uint32_t (&excl)[kWords],
+                                                   uint32_t (&total)[kWords], uint32_t* slot) {
+  constexpr int kWarps = ScanShape<kThreads, kWords>::kWarps;
+  static_assert(kThreads % kLanes == 0, "whole warps");
+  const int lane = LaneOf();
+  const int warp = WarpOf();
+  uint32_t incl[kWords];
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) incl[i] = WarpInclusiveSum(v[i]);
+  if (lane == kLanes - 1) {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) slot[warp * kWords + i] = incl[i];
+  }
+  __syncthreads();
+  // Every warp scans the warp totals itself (lane w holds warp w's): no second barrier.
+  static_assert(kWarps <= kLanes, "one warp scans the warp totals");
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) {
+    const uint32_t mine = lane < kWarps ? slot[lane * kWords + i] : 0u;
+    const uint32_t upto = WarpInclusiveSum(mine);
+    const uint32_t before = __shfl_sync(kFullMask, upto - mine, warp);
+    total[i] = __shfl_sync(kFullMask, upto, kWarps - 1);
+    excl[i] = before + incl[i] - v[i];
+  }
+}
+
+// hist[bin] += 1 for every lane with bin >= 0; lanes of a warp sharing a bin add once together
+// (hot bins, e.g. ties, do not serialise). Every lane of the warp must call it.
+__device__ __forceinline__ void WarpHistAdd(uint32_t* hist, int bin) {
+  if (!__any_sync(kFullMask, bin >= 0)) return;
+  const unsigned peers = __match_any_sync(kFullMask, bin);
+  if (bin >= 0 && LaneOf() == __ffs(static_cast<int>(peers)) - 1) {
+    atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
+  }
+}
+
+// ---- Thread-block clusters (sm_90). Elsewhere a cluster is one CTA: the barrier is the block's
+// and the mapping is the identity; launchers never ask for more there.
+
+// Barrier over every thread of every CTA of the cluster, ordering shared-memory (and DSMEM)
+// accesses before it with those after it. Every thread must call it.
+__device__ __forceinline__ void ClusterSync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+#else
+  __syncthreads();
+#endif
+}
+
+// The address of the same shared-memory object in the cluster's CTA `rank` (generic address).
+template <class T>
+__device__ __forceinline__ const T* MapToRank(const T* p, uint32_t rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t out;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
+  return reinterpret_cast<const T*>(out);
+#else
+  static_cast<void>(rank);
+  return p;
+#endif
+}
+
+}  // namespace attnd::kernels::topk::gpu

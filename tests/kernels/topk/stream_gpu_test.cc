@@ -1,0 +1,336 @@
+// The streaming GPU top-k (kernels/topk/gpu/stream.cu) under every launch choice it has: 256- and
+// 512-thread CTAs, clusters of 1, 2, 4 and 8 CTAs per row, the speculative floor on and off. Each
+// must write exactly the CPU implementation's output (bytes of indices and values, ascending
+// columns, ties to the lowest columns, -1 / -inf padding): long rows (256K), k = 4096, few and
+// many rows, windows, ties and specials, the speculation's fallback, KV slots, and a
+// 8200 x 262144 logits tensor (past 2^31 elements). Skipped without a CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/topk/row_select.h"
+#include "kernels/topk/topk.h"
+#include "tests/harness/harness.h"
+#include "tests/kernels/topk/topk_case.h"
+
+#if defined(ATTND_GPU_CUDA)
+#include "kernels/common/gpu/runtime.h"
+#include "kernels/topk/gpu/stream.h"
+#endif
+
+namespace attnd::kernels::topk {
+namespace {
+
+using testing::MakeRng;
+
+#if defined(ATTND_GPU_CUDA)
+
+namespace vendor = ::attnd::gpu;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::string Name(const gpu::StreamConfig& c) {
+  return "t" + std::to_string(c.threads) + "_c" + std::to_string(c.cluster) +
+         (c.speculate ? "_spec" : "_nospec");
+}
+
+// Every forced launch choice.
+std::vector<gpu::StreamConfig> AllConfigs() {
+  std::vector<gpu::StreamConfig> out;
+  for (int threads : {256, 512}) {
+    for (int cluster : {1, 2, 4, 8}) {
+      for (bool speculate : {true, false}) {
+        gpu::StreamConfig c;
+        c.threads = threads;
+        c.cluster = cluster;
+        c.speculate = speculate;
+        out.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
+Impl<Params> ForcedImpl(const gpu::StreamConfig& config) {
+  return Impl<Params>(Name(config), testing::GpuBackend(), nullptr,
+                      [config](const Params& p, const ExecContext& ctx) -> absl::Status {
+                        const vendor::Error e = gpu::LaunchTopkStreamWith(
+                            p, config, static_cast<vendor::Stream>(ctx.stream));
+                        if (e != vendor::kSuccess)
+                          return absl::InternalError(vendor::ErrorString(e));
+                        return absl::OkStatus();
+                      });
+}
+
+const Impl<Params>* CpuImpl() {
+  for (const auto& impl : Implementations()) {
+    if (impl.backend == Backend::kCpu) return &impl;
+  }
+  return nullptr;
+}
+
+std::vector<uint8_t> Bytes(const testing::HostTensor& t) {
+  return std::vector<uint8_t>(t.raw(), t.raw() + t.bytes());
+}
+
+// Runs the CPU implementation once and every forced configuration (outputs poisoned before each
+// run) and expects the CPU's bytes, padding between output rows included.
+void ExpectEveryConfigEqualsCpu(TopKCase& c) {
+  ASSERT_TRUE(Validate(c.p).ok()) << Validate(c.p);
+  testing::PoisonNaN(c.indices);
+  if (c.p.values.present()) testing::PoisonNaN(c.values);
+  ExecContext cpu;
+  cpu.pool = testing::TestPool();
+  ASSERT_TRUE(CpuImpl()->run(c.p, cpu).ok());
+  const std::vector<uint8_t> want_indices = Bytes(c.indices);
+  const std::vector<uint8_t> want_values =
+      c.p.values.present() ? Bytes(c.values) : std::vector<uint8_t>{};
+  for (const gpu::StreamConfig& config : AllConfigs()) {
+    SCOPED_TRACE(Name(config));
+    testing::PoisonNaN(c.indices);
+    if (c.p.values.present()) testing::PoisonNaN(c.values);
+    const absl::Status status = testing::RunOnGpu(ForcedImpl(config), c.p);
+    ASSERT_TRUE(status.ok()) << status;
+    const int32_t* got = c.indices.data<int32_t>();
+    const int32_t* want = reinterpret_cast<const int32_t*>(want_indices.data());
+    const int64_t n = c.indices.bytes() / 4;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (got[i] != want[i] && bad++ < 5) {
+        ADD_FAILURE() << "indices element " << i << " (row " << i / c.indices.tensor().stride(0)
+                      << ") is " << got[i] << ", cpu wrote " << want[i];
+      }
+    }
+    ASSERT_EQ(bad, 0) << "indices differ from the cpu's";
+    if (c.p.values.present()) {
+      ASSERT_TRUE(Bytes(c.values) == want_values) << "values differ from the cpu's";
+    }
+  }
+}
+
+class TopKStreamGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+    std::string why;
+    if (!gpu::SupportsStream(Params{}, &why)) GTEST_SKIP() << why;
+  }
+};
+
+// Rows of 256K columns, k 2048 and 4096: normal, one octave (huge level-0 bins), ties at every
+// level; full, misaligned and short windows.
+TEST_F(TopKStreamGpu, LongRows256K) {
+  auto rng = MakeRng();
+  const int64_t n = 262144;
+  for (int64_t k : {2048, 4096}) {
+    SCOPED_TRACE(::testing::Message() << "k " << k);
+    TopKCase c(4, n, k, WindowForm::kKsKe, /*with_values=*/true);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> octave(1.0f, 2.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      c.Logit(0, j) = normal(rng);
+      c.Logit(1, j) = octave(rng);
+      c.Logit(2, j) = static_cast<float>(rng() % 64);
+      c.Logit(3, j) = normal(rng);
+    }
+    c.SetWindow(0, 0, n);
+    c.SetWindow(1, 5, n - 3);
+    c.SetWindow(2, 1, n);
+    c.SetWindow(3, 100, 100 + 3 * k + 1);
+    ExpectEveryConfigEqualsCpu(c);
+  }
+}
+
+// More rows than resident CTAs (the persistent loop) with causal, misaligned and empty windows.
+TEST_F(TopKStreamGpu, ManyRowsCausalWindows) {
+  auto rng = MakeRng();
+  const int64_t m = 700, n = 9000;
+  TopKCase c(m, n, 1024, WindowForm::kKsKe, /*with_values=*/true, /*logits_ld=*/n + 1,
+             /*out_ld=*/1024 + 3);
+  testing::FillNormal(c.logits, rng, 1.0);
+  for (int64_t r = 0; r < m; ++r) c.SetWindow(r, r % 7 - 3, n - m + r + 1);
+  c.SetWindow(5, 100, 50);       // empty
+  c.SetWindow(6, n + 3, n + 9);  // past the end
+  c.SetWindow(7, 17, 18);        // one column
+  ExpectEveryConfigEqualsCpu(c);
+}
+
+TEST_F(TopKStreamGpu, TiesAndSpecials) {
+  auto rng = MakeRng();
+  const int64_t n = 40000 + 3;
+  TopKCase c(6, n, 2048, WindowForm::kLengths, /*with_values=*/true);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float specials[] = {0.0f, -0.0f, nan, -nan, -kInf};
+  for (int64_t j = 0; j < n; ++j) {
+    c.Logit(0, j) = static_cast<float>(rng() % 16);                  // ties at every level
+    c.Logit(1, j) = std::round(normal(rng) * 256.0f) / 256.0f;       // ties in a small bin
+    c.Logit(2, j) = (rng() % 64 == 0) ? kInf : specials[rng() % 5];  // threshold at +0
+    c.Logit(3, j) = (rng() % 20 == 0) ? normal(rng) : -kInf;         // fewer selectable than k
+    c.Logit(4, j) = 0.5f;                                            // all equal
+    c.Logit(5, j) = (j % 2) ? nan : -nan;                            // nothing selectable
+  }
+  c.SetFullWindows();
+  ExpectEveryConfigEqualsCpu(c);
+}
+
+// A short run of large values at the front (fewer than k past the speculative floor: the row is
+// read again), rising values (a compaction every chunk), and falling values.
+TEST_F(TopKStreamGpu, SpeculationFallbackAndCompactions) {
+  auto rng = MakeRng();
+  const int64_t n = 65536;
+  TopKCase c(3, n, 2048, WindowForm::kLengths, /*with_values=*/true);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    c.Logit(0, j) = normal(rng) + (j < 1000 ? 100.0f : 0.0f);
+    c.Logit(1, j) = static_cast<float>(j) * 0.001f;
+    c.Logit(2, j) = -static_cast<float>(j) * 0.001f;
+  }
+  c.SetFullWindows();
+  ExpectEveryConfigEqualsCpu(c);
+}
+
+TEST_F(TopKStreamGpu, ShortRowsAndSmallK) {
+  auto rng = MakeRng();
+  for (int64_t k : {1, 7, 4096}) {
+    SCOPED_TRACE(::testing::Message() << "k " << k);
+    const int64_t n = 3 * k + 4100;
+    TopKCase c(6, n, k, WindowForm::kKsKe, /*with_values=*/true);
+    testing::FillNormal(c.logits, rng, 1.0);
+    c.SetWindow(0, 0, n);
+    c.SetWindow(1, 1, k);  // fewer than k
+    c.SetWindow(2, 2, 2 + k);
+    c.SetWindow(3, 3, 4 + k);
+    c.SetWindow(4, 0, 0);
+    c.SetWindow(5, n - 1, n);
+    ExpectEveryConfigEqualsCpu(c);
+  }
+}
+
+TEST_F(TopKStreamGpu, KvSlotsAndNoValues) {
+  auto rng = MakeRng();
+  for (int64_t page : {48, 64}) {
+    SCOPED_TRACE(::testing::Message() << "page_size " << page);
+    const int64_t m = 6, n = 40000, k = 2048;
+    TopKCase c(m, n, k, WindowForm::kLengths, /*with_values=*/page == 64);
+    testing::FillNormal(c.logits, rng, 1.0);
+    const int64_t lengths[m] = {n, n - 1, 3000, 1000, n / 2, n / 2 + 1};
+    for (int64_t r = 0; r < m; ++r) c.SetWindow(r, 0, lengths[r]);
+    const int64_t blocks = (n + page - 1) / page - 10;  // the last pages are past the table
+    c.AddBlockTable(blocks, page, /*rows_per_request=*/2);
+    for (int64_t q = 0; q < m / 2; ++q) {
+      for (int64_t b = 0; b < blocks; ++b) c.Block(q, b) = static_cast<int32_t>((b * 7 + q) % 1000);
+      c.Block(q, 3) = -1;
+      c.Block(q, 9) = std::numeric_limits<int32_t>::max() / 16;  // slot past INT32_MAX
+    }
+    ExpectEveryConfigEqualsCpu(c);
+  }
+}
+
+// 8200 x 262144 f32 logits (8.6 GB: offsets past 2^31 elements), every GPU implementation of the
+// op list; rows differ by marker columns so a row read from the wrong offset fails. Sampled rows
+// (the last ones included) are compared with the CPU's output.
+TEST_F(TopKStreamGpu, Rows8200x262144Past2To31Elements) {
+  const int64_t m = 8200, n = 262144, k = 2048, slab = 64;
+  auto rng = MakeRng();
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> base(static_cast<size_t>(slab * n));
+  for (float& x : base) x = normal(rng);
+  // Row r is base row r % slab with three marker columns (inside every window) set to values
+  // only row r has.
+  auto marker_col = [&](int64_t r, int j) { return (r * 7919 + j * 65537) % (n - 128); };
+  auto marker_value = [&](int64_t r, int j) { return 50.0f + static_cast<float>(r) * 1e-3f + j; };
+  auto fill_row = [&](int64_t r, float* out) {
+    std::memcpy(out, base.data() + (r % slab) * n, static_cast<size_t>(4 * n));
+    for (int j = 0; j < 3; ++j) out[marker_col(r, j)] = marker_value(r, j);
+  };
+  testing::DeviceMirror dev;
+  void *logits = nullptr, *lengths = nullptr;
+  ASSERT_TRUE(dev.Allocate(4 * m * n, &logits).ok());
+  ASSERT_TRUE(dev.Allocate(4 * m, &lengths).ok());
+  const vendor::Stream stream = static_cast<vendor::Stream>(dev.stream());
+  void* pinned = nullptr;
+  ASSERT_EQ(vendor::MallocHost(&pinned, static_cast<size_t>(4 * slab * n)), vendor::kSuccess);
+  float* host = static_cast<float*>(pinned);
+  std::memcpy(host, base.data(), static_cast<size_t>(4 * slab * n));
+  for (int64_t r0 = 0; r0 < m; r0 += slab) {
+    const int64_t rows = std::min(slab, m - r0);
+    for (int64_t i = 0; i < rows; ++i) {  // the previous slab's markers back to base, then ours
+      for (int j = 0; j < 3 && r0 > 0; ++j) {
+        const int64_t col = marker_col(r0 - slab + i, j);
+        host[i * n + col] = base[static_cast<size_t>(i * n + col)];
+      }
+      for (int j = 0; j < 3; ++j) host[i * n + marker_col(r0 + i, j)] = marker_value(r0 + i, j);
+    }
+    ASSERT_EQ(vendor::MemcpyH2DAsync(static_cast<float*>(logits) + r0 * n, host,
+                                     static_cast<size_t>(4 * rows * n), stream),
+              vendor::kSuccess);
+    ASSERT_TRUE(dev.Synchronize().ok());
+  }
+  ASSERT_EQ(vendor::FreeHost(pinned), vendor::kSuccess);
+  std::vector<int32_t> len(static_cast<size_t>(m));
+  for (int64_t r = 0; r < m; ++r) len[static_cast<size_t>(r)] = static_cast<int32_t>(n - r % 97);
+  ASSERT_EQ(vendor::MemcpyH2DAsync(lengths, len.data(), 4 * m, stream), vendor::kSuccess);
+
+  std::vector<int64_t> sampled;
+  for (int64_t r = 0; r < m; r += 257) sampled.push_back(r);
+  for (int64_t r = m - 8; r < m; ++r) sampled.push_back(r);
+  for (const auto& impl : Implementations()) {
+    if (impl.backend != testing::GpuBackend()) continue;
+    SCOPED_TRACE(impl.name);
+    void *indices = nullptr, *values = nullptr;
+    ASSERT_TRUE(dev.Allocate(4 * m * k, &indices).ok());
+    ASSERT_TRUE(dev.Allocate(4 * m * k, &values).ok());
+    Params p;
+    p.logits = MakeTensor(logits, DType::kF32, {m, n});
+    p.lengths = MakeTensor(lengths, DType::kI32, {m});
+    p.k = k;
+    p.indices = MakeTensor(indices, DType::kI32, {m, k});
+    p.values = MakeTensor(values, DType::kF32, {m, k});
+    ASSERT_TRUE(Validate(p).ok()) << Validate(p);
+    ExecContext ctx;
+    ctx.backend = testing::GpuBackend();
+    ctx.stream = dev.stream();
+    ASSERT_TRUE(impl.run(p, ctx).ok());
+    RowSelector selector;
+    std::vector<float> row(static_cast<size_t>(n));
+    std::vector<int32_t> got_idx(static_cast<size_t>(k));
+    std::vector<float> got_val(static_cast<size_t>(k));
+    for (int64_t r : sampled) {
+      SCOPED_TRACE(::testing::Message() << "row " << r);
+      ASSERT_EQ(vendor::MemcpyD2HAsync(got_idx.data(), static_cast<int32_t*>(indices) + r * k,
+                                       4 * k, stream),
+                vendor::kSuccess);
+      ASSERT_EQ(vendor::MemcpyD2HAsync(got_val.data(), static_cast<float*>(values) + r * k, 4 * k,
+                                       stream),
+                vendor::kSuccess);
+      ASSERT_TRUE(dev.Synchronize().ok());
+      fill_row(r, row.data());
+      const int64_t count = selector.Select(row.data(), 0, len[static_cast<size_t>(r)], k);
+      ASSERT_EQ(count, k);
+      for (int64_t j = 0; j < k; ++j) {
+        ASSERT_EQ(got_idx[static_cast<size_t>(j)], selector.cols()[j]) << "entry " << j;
+        ASSERT_EQ(got_val[static_cast<size_t>(j)], row[static_cast<size_t>(selector.cols()[j])])
+            << "entry " << j;
+      }
+      for (int j = 0; j < 3; ++j) {  // this row's own markers are chosen
+        EXPECT_NE(std::find(got_idx.begin(), got_idx.end(), marker_col(r, j)), got_idx.end());
+      }
+    }
+  }
+}
+
+#else
+
+TEST(TopKStreamGpu, NeedsCuda) { GTEST_SKIP() << "the streaming top-k is built for CUDA only"; }
+
+#endif  // defined(ATTND_GPU_CUDA)
+
+}  // namespace
+}  // namespace attnd::kernels::topk
