@@ -81,6 +81,7 @@ sparse_mla::Params SparseMlaStep(const Params& p, int64_t t0, int64_t count,
   sp.kv = p.kv;
   sp.indices = indices;
   sp.sm_scale = p.sm_scale;
+  sp.precision = p.precision;
   sp.out = Rows(p.out, t0, count);
   sp.lse = Rows(p.lse, t0, count);
   return sp;

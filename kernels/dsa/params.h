@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/precision.h"
 #include "kernels/common/tensor.h"
 
 namespace attnd::kernels::dsa {
@@ -26,6 +27,8 @@ struct Params {
   Tensor kv;           // bf16 [N, d_qk], row stride >= d_qk; or sparse_mla's FP8 cache, u8
                        // [N, 656] with d_qk 576 (kernels/sparse_mla/params.h)
   float sm_scale = 0;  // softmax scale (> 0, finite)
+  // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
+  Precision precision = Precision::kFast;
 
   // Scratch, optional: f32 [T, N] (row stride >= N). Present: the call leaves the cleaned
   // indexer logits there (-inf outside each window). Absent: the CPU implementation allocates

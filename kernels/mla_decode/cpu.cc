@@ -3,8 +3,9 @@
 // each block walks its request's readable tokens in tiles of 64, gathered from the pages (ids
 // out of range are skipped, never read), and runs Sᵀ = K·Qᵀ and O += P·V through
 // cpu::GemmF32PackedB (Qᵀ packed once per block, V converted straight into packed panels) with
-// an online softmax in log2 units. Long contexts with few blocks split the tokens across
-// threads and combine the partial (O, max, sum) afterwards; an empty split reads nothing.
+// an online softmax in log2 units (FAST rounds P to bf16 after the sums). Long contexts with few
+// blocks split the tokens across threads and combine the partial (O, max, sum) afterwards; an empty
+// split reads nothing.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -121,6 +122,7 @@ void AttendBlock(const Params& p, int64_t b, int64_t r0, int64_t nr, int64_t beg
       cpu::MaskByLimit(nt, rp, s.pos.data(), s.limit.data(), s.st.data(), rp);
     }
     cpu::OnlineSoftmaxColumns(nt, rp, s.st.data(), rp, s.m.data(), s.l.data(), s.alpha.data());
+    if (p.precision == Precision::kFast) cpu::RoundTileToBf16(nt, rp, s.st.data(), rp);
     cpu::RescaleRows(nr, kDv, s.alpha.data(), s.o.data(), kDv);
     cpu::TransposeTile(nt, rp, s.st.data(), rp, s.p.data(), kTileTokens);
     cpu::GemmF32PackedB(nr, kDv, nt, s.p.data(), kTileTokens, s.vp.data(), s.o.data(), kDv,

@@ -4,6 +4,7 @@
 // through them.
 #pragma once
 
+#include "kernels/common/precision.h"
 #include "kernels/common/tensor.h"
 
 namespace attnd::kernels::mla_decode {
@@ -24,6 +25,8 @@ struct Params {
   // Query i of s_q sees the first seqlen − s_q + i + 1 tokens (none when that is <= 0) with
   // causal; all seqlen tokens without. A row that sees no readable token gets out 0, lse -inf.
   bool causal = false;
+  // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
+  Precision precision = Precision::kFast;
 
   template <class F>
   void ForEachTensor(F&& f) {

@@ -8,11 +8,13 @@
 
 namespace attnd::kernels::mla_decode {
 
-void Reference(const Params& p, std::vector<double>* out, std::vector<double>* lse) {
+void Reference(const Params& p, std::vector<double>* out, std::vector<double>* lse,
+               std::vector<double>* out_abs) {
   const int64_t batch = p.q.dim(0), s_q = p.q.dim(1), heads = p.q.dim(2), d_qk = p.q.dim(3);
   const int64_t num_pages = p.kv_cache.dim(0), page_size = p.kv_cache.dim(1);
   const int64_t max_pages = p.block_table.dim(1);
   out->assign(static_cast<size_t>(batch * s_q * heads * kDv), 0.0);
+  if (out_abs != nullptr) out_abs->assign(out->size(), 0.0);
   lse->assign(static_cast<size_t>(batch * s_q * heads), -std::numeric_limits<double>::infinity());
   for (int64_t b = 0; b < batch; ++b) {
     // The request's readable tokens: positions below the clamped length on an in-range page.
@@ -47,6 +49,10 @@ void Reference(const Params& p, std::vector<double>* out, std::vector<double>* l
         const int64_t row = (b * s_q + i) * heads + h;
         for (size_t t = 0; t < scores.size(); ++t) {
           for (int64_t c = 0; c < kDv; ++c) (*out)[row * kDv + c] += scores[t] / sum * keys[t][c];
+          if (out_abs == nullptr) continue;
+          for (int64_t c = 0; c < kDv; ++c) {
+            (*out_abs)[row * kDv + c] += scores[t] / sum * std::fabs(keys[t][c]);
+          }
         }
         (*lse)[row] = max_score + std::log(sum);
       }

@@ -2,8 +2,9 @@
 // queries). Each walks its sequence's keys in tiles of 64 (stopping at the block's last visible
 // key, so fully masked tiles are never touched), computes Sᵀ = K·Qᵀ and O += P·V through
 // cpu::GemmF32PackedB (Qᵀ packed once per item, V converted straight into packed panels) with
-// an online softmax in log2 units, and masks only the tiles that cross the
-// causal diagonal. Items are ordered longest first so the dynamic chunks of ParallelFor balance.
+// an online softmax in log2 units (FAST rounds P to bf16 after the sums), and masks only the tiles
+// that cross the causal diagonal. Items are ordered longest first so the dynamic chunks of
+// ParallelFor balance.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -120,6 +121,7 @@ void AttendBlock(const Params& p, const Item& item, Scratch& s) {
       cpu::MaskByLimit(nt, rp, s.pos.data(), s.limit.data(), s.st.data(), rp);
     }
     cpu::OnlineSoftmaxColumns(nt, rp, s.st.data(), rp, s.m.data(), s.l.data(), s.alpha.data());
+    if (p.precision == Precision::kFast) cpu::RoundTileToBf16(nt, rp, s.st.data(), rp);
     cpu::RescaleRows(nr, d_v, s.alpha.data(), s.o.data(), d_v);
     cpu::TransposeTile(nt, rp, s.st.data(), rp, s.p.data(), kTileK);
     cpu::GemmF32PackedB(nr, d_v, nt, s.p.data(), kTileK, s.vp.data(), s.o.data(), d_v,

@@ -102,6 +102,7 @@ absl::Status Validate(const Params& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("sm_scale is ", p.sm_scale, ", want finite and > 0"));
   }
+  ATTND_RETURN_IF_ERROR(CheckPrecision(p.precision));
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 // attend to its keys k/v[cu_seqlens_k[b], cu_seqlens_k[b+1]), with GQA. Callers own every tensor.
 #pragma once
 
+#include "kernels/common/precision.h"
 #include "kernels/common/tensor.h"
 
 namespace attnd::kernels::mla_prefill {
@@ -22,6 +23,8 @@ struct Params {
   // j <= i + Lk − Lq. Without causal every query sees all Lk keys. Query head h reads kv head
   // h / (H / H_kv). A query that sees no key gets out 0 and lse -inf.
   bool causal = false;
+  // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
+  Precision precision = Precision::kFast;
 
   template <class F>
   void ForEachTensor(F&& f) {

@@ -8,11 +8,13 @@
 
 namespace attnd::kernels::mla_prefill {
 
-void Reference(const Params& p, std::vector<double>* out, std::vector<double>* lse) {
+void Reference(const Params& p, std::vector<double>* out, std::vector<double>* lse,
+               std::vector<double>* out_abs) {
   const int64_t total_q = p.q.dim(0), heads = p.q.dim(1), d_qk = p.q.dim(2);
   const int64_t heads_kv = p.k.dim(1), d_v = p.v.dim(2);
   const int64_t batch = p.cu_seqlens_q.dim(0) - 1;
   out->assign(static_cast<size_t>(total_q * heads * d_v), 0.0);
+  if (out_abs != nullptr) out_abs->assign(out->size(), 0.0);
   lse->assign(static_cast<size_t>(total_q * heads), -std::numeric_limits<double>::infinity());
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t q0 = static_cast<int64_t>(RefLoad(p.cu_seqlens_q, {b}));
@@ -40,7 +42,9 @@ void Reference(const Params& p, std::vector<double>* out, std::vector<double>* l
         const int64_t row = (q0 + i) * heads + h;
         for (int64_t j = 0; j <= last_key; ++j) {
           for (int64_t c = 0; c < d_v; ++c) {
-            (*out)[row * d_v + c] += scores[j] / sum * RefLoad(p.v, {k0 + j, g, c});
+            const double v = RefLoad(p.v, {k0 + j, g, c});
+            (*out)[row * d_v + c] += scores[j] / sum * v;
+            if (out_abs != nullptr) (*out_abs)[row * d_v + c] += scores[j] / sum * std::fabs(v);
           }
         }
         (*lse)[row] = max_score + std::log(sum);

@@ -2,11 +2,11 @@
 // gathered in chunks of 64 and converted to f32 (K row-major, V straight into GemmF32's packed-B
 // layout); Sᵀ[64, heads] = K_chunk · Qᵀ with Qᵀ packed once per item (scaled by sm_scale·log2e,
 // so scores are in log2 units); an online softmax runs down each head's column with 8 heads per
-// vector; O[heads, 512] += P · V_chunk. Masked slots are skipped while gathering: never read.
-// The next chunk's rows are prefetched a few cache lines at a time between the slices of this
-// chunk's products (one micro-tile row group of Sᵀ, one 16-column panel of O per slice).
-// An FP8 cache row (params.h) is dequantised once per gather, e4m3 × scale in f32, into the same
-// f32 K and V tiles; the math after that is the bf16 path's.
+// vector (FAST rounds P to bf16 after the sums); O[heads, 512] += P · V_chunk. Masked slots
+// are skipped while gathering: never read. The next chunk's rows are prefetched a few cache lines
+// at a time between the slices of this chunk's products (one micro-tile row group of Sᵀ, one
+// 16-column panel of O per slice). An FP8 cache row (params.h) is dequantised once per gather, e4m3
+// × scale in f32, into the same f32 K and V tiles; the math after that is the bf16 path's.
 #include "kernels/sparse_mla/cpu.h"
 
 #if defined(__AVX2__)
@@ -242,6 +242,7 @@ void RunItem(const Params& p, int64_t t, int64_t h0, int64_t heads, Scratch& sc)
     }
     cpu::OnlineSoftmaxColumns(n, heads8, sc.scores.data(), heads8, sc.m.data(), sc.l.data(),
                               sc.alpha.data());
+    if (p.precision == Precision::kFast) cpu::RoundTileToBf16(n, heads8, sc.scores.data(), heads8);
     cpu::TransposeTile(n, heads, sc.scores.data(), heads8, sc.probs.data(), kChunk);
     if (any) cpu::RescaleRows(heads, kDimV, sc.alpha.data(), sc.acc.data(), kDimV);
     // O += P·V one 16-column panel at a time.

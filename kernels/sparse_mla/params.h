@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/precision.h"
 #include "kernels/common/tensor.h"
 
 namespace attnd::kernels::sparse_mla {
@@ -42,6 +43,8 @@ struct Params {
   Tensor topk_length;  // i32 [T], optional, table form only: slots >= topk_length[t] are ignored
                        // (values clamped to [0, K])
   float sm_scale = 0;  // softmax scale (> 0, finite) on q·k
+  // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
+  Precision precision = Precision::kFast;
 
   // Outputs (owned by the caller).
   Tensor out;  // bf16 [T, H, 512]: softmax-weighted V; 0 for a token with no valid slot

@@ -74,6 +74,7 @@ Reference ComputeReference(const Params& p) {
   const int64_t t_count = p.q.dim(0), heads = p.q.dim(1), d_qk = p.q.dim(2);
   Reference ref;
   ref.out.assign(t_count * heads * kDimV, 0.0);
+  ref.out_abs.assign(t_count * heads * kDimV, 0.0);
   ref.lse.assign(t_count * heads, -std::numeric_limits<double>::infinity());
   for (int64_t t = 0; t < t_count; ++t) {
     const std::vector<int64_t> rows = ValidRows(p, t);
@@ -94,8 +95,12 @@ Reference ComputeReference(const Params& p) {
         sum += s;
       }
       double* out = &ref.out[(t * heads + h) * kDimV];
+      double* out_abs = &ref.out_abs[(t * heads + h) * kDimV];
       for (size_t j = 0; j < rows.size(); ++j) {
-        for (int64_t d = 0; d < kDimV; ++d) out[d] += score[j] / sum * kv[j][d];
+        for (int64_t d = 0; d < kDimV; ++d) {
+          out[d] += score[j] / sum * kv[j][d];
+          out_abs[d] += score[j] / sum * std::fabs(kv[j][d]);
+        }
       }
       ref.lse[t * heads + h] = max + std::log(sum);
     }

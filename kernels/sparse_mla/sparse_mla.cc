@@ -152,6 +152,7 @@ absl::Status Validate(const Params& p) {
   }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {t, h, kDimV}));
   ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {t, h}));
+  ATTND_RETURN_IF_ERROR(CheckPrecision(p.precision));
   return absl::OkStatus();
 }
 

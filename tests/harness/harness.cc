@@ -18,8 +18,13 @@ std::mt19937_64 MakeRng() {
   return std::mt19937_64(seed);
 }
 
-void ExpectClose(const std::vector<double>& got, const std::vector<double>& ref,
-                 const Tolerance& tol, const std::string& what) {
+namespace {
+
+// ‖got − ref‖ / ‖ref‖ <= rel_l2 over finite reference values, and per element |got − ref| <=
+// bound(i); non-finite reference values must match exactly, NaN in `got` fails.
+template <class Bound>
+void ExpectWithin(const std::vector<double>& got, const std::vector<double>& ref, double rel_l2,
+                  const Bound& bound, const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   double err2 = 0, ref2 = 0;
   int64_t bad = 0;
@@ -34,14 +39,42 @@ void ExpectClose(const std::vector<double>& got, const std::vector<double>& ref,
     } else {
       err2 += (g - r) * (g - r);
       ref2 += r * r;
-      ok = std::fabs(g - r) <= tol.atol + tol.rtol * std::fabs(r);
+      ok = std::fabs(g - r) <= bound(i);
     }
-    if (!ok && bad++ < 5) first << " [" << i << "] got " << g << " want " << r << ";";
+    if (!ok && bad++ < 5) {
+      first << " [" << i << "] got " << g << " want " << r << " (bound " << bound(i) << ");";
+    }
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.size()
                     << " elements out of bounds:" << first.str();
   const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  EXPECT_LE(rel, tol.rel_l2) << what << ": relative L2 error " << rel;
+  EXPECT_LE(rel, rel_l2) << what << ": relative L2 error " << rel;
+}
+
+}  // namespace
+
+void ExpectAttentionOut(const std::vector<double>& got, const std::vector<double>& ref,
+                        const std::vector<double>& ref_abs, kernels::Precision precision,
+                        const Tolerance& high, const std::string& what) {
+  const std::string name = what + " (" + kernels::PrecisionName(precision) + ")";
+  if (precision == kernels::Precision::kHigh) {
+    ExpectClose(got, ref, high, name);
+    return;
+  }
+  ASSERT_EQ(ref_abs.size(), ref.size()) << name << ": the reference's out_abs";
+  ExpectWithin(
+      got, ref, kFastOutRelL2,
+      [&](size_t i) {
+        return kFastOutRel * std::fabs(ref[i]) + kFastOutWeighted * ref_abs[i] + kFastOutAtol;
+      },
+      name);
+}
+
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& ref,
+                 const Tolerance& tol, const std::string& what) {
+  ExpectWithin(
+      got, ref, tol.rel_l2, [&](size_t i) { return tol.atol + tol.rtol * std::fabs(ref[i]); },
+      what);
 }
 
 }  // namespace attnd::testing

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/precision.h"
 #include "kernels/common/registry.h"
 #include "kernels/common/thread_pool.h"
 #include "tests/harness/host_tensor.h"
@@ -131,5 +132,26 @@ struct Tolerance {
 };
 void ExpectClose(const std::vector<double>& got, const std::vector<double>& ref,
                  const Tolerance& tol, const std::string& what);
+
+// The bound on an attention op's `out` (sparse_mla, mla_decode, mla_prefill, dsa) against the
+// fp64 reference in either precision (docs/ACCURACY.md):
+//   kHigh: `high` (each op's ExpectClose tolerance, within |got − ref| ≤ 4e-3·|ref| + 2e-5);
+//   kFast: |got − ref| ≤ 2^-8·|ref| + 2^-8·ref_abs + 1e-5 per element and ‖got − ref‖ / ‖ref‖ ≤
+//          4e-3, where ref_abs = Σ_j p_j·|v_j| / l is the reference's weighted |V|. Rounding each
+//          p_j to bf16 (unit roundoff 2^-9) moves Σ_j p_j·v_j by at most 2^-9·Σ_j p_j·|v_j|, the
+//          final bf16 rounding of out costs at most 2^-9·|out|, f32 accumulation and exp2 far
+//          less; each term is taken at 2^-8, twice its bound. l is summed from the unrounded P
+//          in every implementation, so it adds no term.
+inline constexpr double kFastOutRel = 1.0 / 256;       // × |ref|
+inline constexpr double kFastOutWeighted = 1.0 / 256;  // × ref_abs
+inline constexpr double kFastOutAtol = 1e-5;
+inline constexpr double kFastOutRelL2 = 4e-3;
+void ExpectAttentionOut(const std::vector<double>& got, const std::vector<double>& ref,
+                        const std::vector<double>& ref_abs, kernels::Precision precision,
+                        const Tolerance& high, const std::string& what);
+
+// Both precisions, for tests that run every case in each: FAST (the default) first.
+inline constexpr kernels::Precision kPrecisions[] = {kernels::Precision::kFast,
+                                                     kernels::Precision::kHigh};
 
 }  // namespace attnd::testing

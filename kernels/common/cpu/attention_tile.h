@@ -141,6 +141,20 @@ inline void OnlineSoftmaxColumns(int64_t nt, int64_t cols, float* st, int64_t ld
   }
 }
 
+// Rounds an nt×cols tile of P (row stride ld) to bf16 values in place, to nearest even: the
+// FAST precision's P (kernels/common/precision.h), applied after OnlineSoftmaxColumns has summed
+// the unrounded values into l. `cols` is a multiple of kVec; P is finite and >= 0.
+inline void RoundTileToBf16(int64_t nt, int64_t cols, float* st, int64_t ld) {
+  const V8u keep = V8u{} + 0xffff0000u;
+  for (int64_t t = 0; t < nt; ++t) {
+    float* row = st + t * ld;
+    for (int64_t c = 0; c < cols; c += kVec) {
+      const V8u u = (V8u)LoadV(row + c);
+      StoreV(row + c, (V8f)((u + 0x7fffu + ((u >> 16) & 1u)) & keep));
+    }
+  }
+}
+
 // dst[j][i] = src[i][j] for an 8×8 block (unpack, 64-bit shuffle, 128-bit permute).
 inline void Transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
   const V8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};

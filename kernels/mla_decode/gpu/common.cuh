@@ -47,6 +47,9 @@ struct DecodeArgs {
   int32_t splits;
   int32_t causal;
   float scale_log2;  // sm_scale · log2(e)
+  // Precision::kHigh: P·V keeps f32-path accuracy (P as bf16 hi + lo, or f32 P); false (kFast):
+  // P is rounded to bf16 once before P·V. Row sums are taken over the unrounded P either way.
+  bool exact_p;
 };
 
 // One CTA's share: rows [row0, row0 + nrows) of request b, positions [begin, end) of the

@@ -8,8 +8,9 @@
 //   S = Q·Kᵀ warp (m-group, n-group): kWarpMTiles x kWarpNTiles m16n8 tiles over d_qk.
 //   softmax  scores scaled to log2 units, -inf where invisible (masked token or the row's MTP
 //            causal limit); tile row max through shared memory, online update from a finite
-//            initial max; P = exp2(x - m) as bf16 hi + lo (|P - hi - lo| <= 2^-16·P, so the
-//            output keeps f32-path accuracy) in shared memory: for d576 P hi lives in the rope
+//            initial max; P = exp2(x - m) in bf16 (HIGH: as hi + lo, |P - hi - lo| <= 2^-16·P,
+//            so the output keeps f32-path accuracy; FAST: rounded once, half the P·V MMAs; row
+//            sums take the unrounded P) in shared memory: for d576 P hi lives in the rope
 //            columns of the tile, dead once Q·Kᵀ is done.
 //   O += P·V warp w owns O[:, 64w .. 64w+63] for all kRows rows (kMTiles·32 f32 registers).
 // Instantiated in mma_d512.cu / mma_d576.cu; launched by mma.cu.
@@ -248,7 +249,7 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
       }
     }
 
-    // P = exp2(x - m) as bf16 hi + lo into shared memory, row-major [row][position].
+    // P = exp2(x - m) in bf16 (HIGH: hi + lo) into shared memory, row-major [row][position].
 #pragma unroll
     for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
       const int mt = mg * T::kWarpMTiles + mi;
@@ -261,14 +262,19 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
           const float p0 = Exp2(s[mi][ni][2 * h] - m_qk[mi][h]);
           const float p1 = Exp2(s[mi][ni][2 * h + 1] - m_qk[mi][h]);
           l_part[mi][h] += p0 + p1;
-          uint32_t hi, lo;
-          SplitBf16x2(p0, p1, &hi, &lo);
           const uint32_t hi_at =
               T::kPInRope ? kv_stage + Swizzle(row, 64 + chunk, T::kRowBytes)
                           : SmemAddr(smem + T::kPHiOffset) + Swizzle(row, chunk, T::kPRowBytes);
-          const uint32_t lo_at = p_lo_s + Swizzle(row, chunk, T::kPRowBytes);
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(hi_at + 4 * cq), "r"(hi) : "memory");
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(lo_at + 4 * cq), "r"(lo) : "memory");
+          if (a.exact_p) {
+            uint32_t hi, lo;
+            SplitBf16x2(p0, p1, &hi, &lo);
+            const uint32_t lo_at = p_lo_s + Swizzle(row, chunk, T::kPRowBytes);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(hi_at + 4 * cq), "r"(hi) : "memory");
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(lo_at + 4 * cq), "r"(lo) : "memory");
+          } else {
+            const uint32_t hi = PackBf16x2(p0, p1);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(hi_at + 4 * cq), "r"(hi) : "memory");
+          }
         }
       }
     }
@@ -292,13 +298,19 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         const int row = mt * 16 + (lane & 15), chunk = 2 * kk + (lane >> 4);
-        uint32_t ahi[4], alo[4];
+        uint32_t ahi[4];
         LdMatrixX4(ahi, p_hi_s + Swizzle(row, chunk, T::kPInRope ? T::kRowBytes : T::kPRowBytes));
-        LdMatrixX4(alo, p_lo_s + Swizzle(row, chunk, T::kPRowBytes));
+        if (a.exact_p) {  // HIGH: (P hi + P lo)·V
+          uint32_t alo[4];
+          LdMatrixX4(alo, p_lo_s + Swizzle(row, chunk, T::kPRowBytes));
 #pragma unroll
-        for (int n = 0; n < T::kOTiles; ++n) {
-          MmaBf16(o[mt][n], ahi, bv[n]);
-          MmaBf16(o[mt][n], alo, bv[n]);
+          for (int n = 0; n < T::kOTiles; ++n) {
+            MmaBf16(o[mt][n], ahi, bv[n]);
+            MmaBf16(o[mt][n], alo, bv[n]);
+          }
+        } else {  // FAST: bf16 P·V
+#pragma unroll
+          for (int n = 0; n < T::kOTiles; ++n) MmaBf16(o[mt][n], ahi, bv[n]);
         }
       }
     }

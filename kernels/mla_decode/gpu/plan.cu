@@ -95,6 +95,7 @@ DecodeArgs MakeDecodeArgs(const Params& p, int block_rows, int splits, void* wor
   a.splits = splits;
   a.causal = p.causal ? 1 : 0;
   a.scale_log2 = p.sm_scale * kLog2e;
+  a.exact_p = p.precision == Precision::kHigh;
   if (splits > 1) {
     a.partial_o = static_cast<float*>(workspace);
     a.partial_lse = a.partial_o + static_cast<int64_t>(splits) * p.q.dim(0) * Rows(p) * kDimV;

@@ -8,7 +8,8 @@
 //   scores   thread (position j, rows 2i and 2i+1) dots q and k in f32, scaled to log2 units;
 //            invisible (masked page, causal limit of the row) scores are -inf.
 //   softmax  16 threads per row: max and sum by shuffles (xor 8..1, inside 16 lanes on 32- and
-//            64-wide warps), online update from a finite initial max, P to shared memory.
+//            64-wide warps), online update from a finite initial max, P to shared memory
+//            (f32 for HIGH, rounded to bf16 for FAST; the sums take the unrounded P).
 //   P·V      thread owns 2 of the 512 columns for all 16 rows.
 #include <math.h>
 #include <stdint.h>
@@ -167,8 +168,10 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
       const float m_new = fmaxf(m_run, RowMax(fmaxf(x0, x1)));
       const float alpha = exp2f(m_run - m_new);
       const float p0 = exp2f(x0 - m_new), p1 = exp2f(x1 - m_new);
-      p_s[mj * kPStride + mr] = p0;
-      p_s[(mj + kRowThreads) * kPStride + mr] = p1;
+      // FAST: P·V with P rounded to bf16 (the sum keeps the unrounded P).
+      p_s[mj * kPStride + mr] = a.exact_p ? p0 : gpu::Bf16ToFloat(gpu::FloatToBf16(p0));
+      p_s[(mj + kRowThreads) * kPStride + mr] =
+          a.exact_p ? p1 : gpu::Bf16ToFloat(gpu::FloatToBf16(p1));
       l_run = l_run * alpha + RowSum(p0 + p1);
       m_run = m_new;
       if (mj == 0) alpha_s[mr] = alpha;

@@ -50,6 +50,9 @@ struct PrefillArgs {
   int32_t block_m;  // query rows per CTA
   int32_t causal;
   float scale_log2;  // sm_scale · log2(e)
+  // Precision::kHigh: P·V keeps f32-path accuracy (P as bf16 hi + lo, or f32 P); false (kFast):
+  // P is rounded to bf16 once before P·V. Row sums are taken over the unrounded P either way.
+  bool exact_p;
 };
 
 // Sequence b's query rows [q0, q0 + lq) and key rows [k0, k0 + lk), clamped.

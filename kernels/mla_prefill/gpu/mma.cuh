@@ -8,8 +8,9 @@
 //   softmax   scaled to log2 units, -inf past each query's bottom-right causal limit (only on
 //             tiles that cross it), online update in registers (quad shuffles), finite
 //             initial max; a warp skips tiles wholly past its own queries' limits;
-//   O += P·V  P = exp2(x - m) straight from the S accumulators as A fragments, in two bf16
-//             terms hi + lo (|P - hi - lo| <= 2^-16·P: f32-path accuracy); V by
+//   O += P·V  P = exp2(x - m) straight from the S accumulators as A fragments in bf16: HIGH
+//             as two terms hi + lo (|P - hi - lo| <= 2^-16·P: f32-path accuracy), FAST
+//             rounded once (half the MMAs; row sums take the unrounded P); V by
 //             ldmatrix.trans; O m16 x d_v in registers.
 // Instantiated in mma_d192.cu / mma_dims.cu; launched by mma.cu.
 #pragma once
@@ -206,11 +207,18 @@ __global__ void __launch_bounds__(256, 1) MlaPrefillMmaKernel(const PrefillArgs 
     // O += P·V, P's k16 step kk = S n-tiles 2kk (keys +0..7) and 2kk + 1 (keys +8..15).
 #pragma unroll
     for (int kk = 0; kk < T::kPSteps; ++kk) {
-      uint32_t ahi[4], alo[4];
-      SplitBf16x2(sc[2 * kk][0], sc[2 * kk][1], &ahi[0], &alo[0]);
-      SplitBf16x2(sc[2 * kk][2], sc[2 * kk][3], &ahi[1], &alo[1]);
-      SplitBf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1], &ahi[2], &alo[2]);
-      SplitBf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3], &ahi[3], &alo[3]);
+      uint32_t ahi[4], alo[4] = {};
+      if (a.exact_p) {  // HIGH: P = hi + lo
+        SplitBf16x2(sc[2 * kk][0], sc[2 * kk][1], &ahi[0], &alo[0]);
+        SplitBf16x2(sc[2 * kk][2], sc[2 * kk][3], &ahi[1], &alo[1]);
+        SplitBf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1], &ahi[2], &alo[2]);
+        SplitBf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3], &ahi[3], &alo[3]);
+      } else {  // FAST: P rounded to bf16 once
+        ahi[0] = PackBf16x2(sc[2 * kk][0], sc[2 * kk][1]);
+        ahi[1] = PackBf16x2(sc[2 * kk][2], sc[2 * kk][3]);
+        ahi[2] = PackBf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+        ahi[3] = PackBf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int np = 0; np < T::kOTiles / 2; ++np) {
         uint32_t r[4];
@@ -218,9 +226,11 @@ __global__ void __launch_bounds__(256, 1) MlaPrefillMmaKernel(const PrefillArgs 
         LdMatrixX4Trans(r, v_st + Swizzle(key, 2 * np + (lane >> 4), T::kVRowBytes));
         const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
         MmaBf16(o[2 * np], ahi, b0);
-        MmaBf16(o[2 * np], alo, b0);
         MmaBf16(o[2 * np + 1], ahi, b1);
-        MmaBf16(o[2 * np + 1], alo, b1);
+        if (a.exact_p) {
+          MmaBf16(o[2 * np], alo, b0);
+          MmaBf16(o[2 * np + 1], alo, b1);
+        }
       }
     }
   }

@@ -83,6 +83,7 @@ PrefillArgs MakePrefillArgs(const Params& p, int block_m, void* workspace) {
   a.block_m = block_m;
   a.causal = p.causal ? 1 : 0;
   a.scale_log2 = p.sm_scale * kLog2e;
+  a.exact_p = p.precision == Precision::kHigh;
   return a;
 }
 

@@ -44,6 +44,9 @@ struct KernelArgs {
   int32_t heads;   // H
   int32_t splits;
   float scale_log2;  // sm_scale · log2(e)
+  // Precision::kHigh: P·V keeps f32-path accuracy (P as bf16 hi + lo, or f32 P); false (kFast):
+  // P is rounded to bf16 once before P·V. Row sums are taken over the unrounded P either way.
+  bool exact_p;
   // The FP8 cache (params.h kFp8Row*): u8 [S, 656] rows `kv_fp8_stride` bytes apart; null for a
   // bf16 cache. Kernels that do not read it refuse the call in GpuSupports.
   const uint8_t* kv_fp8;

@@ -8,8 +8,9 @@
 //            columns from smem, d576's 64 rope columns from registers.
 //   softmax  row max over the token groups through smem, online update in log2 units
 //            (exp2 with sm_scale·log2e folded, running max from -1e30, masked scores -inf);
-//            P goes to smem as two bf16 terms, P = hi + lo (|P - hi - lo| <= 2^-16·P), so the
-//            output keeps f32-path accuracy rather than bf16-P accuracy (2^-8 per weight).
+//            P goes to smem in bf16: HIGH as two terms, P = hi + lo (|P - hi - lo| <= 2^-16·P),
+//            so the output keeps f32-path accuracy; FAST rounded once (2^-9 relative per
+//            weight), half the P·V MMAs (a.exact_p). Row sums take the unrounded P.
 //   O += P·V warp w owns O[:, 64w .. 64w+63] for all heads (kMTiles·32 f32 registers).
 // kFp8 (the FP8 cache, d_qk 576): each gather thread loads its 8 chunks of codes and the scales
 // of tile i+1 into registers (ld.global.nc) while tile i's S = Q·Kᵀ runs, then dequantises them
@@ -123,7 +124,15 @@ __device__ __forceinline__ void LoadVFragments(uint32_t (&v)[kOTiles][2], uint32
   }
 }
 
-// o_m += (P hi + P lo)·V for one m16 tile of O (A fragments ph, pl; B fragments v).
+// o_m += P hi·V for one m16 tile of O (A fragments ph; B fragments v): FAST's P·V.
+template <int kOTiles>
+__device__ __forceinline__ void MmaPv(float (&o_m)[kOTiles][4], const uint32_t (&ph)[4],
+                                      const uint32_t (&v)[kOTiles][2]) {
+#pragma unroll
+  for (int nt = 0; nt < kOTiles; ++nt) ::attnd::gpu::ptx::MmaBf16(o_m[nt], ph, v[nt]);
+}
+
+// o_m += (P hi + P lo)·V for one m16 tile of O (A fragments ph, pl; B fragments v): HIGH's.
 template <int kOTiles>
 __device__ __forceinline__ void MmaPvHiLo(float (&o_m)[kOTiles][4], const uint32_t (&ph)[4],
                                           const uint32_t (&pl)[4],
@@ -353,7 +362,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
       }
       __syncthreads();  // (B) every group's row max visible
 
-      // Online softmax: new max, rescale factor, P = hi + lo to smem.
+      // Online softmax: new max, rescale factor, P (HIGH: hi + lo) to smem.
       float alpha[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -374,12 +383,16 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
           const float p0 = Exp2(s[nt][2 * i] - m_row[i]);
           const float p1 = Exp2(s[nt][2 * i + 1] - m_row[i]);
           l_row[i] += p0 + p1;
-          uint32_t hi, lo;
-          SplitBf16x2(p0, p1, &hi, &lo);
           const int row = mt * 16 + g + 8 * i;
           const uint32_t off = Swizzle(row, col / 8, Tile::kPRowBytes) + (col % 8) * 2;
-          *reinterpret_cast<uint32_t*>(smem + Tile::kPHiOffset + off) = hi;
-          *reinterpret_cast<uint32_t*>(smem + Tile::kPLoOffset + off) = lo;
+          if (a.exact_p) {
+            uint32_t hi, lo;
+            SplitBf16x2(p0, p1, &hi, &lo);
+            *reinterpret_cast<uint32_t*>(smem + Tile::kPHiOffset + off) = hi;
+            *reinterpret_cast<uint32_t*>(smem + Tile::kPLoOffset + off) = lo;
+          } else {
+            *reinterpret_cast<uint32_t*>(smem + Tile::kPHiOffset + off) = PackBf16x2(p0, p1);
+          }
         }
       }
       if (grp == 0 && lane % 4 == 0) {
@@ -388,7 +401,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
       }
       __syncthreads();  // (C) P and alpha visible
 
-      // O[:, 64·warp ..] = alpha · O + (P_hi + P_lo) · V.
+      // O[:, 64·warp ..] = alpha · O + P · V (HIGH: (P_hi + P_lo) · V).
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
         ScaleORows(o[m], alpha_s[m * 16 + g], alpha_s[m * 16 + g + 8]);
@@ -399,11 +412,16 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
         LoadVFragments<Tile::kOTiles, Tile::kKvRowBytes>(v, kv_tile, ks, warp, lane);
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m) {
-          uint32_t ph[4], pl[4];
+          uint32_t ph[4];
           const uint32_t off = Swizzle(m * 16 + lane % 16, 2 * ks + lane / 16, Tile::kPRowBytes);
           LdMatrixX4(ph, p_hi_s + off);
-          LdMatrixX4(pl, p_lo_s + off);
-          MmaPvHiLo(o[m], ph, pl, v);
+          if (a.exact_p) {
+            uint32_t pl[4];
+            LdMatrixX4(pl, p_lo_s + off);
+            MmaPvHiLo(o[m], ph, pl, v);
+          } else {
+            MmaPv(o[m], ph, v);
+          }
         }
       }
     }

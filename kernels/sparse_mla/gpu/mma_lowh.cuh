@@ -22,7 +22,7 @@
 //            columns are read (L1) into registers by the part-0 warps.
 //   softmax  row max over the two halves through shared memory; running max and sum per
 //            stacked row in shared memory (log2 units, exp2 with sm_scale·log2e folded, running
-//            max from -1e30, masked scores -inf); P as two bf16 terms, hi + lo, as mma.cuh.
+//            max from -1e30, masked scores -inf); P in bf16 as mma.cuh (HIGH: hi + lo).
 //   O += P·V warp w owns O[:, 64w .. 64w+63] for the 64 stacked rows (128 f32 registers);
 //            only active m16 tiles are rescaled and multiplied.
 // On causal selections that neighbouring tokens share (kpool4), one gathered row serves all G
@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
     }
     __syncthreads();  // (B) both halves' maxima visible; partials consumed
 
-    // New max, rescale factor, P = multiplicity · exp2(s − m) as hi + lo to smem.
+    // New max, rescale factor, P = multiplicity · exp2(s − m) to smem (HIGH: as hi + lo).
     float m_new[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
     if (softmax) {
       float sum[2] = {0.0f, 0.0f};
@@ -451,11 +451,15 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
           const float p0 = static_cast<float>(mult[0]) * Exp2(s[nt][2 * i] - m_new[i]);
           const float p1 = static_cast<float>(mult[1]) * Exp2(s[nt][2 * i + 1] - m_new[i]);
           sum[i] += p0 + p1;
-          uint32_t hi, lo;
-          SplitBf16x2(p0, p1, &hi, &lo);
           const int off = r * Tile::kPRowBytes + col * 2;
-          *reinterpret_cast<uint32_t*>(smem + Tile::kPOffset + off) = hi;
-          *reinterpret_cast<uint32_t*>(smem + Tile::kPOffset + Tile::kPBytes + off) = lo;
+          if (a.exact_p) {
+            uint32_t hi, lo;
+            SplitBf16x2(p0, p1, &hi, &lo);
+            *reinterpret_cast<uint32_t*>(smem + Tile::kPOffset + off) = hi;
+            *reinterpret_cast<uint32_t*>(smem + Tile::kPOffset + Tile::kPBytes + off) = lo;
+          } else {
+            *reinterpret_cast<uint32_t*>(smem + Tile::kPOffset + off) = PackBf16x2(p0, p1);
+          }
         }
       }
 #pragma unroll
@@ -479,7 +483,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
       }
     }
 
-    // O[:, 64·warp ..] = alpha · O + (P_hi + P_lo) · V for the active m16 tiles.
+    // O[:, 64·warp ..] = alpha · O + P · V (HIGH: (P_hi + P_lo) · V) for the active m16 tiles.
 #pragma unroll
     for (int m = 0; m < Tile::kMTiles; ++m) {
       if ((mm >> m) & 1) ScaleORows(o[m], alpha_s[m * 16 + g], alpha_s[m * 16 + g + 8]);
@@ -491,11 +495,16 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
 #pragma unroll
       for (int m = 0; m < Tile::kMTiles; ++m) {
         if ((mm >> m) & 1) {
-          uint32_t ph[4], pl[4];
+          uint32_t ph[4];
           const uint32_t off = (m * 16 + lane % 16) * Tile::kPRowBytes + (2 * ks + lane / 16) * 16;
           LdMatrixX4(ph, p_hi_s + off);
-          LdMatrixX4(pl, p_lo_s + off);
-          MmaPvHiLo(o[m], ph, pl, v);
+          if (a.exact_p) {
+            uint32_t pl[4];
+            LdMatrixX4(pl, p_lo_s + off);
+            MmaPvHiLo(o[m], ph, pl, v);
+          } else {
+            MmaPv(o[m], ph, v);
+          }
         }
       }
     }

@@ -71,6 +71,7 @@ KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
   a.heads = static_cast<int32_t>(p.q.dim(1));
   a.splits = splits;
   a.scale_log2 = p.sm_scale * kLog2e;
+  a.exact_p = p.precision == Precision::kHigh;
   if (splits > 1) {
     a.partial_o = static_cast<float*>(workspace);
     a.partial_lse = a.partial_o + static_cast<int64_t>(splits) * p.q.dim(0) * p.q.dim(1) * kDimV;

@@ -6,7 +6,8 @@
 //            registers while this one is computed.
 //   scores   thread (row j, heads 2p and 2p+1) dots q and k in f32, scaled to log2 units.
 //   softmax  the 32 threads of a head pair hold one chunk row each: max and sum by shuffles
-//            (xor 16..1, inside 32 lanes on 32- and 64-wide warps); online update, P to smem.
+//            (xor 16..1, inside 32 lanes on 32- and 64-wide warps); online update, P to smem
+//            (f32 for HIGH, rounded to bf16 for FAST; the sums take the unrounded P).
 //   P·V      thread owns 2 of the 512 columns for all 16 heads.
 // An FP8 cache (d_qk 576) is gathered the same way (8 threads per row: 4 chunks of codes, the
 // scales, 1 chunk of rope each) and dequantised to bf16 (fp8_kv.cuh) as it is stored to smem.
@@ -191,7 +192,8 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
         const float p = exp2f(x[i] - m_new);
         l[i] = l[i] * alpha + GroupSum(p);
         m[i] = m_new;
-        p_s[j * kHeads + 2 * pair + i] = p;
+        // FAST: P·V with P rounded to bf16 (the sum above keeps the unrounded P).
+        p_s[j * kHeads + 2 * pair + i] = a.exact_p ? p : gpu::Bf16ToFloat(gpu::FloatToBf16(p));
         if (j == 0) alpha_s[2 * pair + i] = alpha;
       }
       __syncthreads();  // P and alpha visible

@@ -1,5 +1,5 @@
-// Launcher of the Hopper sparse MLA kernel: picks the instance (d_qk, or the FP8 cache), launches
-// it with `splits` splits, then the combine when splits > 1.
+// Launcher of the Hopper sparse MLA kernel: picks the instance (d_qk, or the FP8 cache, and the
+// precision), launches it with `splits` splits, then the combine when splits > 1.
 #if defined(ATTND_GPU_CUDA)  // CUDA-only (sm_90a wgmma); compiles to nothing for HIP
 #include <stdint.h>
 
@@ -52,12 +52,23 @@ bool WgmmaSupports(const Params& p, std::string* why) {
   return true;
 }
 
+namespace {
+
+// The instance of a.exact_p's precision: HIGH (P hi + lo) or FAST (bf16 P).
+template <int kDqk, bool kFp8 = false>
+gpu::Error LaunchWithPrecision(const KernelArgs& a, gpu::Stream stream) {
+  return a.exact_p ? LaunchWgmmaInstance<kDqk, true, kFp8>(a, stream)
+                   : LaunchWgmmaInstance<kDqk, false, kFp8>(a, stream);
+}
+
+}  // namespace
+
 gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace, gpu::Stream stream) {
   if (p.q.dim(0) == 0) return gpu::kSuccess;
   const KernelArgs a = MakeKernelArgs(p, splits, workspace);
-  const gpu::Error e = p.kv_is_fp8()       ? LaunchWgmmaInstance<576, true, true>(a, stream)
-                       : p.q.dim(2) == 576 ? LaunchWgmmaInstance<576>(a, stream)
-                                           : LaunchWgmmaInstance<512>(a, stream);
+  const gpu::Error e = p.kv_is_fp8()       ? LaunchWithPrecision<576, true>(a, stream)
+                       : p.q.dim(2) == 576 ? LaunchWithPrecision<576>(a, stream)
+                                           : LaunchWithPrecision<512>(a, stream);
   if (e != gpu::kSuccess || splits == 1) return e;
   return LaunchSparseMlaCombine(p, splits, workspace, stream);
 }

@@ -16,10 +16,12 @@
 //                   fence.proxy.async and a cp.async and a plain mbarrier arrive per thread.
 //   WG0 (softmax)   S = Q·Kᵀ (m64n64k16, A = Q and B = K from shared memory), masks invalid
 //                   slots to -inf, online softmax in log2 units (exp2 with sm_scale·log2e folded,
-//                   running max from -1e30), P = hi + lo in bf16 (|P - hi - lo| <= 2^-16·P,
-//                   so O keeps f32-path accuracy), then O[:, 0:256] += P·V (m64n256k16, A = P
-//                   from registers, B = V read N-major from the same rows). P and the per-row
-//                   rescale factor go to shared memory for WG1.
+//                   running max from -1e30), P in bf16: HIGH as hi + lo (|P - hi - lo| <=
+//                   2^-16·P, so O keeps f32-path accuracy), FAST rounded once (the row sums
+//                   take the unrounded P in both); then O[:, 0:256] += P·V (m64n256k16, A = P
+//                   from registers, B = V read N-major from the same rows; HIGH: 8 k-steps, hi
+//                   then lo; FAST: 4). P and the per-row rescale factor go to shared memory
+//                   for WG1.
 //   WG1 (P·V right) O[:, 256:512] = alpha·O + P·V (m64n256k16, A = P from shared memory).
 // WG0 issues P·V_L of block b-1 before Q·Kᵀ of block b and releases b-1's stage as soon as it
 // completes, so the gather of b+1 overlaps Q·Kᵀ, softmax and P·V of b. Epilogue: O / l to bf16
@@ -202,9 +204,9 @@ __device__ __forceinline__ void StoreO(const KernelArgs& a, const float (&o)[128
 
 }  // namespace wgmma_internal
 
-// kExactP: P·V as (P hi + P lo)·V, f32-path accuracy (the tests' bounds). false: P in bf16 only,
-// FlashMLA's numerics (relative error up to 2^-9 per weight, outside those bounds): measured on
-// the H200 at 4709 µs against 6184 µs (T4096 H128 d576 K2048); not instantiated.
+// kExactP: Precision::kHigh, P·V as (P hi + P lo)·V (f32-path accuracy). false: Precision::kFast,
+// P rounded to bf16 once (FlashMLA's numerics: relative error up to 2^-9 per weight), half the
+// P·V MMAs and no P lo tile (kernels/common/precision.h).
 // kFp8: KV from the FP8 cache (a.kv_fp8; d_qk 576), dequantised by the producer.
 template <int kDqk, bool kExactP, bool kFp8>
 __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs a) {
@@ -669,12 +671,16 @@ KernelShape WgmmaInstanceShape() {
   return s;
 }
 
-#define ATTND_SPARSE_MLA_WGMMA_INSTANCE(EXTERN, D)                                                \
-  EXTERN template gpu::Error LaunchWgmmaInstance<D, true, false>(const KernelArgs&, gpu::Stream); \
+// Both precisions of one d_qk (HIGH: kExactP true; FAST: false).
+#define ATTND_SPARSE_MLA_WGMMA_INSTANCE(EXTERN, D)                                                 \
+  EXTERN template gpu::Error LaunchWgmmaInstance<D, true, false>(const KernelArgs&, gpu::Stream);  \
+  EXTERN template gpu::Error LaunchWgmmaInstance<D, false, false>(const KernelArgs&, gpu::Stream); \
   EXTERN template KernelShape WgmmaInstanceShape<D, false>();
-// The FP8 cache (d_qk 576).
+// The FP8 cache (d_qk 576), both precisions.
 #define ATTND_SPARSE_MLA_WGMMA_FP8_INSTANCE(EXTERN)                                                \
   EXTERN template gpu::Error LaunchWgmmaInstance<576, true, true>(const KernelArgs&, gpu::Stream); \
+  EXTERN template gpu::Error LaunchWgmmaInstance<576, false, true>(const KernelArgs&,              \
+                                                                   gpu::Stream);                   \
   EXTERN template KernelShape WgmmaInstanceShape<576, true>();
 
 }  // namespace attnd::kernels::sparse_mla

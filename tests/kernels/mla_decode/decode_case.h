@@ -25,6 +25,7 @@ namespace attnd::kernels::mla_decode {
 // |Δ| ≤ 1e-5 + 2^-8·|ref|; relative L2 ≤ 2^-8 (≈2.4× the measured bf16 RMS). The GPU kernels
 // stay inside the same model: f32 dot products (exact bf16 products on the tensor cores), and
 // the tensor-core P·V takes P as two bf16 terms hi + lo (2^-16 relative, not bf16's 2^-9).
+// That is the HIGH precision's bound; FAST's adds bf16 P's error (ExpectAttentionOut, harness.h).
 inline constexpr testing::Tolerance kOutTol = {/*rel_l2=*/1.0 / 256, /*atol=*/1e-5,
                                                /*rtol=*/1.0 / 256};
 // lse is f32 of log Σ exp(s): the absolute score error (≲1e-6) plus f32 rounding of a value of

@@ -58,8 +58,8 @@ void CheckRequests(const Params& p, int64_t b0, int64_t n, const std::string& wh
   slice(sub.cache_seqlens);
   slice(sub.out);
   slice(sub.lse);
-  std::vector<double> ref_out, ref_lse, out, lse;
-  Reference(sub, &ref_out, &ref_lse);
+  std::vector<double> ref_out, ref_lse, ref_abs, out, lse;
+  Reference(sub, &ref_out, &ref_lse, &ref_abs);
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t i = 0; i < sub.q.dim(1); ++i) {
       for (int64_t h = 0; h < sub.q.dim(2); ++h) {
@@ -71,7 +71,7 @@ void CheckRequests(const Params& p, int64_t b0, int64_t n, const std::string& wh
       }
     }
   }
-  ExpectClose(out, ref_out, kOutTol, what + " out");
+  testing::ExpectAttentionOut(out, ref_out, ref_abs, p.precision, kOutTol, what + " out");
   ExpectClose(lse, ref_lse, kLseTol, what + " lse");
 }
 
@@ -107,14 +107,17 @@ TEST(MlaDecodeGpu, QueryAndOutputPast2To31Elements) {
   const auto impls = GpuImpls(p);
   EXPECT_GE(impls.size(), 1u);
   for (const Impl<Params>* impl : impls) {
-    SCOPED_TRACE(impl->name);
-    testing::PoisonNaN(out);
-    testing::PoisonNaN(lse);
-    const absl::Status status = testing::RunOnGpu(*impl, p);
-    ASSERT_TRUE(status.ok()) << status;
-    CheckRequests(p, 0, 4, impl->name + " first requests");
-    CheckRequests(p, 29126, 4, impl->name + " q past 2^31");
-    CheckRequests(p, kBatch - 6, 6, impl->name + " out past 2^31");
+    for (const Precision precision : testing::kPrecisions) {
+      SCOPED_TRACE(impl->name + " " + PrecisionName(precision));
+      p.precision = precision;
+      testing::PoisonNaN(out);
+      testing::PoisonNaN(lse);
+      const absl::Status status = testing::RunOnGpu(*impl, p);
+      ASSERT_TRUE(status.ok()) << status;
+      CheckRequests(p, 0, 4, impl->name + " first requests");
+      CheckRequests(p, 29126, 4, impl->name + " q past 2^31");
+      CheckRequests(p, kBatch - 6, 6, impl->name + " out past 2^31");
+    }
   }
 }
 
@@ -134,9 +137,9 @@ TEST(MlaDecodeGpu, ManySplitsEmptyAndMaskedSplits) {
   c.invalid_pages.push_back({0, 50});
   auto rng = testing::MakeRng();
   DecodeTensors t(c, rng);
-  const Params& p = t.params();
-  std::vector<double> ref_out, ref_lse;
-  Reference(p, &ref_out, &ref_lse);
+  Params p = t.params();
+  std::vector<double> ref_out, ref_lse, ref_abs;
+  Reference(p, &ref_out, &ref_lse, &ref_abs);
   const auto impls = GpuImpls(p);
   EXPECT_GE(impls.size(), 1u);
   for (const Impl<Params>* impl : impls) {
@@ -145,15 +148,19 @@ TEST(MlaDecodeGpu, ManySplitsEmptyAndMaskedSplits) {
     const int64_t full = impl->workspace(p);
     EXPECT_GT(full, 0) << "expected a split plan for one long request";
     const int64_t three_splits = 3 * (1 * 2 * 16) * (kDv + 1) * 4;
-    for (const int64_t bytes : {full, three_splits, int64_t{0}}) {
-      Impl<Params> sized = *impl;
-      sized.workspace = [bytes](const Params&) { return bytes; };
-      for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
-      const absl::Status status = testing::RunOnGpu(sized, p);
-      ASSERT_TRUE(status.ok()) << status;
-      const std::string what = impl->name + " workspace " + std::to_string(bytes);
-      ExpectClose(testing::ToDoubles(t.out()), ref_out, kOutTol, what + " out");
-      ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
+    for (const Precision precision : testing::kPrecisions) {
+      p.precision = precision;
+      for (const int64_t bytes : {full, three_splits, int64_t{0}}) {
+        Impl<Params> sized = *impl;
+        sized.workspace = [bytes](const Params&) { return bytes; };
+        for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
+        const absl::Status status = testing::RunOnGpu(sized, p);
+        ASSERT_TRUE(status.ok()) << status;
+        const std::string what = impl->name + " workspace " + std::to_string(bytes);
+        testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, precision,
+                                    kOutTol, what + " out");
+        ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
+      }
     }
   }
 }

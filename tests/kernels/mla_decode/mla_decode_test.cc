@@ -18,21 +18,28 @@ namespace {
 
 using testing::ExpectClose;
 
-// Builds the case, runs every implementation and checks out / lse against the reference.
-// Returns the reference lse so callers can assert the case really has what it claims.
+// Builds the case, runs every implementation in both precisions and checks out / lse against
+// the reference. Returns the reference lse so callers can assert the case really has what it
+// claims.
 std::vector<double> CheckCase(const DecodeCase& c) {
   auto rng = testing::MakeRng();
   DecodeTensors t(c, rng);
-  const Params& p = t.params();
+  Params p = t.params();
   EXPECT_TRUE(Validate(p).ok()) << Validate(p);
-  std::vector<double> ref_out, ref_lse;
-  Reference(p, &ref_out, &ref_lse);
-  const int runs =
-      testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
-        ExpectClose(testing::ToDoubles(t.out()), ref_out, kOutTol, impl + " out");
-        if (c.with_lse) ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
-      });
-  EXPECT_GE(runs, 1);
+  std::vector<double> ref_out, ref_lse, ref_abs;
+  Reference(p, &ref_out, &ref_lse, &ref_abs);
+  for (const Precision precision : testing::kPrecisions) {
+    p.precision = precision;
+    const int runs =
+        testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
+          testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, precision,
+                                      kOutTol, impl + " out");
+          if (c.with_lse) {
+            ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
+          }
+        });
+    EXPECT_GE(runs, 1);
+  }
   return ref_lse;
 }
 
@@ -247,14 +254,18 @@ TEST(MlaDecode, OffsetsPast2To31Elements) {
   int32_t table[3] = {2, 0, 1};
   p.block_table = MakeTensor(table, DType::kI32, {1, 3});
   ASSERT_TRUE(Validate(p).ok()) << Validate(p);
-  std::vector<double> ref_out, ref_lse;
-  Reference(p, &ref_out, &ref_lse);
-  const int runs =
-      testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
-        ExpectClose(testing::ToDoubles(t.out()), ref_out, kOutTol, impl + " out");
-        ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
-      });
-  EXPECT_GE(runs, 1);
+  std::vector<double> ref_out, ref_lse, ref_abs;
+  Reference(p, &ref_out, &ref_lse, &ref_abs);
+  for (const Precision precision : testing::kPrecisions) {
+    p.precision = precision;
+    const int runs =
+        testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
+          testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, precision,
+                                      kOutTol, impl + " out");
+          ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
+        });
+    EXPECT_GE(runs, 1);
+  }
 }
 
 TEST(MlaDecode, RunDispatchesToCpu) {

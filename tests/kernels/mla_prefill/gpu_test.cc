@@ -45,8 +45,8 @@ void CheckSequence(const Params& p, int64_t t0, int32_t len, const std::string& 
   int32_t cu[2] = {0, len};
   sub.cu_seqlens_q = MakeTensor(cu, DType::kI32, {2});
   sub.cu_seqlens_k = MakeTensor(cu, DType::kI32, {2});
-  std::vector<double> ref_out, ref_lse, out, lse;
-  Reference(sub, &ref_out, &ref_lse);
+  std::vector<double> ref_out, ref_lse, ref_abs, out, lse;
+  Reference(sub, &ref_out, &ref_lse, &ref_abs);
   for (int64_t t = 0; t < len; ++t) {
     for (int64_t h = 0; h < sub.q.dim(1); ++h) {
       const bf16_t* row =
@@ -55,7 +55,7 @@ void CheckSequence(const Params& p, int64_t t0, int32_t len, const std::string& 
       lse.push_back(sub.lse.ptr<const float>()[t * sub.lse.stride(0) + h * sub.lse.stride(1)]);
     }
   }
-  ExpectClose(out, ref_out, kOutTol, what + " out");
+  testing::ExpectAttentionOut(out, ref_out, ref_abs, p.precision, kOutTol, what + " out");
   ExpectClose(lse, ref_lse, kLseTol, what + " lse");
 }
 
@@ -90,14 +90,17 @@ TEST(MlaPrefillGpu, QueryPast2To31Elements) {
   for (const auto& impl : Implementations()) {
     std::string why;
     if (impl.backend != testing::GpuBackend() || !impl.supports(p, &why)) continue;
-    SCOPED_TRACE(impl.name);
-    testing::PoisonNaN(out);
-    testing::PoisonNaN(lse);
-    const absl::Status status = testing::RunOnGpu(impl, p);
-    ASSERT_TRUE(status.ok()) << status;
-    CheckSequence(p, 0, kLen, impl.name + " sequence 0");
-    CheckSequence(p, 1092 * kLen, kLen, impl.name + " sequence 1092 (crosses 2^31)");
-    CheckSequence(p, (kSeqs - 1) * kLen, kLen, impl.name + " last sequence");
+    for (const Precision precision : testing::kPrecisions) {
+      SCOPED_TRACE(impl.name + " " + PrecisionName(precision));
+      p.precision = precision;
+      testing::PoisonNaN(out);
+      testing::PoisonNaN(lse);
+      const absl::Status status = testing::RunOnGpu(impl, p);
+      ASSERT_TRUE(status.ok()) << status;
+      CheckSequence(p, 0, kLen, impl.name + " sequence 0");
+      CheckSequence(p, 1092 * kLen, kLen, impl.name + " sequence 1092 (crosses 2^31)");
+      CheckSequence(p, (kSeqs - 1) * kLen, kLen, impl.name + " last sequence");
+    }
     ++runs;
   }
   EXPECT_GE(runs, 1);

@@ -19,22 +19,28 @@ namespace {
 
 using testing::ExpectClose;
 
-// Runs every implementation and checks out / lse against the reference; returns the reference
-// lse so callers can assert the case has the empty rows it claims.
+// Runs every implementation in both precisions and checks out / lse against the reference;
+// returns the reference lse so callers can assert the case has the empty rows it claims.
 std::vector<double> CheckCase(const PrefillCase& c) {
   auto rng = testing::MakeRng();
   PrefillTensors t(c, rng);
-  const Params& p = t.params();
+  Params p = t.params();
   EXPECT_TRUE(Validate(p).ok()) << Validate(p);
   EXPECT_TRUE(CheckCuSeqlens(p).ok()) << CheckCuSeqlens(p);
-  std::vector<double> ref_out, ref_lse;
-  Reference(p, &ref_out, &ref_lse);
-  const int runs =
-      testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
-        ExpectClose(testing::ToDoubles(t.out()), ref_out, kOutTol, impl + " out");
-        if (c.with_lse) ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
-      });
-  EXPECT_GE(runs, 1);
+  std::vector<double> ref_out, ref_lse, ref_abs;
+  Reference(p, &ref_out, &ref_lse, &ref_abs);
+  for (const Precision precision : testing::kPrecisions) {
+    p.precision = precision;
+    const int runs =
+        testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
+          testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, precision,
+                                      kOutTol, impl + " out");
+          if (c.with_lse) {
+            ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
+          }
+        });
+    EXPECT_GE(runs, 1);
+  }
   return ref_lse;
 }
 
@@ -231,14 +237,18 @@ TEST(MlaPrefill, OffsetsPast2To31Elements) {
   p.k = views[1];
   p.v = views[2];
   ASSERT_TRUE(Validate(p).ok()) << Validate(p);
-  std::vector<double> ref_out, ref_lse;
-  Reference(p, &ref_out, &ref_lse);
-  const int runs =
-      testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
-        ExpectClose(testing::ToDoubles(t.out()), ref_out, kOutTol, impl + " out");
-        ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
-      });
-  EXPECT_GE(runs, 1);
+  std::vector<double> ref_out, ref_lse, ref_abs;
+  Reference(p, &ref_out, &ref_lse, &ref_abs);
+  for (const Precision precision : testing::kPrecisions) {
+    p.precision = precision;
+    const int runs =
+        testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
+          testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, precision,
+                                      kOutTol, impl + " out");
+          ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
+        });
+    EXPECT_GE(runs, 1);
+  }
 }
 
 TEST(MlaPrefill, RunDispatchesToCpu) {

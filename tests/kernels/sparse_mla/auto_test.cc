@@ -154,27 +154,29 @@ void CheckCase(const AutoCase& ac) {
   MmaAutoHeader want =
       ExpectedHeader(Effective(slots, lengths), ac.s, GroupTokens(ac.h), ac.d_qk == 512 ? 64 : 48);
   for (bool csr : {false, true}) {
-    const Params p = c.MakeParams(csr);
+    Params p = c.MakeParams(csr);
     std::string why;
     ASSERT_TRUE(kernels::sparse_mla::MmaAutoSupports(p, &why)) << why;
     const Reference ref = ComputeReference(p);
-    for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
-    MmaAutoHeader got;
-    const absl::Status st = RunAuto(p, &got);
-    ASSERT_TRUE(st.ok()) << st;
-    const std::string what = csr ? "csr" : "table";
-    EXPECT_EQ(got.choice, ac.want)
-        << what << ": union " << got.union_rows << " of walked " << got.walked_slots;
-    EXPECT_EQ(got.choice, kernels::sparse_mla::MmaAutoPicksLowh(want.union_rows, want.walked_slots,
-                                                                GroupTokens(ac.h))
-                              ? kAutoChoseLowh
-                              : kAutoChoseMma)
-        << what << ": the documented rule";
-    EXPECT_EQ(got.union_rows, want.union_rows) << what;
-    EXPECT_EQ(got.valid_entries, want.valid_entries) << what;
-    EXPECT_EQ(got.walked_slots, want.walked_slots) << what;
-    ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, what + " out");
-    ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, what + " lse");
+    for (const kernels::Precision precision : kPrecisions) {
+      p.precision = precision;
+      for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+      MmaAutoHeader got;
+      const absl::Status st = RunAuto(p, &got);
+      ASSERT_TRUE(st.ok()) << st;
+      const std::string what = csr ? "csr" : "table";
+      EXPECT_EQ(got.choice, ac.want)
+          << what << ": union " << got.union_rows << " of walked " << got.walked_slots;
+      EXPECT_EQ(got.choice, kernels::sparse_mla::MmaAutoPicksLowh(
+                                want.union_rows, want.walked_slots, GroupTokens(ac.h))
+                                ? kAutoChoseLowh
+                                : kAutoChoseMma)
+          << what << ": the documented rule";
+      EXPECT_EQ(got.union_rows, want.union_rows) << what;
+      EXPECT_EQ(got.valid_entries, want.valid_entries) << what;
+      EXPECT_EQ(got.walked_slots, want.walked_slots) << what;
+      ExpectOutputs(c, p, ref, what);
+    }
   }
 }
 
@@ -237,8 +239,7 @@ TEST(SparseMlaAutoGpu, EmptySelectionsNoWorkspaceAndNoTokens) {
     // 1 of each, every slot.
     EXPECT_EQ(got.walked_slots, 5 * k);
     EXPECT_EQ(got.walked_slots, ExpectedHeader(slots, spec.s, 4, 64).walked_slots);
-    ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, "out K " + std::to_string(k));
-    ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, "lse K " + std::to_string(k));
+    ExpectOutputs(c, p, ref, "K " + std::to_string(k));
   }
   {
     SparseMlaSpec spec;
@@ -254,8 +255,7 @@ TEST(SparseMlaAutoGpu, EmptySelectionsNoWorkspaceAndNoTokens) {
     MmaAutoHeader got;
     const absl::Status st = RunAuto(p, &got, /*no_workspace=*/true);
     ASSERT_TRUE(st.ok()) << st;
-    ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, "out without workspace");
-    ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, "lse without workspace");
+    ExpectOutputs(c, p, ref, "without workspace");
   }
   {
     SparseMlaSpec spec;

@@ -161,6 +161,12 @@ std::vector<HostTensor*> SparseMlaCase::Outputs() {
   return outs;
 }
 
+void ExpectOutputs(SparseMlaCase& c, const kernels::sparse_mla::Params& p,
+                   const kernels::sparse_mla::Reference& ref, const std::string& what) {
+  ExpectAttentionOut(ToDoubles(c.out()), ref.out, ref.out_abs, p.precision, kOutTol, what + " out");
+  if (p.lse.present()) ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, what + " lse");
+}
+
 absl::Status RunOnGpuWithKvGuards(const kernels::Impl<kernels::sparse_mla::Params>& impl,
                                   const kernels::sparse_mla::Params& p) {
   using kernels::sparse_mla::Params;
@@ -179,6 +185,15 @@ absl::Status RunOnGpuWithKvGuards(const kernels::Impl<kernels::sparse_mla::Param
 }
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+std::vector<std::pair<kernels::Precision, int>> PrecisionsAndSplits(
+    std::initializer_list<int> splits) {
+  std::vector<std::pair<kernels::Precision, int>> pairs;
+  for (const kernels::Precision precision : kPrecisions) {
+    for (int s : splits) pairs.emplace_back(precision, s);
+  }
+  return pairs;
+}
+
 absl::Status RunWithSplitsOnGpu(const SplitLauncher& launch, const kernels::sparse_mla::Params& p,
                                 int splits) {
   using kernels::sparse_mla::Params;

@@ -9,12 +9,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/sparse_mla/params.h"
+#include "kernels/sparse_mla/reference.h"
 #include "tests/harness/fp8_kv.h"
 #include "tests/harness/harness.h"
 #include "tests/harness/host_tensor.h"
@@ -89,11 +92,17 @@ std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt
 // ‖err‖/‖ref‖ ≤ 2^-8 from rounding alone. The f32 path adds ~1e-6 relative (scores summed over
 // d_qk ≤ 576 products of O(1) values, exp2 polynomial ~2e-7, P·V over ≤ 2051 terms), covered by
 // rtol 4e-3 (2^-8 + 1e-4) and atol 2e-5 for outputs near zero (|v| ≲ 5 here).
+// That is the HIGH precision's bound; FAST's adds bf16 P's error (ExpectAttentionOut, harness.h).
 inline constexpr Tolerance kOutTol{4e-3, 2e-5, 4e-3};
 // lse is f32 (|lse| ≲ 10: rounding 1e-6) from f32 scores whose error is ~1e-6 absolute for the
 // O(1) scores these tests produce (sm_scale = 1/sqrt(d_qk), unit-normal q and kv); 1e-4 leaves
 // room for unlucky sums without hiding a wrong max or sum (errors of those are ≥ 1e-2).
 inline constexpr Tolerance kLseTol{1e-5, 1e-4, 0.0};
+
+// c.out() against ref.out in p.precision (ExpectAttentionOut: kOutTol for HIGH, the FAST bound
+// from ref.out_abs), and c.lse() against ref.lse (kLseTol) when p has lse.
+void ExpectOutputs(SparseMlaCase& c, const kernels::sparse_mla::Params& p,
+                   const kernels::sparse_mla::Reference& ref, const std::string& what);
 
 inline constexpr int64_t kKvGuardRows = 2;  // NaN rows before and after the S cache rows
 
@@ -108,6 +117,10 @@ absl::Status RunOnGpuWithKvGuards(const kernels::Impl<kernels::sparse_mla::Param
 // One of kernels/sparse_mla/gpu/launch.h's launchers, with an explicit split count.
 using SplitLauncher = std::function<gpu::Error(const kernels::sparse_mla::Params&, int splits,
                                                void* workspace, gpu::Stream stream)>;
+// Every (precision, split count) pair, FAST first: the forced-split GPU tests run each.
+std::vector<std::pair<kernels::Precision, int>> PrecisionsAndSplits(
+    std::initializer_list<int> splits);
+
 // Runs `launch` with exactly `splits` splits (workspace SplitWorkspaceBytes) through
 // RunOnGpuWithKvGuards.
 absl::Status RunWithSplitsOnGpu(const SplitLauncher& launch, const kernels::sparse_mla::Params& p,

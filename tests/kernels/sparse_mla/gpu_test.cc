@@ -61,14 +61,9 @@ absl::Status RunWithSplits(GpuKernel kernel, const Params& p, int splits) {
       p, splits);
 }
 
-void ExpectReference(SparseMlaCase& c, const Params& p, const Reference& ref,
-                     const std::string& what) {
-  ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, what + " out");
-  if (p.lse.present()) ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, what + " lse");
-}
-
 // (H, d_qk, KV format): every split count, including more splits than 64-slot blocks (empty
-// splits write -inf partials that the combine must skip: the workspace starts as 0xff, NaN).
+// splits write -inf partials that the combine must skip: the workspace starts as 0xff, NaN), in
+// both precisions.
 class SparseMlaGpuSplits : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, KvFormat>> {
 };
 
@@ -87,19 +82,20 @@ TEST_P(SparseMlaGpuSplits, EveryCountMatchesReference) {
                              ComputeReference(c.MakeParams(true))};
   for (GpuKernel kernel : Kernels()) {
     for (bool csr : {false, true}) {
-      const Params p = c.MakeParams(csr);
+      Params p = c.MakeParams(csr);
       std::string why;
       if (!kernels::sparse_mla::GpuSupports(kernel, p, &why)) {
         ADD_FAILURE() << Name(kernel) << " refuses a supported shape: " << why;
         continue;
       }
-      for (int splits : {1, 2, 3, 6, 7, 32}) {
+      for (const auto& [precision, splits] : PrecisionsAndSplits({1, 2, 3, 6, 7, 32})) {
+        p.precision = precision;
         const std::string what = std::string(Name(kernel)) + (csr ? " csr" : " table") +
                                  " splits " + std::to_string(splits);
         for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
         const absl::Status s = RunWithSplits(kernel, p, splits);
         ASSERT_TRUE(s.ok()) << what << ": " << s;
-        ExpectReference(c, p, refs[csr], what);
+        ExpectOutputs(c, p, refs[csr], what);
         // Token 2 has no slot: out +0.0, lse -inf, whatever the split count.
         for (int64_t h = 0; h < spec.h; ++h) {
           EXPECT_EQ(c.lse().At({2, h}), -std::numeric_limits<double>::infinity()) << what;
@@ -206,8 +202,11 @@ TEST_P(SparseMlaGpuKv, KvPoolPast2To31Elements) {
     p.kv = kernels::MakeTensor(pool, kv_dtype, {rows_total, row_elements});
     p.indices = indices.tensor();
     ASSERT_TRUE(kernels::sparse_mla::Validate(p).ok());
-    for (int splits : {1, 3}) {
-      SCOPED_TRACE(std::string(Name(kernel)) + " splits " + std::to_string(splits));
+    for (const auto& [precision, split_count] : PrecisionsAndSplits({1, 3})) {
+      const int splits = split_count;  // captured below (a structured binding cannot be)
+      p.precision = precision;
+      SCOPED_TRACE(std::string(Name(kernel)) + " splits " + std::to_string(splits) + " " +
+                   kernels::PrecisionName(precision));
       PoisonNaN(out);
       PoisonNaN(lse);
       // q, indices, out and lse through the mirror; kv is already on the device.
@@ -237,7 +236,7 @@ TEST_P(SparseMlaGpuKv, KvPoolPast2To31Elements) {
       ASSERT_TRUE(mirror.Synchronize().ok());  // the pool's rows are uploaded
       const absl::Status s = RunOnGpu(impl, host);
       ASSERT_TRUE(s.ok()) << s;
-      ExpectClose(ToDoubles(out), ref.out, kOutTol, "out");
+      ExpectAttentionOut(ToDoubles(out), ref.out, ref.out_abs, precision, kOutTol, "out");
       ExpectClose(ToDoubles(lse), ref.lse, kLseTol, "lse");
     }
   }
@@ -290,7 +289,7 @@ TEST_P(SparseMlaGpuKv, MalformedIndptrIsClampedAndMemorySafe) {
       for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
       const absl::Status s = RunWithSplits(kernel, p, splits);
       ASSERT_TRUE(s.ok()) << what << ": " << s;
-      ExpectReference(c, good, ref, what);
+      ExpectOutputs(c, good, ref, what);
     }
   }
   std::copy(saved.begin(), saved.end(), ip);

@@ -3,9 +3,9 @@
 // make neighbours share rows (the same slots, permuted, partly, rows repeated inside a token
 // and across tokens, a causal kpool4 selection), with H 8 / 16 / 32 and odd H, d_qk 512 and
 // 576, T not a multiple of the tokens per CTA, K tails, masked and out-of-range indices,
-// topk_length, CSR and every split count, against the fp64 reference with NaN guard rows
-// around the device KV. Plus dispatch choosing it and its refusals. Skipped without a CUDA
-// build and device.
+// topk_length, CSR and every split count, in both precisions, against the fp64 reference with NaN
+// guard rows around the device KV. Plus dispatch choosing it and its refusals. Skipped without a
+// CUDA build and device.
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -111,19 +111,19 @@ TEST_P(SparseMlaLowh, EverySplitCountMatchesReference) {
   lengths[0] = static_cast<int32_t>(spec.k);
   SparseMlaCase c(spec, rng, GroupedSlots(spec, sharing, rng), lengths);
   for (bool csr : {false, true}) {
-    const Params p = c.MakeParams(csr);
+    Params p = c.MakeParams(csr);
     std::string why;
     ASSERT_TRUE(kernels::sparse_mla::GpuSupports(kernels::sparse_mla::GpuKernel::kMmaLowH, p, &why))
         << why;
     const Reference ref = ComputeReference(p);
-    for (int splits : {1, 2, 3, 7}) {
+    for (const auto& [precision, splits] : PrecisionsAndSplits({1, 2, 3, 7})) {
+      p.precision = precision;
       const std::string what = std::string(csr ? "csr" : "table") + " splits " +
                                std::to_string(splits) + " " + SharingName(sharing);
       for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
       const absl::Status s = RunLowh(p, splits);
       ASSERT_TRUE(s.ok()) << what << ": " << s;
-      ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, what + " out");
-      ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, what + " lse");
+      ExpectOutputs(c, p, ref, what);
     }
   }
 }
@@ -180,14 +180,14 @@ TEST(SparseMlaLowhGpu, CausalKpool4Tail) {
     }
     spec.masked_fraction = 0.0;
     SparseMlaCase c(spec, rng, slots, {});
-    const Params p = c.MakeParams(/*csr=*/true);
+    Params p = c.MakeParams(/*csr=*/true);
     const Reference ref = ComputeReference(p);
-    for (int splits : {1, 3}) {
+    for (const auto& [precision, splits] : PrecisionsAndSplits({1, 3})) {
+      p.precision = precision;
       for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
       const absl::Status s = RunLowh(p, splits);
       ASSERT_TRUE(s.ok()) << s;
-      ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, "out splits " + std::to_string(splits));
-      ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, "lse splits " + std::to_string(splits));
+      ExpectOutputs(c, p, ref, "splits " + std::to_string(splits));
     }
   }
 }
@@ -206,27 +206,29 @@ TEST(SparseMlaLowhGpu, DispatchPicksCudaMmaAutoAndTailK2051Matches) {
   spec.k = 2051;
   spec.masked_fraction = 0.05;
   SparseMlaCase c(spec, rng, GroupedSlots(spec, Sharing::kPartial, rng), {});
-  const Params p = c.MakeParams(/*csr=*/false);
+  Params p = c.MakeParams(/*csr=*/false);
   const Reference ref = ComputeReference(p);
-  for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
-  std::string chosen;
-  kernels::Impl<Params> via_dispatch(
-      "dispatch", GpuBackend(), nullptr,
-      [&chosen](const Params& d, const kernels::ExecContext& ctx) {
-        return kernels::sparse_mla::Run(d, ctx, &chosen);
-      },
-      [](const Params& hp) {
-        int64_t most = 0;
-        for (const auto& impl : kernels::sparse_mla::Implementations()) {
-          if (impl.workspace) most = std::max(most, impl.workspace(hp));
-        }
-        return most;
-      });
-  const absl::Status s = RunOnGpu(via_dispatch, p);
-  ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(chosen, "cuda_mma_auto");
-  ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, "out");
-  ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, "lse");
+  for (const kernels::Precision precision : kPrecisions) {
+    p.precision = precision;
+    for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+    std::string chosen;
+    kernels::Impl<Params> via_dispatch(
+        "dispatch", GpuBackend(), nullptr,
+        [&chosen](const Params& d, const kernels::ExecContext& ctx) {
+          return kernels::sparse_mla::Run(d, ctx, &chosen);
+        },
+        [](const Params& hp) {
+          int64_t most = 0;
+          for (const auto& impl : kernels::sparse_mla::Implementations()) {
+            if (impl.workspace) most = std::max(most, impl.workspace(hp));
+          }
+          return most;
+        });
+    const absl::Status s = RunOnGpu(via_dispatch, p);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(chosen, "cuda_mma_auto");
+    ExpectOutputs(c, p, ref, "dispatch");
+  }
 }
 
 TEST(SparseMlaLowhGpu, RefusesMoreThan32HeadsAndTheFp8Cache) {

@@ -86,13 +86,17 @@ TEST_P(SparseMlaOffsets, OffsetsPast2To31Elements) {
   ASSERT_TRUE(kernels::sparse_mla::Validate(p).ok()) << kernels::sparse_mla::Validate(p);
 
   const kernels::sparse_mla::Reference ref = kernels::sparse_mla::ComputeReference(p);
-  const int runs = RunEachImpl(
-      kernels::sparse_mla::Implementations(), p, {&out, &lse}, [&](const std::string& impl) {
-        // Same bounds as sparse_mla_test.cc (bf16 out, f32 lse).
-        ExpectClose(ToDoubles(out), ref.out, kOutTol, impl + " out");
-        ExpectClose(ToDoubles(lse), ref.lse, {1e-5, 1e-4, 0.0}, impl + " lse");
-      });
-  EXPECT_GE(runs, 1);
+  for (const kernels::Precision precision : kPrecisions) {
+    p.precision = precision;
+    const int runs = RunEachImpl(kernels::sparse_mla::Implementations(), p, {&out, &lse},
+                                 [&](const std::string& impl) {
+                                   // Same bounds as sparse_mla_test.cc (bf16 out, f32 lse).
+                                   ExpectAttentionOut(ToDoubles(out), ref.out, ref.out_abs,
+                                                      precision, kOutTol, impl + " out");
+                                   ExpectClose(ToDoubles(lse), ref.lse, kLseTol, impl + " lse");
+                                 });
+    EXPECT_GE(runs, 1);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, SparseMlaOffsets,

@@ -2,11 +2,13 @@
 // an fp64 matmul, and the kernel with forced split counts against the fp64 reference at
 // H 64 / 128 x d_qk 512 / 576 (tails, masked and out-of-range indices, empty rows, topk_length,
 // CSR, strided views, duplicates, lse absent, a KV pool past 2^31 elements), with NaN guard rows
-// around the device KV; the FP8 cache at H 64 / 128 (T 1..8, the same edge cases). Skipped
+// around the device KV; the FP8 cache at H 64 / 128 (T 1..8, the same edge cases); every case in
+// both precisions (FAST: the bf16-P instances, HIGH: hi + lo). Skipped
 // unless the build is CUDA and the device is compute capability 9.0.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -105,24 +107,24 @@ absl::Status RunWgmma(const Params& p, int splits) {
       p, splits);
 }
 
-// Every split count and both selection forms of `c` against the reference; rows listed in
-// `empty_rows` must come out as +0.0 with lse -inf.
-void ExpectCase(SparseMlaCase& c, const std::vector<int>& split_counts,
+// Every split count, both precisions and both selection forms of `c` against the reference;
+// rows listed in `empty_rows` must come out as +0.0 with lse -inf.
+void ExpectCase(SparseMlaCase& c, std::initializer_list<int> split_counts,
                 const std::vector<int64_t>& empty_rows) {
   for (bool csr : {false, true}) {
-    const Params p = c.MakeParams(csr);
+    Params p = c.MakeParams(csr);
     ASSERT_TRUE(kernels::sparse_mla::Validate(p).ok());
     std::string why;
     ASSERT_TRUE(kernels::sparse_mla::GpuSupports(GpuKernel::kWgmma, p, &why)) << why;
     const Reference ref = ComputeReference(p);
-    for (int splits : split_counts) {
+    for (const auto& [precision, splits] : PrecisionsAndSplits(split_counts)) {
+      p.precision = precision;
       const std::string what =
           std::string(csr ? "csr" : "table") + " splits " + std::to_string(splits);
       for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
       const absl::Status s = RunWgmma(p, splits);
       ASSERT_TRUE(s.ok()) << what << ": " << s;
-      ExpectClose(ToDoubles(c.out()), ref.out, kOutTol, what + " out");
-      if (p.lse.present()) ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, what + " lse");
+      ExpectOutputs(c, p, ref, what);
       for (int64_t t : empty_rows) {
         for (int64_t h = 0; h < c.spec().h; ++h) {
           if (p.lse.present()) {
@@ -319,8 +321,10 @@ TEST(SparseMlaWgmma, KvPoolPast2To31Elements) {
   Params host = ref_params;
   host.kv = kernels::Tensor{};  // not mirrored: the pool is already on the device
   host.indices = indices.tensor();
-  for (int splits : {1, 3}) {
-    SCOPED_TRACE("splits " + std::to_string(splits));
+  for (const auto& [precision, split_count] : PrecisionsAndSplits({1, 3})) {
+    const int splits = split_count;  // captured below (a structured binding cannot be)
+    host.precision = precision;
+    SCOPED_TRACE("splits " + std::to_string(splits) + " " + kernels::PrecisionName(precision));
     PoisonNaN(out);
     PoisonNaN(lse);
     kernels::Impl<Params> impl(
@@ -337,7 +341,7 @@ TEST(SparseMlaWgmma, KvPoolPast2To31Elements) {
         });
     const absl::Status s = RunOnGpu(impl, host);
     ASSERT_TRUE(s.ok()) << s;
-    ExpectClose(ToDoubles(out), ref.out, kOutTol, "out");
+    ExpectAttentionOut(ToDoubles(out), ref.out, ref.out_abs, precision, kOutTol, "out");
     ExpectClose(ToDoubles(lse), ref.lse, kLseTol, "lse");
   }
 }
