@@ -25,6 +25,7 @@ struct DsaAttentionParams {
   kernels::Tensor q;   // bf16 [T, H, d_qk]
   kernels::Tensor kv;  // bf16 [S, d_qk], or the FP8 KV cache u8 [S, 656] (d_qk 576)
   float sm_scale = 0;
+  kernels::Precision precision = kernels::Precision::kFast;  // of out
   // Outputs.
   kernels::Tensor out;      // bf16 [T, H, 512]
   kernels::Tensor lse;      // f32 [T, H]
@@ -71,6 +72,7 @@ inline DsaAttentionParams FromKernelParams(const kernels::dsa::Params& k) {
   p.q = k.q;
   p.kv = k.kv;
   p.sm_scale = k.sm_scale;
+  p.precision = k.precision;
   p.out = k.out;
   p.lse = k.lse;
   p.indices = k.indices;

@@ -18,6 +18,11 @@ namespace attnd::client {
 template <class Params>
 struct OpTraits;
 
+// The attention ops' `precision` field: every request names the one its params ask for.
+inline v1::Precision PrecisionField(kernels::Precision p) {
+  return p == kernels::Precision::kHigh ? v1::PRECISION_HIGH : v1::PRECISION_FAST;
+}
+
 #define ATTND_CLIENT_OP_COMMON(ParamsT, Name, Rpc, field)                                          \
   using Params = ParamsT;                                                                          \
   using Request = v1::Rpc##Request;                                                                \
@@ -63,7 +68,10 @@ struct OpTraits<kernels::topk::Params> {
 template <>
 struct OpTraits<kernels::sparse_mla::Params> {
   ATTND_CLIENT_OP_COMMON(kernels::sparse_mla::Params, "sparse_mla", SparseMla, sparse_mla)
-  static void SetScalars(const Params& p, Request* r) { r->set_sm_scale(p.sm_scale); }
+  static void SetScalars(const Params& p, Request* r) {
+    r->set_sm_scale(p.sm_scale);
+    r->set_precision(PrecisionField(p.precision));
+  }
 };
 
 template <>
@@ -72,6 +80,7 @@ struct OpTraits<kernels::mla_decode::Params> {
   static void SetScalars(const Params& p, Request* r) {
     r->set_sm_scale(p.sm_scale);
     r->set_causal(p.causal);
+    r->set_precision(PrecisionField(p.precision));
   }
 };
 
@@ -81,6 +90,7 @@ struct OpTraits<kernels::mla_prefill::Params> {
   static void SetScalars(const Params& p, Request* r) {
     r->set_sm_scale(p.sm_scale);
     r->set_causal(p.causal);
+    r->set_precision(PrecisionField(p.precision));
   }
 };
 
@@ -90,6 +100,7 @@ struct OpTraits<DsaAttentionParams> {
   static void SetScalars(const Params& p, Request* r) {
     r->set_topk(p.topk);
     r->set_sm_scale(p.sm_scale);
+    r->set_precision(PrecisionField(p.precision));
   }
 };
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "client/attnctl/commands.h"
 #include "client/attnctl/json.h"
+#include "client/attnctl/report.h"
 #include "client/client.h"
 
 namespace attnd::attnctl {
@@ -49,6 +50,11 @@ int InfoCommand(const CtlOptions& o) {
       JsonObject j;
       j.Add("name", op.name()).Add("rpc", op.rpc()).AddRaw("implementations", JsonArray(impls));
       j.Add("fast_paths", op.fast_paths());
+      std::vector<std::string> precisions;
+      for (const int pr : op.precisions()) {
+        precisions.push_back(JsonQuote(PrecisionText(static_cast<v1::Precision>(pr))));
+      }
+      j.AddRaw("precisions", JsonArray(precisions));
       ops.push_back(j.str());
     }
     JsonObject limits;
@@ -73,8 +79,14 @@ int InfoCommand(const CtlOptions& o) {
   }
   for (const v1::OpInfo& op : info->ops()) {
     std::vector<std::string> impls(op.implementations().begin(), op.implementations().end());
-    std::printf("op      %-22s %-20s impls [%s]  fast paths: %s\n", op.name().c_str(),
-                op.rpc().c_str(), absl::StrJoin(impls, ", ").c_str(), op.fast_paths().c_str());
+    std::vector<std::string> precisions;
+    for (const int pr : op.precisions()) {
+      precisions.push_back(PrecisionText(static_cast<v1::Precision>(pr)));
+    }
+    std::printf(
+        "op      %-22s %-20s impls [%s]  fast paths: %s%s%s\n", op.name().c_str(), op.rpc().c_str(),
+        absl::StrJoin(impls, ", ").c_str(), op.fast_paths().c_str(),
+        precisions.empty() ? "" : "  precisions: ", absl::StrJoin(precisions, ", ").c_str());
   }
   std::printf(
       "limits  max message %llu B, queue %d, workers %d, cpu threads %d, "

@@ -167,6 +167,9 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
   absl::StatusOr<std::unique_ptr<OpCase>> made = MakeOpCase(op, o.preset, o.set, o.seed);
   if (!made.ok()) return Fail(o, made.status(), kExitUsage);
   OpCase& c = **made;
+  if (o.precision.has_value()) {
+    if (absl::Status s = c.SetPrecision(*o.precision); !s.ok()) return Fail(o, s, kExitUsage);
+  }
   CallSetup setup;
   const uint64_t region_bytes = c.InputBytes() + o.concurrency * c.OutputBytes() + 4096;
   if (absl::Status s = setup.Connect(o, region_bytes); !s.ok()) return Fail(o, s, ServiceExit(s));

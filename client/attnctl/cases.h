@@ -20,6 +20,7 @@
 #include "client/client.h"
 #include "client/host_region.h"
 #include "client/session.h"
+#include "kernels/common/precision.h"
 #include "kernels/common/thread_pool.h"
 
 namespace attnd::attnctl {
@@ -59,6 +60,9 @@ class OpCase {
   // Fresh output buffers (poisoned): in `outputs` when given, else on the heap.
   virtual absl::StatusOr<std::unique_ptr<RemoteCall>> NewRemoteCall(
       client::HostRegion* outputs) = 0;
+  // The precision of `out` the remote and the local call ask for (the attention ops);
+  // INVALID_ARGUMENT for an op without the option.
+  virtual absl::Status SetPrecision(kernels::Precision precision) = 0;
   // Runs the op locally (kernels' CPU implementation) on the same inputs.
   virtual absl::Status RunLocal(kernels::ThreadPool* pool) = 0;
   // The remote outputs of `call` (after Run returned `result`) against the local ones.

@@ -47,6 +47,7 @@ absl::Status RunDsaLocally(const client::DsaAttentionParams& p, const kernels::E
   sp.kv = p.kv;
   sp.indices = indices;
   sp.sm_scale = p.sm_scale;
+  sp.precision = p.precision;
   sp.out = p.out;
   sp.lse = p.lse;
   return kernels::sparse_mla::Run(sp, ctx);

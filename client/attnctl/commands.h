@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/time/time.h"
@@ -25,7 +26,9 @@ struct CtlOptions {
   absl::Duration timeout = absl::Seconds(120);  // per call
   bool json = false;
   std::string preset = "tiny";
-  Dims set;                // --set overrides of the preset's dims
+  Dims set;  // --set overrides of the preset's dims
+  // --precision of the attention ops' out; unset: the op's default (FAST).
+  std::optional<kernels::Precision> precision;
   bool regions = false;    // tensors in a host region (zero copy) instead of inline
   bool session = false;    // calls on a Session stream instead of unary RPCs
   int64_t requests = 100;  // bench

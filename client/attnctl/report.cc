@@ -43,6 +43,7 @@ Caller CallSetup::caller(const CtlOptions& o) const {
 std::string StatsJson(const v1::CallStats& s) {
   JsonObject j;
   j.Add("request_id", s.request_id()).Add("impl", s.impl());
+  if (s.precision() != v1::PRECISION_UNSPECIFIED) j.Add("precision", PrecisionText(s.precision()));
   j.Add("queue_us", s.queue_seconds() * 1e6).Add("compute_us", s.compute_seconds() * 1e6);
   j.Add("total_us", s.total_seconds() * 1e6).Add("flops", s.flops());
   j.Add("logical_bytes", s.logical_bytes());
@@ -84,16 +85,25 @@ std::string FormatBytes(double bytes) {
   return absl::StrFormat("%.2f GiB", bytes / (1024.0 * 1024 * 1024));
 }
 
+std::string PrecisionText(v1::Precision p) {
+  switch (p) {
+    case v1::PRECISION_FAST: return "fast";
+    case v1::PRECISION_HIGH: return "high";
+    default: return "";
+  }
+}
+
 std::string StatsText(const v1::CallStats& s, double round_trip_seconds) {
+  const std::string precision = PrecisionText(s.precision());
   return absl::StrFormat(
-      "server: impl %s, queue %s, compute %s, total %s; %.2f GFLOP/s, %.2f GB/s; "
+      "server: impl %s%s, queue %s, compute %s, total %s; %.2f GFLOP/s, %.2f GB/s; "
       "copied in %s, out %s (request %d)\n"
       "client: round trip %s; service overhead (round trip - compute) %s\n",
-      s.impl(), FormatSeconds(s.queue_seconds()), FormatSeconds(s.compute_seconds()),
-      FormatSeconds(s.total_seconds()), s.achieved_flops_per_second() / 1e9,
-      s.achieved_bytes_per_second() / 1e9, FormatBytes(s.copied_bytes_in()),
-      FormatBytes(s.copied_bytes_out()), s.request_id(), FormatSeconds(round_trip_seconds),
-      FormatSeconds(round_trip_seconds - s.compute_seconds()));
+      s.impl(), precision.empty() ? "" : " (" + precision + ")", FormatSeconds(s.queue_seconds()),
+      FormatSeconds(s.compute_seconds()), FormatSeconds(s.total_seconds()),
+      s.achieved_flops_per_second() / 1e9, s.achieved_bytes_per_second() / 1e9,
+      FormatBytes(s.copied_bytes_in()), FormatBytes(s.copied_bytes_out()), s.request_id(),
+      FormatSeconds(round_trip_seconds), FormatSeconds(round_trip_seconds - s.compute_seconds()));
 }
 
 }  // namespace attnd::attnctl

@@ -31,6 +31,8 @@ struct CallSetup {
 };
 
 std::string StatsJson(const v1::CallStats& s);
+// "fast" / "high", or empty for PRECISION_UNSPECIFIED (an op without the option).
+std::string PrecisionText(v1::Precision p);
 std::string ChecksJson(const std::vector<Check>& checks);
 // "81.2 µs", "3.41 ms", "1.20 s".
 std::string FormatSeconds(double seconds);

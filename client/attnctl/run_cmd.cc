@@ -18,6 +18,9 @@ int RunCommand(const CtlOptions& o, const std::string& op_arg) {
   absl::StatusOr<std::unique_ptr<OpCase>> made = MakeOpCase(op, o.preset, o.set, o.seed);
   if (!made.ok()) return Fail(o, made.status(), kExitUsage);
   OpCase& c = **made;
+  if (o.precision.has_value()) {
+    if (absl::Status s = c.SetPrecision(*o.precision); !s.ok()) return Fail(o, s, kExitUsage);
+  }
 
   CallSetup setup;
   if (absl::Status s = setup.Connect(o, c.InputBytes() + c.OutputBytes() + 4096); !s.ok()) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,13 @@
 namespace attnd::attnctl {
 
 enum class CheckKind { kFloat, kFloatRows, kIndexRows };
+
+// Whether P has the attention ops' `precision` option.
+template <class P, class = void>
+struct HasPrecisionOption : std::false_type {};
+template <class P>
+struct HasPrecisionOption<P, std::void_t<decltype(std::declval<P&>().precision)>> : std::true_type {
+};
 
 template <class P>
 struct CaseBuilder {
@@ -123,6 +131,16 @@ class TypedCase final : public OpCase {
       t = *r;
     });
     return st;
+  }
+
+  absl::Status SetPrecision(kernels::Precision precision) override {
+    if constexpr (HasPrecisionOption<P>::value) {
+      base_.precision = precision;
+      return absl::OkStatus();
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--precision: ", op_, " has no precision option (attention ops only)"));
+    }
   }
 
   absl::StatusOr<std::unique_ptr<RemoteCall>> NewRemoteCall(client::HostRegion* outputs) override {

@@ -28,6 +28,7 @@ grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext*
     op->set_rpc(ops::OpRpc(id));
     for (const std::string& impl : h->Implementations()) op->add_implementations(impl);
     op->set_fast_paths(h->FastPaths());
+    for (const v1::Precision precision : h->Precisions()) op->add_precisions(precision);
   }
   v1::Limits* limits = response->mutable_limits();
   limits->set_max_message_bytes(deps_.limits.max_message_bytes);

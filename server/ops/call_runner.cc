@@ -70,7 +70,9 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
   metrics::CallRecord rec;
   rec.op = OpName(state->id);
   kernels::WorkCount work;
+  v1::Precision precision = v1::PRECISION_UNSPECIFIED;
   if (state->call != nullptr) {
+    precision = state->call->precision();
     if (status.ok()) {
       state->call->call_tensors().FinishOutputs();
       work = state->call->Count();
@@ -112,6 +114,7 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
     stats->set_copied_bytes_device_to_host(rec.copied_d2h);
     stats->set_count_readback_bytes(rec.count_readback);
     stats->set_work_count(rec.work_count);
+    stats->set_precision(precision);
     if (outcome != nullptr) {
       stats->set_device_uuid(outcome->device);
       stats->set_graph(outcome->graph);

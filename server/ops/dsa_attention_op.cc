@@ -30,6 +30,9 @@ struct DsaAttentionTraits {
   static absl::Status SetScalars(const Request& r, Params* p) {
     if (r.topk() != 0) p->topk = r.topk();  // 0: the model's 2048
     p->sm_scale = r.sm_scale();
+    absl::StatusOr<kernels::Precision> precision = PrecisionFromProto(r.precision());
+    if (!precision.ok()) return precision.status();
+    p->precision = *precision;
     return absl::OkStatus();
   }
   static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {

@@ -20,6 +20,9 @@ struct MlaPrefillTraits {
   static absl::Status SetScalars(const Request& r, Params* p) {
     p->sm_scale = r.sm_scale();
     p->causal = r.causal();
+    absl::StatusOr<kernels::Precision> precision = PrecisionFromProto(r.precision());
+    if (!precision.ok()) return precision.status();
+    p->precision = *precision;
     return absl::OkStatus();
   }
   static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {

@@ -93,6 +93,21 @@ absl::Status ReadCallOptions(const google::protobuf::Message& request, std::stri
   return absl::OkStatus();
 }
 
+absl::StatusOr<kernels::Precision> PrecisionFromProto(int value) {
+  switch (value) {
+    case v1::PRECISION_UNSPECIFIED:
+    case v1::PRECISION_FAST: return kernels::Precision::kFast;
+    case v1::PRECISION_HIGH: return kernels::Precision::kHigh;
+    default: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "precision: is ", value, ", want PRECISION_FAST (1), PRECISION_HIGH (2) or unspecified (0)"));
+}
+
+v1::Precision PrecisionToProto(kernels::Precision p) {
+  return p == kernels::Precision::kHigh ? v1::PRECISION_HIGH : v1::PRECISION_FAST;
+}
+
 void AppendScalarKey(const google::protobuf::Message& request, std::string* key) {
   using google::protobuf::FieldDescriptor;
   const google::protobuf::Reflection* r = request.GetReflection();

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
+#include "kernels/common/precision.h"
 #include "kernels/common/registry.h"
 #include "server/engine/backend.h"
 #include "server/engine/op_call.h"
@@ -41,6 +42,18 @@ const char* OpRpc(OpId id);   // "IndexerLogits", ...: the RPC name
 absl::Status ReadCallOptions(const google::protobuf::Message& request, std::string* ready_event,
                              std::string* device_uuid);
 
+// An attention request's `precision` field (proto Precision, its raw value): UNSPECIFIED and
+// FAST give kFast, HIGH kHigh; any other value (proto3 enums are open) INVALID_ARGUMENT.
+absl::StatusOr<kernels::Precision> PrecisionFromProto(int value);
+v1::Precision PrecisionToProto(kernels::Precision p);
+
+// Whether an op's Params has the `precision` option (the attention ops).
+template <class Params, class = void>
+struct HasPrecision : std::false_type {};
+template <class Params>
+struct HasPrecision<Params, std::void_t<decltype(std::declval<Params&>().precision)>>
+    : std::is_same<decltype(std::declval<Params&>().precision), kernels::Precision> {};
+
 // Upper bound on the device-region bytes a call reads back to the host so that its work count
 // (docs/CONTRACTS.md "Common rules") is exact; past it an op with a data-free upper bound reports
 // that instead (CallStats.work_count "upper_bound"). docs/SERVICE.md "Work counts on a GPU".
@@ -58,6 +71,9 @@ class PreparedCall : public engine::OpCall {
   virtual kernels::WorkCount Count() const = 0;
   // "exact" or "upper_bound" (what Count() reports).
   virtual const char* count_basis() const = 0;
+  // The precision of `out` this call runs (every implementation runs the requested one), or
+  // UNSPECIFIED for an op without the option.
+  virtual v1::Precision precision() const { return v1::PRECISION_UNSPECIFIED; }
   CallTensors& call_tensors() { return tensors_; }
   // Reads the request's ready_event and device_uuid (ReadCallOptions).
   absl::Status ReadOptions(const google::protobuf::Message& request) {
@@ -89,6 +105,8 @@ class OpHandler {
   virtual OpId id() const = 0;
   virtual std::vector<std::string> Implementations() const = 0;
   virtual std::string FastPaths() const = 0;
+  // The precisions a request may ask for (GetInfo); empty for ops without the option.
+  virtual std::vector<v1::Precision> Precisions() const { return {}; }
   // Resolves `request`'s tensors (this op's request message), allocates inline outputs in
   // `response` (this op's response message), and validates. INVALID_ARGUMENT / NOT_FOUND etc.
   // name the tensor.
@@ -163,6 +181,10 @@ class TypedOpHandler : public OpHandler {
     return names;
   }
   std::string FastPaths() const override { return Traits::kFastPaths; }
+  std::vector<v1::Precision> Precisions() const override {
+    if constexpr (HasPrecision<Params>::value) return {v1::PRECISION_FAST, v1::PRECISION_HIGH};
+    return {};
+  }
 
   absl::StatusOr<std::unique_ptr<PreparedCall>> Prepare(
       const google::protobuf::Message& request, google::protobuf::Message* response,
@@ -250,6 +272,10 @@ class TypedOpHandler : public OpHandler {
       return Traits::Count(p);
     }
     const char* count_basis() const override { return count_bound_ ? "upper_bound" : "exact"; }
+    v1::Precision precision() const override {
+      if constexpr (HasPrecision<Params>::value) return PrecisionToProto(params.precision);
+      return v1::PRECISION_UNSPECIFIED;
+    }
 
     // Device-region tensors that Count reads get a host buffer the backend fills after the op,
     // unless they exceed kMaxCountReadbackBytes and the op has a data-free upper bound.

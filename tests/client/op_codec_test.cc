@@ -59,6 +59,34 @@ TEST(OpCodecTest, InputsInARegionTravelAsSlicesOthersInline) {
   EXPECT_TRUE(all_inline.q().has_inline_data());
 }
 
+// Every attention request names the precision its params ask for (FAST by default).
+TEST(OpCodecTest, AttentionRequestsCarryThePrecision) {
+  SparseMlaFixture f;
+  v1::SparseMlaRequest fast;
+  ASSERT_TRUE(BuildRequest(f.p, nullptr, /*inline_only=*/true, &fast).ok());
+  EXPECT_EQ(fast.precision(), v1::PRECISION_FAST);
+  f.p.precision = kernels::Precision::kHigh;
+  v1::SparseMlaRequest high;
+  ASSERT_TRUE(BuildRequest(f.p, nullptr, /*inline_only=*/true, &high).ok());
+  EXPECT_EQ(high.precision(), v1::PRECISION_HIGH);
+
+  kernels::mla_decode::Params decode;
+  decode.precision = kernels::Precision::kHigh;
+  v1::MlaDecodeRequest decode_req;
+  OpTraits<kernels::mla_decode::Params>::SetScalars(decode, &decode_req);
+  EXPECT_EQ(decode_req.precision(), v1::PRECISION_HIGH);
+  kernels::mla_prefill::Params prefill;
+  prefill.precision = kernels::Precision::kHigh;
+  v1::MlaPrefillRequest prefill_req;
+  OpTraits<kernels::mla_prefill::Params>::SetScalars(prefill, &prefill_req);
+  EXPECT_EQ(prefill_req.precision(), v1::PRECISION_HIGH);
+  kernels::dsa::Params dsa;
+  dsa.precision = kernels::Precision::kHigh;
+  v1::DsaAttentionRequest dsa_req;
+  OpTraits<DsaAttentionParams>::SetScalars(FromKernelParams(dsa), &dsa_req);
+  EXPECT_EQ(dsa_req.precision(), v1::PRECISION_HIGH);
+}
+
 TEST(OpCodecTest, OutputsInARegionArePlacedThere) {
   SparseMlaFixture f;
   RegionTable table;

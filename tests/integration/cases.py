@@ -174,7 +174,22 @@ def _fp8_kv_cache(rng, rows):
     return np.concatenate([codes, scales.view(np.uint8), rope.view(np.uint8)], axis=1)
 
 
-def sparse_mla(rng, tokens=8, heads=16, d_qk=576, rows=500, k=70, form="table", kv_format="bf16"):
+def _precision(precision):
+    """The `precision` scalar of an attention case: none (the daemon's default, fast) or given."""
+    return {} if precision is None else {"precision": precision}
+
+
+def sparse_mla(
+    rng,
+    tokens=8,
+    heads=16,
+    d_qk=576,
+    rows=500,
+    k=70,
+    form="table",
+    kv_format="bf16",
+    precision=None,
+):
     fp8_kv = kv_format == "fp8"
     q = _bf16(rng, (tokens, heads, d_qk))
     kv = _fp8_kv_cache(rng, rows) if fp8_kv else _bf16(rng, (rows, d_qk))
@@ -196,21 +211,24 @@ def sparse_mla(rng, tokens=8, heads=16, d_qk=576, rows=500, k=70, form="table", 
     scale = float(1.0 / np.sqrt(d_qk))
 
     def check(out):
-        want_out, want_lse = ref.sparse_mla(q, kv, indices, scale, indptr, topk_length)
-        ref.assert_bf16_close("out", out["out"], want_out)
+        want_abs = []
+        want_out, want_lse = ref.sparse_mla(q, kv, indices, scale, indptr, topk_length, want_abs)
+        ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
         ref.assert_lse_close("lse", out["lse"], want_lse)
 
     return Case(
         "sparse_mla",
         inputs,
         in_dtypes,
-        {"sm_scale": scale},
+        {"sm_scale": scale, **_precision(precision)},
         {"out": ("bf16", (tokens, heads, 512)), "lse": ("f32", (tokens, heads))},
         check,
     )
 
 
-def mla_decode(rng, batch=3, s_q=2, heads=16, d_qk=576, page=64, num_pages=14, max_pages=4):
+def mla_decode(
+    rng, batch=3, s_q=2, heads=16, d_qk=576, page=64, num_pages=14, max_pages=4, precision=None
+):
     q, cache = _bf16(rng, (batch, s_q, heads, d_qk)), _bf16(rng, (num_pages, page, d_qk))
     block_table = rng.permutation(num_pages)[: batch * max_pages].reshape(batch, max_pages)
     block_table = block_table.astype(np.int32)
@@ -220,21 +238,24 @@ def mla_decode(rng, batch=3, s_q=2, heads=16, d_qk=576, page=64, num_pages=14, m
     inputs = {"q": q, "kv_cache": cache, "block_table": block_table, "cache_seqlens": seqlens}
 
     def check(out):
-        want_out, want_lse = ref.mla_decode(q, cache, block_table, seqlens, scale, True)
-        ref.assert_bf16_close("out", out["out"], want_out)
+        want_abs = []
+        want_out, want_lse = ref.mla_decode(q, cache, block_table, seqlens, scale, True, want_abs)
+        ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
         ref.assert_lse_close("lse", out["lse"], want_lse)
 
     return Case(
         "mla_decode",
         inputs,
         {"q": "bf16", "kv_cache": "bf16", "block_table": "i32", "cache_seqlens": "i32"},
-        {"sm_scale": scale, "causal": True},
+        {"sm_scale": scale, "causal": True, **_precision(precision)},
         {"out": ("bf16", (batch, s_q, heads, 512)), "lse": ("f32", (batch, s_q, heads))},
         check,
     )
 
 
-def mla_prefill(rng, lens_q=(5, 17), lens_k=(9, 17), heads=8, heads_kv=2, d_qk=192, d_v=128):
+def mla_prefill(
+    rng, lens_q=(5, 17), lens_k=(9, 17), heads=8, heads_kv=2, d_qk=192, d_v=128, precision=None
+):
     cu_q = _i32(np.concatenate([[0], np.cumsum(lens_q)]))
     cu_k = _i32(np.concatenate([[0], np.cumsum(lens_k)]))
     q = _bf16(rng, (int(cu_q[-1]), heads, d_qk))
@@ -243,15 +264,16 @@ def mla_prefill(rng, lens_q=(5, 17), lens_k=(9, 17), heads=8, heads_kv=2, d_qk=1
     inputs = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}
 
     def check(out):
-        want_out, want_lse = ref.mla_prefill(q, k, v, cu_q, cu_k, scale, True)
-        ref.assert_bf16_close("out", out["out"], want_out)
+        want_abs = []
+        want_out, want_lse = ref.mla_prefill(q, k, v, cu_q, cu_k, scale, True, want_abs)
+        ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
         ref.assert_lse_close("lse", out["lse"], want_lse)
 
     return Case(
         "mla_prefill",
         inputs,
         {"q": "bf16", "k": "bf16", "v": "bf16", "cu_seqlens_q": "i32", "cu_seqlens_k": "i32"},
-        {"sm_scale": scale, "causal": True},
+        {"sm_scale": scale, "causal": True, **_precision(precision)},
         {"out": ("bf16", (int(cu_q[-1]), heads, d_v)), "lse": ("f32", (int(cu_q[-1]), heads))},
         check,
     )
@@ -267,6 +289,7 @@ def dsa_attention(
     heads=16,
     d_qk=576,
     kv_format="bf16",
+    precision=None,
 ):
     index_q, index_k = _fp8(rng, (tokens, heads_idx, dim_idx)), _fp8(rng, (rows, dim_idx))
     index_k_scale = rng.uniform(0.5, 2.0, rows).astype(np.float32)
@@ -303,8 +326,9 @@ def dsa_attention(
                 min(int(ke[t]), rows),
                 tol,
             )
-        want_out, want_lse = ref.sparse_mla(q, kv, chosen, scale)
-        ref.assert_bf16_close("out", out["out"], want_out)
+        want_abs = []
+        want_out, want_lse = ref.sparse_mla(q, kv, chosen, scale, weighted_abs=want_abs)
+        ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
         ref.assert_lse_close("lse", out["lse"], want_lse)
         ref.assert_f32_close("logits", out["logits"], scores)
 
@@ -321,7 +345,7 @@ def dsa_attention(
             "q": "bf16",
             "kv": "u8" if fp8_kv else "bf16",
         },
-        {"topk": topk_k, "sm_scale": scale},
+        {"topk": topk_k, "sm_scale": scale, **_precision(precision)},
         {
             "out": ("bf16", (tokens, heads, 512)),
             "lse": ("f32", (tokens, heads)),

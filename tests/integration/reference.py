@@ -109,14 +109,19 @@ def topk(
     return indices.astype(np.int32), values
 
 
-def _attend(q_rows, keys, values, scale):
-    """q [H,d], keys [n,d], values [n,dv]: (out [H,dv], lse [H]); n = 0 gives 0 and -inf."""
+def _attend(q_rows, keys, values, scale, weighted_abs=None):
+    """q [H,d], keys [n,d], values [n,dv]: (out [H,dv], lse [H]); n = 0 gives 0 and -inf. With
+    `weighted_abs` (a list) it also appends sum_j p_j |v_j| / l [H,dv], the scale of FAST's error."""
     if keys.shape[0] == 0:
+        if weighted_abs is not None:
+            weighted_abs.append(np.zeros((q_rows.shape[0], values.shape[1])))
         return np.zeros((q_rows.shape[0], values.shape[1])), np.full(q_rows.shape[0], -np.inf)
     s = scale * (q_rows @ keys.T)
     mx = s.max(axis=1, keepdims=True)
     e = np.exp(s - mx)
     total = e.sum(axis=1)
+    if weighted_abs is not None:
+        weighted_abs.append((e @ np.abs(values)) / total[:, None])
     return (e @ values) / total[:, None], mx[:, 0] + np.log(total)
 
 
@@ -139,27 +144,32 @@ def fp8_kv_cache(kv):
     return np.concatenate([nope, bf16(rows[:, 528:].copy().view(np.uint16))], axis=1)
 
 
-def sparse_mla(q, kv, indices, sm_scale, indptr=None, topk_length=None):
+def sparse_mla(q, kv, indices, sm_scale, indptr=None, topk_length=None, weighted_abs=None):
     """q bf16 [T,H,d_qk], kv bf16 [S,d_qk] (any row stride) or the FP8 cache u8 [S,656]:
-    (out [T,H,512], lse [T,H])."""
+    (out [T,H,512], lse [T,H]). `weighted_abs` (a list) receives sum_j p_j |v_j| / l [T,H,512]."""
     qf = bf16(q)
     kvf = fp8_kv_cache(kv) if kv.dtype == np.uint8 else bf16(kv)
     tokens, heads, _ = qf.shape
     out, lse = np.zeros((tokens, heads, D_V)), np.zeros((tokens, heads))
+    rows_abs = [] if weighted_abs is not None else None
     for t in range(tokens):
         rows = sparse_mla_rows(indices, t, kvf.shape[0], indptr, topk_length)
         keys = kvf[rows]
-        out[t], lse[t] = _attend(qf[t], keys, keys[:, :D_V], sm_scale)
+        out[t], lse[t] = _attend(qf[t], keys, keys[:, :D_V], sm_scale, rows_abs)
+    if weighted_abs is not None:
+        weighted_abs.append(np.stack(rows_abs).reshape(out.shape))
     return out, lse
 
 
-def mla_decode(q, kv_cache, block_table, cache_seqlens, sm_scale, causal):
-    """q bf16 [B,s_q,H,d_qk], kv_cache bf16 [pages, page_size, d_qk]: out [B,s_q,H,512], lse."""
+def mla_decode(q, kv_cache, block_table, cache_seqlens, sm_scale, causal, weighted_abs=None):
+    """q bf16 [B,s_q,H,d_qk], kv_cache bf16 [pages, page_size, d_qk]: out [B,s_q,H,512], lse.
+    `weighted_abs` (a list) receives sum_j p_j |v_j| / l [B,s_q,H,512]."""
     qf, cache = bf16(q), bf16(kv_cache)
     batch, s_q, heads, _ = qf.shape
     num_pages, page_size, _ = cache.shape
     max_pages = block_table.shape[1]
     out, lse = np.zeros((batch, s_q, heads, D_V)), np.zeros((batch, s_q, heads))
+    rows_abs = [] if weighted_abs is not None else None
     for b in range(batch):
         seqlen = int(np.clip(cache_seqlens[b], 0, max_pages * page_size))
         for i in range(s_q):
@@ -170,16 +180,20 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, sm_scale, causal):
                 if 0 <= page < num_pages:
                     tokens.append(cache[page, t % page_size])
             keys = np.array(tokens).reshape(len(tokens), cache.shape[2])
-            out[b, i], lse[b, i] = _attend(qf[b, i], keys, keys[:, :D_V], sm_scale)
+            out[b, i], lse[b, i] = _attend(qf[b, i], keys, keys[:, :D_V], sm_scale, rows_abs)
+    if weighted_abs is not None:
+        weighted_abs.append(np.stack(rows_abs).reshape(out.shape))
     return out, lse
 
 
-def mla_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal):
-    """Varlen GQA attention, causal bottom-right aligned: out [total_q,H,d_v], lse [total_q,H]."""
+def mla_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal, weighted_abs=None):
+    """Varlen GQA attention, causal bottom-right aligned: out [total_q,H,d_v], lse [total_q,H].
+    `weighted_abs` (a list) receives sum_j p_j |v_j| / l [total_q,H,d_v]."""
     qf, kf, vf = bf16(q), bf16(k), bf16(v)
     total_q, heads, _ = qf.shape
     heads_kv = kf.shape[1]
     out, lse = np.zeros((total_q, heads, vf.shape[2])), np.full((total_q, heads), -np.inf)
+    out_abs = np.zeros_like(out)
     for b in range(len(cu_seqlens_q) - 1):
         q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
         k0, k1 = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
@@ -188,10 +202,17 @@ def mla_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal):
             seen = max(min(i + lk - lq + 1, lk), 0) if causal else lk
             for h in range(heads):
                 g = h // (heads // heads_kv)
+                row_abs = []
                 o, s = _attend(
-                    qf[q0 + i, h][None], kf[k0 : k0 + seen, g], vf[k0 : k0 + seen, g], sm_scale
+                    qf[q0 + i, h][None],
+                    kf[k0 : k0 + seen, g],
+                    vf[k0 : k0 + seen, g],
+                    sm_scale,
+                    row_abs,
                 )
-                out[q0 + i, h], lse[q0 + i, h] = o[0], s[0]
+                out[q0 + i, h], lse[q0 + i, h], out_abs[q0 + i, h] = o[0], s[0], row_abs[0][0]
+    if weighted_abs is not None:
+        weighted_abs.append(out_abs)
     return out, lse
 
 
@@ -226,6 +247,34 @@ def assert_bf16_close(name, got_bits, ref):
     norm = np.linalg.norm(r)
     if norm > 0:
         assert np.linalg.norm(g - r) / norm <= NORM_RTOL, f"{name}: relative norm error"
+
+
+# FAST precision (docs/ACCURACY.md): P rounded to bf16 before P·V adds at most 2^-9 of
+# sum_j p_j |v_j| / l per element, the output's rounding 2^-9 |out|; each taken at 2^-8.
+FAST_RTOL = 2.0**-8
+FAST_ABS_RTOL = 2.0**-8
+FAST_ATOL = 1e-5
+
+
+def assert_attention_close(name, got_bits, ref, ref_abs, precision):
+    """An attention op's out in `precision` ("fast", "high"; None: the default, fast) against the
+    fp64 reference: HIGH as assert_bf16_close; FAST per element within
+    2^-8 |ref| + 2^-8 ref_abs + 1e-5 and ||got - ref|| / ||ref|| <= 4e-3."""
+    if precision == "high":
+        assert_bf16_close(name, got_bits, ref)
+        return
+    got = bf16(got_bits)
+    assert got.shape == ref.shape, f"{name}: shape {got.shape}, want {ref.shape}"
+    finite = _check_inf(name, got, ref)
+    g, r, w = got[finite], ref[finite], ref_abs[finite]
+    err = np.abs(g - r)
+    bound = FAST_RTOL * np.abs(r) + FAST_ABS_RTOL * w + FAST_ATOL
+    if err.size and not (err <= bound).all():
+        i = int(np.argmax(err - bound))
+        raise AssertionError(f"{name} (fast): element {i}: got {g[i]!r}, reference {r[i]!r}")
+    norm = np.linalg.norm(r)
+    if norm > 0:
+        assert np.linalg.norm(g - r) / norm <= NORM_RTOL, f"{name} (fast): relative norm error"
 
 
 def assert_lse_close(name, got, ref):

@@ -92,8 +92,13 @@ class SlowCall:
             t = t % self.tokens
             q = self._q_all[t : t + 1]
             idx = self._idx_all[t : t + 1]
-            want_out, want_lse = ref.sparse_mla(q, to_bf16(self.kv_rows), idx, 1 / np.sqrt(D_QK))
-            ref.assert_bf16_close(f"out[{t}]", self.out_full[t : t + 1], want_out)
+            want_abs = []
+            want_out, want_lse = ref.sparse_mla(
+                q, to_bf16(self.kv_rows), idx, 1 / np.sqrt(D_QK), weighted_abs=want_abs
+            )
+            ref.assert_attention_close(
+                f"out[{t}]", self.out_full[t : t + 1], want_out, want_abs[0], None
+            )
             ref.assert_lse_close(f"lse[{t}]", self.lse_full[t : t + 1], want_lse)
 
     def close(self):

@@ -27,6 +27,11 @@ VARIANTS = [
     ("mla_prefill", {}),
     ("dsa_attention", {}),
     ("dsa_attention", {"kv_format": "fp8"}),
+    ("sparse_mla", {"precision": "high"}),
+    ("sparse_mla", {"kv_format": "fp8", "precision": "fast"}),
+    ("mla_decode", {"precision": "high"}),
+    ("mla_prefill", {"precision": "high"}),
+    ("dsa_attention", {"precision": "high"}),
 ]
 IDS = [op + "".join(f"-{k}={v}" for k, v in kw.items()) for op, kw in VARIANTS]
 
@@ -48,6 +53,9 @@ def test_info_describes_ops_and_limits(client, built_ops):
     assert {"indexer_logits", "topk", "sparse_mla", "mla_decode", "mla_prefill"} <= built_ops
     for op in info.ops:
         assert op.rpc == ac.OPS[op.name].rpc and list(op.implementations), op
+        attention = op.name in ("sparse_mla", "mla_decode", "mla_prefill", "dsa_attention")
+        want = [ac.pb.PRECISION_FAST, ac.pb.PRECISION_HIGH] if attention else []
+        assert list(op.precisions) == want, op
     assert info.limits.allow_client_shm and info.limits.device_handle_bytes == 64
     assert info.devices and info.devices[0].cores >= 1
 
@@ -62,6 +70,9 @@ def test_inline(client, built_ops, rng, op, kwargs):
     assert result.stats.copied_bytes_in == inline_in
     assert result.stats.copied_bytes_out > 0 and result.stats.impl
     assert result.stats.compute_seconds > 0 and result.stats.request_id > 0
+    # The precision that ran: the one asked for, fast by default; none for the other ops.
+    attention = op in ("sparse_mla", "mla_decode", "mla_prefill", "dsa_attention")
+    assert result.precision == (kwargs.get("precision", "fast") if attention else None)
 
 
 @pytest.mark.parametrize("op,kwargs", VARIANTS, ids=IDS)

@@ -79,6 +79,67 @@ TEST_F(DaemonTest, SparseMlaInlineMatchesTheKernel) {
   EXPECT_EQ(st.copied_bytes_out(), SpanBytes(want_out_) + SpanBytes(want_lse_));
 }
 
+// The precision field: unset runs FAST (what the fixture's local run used), HIGH runs the kernel's
+// HIGH numerics (bit for bit the local HIGH run, which differs from FAST), CallStats names what
+// ran, GetInfo lists both for the attention ops only, and a value outside the enum is refused.
+TEST_F(DaemonTest, PrecisionFieldSelectsAndReportsTheNumerics) {
+  {
+    grpc::ClientContext ctx;
+    v1::SparseMlaResponse reply;
+    ASSERT_TRUE(stub_->SparseMla(&ctx, InlineRequest(), &reply).ok());
+    EXPECT_EQ(reply.stats().precision(), v1::PRECISION_FAST);
+  }
+  HostTensor high_out = HostTensor::Dense(DType::kBF16, {kT, kH, 512});
+  HostTensor high_lse = HostTensor::Dense(DType::kF32, {kT, kH});
+  kernels::sparse_mla::Params p;
+  p.q = q_.tensor();
+  p.kv = kv_.tensor();
+  p.indices = indices_.tensor();
+  p.sm_scale = kScale;
+  p.precision = kernels::Precision::kHigh;
+  p.out = high_out.tensor();
+  p.lse = high_lse.tensor();
+  kernels::ExecContext local;
+  local.pool = attnd::testing::TestPool();
+  ASSERT_TRUE(kernels::sparse_mla::Run(p, local).ok());
+  EXPECT_NE(std::memcmp(high_out.raw(), want_out_.raw(), SpanBytes(want_out_)), 0)
+      << "HIGH and FAST gave the same bits: the case does not tell them apart";
+  for (const v1::Precision precision : {v1::PRECISION_FAST, v1::PRECISION_HIGH}) {
+    v1::SparseMlaRequest req = InlineRequest();
+    req.set_precision(precision);
+    grpc::ClientContext ctx;
+    v1::SparseMlaResponse reply;
+    const grpc::Status s = stub_->SparseMla(&ctx, req, &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(reply.stats().precision(), precision);
+    const HostTensor& want = precision == v1::PRECISION_HIGH ? high_out : want_out_;
+    ASSERT_EQ(reply.out().inline_data().size(), SpanBytes(want));
+    EXPECT_EQ(std::memcmp(reply.out().inline_data().data(), want.raw(), SpanBytes(want)), 0)
+        << v1::Precision_Name(precision);
+  }
+  {
+    v1::SparseMlaRequest req = InlineRequest();
+    req.set_precision(static_cast<v1::Precision>(7));
+    grpc::ClientContext ctx;
+    v1::SparseMlaResponse reply;
+    const grpc::Status s = stub_->SparseMla(&ctx, req, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("precision"), std::string::npos) << s.error_message();
+  }
+  grpc::ClientContext ctx;
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
+  for (const auto& op : info.ops()) {
+    const bool attention = op.name() == "sparse_mla" || op.name() == "mla_decode" ||
+                           op.name() == "mla_prefill" || op.name() == "dsa_attention";
+    ASSERT_EQ(op.precisions_size(), attention ? 2 : 0) << op.name();
+    if (attention) {
+      EXPECT_EQ(op.precisions(0), v1::PRECISION_FAST) << op.name();
+      EXPECT_EQ(op.precisions(1), v1::PRECISION_HIGH) << op.name();
+    }
+  }
+}
+
 TEST_F(DaemonTest, SparseMlaThroughRegionsCopiesNothing) {
   ScopedShm shm(8 << 20);
   ASSERT_TRUE(shm.ok());
@@ -221,6 +282,7 @@ TEST_F(DaemonTest, DsaAttentionInlineMatchesTheKernel) {
             0);
   EXPECT_FALSE(reply.has_logits());
   EXPECT_GT(reply.stats().flops(), 0);
+  EXPECT_EQ(reply.stats().precision(), v1::PRECISION_FAST);
 }
 
 // GET http://<address>/metrics over a plain socket; empty on failure.

@@ -64,7 +64,7 @@ OPS = {
             {"q": BF16, "kv": (BF16, U8), "indices": I32, "indptr": I32, "topk_length": I32},
             {"out": BF16, "lse": F32},
             (),
-            ("sm_scale",),
+            ("sm_scale", "precision"),
         ),
         OpSpec(
             "mla_decode",
@@ -74,7 +74,7 @@ OPS = {
             {"q": BF16, "kv_cache": BF16, "block_table": I32, "cache_seqlens": I32},
             {"out": BF16, "lse": F32},
             (),
-            ("sm_scale", "causal"),
+            ("sm_scale", "causal", "precision"),
         ),
         OpSpec(
             "mla_prefill",
@@ -84,7 +84,7 @@ OPS = {
             {"q": BF16, "k": BF16, "v": BF16, "cu_seqlens_q": I32, "cu_seqlens_k": I32},
             {"out": BF16, "lse": F32},
             (),
-            ("causal", "sm_scale"),
+            ("causal", "sm_scale", "precision"),
         ),
         OpSpec(
             "dsa_attention",
@@ -103,7 +103,7 @@ OPS = {
             },
             {"out": BF16, "lse": F32, "indices": I32, "logits": F32},
             ("indices", "logits"),
-            ("topk", "sm_scale"),
+            ("topk", "sm_scale", "precision"),
         ),
     ]
 }
@@ -115,6 +115,28 @@ COMMON_SCALARS = ("ready_event", "device_uuid")
 for _name, _spec in list(OPS.items()):
     _extra = tuple(f for f in COMMON_SCALARS if f in _spec.request.DESCRIPTOR.fields_by_name)
     OPS[_name] = _spec._replace(scalars=_spec.scalars + _extra)
+
+
+# The attention ops' `precision` argument (docs/ACCURACY.md): "fast" rounds P to bf16 before
+# P·V (the server's default), "high" keeps P as bf16 hi + lo.
+PRECISIONS = {"fast": pb.PRECISION_FAST, "high": pb.PRECISION_HIGH}
+
+
+def precision_value(precision):
+    """The proto enum value of a precision name ("fast" or "high"; ValueError otherwise)."""
+    try:
+        return PRECISIONS[precision]
+    except KeyError:
+        raise ValueError(f"precision {precision!r}; want one of {sorted(PRECISIONS)}") from None
+
+
+def precision_name(value):
+    """The name ("fast" or "high") of a proto Precision (CallStats.precision), None for
+    UNSPECIFIED."""
+    for name, v in PRECISIONS.items():
+        if v == value:
+            return name
+    return None
 
 
 def spec(op):
@@ -133,6 +155,8 @@ class OpResult:
         self.op = op
         self.response = response
         self.stats = response.stats
+        # The precision of out that ran ("fast" / "high"; None for ops without the option).
+        self.precision = precision_name(response.stats.precision)
         self.outputs = outputs
         for name, value in outputs.items():
             setattr(self, name, value)
@@ -181,6 +205,8 @@ def build_request(op_spec, codec, kwargs):
     for name in op_spec.scalars:
         value = kwargs.get(name)
         if value is not None:
+            if name == "precision":
+                value = precision_value(value)
             setattr(request, name, value)
     return request, sinks
 
@@ -309,6 +335,7 @@ class OpCalls:
         sm_scale,
         indptr=None,
         topk_length=None,
+        precision=None,
         out=None,
         lse=None,
         timeout=None,
@@ -316,7 +343,7 @@ class OpCalls:
     ):
         """Sparse MLA: each token attends to its selected kv rows (top-k table or CSR). kv is
         bf16 [S, d_qk] or, with d_qk 576, the FP8 cache as uint8 [S, 656] (512 e4m3 codes, 4 f32
-        scales, 64 bf16 rope per row)."""
+        scales, 64 bf16 rope per row). precision: "fast" (None: the default) or "high"."""
         return self.call(
             "sparse_mla",
             timeout=timeout,
@@ -326,6 +353,7 @@ class OpCalls:
             indptr=indptr,
             topk_length=topk_length,
             sm_scale=sm_scale,
+            precision=precision,
             out=out,
             lse=lse,
             **options,
@@ -340,12 +368,14 @@ class OpCalls:
         cache_seqlens,
         sm_scale,
         causal=None,
+        precision=None,
         out=None,
         lse=None,
         timeout=None,
         **options,
     ):
-        """Dense absorbed MLA decode over a paged latent cache."""
+        """Dense absorbed MLA decode over a paged latent cache. precision: "fast" (None: the
+        default) or "high"."""
         return self.call(
             "mla_decode",
             timeout=timeout,
@@ -355,6 +385,7 @@ class OpCalls:
             cache_seqlens=cache_seqlens,
             sm_scale=sm_scale,
             causal=causal,
+            precision=precision,
             out=out,
             lse=lse,
             **options,
@@ -370,12 +401,14 @@ class OpCalls:
         cu_seqlens_k,
         sm_scale,
         causal=None,
+        precision=None,
         out=None,
         lse=None,
         timeout=None,
         **options,
     ):
-        """Dense non-absorbed MLA prefill over packed variable-length sequences."""
+        """Dense non-absorbed MLA prefill over packed variable-length sequences. precision:
+        "fast" (None: the default) or "high"."""
         return self.call(
             "mla_prefill",
             timeout=timeout,
@@ -386,6 +419,7 @@ class OpCalls:
             cu_seqlens_k=cu_seqlens_k,
             causal=causal,
             sm_scale=sm_scale,
+            precision=precision,
             out=out,
             lse=lse,
             **options,
@@ -404,6 +438,7 @@ class OpCalls:
         kv,
         sm_scale,
         topk=None,
+        precision=None,
         out=None,
         lse=None,
         indices=None,
@@ -414,7 +449,7 @@ class OpCalls:
         """A whole DSA layer in one call: indexer -> top-k -> sparse MLA (topk None: 2048).
         kv as in sparse_mla: bf16 [N, d_qk], or a uint8 array [N, 656] (the FP8 cache, d_qk 576).
         indices=True / logits=True (or a placement) also return the chosen rows / the cleaned
-        indexer logits."""
+        indexer logits. precision: "fast" (None: the default) or "high"."""
         return self.call(
             "dsa_attention",
             timeout=timeout,
@@ -428,6 +463,7 @@ class OpCalls:
             q=q,
             kv=kv,
             sm_scale=sm_scale,
+            precision=precision,
             out=out,
             lse=lse,
             indices=indices,
