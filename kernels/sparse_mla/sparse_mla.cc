@@ -209,7 +209,8 @@ WorkCount CountSlots(const Params& p) { return CountWith(p, SlotCount(p)); }
 const std::vector<Impl<Params>>& Implementations() {
   static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-    KernelImpl("wgmma", GpuKernel::kWgmma),  // sm_90a, H % 64 == 0: first where it runs
+    // sm_90a, H % 64 == 0: first where it runs.
+    KernelImpl("wgmma", GpuKernel::kWgmma),
         // H <= 32, bf16 cache: cuda_mma_lowh when the sampled neighbours share rows, else
         // cuda_mma, decided by a device-side estimate (gpu/mma_auto.cu).
         MmaAutoImpl(), KernelImpl("mma", GpuKernel::kMma),
