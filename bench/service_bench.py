@@ -135,7 +135,7 @@ def summarize(rt, compute=None):
         "p99_us": percentile(rt_sorted, 99),
     }
     if compute is not None:
-        overhead = sorted(r - c for r, c in zip(rt, compute))
+        overhead = sorted(r - c for r, c in zip(rt, compute, strict=True))
         row.update(
             {
                 "overhead_p50_us": percentile(overhead, 50),
@@ -186,7 +186,7 @@ def main():
     for b in (attnd, attnctl):
         if not os.access(b, os.X_OK):
             sys.exit(f"service_bench: {b} not built (ninja attnd attnctl)")
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     date = now.strftime("%Y-%m-%d")
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))

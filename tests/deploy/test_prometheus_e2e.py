@@ -270,7 +270,7 @@ def test_dashboard_queries_run(stack, traffic):
         try:
             results[where] = prom.query(q)
         except urllib.error.HTTPError as e:
-            raise AssertionError(f"{where}: Prometheus refused {q}: {e.read().decode()}")
+            raise AssertionError(f"{where}: Prometheus refused {q}: {e.read().decode()}") from e
 
     def value(title, ref="A", op="sparse_mla"):
         (where,) = [w for w in results if f"'{title}' {ref}" in w]

@@ -47,7 +47,7 @@ def scrape(url):
 
 
 def copied(samples, direction):
-    return samples.get(("attnd_copied_bytes_total", '{direction="%s"}' % direction), 0.0)
+    return samples.get(("attnd_copied_bytes_total", f'{{direction="{direction}"}}'), 0.0)
 
 
 def call(client, op, extra=None, **arguments):

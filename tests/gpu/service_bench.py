@@ -221,8 +221,8 @@ def bench_op(client, tf, op, shape, warmup, iters):
         total.append(stats.total_seconds)
         queue.append(stats.queue_seconds)
         copied += sum(getattr(stats, f, 0) for f in COPY_FIELDS)
-    overhead = [w - c for w, c in zip(wall, compute)]
-    server_overhead = [t - c for t, c in zip(total, compute)]
+    overhead = [w - c for w, c in zip(wall, compute, strict=True)]
+    server_overhead = [t - c for t, c in zip(total, compute, strict=True)]
     us = 1e6
     return {
         "median_us": percentile(wall, 50) * us,

@@ -140,8 +140,8 @@ def test_errors_counted_by_code(daemon, client, rng):
 
 
 def test_inflight_gauge_counts_running_calls(daemon, client):
-    from slow import SlowCall
     from daemon import wait_until
+    from slow import SlowCall
 
     slow = SlowCall(client, "metrics-slow", seconds=1.0)
     try:

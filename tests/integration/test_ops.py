@@ -89,7 +89,7 @@ def test_session_pipelines_every_op(client, built_ops, rng):
         calls = [session.submit(c.op, **c.arguments(**cases.inline_outputs(c))) for c in todo]
         ids = {call.request_id for call in calls}
         assert len(ids) == len(calls)
-        for case, call in zip(todo, calls):
+        for case, call in zip(todo, calls, strict=True):
             case.check(call.result(timeout=120).outputs)
         # Region calls on the same stream, regions under the session's lease.
         case = cases.make_case("sparse_mla", rng)

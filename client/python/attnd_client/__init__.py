@@ -14,6 +14,7 @@ client/python (PYTHONPATH) with Debian's python3-grpcio, python3-protobuf and py
 """
 
 from . import dtypes
+from ._proto import pb
 from .client import Client, OpFuture
 from .dtypes import from_bf16, from_fp8_e4m3, to_bf16, to_fp8_e4m3
 from .errors import AttndError
@@ -21,7 +22,6 @@ from .ops import OPS, OpResult
 from .regions import HostRegion, ShmObject
 from .session import Session, SessionCall
 from .tensors import Placement, RegionRef, Typed, typed
-from ._proto import pb
 
 __all__ = [
     "AttndError",

@@ -10,22 +10,36 @@ typed op calls (ops.OpCalls), regions, health, info and sessions.
 Thread-safe: calls may be made from many threads at once.
 """
 
+from __future__ import annotations
+
+import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Self
 
 import grpc
 
 from . import health as _health
 from . import ops as _ops
+from ._proto import pb, pb_grpc
 from .errors import AttndError
 from .regions import HostRegion, ShmObject
-from .tensors import TensorCodec
-from ._proto import pb, pb_grpc
+from .tensors import RegionRef, Sink, TensorCodec
+
+if TYPE_CHECKING:
+    import torch
+
+    from .session import Session
+    from .torch_support import DeviceRegionCache
+
+# A PEM for TLS: its bytes, or the path of a file holding it.
+Pem = bytes | str | os.PathLike[str]
 
 DEFAULT_MAX_MESSAGE_BYTES = 512 << 20  # attnd's --max-message-bytes default
 
 
-def _pem(value):
+def _pem(value: Pem | None) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
     with open(value, "rb") as f:
@@ -35,11 +49,13 @@ def _pem(value):
 class OpFuture:
     """A unary op call in flight: result(timeout) -> OpResult (raises AttndError), cancel()."""
 
-    def __init__(self, op_spec, future, sinks, keep):
+    def __init__(
+        self, op_spec: _ops.OpSpec, future: grpc.Future, sinks: dict[str, Sink], keep: object
+    ) -> None:
         self._spec, self._future, self._sinks = op_spec, future, sinks
         self._keep = keep  # the request (and its buffers) until the call ends
 
-    def result(self, timeout=None):
+    def result(self, timeout: float | None = None) -> _ops.OpResult:
         try:
             response = self._future.result(timeout=timeout)
         except grpc.FutureCancelledError:
@@ -48,39 +64,41 @@ class OpFuture:
             raise AttndError.from_rpc_error(e) from None
         return _ops.decode_response(self._spec, response, self._sinks)
 
-    def exception(self, timeout=None):
+    def exception(self, timeout: float | None = None) -> AttndError | None:
+        """The AttndError the call ended with, or None once it succeeded."""
         try:
             self.result(timeout)
         except AttndError as e:
             return e
         return None
 
-    def cancel(self):
+    def cancel(self) -> bool:
+        """Cancels the call; False when it already ended."""
         return self._future.cancel()
 
-    def done(self):
+    def done(self) -> bool:
         return self._future.done()
 
 
 class Client(_ops.OpCalls):
     def __init__(
         self,
-        target,
+        target: str,
         *,
-        root_certificates=None,
-        private_key=None,
-        certificate_chain=None,
-        tls=False,
-        server_name=None,
-        max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
-        options=(),
-        timeout=None,
-    ):
+        root_certificates: Pem | None = None,
+        private_key: Pem | None = None,
+        certificate_chain: Pem | None = None,
+        tls: bool = False,
+        server_name: str | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        options: Iterable[tuple[str, Any]] = (),
+        timeout: float | None = None,
+    ) -> None:
         """`target`: "unix:/path" or "host:port". TLS when tls=True or any PEM is given (paths or
         bytes): root_certificates verifies the server, private_key + certificate_chain is the
         client's identity for mTLS; server_name overrides the name checked in the server's
         certificate. `timeout`: default seconds per call (None: no deadline)."""
-        opts = [
+        opts: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
         ]
@@ -99,14 +117,15 @@ class Client(_ops.OpCalls):
         self._health = _health.HealthStub(self._channel)
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._regions = {}  # name -> HostRegion registered through this client or its sessions
-        self._device_regions = None
-        self._device_uuids = None
+        # name -> HostRegion registered through this client or its sessions
+        self._regions: dict[str, HostRegion] = {}
+        self._device_regions: DeviceRegionCache | None = None
+        self._device_uuids: list[str] | None = None
         self._codec = TensorCodec(self._find_region, self._device_region)
 
     # ---- lifecycle ----
 
-    def close(self, unregister=True):
+    def close(self, unregister: bool = True) -> None:
         """Closes the host regions created through this client (unregistering them when
         `unregister`), the device regions it registered, and the channel."""
         with self._lock:
@@ -125,24 +144,24 @@ class Client(_ops.OpCalls):
             self._device_regions.clear()
         self._channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _rpc(self, method, request, timeout=None):
+    def _rpc(self, method: Callable[..., Any], request: Any, timeout: float | None = None) -> Any:
         try:
             return method(request, timeout=self._timeout(timeout))
         except grpc.RpcError as e:
             raise AttndError.from_rpc_error(e) from None
 
-    def _timeout(self, timeout):
+    def _timeout(self, timeout: float | None) -> float | None:
         return self.timeout if timeout is None else timeout
 
     # ---- service ----
 
-    def wait_ready(self, timeout=30.0):
+    def wait_ready(self, timeout: float = 30.0) -> None:
         """Blocks until the channel connects and health reports SERVING (AttndError else)."""
         deadline = time.monotonic() + timeout
         try:
@@ -159,29 +178,39 @@ class Client(_ops.OpCalls):
             time.sleep(0.05)
         raise AttndError(grpc.StatusCode.UNAVAILABLE, f"{self.target}: health is {status}")
 
-    def health(self, service="", timeout=None):
+    def health(self, service: str = "", timeout: float | None = None) -> str:
         """grpc.health.v1 status name: "SERVING", "NOT_SERVING", ..."""
         try:
             return self._health.check(service, timeout=self._timeout(timeout))
         except grpc.RpcError as e:
             raise AttndError.from_rpc_error(e) from None
 
-    def watch_health(self, service="", timeout=None):
+    def watch_health(self, service: str = "", timeout: float | None = None) -> _health.HealthWatch:
         """A grpc call iterating status names as they change (cancel() it to stop)."""
         return self._health.watch(service, timeout=timeout)
 
-    def info(self, timeout=None):
+    def info(self, timeout: float | None = None) -> pb.GetInfoResponse:
         """attnd.v1.GetInfoResponse: version, backend, devices, ops, limits."""
         return self._rpc(self._stub.GetInfo, pb.GetInfoRequest(), timeout)
 
-    def device_uuids(self):
+    def device_uuids(self) -> list[str]:
+        """The UUIDs of the daemon's devices (GetInfo, asked once)."""
         if self._device_uuids is None:
             self._device_uuids = [d.uuid for d in self.info().devices]
         return self._device_uuids
 
     # ---- regions ----
 
-    def register_host_region(self, name, key, byte_size, offset=0, lease_id="", timeout=None):
+    def register_host_region(
+        self,
+        name: str,
+        key: str,
+        byte_size: int,
+        offset: int = 0,
+        lease_id: str = "",
+        timeout: float | None = None,
+    ) -> None:
+        """Registers the shm object `key` (bytes [offset, offset + byte_size)) as region `name`."""
         self._rpc(
             self._stub.RegisterHostRegion,
             pb.RegisterHostRegionRequest(
@@ -191,8 +220,16 @@ class Client(_ops.OpCalls):
         )
 
     def register_device_region(
-        self, name, raw_handle, device_uuid, byte_size, offset=0, lease_id="", timeout=None
-    ):
+        self,
+        name: str,
+        raw_handle: bytes,
+        device_uuid: str,
+        byte_size: int,
+        offset: int = 0,
+        lease_id: str = "",
+        timeout: float | None = None,
+    ) -> None:
+        """Registers device memory (a CUDA IPC handle on device `device_uuid`) as region `name`."""
         self._rpc(
             self._stub.RegisterDeviceRegion,
             pb.RegisterDeviceRegionRequest(
@@ -206,7 +243,9 @@ class Client(_ops.OpCalls):
             timeout,
         )
 
-    def unregister_region(self, name="", lease_id="", timeout=None):
+    def unregister_region(
+        self, name: str = "", lease_id: str = "", timeout: float | None = None
+    ) -> list[str]:
         """Unregisters `name` (empty: every region without a lease, or every region of
         `lease_id`); returns once their in-flight requests ended, with the removed names."""
         response = self._rpc(
@@ -221,11 +260,18 @@ class Client(_ops.OpCalls):
                     region.registered = False
         return list(response.removed)
 
-    def list_regions(self, timeout=None):
+    def list_regions(self, timeout: float | None = None) -> list[pb.RegionInfo]:
         """[attnd.v1.RegionInfo] of every registered region (all clients)."""
         return list(self._rpc(self._stub.ListRegions, pb.ListRegionsRequest(), timeout).regions)
 
-    def create_host_region(self, name, byte_size, key=None, unlink_early=True, lease_id=""):
+    def create_host_region(
+        self,
+        name: str,
+        byte_size: int,
+        key: str | None = None,
+        unlink_early: bool = True,
+        lease_id: str = "",
+    ) -> HostRegion:
         """Creates a shm object of byte_size bytes, registers it as region `name` (under
         `lease_id` when given) and returns the HostRegion (see regions.py for who unlinks)."""
         shm = ShmObject(byte_size, key)
@@ -240,16 +286,16 @@ class Client(_ops.OpCalls):
         self._add_region(region)
         return region
 
-    def _add_region(self, region):
+    def _add_region(self, region: HostRegion) -> None:
         with self._lock:
             self._regions[region.name] = region
 
-    def _forget_region(self, region):
+    def _forget_region(self, region: HostRegion) -> None:
         with self._lock:
             if self._regions.get(region.name) is region:
                 del self._regions[region.name]
 
-    def _release_region(self, region):
+    def _release_region(self, region: HostRegion) -> None:
         self._forget_region(region)
         try:
             self.unregister_region(region.name, lease_id=region.lease_id)
@@ -257,14 +303,14 @@ class Client(_ops.OpCalls):
             if e.code != grpc.StatusCode.NOT_FOUND:  # already gone (unregister-all, lease end)
                 raise
 
-    def _find_region(self, address, nbytes):
+    def _find_region(self, address: int, nbytes: int) -> tuple[str, int] | None:
         with self._lock:
             for region in self._regions.values():
                 if region.contains(address, nbytes):
                     return region.name, region.address
         return None
 
-    def _device_region(self, tensor):
+    def _device_region(self, tensor: torch.Tensor) -> RegionRef:
         with self._lock:
             if self._device_regions is None:
                 from .torch_support import DeviceRegionCache
@@ -274,7 +320,13 @@ class Client(_ops.OpCalls):
 
     # ---- ops ----
 
-    def submit(self, op, timeout=None, metadata=None, **arguments):
+    def submit(
+        self,
+        op: str,
+        timeout: float | None = None,
+        metadata: Sequence[tuple[str, str | bytes]] | None = None,
+        **arguments: Any,
+    ) -> OpFuture:
         """Starts an op call; returns an OpFuture."""
         spec = _ops.spec(op)
         request, sinks = _ops.build_request(spec, self._codec, arguments)
@@ -282,11 +334,17 @@ class Client(_ops.OpCalls):
         future = method.future(request, timeout=self._timeout(timeout), metadata=metadata)
         return OpFuture(spec, future, sinks, request)
 
-    def call(self, op, timeout=None, metadata=None, **arguments):
+    def call(
+        self,
+        op: str,
+        timeout: float | None = None,
+        metadata: Sequence[tuple[str, str | bytes]] | None = None,
+        **arguments: Any,
+    ) -> _ops.OpResult:
         """Runs an op call and returns its OpResult (AttndError on failure)."""
         return self.submit(op, timeout=timeout, metadata=metadata, **arguments).result()
 
-    def session(self, client_name="", timeout=None):
+    def session(self, client_name: str = "", timeout: float | None = None) -> Session:
         """Opens a Session (a lease and pipelined calls on one stream)."""
         from .session import Session
 

@@ -9,6 +9,7 @@ IEEE f32) and fp8 e4m3fn as uint8 arrays (OCP e4m3fn: bias 7, no infinities, S.1
 """
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _proto
 
@@ -19,7 +20,7 @@ FP8_E4M3 = "fp8_e4m3"
 I32 = "i32"
 U8 = "u8"
 
-_TABLE = {
+_TABLE: dict[str, tuple[int, np.dtype]] = {
     F32: (_proto.pb.DTYPE_F32, np.dtype(np.float32)),
     BF16: (_proto.pb.DTYPE_BF16, np.dtype(np.uint16)),
     FP8_E4M3: (_proto.pb.DTYPE_FP8_E4M3, np.dtype(np.uint8)),
@@ -32,7 +33,7 @@ _ALIASES = {"fp8": FP8_E4M3, "float32": F32, "int32": I32, "uint8": U8, "bfloat1
 FP8_E4M3_MAX = 448.0
 
 
-def canonical(name):
+def canonical(name: str) -> str:
     """The attnd name of a dtype given by name or alias ("fp8" -> "fp8_e4m3")."""
     name = _ALIASES.get(name, name)
     if name not in _TABLE:
@@ -40,30 +41,33 @@ def canonical(name):
     return name
 
 
-def to_proto(name):
+def to_proto(name: str) -> int:
+    """The attnd.v1.DType enum value of an attnd dtype name."""
     return _TABLE[canonical(name)][0]
 
 
-def from_proto(proto_dtype):
+def from_proto(proto_dtype: int) -> str:
+    """The attnd dtype name of an attnd.v1.DType enum value."""
     try:
         return _BY_PROTO[proto_dtype]
     except KeyError:
         raise ValueError(f"unknown attnd.v1.DType {proto_dtype}") from None
 
 
-def storage_dtype(name):
+def storage_dtype(name: str) -> np.dtype:
     """The NumPy dtype that holds the raw elements of an attnd dtype."""
     return _TABLE[canonical(name)][1]
 
 
-def itemsize(name):
+def itemsize(name: str) -> int:
+    """Bytes per element of an attnd dtype."""
     return storage_dtype(name).itemsize
 
 
 # ---- bf16 ----
 
 
-def to_bf16(x):
+def to_bf16(x: npt.ArrayLike) -> npt.NDArray[np.uint16]:
     """float array -> bf16 bits (uint16), rounding to nearest even; NaN stays a (quiet) NaN."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
@@ -72,7 +76,7 @@ def to_bf16(x):
     return np.where(nan, quiet, rounded).astype(np.uint16)
 
 
-def from_bf16(bits, dtype=np.float32):
+def from_bf16(bits: npt.ArrayLike, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     """bf16 bits (uint16) -> float array (f32 exactly, or dtype)."""
     u = np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)
     return u.view(np.float32).astype(dtype, copy=False)
@@ -81,7 +85,7 @@ def from_bf16(bits, dtype=np.float32):
 # ---- fp8 e4m3fn ----
 
 
-def _fp8_table():
+def _fp8_table() -> npt.NDArray[np.float64]:
     c = np.arange(256, dtype=np.int64)
     exponent = (c >> 3) & 0xF
     mantissa = (c & 0x7).astype(np.float64)
@@ -95,12 +99,12 @@ def _fp8_table():
 _FP8_DECODE = _fp8_table()
 
 
-def from_fp8_e4m3(bits, dtype=np.float32):
+def from_fp8_e4m3(bits: npt.ArrayLike, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     """fp8 e4m3fn bits (uint8) -> float array (exact)."""
     return _FP8_DECODE[np.asarray(bits, dtype=np.uint8)].astype(dtype)
 
 
-def to_fp8_e4m3(x):
+def to_fp8_e4m3(x: npt.ArrayLike) -> npt.NDArray[np.uint8]:
     """float array -> fp8 e4m3fn bits (uint8): nearest even; finite overflow and +-inf saturate to
     +-448; NaN -> S.1111.111."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
@@ -119,7 +123,7 @@ def to_fp8_e4m3(x):
     return (code | sign).astype(np.uint8)
 
 
-def encode(x, name):
+def encode(x: npt.ArrayLike, name: str) -> np.ndarray:
     """A float (or already raw) array as the raw storage of attnd dtype `name`."""
     name = canonical(name)
     x = np.asarray(x)
@@ -130,7 +134,7 @@ def encode(x, name):
     return x.astype(storage_dtype(name), copy=False)
 
 
-def decode(raw, name, dtype=np.float64):
+def decode(raw: npt.ArrayLike, name: str, dtype: npt.DTypeLike = np.float64) -> np.ndarray:
     """The values of raw storage of attnd dtype `name` (floats as `dtype`, integers as they are)."""
     name = canonical(name)
     if name == BF16:

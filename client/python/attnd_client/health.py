@@ -5,10 +5,15 @@
     for status in HealthStub(channel).watch(""): ...
 """
 
+from collections.abc import Iterator
+from typing import Protocol
+
+import grpc
+
 STATUS_NAMES = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
 
 
-def _varint(value):
+def _varint(value: int) -> bytes:
     out = bytearray()
     while True:
         byte = value & 0x7F
@@ -20,12 +25,12 @@ def _varint(value):
             return bytes(out)
 
 
-def encode_request(service):
+def encode_request(service: str) -> bytes:
     data = service.encode()
     return b"\x0a" + _varint(len(data)) + data if data else b""
 
 
-def decode_response(data):
+def decode_response(data: bytes) -> str:
     """The ServingStatus name in a HealthCheckResponse (unknown fields skipped)."""
     status, i = 0, 0
     while i < len(data):
@@ -58,8 +63,18 @@ def decode_response(data):
     return STATUS_NAMES.get(status, str(status))
 
 
+class HealthWatch(Protocol):
+    """What HealthStub.watch returns: a gRPC call that iterates status names; cancel() ends it."""
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def __next__(self) -> str: ...
+
+    def cancel(self) -> bool: ...
+
+
 class HealthStub:
-    def __init__(self, channel):
+    def __init__(self, channel: grpc.Channel) -> None:
         self._check = channel.unary_unary(
             "/grpc.health.v1.Health/Check",
             request_serializer=encode_request,
@@ -71,9 +86,9 @@ class HealthStub:
             response_deserializer=decode_response,
         )
 
-    def check(self, service="", timeout=None):
+    def check(self, service: str = "", timeout: float | None = None) -> str:
         return self._check(service, timeout=timeout)
 
-    def watch(self, service="", timeout=None):
+    def watch(self, service: str = "", timeout: float | None = None) -> HealthWatch:
         """An iterator of status names (a grpc call: .cancel() ends it)."""
         return self._watch(service, timeout=timeout)

@@ -8,19 +8,34 @@ Client and Session, and OpResult.
     res.stats    # attnd.v1.CallStats: queue/compute seconds, flops, copied bytes, request id
 """
 
-import collections
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
+from google.protobuf.message import Message
 
 from . import dtypes
 from ._proto import pb
-from .tensors import decode_tensor
+from .tensors import OutputArg, Sink, TensorArg, TensorCodec, decode_tensor
 
 F32, BF16, FP8, I32, U8 = dtypes.F32, dtypes.BF16, dtypes.FP8_E4M3, dtypes.I32, dtypes.U8
 
-OpSpec = collections.namedtuple(
-    "OpSpec", "name rpc request session_field inputs outputs optional_outputs scalars"
-)
+
+class OpSpec(NamedTuple):
+    """One operator of attnd.v1: its name, RPC method, request message class, field in
+    SessionRequest, inputs and outputs by field name with their attnd dtypes (an input with
+    alternatives as a tuple, the default first), the outputs returned only when asked for, and
+    the scalar option fields."""
+
+    name: str
+    rpc: str
+    request: type[Message]
+    session_field: str
+    inputs: dict[str, str | tuple[str, ...]]
+    outputs: dict[str, str]
+    optional_outputs: tuple[str, ...]
+    scalars: tuple[str, ...]
+
 
 OPS = {
     spec.name: spec
@@ -122,7 +137,7 @@ for _name, _spec in list(OPS.items()):
 PRECISIONS = {"fast": pb.PRECISION_FAST, "high": pb.PRECISION_HIGH}
 
 
-def precision_value(precision):
+def precision_value(precision: str) -> int:
     """The proto enum value of a precision name ("fast" or "high"; ValueError otherwise)."""
     try:
         return PRECISIONS[precision]
@@ -130,7 +145,7 @@ def precision_value(precision):
         raise ValueError(f"precision {precision!r}; want one of {sorted(PRECISIONS)}") from None
 
 
-def precision_name(value):
+def precision_name(value: int) -> str | None:
     """The name ("fast" or "high") of a proto Precision (CallStats.precision), None for
     UNSPECIFIED."""
     for name, v in PRECISIONS.items():
@@ -139,7 +154,8 @@ def precision_name(value):
     return None
 
 
-def spec(op):
+def spec(op: str) -> OpSpec:
+    """The OpSpec of an op name (ValueError for an unknown one)."""
     try:
         return OPS[op]
     except KeyError:
@@ -151,7 +167,7 @@ class OpResult:
     region ones as the array / tensor / RegionRef they were placed in), `stats` (CallStats) and
     the raw `response` message."""
 
-    def __init__(self, op, response, outputs):
+    def __init__(self, op: str, response: Message, outputs: dict[str, Any]) -> None:
         self.op = op
         self.response = response
         self.stats = response.stats
@@ -161,15 +177,15 @@ class OpResult:
         for name, value in outputs.items():
             setattr(self, name, value)
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> Any:
         return self.outputs[name]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         shapes = {k: getattr(v, "shape", v) for k, v in self.outputs.items()}
         return f"OpResult({self.op}, {shapes}, request_id={self.stats.request_id})"
 
 
-def _input_dtype(want, value):
+def _input_dtype(want: str | tuple[str, ...], value: object) -> str:
     """The attnd dtype an input goes as: `want`, or for an input with alternatives (a tuple, the
     default first) the alternative whose raw NumPy dtype the array has (typed() still wins)."""
     if not isinstance(want, tuple):
@@ -181,7 +197,9 @@ def _input_dtype(want, value):
     return want[0]
 
 
-def build_request(op_spec, codec, kwargs):
+def build_request(
+    op_spec: OpSpec, codec: TensorCodec, kwargs: Mapping[str, Any]
+) -> tuple[Message, dict[str, Sink]]:
     """(request message, sinks) for an op call's keyword arguments."""
     known = set(op_spec.inputs) | set(op_spec.outputs) | set(op_spec.scalars)
     unknown = sorted(set(kwargs) - known)
@@ -211,7 +229,8 @@ def build_request(op_spec, codec, kwargs):
     return request, sinks
 
 
-def decode_response(op_spec, response, sinks):
+def decode_response(op_spec: OpSpec, response: Message, sinks: Mapping[str, Sink]) -> OpResult:
+    """The OpResult of an op's response message (outputs copied into or viewed from `sinks`)."""
     outputs = {}
     for name in op_spec.outputs:
         if not response.HasField(name):
@@ -233,20 +252,24 @@ class OpCalls:
     tensors.py; outputs default to inline replies. **options: the proto's per-call options
     (COMMON_SCALARS: ready_event, device_uuid) where it has them."""
 
+    def call(self, op: str, timeout: float | None = None, **arguments: Any) -> OpResult:
+        """Runs op `op` with keyword `arguments` and returns its OpResult (subclasses)."""
+        raise NotImplementedError
+
     def indexer_logits(
         self,
         *,
-        q,
-        k,
-        k_scale,
-        weights,
-        ks,
-        ke,
-        clean_logits=None,
-        logits=None,
-        timeout=None,
-        **options,
-    ):
+        q: TensorArg,
+        k: TensorArg,
+        k_scale: TensorArg,
+        weights: TensorArg,
+        ks: TensorArg,
+        ke: TensorArg,
+        clean_logits: bool | None = None,
+        logits: OutputArg = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> OpResult:
         """logits[m,n] = sum_h relu(q[m,h].k[n]) k_scale[n] weights[m,h] on row m's window."""
         return self.call(
             "indexer_logits",
@@ -265,18 +288,18 @@ class OpCalls:
     def indexer_logits_paged(
         self,
         *,
-        q,
-        kv_cache,
-        block_table,
-        context_lens,
-        weights,
-        max_context_len=None,
-        block_size=None,
-        clean_logits=None,
-        logits=None,
-        timeout=None,
-        **options,
-    ):
+        q: TensorArg,
+        kv_cache: TensorArg,
+        block_table: TensorArg,
+        context_lens: TensorArg,
+        weights: TensorArg,
+        max_context_len: int | None = None,
+        block_size: int | None = None,
+        clean_logits: bool | None = None,
+        logits: OutputArg = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> OpResult:
         """Decode indexer over vLLM's paged fp8 key cache (block = keys then f32 scales)."""
         return self.call(
             "indexer_logits_paged",
@@ -296,19 +319,19 @@ class OpCalls:
     def topk(
         self,
         *,
-        logits,
-        k,
-        ks=None,
-        ke=None,
-        lengths=None,
-        block_table=None,
-        page_size=None,
-        rows_per_request=None,
-        indices=None,
-        values=None,
-        timeout=None,
-        **options,
-    ):
+        logits: TensorArg,
+        k: int,
+        ks: TensorArg | None = None,
+        ke: TensorArg | None = None,
+        lengths: TensorArg | None = None,
+        block_table: TensorArg | None = None,
+        page_size: int | None = None,
+        rows_per_request: int | None = None,
+        indices: OutputArg = None,
+        values: OutputArg = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> OpResult:
         """Row-wise top-k of logits in each row's window (values=True to get them back)."""
         return self.call(
             "topk",
@@ -329,18 +352,18 @@ class OpCalls:
     def sparse_mla(
         self,
         *,
-        q,
-        kv,
-        indices,
-        sm_scale,
-        indptr=None,
-        topk_length=None,
-        precision=None,
-        out=None,
-        lse=None,
-        timeout=None,
-        **options,
-    ):
+        q: TensorArg,
+        kv: TensorArg,
+        indices: TensorArg,
+        sm_scale: float,
+        indptr: TensorArg | None = None,
+        topk_length: TensorArg | None = None,
+        precision: str | None = None,
+        out: OutputArg = None,
+        lse: OutputArg = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> OpResult:
         """Sparse MLA: each token attends to its selected kv rows (top-k table or CSR). kv is
         bf16 [S, d_qk] or, with d_qk 576, the FP8 cache as uint8 [S, 656] (512 e4m3 codes, 4 f32
         scales, 64 bf16 rope per row). precision: "fast" (None: the default) or "high"."""
@@ -362,18 +385,18 @@ class OpCalls:
     def mla_decode(
         self,
         *,
-        q,
-        kv_cache,
-        block_table,
-        cache_seqlens,
-        sm_scale,
-        causal=None,
-        precision=None,
-        out=None,
-        lse=None,
-        timeout=None,
-        **options,
-    ):
+        q: TensorArg,
+        kv_cache: TensorArg,
+        block_table: TensorArg,
+        cache_seqlens: TensorArg,
+        sm_scale: float,
+        causal: bool | None = None,
+        precision: str | None = None,
+        out: OutputArg = None,
+        lse: OutputArg = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> OpResult:
         """Dense absorbed MLA decode over a paged latent cache. precision: "fast" (None: the
         default) or "high"."""
         return self.call(
@@ -394,19 +417,19 @@ class OpCalls:
     def mla_prefill(
         self,
         *,
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        sm_scale,
-        causal=None,
-        precision=None,
-        out=None,
-        lse=None,
-        timeout=None,
-        **options,
-    ):
+        q: TensorArg,
+        k: TensorArg,
+        v: TensorArg,
+        cu_seqlens_q: TensorArg,
+        cu_seqlens_k: TensorArg,
+        sm_scale: float,
+        causal: bool | None = None,
+        precision: str | None = None,
+        out: OutputArg = None,
+        lse: OutputArg = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> OpResult:
         """Dense non-absorbed MLA prefill over packed variable-length sequences. precision:
         "fast" (None: the default) or "high"."""
         return self.call(
@@ -428,24 +451,24 @@ class OpCalls:
     def dsa_attention(
         self,
         *,
-        index_q,
-        index_k,
-        index_k_scale,
-        index_weights,
-        ks,
-        ke,
-        q,
-        kv,
-        sm_scale,
-        topk=None,
-        precision=None,
-        out=None,
-        lse=None,
-        indices=None,
-        logits=None,
-        timeout=None,
-        **options,
-    ):
+        index_q: TensorArg,
+        index_k: TensorArg,
+        index_k_scale: TensorArg,
+        index_weights: TensorArg,
+        ks: TensorArg,
+        ke: TensorArg,
+        q: TensorArg,
+        kv: TensorArg,
+        sm_scale: float,
+        topk: int | None = None,
+        precision: str | None = None,
+        out: OutputArg = None,
+        lse: OutputArg = None,
+        indices: OutputArg = None,
+        logits: OutputArg = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> OpResult:
         """A whole DSA layer in one call: indexer -> top-k -> sparse MLA (topk None: 2048).
         kv as in sparse_mla: bf16 [N, d_qk], or a uint8 array [N, 656] (the FP8 cache, d_qk 576).
         indices=True / logits=True (or a placement) also return the chosen rows / the cleaned

@@ -19,8 +19,11 @@ import itertools
 import mmap
 import os
 import secrets
+from collections.abc import Iterable, Sequence
+from typing import Protocol, Self
 
 import numpy as np
+import numpy.typing as npt
 
 from . import dtypes
 from .tensors import RegionRef, array_address
@@ -29,12 +32,13 @@ SHM_DIR = "/dev/shm"
 _counter = itertools.count()
 
 
-def new_key(prefix="attnd-py"):
+def new_key(prefix: str = "attnd-py") -> str:
     """A fresh POSIX shm key: "/<prefix>-<pid>-<n>-<random>"."""
     return f"/{prefix}-{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
 
 
-def shm_path(key):
+def shm_path(key: str) -> str:
+    """The /dev/shm path of a POSIX shm key ("/name")."""
     if not key.startswith("/") or "/" in key[1:] or len(key) < 2:
         raise ValueError(f"shm key {key!r}: want '/' then a name without slashes")
     return os.path.join(SHM_DIR, key[1:])
@@ -44,7 +48,7 @@ class ShmObject:
     """A POSIX shm object of `byte_size` bytes created by this process (shm_open(O_CREAT|O_EXCL)
     + ftruncate, through /dev/shm as glibc does) and mapped read-write."""
 
-    def __init__(self, byte_size, key=None, mode=0o600):
+    def __init__(self, byte_size: int, key: str | None = None, mode: int = 0o600) -> None:
         if byte_size <= 0:
             raise ValueError(f"byte_size is {byte_size}, want > 0")
         self.key = key or new_key()
@@ -53,7 +57,7 @@ class ShmObject:
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
         try:
             os.ftruncate(fd, self.byte_size)
-            self._mmap = mmap.mmap(
+            mapping = mmap.mmap(
                 fd, self.byte_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
             )
         except BaseException:
@@ -62,10 +66,12 @@ class ShmObject:
             raise
         os.close(fd)
         self.linked = True
-        self.buffer = np.frombuffer(self._mmap, dtype=np.uint8)  # the whole object, writable
-        self.address = array_address(self.buffer)
+        self._mmap: mmap.mmap | None = mapping
+        buffer = np.frombuffer(mapping, dtype=np.uint8)
+        self.buffer: npt.NDArray[np.uint8] | None = buffer  # the whole object; None once closed
+        self.address = array_address(buffer)
 
-    def unlink(self):
+    def unlink(self) -> None:
         """Removes the name from /dev/shm (idempotent); mappings stay valid."""
         if self.linked:
             self.linked = False
@@ -74,7 +80,7 @@ class ShmObject:
             except FileNotFoundError:
                 pass
 
-    def close(self):
+    def close(self) -> None:
         """Unlinks the name and unmaps (the mapping stays until the last NumPy view is gone)."""
         self.unlink()
         if self._mmap is None:
@@ -86,11 +92,17 @@ class ShmObject:
             pass  # views still exported: unmapped when they are garbage-collected
         self._mmap = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RegionOwner(Protocol):
+    """What a HostRegion is registered through (a Client or a Session)."""
+
+    def _release_region(self, region: "HostRegion") -> None: ...
 
 
 class HostRegion:
@@ -99,7 +111,15 @@ class HostRegion:
     `owner` is the Client or Session it was registered through; close() unregisters it there
     (unless the session already ended, which removed it), then closes the shm object."""
 
-    def __init__(self, owner, name, shm, offset=0, byte_size=None, lease_id=""):
+    def __init__(
+        self,
+        owner: RegionOwner | None,
+        name: str,
+        shm: ShmObject,
+        offset: int = 0,
+        byte_size: int | None = None,
+        lease_id: str = "",
+    ) -> None:
         self.owner = owner
         self.name = name
         self.shm = shm
@@ -111,14 +131,17 @@ class HostRegion:
         self.registered = True
         self._next = 0
 
-    def contains(self, address, nbytes):
+    def contains(self, address: int, nbytes: int) -> bool:
+        """Whether [address, address + nbytes) lies inside this (registered) region."""
         return (
             self.registered
             and self.address <= address
             and address + nbytes <= self.address + self.byte_size
         )
 
-    def array(self, dtype, shape, offset=None, align=64):
+    def array(
+        self, dtype: str, shape: int | Sequence[int], offset: int | None = None, align: int = 64
+    ) -> np.ndarray:
         """A writable NumPy view of `shape` elements of attnd dtype `dtype` (raw storage:
         bf16 -> uint16, fp8 -> uint8) at `offset` bytes into the region, or, when offset is
         None, at the next free `align`-aligned offset."""
@@ -131,33 +154,39 @@ class HostRegion:
                 f"region {self.name!r}: {count * dt.itemsize} bytes at offset "
                 f"{offset} do not fit in {self.byte_size}"
             )
+        buffer = self.shm.buffer
+        if buffer is None:
+            raise ValueError(f"region {self.name!r}: its shm object is closed")
         self._next = max(self._next, offset + count * dt.itemsize)
         start = self.offset + offset
-        return self.shm.buffer[start : start + count * dt.itemsize].view(dt).reshape(shape)
+        return buffer[start : start + count * dt.itemsize].view(dt).reshape(shape)
 
-    def put(self, array, dtype, align=64):
+    def put(self, array: npt.ArrayLike, dtype: str, align: int = 64) -> np.ndarray:
         """Copies `array` (encoded to `dtype`) into a fresh view and returns the view."""
         raw = dtypes.encode(array, dtype)
         view = self.array(dtype, raw.shape, align=align)
         view[...] = raw
         return view
 
-    def ref(self, dtype, shape, offset, strides=None):
+    def ref(
+        self, dtype: str, shape: Iterable[int], offset: int, strides: Iterable[int] | None = None
+    ) -> RegionRef:
         """An explicit RegionRef into this region."""
         return RegionRef(self.name, dtype, shape, offset, strides)
 
-    def reset(self):
+    def reset(self) -> None:
         """Forgets the bump allocations of array() (views stay valid)."""
         self._next = 0
 
-    def close(self, unregister=True):
+    def close(self, unregister: bool = True) -> None:
+        """Unregisters the region (when `unregister` and still registered) and closes its shm."""
         if self.registered and unregister and self.owner is not None:
             self.owner._release_region(self)
         self.registered = False
         self.shm.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

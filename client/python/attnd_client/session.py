@@ -10,55 +10,71 @@ replies come back out of order and are matched by request id.
         slow.cancel()                                          # SessionCancel if not started
 """
 
+from __future__ import annotations
+
 import itertools
 import queue
 import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
 import grpc
 
 from . import ops as _ops
+from ._proto import pb
 from .errors import AttndError, status_code
 from .regions import HostRegion, ShmObject
-from ._proto import pb
+
+if TYPE_CHECKING:
+    from .client import Client
 
 _END = object()
+_T = TypeVar("_T")
 
 
-class SessionCall:
+class SessionCall(Generic[_T]):
     """A call in a session: result(timeout) -> its payload (OpResult for ops), cancel()."""
 
-    def __init__(self, session, request_id, decode):
+    def __init__(
+        self, session: Session, request_id: int, decode: Callable[[pb.SessionResponse], _T]
+    ) -> None:
         self.request_id = request_id
         self._session = session
         self._decode = decode
         self._event = threading.Event()
-        self._response = None
-        self._error = None
+        self._response: pb.SessionResponse | None = None
+        self._error: BaseException | None = None
 
-    def _set(self, response=None, error=None):
+    def _set(
+        self, response: pb.SessionResponse | None = None, error: BaseException | None = None
+    ) -> None:
         self._response, self._error = response, error
         self._event.set()
 
-    def done(self):
+    def done(self) -> bool:
+        """Whether the reply (or the stream's end) has arrived."""
         return self._event.is_set()
 
-    def result(self, timeout=None):
+    def result(self, timeout: float | None = None) -> _T:
+        """The call's payload; AttndError when it failed, TimeoutError after `timeout` s."""
         if not self._event.wait(timeout):
             raise TimeoutError(f"session call {self.request_id}: no reply after {timeout} s")
         if self._error is not None:
             raise self._error
+        assert self._response is not None  # _set gave a response or an error
         if self._response.code != 0:
             raise AttndError(status_code(self._response.code), self._response.message)
         return self._decode(self._response)
 
-    def exception(self, timeout=None):
+    def exception(self, timeout: float | None = None) -> AttndError | None:
+        """The AttndError the call ended with, or None once it succeeded."""
         try:
             self.result(timeout)
         except AttndError as e:
             return e
         return None
 
-    def cancel(self):
+    def cancel(self) -> None:
         """Asks the daemon to cancel this call if it has not started (its reply then carries
         CANCELLED)."""
         if not self.done():
@@ -69,14 +85,20 @@ class SessionCall:
 
 
 class Session(_ops.OpCalls):
-    def __init__(self, client, client_name="", timeout=None, open_timeout=60.0):
+    def __init__(
+        self,
+        client: Client,
+        client_name: str = "",
+        timeout: float | None = None,
+        open_timeout: float = 60.0,
+    ) -> None:
         self.client = client
         self._ids = itertools.count(1)
-        self._requests = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._pending = {}
+        self._pending: dict[int, SessionCall[Any]] = {}
         self._closed = False
-        self._regions = {}
+        self._regions: dict[str, HostRegion] = {}
         self._stream = client._stub.Session(self._request_iterator(), timeout=timeout)
         self._reader = threading.Thread(target=self._read, name="attnd-session", daemon=True)
         self._reader.start()
@@ -85,14 +107,36 @@ class Session(_ops.OpCalls):
 
     # ---- stream plumbing ----
 
-    def _request_iterator(self):
+    def _request_iterator(self) -> Iterator[pb.SessionRequest]:
         while True:
             item = self._requests.get()
             if item is _END:
                 return
             yield item
 
-    def _send(self, request, decode=lambda r: r, expect_reply=True):
+    @overload
+    def _send(self, request: pb.SessionRequest) -> SessionCall[pb.SessionResponse]: ...
+
+    @overload
+    def _send(
+        self, request: pb.SessionRequest, decode: Callable[[pb.SessionResponse], _T]
+    ) -> SessionCall[_T]: ...
+
+    @overload
+    def _send(
+        self,
+        request: pb.SessionRequest,
+        decode: Callable[[pb.SessionResponse], Any] = ...,
+        *,
+        expect_reply: Literal[False],
+    ) -> None: ...
+
+    def _send(
+        self,
+        request: pb.SessionRequest,
+        decode: Callable[[pb.SessionResponse], Any] = lambda r: r,
+        expect_reply: bool = True,
+    ) -> SessionCall[Any] | None:
         call = None
         with self._lock:
             if self._closed:
@@ -104,7 +148,7 @@ class Session(_ops.OpCalls):
             self._requests.put(request)
         return call
 
-    def _read(self):
+    def _read(self) -> None:
         error = AttndError(grpc.StatusCode.UNAVAILABLE, "session stream ended")
         try:
             for response in self._stream:
@@ -120,7 +164,7 @@ class Session(_ops.OpCalls):
         for call in pending.values():
             call._set(error=error)
 
-    def close(self, timeout=60.0):
+    def close(self, timeout: float = 60.0) -> None:
         """Half-closes the stream, waits for pending replies (the daemon then ends the stream
         and the lease: every region of this session is removed), and unmaps its host regions."""
         with self._lock:
@@ -134,7 +178,7 @@ class Session(_ops.OpCalls):
             self._reader.join(timeout)
         self._drop_regions()
 
-    def abort(self):
+    def abort(self) -> None:
         """Cancels the stream at once (in-flight calls fail; the lease ends)."""
         with self._lock:
             self._closed = True
@@ -142,21 +186,24 @@ class Session(_ops.OpCalls):
         self._reader.join(30)
         self._drop_regions()
 
-    def _drop_regions(self):
+    def _drop_regions(self) -> None:
         for region in list(self._regions.values()):
             self.client._forget_region(region)
             region.close(unregister=False)
         self._regions.clear()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---- regions (tied to the lease) ----
 
-    def register_host_region(self, name, key, byte_size, offset=0, timeout=60.0):
+    def register_host_region(
+        self, name: str, key: str, byte_size: int, offset: int = 0, timeout: float = 60.0
+    ) -> None:
+        """As Client.register_host_region, under this session's lease."""
         request = pb.SessionRequest(
             register_host_region=pb.RegisterHostRegionRequest(
                 name=name, key=key, offset=offset, byte_size=byte_size
@@ -165,8 +212,15 @@ class Session(_ops.OpCalls):
         self._send(request).result(timeout)
 
     def register_device_region(
-        self, name, raw_handle, device_uuid, byte_size, offset=0, timeout=60.0
-    ):
+        self,
+        name: str,
+        raw_handle: bytes,
+        device_uuid: str,
+        byte_size: int,
+        offset: int = 0,
+        timeout: float = 60.0,
+    ) -> None:
+        """As Client.register_device_region, under this session's lease."""
         request = pb.SessionRequest(
             register_device_region=pb.RegisterDeviceRegionRequest(
                 name=name,
@@ -178,7 +232,7 @@ class Session(_ops.OpCalls):
         )
         self._send(request).result(timeout)
 
-    def unregister_region(self, name="", timeout=60.0):
+    def unregister_region(self, name: str = "", timeout: float = 60.0) -> list[str]:
         """Unregisters `name` (empty: every region of this lease); waits for in-flight use."""
         request = pb.SessionRequest(unregister_region=pb.UnregisterRegionRequest(name=name))
         removed = list(self._send(request).result(timeout).unregister_region.removed)
@@ -189,12 +243,14 @@ class Session(_ops.OpCalls):
                 region.registered = False
         return removed
 
-    def submit_unregister(self, name=""):
+    def submit_unregister(self, name: str = "") -> SessionCall[list[str]]:
         """Pipelined unregister: returns the SessionCall at once."""
         request = pb.SessionRequest(unregister_region=pb.UnregisterRegionRequest(name=name))
         return self._send(request, decode=lambda r: list(r.unregister_region.removed))
 
-    def submit_register_host_region(self, name, key, byte_size, offset=0):
+    def submit_register_host_region(
+        self, name: str, key: str, byte_size: int, offset: int = 0
+    ) -> SessionCall[pb.SessionResponse]:
         """Pipelined register: returns the SessionCall at once."""
         return self._send(
             pb.SessionRequest(
@@ -204,7 +260,9 @@ class Session(_ops.OpCalls):
             )
         )
 
-    def create_host_region(self, name, byte_size, key=None, unlink_early=True):
+    def create_host_region(
+        self, name: str, byte_size: int, key: str | None = None, unlink_early: bool = True
+    ) -> HostRegion:
         """As Client.create_host_region, registered under this session's lease."""
         shm = ShmObject(byte_size, key)
         try:
@@ -219,7 +277,7 @@ class Session(_ops.OpCalls):
         self.client._add_region(region)
         return region
 
-    def _release_region(self, region):
+    def _release_region(self, region: HostRegion) -> None:
         self._regions.pop(region.name, None)
         self.client._forget_region(region)
         if not self._closed:
@@ -229,12 +287,14 @@ class Session(_ops.OpCalls):
                 if e.code != grpc.StatusCode.NOT_FOUND:
                     raise
 
-    def device_uuids(self):
+    def device_uuids(self) -> list[str]:
         return self.client.device_uuids()
 
     # ---- ops ----
 
-    def submit(self, op, timeout=None, **arguments):
+    def submit(
+        self, op: str, timeout: float | None = None, **arguments: Any
+    ) -> SessionCall[_ops.OpResult]:
         """Starts an op call on the stream; `timeout` (seconds) is enforced by the daemon."""
         spec = _ops.spec(op)
         request, sinks = _ops.build_request(spec, self.client._codec, arguments)
@@ -245,5 +305,6 @@ class Session(_ops.OpCalls):
             decode=lambda r: _ops.decode_response(spec, getattr(r, spec.session_field), sinks),
         )
 
-    def call(self, op, timeout=None, **arguments):
+    def call(self, op: str, timeout: float | None = None, **arguments: Any) -> _ops.OpResult:
+        """Runs an op call on the stream and returns its OpResult (AttndError on failure)."""
         return self.submit(op, timeout=timeout, **arguments).result()

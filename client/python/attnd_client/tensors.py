@@ -13,26 +13,41 @@ Outputs also accept Placement(...) and True (return inline, e.g. the optional to
     client.sparse_mla(q=q, kv=ref, indices=idx, sm_scale=0.07, out=out)
 """
 
+from __future__ import annotations
+
 import sys
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard
 
 import numpy as np
+import numpy.typing as npt
 
 from . import dtypes
 from ._proto import pb
+
+if TYPE_CHECKING:
+    import torch
 
 
 class RegionRef:
     """A tensor in a registered region: `offset` bytes from the region's start, `strides` in
     elements (None = dense row-major)."""
 
-    def __init__(self, region, dtype, shape, offset=0, strides=None):
+    def __init__(
+        self,
+        region: str,
+        dtype: str,
+        shape: Iterable[int],
+        offset: int = 0,
+        strides: Iterable[int] | None = None,
+    ) -> None:
         self.region = region
         self.dtype = dtypes.canonical(dtype)
         self.shape = tuple(int(d) for d in shape)
         self.offset = int(offset)
         self.strides = None if strides is None else tuple(int(s) for s in strides)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"RegionRef({self.region!r}, {self.dtype!r}, {self.shape}, offset={self.offset}, "
             f"strides={self.strides})"
@@ -43,7 +58,13 @@ class Placement:
     """An output placement: in `region` (a RegionRef, written in place) or inline (region None),
     with an optional dtype / shape / element strides (e.g. a logits row stride ld > N)."""
 
-    def __init__(self, dtype=None, shape=None, strides=None, region=None):
+    def __init__(
+        self,
+        dtype: str | None = None,
+        shape: Iterable[int] | None = None,
+        strides: Iterable[int] | None = None,
+        region: RegionRef | None = None,
+    ) -> None:
         self.dtype = None if dtype is None else dtypes.canonical(dtype)
         self.shape = None if shape is None else tuple(int(d) for d in shape)
         self.strides = None if strides is None else tuple(int(s) for s in strides)
@@ -53,30 +74,45 @@ class Placement:
 class Typed:
     """An array with an explicit attnd dtype and/or forced inline transfer."""
 
-    def __init__(self, array, dtype=None, inline=False):
+    def __init__(
+        self, array: npt.ArrayLike, dtype: str | None = None, inline: bool = False
+    ) -> None:
         self.array = array
         self.dtype = None if dtype is None else dtypes.canonical(dtype)
         self.inline = inline
 
 
-def typed(array, dtype=None, inline=False):
+def typed(array: npt.ArrayLike, dtype: str | None = None, inline: bool = False) -> Typed:
+    """`array` sent as attnd dtype `dtype` (when its raw dtype is ambiguous) and/or inline."""
     return Typed(array, dtype, inline)
 
 
-def _is_torch(value):
+# An input of an op call: an array (anything np.asarray takes; a torch tensor too), typed(...),
+# or a RegionRef.
+TensorArg: TypeAlias = npt.ArrayLike | Typed | RegionRef
+# An output of an op call: None / False (not requested), True (inline), a writable array to fill
+# (or typed(array)), a RegionRef or a Placement.
+OutputArg: TypeAlias = npt.ArrayLike | Typed | RegionRef | Placement | bool | None
+# Where a decoded output goes: ("view", the object whose memory the daemon wrote) or ("copy",
+# the array to copy the inline reply into).
+Sink: TypeAlias = tuple[str, Any]
+
+
+def _is_torch(value: object) -> TypeGuard[torch.Tensor]:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def array_address(array):
+def array_address(array: np.ndarray) -> int:
+    """The address of an array's first element."""
     return array.__array_interface__["data"][0]
 
 
-def element_strides(array, name):
+def element_strides(array: np.ndarray, name: str) -> list[int]:
     """The element strides of `array`, or ValueError when its layout cannot be described."""
     item = array.itemsize
     strides = []
-    for dim, (size, stride) in enumerate(zip(array.shape, array.strides)):
+    for dim, (size, stride) in enumerate(zip(array.shape, array.strides, strict=True)):
         if size > 1 and (stride < 0 or stride % item):
             raise ValueError(
                 f"{name}: stride of dim {dim} is {stride} bytes; want a non-negative "
@@ -88,14 +124,17 @@ def element_strides(array, name):
     return strides
 
 
-def _set_layout(t, dtype, shape, strides):
+def _set_layout(
+    t: pb.Tensor, dtype: str, shape: Iterable[int], strides: Iterable[int] | None
+) -> None:
     t.dtype = dtypes.to_proto(dtype)
     t.shape.extend(int(d) for d in shape)
     if strides is not None:
         t.strides.extend(int(s) for s in strides)
 
 
-def region_tensor(ref):
+def region_tensor(ref: RegionRef) -> pb.Tensor:
+    """The attnd.v1.Tensor that addresses a RegionRef."""
     t = pb.Tensor()
     _set_layout(t, ref.dtype, ref.shape, ref.strides)
     t.region.region = ref.region
@@ -103,7 +142,7 @@ def region_tensor(ref):
     return t
 
 
-def decode_tensor(t):
+def decode_tensor(t: pb.Tensor) -> np.ndarray | None:
     """An inline reply tensor as a read-only NumPy array of its raw storage dtype (bf16 -> uint16,
     fp8 -> uint8); None for a tensor written to a region or absent."""
     if t.WhichOneof("data") != "inline_data":
@@ -118,7 +157,7 @@ def decode_tensor(t):
             raise ValueError(f"reply tensor: {flat.size} elements for shape {shape}")
         return flat.reshape(shape)
     byte_strides = tuple(s * dt.itemsize for s in t.strides)
-    span = 1 + sum((d - 1) * s for d, s in zip(shape, t.strides))
+    span = 1 + sum((d - 1) * s for d, s in zip(shape, t.strides, strict=True))
     if flat.size < span:
         raise ValueError(f"reply tensor: {flat.size} elements for a span of {span}")
     return np.lib.stride_tricks.as_strided(flat, shape=shape, strides=byte_strides, writeable=False)
@@ -131,11 +170,17 @@ class TensorCodec:
     region containing [address, address + nbytes), or None. `device_region(tensor)` -> RegionRef
     of a CUDA tensor (registers its storage once)."""
 
-    def __init__(self, find_region, device_region=None):
+    def __init__(
+        self,
+        find_region: Callable[[int, int], tuple[str, int] | None],
+        device_region: Callable[[Any], RegionRef] | None = None,
+    ) -> None:
         self._find_region = find_region
         self._device_region = device_region
 
-    def _unwrap(self, name, value, want):
+    def _unwrap(
+        self, name: str, value: TensorArg, want: str | None
+    ) -> tuple[np.ndarray | RegionRef, str | None, bool]:
         """(NumPy array or RegionRef, attnd dtype, force inline) of an argument."""
         dtype, inline = want, False
         if isinstance(value, Typed):
@@ -155,12 +200,15 @@ class TensorCodec:
             return value, value.dtype, False
         return np.asarray(value), dtype, inline
 
-    def _region_slice(self, name, array, dtype):
+    def _region_slice(self, name: str, array: np.ndarray, dtype: str) -> RegionRef | None:
         """A RegionRef for an array view inside a registered host region, else None."""
         if array.size == 0:
             return None
         lo = array_address(array)
-        span = sum((d - 1) * s for d, s in zip(array.shape, array.strides)) + array.itemsize
+        span = (
+            sum((d - 1) * s for d, s in zip(array.shape, array.strides, strict=True))
+            + array.itemsize
+        )
         found = self._find_region(lo, span)
         if found is None:
             return None
@@ -174,7 +222,8 @@ class TensorCodec:
         strides = None if array.flags.c_contiguous else element_strides(array, name)
         return RegionRef(region, dtype, array.shape, lo - start, strides)
 
-    def encode_input(self, name, value, want):
+    def encode_input(self, name: str, value: TensorArg, want: str | None) -> pb.Tensor:
+        """The attnd.v1.Tensor of input `name` (`want`: its attnd dtype unless typed())."""
         value, dtype, inline = self._unwrap(name, value, want)
         if isinstance(value, RegionRef):
             return region_tensor(value)
@@ -195,7 +244,9 @@ class TensorCodec:
         t.inline_data = np.ascontiguousarray(raw).tobytes()
         return t
 
-    def encode_output(self, name, value, want):
+    def encode_output(
+        self, name: str, value: OutputArg, want: str
+    ) -> tuple[pb.Tensor | None, Sink | None]:
         """(placement Tensor or None, sink): sink is (kind, object) with kind "view" (the output
         lands in that object's memory) or "copy" (copy the inline reply into it), or None."""
         if value is None or value is False:
@@ -205,15 +256,16 @@ class TensorCodec:
         if isinstance(value, Placement):
             t = pb.Tensor()
             if value.region is not None:
-                ref = value.region
-                t.region.region, t.region.offset = ref.region, ref.offset
+                target = value.region
+                t.region.region, t.region.offset = target.region, target.offset
             if value.dtype or value.shape:
                 _set_layout(t, value.dtype or want, value.shape or (), value.strides)
             return t, ("view", value.region) if value.region is not None else None
         original = value
-        value, dtype, inline = self._unwrap(name, value, want)
+        value, unwrapped_dtype, inline = self._unwrap(name, value, want)
         if isinstance(value, RegionRef):
             return region_tensor(value), ("view", original)
+        dtype = unwrapped_dtype or want
         raw = dtypes.storage_dtype(dtype)
         if value.dtype != raw:
             raise ValueError(

@@ -11,18 +11,28 @@ storage's offset in that block (the region's offset) and its size (the region's 
 The client synchronises the tensor's device before each call (the API has no IPC event yet).
 """
 
+from __future__ import annotations
+
 import itertools
 import os
 import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from . import dtypes
 
+if TYPE_CHECKING:
+    import torch
+
+    from .tensors import RegionRef
+
 _counter = itertools.count()
 
 
-def attnd_dtype(torch_dtype):
+def attnd_dtype(torch_dtype: torch.dtype) -> str:
+    """The attnd dtype name of a torch dtype (ValueError when it has none)."""
     import torch
 
     table = {
@@ -40,7 +50,7 @@ def attnd_dtype(torch_dtype):
         raise ValueError(f"torch dtype {torch_dtype} has no attnd dtype") from None
 
 
-def cpu_numpy(tensor):
+def cpu_numpy(tensor: torch.Tensor) -> tuple[np.ndarray, str]:
     """(NumPy view sharing the tensor's memory, attnd dtype) of a CPU tensor."""
     import torch
 
@@ -52,14 +62,14 @@ def cpu_numpy(tensor):
     return tensor.detach().numpy(), name
 
 
-def share_info(share):
+def share_info(share: Sequence[Any]) -> tuple[int, bytes, int, int]:
     """The fields of storage._share_cuda_()'s tuple that a device region needs:
     (device index, handle bytes, storage size bytes, storage offset bytes in the block)."""
     device, handle, size_bytes, offset_bytes = share[0], share[1], share[2], share[3]
     return int(device), bytes(handle), int(size_bytes), int(offset_bytes)
 
 
-def pick_uuid(raw_uuid, daemon_uuids):
+def pick_uuid(raw_uuid: object, daemon_uuids: Iterable[str]) -> str:
     """The daemon's spelling of a device UUID ("GPU-<uuid>" as nvidia-smi writes it, or bare)."""
     bare = str(raw_uuid)
     if bare.startswith("GPU-"):
@@ -73,7 +83,7 @@ def pick_uuid(raw_uuid, daemon_uuids):
 CUDA_IPC_HANDLE_BYTES = 64
 
 
-def cuda_ipc_handle(shared):
+def cuda_ipc_handle(shared: bytes) -> bytes:
     """The cudaIpcMemHandle_t bytes in torch's shareable handle: the bare 64 bytes (older torch)
     or, since torch's caching allocator versions them, a version byte (2), a type byte ('c': a
     cudaMalloc block) and the 64 bytes. Expandable segments ('e') export no cudaIpc handle."""
@@ -92,7 +102,7 @@ def cuda_ipc_handle(shared):
     )
 
 
-def region_args(share, uuid, name):
+def region_args(share: Sequence[Any], uuid: str, name: str) -> dict[str, Any]:
     """RegisterDeviceRegion arguments of a storage from its _share_cuda_() tuple: the region is
     the storage's bytes [offset_bytes, offset_bytes + size_bytes) of the handle's block."""
     _, handle, size_bytes, offset_bytes = share_info(share)
@@ -105,38 +115,56 @@ def region_args(share, uuid, name):
     }
 
 
-def tensor_slice(region, dtype, shape, strides, storage_offset, element_size):
+def tensor_slice(
+    region: str,
+    dtype: str,
+    shape: Iterable[int],
+    strides: Iterable[int],
+    storage_offset: int,
+    element_size: int,
+) -> RegionRef:
     """The RegionRef of a tensor (shape, element strides, storage_offset in elements) in the
     region of its storage: offset storage_offset * element_size bytes; strides omitted when
     dense. ValueError for a layout attnd cannot address (negative strides, non-contiguous last
     dimension)."""
     from .tensors import RegionRef
 
-    shape, strides = tuple(int(d) for d in shape), tuple(int(s) for s in strides)
+    dims, steps = tuple(int(d) for d in shape), tuple(int(s) for s in strides)
     dense, expect = True, 1
-    for size, stride in zip(reversed(shape), reversed(strides)):
+    for size, stride in zip(reversed(dims), reversed(steps), strict=True):
         if size > 1 and stride != expect:
             dense = False
         expect *= size
         if size > 1 and stride < 0:
             raise ValueError(f"tensor stride {stride} is negative")
-    if shape and shape[-1] > 1 and strides[-1] != 1:
+    if dims and dims[-1] > 1 and steps[-1] != 1:
         raise ValueError("the tensor's last dimension must be contiguous")
-    return RegionRef(
-        region, dtype, shape, storage_offset * element_size, None if dense else strides
-    )
+    return RegionRef(region, dtype, dims, storage_offset * element_size, None if dense else steps)
+
+
+class DeviceRegistrar(Protocol):
+    """What registers device regions for a DeviceRegionCache (a Client or a Session)."""
+
+    def device_uuids(self) -> list[str]: ...
+
+    def register_device_region(
+        self, *, name: str, raw_handle: bytes, device_uuid: str, byte_size: int, offset: int
+    ) -> None: ...
 
 
 class DeviceRegionCache:
     """Registers each CUDA storage once (through `registrar`, a Client or Session) and keeps the
     storage alive while registered. Thread-safe."""
 
-    def __init__(self, registrar):
+    def __init__(self, registrar: DeviceRegistrar) -> None:
         self._registrar = registrar
         self._lock = threading.Lock()
-        self._by_key = {}  # (device, handle, offset) -> (region name, storage)
+        # (device, handle, offset) -> (region name, storage)
+        self._by_key: dict[tuple[int, bytes, int], tuple[str, Any]] = {}
 
-    def ref(self, tensor):
+    def ref(self, tensor: torch.Tensor) -> RegionRef:
+        """The RegionRef of a CUDA tensor (its storage registered on first use); synchronises
+        the tensor's device."""
         import torch
 
         name_dtype = attnd_dtype(tensor.dtype)
@@ -163,10 +191,12 @@ class DeviceRegionCache:
             tensor.element_size(),
         )
 
-    def names(self):
+    def names(self) -> list[str]:
+        """The names of the regions registered so far."""
         with self._lock:
             return [name for name, _ in self._by_key.values()]
 
-    def clear(self):
+    def clear(self) -> None:
+        """Forgets every registration (and releases the storages)."""
         with self._lock:
             self._by_key.clear()

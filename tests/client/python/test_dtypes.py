@@ -78,7 +78,10 @@ def test_bf16_round_trip_is_nearest_even():
     ).astype(np.float32)
     bits = x.view(np.uint32).astype(np.uint64)
     lo, hi = bits >> 16, (bits >> 16) + 1
-    to_f = lambda b: (b.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+    def to_f(b):
+        return (b.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
     dl, dh = np.abs(x - to_f(lo)), np.abs(to_f(hi) - x)
     want = np.where(dl < dh, lo, np.where(dh < dl, hi, np.where(lo % 2 == 0, lo, hi)))
     got = dtypes.to_bf16(x)
