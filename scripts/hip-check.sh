@@ -1,37 +1,72 @@
 #!/usr/bin/env bash
-# The HIP build of attnd with CMake (-DATTND_GPU=hip, cmake/hip.cmake) and Debian's ROCm 5.2
-# (hipcc and its clang 15): the portable GPU kernels, the daemon's GPU runtime, attnd and attnctl,
-# and tests/hip/runtime_check.cc, for gfx90a by default. Debian's ROCm 5.2 does not know gfx950
-# (the MI355X's arch): the same sources build for it with a ROCm >= 6.4 toolchain (the ROCm
-# image). CUDA-only code sits behind `#if defined(ATTND_GPU_CUDA)` and compiles to nothing here.
-# Not part of .ci/run (hipcc and its LLVM are a large install, the build a few more minutes);
-# run it by hand:
-#   scripts/hip-check.sh [--arch gfx90a] [--build-dir build-hip]
-# Environment: ATTND_JOBS (default nproc).
+# The AMD compile gate: every kernel source under kernels/, the daemon (attnd) and attnctl built as
+# HIP for gfx90a (MI200), gfx942 (MI300) and gfx950 (MI355X) in one CMake build
+# (-DATTND_GPU=hip, cmake/hip.cmake) with the project's -Werror, by the pinned clang 22 toolchain
+# that scripts/setup-hip-toolchain.sh installs (run here when needed; docs/HIP.md). Compile and
+# link only: no AMD GPU runs here. Exits non-zero when anything fails to compile or a kernel .cu
+# is left out of the build; prints its time.
+#   scripts/hip-check.sh [--arch "gfx90a;gfx942;gfx950"] [--build-dir build-hip] [--no-tests]
+# --no-tests leaves out tests/hip/runtime_check.cc (the one HIP test source; a few seconds).
+# Environment: ATTND_JOBS (default nproc), ATTND_HIP_TOOLCHAIN (the toolchain prefix, default
+# ~/.cache/attnd-hip/toolchain), ATTND_HIP_CACHE (its download cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ARCH=gfx90a
+ARCH="gfx90a;gfx942;gfx950"
 BUILD_DIR=build-hip
+TARGETS=(attn_kernels attnd attnctl hip_runtime_check)
 while (($#)); do
   case "$1" in
     --arch) ARCH="${2:?--arch needs a value}"; shift ;;
     --build-dir) BUILD_DIR="${2:?--build-dir needs a value}"; shift ;;
-    *) echo "hip-check: unknown argument '$1' (want --arch ARCH, --build-dir DIR)" >&2; exit 2 ;;
+    --no-tests) TARGETS=(attn_kernels attnd attnctl) ;;
+    *)
+      echo "hip-check: unknown argument '$1' (want --arch ARCHS, --build-dir DIR, --no-tests)" >&2
+      exit 2
+      ;;
   esac
   shift
 done
-
-if ! command -v hipcc >/dev/null && [ ! -x /opt/rocm/llvm/bin/clang++ ]; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends hipcc
-fi
-ATTND_SKIP_BUILD=1 scripts/setup.sh
-
 start=$(date +%s)
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTND_GPU=hip \
-  -DATTND_HIP_ARCH="$ARCH" -DATTND_BUILD_BENCH=OFF
-cmake --build "$BUILD_DIR" -j "${ATTND_JOBS:-$(nproc)}" \
-  --target attn_kernels attnd attnctl hip_runtime_check
-echo "hip-check: attnd, attnctl, the kernels and the runtime check build for $ARCH" \
-     "($(( $(date +%s) - start )) s, in $BUILD_DIR)"
+JOBS="${ATTND_JOBS:-$(nproc)}"
+# ccache's results then serve every clone of the repository (CI clones afresh).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+
+ATTND_SKIP_BUILD=1 scripts/setup.sh  # the Debian packages of the CPU build (gRPC, Abseil, ...)
+TOOLCHAIN="$(scripts/setup-hip-toolchain.sh | tail -1)"
+setup_s=$(($(date +%s) - start))
+
+cmake_args=(-DCMAKE_BUILD_TYPE=Release -DATTND_GPU=hip -DATTND_HIP_ARCH="$ARCH"
+  -DATTND_HIP_TOOLCHAIN="$TOOLCHAIN" -DATTND_BUILD_BENCH=OFF)
+mkdir -p "$BUILD_DIR"
+if ! cmake -S . -B "$BUILD_DIR" -G Ninja "${cmake_args[@]}" >"$BUILD_DIR/hip-check-configure.log" 2>&1 ||
+  ! grep -qxF "set(CMAKE_HIP_COMPILER \"$TOOLCHAIN/bin/clang++\")" \
+    "$BUILD_DIR"/CMakeFiles/[0-9]*/CMakeHIPCompiler.cmake; then
+  cat "$BUILD_DIR/hip-check-configure.log"
+  echo "hip-check: FAILED: cmake did not configure $BUILD_DIR for $TOOLCHAIN/bin/clang++ (a" \
+    "folder configured for another HIP compiler must be removed first)" >&2
+  exit 1
+fi
+# Objects built by an earlier toolchain are rebuilt (CMake does not track the compiler's files).
+if ! cmp -s "$TOOLCHAIN/stamp" "$BUILD_DIR/hip-toolchain.stamp"; then
+  cmake --build "$BUILD_DIR" --target clean >/dev/null
+  cp "$TOOLCHAIN/stamp" "$BUILD_DIR/hip-toolchain.stamp"
+fi
+if ! nice -n 10 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}"; then
+  echo "hip-check: FAILED: the HIP build ($ARCH) does not compile ($(($(date +%s) - start)) s)" >&2
+  exit 1
+fi
+
+# Every kernel source must be part of the build (a .cu missing from its sources.cmake would
+# otherwise never be compiled for AMD).
+targets="$(ninja -C "$BUILD_DIR" -t targets all)"
+missing=()
+while IFS= read -r cu; do
+  grep -qF "kernels/CMakeFiles/attn_kernels.dir/${cu#kernels/}.o: HIP_COMPILER" <<<"$targets" ||
+    missing+=("$cu")
+done < <(find kernels -name '*.cu' | sort)
+if ((${#missing[@]})); then
+  echo "hip-check: FAILED: not compiled as HIP (not in attn_kernels): ${missing[*]}" >&2
+  exit 1
+fi
+echo "hip-check: ${TARGETS[*]} build for $ARCH ($(($(date +%s) - start)) s, of which" \
+  "toolchain setup ${setup_s} s; in $BUILD_DIR)"
