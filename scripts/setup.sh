@@ -14,6 +14,7 @@ PACKAGES=(
   python3 python3-numpy python3-grpcio python3-protobuf python3-pytest
   prometheus
   yamllint shellcheck python3-yaml python3-kubernetes
+  clang-format clang-tidy
 )
 # tests/deploy also renders deploy/k8s with `kubectl kustomize` (kustomize v4+: kubectl >= 1.21).
 # The machine image brings kubectl 1.32; Debian's kubernetes-client (1.20) is too old for it.
@@ -30,10 +31,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# ruff for scripts/lint.sh, from PyPI at the version ruff.toml is written for.
+RUFF_VERSION=0.17.6
+if [ "$(python3 -m ruff --version 2>/dev/null)" != "ruff $RUFF_VERSION" ]; then
+  echo "setup: installing ruff $RUFF_VERSION"
+  python3 -m pip install --quiet "ruff==$RUFF_VERSION"
+fi
+
 [ "${ATTND_SKIP_BUILD:-0}" = "1" ] && exit 0
 
 BUILD_DIR="${ATTND_BUILD_DIR:-build}"
 JOBS="${ATTND_JOBS:-$(nproc)}"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${ATTND_CMAKE_ARGS:-}
+read -ra cmake_extra <<<"${ATTND_CMAKE_ARGS:-}"  # several arguments, split at whitespace
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_extra[@]}"
 echo "setup: building in $BUILD_DIR with $JOBS jobs"
 cmake --build "$BUILD_DIR" -j "$JOBS"
