@@ -102,6 +102,7 @@ std::string Json(const GpuBenchCase& c, const char* cache, double median_us, con
     << ", \"pct_peak_bw\": " << 100 * bytes / kPeakCopy << ", \"flops\": " << c.work.flops
     << ", \"bytes\": " << c.work.bytes << ", \"commit\": \"" << o.commit << "\", \"date\": \""
     << date << "\", \"device\": \"" << device << "\"";
+  if (!c.precision.empty()) j << ", \"precision\": \"" << c.precision << "\"";
   if (!error.empty()) j << ", \"error\": \"" << error << "\"";
   j << "}";
   return j.str();
@@ -206,7 +207,8 @@ int main(int argc, char** argv) {
       continue;
     }
     for (const auto& c : *cases) {
-      const std::string name = absl::StrCat(c.op, "/", c.preset, "/", c.impl);
+      const std::string name = absl::StrCat(c.op, "/", c.preset, "/", c.impl,
+                                            c.precision.empty() ? "" : "/", c.precision);
       if (!o.filter.empty() && name.find(o.filter) == std::string::npos) continue;
       std::cerr << "running " << name << "\n";
       double warm = 0, cold = 0;

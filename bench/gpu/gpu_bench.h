@@ -1,7 +1,8 @@
 // The GPU kernel benchmark framework (attn_gpu_bench): each operator registers cases (op, preset,
 // implementation, FLOP/byte counts, a capture-safe launch); the runner captures 10 launches in a
 // graph, warms up, times >= 50 replays with events (median per launch), warm and cold (a 512 MiB
-// write between replays, outside the timing), and prints one JSON line per measurement.
+// write between replays, outside the timing), and prints one JSON line per measurement (with the
+// precision that ran, for the attention ops).
 //   ATTND_REGISTER_GPU_BENCH(sparse_mla, MakeSparseMlaCases);
 #pragma once
 
@@ -15,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/gpu/runtime.h"
+#include "kernels/common/precision.h"
 #include "kernels/common/registry.h"
 
 namespace attnd::bench {
@@ -47,6 +49,9 @@ struct GpuBenchCase {
   std::string op;      // e.g. "sparse_mla"
   std::string preset;  // e.g. "deepseek_prefill_t4096_h128_d576_k2048"
   std::string impl;    // implementation name
+  // The attention ops' Params::precision ("fast" / "high", kernels/common/precision.h); empty
+  // for the other ops. Part of the case's name: "op/preset/impl/precision".
+  std::string precision;
   kernels::WorkCount work;
   PeakKind peak = PeakKind::kBf16;  // which compute ceiling pct_peak_flops refers to
   // One launch of the op on `stream`: capture-safe (no allocation, no synchronisation).
@@ -60,6 +65,20 @@ using GpuBenchFactory =
     std::function<absl::StatusOr<std::vector<GpuBenchCase>>(const std::string& filter)>;
 
 bool RegisterGpuBench(const std::string& op, GpuBenchFactory factory);
+
+// Whether a case "op/preset/impl" may be wanted by --filter (a substring of the full name): the
+// filter is empty or found in the name or in the name with a precision suffix ("/fast", "/high").
+inline bool MayMatch(const std::string& name, const std::string& filter) {
+  if (filter.empty() || name.find(filter) != std::string::npos) return true;
+  for (const char* suffix : {"/fast", "/high"}) {
+    if ((name + suffix).find(filter) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Both precisions of the attention ops, FAST (the default) first.
+inline constexpr kernels::Precision kBenchPrecisions[] = {kernels::Precision::kFast,
+                                                          kernels::Precision::kHigh};
 const std::vector<std::pair<std::string, GpuBenchFactory>>& GpuBenches();
 
 // Runs `kernel_impl` of an op's implementation list by name with the device stream as context

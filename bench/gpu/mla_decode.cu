@@ -2,7 +2,7 @@
 // 1/32/128 x context 4K/32K x H 16/64/128 (FlashMLA's anchors: docs/BENCHMARKS.md
 // "Anchors and ceilings"). Each request owns its pages, shuffled over the cache. Work counted on
 // the host from the shape: FLOPs 2·B·s_q·H·L·(d_qk + 512); bytes = q + the cache rows read once
-// (2·d_qk·B·L) + out + lse + block table + seqlens.
+// (2·d_qk·B·L) + out + lse + block table + seqlens. Every case in both precisions (FAST, HIGH).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -66,8 +66,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
         if (ctx == 4096) impls.push_back("cuda_simt");  // the portable path, at the short context
         bool wanted = false;
         for (const std::string& impl : impls) {
-          wanted |= filter.empty() || absl::StrCat("mla_decode/", preset, "/", impl).find(filter) !=
-                                          std::string::npos;
+          wanted |= MayMatch(absl::StrCat("mla_decode/", preset, "/", impl), filter);
         }
         if (!wanted) continue;
         auto it = caches.find({batch, ctx});
@@ -109,23 +108,28 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
             if (!w.ok()) return w.status();
             ws = *w;
           }
-          GpuBenchCase c;
-          c.op = "mla_decode";
-          c.preset = preset;
-          c.impl = name;
-          c.work = work;
-          c.peak = PeakKind::kBf16;
-          c.arena = arena;
-          auto keep_cache = cache.arena;
-          c.launch = [impl, p, ws, ws_bytes, keep_cache](gpu::Stream stream) {
-            ExecContext ctx;
-            ctx.backend = kernels::Backend::kCuda;
-            ctx.stream = stream;
-            ctx.workspace = ws;
-            ctx.workspace_bytes = ws_bytes;
-            return impl->run(p, ctx);
-          };
-          cases.push_back(std::move(c));
+          for (const kernels::Precision precision : kBenchPrecisions) {
+            GpuBenchCase c;
+            c.op = "mla_decode";
+            c.preset = preset;
+            c.impl = name;
+            c.precision = kernels::PrecisionName(precision);
+            c.work = work;
+            c.peak = PeakKind::kBf16;
+            c.arena = arena;
+            auto keep_cache = cache.arena;
+            mla_decode::Params pp = p;
+            pp.precision = precision;
+            c.launch = [impl, pp, ws, ws_bytes, keep_cache](gpu::Stream stream) {
+              ExecContext ctx;
+              ctx.backend = kernels::Backend::kCuda;
+              ctx.stream = stream;
+              ctx.workspace = ws;
+              ctx.workspace_bytes = ws_bytes;
+              return impl->run(pp, ctx);
+            };
+            cases.push_back(std::move(c));
+          }
         }
       }
     }

@@ -1,7 +1,7 @@
 // Dense MLA prefill on the GPU (attn_gpu_bench): one causal sequence of 4K or 8K tokens, 128
 // heads, d_qk 192 / d_v 128, a kv head per query head (the FA3-class target). Work counted on
 // the host from the shape: FLOPs 2·H·(d_qk + d_v)·T(T+1)/2 valid pairs; bytes = q + k + v +
-// out + lse + both cu_seqlens.
+// out + lse + both cu_seqlens. Every case in both precisions (FAST, HIGH).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,8 +29,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
     if (tokens == 4096) impls.push_back("cuda_simt");  // the portable path, at the short length
     bool wanted = false;
     for (const std::string& impl : impls) {
-      wanted |= filter.empty() ||
-                absl::StrCat("mla_prefill/", preset, "/", impl).find(filter) != std::string::npos;
+      wanted |= MayMatch(absl::StrCat("mla_prefill/", preset, "/", impl), filter);
     }
     if (!wanted) continue;
     auto arena = std::make_shared<DeviceArena>();
@@ -68,23 +67,28 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
       const int64_t ws_bytes = impl->workspace ? impl->workspace(p) : 0;
       auto ws = arena->Alloc(ws_bytes);
       if (!ws.ok()) return ws.status();
-      GpuBenchCase c;
-      c.op = "mla_prefill";
-      c.preset = preset;
-      c.impl = name;
-      c.work = work;
-      c.peak = PeakKind::kBf16;
-      c.arena = arena;
-      void* workspace = *ws;
-      c.launch = [impl, p, workspace, ws_bytes](gpu::Stream stream) {
-        ExecContext ctx;
-        ctx.backend = kernels::Backend::kCuda;
-        ctx.stream = stream;
-        ctx.workspace = workspace;
-        ctx.workspace_bytes = ws_bytes;
-        return impl->run(p, ctx);
-      };
-      cases.push_back(std::move(c));
+      for (const kernels::Precision precision : kBenchPrecisions) {
+        GpuBenchCase c;
+        c.op = "mla_prefill";
+        c.preset = preset;
+        c.impl = name;
+        c.precision = kernels::PrecisionName(precision);
+        c.work = work;
+        c.peak = PeakKind::kBf16;
+        c.arena = arena;
+        void* workspace = *ws;
+        mla_prefill::Params pp = p;
+        pp.precision = precision;
+        c.launch = [impl, pp, workspace, ws_bytes](gpu::Stream stream) {
+          ExecContext ctx;
+          ctx.backend = kernels::Backend::kCuda;
+          ctx.stream = stream;
+          ctx.workspace = workspace;
+          ctx.workspace_bytes = ws_bytes;
+          return impl->run(pp, ctx);
+        };
+        cases.push_back(std::move(c));
+      }
     }
   }
   return cases;

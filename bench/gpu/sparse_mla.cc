@@ -4,7 +4,8 @@
 // rows, with a bf16 KV cache and with the FP8 cache (656-byte rows). Indices are uniform in
 // [0, S); FLOPs count every slot (FlashMLA's count: 2·T·H·K·(d_qk + 512)), logical bytes as
 // sparse_mla::Count with E = T·K (2·d_qk or 656 bytes per row). Counts come from the shapes
-// (CountSlots), never from device data. Presets share one KV pool per (S, format).
+// (CountSlots), never from device data. Presets share one KV pool per (S, format). Each preset
+// and implementation runs in both precisions (FAST, HIGH: the JSON line's "precision").
 // The split-K sweep (op sparse_mla_splits, below) runs only when --filter names it.
 #include "kernels/sparse_mla/sparse_mla.h"
 
@@ -139,9 +140,12 @@ absl::StatusOr<Call> MakeCall(const Preset& preset, uint64_t seed, KvPools* pool
   return c;
 }
 
-// The case of `call` run through `impl` (its Supports, workspace and split plan, as served).
+// The case of `call` run through `impl` in `precision` (its Supports, workspace and split plan,
+// as served).
 absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
-                                      const kernels::Impl<sparse_mla::Params>& impl) {
+                                      const kernels::Impl<sparse_mla::Params>& impl,
+                                      kernels::Precision precision) {
+  call.p.precision = precision;
   std::string why;
   if (impl.supports && !impl.supports(call.p, &why)) {
     return absl::UnimplementedError(absl::StrCat(impl.name, ": ", why));
@@ -157,6 +161,7 @@ absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
   c.op = "sparse_mla";
   c.preset = preset;
   c.impl = impl.name;
+  c.precision = kernels::PrecisionName(precision);
   c.peak = PeakKind::kBf16;
   c.work = call.work;
   c.arena = call.arena;
@@ -298,7 +303,7 @@ absl::Status AddKpool4Cases(const std::string& filter, KvPools* pools,
     for (const Kpool4Preset& kp : kKpool4Presets) {
       seed += 3;
       const std::string name = absl::StrCat("sparse_mla/", Kpool4Name(kp), "/", impl.name);
-      if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+      if (!MayMatch(name, filter)) continue;
       const auto key = std::make_pair(kp.prefix, kp.disjoint);
       if (selections.find(key) == selections.end()) {
         auto sel = MakeKpool4Selection(kp.prefix, kp.disjoint, 4000 + kp.prefix + kp.disjoint);
@@ -307,13 +312,15 @@ absl::Status AddKpool4Cases(const std::string& filter, KvPools* pools,
       }
       auto call = MakeKpool4Call(kp, selections.at(key), seed, pools);
       if (!call.ok()) return call.status();
-      auto c = ImplCase(std::move(*call), Kpool4Name(kp), impl);
-      if (absl::IsUnimplemented(c.status())) {
-        std::cerr << "skipping " << name << ": " << c.status().message() << "\n";
-        continue;
+      for (const kernels::Precision precision : kBenchPrecisions) {
+        auto c = ImplCase(*call, Kpool4Name(kp), impl, precision);
+        if (absl::IsUnimplemented(c.status())) {
+          std::cerr << "skipping " << name << ": " << c.status().message() << "\n";
+          break;
+        }
+        if (!c.ok()) return c.status();
+        cases->push_back(std::move(*c));
       }
-      if (!c.ok()) return c.status();
-      cases->push_back(std::move(*c));
     }
   }
   return absl::OkStatus();
@@ -329,16 +336,18 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSparseMlaCases(const std::string& 
       seed += 3;
       if (impl.name == "cuda_simt" && !preset.simt) continue;
       const std::string name = absl::StrCat("sparse_mla/", preset.name, "/", impl.name);
-      if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+      if (!MayMatch(name, filter)) continue;
       auto call = MakeCall(preset, seed, &pools);
       if (!call.ok()) return call.status();
-      auto c = ImplCase(std::move(*call), preset.name, impl);
-      if (absl::IsUnimplemented(c.status())) {  // this implementation refuses the shape
-        std::cerr << "skipping " << name << ": " << c.status().message() << "\n";
-        continue;
+      for (const kernels::Precision precision : kBenchPrecisions) {  // one call's buffers, both
+        auto c = ImplCase(*call, preset.name, impl, precision);
+        if (absl::IsUnimplemented(c.status())) {  // this implementation refuses the shape
+          std::cerr << "skipping " << name << ": " << c.status().message() << "\n";
+          break;
+        }
+        if (!c.ok()) return c.status();
+        cases.push_back(std::move(*c));
       }
-      if (!c.ok()) return c.status();
-      cases.push_back(std::move(*c));
     }
   }
   if (absl::Status st = AddKpool4Cases(filter, &pools, &cases); !st.ok()) return st;
@@ -458,6 +467,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSplitSweepCases(const std::string&
       c.op = "sparse_mla_splits";
       c.preset = absl::StrCat(name, "_s", s, s == heuristic ? "-heuristic" : "");
       c.impl = KernelImplName(shape.kernel);
+      c.precision = kernels::PrecisionName(p.precision);  // the default, FAST
       c.peak = PeakKind::kBf16;
       c.work = call->work;
       c.arena = call->arena;
