@@ -92,6 +92,23 @@ absl::Status Dispatch(const std::vector<Impl<Params>>& impls, const Params& p,
   return impl->run(p, ctx);
 }
 
+// The CPU implementation that ends every op's list: it supports every validated call.
+template <class Params>
+Impl<Params> CpuImpl(absl::Status (*run)(const Params&, const ExecContext&)) {
+  return Impl<Params>(
+      "cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, run);
+}
+
+// Every op's Run: validate(p), then Dispatch over its implementations.
+template <class Params>
+absl::Status ValidateAndDispatch(absl::Status (*validate)(const Params&),
+                                 const std::vector<Impl<Params>>& impls, const Params& p,
+                                 const ExecContext& ctx, std::string* impl_name) {
+  absl::Status st = validate(p);
+  if (!st.ok()) return st;
+  return Dispatch(impls, p, ctx, impl_name);
+}
+
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 // GPU implementations in the build's one GPU backend (CUDA or HIP), named "<vendor>_<kind>":
 //   GpuImpl("simt", gpu_impl::SimtSupports, gpu_impl::LaunchSimt)   // "cuda_simt" / "hip_simt"

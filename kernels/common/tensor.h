@@ -21,6 +21,29 @@ inline constexpr int64_t kAnyDim = -1;  // shape wildcard in CheckTensor
 // harness, the server's tensor resolution, GPU mirroring) can walk any op's tensors.
 enum class Role { kInput, kOutput };
 
+// Base of every params struct: gives it ForEachTensor(f), which calls f(name, tensor, role) for
+// each tensor field in the order the struct lists them, once, in a static Tensors(self, f)
+// (Tensor& on mutable params, const Tensor& on const ones). Names are the proto's field names.
+//   struct Params : WithTensors<Params> {
+//     Tensor q, out;
+//     template <class Self, class F>
+//     static void Tensors(Self& self, F& f) {
+//       f("q", self.q, Role::kInput);
+//       f("out", self.out, Role::kOutput);
+//     }
+//   };
+template <class P>
+struct WithTensors {
+  template <class F>
+  void ForEachTensor(F&& f) {
+    P::Tensors(static_cast<P&>(*this), f);
+  }
+  template <class F>
+  void ForEachTensor(F&& f) const {
+    P::Tensors(static_cast<const P&>(*this), f);
+  }
+};
+
 struct Tensor {
   void* data = nullptr;  // not owned; may be null only when the tensor has no elements
   DType dtype = DType::kInvalid;

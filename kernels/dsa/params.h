@@ -10,7 +10,7 @@
 
 namespace attnd::kernels::dsa {
 
-struct Params {
+struct Params : WithTensors<Params> {
   // Indexer inputs (kernels/indexer_logits/params.h).
   Tensor q_index;  // fp8 e4m3 [T, H_i, D_i]
   Tensor k_index;  // fp8 e4m3 [N, D_i]
@@ -40,35 +40,20 @@ struct Params {
   Tensor lse;      // f32 [T, H], optional (natural log; -inf for a token with an empty window)
   Tensor indices;  // i32 [T, topk], optional: the chosen cache rows, ascending, then -1
 
-  template <class F>
-  void ForEachTensor(F&& f) {
-    f("q_index", q_index, Role::kInput);
-    f("k_index", k_index, Role::kInput);
-    f("k_scale", k_scale, Role::kInput);
-    f("weights", weights, Role::kInput);
-    f("ks", ks, Role::kInput);
-    f("ke", ke, Role::kInput);
-    f("q", q, Role::kInput);
-    f("kv", kv, Role::kInput);
-    f("logits", logits, Role::kOutput);
-    f("out", out, Role::kOutput);
-    f("lse", lse, Role::kOutput);
-    f("indices", indices, Role::kOutput);
-  }
-  template <class F>
-  void ForEachTensor(F&& f) const {
-    f("q_index", q_index, Role::kInput);
-    f("k_index", k_index, Role::kInput);
-    f("k_scale", k_scale, Role::kInput);
-    f("weights", weights, Role::kInput);
-    f("ks", ks, Role::kInput);
-    f("ke", ke, Role::kInput);
-    f("q", q, Role::kInput);
-    f("kv", kv, Role::kInput);
-    f("logits", logits, Role::kOutput);
-    f("out", out, Role::kOutput);
-    f("lse", lse, Role::kOutput);
-    f("indices", indices, Role::kOutput);
+  template <class Self, class F>
+  static void Tensors(Self& self, F& f) {
+    f("q_index", self.q_index, Role::kInput);
+    f("k_index", self.k_index, Role::kInput);
+    f("k_scale", self.k_scale, Role::kInput);
+    f("weights", self.weights, Role::kInput);
+    f("ks", self.ks, Role::kInput);
+    f("ke", self.ke, Role::kInput);
+    f("q", self.q, Role::kInput);
+    f("kv", self.kv, Role::kInput);
+    f("logits", self.logits, Role::kOutput);
+    f("out", self.out, Role::kOutput);
+    f("lse", self.lse, Role::kOutput);
+    f("indices", self.indices, Role::kOutput);
   }
 };
 

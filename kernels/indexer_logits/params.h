@@ -14,7 +14,7 @@ inline constexpr int64_t kMaxHeads = 128;     // H in [1, kMaxHeads]
 inline constexpr int64_t kHeadDimAlign = 16;  // D is a multiple of this ...
 inline constexpr int64_t kMaxHeadDim = 1024;  // ... in [kHeadDimAlign, kMaxHeadDim]
 
-struct Params {
+struct Params : WithTensors<Params> {
   // Inputs.
   Tensor q;        // fp8 e4m3 [M, H, D]; leading strides may be padded
   Tensor k;        // fp8 e4m3 [N, D]; row stride >= D (a strided view of a gathered cache)
@@ -31,25 +31,15 @@ struct Params {
   // Output.
   Tensor logits;  // f32 [M, N]; row stride ld >= N (m·ld is 64-bit: it passes 2^31 in real use)
 
-  template <class F>
-  void ForEachTensor(F&& f) {
-    f("q", q, Role::kInput);
-    f("k", k, Role::kInput);
-    f("k_scale", k_scale, Role::kInput);
-    f("weights", weights, Role::kInput);
-    f("ks", ks, Role::kInput);
-    f("ke", ke, Role::kInput);
-    f("logits", logits, Role::kOutput);
-  }
-  template <class F>
-  void ForEachTensor(F&& f) const {
-    f("q", q, Role::kInput);
-    f("k", k, Role::kInput);
-    f("k_scale", k_scale, Role::kInput);
-    f("weights", weights, Role::kInput);
-    f("ks", ks, Role::kInput);
-    f("ke", ke, Role::kInput);
-    f("logits", logits, Role::kOutput);
+  template <class Self, class F>
+  static void Tensors(Self& self, F& f) {
+    f("q", self.q, Role::kInput);
+    f("k", self.k, Role::kInput);
+    f("k_scale", self.k_scale, Role::kInput);
+    f("weights", self.weights, Role::kInput);
+    f("ks", self.ks, Role::kInput);
+    f("ke", self.ke, Role::kInput);
+    f("logits", self.logits, Role::kOutput);
   }
 };
 

@@ -15,7 +15,7 @@ namespace attnd::kernels::indexer_logits_paged {
 //   bytes [B·D, B·D + 4·B)   their B f32 scales (little-endian), scale t at B·D + 4·t
 // (not interleaved per token). Rows may be padded: the row stride is >= B·(D + 4) bytes. The
 // scales need no alignment on the CPU; GPU implementations state theirs in Supports().
-struct Params {
+struct Params : WithTensors<Params> {
   // Inputs.
   Tensor q;                 // fp8 e4m3 [batch, next_n, H, D]; next_n >= 1; strides may be padded
   Tensor kv_cache;          // u8 [num_blocks, block_size·(D + 4)], layout above
@@ -34,23 +34,14 @@ struct Params {
   // every other column of [0, N) and on masked positions. Columns [N, ld) are never touched.
   Tensor logits;  // f32 [batch·next_n, N]; row stride ld >= N
 
-  template <class F>
-  void ForEachTensor(F&& f) {
-    f("q", q, Role::kInput);
-    f("kv_cache", kv_cache, Role::kInput);
-    f("block_table", block_table, Role::kInput);
-    f("context_lens", context_lens, Role::kInput);
-    f("weights", weights, Role::kInput);
-    f("logits", logits, Role::kOutput);
-  }
-  template <class F>
-  void ForEachTensor(F&& f) const {
-    f("q", q, Role::kInput);
-    f("kv_cache", kv_cache, Role::kInput);
-    f("block_table", block_table, Role::kInput);
-    f("context_lens", context_lens, Role::kInput);
-    f("weights", weights, Role::kInput);
-    f("logits", logits, Role::kOutput);
+  template <class Self, class F>
+  static void Tensors(Self& self, F& f) {
+    f("q", self.q, Role::kInput);
+    f("kv_cache", self.kv_cache, Role::kInput);
+    f("block_table", self.block_table, Role::kInput);
+    f("context_lens", self.context_lens, Role::kInput);
+    f("weights", self.weights, Role::kInput);
+    f("logits", self.logits, Role::kOutput);
   }
 };
 

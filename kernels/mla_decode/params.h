@@ -14,7 +14,7 @@ inline constexpr int64_t kDqkRope = 576;    // DeepSeek: 512 latent + 64 rope
 inline constexpr int64_t kDqkNoRope = 512;  // GLM-5.3-Flash: K = V
 inline constexpr int64_t kMaxHeads = 128;
 
-struct Params {
+struct Params : WithTensors<Params> {
   Tensor q;              // bf16 [B, s_q, H, d_qk], d_qk 576 or 512, H in 1..128
   Tensor kv_cache;       // bf16 [num_pages, page_size, d_qk], page_size >= 1 (64 in the model)
   Tensor block_table;    // i32 [B, max_pages]; ids outside [0, num_pages) mask their tokens
@@ -28,23 +28,14 @@ struct Params {
   // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
   Precision precision = Precision::kFast;
 
-  template <class F>
-  void ForEachTensor(F&& f) {
-    f("q", q, Role::kInput);
-    f("kv_cache", kv_cache, Role::kInput);
-    f("block_table", block_table, Role::kInput);
-    f("cache_seqlens", cache_seqlens, Role::kInput);
-    f("out", out, Role::kOutput);
-    f("lse", lse, Role::kOutput);
-  }
-  template <class F>
-  void ForEachTensor(F&& f) const {
-    f("q", q, Role::kInput);
-    f("kv_cache", kv_cache, Role::kInput);
-    f("block_table", block_table, Role::kInput);
-    f("cache_seqlens", cache_seqlens, Role::kInput);
-    f("out", out, Role::kOutput);
-    f("lse", lse, Role::kOutput);
+  template <class Self, class F>
+  static void Tensors(Self& self, F& f) {
+    f("q", self.q, Role::kInput);
+    f("kv_cache", self.kv_cache, Role::kInput);
+    f("block_table", self.block_table, Role::kInput);
+    f("cache_seqlens", self.cache_seqlens, Role::kInput);
+    f("out", self.out, Role::kOutput);
+    f("lse", self.lse, Role::kOutput);
   }
 };
 

@@ -10,7 +10,7 @@ namespace attnd::kernels::mla_prefill {
 
 inline constexpr int64_t kMaxHeadDim = 256;  // d_qk and d_v; 192 / 128 is the model's shape
 
-struct Params {
+struct Params : WithTensors<Params> {
   Tensor q;             // bf16 [total_q, H, d_qk], 1 <= d_qk <= 256
   Tensor k;             // bf16 [total_k, H_kv, d_qk], H % H_kv == 0
   Tensor v;             // bf16 [total_k, H_kv, d_v], 1 <= d_v <= 256
@@ -26,25 +26,15 @@ struct Params {
   // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
   Precision precision = Precision::kFast;
 
-  template <class F>
-  void ForEachTensor(F&& f) {
-    f("q", q, Role::kInput);
-    f("k", k, Role::kInput);
-    f("v", v, Role::kInput);
-    f("cu_seqlens_q", cu_seqlens_q, Role::kInput);
-    f("cu_seqlens_k", cu_seqlens_k, Role::kInput);
-    f("out", out, Role::kOutput);
-    f("lse", lse, Role::kOutput);
-  }
-  template <class F>
-  void ForEachTensor(F&& f) const {
-    f("q", q, Role::kInput);
-    f("k", k, Role::kInput);
-    f("v", v, Role::kInput);
-    f("cu_seqlens_q", cu_seqlens_q, Role::kInput);
-    f("cu_seqlens_k", cu_seqlens_k, Role::kInput);
-    f("out", out, Role::kOutput);
-    f("lse", lse, Role::kOutput);
+  template <class Self, class F>
+  static void Tensors(Self& self, F& f) {
+    f("q", self.q, Role::kInput);
+    f("k", self.k, Role::kInput);
+    f("v", self.v, Role::kInput);
+    f("cu_seqlens_q", self.cu_seqlens_q, Role::kInput);
+    f("cu_seqlens_k", self.cu_seqlens_k, Role::kInput);
+    f("out", self.out, Role::kOutput);
+    f("lse", self.lse, Role::kOutput);
   }
 };
 

@@ -26,7 +26,7 @@ inline constexpr int64_t kFp8RopeOffset = 528;   // bytes
 inline constexpr int64_t kFp8ScaleCols = 128;    // columns per scale
 inline constexpr int64_t kFp8DimQk = 576;        // the only d_qk the FP8 cache serves
 
-struct Params {
+struct Params : WithTensors<Params> {
   // Inputs (owned by the caller; strided views are fine, the last dim must be contiguous).
   Tensor q;  // bf16 [T, H, d_qk], d_qk in {512, 576}
   // KV cache, one of two formats (K is all d_qk columns, V the first 512):
@@ -53,25 +53,15 @@ struct Params {
   bool is_csr() const { return indptr.present(); }
   bool kv_is_fp8() const { return kv.dtype == DType::kU8; }
 
-  template <class F>
-  void ForEachTensor(F&& f) {
-    f("q", q, Role::kInput);
-    f("kv", kv, Role::kInput);
-    f("indices", indices, Role::kInput);
-    f("indptr", indptr, Role::kInput);
-    f("topk_length", topk_length, Role::kInput);
-    f("out", out, Role::kOutput);
-    f("lse", lse, Role::kOutput);
-  }
-  template <class F>
-  void ForEachTensor(F&& f) const {
-    f("q", q, Role::kInput);
-    f("kv", kv, Role::kInput);
-    f("indices", indices, Role::kInput);
-    f("indptr", indptr, Role::kInput);
-    f("topk_length", topk_length, Role::kInput);
-    f("out", out, Role::kOutput);
-    f("lse", lse, Role::kOutput);
+  template <class Self, class F>
+  static void Tensors(Self& self, F& f) {
+    f("q", self.q, Role::kInput);
+    f("kv", self.kv, Role::kInput);
+    f("indices", self.indices, Role::kInput);
+    f("indptr", self.indptr, Role::kInput);
+    f("topk_length", self.topk_length, Role::kInput);
+    f("out", self.out, Role::kOutput);
+    f("lse", self.lse, Role::kOutput);
   }
 };
 

@@ -11,7 +11,7 @@ namespace attnd::kernels::topk {
 
 inline constexpr int64_t kMaxK = 4096;
 
-struct Params {
+struct Params : WithTensors<Params> {
   // Inputs.
   Tensor logits;  // f32 [M, N], row stride ld >= N. NaN counts as -inf; -inf is never chosen.
   // The window of row m: exactly one of the two forms is given.
@@ -32,25 +32,15 @@ struct Params {
   Tensor indices;  // i32 [M, k] (row stride may be larger)
   Tensor values;   // f32 [M, k], optional: the logit of each chosen column; -inf where padded
 
-  template <class F>
-  void ForEachTensor(F&& f) {
-    f("logits", logits, Role::kInput);
-    f("ks", ks, Role::kInput);
-    f("ke", ke, Role::kInput);
-    f("lengths", lengths, Role::kInput);
-    f("block_table", block_table, Role::kInput);
-    f("indices", indices, Role::kOutput);
-    f("values", values, Role::kOutput);
-  }
-  template <class F>
-  void ForEachTensor(F&& f) const {
-    f("logits", logits, Role::kInput);
-    f("ks", ks, Role::kInput);
-    f("ke", ke, Role::kInput);
-    f("lengths", lengths, Role::kInput);
-    f("block_table", block_table, Role::kInput);
-    f("indices", indices, Role::kOutput);
-    f("values", values, Role::kOutput);
+  template <class Self, class F>
+  static void Tensors(Self& self, F& f) {
+    f("logits", self.logits, Role::kInput);
+    f("ks", self.ks, Role::kInput);
+    f("ke", self.ke, Role::kInput);
+    f("lengths", self.lengths, Role::kInput);
+    f("block_table", self.block_table, Role::kInput);
+    f("indices", self.indices, Role::kOutput);
+    f("values", self.values, Role::kOutput);
   }
 };
 

@@ -134,14 +134,13 @@ const std::vector<Impl<Params>>& Implementations() {
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
     GpuImpl("simt", SupportsSimt, LaunchTopkSimt),
 #endif
-        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
+        CpuImpl(RunCpu),
   };
   return *impls;
 }
 
 absl::Status Run(const Params& p, const ExecContext& ctx, std::string* impl) {
-  ATTND_RETURN_IF_ERROR(Validate(p));
-  return Dispatch(Implementations(), p, ctx, impl);
+  return ValidateAndDispatch(Validate, Implementations(), p, ctx, impl);
 }
 
 }  // namespace attnd::kernels::topk
