@@ -10,6 +10,9 @@
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 #include "kernels/topk/gpu/launch.h"
 #endif
+#if defined(ATTND_GPU_CUDA)
+#include "kernels/topk/gpu/stream.h"  // after launch.h: it declares namespace topk::gpu
+#endif
 
 namespace attnd::kernels::topk {
 namespace {
@@ -131,8 +134,12 @@ WorkCount Count(const Params& p) {
 
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>> {
+#if defined(ATTND_GPU_CUDA)
+    // Reads each logit once; every shape on devices with its shared memory (sm_80 and up).
+    GpuImpl("stream", gpu::SupportsStream, gpu::LaunchTopkStream),
+#endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-    GpuImpl("simt", SupportsSimt, LaunchTopkSimt),
+        GpuImpl("simt", SupportsSimt, LaunchTopkSimt),
 #endif
         CpuImpl(RunCpu),
   };

@@ -1,8 +1,9 @@
 // The streaming GPU top-k (CUDA). Each CTA (or each CTA of a row's cluster, on its segment of the
-// window) reads its logits once, 16 bytes per thread per load, one chunk ahead, and appends the
-// admitted ones (value >= the admission floor) to a candidate buffer in shared memory in column
-// order. The floor starts at the lowest selectable value and rises:
-//   - after the first chunk, to a speculative level-0 bin from the chunks' histogram (a bin that
+// window) reads its logits once, 16 bytes per thread per load, with the chunks ahead prefetched
+// into L2 (sm_90 bulk prefetch), and appends the admitted ones (value >= the admission
+// floor) to a candidate buffer of (f32 bits, column) pairs in shared memory, in column order. The
+// floor starts at the lowest selectable value and rises:
+//   - at the first chunk, to a speculative level-0 bin from the first chunks' histogram (a bin that
 //     very likely leaves >= k entries; if it leaves fewer, the row is streamed again without it);
 //   - whenever the buffer cannot take another chunk, by an exact compaction to the k best so far
 //     (ties to the lowest columns), the floor moving just above the k-th (stream_plan.h).
@@ -36,9 +37,6 @@ constexpr uint32_t kNanBits = 0xffffffffu;  // stands in for columns outside the
 constexpr uint32_t kNegInfBits = 0xff800000u;
 constexpr uint32_t kMinSelectableBits = 0xff7fffffu;  // -FLT_MAX: admits every selectable logit
 constexpr int kBins = radix::kBins;
-// Buffer entries each thread takes per tile of an ordered pass (a tile's counts are packed in 16
-// bits: kThreads * kTileEntriesPerThread < 2^16).
-constexpr int kTileEntriesPerThread = 4;
 constexpr int kMaxCluster = 8;  // portable cluster sizes
 
 // The op's tensors as raw device pointers with element strides (products formed in 64 bits).
@@ -64,9 +62,10 @@ struct StreamArgs {
   int64_t rows_per_request = 1;
   uint32_t cluster = 1;  // CTAs per row; the launch's cluster dimension
   bool speculate = true;
+  bool prefetch_rows = false;  // the whole tensor fits in L2: prefetch each segment at its start
 };
 
-// Shared memory: this header, then keys[kCapacity] and cols[kCapacity] (16-byte aligned).
+// Shared memory: this header, then the candidate buffer: kCapacity (f32 bits, column) pairs.
 template <int kThreads>
 struct Header {
   static constexpr int kScanWords = 2;  // the most words one scan carries
@@ -83,15 +82,14 @@ constexpr int HeaderBytes() {
 }
 template <int kThreads>
 constexpr int SmemBytes() {
-  return HeaderBytes<kThreads>() + static_cast<int>(2 * sizeof(uint32_t) * kCapacity);
+  return HeaderBytes<kThreads>() + static_cast<int>(sizeof(uint2) * kCapacity);
 }
 
 // One CTA's view of its row: shared state and where it sits in the cluster.
 template <int kThreads>
 struct Cta {
   Header<kThreads>* h;
-  uint32_t* keys;
-  int32_t* cols;
+  uint2* entries;  // (f32 bits, column): the bits of a selectable logit, never NaN
   ScanSlots slots;
   uint32_t rank;     // in the cluster
   uint32_t cluster;  // CTAs per row
@@ -128,11 +126,11 @@ struct RowOut {
   uint32_t page_size;
   int page_shift;
 
-  __device__ void Write(uint32_t pos, int32_t col, uint32_t key) const {
+  __device__ void Write(uint32_t pos, int32_t col, uint32_t bits) const {
     indices[pos] = table_row != nullptr
                        ? radix::SlotOf(col, table_row, max_blocks, page_size, page_shift)
                        : col;
-    if (values != nullptr) values[pos] = vendor::BitsToFloat(BitsOfKey(key));
+    if (values != nullptr) values[pos] = vendor::BitsToFloat(bits);
   }
   __device__ void Pad(uint32_t pos) const {
     indices[pos] = -1;
@@ -154,22 +152,21 @@ __device__ RowOut MakeRowOut(const StreamArgs& a, int64_t row) {
 
 // ---- Reading the window.
 
-// The segment of the window this CTA streams, with the row's base pointer.
+// The segment of the window this CTA streams.
 struct Segment {
   const uint32_t* row;  // column 0 of the row
+  const uint4* groups;  // group 0 (16-byte aligned; only groups inside the window are read)
   SegmentPlan plan;
   int64_t begin, end;  // the window's columns
 };
 
 // Group g of the window as four f32 bit patterns (kNanBits outside the window or the segment):
 // one 16-byte load when the group lies inside the window, else element loads of its columns in it.
-__device__ __forceinline__ uint4 LoadGroup(const Segment& seg, uint32_t g) {
+__device__ __forceinline__ uint4 LoadGroupChecked(const Segment& seg, uint32_t g) {
   uint4 v = make_uint4(kNanBits, kNanBits, kNanBits, kNanBits);
   if (g >= seg.plan.group_hi) return v;
+  if (g >= seg.plan.full_lo && g < seg.plan.full_hi) return __ldg(seg.groups + g);
   const int64_t col = seg.plan.first_col + static_cast<int64_t>(kGroupElems) * g;
-  if (g >= seg.plan.full_lo && g < seg.plan.full_hi) {
-    return __ldg(reinterpret_cast<const uint4*>(seg.row + col));
-  }
   uint32_t e[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
@@ -179,34 +176,63 @@ __device__ __forceinline__ uint4 LoadGroup(const Segment& seg, uint32_t g) {
   return make_uint4(e[0], e[1], e[2], e[3]);
 }
 
-// The groups of the chunk starting at group `base`: group base + v * kThreads + thread.
+// The groups of the chunk starting at group `base`: group base + v * kThreads + thread. Chunks
+// wholly inside the window and the segment (all but the first and last) load unchecked.
 template <int kThreads, int kV>
 __device__ __forceinline__ void LoadChunk(const Segment& seg, uint32_t base, uint4 (&bits)[kV]) {
+  constexpr uint32_t kStep = kThreads * kV;
+  const uint32_t hi = min(seg.plan.full_hi, seg.plan.group_hi);
+  if (base >= seg.plan.full_lo && base < hi && hi - base >= kStep) {  // the same in every thread
 #pragma unroll
-  for (int v = 0; v < kV; ++v) bits[v] = LoadGroup(seg, base + v * kThreads + threadIdx.x);
+    for (int v = 0; v < kV; ++v) bits[v] = __ldg(seg.groups + base + v * kThreads + threadIdx.x);
+  } else {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) bits[v] = LoadGroupChecked(seg, base + v * kThreads + threadIdx.x);
+  }
+}
+
+// Asks L2 for the segment's groups in [from, to) that lie inside the window (a hint: sm_90 bulk
+// prefetch, nothing elsewhere). One thread calls it.
+__device__ __forceinline__ void PrefetchGroups(const Segment& seg, uint32_t from, uint32_t to) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t lo = max(from, max(seg.plan.full_lo, seg.plan.group_lo));
+  const uint32_t hi = min(to, min(seg.plan.full_hi, seg.plan.group_hi));
+  if (lo >= hi) return;
+  const uint64_t bytes = static_cast<uint64_t>(hi - lo) * sizeof(uint4);
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(seg.groups + lo),
+               "r"(static_cast<uint32_t>(min(bytes, uint64_t{1} << 30)))
+               : "memory");
+#else
+  static_cast<void>(seg), static_cast<void>(from), static_cast<void>(to);
+#endif
 }
 
 __device__ __forceinline__ uint32_t Elem(const uint4& g, int q) {
   return q == 0 ? g.x : (q == 1 ? g.y : (q == 2 ? g.z : g.w));
 }
 
-// Appends the chunk's admitted logits (value >= floor as floats) after the n buffered ones, in
-// column order (v, thread, element); returns the new count (the same in every thread). One
-// barrier. The caller guarantees n + kChunkElems <= kCapacity.
+__device__ __forceinline__ bool Admitted(uint32_t bits, float floor) {
+  return vendor::BitsToFloat(bits) >= floor;  // NaN never; -inf below every floor
+}
+
+// Appends the chunk's admitted logits after the n buffered ones, in column order (v, thread,
+// element); returns the new count (the same in every thread). One barrier. The caller guarantees
+// n + kChunkElems <= kCapacity.
 template <int kThreads, int kV>
 __device__ uint32_t AppendChunk(Cta<kThreads>& cta, const Segment& seg, uint32_t base,
                                 const uint4 (&bits)[kV], float floor, uint32_t n) {
   constexpr int kWords = (kV + 1) / 2;  // two 16-bit counts per word
-  uint32_t take[kV];
+  static_assert(4 * kV <= 32, "one admission bit per element");
+  uint32_t take = 0;  // bit 4v + q: element q of group v
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) take |= Admitted(Elem(bits[v], q), floor) ? 1u << (4 * v + q) : 0u;
+  }
   uint32_t packed[kWords] = {};
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
-    uint32_t m = 0;
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-      m |= (vendor::BitsToFloat(Elem(bits[v], q)) >= floor) ? 1u << q : 0u;
-    take[v] = m;
-    packed[v / 2] += static_cast<uint32_t>(__popc(m)) << (16 * (v % 2));
+    packed[v / 2] += static_cast<uint32_t>(__popc((take >> (4 * v)) & 0xfu)) << (16 * (v % 2));
   }
   uint32_t excl[kWords], total[kWords];
   BlockExclusiveScan<kThreads, kWords>(packed, excl, total, cta.slots.Next());
@@ -215,16 +241,12 @@ __device__ uint32_t AppendChunk(Cta<kThreads>& cta, const Segment& seg, uint32_t
   for (int v = 0; v < kV; ++v) {
     const int shift = 16 * (v % 2);
     uint32_t pos = at + ((excl[v / 2] >> shift) & 0xffffu);
-    if (take[v] != 0) {
-      const uint32_t g = base + v * kThreads + threadIdx.x;
-      const int32_t col0 = static_cast<int32_t>(seg.plan.first_col + kGroupElems * g);
+    const int32_t col = static_cast<int32_t>(seg.plan.first_col +
+                                             kGroupElems * (base + v * kThreads + threadIdx.x));
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        if (take[v] & (1u << q)) {
-          cta.keys[pos] = radix::KeyOfBits(Elem(bits[v], q));
-          cta.cols[pos] = col0 + q;
-          ++pos;
-        }
+    for (int q = 0; q < 4; ++q) {
+      if ((take >> (4 * v + q)) & 1u) {
+        cta.entries[pos++] = make_uint2(Elem(bits[v], q), static_cast<uint32_t>(col + q));
       }
     }
     at += (total[v / 2] >> shift) & 0xffffu;
@@ -236,21 +258,37 @@ __device__ uint32_t AppendChunk(Cta<kThreads>& cta, const Segment& seg, uint32_t
 
 template <int kThreads>
 __device__ __forceinline__ void ClearHist(Cta<kThreads>& cta) {
-  for (int i = threadIdx.x; i < kBins; i += kThreads) cta.h->hist[i] = 0;
+  static_assert(kBins % (4 * kThreads) == 0, "whole uint4s of bins per thread");
+  for (int i = 4 * threadIdx.x; i < kBins; i += 4 * kThreads) {
+    *reinterpret_cast<uint4*>(cta.h->hist + i) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Adds the level-0 digits of the chunk's selectable logits to the histogram (the speculation's
+// sample). Call after ClearHist and a barrier.
+template <int kThreads, int kV>
+__device__ __forceinline__ void HistChunk(Cta<kThreads>& cta, const uint4 (&bits)[kV]) {
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t key = radix::KeyOfBits(Elem(bits[v], q));
+      if (key >= radix::kMinSelectableKey) atomicAdd(&cta.h->hist[radix::Digit(key, 0)], 1u);
+    }
+  }
 }
 
 // Histograms digit `level` of the buffered keys radix::InLevel admits under t (level 0: all).
 // Call after ClearHist and a barrier (which also orders the appends before these reads).
 template <int kThreads>
 __device__ void BuildHist(Cta<kThreads>& cta, uint32_t n, int level, const Threshold& t) {
-  for (uint32_t base = 0; base < n; base += 4 * kThreads) {  // the same trip count everywhere
-    const uint32_t i = base + 4 * threadIdx.x;
-    const uint4 k4 = i < n ? *reinterpret_cast<const uint4*>(cta.keys + i) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint32_t key = i + q < n ? Elem(k4, q) : 0u;  // key 0 is in no level
-      const bool in = key != 0u && radix::InLevel(key, level, t);
-      WarpHistAdd(cta.h->hist, in ? static_cast<int>(radix::Digit(key, level)) : -1);
+  for (uint32_t i = 2 * threadIdx.x; i < n; i += 2 * kThreads) {  // two entries per 16 bytes
+    const uint4 e = *reinterpret_cast<const uint4*>(cta.entries + i);
+    const uint32_t k0 = radix::KeyOfBits(e.x);
+    if (radix::InLevel(k0, level, t)) atomicAdd(&cta.h->hist[radix::Digit(k0, level)], 1u);
+    const uint32_t k1 = radix::KeyOfBits(e.z);
+    if (i + 1 < n && radix::InLevel(k1, level, t)) {
+      atomicAdd(&cta.h->hist[radix::Digit(k1, level)], 1u);
     }
   }
 }
@@ -349,37 +387,37 @@ __device__ Threshold SelectK(Cta<kThreads>& cta, uint32_t n, uint32_t k, bool ov
   return t;
 }
 
-// Per tile of kThreads * 4 buffered entries (four consecutive ones per thread): counts of keys
-// above / at t, one scan, then every chosen entry's output position (radix::OutputPosition), with
-// gt / eq the counts of lower columns before the buffer (lower ranks of the cluster). Calls
-// emit(pos, key, col) per chosen entry; with an in-place emit every tile is read before any of it
-// is written (positions never pass the entry's own index). Returns the buffer's counts above and
-// at t. Call after a barrier that completes the buffer; one barrier per tile.
+// Per tile of kThreads * kOrderedPerThread buffered entries (consecutive ones per thread): counts
+// of keys above / at t, one scan, then every chosen entry's output position
+// (radix::OutputPosition), with gt / eq the counts of lower columns before the buffer (lower ranks
+// of the cluster). Calls emit(pos, bits, col) per chosen entry; with an in-place emit every tile
+// is read before any of it is written (positions never pass the entry's own index). Returns the
+// buffer's counts above and at t. Call after a barrier that completes the buffer; one barrier per
+// tile.
+constexpr int kOrderedPerThread = 8;
+
 template <int kThreads, class Emit>
 __device__ uint2 OrderedPass(Cta<kThreads>& cta, uint32_t n, const Threshold& t, uint32_t gt,
                              uint32_t eq, Emit emit) {
-  constexpr int kE = kTileEntriesPerThread;
+  constexpr int kE = kOrderedPerThread;
   constexpr uint32_t kTile = kThreads * kE;
-  static_assert(kE % 4 == 0 && kTile < (1u << 16), "uint4s of entries; 16-bit tile counts");
+  static_assert(kE % 2 == 0 && kTile < (1u << 16), "pairs of entries; 16-bit tile counts");
   uint2 counts = make_uint2(0, 0);
   for (uint32_t base = 0; base < n; base += kTile) {  // the same trip count everywhere
     const uint32_t i0 = base + kE * threadIdx.x;
-    uint32_t key[kE];
+    uint32_t bits[kE], key[kE];
     int32_t col[kE];
 #pragma unroll
-    for (int j = 0; j < kE; j += 4) {
-      const bool any = i0 + j < n;
-      const uint4 k4 =
-          any ? *reinterpret_cast<const uint4*>(cta.keys + i0 + j) : make_uint4(0, 0, 0, 0);
-      const int4 c4 =
-          any ? *reinterpret_cast<const int4*>(cta.cols + i0 + j) : make_int4(0, 0, 0, 0);
-      key[j] = k4.x, key[j + 1] = k4.y, key[j + 2] = k4.z, key[j + 3] = k4.w;
-      col[j] = c4.x, col[j + 1] = c4.y, col[j + 2] = c4.z, col[j + 3] = c4.w;
+    for (int j = 0; j < kE; j += 2) {
+      const uint4 e = i0 + j < n ? *reinterpret_cast<const uint4*>(cta.entries + i0 + j)
+                                 : make_uint4(kNanBits, 0, kNanBits, 0);
+      bits[j] = e.x, col[j] = static_cast<int32_t>(e.y);
+      bits[j + 1] = i0 + j + 1 < n ? e.z : kNanBits, col[j + 1] = static_cast<int32_t>(e.w);
     }
     uint32_t above = 0, at = 0;  // bit j: entry i0 + j
 #pragma unroll
     for (int j = 0; j < kE; ++j) {
-      if (i0 + j >= n) key[j] = 0;  // key 0: neither above nor at any threshold
+      key[j] = radix::KeyOfBits(bits[j]);  // 0 past the buffer: neither above nor at
       above |= radix::AboveThreshold(t, key[j]) ? 1u << j : 0u;
       at |= radix::AtThreshold(t, key[j]) && key[j] != 0 ? 1u << j : 0u;
     }
@@ -393,8 +431,9 @@ __device__ uint2 OrderedPass(Cta<kThreads>& cta, uint32_t n, const Threshold& t,
     for (int j = 0; j < kE; ++j) {
       const bool is_above = (above >> j) & 1u;
       const bool is_at = (at >> j) & 1u;
-      if (radix::IsChosen(t, is_above, is_at, e))
-        emit(radix::OutputPosition(t, g, e), key[j], col[j]);
+      if (radix::IsChosen(t, is_above, is_at, e)) {
+        emit(radix::OutputPosition(t, g, e), bits[j], col[j]);
+      }
       g += is_above ? 1u : 0u;
       e += is_at ? 1u : 0u;
     }
@@ -409,11 +448,9 @@ __device__ uint2 OrderedPass(Cta<kThreads>& cta, uint32_t n, const Threshold& t,
 // Keeps, in place and in column order, the buffered entries t chooses; returns their number.
 template <int kThreads>
 __device__ uint32_t CompactInPlace(Cta<kThreads>& cta, uint32_t n, const Threshold& t) {
-  uint32_t* keys = cta.keys;
-  int32_t* cols = cta.cols;
-  const uint2 c = OrderedPass(cta, n, t, 0, 0, [&](uint32_t pos, uint32_t key, int32_t col) {
-    keys[pos] = key;
-    cols[pos] = col;
+  uint2* entries = cta.entries;
+  const uint2 c = OrderedPass(cta, n, t, 0, 0, [&](uint32_t pos, uint32_t bits, int32_t col) {
+    entries[pos] = make_uint2(bits, static_cast<uint32_t>(col));
   });
   return radix::IsChosen(t, false, true, 0) ? c.x + min(c.y, t.need) : c.x;
 }
@@ -425,13 +462,13 @@ struct StreamResult {
   bool speculated;  // a speculative floor was applied (cluster-uniform)
 };
 
-// Streams this CTA's segment into the buffer. spec_rank > 0: after the first chunks, the floor
-// rises to the level-0 bin holding that rank among the cluster's first-chunk keys (when it
-// exists). The first chunk is processed by every CTA, empty segments too: the speculation's
-// cluster barriers are uniform.
+// Streams this CTA's segment into the buffer. spec_rank > 0: before the first chunk is appended,
+// the floor rises to the level-0 bin holding that rank among the cluster's first-chunk logits
+// (when it exists). The first chunk is processed by every CTA, empty segments too: the
+// speculation's cluster barriers are uniform.
 template <int kThreads, int kV>
 __device__ StreamResult StreamSegment(Cta<kThreads>& cta, const Segment& seg, uint32_t k,
-                                      uint32_t spec_rank) {
+                                      uint32_t spec_rank, bool prefetch_ahead) {
   constexpr uint32_t kStep = kThreads * kV;  // groups per chunk
   static_assert(kStep * kGroupElems == kChunkElems, "chunks of kChunkElems logits");
   static_assert(static_cast<int64_t>(kCapacity) >= kMaxK + kChunkElems,
@@ -439,31 +476,28 @@ __device__ StreamResult StreamSegment(Cta<kThreads>& cta, const Segment& seg, ui
   StreamResult r{0, false};
   uint32_t admit = radix::kMinSelectableKey;
   float floor = vendor::BitsToFloat(kMinSelectableBits);
-  uint4 cur[kV], next[kV];
+  uint4 cur[kV];
   uint32_t g = seg.plan.group_lo;
+  if (prefetch_ahead && threadIdx.x == 0) PrefetchGroups(seg, g + kStep, g + 3 * kStep);
   LoadChunk<kThreads, kV>(seg, g, cur);
-  LoadChunk<kThreads, kV>(seg, g + kStep, next);
-  r.n = AppendChunk<kThreads, kV>(cta, seg, g, cur, floor, 0);
-#pragma unroll
-  for (int v = 0; v < kV; ++v) cur[v] = next[v];  // in flight through the speculation
   if (spec_rank > 0) {
-    const bool over_cluster = cta.cluster > 1;
     ClearHist(cta);
     __syncthreads();
-    BuildHist(cta, r.n, 0, radix::Start(k));
-    const Choice c = BlockChoose(cta, spec_rank, over_cluster);
+    HistChunk<kThreads, kV>(cta, cur);
+    const Choice c = BlockChoose(cta, spec_rank, /*over_cluster=*/cta.cluster > 1);
     if (c.found) {  // cluster-uniform
       r.speculated = true;
-      __syncthreads();
-      r.n = CompactInPlace(cta, r.n, KeepBinsFrom(c.bin));
       admit = c.bin << radix::DigitShift(0);
       floor = vendor::BitsToFloat(AdmitBits(admit));
     }
   }
-  // Chunk g's loads are in flight at the top of each step; the next chunk's are issued after a
-  // compaction, so only one chunk is held in registers through it.
+  r.n = AppendChunk<kThreads, kV>(cta, seg, g, cur, floor, 0);
+  // The chunks ahead are asked of L2 (two chunks, or the whole segment at the row's start), so
+  // each step's loads wait for L2, not HBM, and no second chunk occupies registers.
 #pragma unroll 1
   for (g += kStep; g < seg.plan.group_hi; g += kStep) {
+    if (prefetch_ahead && threadIdx.x == 0) PrefetchGroups(seg, g + 2 * kStep, g + 3 * kStep);
+    LoadChunk<kThreads, kV>(seg, g, cur);
     if (r.n + kChunkElems > kCapacity) {  // the same in every thread
       uint32_t total;
       const Threshold t = SelectK(cta, r.n, k, /*over_cluster=*/false, &total);
@@ -472,10 +506,7 @@ __device__ StreamResult StreamSegment(Cta<kThreads>& cta, const Segment& seg, ui
       admit = max(admit, AdmitKeyAfter(t));
       floor = vendor::BitsToFloat(AdmitBits(admit));
     }
-    LoadChunk<kThreads, kV>(seg, g + kStep, next);
     r.n = AppendChunk<kThreads, kV>(cta, seg, g, cur, floor, r.n);
-#pragma unroll
-    for (int v = 0; v < kV; ++v) cur[v] = next[v];
   }
   return r;
 }
@@ -492,18 +523,24 @@ __device__ uint32_t SelectRow(Cta<kThreads>& cta, const StreamArgs& a, int64_t r
       static_cast<uint32_t>(reinterpret_cast<uintptr_t>(seg.row + w.begin) / sizeof(uint32_t)) &
       (kGroupElems - 1);
   seg.plan = PlanSegment(w.begin, w.len, misalign, cta.rank, cta.cluster);
+  // Group 0's address, formed without pointer arithmetic below the row (first_col may be < 0).
+  seg.groups = reinterpret_cast<const uint4*>(reinterpret_cast<uintptr_t>(seg.row) +
+                                              seg.plan.first_col * sizeof(uint32_t));
+  if (a.prefetch_rows && threadIdx.x == 0) {
+    PrefetchGroups(seg, seg.plan.group_lo, seg.plan.group_hi);
+  }
   uint32_t spec_rank = 0;
   if (a.speculate && Speculates(w.len, a.k)) {
     const uint32_t sample = SampleColumns(w.len, misalign, cta.cluster, kThreads * kV);
     spec_rank = SpeculationRank(a.k, sample, w.len);
   }
   const bool over_cluster = cta.cluster > 1;
-  StreamResult s = StreamSegment<kThreads, kV>(cta, seg, a.k, spec_rank);
+  StreamResult s = StreamSegment<kThreads, kV>(cta, seg, a.k, spec_rank, !a.prefetch_rows);
   uint32_t total = 0;
   Threshold t = SelectK(cta, s.n, a.k, over_cluster, &total);
   if (s.speculated && total < a.k) {  // the floor was too high: stream again without it
     __syncthreads();
-    s = StreamSegment<kThreads, kV>(cta, seg, a.k, 0);
+    s = StreamSegment<kThreads, kV>(cta, seg, a.k, 0, !a.prefetch_rows);
     t = SelectK(cta, s.n, a.k, over_cluster, &total);
   }
   const uint32_t count = total <= a.k ? total : a.k;
@@ -520,15 +557,14 @@ __device__ uint32_t SelectRow(Cta<kThreads>& cta, const StreamArgs& a, int64_t r
     }
   }
   const RowOut out = MakeRowOut(a, row);
-  OrderedPass(cta, s.n, t, gt, eq, [&](uint32_t pos, uint32_t key, int32_t col) {
-    if (pos < a.k) out.Write(pos, col, key);
+  OrderedPass(cta, s.n, t, gt, eq, [&](uint32_t pos, uint32_t bits, int32_t col) {
+    if (pos < a.k) out.Write(pos, col, bits);
   });
   return count;
 }
 
 // Three 256-thread CTAs per SM (80 registers, 73 KB of shared memory each) or two of 512 (64
-// registers): one CTA's barriers and selects overlap another's loads. The compiler then spills a
-// few words in the per-row setup, none in the streaming loop.
+// registers): one CTA's barriers and selects overlap another's loads.
 template <int kThreads>
 constexpr int MinBlocksPerSm() {
   return kThreads >= 512 ? 2 : 3;
@@ -540,8 +576,7 @@ __global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), 0)
   extern __shared__ uint4 smem[];
   Cta<kThreads> cta;
   cta.h = reinterpret_cast<Header<kThreads>*>(smem);
-  cta.keys = reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(smem) + HeaderBytes<kThreads>());
-  cta.cols = reinterpret_cast<int32_t*>(cta.keys + kCapacity);
+  cta.entries = reinterpret_cast<uint2*>(reinterpret_cast<char*>(smem) + HeaderBytes<kThreads>());
   cta.slots = ScanSlots{cta.h->scan, Header<kThreads>::kSlotWords, 0};
   cta.cluster = a.cluster;
   cta.rank = blockIdx.x % a.cluster;
@@ -602,6 +637,7 @@ StreamArgs MakeArgs(const Params& p) {
 }
 
 constexpr int kDefaultThreads = 256;
+constexpr int64_t kPrefetchAllBytes = int64_t{24} << 20;  // well inside the H200's 60 MB of L2
 
 template <int kThreads, int kV>
 const void* KernelOf() {
@@ -656,6 +692,9 @@ vendor::Error Launch(const StreamArgs& base, const StreamConfig& config, vendor:
   StreamArgs a = base;
   a.cluster = static_cast<uint32_t>(cluster);
   a.speculate = config.speculate;
+  // All rows in flight at once and the tensor well inside L2: prefetch whole segments.
+  a.prefetch_rows = a.rows * cluster <= resident &&
+                    a.rows * a.logits_ld * static_cast<int64_t>(sizeof(float)) <= kPrefetchAllBytes;
   if (cluster == 1) {
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.rows, resident));
     TopkStreamKernel<kThreads, kV><<<grid, kThreads, kSmem, stream>>>(a);

@@ -1,7 +1,7 @@
 // Warp, block and cluster building blocks of the streaming top-k (stream.cu, CUDA): a block-wide
 // exclusive scan of a few 32-bit words with double-buffered shared scratch (one barrier per
-// scan), a warp-aggregated shared-memory histogram add, and the thread-block-cluster barrier and
-// DSMEM address mapping (sm_90; a one-CTA cluster elsewhere). Blocks are one-dimensional.
+// scan), and the thread-block-cluster barrier and DSMEM address mapping (sm_90; a one-CTA cluster
+// elsewhere). Blocks are one-dimensional.
 //   uint32_t excl[1], total[1];  BlockExclusiveScan<256, 1>(v, excl, total, slots.Next());
 #pragma once
 
@@ -75,16 +75,6 @@ __device__ __forceinline__ void BlockExclusiveScan(const uint32_t (&v)[kWords],
     const uint32_t before = __shfl_sync(kFullMask, upto - mine, warp);
     total[i] = __shfl_sync(kFullMask, upto, kWarps - 1);
     excl[i] = before + incl[i] - v[i];
-  }
-}
-
-// hist[bin] += 1 for every lane with bin >= 0; lanes of a warp sharing a bin add once together
-// (hot bins, e.g. ties, do not serialise). Every lane of the warp must call it.
-__device__ __forceinline__ void WarpHistAdd(uint32_t* hist, int bin) {
-  if (!__any_sync(kFullMask, bin >= 0)) return;
-  const unsigned peers = __match_any_sync(kFullMask, bin);
-  if (bin >= 0 && LaneOf() == __ffs(static_cast<int>(peers)) - 1) {
-    atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
   }
 }
 

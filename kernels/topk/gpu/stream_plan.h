@@ -42,15 +42,6 @@ ATTND_TOPK_HD uint32_t AdmitKeyAfter(const radix::Threshold& t) {
   return t.shift == 0 ? t.prefix + 1u : (t.prefix << t.shift);
 }
 
-// Keys of level-0 bin `bin` and above: the threshold of a filter that keeps them (need 0).
-ATTND_TOPK_HD radix::Threshold KeepBinsFrom(uint32_t bin) {
-  radix::Threshold t;
-  t.prefix = bin - 1u;  // bin >= 4 (selectable): no wrap
-  t.shift = radix::DigitShift(0);
-  t.need = 0;
-  return t;
-}
-
 // One CTA's part of a row window [begin, begin + len): the window is read as 16-byte groups from
 // column begin - misalign (misalign = the window start's element offset within 16 bytes), group g
 // covering columns first_col + 4g .. + 3; the cluster's CTAs take contiguous group ranges in rank

@@ -1,8 +1,9 @@
 // The streaming GPU top-k's plan (kernels/topk/gpu/stream_plan.h) on the host: the admission
 // floats, the floor a compaction leaves, window groups and cluster segments, the speculation rank,
 // and a sequential emulation of the whole kernel (segments per cluster rank, chunked admission,
-// speculative floor with its fallback, exact compactions, the cluster-wide radix select and the
-// ordered output) that must reproduce RowSelector's output exactly. Runs without a GPU.
+// the speculative floor from the first chunks' histogram with its fallback, exact compactions,
+// the cluster-wide radix select and the ordered output) that must reproduce RowSelector's output
+// exactly. Runs without a GPU.
 #include "kernels/topk/gpu/stream_plan.h"
 
 #include <algorithm>
@@ -236,20 +237,32 @@ std::vector<int32_t> EmulateStream(const std::vector<float>& row, int64_t begin,
         }
       }
     };
+    // The first chunks: their selectable logits' level-0 histogram (summed over the cluster)
+    // sets the speculative floor before they are appended.
+    bool speculated = false;
+    if (spec) {
+      std::vector<uint32_t> hist(radix::kBins, 0);
+      for (uint32_t r = 0; r < cs; ++r) {
+        const SegmentPlan s = PlanSegment(begin, len, cfg.misalign, r, cs);
+        for (uint32_t g = s.group_lo; g < std::min(s.group_lo + cfg.chunk_groups, s.group_hi);
+             ++g) {
+          for (int q = 0; q < 4; ++q) {
+            const int64_t c = s.first_col + 4 * int64_t{g} + q;
+            if (c < begin || c >= begin + len) continue;
+            const uint32_t key = LogitKey(row[static_cast<size_t>(c)]);
+            if (key >= radix::kMinSelectableKey) ++hist[radix::Digit(key, 0)];
+          }
+        }
+      }
+      const Choice c = Choose(hist, spec_rank);
+      if (c.found) {
+        speculated = true;
+        for (uint32_t r = 0; r < cs; ++r) admit[r] = c.bin << radix::DigitShift(0);
+      }
+    }
     for (uint32_t r = 0; r < cs; ++r) {
       const SegmentPlan s = PlanSegment(begin, len, cfg.misalign, r, cs);
       append(r, s.group_lo, s.group_lo + cfg.chunk_groups);
-    }
-    bool speculated = false;
-    if (spec) {
-      const Choice c = Choose(Hist(bufs, 0, radix::Start(k)), spec_rank);
-      if (c.found) {
-        speculated = true;
-        for (uint32_t r = 0; r < cs; ++r) {
-          Compact(bufs[r], gpu::KeepBinsFrom(c.bin));
-          admit[r] = c.bin << radix::DigitShift(0);
-        }
-      }
     }
     for (uint32_t r = 0; r < cs; ++r) {
       const SegmentPlan s = PlanSegment(begin, len, cfg.misalign, r, cs);
