@@ -222,16 +222,16 @@ lint_commits() {
     echo "lint: commits: HEAD does not descend from the base $COMMIT_BASE"
     return 1
   fi
-  local commits=() c subject second nbad=0
+  local commits=() c message subject second nbad=0
   mapfile -t commits < <(git rev-list --no-merges "$COMMIT_BASE..HEAD")
   for c in "${commits[@]}"; do
-    subject="$(git log -1 --format=%s "$c")"
-    second="$(git log -1 --format=%B "$c" | sed -n 2p)"
-    if ((${#subject} > 72)); then
-      echo "lint: commits: ${c:0:10}: subject of ${#subject} characters (at most 72): $subject"
-      nbad=$((nbad + 1))
-    elif [ -n "$second" ]; then
-      echo "lint: commits: ${c:0:10}: the second line is not blank: $subject"
+    message="$(git log -1 --format=%B "$c")"
+    subject="$(sed -n 1p <<<"$message")"
+    second="$(sed -n 2p <<<"$message")"
+    if ((${#subject} > 72)) || [ -n "$second" ]; then
+      ((${#subject} > 72)) &&
+        echo "lint: commits: ${c:0:10}: subject of ${#subject} characters (at most 72): $subject"
+      [ -n "$second" ] && echo "lint: commits: ${c:0:10}: the second line is not blank: $subject"
       nbad=$((nbad + 1))
     fi
   done
