@@ -92,6 +92,22 @@ absl::Status Dispatch(const std::vector<Impl<Params>>& impls, const Params& p,
   return impl->run(p, ctx);
 }
 
+// Entries of an implementation list that exist only in GPU builds (CUDA or HIP) or only in CUDA
+// builds; each expands to its argument and a comma, or to nothing:
+//   new std::vector<Impl<Params>>{ATTND_IF_CUDA(GpuImpl("mma", ...))  //
+//                                 ATTND_IF_GPU(GpuImpl("simt", ...))  //
+//                                 CpuImpl(RunCpu)};
+#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+#define ATTND_IF_GPU(...) __VA_ARGS__,
+#else
+#define ATTND_IF_GPU(...)
+#endif
+#if defined(ATTND_GPU_CUDA)
+#define ATTND_IF_CUDA(...) __VA_ARGS__,
+#else
+#define ATTND_IF_CUDA(...)
+#endif
+
 // The CPU implementation that ends every op's list: it supports every validated call.
 template <class Params>
 Impl<Params> CpuImpl(absl::Status (*run)(const Params&, const ExecContext&)) {
@@ -111,7 +127,7 @@ absl::Status ValidateAndDispatch(absl::Status (*validate)(const Params&),
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 // GPU implementations in the build's one GPU backend (CUDA or HIP), named "<vendor>_<kind>":
-//   GpuImpl("simt", gpu_impl::SimtSupports, gpu_impl::LaunchSimt)   // "cuda_simt" / "hip_simt"
+//   GpuImpl("simt", gpu::SimtSupports, gpu::LaunchSimt)   // "cuda_simt" / "hip_simt"
 //   GpuImpl<Params>("mma", SupportsMma, RunMma, MmaWorkspace)       // run() returns a Status
 #if defined(ATTND_GPU_CUDA)
 inline constexpr Backend kGpuBackend = Backend::kCuda;

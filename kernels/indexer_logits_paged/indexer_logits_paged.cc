@@ -74,15 +74,10 @@ WorkCount Count(const Params& p) {
 // context_lens and block_table on the device only; nothing here calls Count or VisibleLength
 // (they read context_lens on the host).
 const std::vector<Impl<Params>>& Implementations() {
-  static const auto* impls = new std::vector<Impl<Params>> {
-#if defined(ATTND_GPU_CUDA)
-    GpuImpl("mma", gpu_impl::MmaSupports, gpu_impl::LaunchMma),
-#endif
-#if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-        GpuImpl("simt", gpu_impl::SimtSupports, gpu_impl::LaunchSimt),
-#endif
-        CpuImpl(RunCpu),
-  };
+  static const auto* impls = new std::vector<Impl<Params>>{
+      ATTND_IF_CUDA(GpuImpl("mma", gpu::MmaSupports, gpu::LaunchMma))    //
+      ATTND_IF_GPU(GpuImpl("simt", gpu::SimtSupports, gpu::LaunchSimt))  //
+      CpuImpl(RunCpu)};
   return *impls;
 }
 

@@ -9,7 +9,7 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/indexer_logits/gpu/problem.h"
 
-namespace attnd::kernels::indexer_logits::gpu_impl {
+namespace attnd::kernels::indexer_logits::gpu {
 
 inline constexpr float kNegInf = -__builtin_huge_valf();
 
@@ -116,10 +116,10 @@ __device__ __forceinline__ bool LocateKey(const IndexerProblem& p, int64_t group
 __device__ __forceinline__ float QuadTransposeSum(const float v[4], int lane_in_quad) {
   const bool upper = (lane_in_quad & 2) != 0;
   const float send0 = upper ? v[0] : v[2], send1 = upper ? v[1] : v[3];
-  const float w0 = (upper ? v[2] : v[0]) + gpu::ShflXor(send0, 2);
-  const float w1 = (upper ? v[3] : v[1]) + gpu::ShflXor(send1, 2);
+  const float w0 = (upper ? v[2] : v[0]) + ::attnd::gpu::ShflXor(send0, 2);
+  const float w1 = (upper ? v[3] : v[1]) + ::attnd::gpu::ShflXor(send1, 2);
   const bool odd = (lane_in_quad & 1) != 0;
-  return (odd ? w1 : w0) + gpu::ShflXor(odd ? w0 : w1, 1);
+  return (odd ? w1 : w0) + ::attnd::gpu::ShflXor(odd ? w0 : w1, 1);
 }
 
-}  // namespace attnd::kernels::indexer_logits::gpu_impl
+}  // namespace attnd::kernels::indexer_logits::gpu

@@ -9,18 +9,18 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/indexer_logits/params.h"
 
-namespace attnd::kernels::indexer_logits::gpu_impl {
+namespace attnd::kernels::indexer_logits::gpu {
 
 // The portable SIMT kernel: any validated params (H <= 128, D a multiple of 16, any strides and
 // alignment). False only when the grid would not fit in one dimension (M beyond ~2^37 rows).
 bool SimtSupports(const Params& p, std::string* why);
-gpu::Error LaunchSimt(const Params& p, gpu::Stream stream);
+::attnd::gpu::Error LaunchSimt(const Params& p, ::attnd::gpu::Stream stream);
 
 #if defined(ATTND_GPU_CUDA)
 // The tensor-core kernel: H in {32, 64}, D in {64, 128}, q and k 16-B aligned (pointers and
 // strides, bytes), k_scale 4-B aligned, a device of compute capability >= 8.0.
 bool MmaSupports(const Params& p, std::string* why);
-gpu::Error LaunchMma(const Params& p, gpu::Stream stream);
+::attnd::gpu::Error LaunchMma(const Params& p, ::attnd::gpu::Stream stream);
 #endif
 
-}  // namespace attnd::kernels::indexer_logits::gpu_impl
+}  // namespace attnd::kernels::indexer_logits::gpu

@@ -4,35 +4,29 @@
 
 #include <cstdint>
 
-#include "absl/strings/str_cat.h"
+#include "kernels/common/supports.h"
 #include "kernels/indexer_logits/gpu/device_info.h"
 #include "kernels/indexer_logits/gpu/launch.h"
 #include "kernels/indexer_logits/gpu/mma.cuh"
 #include "kernels/indexer_logits/gpu/prefill_problem.h"
 
-namespace attnd::kernels::indexer_logits::gpu_impl {
+namespace attnd::kernels::indexer_logits::gpu {
 namespace {
 
-constexpr int kColumns = 256;  // 4 queries at H64, 8 at H32 share each key tile
+constexpr int kBlockM = 256;  // 4 queries at H64, 8 at H32 share each key tile
 constexpr int kStages = 3;
-constexpr int kMinCapability = 80;  // mma.sync m16n8k16 f16, cp.async
-constexpr int64_t kMaxGridCtas = int64_t{1} << 31;
-
-bool Aligned(const void* p, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
-}
 
 IndexerProblem SplitMma(const Params& p) {
   IndexerProblem x = MakePrefillProblem(p);
   // One CTA per SM (shared memory); split keys only when there are fewer than two waves.
-  ChooseSplit(&x, kColumns / x.heads, kMmaTileKeys, int64_t{2} * CurrentDeviceSmCount());
+  ChooseSplit(&x, kBlockM / x.heads, kMmaBlockN, int64_t{2} * CurrentDeviceSmCount());
   return x;
 }
 
 template <int kHeads, int kDim>
-gpu::Error Launch(const IndexerProblem& x, gpu::Stream stream) {
-  using L = MmaLayout<kHeads, kDim, kColumns, kStages>;
-  const auto kernel = IndexerMmaKernel<kHeads, kDim, kColumns, kStages, /*kPaged=*/false>;
+::attnd::gpu::Error Launch(const IndexerProblem& x, ::attnd::gpu::Stream stream) {
+  using L = MmaLayout<kHeads, kDim, kBlockM, kStages>;
+  const auto kernel = IndexerMmaKernel<kHeads, kDim, kBlockM, kStages, /*kPaged=*/false>;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
   if (e != cudaSuccess) return e;
@@ -45,35 +39,29 @@ gpu::Error Launch(const IndexerProblem& x, gpu::Stream stream) {
 bool MmaSupports(const Params& p, std::string* why) {
   const int64_t h = p.q.dim(1), d = p.q.dim(2);
   if (h != 32 && h != 64) {
-    *why = absl::StrCat("H is ", h, ", want 32 or 64");
-    return false;
+    return Refuse(why, "H is ", h, ", want 32 or 64");
   }
   if (d != 64 && d != 128) {
-    *why = absl::StrCat("D is ", d, ", want 64 or 128");
-    return false;
+    return Refuse(why, "D is ", d, ", want 64 or 128");
   }
   if (!Aligned(p.q.data, 16) || p.q.stride(0) % 16 != 0 || p.q.stride(1) % 16 != 0 ||
       !Aligned(p.k.data, 16) || p.k.stride(0) % 16 != 0) {
-    *why = "q and k must be 16-byte aligned (pointers and row strides)";
-    return false;
+    return Refuse(why, "q and k must be 16-byte aligned (pointers and row strides)");
   }
   if (!Aligned(p.k_scale.data, 4)) {
-    *why = "k_scale must be 4-byte aligned";
-    return false;
+    return Refuse(why, "k_scale must be 4-byte aligned");
   }
   const int capability = CurrentDeviceCapability();
-  if (capability < kMinCapability) {
-    *why = absl::StrCat("compute capability ", capability, ", want >= ", kMinCapability);
-    return false;
+  if (capability < kMmaMinCapability) {
+    return Refuse(why, "compute capability ", capability, ", want >= ", kMmaMinCapability);
   }
   if (p.q.dim(0) > 0 && p.k.dim(0) > 0 && GridCtas(SplitMma(p)) >= kMaxGridCtas) {
-    *why = "grid does not fit one dimension";
-    return false;
+    return Refuse(why, "grid does not fit one dimension");
   }
   return true;
 }
 
-gpu::Error LaunchMma(const Params& p, gpu::Stream stream) {
+::attnd::gpu::Error LaunchMma(const Params& p, ::attnd::gpu::Stream stream) {
   if (p.q.dim(0) == 0 || p.k.dim(0) == 0) return cudaSuccess;
   const IndexerProblem x = SplitMma(p);
   switch (x.heads * 1000 + x.dim) {
@@ -85,6 +73,6 @@ gpu::Error LaunchMma(const Params& p, gpu::Stream stream) {
   return cudaErrorInvalidValue;  // refused by MmaSupports
 }
 
-}  // namespace attnd::kernels::indexer_logits::gpu_impl
+}  // namespace attnd::kernels::indexer_logits::gpu
 
 #endif  // defined(ATTND_GPU_CUDA)

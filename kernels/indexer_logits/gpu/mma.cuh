@@ -5,7 +5,7 @@
 // two HMMA.16816 per instruction; converting once per fragment instead and issuing f16 m16n8k16
 // does the same arithmetic without re-converting shared operands.
 //
-// CTA: 8 warps, a block of kColumns / H queries (their kColumns (query, head) columns held in
+// CTA: 8 warps, a block of kBlockM / H queries (their kBlockM (query, head) columns held in
 // shared memory as f16) against a stream of 256-key tiles (fp8, cp.async, kStages deep). Warp w
 // owns keys [32w, 32w + 32) of a tile: S = K·Qᵀ with the keys on the MMA's M side (two m16
 // tiles, their A fragments converted once per tile and kept in registers) and the columns on N,
@@ -24,33 +24,34 @@
 #include "kernels/indexer_logits/gpu/common.cuh"
 #include "kernels/indexer_logits/gpu/ptx.cuh"
 
-namespace attnd::kernels::indexer_logits::gpu_impl {
+namespace attnd::kernels::indexer_logits::gpu {
 
 inline constexpr int kMmaThreads = 256;
 inline constexpr int kMmaWarps = 8;
-inline constexpr int kMmaTileKeys = 256;  // keys per tile: 32 per warp
-inline constexpr int kMmaKeysPerWarp = kMmaTileKeys / kMmaWarps;
+inline constexpr int kMmaBlockN = 256;  // keys per tile: 32 per warp
+inline constexpr int kMmaKeysPerWarp = kMmaBlockN / kMmaWarps;
+inline constexpr int kMmaMinCapability = 80;  // mma.sync m16n8k16 f16, cp.async
 
-template <int kHeads, int kDim, int kColumns, int kStages>
+template <int kHeads, int kDim, int kBlockM, int kStages>
 struct MmaLayout {
   static_assert(kHeads == 32 || kHeads == 64, "the tensor-core indexer needs H in {32, 64}");
   static_assert(kDim == 64 || kDim == 128, "the tensor-core indexer needs D in {64, 128}");
-  static_assert(kColumns % kHeads == 0 && kColumns <= 256, "whole queries, <= 256 columns");
+  static_assert(kBlockM % kHeads == 0 && kBlockM <= 256, "whole queries, <= 256 columns");
   static_assert(kStages >= 2, "at least double buffering");
-  static constexpr int kQueries = kColumns / kHeads;
+  static constexpr int kQueries = kBlockM / kHeads;
   static constexpr int kGroups = kDim / 64;     // groups of four k-steps
   static constexpr int kSteps = kDim / 16;      // k-steps of 16
   static constexpr int kRowChunks = kDim / 16;  // 16-B chunks of an fp8 key row
-  static constexpr int kTileBytes = kMmaTileKeys * kDim;
+  static constexpr int kTileBytes = kMmaBlockN * kDim;
   // Byte offsets in dynamic shared memory.
-  static constexpr int kQ = 0;                                     // f16 [kColumns][kDim]
-  static constexpr int kK = kQ + kColumns * kDim * 2;              // fp8 [kStages][256][kDim]
-  static constexpr int kW = kK + kStages * kTileBytes;             // f32 [kColumns]
-  static constexpr int kScale = kW + kColumns * 4;                 // f32 [kStages][256]
-  static constexpr int kLo = kScale + kStages * kMmaTileKeys * 4;  // i64 [kQueries]
-  static constexpr int kHi = kLo + kQueries * 8;                   // i64 [kQueries]
-  static constexpr int kOk = kHi + kQueries * 8;                   // u8 [kStages][256]
-  static constexpr int kBytes = kOk + kStages * kMmaTileKeys;
+  static constexpr int kQ = 0;                                   // f16 [kBlockM][kDim]
+  static constexpr int kK = kQ + kBlockM * kDim * 2;             // fp8 [kStages][256][kDim]
+  static constexpr int kW = kK + kStages * kTileBytes;           // f32 [kBlockM]
+  static constexpr int kScale = kW + kBlockM * 4;                // f32 [kStages][256]
+  static constexpr int kLo = kScale + kStages * kMmaBlockN * 4;  // i64 [kQueries]
+  static constexpr int kHi = kLo + kQueries * 8;                 // i64 [kQueries]
+  static constexpr int kOk = kHi + kQueries * 8;                 // u8 [kStages][256]
+  static constexpr int kBytes = kOk + kStages * kMmaBlockN;
 
   // Swizzled 16-B chunk positions (bank-conflict-free fragment loads, see the header comment).
   __device__ static int KeyChunk(int row, int chunk) {
@@ -61,14 +62,14 @@ struct MmaLayout {
 
 // Issues the cp.async of keys [start, start + 256) (zero-filled past `uhi` or when masked) into
 // `stage`, with their scales and validity flags.
-template <int kHeads, int kDim, int kColumns, int kStages, bool kPaged>
+template <int kHeads, int kDim, int kBlockM, int kStages, bool kPaged>
 __device__ __forceinline__ void LoadKeyTile(const IndexerProblem& p, const BlockWork& w,
                                             int64_t start, int64_t uhi, int stage, uint8_t* smem) {
-  using L = MmaLayout<kHeads, kDim, kColumns, kStages>;
+  using L = MmaLayout<kHeads, kDim, kBlockM, kStages>;
   uint8_t* tile = smem + L::kK + stage * L::kTileBytes;
   const uint8_t* fallback = kPaged ? p.cache : p.k;  // mapped and aligned; never read
 #pragma unroll
-  for (int it = 0; it < kMmaTileKeys * L::kRowChunks / kMmaThreads; ++it) {
+  for (int it = 0; it < kMmaBlockN * L::kRowChunks / kMmaThreads; ++it) {
     const int idx = it * kMmaThreads + threadIdx.x;
     const int row = idx / L::kRowChunks, chunk = idx % L::kRowChunks;
     const int64_t n = start + row;
@@ -78,22 +79,22 @@ __device__ __forceinline__ void LoadKeyTile(const IndexerProblem& p, const Block
     CpAsync16(tile + row * kDim + 16 * L::KeyChunk(row, chunk), valid ? src + 16 * chunk : fallback,
               valid);
   }
-  static_assert(kMmaTileKeys == kMmaThreads, "one key's scale per thread");
+  static_assert(kMmaBlockN == kMmaThreads, "one key's scale per thread");
   const int row = threadIdx.x;
   const int64_t n = start + row;
   const uint8_t* src = nullptr;
   const float* scale = nullptr;
   const bool valid = n < uhi && LocateKey<kPaged>(p, w.group, n, &src, &scale);
-  float* scales = reinterpret_cast<float*>(smem + L::kScale) + stage * kMmaTileKeys;
+  float* scales = reinterpret_cast<float*>(smem + L::kScale) + stage * kMmaBlockN;
   CpAsync4(scales + row, valid ? scale : reinterpret_cast<const float*>(fallback), valid);
-  smem[L::kOk + stage * kMmaTileKeys + row] = valid ? 1 : 0;
+  smem[L::kOk + stage * kMmaBlockN + row] = valid ? 1 : 0;
 }
 
 // The query block's q as f16 (swizzled columns) and its weights, into shared memory.
-template <int kHeads, int kDim, int kColumns, int kStages>
+template <int kHeads, int kDim, int kBlockM, int kStages>
 __device__ __forceinline__ void LoadQueryBlock(const IndexerProblem& p, const BlockWork& w,
                                                uint8_t* smem) {
-  using L = MmaLayout<kHeads, kDim, kColumns, kStages>;
+  using L = MmaLayout<kHeads, kDim, kBlockM, kStages>;
   const int columns = w.count * kHeads;
   const uint8_t* q_block = p.q + w.group * p.q_group_stride + w.first * p.q_row_stride;
   for (int idx = threadIdx.x; idx < columns * L::kRowChunks; idx += kMmaThreads) {
@@ -124,11 +125,11 @@ __device__ __forceinline__ void LoadQueryBlock(const IndexerProblem& p, const Bl
 
 // Warp `warp`'s 32 keys of the tile in `stage` against every query of the block: logits stored
 // for keys in [start + 32·warp, …) below `uhi`.
-template <int kHeads, int kDim, int kColumns, int kStages, bool kPaged>
+template <int kHeads, int kDim, int kBlockM, int kStages, bool kPaged>
 __device__ __forceinline__ void ScoreKeyTile(const IndexerProblem& p, const BlockWork& w,
                                              int64_t start, int64_t uhi, int stage,
                                              const uint8_t* smem) {
-  using L = MmaLayout<kHeads, kDim, kColumns, kStages>;
+  using L = MmaLayout<kHeads, kDim, kBlockM, kStages>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // PTX groupID, threadID_in_group
   const int64_t key0 = start + warp * kMmaKeysPerWarp;
@@ -159,9 +160,8 @@ __device__ __forceinline__ void ScoreKeyTile(const IndexerProblem& p, const Bloc
   // This lane stores key 8t + g of the warp's 32 (the quad transpose-sum's order).
   const int my_key = warp * kMmaKeysPerWarp + 8 * t + g;
   const int64_t n = start + my_key;
-  const float scale =
-      reinterpret_cast<const float*>(smem + L::kScale)[stage * kMmaTileKeys + my_key];
-  const bool key_ok = smem[L::kOk + stage * kMmaTileKeys + my_key] != 0;
+  const float scale = reinterpret_cast<const float*>(smem + L::kScale)[stage * kMmaBlockN + my_key];
+  const bool key_ok = smem[L::kOk + stage * kMmaBlockN + my_key] != 0;
   const int64_t* lo = reinterpret_cast<const int64_t*>(smem + L::kLo);
   const int64_t* hi = reinterpret_cast<const int64_t*>(smem + L::kHi);
   const float* weights = reinterpret_cast<const float*>(smem + L::kW);
@@ -232,9 +232,9 @@ __device__ __forceinline__ void ScoreKeyTile(const IndexerProblem& p, const Bloc
   }
 }
 
-template <int kHeads, int kDim, int kColumns, int kStages, bool kPaged>
+template <int kHeads, int kDim, int kBlockM, int kStages, bool kPaged>
 __global__ void __launch_bounds__(kMmaThreads, 1) IndexerMmaKernel(const IndexerProblem p) {
-  using L = MmaLayout<kHeads, kDim, kColumns, kStages>;
+  using L = MmaLayout<kHeads, kDim, kBlockM, kStages>;
   extern __shared__ __align__(16) uint8_t smem[];
   const BlockWork w = DecodeBlock</*kLongestFirst=*/!kPaged>(p);
   int64_t* lo = reinterpret_cast<int64_t*>(smem + L::kLo);
@@ -247,32 +247,31 @@ __global__ void __launch_bounds__(kMmaThreads, 1) IndexerMmaKernel(const Indexer
   WindowUnion(lo, hi, w.count, w.c0, w.c1, &ulo, &uhi);
   if (p.clean) FillOutsideUnion(p, w, ulo, uhi);
   if (ulo >= uhi) return;
-  LoadQueryBlock<kHeads, kDim, kColumns, kStages>(p, w, smem);
+  LoadQueryBlock<kHeads, kDim, kBlockM, kStages>(p, w, smem);
 
   // kStages-deep pipeline: tile t lands in stage t % kStages; one commit group per tile (empty
   // past the last) so that wait_group<kStages - 1> always means "tile t has landed".
-  const int64_t num_tiles = (uhi - ulo + kMmaTileKeys - 1) / kMmaTileKeys;
+  const int64_t num_tiles = (uhi - ulo + kMmaBlockN - 1) / kMmaBlockN;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_tiles) {
-      LoadKeyTile<kHeads, kDim, kColumns, kStages, kPaged>(p, w, ulo + s * kMmaTileKeys, uhi, s,
-                                                           smem);
+      LoadKeyTile<kHeads, kDim, kBlockM, kStages, kPaged>(p, w, ulo + s * kMmaBlockN, uhi, s, smem);
     }
     CpAsyncCommit();
   }
   for (int64_t tile = 0; tile < num_tiles; ++tile) {
     const int64_t ahead = tile + kStages - 1;  // its stage held tile - 1, finished last round
     if (ahead < num_tiles) {
-      LoadKeyTile<kHeads, kDim, kColumns, kStages, kPaged>(p, w, ulo + ahead * kMmaTileKeys, uhi,
-                                                           static_cast<int>(ahead % kStages), smem);
+      LoadKeyTile<kHeads, kDim, kBlockM, kStages, kPaged>(p, w, ulo + ahead * kMmaBlockN, uhi,
+                                                          static_cast<int>(ahead % kStages), smem);
     }
     CpAsyncCommit();
     CpAsyncWait<kStages - 1>();
     __syncthreads();  // tile landed for every thread's copies; q block and flags visible
-    ScoreKeyTile<kHeads, kDim, kColumns, kStages, kPaged>(p, w, ulo + tile * kMmaTileKeys, uhi,
-                                                          static_cast<int>(tile % kStages), smem);
+    ScoreKeyTile<kHeads, kDim, kBlockM, kStages, kPaged>(p, w, ulo + tile * kMmaBlockN, uhi,
+                                                         static_cast<int>(tile % kStages), smem);
     __syncthreads();  // stage free for the load issued next round
   }
 }
 
-}  // namespace attnd::kernels::indexer_logits::gpu_impl
+}  // namespace attnd::kernels::indexer_logits::gpu

@@ -5,7 +5,7 @@
 #include "kernels/indexer_logits/gpu/problem.h"
 #include "kernels/indexer_logits/params.h"
 
-namespace attnd::kernels::indexer_logits::gpu_impl {
+namespace attnd::kernels::indexer_logits::gpu {
 
 inline IndexerProblem MakePrefillProblem(const Params& p) {
   IndexerProblem x;
@@ -32,4 +32,4 @@ inline IndexerProblem MakePrefillProblem(const Params& p) {
   return x;
 }
 
-}  // namespace attnd::kernels::indexer_logits::gpu_impl
+}  // namespace attnd::kernels::indexer_logits::gpu

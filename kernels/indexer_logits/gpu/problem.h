@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-namespace attnd::kernels::indexer_logits::gpu_impl {
+namespace attnd::kernels::indexer_logits::gpu {
 
 // Rows come in num_groups groups of rows_per_group (prefill: one group of M rows; paged: one
 // group per request, its next_n new tokens). Row j of group g is output row g·rows_per_group + j.
@@ -72,9 +72,10 @@ inline void ChooseSplit(IndexerProblem* p, int queries_per_block, int64_t tile_k
   p->num_chunks = (p->num_cols + p->key_chunk - 1) / p->key_chunk;
 }
 
-// The grid ChooseSplit gives, in CTAs (one dimension; must stay below 2^31).
+// The grid ChooseSplit gives, in CTAs (one dimension; must stay below kMaxGridCtas).
+inline constexpr int64_t kMaxGridCtas = int64_t{1} << 31;  // exclusive
 inline int64_t GridCtas(const IndexerProblem& p) {
   return p.num_groups * p.blocks_per_group * p.num_chunks;
 }
 
-}  // namespace attnd::kernels::indexer_logits::gpu_impl
+}  // namespace attnd::kernels::indexer_logits::gpu

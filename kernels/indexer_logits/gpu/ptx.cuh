@@ -13,7 +13,7 @@
 
 #include "kernels/common/gpu/convert.cuh"
 
-namespace attnd::kernels::indexer_logits::gpu_impl {
+namespace attnd::kernels::indexer_logits::gpu {
 
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -51,8 +51,8 @@ __device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t two_codes) {
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(out) : "h"(static_cast<uint16_t>(two_codes)));
   return out;
 #else
-  const __half2 h = __floats2half2_rn(gpu::Fp8E4M3ToFloat(two_codes & 0xff),
-                                      gpu::Fp8E4M3ToFloat((two_codes >> 8) & 0xff));
+  const __half2 h = __floats2half2_rn(::attnd::gpu::Fp8E4M3ToFloat(two_codes & 0xff),
+                                      ::attnd::gpu::Fp8E4M3ToFloat((two_codes >> 8) & 0xff));
   return *reinterpret_cast<const uint32_t*>(&h);
 #endif
 }
@@ -67,4 +67,4 @@ __device__ __forceinline__ void MmaF16(float acc[4], const uint32_t a[4], uint32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-}  // namespace attnd::kernels::indexer_logits::gpu_impl
+}  // namespace attnd::kernels::indexer_logits::gpu

@@ -15,44 +15,45 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/indexer_logits/gpu/common.cuh"
 
-namespace attnd::kernels::indexer_logits::gpu_impl {
+namespace attnd::kernels::indexer_logits::gpu {
 
 inline constexpr int kSimtThreads = 256;
-inline constexpr int kSimtColumns = 128;  // (query, head) columns per CTA, at most
-inline constexpr int kSimtKeys = 64;      // keys per tile
+inline constexpr int kSimtBlockM = 128;   // (query, head) columns per CTA, at most
+inline constexpr int kSimtBlockN = 64;    // keys per tile
 inline constexpr int kSimtSlab = 16;      // head-dim values per shared-memory slab
+inline constexpr int kSimtCtasPerSm = 4;  // for the key-chunk split
 
 struct SimtShared {
-  static constexpr int kQStride = kSimtColumns + 4;  // floats; rows stay 16-B aligned
-  static constexpr int kKStride = kSimtKeys + 4;
-  static constexpr int kSStride = kSimtColumns + 1;  // odd: the head sums read conflict-free
+  static constexpr int kQStride = kSimtBlockM + 4;  // floats; rows stay 16-B aligned
+  static constexpr int kKStride = kSimtBlockN + 4;
+  static constexpr int kSStride = kSimtBlockM + 1;  // odd: the head sums read conflict-free
   alignas(16) union {
     struct {
       float q[kSimtSlab][kQStride];  // slab of the query block, [d][column]
       float k[kSimtSlab][kKStride];  // slab of the key tile, [d][key]
     } slab;
-    float s[kSimtKeys][kSStride];  // relu(S)·w, [key][column]
+    float s[kSimtBlockN][kSStride];  // relu(S)·w, [key][column]
   } u;
-  float w[kSimtColumns];              // weights of the block's columns
-  const uint8_t* key_row[kSimtKeys];  // the tile's key rows, null when masked or past the union
-  float scale[kSimtKeys];             // their scales (0 when masked)
-  int64_t lo[kSimtColumns], hi[kSimtColumns];  // row windows (<= 128 rows per block)
+  float w[kSimtBlockM];                 // weights of the block's columns
+  const uint8_t* key_row[kSimtBlockN];  // the tile's key rows, null when masked or past the union
+  float scale[kSimtBlockN];             // their scales (0 when masked)
+  int64_t lo[kSimtBlockM], hi[kSimtBlockM];  // row windows (<= 128 rows per block)
 };
 static_assert(sizeof(SimtShared) <= 48 * 1024, "SIMT shared memory must not need an opt-in");
 
 // Four bytes at p (any alignment) as the f32 they encode (little-endian).
 __device__ __forceinline__ float LoadUnalignedF32(const uint8_t* p) {
-  return gpu::BitsToFloat(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-                          (static_cast<uint32_t>(p[2]) << 16) |
-                          (static_cast<uint32_t>(p[3]) << 24));
+  return ::attnd::gpu::BitsToFloat(
+      static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+      (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24));
 }
 
-// One tile's keys: rows and scales of keys [t0, t0 + kSimtKeys), masked past `uhi`.
+// One tile's keys: rows and scales of keys [t0, t0 + kSimtBlockN), masked past `uhi`.
 template <bool kPaged>
 __device__ __forceinline__ void LocateTile(const IndexerProblem& p, const BlockWork& w, int64_t t0,
                                            int64_t uhi, SimtShared& s) {
   const int i = threadIdx.x;
-  if (i >= kSimtKeys) return;
+  if (i >= kSimtBlockN) return;
   const int64_t n = t0 + i;
   const uint8_t* row = nullptr;
   const float* scale = nullptr;
@@ -70,24 +71,24 @@ __device__ __forceinline__ void StageSlab(const IndexerProblem& p, const BlockWo
   const uint8_t* q_block = p.q + w.group * p.q_group_stride + w.first * p.q_row_stride + d0;
   // Four consecutive threads take four consecutive bytes of one column (coalesced reads).
 #pragma unroll
-  for (int it = 0; it < kSimtColumns * kSimtSlab / kSimtThreads; ++it) {
+  for (int it = 0; it < kSimtBlockM * kSimtSlab / kSimtThreads; ++it) {
     const int e = it * kSimtThreads + threadIdx.x;
-    const int d = 4 * (e / (4 * kSimtColumns)) + (e & 3);
-    const int c = (e >> 2) & (kSimtColumns - 1);
+    const int d = 4 * (e / (4 * kSimtBlockM)) + (e & 3);
+    const int c = (e >> 2) & (kSimtBlockM - 1);
     float v = 0.0f;
     if (c < columns) {
       const int qi = c / p.heads, h = c - qi * p.heads;
-      v = gpu::Fp8E4M3ToFloat(q_block[qi * p.q_row_stride + h * p.q_head_stride + d]);
+      v = ::attnd::gpu::Fp8E4M3ToFloat(q_block[qi * p.q_row_stride + h * p.q_head_stride + d]);
     }
     s.u.slab.q[d][c] = v;
   }
 #pragma unroll
-  for (int it = 0; it < kSimtKeys * kSimtSlab / kSimtThreads; ++it) {
+  for (int it = 0; it < kSimtBlockN * kSimtSlab / kSimtThreads; ++it) {
     const int e = it * kSimtThreads + threadIdx.x;
-    const int d = 4 * (e / (4 * kSimtKeys)) + (e & 3);
-    const int key = (e >> 2) & (kSimtKeys - 1);
+    const int d = 4 * (e / (4 * kSimtBlockN)) + (e & 3);
+    const int key = (e >> 2) & (kSimtBlockN - 1);
     const uint8_t* row = s.key_row[key];
-    s.u.slab.k[d][key] = row != nullptr ? gpu::Fp8E4M3ToFloat(row[d0 + d]) : 0.0f;
+    s.u.slab.k[d][key] = row != nullptr ? ::attnd::gpu::Fp8E4M3ToFloat(row[d0 + d]) : 0.0f;
   }
 }
 
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(kSimtThreads) IndexerSimtKernel(const IndexerP
   if (ulo >= uhi) return;
 
   const int tk = tid / 16, tc = tid % 16;  // keys 4tk..4tk+3; columns 4tc.., 64 + 4tc..
-  for (int64_t t0 = ulo; t0 < uhi; t0 += kSimtKeys) {
+  for (int64_t t0 = ulo; t0 < uhi; t0 += kSimtBlockN) {
     __syncthreads();  // the previous tile's head sums are done with s.u and s.key_row
     LocateTile<kPaged>(p, w, t0, uhi, s);
     float acc[4][8] = {};
@@ -144,8 +145,8 @@ __global__ void __launch_bounds__(kSimtThreads) IndexerSimtKernel(const IndexerP
       for (int i = 0; i < 4; ++i) s.u.s[4 * tk + i][c] = fmaxf(acc[i][j], 0.0f) * wc;
     }
     __syncthreads();
-    for (int o = tid; o < kSimtKeys * w.count; o += kSimtThreads) {
-      const int key = o % kSimtKeys, qi = o / kSimtKeys;
+    for (int o = tid; o < kSimtBlockN * w.count; o += kSimtThreads) {
+      const int key = o % kSimtBlockN, qi = o / kSimtBlockN;
       const int64_t n = t0 + key;
       if (n >= uhi) continue;  // past the union: filled (or left) by FillOutsideUnion
       float* out = p.logits + (row0 + qi) * p.ld + n;
@@ -161,4 +162,4 @@ __global__ void __launch_bounds__(kSimtThreads) IndexerSimtKernel(const IndexerP
   }
 }
 
-}  // namespace attnd::kernels::indexer_logits::gpu_impl
+}  // namespace attnd::kernels::indexer_logits::gpu

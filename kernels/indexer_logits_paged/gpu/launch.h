@@ -10,18 +10,18 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/indexer_logits_paged/params.h"
 
-namespace attnd::kernels::indexer_logits_paged::gpu_impl {
+namespace attnd::kernels::indexer_logits_paged::gpu {
 
 // The portable SIMT kernel: any validated params (any H <= 128, D a multiple of 16, block size,
 // strides and alignment) with block_size < 2^31.
 bool SimtSupports(const Params& p, std::string* why);
-gpu::Error LaunchSimt(const Params& p, gpu::Stream stream);
+::attnd::gpu::Error LaunchSimt(const Params& p, ::attnd::gpu::Stream stream);
 
 #if defined(ATTND_GPU_CUDA)
 // The tensor-core kernel: H in {32, 64}, D in {64, 128}, q and kv_cache 16-B aligned (pointers
 // and strides, bytes), at least one cache block, block_size < 2^31, compute capability >= 8.0.
 bool MmaSupports(const Params& p, std::string* why);
-gpu::Error LaunchMma(const Params& p, gpu::Stream stream);
+::attnd::gpu::Error LaunchMma(const Params& p, ::attnd::gpu::Stream stream);
 #endif
 
-}  // namespace attnd::kernels::indexer_logits_paged::gpu_impl
+}  // namespace attnd::kernels::indexer_logits_paged::gpu

@@ -4,47 +4,43 @@
 
 #include <cstdint>
 
-#include "absl/strings/str_cat.h"
+#include "kernels/common/supports.h"
 #include "kernels/indexer_logits/gpu/device_info.h"
 #include "kernels/indexer_logits/gpu/mma.cuh"
 #include "kernels/indexer_logits_paged/gpu/launch.h"
 #include "kernels/indexer_logits_paged/gpu/paged_problem.h"
 
-namespace attnd::kernels::indexer_logits_paged::gpu_impl {
+namespace attnd::kernels::indexer_logits_paged::gpu {
 namespace {
 
-using indexer_logits::gpu_impl::ChooseSplit;
-using indexer_logits::gpu_impl::CurrentDeviceCapability;
-using indexer_logits::gpu_impl::CurrentDeviceSmCount;
-using indexer_logits::gpu_impl::GridCtas;
-using indexer_logits::gpu_impl::IndexerMmaKernel;
-using indexer_logits::gpu_impl::kMmaThreads;
-using indexer_logits::gpu_impl::kMmaTileKeys;
-using indexer_logits::gpu_impl::MmaLayout;
+using indexer_logits::gpu::ChooseSplit;
+using indexer_logits::gpu::CurrentDeviceCapability;
+using indexer_logits::gpu::CurrentDeviceSmCount;
+using indexer_logits::gpu::GridCtas;
+using indexer_logits::gpu::IndexerMmaKernel;
+using indexer_logits::gpu::kMaxGridCtas;
+using indexer_logits::gpu::kMmaBlockN;
+using indexer_logits::gpu::kMmaMinCapability;
+using indexer_logits::gpu::kMmaThreads;
+using indexer_logits::gpu::MmaLayout;
 
 // Decode is memory-bound: fewer columns (next_n · H <= 128 per CTA at H64) leave room for four
 // key stages (~100 KB of pages in flight per SM).
-constexpr int kColumns = 128;
+constexpr int kBlockM = 128;
 constexpr int kStages = 4;
-constexpr int kMinCapability = 80;  // mma.sync m16n8k16 f16, cp.async
-constexpr int64_t kMaxGridCtas = int64_t{1} << 31;
-
-bool Aligned(const void* p, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
-}
 
 bool Empty(const Params& p) { return p.q.dim(0) == 0 || p.logits.dim(1) == 0; }
 
 IndexerProblem SplitMma(const Params& p) {
   IndexerProblem x = MakePagedProblem(p);
-  ChooseSplit(&x, kColumns / x.heads, kMmaTileKeys, int64_t{4} * CurrentDeviceSmCount());
+  ChooseSplit(&x, kBlockM / x.heads, kMmaBlockN, int64_t{4} * CurrentDeviceSmCount());
   return x;
 }
 
 template <int kHeads, int kDim>
-gpu::Error Launch(const IndexerProblem& x, gpu::Stream stream) {
-  using L = MmaLayout<kHeads, kDim, kColumns, kStages>;
-  const auto kernel = IndexerMmaKernel<kHeads, kDim, kColumns, kStages, /*kPaged=*/true>;
+::attnd::gpu::Error Launch(const IndexerProblem& x, ::attnd::gpu::Stream stream) {
+  using L = MmaLayout<kHeads, kDim, kBlockM, kStages>;
+  const auto kernel = IndexerMmaKernel<kHeads, kDim, kBlockM, kStages, /*kPaged=*/true>;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
   if (e != cudaSuccess) return e;
@@ -57,39 +53,32 @@ gpu::Error Launch(const IndexerProblem& x, gpu::Stream stream) {
 bool MmaSupports(const Params& p, std::string* why) {
   const int64_t h = p.q.dim(2), d = p.q.dim(3);
   if (h != 32 && h != 64) {
-    *why = absl::StrCat("H is ", h, ", want 32 or 64");
-    return false;
+    return Refuse(why, "H is ", h, ", want 32 or 64");
   }
   if (d != 64 && d != 128) {
-    *why = absl::StrCat("D is ", d, ", want 64 or 128");
-    return false;
+    return Refuse(why, "D is ", d, ", want 64 or 128");
   }
   if (!Aligned(p.q.data, 16) || p.q.stride(0) % 16 != 0 || p.q.stride(1) % 16 != 0 ||
       p.q.stride(2) % 16 != 0 || !Aligned(p.kv_cache.data, 16) || p.kv_cache.stride(0) % 16 != 0) {
-    *why = "q and kv_cache must be 16-byte aligned (pointers and row strides)";
-    return false;
+    return Refuse(why, "q and kv_cache must be 16-byte aligned (pointers and row strides)");
   }
   if (p.kv_cache.dim(0) < 1) {
-    *why = "kv_cache has no blocks";  // cp.async needs a mapped fallback address
-    return false;
+    return Refuse(why, "kv_cache has no blocks");  // cp.async needs a mapped fallback address
   }
   if (p.block_size > kMaxBlockSize) {
-    *why = absl::StrCat("block_size is ", p.block_size, ", want < 2^31");
-    return false;
+    return Refuse(why, "block_size is ", p.block_size, ", want < 2^31");
   }
   const int capability = CurrentDeviceCapability();
-  if (capability < kMinCapability) {
-    *why = absl::StrCat("compute capability ", capability, ", want >= ", kMinCapability);
-    return false;
+  if (capability < kMmaMinCapability) {
+    return Refuse(why, "compute capability ", capability, ", want >= ", kMmaMinCapability);
   }
   if (!Empty(p) && GridCtas(SplitMma(p)) >= kMaxGridCtas) {
-    *why = "grid does not fit one dimension";
-    return false;
+    return Refuse(why, "grid does not fit one dimension");
   }
   return true;
 }
 
-gpu::Error LaunchMma(const Params& p, gpu::Stream stream) {
+::attnd::gpu::Error LaunchMma(const Params& p, ::attnd::gpu::Stream stream) {
   if (Empty(p)) return cudaSuccess;
   const IndexerProblem x = SplitMma(p);
   switch (x.heads * 1000 + x.dim) {
@@ -101,6 +90,6 @@ gpu::Error LaunchMma(const Params& p, gpu::Stream stream) {
   return cudaErrorInvalidValue;  // refused by MmaSupports
 }
 
-}  // namespace attnd::kernels::indexer_logits_paged::gpu_impl
+}  // namespace attnd::kernels::indexer_logits_paged::gpu
 
 #endif  // defined(ATTND_GPU_CUDA)

@@ -8,9 +8,9 @@
 #include "kernels/indexer_logits/gpu/problem.h"
 #include "kernels/indexer_logits_paged/params.h"
 
-namespace attnd::kernels::indexer_logits_paged::gpu_impl {
+namespace attnd::kernels::indexer_logits_paged::gpu {
 
-using indexer_logits::gpu_impl::IndexerProblem;
+using indexer_logits::gpu::IndexerProblem;
 
 inline constexpr int64_t kMaxBlockSize = INT32_MAX;  // the kernels divide in 32 bits
 
@@ -46,4 +46,4 @@ inline IndexerProblem MakePagedProblem(const Params& p) {
   return x;
 }
 
-}  // namespace attnd::kernels::indexer_logits_paged::gpu_impl
+}  // namespace attnd::kernels::indexer_logits_paged::gpu
