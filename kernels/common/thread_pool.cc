@@ -12,34 +12,36 @@ ThreadPool::ThreadPool(int num_threads)
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::RunChunks() {
-  std::unique_lock<std::mutex> lock(mu_);
+  // Lock and Unlock by hand: the lock is dropped around each chunk.
+  mu_.Lock();
   while (fn_ != nullptr && next_ < n_) {
     const int64_t begin = next_;
     const int64_t end = std::min(n_, begin + chunk_);
     next_ = end;
     const auto* fn = fn_;
     ++active_;
-    lock.unlock();
+    mu_.Unlock();
     (*fn)(begin, end);
-    lock.lock();
-    if (--active_ == 0 && next_ >= n_) done_cv_.notify_all();
+    mu_.Lock();
+    if (--active_ == 0 && next_ >= n_) done_cv_.SignalAll();
   }
+  mu_.Unlock();
 }
 
 void ThreadPool::WorkerLoop() {
   int64_t seen_generation = 0;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen_generation; });
+      absl::MutexLock lock(&mu_);
+      while (!stop_ && generation_ == seen_generation) work_cv_.Wait(&mu_);
       if (stop_) return;
       seen_generation = generation_;
     }
@@ -55,9 +57,9 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
-  std::lock_guard<std::mutex> call_lock(call_mu_);
+  absl::MutexLock call_lock(&call_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     fn_ = &fn;
     n_ = n;
     // About four chunks per thread balances uneven rows without much locking.
@@ -65,10 +67,10 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     next_ = 0;
     ++generation_;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   RunChunks();
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return next_ >= n_ && active_ == 0; });
+  absl::MutexLock lock(&mu_);
+  while (next_ < n_ || active_ != 0) done_cv_.Wait(&mu_);
   fn_ = nullptr;
 }
 

@@ -4,14 +4,13 @@
 //   pool.ParallelFor(rows, /*grain=*/1, [&](int64_t begin, int64_t end) { ... });
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace attnd::kernels {
 
@@ -29,18 +28,19 @@ class ThreadPool {
   // Calls fn(begin, end) over [0, n) in chunks of at least `grain` items and returns when all
   // chunks are done. Thread-safe: concurrent callers are serialised (one loop runs at a time);
   // fn must not call ParallelFor on the same pool.
-  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn)
+      ABSL_LOCKS_EXCLUDED(call_mu_, mu_);
 
  private:
-  void WorkerLoop();
-  void RunChunks();
+  void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void RunChunks() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int num_threads_;
   std::vector<std::thread> workers_;
-  std::mutex call_mu_;  // serialises ParallelFor callers
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
+  absl::Mutex call_mu_;  // serialises ParallelFor callers; taken before mu_
+  absl::Mutex mu_;
+  absl::CondVar work_cv_;  // a new loop (generation_) or stop_
+  absl::CondVar done_cv_;  // the current loop's last chunk finished
   const std::function<void(int64_t, int64_t)>* fn_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t n_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t chunk_ ABSL_GUARDED_BY(mu_) = 1;

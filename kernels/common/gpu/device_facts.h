@@ -79,6 +79,10 @@ inline Error AllowDynamicSmem(const void* kernel, int bytes) {
 // current device (0 when it cannot run there); cached per (kernel, device, threads, smem).
 // Also applies AllowDynamicSmem(kernel, smem).
 inline int BlocksPerSm(const void* kernel, int threads, int smem) {
+  // std::mutex, not absl::Mutex: this header is compiled by nvcc and hipcc inside .cu files and
+  // stays free of Abseil like vendor.h. Both caches are function-local and used only while `mu`
+  // is held for the rest of the call, so there is no cross-function contract to annotate (and no
+  // .cu file is part of the clang -Wthread-safety check, scripts/thread-safety.sh).
   static std::mutex mu;
   static auto* cache = new std::map<std::tuple<const void*, int, int, int>, int>();
   DeviceFacts d;
