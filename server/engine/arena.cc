@@ -10,7 +10,7 @@ namespace attnd::server::engine {
 
 Arena::Arena(uint64_t capacity, std::string name)
     : capacity_(capacity / kAlignment * kAlignment), name_(std::move(name)) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   stats_.reserved = capacity_;
   if (capacity_ > 0) InsertFree(0, capacity_);
   stats_.largest_free = capacity_;
@@ -40,7 +40,7 @@ void Arena::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
 
 absl::StatusOr<uint64_t> Arena::Allocate(uint64_t bytes) {
   const uint64_t size = SizeClass(bytes);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto fit = free_by_size_.lower_bound({size, 0});
   if (fit == free_by_size_.end()) {
     ++stats_.failures;
@@ -63,7 +63,7 @@ absl::StatusOr<uint64_t> Arena::Allocate(uint64_t bytes) {
 }
 
 bool Arena::Free(uint64_t offset) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto live = live_.find(offset);
   if (live == live_.end()) return false;
   uint64_t begin = offset;
@@ -91,7 +91,7 @@ bool Arena::Free(uint64_t offset) {
 }
 
 ArenaStats Arena::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ArenaStats s = stats_;
   s.largest_free = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
   return s;

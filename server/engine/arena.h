@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -17,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace attnd::server::engine {
 
@@ -48,13 +48,13 @@ class Arena {
   // (lowest offset among equals), so a block freed and asked for again comes back at the same
   // offset. RESOURCE_EXHAUSTED naming the request, the free bytes and the largest free block when
   // nothing fits. Thread-safe.
-  absl::StatusOr<uint64_t> Allocate(uint64_t bytes);
+  absl::StatusOr<uint64_t> Allocate(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Returns a block from Allocate (coalescing it with free neighbours). An offset that is not a
   // live block is ignored (and reported false). Thread-safe.
-  bool Free(uint64_t offset);
+  bool Free(uint64_t offset) ABSL_LOCKS_EXCLUDED(mu_);
 
-  ArenaStats stats() const;  // thread-safe snapshot
+  ArenaStats stats() const ABSL_LOCKS_EXCLUDED(mu_);  // thread-safe snapshot
   const std::string& name() const { return name_; }
 
  private:
@@ -63,7 +63,7 @@ class Arena {
 
   const uint64_t capacity_;
   const std::string name_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<uint64_t, uint64_t> free_by_offset_ ABSL_GUARDED_BY(mu_);           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_ ABSL_GUARDED_BY(mu_);  // (size, offset)
   std::unordered_map<uint64_t, uint64_t> live_ ABSL_GUARDED_BY(mu_);           // offset -> size

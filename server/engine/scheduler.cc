@@ -21,16 +21,16 @@ Scheduler::Scheduler(Options options, Backend* backend) : options_(options), bac
 Scheduler::~Scheduler() {
   Drain(absl::Now());
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   for (auto& t : threads_) t.join();
 }
 
 absl::Status Scheduler::Submit(std::unique_ptr<Job> job) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!accepting_) return ShuttingDown();
     if (static_cast<int>(queue_.size()) >= options_.queue_capacity) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -40,7 +40,7 @@ absl::Status Scheduler::Submit(std::unique_ptr<Job> job) {
     queue_.push_back(std::move(job));
     ReportLoad();
   }
-  work_cv_.notify_one();
+  work_cv_.Signal();
   return absl::OkStatus();
 }
 
@@ -48,10 +48,9 @@ bool Scheduler::Drain(absl::Time deadline) {
   std::deque<std::unique_ptr<Job>> failed;
   bool drained;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     accepting_ = false;
-    drained = idle_cv_.wait_until(lock, absl::ToChronoTime(deadline),
-                                  [&] { return queue_.empty() && running_ == 0; });
+    drained = WaitIdle(deadline);
     if (!drained) {
       aborting_ = true;
       failed.swap(queue_);
@@ -66,10 +65,18 @@ bool Scheduler::Drain(absl::Time deadline) {
   }
   if (!drained) {
     // Running jobs stop at their next step boundary; wait for them so callers can tear down.
-    std::unique_lock<std::mutex> lock(mu_);
-    idle_cv_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
+    absl::MutexLock lock(&mu_);
+    WaitIdle(absl::InfiniteFuture());
   }
   return drained;
+}
+
+bool Scheduler::WaitIdle(absl::Time deadline) {
+  while (!queue_.empty() || running_ != 0) {
+    // WaitWithDeadline is true on timeout: then the answer is whether idle came at the end.
+    if (idle_cv_.WaitWithDeadline(&mu_, deadline)) return queue_.empty() && running_ == 0;
+  }
+  return true;
 }
 
 void Scheduler::ReportLoad() {
@@ -77,12 +84,12 @@ void Scheduler::ReportLoad() {
 }
 
 int Scheduler::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(queue_.size());
 }
 
 int Scheduler::running() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return running_;
 }
 
@@ -90,8 +97,8 @@ void Scheduler::WorkerLoop() {
   for (;;) {
     std::unique_ptr<Job> job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      absl::MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) work_cv_.Wait(&mu_);
       if (queue_.empty()) return;  // stop_ and nothing left
       job = std::move(queue_.front());
       queue_.pop_front();
@@ -102,11 +109,11 @@ void Scheduler::WorkerLoop() {
     if (job->done) job->done(std::move(outcome));
     job.reset();  // release what the job owns before reporting idle
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       --running_;
       ReportLoad();
     }
-    idle_cv_.notify_all();
+    idle_cv_.SignalAll();
   }
 }
 
@@ -115,7 +122,7 @@ JobOutcome Scheduler::RunJob(Job& job) {
   o.queue = absl::Now() - job.submitted;
   for (size_t i = 0; i < job.steps.size(); ++i) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (aborting_) {
         o.status = ShuttingDown();
         return o;

@@ -7,18 +7,17 @@
 //   if (absl::Status s = sched.Submit(std::move(job)); !s.ok()) { /* RESOURCE_EXHAUSTED... */ }
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/engine/backend.h"
 
@@ -69,29 +68,31 @@ class Scheduler {
 
   // Queues `job`. RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE once draining; `done`
   // is then not called. Thread-safe, never blocks on running work.
-  absl::Status Submit(std::unique_ptr<Job> job);
+  absl::Status Submit(std::unique_ptr<Job> job) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stops accepting (Submit -> UNAVAILABLE), then waits until every queued and running job is
   // done or `deadline` passes; at the deadline still-queued jobs fail with UNAVAILABLE (running
   // ones finish their current step, then stop with UNAVAILABLE). True when everything finished
   // before the deadline. Thread-safe; blocks.
-  bool Drain(absl::Time deadline);
+  bool Drain(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
-  int queued() const;
-  int running() const;
+  int queued() const ABSL_LOCKS_EXCLUDED(mu_);
+  int running() const ABSL_LOCKS_EXCLUDED(mu_);
   int capacity() const { return options_.queue_capacity; }
   int workers() const { return options_.workers; }
 
  private:
-  void WorkerLoop();
-  JobOutcome RunJob(Job& job);
+  void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  JobOutcome RunJob(Job& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drain's wait: true once nothing is queued or running, false when `deadline` passed first.
+  bool WaitIdle(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReportLoad() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Backend* const backend_;
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable idle_cv_;
+  mutable absl::Mutex mu_;
+  absl::CondVar work_cv_;  // a job was queued, or stop_
+  absl::CondVar idle_cv_;  // a job finished
   std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;

@@ -6,9 +6,9 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/common/log.h"
 #include "server/grpc/service.h"
@@ -29,11 +29,11 @@ class SessionReactor final : public SessionReactorBase {
     StartRead(&read_buf_);
   }
 
-  void OnReadDone(bool ok) override {
+  void OnReadDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_) {
     if (!ok) {
       bool finish;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         reads_done_ = true;
         finish = ShouldFinishLocked();
       }
@@ -46,7 +46,7 @@ class SessionReactor final : public SessionReactorBase {
       // Protocol error: stop reading and end the stream once pending work is done.
       bool finish;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         reads_done_ = true;
         finish = ShouldFinishLocked();
       }
@@ -55,18 +55,18 @@ class SessionReactor final : public SessionReactorBase {
     }
     bool pause;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       pause = PendingLocked() >= kMaxPending;
       read_paused_ = pause;
     }
     if (!pause) StartRead(&read_buf_);
   }
 
-  void OnWriteDone(bool ok) override {
+  void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<v1::SessionResponse> next;
     bool finish = false, resume = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       writes_.pop_front();
       if (!ok) {
         broken_ = true;  // the client is gone: drop what is left
@@ -86,10 +86,10 @@ class SessionReactor final : public SessionReactorBase {
     if (finish) FinishNow();
   }
 
-  void OnCancel() override {
+  void OnCancel() override ABSL_LOCKS_EXCLUDED(mu_) {
     bool finish;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       broken_ = true;
       if (finish_status_.ok()) finish_status_ = absl::CancelledError("session cancelled");
       CancelAllLocked();
@@ -101,11 +101,11 @@ class SessionReactor final : public SessionReactorBase {
     if (finish) FinishNow();
   }
 
-  void OnDone() override {
+  void OnDone() override ABSL_LOCKS_EXCLUDED(mu_) {
     std::string lease;
     int64_t calls;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       lease = lease_;
       calls = calls_;
     }
@@ -119,24 +119,24 @@ class SessionReactor final : public SessionReactorBase {
 
  private:
   // Handles one message; false on a protocol error (the stream then ends with finish_status_).
-  bool Handle(std::shared_ptr<v1::SessionRequest> request) {
+  bool Handle(std::shared_ptr<v1::SessionRequest> request) ABSL_LOCKS_EXCLUDED(mu_) {
     auto response = std::make_shared<v1::SessionResponse>();
     response->set_request_id(request->request_id());
     std::string lease;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       lease = lease_;
     }
     if (lease.empty()) {
       if (request->call_case() != v1::SessionRequest::kOpen) {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         finish_status_ = absl::FailedPreconditionError(
             "the first Session message must be `open` (it opens the lease)");
         return false;
       }
       lease = deps_.registry->OpenLease();
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         lease_ = lease;
       }
       response->mutable_opened()->set_lease_id(lease);
@@ -151,7 +151,7 @@ class SessionReactor final : public SessionReactorBase {
         Reply(std::move(response));
         return true;
       case v1::SessionRequest::kCancel: {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         auto it = cancels_.find(request->cancel().target_request_id());
         if (it != cancels_.end()) it->second->store(true);
       }
@@ -206,9 +206,10 @@ class SessionReactor final : public SessionReactorBase {
   }
 
   void Unregister(std::shared_ptr<v1::SessionRequest> request,
-                  std::shared_ptr<v1::SessionResponse> response, const std::string& lease) {
+                  std::shared_ptr<v1::SessionResponse> response, const std::string& lease)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       ++inflight_;
     }
     absl::Status s =
@@ -229,11 +230,12 @@ class SessionReactor final : public SessionReactorBase {
 
   bool RunOp(ops::OpId id, std::shared_ptr<v1::SessionRequest> request,
              std::shared_ptr<v1::SessionResponse> response,
-             const google::protobuf::Message& op_request, google::protobuf::Message* op_response) {
+             const google::protobuf::Message& op_request, google::protobuf::Message* op_response)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     auto cancelled = std::make_shared<std::atomic<bool>>(false);
     const uint64_t client_id = request->request_id();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       ++inflight_;
       ++calls_;
       cancels_[client_id] = cancelled;
@@ -250,7 +252,7 @@ class SessionReactor final : public SessionReactorBase {
                         [this, request, response, cancelled, client_id](absl::Status s) {
                           SetError(response.get(), s);
                           {
-                            std::lock_guard<std::mutex> lock(mu_);
+                            absl::MutexLock lock(&mu_);
                             auto it = cancels_.find(client_id);
                             if (it != cancels_.end() && it->second == cancelled) {
                               cancels_.erase(it);
@@ -262,16 +264,16 @@ class SessionReactor final : public SessionReactorBase {
     return true;
   }
 
-  std::string lease_for_logs() {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::string lease_for_logs() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     return lease_;
   }
 
   // Queues a reply; thread-safe.
-  void Reply(std::shared_ptr<v1::SessionResponse> response) {
+  void Reply(std::shared_ptr<v1::SessionResponse> response) ABSL_LOCKS_EXCLUDED(mu_) {
     bool start = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (broken_) return;
       writes_.push_back(std::move(response));
       if (!writing_) {
@@ -282,16 +284,16 @@ class SessionReactor final : public SessionReactorBase {
     if (start) StartWrite(writes_front());
   }
 
-  v1::SessionResponse* writes_front() {
-    std::lock_guard<std::mutex> lock(mu_);
+  v1::SessionResponse* writes_front() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     return writes_.front().get();
   }
 
   // One call (op or unregister) finished; `this` must not be touched after this returns.
-  void CallDone() {
+  void CallDone() ABSL_LOCKS_EXCLUDED(mu_) {
     bool finish, resume;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       --inflight_;
       resume = ResumeReadLocked();
       finish = ShouldFinishLocked();
@@ -327,10 +329,10 @@ class SessionReactor final : public SessionReactorBase {
     return true;
   }
 
-  void FinishNow() {
+  void FinishNow() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::Status s;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       s = finish_status_;
     }
     Finish(ToGrpcStatus(s));
@@ -344,7 +346,7 @@ class SessionReactor final : public SessionReactorBase {
   absl::Time stream_deadline_ = absl::InfiniteFuture();
   v1::SessionRequest read_buf_;  // one read in flight at a time owns it
 
-  std::mutex mu_;
+  absl::Mutex mu_;
   std::string lease_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<v1::SessionResponse>> writes_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<std::atomic<bool>>> cancels_ ABSL_GUARDED_BY(mu_);

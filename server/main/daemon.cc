@@ -247,14 +247,13 @@ absl::Status Daemon::WriteReadyFile() const {
 }
 
 void Daemon::RequestShutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   shutdown_requested_ = true;
-  cv_.notify_all();
 }
 
 void Daemon::WaitForShutdownRequest() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return shutdown_requested_; });
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&shutdown_requested_));
 }
 
 bool Daemon::Shutdown() {

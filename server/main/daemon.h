@@ -7,14 +7,13 @@
 //   daemon.Shutdown();                // graceful drain
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "server/main/config.h"
 
 namespace grpc {
@@ -65,9 +64,9 @@ class Daemon {
   const std::string& metrics_address() const { return metrics_address_; }
 
   // Asks the daemon to stop; thread-safe, non-blocking (the signal thread calls it).
-  void RequestShutdown();
+  void RequestShutdown() ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until RequestShutdown was called.
-  void WaitForShutdownRequest();
+  void WaitForShutdownRequest() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Graceful stop: health NOT_SERVING, stop accepting, let in-flight calls finish within
   // drain_timeout (then cancel them), stop the listeners. True when everything finished in time.
@@ -96,8 +95,7 @@ class Daemon {
   bool started_ = false;
   bool stopped_ = false;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
+  absl::Mutex mu_;  // WaitForShutdownRequest awaits shutdown_requested_
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -143,7 +143,7 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
     region_bytes_.Add({{"kind", kind}});
   }
   for (const char* result : {"hit", "update", "capture"}) graph_cache_.Add({{"result", result}});
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const std::string& op : ops) {
     ForOp(op);
     requests_by_code_[{op, "OK"}] = &requests_.Add({{"op", op}, {"code", "OK"}});
@@ -166,7 +166,7 @@ Metrics::OpMetrics& Metrics::ForOp(const std::string& op) {
 
 void Metrics::RecordCall(const CallRecord& r) {
   const std::string code = CodeLabel(r.code);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   OpMetrics& m = ForOp(r.op);
   prometheus::Counter*& requests = requests_by_code_[{r.op, code}];
   if (requests == nullptr) requests = &requests_.Add({{"op", r.op}, {"code", code}});

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -52,7 +52,7 @@ class Metrics {
   Metrics& operator=(const Metrics&) = delete;
 
   // Thread-safe.
-  void RecordCall(const CallRecord& r);
+  void RecordCall(const CallRecord& r) ABSL_LOCKS_EXCLUDED(mu_);
   void AddInflight(double delta) { inflight_->Increment(delta); }
   // The scheduler's bounds (--queue-capacity, --workers): attnd_queue_capacity, attnd_workers.
   void SetQueueLimits(int capacity, int workers);
@@ -109,7 +109,7 @@ class Metrics {
   prometheus::Counter* copied_d2h_ = nullptr;
   prometheus::Counter* count_readback_ = nullptr;
 
-  std::mutex mu_;
+  absl::Mutex mu_;
   std::map<std::string, OpMetrics> ops_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> requests_by_code_
       ABSL_GUARDED_BY(mu_);

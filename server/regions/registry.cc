@@ -1,11 +1,11 @@
 #include "server/regions/registry.h"
 
-#include <condition_variable>
 #include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "server/regions/shm_key.h"
 
 namespace attnd::server::regions {
@@ -13,14 +13,14 @@ namespace attnd::server::regions {
 // Live totals per kind, shared by the registry and its regions (a region may outlive the
 // registry's map entry while requests still pin it).
 struct Region::Stats {
-  std::mutex mu;
+  absl::Mutex mu;
   int64_t count[2] ABSL_GUARDED_BY(mu) = {0, 0};
   int64_t bytes[2] ABSL_GUARDED_BY(mu) = {0, 0};
   std::function<void(RegionKind, int64_t, int64_t)> on_stats;
 
-  void Add(RegionKind kind, int64_t dcount, int64_t dbytes) {
+  void Add(RegionKind kind, int64_t dcount, int64_t dbytes) ABSL_LOCKS_EXCLUDED(mu) {
     const int k = static_cast<int>(kind);
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     count[k] += dcount;
     bytes[k] += dbytes;
     if (on_stats) on_stats(kind, count[k], bytes[k]);
@@ -50,14 +50,14 @@ Region::~Region() {
   stats_->Add(desc_.kind, -1, -static_cast<int64_t>(desc_.byte_size));
   std::vector<std::function<void()>> callbacks;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     callbacks.swap(on_release_);
   }
   for (auto& fn : callbacks) fn();
 }
 
 void Region::OnRelease(std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   on_release_.push_back(std::move(fn));
 }
 
@@ -87,7 +87,7 @@ RegionRegistry::RegionRegistry(Options options)
 RegionRegistry::~RegionRegistry() {
   std::map<std::string, std::shared_ptr<Region>, std::less<>> regions;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     regions.swap(regions_);
   }
   // Regions still pinned by requests stay mapped until their pins go.
@@ -101,7 +101,7 @@ absl::Status RegionRegistry::CheckLease(const std::string& lease) const {
 }
 
 absl::Status RegionRegistry::Insert(std::shared_ptr<Region> region) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckLease(region->desc_.lease); !s.ok()) return s;
   if (regions_.count(region->name()) != 0) {
     return absl::AlreadyExistsError(
@@ -124,7 +124,7 @@ absl::Status RegionRegistry::RegisterHost(const HostRegionSpec& spec) {
   }
   {
     // Fail fast on a taken name or a closed lease before touching the shm object.
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckLease(spec.lease); !s.ok()) return s;
     if (regions_.count(spec.name) != 0) {
       return absl::AlreadyExistsError(
@@ -180,7 +180,7 @@ absl::Status RegionRegistry::RegisterDevice(const DeviceRegionSpec& spec) {
   }
   {
     // Fail fast on a taken name or a closed lease before opening the handle.
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckLease(spec.lease); !s.ok()) return s;
     if (regions_.count(spec.name) != 0) {
       return absl::AlreadyExistsError(
@@ -203,7 +203,7 @@ absl::Status RegionRegistry::UnregisterAsync(const std::string& name, const std:
                                              std::function<void(std::vector<std::string>)> done) {
   std::vector<std::shared_ptr<Region>> removed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!name.empty()) {
       auto it = regions_.find(name);
       if (it == regions_.end()) {
@@ -229,7 +229,7 @@ absl::Status RegionRegistry::UnregisterAsync(const std::string& name, const std:
   // `done` fires when the last removed region is released: a shared countdown, one release
   // callback per region. Our own references are dropped last, outside the lock.
   struct Countdown {
-    std::mutex mu;
+    absl::Mutex mu;
     size_t left ABSL_GUARDED_BY(mu) = 0;
     std::vector<std::string> names;
     std::function<void(std::vector<std::string>)> done;
@@ -242,14 +242,14 @@ absl::Status RegionRegistry::UnregisterAsync(const std::string& name, const std:
     return absl::OkStatus();
   }
   {
-    std::lock_guard<std::mutex> lock(countdown->mu);
+    absl::MutexLock lock(&countdown->mu);
     countdown->left = removed.size();
   }
   for (const auto& r : removed) {
     r->OnRelease([countdown] {
       bool last;
       {
-        std::lock_guard<std::mutex> lock(countdown->mu);
+        absl::MutexLock lock(&countdown->mu);
         last = --countdown->left == 0;
       }
       if (last && countdown->done) countdown->done(std::move(countdown->names));
@@ -262,26 +262,24 @@ absl::Status RegionRegistry::UnregisterAsync(const std::string& name, const std:
 absl::StatusOr<std::vector<std::string>> RegionRegistry::Unregister(const std::string& name,
                                                                     const std::string& lease) {
   struct Latch {
-    std::mutex mu;
-    std::condition_variable cv;
+    absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
     std::vector<std::string> names ABSL_GUARDED_BY(mu);
   };
   auto latch = std::make_shared<Latch>();
   absl::Status s = UnregisterAsync(name, lease, [latch](std::vector<std::string> names) {
-    std::lock_guard<std::mutex> lock(latch->mu);
+    absl::MutexLock lock(&latch->mu);
     latch->done = true;
     latch->names = std::move(names);
-    latch->cv.notify_all();
   });
   if (!s.ok()) return s;
-  std::unique_lock<std::mutex> lock(latch->mu);
-  latch->cv.wait(lock, [&] { return latch->done; });
+  absl::MutexLock lock(&latch->mu);
+  latch->mu.Await(absl::Condition(&latch->done));
   return std::move(latch->names);
 }
 
 absl::StatusOr<RegionPin> RegionRegistry::Acquire(absl::string_view name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = regions_.find(name);
   if (it == regions_.end()) {
     return absl::NotFoundError(absl::StrCat("region '", name, "' is not registered"));
@@ -291,7 +289,7 @@ absl::StatusOr<RegionPin> RegionRegistry::Acquire(absl::string_view name) const 
 
 std::vector<RegionDescription> RegionRegistry::List() const {
   std::vector<RegionDescription> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   out.reserve(regions_.size());
   for (const auto& [name, region] : regions_) {
     out.push_back(region->desc_);
@@ -301,7 +299,7 @@ std::vector<RegionDescription> RegionRegistry::List() const {
 }
 
 std::string RegionRegistry::OpenLease() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::string id = absl::StrFormat("lease-%016x-%d", lease_salt_, next_lease_++);
   leases_.insert(id);
   return id;
@@ -310,7 +308,7 @@ std::string RegionRegistry::OpenLease() {
 void RegionRegistry::CloseLease(const std::string& lease) {
   if (lease.empty()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     leases_.erase(lease);
   }
   // Only this lease's regions: with a non-empty lease and an empty name this never fails.
@@ -318,12 +316,12 @@ void RegionRegistry::CloseLease(const std::string& lease) {
 }
 
 bool RegionRegistry::LeaseOpen(const std::string& lease) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return leases_.count(lease) != 0;
 }
 
 void RegionRegistry::Totals(RegionKind kind, int64_t* count, int64_t* bytes) const {
-  std::lock_guard<std::mutex> lock(stats_->mu);
+  absl::MutexLock lock(&stats_->mu);
   *count = stats_->count[static_cast<int>(kind)];
   *bytes = stats_->bytes[static_cast<int>(kind)];
 }

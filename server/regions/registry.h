@@ -12,7 +12,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "server/regions/host_mapping.h"
 
 namespace attnd::server::regions {
@@ -125,7 +125,7 @@ class Region {
          std::shared_ptr<Stats> stats);
   // Runs `fn` once the region is released (unmapped); immediately if that already happened is
   // impossible here because the caller holds a reference.
-  void OnRelease(std::function<void()> fn);
+  void OnRelease(std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_);
 
   const RegionDescription desc_;
   HostMapping mapping_;
@@ -133,7 +133,7 @@ class Region {
   std::shared_ptr<DeviceMapping> device_;  // device regions
   std::shared_ptr<Stats> stats_;
   std::atomic<int64_t> in_flight_{0};
-  std::mutex mu_;
+  absl::Mutex mu_;
   std::vector<std::function<void()>> on_release_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -181,12 +181,12 @@ class RegionRegistry {
   // taken name, NOT_FOUND for an unknown lease or shm object, FAILED_PRECONDITION when client
   // shared memory is disabled, INVALID_ARGUMENT for bad ranges. Thread-safe; does syscalls
   // (shm_open, fstat, mmap) but never waits on other requests.
-  absl::Status RegisterHost(const HostRegionSpec& spec);
+  absl::Status RegisterHost(const HostRegionSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
   // Registers a device region: INVALID_ARGUMENT unless the handle is exactly kDeviceHandleBytes,
   // UNIMPLEMENTED without a GPU backend; the backend's opener maps the handle (once per
   // allocation) and checks the range. Thread-safe; the first region of an allocation costs the
   // runtime's IPC open (~100 µs).
-  absl::Status RegisterDevice(const DeviceRegionSpec& spec);
+  absl::Status RegisterDevice(const DeviceRegionSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Removes `name` (or, when empty, every region of `lease`; with both empty every region that
   // has no lease) from the namespace at once, so it can be registered again; `done` receives the
@@ -195,33 +195,36 @@ class RegionRegistry {
   // pin. NOT_FOUND (and `done` not called) for an unknown name or a name held by another lease.
   // Thread-safe; never blocks.
   absl::Status UnregisterAsync(const std::string& name, const std::string& lease,
-                               std::function<void(std::vector<std::string>)> done);
+                               std::function<void(std::vector<std::string>)> done)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The same, waiting for in-flight requests. Blocks; not for reactor threads.
   absl::StatusOr<std::vector<std::string>> Unregister(const std::string& name,
-                                                      const std::string& lease);
+                                                      const std::string& lease)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Pins a region for one request. NOT_FOUND for an unknown name. Thread-safe, non-blocking.
-  absl::StatusOr<RegionPin> Acquire(absl::string_view name) const;
+  absl::StatusOr<RegionPin> Acquire(absl::string_view name) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  std::vector<RegionDescription> List() const;  // sorted by name; thread-safe
+  // Sorted by name; thread-safe.
+  std::vector<RegionDescription> List() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Leases: OpenLease returns a fresh id; CloseLease removes the lease and unregisters its
   // regions (asynchronously: their memory goes once their requests end). Thread-safe.
-  std::string OpenLease();
-  void CloseLease(const std::string& lease);
-  bool LeaseOpen(const std::string& lease) const;
+  std::string OpenLease() ABSL_LOCKS_EXCLUDED(mu_);
+  void CloseLease(const std::string& lease) ABSL_LOCKS_EXCLUDED(mu_);
+  bool LeaseOpen(const std::string& lease) const ABSL_LOCKS_EXCLUDED(mu_);
 
   bool allow_client_shm() const { return options_.allow_client_shm; }
   // Live (still mapped, including unregistered ones still in use) count and bytes of a kind.
   void Totals(RegionKind kind, int64_t* count, int64_t* bytes) const;
 
  private:
-  absl::Status Insert(std::shared_ptr<Region> region);
+  absl::Status Insert(std::shared_ptr<Region> region) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status CheckLease(const std::string& lease) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   std::shared_ptr<Region::Stats> stats_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Region>, std::less<>> regions_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> leases_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;

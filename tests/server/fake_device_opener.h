@@ -8,10 +8,11 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "server/regions/registry.h"
 
 namespace attnd::server::testing {
@@ -44,11 +45,11 @@ class FakeDeviceOpener : public regions::DeviceRegionOpener {
   };
 
   absl::StatusOr<std::shared_ptr<regions::DeviceMapping>> Open(
-      const regions::DeviceRegionSpec& spec) override {
+      const regions::DeviceRegionSpec& spec) override ABSL_LOCKS_EXCLUDED(mu_) {
     if (spec.offset + spec.byte_size > allocation_bytes_) {
       return absl::InvalidArgumentError("device region: past the end of the allocation");
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::shared_ptr<regions::DeviceMapping> m = open_[spec.raw_handle].lock();
     if (m == nullptr) {
       m = std::make_shared<Mapping>(this, allocation_bytes_);
@@ -63,8 +64,8 @@ class FakeDeviceOpener : public regions::DeviceRegionOpener {
 
  private:
   const size_t allocation_bytes_;
-  std::mutex mu_;
-  std::map<std::string, std::weak_ptr<regions::DeviceMapping>> open_;
+  absl::Mutex mu_;
+  std::map<std::string, std::weak_ptr<regions::DeviceMapping>> open_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace attnd::server::testing

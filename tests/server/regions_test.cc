@@ -11,10 +11,11 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "server/regions/shm_key.h"
 #include "tests/server/fake_device_opener.h"
@@ -273,21 +274,21 @@ using FakeOpener = attnd::server::testing::FakeDeviceOpener;
 
 class FakePinner : public HostPinner {
  public:
-  absl::Status Pin(void* p, size_t bytes) override {
+  absl::Status Pin(void* p, size_t bytes) override ABSL_LOCKS_EXCLUDED(mu) {
     if (fail) return absl::InternalError("cannot pin");
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     pinned[p] = bytes;
     return absl::OkStatus();
   }
-  void Unpin(void* p) override {
-    std::lock_guard<std::mutex> lock(mu);
+  void Unpin(void* p) override ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock lock(&mu);
     unpinned.push_back(p);
     pinned.erase(p);
   }
   bool fail = false;
-  std::mutex mu;
-  std::map<void*, size_t> pinned;
-  std::vector<void*> unpinned;
+  absl::Mutex mu;
+  std::map<void*, size_t> pinned ABSL_GUARDED_BY(mu);
+  std::vector<void*> unpinned ABSL_GUARDED_BY(mu);
 };
 
 TEST(RegionRegistryTest, DeviceRegionsOnTheCpuDaemon) {
@@ -381,7 +382,7 @@ TEST(RegionRegistryTest, HostRegionsArePinnedWhileMapped) {
     auto pin = registry.Acquire("h");
     ASSERT_TRUE(pin.ok());
     EXPECT_TRUE((*pin)->pinned());
-    std::lock_guard<std::mutex> lock(pinner->mu);
+    absl::MutexLock lock(&pinner->mu);
     ASSERT_EQ(pinner->pinned.size(), 1u);
     // The whole page-aligned mapping is pinned, and it covers the region.
     char* base = static_cast<char*>(pinner->pinned.begin()->first);
@@ -391,7 +392,7 @@ TEST(RegionRegistryTest, HostRegionsArePinnedWhileMapped) {
   }
   ASSERT_TRUE(registry.Unregister("h", "").ok());
   {
-    std::lock_guard<std::mutex> lock(pinner->mu);
+    absl::MutexLock lock(&pinner->mu);
     EXPECT_TRUE(pinner->pinned.empty());
     EXPECT_EQ(pinner->unpinned.size(), 1u);
   }

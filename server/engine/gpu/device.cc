@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<GpuDevice>> GpuDevice::Create(int ordinal, const 
     ATTND_GPU_STATUS(gpu::EventCreate(&slot.stop), "creating a timing event");
   }
   {
-    std::lock_guard<std::mutex> lock(d->mu_);
+    absl::MutexLock lock(&d->mu_);
     d->busy_.assign(d->slots_.size(), false);
   }
   d->graphs_ = std::make_unique<GraphRunner>(options.graph_capacity, options.graphs, options.log);
@@ -88,39 +88,38 @@ gpu::Stream GpuDevice::StreamLease::stream() const { return device_->slots_[inde
 gpu::Event GpuDevice::StreamLease::start() const { return device_->slots_[index_].start; }
 gpu::Event GpuDevice::StreamLease::stop() const { return device_->slots_[index_].stop; }
 
+int GpuDevice::FreeSlot() const {
+  for (size_t i = 0; i < busy_.size(); ++i) {
+    if (!busy_[i]) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 GpuDevice::StreamLease GpuDevice::AcquireStream() {
-  std::unique_lock<std::mutex> lock(mu_);
-  int index = -1;
-  free_cv_.wait(lock, [&] {
-    for (size_t i = 0; i < busy_.size(); ++i) {
-      if (!busy_[i]) {
-        index = static_cast<int>(i);
-        return true;
-      }
-    }
-    return false;
-  });
+  absl::MutexLock lock(&mu_);
+  int index;
+  while ((index = FreeSlot()) < 0) free_cv_.Wait(&mu_);
   busy_[index] = true;
   return StreamLease(this, index);
 }
 
 void GpuDevice::Release(int index) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     busy_[index] = false;
   }
-  free_cv_.notify_one();
+  free_cv_.Signal();
 }
 
 absl::Status GpuDevice::CheckUsable() const {
   if (!lost_.load(std::memory_order_acquire)) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return absl::UnavailableError(
       absl::StrCat(description_.uuid, " is unusable since: ", lost_why_, " (restart attnd)"));
 }
 
 void GpuDevice::MarkLost(const absl::Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (lost_.load()) return;
   lost_why_ = std::string(why.message());
   lost_.store(true, std::memory_order_release);

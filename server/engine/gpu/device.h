@@ -6,15 +6,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/common/gpu/vendor.h"
 #include "server/engine/backend.h"
 #include "server/engine/gpu/graph_runner.h"
@@ -69,12 +68,12 @@ class GpuDevice {
     int index_;
   };
   // Blocks until a stream is free (more workers than streams wait here). Thread-safe.
-  StreamLease AcquireStream();
+  StreamLease AcquireStream() ABSL_LOCKS_EXCLUDED(mu_);
 
   // UNAVAILABLE once a device-lost error happened on this device (every later call on it fails
   // at once; restart the daemon), else OK. Thread-safe.
-  absl::Status CheckUsable() const;
-  void MarkLost(const absl::Status& why);
+  absl::Status CheckUsable() const ABSL_LOCKS_EXCLUDED(mu_);
+  void MarkLost(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Slot {
@@ -83,7 +82,9 @@ class GpuDevice {
     gpu::Event stop = nullptr;
   };
   explicit GpuDevice(int ordinal) : ordinal_(ordinal) {}
-  void Release(int index);
+  void Release(int index) ABSL_LOCKS_EXCLUDED(mu_);
+  // The index of a free stream, or -1 when all are busy.
+  int FreeSlot() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int ordinal_;
   DeviceDescription description_;
@@ -93,8 +94,8 @@ class GpuDevice {
   std::unique_ptr<IpcEventCache> events_;
   std::vector<Slot> slots_;  // fixed after Create
 
-  mutable std::mutex mu_;
-  std::condition_variable free_cv_;
+  mutable absl::Mutex mu_;
+  absl::CondVar free_cv_;  // a stream was released
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> lost_{false};
   std::string lost_why_ ABSL_GUARDED_BY(mu_);

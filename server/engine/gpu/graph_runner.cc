@@ -14,12 +14,12 @@ GraphRunner::GraphRunner(size_t capacity, bool enabled, std::function<void(const
       }) {}
 
 GraphRunner::~GraphRunner() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   cache_.Clear();
 }
 
 size_t GraphRunner::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return cache_.size();
 }
 
@@ -59,10 +59,10 @@ absl::Status GraphRunner::Launch(OpCall& call, const kernels::ExecContext& ctx,
   result->clear();
   if (!enabled_) return call.Run(ctx, data, impl);
   const auto stream = static_cast<gpu::Stream>(ctx.stream);
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::ReleasableMutexLock lock(&mu_);
   GraphCache::Entry* entry = cache_.Find(key);
   if (entry != nullptr && !entry->capturable) {
-    lock.unlock();
+    lock.Release();
     return call.Run(ctx, data, impl);
   }
   const GraphResult plan = GraphCache::Plan(entry, pointers);
@@ -81,7 +81,7 @@ absl::Status GraphRunner::Launch(OpCall& call, const kernels::ExecContext& ctx,
     GraphCache::Entry direct;
     direct.capturable = false;
     cache_.Insert(key, std::move(direct));
-    lock.unlock();
+    lock.Release();
     if (log_) {
       log_(absl::StrCat("op ", call.op(),
                         " cannot be captured as a graph; launching it "
@@ -110,7 +110,7 @@ absl::Status GraphRunner::Launch(OpCall& call, const kernels::ExecContext& ctx,
       GraphCache::Entry direct;
       direct.capturable = false;
       cache_.Insert(key, std::move(direct));
-      lock.unlock();
+      lock.Release();
       if (log_) log_(absl::StrCat("op ", call.op(), ": ", s.message(), "; launching directly"));
       return call.Run(ctx, data, impl);
     }

@@ -9,12 +9,12 @@
 #pragma once
 
 #include <functional>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "server/engine/graph_cache.h"
 #include "server/engine/op_call.h"
 
@@ -36,21 +36,21 @@ class GraphRunner {
   // launched (launching only enqueues).
   absl::Status Launch(OpCall& call, const kernels::ExecContext& ctx, const std::vector<void*>& data,
                       const std::string& key, const std::vector<const void*>& pointers,
-                      std::string* impl, std::string* result);
+                      std::string* impl, std::string* result) ABSL_LOCKS_EXCLUDED(mu_);
 
   bool enabled() const { return enabled_; }
-  size_t size() const;
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Captures `call` on ctx.stream into a new graph (*graph null when the capture failed; the
-  // op's own error is returned when it refused).
+  // op's own error is returned when it refused). Runs under the cache's lock (see Launch).
   absl::Status Capture(OpCall& call, const kernels::ExecContext& ctx,
                        const std::vector<void*>& data, std::string* impl, void** graph,
-                       bool* capture_failed);
+                       bool* capture_failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const bool enabled_;
   std::function<void(const std::string&)> log_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   GraphCache cache_ ABSL_GUARDED_BY(mu_);
 };
 

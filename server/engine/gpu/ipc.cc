@@ -58,7 +58,7 @@ class IpcMemOpener::Mapping : public regions::DeviceMapping {
 IpcMemOpener::IpcMemOpener(std::vector<ServedDevice> served) : served_(std::move(served)) {}
 
 size_t IpcMemOpener::open_allocations() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return open_.size();
 }
 
@@ -107,7 +107,7 @@ absl::StatusOr<std::shared_ptr<regions::DeviceMapping>> IpcMemOpener::Open(
     }
   }
   const std::string& key = spec.raw_handle;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = open_.find(key);
   if (it == open_.end()) {
     const int first = named >= 0 ? served_[named].ordinal : served_[0].ordinal;
@@ -158,7 +158,7 @@ absl::StatusOr<std::shared_ptr<regions::DeviceMapping>> IpcMemOpener::Open(
 }
 
 void IpcMemOpener::Release(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = open_.find(key);
   if (it == open_.end() || --it->second.refs > 0) return;
   int current = 0;
@@ -183,7 +183,7 @@ IpcEventCache::IpcEventCache(int ordinal, size_t capacity)
     : ordinal_(ordinal), capacity_(capacity > 0 ? capacity : 1) {}
 
 IpcEventCache::~IpcEventCache() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!lru_.empty()) (void)gpu::SetDevice(ordinal_);
   for (auto& [handle, event] : lru_) (void)gpu::EventDestroy(event);
   lru_.clear();
@@ -191,7 +191,7 @@ IpcEventCache::~IpcEventCache() {
 }
 
 size_t IpcEventCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return map_.size();
 }
 
@@ -200,7 +200,7 @@ absl::Status IpcEventCache::Wait(const std::string& handle, gpu::Stream stream) 
     return absl::InvalidArgumentError(absl::StrCat(
         "ready_event: is ", handle.size(), " bytes, want exactly ", regions::kDeviceHandleBytes));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   gpu::Event event = nullptr;
   auto it = map_.find(handle);
   if (it != map_.end()) {

@@ -10,7 +10,6 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -18,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/common/gpu/vendor.h"
 #include "server/engine/device_select.h"
 #include "server/regions/registry.h"
@@ -37,9 +37,9 @@ class IpcMemOpener : public regions::DeviceRegionOpener,
   // declared size is trusted: docs/SERVICE.md). INVALID_ARGUMENT for an unknown device, a handle
   // that does not open, a device mismatch or a range past the allocation.
   absl::StatusOr<std::shared_ptr<regions::DeviceMapping>> Open(
-      const regions::DeviceRegionSpec& spec) override;
+      const regions::DeviceRegionSpec& spec) override ABSL_LOCKS_EXCLUDED(mu_);
 
-  size_t open_allocations() const;  // allocations mapped now (tests)
+  size_t open_allocations() const ABSL_LOCKS_EXCLUDED(mu_);  // allocations mapped now (tests)
 
  private:
   struct Entry {
@@ -50,11 +50,11 @@ class IpcMemOpener : public regions::DeviceRegionOpener,
     int64_t refs = 0;
   };
   class Mapping;
-  void Release(const std::string& key);
+  void Release(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Entry> OpenOnDevice(const std::string& handle, int ordinal) const;
 
   const std::vector<ServedDevice> served_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, Entry> open_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -77,13 +77,13 @@ class IpcEventCache {
 
   // Makes `stream` wait for the event `handle` (exactly 64 bytes) names. INVALID_ARGUMENT when
   // the handle does not open. The device must be current.
-  absl::Status Wait(const std::string& handle, gpu::Stream stream);
-  size_t size() const;
+  absl::Status Wait(const std::string& handle, gpu::Stream stream) ABSL_LOCKS_EXCLUDED(mu_);
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const int ordinal_;
   const size_t capacity_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::list<std::pair<std::string, gpu::Event>> lru_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::list<std::pair<std::string, gpu::Event>>::iterator> map_
       ABSL_GUARDED_BY(mu_);
