@@ -1,10 +1,9 @@
 #include "client/client.h"
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -88,21 +87,15 @@ absl::StatusOr<HealthStatus> Client::Health(const std::string& service, absl::Du
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   grpc::GenericStub stub(channel_);
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
+  // `status` is written before Notify and read after WaitForNotification (which orders them).
+  absl::Notification done;
   grpc::Status status;
   stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
                  [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
                    status = std::move(s);
-                   done = true;
-                   cv.notify_one();
+                   done.Notify();
                  });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
-  }
+  done.WaitForNotification();
   if (!status.ok()) return FromGrpcStatus(status, "Health");
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) return absl::DataLossError("Health: unreadable reply");

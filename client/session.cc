@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace attnd::client {
 namespace {
@@ -15,22 +16,20 @@ using Clock = std::chrono::steady_clock;
 struct Session::Pending::Slot {
   uint64_t id = 0;
   Clock::time_point sent;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  absl::Status status;  // of the stream, when it ended before the reply
-  v1::SessionResponse response;
-  Clock::time_point received;
+  absl::Mutex mu;  // Wait awaits `done`
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);  // of the stream, when it ended before the reply
+  v1::SessionResponse response ABSL_GUARDED_BY(mu);
+  Clock::time_point received ABSL_GUARDED_BY(mu);
 
-  void Complete(v1::SessionResponse r, absl::Status s) {
+  void Complete(v1::SessionResponse r, absl::Status s) ABSL_LOCKS_EXCLUDED(mu) {
     const Clock::time_point now = Clock::now();
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     if (done) return;
     response = std::move(r);
     status = std::move(s);
     received = now;
     done = true;
-    cv.notify_all();
   }
 };
 
@@ -76,8 +75,10 @@ Session::~Session() { Close().IgnoreError(); }
 std::shared_ptr<Session::Pending::Slot> Session::AddSlot(uint64_t id) {
   auto slot = std::make_shared<Pending::Slot>();
   slot->id = id;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (ended_) {
+    // Not shared yet: locked for the annotations only (nothing else can hold it).
+    absl::MutexLock slot_lock(&slot->mu);
     slot->done = true;
     slot->status =
         end_status_.ok() ? absl::UnavailableError("Session: the stream has ended") : end_status_;
@@ -88,12 +89,12 @@ std::shared_ptr<Session::Pending::Slot> Session::AddSlot(uint64_t id) {
 }
 
 void Session::DropSlot(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   slots_.erase(id);
 }
 
 absl::Status Session::Write(const v1::SessionRequest& request) {
-  std::lock_guard<std::mutex> lock(write_mu_);
+  absl::MutexLock lock(&write_mu_);
   if (writes_done_) return absl::FailedPreconditionError("Session: closed");
   if (!stream_->Write(request)) {
     return absl::UnavailableError("Session: the stream is broken (the daemon went away?)");
@@ -106,7 +107,7 @@ void Session::ReadLoop() {
   while (stream_->Read(&response)) {
     std::shared_ptr<Pending::Slot> slot;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto it = slots_.find(response.request_id());
       if (it == slots_.end()) continue;  // a cancel acknowledgement, or a call given up on
       slot = std::move(it->second);
@@ -118,12 +119,11 @@ void Session::ReadLoop() {
   absl::Status end = FromGrpcStatus(stream_->Finish(), "Session");
   std::map<uint64_t, std::shared_ptr<Pending::Slot>> orphans;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ended_ = true;
     end_status_ = end;
     orphans.swap(slots_);
   }
-  ended_cv_.notify_all();
   const absl::Status orphan_status =
       end.ok() ? absl::UnavailableError("Session: the stream ended before the reply") : end;
   for (auto& [id, slot] : orphans) slot->Complete(v1::SessionResponse(), orphan_status);
@@ -132,7 +132,7 @@ void Session::ReadLoop() {
 absl::Status Session::Cancel(uint64_t request_id) {
   v1::SessionRequest request;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     request.set_request_id(next_id_++);
   }
   request.mutable_cancel()->set_target_request_id(request_id);
@@ -141,12 +141,12 @@ absl::Status Session::Cancel(uint64_t request_id) {
 
 absl::Status Session::Close() {
   if (closed_) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return end_status_;
   }
   closed_ = true;
   if (stream_ != nullptr) {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    absl::MutexLock lock(&write_mu_);
     if (!writes_done_) {
       writes_done_ = true;
       stream_->WritesDone();
@@ -155,14 +155,13 @@ absl::Status Session::Close() {
   if (reader_.joinable()) {
     bool ended;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      ended = ended_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.close_timeout),
-                                 [this] { return ended_; });
+      absl::MutexLock lock(&mu_);
+      ended = mu_.AwaitWithTimeout(absl::Condition(&ended_), options_.close_timeout);
     }
     if (!ended) ctx_.TryCancel();  // the daemon does not finish: end the stream from here
     reader_.join();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return end_status_;
 }
 
@@ -171,26 +170,27 @@ uint64_t Session::Pending::request_id() const { return slot_ ? slot_->id : 0; }
 absl::StatusOr<CallResult> Session::Pending::Wait() {
   if (!slot_) return absl::FailedPreconditionError("Session: Wait on an empty Pending");
   std::shared_ptr<Slot> slot = std::move(slot_);
-  std::unique_lock<std::mutex> lock(slot->mu);
+  absl::ReleasableMutexLock lock(&slot->mu);
   if (wait_limit_ == absl::InfiniteDuration()) {
-    slot->cv.wait(lock, [&] { return slot->done; });
-  } else if (!slot->cv.wait_for(lock, absl::ToChronoMilliseconds(wait_limit_),
-                                [&] { return slot->done; })) {
-    lock.unlock();
+    slot->mu.Await(absl::Condition(&slot->done));
+  } else if (!slot->mu.AwaitWithTimeout(absl::Condition(&slot->done), wait_limit_)) {
+    lock.Release();
     session_->DropSlot(slot->id);
     session_->Cancel(slot->id).IgnoreError();
     return absl::DeadlineExceededError(absl::StrCat("Session: no reply to request ", slot->id,
                                                     " within ", absl::FormatDuration(wait_limit_)));
   }
   if (!slot->status.ok()) return slot->status;
-  const v1::SessionResponse& r = slot->response;
-  if (r.code() != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(r.code()), r.message());
+  // slot->response is read in place, not through a reference: clang's analysis loses the lock
+  // of a guarded member behind a local reference.
+  if (slot->response.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(slot->response.code()),
+                        slot->response.message());
   }
   CallResult result;
   result.round_trip_seconds = std::chrono::duration<double>(slot->received - slot->sent).count();
   if (apply_) {
-    if (absl::Status s = apply_(r, &result); !s.ok()) return s;
+    if (absl::Status s = apply_(slot->response, &result); !s.ok()) return s;
   }
   return result;
 }
@@ -206,7 +206,7 @@ absl::StatusOr<Session::Pending> Session::Start(const Params& p, const CallOptio
   }
   uint64_t id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     id = next_id_++;
   }
   request.set_request_id(id);

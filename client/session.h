@@ -7,18 +7,17 @@
 //   ATTND_ASSIGN_OR_RETURN(CallResult ra, a.Wait());                 // params_a's outputs filled
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "attnd/v1/attention.grpc.pb.h"
 #include "client/client.h"
@@ -54,18 +53,20 @@ class Session {
   // Sends a call; the params' buffers must stay valid until Wait() returns (outputs are copied
   // into them there). Encoding follows op_codec.h.
   template <class Params>
-  absl::StatusOr<Pending> Start(const Params& p, const CallOptions& options = {});
+  absl::StatusOr<Pending> Start(const Params& p, const CallOptions& options = {})
+      ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
   // Start + Wait.
   template <class Params>
-  absl::StatusOr<CallResult> Call(const Params& p, const CallOptions& options = {});
+  absl::StatusOr<CallResult> Call(const Params& p, const CallOptions& options = {})
+      ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
 
   // Asks the daemon to cancel a call that has not started yet (its reply then says CANCELLED).
-  absl::Status Cancel(uint64_t request_id);
+  absl::Status Cancel(uint64_t request_id) ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
 
   // Half-closes the stream, waits for every outstanding reply and the daemon's final status
   // (at most close_timeout, then the stream is cancelled). The lease (and its regions) ends.
   // Idempotent.
-  absl::Status Close();
+  absl::Status Close() ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
 
   // A call in flight. Move-only; Wait() at most once.
   class Pending {
@@ -86,10 +87,10 @@ class Session {
 
  private:
   Session(Client* client, SessionOptions options);
-  std::shared_ptr<Pending::Slot> AddSlot(uint64_t id);
-  void DropSlot(uint64_t id);
-  absl::Status Write(const v1::SessionRequest& request);
-  void ReadLoop();
+  std::shared_ptr<Pending::Slot> AddSlot(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  void DropSlot(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Write(const v1::SessionRequest& request) ABSL_LOCKS_EXCLUDED(write_mu_);
+  void ReadLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   Client* const client_;
   const SessionOptions options_;
@@ -98,13 +99,12 @@ class Session {
   std::thread reader_;
   std::string lease_id_;
 
-  std::mutex write_mu_;  // one Write at a time (gRPC's rule); also guards writes_done_
-  bool writes_done_ = false;
+  absl::Mutex write_mu_;  // one Write (or WritesDone) on stream_ at a time: gRPC's rule
+  bool writes_done_ ABSL_GUARDED_BY(write_mu_) = false;
 
-  std::mutex mu_;
+  absl::Mutex mu_;
   std::map<uint64_t, std::shared_ptr<Pending::Slot>> slots_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::condition_variable ended_cv_;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;       // the stream has finished
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);  // its final status
   bool closed_ = false;                           // Close() ran (owner thread)

@@ -7,14 +7,14 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "client/attnctl/commands.h"
 #include "client/attnctl/json.h"
 #include "client/attnctl/report.h"
@@ -67,22 +67,21 @@ class Progress {
     thread_ = std::thread([this] { Loop(); });
   }
   ~Progress() { Stop(); }
-  void Stop() {
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
     if (!thread_.joinable()) return;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
     thread_.join();
     Print(true);
   }
 
  private:
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const auto period = std::chrono::milliseconds(tty_ ? 500 : 5000);
-    while (!cv_.wait_for(lock, period, [this] { return stop_; })) Print(false);
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    const absl::Duration period = absl::Milliseconds(tty_ ? 500 : 5000);
+    while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), period)) Print(false);
   }
   void Print(bool final_line) {
     const double s = std::chrono::duration<double>(Clock::now() - start_).count();
@@ -104,9 +103,8 @@ class Progress {
   bool tty_ = false;
   Clock::time_point start_;
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  absl::Mutex mu_;  // Loop awaits stop_
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
@@ -209,7 +207,7 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
 
   std::vector<std::vector<Sample>> per_worker(o.concurrency);
   std::atomic<int64_t> next{0}, done{0}, errors{0};
-  std::mutex error_mu;
+  absl::Mutex error_mu;
   std::string first_error;
   const std::string transport = o.regions ? "regions" : "inline";
   const Clock::time_point start = Clock::now();
@@ -224,7 +222,7 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
           done.fetch_add(1);
           if (!r.ok()) {
             errors.fetch_add(1);
-            std::lock_guard<std::mutex> lock(error_mu);
+            absl::MutexLock lock(&error_mu);
             if (first_error.empty()) first_error = r.status().ToString();
             continue;
           }
