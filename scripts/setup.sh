@@ -15,6 +15,7 @@ PACKAGES=(
   prometheus
   yamllint shellcheck python3-yaml python3-kubernetes
   clang-format clang-tidy
+  clang
 )
 # tests/deploy also renders deploy/k8s with `kubectl kustomize` (kustomize v4+: kubectl >= 1.21).
 # The machine image brings kubectl 1.32; Debian's kubernetes-client (1.20) is too old for it.
