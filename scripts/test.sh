@@ -1,40 +1,85 @@
 #!/usr/bin/env bash
-# The whole test suite: set up (install + build), then every registered test via ctest; then,
-# where the CUDA toolkit is installed, the CUDA build (-DATTND_GPU=cuda: kernels, GPU runtime,
-# daemon, GPU tests and benchmarks) is compiled too, so that GPU code cannot rot where no GPU runs
-# it (CI). Its binaries are not run here. Exits non-zero when any test fails or the CUDA build
-# does not compile.
+# The whole test suite, in this order (each step timed; a failed step does not stop the others):
+#   1. setup: install the Debian/PyPI packages and build ./build (scripts/setup.sh)
+#   2. lint: the format and lint gate (scripts/lint.sh)
+#   3. ctest: every registered test of the CPU build
+#   4. thread-safety: clang -Wthread-safety over the host C++ (scripts/thread-safety.sh)
+#   5. cuda: where the CUDA toolkit is installed, the CUDA build (-DATTND_GPU=cuda: kernels, GPU
+#      runtime, daemon, GPU tests and benchmarks) is compiled so that GPU code cannot rot where no
+#      GPU runs it (CI); its binaries are not run here
+#   6. hip: every kernel source, the daemon and attnctl compiled as HIP for gfx90a, gfx942 and
+#      gfx950 (scripts/hip-check.sh; docs/HIP.md)
+# Exits non-zero when any step fails.
 #   scripts/test.sh
-#   ATTND_TEST_CUDA=0 scripts/test.sh     # skip the CUDA build
+#   ATTND_TEST_CUDA=0 ATTND_TEST_HIP=0 scripts/test.sh     # skip steps (LINT, TSA, CUDA, HIP)
 # Environment: ATTND_BUILD_DIR (default build), ATTND_CUDA_BUILD_DIR (default build-cuda, the
 # folder scripts/device-bundle.sh bundles from), ATTND_JOBS (default nproc).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-scripts/setup.sh
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
 BUILD_DIR="${ATTND_BUILD_DIR:-build}"
 JOBS="${ATTND_JOBS:-$(nproc)}"
-rc=0
-(cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 900) || rc=1
+# ccache keys on paths below this folder relatively, so a fresh clone reuses earlier objects.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 
-if [ "${ATTND_TEST_CUDA:-1}" != 0 ]; then
-  NVCC="$(command -v nvcc || true)"
-  if [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ]; then NVCC=/usr/local/cuda/bin/nvcc; fi
+SUMMARY=()
+rc=0
+# step NAME COMMAND...: runs COMMAND, records its result and time.
+step() {
+  local name=$1 start status
+  shift
+  echo "test: == $name =="
+  start=$(date +%s)
+  "$@"
+  status=$?
+  local took=$(($(date +%s) - start))
+  if ((status == 0)); then
+    SUMMARY+=("$name ok (${took} s)")
+  else
+    SUMMARY+=("$name FAILED rc $status (${took} s)")
+    rc=1
+  fi
+  echo "test: $name finished with rc $status in ${took} s"
+  return "$status"
+}
+# enabled VAR: whether the step switched by ATTND_TEST_<VAR> runs (default yes).
+enabled() {
+  local var="ATTND_TEST_$1"
+  [ "${!var:-1}" != 0 ]
+}
+
+find_nvcc() {
+  local nvcc
+  nvcc="$(command -v nvcc || true)"
+  if [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc=/usr/local/cuda/bin/nvcc; fi
+  echo "$nvcc"
+}
+
+# shellcheck disable=SC2317  # invoked through step
+cuda_build() {
+  local nvcc=$1 dir="${ATTND_CUDA_BUILD_DIR:-build-cuda}"
+  local args=(-DCMAKE_BUILD_TYPE=Release -DATTND_GPU=cuda)
+  # The compiler only for a new folder: naming another path for it resets a configured one.
+  [ -f "$dir/CMakeCache.txt" ] || args+=(-DCMAKE_CUDA_COMPILER="$nvcc")
+  cmake -S . -B "$dir" -G Ninja "${args[@]}" && cmake --build "$dir" -j "$JOBS"
+}
+
+if ! step setup scripts/setup.sh; then
+  printf 'test: %s\n' "${SUMMARY[@]}"
+  exit 1
+fi
+if enabled LINT; then step lint scripts/lint.sh; fi
+step ctest bash -c "cd '$BUILD_DIR' && ctest --output-on-failure -j '$JOBS' --timeout 900"
+if enabled TSA; then step thread-safety scripts/thread-safety.sh; fi
+if enabled CUDA; then
+  NVCC="$(find_nvcc)"
   if [ -n "$NVCC" ]; then
-    CUDA_DIR="${ATTND_CUDA_BUILD_DIR:-build-cuda}"
-    echo "test: compiling the CUDA build in $CUDA_DIR with $NVCC (ATTND_TEST_CUDA=0 skips it)"
-    start=$(date +%s)
-    cuda_args=(-DCMAKE_BUILD_TYPE=Release -DATTND_GPU=cuda)
-    # The compiler only for a new folder: naming another path for it resets a configured one.
-    [ -f "$CUDA_DIR/CMakeCache.txt" ] || cuda_args+=(-DCMAKE_CUDA_COMPILER="$NVCC")
-    if cmake -S . -B "$CUDA_DIR" -G Ninja "${cuda_args[@]}" &&
-       cmake --build "$CUDA_DIR" -j "$JOBS"; then
-      echo "test: the CUDA build compiles ($(( $(date +%s) - start )) s)"
-    else
-      echo "test: FAILED: the CUDA build does not compile"
-      rc=1
-    fi
+    step cuda cuda_build "$NVCC"
   else
     echo "test: no nvcc here: the CUDA build was not compiled"
   fi
 fi
+if enabled HIP; then step hip scripts/hip-check.sh; fi
+
+echo "test: summary:"
+printf 'test:   %s\n' "${SUMMARY[@]}"
 exit "$rc"
