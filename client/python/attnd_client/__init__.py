@@ -1,7 +1,8 @@
 """attnd_client: the Python client of attnd, the attention daemon (DSA and MLA operators over
 gRPC). NumPy arrays in and out (bf16 as uint16, fp8 e4m3fn as uint8: see dtypes), zero-copy host
-regions (POSIX shm), sessions (a lease and pipelined calls), health, info, and torch tensors
-when torch is importable (CUDA tensors become device regions).
+regions (POSIX shm), sessions (a lease and pipelined calls), health, info, torch tensors when
+torch is importable (CUDA tensors become device regions), DLPack tensors, ml_dtypes arrays when
+ml_dtypes is installed, and an asyncio client (aio.AsyncClient).
 
     import attnd_client as ac
     with ac.Client("unix:/tmp/attnd.sock") as client:
@@ -9,12 +10,13 @@ when torch is importable (CUDA tensors become device regions).
         res = client.topk(logits=logits, lengths=lengths, k=2048)
         print(res.indices.shape, res.stats.compute_seconds)
 
-The stubs are generated at build time (CMake target attn_python_stubs); use the package from
-client/python (PYTHONPATH) with Debian's python3-grpcio, python3-protobuf and python3-numpy.
+Install with `pip install ./client/python` (the build generates the stubs), or use it from
+client/python (PYTHONPATH) with Debian's packages and the CMake target attn_python_stubs.
 """
 
 from . import dtypes
 from ._proto import pb
+from .aio import AsyncClient
 from .client import Client, OpFuture
 from .dtypes import from_bf16, from_fp8_e4m3, to_bf16, to_fp8_e4m3
 from .errors import AttndError
@@ -24,6 +26,7 @@ from .session import Session, SessionCall
 from .tensors import Placement, RegionRef, Typed, typed
 
 __all__ = [
+    "AsyncClient",
     "AttndError",
     "Client",
     "HostRegion",

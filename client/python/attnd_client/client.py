@@ -46,6 +46,34 @@ def _pem(value: Pem | None) -> bytes | None:
         return f.read()
 
 
+def channel_options(
+    max_message_bytes: int, server_name: str | None, options: Iterable[tuple[str, Any]]
+) -> list[tuple[str, Any]]:
+    """The channel arguments of a Client (and an aio.AsyncClient)."""
+    opts: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+    if server_name:
+        opts.append(("grpc.ssl_target_name_override", server_name))
+    opts.extend(options)
+    return opts
+
+
+def channel_credentials(
+    tls: bool,
+    root_certificates: Pem | None,
+    private_key: Pem | None,
+    certificate_chain: Pem | None,
+) -> grpc.ChannelCredentials | None:
+    """TLS credentials when tls or any PEM is given (paths or bytes), else None (plaintext)."""
+    if not (tls or root_certificates or private_key or certificate_chain):
+        return None
+    return grpc.ssl_channel_credentials(
+        _pem(root_certificates), _pem(private_key), _pem(certificate_chain)
+    )
+
+
 class OpFuture:
     """A unary op call in flight: result(timeout) -> OpResult (raises AttndError), cancel()."""
 
@@ -80,7 +108,7 @@ class OpFuture:
         return self._future.done()
 
 
-class Client(_ops.OpCalls):
+class Client(_ops.OpCalls[_ops.OpResult]):
     def __init__(
         self,
         target: str,
@@ -98,18 +126,10 @@ class Client(_ops.OpCalls):
         bytes): root_certificates verifies the server, private_key + certificate_chain is the
         client's identity for mTLS; server_name overrides the name checked in the server's
         certificate. `timeout`: default seconds per call (None: no deadline)."""
-        opts: list[tuple[str, Any]] = [
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
-        ]
-        if server_name:
-            opts.append(("grpc.ssl_target_name_override", server_name))
-        opts.extend(options)
+        opts = channel_options(max_message_bytes, server_name, options)
         self.target = target
-        if tls or root_certificates or private_key or certificate_chain:
-            creds = grpc.ssl_channel_credentials(
-                _pem(root_certificates), _pem(private_key), _pem(certificate_chain)
-            )
+        creds = channel_credentials(tls, root_certificates, private_key, certificate_chain)
+        if creds is not None:
             self._channel = grpc.secure_channel(target, creds, options=opts)
         else:
             self._channel = grpc.insecure_channel(target, options=opts)

@@ -2,11 +2,16 @@
 
 NumPy has no bf16 or fp8 dtype: attnd_client carries bf16 as uint16 arrays (the upper half of an
 IEEE f32) and fp8 e4m3fn as uint8 arrays (OCP e4m3fn: bias 7, no infinities, S.1111.111 = NaN).
+When ml_dtypes is installed, arrays of ml_dtypes.bfloat16 / float8_e4m3fn are taken as they are
+(their bits are the same) and replies come back as such arrays (value_dtype, as_values).
 
     q_bf16 = to_bf16(np.random.randn(4, 16, 576))  # uint16, round to nearest even
     q_f32 = from_bf16(q_bf16)
     k_fp8 = to_fp8_e4m3(x)            # uint8, nearest even, saturating at +-448 (like the kernels)
 """
+
+import importlib
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +69,53 @@ def itemsize(name: str) -> int:
     return storage_dtype(name).itemsize
 
 
+# ---- ml_dtypes (optional) ----
+
+
+def _load_ml_dtypes() -> ModuleType | None:
+    try:
+        return importlib.import_module("ml_dtypes")
+    except ImportError:
+        return None
+
+
+ml_dtypes = _load_ml_dtypes()  # the module, or None when it is not installed
+# NumPy dtype of the values (ml_dtypes) -> attnd dtype whose raw bits it holds.
+_ML: dict[np.dtype, str] = (
+    {}
+    if ml_dtypes is None
+    else {np.dtype(ml_dtypes.bfloat16): BF16, np.dtype(ml_dtypes.float8_e4m3fn): FP8_E4M3}
+)
+
+
+def ml_name(dtype: npt.DTypeLike) -> str | None:
+    """The attnd dtype of an ml_dtypes dtype (bfloat16 -> "bf16", float8_e4m3fn -> "fp8_e4m3"),
+    None for any other dtype."""
+    return _ML.get(np.dtype(dtype)) if _ML else None
+
+
+def value_dtype(name: str) -> np.dtype:
+    """The NumPy dtype replies of attnd dtype `name` come back as: ml_dtypes.bfloat16 /
+    float8_e4m3fn when ml_dtypes is installed, else the raw storage dtype."""
+    for dt, attnd in _ML.items():
+        if attnd == canonical(name):
+            return dt
+    return storage_dtype(name)
+
+
+def as_raw(array: np.ndarray) -> np.ndarray:
+    """An ml_dtypes bf16 / fp8 array as a view of its raw bits (uint16 / uint8); others as they
+    are."""
+    name = ml_name(array.dtype)
+    return array if name is None else array.view(storage_dtype(name))
+
+
+def as_values(raw: np.ndarray, name: str) -> np.ndarray:
+    """A raw-storage array of attnd dtype `name` viewed as value_dtype(name) (no copy)."""
+    dt = value_dtype(name)
+    return raw if raw.dtype == dt else raw.view(dt)
+
+
 # ---- bf16 ----
 
 
@@ -78,7 +130,7 @@ def to_bf16(x: npt.ArrayLike) -> npt.NDArray[np.uint16]:
 
 def from_bf16(bits: npt.ArrayLike, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     """bf16 bits (uint16) -> float array (f32 exactly, or dtype)."""
-    u = np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)
+    u = as_raw(np.asarray(bits)).astype(np.uint16).astype(np.uint32) << np.uint32(16)
     return u.view(np.float32).astype(dtype, copy=False)
 
 
@@ -101,7 +153,7 @@ _FP8_DECODE = _fp8_table()
 
 def from_fp8_e4m3(bits: npt.ArrayLike, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     """fp8 e4m3fn bits (uint8) -> float array (exact)."""
-    return _FP8_DECODE[np.asarray(bits, dtype=np.uint8)].astype(dtype)
+    return _FP8_DECODE[as_raw(np.asarray(bits)).astype(np.uint8)].astype(dtype)
 
 
 def to_fp8_e4m3(x: npt.ArrayLike) -> npt.NDArray[np.uint8]:
@@ -127,6 +179,8 @@ def encode(x: npt.ArrayLike, name: str) -> np.ndarray:
     """A float (or already raw) array as the raw storage of attnd dtype `name`."""
     name = canonical(name)
     x = np.asarray(x)
+    if ml_name(x.dtype) == name:
+        return as_raw(x)
     if name == BF16:
         return x.astype(np.uint16, copy=False) if x.dtype == np.uint16 else to_bf16(x)
     if name == FP8_E4M3:

@@ -1,70 +1,38 @@
-"""grpc.health.v1.Health without its generated stubs: the two tiny messages are encoded by hand
-(HealthCheckRequest {string service = 1}, HealthCheckResponse {ServingStatus status = 1}).
+"""grpc.health.v1.Health through its generated stubs: grpcio-health-checking's grpc_health.v1
+(what an installed attnd_client depends on), else the in-tree stubs that the CMake target
+attn_python_stubs generates into _gen/ for a Python without it (Debian's).
 
     status = HealthStub(channel).check("")      # "SERVING", "NOT_SERVING", ...
     for status in HealthStub(channel).watch(""): ...
+    status = await AsyncHealthStub(aio_channel).check("")
 """
 
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Protocol
 
 import grpc
+import grpc.aio
 
-STATUS_NAMES = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
+try:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+except ImportError:  # pragma: no cover - depends on the environment
+    from ._gen import health_pb2, health_pb2_grpc  # type: ignore[no-redef]
 
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+# The module the messages come from ("grpc_health.v1" or "attnd_client._gen").
+SOURCE = health_pb2.__name__.rsplit(".", 1)[0]
 
 
-def encode_request(service: str) -> bytes:
-    data = service.encode()
-    return b"\x0a" + _varint(len(data)) + data if data else b""
-
-
-def decode_response(data: bytes) -> str:
-    """The ServingStatus name in a HealthCheckResponse (unknown fields skipped)."""
-    status, i = 0, 0
-    while i < len(data):
-        tag = data[i]
-        i += 1
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, shift = 0, 0
-            while True:
-                byte = data[i]
-                i += 1
-                value |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    break
-            if field == 1:
-                status = value
-        elif wire == 2:
-            length, shift = 0, 0
-            while True:
-                byte = data[i]
-                i += 1
-                length |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    break
-            i += length
-        else:
-            raise ValueError(f"HealthCheckResponse: unexpected wire type {wire}")
-    return STATUS_NAMES.get(status, str(status))
+def status_name(response: Any) -> str:
+    """The ServingStatus name of a HealthCheckResponse ("SERVING", ...; the number when unknown)."""
+    enum = health_pb2.HealthCheckResponse.ServingStatus
+    try:
+        return enum.Name(response.status)
+    except ValueError:
+        return str(response.status)
 
 
 class HealthWatch(Protocol):
-    """What HealthStub.watch returns: a gRPC call that iterates status names; cancel() ends it."""
+    """What HealthStub.watch returns: status names as they change; cancel() ends the call."""
 
     def __iter__(self) -> Iterator[str]: ...
 
@@ -73,22 +41,51 @@ class HealthWatch(Protocol):
     def cancel(self) -> bool: ...
 
 
+class _Watch:
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        return status_name(next(self._call))
+
+    def cancel(self) -> bool:
+        return self._call.cancel()
+
+
 class HealthStub:
+    """Check and Watch on a grpc.Channel, answering status names."""
+
     def __init__(self, channel: grpc.Channel) -> None:
-        self._check = channel.unary_unary(
-            "/grpc.health.v1.Health/Check",
-            request_serializer=encode_request,
-            response_deserializer=decode_response,
-        )
-        self._watch = channel.unary_stream(
-            "/grpc.health.v1.Health/Watch",
-            request_serializer=encode_request,
-            response_deserializer=decode_response,
-        )
+        self._stub = health_pb2_grpc.HealthStub(channel)
 
     def check(self, service: str = "", timeout: float | None = None) -> str:
-        return self._check(service, timeout=timeout)
+        request = health_pb2.HealthCheckRequest(service=service)
+        return status_name(self._stub.Check(request, timeout=timeout))
 
     def watch(self, service: str = "", timeout: float | None = None) -> HealthWatch:
         """An iterator of status names (a grpc call: .cancel() ends it)."""
-        return self._watch(service, timeout=timeout)
+        request = health_pb2.HealthCheckRequest(service=service)
+        return _Watch(self._stub.Watch(request, timeout=timeout))
+
+
+class AsyncHealthStub:
+    """Check and Watch on a grpc.aio.Channel, answering status names."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = health_pb2_grpc.HealthStub(channel)
+
+    async def check(self, service: str = "", timeout: float | None = None) -> str:
+        request = health_pb2.HealthCheckRequest(service=service)
+        return status_name(await self._stub.Check(request, timeout=timeout))
+
+    async def watch(self, service: str = "", timeout: float | None = None) -> AsyncIterator[str]:
+        """Status names as they change (leave the loop, or cancel the task, to end the call)."""
+        call = self._stub.Watch(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        try:
+            async for response in call:
+                yield status_name(response)
+        finally:
+            call.cancel()

@@ -9,7 +9,7 @@ Client and Session, and OpResult.
 """
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 from google.protobuf.message import Message
@@ -236,9 +236,9 @@ def decode_response(op_spec: OpSpec, response: Message, sinks: Mapping[str, Sink
         if not response.HasField(name):
             continue
         sink = sinks.get(name)
-        array = decode_tensor(getattr(response, name))
+        array = decode_tensor(getattr(response, name), values=sink is None)
         if sink is not None and sink[0] == "copy" and array is not None:
-            np.copyto(sink[1], array.reshape(sink[1].shape))
+            np.copyto(dtypes.as_raw(sink[1]), array.reshape(sink[1].shape))
             array = sink[1]
         elif sink is not None and sink[0] == "view":
             array = sink[1]
@@ -246,14 +246,20 @@ def decode_response(op_spec: OpSpec, response: Message, sinks: Mapping[str, Sink
     return OpResult(op_spec.name, response, outputs)
 
 
-class OpCalls:
-    """Typed calls per op. Subclasses implement call(op, timeout=None, **arguments) and
-    submit(op, timeout=None, **arguments) (a future with .result()). Tensor arguments: see
-    tensors.py; outputs default to inline replies. **options: the proto's per-call options
-    (COMMON_SCALARS: ready_event, device_uuid) where it has them."""
+# What an OpCalls subclass's call() returns: OpResult (Client, Session) or an awaitable of one
+# (aio.AsyncClient).
+R = TypeVar("R")
 
-    def call(self, op: str, timeout: float | None = None, **arguments: Any) -> OpResult:
-        """Runs op `op` with keyword `arguments` and returns its OpResult (subclasses)."""
+
+class OpCalls(Generic[R]):
+    """Typed calls per op, written once for the sync and the asyncio clients: each method passes
+    its arguments to call(op, timeout=None, **arguments), which a subclass implements, and
+    returns what call returns (OpResult, or a coroutine of it for aio.AsyncClient). Tensor
+    arguments: see tensors.py; outputs default to inline replies. **options: the proto's
+    per-call options (COMMON_SCALARS: ready_event, device_uuid) where it has them."""
+
+    def call(self, op: str, timeout: float | None = None, **arguments: Any) -> R:
+        """Runs op `op` with keyword `arguments` (subclasses)."""
         raise NotImplementedError
 
     def indexer_logits(
@@ -269,7 +275,7 @@ class OpCalls:
         logits: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
-    ) -> OpResult:
+    ) -> R:
         """logits[m,n] = sum_h relu(q[m,h].k[n]) k_scale[n] weights[m,h] on row m's window."""
         return self.call(
             "indexer_logits",
@@ -299,7 +305,7 @@ class OpCalls:
         logits: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
-    ) -> OpResult:
+    ) -> R:
         """Decode indexer over vLLM's paged fp8 key cache (block = keys then f32 scales)."""
         return self.call(
             "indexer_logits_paged",
@@ -331,7 +337,7 @@ class OpCalls:
         values: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
-    ) -> OpResult:
+    ) -> R:
         """Row-wise top-k of logits in each row's window (values=True to get them back)."""
         return self.call(
             "topk",
@@ -363,7 +369,7 @@ class OpCalls:
         lse: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
-    ) -> OpResult:
+    ) -> R:
         """Sparse MLA: each token attends to its selected kv rows (top-k table or CSR). kv is
         bf16 [S, d_qk] or, with d_qk 576, the FP8 cache as uint8 [S, 656] (512 e4m3 codes, 4 f32
         scales, 64 bf16 rope per row). precision: "fast" (None: the default) or "high"."""
@@ -396,7 +402,7 @@ class OpCalls:
         lse: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
-    ) -> OpResult:
+    ) -> R:
         """Dense absorbed MLA decode over a paged latent cache. precision: "fast" (None: the
         default) or "high"."""
         return self.call(
@@ -429,7 +435,7 @@ class OpCalls:
         lse: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
-    ) -> OpResult:
+    ) -> R:
         """Dense non-absorbed MLA prefill over packed variable-length sequences. precision:
         "fast" (None: the default) or "high"."""
         return self.call(
@@ -468,7 +474,7 @@ class OpCalls:
         logits: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
-    ) -> OpResult:
+    ) -> R:
         """A whole DSA layer in one call: indexer -> top-k -> sparse MLA (topk None: 2048).
         kv as in sparse_mla: bf16 [N, d_qk], or a uint8 array [N, 656] (the FP8 cache, d_qk 576).
         indices=True / logits=True (or a placement) also return the chosen rows / the cleaned

@@ -84,7 +84,7 @@ class SessionCall(Generic[_T]):
             )
 
 
-class Session(_ops.OpCalls):
+class Session(_ops.OpCalls[_ops.OpResult]):
     def __init__(
         self,
         client: Client,

@@ -6,7 +6,11 @@ An argument of an op call may be
   * typed(array, "fp8_e4m3"): an array whose raw dtype is ambiguous (uint8 as fp8 or u8), or
     typed(array, inline=True) to force inline;
   * RegionRef(region, dtype, shape, offset, strides): an explicit slice of any registered region;
-  * a torch tensor (CPU: as its NumPy view; CUDA: a device region, see torch_support.py).
+  * a torch tensor (CPU: as its NumPy view; CUDA: a device region, see torch_support.py);
+  * any other DLPack tensor (`__dlpack__`): a CPU one through numpy.from_dlpack (zero copy), a
+    CUDA one (or a dtype NumPy lacks, such as bf16) through torch.from_dlpack when torch is
+    installed;
+  * ml_dtypes.bfloat16 / float8_e4m3fn arrays for bf16 / fp8 fields (their bits as they are).
 Outputs also accept Placement(...) and True (return inline, e.g. the optional top-k `values`).
     ref = RegionRef("kv", "bf16", (4096, 576), offset=0)
     out = region.array("bf16", (4, 16, 512))
@@ -103,6 +107,39 @@ def _is_torch(value: object) -> TypeGuard[torch.Tensor]:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+# DLPack device types (dlpack.h DLDeviceType): kDLCPU, kDLCUDA, kDLCUDAHost.
+DLPACK_CPU, DLPACK_CUDA, DLPACK_CUDA_HOST = 1, 2, 3
+
+
+def is_dlpack(value: object) -> bool:
+    """Whether `value` is a DLPack producer that is neither a NumPy array nor a torch tensor."""
+    return (
+        hasattr(value, "__dlpack__")
+        and not isinstance(value, np.ndarray | RegionRef | Typed)
+        and not _is_torch(value)
+    )
+
+
+def from_dlpack(name: str, value: Any) -> Any:
+    """A NumPy array (CPU memory NumPy can type) or a torch tensor (anything else, when torch is
+    installed) sharing the memory of DLPack tensor `value`."""
+    device = value.__dlpack_device__()[0] if hasattr(value, "__dlpack_device__") else DLPACK_CPU
+    error: Exception | None = None
+    if device in (DLPACK_CPU, DLPACK_CUDA_HOST):
+        try:
+            return np.from_dlpack(value)
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            error = e  # e.g. bf16, which NumPy has no dtype for: torch may take it
+    try:
+        import torch
+    except ImportError:
+        why = f" ({error})" if error is not None else ""
+        raise ValueError(
+            f"{name}: a DLPack tensor on device type {device} needs torch to be imported{why}"
+        ) from None
+    return torch.from_dlpack(value)
+
+
 def array_address(array: np.ndarray) -> int:
     """The address of an array's first element."""
     return array.__array_interface__["data"][0]
@@ -142,12 +179,18 @@ def region_tensor(ref: RegionRef) -> pb.Tensor:
     return t
 
 
-def decode_tensor(t: pb.Tensor) -> np.ndarray | None:
+def decode_tensor(t: pb.Tensor, values: bool = False) -> np.ndarray | None:
     """An inline reply tensor as a read-only NumPy array of its raw storage dtype (bf16 -> uint16,
-    fp8 -> uint8); None for a tensor written to a region or absent."""
+    fp8 -> uint8), or with `values` of dtypes.value_dtype (ml_dtypes' bfloat16 / float8_e4m3fn
+    when installed); None for a tensor written to a region or absent."""
     if t.WhichOneof("data") != "inline_data":
         return None
-    dt = dtypes.storage_dtype(dtypes.from_proto(t.dtype))
+    name = dtypes.from_proto(t.dtype)
+    raw = _decode_raw(t, dtypes.storage_dtype(name))
+    return dtypes.as_values(raw, name) if values else raw
+
+
+def _decode_raw(t: pb.Tensor, dt: np.dtype) -> np.ndarray:
     shape = tuple(t.shape)
     flat = np.frombuffer(t.inline_data, dtype=dt)
     if 0 in shape:
@@ -187,6 +230,8 @@ class TensorCodec:
             dtype = value.dtype or want
             inline = value.inline
             value = value.array
+        if is_dlpack(value):
+            value = from_dlpack(name, value)
         if _is_torch(value):
             from . import torch_support
 
@@ -214,6 +259,7 @@ class TensorCodec:
             return None
         region, start = found
         raw = dtypes.storage_dtype(dtype)
+        array = dtypes.as_raw(array)
         if array.dtype != raw:
             raise ValueError(
                 f"{name}: a region view of {dtype} must hold its raw elements "
@@ -267,7 +313,7 @@ class TensorCodec:
             return region_tensor(value), ("view", original)
         dtype = unwrapped_dtype or want
         raw = dtypes.storage_dtype(dtype)
-        if value.dtype != raw:
+        if dtypes.as_raw(value).dtype != raw:
             raise ValueError(
                 f"{name}: an output array of {dtype} must have dtype {raw}, not {value.dtype}"
             )
