@@ -8,13 +8,9 @@ target_sources(attn_kernels PRIVATE
 target_sources(attn_kernels_reference PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/reference.cc
 )
-if(ATTND_GPU_ENABLED)
+if(ATTND_GPU_ENABLED)  # stream.cu is CUDA-only inside (thread-block clusters on sm_90)
   target_sources(attn_kernels PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
-  )
-endif()
-if(ATTND_GPU STREQUAL "cuda")  # the streaming kernel (thread-block clusters on sm_90): CUDA only
-  target_sources(attn_kernels PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gpu/stream.cu
   )
 endif()

@@ -11,6 +11,9 @@
 // always holds the window's top k. The final radix select (radix.h levels, histograms over the
 // buffer, summed over the cluster through DSMEM) and an ordered pass write exactly the CPU
 // implementation's output: ascending columns, ties to the lowest columns, -1 / -inf padding.
+// CUDA only (clusters, sm_90 bulk prefetch): compiles to nothing in HIP builds.
+#if defined(ATTND_GPU_CUDA)
+
 #include <stdint.h>
 
 #include <algorithm>
@@ -751,3 +754,5 @@ vendor::Error LaunchTopkStream(const Params& p, vendor::Stream stream) {
 }
 
 }  // namespace attnd::kernels::topk::gpu
+
+#endif  // defined(ATTND_GPU_CUDA)
