@@ -224,37 +224,33 @@ __device__ __forceinline__ bool Admitted(uint32_t bits, float floor) {
 template <int kThreads, int kV>
 __device__ uint32_t AppendChunk(Cta<kThreads>& cta, const Segment& seg, uint32_t base,
                                 const uint4 (&bits)[kV], float floor, uint32_t n) {
-  constexpr int kWords = (kV + 1) / 2;  // two 16-bit counts per word
-  static_assert(4 * kV <= 32, "one admission bit per element");
+  static_assert(kV <= 4, "one byte-field count per group");
   uint32_t take = 0;  // bit 4v + q: element q of group v
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) take |= Admitted(Elem(bits[v], q), floor) ? 1u << (4 * v + q) : 0u;
   }
-  uint32_t packed[kWords] = {};
+  uint32_t packed = 0;
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
-    packed[v / 2] += static_cast<uint32_t>(__popc((take >> (4 * v)) & 0xfu)) << (16 * (v % 2));
+    packed |= static_cast<uint32_t>(__popc((take >> (4 * v)) & 0xfu)) << (8 * v);
   }
-  uint32_t excl[kWords], total[kWords];
-  BlockExclusiveScan<kThreads, kWords>(packed, excl, total, cta.slots.Next());
-  uint32_t at = n;  // first slot of field v
+  uint32_t start[kV], total;
+  BlockFieldScan<kThreads, kV>(packed, start, &total, cta.slots.Next());
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
-    const int shift = 16 * (v % 2);
-    uint32_t pos = at + ((excl[v / 2] >> shift) & 0xffffu);
+    uint2* out = cta.entries + n + start[v];
     const int32_t col = static_cast<int32_t>(seg.plan.first_col +
                                              kGroupElems * (base + v * kThreads + threadIdx.x));
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       if ((take >> (4 * v + q)) & 1u) {
-        cta.entries[pos++] = make_uint2(Elem(bits[v], q), static_cast<uint32_t>(col + q));
+        *out++ = make_uint2(Elem(bits[v], q), static_cast<uint32_t>(col + q));
       }
     }
-    at += (total[v / 2] >> shift) & 0xffffu;
   }
-  return at;
+  return n + total;
 }
 
 // ---- Histograms and selects over the buffer.
@@ -688,7 +684,7 @@ vendor::Error Launch(const StreamArgs& base, const StreamConfig& config, vendor:
   const int64_t resident = static_cast<int64_t>(per_sm) * d.sm_count;
   int cluster = config.cluster;
   if (cluster == 0) {
-    cluster = d.cc_major >= 9 ? ClusterSizeFor(base.rows, base.cols, resident, kMaxCluster) : 1;
+    cluster = d.cc_major >= 9 ? ClusterSizeFor(base.rows, base.cols, d.sm_count, kMaxCluster) : 1;
   }
   if (cluster != 1 && cluster != 2 && cluster != 4 && cluster != 8) return cudaErrorInvalidValue;
   if (cluster > 1 && d.cc_major < 9) return cudaErrorNotSupported;
@@ -742,7 +738,12 @@ vendor::Error LaunchTopkStreamWith(const Params& p, const StreamConfig& config,
                                    vendor::Stream stream) {
   const StreamArgs a = MakeArgs(p);
   if (a.rows == 0) return vendor::kSuccess;  // an empty grid is a launch error
-  switch (config.threads == 0 ? kDefaultThreads : config.threads) {
+  int threads = config.threads;
+  if (threads == 0) {  // few rows: the wider CTA shortens each row's chain of steps
+    vendor::DeviceFacts d;
+    threads = vendor::CurrentDeviceFacts(&d) && 2 * a.rows < d.sm_count ? 512 : kDefaultThreads;
+  }
+  switch (threads) {
     case 256: return Launch<256, 4>(a, config, stream);
     case 512: return Launch<512, 2>(a, config, stream);
     default: return cudaErrorInvalidValue;

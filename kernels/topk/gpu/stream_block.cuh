@@ -18,10 +18,14 @@ static_assert(kLanes == 32, "the streaming top-k is CUDA-only: 32-lane warps");
 __device__ __forceinline__ int LaneOf() { return static_cast<int>(threadIdx.x) % kLanes; }
 __device__ __forceinline__ int WarpOf() { return static_cast<int>(threadIdx.x) / kLanes; }
 
+// Inclusive prefix sum over the first kUsed lanes of the warp (log2(kUsed) steps; lanes past
+// kUsed get partial sums). Every lane must call it.
+template <int kUsed = kLanes>
 __device__ __forceinline__ uint32_t WarpInclusiveSum(uint32_t v) {
+  static_assert(kUsed >= 1 && kUsed <= kLanes, "at most a warp");
   const int lane = LaneOf();
 #pragma unroll
-  for (int offset = 1; offset < kLanes; offset <<= 1) {
+  for (int offset = 1; offset < kUsed; offset <<= 1) {
     const uint32_t lower = __shfl_up_sync(kFullMask, v, offset);
     if (lane >= offset) v += lower;
   }
@@ -71,11 +75,47 @@ __device__ __forceinline__ void BlockExclusiveScan(const uint32_t (&v)[kWords],
 #pragma unroll
   for (int i = 0; i < kWords; ++i) {
     const uint32_t mine = lane < kWarps ? slot[lane * kWords + i] : 0u;
-    const uint32_t upto = WarpInclusiveSum(mine);
+    const uint32_t upto = WarpInclusiveSum<kWarps>(mine);
     const uint32_t before = __shfl_sync(kFullMask, upto - mine, warp);
     total[i] = __shfl_sync(kFullMask, upto, kWarps - 1);
     excl[i] = before + incl[i] - v[i];
   }
+}
+
+// The chunk scan of AppendChunk: kFields (<= 4) counts per thread, each <= 4, in thread order,
+// packed one per byte (a warp's byte sums stay <= 128: no carry). Gives each field's exclusive
+// prefix over the block (fields in order: field f's prefix includes every thread's fields < f) and
+// the block's total. One barrier; `slot` holds kWarps words, not the previous scan's.
+template <int kThreads, int kFields>
+__device__ __forceinline__ void BlockFieldScan(uint32_t packed, uint32_t (&start)[kFields],
+                                               uint32_t* total, uint32_t* slot) {
+  constexpr int kWarps = kThreads / kLanes;
+  static_assert(kFields >= 1 && kFields <= 4 && kWarps <= kLanes, "byte fields, one warp scans");
+  const int lane = LaneOf();
+  const int warp = WarpOf();
+  const uint32_t incl = WarpInclusiveSum(packed);
+  if (lane == kLanes - 1) slot[warp] = incl;
+  __syncthreads();
+  // Warp totals: fields 0 and 2 in the 16-bit halves of `even`, 1 and 3 in `odd` (sums <= 2^16).
+  const uint32_t mine = lane < kWarps ? slot[lane] : 0u;
+  const uint32_t even = mine & 0x00ff00ffu, odd = (mine >> 8) & 0x00ff00ffu;
+  const uint32_t even_upto = WarpInclusiveSum<kWarps>(even);
+  const uint32_t odd_upto = WarpInclusiveSum<kWarps>(odd);
+  const uint32_t even_before = __shfl_sync(kFullMask, even_upto - even, warp);
+  const uint32_t odd_before = __shfl_sync(kFullMask, odd_upto - odd, warp);
+  const uint32_t even_total = __shfl_sync(kFullMask, even_upto, kWarps - 1);
+  const uint32_t odd_total = __shfl_sync(kFullMask, odd_upto, kWarps - 1);
+  const uint32_t in_warp = incl - packed;
+  uint32_t base = 0;
+#pragma unroll
+  for (int f = 0; f < kFields; ++f) {
+    const int half = 16 * (f / 2);
+    const uint32_t before = (((f % 2) ? odd_before : even_before) >> half) & 0xffffu;
+    const uint32_t field_total = (((f % 2) ? odd_total : even_total) >> half) & 0xffffu;
+    start[f] = base + before + ((in_warp >> (8 * f)) & 0xffu);
+    base += field_total;
+  }
+  *total = base;
 }
 
 // ---- Thread-block clusters (sm_90). Elsewhere a cluster is one CTA: the barrier is the block's

@@ -106,14 +106,13 @@ ATTND_TOPK_HD uint32_t SpeculationRank(uint32_t k, uint32_t sample, uint32_t len
   return static_cast<uint32_t>(rank) + 1u;
 }
 
-// CTAs per row (1, 2, 4 or 8): rows that leave most of the device idle split each window over a
-// cluster, as far as `max_cluster` allows and each CTA keeps >= kMinSegmentCols columns of the N
-// columns.
+// CTAs per row (1, 2, 4 or 8): rows that leave SMs idle split each window over a cluster, as far
+// as `max_cluster` allows, every CTA keeps an SM of its own (the row's chain of steps is the
+// latency) and >= kMinSegmentCols of the N columns.
 inline constexpr int64_t kMinSegmentCols = 8192;
-inline int ClusterSizeFor(int64_t rows, int64_t cols, int64_t resident_ctas, int max_cluster) {
+inline int ClusterSizeFor(int64_t rows, int64_t cols, int64_t sms, int max_cluster) {
   int cs = 1;
-  while (cs * 2 <= max_cluster && rows * cs * 2 <= resident_ctas &&
-         cols / (cs * 2) >= kMinSegmentCols) {
+  while (cs * 2 <= max_cluster && rows * cs * 2 <= sms && cols / (cs * 2) >= kMinSegmentCols) {
     cs *= 2;
   }
   return cs;

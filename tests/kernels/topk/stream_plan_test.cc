@@ -114,11 +114,13 @@ TEST(TopKStreamPlan, SpeculationRankAndClusterSize) {
   EXPECT_GE(r, 256u + 48u);
   EXPECT_LE(r, 256u + 52u);
   EXPECT_EQ(gpu::SpeculationRank(64, 10, 20), 0u);  // the rank would pass the sample
-  EXPECT_EQ(gpu::ClusterSizeFor(4096, 32768, 396, 8), 1);
-  EXPECT_EQ(gpu::ClusterSizeFor(128, 32768, 396, 8), 2);
-  EXPECT_EQ(gpu::ClusterSizeFor(1, 131072, 396, 8), 8);
-  EXPECT_EQ(gpu::ClusterSizeFor(1, 16384, 396, 8), 2);  // >= 8192 columns per CTA
-  EXPECT_EQ(gpu::ClusterSizeFor(1, 131072, 396, 1), 1);
+  EXPECT_EQ(gpu::ClusterSizeFor(4096, 32768, 132, 8), 1);
+  EXPECT_EQ(gpu::ClusterSizeFor(128, 32768, 132, 8), 1);  // one CTA per SM already
+  EXPECT_EQ(gpu::ClusterSizeFor(40, 32768, 132, 8), 2);
+  EXPECT_EQ(gpu::ClusterSizeFor(8, 131072, 132, 8), 8);
+  EXPECT_EQ(gpu::ClusterSizeFor(1, 131072, 132, 8), 8);
+  EXPECT_EQ(gpu::ClusterSizeFor(1, 16384, 132, 8), 2);  // >= 8192 columns per CTA
+  EXPECT_EQ(gpu::ClusterSizeFor(1, 131072, 132, 1), 1);
 }
 
 // ---- A sequential emulation of stream.cu.
