@@ -724,9 +724,10 @@ bool SupportsStream(const Params&, std::string* why) {
     if (why != nullptr) *why = "no GPU device";
     return false;
   }
-  if (d.smem_optin < SmemBytes<kDefaultThreads>()) {
+  constexpr int kSmem = std::max(SmemBytes<256>(), SmemBytes<512>());
+  if (d.smem_optin < kSmem) {
     if (why != nullptr) {
-      *why = "needs " + std::to_string(SmemBytes<kDefaultThreads>()) +
+      *why = "needs " + std::to_string(kSmem) +
              " bytes of shared memory per block, the device allows " + std::to_string(d.smem_optin);
     }
     return false;
@@ -739,9 +740,9 @@ vendor::Error LaunchTopkStreamWith(const Params& p, const StreamConfig& config,
   const StreamArgs a = MakeArgs(p);
   if (a.rows == 0) return vendor::kSuccess;  // an empty grid is a launch error
   int threads = config.threads;
-  if (threads == 0) {  // few rows: the wider CTA shortens each row's chain of steps
+  if (threads == 0) {  // rows that fit one wave: the wider CTA shortens each row's chain of steps
     vendor::DeviceFacts d;
-    threads = vendor::CurrentDeviceFacts(&d) && 2 * a.rows < d.sm_count ? 512 : kDefaultThreads;
+    threads = vendor::CurrentDeviceFacts(&d) && a.rows <= d.sm_count ? 512 : kDefaultThreads;
   }
   switch (threads) {
     case 256: return Launch<256, 4>(a, config, stream);
