@@ -11,7 +11,7 @@ PACKAGES=(
   libabsl-dev libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libcivetweb-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy python3-grpcio python3-protobuf python3-pytest
+  python3 python3-venv python3-numpy python3-grpcio python3-protobuf python3-pytest
   prometheus
   yamllint shellcheck python3-yaml python3-kubernetes
   clang-format clang-tidy
