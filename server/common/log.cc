@@ -55,6 +55,13 @@ void AppendValue(std::string* out, absl::string_view v) {
 
 }  // namespace
 
+std::string BoundedLogValue(absl::string_view v) {
+  if (v.size() <= kMaxLogValueBytes) return std::string(v);
+  size_t keep = kMaxLogValueBytes;
+  while (keep > 0 && (static_cast<unsigned char>(v[keep]) & 0xC0) == 0x80) --keep;
+  return absl::StrCat(v.substr(0, keep), "...(", v.size() - keep, " more bytes)");
+}
+
 void SetMinLogLevel(LogLevel level) { g_min_level.store(static_cast<int>(level)); }
 
 bool ParseLogLevel(absl::string_view text, LogLevel* level) {
@@ -76,7 +83,7 @@ bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_min_level.
 std::string FormatLogLine(LogLevel level, absl::string_view msg,
                           std::initializer_list<LogField> fields) {
   std::string line = absl::StrCat("level=", LevelName(level), " msg=");
-  AppendValue(&line, msg);
+  AppendValue(&line, BoundedLogValue(msg));
   for (const LogField& f : fields) {
     line.push_back(' ');
     line.append(f.key.data(), f.key.size());

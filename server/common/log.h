@@ -14,16 +14,28 @@ namespace attnd::server {
 
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
-// One key=value pair; the value is formatted on construction (numbers, strings, bools).
+// Longest value (and message) a log line carries, in bytes: longer ones (a client-chosen name,
+// an error quoting request data) are cut there and marked with how much was left out, so that no
+// client can make one log line arbitrarily long.
+inline constexpr size_t kMaxLogValueBytes = 1024;
+
+// `v` itself when it has at most kMaxLogValueBytes bytes, else its first bytes (cut before a UTF-8
+// continuation byte) followed by "...(N more bytes)".
+std::string BoundedLogValue(absl::string_view v);
+
+// One key=value pair; the value is formatted on construction (numbers, strings, bools) and
+// bounded (BoundedLogValue).
 struct LogField {
-  LogField(absl::string_view k, const absl::AlphaNum& v) : key(k), value(v.Piece()) {}
+  LogField(absl::string_view k, const absl::AlphaNum& v)
+      : key(k), value(BoundedLogValue(v.Piece())) {}
   // Exactly bool (integers must not decay to it).
   template <class B, std::enable_if_t<std::is_same_v<B, bool>, int> = 0>
   LogField(absl::string_view k, B v) : key(k), value(v ? "true" : "false") {}
   template <class I, std::enable_if_t<std::is_arithmetic_v<I> && !std::is_same_v<I, bool>, int> = 0>
   LogField(absl::string_view k, I v) : key(k), value(absl::StrCat(v)) {}
-  LogField(absl::string_view k, const std::string& v) : key(k), value(v) {}
-  LogField(absl::string_view k, const char* v) : key(k), value(v == nullptr ? "" : v) {}
+  LogField(absl::string_view k, const std::string& v) : key(k), value(BoundedLogValue(v)) {}
+  LogField(absl::string_view k, const char* v)
+      : key(k), value(BoundedLogValue(v == nullptr ? "" : v)) {}
   absl::string_view key;
   std::string value;
 };
