@@ -14,6 +14,11 @@ namespace attnd::server::metrics {
 
 class MetricsEndpoint {
  public:
+  // Connections served at once, and how long one may take to deliver its request (and each
+  // read or write): slow clients cannot block scrapes (docs/SERVICE.md "Trust model").
+  static constexpr int kThreads = 32;
+  static constexpr int kRequestTimeoutMs = 1000;
+
   // Serves `registry` at http://<listen>/metrics. `listen` is host:port (port 0 = any free
   // port). UNAVAILABLE when the address cannot be bound. Not thread-safe (call from main).
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
