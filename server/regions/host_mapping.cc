@@ -64,11 +64,13 @@ HostMapping& HostMapping::operator=(HostMapping&& other) noexcept {
     std::swap(map_len_, other.map_len_);
     std::swap(data_, other.data_);
     std::swap(size_, other.size_);
+    std::swap(guard_, other.guard_);
   }
   return *this;
 }
 
 void HostMapping::Reset() {
+  guard_.Reset();
   if (map_base_ != nullptr) munmap(map_base_, map_len_);
   map_base_ = nullptr;
   map_len_ = 0;
@@ -120,6 +122,9 @@ absl::StatusOr<HostMapping> HostMapping::Map(const std::string& key, uint64_t of
   m.map_base_ = base;
   m.data_ = static_cast<char*>(base) + delta;
   m.size_ = byte_size;
+  absl::StatusOr<GuardedRange> guard = GuardedRange::Add(base, m.map_len_);
+  if (!guard.ok()) return guard.status();  // m unmaps itself
+  m.guard_ = *std::move(guard);
   return m;
 }
 

@@ -1,5 +1,7 @@
 // A mapping of part of a POSIX shm object into the daemon: opened, size-checked against the
-// object (fstat), mmapped once and the descriptor closed at once, so regions never hold fds.
+// object (fstat), mmapped once and the descriptor closed at once, so regions never hold fds. The
+// mapping is guarded (sigbus_guard.h): if its object is truncated later, accesses past the new end
+// read and write zero pages instead of killing the daemon, and faulted() turns true.
 //   ATTND_ASSIGN_OR_RETURN(HostMapping m, HostMapping::Map("/my-shm", 0, 1 << 20));
 #pragma once
 
@@ -8,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/regions/sigbus_guard.h"
 
 namespace attnd::server::regions {
 
@@ -36,9 +39,13 @@ class HostMapping {
   // The whole page-aligned mapping (covers [data(), data() + size())).
   void* map_base() const { return map_base_; }
   size_t map_len() const { return map_len_; }
+  // Whether the mapping lost pages because its object was truncated after Map (an access faulted
+  // and was given zero pages instead). Sticky; thread-safe.
+  bool faulted() const { return guard_.faulted(); }
   void Reset();  // unmaps now
 
  private:
+  GuardedRange guard_;
   void* map_base_ = nullptr;
   size_t map_len_ = 0;
   char* data_ = nullptr;

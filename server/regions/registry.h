@@ -114,6 +114,9 @@ class Region {
   int device_ordinal() const { return device_ != nullptr ? device_->device() : -1; }
   // Host: registered with the GPU runtime (copies from and to it are DMA).
   bool pinned() const { return pinner_ != nullptr; }
+  // Host: its shm object was truncated while registered, and an access past the new end got
+  // zero pages instead (HostMapping::faulted). Sticky; calls using the region fail.
+  bool truncated() const { return mapping_.faulted(); }
   int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 
  private:
