@@ -43,6 +43,7 @@ void CallRunner::Start(OpId id, const google::protobuf::Message& request,
   PrepareOptions prep;
   prep.registry = registry_;
   prep.max_inline_bytes = options_.max_inline_bytes;
+  prep.memory = state->ctx.memory.get();
   absl::StatusOr<std::unique_ptr<PreparedCall>> call = handler->Prepare(request, response, prep);
   if (!call.ok()) {
     Finish(std::move(state), call.status(), nullptr);
@@ -73,6 +74,8 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
   v1::Precision precision = v1::PRECISION_UNSPECIFIED;
   if (state->call != nullptr) {
     precision = state->call->precision();
+    // A host region truncated under the call gave it zero pages: its result is not the client's.
+    if (status.ok()) status = state->call->call_tensors().CheckRegions();
     if (status.ok()) {
       state->call->call_tensors().FinishOutputs();
       work = state->call->Count();

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
+#include "server/engine/call_memory.h"
 #include "server/engine/scheduler.h"
 #include "server/metrics/metrics.h"
 #include "server/ops/op_handler.h"
@@ -27,6 +28,10 @@ struct CallContext {
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> cancelled;  // thread-safe; may be empty
   std::string origin;               // for logs: "unary", "session lease-..."
+  // The call's share of the host memory budget (a reservation for its client), null: no budget.
+  // The runner holds it while the call runs; the transport keeps a reference until the reply that
+  // carries the call's inline outputs has been sent.
+  std::shared_ptr<engine::CallMemory> memory;
 };
 
 class CallRunner {

@@ -86,8 +86,9 @@ class PreparedCall : public engine::OpCall {
   const std::string& device_uuid() const override { return device_uuid_; }
 
  protected:
-  PreparedCall(const regions::RegionRegistry* registry, uint64_t max_inline_bytes)
-      : tensors_(registry, max_inline_bytes) {}
+  PreparedCall(const regions::RegionRegistry* registry, uint64_t max_inline_bytes,
+               engine::CallMemory* memory)
+      : tensors_(registry, max_inline_bytes, memory) {}
   CallTensors tensors_;
   std::string ready_event_;
   std::string device_uuid_;
@@ -95,7 +96,9 @@ class PreparedCall : public engine::OpCall {
 
 struct PrepareOptions {
   const regions::RegionRegistry* registry = nullptr;
-  uint64_t max_inline_bytes = 0;  // per inline output
+  uint64_t max_inline_bytes = 0;  // the call's inline outputs, each and in total
+  // The call's share of the host memory budget (null: no budget); must outlive the call.
+  engine::CallMemory* memory = nullptr;
 };
 
 // One operator's handler. Stateless and thread-safe.
@@ -194,7 +197,8 @@ class TypedOpHandler : public OpHandler {
       return absl::InternalError(absl::StrCat(OpName(Traits::kId), ": wrong message types"));
     }
     const auto& req = static_cast<const Request&>(request);
-    auto call = std::make_unique<Call>(options.registry, options.max_inline_bytes, &req);
+    auto call =
+        std::make_unique<Call>(options.registry, options.max_inline_bytes, options.memory, &req);
     Params& p = call->params;
     if (absl::Status o = call->ReadOptions(req); !o.ok()) return o;
     absl::Status st = Traits::SetScalars(req, &p);
@@ -227,8 +231,9 @@ class TypedOpHandler : public OpHandler {
  private:
   class Call : public PreparedCall {
    public:
-    Call(const regions::RegionRegistry* registry, uint64_t max_inline_bytes, const Request* request)
-        : PreparedCall(registry, max_inline_bytes), request_(request) {}
+    Call(const regions::RegionRegistry* registry, uint64_t max_inline_bytes,
+         engine::CallMemory* memory, const Request* request)
+        : PreparedCall(registry, max_inline_bytes, memory), request_(request) {}
 
     absl::string_view op() const override { return OpName(Traits::kId); }
 

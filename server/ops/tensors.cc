@@ -1,5 +1,6 @@
 #include "server/ops/tensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -14,6 +15,41 @@ using kernels::DType;
 bool Aligned(const void* p, DType dtype) {
   const auto size = static_cast<uintptr_t>(kernels::DTypeSize(dtype));
   return size <= 1 || reinterpret_cast<uintptr_t>(p) % size == 0;
+}
+
+absl::Status Truncated(absl::string_view name, const regions::Region& region) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      name, ": region '", region.name(), "' lost pages: its shm object '", region.description().key,
+      "' was truncated while registered (unregister the region and register it again)"));
+}
+
+// Copies the elements of strided view `t` into dense `dst` (rank 1..kMaxRank; the last dimension
+// contiguous or not).
+void GatherDense(const kernels::Tensor& t, char* dst) {
+  const int64_t size = kernels::DTypeSize(t.dtype);
+  const int last = t.rank - 1;
+  const int64_t row_bytes = t.shape[last] * size;
+  int64_t index[kernels::kMaxRank] = {};
+  const char* base = static_cast<const char*>(t.data);
+  for (;;) {
+    int64_t offset = 0;
+    for (int i = 0; i < last; ++i) offset += index[i] * t.strides[i];
+    const char* src = base + offset * size;
+    if (t.strides[last] == 1 || t.shape[last] <= 1) {
+      std::memcpy(dst, src, static_cast<size_t>(row_bytes));
+    } else {
+      for (int64_t j = 0; j < t.shape[last]; ++j) {
+        std::memcpy(dst + j * size, src + j * t.strides[last] * size, static_cast<size_t>(size));
+      }
+    }
+    dst += row_bytes;
+    int i = last - 1;
+    for (; i >= 0; --i) {
+      if (++index[i] < t.shape[i]) break;
+      index[i] = 0;
+    }
+    if (i < 0) return;
+  }
 }
 
 }  // namespace
@@ -119,8 +155,53 @@ absl::Status CheckSlice(absl::string_view name, absl::string_view region, uint64
   return absl::OkStatus();
 }
 
-CallTensors::CallTensors(const regions::RegionRegistry* registry, uint64_t max_inline_bytes)
-    : registry_(registry), max_inline_bytes_(max_inline_bytes) {}
+CallTensors::CallTensors(const regions::RegionRegistry* registry, uint64_t max_inline_bytes,
+                         engine::CallMemory* memory)
+    : registry_(registry), max_inline_bytes_(max_inline_bytes), memory_(memory) {}
+
+absl::Status CallTensors::CheckRegions() const {
+  for (const regions::RegionPin& pin : pins_) {
+    if (pin->kind() == regions::RegionKind::kHost && pin->truncated()) {
+      return Truncated("call", *pin.get());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CallTensors::Snapshot(absl::string_view name, const regions::Region& region,
+                                   kernels::Tensor* t, engine::TensorUse* use) {
+  const uint64_t bytes =
+      static_cast<uint64_t>(t->numel()) * static_cast<uint64_t>(kernels::DTypeSize(t->dtype));
+  if (memory_ != nullptr) {
+    if (absl::Status s =
+            memory_->Reserve(bytes, absl::StrCat(name, ": snapshot of an index tensor"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  void* p = nullptr;
+  if (bytes > 0) {
+    p = Allocate(bytes);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(name, ": cannot copy ", bytes, " bytes"));
+    }
+    GatherDense(*t, static_cast<char*>(p));
+  }
+  // The copy itself may have met the object's new end (zero pages, sigbus_guard.h).
+  if (region.truncated()) return Truncated(name, region);
+  t->data = p;
+  int64_t stride = 1;
+  for (int i = t->rank - 1; i >= 0; --i) {
+    t->strides[i] = stride;
+    stride *= std::max<int64_t>(t->shape[i], 1);
+  }
+  use->residence = engine::Residence::kInline;
+  use->host = p;
+  use->span_bytes = bytes;
+  use->pinned = false;
+  snapshot_bytes_ += bytes;
+  return absl::OkStatus();
+}
 
 void* CallTensors::Allocate(size_t bytes) {
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
@@ -152,6 +233,9 @@ absl::Status CallTensors::ResolveRegion(absl::string_view name, const v1::Region
   absl::Status s =
       CheckSlice(name, slice.region(), slice.offset(), span_bytes, region->byte_size());
   if (!s.ok()) return s;
+  if (region->kind() == regions::RegionKind::kHost && region->truncated()) {
+    return Truncated(name, *region);
+  }
   const bool on_device = region->kind() == regions::RegionKind::kDevice;
   char* base = on_device ? region->device_data() : region->data();
   if (base == nullptr) {
@@ -208,6 +292,12 @@ absl::Status CallTensors::Input(absl::string_view name, const v1::Tensor* t, ker
         // Read in place from the request (kernels never write inputs).
         out->data = const_cast<char*>(bytes.data());
       } else {
+        if (memory_ != nullptr) {
+          if (absl::Status s = memory_->Reserve(span, absl::StrCat(name, ": aligned copy"));
+              !s.ok()) {
+            return s;
+          }
+        }
         void* p = Allocate(span);
         if (p == nullptr) {
           return absl::ResourceExhaustedError(
@@ -223,8 +313,13 @@ absl::Status CallTensors::Input(absl::string_view name, const v1::Tensor* t, ker
       engine::TensorUse use;
       use.role = kernels::Role::kInput;
       absl::Status s = ResolveRegion(name, t->region(), span, dtype, &out->data, &use);
-      if (s.ok()) uses_.push_back(std::move(use));
-      return s;
+      if (!s.ok()) return s;
+      if (use.residence == engine::Residence::kHostRegion && dtype == DType::kI32) {
+        s = Snapshot(name, *pins_.back().get(), out, &use);
+        if (!s.ok()) return s;
+      }
+      uses_.push_back(std::move(use));
+      return absl::OkStatus();
     }
     case v1::Tensor::DATA_NOT_SET:
       if (span == 0) {
@@ -281,6 +376,19 @@ absl::Status CallTensors::Output(absl::string_view name, const v1::Tensor* place
         absl::StrCat(name, ": inline output of ", span, " bytes exceeds the ", max_inline_bytes_,
                      "-byte message limit (--max-message-bytes); place it in a region"));
   }
+  if (span > max_inline_bytes_ - inline_out_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": inline output of ", span, " bytes takes the call's inline outputs to ",
+        inline_out_bytes_ + span, " bytes, past the ", max_inline_bytes_,
+        "-byte message limit of one reply (--max-message-bytes); place outputs in a region"));
+  }
+  // Reserved before anything is allocated; an aligned copy, when needed, takes as much again.
+  if (memory_ != nullptr) {
+    if (absl::Status s = memory_->Reserve(span, absl::StrCat(name, ": inline output")); !s.ok()) {
+      return s;
+    }
+  }
+  inline_out_bytes_ += span;
   std::string* data = reply->mutable_inline_data();
   data->resize(span);
   copied_out_ += span;
@@ -291,6 +399,11 @@ absl::Status CallTensors::Output(absl::string_view name, const v1::Tensor* place
   if (Aligned(data->data(), dtype)) {
     out->data = data->data();
   } else {
+    if (memory_ != nullptr) {
+      if (absl::Status s = memory_->Reserve(span, absl::StrCat(name, ": aligned copy")); !s.ok()) {
+        return s;
+      }
+    }
     void* p = Allocate(span);
     if (p == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(name, ": cannot stage ", span, " bytes"));

@@ -2,7 +2,9 @@
 // kernels::Tensor view. Inputs are read in place from a region or from the request's own bytes;
 // outputs are written in place into a region or into the reply's inline_data. Every size and offset
 // is checked with overflow-safe arithmetic; bytes copied are counted (zero for region tensors).
-//   CallTensors tensors(&registry, max_inline_bytes);
+// Index tensors (i32) in a host region are snapshotted into private memory, and every host byte a
+// call allocates is reserved from its CallMemory first (docs/SERVICE.md "Trust model").
+//   CallTensors tensors(&registry, max_inline_bytes, &memory);
 //   ATTND_RETURN_IF_ERROR(tensors.Input("q", &request.q(), &params.q));
 //   ATTND_RETURN_IF_ERROR(tensors.Output("out", placement, spec, reply.mutable_out(),
 //   &params.out));
@@ -17,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "attnd/v1/attention.pb.h"
 #include "kernels/common/tensor.h"
+#include "server/engine/call_memory.h"
 #include "server/engine/op_call.h"
 #include "server/regions/registry.h"
 
@@ -46,16 +49,24 @@ absl::Status MakeLayout(absl::string_view name, kernels::DType dtype, const int6
 absl::Status CheckSlice(absl::string_view name, absl::string_view region, uint64_t offset,
                         uint64_t span_bytes, uint64_t region_size);
 
-// Owns everything the resolved tensors of one call point into: region pins and staging buffers.
-// Not thread-safe; one per call. The request and reply messages must outlive it.
+// Owns everything the resolved tensors of one call point into: region pins, staging buffers and
+// index snapshots. Not thread-safe; one per call. The request and reply messages must outlive it.
 class CallTensors {
  public:
-  // `registry` (not owned) resolves region slices; `max_inline_bytes` caps each inline output.
-  CallTensors(const regions::RegionRegistry* registry, uint64_t max_inline_bytes);
+  // `registry` (not owned) resolves region slices; `max_inline_bytes` caps the inline outputs of
+  // the call (each, and all together: they travel in one reply). `memory` (not owned, may be
+  // null: no budget) receives a reservation for every host buffer before it is allocated:
+  // inline outputs, aligned copies, index snapshots; RESOURCE_EXHAUSTED when it does not fit.
+  CallTensors(const regions::RegionRegistry* registry, uint64_t max_inline_bytes,
+              engine::CallMemory* memory = nullptr);
   CallTensors(const CallTensors&) = delete;
   CallTensors& operator=(const CallTensors&) = delete;
 
-  // Resolves an input. `t` null means the field is absent (the view stays absent, rank 0).
+  // Resolves an input. `t` null means the field is absent (the view stays absent, rank 0). An
+  // i32 input (indices, CSR indptr, cu_seqlens, block tables, lengths, windows: the data that
+  // steers addressing) in a host region is copied into a private dense buffer at once: the op's
+  // Validate, its kernels and its work count all read that snapshot, never the client's memory
+  // again, so a client changing it meanwhile cannot make them disagree.
   absl::Status Input(absl::string_view name, const v1::Tensor* t, kernels::Tensor* out);
 
   // Resolves an output. `placement` null means absent in the request: with
@@ -69,8 +80,15 @@ class CallTensors {
   // After the op ran: copies staged (misaligned) inline outputs into their replies.
   void FinishOutputs();
 
+  // FAILED_PRECONDITION when a host region the call uses was truncated by its owner while the call
+  // held it (an access got zero pages instead of the object's: the call's inputs or outputs are
+  // not what the client meant). Call after the op ran, before its result is trusted.
+  absl::Status CheckRegions() const;
+
   uint64_t copied_in() const { return copied_in_; }
   uint64_t copied_out() const { return copied_out_; }
+  // Bytes of index tensors copied out of host regions (not request bytes: not in copied_in).
+  uint64_t snapshot_bytes() const { return snapshot_bytes_; }
 
   // Where each resolved (present) tensor lives, in resolution order (inputs, then outputs), for
   // the backend. A device-region tensor's view points at device memory: host code never reads it.
@@ -92,10 +110,17 @@ class CallTensors {
                              engine::TensorUse* use);
   void AddUse(absl::string_view name, kernels::Role role, engine::Residence residence, void* host,
               uint64_t span_bytes, bool zero_fill);
+  // Copies the elements of `t` (in host region `region`) into a dense private buffer and points
+  // `t` and `use` at it.
+  absl::Status Snapshot(absl::string_view name, const regions::Region& region, kernels::Tensor* t,
+                        engine::TensorUse* use);
   void* Allocate(size_t bytes);
 
   const regions::RegionRegistry* const registry_;
   const uint64_t max_inline_bytes_;
+  engine::CallMemory* const memory_;
+  uint64_t inline_out_bytes_ = 0;
+  uint64_t snapshot_bytes_ = 0;
   std::vector<regions::RegionPin> pins_;
   std::vector<std::unique_ptr<void, FreeDeleter>> buffers_;
   std::vector<Staged> staged_;

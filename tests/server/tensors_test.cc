@@ -1,6 +1,8 @@
 // Tensor resolution: layouts, overflow-safe slices, inline and region inputs and outputs.
 #include "server/ops/tensors.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <limits>
 
@@ -101,6 +103,11 @@ class CallTensorsTest : public ::testing::Test {
     ASSERT_TRUE(registry_->RegisterHost({"r", shm_.key(), 4096, 8192, ""}).ok());
   }
   using RegionRegistry = regions::RegionRegistry;
+  // Where byte `offset` of region "r" is mapped in the registry (the daemon's own mapping).
+  void* shm_data_in_daemon(uint64_t offset) {
+    absl::StatusOr<regions::RegionPin> pin = registry_->Acquire("r");
+    return pin.ok() ? (*pin)->data() + offset : nullptr;
+  }
   ScopedShm shm_{4 * 4096};
   std::unique_ptr<regions::RegionRegistry> registry_;
 };
@@ -143,9 +150,10 @@ TEST_F(CallTensorsTest, BadDtypeAndMissingData) {
 TEST_F(CallTensorsTest, RegionInputIsZeroCopy) {
   std::memcpy(shm_.data() + 4096 + 64, "abcd", 4);
   CallTensors tensors(registry_.get(), 1 << 20);
-  v1::Tensor t = InRegion(v1::DTYPE_I32, {4}, "r", 64);
+  v1::Tensor t = InRegion(v1::DTYPE_F32, {4}, "r", 64);
   kernels::Tensor view;
-  ASSERT_TRUE(tensors.Input("ks", &t, &view).ok());
+  ASSERT_TRUE(tensors.Input("kv", &t, &view).ok());
+  EXPECT_EQ(view.data, shm_data_in_daemon(64));
   EXPECT_EQ(std::memcmp(view.data, "abcd", 4), 0);
   EXPECT_EQ(tensors.copied_in(), 0u);
   EXPECT_EQ(registry_->List()[0].in_flight, 1);  // pinned while the call holds it
@@ -241,6 +249,93 @@ TEST_F(CallTensorsTest, RegionOutputIsWrittenInPlace) {
   EXPECT_EQ(reply.region().offset(), 128u);
   EXPECT_EQ(reply.inline_data().size(), 0u);
   EXPECT_EQ(tensors.copied_out(), 0u);
+}
+
+TEST_F(CallTensorsTest, IndexTensorInAHostRegionIsSnapshotted) {
+  // i32 [2, 3] with a row stride of 8 at offset 256 of region "r".
+  int32_t* client = reinterpret_cast<int32_t*>(shm_.data() + 4096 + 256);
+  for (int i = 0; i < 16; ++i) client[i] = 100 + i;
+  CallTensors tensors(registry_.get(), 1 << 20);
+  v1::Tensor t = InRegion(v1::DTYPE_I32, {2, 3}, "r", 256);
+  t.add_strides(8);
+  t.add_strides(1);
+  kernels::Tensor view;
+  ASSERT_TRUE(tensors.Input("indptr", &t, &view).ok());
+  // A private dense copy: the client changing its memory afterwards changes nothing.
+  const char* mapped = static_cast<const char*>(shm_data_in_daemon(0));
+  const char* data = static_cast<const char*>(view.data);
+  EXPECT_TRUE(data + 24 <= mapped || data >= mapped + 8192) << "the view points into the region";
+  EXPECT_EQ(view.strides[0], 3);
+  EXPECT_EQ(view.strides[1], 1);
+  for (int i = 0; i < 16; ++i) client[i] = -1;
+  const int32_t want[] = {100, 101, 102, 108, 109, 110};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(view.ptr<const int32_t>()[i], want[i]) << i;
+  EXPECT_EQ(tensors.snapshot_bytes(), 24u);
+  EXPECT_EQ(tensors.copied_in(), 0u);  // not request bytes
+  ASSERT_EQ(tensors.uses().size(), 1u);
+  EXPECT_EQ(tensors.uses()[0].residence, engine::Residence::kInline);
+  EXPECT_EQ(tensors.uses()[0].host, view.data);
+  EXPECT_EQ(tensors.uses()[0].span_bytes, 24u);
+  // Other dtypes stay zero-copy.
+  v1::Tensor f = InRegion(v1::DTYPE_F32, {4}, "r", 512);
+  ASSERT_TRUE(tensors.Input("kv", &f, &view).ok());
+  EXPECT_EQ(view.data, shm_data_in_daemon(512));
+}
+
+TEST_F(CallTensorsTest, HostMemoryIsReservedBeforeItIsAllocated) {
+  engine::CallMemoryBudget budget({/*total_bytes=*/1 << 20, /*per_client_bytes=*/4096});
+  {
+    engine::CallMemory memory(&budget, "uid:7");
+    CallTensors tensors(registry_.get(), 1 << 20, &memory);
+    v1::Tensor reply;
+    kernels::Tensor view;
+    ASSERT_TRUE(tensors.Output("out", nullptr, {true, DType::kF32, {1024}}, &reply, &view).ok());
+    EXPECT_EQ(budget.used_by("uid:7"), 4096u);
+    v1::Tensor reply2;
+    absl::Status s = tensors.Output("lse", nullptr, {true, DType::kF32, {1}}, &reply2, &view);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_NE(s.message().find("--call-memory-bytes-per-client"), absl::string_view::npos) << s;
+    EXPECT_TRUE(reply2.inline_data().empty());  // refused before anything was allocated
+    // A snapshot needs budget too.
+    v1::Tensor t = InRegion(v1::DTYPE_I32, {4}, "r", 0);
+    EXPECT_EQ(tensors.Input("indices", &t, &view).code(), absl::StatusCode::kResourceExhausted);
+    // Another client has its own share.
+    engine::CallMemory other(&budget, "uid:8");
+    EXPECT_TRUE(other.Reserve(4096, "x").ok());
+    EXPECT_EQ(budget.used(), 8192u);
+  }
+  EXPECT_EQ(budget.used(), 0u);  // returned when the calls' memory went
+}
+
+TEST_F(CallTensorsTest, InlineOutputsOfOneCallFitOneReply) {
+  CallTensors tensors(registry_.get(), 1000);
+  v1::Tensor a, b;
+  kernels::Tensor view;
+  ASSERT_TRUE(tensors.Output("out", nullptr, {true, DType::kF32, {150}}, &a, &view).ok());
+  absl::Status s = tensors.Output("lse", nullptr, {true, DType::kF32, {150}}, &b, &view);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(b.inline_data().empty());
+}
+
+TEST_F(CallTensorsTest, TruncatedRegionFailsTheCall) {
+  v1::Tensor f = InRegion(v1::DTYPE_F32, {4}, "r", 0);
+  v1::Tensor idx = InRegion(v1::DTYPE_I32, {4}, "r", 64);
+  CallTensors before(registry_.get(), 1 << 20);
+  kernels::Tensor kv;
+  ASSERT_TRUE(before.Input("kv", &f, &kv).ok());
+  EXPECT_TRUE(before.CheckRegions().ok());
+  // The client shrinks its object under the registered region (bytes [4096, 12288)).
+  ASSERT_EQ(truncate(("/dev/shm" + shm_.key()).c_str(), 4096), 0);
+  // A snapshot meets the lost pages: a clean error, and the process lives on.
+  CallTensors tensors(registry_.get(), 1 << 20);
+  kernels::Tensor view;
+  absl::Status s = tensors.Input("indices", &idx, &view);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("truncated"), absl::string_view::npos) << s;
+  // A call that already held the region fails after the op, and new ones fail at once.
+  EXPECT_EQ(before.CheckRegions().code(), absl::StatusCode::kFailedPrecondition);
+  CallTensors after(registry_.get(), 1 << 20);
+  EXPECT_EQ(after.Input("kv", &f, &view).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
