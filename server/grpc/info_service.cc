@@ -1,14 +1,17 @@
 // GetInfo: version, backend, devices, ops with their implementations, limits.
 #include "server/grpc/service.h"
 #include "server/grpc/status.h"
+#include "server/grpc/unary_call.h"
 
 namespace attnd::server::grpc_front {
 
 AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {}
 
-grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext* ctx,
-                                                    const v1::GetInfoRequest* /*request*/,
-                                                    v1::GetInfoResponse* response) {
+grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext* /*ctx*/,
+                                                    const Raw* request, Raw* reply) {
+  auto* call = new UnaryCall<v1::GetInfoRequest, v1::GetInfoResponse>("GetInfo", request, reply);
+  if (!call->parsed()) return call;
+  v1::GetInfoResponse* response = call->response();
   response->set_version(deps_.version);
   response->set_backend(deps_.backend->name());
   for (const engine::DeviceDescription& d : deps_.backend->Devices()) {
@@ -41,9 +44,8 @@ grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext*
   limits->set_pool_bytes_per_device(deps_.limits.pool_bytes_per_device);
   limits->set_graphs(deps_.limits.graphs);
   limits->set_streams_per_device(deps_.limits.streams_per_device);
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  call->Reply(absl::OkStatus());
+  return call;
 }
 
 }  // namespace attnd::server::grpc_front

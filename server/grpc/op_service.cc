@@ -1,10 +1,12 @@
 // The unary operator RPCs: each hands its request to CallRunner (resolve, validate, queue) and
 // Finishes from the call's completion; the reactor thread never waits for compute.
 #include <chrono>
+#include <memory>
 
 #include "absl/strings/numbers.h"
 #include "server/grpc/service.h"
 #include "server/grpc/status.h"
+#include "server/grpc/unary_call.h"
 
 namespace attnd::server::grpc_front {
 namespace {
@@ -28,60 +30,69 @@ uint64_t ClientRequestId(const grpc::CallbackServerContext* ctx) {
 
 }  // namespace
 
+std::shared_ptr<engine::CallMemory> AttentionService::NewCallMemory(
+    absl::string_view grpc_peer) const {
+  if (deps_.call_memory == nullptr) return nullptr;
+  return std::make_shared<engine::CallMemory>(deps_.call_memory, ClientKey(deps_.peers, grpc_peer));
+}
+
+template <class Request, class Response>
 grpc::ServerUnaryReactor* AttentionService::RunOp(ops::OpId id, grpc::CallbackServerContext* ctx,
-                                                  const google::protobuf::Message& request,
-                                                  google::protobuf::Message* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+                                                  const Raw* request, Raw* response) {
+  auto* call = new UnaryCall<Request, Response>(ops::OpRpc(id), request, response);
+  if (!call->parsed()) return call;
   ops::CallContext cc;
   cc.request_id = ClientRequestId(ctx);
   cc.deadline = Deadline(ctx);
   cc.cancelled = [ctx] { return ctx->IsCancelled(); };
   cc.origin = "unary";
-  deps_.runner->Start(id, request, response, std::move(cc),
-                      [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
-  return reactor;
+  // The reply's inline outputs stay reserved until gRPC has sent them.
+  cc.memory = NewCallMemory(ctx->peer());
+  call->Hold(cc.memory);
+  deps_.runner->Start(id, call->request(), call->response(), std::move(cc),
+                      [call](absl::Status s) { call->Reply(s); });
+  return call;
 }
 
 grpc::ServerUnaryReactor* AttentionService::IndexerLogits(grpc::CallbackServerContext* ctx,
-                                                          const v1::IndexerLogitsRequest* request,
-                                                          v1::IndexerLogitsResponse* response) {
-  return RunOp(ops::OpId::kIndexerLogits, ctx, *request, response);
+                                                          const Raw* request, Raw* response) {
+  return RunOp<v1::IndexerLogitsRequest, v1::IndexerLogitsResponse>(ops::OpId::kIndexerLogits, ctx,
+                                                                    request, response);
 }
 
-grpc::ServerUnaryReactor* AttentionService::IndexerLogitsPaged(
-    grpc::CallbackServerContext* ctx, const v1::IndexerLogitsPagedRequest* request,
-    v1::IndexerLogitsPagedResponse* response) {
-  return RunOp(ops::OpId::kIndexerLogitsPaged, ctx, *request, response);
+grpc::ServerUnaryReactor* AttentionService::IndexerLogitsPaged(grpc::CallbackServerContext* ctx,
+                                                               const Raw* request, Raw* response) {
+  return RunOp<v1::IndexerLogitsPagedRequest, v1::IndexerLogitsPagedResponse>(
+      ops::OpId::kIndexerLogitsPaged, ctx, request, response);
 }
 
 grpc::ServerUnaryReactor* AttentionService::TopK(grpc::CallbackServerContext* ctx,
-                                                 const v1::TopKRequest* request,
-                                                 v1::TopKResponse* response) {
-  return RunOp(ops::OpId::kTopK, ctx, *request, response);
+                                                 const Raw* request, Raw* response) {
+  return RunOp<v1::TopKRequest, v1::TopKResponse>(ops::OpId::kTopK, ctx, request, response);
 }
 
 grpc::ServerUnaryReactor* AttentionService::SparseMla(grpc::CallbackServerContext* ctx,
-                                                      const v1::SparseMlaRequest* request,
-                                                      v1::SparseMlaResponse* response) {
-  return RunOp(ops::OpId::kSparseMla, ctx, *request, response);
+                                                      const Raw* request, Raw* response) {
+  return RunOp<v1::SparseMlaRequest, v1::SparseMlaResponse>(ops::OpId::kSparseMla, ctx, request,
+                                                            response);
 }
 
 grpc::ServerUnaryReactor* AttentionService::MlaDecode(grpc::CallbackServerContext* ctx,
-                                                      const v1::MlaDecodeRequest* request,
-                                                      v1::MlaDecodeResponse* response) {
-  return RunOp(ops::OpId::kMlaDecode, ctx, *request, response);
+                                                      const Raw* request, Raw* response) {
+  return RunOp<v1::MlaDecodeRequest, v1::MlaDecodeResponse>(ops::OpId::kMlaDecode, ctx, request,
+                                                            response);
 }
 
 grpc::ServerUnaryReactor* AttentionService::MlaPrefill(grpc::CallbackServerContext* ctx,
-                                                       const v1::MlaPrefillRequest* request,
-                                                       v1::MlaPrefillResponse* response) {
-  return RunOp(ops::OpId::kMlaPrefill, ctx, *request, response);
+                                                       const Raw* request, Raw* response) {
+  return RunOp<v1::MlaPrefillRequest, v1::MlaPrefillResponse>(ops::OpId::kMlaPrefill, ctx, request,
+                                                              response);
 }
 
 grpc::ServerUnaryReactor* AttentionService::DsaAttention(grpc::CallbackServerContext* ctx,
-                                                         const v1::DsaAttentionRequest* request,
-                                                         v1::DsaAttentionResponse* response) {
-  return RunOp(ops::OpId::kDsaAttention, ctx, *request, response);
+                                                         const Raw* request, Raw* response) {
+  return RunOp<v1::DsaAttentionRequest, v1::DsaAttentionResponse>(ops::OpId::kDsaAttention, ctx,
+                                                                  request, response);
 }
 
 }  // namespace attnd::server::grpc_front

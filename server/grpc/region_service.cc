@@ -4,6 +4,7 @@
 #include "server/common/log.h"
 #include "server/grpc/service.h"
 #include "server/grpc/status.h"
+#include "server/grpc/unary_call.h"
 
 namespace attnd::server::grpc_front {
 
@@ -66,31 +67,37 @@ absl::Status RegisterDeviceRegion(regions::RegionRegistry* registry,
   return s;
 }
 
-grpc::ServerUnaryReactor* AttentionService::RegisterHostRegion(
-    grpc::CallbackServerContext* ctx, const v1::RegisterHostRegionRequest* request,
-    v1::RegisterRegionResponse* /*response*/) {
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(grpc_front::RegisterHostRegion(deps_.registry, *request, "")));
-  return reactor;
+grpc::ServerUnaryReactor* AttentionService::RegisterHostRegion(grpc::CallbackServerContext* /*ctx*/,
+                                                               const Raw* request, Raw* reply) {
+  auto* call = new UnaryCall<v1::RegisterHostRegionRequest, v1::RegisterRegionResponse>(
+      "RegisterHostRegion", request, reply);
+  if (call->parsed()) {
+    call->Reply(grpc_front::RegisterHostRegion(deps_.registry, call->request(), ""));
+  }
+  return call;
 }
 
 grpc::ServerUnaryReactor* AttentionService::RegisterDeviceRegion(
-    grpc::CallbackServerContext* ctx, const v1::RegisterDeviceRegionRequest* request,
-    v1::RegisterRegionResponse* /*response*/) {
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(grpc_front::RegisterDeviceRegion(deps_.registry, *request, "")));
-  return reactor;
+    grpc::CallbackServerContext* /*ctx*/, const Raw* request, Raw* reply) {
+  auto* call = new UnaryCall<v1::RegisterDeviceRegionRequest, v1::RegisterRegionResponse>(
+      "RegisterDeviceRegion", request, reply);
+  if (call->parsed()) {
+    call->Reply(grpc_front::RegisterDeviceRegion(deps_.registry, call->request(), ""));
+  }
+  return call;
 }
 
-grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(
-    grpc::CallbackServerContext* ctx, const v1::UnregisterRegionRequest* request,
-    v1::UnregisterRegionResponse* response) {
-  auto* reactor = ctx->DefaultReactor();
+grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(grpc::CallbackServerContext* /*ctx*/,
+                                                             const Raw* raw_request, Raw* reply) {
+  auto* call = new UnaryCall<v1::UnregisterRegionRequest, v1::UnregisterRegionResponse>(
+      "UnregisterRegion", raw_request, reply);
+  if (!call->parsed()) return call;
+  const v1::UnregisterRegionRequest* request = &call->request();
   // Finishes when the regions' in-flight requests end (never blocks this thread).
   absl::Status s = deps_.registry->UnregisterAsync(
-      request->name(), request->lease_id(), [reactor, response](std::vector<std::string> removed) {
-        for (std::string& name : removed) response->add_removed(std::move(name));
-        reactor->Finish(grpc::Status::OK);
+      request->name(), request->lease_id(), [call](std::vector<std::string> removed) {
+        for (std::string& name : removed) call->response()->add_removed(std::move(name));
+        call->Reply(absl::OkStatus());
       });
   if (s.ok()) {
     Log(LogLevel::kInfo, "unregistering region",
@@ -101,16 +108,18 @@ grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(
          {"lease", request->lease_id()},
          {"code", absl::StatusCodeToString(s.code())},
          {"error", s.message()}});
-    reactor->Finish(ToGrpcStatus(s));
+    call->Reply(s);
   }
-  return reactor;
+  return call;
 }
 
-grpc::ServerUnaryReactor* AttentionService::ListRegions(grpc::CallbackServerContext* ctx,
-                                                        const v1::ListRegionsRequest* /*request*/,
-                                                        v1::ListRegionsResponse* response) {
+grpc::ServerUnaryReactor* AttentionService::ListRegions(grpc::CallbackServerContext* /*ctx*/,
+                                                        const Raw* request, Raw* reply) {
+  auto* call =
+      new UnaryCall<v1::ListRegionsRequest, v1::ListRegionsResponse>("ListRegions", request, reply);
+  if (!call->parsed()) return call;
   for (const regions::RegionDescription& d : deps_.registry->List()) {
-    v1::RegionInfo* info = response->add_regions();
+    v1::RegionInfo* info = call->response()->add_regions();
     info->set_name(d.name);
     info->set_kind(d.kind == regions::RegionKind::kHost ? v1::RegionInfo::KIND_HOST
                                                         : v1::RegionInfo::KIND_DEVICE);
@@ -121,9 +130,8 @@ grpc::ServerUnaryReactor* AttentionService::ListRegions(grpc::CallbackServerCont
     info->set_lease_id(d.lease);
     info->set_in_flight(d.in_flight);
   }
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  call->Reply(absl::OkStatus());
+  return call;
 }
 
 }  // namespace attnd::server::grpc_front

@@ -1,7 +1,9 @@
 // The attnd.v1.Attention gRPC service (callback API). Reactors never block: op calls go to the
 // engine's scheduler through CallRunner and Finish from its completion; region unregistration
 // finishes when the region's in-flight requests end. Methods are defined one file per RPC family:
-// info_service.cc, region_service.cc, op_service.cc, session_service.cc.
+// info_service.cc, region_service.cc, op_service.cc, session_service.cc. The unary methods take
+// their messages raw and parse them in UnaryCall (unary_call.h), so that an unparsable request is
+// INVALID_ARGUMENT with a message.
 //   AttentionService service(deps);
 //   builder.RegisterService(&service);
 #pragma once
@@ -12,7 +14,9 @@
 
 #include "attnd/v1/attention.grpc.pb.h"
 #include "server/engine/backend.h"
+#include "server/engine/call_memory.h"
 #include "server/engine/scheduler.h"
+#include "server/grpc/peers.h"
 #include "server/ops/call_runner.h"
 #include "server/ops/op_handler.h"
 #include "server/regions/registry.h"
@@ -37,53 +41,64 @@ struct ServiceDeps {
   const ops::OpTable* ops = nullptr;
   ops::CallRunner* runner = nullptr;
   regions::RegionRegistry* registry = nullptr;
+  // Host memory of op calls (inline outputs, aligned copies, index snapshots), per client and in
+  // total; null: no budget.
+  engine::CallMemoryBudget* call_memory = nullptr;
+  // Peer credentials of the unix listener's connections (the per-client key); may be null.
+  const UnixPeers* peers = nullptr;
   ServiceLimits limits;
 };
 
-class AttentionService final : public v1::Attention::CallbackService {
+// Every unary method raw (grpc::ByteBuffer in and out; UnaryCall parses), Session typed.
+using RawUnaryAttentionService = v1::Attention::WithRawCallbackMethod_GetInfo<
+    v1::Attention::WithRawCallbackMethod_RegisterHostRegion<
+        v1::Attention::WithRawCallbackMethod_RegisterDeviceRegion<
+            v1::Attention::WithRawCallbackMethod_UnregisterRegion<
+                v1::Attention::WithRawCallbackMethod_ListRegions<
+                    v1::Attention::WithRawCallbackMethod_IndexerLogits<
+                        v1::Attention::WithRawCallbackMethod_IndexerLogitsPaged<
+                            v1::Attention::WithRawCallbackMethod_TopK<
+                                v1::Attention::WithRawCallbackMethod_SparseMla<
+                                    v1::Attention::WithRawCallbackMethod_MlaDecode<
+                                        v1::Attention::WithRawCallbackMethod_MlaPrefill<
+                                            v1::Attention::WithRawCallbackMethod_DsaAttention<
+                                                v1::Attention::WithCallbackMethod_Session<
+                                                    v1::Attention::Service>>>>>>>>>>>>>;
+
+class AttentionService final : public RawUnaryAttentionService {
  public:
   explicit AttentionService(ServiceDeps deps);
+  using Raw = grpc::ByteBuffer;
 
   // info_service.cc
-  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx,
-                                    const v1::GetInfoRequest* request,
-                                    v1::GetInfoResponse* response) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const Raw* request,
+                                    Raw* response) override;
 
   // region_service.cc
-  grpc::ServerUnaryReactor* RegisterHostRegion(grpc::CallbackServerContext* ctx,
-                                               const v1::RegisterHostRegionRequest* request,
-                                               v1::RegisterRegionResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterHostRegion(grpc::CallbackServerContext* ctx, const Raw* request,
+                                               Raw* response) override;
   grpc::ServerUnaryReactor* RegisterDeviceRegion(grpc::CallbackServerContext* ctx,
-                                                 const v1::RegisterDeviceRegionRequest* request,
-                                                 v1::RegisterRegionResponse* response) override;
-  grpc::ServerUnaryReactor* UnregisterRegion(grpc::CallbackServerContext* ctx,
-                                             const v1::UnregisterRegionRequest* request,
-                                             v1::UnregisterRegionResponse* response) override;
-  grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* ctx,
-                                        const v1::ListRegionsRequest* request,
-                                        v1::ListRegionsResponse* response) override;
+                                                 const Raw* request, Raw* response) override;
+  grpc::ServerUnaryReactor* UnregisterRegion(grpc::CallbackServerContext* ctx, const Raw* request,
+                                             Raw* response) override;
+  grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* ctx, const Raw* request,
+                                        Raw* response) override;
 
   // op_service.cc
-  grpc::ServerUnaryReactor* IndexerLogits(grpc::CallbackServerContext* ctx,
-                                          const v1::IndexerLogitsRequest* request,
-                                          v1::IndexerLogitsResponse* response) override;
-  grpc::ServerUnaryReactor* IndexerLogitsPaged(grpc::CallbackServerContext* ctx,
-                                               const v1::IndexerLogitsPagedRequest* request,
-                                               v1::IndexerLogitsPagedResponse* response) override;
-  grpc::ServerUnaryReactor* TopK(grpc::CallbackServerContext* ctx, const v1::TopKRequest* request,
-                                 v1::TopKResponse* response) override;
-  grpc::ServerUnaryReactor* SparseMla(grpc::CallbackServerContext* ctx,
-                                      const v1::SparseMlaRequest* request,
-                                      v1::SparseMlaResponse* response) override;
-  grpc::ServerUnaryReactor* MlaDecode(grpc::CallbackServerContext* ctx,
-                                      const v1::MlaDecodeRequest* request,
-                                      v1::MlaDecodeResponse* response) override;
-  grpc::ServerUnaryReactor* MlaPrefill(grpc::CallbackServerContext* ctx,
-                                       const v1::MlaPrefillRequest* request,
-                                       v1::MlaPrefillResponse* response) override;
-  grpc::ServerUnaryReactor* DsaAttention(grpc::CallbackServerContext* ctx,
-                                         const v1::DsaAttentionRequest* request,
-                                         v1::DsaAttentionResponse* response) override;
+  grpc::ServerUnaryReactor* IndexerLogits(grpc::CallbackServerContext* ctx, const Raw* request,
+                                          Raw* response) override;
+  grpc::ServerUnaryReactor* IndexerLogitsPaged(grpc::CallbackServerContext* ctx, const Raw* request,
+                                               Raw* response) override;
+  grpc::ServerUnaryReactor* TopK(grpc::CallbackServerContext* ctx, const Raw* request,
+                                 Raw* response) override;
+  grpc::ServerUnaryReactor* SparseMla(grpc::CallbackServerContext* ctx, const Raw* request,
+                                      Raw* response) override;
+  grpc::ServerUnaryReactor* MlaDecode(grpc::CallbackServerContext* ctx, const Raw* request,
+                                      Raw* response) override;
+  grpc::ServerUnaryReactor* MlaPrefill(grpc::CallbackServerContext* ctx, const Raw* request,
+                                       Raw* response) override;
+  grpc::ServerUnaryReactor* DsaAttention(grpc::CallbackServerContext* ctx, const Raw* request,
+                                         Raw* response) override;
 
   // session_service.cc
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
@@ -93,11 +108,13 @@ class AttentionService final : public v1::Attention::CallbackService {
   // Sessions open now (for logs and tests).
   int64_t open_sessions() const { return open_sessions_.load(); }
   void AddSession(int delta) { open_sessions_.fetch_add(delta); }
+  // A new CallMemory for a call of the client on `grpc_peer` (null without a budget).
+  std::shared_ptr<engine::CallMemory> NewCallMemory(absl::string_view grpc_peer) const;
 
  private:
+  template <class Request, class Response>
   grpc::ServerUnaryReactor* RunOp(ops::OpId id, grpc::CallbackServerContext* ctx,
-                                  const google::protobuf::Message& request,
-                                  google::protobuf::Message* response);
+                                  const Raw* request, Raw* response);
 
   const ServiceDeps deps_;
   std::atomic<int64_t> open_sessions_{0};

@@ -248,9 +248,13 @@ class SessionReactor final : public SessionReactorBase {
     }
     cc.cancelled = [cancelled] { return cancelled->load(); };
     cc.origin = absl::StrCat("session ", lease_for_logs(), " id ", client_id);
+    cc.memory = service_->NewCallMemory(ctx_->peer());
+    // The reply keeps the call's memory reserved until it has been written.
+    std::shared_ptr<v1::SessionResponse> reply(
+        response.get(), [response, memory = cc.memory](v1::SessionResponse*) {});
     deps_.runner->Start(id, op_request, op_response, std::move(cc),
-                        [this, request, response, cancelled, client_id](absl::Status s) {
-                          SetError(response.get(), s);
+                        [this, request, reply, cancelled, client_id](absl::Status s) {
+                          SetError(reply.get(), s);
                           {
                             absl::MutexLock lock(&mu_);
                             auto it = cancels_.find(client_id);
@@ -258,7 +262,7 @@ class SessionReactor final : public SessionReactorBase {
                               cancels_.erase(it);
                             }
                           }
-                          Reply(response);
+                          Reply(reply);
                           CallDone();
                         });
     return true;

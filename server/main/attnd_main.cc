@@ -15,6 +15,7 @@
 #include "server/common/log.h"
 #include "server/main/config.h"
 #include "server/main/daemon.h"
+#include "server/main/listeners.h"
 
 #ifndef ATTND_VERSION
 #define ATTND_VERSION "0.0.0"
@@ -77,12 +78,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attnd: %s\n", std::string(config.status().message()).c_str());
     return 2;
   }
+  // Every connection holds a descriptor: take all the process may have (the soft limit is often
+  // 1,024 while the hard one is far higher).
+  const rlim_t open_files = attnd::server::RaiseOpenFileLimit();
   attnd::server::Daemon daemon(*config);
   if (absl::Status s = daemon.Start(); !s.ok()) {
     attnd::server::Log(attnd::server::LogLevel::kError, "start failed",
                        {{"code", absl::StatusCodeToString(s.code())}, {"error", s.message()}});
     return 1;
   }
+  attnd::server::Log(attnd::server::LogLevel::kInfo, "open file limit",
+                     {{"max_open_files", static_cast<int64_t>(open_files)}});
   std::thread signal_thread([&daemon] {
     int sig = WaitSignal();
     attnd::server::Log(attnd::server::LogLevel::kInfo, "signal received", {{"signal", sig}});

@@ -13,8 +13,9 @@
 namespace attnd::server {
 
 struct DaemonConfig {
-  std::vector<std::string> listen = {"unix:/tmp/attnd.sock"};  // gRPC addresses
-  std::string metrics_listen = "127.0.0.1:9464";               // host:port of /metrics; empty = off
+  // gRPC addresses; empty: the default socket (DefaultListenAddress, server/main/listeners.h).
+  std::vector<std::string> listen;
+  std::string metrics_listen = "127.0.0.1:9464";  // host:port of /metrics; empty = off
   bool allow_client_shm = false;
   std::string backend = "auto";  // auto | cpu | cuda | hip
   std::string tls_cert;          // PEM files; TLS on TCP listeners when cert and key are given
@@ -26,6 +27,10 @@ struct DaemonConfig {
   int cpu_threads = 0;  // 0 = every core
   absl::Duration drain_timeout = absl::Seconds(30);
   int64_t max_message_bytes = 512ll << 20;
+  // Host memory of calls (inline outputs, aligned copies, index snapshots): all calls, and the
+  // calls of one client (docs/SERVICE.md "Trust model").
+  int64_t call_memory_bytes = 4ll << 30;
+  int64_t call_memory_bytes_per_client = 1ll << 30;
   std::string ready_file;  // written with the bound addresses once serving
   std::string log_level = "info";
   // GPU backends (docs/FLAGS.md).

@@ -1,10 +1,13 @@
 #include "server/main/daemon.h"
 
+#include <fcntl.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +19,7 @@
 #include "kernels/common/thread_pool.h"
 #include "prometheus/registry.h"
 #include "server/common/log.h"
+#include "server/engine/call_memory.h"
 #include "server/engine/cpu_backend.h"
 #include "server/engine/gpu_backend_factory.h"
 #include "server/engine/scheduler.h"
@@ -37,7 +41,9 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
 
 Daemon::~Daemon() {
   if (started_) Shutdown();
-  // Teardown order: nothing submits any more; jobs still referencing the runner finish first.
+  // Teardown order: nothing accepts or submits any more; jobs still referencing the runner finish
+  // first.
+  for (auto& listener : unix_listeners_) listener->Stop();
   server_.reset();
   scheduler_.reset();
   service_.reset();
@@ -126,6 +132,12 @@ absl::Status Daemon::Start() {
   scheduler_ = std::make_unique<engine::Scheduler>(sopt, backend_.get());
   metrics_->SetQueueLimits(scheduler_->capacity(), std::max(1, scheduler_->workers()));
 
+  engine::CallMemoryBudget::Limits budget;
+  budget.total_bytes = static_cast<uint64_t>(config_.call_memory_bytes);
+  budget.per_client_bytes = static_cast<uint64_t>(config_.call_memory_bytes_per_client);
+  call_memory_ = std::make_unique<engine::CallMemoryBudget>(budget);
+  peers_ = std::make_unique<grpc_front::UnixPeers>();
+
   ops::CallRunner::Options copt;
   copt.max_inline_bytes = static_cast<uint64_t>(config_.max_message_bytes);
   runner_ = std::make_unique<ops::CallRunner>(ops_.get(), scheduler_.get(), registry_.get(),
@@ -137,6 +149,8 @@ absl::Status Daemon::Start() {
   deps.ops = ops_.get();
   deps.runner = runner_.get();
   deps.registry = registry_.get();
+  deps.call_memory = call_memory_.get();
+  deps.peers = peers_.get();
   deps.limits.max_message_bytes = static_cast<uint64_t>(config_.max_message_bytes);
   deps.limits.queue_capacity = config_.queue_capacity;
   deps.limits.workers = config_.workers;
@@ -183,36 +197,46 @@ absl::Status Daemon::StartGrpc() {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tcp_creds = TcpCredentials(config_);
   if (!tcp_creds.ok()) return tcp_creds.status();
 
+  // No --listen: the default socket, in a directory of attnd's own (created 0750).
+  const std::vector<std::string> listen =
+      config_.listen.empty() ? std::vector<std::string>{DefaultListenAddress()} : config_.listen;
   std::vector<ListenAddress> addresses;
   std::vector<std::unique_ptr<int>> ports;
-  for (const std::string& text : config_.listen) {
+  for (const std::string& text : listen) {
     absl::StatusOr<ListenAddress> a = ParseListenAddress(text);
     if (!a.ok()) return a.status();
     if (a->is_unix) {
+      if (config_.listen.empty()) {
+        const std::string dir = a->unix_path.substr(0, a->unix_path.rfind('/'));
+        if (absl::Status s = PrepareSocketDirectory(dir, 0750); !s.ok()) return s;
+      }
       if (absl::Status s = PrepareUnixSocket(a->unix_path); !s.ok()) return s;
+      // Unix sockets are accepted by attnd itself (UnixListener: survives EMFILE, knows peers).
+      absl::StatusOr<std::unique_ptr<UnixListener>> listener =
+          UnixListener::Bind(a->unix_path, peers_.get());
+      if (!listener.ok()) return listener.status();
+      unix_listeners_.push_back(*std::move(listener));
+      unix_paths_.push_back(a->unix_path);
+      ports.push_back(nullptr);
+      addresses.push_back(*std::move(a));
+      continue;
     }
     ports.push_back(std::make_unique<int>(0));
-    builder.AddListeningPort(a->address,
-                             a->is_unix || a->address.rfind("unix-abstract:", 0) == 0
-                                 ? grpc::InsecureServerCredentials()
-                                 : *tcp_creds,
-                             ports.back().get());
+    builder.AddListeningPort(
+        a->address,
+        a->address.rfind("unix-abstract:", 0) == 0 ? grpc::InsecureServerCredentials() : *tcp_creds,
+        ports.back().get());
     addresses.push_back(*std::move(a));
   }
   builder.RegisterService(service_.get());
-  // Socket files are created 0660 (umask), and chmod-ed again below in case of a wider umask.
-  const mode_t old_umask = umask(0117);
   server_ = builder.BuildAndStart();
-  umask(old_umask);
   if (server_ == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", absl::StrJoin(config_.listen, ",")));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", absl::StrJoin(listen, ",")));
   }
+  for (auto& listener : unix_listeners_) listener->Start(server_.get());
   for (size_t i = 0; i < addresses.size(); ++i) {
     const ListenAddress& a = addresses[i];
     if (a.is_unix) {
-      chmod(a.unix_path.c_str(), 0660);
-      unix_paths_.push_back(a.unix_path);
       grpc_addresses_.push_back(a.address);
     } else if (a.address.rfind("unix-abstract:", 0) == 0) {
       grpc_addresses_.push_back(a.address);
@@ -231,17 +255,27 @@ absl::Status Daemon::WriteReadyFile() const {
   std::string text;
   for (const std::string& a : grpc_addresses_) absl::StrAppend(&text, "grpc ", a, "\n");
   if (!metrics_address_.empty()) absl::StrAppend(&text, "metrics ", metrics_address_, "\n");
-  const std::string tmp = absl::StrCat(config_.ready_file, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.good()) {
-      return absl::InternalError(absl::StrCat("cannot write --ready-file '", tmp, "'"));
-    }
+  // A fresh temporary file beside the ready file (mkostemp creates it with O_EXCL: never an
+  // existing file, never through a planted symlink), then renamed over the ready file (rename
+  // replaces a symlink there, it does not follow it).
+  std::string tmp = absl::StrCat(config_.ready_file, ".XXXXXX");
+  const int fd = mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot create a file beside --ready-file '",
+                                            config_.ready_file, "': ", strerror(errno)));
   }
-  if (std::rename(tmp.c_str(), config_.ready_file.c_str()) != 0) {
+  bool ok = fchmod(fd, 0644) == 0;
+  for (size_t done = 0; ok && done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  ok = close(fd) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), config_.ready_file.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
     return absl::InternalError(
-        absl::StrCat("cannot rename ready file to '", config_.ready_file, "'"));
+        absl::StrCat("cannot write --ready-file '", config_.ready_file, "': ", strerror(err)));
   }
   return absl::OkStatus();
 }
@@ -266,11 +300,13 @@ bool Daemon::Shutdown() {
        {"queued", scheduler_->queued()},
        {"running", scheduler_->running()},
        {"sessions", service_->open_sessions()}});
+  // Health turns NOT_SERVING and stays answerable while the scheduler drains: the listeners keep
+  // accepting, so probes (and new clients) see NOT_SERVING, and new op calls get UNAVAILABLE from
+  // the scheduler. Then the server stops; what is still open is cancelled at the deadline.
   server_->GetHealthCheckService()->SetServingStatus(false);
-  bool drained = true;
-  std::thread drain([&] { drained = scheduler_->Drain(deadline); });
+  const bool drained = scheduler_->Drain(deadline);
+  for (auto& listener : unix_listeners_) listener->Stop();
   server_->Shutdown(absl::ToChronoTime(deadline));
-  drain.join();
   server_->Wait();
   for (const std::string& path : unix_paths_) unlink(path.c_str());
   if (!config_.ready_file.empty()) unlink(config_.ready_file.c_str());

@@ -29,6 +29,7 @@ class ThreadPool;
 namespace attnd::server {
 namespace engine {
 class Backend;
+class CallMemoryBudget;
 class Scheduler;
 }  // namespace engine
 namespace metrics {
@@ -44,7 +45,9 @@ class RegionRegistry;
 }  // namespace regions
 namespace grpc_front {
 class AttentionService;
+class UnixPeers;
 }  // namespace grpc_front
+class UnixListener;
 
 class Daemon {
  public:
@@ -58,8 +61,8 @@ class Daemon {
   // Call once, from one thread.
   absl::Status Start();
 
-  // The bound gRPC addresses ("unix:/tmp/attnd.sock", "127.0.0.1:43123") and metrics host:port
-  // (empty when off). Valid after Start.
+  // The bound gRPC addresses ("unix:/run/attnd/attnd.sock", "127.0.0.1:43123") and metrics
+  // host:port (empty when off). Valid after Start.
   const std::vector<std::string>& grpc_addresses() const { return grpc_addresses_; }
   const std::string& metrics_address() const { return metrics_address_; }
 
@@ -68,9 +71,10 @@ class Daemon {
   // Blocks until RequestShutdown was called.
   void WaitForShutdownRequest() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Graceful stop: health NOT_SERVING, stop accepting, let in-flight calls finish within
-  // drain_timeout (then cancel them), stop the listeners. True when everything finished in time.
-  // Idempotent; blocks; call from one thread.
+  // Graceful stop: health NOT_SERVING (still answered: the listeners keep accepting), new op calls
+  // refused, queued and running calls finish within drain_timeout (then cancelled); then the
+  // listeners and the server stop. True when everything finished in time. Idempotent; blocks;
+  // call from one thread.
   bool Shutdown();
 
  private:
@@ -86,8 +90,11 @@ class Daemon {
   std::unique_ptr<engine::Scheduler> scheduler_;
   std::unique_ptr<ops::OpTable> ops_;
   std::unique_ptr<ops::CallRunner> runner_;
+  std::unique_ptr<engine::CallMemoryBudget> call_memory_;
+  std::unique_ptr<grpc_front::UnixPeers> peers_;
   std::unique_ptr<grpc_front::AttentionService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::vector<std::unique_ptr<UnixListener>> unix_listeners_;  // after server_: stopped first
   std::unique_ptr<metrics::MetricsEndpoint> metrics_endpoint_;
   std::vector<std::string> grpc_addresses_;
   std::vector<std::string> unix_paths_;

@@ -11,10 +11,12 @@
 #include "absl/strings/strip.h"
 #include "server/main/config.h"
 
-ABSL_FLAG(std::string, listen, "unix:/tmp/attnd.sock",
+ABSL_FLAG(std::string, listen, "",
           "Comma-separated gRPC listen addresses: unix:/path (socket file mode 0660) and/or "
           "host:port for TCP (port 0 picks a free port; the bound one is logged and written to "
-          "--ready-file). Example: unix:/run/attnd/attnd.sock,0.0.0.0:50051");
+          "--ready-file). Example: unix:/run/attnd/attnd.sock,0.0.0.0:50051. Empty: "
+          "unix:/run/attnd/attnd.sock as root, else unix:$XDG_RUNTIME_DIR/attnd/attnd.sock or "
+          "unix:/tmp/attnd-<uid>/attnd.sock (the directory created 0750 by attnd).");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "host:port of the Prometheus /metrics endpoint (port 0 picks a free port); empty "
           "disables it.");
@@ -40,6 +42,13 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
 ABSL_FLAG(int64_t, max_message_bytes, 512ll << 20,
           "Largest gRPC message received or sent (inline tensors count; region tensors do "
           "not). At most 2147483647.");
+ABSL_FLAG(std::string, call_memory_bytes, "4GiB",
+          "Host memory that op calls may hold at once for their inline outputs, aligned copies "
+          "and index snapshots, reserved before anything is allocated; a call that does not fit "
+          "gets RESOURCE_EXHAUSTED. Bytes with an optional unit: 4GiB, 512MiB.");
+ABSL_FLAG(std::string, call_memory_bytes_per_client, "1GiB",
+          "The same, for the calls of one client (a uid on the unix socket, a connection on "
+          "TCP).");
 ABSL_FLAG(std::string, ready_file, "",
           "When set, written (atomically) once attnd serves: one line per bound address, "
           "'grpc <address>' and 'metrics <host:port>'.");
@@ -65,7 +74,6 @@ ABSL_FLAG(int, streams_per_device, 4,
 namespace attnd::server {
 
 absl::Status CheckConfig(const DaemonConfig& c) {
-  if (c.listen.empty()) return absl::InvalidArgumentError("--listen: no address");
   for (const std::string& a : c.listen) {
     if (a.empty()) return absl::InvalidArgumentError("--listen: empty address");
   }
@@ -94,6 +102,12 @@ absl::Status CheckConfig(const DaemonConfig& c) {
   }
   if (c.max_message_bytes < 1024 || c.max_message_bytes > 2147483647ll) {
     return absl::InvalidArgumentError("--max-message-bytes must be in 1024..2147483647");
+  }
+  if (c.call_memory_bytes < (1ll << 20)) {
+    return absl::InvalidArgumentError("--call-memory-bytes must be >= 1MiB");
+  }
+  if (c.call_memory_bytes_per_client < (1ll << 20)) {
+    return absl::InvalidArgumentError("--call-memory-bytes-per-client must be >= 1MiB");
   }
   if (c.pool_bytes < (1ll << 20)) return absl::InvalidArgumentError("--pool-bytes must be >= 1MiB");
   if (c.staging_bytes < 0) return absl::InvalidArgumentError("--staging-bytes must be >= 0");
@@ -167,6 +181,14 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   c.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  absl::StatusOr<int64_t> call_memory =
+      ParseByteSize("call-memory-bytes", absl::GetFlag(FLAGS_call_memory_bytes));
+  if (!call_memory.ok()) return call_memory.status();
+  c.call_memory_bytes = *call_memory;
+  absl::StatusOr<int64_t> call_memory_client = ParseByteSize(
+      "call-memory-bytes-per-client", absl::GetFlag(FLAGS_call_memory_bytes_per_client));
+  if (!call_memory_client.ok()) return call_memory_client.status();
+  c.call_memory_bytes_per_client = *call_memory_client;
   c.ready_file = absl::GetFlag(FLAGS_ready_file);
   c.log_level = absl::GetFlag(FLAGS_log_level);
   absl::StatusOr<int64_t> pool = ParseByteSize("pool-bytes", absl::GetFlag(FLAGS_pool_bytes));
