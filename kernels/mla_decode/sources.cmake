@@ -13,5 +13,7 @@ if(ATTND_GPU_ENABLED)
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d512.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d576.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d512_fast.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d576_fast.cu
   )
 endif()

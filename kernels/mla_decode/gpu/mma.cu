@@ -7,30 +7,42 @@
 
 namespace attnd::kernels::mla_decode {
 
-ATTND_MLA_DECODE_MMA_INSTANCE(extern, 1, 512)
-ATTND_MLA_DECODE_MMA_INSTANCE(extern, 2, 512)
-ATTND_MLA_DECODE_MMA_INSTANCE(extern, 4, 512)
-ATTND_MLA_DECODE_MMA_INSTANCE(extern, 1, 576)
-ATTND_MLA_DECODE_MMA_INSTANCE(extern, 2, 576)
-ATTND_MLA_DECODE_MMA_INSTANCE(extern, 4, 576)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 1, 512, true)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 2, 512, true)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 4, 512, true)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 1, 576, true)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 2, 576, true)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 4, 576, true)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 1, 512, false)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 2, 512, false)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 4, 512, false)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 1, 576, false)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 2, 576, false)
+ATTND_MLA_DECODE_MMA_INSTANCE(extern, 4, 576, false)
 
 namespace {
 
 // m16 tiles per CTA: the fewest that cover s_q · H up to 64 (16, 32 or 64 rows; more rows take
 // several 64-row blocks, each reading the request's pages).
-template <int kDqk>
+template <int kDqk, bool kExactP>
 KernelShape ShapeFor(int64_t rows) {
-  if (rows <= 16) return MmaInstanceShape<1, kDqk>();
-  if (rows <= 32) return MmaInstanceShape<2, kDqk>();
-  return MmaInstanceShape<4, kDqk>();
+  if (rows <= 16) return MmaInstanceShape<1, kDqk, kExactP>();
+  if (rows <= 32) return MmaInstanceShape<2, kDqk, kExactP>();
+  return MmaInstanceShape<4, kDqk, kExactP>();
+}
+
+// The instance of p's precision (HIGH: P hi + lo; FAST: bf16 P).
+template <int kDqk>
+KernelShape ShapeFor(const Params& p, int64_t rows) {
+  return p.precision == Precision::kHigh ? ShapeFor<kDqk, true>(rows) : ShapeFor<kDqk, false>(rows);
 }
 
 }  // namespace
 
 KernelShape MmaShape(const Params& p) {
   const int64_t rows = p.q.dim(1) * p.q.dim(2);
-  if (p.q.dim(3) == 576) return ShapeFor<576>(rows);
-  if (p.q.dim(3) == 512) return ShapeFor<512>(rows);
+  if (p.q.dim(3) == 576) return ShapeFor<576>(p, rows);
+  if (p.q.dim(3) == 512) return ShapeFor<512>(p, rows);
   return KernelShape{};
 }
 

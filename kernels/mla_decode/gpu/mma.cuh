@@ -66,7 +66,8 @@ struct MmaTile {
   static_assert(kNGroups % 4 == 0, "row max read as float4");
 };
 
-template <int kMTiles, int kDqk>
+// kExactP: Precision::kHigh (P·V as (P hi + P lo)·V); false: Precision::kFast (bf16 P).
+template <int kMTiles, int kDqk, bool kExactP>
 __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a) {
   using T = MmaTile<kMTiles, kDqk>;
   using namespace gpu::ptx;
@@ -262,17 +263,20 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
           const float p0 = Exp2(s[mi][ni][2 * h] - m_qk[mi][h]);
           const float p1 = Exp2(s[mi][ni][2 * h + 1] - m_qk[mi][h]);
           l_part[mi][h] += p0 + p1;
-          const uint32_t hi_at =
-              T::kPInRope ? kv_stage + Swizzle(row, 64 + chunk, T::kRowBytes)
-                          : SmemAddr(smem + T::kPHiOffset) + Swizzle(row, chunk, T::kPRowBytes);
-          if (a.exact_p) {
+          if constexpr (kExactP) {
             uint32_t hi, lo;
             SplitBf16x2(p0, p1, &hi, &lo);
+            const uint32_t hi_at =
+                T::kPInRope ? kv_stage + Swizzle(row, 64 + chunk, T::kRowBytes)
+                            : SmemAddr(smem + T::kPHiOffset) + Swizzle(row, chunk, T::kPRowBytes);
             const uint32_t lo_at = p_lo_s + Swizzle(row, chunk, T::kPRowBytes);
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(hi_at + 4 * cq), "r"(hi) : "memory");
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(lo_at + 4 * cq), "r"(lo) : "memory");
-          } else {
+          } else {  // FAST: P rounded to bf16 once
             const uint32_t hi = PackBf16x2(p0, p1);
+            const uint32_t hi_at =
+                T::kPInRope ? kv_stage + Swizzle(row, 64 + chunk, T::kRowBytes)
+                            : SmemAddr(smem + T::kPHiOffset) + Swizzle(row, chunk, T::kPRowBytes);
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(hi_at + 4 * cq), "r"(hi) : "memory");
           }
         }
@@ -298,10 +302,9 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         const int row = mt * 16 + (lane & 15), chunk = 2 * kk + (lane >> 4);
-        uint32_t ahi[4];
-        LdMatrixX4(ahi, p_hi_s + Swizzle(row, chunk, T::kPInRope ? T::kRowBytes : T::kPRowBytes));
-        if (a.exact_p) {  // HIGH: (P hi + P lo)·V
-          uint32_t alo[4];
+        if constexpr (kExactP) {  // HIGH: (P hi + P lo)·V
+          uint32_t ahi[4], alo[4];
+          LdMatrixX4(ahi, p_hi_s + Swizzle(row, chunk, T::kPInRope ? T::kRowBytes : T::kPRowBytes));
           LdMatrixX4(alo, p_lo_s + Swizzle(row, chunk, T::kPRowBytes));
 #pragma unroll
           for (int n = 0; n < T::kOTiles; ++n) {
@@ -309,6 +312,8 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
             MmaBf16(o[mt][n], alo, bv[n]);
           }
         } else {  // FAST: bf16 P·V
+          uint32_t ahi[4];
+          LdMatrixX4(ahi, p_hi_s + Swizzle(row, chunk, T::kPInRope ? T::kRowBytes : T::kPRowBytes));
 #pragma unroll
           for (int n = 0; n < T::kOTiles; ++n) MmaBf16(o[mt][n], ahi, bv[n]);
         }
@@ -370,11 +375,11 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
 }
 
 // How the instance runs (its kernel pointer, shared memory, residency on the current device).
-template <int kMTiles, int kDqk>
+template <int kMTiles, int kDqk, bool kExactP>
 KernelShape MmaInstanceShape() {
   using T = MmaTile<kMTiles, kDqk>;
   KernelShape s;
-  s.kernel = reinterpret_cast<const void*>(&MlaDecodeMmaKernel<kMTiles, kDqk>);
+  s.kernel = reinterpret_cast<const void*>(&MlaDecodeMmaKernel<kMTiles, kDqk, kExactP>);
   s.block_rows = T::kRows;
   s.tile_tokens = T::kTile;
   s.threads = T::kThreads;
@@ -384,7 +389,10 @@ KernelShape MmaInstanceShape() {
 }
 
 // Explicit instantiation (mma_d512.cu, mma_d576.cu) or its extern declaration (mma.cu).
-#define ATTND_MLA_DECODE_MMA_INSTANCE(EXTERN, M, D) \
-  EXTERN template KernelShape MmaInstanceShape<M, D>();
+// EXACT: true for HIGH, false for FAST. The two precisions' instances live in separate .cu files
+// (mma_d576.cu, mma_d576_fast.cu, ...): instantiated in one translation unit, the HIGH kernels
+// compiled differently (spilling 8 bytes at 64 rows, d576) from the same source alone.
+#define ATTND_MLA_DECODE_MMA_INSTANCE(EXTERN, M, D, EXACT) \
+  EXTERN template KernelShape MmaInstanceShape<M, D, EXACT>();
 
 }  // namespace attnd::kernels::mla_decode

@@ -1,12 +1,12 @@
-// Instances of the tensor-core MLA decode kernel for d_qk = 576 (16, 32 and 64 rows per CTA).
+// Instances of the tensor-core MLA decode kernel for d_qk = 576 (16, 32 and 64 rows per CTA), HIGH.
 #if defined(ATTND_GPU_CUDA)
 #include "kernels/mla_decode/gpu/mma.cuh"
 
 namespace attnd::kernels::mla_decode {
 
-ATTND_MLA_DECODE_MMA_INSTANCE(, 1, 576)
-ATTND_MLA_DECODE_MMA_INSTANCE(, 2, 576)
-ATTND_MLA_DECODE_MMA_INSTANCE(, 4, 576)
+ATTND_MLA_DECODE_MMA_INSTANCE(, 1, 576, true)
+ATTND_MLA_DECODE_MMA_INSTANCE(, 2, 576, true)
+ATTND_MLA_DECODE_MMA_INSTANCE(, 4, 576, true)
 
 }  // namespace attnd::kernels::mla_decode
 #endif  // ATTND_GPU_CUDA

@@ -55,7 +55,8 @@ struct MmaTile {
   static constexpr int kSmemBytes = kVOffset + 2 * kVStageBytes;
 };
 
-template <int kDqk, int kDv>
+// kExactP: Precision::kHigh (P·V as (P hi + P lo)·V); false: Precision::kFast (bf16 P).
+template <int kDqk, int kDv, bool kExactP>
 __global__ void __launch_bounds__(256, 1) MlaPrefillMmaKernel(const PrefillArgs a) {
   using T = MmaTile<kDqk, kDv>;
   using namespace gpu::ptx;
@@ -207,8 +208,8 @@ __global__ void __launch_bounds__(256, 1) MlaPrefillMmaKernel(const PrefillArgs 
     // O += P·V, P's k16 step kk = S n-tiles 2kk (keys +0..7) and 2kk + 1 (keys +8..15).
 #pragma unroll
     for (int kk = 0; kk < T::kPSteps; ++kk) {
-      uint32_t ahi[4], alo[4] = {};
-      if (a.exact_p) {  // HIGH: P = hi + lo
+      uint32_t ahi[4], alo[4];
+      if constexpr (kExactP) {  // HIGH: P = hi + lo
         SplitBf16x2(sc[2 * kk][0], sc[2 * kk][1], &ahi[0], &alo[0]);
         SplitBf16x2(sc[2 * kk][2], sc[2 * kk][3], &ahi[1], &alo[1]);
         SplitBf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1], &ahi[2], &alo[2]);
@@ -226,11 +227,9 @@ __global__ void __launch_bounds__(256, 1) MlaPrefillMmaKernel(const PrefillArgs 
         LdMatrixX4Trans(r, v_st + Swizzle(key, 2 * np + (lane >> 4), T::kVRowBytes));
         const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
         MmaBf16(o[2 * np], ahi, b0);
+        if constexpr (kExactP) MmaBf16(o[2 * np], alo, b0);
         MmaBf16(o[2 * np + 1], ahi, b1);
-        if (a.exact_p) {
-          MmaBf16(o[2 * np], alo, b0);
-          MmaBf16(o[2 * np + 1], alo, b1);
-        }
+        if constexpr (kExactP) MmaBf16(o[2 * np + 1], alo, b1);
       }
     }
   }
@@ -257,11 +256,11 @@ __global__ void __launch_bounds__(256, 1) MlaPrefillMmaKernel(const PrefillArgs 
 }
 
 // How the instance runs (its kernel pointer, shared memory, residency on the current device).
-template <int kDqk, int kDv>
+template <int kDqk, int kDv, bool kExactP>
 KernelShape MmaInstanceShape() {
   using T = MmaTile<kDqk, kDv>;
   KernelShape s;
-  s.kernel = reinterpret_cast<const void*>(&MlaPrefillMmaKernel<kDqk, kDv>);
+  s.kernel = reinterpret_cast<const void*>(&MlaPrefillMmaKernel<kDqk, kDv, kExactP>);
   s.block_m = T::kBlockM;
   s.threads = T::kThreads;
   s.smem_bytes = T::kSmemBytes;
@@ -270,7 +269,9 @@ KernelShape MmaInstanceShape() {
 }
 
 // Explicit instantiation (mma_d192.cu, mma_dims.cu) or its extern declaration (mma.cu).
-#define ATTND_MLA_PREFILL_MMA_INSTANCE(EXTERN, DQK, DV) \
-  EXTERN template KernelShape MmaInstanceShape<DQK, DV>();
+// Both precisions (HIGH: kExactP true; FAST: false).
+#define ATTND_MLA_PREFILL_MMA_INSTANCE(EXTERN, DQK, DV)          \
+  EXTERN template KernelShape MmaInstanceShape<DQK, DV, true>(); \
+  EXTERN template KernelShape MmaInstanceShape<DQK, DV, false>();
 
 }  // namespace attnd::kernels::mla_prefill

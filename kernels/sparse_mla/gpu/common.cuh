@@ -44,9 +44,6 @@ struct KernelArgs {
   int32_t heads;   // H
   int32_t splits;
   float scale_log2;  // sm_scale · log2(e)
-  // Precision::kHigh: P·V keeps f32-path accuracy (P as bf16 hi + lo, or f32 P); false (kFast):
-  // P is rounded to bf16 once before P·V. Row sums are taken over the unrounded P either way.
-  bool exact_p;
   // The FP8 cache (params.h kFp8Row*): u8 [S, 656] rows `kv_fp8_stride` bytes apart; null for a
   // bf16 cache. Kernels that do not read it refuse the call in GpuSupports.
   const uint8_t* kv_fp8;
@@ -61,6 +58,10 @@ struct KernelArgs {
   // kernel earlier in the stream decides without the host (cuda_mma_auto, mma_auto.cu).
   const int32_t* gate;
   int32_t gate_open;
+  // Precision::kHigh: P·V keeps f32-path accuracy (P as bf16 hi + lo, or f32 P); false (kFast):
+  // P is rounded to bf16 once before P·V. Row sums are taken over the unrounded P either way.
+  // Last, in gate_open's padding: the fields before keep their offsets.
+  bool exact_p;
 };
 
 // Whether this CTA's kernel was chosen (a.gate, above); uniform over the CTA.

@@ -22,13 +22,20 @@ namespace {
 // several 64-head blocks).
 int MTilesFor(int64_t heads) { return heads <= 16 ? 1 : heads <= 32 ? 2 : 4; }
 
+template <int kDqk, bool kFp8, bool kExactP>
+gpu::Error LaunchInstance(const KernelArgs& a, gpu::Stream stream) {
+  switch (MTilesFor(a.heads)) {
+    case 1: return LaunchMmaInstance<1, kDqk, kFp8, kExactP>(a, stream);
+    case 2: return LaunchMmaInstance<2, kDqk, kFp8, kExactP>(a, stream);
+    default: return LaunchMmaInstance<4, kDqk, kFp8, kExactP>(a, stream);
+  }
+}
+
+// The instance of a.exact_p's precision (HIGH: P hi + lo; FAST: bf16 P).
 template <int kDqk, bool kFp8 = false>
 gpu::Error LaunchFor(const KernelArgs& a, gpu::Stream stream) {
-  switch (MTilesFor(a.heads)) {
-    case 1: return LaunchMmaInstance<1, kDqk, kFp8>(a, stream);
-    case 2: return LaunchMmaInstance<2, kDqk, kFp8>(a, stream);
-    default: return LaunchMmaInstance<4, kDqk, kFp8>(a, stream);
-  }
+  return a.exact_p ? LaunchInstance<kDqk, kFp8, true>(a, stream)
+                   : LaunchInstance<kDqk, kFp8, false>(a, stream);
 }
 
 template <int kDqk, bool kFp8 = false>

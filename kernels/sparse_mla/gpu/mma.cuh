@@ -10,7 +10,7 @@
 //            (exp2 with sm_scale·log2e folded, running max from -1e30, masked scores -inf);
 //            P goes to smem in bf16: HIGH as two terms, P = hi + lo (|P - hi - lo| <= 2^-16·P),
 //            so the output keeps f32-path accuracy; FAST rounded once (2^-9 relative per
-//            weight), half the P·V MMAs (a.exact_p). Row sums take the unrounded P.
+//            weight), half the P·V MMAs (kExactP false). Row sums take the unrounded P.
 //   O += P·V warp w owns O[:, 64w .. 64w+63] for all heads (kMTiles·32 f32 registers).
 // kFp8 (the FP8 cache, d_qk 576): each gather thread loads its 8 chunks of codes and the scales
 // of tile i+1 into registers (ld.global.nc) while tile i's S = Q·Kᵀ runs, then dequantises them
@@ -173,7 +173,8 @@ __device__ __forceinline__ void StoreMmaORow(const KernelArgs& a, const float (&
   }
 }
 
-template <int kMTiles, int kDqk, bool kFp8>
+// kExactP: Precision::kHigh (P·V as (P hi + P lo)·V); false: Precision::kFast (bf16 P).
+template <int kMTiles, int kDqk, bool kFp8, bool kExactP>
 __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a) {
   static_assert(!kFp8 || kDqk == kFp8DimQk, "the FP8 cache has d_qk 576");
   using Tile = MmaTile<kMTiles, kDqk>;
@@ -385,7 +386,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
           l_row[i] += p0 + p1;
           const int row = mt * 16 + g + 8 * i;
           const uint32_t off = Swizzle(row, col / 8, Tile::kPRowBytes) + (col % 8) * 2;
-          if (a.exact_p) {
+          if constexpr (kExactP) {
             uint32_t hi, lo;
             SplitBf16x2(p0, p1, &hi, &lo);
             *reinterpret_cast<uint32_t*>(smem + Tile::kPHiOffset + off) = hi;
@@ -415,7 +416,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
           uint32_t ph[4];
           const uint32_t off = Swizzle(m * 16 + lane % 16, 2 * ks + lane / 16, Tile::kPRowBytes);
           LdMatrixX4(ph, p_hi_s + off);
-          if (a.exact_p) {
+          if constexpr (kExactP) {
             uint32_t pl[4];
             LdMatrixX4(pl, p_lo_s + off);
             MmaPvHiLo(o[m], ph, pl, v);
@@ -468,16 +469,17 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
 }
 
 // One instance's launch (main kernel only) and its shape on the current device.
-template <int kMTiles, int kDqk, bool kFp8 = false>
+template <int kMTiles, int kDqk, bool kFp8 = false, bool kExactP = true>
 gpu::Error LaunchMmaInstance(const KernelArgs& a, gpu::Stream stream) {
   using Tile = MmaTile<kMTiles, kDqk>;
-  const void* fn = reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk, kFp8>);
+  const void* fn = reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk, kFp8, kExactP>);
   const gpu::Error e = gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
   if (e != gpu::kSuccess) return e;
   const int groups = (a.heads + Tile::kHeads - 1) / Tile::kHeads;
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
                   static_cast<unsigned>(a.splits));
-  SparseMlaMmaKernel<kMTiles, kDqk, kFp8><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
+  SparseMlaMmaKernel<kMTiles, kDqk, kFp8, kExactP>
+      <<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
   return gpu::GetLastError();
 }
 
@@ -487,18 +489,24 @@ KernelShape MmaInstanceShape() {
   KernelShape s;
   s.heads_per_cta = Tile::kHeads;
   s.smem_bytes = Tile::kSmemBytes;
-  s.ctas_per_sm =
-      gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk, kFp8>),
-                       Tile::kThreads, Tile::kSmemBytes);
+  s.ctas_per_sm = gpu::BlocksPerSm(
+      reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk, kFp8, true>), Tile::kThreads,
+      Tile::kSmemBytes);
   return s;
 }
 
-#define ATTND_SPARSE_MLA_MMA_INSTANCE(EXTERN, M, D)                                   \
-  EXTERN template gpu::Error LaunchMmaInstance<M, D>(const KernelArgs&, gpu::Stream); \
+// Both precisions (HIGH: kExactP true; FAST: false).
+#define ATTND_SPARSE_MLA_MMA_INSTANCE(EXTERN, M, D)                                                \
+  EXTERN template gpu::Error LaunchMmaInstance<M, D, false, true>(const KernelArgs&, gpu::Stream); \
+  EXTERN template gpu::Error LaunchMmaInstance<M, D, false, false>(const KernelArgs&,              \
+                                                                   gpu::Stream);                   \
   EXTERN template KernelShape MmaInstanceShape<M, D>();
-// The FP8-cache instances (d_qk 576).
-#define ATTND_SPARSE_MLA_MMA_FP8_INSTANCE(EXTERN, M)                                          \
-  EXTERN template gpu::Error LaunchMmaInstance<M, 576, true>(const KernelArgs&, gpu::Stream); \
+// The FP8-cache instances (d_qk 576), both precisions.
+#define ATTND_SPARSE_MLA_MMA_FP8_INSTANCE(EXTERN, M)                                   \
+  EXTERN template gpu::Error LaunchMmaInstance<M, 576, true, true>(const KernelArgs&,  \
+                                                                   gpu::Stream);       \
+  EXTERN template gpu::Error LaunchMmaInstance<M, 576, true, false>(const KernelArgs&, \
+                                                                    gpu::Stream);      \
   EXTERN template KernelShape MmaInstanceShape<M, 576, true>();
 
 }  // namespace attnd::kernels::sparse_mla

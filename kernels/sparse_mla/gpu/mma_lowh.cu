@@ -27,13 +27,19 @@ constexpr int kLowhRows = 64;  // stacked (token, head) rows per CTA
 // Head slots per token: H rounded up to 8, 16 or 32.
 int SlotsFor(int64_t heads) { return heads <= 8 ? 8 : heads <= 16 ? 16 : 32; }
 
+template <int kDqk, bool kExactP>
+gpu::Error LaunchInstance(const KernelArgs& a, gpu::Stream stream) {
+  switch (SlotsFor(a.heads)) {
+    case 8: return LaunchLowhInstance<8, kDqk, kExactP>(a, stream);
+    case 16: return LaunchLowhInstance<16, kDqk, kExactP>(a, stream);
+    default: return LaunchLowhInstance<32, kDqk, kExactP>(a, stream);
+  }
+}
+
+// The instance of a.exact_p's precision (HIGH: P hi + lo; FAST: bf16 P).
 template <int kDqk>
 gpu::Error LaunchFor(const KernelArgs& a, gpu::Stream stream) {
-  switch (SlotsFor(a.heads)) {
-    case 8: return LaunchLowhInstance<8, kDqk>(a, stream);
-    case 16: return LaunchLowhInstance<16, kDqk>(a, stream);
-    default: return LaunchLowhInstance<32, kDqk>(a, stream);
-  }
+  return a.exact_p ? LaunchInstance<kDqk, true>(a, stream) : LaunchInstance<kDqk, false>(a, stream);
 }
 
 template <int kDqk>

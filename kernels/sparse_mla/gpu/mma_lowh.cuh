@@ -108,7 +108,8 @@ struct LowhRange {
   int64_t begin, end;
 };
 
-template <int kHs, int kDqk>
+// kExactP: Precision::kHigh (P·V as (P hi + P lo)·V); false: Precision::kFast (bf16 P).
+template <int kHs, int kDqk, bool kExactP>
 __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a) {
   using Tile = LowhTile<kHs, kDqk>;
   using namespace ::attnd::gpu::ptx;
@@ -451,13 +452,14 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
           const float p0 = static_cast<float>(mult[0]) * Exp2(s[nt][2 * i] - m_new[i]);
           const float p1 = static_cast<float>(mult[1]) * Exp2(s[nt][2 * i + 1] - m_new[i]);
           sum[i] += p0 + p1;
-          const int off = r * Tile::kPRowBytes + col * 2;
-          if (a.exact_p) {
+          if constexpr (kExactP) {
             uint32_t hi, lo;
             SplitBf16x2(p0, p1, &hi, &lo);
+            const int off = r * Tile::kPRowBytes + col * 2;
             *reinterpret_cast<uint32_t*>(smem + Tile::kPOffset + off) = hi;
             *reinterpret_cast<uint32_t*>(smem + Tile::kPOffset + Tile::kPBytes + off) = lo;
-          } else {
+          } else {  // FAST: P rounded to bf16 once
+            const int off = r * Tile::kPRowBytes + col * 2;
             *reinterpret_cast<uint32_t*>(smem + Tile::kPOffset + off) = PackBf16x2(p0, p1);
           }
         }
@@ -498,7 +500,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
           uint32_t ph[4];
           const uint32_t off = (m * 16 + lane % 16) * Tile::kPRowBytes + (2 * ks + lane / 16) * 16;
           LdMatrixX4(ph, p_hi_s + off);
-          if (a.exact_p) {
+          if constexpr (kExactP) {
             uint32_t pl[4];
             LdMatrixX4(pl, p_lo_s + off);
             MmaPvHiLo(o[m], ph, pl, v);
@@ -580,15 +582,15 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
 }
 
 // One instance's launch (main kernel only) and its shape on the current device.
-template <int kHs, int kDqk>
+template <int kHs, int kDqk, bool kExactP = true>
 gpu::Error LaunchLowhInstance(const KernelArgs& a, gpu::Stream stream) {
   using Tile = LowhTile<kHs, kDqk>;
-  const void* fn = reinterpret_cast<const void*>(&SparseMlaLowhKernel<kHs, kDqk>);
+  const void* fn = reinterpret_cast<const void*>(&SparseMlaLowhKernel<kHs, kDqk, kExactP>);
   const gpu::Error e = gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
   if (e != gpu::kSuccess) return e;
   const int64_t ctas = (static_cast<int64_t>(a.tokens) + Tile::kTokens - 1) / Tile::kTokens;
   const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(a.splits));
-  SparseMlaLowhKernel<kHs, kDqk><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
+  SparseMlaLowhKernel<kHs, kDqk, kExactP><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
   return gpu::GetLastError();
 }
 
@@ -598,13 +600,16 @@ KernelShape LowhInstanceShape() {
   KernelShape s;
   s.heads_per_cta = kHs;
   s.smem_bytes = Tile::kSmemBytes;
-  s.ctas_per_sm = gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaLowhKernel<kHs, kDqk>),
-                                   Tile::kThreads, Tile::kSmemBytes);
+  s.ctas_per_sm =
+      gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaLowhKernel<kHs, kDqk, true>),
+                       Tile::kThreads, Tile::kSmemBytes);
   return s;
 }
 
-#define ATTND_SPARSE_MLA_LOWH_INSTANCE(EXTERN, HS, D)                                   \
-  EXTERN template gpu::Error LaunchLowhInstance<HS, D>(const KernelArgs&, gpu::Stream); \
+// Both precisions (HIGH: kExactP true; FAST: false).
+#define ATTND_SPARSE_MLA_LOWH_INSTANCE(EXTERN, HS, D)                                          \
+  EXTERN template gpu::Error LaunchLowhInstance<HS, D, true>(const KernelArgs&, gpu::Stream);  \
+  EXTERN template gpu::Error LaunchLowhInstance<HS, D, false>(const KernelArgs&, gpu::Stream); \
   EXTERN template KernelShape LowhInstanceShape<HS, D>();
 
 }  // namespace attnd::kernels::sparse_mla
