@@ -11,14 +11,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/default_socket.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
 
 namespace attnd::client {
 
 struct ConnectOptions {
-  // "unix:/path" (also unix:///path) or "host:port" (TCP).
-  std::string target = "unix:/tmp/attnd.sock";
+  // "unix:/path" (also unix:///path) or "host:port" (TCP); by default the system daemon's socket
+  // when there is one, else this user's (common/default_socket.h).
+  std::string target = DefaultClientTarget();
   // TLS (TCP only): on when `tls` or any of the files below is given. tls_ca verifies the
   // server (empty: the system roots); tls_cert + tls_key are this client's certificate (mTLS).
   bool tls = false;

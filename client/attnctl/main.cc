@@ -12,10 +12,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/attnctl/commands.h"
+#include "common/default_socket.h"
 #include "common/flag_args.h"
 
-ABSL_FLAG(std::string, target, "unix:/tmp/attnd.sock",
-          "The daemon: unix:/path (a unix socket) or host:port (TCP).");
+ABSL_FLAG(std::string, target, attnd::DefaultClientTarget(),
+          "The daemon: unix:/path (a unix socket) or host:port (TCP). Default: "
+          "unix:/run/attnd/attnd.sock when that socket exists, else the socket an attnd of this "
+          "user listens on by default.");
 ABSL_FLAG(bool, tls, false,
           "Use TLS on TCP (implied by --tls-ca, --tls-cert, --tls-key); without --tls-ca the "
           "server is verified against the system roots.");

@@ -13,7 +13,7 @@
 namespace attnd::server {
 
 struct DaemonConfig {
-  // gRPC addresses; empty: the default socket (DefaultListenAddress, server/main/listeners.h).
+  // gRPC addresses; empty: the default socket (DefaultSocketTarget, common/default_socket.h).
   std::vector<std::string> listen;
   std::string metrics_listen = "127.0.0.1:9464";  // host:port of /metrics; empty = off
   bool allow_client_shm = false;

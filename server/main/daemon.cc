@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/default_socket.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -199,7 +200,7 @@ absl::Status Daemon::StartGrpc() {
 
   // No --listen: the default socket, in a directory of attnd's own (created 0750).
   const std::vector<std::string> listen =
-      config_.listen.empty() ? std::vector<std::string>{DefaultListenAddress()} : config_.listen;
+      config_.listen.empty() ? std::vector<std::string>{DefaultSocketTarget()} : config_.listen;
   std::vector<ListenAddress> addresses;
   std::vector<std::unique_ptr<int>> ports;
   for (const std::string& text : listen) {

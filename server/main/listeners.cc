@@ -63,18 +63,6 @@ absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& address) {
   return a;
 }
 
-std::string DefaultUnixSocketPath(uid_t euid, const char* xdg_runtime_dir) {
-  if (euid == 0) return "/run/attnd/attnd.sock";
-  if (xdg_runtime_dir != nullptr && xdg_runtime_dir[0] == '/') {
-    return absl::StrCat(xdg_runtime_dir, "/attnd/attnd.sock");
-  }
-  return absl::StrCat("/tmp/attnd-", euid, "/attnd.sock");
-}
-
-std::string DefaultListenAddress() {
-  return absl::StrCat("unix:", DefaultUnixSocketPath(geteuid(), getenv("XDG_RUNTIME_DIR")));
-}
-
 absl::Status PrepareSocketDirectory(const std::string& dir, mode_t mode) {
   const bool created = mkdir(dir.c_str(), mode) == 0;
   if (!created && errno != EEXIST) {

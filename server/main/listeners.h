@@ -32,17 +32,10 @@ struct ListenAddress {
 // "unix:/path", "unix:///path", "unix-abstract:name", "host:port", "[v6]:port".
 absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& address);
 
-// The socket attnd listens on when --listen is not given: a directory of the daemon's own, never a
-// name in a world-writable directory that another user could take first. Root:
-// /run/attnd/attnd.sock; another user: $XDG_RUNTIME_DIR/attnd/attnd.sock when XDG_RUNTIME_DIR is
-// an absolute path, else /tmp/attnd-<uid>/attnd.sock.
-std::string DefaultUnixSocketPath(uid_t euid, const char* xdg_runtime_dir);
-// "unix:" + DefaultUnixSocketPath(geteuid(), getenv("XDG_RUNTIME_DIR")).
-std::string DefaultListenAddress();
-
-// Creates the directory `dir` of the default socket (its parent must exist) with `mode`, or checks
-// the one that exists: a real directory (not a symlink), owned by this process's effective uid and
-// not writable by others. FAILED_PRECONDITION naming the path, its owner or mode otherwise.
+// Creates the directory `dir` of the default socket (common/default_socket.h; its parent must
+// exist) with `mode`, or checks the one that exists: a real directory (not a symlink), owned by
+// this process's effective uid and not writable by others. FAILED_PRECONDITION naming the path,
+// its owner or mode otherwise.
 absl::Status PrepareSocketDirectory(const std::string& dir, mode_t mode);
 
 // Removes a stale socket file at `path` (nothing listening there, owned by this process's

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/default_socket.h"
 #include "gtest/gtest.h"
 
 namespace attnd::server {
@@ -42,11 +43,12 @@ void StaleSocket(const std::string& path) {
 }
 
 TEST(DefaultSocketTest, NeverInAWorldWritableDirectory) {
-  EXPECT_EQ(DefaultUnixSocketPath(0, "/run/user/0"), "/run/attnd/attnd.sock");
-  EXPECT_EQ(DefaultUnixSocketPath(1000, "/run/user/1000"), "/run/user/1000/attnd/attnd.sock");
-  EXPECT_EQ(DefaultUnixSocketPath(1000, nullptr), "/tmp/attnd-1000/attnd.sock");
-  EXPECT_EQ(DefaultUnixSocketPath(1000, "relative"), "/tmp/attnd-1000/attnd.sock");
-  EXPECT_EQ(DefaultListenAddress().rfind("unix:/", 0), 0u);
+  EXPECT_EQ(DefaultSocketPath(0, "/run/user/0"), "/run/attnd/attnd.sock");
+  EXPECT_EQ(DefaultSocketPath(1000, "/run/user/1000"), "/run/user/1000/attnd/attnd.sock");
+  EXPECT_EQ(DefaultSocketPath(1000, nullptr), "/tmp/attnd-1000/attnd.sock");
+  EXPECT_EQ(DefaultSocketPath(1000, "relative"), "/tmp/attnd-1000/attnd.sock");
+  EXPECT_EQ(DefaultSocketTarget().rfind("unix:/", 0), 0u);
+  EXPECT_EQ(DefaultClientTarget().rfind("unix:/", 0), 0u);
 }
 
 TEST(PrepareSocketDirectoryTest, CreatesItsOwn0750) {
