@@ -1,0 +1,502 @@
+"""A hostile client against a real CPU daemon (docs/SERVICE.md "Trust model"): index tensors in
+shared memory flipped while calls run, shm objects truncated under registered regions, inline
+outputs far larger than their request, thousands of idle connections, slow /metrics clients, a
+squatted socket path, a symlinked ready file, oversized log fields, unparsable requests and a
+health check during the drain. Each test reproduces what a hostile client did to the daemon and
+checks that it now gets a clean answer while the daemon keeps serving everyone else.
+
+Tests that need another OS user run only as root (they chown to an unused uid) and skip
+otherwise."""
+
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+import attnd_client as ac
+from attnd_client import regions as ac_regions
+
+import cases
+from daemon import Daemon, wait_until
+from slow import SlowCall
+
+PAGE = 4096
+OTHER_UID = 65534  # "nobody": an owner that is not attnd's
+
+# Flips one int32 of a shm object between two values until killed (or `seconds` pass), from its
+# own process so that the flips race the daemon's reads at full speed.
+FLIPPER = r"""
+import mmap, os, struct, sys, time
+path, offset, a, b, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+fd = os.open(path, os.O_RDWR)
+m = mmap.mmap(fd, 0)
+va, vb = struct.pack("<i", a), struct.pack("<i", b)
+print("flipping", flush=True)
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    for _ in range(2000):
+        m[offset:offset + 4] = vb
+        m[offset:offset + 4] = va
+m[offset:offset + 4] = va
+"""
+
+
+def code_of(fn, *args, **kwargs):
+    with pytest.raises(ac.AttndError) as e:
+        fn(*args, **kwargs)
+    return e.value.code, e.value.details
+
+
+def alive_and_serving(d):
+    assert d.alive(), f"attnd died ({d.proc.returncode}):\n{d.log()}"
+    c = d.client()
+    assert c.health() == "SERVING"
+
+
+# ---- row 3: index tensors in shared memory are snapshotted before they are validated ----------
+
+
+class Flipper:
+    def __init__(self, region, array, index, good, bad, seconds=30.0):
+        offset = array.ctypes.data + 4 * index - region.shm.address
+        path = ac_regions.shm_path(region.key)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", FLIPPER, path, str(offset), str(good), str(bad), str(seconds)],
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdout.readline().strip() == b"flipping"
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait(30)
+
+
+def _race(d, client, case, region_name, flip_name, flip_index, bad, calls=300, seconds=8.0):
+    """Puts the case's inputs in a host region, flips inputs[flip_name][flip_index] between its
+    true value and `bad` while calls run, and checks every call: OK with exactly the output of
+    the same call made before the flipping (the daemon used one consistent snapshot), or
+    INVALID_ARGUMENT (it saw the bad value)."""
+    size = cases.region_bytes(case) + PAGE
+    region = client.create_host_region(region_name, size, unlink_early=False)
+    try:
+        args = {n: region.put(a, case.input_dtypes[n]) for n, a in case.inputs.items()}
+        args.update(case.scalars)
+        good = int(case.inputs[flip_name].reshape(-1)[flip_index])
+        baseline = client.call(case.op, timeout=60, **args).outputs
+        flipper = Flipper(region, args[flip_name], flip_index, good, bad)
+        ok = refused = 0
+        try:
+            deadline = time.monotonic() + seconds
+            for _ in range(calls):
+                if time.monotonic() > deadline:
+                    break
+                try:
+                    res = client.call(case.op, timeout=60, **args)
+                except ac.AttndError as e:
+                    assert d.alive(), f"attnd died ({d.proc.returncode}):\n{d.log()}"
+                    assert e.code == grpc.StatusCode.INVALID_ARGUMENT, (e.code, e.details)
+                    refused += 1
+                    continue
+                for name in case.outputs:
+                    np.testing.assert_array_equal(res.outputs[name], baseline[name], name)
+                ok += 1
+        finally:
+            flipper.stop()
+        print(f"{case.op}: {ok} ok, {refused} refused")
+        assert ok + refused > 0
+    finally:
+        region.close(unregister=d.alive())
+    alive_and_serving(d)
+
+
+def test_mla_prefill_cu_seqlens_flipped_in_shm(make_daemon, rng):
+    d = make_daemon()
+    c = d.client()
+    case = cases.make_case("mla_prefill", rng)
+    # cu_seqlens_q[1] between 5 and a row far past q: read after validation, it addresses
+    # q and out rows 2^28 tokens away.
+    _race(d, c, case, "flip-prefill-q", "cu_seqlens_q", 1, 1 << 28)
+    # The last entry between total_q and a negative value: the rows past it are zero-filled.
+    case = cases.make_case("mla_prefill", rng)
+    _race(d, c, case, "flip-prefill-last", "cu_seqlens_q", 2, -(1 << 26))
+
+
+def test_sparse_mla_indptr_flipped_in_shm(make_daemon, rng):
+    d = make_daemon()
+    c = d.client()
+    case = cases.make_case("sparse_mla", rng, form="csr")
+    _race(d, c, case, "flip-indptr", "indptr", 2, 1 << 29)
+
+
+# ---- row 4: a truncated shm object fails the call, never the daemon --------------------------
+
+
+def _truncate(region, size=0):
+    os.truncate(ac_regions.shm_path(region.key), size)
+
+
+def _truncated_code(fn):
+    code, details = code_of(fn)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, (code, details)
+    assert "truncated" in details, details
+    return details
+
+
+def _region_case(client, rng, name, placed):
+    """A sparse MLA case whose tensors named in `placed` live in a fresh host region (kept
+    linked so that the test can truncate it); the others are inline."""
+    case = cases.make_case("sparse_mla", rng)
+    region = client.create_host_region(name, cases.region_bytes(case) + PAGE, unlink_early=False)
+    args = dict(case.inputs)
+    args.update(case.scalars)
+    for n in placed:
+        if n in case.inputs:
+            args[n] = region.put(case.inputs[n], case.input_dtypes[n])
+        else:
+            dtype, shape = case.outputs[n]
+            args[n] = region.array(dtype, shape)
+    return case, region, args
+
+
+@pytest.mark.parametrize(
+    "placed",
+    [("q", "kv"), ("indices",), ("out", "lse")],
+    ids=["inputs", "index-snapshot", "outputs"],
+)
+def test_truncated_region_fails_the_call(make_daemon, rng, placed):
+    d = make_daemon()
+    c = d.client()
+    case, region, args = _region_case(c, rng, "trunc", placed)
+    try:
+        _truncate(region)
+        details = _truncated_code(lambda: c.call(case.op, timeout=60, **args))
+        assert "'trunc'" in details, details
+        # Later calls on the region fail the same way before touching it.
+        _truncated_code(lambda: c.call(case.op, timeout=60, **args))
+        assert d.alive(), f"attnd died:\n{d.log()}"
+        assert "truncated" in d.log()
+        # Everyone else is served: an inline call is right.
+        fresh = cases.make_case("sparse_mla", rng)
+        fresh.check(c.call(fresh.op, timeout=60, **fresh.arguments()).outputs)
+        assert c.unregister_region("trunc") == ["trunc"]
+    finally:
+        region.close(unregister=False)
+    alive_and_serving(d)
+
+
+def test_region_truncated_mid_call(make_daemon):
+    d = make_daemon("--workers=1", "--cpu-threads=2")
+    c = d.client()
+
+    class KeepLinked:
+        def create_host_region(self, name, size):
+            return c.create_host_region(name, size, unlink_early=False)
+
+    slow = SlowCall(c, "trunc-mid", seconds=2.0, owner=KeepLinked())
+    try:
+        futures = [slow.submit(timeout=120) for _ in range(3)]
+        wait_until(lambda: slow.in_flight() > 0, what="a call in flight")
+        time.sleep(0.3)
+        _truncate(slow.region, PAGE)
+        for f in futures:
+            e = f.exception(timeout=120)
+            if e is not None:
+                assert e.code == grpc.StatusCode.FAILED_PRECONDITION, (e.code, e.details)
+                assert "truncated" in e.details
+        assert d.alive(), f"attnd died:\n{d.log()}"
+    finally:
+        slow.region.close(unregister=False)
+    alive_and_serving(d)
+
+
+# ---- row 6: a memory budget for inline outputs, checked before anything is allocated ---------
+
+
+def _huge_topk(rows_stride):
+    """A 5 KB TopK request whose inline `indices` output, with a row stride of rows_stride
+    elements, spans rows_stride + 64 int32."""
+    logits = np.random.default_rng(1).standard_normal((2, 1000)).astype(np.float32)
+    return ac.pb.TopKRequest(
+        logits=ac.pb.Tensor(dtype=ac.pb.DTYPE_F32, shape=[2, 1000], inline_data=logits.tobytes()),
+        lengths=ac.pb.Tensor(
+            dtype=ac.pb.DTYPE_I32,
+            shape=[2],
+            inline_data=np.array([1000, 1000], np.int32).tobytes(),
+        ),
+        k=64,
+        indices=ac.pb.Tensor(dtype=ac.pb.DTYPE_I32, shape=[2, 64], strides=[rows_stride, 1]),
+    )
+
+
+def test_inline_outputs_within_the_default_budget(make_daemon):
+    """Four queued requests of 5 KB, each asking for a 400 MiB inline output, from one client:
+    the daemon accepts what fits its per-client budget (1 GiB by default) and refuses the rest
+    with RESOURCE_EXHAUSTED before allocating anything."""
+    d = make_daemon("--workers=1", "--cpu-threads=1")
+    c = d.client()
+    slow = SlowCall(c, "budget-busy", seconds=6.0)
+    request = _huge_topk((400 << 20) // 4)
+    assert request.ByteSize() < 8192
+    rss_before = d.rss_bytes()
+    blocker = slow.submit(timeout=300)
+    wait_until(lambda: slow.in_flight() > 0, what="the worker busy")
+    futures = [c._stub.TopK.future(request, timeout=300) for _ in range(4)]
+    # The requests are resolved (outputs refused or allocated) before they queue: watch the
+    # RSS while they wait behind the busy worker.
+    rss_queued = rss_before
+    deadline = time.monotonic() + 4.0
+    while time.monotonic() < deadline and not any(f.done() for f in futures):
+        rss_queued = max(rss_queued, d.rss_bytes())
+        time.sleep(0.05)
+    codes = []
+    for f in futures:
+        try:
+            f.result()
+            codes.append(grpc.StatusCode.OK)
+        except grpc.RpcError as e:
+            codes.append(e.code())
+            assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (e.code(), e.details())
+            assert "--call-memory-bytes-per-client" in e.details(), e.details()
+    slow.check(blocker.result(timeout=300))
+    grown = rss_queued - rss_before
+    print(f"codes {codes}; RSS grew {grown >> 20} MiB while queued")
+    assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) >= 2, codes
+    assert grown < (1100 << 20), f"RSS grew {grown >> 20} MiB for queued inline outputs"
+    alive_and_serving(d)
+
+
+def test_call_memory_budget_total_and_per_client(make_daemon):
+    d = make_daemon(
+        "--workers=1",
+        "--cpu-threads=1",
+        "--call-memory-bytes=96MiB",
+        "--call-memory-bytes-per-client=64MiB",
+    )
+    unix, tcp = d.client(), d.client(tcp=True)
+    slow = SlowCall(unix, "budget-busy2", seconds=2.0)
+    request = _huge_topk((48 << 20) // 4)  # 48 MiB inline output
+    blocker = slow.submit(timeout=300)
+    wait_until(lambda: slow.in_flight() > 0, what="the worker busy")
+    first = unix._stub.TopK.future(request, timeout=300)  # 48 of the unix client's 64 MiB
+    time.sleep(0.5)
+    code, details = code_of(lambda: unix._rpc(unix._stub.TopK, request, 300))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+    assert "--call-memory-bytes-per-client" in details, details
+    # Another client has its own share, but the total (96 MiB) leaves it less than 48 MiB.
+    code, details = code_of(lambda: tcp._rpc(tcp._stub.TopK, request, 300))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+    assert "--call-memory-bytes)" in details, details
+    small = _huge_topk(1000)
+    tcp._rpc(tcp._stub.TopK, small, 300)  # small outputs still fit
+    first.result()
+    slow.check(blocker.result(timeout=300))
+    unix._rpc(unix._stub.TopK, request, 300)  # released: fits again
+    alive_and_serving(d)
+
+
+# ---- row 7: accept() recovers from EMFILE; the fd limit is raised at start --------------------
+
+
+def _limits(pid):
+    with open(f"/proc/{pid}/limits") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return int(soft), int(hard)
+    raise AssertionError("no Max open files line")
+
+
+def _limited_daemon(attnd_bin, soft, hard, *flags):
+    d = Daemon(attnd_bin, *flags, name="attnd-fd")
+    d.argv = ["prlimit", f"--nofile={soft}:{hard}", "--"] + d.argv
+    return d
+
+
+def test_fd_soft_limit_raised_to_hard(attnd_bin):
+    hard = min(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    with _limited_daemon(attnd_bin, 256, hard) as d:
+        assert _limits(d.pid) == (hard, hard)
+
+
+def test_accept_recovers_after_emfile(attnd_bin):
+    limit = 128
+    with _limited_daemon(attnd_bin, limit, limit) as d:
+        assert _limits(d.pid) == (limit, limit)
+        idle = []
+        try:
+            # Idle gRPC connections until the daemon runs out of descriptors (accept4 fails
+            # with EMFILE) and a connection is no longer taken.
+            for _ in range(limit + 32):
+                ch = grpc.insecure_channel(
+                    d.unix_target, options=[("grpc.use_local_subchannel_pool", 1)]
+                )
+                idle.append(ch)
+                try:
+                    grpc.channel_ready_future(ch).result(timeout=3)
+                except grpc.FutureTimeoutError:
+                    break
+            assert d.fd_count() >= limit - 2, d.fd_count()
+        finally:
+            for ch in idle:
+                ch.close()
+        assert d.alive(), d.log()
+        # Once the idle connections are gone the listener accepts again.
+        wait_until(lambda: d.fd_count() < limit // 2, what="the idle connections closed")
+        fresh = ac.Client(d.unix_target)
+        try:
+            fresh.wait_ready(timeout=20)
+            assert fresh.health() == "SERVING"
+        finally:
+            fresh.close()
+
+
+# ---- row 10: slow /metrics clients cannot block scrapes ---------------------------------------
+
+
+class SlowMetricsClients:
+    """`n` connections to /metrics that send half a request and then nothing; each is reopened
+    as soon as the server drops it, until stop()."""
+
+    def __init__(self, address, n):
+        host, port = address.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.stop_flag = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self):
+        while not self.stop_flag.is_set():
+            try:
+                with socket.create_connection(self.target, timeout=5) as s:
+                    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                    s.settimeout(0.2)
+                    while not self.stop_flag.is_set():
+                        try:
+                            if s.recv(1024) == b"":
+                                break  # dropped by the server: reconnect
+                        except TimeoutError:
+                            continue
+            except OSError:
+                time.sleep(0.05)
+
+    def stop(self):
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(10)
+
+
+@pytest.mark.parametrize("slow_clients", [4, 16])
+def test_slow_metrics_clients_do_not_block_scrapes(make_daemon, slow_clients):
+    d = make_daemon()
+    d.scrape()
+    slow = SlowMetricsClients(d.metrics_address, slow_clients)
+    try:
+        time.sleep(0.5)
+        took = []
+        for _ in range(5):
+            start = time.monotonic()
+            text = d.scrape()
+            took.append(time.monotonic() - start)
+            assert "attnd_build_info" in text
+        print("scrapes took " + ", ".join(f"{t:.3f}" for t in took) + " s")
+        assert max(took) < 1.0, took
+    finally:
+        slow.stop()
+
+
+# ---- row 11: safe defaults ---------------------------------------------------------------------
+
+
+def test_ready_file_never_follows_a_symlink(attnd_bin, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    d = Daemon(attnd_bin, name="attnd-ready")
+    try:
+        # The temporary file beside --ready-file is planted as a symlink to the victim, under
+        # the name an attnd with this pid would use; exec keeps the shell's pid.
+        shell = f'ln -s {victim} "{d.ready_file}.tmp.$$" && exec "$@"'
+        d.argv = ["/bin/sh", "-c", shell, "sh"] + d.argv
+        d.start()
+        assert victim.read_text() == "precious\n"
+        assert not os.path.islink(d.ready_file)
+        with open(d.ready_file) as f:
+            assert f.read().startswith("grpc unix:")
+    finally:
+        d.stop()
+        d.cleanup()
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: plants a file owned by another uid (chown)"
+)
+
+
+@needs_root
+def test_foreign_owned_socket_path_is_refused(attnd_bin):
+    d = Daemon(attnd_bin, tcp=False, metrics=False, name="attnd-squat")
+    try:
+        squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        squatter.bind(d.socket)  # a stale socket (nothing listening) owned by another user
+        squatter.close()
+        os.chown(d.socket, OTHER_UID, OTHER_UID)
+        with pytest.raises(RuntimeError) as e:
+            d.start()
+        assert "exited with 1" in str(e.value), str(e.value)
+        assert f"uid {OTHER_UID}" in str(e.value), str(e.value)
+    finally:
+        d.cleanup()
+
+
+def test_log_fields_are_bounded(make_daemon):
+    d = make_daemon()
+    c = d.client()
+    with c.session(client_name="n" * (16 << 20)):
+        pass
+    wait_until(lambda: "session closed" in d.log(), what="the session logged")
+    longest = max(len(line) for line in d.log().splitlines())
+    assert longest < 8192, f"a log line of {longest} bytes"
+    alive_and_serving(d)
+
+
+def test_unparsable_request_is_invalid_argument(daemon):
+    channel = grpc.insecure_channel(daemon.unix_target)
+    try:
+        for method in ["TopK", "SparseMla", "RegisterHostRegion", "GetInfo"]:
+            call = channel.unary_unary(f"/attnd.v1.Attention/{method}")
+            with pytest.raises(grpc.RpcError) as e:
+                call(b"\xff\xff\xff\xff\x0f", timeout=30)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, e.value.code())
+            assert "attnd.v1." in e.value.details(), e.value.details()
+    finally:
+        channel.close()
+    assert daemon.client().health() == "SERVING"
+
+
+def test_not_serving_visible_while_draining(make_daemon):
+    d = make_daemon("--workers=1", "--cpu-threads=1", "--drain-timeout=120s")
+    c = d.client()
+    slow = SlowCall(c, "drain-busy", seconds=3.0)
+    running = slow.submit(timeout=300)
+    wait_until(lambda: slow.in_flight() > 0, what="a call in flight")
+    d.signal(signal.SIGTERM)
+    time.sleep(0.3)
+    probe = ac.Client(d.unix_target)
+    try:
+        # A fresh connection and a fresh health check, not a Watch opened before the signal.
+        assert probe.health(timeout=10) == "NOT_SERVING"
+        case = cases.make_case("topk", np.random.default_rng(0))
+        code, details = code_of(lambda: probe.call(case.op, timeout=10, **case.arguments()))
+        assert code == grpc.StatusCode.UNAVAILABLE, (code, details)
+    finally:
+        probe.close()
+    slow.check(running.result(timeout=300))
+    assert d.wait(120) == 0, d.log()
