@@ -171,7 +171,7 @@ template absl::StatusOr<CallResult> Client::Call(const kernels::mla_decode::Para
                                                  const CallOptions&);
 template absl::StatusOr<CallResult> Client::Call(const kernels::mla_prefill::Params&,
                                                  const CallOptions&);
-template absl::StatusOr<CallResult> Client::Call(const DsaAttentionParams&, const CallOptions&);
+template absl::StatusOr<CallResult> Client::Call(const kernels::dsa::Params&, const CallOptions&);
 
 absl::StatusOr<CallResult> Client::IndexerLogits(const kernels::indexer_logits::Params& p,
                                                  const CallOptions& options) {
@@ -197,7 +197,7 @@ absl::StatusOr<CallResult> Client::MlaPrefill(const kernels::mla_prefill::Params
                                               const CallOptions& options) {
   return Call(p, options);
 }
-absl::StatusOr<CallResult> Client::DsaAttention(const DsaAttentionParams& p,
+absl::StatusOr<CallResult> Client::DsaAttention(const kernels::dsa::Params& p,
                                                 const CallOptions& options) {
   return Call(p, options);
 }

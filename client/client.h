@@ -61,12 +61,8 @@ class Client {
                                        const CallOptions& options = {});
   absl::StatusOr<CallResult> MlaPrefill(const kernels::mla_prefill::Params& p,
                                         const CallOptions& options = {});
-  absl::StatusOr<CallResult> DsaAttention(const DsaAttentionParams& p,
-                                          const CallOptions& options = {});
   absl::StatusOr<CallResult> DsaAttention(const kernels::dsa::Params& p,
-                                          const CallOptions& options = {}) {
-    return DsaAttention(FromKernelParams(p), options);
-  }
+                                          const CallOptions& options = {});
   // The same for any Params type with an OpTraits (generic code: attnctl).
   template <class Params>
   absl::StatusOr<CallResult> Call(const Params& p, const CallOptions& options = {});

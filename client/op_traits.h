@@ -5,7 +5,7 @@
 #pragma once
 
 #include "attnd/v1/attention.grpc.pb.h"
-#include "client/dsa_params.h"
+#include "kernels/dsa/params.h"
 #include "kernels/indexer_logits/params.h"
 #include "kernels/indexer_logits_paged/params.h"
 #include "kernels/mla_decode/params.h"
@@ -95,8 +95,8 @@ struct OpTraits<kernels::mla_prefill::Params> {
 };
 
 template <>
-struct OpTraits<DsaAttentionParams> {
-  ATTND_CLIENT_OP_COMMON(DsaAttentionParams, "dsa_attention", DsaAttention, dsa_attention)
+struct OpTraits<kernels::dsa::Params> {
+  ATTND_CLIENT_OP_COMMON(kernels::dsa::Params, "dsa_attention", DsaAttention, dsa_attention)
   static void SetScalars(const Params& p, Request* r) {
     r->set_topk(p.topk);
     r->set_sm_scale(p.sm_scale);

@@ -251,7 +251,7 @@ ATTND_SESSION_INSTANTIATE(kernels::topk::Params)
 ATTND_SESSION_INSTANTIATE(kernels::sparse_mla::Params)
 ATTND_SESSION_INSTANTIATE(kernels::mla_decode::Params)
 ATTND_SESSION_INSTANTIATE(kernels::mla_prefill::Params)
-ATTND_SESSION_INSTANTIATE(DsaAttentionParams)
+ATTND_SESSION_INSTANTIATE(kernels::dsa::Params)
 #undef ATTND_SESSION_INSTANTIATE
 
 }  // namespace attnd::client

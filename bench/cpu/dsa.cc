@@ -21,8 +21,8 @@ void BM_DsaLayer(benchmark::State& state) {
                 d_i = state.range(3), h = state.range(4), d_qk = state.range(5), k = 2048;
   const int64_t n = prefix + t;
   std::mt19937_64 rng(7);
-  std::vector<uint8_t> q_index = RandomFp8(t * h_i * d_i, rng);
-  std::vector<uint8_t> k_index = RandomFp8(n * d_i, rng);
+  std::vector<uint8_t> index_q = RandomFp8(t * h_i * d_i, rng);
+  std::vector<uint8_t> index_k = RandomFp8(n * d_i, rng);
   std::vector<float> k_scale = RandomF32(n, rng, 0.01f, 0.1f);
   std::vector<float> weights = RandomF32(t * h_i, rng, -1.0f, 1.0f);
   std::vector<int32_t> ks(static_cast<size_t>(t), 0), ke(static_cast<size_t>(t));
@@ -34,10 +34,10 @@ void BM_DsaLayer(benchmark::State& state) {
   std::vector<int32_t> indices(static_cast<size_t>(t * k));
 
   dsa::Params p;
-  p.q_index = kernels::MakeTensor(q_index.data(), DType::kFp8E4M3, {t, h_i, d_i});
-  p.k_index = kernels::MakeTensor(k_index.data(), DType::kFp8E4M3, {n, d_i});
-  p.k_scale = kernels::MakeTensor(k_scale.data(), DType::kF32, {n});
-  p.weights = kernels::MakeTensor(weights.data(), DType::kF32, {t, h_i});
+  p.index_q = kernels::MakeTensor(index_q.data(), DType::kFp8E4M3, {t, h_i, d_i});
+  p.index_k = kernels::MakeTensor(index_k.data(), DType::kFp8E4M3, {n, d_i});
+  p.index_k_scale = kernels::MakeTensor(k_scale.data(), DType::kF32, {n});
+  p.index_weights = kernels::MakeTensor(weights.data(), DType::kF32, {t, h_i});
   p.ks = kernels::MakeTensor(ks.data(), DType::kI32, {t});
   p.ke = kernels::MakeTensor(ke.data(), DType::kI32, {t});
   p.topk = k;

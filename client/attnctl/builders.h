@@ -8,7 +8,6 @@
 #include "absl/status/statusor.h"
 #include "client/attnctl/cases.h"
 #include "client/attnctl/fill.h"
-#include "client/dsa_params.h"
 #include "kernels/common/registry.h"
 
 namespace attnd::attnctl {
@@ -24,10 +23,5 @@ absl::StatusOr<std::unique_ptr<OpCase>> BuildDsaAttention(const Dims& d, Rng& rn
 // A random permutation of [0, n) written into the first n elements of an i32 tensor's storage
 // (dense), for block tables.
 void FillPermutation(const kernels::Tensor& t, int64_t n, Rng& rng);
-
-// One DSA layer on the local CPU, step by step as the daemon's DsaAttention runs it:
-// indexer_logits (clean, windows ks/ke) -> topk (k = p.topk, the same windows) -> sparse_mla
-// on the chosen rows of kv. Writes p.out, p.lse and, when present, p.indices.
-absl::Status RunDsaLocally(const client::DsaAttentionParams& p, const kernels::ExecContext& ctx);
 
 }  // namespace attnd::attnctl

@@ -33,7 +33,7 @@ Tensor Rows(const Tensor& t, int64_t begin, int64_t count) {
 }  // namespace
 
 absl::Status RunCpuWithScratch(const Params& p, const ExecContext& ctx, int64_t scratch_bytes) {
-  const int64_t t = p.q_index.dim(0), n = p.k_index.dim(0);
+  const int64_t t = p.index_q.dim(0), n = p.index_k.dim(0);
   if (t == 0) return absl::OkStatus();
   const int64_t row_bytes = std::max<int64_t>(n, 1) * static_cast<int64_t>(sizeof(float));
   const int64_t block =

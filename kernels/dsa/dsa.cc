@@ -52,10 +52,10 @@ alignas(64) char placeholder[64];
 indexer_logits::Params IndexerStep(const Params& p, int64_t t0, int64_t count,
                                    const Tensor& logits) {
   indexer_logits::Params ip;
-  ip.q = Rows(p.q_index, t0, count);
-  ip.k = p.k_index;
-  ip.k_scale = p.k_scale;
-  ip.weights = Rows(p.weights, t0, count);
+  ip.q = Rows(p.index_q, t0, count);
+  ip.k = p.index_k;
+  ip.k_scale = p.index_k_scale;
+  ip.weights = Rows(p.index_weights, t0, count);
   ip.ks = Rows(p.ks, t0, count);
   ip.ke = Rows(p.ke, t0, count);
   ip.clean_logits = true;
@@ -89,16 +89,16 @@ sparse_mla::Params SparseMlaStep(const Params& p, int64_t t0, int64_t count,
 
 absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(
-      CheckTensor(p.q_index, "q_index", DType::kFp8E4M3, {kAnyDim, kAnyDim, kAnyDim}));
-  ATTND_RETURN_IF_ERROR(CheckTensor(p.k_index, "k_index", DType::kFp8E4M3, {kAnyDim, kAnyDim}));
-  const int64_t t = p.q_index.dim(0), n = p.k_index.dim(0);
+      CheckTensor(p.index_q, "index_q", DType::kFp8E4M3, {kAnyDim, kAnyDim, kAnyDim}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.index_k, "index_k", DType::kFp8E4M3, {kAnyDim, kAnyDim}));
+  const int64_t t = p.index_q.dim(0), n = p.index_k.dim(0);
   if (n > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("k_index: dim 0 is ", n, ", want <= ", std::numeric_limits<int32_t>::max(),
+        absl::StrCat("index_k: dim 0 is ", n, ", want <= ", std::numeric_limits<int32_t>::max(),
                      " (i32 indices)"));
   }
   // Every tensor the steps see in token slices (dim 0 = T): the slices would hide a wrong T.
-  ATTND_RETURN_IF_ERROR(CheckTensor(p.weights, "weights", DType::kF32, {t, kAnyDim}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.index_weights, "index_weights", DType::kF32, {t, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.ks, "ks", DType::kI32, {t}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.ke, "ke", DType::kI32, {t}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {t, kAnyDim, kAnyDim}));
@@ -117,15 +117,18 @@ absl::Status Validate(const Params& p) {
   const Tensor indices =
       p.indices.present() ? p.indices : MakeTensor(placeholder, DType::kI32, {t, p.topk});
   ATTND_RETURN_IF_ERROR(Rename(indexer_logits::Validate(IndexerStep(p, 0, t, logits)),
-                               {{"q", "q_index"}, {"k", "k_index"}}));
+                               {{"q", "index_q"},
+                                {"k", "index_k"},
+                                {"k_scale", "index_k_scale"},
+                                {"weights", "index_weights"}}));
   ATTND_RETURN_IF_ERROR(topk::Validate(TopkStep(p, 0, t, logits, indices)));
   return sparse_mla::Validate(SparseMlaStep(p, 0, t, indices));
 }
 
 WorkCount Count(const Params& p) {
-  const int64_t t = p.q_index.dim(0), n = p.k_index.dim(0);
-  const double h_i = static_cast<double>(p.q_index.dim(1));
-  const double d_i = static_cast<double>(p.q_index.dim(2));
+  const int64_t t = p.index_q.dim(0), n = p.index_k.dim(0);
+  const double h_i = static_cast<double>(p.index_q.dim(1));
+  const double d_i = static_cast<double>(p.index_q.dim(2));
   const double h = static_cast<double>(p.q.dim(1)), d_qk = static_cast<double>(p.q.dim(2));
   const Tensor logits = MakeTensor(placeholder, DType::kF32, {t, n});
   const WorkCount indexer = indexer_logits::Count(IndexerStep(p, 0, t, logits));

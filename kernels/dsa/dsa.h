@@ -20,7 +20,7 @@ namespace attnd::kernels::dsa {
 inline constexpr int64_t kMaxTopk = 4096;
 
 // Every shape, dtype, stride and scalar of the three steps plus their agreement (T, N, topk).
-// INVALID_ARGUMENT names the tensor as this op calls it (q_index, k_index, …). Reads no data.
+// INVALID_ARGUMENT names the tensor as this op calls it (index_q, index_k, …). Reads no data.
 absl::Status Validate(const Params& p);
 
 // FLOPs: the indexer's 2·H_i·D_i per in-window (token, row) pair plus sparse MLA's

@@ -34,7 +34,7 @@ struct Layout {
 };
 
 Layout MakeLayout(const Params& p) {
-  const int64_t t = p.q_index.dim(0), n = std::max<int64_t>(p.k_index.dim(0), 1);
+  const int64_t t = p.index_q.dim(0), n = std::max<int64_t>(p.index_k.dim(0), 1);
   Layout l;
   l.block = p.logits.present()
                 ? std::max<int64_t>(t, 1)
@@ -46,7 +46,7 @@ Layout MakeLayout(const Params& p) {
 
 Tensor LogitsView(const Params& p, int64_t t0, int64_t count, void* scratch) {
   if (p.logits.present()) return Rows(p.logits, t0, count);
-  return MakeTensor(scratch, DType::kF32, {count, p.k_index.dim(0)});
+  return MakeTensor(scratch, DType::kF32, {count, p.index_k.dim(0)});
 }
 
 Tensor IndicesView(const Params& p, int64_t t0, int64_t count, void* scratch) {
@@ -77,7 +77,7 @@ absl::Status InStep(const char* step, absl::Status s) {
 
 bool GpuSupports(const Params& p, std::string* why) {
   const Layout l = MakeLayout(p);
-  const int64_t count = std::min(l.block, p.q_index.dim(0));
+  const int64_t count = std::min(l.block, p.index_q.dim(0));
   const Tensor logits = LogitsView(p, 0, count, placeholder);
   const Tensor indices = IndicesView(p, 0, count, placeholder);
   std::string w;
@@ -98,7 +98,7 @@ bool GpuSupports(const Params& p, std::string* why) {
 
 int64_t GpuWorkspaceBytes(const Params& p) {
   const Layout l = MakeLayout(p);
-  const int64_t count = std::min(l.block, p.q_index.dim(0));
+  const int64_t count = std::min(l.block, p.index_q.dim(0));
   const Tensor logits = LogitsView(p, 0, count, placeholder);
   const Tensor indices = IndicesView(p, 0, count, placeholder);
   int64_t steps = WorkspaceOf(indexer_logits::Implementations(), IndexerStep(p, 0, count, logits));
@@ -110,7 +110,7 @@ int64_t GpuWorkspaceBytes(const Params& p) {
 }
 
 absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
-  const int64_t t = p.q_index.dim(0);
+  const int64_t t = p.index_q.dim(0);
   if (t == 0) return absl::OkStatus();
   const Layout l = MakeLayout(p);
   const int64_t scratch = l.logits_bytes + l.indices_bytes;

@@ -1,5 +1,5 @@
 // Parameters of the fused DSA attention layer (docs/CONTRACTS.md "dsa_attention"): indexer
-// logits → top-k → sparse MLA in one call. T query tokens, N cache tokens (row n of k_index and of
+// logits → top-k → sparse MLA in one call. T query tokens, N cache tokens (row n of index_k and of
 // kv is the same token), indexer heads H_i of dim D_i, attention heads H of dim d_qk (512 or 576).
 #pragma once
 
@@ -12,10 +12,10 @@ namespace attnd::kernels::dsa {
 
 struct Params : WithTensors<Params> {
   // Indexer inputs (kernels/indexer_logits/params.h).
-  Tensor q_index;  // fp8 e4m3 [T, H_i, D_i]
-  Tensor k_index;  // fp8 e4m3 [N, D_i]
-  Tensor k_scale;  // f32 [N]
-  Tensor weights;  // f32 [T, H_i]
+  Tensor index_q;        // fp8 e4m3 [T, H_i, D_i]
+  Tensor index_k;        // fp8 e4m3 [N, D_i]
+  Tensor index_k_scale;  // f32 [N]
+  Tensor index_weights;  // f32 [T, H_i]
   // Token t's candidates are cache rows [max(ks[t], 0), min(ke[t], N)) (causal prefill of a
   // prompt after P cached tokens: ks = 0, ke = P + t + 1). Untrusted values are clamped.
   Tensor ks;            // i32 [T]
@@ -42,10 +42,10 @@ struct Params : WithTensors<Params> {
 
   template <class Self, class F>
   static void Tensors(Self& self, F& f) {
-    f("q_index", self.q_index, Role::kInput);
-    f("k_index", self.k_index, Role::kInput);
-    f("k_scale", self.k_scale, Role::kInput);
-    f("weights", self.weights, Role::kInput);
+    f("index_q", self.index_q, Role::kInput);
+    f("index_k", self.index_k, Role::kInput);
+    f("index_k_scale", self.index_k_scale, Role::kInput);
+    f("index_weights", self.index_weights, Role::kInput);
     f("ks", self.ks, Role::kInput);
     f("ke", self.ke, Role::kInput);
     f("q", self.q, Role::kInput);

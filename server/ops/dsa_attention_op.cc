@@ -1,7 +1,6 @@
-// DsaAttention: the whole DSA layer (indexer -> top-k -> sparse MLA) in one call. The proto's
-// indexer fields are prefixed (index_q, index_k, index_k_scale, index_weights); the kernel's
-// params call them q_index, k_index, k_scale, weights. out/lse derived as [T, H, 512] bf16 and
-// [T, H] f32; indices (i32 [T, topk]) and logits (f32 [T, N]) only when the request places them.
+// DsaAttention: the whole DSA layer (indexer -> top-k -> sparse MLA) in one call. out/lse derived
+// as [T, H, 512] bf16 and [T, H] f32; indices (i32 [T, topk]) and logits (f32 [T, N]) only when
+// the request places them.
 #include "server/ops/op_handler.h"
 
 #include "kernels/dsa/dsa.h"
@@ -20,13 +19,6 @@ struct DsaAttentionTraits {
       "indexer H_i in {32, 64}, D_i = 128; topk <= 4096; sparse MLA d_qk 512 or 576, "
       "H in {8,16,32,64,128}";
 
-  static absl::string_view ProtoField(absl::string_view name) {
-    if (name == "q_index") return "index_q";
-    if (name == "k_index") return "index_k";
-    if (name == "k_scale") return "index_k_scale";
-    if (name == "weights") return "index_weights";
-    return name;
-  }
   static absl::Status SetScalars(const Request& r, Params* p) {
     if (r.topk() != 0) p->topk = r.topk();  // 0: the model's 2048
     p->sm_scale = r.sm_scale();
@@ -40,7 +32,7 @@ struct DsaAttentionTraits {
     if (name == "out") return {true, kernels::DType::kBF16, {t, h, 512}};
     if (name == "lse") return {true, kernels::DType::kF32, {t, h}};
     if (name == "indices") return {false, kernels::DType::kI32, {t, p.topk}};
-    return {false, kernels::DType::kF32, {t, p.k_index.dim(0)}};  // logits
+    return {false, kernels::DType::kF32, {t, p.index_k.dim(0)}};  // logits
   }
   static absl::Status Validate(const Params& p) { return op::Validate(p); }
   static kernels::WorkCount Count(const Params& p) { return op::Count(p); }

@@ -130,17 +130,6 @@ void AppendScalarKey(const google::protobuf::Message& request, std::string* key)
 // Appends a tensor's name, dtype, shape and strides to a launch key.
 void AppendTensorKey(absl::string_view name, const kernels::Tensor& t, std::string* key);
 
-// The proto field of a params tensor: Traits::ProtoField(name) when the traits define it (an op
-// whose public field names predate its params), else the params name itself.
-template <class Traits, class = void>
-struct ProtoFieldOf {
-  static absl::string_view Get(absl::string_view name) { return name; }
-};
-template <class Traits>
-struct ProtoFieldOf<Traits, std::void_t<decltype(Traits::ProtoField(absl::string_view()))>> {
-  static absl::string_view Get(absl::string_view name) { return Traits::ProtoField(name); }
-};
-
 // Whether the op's Count reads the data of tensor `name`: Traits::CountReads(name) when defined.
 template <class Traits, class = void>
 struct CountReadsOf {
@@ -205,19 +194,18 @@ class TypedOpHandler : public OpHandler {
     if (!st.ok()) return st;
     p.ForEachTensor([&](const auto& name, kernels::Tensor& t, kernels::Role role) {
       if (!st.ok() || role != kernels::Role::kInput) return;
-      st = call->call_tensors().Input(name, FindTensor(req, ProtoFieldOf<Traits>::Get(name)), &t);
+      st = call->call_tensors().Input(name, FindTensor(req, name), &t);
     });
     if (!st.ok()) return st;
     p.ForEachTensor([&](const auto& name, kernels::Tensor& t, kernels::Role role) {
       if (!st.ok() || role != kernels::Role::kOutput) return;
-      const absl::string_view field = ProtoFieldOf<Traits>::Get(name);
-      const v1::Tensor* placement = FindTensor(req, field);
+      const v1::Tensor* placement = FindTensor(req, name);
       const OutputSpec spec = Traits::Output(p, req, name);
       if (placement == nullptr && !spec.produce_when_absent) return;
-      v1::Tensor* reply = MutableTensor(response, field);
+      v1::Tensor* reply = MutableTensor(response, name);
       if (reply == nullptr) {
         st = absl::InternalError(
-            absl::StrCat(OpName(Traits::kId), ": reply has no '", field, "' field"));
+            absl::StrCat(OpName(Traits::kId), ": reply has no '", name, "' field"));
         return;
       }
       st = call->call_tensors().Output(name, placement, spec, reply, &t);

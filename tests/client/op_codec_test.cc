@@ -83,7 +83,7 @@ TEST(OpCodecTest, AttentionRequestsCarryThePrecision) {
   kernels::dsa::Params dsa;
   dsa.precision = kernels::Precision::kHigh;
   v1::DsaAttentionRequest dsa_req;
-  OpTraits<DsaAttentionParams>::SetScalars(FromKernelParams(dsa), &dsa_req);
+  OpTraits<kernels::dsa::Params>::SetScalars(dsa, &dsa_req);
   EXPECT_EQ(dsa_req.precision(), v1::PRECISION_HIGH);
 }
 
@@ -217,7 +217,7 @@ TEST(OpCodecTest, EveryOpsTensorsMatchItsProtoFields) {
   ExpectEveryTensorHasAField<kernels::sparse_mla::Params>();
   ExpectEveryTensorHasAField<kernels::mla_decode::Params>();
   ExpectEveryTensorHasAField<kernels::mla_prefill::Params>();
-  ExpectEveryTensorHasAField<DsaAttentionParams>();
+  ExpectEveryTensorHasAField<kernels::dsa::Params>();
 }
 
 }  // namespace

@@ -241,10 +241,10 @@ TEST_F(DaemonTest, DsaAttentionInlineMatchesTheKernel) {
   HostTensor want_lse = HostTensor::Dense(DType::kF32, {kT, kH});
   HostTensor want_idx = HostTensor::Dense(DType::kI32, {kT, kTopk});
   kernels::dsa::Params p;
-  p.q_index = q_index.tensor();
-  p.k_index = k_index.tensor();
-  p.k_scale = k_scale.tensor();
-  p.weights = weights.tensor();
+  p.index_q = q_index.tensor();
+  p.index_k = k_index.tensor();
+  p.index_k_scale = k_scale.tensor();
+  p.index_weights = weights.tensor();
   p.ks = ks.tensor();
   p.ke = ke.tensor();
   p.topk = kTopk;

@@ -11,14 +11,14 @@ using kernels::DType;
 
 DsaCase::DsaCase(const DsaSpec& spec, std::mt19937_64& rng) : spec_(spec) {
   const int64_t t = spec.t, n = spec.prefix + spec.t;
-  q_index_ = HostTensor::Dense(DType::kFp8E4M3, {t, spec.index_heads, spec.index_dim});
-  k_index_ = HostTensor::Dense(DType::kFp8E4M3, {n, spec.index_dim});
-  k_scale_ = HostTensor::Dense(DType::kF32, {n});
-  weights_ = HostTensor::Dense(DType::kF32, {t, spec.index_heads});
-  FillNormal(q_index_, rng, 1.0);
-  FillNormal(k_index_, rng, 1.0);
-  FillUniform(k_scale_, rng, 0.01, 0.1);
-  FillNormal(weights_, rng, 1.0);
+  index_q_ = HostTensor::Dense(DType::kFp8E4M3, {t, spec.index_heads, spec.index_dim});
+  index_k_ = HostTensor::Dense(DType::kFp8E4M3, {n, spec.index_dim});
+  index_k_scale_ = HostTensor::Dense(DType::kF32, {n});
+  index_weights_ = HostTensor::Dense(DType::kF32, {t, spec.index_heads});
+  FillNormal(index_q_, rng, 1.0);
+  FillNormal(index_k_, rng, 1.0);
+  FillUniform(index_k_scale_, rng, 0.01, 0.1);
+  FillNormal(index_weights_, rng, 1.0);
   ks_ = HostTensor::Dense(DType::kI32, {t});
   ke_ = HostTensor::Dense(DType::kI32, {t});
   for (int64_t i = 0; i < t; ++i) SetWindow(i, 0, static_cast<int32_t>(spec.prefix + i + 1));
@@ -49,10 +49,10 @@ void DsaCase::SetWindow(int64_t t, int32_t ks, int32_t ke) {
 
 kernels::dsa::Params DsaCase::MakeParams() {
   kernels::dsa::Params p;
-  p.q_index = q_index_.tensor();
-  p.k_index = k_index_.tensor();
-  p.k_scale = k_scale_.tensor();
-  p.weights = weights_.tensor();
+  p.index_q = index_q_.tensor();
+  p.index_k = index_k_.tensor();
+  p.index_k_scale = index_k_scale_.tensor();
+  p.index_weights = index_weights_.tensor();
   p.ks = ks_.tensor();
   p.ke = ke_.tensor();
   p.topk = spec_.topk;

@@ -49,7 +49,7 @@ class DsaCase {
 
  private:
   DsaSpec spec_;
-  HostTensor q_index_, k_index_, k_scale_, weights_, ks_, ke_, q_, kv_;
+  HostTensor index_q_, index_k_, index_k_scale_, index_weights_, ks_, ke_, q_, kv_;
   HostTensor logits_, out_, lse_, indices_;
 };
 

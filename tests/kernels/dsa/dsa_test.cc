@@ -39,12 +39,12 @@ std::vector<uint8_t> Bits(const HostTensor& t) { return {t.raw(), t.raw() + t.by
 // of them; and no row left out may beat a chosen one by more than both logits' f32 error bound,
 // (D_i + H_i + 4)·2^-24·magnitude (the indexer's own test derives it).
 void ExpectTrueTopk(const Params& p, const HostTensor& indices) {
-  const int64_t t_count = p.q_index.dim(0), n = p.k_index.dim(0), k = p.topk;
+  const int64_t t_count = p.index_q.dim(0), n = p.index_k.dim(0), k = p.topk;
   HostTensor scratch = HostTensor::Dense(DType::kF32, {t_count, n});
   const kernels::indexer_logits::RefLogits ref = kernels::indexer_logits::Reference(
       kernels::dsa::IndexerStep(p, 0, t_count, scratch.tensor()));
   const double bound =
-      static_cast<double>(p.q_index.dim(2) + p.q_index.dim(1) + 4) * std::ldexp(1.0, -24);
+      static_cast<double>(p.index_q.dim(2) + p.index_q.dim(1) + 4) * std::ldexp(1.0, -24);
   for (int64_t t = 0; t < t_count; ++t) {
     const int64_t begin = std::max<int64_t>(p.ks.ptr<const int32_t>()[t], 0);
     const int64_t end = std::max(begin, std::min<int64_t>(p.ke.ptr<const int32_t>()[t], n));
