@@ -25,7 +25,6 @@ import grpc
 import torch
 
 import attnd_client as ac
-from attnd_client import ops as ac_ops
 
 DEV = torch.device("cuda", 0)
 NEG_INF = float("-inf")
@@ -48,20 +47,6 @@ def scrape(url):
 
 def copied(samples, direction):
     return samples.get(("attnd_copied_bytes_total", f'{{direction="{direction}"}}'), 0.0)
-
-
-def call(client, op, extra=None, **arguments):
-    """An op call with request fields the client's typed calls do not know yet (ready_event,
-    device_uuid): the request is built by the client package, sent with its stub."""
-    spec = ac_ops.spec(op)
-    request, sinks = ac_ops.build_request(spec, client._codec, arguments)
-    for name, value in (extra or {}).items():
-        setattr(request, name, value)
-    try:
-        response = getattr(client._stub, spec.rpc)(request, timeout=300)
-    except grpc.RpcError as e:
-        raise ac.AttndError.from_rpc_error(e) from None
-    return ac_ops.decode_response(spec, response, sinks)
 
 
 GRAPHS = True  # the daemon captures graphs (--graphs on the command line)
@@ -218,16 +203,15 @@ def run_sparse_mla(client, checks):
     ready.record(side)
     results = []
     for _ in range(2):
-        res = call(
-            client,
-            "sparse_mla",
-            extra={"ready_event": bytes(ready.ipc_handle())},
+        res = client.sparse_mla(
+            ready_event=bytes(ready.ipc_handle()),
             q=q,
             kv=kv,
             indices=indices,
             sm_scale=scale,
             out=out,
             lse=lse,
+            timeout=300,
         )
         results.append(res)
     ref_out, ref_lse = ref_sparse_mla(q, kv, indices, scale)
@@ -255,9 +239,7 @@ def run_mla_decode(client, checks):
     seqlens = torch.tensor([1000, 1537, 64, 1], dtype=torch.int32, device=DEV)
     out, lse = nan_like((b, s_q, h, 512), torch.bfloat16), nan_like((b, s_q, h), torch.float32)
     scale = 1 / math.sqrt(d_qk)
-    res = call(
-        client,
-        "mla_decode",
+    res = client.mla_decode(
         q=q,
         kv_cache=kv_cache,
         block_table=block_table,
@@ -266,6 +248,7 @@ def run_mla_decode(client, checks):
         causal=True,
         out=out,
         lse=lse,
+        timeout=300,
     )
     ref_out, ref_lse = ref_mla_decode(q, kv_cache, block_table, seqlens.tolist(), scale, True)
     checks.close(out, ref_out, "mla_decode out", 1e-2, 2e-2, 2e-2)
@@ -290,9 +273,7 @@ def run_indexer_logits(client, checks):
     q, k, k_scale, weights, ks, ke = indexer_inputs(m, n, h_i, d_i)
     wide = nan_like((m, n + 32), torch.float32)  # row stride ld > N: columns past N untouched
     logits = wide[:, :n]
-    res = call(
-        client,
-        "indexer_logits",
+    res = client.indexer_logits(
         q=q,
         k=k,
         k_scale=k_scale,
@@ -300,6 +281,7 @@ def run_indexer_logits(client, checks):
         ks=ks,
         ke=ke,
         logits=logits,
+        timeout=300,
     )
     ref = ref_indexer(q, k, k_scale, weights, ks, ke)
     scale = ref[torch.isfinite(ref)].abs().max().item()
@@ -317,9 +299,7 @@ def run_dsa_attention(client, checks):
     indices = torch.full((t, topk), -7, dtype=torch.int32, device=DEV)
     logits = nan_like((t, n), torch.float32)
     scale = 1 / math.sqrt(d_qk)
-    res = call(
-        client,
-        "dsa_attention",
+    res = client.dsa_attention(
         index_q=q_i,
         index_k=k_i,
         index_k_scale=k_scale,
@@ -334,6 +314,7 @@ def run_dsa_attention(client, checks):
         lse=lse,
         indices=indices,
         logits=logits,
+        timeout=300,
     )
     ref_logits = ref_indexer(q_i, k_i, k_scale, weights, ks, ke)
     big = ref_logits[torch.isfinite(ref_logits)].abs().max().item()
@@ -382,15 +363,14 @@ def run_refusals(client, checks):
         ),
     ):
         try:
-            call(
-                client,
-                "sparse_mla",
-                extra=extra,
+            client.sparse_mla(
+                **extra,
                 q=q,
                 kv=kv,
                 indices=idx,
                 sm_scale=0.1,
                 out=nan_like((2, 8, 512), torch.bfloat16),
+                timeout=300,
             )
             checks.expect(False, f"{what} was accepted")
         except ac.AttndError as e:

@@ -246,6 +246,14 @@ def decode_response(op_spec: OpSpec, response: Message, sinks: Mapping[str, Sink
     return OpResult(op_spec.name, response, outputs)
 
 
+def _arguments(method_locals: dict[str, Any]) -> dict[str, Any]:
+    """A typed call's arguments (its locals() on entry) as call() keywords: the named ones, then
+    **options."""
+    arguments = {k: v for k, v in method_locals.items() if k not in ("self", "options")}
+    arguments.update(method_locals["options"])
+    return arguments
+
+
 # What an OpCalls subclass's call() returns: OpResult (Client, Session) or an awaitable of one
 # (aio.AsyncClient).
 R = TypeVar("R")
@@ -277,19 +285,7 @@ class OpCalls(Generic[R]):
         **options: Any,
     ) -> R:
         """logits[m,n] = sum_h relu(q[m,h].k[n]) k_scale[n] weights[m,h] on row m's window."""
-        return self.call(
-            "indexer_logits",
-            timeout=timeout,
-            q=q,
-            k=k,
-            k_scale=k_scale,
-            weights=weights,
-            ks=ks,
-            ke=ke,
-            clean_logits=clean_logits,
-            logits=logits,
-            **options,
-        )
+        return self.call("indexer_logits", **_arguments(locals()))
 
     def indexer_logits_paged(
         self,
@@ -307,20 +303,7 @@ class OpCalls(Generic[R]):
         **options: Any,
     ) -> R:
         """Decode indexer over vLLM's paged fp8 key cache (block = keys then f32 scales)."""
-        return self.call(
-            "indexer_logits_paged",
-            timeout=timeout,
-            q=q,
-            kv_cache=kv_cache,
-            block_table=block_table,
-            context_lens=context_lens,
-            weights=weights,
-            max_context_len=max_context_len,
-            block_size=block_size,
-            clean_logits=clean_logits,
-            logits=logits,
-            **options,
-        )
+        return self.call("indexer_logits_paged", **_arguments(locals()))
 
     def topk(
         self,
@@ -339,21 +322,7 @@ class OpCalls(Generic[R]):
         **options: Any,
     ) -> R:
         """Row-wise top-k of logits in each row's window (values=True to get them back)."""
-        return self.call(
-            "topk",
-            timeout=timeout,
-            logits=logits,
-            k=k,
-            ks=ks,
-            ke=ke,
-            lengths=lengths,
-            block_table=block_table,
-            page_size=page_size,
-            rows_per_request=rows_per_request,
-            indices=indices,
-            values=values,
-            **options,
-        )
+        return self.call("topk", **_arguments(locals()))
 
     def sparse_mla(
         self,
@@ -373,20 +342,7 @@ class OpCalls(Generic[R]):
         """Sparse MLA: each token attends to its selected kv rows (top-k table or CSR). kv is
         bf16 [S, d_qk] or, with d_qk 576, the FP8 cache as uint8 [S, 656] (512 e4m3 codes, 4 f32
         scales, 64 bf16 rope per row). precision: "fast" (None: the default) or "high"."""
-        return self.call(
-            "sparse_mla",
-            timeout=timeout,
-            q=q,
-            kv=kv,
-            indices=indices,
-            indptr=indptr,
-            topk_length=topk_length,
-            sm_scale=sm_scale,
-            precision=precision,
-            out=out,
-            lse=lse,
-            **options,
-        )
+        return self.call("sparse_mla", **_arguments(locals()))
 
     def mla_decode(
         self,
@@ -405,20 +361,7 @@ class OpCalls(Generic[R]):
     ) -> R:
         """Dense absorbed MLA decode over a paged latent cache. precision: "fast" (None: the
         default) or "high"."""
-        return self.call(
-            "mla_decode",
-            timeout=timeout,
-            q=q,
-            kv_cache=kv_cache,
-            block_table=block_table,
-            cache_seqlens=cache_seqlens,
-            sm_scale=sm_scale,
-            causal=causal,
-            precision=precision,
-            out=out,
-            lse=lse,
-            **options,
-        )
+        return self.call("mla_decode", **_arguments(locals()))
 
     def mla_prefill(
         self,
@@ -438,21 +381,7 @@ class OpCalls(Generic[R]):
     ) -> R:
         """Dense non-absorbed MLA prefill over packed variable-length sequences. precision:
         "fast" (None: the default) or "high"."""
-        return self.call(
-            "mla_prefill",
-            timeout=timeout,
-            q=q,
-            k=k,
-            v=v,
-            cu_seqlens_q=cu_seqlens_q,
-            cu_seqlens_k=cu_seqlens_k,
-            causal=causal,
-            sm_scale=sm_scale,
-            precision=precision,
-            out=out,
-            lse=lse,
-            **options,
-        )
+        return self.call("mla_prefill", **_arguments(locals()))
 
     def dsa_attention(
         self,
@@ -479,23 +408,4 @@ class OpCalls(Generic[R]):
         kv as in sparse_mla: bf16 [N, d_qk], or a uint8 array [N, 656] (the FP8 cache, d_qk 576).
         indices=True / logits=True (or a placement) also return the chosen rows / the cleaned
         indexer logits. precision: "fast" (None: the default) or "high"."""
-        return self.call(
-            "dsa_attention",
-            timeout=timeout,
-            index_q=index_q,
-            index_k=index_k,
-            index_k_scale=index_k_scale,
-            index_weights=index_weights,
-            ks=ks,
-            ke=ke,
-            topk=topk,
-            q=q,
-            kv=kv,
-            sm_scale=sm_scale,
-            precision=precision,
-            out=out,
-            lse=lse,
-            indices=indices,
-            logits=logits,
-            **options,
-        )
+        return self.call("dsa_attention", **_arguments(locals()))
