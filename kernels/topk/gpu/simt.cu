@@ -13,6 +13,7 @@
 #include "kernels/topk/gpu/block_ops.cuh"
 #include "kernels/topk/gpu/launch.h"
 #include "kernels/topk/gpu/radix.h"
+#include "kernels/topk/gpu/row_args.h"
 
 namespace attnd::kernels::topk {
 namespace {
@@ -43,29 +44,6 @@ constexpr int64_t kFewRows = 256;
 constexpr int64_t kMaxGridX = 0x7fffffff;
 constexpr uint32_t kNegInfBits = 0xff800000u;
 constexpr uint32_t kNanBits = 0xffffffffu;  // stands in for columns past the window: key 0
-
-// The op's tensors as raw device pointers with element strides; products are formed in 64 bits.
-struct RowArgs {
-  const uint32_t* logits = nullptr;  // f32 bits [rows, logits_ld]
-  int64_t logits_ld = 0;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  const int32_t* ks = nullptr;  // window [ks, ke) ...
-  const int32_t* ke = nullptr;
-  const int32_t* lengths = nullptr;  // ... or [0, lengths) when non-null
-  int64_t ks_stride = 0, ke_stride = 0, lengths_stride = 0;
-  uint32_t k = 0;
-  int32_t* indices = nullptr;
-  int64_t indices_ld = 0;
-  float* values = nullptr;  // null when absent
-  int64_t values_ld = 0;
-  const int32_t* block_table = nullptr;  // null when absent
-  int64_t table_ld = 0;
-  int64_t max_blocks = 0;
-  uint32_t page_size = 0;
-  int page_shift = -1;
-  int64_t rows_per_request = 1;
-};
 
 template <int kThreads>
 struct Shared {
@@ -399,43 +377,6 @@ __global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), sizeof
     MakeRowOut(a, row).Pad<kThreads>(count);
     __syncthreads();  // shared state is free for the next row
   }
-}
-
-RowArgs MakeRowArgs(const Params& p) {
-  RowArgs a;
-  a.logits = p.logits.ptr<const uint32_t>();
-  a.logits_ld = p.logits.stride(0);
-  a.rows = p.logits.dim(0);
-  a.cols = p.logits.dim(1);
-  if (p.lengths.present()) {
-    a.lengths = p.lengths.ptr<const int32_t>();
-    a.lengths_stride = p.lengths.stride(0);
-  } else {
-    a.ks = p.ks.ptr<const int32_t>();
-    a.ks_stride = p.ks.stride(0);
-    a.ke = p.ke.ptr<const int32_t>();
-    a.ke_stride = p.ke.stride(0);
-  }
-  a.k = static_cast<uint32_t>(p.k);
-  a.indices = p.indices.ptr<int32_t>();
-  a.indices_ld = p.indices.stride(0);
-  if (p.values.present()) {
-    a.values = p.values.ptr<float>();
-    a.values_ld = p.values.stride(0);
-  }
-  if (p.block_table.present()) {
-    a.block_table = p.block_table.ptr<const int32_t>();
-    a.table_ld = p.block_table.stride(0);
-    a.max_blocks = p.block_table.dim(1);
-    a.page_size = static_cast<uint32_t>(p.page_size);
-    a.page_shift = -1;
-    if ((p.page_size & (p.page_size - 1)) == 0) {
-      a.page_shift = 0;
-      while ((int64_t{1} << a.page_shift) < p.page_size) ++a.page_shift;
-    }
-    a.rows_per_request = p.rows_per_request;
-  }
-  return a;
 }
 
 }  // namespace
