@@ -25,7 +25,7 @@ import attnd_client as ac
 from attnd_client import regions as ac_regions
 
 import cases
-from daemon import Daemon, wait_until
+from daemon import Daemon, parse_metrics, sample, wait_until
 from slow import SlowCall
 
 PAGE = 4096
@@ -487,6 +487,11 @@ def test_not_serving_visible_while_draining(make_daemon):
     slow = SlowCall(c, "drain-busy", seconds=3.0)
     running = slow.submit(timeout=300)
     wait_until(lambda: slow.in_flight() > 0, what="a call in flight")
+    # Running on the worker, not only resolving its regions: the drain then has work to wait for.
+    wait_until(
+        lambda: sample(parse_metrics(d.scrape()), "attnd_workers_busy") >= 1,
+        what="the call running on a worker",
+    )
     d.signal(signal.SIGTERM)
     time.sleep(0.3)
     probe = ac.Client(d.unix_target)
