@@ -182,12 +182,15 @@ TEST(SchedulerTest, DeadlineBetweenSteps) {
   Scheduler sched(Opts(4, 1), &backend);
   std::atomic<int> n{0};
   Result r;
-  StepFn slow = [](const kernels::ExecContext&, std::string*) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  // The deadline leaves the worker time to start the job on a loaded machine; the first step then
+  // runs past it, so it passes between the two steps.
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(500);
+  StepFn slow = [deadline](const kernels::ExecContext&, std::string*) {
+    absl::SleepFor(deadline - absl::Now() + absl::Milliseconds(20));
     return absl::OkStatus();
   };
   auto job = MakeJob({slow, Step(&n)}, &r);
-  job->deadline = absl::Now() + absl::Milliseconds(10);
+  job->deadline = deadline;
   ASSERT_TRUE(sched.Submit(std::move(job)).ok());
   JobOutcome o = r.future.get();
   EXPECT_EQ(o.status.code(), absl::StatusCode::kDeadlineExceeded) << o.status;
