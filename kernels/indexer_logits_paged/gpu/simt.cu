@@ -12,8 +12,10 @@ using indexer_logits::gpu::ChooseSplit;
 using indexer_logits::gpu::CurrentDeviceSmCount;
 using indexer_logits::gpu::GridCtas;
 using indexer_logits::gpu::IndexerSimtKernel;
+using indexer_logits::gpu::kMaxGridCtas;
 using indexer_logits::gpu::kSimtBlockM;
 using indexer_logits::gpu::kSimtBlockN;
+using indexer_logits::gpu::kSimtCtasPerSm;
 using indexer_logits::gpu::kSimtThreads;
 using indexer_logits::gpu::SimtShared;
 
@@ -22,7 +24,7 @@ bool Empty(const Params& p) { return p.q.dim(0) == 0 || p.logits.dim(1) == 0; }
 IndexerProblem SplitSimt(const Params& p) {
   IndexerProblem x = MakePagedProblem(p);
   ChooseSplit(&x, kSimtBlockM / x.heads, kSimtBlockN,
-              int64_t{indexer_logits::gpu::kSimtCtasPerSm} * CurrentDeviceSmCount());
+              int64_t{kSimtCtasPerSm} * CurrentDeviceSmCount());
   return x;
 }
 
@@ -32,7 +34,7 @@ bool SimtSupports(const Params& p, std::string* why) {
   if (p.block_size > kMaxBlockSize) {
     return Refuse(why, "block_size is ", p.block_size, ", want < 2^31");
   }
-  if (!Empty(p) && GridCtas(SplitSimt(p)) >= indexer_logits::gpu::kMaxGridCtas) {
+  if (!Empty(p) && GridCtas(SplitSimt(p)) >= kMaxGridCtas) {
     return Refuse(why, "grid does not fit one dimension");
   }
   return true;

@@ -12,7 +12,7 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/mla_decode/params.h"
 
-namespace attnd::kernels::mla_decode::gpu {
+namespace attnd::kernels::mla_decode {
 
 enum class GpuKernel {
   kSimt,  // portable CUDA/HIP: 16 rows per CTA, 32-token tiles, f32 FMA
@@ -47,11 +47,9 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 // Runs the decode with `splits` splits (then the combine when splits > 1) on `stream`.
 // `workspace` holds SplitWorkspaceBytes(p, splits) bytes (may be null when splits == 1); its
 // contents on entry do not matter. Returns an error for a call GpuSupports refuses.
-::attnd::gpu::Error LaunchMlaDecodeSimt(const Params& p, int splits, void* workspace,
-                                        ::attnd::gpu::Stream stream);
+gpu::Error LaunchMlaDecodeSimt(const Params& p, int splits, void* workspace, gpu::Stream stream);
 #if defined(ATTND_GPU_CUDA)
-::attnd::gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace,
-                                       ::attnd::gpu::Stream stream);
+gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace, gpu::Stream stream);
 #endif
 
-}  // namespace attnd::kernels::mla_decode::gpu
+}  // namespace attnd::kernels::mla_decode

@@ -5,7 +5,7 @@
 #include "kernels/mla_decode/gpu/mma.cuh"
 #include "kernels/mla_decode/gpu/plan.h"
 
-namespace attnd::kernels::mla_decode::gpu {
+namespace attnd::kernels::mla_decode {
 
 ATTND_MLA_DECODE_MMA_INSTANCE(extern, 1, 512, true)
 ATTND_MLA_DECODE_MMA_INSTANCE(extern, 2, 512, true)
@@ -46,10 +46,9 @@ KernelShape MmaShape(const Params& p) {
   return KernelShape{};
 }
 
-::attnd::gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace,
-                                       ::attnd::gpu::Stream stream) {
+gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace, gpu::Stream stream) {
   return LaunchDecode(p, MmaShape(p), splits, workspace, stream);
 }
 
-}  // namespace attnd::kernels::mla_decode::gpu
+}  // namespace attnd::kernels::mla_decode
 #endif  // ATTND_GPU_CUDA

@@ -5,7 +5,7 @@
 #include "kernels/mla_prefill/gpu/mma.cuh"
 #include "kernels/mla_prefill/gpu/plan.h"
 
-namespace attnd::kernels::mla_prefill::gpu {
+namespace attnd::kernels::mla_prefill {
 
 ATTND_MLA_PREFILL_MMA_INSTANCE(extern, 192, 128)
 ATTND_MLA_PREFILL_MMA_INSTANCE(extern, 64, 64)
@@ -30,10 +30,9 @@ KernelShape MmaShape(const Params& p) {
   return KernelShape{};
 }
 
-::attnd::gpu::Error LaunchMlaPrefillMma(const Params& p, void* workspace,
-                                        ::attnd::gpu::Stream stream) {
+gpu::Error LaunchMlaPrefillMma(const Params& p, void* workspace, gpu::Stream stream) {
   return LaunchPrefill(p, MmaShape(p), workspace, stream);
 }
 
-}  // namespace attnd::kernels::mla_prefill::gpu
+}  // namespace attnd::kernels::mla_prefill
 #endif  // ATTND_GPU_CUDA

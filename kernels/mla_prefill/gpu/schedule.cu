@@ -9,11 +9,10 @@
 #include <algorithm>
 
 #include "kernels/common/gpu/vendor.h"
-#include "kernels/common/math.h"
 #include "kernels/mla_prefill/gpu/common.cuh"
 #include "kernels/mla_prefill/gpu/plan.h"
 
-namespace attnd::kernels::mla_prefill::gpu {
+namespace attnd::kernels::mla_prefill {
 namespace {
 
 constexpr int kThreads = 256;
@@ -64,11 +63,11 @@ __global__ void __launch_bounds__(kThreads) PrefillScheduleKernel(const PrefillA
 
 }  // namespace
 
-::attnd::gpu::Error LaunchPrefillSchedule(const PrefillArgs& a, ::attnd::gpu::Stream stream) {
+gpu::Error LaunchPrefillSchedule(const PrefillArgs& a, gpu::Stream stream) {
   const int64_t fill_blocks = std::min<int64_t>(a.total_q * a.heads, kMaxFillBlocks);
   PrefillScheduleKernel<<<static_cast<unsigned>(1 + std::max<int64_t>(fill_blocks, 1)), kThreads, 0,
                           stream>>>(a);
-  return ::attnd::gpu::GetLastError();
+  return gpu::GetLastError();
 }
 
-}  // namespace attnd::kernels::mla_prefill::gpu
+}  // namespace attnd::kernels::mla_prefill

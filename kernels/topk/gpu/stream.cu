@@ -81,10 +81,25 @@ struct Cta {
 };
 
 // Row `row`'s window, clamped as topk::RowWindow does.
-using RowSpan = RowSpanOf<int64_t>;
+struct RowSpan {
+  int64_t begin = 0;
+  uint32_t len = 0;
+};
 
 __device__ RowSpan LoadWindow(const StreamArgs& a, int64_t row) {
-  return LoadWindowAs<RowSpan>(a, row);
+  int64_t begin = 0, end = 0;
+  if (a.lengths != nullptr) {
+    end = a.lengths[row * a.lengths_stride];
+  } else {
+    begin = a.ks[row * a.ks_stride];
+    end = a.ke[row * a.ke_stride];
+  }
+  begin = begin < 0 ? 0 : (begin > a.cols ? a.cols : begin);
+  end = end < begin ? begin : (end > a.cols ? a.cols : end);
+  RowSpan w;
+  w.begin = begin;
+  w.len = static_cast<uint32_t>(end - begin);
+  return w;
 }
 
 // Where row `row`'s output goes, and the KV-slot mapping of its request.
