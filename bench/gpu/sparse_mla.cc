@@ -364,10 +364,10 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSparseMlaCases(const std::string& 
 // SplitWorkspaceBytes(p, largest s). Preset "<shape>_s<s>", "-heuristic" appended at the pick.
 struct SweepShape {
   const char* preset;  // a kPresets name, or "kpool4" (kKpool4Presets[0]: H16, prefix 0, shared)
-  sparse_mla::GpuKernel kernel;
+  sparse_mla::gpu::GpuKernel kernel;
 };
 
-constexpr sparse_mla::GpuKernel kWgmma = sparse_mla::GpuKernel::kWgmma;
+constexpr sparse_mla::gpu::GpuKernel kWgmma = sparse_mla::gpu::GpuKernel::kWgmma;
 constexpr SweepShape kSweepShapes[] = {
     {"deepseek_decode_b1_s32768_h128_d576_k2048", kWgmma},
     {"deepseek_decode_b32_s1048576_h128_d576_k2048", kWgmma},
@@ -381,37 +381,37 @@ constexpr SweepShape kSweepShapes[] = {
     {"deepseek_decode_b128_nextn2_s4194304_h128_d576_k2048_fp8kv", kWgmma},
     {"deepseek_prefill_t4096_s32768_h128_d576_k2048", kWgmma},
     {"glm_prefill_t2048_s32768_h64_d512_k2048", kWgmma},
-    {"glm_prefill_t2048_s32768_h16_d512_k2048", sparse_mla::GpuKernel::kMma},
-    {"glm_prefill_t2048_s32768_h32_d512_k2048", sparse_mla::GpuKernel::kMma},
-    {"kpool4", sparse_mla::GpuKernel::kMmaLowH},
+    {"glm_prefill_t2048_s32768_h16_d512_k2048", sparse_mla::gpu::GpuKernel::kMma},
+    {"glm_prefill_t2048_s32768_h32_d512_k2048", sparse_mla::gpu::GpuKernel::kMma},
+    {"kpool4", sparse_mla::gpu::GpuKernel::kMmaLowH},
 };
 constexpr int kSweepSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
 
-absl::Status LaunchWithSplits(const sparse_mla::Params& p, sparse_mla::GpuKernel kernel, int splits,
-                              void* workspace, gpu::Stream stream) {
+absl::Status LaunchWithSplits(const sparse_mla::Params& p, sparse_mla::gpu::GpuKernel kernel,
+                              int splits, void* workspace, gpu::Stream stream) {
   switch (kernel) {
-    case sparse_mla::GpuKernel::kWgmma:
-      GPU_RETURN_IF_ERROR(sparse_mla::LaunchSparseMlaWgmma(p, splits, workspace, stream));
+    case sparse_mla::gpu::GpuKernel::kWgmma:
+      GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaWgmma(p, splits, workspace, stream));
       break;
-    case sparse_mla::GpuKernel::kMma:
-      GPU_RETURN_IF_ERROR(sparse_mla::LaunchSparseMlaMma(p, splits, workspace, stream));
+    case sparse_mla::gpu::GpuKernel::kMma:
+      GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaMma(p, splits, workspace, stream));
       break;
-    case sparse_mla::GpuKernel::kMmaLowH:
-      GPU_RETURN_IF_ERROR(sparse_mla::LaunchSparseMlaMmaLowh(p, splits, workspace, stream));
+    case sparse_mla::gpu::GpuKernel::kMmaLowH:
+      GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaMmaLowh(p, splits, workspace, stream));
       break;
-    case sparse_mla::GpuKernel::kSimt:
-      GPU_RETURN_IF_ERROR(sparse_mla::LaunchSparseMlaSimt(p, splits, workspace, stream));
+    case sparse_mla::gpu::GpuKernel::kSimt:
+      GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaSimt(p, splits, workspace, stream));
       break;
   }
   return absl::OkStatus();
 }
 
-const char* KernelImplName(sparse_mla::GpuKernel kernel) {
+const char* KernelImplName(sparse_mla::gpu::GpuKernel kernel) {
   switch (kernel) {
-    case sparse_mla::GpuKernel::kWgmma: return "cuda_wgmma";
-    case sparse_mla::GpuKernel::kMma: return "cuda_mma";
-    case sparse_mla::GpuKernel::kMmaLowH: return "cuda_mma_lowh";
-    case sparse_mla::GpuKernel::kSimt: break;
+    case sparse_mla::gpu::GpuKernel::kWgmma: return "cuda_wgmma";
+    case sparse_mla::gpu::GpuKernel::kMma: return "cuda_mma";
+    case sparse_mla::gpu::GpuKernel::kMmaLowH: return "cuda_mma_lowh";
+    case sparse_mla::gpu::GpuKernel::kSimt: break;
   }
   return "cuda_simt";
 }
@@ -443,14 +443,14 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSplitSweepCases(const std::string&
     if (!call.ok()) return call.status();
     const sparse_mla::Params& p = call->p;
     std::string why;
-    if (!sparse_mla::GpuSupports(shape.kernel, p, &why)) {
+    if (!sparse_mla::gpu::GpuSupports(shape.kernel, p, &why)) {
       std::cerr << "skipping " << prefix << ": " << KernelImplName(shape.kernel) << ": " << why
                 << "\n";
       continue;
     }
     const int64_t width = p.is_csr() ? p.indices.dim(0) : p.indices.dim(1);
-    const int64_t cap = std::clamp<int64_t>((width + 63) / 64 / 2, 1, sparse_mla::kMaxSplits);
-    const int heuristic = sparse_mla::GpuSplits(p, shape.kernel);
+    const int64_t cap = std::clamp<int64_t>((width + 63) / 64 / 2, 1, sparse_mla::gpu::kMaxSplits);
+    const int heuristic = sparse_mla::gpu::GpuSplits(p, shape.kernel);
     std::vector<int> splits = {heuristic};  // the pick, even where the list lacks it
     for (int s : kSweepSplits) {
       if (s <= cap && s != heuristic) splits.push_back(s);
@@ -458,7 +458,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSplitSweepCases(const std::string&
     std::sort(splits.begin(), splits.end());
     void* workspace = nullptr;
     if (splits.back() > 1) {
-      auto ws = call->arena->Alloc(sparse_mla::SplitWorkspaceBytes(p, splits.back()));
+      auto ws = call->arena->Alloc(sparse_mla::gpu::SplitWorkspaceBytes(p, splits.back()));
       if (!ws.ok()) return ws.status();
       workspace = *ws;
     }

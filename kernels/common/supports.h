@@ -29,6 +29,12 @@ inline bool StridesMultipleOf(const Tensor& x, int64_t elements) {
   return true;
 }
 
+// Whether every row of bf16 tensor x starts 16-byte aligned (base 16-byte aligned, leading
+// strides multiples of 8 elements): the condition of 16-byte vector loads and cp.async.
+inline bool Bf16RowsAligned16(const Tensor& x) {
+  return Aligned(x.data, 16) && StridesMultipleOf(x, 8);
+}
+
 // Sets *why (when not null) to the pieces written one after the other; returns false.
 template <class... Pieces>
 bool Refuse(std::string* why, const Pieces&... pieces) {

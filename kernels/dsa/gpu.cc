@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/math.h"
 #include "kernels/dsa/dsa.h"
 #include "kernels/indexer_logits/indexer_logits.h"
 #include "kernels/sparse_mla/sparse_mla.h"
@@ -17,7 +18,7 @@ constexpr int64_t kAlign = 256;
 // dereferenced on the host).
 alignas(kAlign) char placeholder[kAlign];
 
-int64_t AlignUp(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+int64_t AlignUp(int64_t bytes) { return CeilDiv(bytes, kAlign) * kAlign; }
 
 Tensor Rows(const Tensor& t, int64_t begin, int64_t count) {
   Tensor r = t;

@@ -4,9 +4,9 @@
 #include "kernels/indexer_logits/cpu.h"
 
 #include <algorithm>
-#include <limits>
 #include <vector>
 
+#include "kernels/common/math.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/indexer_logits/cpu_tile.h"
 
@@ -14,7 +14,6 @@ namespace attnd::kernels::indexer_logits {
 namespace {
 
 constexpr int64_t kKeyChunk = 2048;  // columns per work item
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Window {
   int64_t lo = 0, hi = 0;  // [lo, hi) ⊆ [0, N); lo == hi == 0 when empty
@@ -48,8 +47,8 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
   if (num_rows == 0 || num_keys == 0) return absl::OkStatus();
   const std::vector<Window> windows = Windows(p);
   const int64_t block_queries = QueriesPerBlock(heads);
-  const int64_t num_blocks = (num_rows + block_queries - 1) / block_queries;
-  const int64_t num_chunks = (num_keys + kKeyChunk - 1) / kKeyChunk;
+  const int64_t num_blocks = CeilDiv(num_rows, block_queries);
+  const int64_t num_chunks = CeilDiv(num_keys, kKeyChunk);
   const int64_t ld = p.logits.stride(0);
   float* const logits = p.logits.ptr<float>();
   const uint8_t* const q = p.q.ptr<const uint8_t>();

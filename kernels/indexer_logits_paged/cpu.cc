@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <utility>
 #include <vector>
 
+#include "kernels/common/math.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/indexer_logits/cpu_tile.h"
 #include "kernels/indexer_logits_paged/indexer_logits_paged.h"
@@ -24,7 +24,6 @@ using indexer_logits::kKeyTile;
 using indexer_logits::QueryBlock;
 
 constexpr int64_t kKeyChunk = 2048;  // columns per work item
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The cache as the kernel reads it.
 struct Cache {
@@ -64,8 +63,8 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
   const int64_t num_cols = p.logits.dim(1), ld = p.logits.stride(0);
   if (batch == 0 || num_cols == 0) return absl::OkStatus();
   const int64_t block_queries = indexer_logits::QueriesPerBlock(heads);
-  const int64_t query_blocks = (next_n + block_queries - 1) / block_queries;
-  const int64_t num_chunks = (num_cols + kKeyChunk - 1) / kKeyChunk;
+  const int64_t query_blocks = CeilDiv(next_n, block_queries);
+  const int64_t num_chunks = CeilDiv(num_cols, kKeyChunk);
   float* const logits = p.logits.ptr<float>();
   const uint8_t* const q = p.q.ptr<const uint8_t>();
   const float* const weights = p.weights.ptr<const float>();

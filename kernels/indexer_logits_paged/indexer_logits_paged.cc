@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/math.h"
 #include "kernels/common/status.h"
 #include "kernels/indexer_logits/indexer_logits.h"
 #include "kernels/indexer_logits_paged/cpu.h"
@@ -60,7 +61,7 @@ WorkCount Count(const Params& p) {
     for (int64_t j = 0; j < next_n; ++j) pairs += static_cast<double>(VisibleLength(p, b, j));
     const int64_t longest = VisibleLength(p, b, next_n - 1);
     keys += static_cast<double>(longest);
-    table += static_cast<double>((longest + p.block_size - 1) / p.block_size);
+    table += static_cast<double>(CeilDiv(longest, p.block_size));
   }
   WorkCount w;
   w.flops = 2.0 * static_cast<double>(h * d) * pairs;

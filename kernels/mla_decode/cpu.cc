@@ -13,6 +13,7 @@
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu/attention_tile.h"
 #include "kernels/common/cpu/gemm.h"
+#include "kernels/common/math.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/mla_decode/mla_decode.h"
 
@@ -24,8 +25,6 @@ using cpu::kVec;
 constexpr int64_t kTileTokens = 64;       // tokens per S tile (one model page)
 constexpr int64_t kMaxBlockRows = 64;     // query rows (s_q × H) per block
 constexpr int64_t kMinSplitTokens = 256;  // a context split covers at least this many tokens
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // How the rows and tokens of a call are cut into work items.
 struct Plan {
@@ -88,7 +87,7 @@ void AttendBlock(const Params& p, int64_t b, int64_t r0, int64_t nr, int64_t beg
   const int64_t rp = s.rp;
   const int64_t seqlen = ClampedSeqlen(p, b);
   std::fill(s.o.begin(), s.o.begin() + nr * kDv, 0.0f);
-  std::fill(s.m.begin(), s.m.end(), cpu::kNegInf);
+  std::fill(s.m.begin(), s.m.end(), kNegInf);
   std::fill(s.l.begin(), s.l.end(), 0.0f);
   int64_t min_limit = seqlen, max_limit = 0;
   for (int64_t r = 0; r < nr; ++r) {
@@ -101,7 +100,7 @@ void AttendBlock(const Params& p, int64_t b, int64_t r0, int64_t nr, int64_t beg
   end = std::min(end, max_limit);
   if (begin >= end) return;
 
-  const float scale = p.sm_scale * cpu::kLog2e;
+  const float scale = p.sm_scale * kLog2e;
   const bf16_t* q = p.q.ptr<const bf16_t>();
   const int64_t rp_packed = CeilDiv(rp, cpu::kGemmNr) * cpu::kGemmNr;
   for (int64_t r = 0; r < rp_packed; ++r) {
@@ -165,7 +164,7 @@ void WriteRow(const Params& p, int64_t b, int64_t row, const float* o, float m, 
   for (int64_t c = 0; c < kDv; ++c) out[c] = FloatToBf16(l > 0 ? o[c] * inv : 0.0f);
   if (p.lse.present()) {
     p.lse.ptr<float>()[b * p.lse.stride(0) + i * p.lse.stride(1) + h * p.lse.stride(2)] =
-        l > 0 ? (m + std::log2(l)) * cpu::kLn2 : cpu::kNegInf;
+        l > 0 ? (m + std::log2(l)) * kLn2 : kNegInf;
   }
 }
 
@@ -200,7 +199,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
   // Split the tokens: partial results per (block, split), then a combine per block.
   const int64_t splits = plan.splits, br = plan.block_rows;
   std::vector<float> part_o(static_cast<size_t>(blocks * splits * br * kDv));
-  std::vector<float> part_m(static_cast<size_t>(blocks * splits * br), cpu::kNegInf);
+  std::vector<float> part_m(static_cast<size_t>(blocks * splits * br), kNegInf);
   std::vector<float> part_l(static_cast<size_t>(blocks * splits * br), 0.0f);
   ParallelFor(ctx.pool, blocks * splits, 1, [&](int64_t first, int64_t last) {
     Scratch s(br, d);
@@ -225,15 +224,15 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
       int64_t r0;
       const int64_t nr = block_range(blk, &r0);
       for (int64_t r = 0; r < nr; ++r) {
-        float m = cpu::kNegInf;
+        float m = kNegInf;
         for (int64_t sp = 0; sp < splits; ++sp) {
           m = std::max(m, part_m[(blk * splits + sp) * br + r]);
         }
         float l = 0.0f;
         std::fill(o.begin(), o.end(), 0.0f);
-        for (int64_t sp = 0; sp < splits && m != cpu::kNegInf; ++sp) {
+        for (int64_t sp = 0; sp < splits && m != kNegInf; ++sp) {
           const int64_t at = (blk * splits + sp) * br + r;
-          if (part_m[at] == cpu::kNegInf) continue;  // nothing visible: partial O never written
+          if (part_m[at] == kNegInf) continue;  // nothing visible: partial O never written
           const float w = std::exp2(part_m[at] - m);
           l += part_l[at] * w;
           const float* po = part_o.data() + at * kDv;

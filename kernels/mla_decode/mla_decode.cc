@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/math.h"
 #include "kernels/common/status.h"
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
@@ -21,7 +22,7 @@ namespace {
 class ReadableCounter {
  public:
   ReadableCounter(const Params& p, int64_t b, int64_t seqlen) : page_size_(p.kv_cache.dim(1)) {
-    const int64_t pages = (seqlen + page_size_ - 1) / page_size_;
+    const int64_t pages = CeilDiv(seqlen, page_size_);
     const int32_t* row = p.block_table.ptr<const int32_t>() + b * p.block_table.stride(0);
     valid_before_.assign(static_cast<size_t>(pages + 1), 0);
     for (int64_t j = 0; j < pages; ++j) {
@@ -44,28 +45,28 @@ class ReadableCounter {
 // GPU implementations: the kernel's split plan is shapes-only (lengths are device data), so
 // workspace(p) and run(p) agree; run() lowers the split count to what the caller's workspace
 // holds. Count(p) reads block_table / cache_seqlens on the host and is never called here.
-template <GpuKernel kKernel>
+template <gpu::GpuKernel kKernel>
 bool SupportsGpu(const Params& p, std::string* why) {
-  return GpuSupports(kKernel, p, why);
+  return gpu::GpuSupports(kKernel, p, why);
 }
 
-template <GpuKernel kKernel>
+template <gpu::GpuKernel kKernel>
 int64_t GpuWorkspace(const Params& p) {
-  return SplitWorkspaceBytes(p, GpuSplits(p, kKernel));
+  return gpu::SplitWorkspaceBytes(p, gpu::GpuSplits(p, kKernel));
 }
 
-template <GpuKernel kKernel>
+template <gpu::GpuKernel kKernel>
 absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
-  const int splits =
-      SplitsThatFit(p, GpuSplits(p, kKernel), ctx.workspace == nullptr ? 0 : ctx.workspace_bytes);
-  const auto stream = static_cast<gpu::Stream>(ctx.stream);
+  const int splits = gpu::SplitsThatFit(p, gpu::GpuSplits(p, kKernel),
+                                        ctx.workspace == nullptr ? 0 : ctx.workspace_bytes);
+  const auto stream = static_cast<::attnd::gpu::Stream>(ctx.stream);
 #if defined(ATTND_GPU_CUDA)
-  if constexpr (kKernel == GpuKernel::kMma) {
-    GPU_RETURN_IF_ERROR(LaunchMlaDecodeMma(p, splits, ctx.workspace, stream));
+  if constexpr (kKernel == gpu::GpuKernel::kMma) {
+    GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeMma(p, splits, ctx.workspace, stream));
     return absl::OkStatus();
   }
 #endif
-  GPU_RETURN_IF_ERROR(LaunchMlaDecodeSimt(p, splits, ctx.workspace, stream));
+  GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeSimt(p, splits, ctx.workspace, stream));
   return absl::OkStatus();
 }
 #endif
@@ -139,12 +140,12 @@ WorkCount Count(const Params& p) {
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-    GpuImpl<Params>("mma", SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>,
-                    GpuWorkspace<GpuKernel::kMma>),
+    GpuImpl<Params>("mma", SupportsGpu<gpu::GpuKernel::kMma>, RunGpu<gpu::GpuKernel::kMma>,
+                    GpuWorkspace<gpu::GpuKernel::kMma>),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-        GpuImpl<Params>("simt", SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
-                        GpuWorkspace<GpuKernel::kSimt>),
+        GpuImpl<Params>("simt", SupportsGpu<gpu::GpuKernel::kSimt>, RunGpu<gpu::GpuKernel::kSimt>,
+                        GpuWorkspace<gpu::GpuKernel::kSimt>),
 #endif
         {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
   };

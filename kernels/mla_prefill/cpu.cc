@@ -12,6 +12,7 @@
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu/attention_tile.h"
 #include "kernels/common/cpu/gemm.h"
+#include "kernels/common/math.h"
 #include "kernels/common/status.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/mla_prefill/mla_prefill.h"
@@ -24,7 +25,6 @@ using cpu::kVec;
 constexpr int64_t kBlockQ = 64;  // queries per work item
 constexpr int64_t kTileK = 64;   // keys per tile
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t CuAt(const Tensor& cu, int64_t i) { return cu.ptr<const int32_t>()[i * cu.stride(0)]; }
 
 struct Item {
@@ -65,7 +65,7 @@ void WriteRow(const Params& p, int64_t token, int64_t h, const float* o, float m
   for (int64_t c = 0; c < d_v; ++c) out[c] = FloatToBf16(l > 0 ? o[c] * inv : 0.0f);
   if (p.lse.present()) {
     p.lse.ptr<float>()[token * p.lse.stride(0) + h * p.lse.stride(1)] =
-        l > 0 ? (m + std::log2(l)) * cpu::kLn2 : cpu::kNegInf;
+        l > 0 ? (m + std::log2(l)) * kLn2 : kNegInf;
   }
 }
 
@@ -89,11 +89,11 @@ void AttendBlock(const Params& p, const Item& item, Scratch& s) {
   }
   for (int64_t r = nr; r < rp; ++r) s.limit[r] = static_cast<int32_t>(max_limit);
   std::fill(s.o.begin(), s.o.begin() + nr * d_v, 0.0f);
-  std::fill(s.m.begin(), s.m.end(), cpu::kNegInf);
+  std::fill(s.m.begin(), s.m.end(), kNegInf);
   std::fill(s.l.begin(), s.l.end(), 0.0f);
 
   if (max_limit > 0) {
-    const float scale = p.sm_scale * cpu::kLog2e;
+    const float scale = p.sm_scale * kLog2e;
     const bf16_t* q =
         p.q.ptr<const bf16_t>() + (q_start + item.q0) * p.q.stride(0) + h * p.q.stride(1);
     for (int64_t r = 0; r < rp_packed; ++r) {
@@ -166,7 +166,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
   const int64_t covered = CuAt(p.cu_seqlens_q, batch);
   const std::vector<float> zeros(static_cast<size_t>(d_v), 0.0f);
   for (int64_t t = covered; t < total_q; ++t) {
-    for (int64_t h = 0; h < heads; ++h) WriteRow(p, t, h, zeros.data(), cpu::kNegInf, 0.0f);
+    for (int64_t h = 0; h < heads; ++h) WriteRow(p, t, h, zeros.data(), kNegInf, 0.0f);
   }
   return absl::OkStatus();
 }

@@ -40,27 +40,28 @@ absl::Status CheckOneCuSeqlens(const Tensor& cu, const char* name, int64_t total
 // CheckCuSeqlens (well-formed input gives the CPU's output; malformed input stays memory-safe,
 // output unspecified: gpu/common.cuh). Count(p) reads cu_seqlens on the host and is never called
 // here.
-template <GpuKernel kKernel>
+template <gpu::GpuKernel kKernel>
 bool SupportsGpu(const Params& p, std::string* why) {
-  return GpuSupports(kKernel, p, why);
+  return gpu::GpuSupports(kKernel, p, why);
 }
 
-int64_t GpuWorkspace(const Params& p) { return WorkspaceBytes(p); }
+int64_t GpuWorkspace(const Params& p) { return gpu::WorkspaceBytes(p); }
 
-template <GpuKernel kKernel>
+template <gpu::GpuKernel kKernel>
 absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
-  if (ctx.workspace == nullptr || ctx.workspace_bytes < WorkspaceBytes(p)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mla_prefill: workspace of ", ctx.workspace_bytes, " bytes, want ", WorkspaceBytes(p)));
+  if (ctx.workspace == nullptr || ctx.workspace_bytes < gpu::WorkspaceBytes(p)) {
+    return absl::InvalidArgumentError(absl::StrCat("mla_prefill: workspace of ",
+                                                   ctx.workspace_bytes, " bytes, want ",
+                                                   gpu::WorkspaceBytes(p)));
   }
-  const auto stream = static_cast<gpu::Stream>(ctx.stream);
+  const auto stream = static_cast<::attnd::gpu::Stream>(ctx.stream);
 #if defined(ATTND_GPU_CUDA)
-  if constexpr (kKernel == GpuKernel::kMma) {
-    GPU_RETURN_IF_ERROR(LaunchMlaPrefillMma(p, ctx.workspace, stream));
+  if constexpr (kKernel == gpu::GpuKernel::kMma) {
+    GPU_RETURN_IF_ERROR(gpu::LaunchMlaPrefillMma(p, ctx.workspace, stream));
     return absl::OkStatus();
   }
 #endif
-  GPU_RETURN_IF_ERROR(LaunchMlaPrefillSimt(p, ctx.workspace, stream));
+  GPU_RETURN_IF_ERROR(gpu::LaunchMlaPrefillSimt(p, ctx.workspace, stream));
   return absl::OkStatus();
 }
 #endif
@@ -134,10 +135,11 @@ WorkCount Count(const Params& p) {
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-    GpuImpl<Params>("mma", SupportsGpu<GpuKernel::kMma>, RunGpu<GpuKernel::kMma>, GpuWorkspace),
+    GpuImpl<Params>("mma", SupportsGpu<gpu::GpuKernel::kMma>, RunGpu<gpu::GpuKernel::kMma>,
+                    GpuWorkspace),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-        GpuImpl<Params>("simt", SupportsGpu<GpuKernel::kSimt>, RunGpu<GpuKernel::kSimt>,
+        GpuImpl<Params>("simt", SupportsGpu<gpu::GpuKernel::kSimt>, RunGpu<gpu::GpuKernel::kSimt>,
                         GpuWorkspace),
 #endif
         {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},

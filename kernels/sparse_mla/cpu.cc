@@ -22,6 +22,7 @@
 #include "kernels/common/cpu/attention_tile.h"
 #include "kernels/common/cpu/gemm.h"
 #include "kernels/common/fp8.h"
+#include "kernels/common/math.h"
 #include "kernels/common/status.h"
 #include "kernels/sparse_mla/sparse_mla.h"
 
@@ -35,7 +36,7 @@ constexpr int64_t kLanes = cpu::kVec;  // f32 lanes per vector
 // panels a converted row is spread over (and consecutive K rows) do not share an L1 set.
 constexpr int64_t kVPanelStride = kChunk * cpu::kGemmNr + 16;
 constexpr int64_t kRowPad = 16;
-constexpr double kLn2 = 0.6931471805599453;
+constexpr double kLn2Double = 0.6931471805599453;  // the LSE is formed in double
 
 // The slots of token t, from either selection form (CSR indptr checked by CheckSelectionData).
 struct SlotRow {
@@ -70,7 +71,7 @@ struct Scratch {
         m(RoundUp(heads)),
         l(RoundUp(heads)),
         alpha(RoundUp(heads)) {}
-  static int64_t RoundUp(int64_t h) { return (h + kLanes - 1) / kLanes * kLanes; }
+  static int64_t RoundUp(int64_t h) { return CeilDiv(h, kLanes) * kLanes; }
 
   std::vector<float> q_rows;       // [heads, d_qk] q·sm_scale·log2e
   std::vector<float> q_packed;     // Qᵀ [d_qk, heads] in the packed-B layout
@@ -207,7 +208,7 @@ void ConvertRows(const Params& p, const int32_t* rows, int64_t n, Scratch& sc) {
 void RunItem(const Params& p, int64_t t, int64_t h0, int64_t heads, Scratch& sc) {
   const int64_t d_qk = p.q.dim(2), s_rows = p.kv.dim(0);
   const int64_t heads8 = Scratch::RoundUp(heads);
-  const float q_scale = p.sm_scale * cpu::kLog2e;
+  const float q_scale = p.sm_scale * kLog2e;
   const bf16_t* q = p.q.ptr<const bf16_t>() + t * p.q.stride(0);
   for (int64_t h = 0; h < heads; ++h) {
     const bf16_t* src = q + (h0 + h) * p.q.stride(1);
@@ -216,7 +217,7 @@ void RunItem(const Params& p, int64_t t, int64_t h0, int64_t heads, Scratch& sc)
     for (int64_t d = 0; d < d_qk; ++d) dst[d] *= q_scale;
   }
   cpu::GemmPackB(heads, d_qk, sc.q_rows.data(), d_qk, /*b_transposed=*/true, sc.q_packed.data());
-  std::fill(sc.m.begin(), sc.m.end(), cpu::kNegInf);
+  std::fill(sc.m.begin(), sc.m.end(), kNegInf);
   std::fill(sc.l.begin(), sc.l.end(), 0.0f);
 
   const SlotRow sel = Slots(p, t);
@@ -228,7 +229,7 @@ void RunItem(const Params& p, int64_t t, int64_t h0, int64_t heads, Scratch& sc)
     ConvertRows(p, sc.rows[cur], n, sc);
     const int64_t n_next = GatherRows(sel, s_rows, &pos, sc.rows[1 - cur]);
     RowPrefetcher prefetch(p, sc.rows[1 - cur], n_next);
-    const int64_t row_slices = (n + cpu::kGemmMr - 1) / cpu::kGemmMr;
+    const int64_t row_slices = CeilDiv(n, cpu::kGemmMr);
     const int64_t panels = kDimV / cpu::kGemmNr;
     int64_t slices_left = row_slices + panels;
     // Sᵀ = K·Qᵀ one micro-tile row group at a time. Padded heads (heads..heads8) read Qᵀ's
@@ -263,7 +264,7 @@ void RunItem(const Params& p, int64_t t, int64_t h0, int64_t heads, Scratch& sc)
     bf16_t* o = out + (h0 + h) * p.out.stride(1);
     if (!any) {
       std::fill(o, o + kDimV, FloatToBf16(0.0f));
-      if (lse != nullptr) lse[h0 + h] = cpu::kNegInf;
+      if (lse != nullptr) lse[h0 + h] = kNegInf;
       continue;
     }
     const float inv = 1.0f / sc.l[h];
@@ -271,7 +272,7 @@ void RunItem(const Params& p, int64_t t, int64_t h0, int64_t heads, Scratch& sc)
     for (int64_t d = 0; d < kDimV; ++d) o[d] = FloatToBf16(a[d] * inv);
     if (lse != nullptr) {
       lse[h0 + h] = static_cast<float>(
-          (static_cast<double>(sc.m[h]) + std::log2(static_cast<double>(sc.l[h]))) * kLn2);
+          (static_cast<double>(sc.m[h]) + std::log2(static_cast<double>(sc.l[h]))) * kLn2Double);
     }
   }
 }
@@ -280,7 +281,7 @@ void RunItem(const Params& p, int64_t t, int64_t h0, int64_t heads, Scratch& sc)
 // there are fewer than two items per thread.
 int64_t HeadBlock(int64_t t, int64_t h, int threads) {
   int64_t block = std::min(h, kMaxHeadBlock);
-  while (block > kLanes && t * ((h + block - 1) / block) < 2 * threads) {
+  while (block > kLanes && t * CeilDiv(h, block) < 2 * threads) {
     block = Scratch::RoundUp(block / 2);
   }
   return block;
@@ -294,7 +295,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
   if (t_count == 0) return absl::OkStatus();
   const int threads = ctx.pool != nullptr ? ctx.pool->num_threads() : 1;
   const int64_t block = HeadBlock(t_count, h, threads);
-  const int64_t blocks = (h + block - 1) / block;
+  const int64_t blocks = CeilDiv(h, block);
   ParallelFor(ctx.pool, t_count * blocks, 1, [&](int64_t begin, int64_t end) {
     Scratch sc(block, d_qk);
     for (int64_t item = begin; item < end; ++item) {

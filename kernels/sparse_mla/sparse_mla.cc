@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status.h"
+#include "kernels/common/supports.h"
 #include "kernels/sparse_mla/cpu.h"
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
@@ -57,7 +58,7 @@ absl::Status ValidateKv(const Tensor& kv, int64_t d_qk) {
           absl::StrCat("kv: stride of dim 0 is ", kv.stride(0),
                        " bytes, want a multiple of 4 (FP8 rows hold f32 scales)"));
     }
-    if (kv.dim(0) > 0 && reinterpret_cast<uintptr_t>(kv.data) % 4 != 0) {
+    if (kv.dim(0) > 0 && !Aligned(kv.data, 4)) {
       return absl::InvalidArgumentError(
           "kv: data pointer is not 4-byte aligned (FP8 rows hold f32 scales)");
     }
@@ -77,31 +78,32 @@ absl::Status ValidateKv(const Tensor& kv, int64_t d_qk) {
 // workspace = the split partials. Never reads the selection on the host (Count would: it is not
 // called here). A CSR indptr cannot be checked on the host: the kernels clamp each row to
 // [clamp(indptr[t], 0, nnz), clamp(indptr[t+1], that, nnz)).
-Impl<Params> KernelImpl(absl::string_view kind, GpuKernel kernel) {
+Impl<Params> KernelImpl(absl::string_view kind, gpu::GpuKernel kernel) {
   return GpuImpl<Params>(
-      kind, [kernel](const Params& p, std::string* why) { return GpuSupports(kernel, p, why); },
+      kind,
+      [kernel](const Params& p, std::string* why) { return gpu::GpuSupports(kernel, p, why); },
       [kernel](const Params& p, const ExecContext& ctx) -> absl::Status {
         const int64_t bytes = ctx.workspace != nullptr ? ctx.workspace_bytes : 0;
-        const int splits = SplitsThatFit(p, GpuSplits(p, kernel), bytes);
-        const auto stream = static_cast<gpu::Stream>(ctx.stream);
+        const int splits = gpu::SplitsThatFit(p, gpu::GpuSplits(p, kernel), bytes);
+        const auto stream = static_cast<::attnd::gpu::Stream>(ctx.stream);
 #if defined(ATTND_GPU_CUDA)
-        if (kernel == GpuKernel::kWgmma) {
-          GPU_RETURN_IF_ERROR(LaunchSparseMlaWgmma(p, splits, ctx.workspace, stream));
+        if (kernel == gpu::GpuKernel::kWgmma) {
+          GPU_RETURN_IF_ERROR(gpu::LaunchSparseMlaWgmma(p, splits, ctx.workspace, stream));
           return absl::OkStatus();
         }
-        if (kernel == GpuKernel::kMma) {
-          GPU_RETURN_IF_ERROR(LaunchSparseMlaMma(p, splits, ctx.workspace, stream));
+        if (kernel == gpu::GpuKernel::kMma) {
+          GPU_RETURN_IF_ERROR(gpu::LaunchSparseMlaMma(p, splits, ctx.workspace, stream));
           return absl::OkStatus();
         }
-        if (kernel == GpuKernel::kMmaLowH) {
-          GPU_RETURN_IF_ERROR(LaunchSparseMlaMmaLowh(p, splits, ctx.workspace, stream));
+        if (kernel == gpu::GpuKernel::kMmaLowH) {
+          GPU_RETURN_IF_ERROR(gpu::LaunchSparseMlaMmaLowh(p, splits, ctx.workspace, stream));
           return absl::OkStatus();
         }
 #endif
-        GPU_RETURN_IF_ERROR(LaunchSparseMlaSimt(p, splits, ctx.workspace, stream));
+        GPU_RETURN_IF_ERROR(gpu::LaunchSparseMlaSimt(p, splits, ctx.workspace, stream));
         return absl::OkStatus();
       },
-      [kernel](const Params& p) { return SplitWorkspaceBytes(p, GpuSplits(p, kernel)); });
+      [kernel](const Params& p) { return gpu::SplitWorkspaceBytes(p, gpu::GpuSplits(p, kernel)); });
 }
 #endif
 
@@ -110,14 +112,14 @@ Impl<Params> KernelImpl(absl::string_view kind, GpuKernel kernel) {
 // selection; its workspace holds the decision and both kernels' split partials.
 Impl<Params> MmaAutoImpl() {
   return GpuImpl<Params>(
-      "mma_auto", [](const Params& p, std::string* why) { return MmaAutoSupports(p, why); },
+      "mma_auto", [](const Params& p, std::string* why) { return gpu::MmaAutoSupports(p, why); },
       [](const Params& p, const ExecContext& ctx) -> absl::Status {
         const int64_t bytes = ctx.workspace != nullptr ? ctx.workspace_bytes : 0;
-        GPU_RETURN_IF_ERROR(
-            LaunchSparseMlaMmaAuto(p, ctx.workspace, bytes, static_cast<gpu::Stream>(ctx.stream)));
+        GPU_RETURN_IF_ERROR(gpu::LaunchSparseMlaMmaAuto(
+            p, ctx.workspace, bytes, static_cast<::attnd::gpu::Stream>(ctx.stream)));
         return absl::OkStatus();
       },
-      [](const Params& p) { return MmaAutoWorkspaceBytes(p); });
+      [](const Params& p) { return gpu::MmaAutoWorkspaceBytes(p); });
 }
 #endif
 
@@ -210,18 +212,18 @@ const std::vector<Impl<Params>>& Implementations() {
   static const std::vector<Impl<Params>>* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
     // sm_90a, H % 64 == 0: first where it runs.
-    KernelImpl("wgmma", GpuKernel::kWgmma),
+    KernelImpl("wgmma", gpu::GpuKernel::kWgmma),
         // H <= 32, bf16 cache: cuda_mma_lowh when the sampled neighbours share rows, else
         // cuda_mma, decided by a device-side estimate (gpu/mma_auto.cu).
-        MmaAutoImpl(), KernelImpl("mma", GpuKernel::kMma),
+        MmaAutoImpl(), KernelImpl("mma", gpu::GpuKernel::kMma),
         // H <= 32, several neighbouring tokens per CTA gathering the union of their rows once:
         // faster than cuda_mma when neighbours share rows (causal kpool4 on one cache), slower on
         // uniform or disjoint selections (docs/BENCHMARKS.md "Low head counts"). Listed after
         // cuda_mma: by name, or through cuda_mma_auto, which runs it where the overlap pays.
-        KernelImpl("mma_lowh", GpuKernel::kMmaLowH),
+        KernelImpl("mma_lowh", gpu::GpuKernel::kMmaLowH),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-        KernelImpl("simt", GpuKernel::kSimt),
+        KernelImpl("simt", gpu::GpuKernel::kSimt),
 #endif
         {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
   };

@@ -11,7 +11,7 @@
 #include "kernels/topk/gpu/launch.h"
 #endif
 #if defined(ATTND_GPU_CUDA)
-#include "kernels/topk/gpu/stream.h"  // after launch.h: it declares namespace topk::gpu
+#include "kernels/topk/gpu/stream.h"
 #endif
 
 namespace attnd::kernels::topk {
@@ -139,7 +139,7 @@ const std::vector<Impl<Params>>& Implementations() {
     GpuImpl("stream", gpu::SupportsStream, gpu::LaunchTopkStream),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
-        GpuImpl("simt", SupportsSimt, LaunchTopkSimt),
+        GpuImpl("simt", SupportsSimt, gpu::LaunchTopkSimt),
 #endif
         CpuImpl(RunCpu),
   };

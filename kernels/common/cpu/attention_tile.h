@@ -7,9 +7,9 @@
 
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "kernels/common/cpu/gemm.h"
+#include "kernels/common/math.h"
 
 namespace attnd::kernels::cpu {
 
@@ -22,9 +22,6 @@ typedef uint16_t V8hu __attribute__((vector_size(16), aligned(2)));
 typedef uint32_t V8u __attribute__((vector_size(32)));
 
 inline constexpr int kVec = 8;  // floats per vector; tile row counts are padded to a multiple
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
-inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline V8f LoadV(const float* p) { return *reinterpret_cast<const V8fu*>(p); }
 inline void StoreV(float* p, V8f v) { *reinterpret_cast<V8fu*>(p) = v; }

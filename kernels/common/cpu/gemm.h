@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/math.h"
+
 namespace attnd::kernels::cpu {
 
 inline constexpr int kGemmMr = 6;   // rows of C per micro-tile
@@ -19,9 +21,7 @@ inline int64_t GemmPackSize(int64_t k) { return k * kGemmNr; }
 // Pre-packed B, for a B reused across many products (one query's Qᵀ against every KV chunk) or
 // written straight in this layout by a caller that converts its data anyway: ceil(n/16) panels
 // of k×16 floats, B(kk, j) at packed[(j / 16)·k·16 + kk·16 + j % 16], columns past n zero.
-inline int64_t GemmPackedBSize(int64_t n, int64_t k) {
-  return (n + kGemmNr - 1) / kGemmNr * kGemmNr * k;
-}
+inline int64_t GemmPackedBSize(int64_t n, int64_t k) { return CeilDiv(n, kGemmNr) * kGemmNr * k; }
 void GemmPackB(int64_t n, int64_t k, const float* b, int64_t ldb, bool b_transposed, float* packed);
 
 // C[i*ldc + j] = (accumulate ? C : 0) + Σ_k A[i*lda + k] · B(k, j), where B(k, j) is

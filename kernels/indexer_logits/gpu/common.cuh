@@ -7,11 +7,10 @@
 #include <stdint.h>
 
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/indexer_logits/gpu/problem.h"
 
 namespace attnd::kernels::indexer_logits::gpu {
-
-inline constexpr float kNegInf = -__builtin_huge_valf();
 
 // The rows and columns one CTA owns.
 struct BlockWork {

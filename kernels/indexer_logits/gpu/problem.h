@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "kernels/common/math.h"
+
 namespace attnd::kernels::indexer_logits::gpu {
 
 // Rows come in num_groups groups of rows_per_group (prefill: one group of M rows; paged: one
@@ -57,19 +59,19 @@ struct IndexerProblem {
 inline void ChooseSplit(IndexerProblem* p, int queries_per_block, int64_t tile_keys,
                         int64_t target_ctas) {
   p->queries_per_block = queries_per_block;
-  p->blocks_per_group = (p->rows_per_group + queries_per_block - 1) / queries_per_block;
+  p->blocks_per_group = CeilDiv(p->rows_per_group, queries_per_block);
   const int64_t blocks = p->num_groups * p->blocks_per_group;
   int64_t chunks = 1;
   if (blocks > 0 && blocks < target_ctas) {
-    const int64_t by_size = (p->num_cols + 4 * tile_keys - 1) / (4 * tile_keys);
-    const int64_t by_ctas = (target_ctas + blocks - 1) / blocks;
+    const int64_t by_size = CeilDiv(p->num_cols, 4 * tile_keys);
+    const int64_t by_ctas = CeilDiv(target_ctas, blocks);
     chunks = by_size < by_ctas ? by_size : by_ctas;
     if (chunks < 1) chunks = 1;
   }
-  const int64_t per_chunk = (p->num_cols + chunks - 1) / chunks;
-  p->key_chunk = (per_chunk + tile_keys - 1) / tile_keys * tile_keys;
+  const int64_t per_chunk = CeilDiv(p->num_cols, chunks);
+  p->key_chunk = CeilDiv(per_chunk, tile_keys) * tile_keys;
   if (p->key_chunk < tile_keys) p->key_chunk = tile_keys;
-  p->num_chunks = (p->num_cols + p->key_chunk - 1) / p->key_chunk;
+  p->num_chunks = CeilDiv(p->num_cols, p->key_chunk);
 }
 
 // The grid ChooseSplit gives, in CTAs (one dimension; must stay below kMaxGridCtas).

@@ -18,9 +18,7 @@ using indexer_logits::gpu::CurrentDeviceCapability;
 using indexer_logits::gpu::CurrentDeviceSmCount;
 using indexer_logits::gpu::GridCtas;
 using indexer_logits::gpu::IndexerMmaKernel;
-using indexer_logits::gpu::kMaxGridCtas;
 using indexer_logits::gpu::kMmaBlockN;
-using indexer_logits::gpu::kMmaMinCapability;
 using indexer_logits::gpu::kMmaThreads;
 using indexer_logits::gpu::MmaLayout;
 
@@ -69,10 +67,11 @@ bool MmaSupports(const Params& p, std::string* why) {
     return Refuse(why, "block_size is ", p.block_size, ", want < 2^31");
   }
   const int capability = CurrentDeviceCapability();
-  if (capability < kMmaMinCapability) {
-    return Refuse(why, "compute capability ", capability, ", want >= ", kMmaMinCapability);
+  if (capability < indexer_logits::gpu::kMmaMinCapability) {
+    return Refuse(why, "compute capability ", capability,
+                  ", want >= ", indexer_logits::gpu::kMmaMinCapability);
   }
-  if (!Empty(p) && GridCtas(SplitMma(p)) >= kMaxGridCtas) {
+  if (!Empty(p) && GridCtas(SplitMma(p)) >= indexer_logits::gpu::kMaxGridCtas) {
     return Refuse(why, "grid does not fit one dimension");
   }
   return true;

@@ -12,10 +12,8 @@ using indexer_logits::gpu::ChooseSplit;
 using indexer_logits::gpu::CurrentDeviceSmCount;
 using indexer_logits::gpu::GridCtas;
 using indexer_logits::gpu::IndexerSimtKernel;
-using indexer_logits::gpu::kMaxGridCtas;
 using indexer_logits::gpu::kSimtBlockM;
 using indexer_logits::gpu::kSimtBlockN;
-using indexer_logits::gpu::kSimtCtasPerSm;
 using indexer_logits::gpu::kSimtThreads;
 using indexer_logits::gpu::SimtShared;
 
@@ -24,7 +22,7 @@ bool Empty(const Params& p) { return p.q.dim(0) == 0 || p.logits.dim(1) == 0; }
 IndexerProblem SplitSimt(const Params& p) {
   IndexerProblem x = MakePagedProblem(p);
   ChooseSplit(&x, kSimtBlockM / x.heads, kSimtBlockN,
-              int64_t{kSimtCtasPerSm} * CurrentDeviceSmCount());
+              int64_t{indexer_logits::gpu::kSimtCtasPerSm} * CurrentDeviceSmCount());
   return x;
 }
 
@@ -34,7 +32,7 @@ bool SimtSupports(const Params& p, std::string* why) {
   if (p.block_size > kMaxBlockSize) {
     return Refuse(why, "block_size is ", p.block_size, ", want < 2^31");
   }
-  if (!Empty(p) && GridCtas(SplitSimt(p)) >= kMaxGridCtas) {
+  if (!Empty(p) && GridCtas(SplitSimt(p)) >= indexer_logits::gpu::kMaxGridCtas) {
     return Refuse(why, "grid does not fit one dimension");
   }
   return true;

@@ -10,10 +10,11 @@
 
 #include "kernels/common/gpu/convert.cuh"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/mla_decode/gpu/common.cuh"
 #include "kernels/mla_decode/gpu/plan.h"
 
-namespace attnd::kernels::mla_decode {
+namespace attnd::kernels::mla_decode::gpu {
 namespace {
 
 constexpr int kThreads = 256;
@@ -51,7 +52,7 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineKernel(const DecodeA
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     uint16_t* out = OutRow(a, b, row) + col;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) out[i] = gpu::FloatToBf16(acc[i] * inv);
+    for (int i = 0; i < 4; ++i) out[i] = ::attnd::gpu::FloatToBf16(acc[i] * inv);
     if (col == 0 && a.lse != nullptr) {
       *LseAt(a, b, row) = sum > 0.0f ? (max_lse + log2f(sum)) * kLn2 : -INFINITY;
     }
@@ -60,12 +61,12 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineKernel(const DecodeA
 
 }  // namespace
 
-gpu::Error LaunchMlaDecodeCombine(const DecodeArgs& a, gpu::Stream stream) {
+::attnd::gpu::Error LaunchMlaDecodeCombine(const DecodeArgs& a, ::attnd::gpu::Stream stream) {
   const int64_t rows = static_cast<int64_t>(a.batch) * a.rows;
-  if (rows == 0) return gpu::kSuccess;
-  const int64_t blocks = std::min((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxBlocks);
+  if (rows == 0) return ::attnd::gpu::kSuccess;
+  const int64_t blocks = std::min(CeilDiv(rows, kRowsPerBlock), kMaxBlocks);
   MlaDecodeCombineKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
-  return gpu::GetLastError();
+  return ::attnd::gpu::GetLastError();
 }
 
-}  // namespace attnd::kernels::mla_decode
+}  // namespace attnd::kernels::mla_decode::gpu

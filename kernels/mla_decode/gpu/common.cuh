@@ -6,19 +6,13 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 
-namespace attnd::kernels::mla_decode {
+namespace attnd::kernels::mla_decode::gpu {
 
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
-// The running max starts finite so that exp2(m_old - m_new) never sees inf - inf; masked
-// scores are -inf and contribute exp2(-inf) = 0.
-inline constexpr float kInitialMax = -1e30f;
 inline constexpr int kDimV = 512;
-
-__host__ __device__ __forceinline__ int64_t Min64(int64_t x, int64_t y) { return x < y ? x : y; }
-__host__ __device__ __forceinline__ int64_t Max64(int64_t x, int64_t y) { return x > y ? x : y; }
 
 // Pointers and strides (elements) of one call as the kernels see them (device memory).
 struct DecodeArgs {
@@ -41,9 +35,9 @@ struct DecodeArgs {
   float* partial_o;
   float* partial_lse;
   int32_t batch, s_q, heads;
-  int32_t rows;        // s_q · H: query rows of a request (MTP tokens stacked over heads)
-  int32_t block_rows;  // rows per CTA
-  int32_t row_blocks;  // ceil(rows / block_rows)
+  int32_t rows;      // s_q · H: query rows of a request (MTP tokens stacked over heads)
+  int32_t block_m;   // rows per CTA
+  int32_t m_blocks;  // ceil(rows / block_m)
   int32_t splits;
   int32_t causal;
   float scale_log2;  // sm_scale · log2(e)
@@ -63,27 +57,27 @@ struct WorkItem {
   int64_t begin, end;
 };
 
-// blockIdx.x = ((b · splits) + split) · row_blocks + row_block: the row blocks of one split,
+// blockIdx.x = ((b · splits) + split) · m_blocks + row_block: the row blocks of one split,
 // which read the same pages, are neighbours in launch order.
 __device__ __forceinline__ WorkItem DecodeWorkItem(const DecodeArgs& a, int64_t block,
-                                                   int tile_tokens) {
+                                                   int block_n) {
   WorkItem w;
-  const int32_t rb = static_cast<int32_t>(block % a.row_blocks);
-  const int64_t bs = block / a.row_blocks;
+  const int32_t rb = static_cast<int32_t>(block % a.m_blocks);
+  const int64_t bs = block / a.m_blocks;
   w.split = static_cast<int32_t>(bs % a.splits);
   w.b = bs / a.splits;
-  w.row0 = rb * a.block_rows;
-  w.nrows = a.rows - w.row0 < a.block_rows ? a.rows - w.row0 : a.block_rows;
+  w.row0 = rb * a.block_m;
+  w.nrows = a.rows - w.row0 < a.block_m ? a.rows - w.row0 : a.block_m;
   const int64_t raw = a.seqlens[w.b * a.seqlens_stride];
   w.seqlen = Min64(Max64(raw, 0), a.capacity);
   // Rows see a prefix that grows with the MTP token index: the block's last row sees the most.
   const int32_t last_token = (w.row0 + w.nrows - 1) / a.heads;
   int64_t limit = w.seqlen;
   if (a.causal) limit = Max64(w.seqlen - a.s_q + last_token + 1, 0);
-  const int64_t tiles = (limit + tile_tokens - 1) / tile_tokens;
+  const int64_t tiles = (limit + block_n - 1) / block_n;
   const int64_t per_split = (tiles + a.splits - 1) / a.splits;
-  w.begin = Min64(w.split * per_split, tiles) * tile_tokens;
-  w.end = Min64(Min64((w.split + 1) * per_split, tiles) * tile_tokens, limit);
+  w.begin = Min64(w.split * per_split, tiles) * block_n;
+  w.end = Min64(Min64((w.split + 1) * per_split, tiles) * block_n, limit);
   if (w.end < w.begin) w.end = w.begin;
   return w;
 }
@@ -145,4 +139,4 @@ __device__ __forceinline__ void WriteEmptyRows(const DecodeArgs& a, const WorkIt
   }
 }
 
-}  // namespace attnd::kernels::mla_decode
+}  // namespace attnd::kernels::mla_decode::gpu

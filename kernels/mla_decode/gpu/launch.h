@@ -12,7 +12,7 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/mla_decode/params.h"
 
-namespace attnd::kernels::mla_decode {
+namespace attnd::kernels::mla_decode::gpu {
 
 enum class GpuKernel {
   kSimt,  // portable CUDA/HIP: 16 rows per CTA, 32-token tiles, f32 FMA
@@ -47,9 +47,11 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 // Runs the decode with `splits` splits (then the combine when splits > 1) on `stream`.
 // `workspace` holds SplitWorkspaceBytes(p, splits) bytes (may be null when splits == 1); its
 // contents on entry do not matter. Returns an error for a call GpuSupports refuses.
-gpu::Error LaunchMlaDecodeSimt(const Params& p, int splits, void* workspace, gpu::Stream stream);
+::attnd::gpu::Error LaunchMlaDecodeSimt(const Params& p, int splits, void* workspace,
+                                        ::attnd::gpu::Stream stream);
 #if defined(ATTND_GPU_CUDA)
-gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace, gpu::Stream stream);
+::attnd::gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace,
+                                       ::attnd::gpu::Stream stream);
 #endif
 
-}  // namespace attnd::kernels::mla_decode
+}  // namespace attnd::kernels::mla_decode::gpu

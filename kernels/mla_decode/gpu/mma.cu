@@ -5,7 +5,7 @@
 #include "kernels/mla_decode/gpu/mma.cuh"
 #include "kernels/mla_decode/gpu/plan.h"
 
-namespace attnd::kernels::mla_decode {
+namespace attnd::kernels::mla_decode::gpu {
 
 ATTND_MLA_DECODE_MMA_INSTANCE(extern, 1, 512, true)
 ATTND_MLA_DECODE_MMA_INSTANCE(extern, 2, 512, true)
@@ -46,9 +46,10 @@ KernelShape MmaShape(const Params& p) {
   return KernelShape{};
 }
 
-gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace, gpu::Stream stream) {
+::attnd::gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace,
+                                       ::attnd::gpu::Stream stream) {
   return LaunchDecode(p, MmaShape(p), splits, workspace, stream);
 }
 
-}  // namespace attnd::kernels::mla_decode
+}  // namespace attnd::kernels::mla_decode::gpu
 #endif  // ATTND_GPU_CUDA

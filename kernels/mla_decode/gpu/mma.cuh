@@ -1,5 +1,5 @@
 // The tensor-core MLA decode kernel (CUDA sm_80+, bf16 mma.sync m16n8k16, f32 accumulate).
-// A CTA (8 warps) takes kRows = 16·kMTiles query rows of one request (MTP tokens stacked over
+// A CTA (8 warps) takes kBlockM = 16·kMTiles query rows of one request (MTP tokens stacked over
 // heads; rows past s_q·H are zero, see nothing and are never written) and one split of its
 // positions, in tiles of 64 positions, double-buffered:
 //   gather   cp.async 16 B per thread, 8 threads per cache row, into a swizzled [64][d_qk] tile;
@@ -12,7 +12,7 @@
 //            so the output keeps f32-path accuracy; FAST: rounded once, half the P·V MMAs; row
 //            sums take the unrounded P) in shared memory: for d576 P hi lives in the rope
 //            columns of the tile, dead once Q·Kᵀ is done.
-//   O += P·V warp w owns O[:, 64w .. 64w+63] for all kRows rows (kMTiles·32 f32 registers).
+//   O += P·V warp w owns O[:, 64w .. 64w+63] for all kBlockM rows (kMTiles·32 f32 registers).
 // Instantiated in mma_d512.cu / mma_d576.cu; launched by mma.cu.
 #pragma once
 
@@ -23,46 +23,39 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/gpu/mma_sync.cuh"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/mla_decode/gpu/common.cuh"
 #include "kernels/mla_decode/gpu/plan.h"
 
-namespace attnd::kernels::mla_decode {
+namespace attnd::kernels::mla_decode::gpu {
 
 template <int kMTiles, int kDqk>
-struct MmaTile {
-  static_assert(kMTiles == 1 || kMTiles == 2 || kMTiles == 4, "16, 32 or 64 rows per CTA");
-  static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
-  static constexpr int kThreads = 256;
-  static constexpr int kWarps = 8;
-  static constexpr int kRows = 16 * kMTiles;             // rows of S and O
-  static constexpr int kTile = 64;                       // positions per tile
-  static constexpr int kRowBytes = kDqk * 2;             // Q and cache rows in shared memory
-  static constexpr int kChunks = kDqk / 8;               // 16-B chunks per row
+struct MmaTile : MmaSyncTile<kMTiles, kDqk> {
+  using Base = MmaSyncTile<kMTiles, kDqk>;
+  static_assert(kDimV == 512, "P·V: 64 columns of O per warp");
   static constexpr int kKSteps = kDqk / 16;              // k16 steps of Q·Kᵀ
   static constexpr int kMGroups = kMTiles == 1 ? 1 : 2;  // Q·Kᵀ warp grid
-  static constexpr int kNGroups = kWarps / kMGroups;
+  static constexpr int kNGroups = Base::kWarps / kMGroups;
   static constexpr int kWarpMTiles = kMTiles / kMGroups;
-  static constexpr int kWarpNTiles = kTile / 8 / kNGroups;
-  static constexpr int kOTiles = kDimV / kWarps / 8;  // n8 tiles of O per warp (8)
-  static constexpr int kLoadRows = kThreads / 8;      // cache rows per gather pass (8 thr/row)
+  static constexpr int kWarpNTiles = Base::kBlockN / 8 / kNGroups;
+  static constexpr int kLoadRows = Base::kThreads / 8;  // cache rows per gather pass (8 thr/row)
   // P hi sits in the rope chunks 64..71 of the tile's rows (d576) or in its own buffer.
   static constexpr bool kPInRope = kDqk == 576;
-  static constexpr int kPRowBytes = kTile * 2;
   // Shared memory (bytes): Q | tile stage 0 | tile stage 1 | [P hi] | P lo | row max | positions.
+  // Q rows are laid out like KV rows (kKvRowBytes).
   static constexpr int kQOffset = 0;
-  static constexpr int kKvOffset = kQOffset + kRows * kRowBytes;
-  static constexpr int kStageBytes = kTile * kRowBytes;
-  static constexpr int kPHiOffset = kKvOffset + 2 * kStageBytes;
-  static constexpr int kPLoOffset = kPHiOffset + (kPInRope ? 0 : kRows * kPRowBytes);
-  static constexpr int kRedOffset = kPLoOffset + kRows * kPRowBytes;
-  static constexpr int kPosOffset = kRedOffset + kRows * kNGroups * 4;
-  static constexpr int kSmemBytes = kPosOffset + 2 * kTile * 4;
+  static constexpr int kKvOffset = kQOffset + Base::kBlockM * Base::kKvRowBytes;
+  static constexpr int kPHiOffset = kKvOffset + 2 * Base::kKvStageBytes;
+  static constexpr int kPLoOffset = kPHiOffset + (kPInRope ? 0 : Base::kBlockM * Base::kPRowBytes);
+  static constexpr int kRedOffset = kPLoOffset + Base::kBlockM * Base::kPRowBytes;
+  static constexpr int kPosOffset = kRedOffset + Base::kBlockM * kNGroups * 4;
+  static constexpr int kSmemBytes = kPosOffset + 2 * Base::kBlockN * 4;
   static_assert(kWarpNTiles == 1 || kWarpNTiles == 2, "one ldmatrix per k-step for K");
-  static_assert(kRows <= kTile, "P hi rows live in the tile's rows");
-  static_assert(kChunks % 8 == 0, "whole gather passes");
+  static_assert(Base::kBlockM <= Base::kBlockN, "P hi rows live in the tile's rows");
+  static_assert(Base::kKvChunks % 8 == 0, "whole gather passes");
   static_assert(kNGroups % 4 == 0, "row max read as float4");
 };
 
@@ -70,18 +63,18 @@ struct MmaTile {
 template <int kMTiles, int kDqk, bool kExactP>
 __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a) {
   using T = MmaTile<kMTiles, kDqk>;
-  using namespace gpu::ptx;
+  using namespace ::attnd::gpu::ptx;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t q_s = SmemAddr(smem + T::kQOffset);
   const uint32_t kv_s = SmemAddr(smem + T::kKvOffset);
   const uint32_t p_lo_s = SmemAddr(smem + T::kPLoOffset);
-  float* red_s = reinterpret_cast<float*>(smem + T::kRedOffset);      // [kRows][kNGroups]
-  int32_t* pos_s = reinterpret_cast<int32_t*>(smem + T::kPosOffset);  // [2][kTile]
+  float* red_s = reinterpret_cast<float*>(smem + T::kRedOffset);      // [kBlockM][kNGroups]
+  int32_t* pos_s = reinterpret_cast<int32_t*>(smem + T::kPosOffset);  // [2][kBlockN]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, cq = lane % 4;  // fragment row; column pair 2·cq, 2·cq + 1
   const int mg = warp / T::kNGroups, ng = warp % T::kNGroups;
-  const WorkItem w = DecodeWorkItem(a, blockIdx.x, T::kTile);
+  const WorkItem w = DecodeWorkItem(a, blockIdx.x, T::kBlockN);
   if (w.begin >= w.end) {
     WriteEmptyRows(a, w);  // no position to read: no loads at all
     return;
@@ -89,11 +82,11 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
 
   // Gather: thread (row lr + kLoadRows·i, chunks lc + 8·k).
   const int lr = tid / 8, lc = tid % 8;
-  for (int r = lr; r < T::kRows; r += T::kLoadRows) {
+  for (int r = lr; r < T::kBlockM; r += T::kLoadRows) {
     const uint16_t* src = r < w.nrows ? QueryRow(a, w.b, w.row0 + r) : nullptr;
 #pragma unroll
-    for (int c = lc; c < T::kChunks; c += 8) {
-      const uint32_t dst = q_s + Swizzle(r, c, T::kRowBytes);
+    for (int c = lc; c < T::kKvChunks; c += 8) {
+      const uint32_t dst = q_s + Swizzle(r, c, T::kKvRowBytes);
       if (src != nullptr) {
         CpAsync16(dst, src + 8 * c, true);
       } else {
@@ -102,22 +95,22 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
     }
   }
   auto issue_tile = [&](int64_t t0, int stage) {
-    const uint32_t base = kv_s + stage * T::kStageBytes;
+    const uint32_t base = kv_s + stage * T::kKvStageBytes;
 #pragma unroll
-    for (int i = 0; i < T::kTile / T::kLoadRows; ++i) {
+    for (int i = 0; i < T::kBlockN / T::kLoadRows; ++i) {
       const int r = lr + T::kLoadRows * i;
       const int64_t pos = t0 + r;
       const int64_t off = pos < w.end ? TokenOffset(a, w.b, pos) : -1;
 #pragma unroll
-      for (int c = lc; c < T::kChunks; c += 8) {
-        const uint32_t dst = base + Swizzle(r, c, T::kRowBytes);
+      for (int c = lc; c < T::kKvChunks; c += 8) {
+        const uint32_t dst = base + Swizzle(r, c, T::kKvRowBytes);
         if (off >= 0) {
           CpAsync16(dst, a.kv + off + 8 * c, true);
         } else {
           *reinterpret_cast<uint4*>(smem + (dst - SmemAddr(smem))) = make_uint4(0, 0, 0, 0);
         }
       }
-      if (lc == 0) pos_s[stage * T::kTile + r] = off >= 0 ? static_cast<int32_t>(pos) : -1;
+      if (lc == 0) pos_s[stage * T::kBlockN + r] = off >= 0 ? static_cast<int32_t>(pos) : -1;
     }
   };
 
@@ -145,14 +138,14 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
 
   issue_tile(w.begin, 0);
   CpAsyncCommit();
-  const int64_t tiles = (w.end - w.begin + T::kTile - 1) / T::kTile;
+  const int64_t tiles = (w.end - w.begin + T::kBlockN - 1) / T::kBlockN;
   for (int64_t it = 0; it < tiles; ++it) {
     const int stage = static_cast<int>(it & 1);
-    const uint32_t kv_stage = kv_s + stage * T::kStageBytes;
+    const uint32_t kv_stage = kv_s + stage * T::kKvStageBytes;
     CpAsyncWait<0>();
     __syncthreads();  // tile `it` landed; every warp is done with tile it - 1
     if (it + 1 < tiles) {
-      issue_tile(w.begin + (it + 1) * T::kTile, stage ^ 1);
+      issue_tile(w.begin + (it + 1) * T::kBlockN, stage ^ 1);
       CpAsyncCommit();
     }
 
@@ -171,20 +164,20 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
 #pragma unroll
       for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
         const int row = (mg * T::kWarpMTiles + mi) * 16 + (lane & 15);
-        LdMatrixX4(af[mi], q_s + Swizzle(row, 2 * ks + (lane >> 4), T::kRowBytes));
+        LdMatrixX4(af[mi], q_s + Swizzle(row, 2 * ks + (lane >> 4), T::kKvRowBytes));
       }
       uint32_t bf[T::kWarpNTiles][2];
       if constexpr (T::kWarpNTiles == 2) {
         uint32_t r[4];
         const int tok = ng * 16 + (lane & 7) + ((lane >> 4) << 3);
-        LdMatrixX4(r, kv_stage + Swizzle(tok, 2 * ks + ((lane >> 3) & 1), T::kRowBytes));
+        LdMatrixX4(r, kv_stage + Swizzle(tok, 2 * ks + ((lane >> 3) & 1), T::kKvRowBytes));
         bf[0][0] = r[0];
         bf[0][1] = r[1];
         bf[T::kWarpNTiles - 1][0] = r[2];
         bf[T::kWarpNTiles - 1][1] = r[3];
       } else {
         const int tok = ng * 8 + (lane & 7);
-        LdMatrixX2(bf[0], kv_stage + Swizzle(tok, 2 * ks + ((lane >> 3) & 1), T::kRowBytes));
+        LdMatrixX2(bf[0], kv_stage + Swizzle(tok, 2 * ks + ((lane >> 3) & 1), T::kKvRowBytes));
       }
 #pragma unroll
       for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
@@ -194,7 +187,7 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
     }
 
     // Scale to log2 units, mask, and publish this warp's row maxima.
-    const int32_t* tile_pos = pos_s + stage * T::kTile;
+    const int32_t* tile_pos = pos_s + stage * T::kBlockN;
 #pragma unroll
     for (int mi = 0; mi < T::kWarpMTiles; ++mi) {
 #pragma unroll
@@ -267,7 +260,7 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
             uint32_t hi, lo;
             SplitBf16x2(p0, p1, &hi, &lo);
             const uint32_t hi_at =
-                T::kPInRope ? kv_stage + Swizzle(row, 64 + chunk, T::kRowBytes)
+                T::kPInRope ? kv_stage + Swizzle(row, 64 + chunk, T::kKvRowBytes)
                             : SmemAddr(smem + T::kPHiOffset) + Swizzle(row, chunk, T::kPRowBytes);
             const uint32_t lo_at = p_lo_s + Swizzle(row, chunk, T::kPRowBytes);
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(hi_at + 4 * cq), "r"(hi) : "memory");
@@ -275,7 +268,7 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
           } else {  // FAST: P rounded to bf16 once
             const uint32_t hi = PackBf16x2(p0, p1);
             const uint32_t hi_at =
-                T::kPInRope ? kv_stage + Swizzle(row, 64 + chunk, T::kRowBytes)
+                T::kPInRope ? kv_stage + Swizzle(row, 64 + chunk, T::kKvRowBytes)
                             : SmemAddr(smem + T::kPHiOffset) + Swizzle(row, chunk, T::kPRowBytes);
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(hi_at + 4 * cq), "r"(hi) : "memory");
           }
@@ -287,13 +280,14 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
     // O[:, 64·warp ..] += P·V, V = the tile's first 512 columns.
     const uint32_t p_hi_s = T::kPInRope ? kv_stage + 64 * 16 : SmemAddr(smem + T::kPHiOffset);
 #pragma unroll 1
-    for (int kk = 0; kk < T::kTile / 16; ++kk) {
+    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
       uint32_t bv[T::kOTiles][2];
 #pragma unroll
       for (int np = 0; np < T::kOTiles / 2; ++np) {
         uint32_t r[4];
         const int tok = 16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3);
-        LdMatrixX4Trans(r, kv_stage + Swizzle(tok, 8 * warp + 2 * np + (lane >> 4), T::kRowBytes));
+        LdMatrixX4Trans(r,
+                        kv_stage + Swizzle(tok, 8 * warp + 2 * np + (lane >> 4), T::kKvRowBytes));
         bv[2 * np][0] = r[0];
         bv[2 * np][1] = r[1];
         bv[2 * np + 1][0] = r[2];
@@ -304,7 +298,8 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
         const int row = mt * 16 + (lane & 15), chunk = 2 * kk + (lane >> 4);
         if constexpr (kExactP) {  // HIGH: (P hi + P lo)·V
           uint32_t ahi[4], alo[4];
-          LdMatrixX4(ahi, p_hi_s + Swizzle(row, chunk, T::kPInRope ? T::kRowBytes : T::kPRowBytes));
+          LdMatrixX4(ahi,
+                     p_hi_s + Swizzle(row, chunk, T::kPInRope ? T::kKvRowBytes : T::kPRowBytes));
           LdMatrixX4(alo, p_lo_s + Swizzle(row, chunk, T::kPRowBytes));
 #pragma unroll
           for (int n = 0; n < T::kOTiles; ++n) {
@@ -313,7 +308,8 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
           }
         } else {  // FAST: bf16 P·V
           uint32_t ahi[4];
-          LdMatrixX4(ahi, p_hi_s + Swizzle(row, chunk, T::kPInRope ? T::kRowBytes : T::kPRowBytes));
+          LdMatrixX4(ahi,
+                     p_hi_s + Swizzle(row, chunk, T::kPInRope ? T::kKvRowBytes : T::kPRowBytes));
 #pragma unroll
           for (int n = 0; n < T::kOTiles; ++n) MmaBf16(o[mt][n], ahi, bv[n]);
         }
@@ -380,11 +376,11 @@ KernelShape MmaInstanceShape() {
   using T = MmaTile<kMTiles, kDqk>;
   KernelShape s;
   s.kernel = reinterpret_cast<const void*>(&MlaDecodeMmaKernel<kMTiles, kDqk, kExactP>);
-  s.block_rows = T::kRows;
-  s.tile_tokens = T::kTile;
+  s.block_m = T::kBlockM;
+  s.block_n = T::kBlockN;
   s.threads = T::kThreads;
   s.smem_bytes = T::kSmemBytes;
-  s.blocks_per_sm = gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
+  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
   return s;
 }
 
@@ -395,4 +391,4 @@ KernelShape MmaInstanceShape() {
 #define ATTND_MLA_DECODE_MMA_INSTANCE(EXTERN, M, D, EXACT) \
   EXTERN template KernelShape MmaInstanceShape<M, D, EXACT>();
 
-}  // namespace attnd::kernels::mla_decode
+}  // namespace attnd::kernels::mla_decode::gpu

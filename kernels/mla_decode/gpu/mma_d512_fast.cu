@@ -3,11 +3,11 @@
 #if defined(ATTND_GPU_CUDA)
 #include "kernels/mla_decode/gpu/mma.cuh"
 
-namespace attnd::kernels::mla_decode {
+namespace attnd::kernels::mla_decode::gpu {
 
 ATTND_MLA_DECODE_MMA_INSTANCE(, 1, 512, false)
 ATTND_MLA_DECODE_MMA_INSTANCE(, 2, 512, false)
 ATTND_MLA_DECODE_MMA_INSTANCE(, 4, 512, false)
 
-}  // namespace attnd::kernels::mla_decode
+}  // namespace attnd::kernels::mla_decode::gpu
 #endif  // ATTND_GPU_CUDA

@@ -2,11 +2,11 @@
 #if defined(ATTND_GPU_CUDA)
 #include "kernels/mla_decode/gpu/mma.cuh"
 
-namespace attnd::kernels::mla_decode {
+namespace attnd::kernels::mla_decode::gpu {
 
 ATTND_MLA_DECODE_MMA_INSTANCE(, 1, 576, true)
 ATTND_MLA_DECODE_MMA_INSTANCE(, 2, 576, true)
 ATTND_MLA_DECODE_MMA_INSTANCE(, 4, 576, true)
 
-}  // namespace attnd::kernels::mla_decode
+}  // namespace attnd::kernels::mla_decode::gpu
 #endif  // ATTND_GPU_CUDA

@@ -9,18 +9,12 @@
 #include "kernels/mla_decode/gpu/common.cuh"
 #include "kernels/mla_decode/params.h"
 
-namespace attnd::kernels::mla_decode {
-
-#if defined(ATTND_GPU_CUDA)
-inline constexpr gpu::Error kInvalidValue = cudaErrorInvalidValue;
-#else
-inline constexpr gpu::Error kInvalidValue = hipErrorInvalidValue;
-#endif
+namespace attnd::kernels::mla_decode::gpu {
 
 struct KernelShape {
   const void* kernel = nullptr;  // the instance a launch would use (null: none fits p)
-  int block_rows = 0;            // query rows (of s_q · H) per CTA
-  int tile_tokens = 0;           // positions per step; splits are whole tiles
+  int block_m = 0;               // query rows (of s_q · H) per CTA
+  int block_n = 0;               // positions per step; splits are whole tiles
   int threads = 0;
   int smem_bytes = 0;
   int blocks_per_sm = 0;  // resident CTAs per SM on the current device (0: cannot run)
@@ -33,18 +27,18 @@ KernelShape SimtShape(const Params& p);
 KernelShape MmaShape(const Params& p);
 #endif
 
-// The kernels' view of p, with `block_rows` rows per CTA and the split workspace carved as
+// The kernels' view of p, with `block_m` rows per CTA and the split workspace carved as
 // DecodeArgs says (ignored when splits == 1).
-DecodeArgs MakeDecodeArgs(const Params& p, int block_rows, int splits, void* workspace);
+DecodeArgs MakeDecodeArgs(const Params& p, int block_m, int splits, void* workspace);
 
-// B · ceil(s_q · H / block_rows): the (request, row block) work items before splitting.
-int64_t WorkItems(const Params& p, int block_rows);
+// B · ceil(s_q · H / block_m): the (request, row block) work items before splitting.
+int64_t WorkItems(const Params& p, int block_m);
 
 // combine.cu: merges the a.splits partials into out and lse.
-gpu::Error LaunchMlaDecodeCombine(const DecodeArgs& a, gpu::Stream stream);
+::attnd::gpu::Error LaunchMlaDecodeCombine(const DecodeArgs& a, ::attnd::gpu::Stream stream);
 
 // Launches `shape.kernel` over B · row blocks · splits CTAs, then the combine when split.
-gpu::Error LaunchDecode(const Params& p, const KernelShape& shape, int splits, void* workspace,
-                        gpu::Stream stream);
+::attnd::gpu::Error LaunchDecode(const Params& p, const KernelShape& shape, int splits,
+                                 void* workspace, ::attnd::gpu::Stream stream);
 
-}  // namespace attnd::kernels::mla_decode
+}  // namespace attnd::kernels::mla_decode::gpu

@@ -14,25 +14,27 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/convert.cuh"
 #include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/supports.h"
 #include "kernels/mla_decode/gpu/common.cuh"
 #include "kernels/mla_decode/gpu/launch.h"
 #include "kernels/mla_decode/gpu/plan.h"
 
-namespace attnd::kernels::mla_decode {
+namespace attnd::kernels::mla_decode::gpu {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRows = 16;        // query rows per CTA
-constexpr int kTile = 32;        // positions per step
+constexpr int kBlockM = 16;      // query rows per CTA
+constexpr int kBlockN = 32;      // positions per step
 constexpr int kRowThreads = 16;  // softmax threads per row
-constexpr int kPStride = 20;     // floats per position in P [kTile][kPStride] (16-B aligned)
-static_assert(kThreads == kTile * kRows / 2, "scores: one position x two rows per thread");
-static_assert(kThreads == kRows * kRowThreads, "softmax: kRowThreads threads per row");
+constexpr int kPStride = 20;     // floats per position in P [kBlockN][kPStride] (16-B aligned)
+static_assert(kThreads == kBlockN * kBlockM / 2, "scores: one position x two rows per thread");
+static_assert(kThreads == kBlockM * kRowThreads, "softmax: kRowThreads threads per row");
 static_assert(kThreads * 2 == kDimV, "P·V: two output columns per thread");
-static_assert(kTile == 2 * kRowThreads, "softmax: two positions per thread");
+static_assert(kBlockN == 2 * kRowThreads, "softmax: two positions per thread");
 
 template <int kDqk>
 struct SimtTile {
@@ -40,38 +42,15 @@ struct SimtTile {
   // Shared rows are kDqk + 8 elements: an odd number of 16-B units, so the 8 threads of a
   // quarter-warp reading one chunk of 8 consecutive rows hit 8 different bank groups.
   static constexpr int kPitch = kDqk + 8;
-  static constexpr int kQBytes = kRows * kPitch * 2;  // bf16 [kRows][kPitch]
-  static constexpr int kKBytes = kTile * kPitch * 2;  // bf16 [kTile][kPitch]
-  static constexpr int kPBytes = kTile * kPStride * 4;
-  static constexpr int kOffBytes = kTile * 8;                   // i64 per position
-  static constexpr int kStatBytes = kTile * 4 + 3 * kRows * 4;  // position, alpha, m, l
+  static constexpr int kQBytes = kBlockM * kPitch * 2;  // bf16 [kBlockM][kPitch]
+  static constexpr int kKBytes = kBlockN * kPitch * 2;  // bf16 [kBlockN][kPitch]
+  static constexpr int kPBytes = kBlockN * kPStride * 4;
+  static constexpr int kOffBytes = kBlockN * 8;                     // i64 per position
+  static constexpr int kStatBytes = kBlockN * 4 + 3 * kBlockM * 4;  // position, alpha, m, l
   static constexpr int kSmemBytes = kQBytes + kKBytes + kPBytes + kOffBytes + kStatBytes;
   static_assert((kPitch * 2 / 16) % 2 == 1, "odd row pitch in 16-B units");
   static_assert((kQBytes + kKBytes + kPBytes) % 16 == 0, "aligned offsets");
 };
-
-// Σ over 8 bf16 pairs of q·k, accumulated into acc in f32 (bf16 -> f32 is exact).
-__device__ __forceinline__ float Dot8(const uint4& q, const uint4& k, float acc) {
-  const uint32_t qw[4] = {q.x, q.y, q.z, q.w}, kw[4] = {k.x, k.y, k.z, k.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(gpu::BitsToFloat(qw[i] << 16), gpu::BitsToFloat(kw[i] << 16), acc);
-    acc = fmaf(gpu::BitsToFloat(qw[i] & 0xffff0000u), gpu::BitsToFloat(kw[i] & 0xffff0000u), acc);
-  }
-  return acc;
-}
-
-// Max and sum over the kRowThreads lanes of a row (aligned groups of 16 lanes).
-__device__ __forceinline__ float RowMax(float v) {
-#pragma unroll
-  for (int o = kRowThreads / 2; o > 0; o /= 2) v = fmaxf(v, gpu::ShflXor(v, o));
-  return v;
-}
-__device__ __forceinline__ float RowSum(float v) {
-#pragma unroll
-  for (int o = kRowThreads / 2; o > 0; o /= 2) v += gpu::ShflXor(v, o);
-  return v;
-}
 
 // Copies a row of kDqk bf16 from global memory (or zeros when src is null) to shared memory,
 // with `threads` threads starting at `lane`: 16-B pieces when kVec, else 2-B elements.
@@ -92,31 +71,31 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
   constexpr int kPieces = kVec ? Tile::kChunks : kDqk;  // copy units per row
   extern __shared__ uint4 smem_raw[];
   char* smem = reinterpret_cast<char*>(smem_raw);
-  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);                  // [kRows][kPitch]
-  uint16_t* k_s = reinterpret_cast<uint16_t*>(smem + Tile::kQBytes);  // [kTile][kPitch]
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);                  // [kBlockM][kPitch]
+  uint16_t* k_s = reinterpret_cast<uint16_t*>(smem + Tile::kQBytes);  // [kBlockN][kPitch]
   float* p_s = reinterpret_cast<float*>(smem + Tile::kQBytes + Tile::kKBytes);
-  int64_t* off_s =
-      reinterpret_cast<int64_t*>(smem + Tile::kQBytes + Tile::kKBytes + Tile::kPBytes);  // [kTile]
-  int32_t* pos_s = reinterpret_cast<int32_t*>(off_s + kTile);                            // [kTile]
-  float* alpha_s = reinterpret_cast<float*>(pos_s + kTile);                              // [kRows]
-  float* m_s = alpha_s + kRows;                                                          // [kRows]
-  float* l_s = m_s + kRows;                                                              // [kRows]
+  int64_t* off_s = reinterpret_cast<int64_t*>(smem + Tile::kQBytes + Tile::kKBytes +
+                                              Tile::kPBytes);    // [kBlockN]
+  int32_t* pos_s = reinterpret_cast<int32_t*>(off_s + kBlockN);  // [kBlockN]
+  float* alpha_s = reinterpret_cast<float*>(pos_s + kBlockN);    // [kBlockM]
+  float* m_s = alpha_s + kBlockM;                                // [kBlockM]
+  float* l_s = m_s + kBlockM;                                    // [kBlockM]
 
   const int tid = threadIdx.x;
-  const WorkItem w = DecodeWorkItem(a, blockIdx.x, kTile);
+  const WorkItem w = DecodeWorkItem(a, blockIdx.x, kBlockN);
   if (w.begin >= w.end) {
     WriteEmptyRows(a, w);
     return;
   }
 
-  for (int i = tid; i < kRows * kPieces; i += kThreads) {
+  for (int i = tid; i < kBlockM * kPieces; i += kThreads) {
     const int r = i / kPieces;
     CopyRowPiece<kDqk, kVec>(q_s + r * Tile::kPitch,
                              r < w.nrows ? QueryRow(a, w.b, w.row0 + r) : nullptr, i % kPieces);
   }
 
   // Scores: position sj, rows 2·si and 2·si + 1 (rows past nrows see nothing).
-  const int sj = tid % kTile, si = tid / kTile;
+  const int sj = tid % kBlockN, si = tid / kBlockN;
   int64_t limit[2];
   for (int k = 0; k < 2; ++k) {
     const int r = 2 * si + k;
@@ -126,19 +105,19 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
   const int mr = tid / kRowThreads, mj = tid % kRowThreads;
   float m_run = kInitialMax, l_run = 0.0f;
   // P·V: columns 2·tid and 2·tid + 1 of every row.
-  float acc[kRows][2];
+  float acc[kBlockM][2];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = 0.0f;
+  for (int r = 0; r < kBlockM; ++r) acc[r][0] = acc[r][1] = 0.0f;
 
-  for (int64_t t0 = w.begin; t0 < w.end; t0 += kTile) {
-    if (tid < kTile) {
+  for (int64_t t0 = w.begin; t0 < w.end; t0 += kBlockN) {
+    if (tid < kBlockN) {
       const int64_t pos = t0 + tid;
       const int64_t off = pos < w.end ? TokenOffset(a, w.b, pos) : -1;
       off_s[tid] = off;
       pos_s[tid] = off >= 0 ? static_cast<int32_t>(pos) : -1;
     }
     __syncthreads();  // offsets visible; the previous tile's P·V is done with k_s and p_s
-    for (int i = tid; i < kTile * kPieces; i += kThreads) {
+    for (int i = tid; i < kBlockN * kPieces; i += kThreads) {
       const int j = i / kPieces;
       const int64_t off = off_s[j];
       CopyRowPiece<kDqk, kVec>(k_s + j * Tile::kPitch, off >= 0 ? a.kv + off : nullptr,
@@ -163,33 +142,29 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
     }
     __syncthreads();  // scores complete
 
+    // FAST: P·V with P rounded to bf16 (the sum keeps the unrounded P).
     {
-      const float x0 = p_s[mj * kPStride + mr], x1 = p_s[(mj + kRowThreads) * kPStride + mr];
-      const float m_new = fmaxf(m_run, RowMax(fmaxf(x0, x1)));
-      const float alpha = exp2f(m_run - m_new);
-      const float p0 = exp2f(x0 - m_new), p1 = exp2f(x1 - m_new);
-      // FAST: P·V with P rounded to bf16 (the sum keeps the unrounded P).
-      p_s[mj * kPStride + mr] = a.exact_p ? p0 : gpu::Bf16ToFloat(gpu::FloatToBf16(p0));
-      p_s[(mj + kRowThreads) * kPStride + mr] =
-          a.exact_p ? p1 : gpu::Bf16ToFloat(gpu::FloatToBf16(p1));
-      l_run = l_run * alpha + RowSum(p0 + p1);
-      m_run = m_new;
-      if (mj == 0) alpha_s[mr] = alpha;
+      const SoftmaxRow row =
+          SoftmaxTwoPositions<kRowThreads>(a, p_s, kPStride, mr, mj, m_run, l_run);
+      l_run = row.l;
+      m_run = row.m;
+      if (mj == 0) alpha_s[mr] = row.alpha;
     }
     __syncthreads();  // P and alpha complete
 
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kBlockM; ++r) {
       const float alpha = alpha_s[r];
       acc[r][0] *= alpha;
       acc[r][1] *= alpha;
     }
-    for (int j = 0; j < kTile; ++j) {
+    for (int j = 0; j < kBlockN; ++j) {
       const uint32_t v = reinterpret_cast<const uint32_t*>(k_s + j * Tile::kPitch)[tid];
-      const float v0 = gpu::BitsToFloat(v << 16), v1 = gpu::BitsToFloat(v & 0xffff0000u);
+      const float v0 = ::attnd::gpu::BitsToFloat(v << 16),
+                  v1 = ::attnd::gpu::BitsToFloat(v & 0xffff0000u);
       const float4* pj = reinterpret_cast<const float4*>(p_s + j * kPStride);
 #pragma unroll
-      for (int r4 = 0; r4 < kRows / 4; ++r4) {
+      for (int r4 = 0; r4 < kBlockM / 4; ++r4) {
         const float4 p = pj[r4];
         const float pr[4] = {p.x, p.y, p.z, p.w};
 #pragma unroll
@@ -207,13 +182,13 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
   }
   __syncthreads();
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < kBlockM; ++r) {
     if (r >= w.nrows) continue;
     const float l = l_s[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
     if (a.splits == 1) {
       uint16_t* out = OutRow(a, w.b, w.row0 + r);
-      out[2 * tid] = gpu::FloatToBf16(acc[r][0] * inv);
-      out[2 * tid + 1] = gpu::FloatToBf16(acc[r][1] * inv);
+      out[2 * tid] = ::attnd::gpu::FloatToBf16(acc[r][0] * inv);
+      out[2 * tid + 1] = ::attnd::gpu::FloatToBf16(acc[r][1] * inv);
     } else {
       const int64_t at = PartialRow(a, w.split, w.b, w.row0 + r);
       *reinterpret_cast<float2*>(a.partial_o + at * kDimV + 2 * tid) =
@@ -235,33 +210,26 @@ template <int kDqk, bool kVec>
 KernelShape Shape() {
   KernelShape s;
   s.kernel = reinterpret_cast<const void*>(&MlaDecodeSimtKernel<kDqk, kVec>);
-  s.block_rows = kRows;
-  s.tile_tokens = kTile;
+  s.block_m = kBlockM;
+  s.block_n = kBlockN;
   s.threads = kThreads;
   s.smem_bytes = SimtTile<kDqk>::kSmemBytes;
-  s.blocks_per_sm = gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
+  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
   return s;
-}
-
-bool Aligned16(const Tensor& t) {
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
-  for (int d = 0; d + 1 < t.rank; ++d) {
-    if (t.stride(d) % 8 != 0) return false;
-  }
-  return true;
 }
 
 }  // namespace
 
 KernelShape SimtShape(const Params& p) {
-  const bool vec = Aligned16(p.q) && Aligned16(p.kv_cache);
+  const bool vec = Bf16RowsAligned16(p.q) && Bf16RowsAligned16(p.kv_cache);
   if (p.q.dim(3) == 576) return vec ? Shape<576, true>() : Shape<576, false>();
   if (p.q.dim(3) == 512) return vec ? Shape<512, true>() : Shape<512, false>();
   return KernelShape{};
 }
 
-gpu::Error LaunchMlaDecodeSimt(const Params& p, int splits, void* workspace, gpu::Stream stream) {
+::attnd::gpu::Error LaunchMlaDecodeSimt(const Params& p, int splits, void* workspace,
+                                        ::attnd::gpu::Stream stream) {
   return LaunchDecode(p, SimtShape(p), splits, workspace, stream);
 }
 
-}  // namespace attnd::kernels::mla_decode
+}  // namespace attnd::kernels::mla_decode::gpu

@@ -12,18 +12,11 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 
-namespace attnd::kernels::mla_prefill {
-
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
-// The running max starts finite so that exp2(m_old - m_new) never sees inf - inf; masked
-// scores are -inf and contribute exp2(-inf) = 0.
-inline constexpr float kInitialMax = -1e30f;
-
-__host__ __device__ __forceinline__ int64_t Min64(int64_t x, int64_t y) { return x < y ? x : y; }
-__host__ __device__ __forceinline__ int64_t Max64(int64_t x, int64_t y) { return x > y ? x : y; }
+namespace attnd::kernels::mla_prefill::gpu {
 
 // Pointers and strides (elements) of one call as the kernels see them (device memory).
 struct PrefillArgs {
@@ -120,4 +113,4 @@ __device__ __forceinline__ void WriteEmptyRows(const PrefillArgs& a, int64_t t0,
   }
 }
 
-}  // namespace attnd::kernels::mla_prefill
+}  // namespace attnd::kernels::mla_prefill::gpu

@@ -11,7 +11,7 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/mla_prefill/params.h"
 
-namespace attnd::kernels::mla_prefill {
+namespace attnd::kernels::mla_prefill::gpu {
 
 enum class GpuKernel {
   kSimt,  // portable CUDA/HIP: 16 queries x 1 head per CTA, 32-key tiles, f32 FMA; any d <= 256
@@ -32,9 +32,11 @@ int64_t WorkspaceBytes(const Params& p);
 // lse -inf for the rows past cu_seqlens_q[B]), then the attention kernel. `workspace` holds
 // WorkspaceBytes(p) bytes; its contents on entry do not matter. Errors for calls GpuSupports
 // refuses.
-gpu::Error LaunchMlaPrefillSimt(const Params& p, void* workspace, gpu::Stream stream);
+::attnd::gpu::Error LaunchMlaPrefillSimt(const Params& p, void* workspace,
+                                         ::attnd::gpu::Stream stream);
 #if defined(ATTND_GPU_CUDA)
-gpu::Error LaunchMlaPrefillMma(const Params& p, void* workspace, gpu::Stream stream);
+::attnd::gpu::Error LaunchMlaPrefillMma(const Params& p, void* workspace,
+                                        ::attnd::gpu::Stream stream);
 #endif
 
-}  // namespace attnd::kernels::mla_prefill
+}  // namespace attnd::kernels::mla_prefill::gpu

@@ -5,7 +5,7 @@
 #include "kernels/mla_prefill/gpu/mma.cuh"
 #include "kernels/mla_prefill/gpu/plan.h"
 
-namespace attnd::kernels::mla_prefill {
+namespace attnd::kernels::mla_prefill::gpu {
 
 ATTND_MLA_PREFILL_MMA_INSTANCE(extern, 192, 128)
 ATTND_MLA_PREFILL_MMA_INSTANCE(extern, 64, 64)
@@ -30,9 +30,10 @@ KernelShape MmaShape(const Params& p) {
   return KernelShape{};
 }
 
-gpu::Error LaunchMlaPrefillMma(const Params& p, void* workspace, gpu::Stream stream) {
+::attnd::gpu::Error LaunchMlaPrefillMma(const Params& p, void* workspace,
+                                        ::attnd::gpu::Stream stream) {
   return LaunchPrefill(p, MmaShape(p), workspace, stream);
 }
 
-}  // namespace attnd::kernels::mla_prefill
+}  // namespace attnd::kernels::mla_prefill::gpu
 #endif  // ATTND_GPU_CUDA

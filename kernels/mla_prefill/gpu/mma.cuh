@@ -25,10 +25,11 @@
 #include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/gpu/mma_sync.cuh"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/mla_prefill/gpu/common.cuh"
 #include "kernels/mla_prefill/gpu/plan.h"
 
-namespace attnd::kernels::mla_prefill {
+namespace attnd::kernels::mla_prefill::gpu {
 
 template <int kDqk, int kDv>
 struct MmaTile {
@@ -59,7 +60,7 @@ struct MmaTile {
 template <int kDqk, int kDv, bool kExactP>
 __global__ void __launch_bounds__(256, 1) MlaPrefillMmaKernel(const PrefillArgs a) {
   using T = MmaTile<kDqk, kDv>;
-  using namespace gpu::ptx;
+  using namespace ::attnd::gpu::ptx;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t smem_s = SmemAddr(smem);
   const uint32_t q_s = smem_s + T::kQOffset;
@@ -264,7 +265,7 @@ KernelShape MmaInstanceShape() {
   s.block_m = T::kBlockM;
   s.threads = T::kThreads;
   s.smem_bytes = T::kSmemBytes;
-  s.blocks_per_sm = gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
+  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
   return s;
 }
 
@@ -274,4 +275,4 @@ KernelShape MmaInstanceShape() {
   EXTERN template KernelShape MmaInstanceShape<DQK, DV, true>(); \
   EXTERN template KernelShape MmaInstanceShape<DQK, DV, false>();
 
-}  // namespace attnd::kernels::mla_prefill
+}  // namespace attnd::kernels::mla_prefill::gpu

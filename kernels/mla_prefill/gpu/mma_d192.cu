@@ -2,9 +2,9 @@
 #if defined(ATTND_GPU_CUDA)
 #include "kernels/mla_prefill/gpu/mma.cuh"
 
-namespace attnd::kernels::mla_prefill {
+namespace attnd::kernels::mla_prefill::gpu {
 
 ATTND_MLA_PREFILL_MMA_INSTANCE(, 192, 128)
 
-}  // namespace attnd::kernels::mla_prefill
+}  // namespace attnd::kernels::mla_prefill::gpu
 #endif  // ATTND_GPU_CUDA

@@ -2,37 +2,16 @@
 // argument block and the launch sequence (schedule, then attention). Portable CUDA/HIP.
 #include <stdint.h>
 
-#include <limits>
 #include <string>
 
-#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/device_checks.h"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/mla_prefill/gpu/launch.h"
 #include "kernels/mla_prefill/gpu/plan.h"
 
-namespace attnd::kernels::mla_prefill {
+namespace attnd::kernels::mla_prefill::gpu {
 namespace {
-
-constexpr int64_t kInt32Limit = std::numeric_limits<int32_t>::max();
-
-std::string Str(int64_t v) { return std::to_string(v); }
-
-bool Aligned(const void* p, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
-}
-
-// Leading strides (all but the last, contiguous, dimension) are multiples of `elements`.
-bool StridesMultipleOf(const Tensor& x, int64_t elements) {
-  for (int d = 0; d + 1 < x.rank; ++d) {
-    if (x.stride(d) % elements != 0) return false;
-  }
-  return true;
-}
-
-bool Refuse(std::string* why, const std::string& reason) {
-  if (why != nullptr) *why = reason;
-  return false;
-}
 
 KernelShape ShapeOf(GpuKernel kernel, const Params& p) {
 #if defined(ATTND_GPU_CUDA)
@@ -45,7 +24,7 @@ KernelShape ShapeOf(GpuKernel kernel, const Params& p) {
 }  // namespace
 
 int64_t SlotsPerHead(const Params& p, int block_m) {
-  return (p.q.dim(0) + block_m - 1) / block_m + (p.cu_seqlens_q.dim(0) - 1);
+  return CeilDiv(p.q.dim(0), block_m) + (p.cu_seqlens_q.dim(0) - 1);
 }
 
 PrefillArgs MakePrefillArgs(const Params& p, int block_m, void* workspace) {
@@ -88,26 +67,18 @@ PrefillArgs MakePrefillArgs(const Params& p, int block_m, void* workspace) {
 }
 
 bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
-  gpu::DeviceFacts d;
-  if (!gpu::CurrentDeviceFacts(&d)) return Refuse(why, "no GPU device");
+  ::attnd::gpu::DeviceFacts d;
+  if (!CurrentDevice(&d, why)) return false;
   const int64_t batch = p.cu_seqlens_q.dim(0) - 1;
-  if (batch >= kInt32Limit) return Refuse(why, "cu_seqlens_q: batch " + Str(batch) + " >= 2^31");
-  if (p.q.dim(1) >= kInt32Limit) return Refuse(why, "q: heads " + Str(p.q.dim(1)) + " >= 2^31");
+  if (batch >= kMaxInt32) return Refuse(why, "cu_seqlens_q: batch ", batch, " >= 2^31");
+  if (p.q.dim(1) >= kMaxInt32) return Refuse(why, "q: heads ", p.q.dim(1), " >= 2^31");
   if (kernel == GpuKernel::kMma) {
-#if defined(ATTND_GPU_CUDA)
-    if (d.cc_major < 8) {
-      return Refuse(why, "needs compute capability >= 8.0 (bf16 mma.sync), device has " +
-                             Str(d.cc_major) + "." + Str(d.cc_minor));
-    }
-#else
-    return Refuse(why, "the mma.sync kernel is CUDA-only");
-#endif
+    if (!RunsMmaSync(d, why)) return false;
     for (const auto& [name, t] :
          {std::pair<const char*, const Tensor*>{"q", &p.q}, {"k", &p.k}, {"v", &p.v}}) {
-      if (!Aligned(t->data, 16) || !StridesMultipleOf(*t, 8)) {
-        return Refuse(why, std::string(name) +
-                               ": needs 16-byte alignment (base and leading strides multiples "
-                               "of 8)");
+      if (!Bf16RowsAligned16(*t)) {
+        return Refuse(why, name,
+                      ": needs 16-byte alignment (base and leading strides multiples of 8)");
       }
     }
     if (!Aligned(p.out.data, 4) || !StridesMultipleOf(p.out, 2)) {
@@ -116,18 +87,12 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   }
   const KernelShape shape = ShapeOf(kernel, p);
   if (shape.kernel == nullptr) {
-    return Refuse(why,
-                  "no kernel instance for d_qk " + Str(p.q.dim(2)) + ", d_v " + Str(p.v.dim(2)));
+    return Refuse(why, "no kernel instance for d_qk ", p.q.dim(2), ", d_v ", p.v.dim(2));
   }
-  if (shape.smem_bytes > d.smem_optin) {
-    return Refuse(why, "needs " + Str(shape.smem_bytes) +
-                           " bytes of shared memory per block, device allows " + Str(d.smem_optin));
-  }
-  if (shape.blocks_per_sm < 1) return Refuse(why, "the kernel cannot be resident on this device");
+  if (!FitsDevice(shape.smem_bytes, shape.blocks_per_sm, d, why)) return false;
   const int64_t slots = SlotsPerHead(p, shape.block_m);
-  if (slots > kInt32Limit / p.q.dim(1)) {
-    return Refuse(
-        why, "(query tiles + B) x H is " + Str(slots) + " x " + Str(p.q.dim(1)) + ", want < 2^31");
+  if (slots > kMaxInt32 / p.q.dim(1)) {
+    return Refuse(why, "(query tiles + B) x H is ", slots, " x ", p.q.dim(1), ", want < 2^31");
   }
   return true;
 }
@@ -136,24 +101,19 @@ int64_t WorkspaceBytes(const Params& p) {
   return 8 * p.cu_seqlens_q.dim(0);  // int64 per entry of cu_seqlens_q: B + 1
 }
 
-gpu::Error LaunchPrefill(const Params& p, const KernelShape& shape, void* workspace,
-                         gpu::Stream stream) {
-  if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return kInvalidValue;
-  if (p.q.dim(0) == 0) return gpu::kSuccess;  // no query row: nothing to write
-  if (workspace == nullptr || !Aligned(workspace, 8)) return kInvalidValue;
+::attnd::gpu::Error LaunchPrefill(const Params& p, const KernelShape& shape, void* workspace,
+                                  ::attnd::gpu::Stream stream) {
+  if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return ::attnd::gpu::kErrorInvalidValue;
+  if (p.q.dim(0) == 0) return ::attnd::gpu::kSuccess;  // no query row: nothing to write
+  if (workspace == nullptr || !Aligned(workspace, 8)) return ::attnd::gpu::kErrorInvalidValue;
   const int64_t grid = SlotsPerHead(p, shape.block_m) * p.q.dim(1);
-  if (grid > kInt32Limit) return kInvalidValue;
+  if (grid > kMaxInt32) return ::attnd::gpu::kErrorInvalidValue;
   PrefillArgs a = MakePrefillArgs(p, shape.block_m, workspace);
-  gpu::Error e = LaunchPrefillSchedule(a, stream);
-  if (e != gpu::kSuccess) return e;
+  ::attnd::gpu::Error e = LaunchPrefillSchedule(a, stream);
+  if (e != ::attnd::gpu::kSuccess) return e;
   void* args[] = {&a};
-#if defined(ATTND_GPU_CUDA)
-  return cudaLaunchKernel(shape.kernel, dim3(static_cast<unsigned>(grid)), dim3(shape.threads),
-                          args, shape.smem_bytes, stream);
-#else
-  return hipLaunchKernel(shape.kernel, dim3(static_cast<unsigned>(grid)), dim3(shape.threads), args,
-                         shape.smem_bytes, stream);
-#endif
+  return ::attnd::gpu::LaunchKernel(shape.kernel, dim3(static_cast<unsigned>(grid)),
+                                    dim3(shape.threads), args, shape.smem_bytes, stream);
 }
 
-}  // namespace attnd::kernels::mla_prefill
+}  // namespace attnd::kernels::mla_prefill::gpu

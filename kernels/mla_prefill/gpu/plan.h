@@ -9,13 +9,7 @@
 #include "kernels/mla_prefill/gpu/common.cuh"
 #include "kernels/mla_prefill/params.h"
 
-namespace attnd::kernels::mla_prefill {
-
-#if defined(ATTND_GPU_CUDA)
-inline constexpr gpu::Error kInvalidValue = cudaErrorInvalidValue;
-#else
-inline constexpr gpu::Error kInvalidValue = hipErrorInvalidValue;
-#endif
+namespace attnd::kernels::mla_prefill::gpu {
 
 struct KernelShape {
   const void* kernel = nullptr;  // the instance a launch would use (null: none fits p)
@@ -38,10 +32,10 @@ int64_t SlotsPerHead(const Params& p, int block_m);
 PrefillArgs MakePrefillArgs(const Params& p, int block_m, void* workspace);
 
 // schedule.cu: fills a.tile_start and writes the rows past cu_seqlens_q[B].
-gpu::Error LaunchPrefillSchedule(const PrefillArgs& a, gpu::Stream stream);
+::attnd::gpu::Error LaunchPrefillSchedule(const PrefillArgs& a, ::attnd::gpu::Stream stream);
 
 // The schedule, then `shape.kernel` over slots · H CTAs.
-gpu::Error LaunchPrefill(const Params& p, const KernelShape& shape, void* workspace,
-                         gpu::Stream stream);
+::attnd::gpu::Error LaunchPrefill(const Params& p, const KernelShape& shape, void* workspace,
+                                  ::attnd::gpu::Stream stream);
 
-}  // namespace attnd::kernels::mla_prefill
+}  // namespace attnd::kernels::mla_prefill::gpu

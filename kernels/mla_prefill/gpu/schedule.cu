@@ -9,10 +9,11 @@
 #include <algorithm>
 
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/mla_prefill/gpu/common.cuh"
 #include "kernels/mla_prefill/gpu/plan.h"
 
-namespace attnd::kernels::mla_prefill {
+namespace attnd::kernels::mla_prefill::gpu {
 namespace {
 
 constexpr int kThreads = 256;
@@ -63,11 +64,11 @@ __global__ void __launch_bounds__(kThreads) PrefillScheduleKernel(const PrefillA
 
 }  // namespace
 
-gpu::Error LaunchPrefillSchedule(const PrefillArgs& a, gpu::Stream stream) {
+::attnd::gpu::Error LaunchPrefillSchedule(const PrefillArgs& a, ::attnd::gpu::Stream stream) {
   const int64_t fill_blocks = std::min<int64_t>(a.total_q * a.heads, kMaxFillBlocks);
   PrefillScheduleKernel<<<static_cast<unsigned>(1 + std::max<int64_t>(fill_blocks, 1)), kThreads, 0,
                           stream>>>(a);
-  return gpu::GetLastError();
+  return ::attnd::gpu::GetLastError();
 }
 
-}  // namespace attnd::kernels::mla_prefill
+}  // namespace attnd::kernels::mla_prefill::gpu

@@ -14,25 +14,27 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/convert.cuh"
 #include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/supports.h"
 #include "kernels/mla_prefill/gpu/common.cuh"
 #include "kernels/mla_prefill/gpu/launch.h"
 #include "kernels/mla_prefill/gpu/plan.h"
 
-namespace attnd::kernels::mla_prefill {
+namespace attnd::kernels::mla_prefill::gpu {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRows = 16;        // queries per CTA
-constexpr int kTile = 32;        // keys per step
+constexpr int kBlockM = 16;      // queries per CTA
+constexpr int kBlockN = 32;      // keys per step
 constexpr int kRowThreads = 16;  // softmax threads per query
-constexpr int kPStride = 20;     // floats per key in P [kTile][kPStride] (16-B aligned)
+constexpr int kPStride = 20;     // floats per key in P [kBlockN][kPStride] (16-B aligned)
 constexpr int kMaxPairs = 128;   // column pairs of d_v <= 256
-static_assert(kThreads == kTile * kRows / 2, "scores: one key x two queries per thread");
-static_assert(kThreads == kRows * kRowThreads, "softmax: kRowThreads threads per query");
-static_assert(kTile == 2 * kRowThreads, "softmax: two keys per thread");
+static_assert(kThreads == kBlockN * kBlockM / 2, "scores: one key x two queries per thread");
+static_assert(kThreads == kBlockM * kRowThreads, "softmax: kRowThreads threads per query");
+static_assert(kBlockN == 2 * kRowThreads, "softmax: two keys per thread");
 
 // Shared row pitch (bf16 elements) for head dim d: an odd number of 16-B units >= d.
 __host__ __device__ constexpr int Pitch(int d) {
@@ -41,30 +43,8 @@ __host__ __device__ constexpr int Pitch(int d) {
 }
 
 __host__ __device__ constexpr int SmemBytes(int d_qk, int d_v) {
-  return (kRows + kTile) * Pitch(d_qk) * 2 + kTile * Pitch(d_v) * 2 + kTile * kPStride * 4 +
-         4 * kRows * 4;  // alpha, m, l (+ spare)
-}
-
-// Σ over 8 bf16 pairs of q·k, accumulated into acc in f32 (bf16 -> f32 is exact).
-__device__ __forceinline__ float Dot8(const uint4& q, const uint4& k, float acc) {
-  const uint32_t qw[4] = {q.x, q.y, q.z, q.w}, kw[4] = {k.x, k.y, k.z, k.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(gpu::BitsToFloat(qw[i] << 16), gpu::BitsToFloat(kw[i] << 16), acc);
-    acc = fmaf(gpu::BitsToFloat(qw[i] & 0xffff0000u), gpu::BitsToFloat(kw[i] & 0xffff0000u), acc);
-  }
-  return acc;
-}
-
-__device__ __forceinline__ float RowMax(float v) {
-#pragma unroll
-  for (int o = kRowThreads / 2; o > 0; o /= 2) v = fmaxf(v, gpu::ShflXor(v, o));
-  return v;
-}
-__device__ __forceinline__ float RowSum(float v) {
-#pragma unroll
-  for (int o = kRowThreads / 2; o > 0; o /= 2) v += gpu::ShflXor(v, o);
-  return v;
+  return (kBlockM + kBlockN) * Pitch(d_qk) * 2 + kBlockN * Pitch(d_v) * 2 + kBlockN * kPStride * 4 +
+         4 * kBlockM * 4;  // alpha, m, l (+ spare)
 }
 
 // Copies `rows` rows of d elements into shared rows of `pitch` (all threads of the block):
@@ -93,21 +73,21 @@ template <bool kVec>
 __global__ void __launch_bounds__(kThreads) MlaPrefillSimtKernel(const PrefillArgs a) {
   const int pq = Pitch(a.d_qk), pv = Pitch(a.d_v);
   extern __shared__ uint4 smem_raw[];
-  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_raw);    // [kRows][pq]
-  uint16_t* k_s = q_s + kRows * pq;                         // [kTile][pq]
-  uint16_t* v_s = k_s + kTile * pq;                         // [kTile][pv]
-  float* p_s = reinterpret_cast<float*>(v_s + kTile * pv);  // [kTile][kPStride]
-  float* alpha_s = p_s + kTile * kPStride;                  // [kRows]
-  float* m_s = alpha_s + kRows;
-  float* l_s = m_s + kRows;
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_raw);      // [kBlockM][pq]
+  uint16_t* k_s = q_s + kBlockM * pq;                         // [kBlockN][pq]
+  uint16_t* v_s = k_s + kBlockN * pq;                         // [kBlockN][pv]
+  float* p_s = reinterpret_cast<float*>(v_s + kBlockN * pv);  // [kBlockN][kPStride]
+  float* alpha_s = p_s + kBlockN * kPStride;                  // [kBlockM]
+  float* m_s = alpha_s + kBlockM;
+  float* l_s = m_s + kBlockM;
 
   const int tid = threadIdx.x;
   const int64_t slot = blockIdx.x % a.slots, h = blockIdx.x / a.slots;
   int64_t b, tile;
   if (!FindTile(a, slot, &b, &tile)) return;
   const SeqRange s = SequenceRange(a, b);
-  const int64_t row0 = tile * kRows;  // first query of the tile, in the sequence
-  const int nrows = static_cast<int>(Min64(kRows, s.lq - row0));
+  const int64_t row0 = tile * kBlockM;  // first query of the tile, in the sequence
+  const int nrows = static_cast<int>(Min64(kBlockM, s.lq - row0));
   const int64_t key_end = KeyLimit(a, row0 + nrows - 1, s.lq, s.lk);  // keys the tile sees
   if (key_end == 0) {
     WriteEmptyRows(a, s.q0 + row0, nrows, h);
@@ -115,12 +95,12 @@ __global__ void __launch_bounds__(kThreads) MlaPrefillSimtKernel(const PrefillAr
   }
   const int64_t kvh = h / a.group;
 
-  CopyRows<kVec>(q_s, pq, kRows, a.d_qk, [&](int r) -> const uint16_t* {
+  CopyRows<kVec>(q_s, pq, kBlockM, a.d_qk, [&](int r) -> const uint16_t* {
     return r < nrows ? a.q + (s.q0 + row0 + r) * a.q_stride_t + h * a.q_stride_h : nullptr;
   });
 
   const int qunits = (a.d_qk + 7) / 8;
-  const int sj = tid % kTile, si = tid / kTile;  // scores: key sj, queries 2·si, 2·si + 1
+  const int sj = tid % kBlockN, si = tid / kBlockN;  // scores: key sj, queries 2·si, 2·si + 1
   int64_t limit[2];
   for (int k = 0; k < 2; ++k) {
     const int r = 2 * si + k;
@@ -131,20 +111,20 @@ __global__ void __launch_bounds__(kThreads) MlaPrefillSimtKernel(const PrefillAr
   // P·V: column pair pc of queries [rq0, rq0 + rows_per_thread).
   const int pairs = (a.d_v + 1) / 2;
   const int pair_threads = pairs <= kMaxPairs / 2 ? kMaxPairs / 2 : kMaxPairs;
-  const int rows_per_thread = kRows * pair_threads / kThreads;  // 4 or 8
+  const int rows_per_thread = kBlockM * pair_threads / kThreads;  // 4 or 8
   const int pc = tid % pair_threads, rq0 = (tid / pair_threads) * rows_per_thread;
   const bool pv_active = pc < pairs;
   float acc[8][2];
 #pragma unroll
   for (int r = 0; r < 8; ++r) acc[r][0] = acc[r][1] = 0.0f;
 
-  for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
+  for (int64_t k0 = 0; k0 < key_end; k0 += kBlockN) {
     __syncthreads();  // the previous step's P·V is done with k_s, v_s and p_s
-    const int64_t kn = Min64(kTile, key_end - k0);
-    CopyRows<kVec>(k_s, pq, kTile, a.d_qk, [&](int j) -> const uint16_t* {
+    const int64_t kn = Min64(kBlockN, key_end - k0);
+    CopyRows<kVec>(k_s, pq, kBlockN, a.d_qk, [&](int j) -> const uint16_t* {
       return j < kn ? a.k + (s.k0 + k0 + j) * a.k_stride_t + kvh * a.k_stride_h : nullptr;
     });
-    CopyRows<kVec>(v_s, pv, kTile, a.d_v, [&](int j) -> const uint16_t* {
+    CopyRows<kVec>(v_s, pv, kBlockN, a.d_v, [&](int j) -> const uint16_t* {
       return j < kn ? a.v + (s.k0 + k0 + j) * a.v_stride_t + kvh * a.v_stride_h : nullptr;
     });
     __syncthreads();  // the tile (and, first time, q) is in shared memory
@@ -165,18 +145,13 @@ __global__ void __launch_bounds__(kThreads) MlaPrefillSimtKernel(const PrefillAr
     }
     __syncthreads();  // scores complete
 
+    // FAST: P·V with P rounded to bf16 (the sum keeps the unrounded P).
     {
-      const float x0 = p_s[mj * kPStride + mr], x1 = p_s[(mj + kRowThreads) * kPStride + mr];
-      const float m_new = fmaxf(m_run, RowMax(fmaxf(x0, x1)));
-      const float alpha = exp2f(m_run - m_new);
-      const float p0 = exp2f(x0 - m_new), p1 = exp2f(x1 - m_new);
-      // FAST: P·V with P rounded to bf16 (the sum keeps the unrounded P).
-      p_s[mj * kPStride + mr] = a.exact_p ? p0 : gpu::Bf16ToFloat(gpu::FloatToBf16(p0));
-      p_s[(mj + kRowThreads) * kPStride + mr] =
-          a.exact_p ? p1 : gpu::Bf16ToFloat(gpu::FloatToBf16(p1));
-      l_run = l_run * alpha + RowSum(p0 + p1);
-      m_run = m_new;
-      if (mj == 0) alpha_s[mr] = alpha;
+      const SoftmaxRow row =
+          SoftmaxTwoPositions<kRowThreads>(a, p_s, kPStride, mr, mj, m_run, l_run);
+      l_run = row.l;
+      m_run = row.m;
+      if (mj == 0) alpha_s[mr] = row.alpha;
     }
     __syncthreads();  // P and alpha complete
 
@@ -189,9 +164,10 @@ __global__ void __launch_bounds__(kThreads) MlaPrefillSimtKernel(const PrefillAr
           acc[r][1] *= alpha;
         }
       }
-      for (int j = 0; j < kTile; ++j) {
+      for (int j = 0; j < kBlockN; ++j) {
         const uint32_t v = reinterpret_cast<const uint32_t*>(v_s + j * pv)[pc];
-        const float v0 = gpu::BitsToFloat(v << 16), v1 = gpu::BitsToFloat(v & 0xffff0000u);
+        const float v0 = ::attnd::gpu::BitsToFloat(v << 16),
+                    v1 = ::attnd::gpu::BitsToFloat(v & 0xffff0000u);
         const float* pj = p_s + j * kPStride + rq0;
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
@@ -215,8 +191,8 @@ __global__ void __launch_bounds__(kThreads) MlaPrefillSimtKernel(const PrefillAr
       if (r >= rows_per_thread || rq0 + r >= nrows) continue;
       const float l = l_s[rq0 + r], inv = l > 0.0f ? 1.0f / l : 0.0f;
       uint16_t* out = OutRow(a, s.q0 + row0 + rq0 + r, h);
-      out[2 * pc] = gpu::FloatToBf16(acc[r][0] * inv);
-      if (2 * pc + 1 < a.d_v) out[2 * pc + 1] = gpu::FloatToBf16(acc[r][1] * inv);
+      out[2 * pc] = ::attnd::gpu::FloatToBf16(acc[r][0] * inv);
+      if (2 * pc + 1 < a.d_v) out[2 * pc + 1] = ::attnd::gpu::FloatToBf16(acc[r][1] * inv);
     }
   }
   if (a.lse != nullptr && tid < nrows) {
@@ -225,35 +201,28 @@ __global__ void __launch_bounds__(kThreads) MlaPrefillSimtKernel(const PrefillAr
   }
 }
 
-bool Aligned16(const Tensor& t) {
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
-  for (int d = 0; d + 1 < t.rank; ++d) {
-    if (t.stride(d) % 8 != 0) return false;
-  }
-  return true;
-}
-
 template <bool kVec>
 KernelShape Shape(const Params& p) {
   KernelShape s;
   s.kernel = reinterpret_cast<const void*>(&MlaPrefillSimtKernel<kVec>);
-  s.block_m = kRows;
+  s.block_m = kBlockM;
   s.threads = kThreads;
   s.smem_bytes = SmemBytes(static_cast<int>(p.q.dim(2)), static_cast<int>(p.v.dim(2)));
-  s.blocks_per_sm = gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
+  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
   return s;
 }
 
 }  // namespace
 
 KernelShape SimtShape(const Params& p) {
-  const bool vec = p.q.dim(2) % 8 == 0 && p.v.dim(2) % 8 == 0 && Aligned16(p.q) && Aligned16(p.k) &&
-                   Aligned16(p.v);
+  const bool vec = p.q.dim(2) % 8 == 0 && p.v.dim(2) % 8 == 0 && Bf16RowsAligned16(p.q) &&
+                   Bf16RowsAligned16(p.k) && Bf16RowsAligned16(p.v);
   return vec ? Shape<true>(p) : Shape<false>(p);
 }
 
-gpu::Error LaunchMlaPrefillSimt(const Params& p, void* workspace, gpu::Stream stream) {
+::attnd::gpu::Error LaunchMlaPrefillSimt(const Params& p, void* workspace,
+                                         ::attnd::gpu::Stream stream) {
   return LaunchPrefill(p, SimtShape(p), workspace, stream);
 }
 
-}  // namespace attnd::kernels::mla_prefill
+}  // namespace attnd::kernels::mla_prefill::gpu

@@ -10,7 +10,7 @@
 #include "kernels/sparse_mla/gpu/launch.h"
 #include "kernels/sparse_mla/gpu/plan.h"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 namespace {
 
 constexpr int kCombineThreads = kDimV / 4;
@@ -44,10 +44,10 @@ __global__ void __launch_bounds__(kCombineThreads) SparseMlaCombineKernel(const 
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   uint32_t* dst =
       reinterpret_cast<uint32_t*>(a.out + t * a.out_stride_t + h * a.out_stride_h + col);
-  dst[0] = static_cast<uint32_t>(gpu::FloatToBf16(acc[0] * inv)) |
-           (static_cast<uint32_t>(gpu::FloatToBf16(acc[1] * inv)) << 16);
-  dst[1] = static_cast<uint32_t>(gpu::FloatToBf16(acc[2] * inv)) |
-           (static_cast<uint32_t>(gpu::FloatToBf16(acc[3] * inv)) << 16);
+  dst[0] = static_cast<uint32_t>(::attnd::gpu::FloatToBf16(acc[0] * inv)) |
+           (static_cast<uint32_t>(::attnd::gpu::FloatToBf16(acc[1] * inv)) << 16);
+  dst[1] = static_cast<uint32_t>(::attnd::gpu::FloatToBf16(acc[2] * inv)) |
+           (static_cast<uint32_t>(::attnd::gpu::FloatToBf16(acc[3] * inv)) << 16);
   if (threadIdx.x == 0 && a.lse != nullptr) {
     a.lse[t * a.lse_stride_t + h] = sum > 0.0f ? (max_lse + log2f(sum)) * kLn2 : -INFINITY;
   }
@@ -55,15 +55,16 @@ __global__ void __launch_bounds__(kCombineThreads) SparseMlaCombineKernel(const 
 
 }  // namespace
 
-gpu::Error LaunchSparseMlaCombine(const Params& p, int splits, const void* workspace,
-                                  gpu::Stream stream, const int32_t* gate, int32_t gate_open) {
+::attnd::gpu::Error LaunchSparseMlaCombine(const Params& p, int splits, const void* workspace,
+                                           ::attnd::gpu::Stream stream, const int32_t* gate,
+                                           int32_t gate_open) {
   const int64_t rows = p.q.dim(0) * p.q.dim(1);
-  if (rows == 0) return gpu::kSuccess;
+  if (rows == 0) return ::attnd::gpu::kSuccess;
   KernelArgs a = MakeKernelArgs(p, splits, const_cast<void*>(workspace));
   a.gate = gate;
   a.gate_open = gate_open;
   SparseMlaCombineKernel<<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(a);
-  return gpu::GetLastError();
+  return ::attnd::gpu::GetLastError();
 }
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu

@@ -6,16 +6,13 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/sparse_mla/params.h"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
-// The running max starts finite so that exp2(m_old - m_new) never sees inf - inf; masked
-// scores are -inf and contribute exp2(-inf) = 0.
-inline constexpr float kInitialMax = -1e30f;
 // Split ranges are whole 64-slot blocks (the tensor-core kernel's KV tile; two SIMT chunks).
 inline constexpr int kSplitAlign = 64;
 
@@ -128,4 +125,4 @@ __device__ __forceinline__ void StoreRowLse(const KernelArgs& a, int split, int6
   }
 }
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu

@@ -1,7 +1,8 @@
 // FP8 KV cache rows (params.h kFp8Row*) on the GPU, for the sparse MLA kernels that gather them
 // into their bf16 shared-memory tiles: 16 e4m3 codes (one 16-byte load) times their column
 // tile's f32 scale become 16 bf16 values (two 16-byte chunks). Portable CUDA/HIP; sm_89+ decodes
-// with the hardware e4m3x2 -> f16x2 conversion, elsewhere with gpu::Fp8E4M3ToFloat; both exact.
+// with the hardware e4m3x2 -> f16x2 conversion, elsewhere with ::attnd::gpu::Fp8E4M3ToFloat; both
+// exact.
 //   uint4 lo, hi;  DequantFp8x16(codes, scale, &lo, &hi);
 // Numerics: e4m3 × scale is formed in f32 and rounded to bf16 (nearest even) once. That is exact
 // when the scale is a power of two (the quantisers of FlashMLA and vLLM write such scales);
@@ -15,7 +16,7 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/sparse_mla/params.h"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 
 // 16-byte chunks of an FP8 row: 32 of codes, then the scales, then 8 of bf16 rope.
 inline constexpr int kFp8CodeChunks = static_cast<int>(kDimV / 16);
@@ -46,7 +47,8 @@ __device__ __forceinline__ void DecodeE4m3x4(uint32_t codes, float (&v)[4]) {
       : "r"(codes));
 #else
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = gpu::Fp8E4M3ToFloat(static_cast<uint8_t>(codes >> (8 * i)));
+  for (int i = 0; i < 4; ++i)
+    v[i] = ::attnd::gpu::Fp8E4M3ToFloat(static_cast<uint8_t>(codes >> (8 * i)));
 #endif
 }
 
@@ -57,8 +59,8 @@ __device__ __forceinline__ uint32_t PackBf16Pair(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 #else
-  return static_cast<uint32_t>(gpu::FloatToBf16(lo)) |
-         (static_cast<uint32_t>(gpu::FloatToBf16(hi)) << 16);
+  return static_cast<uint32_t>(::attnd::gpu::FloatToBf16(lo)) |
+         (static_cast<uint32_t>(::attnd::gpu::FloatToBf16(hi)) << 16);
 #endif
 }
 
@@ -83,7 +85,7 @@ __device__ __forceinline__ void DequantFp8x16(const uint4& codes, float scale, u
 // Scale j of an FP8 row's scale chunk (j in 0..3).
 __device__ __forceinline__ float Fp8Scale(const uint4& scales, int j) {
   const uint32_t w = j == 0 ? scales.x : j == 1 ? scales.y : j == 2 ? scales.z : scales.w;
-  return gpu::BitsToFloat(w);
+  return ::attnd::gpu::BitsToFloat(w);
 }
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu

@@ -12,7 +12,7 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/sparse_mla/params.h"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 
 enum class GpuKernel {
   kSimt,     // portable CUDA/HIP: one token x 16 heads per CTA, 32-row KV chunks, f32 FMA
@@ -51,14 +51,18 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 // `workspace` holds SplitWorkspaceBytes(p, splits) bytes (may be null when splits == 1); its
 // contents on entry do not matter. `gate` (kMma, kMmaLowH and the combine; null: always run):
 // a device word; every CTA returns at entry unless *gate == gate_open (cuda_mma_auto below).
-gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace, gpu::Stream stream);
+::attnd::gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace,
+                                        ::attnd::gpu::Stream stream);
 #if defined(ATTND_GPU_CUDA)
-gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace, gpu::Stream stream,
-                              const int32_t* gate = nullptr, int32_t gate_open = 0);
-gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace, gpu::Stream stream,
-                                  const int32_t* gate = nullptr, int32_t gate_open = 0);
+::attnd::gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace,
+                                       ::attnd::gpu::Stream stream, const int32_t* gate = nullptr,
+                                       int32_t gate_open = 0);
+::attnd::gpu::Error LaunchSparseMlaMmaLowh(const Params& p, int splits, void* workspace,
+                                           ::attnd::gpu::Stream stream,
+                                           const int32_t* gate = nullptr, int32_t gate_open = 0);
 // kWgmma: splits from GpuSplits' heuristic (one CTA per SM).
-gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace, gpu::Stream stream);
+::attnd::gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace,
+                                         ::attnd::gpu::Stream stream);
 
 // cuda_mma_auto (mma_auto.cu), H <= 32 with a bf16 cache: kMmaLowH where the 64 / H
 // neighbouring tokens it stacks share most of their rows, else kMma, decided on the device. A
@@ -94,13 +98,13 @@ bool MmaAutoSupports(const Params& p, std::string* why);
 int64_t MmaAutoWorkspaceBytes(const Params& p);
 // `workspace` holds `bytes` bytes (16-byte aligned); split counts shrink to fit. With no room
 // for the header (null or < 32 bytes) it runs kMma with one split, ungated.
-gpu::Error LaunchSparseMlaMmaAuto(const Params& p, void* workspace, int64_t bytes,
-                                  gpu::Stream stream);
+::attnd::gpu::Error LaunchSparseMlaMmaAuto(const Params& p, void* workspace, int64_t bytes,
+                                           ::attnd::gpu::Stream stream);
 #endif
 
 // Merges the `splits` partials in `workspace` into p.out and p.lse (a block per (token, head)).
-gpu::Error LaunchSparseMlaCombine(const Params& p, int splits, const void* workspace,
-                                  gpu::Stream stream, const int32_t* gate = nullptr,
-                                  int32_t gate_open = 0);
+::attnd::gpu::Error LaunchSparseMlaCombine(const Params& p, int splits, const void* workspace,
+                                           ::attnd::gpu::Stream stream,
+                                           const int32_t* gate = nullptr, int32_t gate_open = 0);
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu

@@ -4,7 +4,7 @@
 #include "kernels/sparse_mla/gpu/launch.h"
 #include "kernels/sparse_mla/gpu/mma.cuh"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 
 ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 1, 512)
 ATTND_SPARSE_MLA_MMA_INSTANCE(extern, 2, 512)
@@ -23,7 +23,7 @@ namespace {
 int MTilesFor(int64_t heads) { return heads <= 16 ? 1 : heads <= 32 ? 2 : 4; }
 
 template <int kDqk, bool kFp8, bool kExactP>
-gpu::Error LaunchInstance(const KernelArgs& a, gpu::Stream stream) {
+::attnd::gpu::Error LaunchInstance(const KernelArgs& a, ::attnd::gpu::Stream stream) {
   switch (MTilesFor(a.heads)) {
     case 1: return LaunchMmaInstance<1, kDqk, kFp8, kExactP>(a, stream);
     case 2: return LaunchMmaInstance<2, kDqk, kFp8, kExactP>(a, stream);
@@ -33,7 +33,7 @@ gpu::Error LaunchInstance(const KernelArgs& a, gpu::Stream stream) {
 
 // The instance of a.exact_p's precision (HIGH: P hi + lo; FAST: bf16 P).
 template <int kDqk, bool kFp8 = false>
-gpu::Error LaunchFor(const KernelArgs& a, gpu::Stream stream) {
+::attnd::gpu::Error LaunchFor(const KernelArgs& a, ::attnd::gpu::Stream stream) {
   return a.exact_p ? LaunchInstance<kDqk, kFp8, true>(a, stream)
                    : LaunchInstance<kDqk, kFp8, false>(a, stream);
 }
@@ -54,19 +54,20 @@ KernelShape MmaShape(const Params& p) {
   return p.q.dim(2) == 576 ? ShapeFor<576>(p.q.dim(1)) : ShapeFor<512>(p.q.dim(1));
 }
 
-gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace, gpu::Stream stream,
-                              const int32_t* gate, int32_t gate_open) {
-  if (p.q.dim(0) == 0) return gpu::kSuccess;
+::attnd::gpu::Error LaunchSparseMlaMma(const Params& p, int splits, void* workspace,
+                                       ::attnd::gpu::Stream stream, const int32_t* gate,
+                                       int32_t gate_open) {
+  if (p.q.dim(0) == 0) return ::attnd::gpu::kSuccess;
   KernelArgs a = MakeKernelArgs(p, splits, workspace);
   a.gate = gate;
   a.gate_open = gate_open;
-  const gpu::Error e = p.kv_is_fp8()       ? LaunchFor<576, true>(a, stream)
-                       : p.q.dim(2) == 576 ? LaunchFor<576>(a, stream)
-                                           : LaunchFor<512>(a, stream);
-  if (e != gpu::kSuccess || splits == 1) return e;
+  const ::attnd::gpu::Error e = p.kv_is_fp8()       ? LaunchFor<576, true>(a, stream)
+                                : p.q.dim(2) == 576 ? LaunchFor<576>(a, stream)
+                                                    : LaunchFor<512>(a, stream);
+  if (e != ::attnd::gpu::kSuccess || splits == 1) return e;
   return LaunchSparseMlaCombine(p, splits, workspace, stream, gate, gate_open);
 }
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu
 
 #endif  // defined(ATTND_GPU_CUDA)

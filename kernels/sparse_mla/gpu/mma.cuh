@@ -25,45 +25,39 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/mma_sync.cuh"
+#include "kernels/common/gpu/tiles.h"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
 #include "kernels/sparse_mla/gpu/fp8_kv.cuh"
 #include "kernels/sparse_mla/gpu/plan.h"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 
 template <int kMTiles, int kDqk>
-struct MmaTile {
-  static_assert(kMTiles == 1 || kMTiles == 2 || kMTiles == 4, "16, 32 or 64 heads per CTA");
-  static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
-  static constexpr int kThreads = 256;
-  static constexpr int kWarps = 8;
-  static constexpr int kHeads = 16 * kMTiles;                // rows of S and O
-  static constexpr int kBlockN = 64;                         // KV rows per tile
-  static constexpr int kGroups = kWarps / kMTiles;           // QK warps sharing an m-tile
-  static constexpr int kGroupTiles = kBlockN / 8 / kGroups;  // n8 tiles per QK warp
-  static constexpr int kRopeSteps = (kDqk - 512) / 16;       // k16 steps of Q held in registers
-  static constexpr int kOTiles = kDimV / kWarps / 8;         // n8 tiles of O per warp (8)
-  static constexpr int kQRowBytes = 512 * 2;                 // Q tile: the first 512 columns
-  static constexpr int kKvRowBytes = kDqk * 2;
-  static constexpr int kKvChunks = kDqk / 8;  // 16-B chunks per KV row
-  static constexpr int kPRowBytes = kBlockN * 2;
-  static constexpr int kGatherThreads = kThreads / kBlockN;  // per KV row
+struct MmaTile : MmaSyncTile<kMTiles, kDqk> {
+  using Base = MmaSyncTile<kMTiles, kDqk>;
+  static_assert(kDimV == 512, "P·V: 64 columns of O per warp");
+  static constexpr int kGroups = Base::kWarps / kMTiles;           // QK warps sharing an m-tile
+  static constexpr int kGroupTiles = Base::kBlockN / 8 / kGroups;  // n8 tiles per QK warp
+  static constexpr int kRopeSteps = (kDqk - 512) / 16;  // k16 steps of Q held in registers
+  static constexpr int kQRowBytes = 512 * 2;            // Q tile: the first 512 columns
+  static constexpr int kGatherThreads = Base::kThreads / Base::kBlockN;  // per KV row
   // Shared memory (bytes): Q | KV stage 0 | KV stage 1 | P hi | P lo | statistics.
   static constexpr int kQOffset = 0;
-  static constexpr int kKvOffset = kQOffset + kHeads * kQRowBytes;
-  static constexpr int kKvStageBytes = kBlockN * kKvRowBytes;
-  static constexpr int kPHiOffset = kKvOffset + 2 * kKvStageBytes;
-  static constexpr int kPLoOffset = kPHiOffset + kHeads * kPRowBytes;
-  static constexpr int kStatOffset = kPLoOffset + kHeads * kPRowBytes;
-  static constexpr int kRedFloats = kGroups * kHeads;  // per-group row max, then row sum
-  static constexpr int kStatBytes = (kRedFloats + 3 * kHeads) * 4 + 2 * kBlockN * 4;
+  static constexpr int kKvOffset = kQOffset + Base::kBlockM * kQRowBytes;
+  static constexpr int kPHiOffset = kKvOffset + 2 * Base::kKvStageBytes;
+  static constexpr int kPLoOffset = kPHiOffset + Base::kBlockM * Base::kPRowBytes;
+  static constexpr int kStatOffset = kPLoOffset + Base::kBlockM * Base::kPRowBytes;
+  static constexpr int kRedFloats = kGroups * Base::kBlockM;  // per-group row max, then row sum
+  static constexpr int kStatBytes = (kRedFloats + 3 * Base::kBlockM) * 4 + 2 * Base::kBlockN * 4;
   static constexpr int kSmemBytes = kStatOffset + kStatBytes;
-  static_assert(kGroupTiles * 8 * kGroups == kBlockN, "token groups tile the KV block");
-  static_assert(kKvChunks % kGatherThreads == 0, "whole chunks per gather thread");
-  static_assert(kSplitAlign % kBlockN == 0, "splits are whole KV tiles");
-  static_assert(kSmemBytes <= 227 * 1024, "fits sm_90's 227 KiB of shared memory per block");
+  static_assert(kGroupTiles * 8 * kGroups == Base::kBlockN, "token groups tile the KV block");
+  static_assert(Base::kKvChunks % kGatherThreads == 0, "whole chunks per gather thread");
+  static_assert(kSplitAlign % Base::kBlockN == 0, "splits are whole KV tiles");
+  static_assert(kSmemBytes <= kSm90MaxSmemBytes, "fits sm_90's 227 KiB of shared memory per block");
   // FP8 cache rows: gather thread g_sub takes code chunks g_sub + kGatherThreads·i (scale tile
   // i / 2) and rope chunks g_sub, g_sub + kGatherThreads.
   static constexpr int kFp8Loads = kFp8CodeChunks / kGatherThreads;
@@ -185,17 +179,17 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
   const uint32_t kv_s = SmemAddr(smem + Tile::kKvOffset);
   const uint32_t p_hi_s = SmemAddr(smem + Tile::kPHiOffset);
   const uint32_t p_lo_s = SmemAddr(smem + Tile::kPLoOffset);
-  float* red_s = reinterpret_cast<float*>(smem + Tile::kStatOffset);  // [kGroups][kHeads]
-  float* alpha_s = red_s + Tile::kRedFloats;                          // [kHeads]
-  float* l_s = alpha_s + Tile::kHeads;                                // [kHeads]
-  float* m_s = l_s + Tile::kHeads;                                    // [kHeads]
-  int* valid_s = reinterpret_cast<int*>(m_s + Tile::kHeads);          // [2][kBlockN]
+  float* red_s = reinterpret_cast<float*>(smem + Tile::kStatOffset);  // [kGroups][kBlockM]
+  float* alpha_s = red_s + Tile::kRedFloats;                          // [kBlockM]
+  float* l_s = alpha_s + Tile::kBlockM;                               // [kBlockM]
+  float* m_s = l_s + Tile::kBlockM;                                   // [kBlockM]
+  int* valid_s = reinterpret_cast<int*>(m_s + Tile::kBlockM);         // [2][kBlockN]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, cq = 2 * (lane % 4);  // mma fragment row and column pair
-  const int groups = (a.heads + Tile::kHeads - 1) / Tile::kHeads;
+  const int groups = (a.heads + Tile::kBlockM - 1) / Tile::kBlockM;
   const int64_t t = blockIdx.x / groups;
-  const int h0 = static_cast<int>(blockIdx.x % groups) * Tile::kHeads;
+  const int h0 = static_cast<int>(blockIdx.x % groups) * Tile::kBlockM;
   const int split = blockIdx.y;
   const SlotRange range = SplitSlots(a, t, split);
 
@@ -282,7 +276,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
   if (range.begin < range.end) {
     // Q's first 512 columns to smem (rows past H zero); d576's rope columns to registers.
     const uint16_t* q_tok = a.q + t * a.q_stride_t;
-    for (int e = tid; e < Tile::kHeads * 64; e += Tile::kThreads) {
+    for (int e = tid; e < Tile::kBlockM * 64; e += Tile::kThreads) {
       const int r = e / 64, c = e % 64;
       if (h0 + r < a.heads) {
         CpAsync16(q_s + Swizzle(r, c, Tile::kQRowBytes),
@@ -357,9 +351,9 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], gpu::ShflXor(mx[i], 1));
-        mx[i] = fmaxf(mx[i], gpu::ShflXor(mx[i], 2));
-        if (lane % 4 == 0) red_s[grp * Tile::kHeads + mt * 16 + g + 8 * i] = mx[i];
+        mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 1));
+        mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 2));
+        if (lane % 4 == 0) red_s[grp * Tile::kBlockM + mt * 16 + g + 8 * i] = mx[i];
       }
       __syncthreads();  // (B) every group's row max visible
 
@@ -370,7 +364,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
         float m_new = m_row[i];
 #pragma unroll
         for (int gg = 0; gg < Tile::kGroups; ++gg) {
-          m_new = fmaxf(m_new, red_s[gg * Tile::kHeads + mt * 16 + g + 8 * i]);
+          m_new = fmaxf(m_new, red_s[gg * Tile::kBlockM + mt * 16 + g + 8 * i]);
         }
         alpha[i] = Exp2(m_row[i] - m_new);
         m_row[i] = m_new;
@@ -432,22 +426,22 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
   // Epilogue: row sums over the quad and the token groups; final max per row.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    l_row[i] += gpu::ShflXor(l_row[i], 1);
-    l_row[i] += gpu::ShflXor(l_row[i], 2);
+    l_row[i] += ::attnd::gpu::ShflXor(l_row[i], 1);
+    l_row[i] += ::attnd::gpu::ShflXor(l_row[i], 2);
   }
   __syncthreads();  // every read of red_s in the loop is done
   if (lane % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      red_s[grp * Tile::kHeads + mt * 16 + g + 8 * i] = l_row[i];
+      red_s[grp * Tile::kBlockM + mt * 16 + g + 8 * i] = l_row[i];
       if (grp == 0) m_s[mt * 16 + g + 8 * i] = m_row[i];
     }
   }
   __syncthreads();
-  if (tid < Tile::kHeads) {
+  if (tid < Tile::kBlockM) {
     float sum = 0.0f;
 #pragma unroll
-    for (int gg = 0; gg < Tile::kGroups; ++gg) sum += red_s[gg * Tile::kHeads + tid];
+    for (int gg = 0; gg < Tile::kGroups; ++gg) sum += red_s[gg * Tile::kBlockM + tid];
     l_s[tid] = sum;
   }
   __syncthreads();
@@ -463,33 +457,33 @@ __global__ void __launch_bounds__(256, 1) SparseMlaMmaKernel(const KernelArgs a)
       StoreMmaORow(a, o[m], i, t, h, split, l_s[row], warp, cq);
     }
   }
-  if (tid < Tile::kHeads && h0 + tid < a.heads) {
+  if (tid < Tile::kBlockM && h0 + tid < a.heads) {
     StoreRowLse(a, split, t, h0 + tid, m_s[tid], l_s[tid]);
   }
 }
 
 // One instance's launch (main kernel only) and its shape on the current device.
 template <int kMTiles, int kDqk, bool kFp8 = false, bool kExactP = true>
-gpu::Error LaunchMmaInstance(const KernelArgs& a, gpu::Stream stream) {
+::attnd::gpu::Error LaunchMmaInstance(const KernelArgs& a, ::attnd::gpu::Stream stream) {
   using Tile = MmaTile<kMTiles, kDqk>;
   const void* fn = reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk, kFp8, kExactP>);
-  const gpu::Error e = gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
-  if (e != gpu::kSuccess) return e;
-  const int groups = (a.heads + Tile::kHeads - 1) / Tile::kHeads;
+  const ::attnd::gpu::Error e = ::attnd::gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
+  if (e != ::attnd::gpu::kSuccess) return e;
+  const int groups = CeilDiv(a.heads, Tile::kBlockM);
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
                   static_cast<unsigned>(a.splits));
   SparseMlaMmaKernel<kMTiles, kDqk, kFp8, kExactP>
       <<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
-  return gpu::GetLastError();
+  return ::attnd::gpu::GetLastError();
 }
 
 template <int kMTiles, int kDqk, bool kFp8 = false>
 KernelShape MmaInstanceShape() {
   using Tile = MmaTile<kMTiles, kDqk>;
   KernelShape s;
-  s.heads_per_cta = Tile::kHeads;
+  s.block_m = Tile::kBlockM;
   s.smem_bytes = Tile::kSmemBytes;
-  s.ctas_per_sm = gpu::BlocksPerSm(
+  s.ctas_per_sm = ::attnd::gpu::BlocksPerSm(
       reinterpret_cast<const void*>(&SparseMlaMmaKernel<kMTiles, kDqk, kFp8, true>), Tile::kThreads,
       Tile::kSmemBytes);
   return s;
@@ -497,16 +491,17 @@ KernelShape MmaInstanceShape() {
 
 // Both precisions (HIGH: kExactP true; FAST: false).
 #define ATTND_SPARSE_MLA_MMA_INSTANCE(EXTERN, M, D)                                                \
-  EXTERN template gpu::Error LaunchMmaInstance<M, D, false, true>(const KernelArgs&, gpu::Stream); \
-  EXTERN template gpu::Error LaunchMmaInstance<M, D, false, false>(const KernelArgs&,              \
-                                                                   gpu::Stream);                   \
+  EXTERN template ::attnd::gpu::Error LaunchMmaInstance<M, D, false, true>(const KernelArgs&,      \
+                                                                           ::attnd::gpu::Stream);  \
+  EXTERN template ::attnd::gpu::Error LaunchMmaInstance<M, D, false, false>(const KernelArgs&,     \
+                                                                            ::attnd::gpu::Stream); \
   EXTERN template KernelShape MmaInstanceShape<M, D>();
 // The FP8-cache instances (d_qk 576), both precisions.
-#define ATTND_SPARSE_MLA_MMA_FP8_INSTANCE(EXTERN, M)                                   \
-  EXTERN template gpu::Error LaunchMmaInstance<M, 576, true, true>(const KernelArgs&,  \
-                                                                   gpu::Stream);       \
-  EXTERN template gpu::Error LaunchMmaInstance<M, 576, true, false>(const KernelArgs&, \
-                                                                    gpu::Stream);      \
+#define ATTND_SPARSE_MLA_MMA_FP8_INSTANCE(EXTERN, M)                                               \
+  EXTERN template ::attnd::gpu::Error LaunchMmaInstance<M, 576, true, true>(const KernelArgs&,     \
+                                                                            ::attnd::gpu::Stream); \
+  EXTERN template ::attnd::gpu::Error LaunchMmaInstance<M, 576, true, false>(                      \
+      const KernelArgs&, ::attnd::gpu::Stream);                                                    \
   EXTERN template KernelShape MmaInstanceShape<M, 576, true>();
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu

@@ -11,12 +11,13 @@
 #include <string>
 
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
 #include "kernels/sparse_mla/gpu/launch.h"
 #include "kernels/sparse_mla/gpu/mma_lowh.cuh"
 #include "kernels/sparse_mla/gpu/plan.h"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 namespace {
 
 // The decision (launch.h's MmaAutoPicksLowh): kMmaLowH when x = union_rows / walked_slots over the
@@ -180,20 +181,22 @@ void LowhGroup(int64_t heads, int* tokens, int* block_n) {
   }
 }
 
-gpu::Error LaunchEstimate(const Params& p, MmaAutoHeader* header, gpu::Stream stream) {
+::attnd::gpu::Error LaunchEstimate(const Params& p, MmaAutoHeader* header,
+                                   ::attnd::gpu::Stream stream) {
   int tokens = 0, block_n = 0;
   if (p.q.dim(2) == 576) {
     LowhGroup<576>(p.q.dim(1), &tokens, &block_n);
   } else {
     LowhGroup<512>(p.q.dim(1), &tokens, &block_n);
   }
-  const int64_t groups = (p.q.dim(0) + tokens - 1) / tokens;
+  const int64_t groups = CeilDiv(p.q.dim(0), tokens);
   const int ctas = static_cast<int>(std::min<int64_t>(groups, kAutoSampleGroups));
-  gpu::Error e = gpu::MemsetAsync(header, 0, sizeof(MmaAutoHeader), stream);  // kMma, 0 sums
-  if (e != gpu::kSuccess) return e;
+  ::attnd::gpu::Error e =
+      ::attnd::gpu::MemsetAsync(header, 0, sizeof(MmaAutoHeader), stream);  // kMma, 0 sums
+  if (e != ::attnd::gpu::kSuccess) return e;
   const KernelArgs a = MakeKernelArgs(p, 1, nullptr);
   SparseMlaAutoEstimateKernel<<<ctas, kEstimateThreads, 0, stream>>>(a, tokens, block_n, header);
-  return gpu::GetLastError();
+  return ::attnd::gpu::GetLastError();
 }
 
 }  // namespace
@@ -208,9 +211,9 @@ int64_t MmaAutoWorkspaceBytes(const Params& p) {
          SplitWorkspaceBytes(p, GpuSplits(p, GpuKernel::kMmaLowH));
 }
 
-gpu::Error LaunchSparseMlaMmaAuto(const Params& p, void* workspace, int64_t bytes,
-                                  gpu::Stream stream) {
-  if (p.q.dim(0) == 0) return gpu::kSuccess;
+::attnd::gpu::Error LaunchSparseMlaMmaAuto(const Params& p, void* workspace, int64_t bytes,
+                                           ::attnd::gpu::Stream stream) {
+  if (p.q.dim(0) == 0) return ::attnd::gpu::kSuccess;
   constexpr int64_t kHeader = sizeof(MmaAutoHeader);
   if (workspace == nullptr || bytes < kHeader) return LaunchSparseMlaMma(p, 1, nullptr, stream);
   auto* header = static_cast<MmaAutoHeader*>(workspace);
@@ -219,14 +222,14 @@ gpu::Error LaunchSparseMlaMmaAuto(const Params& p, void* workspace, int64_t byte
   const int mma_splits = SplitsThatFit(p, GpuSplits(p, GpuKernel::kMma), left);
   const int64_t mma_bytes = Align16(SplitWorkspaceBytes(p, mma_splits));  // <= left
   const int lowh_splits = SplitsThatFit(p, GpuSplits(p, GpuKernel::kMmaLowH), left - mma_bytes);
-  gpu::Error e = LaunchEstimate(p, header, stream);
-  if (e != gpu::kSuccess) return e;
+  ::attnd::gpu::Error e = LaunchEstimate(p, header, stream);
+  if (e != ::attnd::gpu::kSuccess) return e;
   e = LaunchSparseMlaMmaLowh(p, lowh_splits, mma_ws + mma_bytes, stream, &header->choice,
                              kAutoChoseLowh);
-  if (e != gpu::kSuccess) return e;
+  if (e != ::attnd::gpu::kSuccess) return e;
   return LaunchSparseMlaMma(p, mma_splits, mma_ws, stream, &header->choice, kAutoChoseMma);
 }
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu
 
 #endif  // defined(ATTND_GPU_CUDA)

@@ -41,14 +41,16 @@
 #include <stdint.h>
 
 #include "kernels/common/gpu/mma_sync.cuh"
+#include "kernels/common/gpu/tiles.h"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
 #include "kernels/sparse_mla/gpu/mma.cuh"
 #include "kernels/sparse_mla/gpu/plan.h"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 
-constexpr int LowhAlign(int bytes, int to) { return (bytes + to - 1) / to * to; }
+constexpr int LowhAlign(int bytes, int to) { return CeilDiv(bytes, to) * to; }
 
 template <int kHs, int kDqk>
 struct LowhTile {
@@ -56,9 +58,9 @@ struct LowhTile {
   static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
   static constexpr int kThreads = 256;
   static constexpr int kWarps = 8;
-  static constexpr int kRows = 64;                       // stacked (token, head) rows of S and O
-  static constexpr int kMTiles = kRows / 16;             // m16 tiles
-  static constexpr int kTokens = kRows / kHs;            // query tokens per CTA (G)
+  static constexpr int kBlockM = 64;                     // stacked (token, head) rows of S and O
+  static constexpr int kMTiles = kBlockM / 16;           // m16 tiles
+  static constexpr int kTokens = kBlockM / kHs;          // query tokens per CTA (G)
   static constexpr int kBlockN = kDqk == 512 ? 64 : 48;  // slots per token per block; tile rows
   static constexpr int kHalfN = kBlockN / 2;             // columns per QK warp
   static constexpr int kNt = kHalfN / 8;                 // n8 tiles per QK warp
@@ -69,10 +71,10 @@ struct LowhTile {
   static constexpr int kKvRowBytes = kDqk * 2;
   static constexpr int kKvChunks = kDqk / 8;  // 16-B chunks per KV row
   static constexpr int kTileChunks = kBlockN * kKvChunks;
-  static constexpr int kGatherIters = (kTileChunks + kThreads - 1) / kThreads;
+  static constexpr int kGatherIters = CeilDiv(kTileChunks, kThreads);
   static constexpr int kPRowBytes = kBlockN * 2 + 16;  // padded: ldmatrix rows hit distinct banks
   static constexpr int kEntries = kTokens * kBlockN;   // selection entries per block
-  static constexpr int kEntryRounds = (kEntries + kThreads - 1) / kThreads;
+  static constexpr int kEntryRounds = CeilDiv(kEntries, kThreads);
   static constexpr int kInfoInts = 1 + kTokens;  // tile count, then a token mask per union tile
   // Dedupe hash table: row -> smallest entry index holding it; load factor <= 1/2.
   static constexpr int kHashSlots = 2 * kEntries <= 256 ? 256 : 2 * kEntries <= 512 ? 512 : 1024;
@@ -81,15 +83,15 @@ struct LowhTile {
   // union rows [2][kEntries] | multiplicities u8 [2][kTokens][kEntries] | tile info [2] |
   // statistics f32 (m, l, alpha, max [2], sum [2]) per row | token ranges | warp counts.
   static constexpr int kQOffset = 0;
-  static constexpr int kKvOffset = kQOffset + kRows * kQRowBytes;
+  static constexpr int kKvOffset = kQOffset + kBlockM * kQRowBytes;
   static constexpr int kKvStageBytes = kBlockN * kKvRowBytes;
   static constexpr int kPOffset = kKvOffset + 2 * kKvStageBytes;
-  static constexpr int kPBytes = kRows * kPRowBytes;
+  static constexpr int kPBytes = kBlockM * kPRowBytes;
   static constexpr int kUrowOffset = kPOffset + 2 * kPBytes;
   static constexpr int kCntOffset = kUrowOffset + 2 * kEntries * 4;
   static constexpr int kInfoOffset = kCntOffset + 2 * kTokens * kEntries;
   static constexpr int kStatOffset = kInfoOffset + 2 * kInfoInts * 4;
-  static constexpr int kRangeOffset = LowhAlign(kStatOffset + 7 * kRows * 4, 16);
+  static constexpr int kRangeOffset = LowhAlign(kStatOffset + 7 * kBlockM * 4, 16);
   static constexpr int kCountOffset = kRangeOffset + kTokens * 24;
   static constexpr int kSmemBytes = kCountOffset + kEntryRounds * kWarps * 4;
   static_assert(kEntries * 8 + kHashSlots * 8 <= 2 * kPBytes, "dedupe scratch fits in P");
@@ -99,7 +101,7 @@ struct LowhTile {
                 "16-byte aligned tiles, 128-byte swizzle atoms");
   static_assert((kBlockN * 4) % 16 == 0, "a token's entries are whole int4s");
   static_assert(kBlockN <= kSplitAlign, "a split range holds whole blocks or a tail");
-  static_assert(kSmemBytes <= 227 * 1024, "fits sm_90's 227 KiB of shared memory per block");
+  static_assert(kSmemBytes <= kSm90MaxSmemBytes, "fits sm_90's 227 KiB of shared memory per block");
 };
 
 // A token's slot range for this CTA's split (SplitSlots), kept in shared memory.
@@ -129,11 +131,11 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
   int32_t* urow_s = reinterpret_cast<int32_t*>(smem + Tile::kUrowOffset);
   uint8_t* cnt_s = smem + Tile::kCntOffset;
   int32_t* info_s = reinterpret_cast<int32_t*>(smem + Tile::kInfoOffset);
-  float* m_s = reinterpret_cast<float*>(smem + Tile::kStatOffset);  // [kRows] running max
-  float* l_s = m_s + Tile::kRows;                                   // [kRows] running sum
-  float* alpha_s = l_s + Tile::kRows;                               // [kRows] this tile's factor
-  float* max_s = alpha_s + Tile::kRows;                             // [2][kRows] half maxima
-  float* sum_s = max_s + 2 * Tile::kRows;                           // [2][kRows] half sums
+  float* m_s = reinterpret_cast<float*>(smem + Tile::kStatOffset);  // [kBlockM] running max
+  float* l_s = m_s + Tile::kBlockM;                                 // [kBlockM] running sum
+  float* alpha_s = l_s + Tile::kBlockM;                             // [kBlockM] this tile's factor
+  float* max_s = alpha_s + Tile::kBlockM;                           // [2][kBlockM] half maxima
+  float* sum_s = max_s + 2 * Tile::kBlockM;                         // [2][kBlockM] half sums
   LowhRange* range_s = reinterpret_cast<LowhRange*>(smem + Tile::kRangeOffset);
   int32_t* count_s = reinterpret_cast<int32_t*>(smem + Tile::kCountOffset);
 
@@ -150,7 +152,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
     }
     range_s[tid] = r;
   }
-  if (tid < Tile::kRows) {
+  if (tid < Tile::kBlockM) {
     m_s[tid] = kInitialMax;
     l_s[tid] = 0.0f;
   }
@@ -424,9 +426,9 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], gpu::ShflXor(mx[i], 1));
-        mx[i] = fmaxf(mx[i], gpu::ShflXor(mx[i], 2));
-        if (lane % 4 == 0) max_s[nh * Tile::kRows + mt * 16 + g + 8 * i] = mx[i];
+        mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 1));
+        mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 2));
+        if (lane % 4 == 0) max_s[nh * Tile::kBlockM + mt * 16 + g + 8 * i] = mx[i];
       }
     }
     __syncthreads();  // (B) both halves' maxima visible; partials consumed
@@ -439,7 +441,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
       for (int i = 0; i < 2; ++i) {
         const int r = mt * 16 + g + 8 * i;
         const float m_old = m_s[r];
-        m_new[i] = fmaxf(m_old, fmaxf(max_s[r], max_s[Tile::kRows + r]));
+        m_new[i] = fmaxf(m_old, fmaxf(max_s[r], max_s[Tile::kBlockM + r]));
         alpha[i] = Exp2(m_old - m_new[i]);
       }
 #pragma unroll
@@ -466,11 +468,11 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        sum[i] += gpu::ShflXor(sum[i], 1);
-        sum[i] += gpu::ShflXor(sum[i], 2);
+        sum[i] += ::attnd::gpu::ShflXor(sum[i], 1);
+        sum[i] += ::attnd::gpu::ShflXor(sum[i], 2);
         const int r = mt * 16 + g + 8 * i;
         if (lane % 4 == 0) {
-          sum_s[nh * Tile::kRows + r] = sum[i];
+          sum_s[nh * Tile::kBlockM + r] = sum[i];
           if (nh == 0) alpha_s[r] = alpha[i];
         }
       }
@@ -481,7 +483,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
       for (int i = 0; i < 2; ++i) {
         const int r = mt * 16 + g + 8 * i;
         m_s[r] = m_new[i];
-        l_s[r] = alpha[i] * l_s[r] + sum_s[r] + sum_s[Tile::kRows + r];
+        l_s[r] = alpha[i] * l_s[r] + sum_s[r] + sum_s[Tile::kBlockM + r];
       }
     }
 
@@ -514,7 +516,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
 
   if (blocks > 0) {
     // Q's first 512 columns, 64 stacked rows (zero for padded heads and tokens past T).
-    for (int e = tid; e < Tile::kRows * 64; e += kThreads) {
+    for (int e = tid; e < Tile::kBlockM * 64; e += kThreads) {
       const int r = e / 64, c = e % 64;
       const int64_t t = t0 + r / kHs;
       const int h = r % kHs;
@@ -574,7 +576,7 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
       StoreMmaORow(a, o[m], i, t, h, split, l_s[r], warp, cq);
     }
   }
-  if (tid < Tile::kRows) {
+  if (tid < Tile::kBlockM) {
     const int64_t t = t0 + tid / kHs;
     const int h = tid % kHs;
     if (t < a.tokens && h < a.heads) StoreRowLse(a, split, t, h, m_s[tid], l_s[tid]);
@@ -583,33 +585,35 @@ __global__ void __launch_bounds__(256, 1) SparseMlaLowhKernel(const KernelArgs a
 
 // One instance's launch (main kernel only) and its shape on the current device.
 template <int kHs, int kDqk, bool kExactP = true>
-gpu::Error LaunchLowhInstance(const KernelArgs& a, gpu::Stream stream) {
+::attnd::gpu::Error LaunchLowhInstance(const KernelArgs& a, ::attnd::gpu::Stream stream) {
   using Tile = LowhTile<kHs, kDqk>;
   const void* fn = reinterpret_cast<const void*>(&SparseMlaLowhKernel<kHs, kDqk, kExactP>);
-  const gpu::Error e = gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
-  if (e != gpu::kSuccess) return e;
-  const int64_t ctas = (static_cast<int64_t>(a.tokens) + Tile::kTokens - 1) / Tile::kTokens;
+  const ::attnd::gpu::Error e = ::attnd::gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
+  if (e != ::attnd::gpu::kSuccess) return e;
+  const int64_t ctas = CeilDiv(static_cast<int64_t>(a.tokens), Tile::kTokens);
   const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(a.splits));
   SparseMlaLowhKernel<kHs, kDqk, kExactP><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
-  return gpu::GetLastError();
+  return ::attnd::gpu::GetLastError();
 }
 
 template <int kHs, int kDqk>
 KernelShape LowhInstanceShape() {
   using Tile = LowhTile<kHs, kDqk>;
   KernelShape s;
-  s.heads_per_cta = kHs;
+  s.block_m = kHs;
   s.smem_bytes = Tile::kSmemBytes;
-  s.ctas_per_sm =
-      gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaLowhKernel<kHs, kDqk, true>),
-                       Tile::kThreads, Tile::kSmemBytes);
+  s.ctas_per_sm = ::attnd::gpu::BlocksPerSm(
+      reinterpret_cast<const void*>(&SparseMlaLowhKernel<kHs, kDqk, true>), Tile::kThreads,
+      Tile::kSmemBytes);
   return s;
 }
 
 // Both precisions (HIGH: kExactP true; FAST: false).
-#define ATTND_SPARSE_MLA_LOWH_INSTANCE(EXTERN, HS, D)                                          \
-  EXTERN template gpu::Error LaunchLowhInstance<HS, D, true>(const KernelArgs&, gpu::Stream);  \
-  EXTERN template gpu::Error LaunchLowhInstance<HS, D, false>(const KernelArgs&, gpu::Stream); \
+#define ATTND_SPARSE_MLA_LOWH_INSTANCE(EXTERN, HS, D)                                         \
+  EXTERN template ::attnd::gpu::Error LaunchLowhInstance<HS, D, true>(const KernelArgs&,      \
+                                                                      ::attnd::gpu::Stream);  \
+  EXTERN template ::attnd::gpu::Error LaunchLowhInstance<HS, D, false>(const KernelArgs&,     \
+                                                                       ::attnd::gpu::Stream); \
   EXTERN template KernelShape LowhInstanceShape<HS, D>();
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu

@@ -2,12 +2,12 @@
 #if defined(ATTND_GPU_CUDA)  // CUDA-only (mma.sync); compiles to nothing for HIP
 #include "kernels/sparse_mla/gpu/mma_lowh.cuh"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 
 ATTND_SPARSE_MLA_LOWH_INSTANCE(, 8, 512)
 ATTND_SPARSE_MLA_LOWH_INSTANCE(, 16, 512)
 ATTND_SPARSE_MLA_LOWH_INSTANCE(, 32, 512)
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu
 
 #endif  // defined(ATTND_GPU_CUDA)

@@ -5,36 +5,14 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/device_checks.h"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
 #include "kernels/sparse_mla/gpu/launch.h"
 #include "kernels/sparse_mla/gpu/plan.h"
 
-namespace attnd::kernels::sparse_mla {
-namespace {
-
-std::string Str(int64_t v) { return std::to_string(v); }
-
-bool Aligned(const void* p, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
-}
-
-// Leading strides (all but the last, contiguous, dimension) are multiples of `elements`.
-bool StridesMultipleOf(const Tensor& x, int64_t elements) {
-  for (int d = 0; d + 1 < x.rank; ++d) {
-    if (x.stride(d) % elements != 0) return false;
-  }
-  return true;
-}
-
-bool Refuse(std::string* why, const std::string& reason) {
-  if (why != nullptr) *why = reason;
-  return false;
-}
-
-}  // namespace
-
+namespace attnd::kernels::sparse_mla::gpu {
 KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
   KernelArgs a{};
   a.q = p.q.ptr<const uint16_t>();
@@ -48,9 +26,9 @@ KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
     a.kv_stride = p.kv.stride(0);
   }
   a.kv_rows = p.kv.dim(0);
-  gpu::DeviceFacts d;
+  ::attnd::gpu::DeviceFacts d;
   const int64_t pool_bytes = a.kv_rows * p.kv.stride(0) * DTypeSize(p.kv.dtype);
-  a.prefetch_l2 = gpu::CurrentDeviceFacts(&d) && pool_bytes > d.l2_bytes;
+  a.prefetch_l2 = ::attnd::gpu::CurrentDeviceFacts(&d) && pool_bytes > d.l2_bytes;
   a.indices = p.indices.ptr<const int32_t>();
   if (p.is_csr()) {
     a.indptr = p.indptr.ptr<const int32_t>();
@@ -80,9 +58,9 @@ KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
 }
 
 bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
-  gpu::DeviceFacts d;
-  if (!gpu::CurrentDeviceFacts(&d)) return Refuse(why, "no GPU device");
-  if (!Aligned(p.q.data, 16) || !StridesMultipleOf(p.q, 8)) {
+  ::attnd::gpu::DeviceFacts d;
+  if (!CurrentDevice(&d, why)) return false;
+  if (!Bf16RowsAligned16(p.q)) {
     return Refuse(why, "q: needs 16-byte alignment (base and leading strides multiples of 8)");
   }
   if (p.kv_is_fp8()) {
@@ -91,13 +69,13 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
                     "kv: FP8 cache rows need 16-byte alignment (base and row stride "
                     "multiples of 16 bytes)");
     }
-  } else if (p.kv.dim(0) > 0 && (!Aligned(p.kv.data, 16) || !StridesMultipleOf(p.kv, 8))) {
+  } else if (p.kv.dim(0) > 0 && !Bf16RowsAligned16(p.kv)) {
     return Refuse(why, "kv: needs 16-byte alignment (base and row stride multiples of 8)");
   }
   if (!Aligned(p.out.data, 4) || !StridesMultipleOf(p.out, 2)) {
     return Refuse(why, "out: needs 4-byte alignment (base and leading strides even)");
   }
-  if (p.q.dim(0) > INT32_MAX) return Refuse(why, "q: more than 2^31 - 1 tokens");
+  if (p.q.dim(0) > kMaxInt32) return Refuse(why, "q: more than 2^31 - 1 tokens");
   if (kernel == GpuKernel::kMmaLowH) {
 #if defined(ATTND_GPU_CUDA)
     return MmaLowhSupports(p, why);
@@ -112,41 +90,27 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
     return Refuse(why, "the wgmma kernel is CUDA-only");
 #endif
   }
+  if (kernel == GpuKernel::kMma && !RunsMmaSync(d, why)) return false;
   const KernelShape shape = kernel == GpuKernel::kSimt ? SimtShape(p)
 #if defined(ATTND_GPU_CUDA)
                                                        : MmaShape(p);
 #else
                                                        : KernelShape{};
 #endif
-  if (kernel == GpuKernel::kMma) {
-#if defined(ATTND_GPU_CUDA)
-    if (d.cc_major < 8) {
-      return Refuse(why, "needs compute capability >= 8.0 (bf16 mma.sync), device has " +
-                             Str(d.cc_major) + "." + Str(d.cc_minor));
-    }
-#else
-    return Refuse(why, "the mma.sync kernel is CUDA-only");
-#endif
+  const int64_t groups = CeilDiv(p.q.dim(1), shape.block_m);
+  if (p.q.dim(0) * groups > kMaxInt32) {
+    return Refuse(why, "T x head blocks is ", p.q.dim(0) * groups, ", want < 2^31");
   }
-  const int64_t groups = (p.q.dim(1) + shape.heads_per_cta - 1) / shape.heads_per_cta;
-  if (p.q.dim(0) * groups > INT32_MAX) {
-    return Refuse(why, "T x head blocks is " + Str(p.q.dim(0) * groups) + ", want < 2^31");
-  }
-  if (shape.smem_bytes > d.smem_optin) {
-    return Refuse(why, "needs " + Str(shape.smem_bytes) +
-                           " bytes of shared memory per block, device has " + Str(d.smem_optin));
-  }
-  if (shape.ctas_per_sm < 1) return Refuse(why, "the kernel cannot be resident on this device");
-  return true;
+  return FitsDevice(shape.smem_bytes, shape.ctas_per_sm, d, why);
 }
 
 int SplitsForItems(const Params& p, int64_t items, int64_t slots) {
   const int64_t width = p.is_csr() ? p.indices.dim(0) : p.indices.dim(1);
-  const int64_t blocks = (width + kSplitAlign - 1) / kSplitAlign;
+  const int64_t blocks = CeilDiv(width, kSplitAlign);
   const int max_splits = static_cast<int>(std::clamp<int64_t>(blocks / 2, 1, kMaxSplits));
   for (int s = 1; s < max_splits; ++s) {
     const int64_t ctas = items * s;
-    const int64_t waves = (ctas + slots - 1) / slots;
+    const int64_t waves = CeilDiv(ctas, slots);
     if (4 * ctas >= 3 * slots * waves) return s;
   }
   return max_splits;
@@ -157,8 +121,8 @@ int GpuSplits(const Params& p, GpuKernel kernel) {
   if (kernel == GpuKernel::kMmaLowH) return MmaLowhSplits(p);
 #endif
   const int64_t tokens = p.q.dim(0), heads = p.q.dim(1);
-  gpu::DeviceFacts d;
-  if (tokens == 0 || !gpu::CurrentDeviceFacts(&d)) return 1;  // before any occupancy query
+  ::attnd::gpu::DeviceFacts d;
+  if (tokens == 0 || !::attnd::gpu::CurrentDeviceFacts(&d)) return 1;  // before any occupancy query
   const KernelShape shape = kernel == GpuKernel::kSimt ? SimtShape(p)
 #if defined(ATTND_GPU_CUDA)
                             : kernel == GpuKernel::kWgmma ? WgmmaShape(p)
@@ -166,8 +130,8 @@ int GpuSplits(const Params& p, GpuKernel kernel) {
 #else
                                                        : KernelShape{};
 #endif
-  if (shape.heads_per_cta == 0) return 1;
-  const int64_t items = tokens * ((heads + shape.heads_per_cta - 1) / shape.heads_per_cta);
+  if (shape.block_m == 0) return 1;
+  const int64_t items = tokens * CeilDiv(heads, shape.block_m);
   const int64_t slots = static_cast<int64_t>(d.sm_count) * std::max(shape.ctas_per_sm, 1);
   return SplitsForItems(p, items, slots);
 }
@@ -183,4 +147,4 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
   return std::max(splits, 1);
 }
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu

@@ -12,12 +12,12 @@
 #include "kernels/sparse_mla/gpu/common.cuh"
 #include "kernels/sparse_mla/params.h"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 
 // How a kernel instance runs one call: heads per CTA, dynamic shared memory, resident CTAs per
 // SM on the current device (from the occupancy API; 0 when it cannot run there).
 struct KernelShape {
-  int heads_per_cta = 0;
+  int block_m = 0;
   int smem_bytes = 0;
   int ctas_per_sm = 0;
 };
@@ -39,4 +39,4 @@ bool WgmmaSupports(const Params& p, std::string* why);
 // The kernels' view of p (device pointers), with the split workspace carved as KernelArgs says.
 KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace);
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu

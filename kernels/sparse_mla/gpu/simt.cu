@@ -14,35 +14,37 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/convert.cuh"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
 #include "kernels/sparse_mla/gpu/fp8_kv.cuh"
 #include "kernels/sparse_mla/gpu/launch.h"
 #include "kernels/sparse_mla/gpu/plan.h"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kHeads = 16;                      // heads per CTA
-constexpr int kChunk = 32;                      // KV rows per step
-constexpr int kRowThreads = kThreads / kChunk;  // gather threads per row
-constexpr int kHeadPairs = kThreads / kChunk;   // score threads: kChunk rows x head pairs
-static_assert(kHeadPairs * 2 == kHeads, "a head pair per group of kChunk threads");
+constexpr int kBlockM = 16;                      // heads per CTA
+constexpr int kBlockN = 32;                      // KV rows per step
+constexpr int kRowThreads = kThreads / kBlockN;  // gather threads per row
+constexpr int kHeadPairs = kThreads / kBlockN;   // score threads: kBlockN rows x head pairs
+static_assert(kHeadPairs * 2 == kBlockM, "a head pair per group of kBlockN threads");
 static_assert(kThreads * 2 == kDimV, "P·V: two output columns per thread");
-static_assert(kSplitAlign % kChunk == 0, "splits are whole chunks");
+static_assert(kSplitAlign % kBlockN == 0, "splits are whole chunks");
 
 template <int kDqk>
 struct SimtTile {
-  static constexpr int kRowChunks = kDqk / 8;                     // 16-B chunks per row
-  static constexpr int kLoads = kRowChunks / kRowThreads;         // per gather thread per chunk
-  static constexpr int kKvPitch = kDqk + 8;                       // odd number of 16-B units:
-                                                                  // 8 rows hit 8 bank groups
-  static constexpr int kQBytes = kHeads * kDqk * 2;               // bf16 [kHeads][kDqk]
-  static constexpr int kKvBytes = kChunk * kKvPitch * 2;          // bf16 [kChunk][kKvPitch]
-  static constexpr int kPBytes = kChunk * kHeads * 4;             // f32 P [kChunk][kHeads]
-  static constexpr int kStatBytes = 3 * kHeads * 4 + kChunk * 4;  // alpha, l, m; row valid
+  static constexpr int kRowChunks = kDqk / 8;                       // 16-B chunks per row
+  static constexpr int kLoads = kRowChunks / kRowThreads;           // per gather thread per chunk
+  static constexpr int kKvPitch = kDqk + 8;                         // odd number of 16-B units:
+                                                                    // 8 rows hit 8 bank groups
+  static constexpr int kQBytes = kBlockM * kDqk * 2;                // bf16 [kBlockM][kDqk]
+  static constexpr int kKvBytes = kBlockN * kKvPitch * 2;           // bf16 [kBlockN][kKvPitch]
+  static constexpr int kPBytes = kBlockN * kBlockM * 4;             // f32 P [kBlockN][kBlockM]
+  static constexpr int kStatBytes = 3 * kBlockM * 4 + kBlockN * 4;  // alpha, l, m; row valid
   static constexpr int kSmemBytes = kQBytes + kKvBytes + kPBytes + kStatBytes;
   static_assert(kRowChunks % kRowThreads == 0, "whole chunks per gather thread");
   static_assert((kKvPitch * 2 / 16) % 2 == 1, "odd row pitch in 16-B units");
@@ -55,59 +57,36 @@ struct SimtTile {
   static_assert(kRowThreads == kFp8RopeChunks, "one rope chunk per gather thread");
 };
 
-// Σ over 8 bf16 pairs of q·k, accumulated into acc in f32 (bf16 -> f32 is exact).
-__device__ __forceinline__ float Dot8(const uint4& q, const uint4& k, float acc) {
-  const uint32_t qw[4] = {q.x, q.y, q.z, q.w}, kw[4] = {k.x, k.y, k.z, k.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(gpu::BitsToFloat(qw[i] << 16), gpu::BitsToFloat(kw[i] << 16), acc);
-    acc = fmaf(gpu::BitsToFloat(qw[i] & 0xffff0000u), gpu::BitsToFloat(kw[i] & 0xffff0000u), acc);
-  }
-  return acc;
-}
-
-// Max and sum over the kChunk lanes of a head pair (aligned groups of 32 lanes).
-__device__ __forceinline__ float GroupMax(float v) {
-#pragma unroll
-  for (int o = kChunk / 2; o > 0; o /= 2) v = fmaxf(v, gpu::ShflXor(v, o));
-  return v;
-}
-__device__ __forceinline__ float GroupSum(float v) {
-#pragma unroll
-  for (int o = kChunk / 2; o > 0; o /= 2) v += gpu::ShflXor(v, o);
-  return v;
-}
-
 template <int kDqk, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelArgs a) {
   static_assert(!kFp8 || kDqk == kFp8DimQk, "the FP8 cache has d_qk 576");
   using Tile = SimtTile<kDqk>;
   extern __shared__ uint4 smem_raw[];
   char* smem = reinterpret_cast<char*>(smem_raw);
-  uint4* q_s = reinterpret_cast<uint4*>(smem);                         // [kHeads][kRowChunks]
-  uint16_t* kv_s = reinterpret_cast<uint16_t*>(smem + Tile::kQBytes);  // [kChunk][kKvPitch]
+  uint4* q_s = reinterpret_cast<uint4*>(smem);                         // [kBlockM][kRowChunks]
+  uint16_t* kv_s = reinterpret_cast<uint16_t*>(smem + Tile::kQBytes);  // [kBlockN][kKvPitch]
   float* p_s = reinterpret_cast<float*>(smem + Tile::kQBytes + Tile::kKvBytes);
-  float* alpha_s = p_s + kChunk * kHeads;
-  float* l_s = alpha_s + kHeads;
-  float* m_s = l_s + kHeads;
-  int* valid_s = reinterpret_cast<int*>(m_s + kHeads);
+  float* alpha_s = p_s + kBlockN * kBlockM;
+  float* l_s = alpha_s + kBlockM;
+  float* m_s = l_s + kBlockM;
+  int* valid_s = reinterpret_cast<int*>(m_s + kBlockM);
 
   const int tid = threadIdx.x;
-  const int groups = (a.heads + kHeads - 1) / kHeads;
+  const int groups = (a.heads + kBlockM - 1) / kBlockM;
   const int64_t t = blockIdx.x / groups;
-  const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
+  const int h0 = static_cast<int>(blockIdx.x % groups) * kBlockM;
   const int split = blockIdx.y;
   const SlotRange range = SplitSlots(a, t, split);
 
-  const int j = tid % kChunk, pair = tid / kChunk;                 // score / softmax role
+  const int j = tid % kBlockN, pair = tid / kBlockN;               // score / softmax role
   const int g_row = tid / kRowThreads, g_sub = tid % kRowThreads;  // gather role
   float m[2] = {kInitialMax, kInitialMax}, l[2] = {0.0f, 0.0f};    // heads 2·pair, 2·pair + 1
-  float acc[kHeads][2] = {};                                       // columns 2·tid, 2·tid + 1
+  float acc[kBlockM][2] = {};                                      // columns 2·tid, 2·tid + 1
 
   if (range.begin < range.end) {
     // Q rows of this head block (zero past H).
     const uint16_t* q_tok = a.q + t * a.q_stride_t;
-    for (int e = tid; e < kHeads * Tile::kRowChunks; e += kThreads) {
+    for (int e = tid; e < kBlockM * Tile::kRowChunks; e += kThreads) {
       const int h = e / Tile::kRowChunks, c = e % Tile::kRowChunks;
       uint4 v = make_uint4(0, 0, 0, 0);
       if (h0 + h < a.heads) {
@@ -141,10 +120,10 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
       }
     };
     int32_t row_cur = LoadRow(a, range, range.begin + g_row);
-    int32_t row_next = LoadRow(a, range, range.begin + kChunk + g_row);
+    int32_t row_next = LoadRow(a, range, range.begin + kBlockN + g_row);
     fetch(row_cur);
 
-    for (int64_t pos = range.begin; pos < range.end; pos += kChunk) {
+    for (int64_t pos = range.begin; pos < range.end; pos += kBlockN) {
       __syncthreads();  // the previous chunk's P·V is done with kv_s, p_s and alpha_s
       uint16_t* dst = kv_s + g_row * Tile::kKvPitch;
       if constexpr (kFp8) {
@@ -168,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
       __syncthreads();  // chunk rows, their validity (and Q) visible
       row_cur = row_next;
       fetch(row_cur);  // next chunk in flight during this one's math
-      row_next = LoadRow(a, range, pos + 2 * kChunk + g_row);
+      row_next = LoadRow(a, range, pos + 2 * kBlockN + g_row);
 
       // Scores of row j for heads 2·pair and 2·pair + 1, in log2 units; masked rows -inf.
       const uint4* k_row = reinterpret_cast<const uint4*>(kv_s + j * Tile::kKvPitch);
@@ -187,30 +166,32 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
       // Online softmax over the chunk for both heads.
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const float m_new = fmaxf(m[i], GroupMax(x[i]));
+        const float m_new = fmaxf(m[i], GroupMax<kBlockN>(x[i]));
         const float alpha = exp2f(m[i] - m_new);
         const float p = exp2f(x[i] - m_new);
-        l[i] = l[i] * alpha + GroupSum(p);
+        l[i] = l[i] * alpha + GroupSum<kBlockN>(p);
         m[i] = m_new;
         // FAST: P·V with P rounded to bf16 (the sum above keeps the unrounded P).
-        p_s[j * kHeads + 2 * pair + i] = a.exact_p ? p : gpu::Bf16ToFloat(gpu::FloatToBf16(p));
+        p_s[j * kBlockM + 2 * pair + i] =
+            a.exact_p ? p : ::attnd::gpu::Bf16ToFloat(::attnd::gpu::FloatToBf16(p));
         if (j == 0) alpha_s[2 * pair + i] = alpha;
       }
       __syncthreads();  // P and alpha visible
 
       // O[h][2·tid .. +1] = alpha_h · O + Σ_j P[j][h] · V[j][2·tid .. +1].
 #pragma unroll
-      for (int h = 0; h < kHeads; ++h) {
+      for (int h = 0; h < kBlockM; ++h) {
         acc[h][0] *= alpha_s[h];
         acc[h][1] *= alpha_s[h];
       }
 #pragma unroll 4
-      for (int r = 0; r < kChunk; ++r) {
+      for (int r = 0; r < kBlockN; ++r) {
         const uint32_t w = *reinterpret_cast<const uint32_t*>(kv_s + r * Tile::kKvPitch + 2 * tid);
-        const float v0 = gpu::BitsToFloat(w << 16), v1 = gpu::BitsToFloat(w & 0xffff0000u);
-        const float4* p4 = reinterpret_cast<const float4*>(p_s + r * kHeads);
+        const float v0 = ::attnd::gpu::BitsToFloat(w << 16),
+                    v1 = ::attnd::gpu::BitsToFloat(w & 0xffff0000u);
+        const float4* p4 = reinterpret_cast<const float4*>(p_s + r * kBlockM);
 #pragma unroll
-        for (int h4 = 0; h4 < kHeads / 4; ++h4) {
+        for (int h4 = 0; h4 < kBlockM / 4; ++h4) {
           const float4 p = p4[h4];
           const float ps[4] = {p.x, p.y, p.z, p.w};
 #pragma unroll
@@ -233,13 +214,14 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
   __syncthreads();
   const int col = 2 * tid;
 #pragma unroll
-  for (int h = 0; h < kHeads; ++h) {
+  for (int h = 0; h < kBlockM; ++h) {
     if (h0 + h >= a.heads) break;
     const float sum = l_s[h];
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     if (a.splits == 1) {
-      const uint32_t packed = static_cast<uint32_t>(gpu::FloatToBf16(acc[h][0] * inv)) |
-                              (static_cast<uint32_t>(gpu::FloatToBf16(acc[h][1] * inv)) << 16);
+      const uint32_t packed =
+          static_cast<uint32_t>(::attnd::gpu::FloatToBf16(acc[h][0] * inv)) |
+          (static_cast<uint32_t>(::attnd::gpu::FloatToBf16(acc[h][1] * inv)) << 16);
       *reinterpret_cast<uint32_t*>(a.out + t * a.out_stride_t +
                                    static_cast<int64_t>(h0 + h) * a.out_stride_h + col) = packed;
     } else if (sum > 0.0f) {
@@ -248,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
       dst[1] = acc[h][1] * inv;
     }
   }
-  if (tid < kHeads && h0 + tid < a.heads) StoreRowLse(a, split, t, h0 + tid, m_s[tid], l_s[tid]);
+  if (tid < kBlockM && h0 + tid < a.heads) StoreRowLse(a, split, t, h0 + tid, m_s[tid], l_s[tid]);
 }
 
 template <int kDqk, bool kFp8 = false>
@@ -257,39 +239,40 @@ const void* SimtKernel() {
 }
 
 template <int kDqk, bool kFp8 = false>
-gpu::Error LaunchSimt(const KernelArgs& a, int groups, gpu::Stream stream) {
+::attnd::gpu::Error LaunchSimt(const KernelArgs& a, int groups, ::attnd::gpu::Stream stream) {
   constexpr int kSmem = SimtTile<kDqk>::kSmemBytes;
-  gpu::Error e = gpu::AllowDynamicSmem(SimtKernel<kDqk, kFp8>(), kSmem);
-  if (e != gpu::kSuccess) return e;
+  ::attnd::gpu::Error e = ::attnd::gpu::AllowDynamicSmem(SimtKernel<kDqk, kFp8>(), kSmem);
+  if (e != ::attnd::gpu::kSuccess) return e;
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
                   static_cast<unsigned>(a.splits));
   SparseMlaSimtKernel<kDqk, kFp8><<<grid, kThreads, kSmem, stream>>>(a);
-  return gpu::GetLastError();
+  return ::attnd::gpu::GetLastError();
 }
 
 }  // namespace
 
 KernelShape SimtShape(const Params& p) {
   KernelShape s;
-  s.heads_per_cta = kHeads;
+  s.block_m = kBlockM;
   const bool d576 = p.q.dim(2) == 576;
   s.smem_bytes = d576 ? SimtTile<576>::kSmemBytes : SimtTile<512>::kSmemBytes;
   const void* fn = p.kv_is_fp8() ? SimtKernel<576, true>()
                    : d576        ? SimtKernel<576>()
                                  : SimtKernel<512>();
-  s.ctas_per_sm = gpu::BlocksPerSm(fn, kThreads, s.smem_bytes);
+  s.ctas_per_sm = ::attnd::gpu::BlocksPerSm(fn, kThreads, s.smem_bytes);
   return s;
 }
 
-gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace, gpu::Stream stream) {
-  if (p.q.dim(0) == 0) return gpu::kSuccess;
+::attnd::gpu::Error LaunchSparseMlaSimt(const Params& p, int splits, void* workspace,
+                                        ::attnd::gpu::Stream stream) {
+  if (p.q.dim(0) == 0) return ::attnd::gpu::kSuccess;
   const KernelArgs a = MakeKernelArgs(p, splits, workspace);
-  const int groups = (a.heads + kHeads - 1) / kHeads;
-  const gpu::Error e = p.kv_is_fp8()       ? LaunchSimt<576, true>(a, groups, stream)
-                       : p.q.dim(2) == 576 ? LaunchSimt<576>(a, groups, stream)
-                                           : LaunchSimt<512>(a, groups, stream);
-  if (e != gpu::kSuccess || splits == 1) return e;
+  const int groups = CeilDiv(a.heads, kBlockM);
+  const ::attnd::gpu::Error e = p.kv_is_fp8()       ? LaunchSimt<576, true>(a, groups, stream)
+                                : p.q.dim(2) == 576 ? LaunchSimt<576>(a, groups, stream)
+                                                    : LaunchSimt<512>(a, groups, stream);
+  if (e != ::attnd::gpu::kSuccess || splits == 1) return e;
   return LaunchSparseMlaCombine(p, splits, workspace, stream);
 }
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu

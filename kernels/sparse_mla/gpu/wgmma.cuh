@@ -38,19 +38,20 @@
 
 #include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/gpu/mma_sync.cuh"
+#include "kernels/common/gpu/tiles.h"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/common/gpu/wgmma.cuh"
 #include "kernels/sparse_mla/gpu/common.cuh"
 #include "kernels/sparse_mla/gpu/fp8_kv.cuh"
 #include "kernels/sparse_mla/gpu/plan.h"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 
 template <int kDqk>
 struct WgmmaTile {
   static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
   static constexpr int kThreads = 384;      // WG0 softmax + left P·V, WG1 right P·V, WG2 producer
-  static constexpr int kHeads = 64;         // rows of S and O: one wgmma M
+  static constexpr int kBlockM = 64;        // rows of S and O: one wgmma M
   static constexpr int kBlockN = 64;        // KV rows per stage
   static constexpr int kSlabs = kDqk / 64;  // 64-column slabs of Q and K
   static constexpr uint32_t kSlabBytes = 64 * 128;
@@ -64,10 +65,10 @@ struct WgmmaTile {
   static constexpr bool kPHiInRope = kDqk == 576;
   static constexpr uint32_t kPHiOffset = kPLoOffset + kSlabBytes;  // d512 only
   static constexpr uint32_t kStatOffset = kPLoOffset + (kPHiInRope ? 1 : 2) * kSlabBytes;
-  static constexpr uint32_t kAlphaOffset = kStatOffset;              // f32 [64]
-  static constexpr uint32_t kSumOffset = kAlphaOffset + 4 * kHeads;  // f32 [64]
-  static constexpr uint32_t kMaxOffset = kSumOffset + 4 * kHeads;    // f32 [64]
-  static constexpr uint32_t kMaskOffset = kMaxOffset + 4 * kHeads;   // u64 [2]: bit r = row r valid
+  static constexpr uint32_t kAlphaOffset = kStatOffset;               // f32 [64]
+  static constexpr uint32_t kSumOffset = kAlphaOffset + 4 * kBlockM;  // f32 [64]
+  static constexpr uint32_t kMaxOffset = kSumOffset + 4 * kBlockM;    // f32 [64]
+  static constexpr uint32_t kMaskOffset = kMaxOffset + 4 * kBlockM;  // u64 [2]: bit r = row r valid
   static constexpr uint32_t kBarOffset = kMaskOffset + 16;  // u64 full[2], empty[2], q_full
   static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 5 * 8);
   // Registers per thread after setmaxnreg: 3·168 = 504 (the 384-thread launch cap) in total.
@@ -95,7 +96,7 @@ struct WgmmaTile {
                     kSoftmaxRegs >= kLaunchRegs && kPvRegs >= kLaunchRegs &&
                     kPvRegsFp8 <= kLaunchRegs,
                 "setmaxnreg: dec for the producer and FP8's WG1, inc for the others");
-  static_assert(kSmemBytes <= 227 * 1024, "fits sm_90's 227 KiB of shared memory per block");
+  static_assert(kSmemBytes <= kSm90MaxSmemBytes, "fits sm_90's 227 KiB of shared memory per block");
   static_assert(kSplitAlign % kBlockN == 0, "splits are whole KV blocks");
 };
 
@@ -189,7 +190,7 @@ __device__ __forceinline__ void StoreO(const KernelArgs& a, const float (&o)[128
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-            gpu::ptx::PackBf16x2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+            ::attnd::gpu::ptx::PackBf16x2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
       }
     } else if (l[i] > 0.0f) {
       float* dst = a.partial_o + PartialRow(a, split, t, h) * kDimV + col0;
@@ -225,9 +226,9 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
 
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
-  const int groups = a.heads / Tile::kHeads;
+  const int groups = a.heads / Tile::kBlockM;
   const int64_t t = blockIdx.x / groups;
-  const int h0 = static_cast<int>(blockIdx.x % groups) * Tile::kHeads;
+  const int h0 = static_cast<int>(blockIdx.x % groups) * Tile::kBlockM;
   const int split = blockIdx.y;
   const SlotRange range = SplitSlots(a, t, split);
   const int n_blocks =
@@ -344,7 +345,7 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
             if (__all_sync(0xffffffffu, wgmma_internal::Bf16ScaleFastPath(scales[i]))) {
               wgmma_internal::DequantFp8x16Int(codes[i], scales[i], &lo, &hi);
             } else {  // other scales (any f32, inf or NaN): fp8_kv.cuh's cvt chain
-              DequantFp8x16(codes[i], gpu::BitsToFloat(scales[i]), &lo, &hi);
+              DequantFp8x16(codes[i], ::attnd::gpu::BitsToFloat(scales[i]), &lo, &hi);
             }
             uint8_t* dst = smem + stage_off + slab_off;
             *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first)) = swap ? hi : lo;
@@ -483,8 +484,8 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
       float neg_m[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], gpu::ShflXor(mx[i], 1));
-        mx[i] = fmaxf(mx[i], gpu::ShflXor(mx[i], 2));
+        mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 1));
+        mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 2));
         const float m_new = fmaxf(m_run[i], mx[i] * a.scale_log2);
         alpha[i] = Exp2(m_run[i] - m_new);
         m_run[i] = m_new;
@@ -579,8 +580,8 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      l_run[i] += gpu::ShflXor(l_run[i], 1);
-      l_run[i] += gpu::ShflXor(l_run[i], 2);
+      l_run[i] += ::attnd::gpu::ShflXor(l_run[i], 1);
+      l_run[i] += ::attnd::gpu::ShflXor(l_run[i], 2);
     }
     if (lane % 4 == 0) {
       sum_s[r0] = l_run[0];
@@ -648,39 +649,42 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
 
 // One instance's launch (main kernel only) and its shape on the current device.
 template <int kDqk, bool kExactP = true, bool kFp8 = false>
-gpu::Error LaunchWgmmaInstance(const KernelArgs& a, gpu::Stream stream) {
+::attnd::gpu::Error LaunchWgmmaInstance(const KernelArgs& a, ::attnd::gpu::Stream stream) {
   using Tile = WgmmaTile<kDqk>;
   const void* fn = reinterpret_cast<const void*>(&SparseMlaWgmmaKernel<kDqk, kExactP, kFp8>);
-  const gpu::Error e = gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
-  if (e != gpu::kSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * (a.heads / Tile::kHeads)),
+  const ::attnd::gpu::Error e = ::attnd::gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
+  if (e != ::attnd::gpu::kSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * (a.heads / Tile::kBlockM)),
                   static_cast<unsigned>(a.splits));
   SparseMlaWgmmaKernel<kDqk, kExactP, kFp8><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
-  return gpu::GetLastError();
+  return ::attnd::gpu::GetLastError();
 }
 
 template <int kDqk, bool kFp8 = false>
 KernelShape WgmmaInstanceShape() {
   using Tile = WgmmaTile<kDqk>;
   KernelShape s;
-  s.heads_per_cta = Tile::kHeads;
+  s.block_m = Tile::kBlockM;
   s.smem_bytes = Tile::kSmemBytes;
-  s.ctas_per_sm =
-      gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaWgmmaKernel<kDqk, true, kFp8>),
-                       Tile::kThreads, Tile::kSmemBytes);
+  s.ctas_per_sm = ::attnd::gpu::BlocksPerSm(
+      reinterpret_cast<const void*>(&SparseMlaWgmmaKernel<kDqk, true, kFp8>), Tile::kThreads,
+      Tile::kSmemBytes);
   return s;
 }
 
 // Both precisions of one d_qk (HIGH: kExactP true; FAST: false).
-#define ATTND_SPARSE_MLA_WGMMA_INSTANCE(EXTERN, D)                                                 \
-  EXTERN template gpu::Error LaunchWgmmaInstance<D, true, false>(const KernelArgs&, gpu::Stream);  \
-  EXTERN template gpu::Error LaunchWgmmaInstance<D, false, false>(const KernelArgs&, gpu::Stream); \
+#define ATTND_SPARSE_MLA_WGMMA_INSTANCE(EXTERN, D)                                                \
+  EXTERN template ::attnd::gpu::Error LaunchWgmmaInstance<D, true, false>(const KernelArgs&,      \
+                                                                          ::attnd::gpu::Stream);  \
+  EXTERN template ::attnd::gpu::Error LaunchWgmmaInstance<D, false, false>(const KernelArgs&,     \
+                                                                           ::attnd::gpu::Stream); \
   EXTERN template KernelShape WgmmaInstanceShape<D, false>();
 // The FP8 cache (d_qk 576), both precisions.
 #define ATTND_SPARSE_MLA_WGMMA_FP8_INSTANCE(EXTERN)                                                \
-  EXTERN template gpu::Error LaunchWgmmaInstance<576, true, true>(const KernelArgs&, gpu::Stream); \
-  EXTERN template gpu::Error LaunchWgmmaInstance<576, false, true>(const KernelArgs&,              \
-                                                                   gpu::Stream);                   \
+  EXTERN template ::attnd::gpu::Error LaunchWgmmaInstance<576, true, true>(const KernelArgs&,      \
+                                                                           ::attnd::gpu::Stream);  \
+  EXTERN template ::attnd::gpu::Error LaunchWgmmaInstance<576, false, true>(const KernelArgs&,     \
+                                                                            ::attnd::gpu::Stream); \
   EXTERN template KernelShape WgmmaInstanceShape<576, true>();
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu

@@ -2,10 +2,10 @@
 #if defined(ATTND_GPU_CUDA)  // CUDA-only (sm_90a wgmma); compiles to nothing for HIP
 #include "kernels/sparse_mla/gpu/wgmma.cuh"
 
-namespace attnd::kernels::sparse_mla {
+namespace attnd::kernels::sparse_mla::gpu {
 
 ATTND_SPARSE_MLA_WGMMA_INSTANCE(, 576)
 
-}  // namespace attnd::kernels::sparse_mla
+}  // namespace attnd::kernels::sparse_mla::gpu
 
 #endif  // defined(ATTND_GPU_CUDA)

@@ -1,6 +1,7 @@
 // Warp and block building blocks of the SIMT top-k, portable CUDA/HIP (warp size from
-// gpu::WarpSize(): 32 on NVIDIA, 64 on CDNA): ballots, lane masks, sums, a block-wide exclusive
-// sum and a warp-aggregated shared-memory histogram increment. Blocks are one-dimensional.
+// ::attnd::gpu::WarpSize(): 32 on NVIDIA, 64 on CDNA): ballots, lane masks, sums, a block-wide
+// exclusive sum and a warp-aggregated shared-memory histogram increment. Blocks are
+// one-dimensional.
 //   const uint32_t before = BlockExclusiveSum<kThreads>(mine, scratch, &total);
 #pragma once
 
@@ -8,7 +9,7 @@
 
 #include "kernels/common/gpu/vendor.h"
 
-namespace attnd::kernels::topk::simt {
+namespace attnd::kernels::topk::gpu {
 
 // One bit per lane of a warp.
 #if defined(ATTND_GPU_HIP)
@@ -16,10 +17,14 @@ using LaneMask = unsigned long long;
 #else
 using LaneMask = unsigned int;
 #endif
-static_assert(sizeof(LaneMask) * 8 >= gpu::WarpSize(), "a lane mask must hold every lane");
+static_assert(sizeof(LaneMask) * 8 >= ::attnd::gpu::WarpSize(), "a lane mask must hold every lane");
 
-__device__ __forceinline__ int LaneId() { return static_cast<int>(threadIdx.x) % gpu::WarpSize(); }
-__device__ __forceinline__ int WarpId() { return static_cast<int>(threadIdx.x) / gpu::WarpSize(); }
+__device__ __forceinline__ int LaneId() {
+  return static_cast<int>(threadIdx.x) % ::attnd::gpu::WarpSize();
+}
+__device__ __forceinline__ int WarpId() {
+  return static_cast<int>(threadIdx.x) / ::attnd::gpu::WarpSize();
+}
 
 // The lanes whose predicate is true. Every lane of the warp must call it.
 __device__ __forceinline__ LaneMask Ballot(bool pred) {
@@ -56,8 +61,8 @@ __device__ __forceinline__ LaneMask LanesBelow(int lane) {
 __device__ __forceinline__ uint32_t WarpInclusiveSum(uint32_t v) {
   const int lane = LaneId();
 #pragma unroll
-  for (int offset = 1; offset < gpu::WarpSize(); offset <<= 1) {
-    const uint32_t lower = gpu::Shfl(v, lane >= offset ? lane - offset : lane);
+  for (int offset = 1; offset < ::attnd::gpu::WarpSize(); offset <<= 1) {
+    const uint32_t lower = ::attnd::gpu::Shfl(v, lane >= offset ? lane - offset : lane);
     if (lane >= offset) v += lower;
   }
   return v;
@@ -69,14 +74,14 @@ __device__ __forceinline__ uint32_t WarpInclusiveSum(uint32_t v) {
 template <int kThreads>
 __device__ __forceinline__ uint32_t BlockExclusiveSum(uint32_t v, uint32_t* scratch,
                                                       uint32_t* total) {
-  constexpr int kWarps = kThreads / gpu::WarpSize();
-  static_assert(kThreads % gpu::WarpSize() == 0 && kWarps <= gpu::WarpSize(),
+  constexpr int kWarps = kThreads / ::attnd::gpu::WarpSize();
+  static_assert(kThreads % ::attnd::gpu::WarpSize() == 0 && kWarps <= ::attnd::gpu::WarpSize(),
                 "one warp scans the warp totals");
   const int lane = LaneId();
   const int warp = WarpId();
   const uint32_t inclusive = WarpInclusiveSum(v);
   __syncthreads();  // the previous call's readers are done with scratch
-  if (lane == gpu::WarpSize() - 1) scratch[warp] = inclusive;
+  if (lane == ::attnd::gpu::WarpSize() - 1) scratch[warp] = inclusive;
   __syncthreads();
   if (warp == 0) {
     const uint32_t warp_total = lane < kWarps ? scratch[lane] : 0u;
@@ -104,4 +109,4 @@ __device__ __forceinline__ void HistogramAdd(uint32_t* hist, int bin) {
 #endif
 }
 
-}  // namespace attnd::kernels::topk::simt
+}  // namespace attnd::kernels::topk::gpu

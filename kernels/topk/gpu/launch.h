@@ -7,11 +7,11 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/topk/params.h"
 
-namespace attnd::kernels::topk {
+namespace attnd::kernels::topk::gpu {
 
 // The portable SIMT top-k (simt.cu): one CTA per row, radix select, ordered output. Handles
 // every validated Params (plain and KV-slot mapped); needs no workspace. Writes exactly the CPU
 // implementation's output (ascending columns, ties to the lowest columns, -1 / -inf padding).
-gpu::Error LaunchTopkSimt(const Params& p, gpu::Stream stream);
+::attnd::gpu::Error LaunchTopkSimt(const Params& p, ::attnd::gpu::Stream stream);
 
-}  // namespace attnd::kernels::topk
+}  // namespace attnd::kernels::topk::gpu

@@ -13,7 +13,7 @@
 #define ATTND_TOPK_HD inline
 #endif
 
-namespace attnd::kernels::topk::radix {
+namespace attnd::kernels::topk::gpu::radix {
 
 // Keys compare like the floats they encode (+0 just above -0); NaN of either sign maps to 0, so
 // NaN and -inf (0x007fffff) sit below kMinSelectableKey, the key of -FLT_MAX. The same map as
@@ -116,4 +116,4 @@ ATTND_TOPK_HD int32_t SlotOf(int32_t col, const int32_t* table_row, int64_t max_
   return slot <= 0x7fffffffLL ? static_cast<int32_t>(slot) : -1;
 }
 
-}  // namespace attnd::kernels::topk::radix
+}  // namespace attnd::kernels::topk::gpu::radix

@@ -1,13 +1,14 @@
 // The top-k op's tensors as the GPU kernels read them: raw device pointers with element strides
-// (products are formed in 64 bits), made once from Params on the host by MakeRowArgs. Shared by
-// the portable kernel (simt.cu) and the streaming kernel (stream.cu); docs/CONTRACTS.md "topk".
+// (products are formed in 64 bits), made once from Params on the host by MakeRowArgs, and a row's
+// clamped window. Shared by the portable kernel (simt.cu) and the streaming kernel (stream.cu);
+// docs/CONTRACTS.md "topk". Include from .cu files.
 #pragma once
 
 #include <stdint.h>
 
 #include "kernels/topk/params.h"
 
-namespace attnd::kernels::topk {
+namespace attnd::kernels::topk::gpu {
 
 struct RowArgs {
   const uint32_t* logits = nullptr;  // f32 bits [rows, logits_ld]
@@ -68,4 +69,30 @@ inline RowArgs MakeRowArgs(const Params& p) {
   return a;
 }
 
-}  // namespace attnd::kernels::topk
+// A row's window [begin, begin + len); Begin is the kernel's column type.
+template <class Begin>
+struct RowSpanOf {
+  Begin begin = 0;
+  uint32_t len = 0;
+};
+
+// Row `row`'s window as a Span {begin, len}: [begin, begin + len), clamped to [0, cols) as
+// topk::RowWindow does (ks / ke / lengths are device data and untrusted).
+template <class Span>
+__device__ __forceinline__ Span LoadWindowAs(const RowArgs& a, int64_t row) {
+  int64_t begin = 0, end = 0;
+  if (a.lengths != nullptr) {
+    end = a.lengths[row * a.lengths_stride];
+  } else {
+    begin = a.ks[row * a.ks_stride];
+    end = a.ke[row * a.ke_stride];
+  }
+  begin = begin < 0 ? 0 : (begin > a.cols ? a.cols : begin);
+  end = end < begin ? begin : (end > a.cols ? a.cols : end);
+  Span w;
+  w.begin = static_cast<decltype(w.begin)>(begin);
+  w.len = static_cast<uint32_t>(end - begin);
+  return w;
+}
+
+}  // namespace attnd::kernels::topk::gpu

@@ -10,25 +10,16 @@
 
 #include "kernels/common/gpu/convert.cuh"
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/common/math.h"
 #include "kernels/topk/gpu/block_ops.cuh"
 #include "kernels/topk/gpu/launch.h"
 #include "kernels/topk/gpu/radix.h"
 #include "kernels/topk/gpu/row_args.h"
 
-namespace attnd::kernels::topk {
+namespace attnd::kernels::topk::gpu {
 namespace {
 
 using radix::Threshold;
-using simt::Ballot;
-using simt::BlockExclusiveSum;
-using simt::HistogramAdd;
-using simt::LaneId;
-using simt::LaneMask;
-using simt::LanesBelow;
-using simt::LowestLane;
-using simt::PopCount;
-using simt::WarpId;
-using simt::WarpInclusiveSum;
 
 // Keys of the level-0 threshold bin kept in shared memory for the later levels (32 KB); a larger
 // bin is re-read from the row instead.
@@ -47,7 +38,7 @@ constexpr uint32_t kNanBits = 0xffffffffu;  // stands in for columns past the wi
 
 template <int kThreads>
 struct Shared {
-  static constexpr int kWarps = kThreads / gpu::WarpSize();
+  static constexpr int kWarps = kThreads / ::attnd::gpu::WarpSize();
   static constexpr uint32_t kTile = kThreads * kOrderedSteps;  // columns of an ordered tile
   static_assert(kTile < (1u << 16), "tile counts are packed in 16 bits");
   // (step, warp) pairs of an ordered tile, in column order: entry step * kWarps + warp.
@@ -63,25 +54,10 @@ struct Shared {
 };
 
 // Row `row`'s window, clamped as topk::RowWindow does: [begin, begin + len) within [0, cols).
-struct RowSpan {
-  uint32_t begin = 0;
-  uint32_t len = 0;
-};
+using RowSpan = RowSpanOf<uint32_t>;
 
 __device__ RowSpan LoadWindow(const RowArgs& a, int64_t row) {
-  int64_t begin = 0, end = 0;
-  if (a.lengths != nullptr) {
-    end = a.lengths[row * a.lengths_stride];
-  } else {
-    begin = a.ks[row * a.ks_stride];
-    end = a.ke[row * a.ke_stride];
-  }
-  begin = begin < 0 ? 0 : (begin > a.cols ? a.cols : begin);
-  end = end < begin ? begin : (end > a.cols ? a.cols : end);
-  RowSpan w;
-  w.begin = static_cast<uint32_t>(begin);
-  w.len = static_cast<uint32_t>(end - begin);
-  return w;
+  return LoadWindowAs<RowSpan>(a, row);
 }
 
 // Where row `row`'s output goes, and the KV-slot mapping of its request.
@@ -98,14 +74,14 @@ struct RowOut {
     indices[pos] = table_row != nullptr
                        ? radix::SlotOf(col, table_row, max_blocks, page_size, page_shift)
                        : col;
-    if (values != nullptr) values[pos] = gpu::BitsToFloat(bits);
+    if (values != nullptr) values[pos] = ::attnd::gpu::BitsToFloat(bits);
   }
   // Entries [from, k): -1 and -inf.
   template <int kThreads>
   __device__ void Pad(uint32_t from) const {
     for (uint32_t j = from + threadIdx.x; j < k; j += kThreads) {
       indices[j] = -1;
-      if (values != nullptr) values[j] = gpu::BitsToFloat(kNegInfBits);
+      if (values != nullptr) values[j] = ::attnd::gpu::BitsToFloat(kNegInfBits);
     }
   }
 };
@@ -138,7 +114,7 @@ __device__ void AppendCandidates(Shared<kThreads>& s, uint32_t key, bool take) {
   const int leader = LowestLane(takers);
   uint32_t first = 0;
   if (LaneId() == leader) first = atomicAdd(&s.candidate_count, PopCount(takers));
-  first = gpu::Shfl(first, leader);
+  first = ::attnd::gpu::Shfl(first, leader);
   const uint32_t slot = first + PopCount(takers & LanesBelow(LaneId()));
   if (take && slot < kCandidateCapacity) s.candidates[slot] = key;
 }
@@ -235,12 +211,12 @@ __device__ __forceinline__ void LoadTile(const uint32_t* row, uint32_t len, uint
 template <int kThreads>
 __device__ void OrderedPass(const uint32_t* row, const RowSpan& w, const Threshold& t,
                             const RowOut& out, Shared<kThreads>& s) {
-  constexpr int kWarpSize = gpu::WarpSize();
+  constexpr int kWarpSize = ::attnd::gpu::WarpSize();
   constexpr int kSteps = kOrderedSteps;
   constexpr uint32_t kTile = Shared<kThreads>::kTile;
   constexpr int kWarps = Shared<kThreads>::kWarps;
   constexpr int kEntries = Shared<kThreads>::kTileEntries;
-  constexpr int kPerLane = (kEntries + kWarpSize - 1) / kWarpSize;  // warp 0 scans the entries
+  constexpr int kPerLane = CeilDiv(kEntries, kWarpSize);  // warp 0 scans the entries
   const int lane = LaneId();
   const int warp = WarpId();
   const LaneMask below = LanesBelow(lane);
@@ -284,7 +260,7 @@ __device__ void OrderedPass(const uint32_t* row, const RowSpan& w, const Thresho
         }
         before += local[j];
       }
-      const uint32_t tile = gpu::Shfl(inclusive, kWarpSize - 1);
+      const uint32_t tile = ::attnd::gpu::Shfl(inclusive, kWarpSize - 1);
       run_above += tile & 0xffffu;
       run_at += tile >> 16;
     }
@@ -381,16 +357,16 @@ __global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), sizeof
 
 }  // namespace
 
-gpu::Error LaunchTopkSimt(const Params& p, gpu::Stream stream) {
+::attnd::gpu::Error LaunchTopkSimt(const Params& p, ::attnd::gpu::Stream stream) {
   const RowArgs a = MakeRowArgs(p);
-  if (a.rows == 0) return gpu::kSuccess;  // an empty grid is a launch error
+  if (a.rows == 0) return ::attnd::gpu::kSuccess;  // an empty grid is a launch error
   const unsigned grid = static_cast<unsigned>(std::min(a.rows, kMaxGridX));
   if (a.rows < kFewRows) {
     TopkRowsKernel<1024><<<grid, 1024, 0, stream>>>(a);
   } else {
     TopkRowsKernel<512><<<grid, 512, 0, stream>>>(a);
   }
-  return gpu::GetLastError();
+  return ::attnd::gpu::GetLastError();
 }
 
-}  // namespace attnd::kernels::topk
+}  // namespace attnd::kernels::topk::gpu

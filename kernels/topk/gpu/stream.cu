@@ -81,25 +81,10 @@ struct Cta {
 };
 
 // Row `row`'s window, clamped as topk::RowWindow does.
-struct RowSpan {
-  int64_t begin = 0;
-  uint32_t len = 0;
-};
+using RowSpan = RowSpanOf<int64_t>;
 
 __device__ RowSpan LoadWindow(const StreamArgs& a, int64_t row) {
-  int64_t begin = 0, end = 0;
-  if (a.lengths != nullptr) {
-    end = a.lengths[row * a.lengths_stride];
-  } else {
-    begin = a.ks[row * a.ks_stride];
-    end = a.ke[row * a.ke_stride];
-  }
-  begin = begin < 0 ? 0 : (begin > a.cols ? a.cols : begin);
-  end = end < begin ? begin : (end > a.cols ? a.cols : end);
-  RowSpan w;
-  w.begin = begin;
-  w.len = static_cast<uint32_t>(end - begin);
-  return w;
+  return LoadWindowAs<RowSpan>(a, row);
 }
 
 // Where row `row`'s output goes, and the KV-slot mapping of its request.

@@ -30,13 +30,13 @@ namespace {
 #if defined(ATTND_GPU_CUDA)
 
 using kernels::sparse_mla::ComputeReference;
-using kernels::sparse_mla::kAutoBlocksPerGroup;
-using kernels::sparse_mla::kAutoChoseLowh;
-using kernels::sparse_mla::kAutoChoseMma;
-using kernels::sparse_mla::kAutoSampleGroups;
-using kernels::sparse_mla::MmaAutoHeader;
 using kernels::sparse_mla::Params;
 using kernels::sparse_mla::Reference;
+using kernels::sparse_mla::gpu::kAutoBlocksPerGroup;
+using kernels::sparse_mla::gpu::kAutoChoseLowh;
+using kernels::sparse_mla::gpu::kAutoChoseMma;
+using kernels::sparse_mla::gpu::kAutoSampleGroups;
+using kernels::sparse_mla::gpu::MmaAutoHeader;
 
 // Runs cuda_mma_auto on device mirrors of `p` with its workspace (or none when `no_workspace`)
 // and copies the header back. The device KV carries the case's NaN guard rows.
@@ -46,7 +46,7 @@ absl::Status RunAuto(const Params& p, MmaAutoHeader* header, bool no_workspace =
       "auto", GpuBackend(), nullptr,
       [header, no_workspace](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
         const auto stream = static_cast<gpu::Stream>(ctx.stream);
-        GPU_RETURN_IF_ERROR(kernels::sparse_mla::LaunchSparseMlaMmaAuto(
+        GPU_RETURN_IF_ERROR(kernels::sparse_mla::gpu::LaunchSparseMlaMmaAuto(
             d, no_workspace ? nullptr : ctx.workspace, no_workspace ? 0 : ctx.workspace_bytes,
             stream));
         if (!no_workspace && d.q.dim(0) > 0) {
@@ -55,7 +55,7 @@ absl::Status RunAuto(const Params& p, MmaAutoHeader* header, bool no_workspace =
         }
         return absl::OkStatus();
       },
-      [](const Params& h) { return kernels::sparse_mla::MmaAutoWorkspaceBytes(h); });
+      [](const Params& h) { return kernels::sparse_mla::gpu::MmaAutoWorkspaceBytes(h); });
   return RunOnGpuWithKvGuards(impl, p);
 }
 
@@ -156,7 +156,7 @@ void CheckCase(const AutoCase& ac) {
   for (bool csr : {false, true}) {
     Params p = c.MakeParams(csr);
     std::string why;
-    ASSERT_TRUE(kernels::sparse_mla::MmaAutoSupports(p, &why)) << why;
+    ASSERT_TRUE(kernels::sparse_mla::gpu::MmaAutoSupports(p, &why)) << why;
     const Reference ref = ComputeReference(p);
     for (const kernels::Precision precision : kPrecisions) {
       p.precision = precision;
@@ -167,7 +167,7 @@ void CheckCase(const AutoCase& ac) {
       const std::string what = csr ? "csr" : "table";
       EXPECT_EQ(got.choice, ac.want)
           << what << ": union " << got.union_rows << " of walked " << got.walked_slots;
-      EXPECT_EQ(got.choice, kernels::sparse_mla::MmaAutoPicksLowh(
+      EXPECT_EQ(got.choice, kernels::sparse_mla::gpu::MmaAutoPicksLowh(
                                 want.union_rows, want.walked_slots, GroupTokens(ac.h))
                                 ? kAutoChoseLowh
                                 : kAutoChoseMma)
@@ -277,16 +277,16 @@ TEST(SparseMlaAutoGpu, DispatchOrder) {
   spec.h = 16;
   SparseMlaCase c(spec, rng);
   std::string why;
-  EXPECT_TRUE(kernels::sparse_mla::MmaAutoSupports(c.MakeParams(false), &why)) << why;
+  EXPECT_TRUE(kernels::sparse_mla::gpu::MmaAutoSupports(c.MakeParams(false), &why)) << why;
   spec.h = 64;
   SparseMlaCase wide(spec, rng);
-  EXPECT_FALSE(kernels::sparse_mla::MmaAutoSupports(wide.MakeParams(false), &why));
+  EXPECT_FALSE(kernels::sparse_mla::gpu::MmaAutoSupports(wide.MakeParams(false), &why));
   EXPECT_NE(why.find("q: dim 1 is 64"), std::string::npos) << why;
   spec.h = 16;
   spec.kv_format = KvFormat::kFp8;
   SparseMlaCase fp8(spec, rng);
   why.clear();
-  EXPECT_FALSE(kernels::sparse_mla::MmaAutoSupports(fp8.MakeParams(false), &why));
+  EXPECT_FALSE(kernels::sparse_mla::gpu::MmaAutoSupports(fp8.MakeParams(false), &why));
   EXPECT_NE(why.find("kv:"), std::string::npos) << why;
 }
 

@@ -203,7 +203,9 @@ absl::Status RunWithSplitsOnGpu(const SplitLauncher& launch, const kernels::spar
         GPU_RETURN_IF_ERROR(launch(d, splits, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
         return absl::OkStatus();
       },
-      [splits](const Params& h) { return kernels::sparse_mla::SplitWorkspaceBytes(h, splits); });
+      [splits](const Params& h) {
+        return kernels::sparse_mla::gpu::SplitWorkspaceBytes(h, splits);
+      });
   return RunOnGpuWithKvGuards(impl, p);
 }
 #endif

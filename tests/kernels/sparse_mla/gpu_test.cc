@@ -33,7 +33,7 @@ using kernels::sparse_mla::Reference;
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 
-using kernels::sparse_mla::GpuKernel;
+using kernels::sparse_mla::gpu::GpuKernel;
 
 std::vector<GpuKernel> Kernels() {
 #if defined(ATTND_GPU_CUDA)
@@ -53,10 +53,10 @@ absl::Status RunWithSplits(GpuKernel kernel, const Params& p, int splits) {
       [kernel](const Params& d, int s, void* workspace, gpu::Stream stream) {
 #if defined(ATTND_GPU_CUDA)
         if (kernel == GpuKernel::kMma) {
-          return kernels::sparse_mla::LaunchSparseMlaMma(d, s, workspace, stream);
+          return kernels::sparse_mla::gpu::LaunchSparseMlaMma(d, s, workspace, stream);
         }
 #endif
-        return kernels::sparse_mla::LaunchSparseMlaSimt(d, s, workspace, stream);
+        return kernels::sparse_mla::gpu::LaunchSparseMlaSimt(d, s, workspace, stream);
       },
       p, splits);
 }
@@ -84,7 +84,7 @@ TEST_P(SparseMlaGpuSplits, EveryCountMatchesReference) {
     for (bool csr : {false, true}) {
       Params p = c.MakeParams(csr);
       std::string why;
-      if (!kernels::sparse_mla::GpuSupports(kernel, p, &why)) {
+      if (!kernels::sparse_mla::gpu::GpuSupports(kernel, p, &why)) {
         ADD_FAILURE() << Name(kernel) << " refuses a supported shape: " << why;
         continue;
       }
@@ -222,16 +222,16 @@ TEST_P(SparseMlaGpuKv, KvPoolPast2To31Elements) {
 #if defined(ATTND_GPU_CUDA)
             if (kernel == GpuKernel::kMma) {
               GPU_RETURN_IF_ERROR(
-                  kernels::sparse_mla::LaunchSparseMlaMma(call, splits, ctx.workspace, s));
+                  kernels::sparse_mla::gpu::LaunchSparseMlaMma(call, splits, ctx.workspace, s));
               return absl::OkStatus();
             }
 #endif
             GPU_RETURN_IF_ERROR(
-                kernels::sparse_mla::LaunchSparseMlaSimt(call, splits, ctx.workspace, s));
+                kernels::sparse_mla::gpu::LaunchSparseMlaSimt(call, splits, ctx.workspace, s));
             return absl::OkStatus();
           },
           [splits](const Params& hp) {
-            return kernels::sparse_mla::SplitWorkspaceBytes(hp, splits);
+            return kernels::sparse_mla::gpu::SplitWorkspaceBytes(hp, splits);
           });
       ASSERT_TRUE(mirror.Synchronize().ok());  // the pool's rows are uploaded
       const absl::Status s = RunOnGpu(impl, host);
@@ -307,7 +307,7 @@ TEST_P(SparseMlaGpuKv, SupportsRefusesMisalignedViewsWithAReason) {
   const Params p = c.MakeParams(false);
   for (GpuKernel kernel : Kernels()) {
     std::string why;
-    EXPECT_FALSE(kernels::sparse_mla::GpuSupports(kernel, p, &why)) << Name(kernel);
+    EXPECT_FALSE(kernels::sparse_mla::gpu::GpuSupports(kernel, p, &why)) << Name(kernel);
     EXPECT_NE(why.find("kv:"), std::string::npos) << why;
   }
   // Dispatch answers UNIMPLEMENTED naming every GPU refusal rather than failing later.

@@ -40,7 +40,7 @@ using kernels::sparse_mla::Reference;
 absl::Status RunLowh(const Params& p, int splits) {
   return RunWithSplitsOnGpu(
       [](const Params& d, int s, void* workspace, gpu::Stream stream) {
-        return kernels::sparse_mla::LaunchSparseMlaMmaLowh(d, s, workspace, stream);
+        return kernels::sparse_mla::gpu::LaunchSparseMlaMmaLowh(d, s, workspace, stream);
       },
       p, splits);
 }
@@ -113,7 +113,8 @@ TEST_P(SparseMlaLowh, EverySplitCountMatchesReference) {
   for (bool csr : {false, true}) {
     Params p = c.MakeParams(csr);
     std::string why;
-    ASSERT_TRUE(kernels::sparse_mla::GpuSupports(kernels::sparse_mla::GpuKernel::kMmaLowH, p, &why))
+    ASSERT_TRUE(kernels::sparse_mla::gpu::GpuSupports(kernels::sparse_mla::gpu::GpuKernel::kMmaLowH,
+                                                      p, &why))
         << why;
     const Reference ref = ComputeReference(p);
     for (const auto& [precision, splits] : PrecisionsAndSplits({1, 2, 3, 7})) {
@@ -238,8 +239,8 @@ TEST(SparseMlaLowhGpu, RefusesMoreThan32HeadsAndTheFp8Cache) {
   spec.h = 64;
   SparseMlaCase c(spec, rng);
   std::string why;
-  EXPECT_FALSE(kernels::sparse_mla::GpuSupports(kernels::sparse_mla::GpuKernel::kMmaLowH,
-                                                c.MakeParams(false), &why));
+  EXPECT_FALSE(kernels::sparse_mla::gpu::GpuSupports(kernels::sparse_mla::gpu::GpuKernel::kMmaLowH,
+                                                     c.MakeParams(false), &why));
   EXPECT_NE(why.find("q: dim 1 is 64"), std::string::npos) << why;
 
   spec.h = 16;
@@ -250,7 +251,8 @@ TEST(SparseMlaLowhGpu, RefusesMoreThan32HeadsAndTheFp8Cache) {
   p.kv = fp8.tensor();
   ASSERT_TRUE(kernels::sparse_mla::Validate(p).ok()) << kernels::sparse_mla::Validate(p);
   why.clear();
-  EXPECT_FALSE(kernels::sparse_mla::GpuSupports(kernels::sparse_mla::GpuKernel::kMmaLowH, p, &why));
+  EXPECT_FALSE(kernels::sparse_mla::gpu::GpuSupports(kernels::sparse_mla::gpu::GpuKernel::kMmaLowH,
+                                                     p, &why));
   EXPECT_NE(why.find("kv:"), std::string::npos) << why;
 }
 

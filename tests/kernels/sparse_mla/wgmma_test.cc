@@ -36,9 +36,9 @@ namespace {
 
 using kernels::DType;
 using kernels::sparse_mla::ComputeReference;
-using kernels::sparse_mla::GpuKernel;
 using kernels::sparse_mla::Params;
 using kernels::sparse_mla::Reference;
+using kernels::sparse_mla::gpu::GpuKernel;
 
 // Whether the device can run the kernel at all (compute capability 9.0).
 bool HaveSm90() {
@@ -48,7 +48,7 @@ bool HaveSm90() {
   spec.h = 64;
   SparseMlaCase c(spec, rng);
   std::string why;
-  return kernels::sparse_mla::GpuSupports(GpuKernel::kWgmma, c.MakeParams(false), &why);
+  return kernels::sparse_mla::gpu::GpuSupports(GpuKernel::kWgmma, c.MakeParams(false), &why);
 }
 
 std::vector<uint16_t> RandomBf16(size_t n, std::mt19937_64& rng) {
@@ -102,7 +102,7 @@ TEST(SparseMlaWgmma, PtxLayoutsMatchAMatmul) {
 absl::Status RunWgmma(const Params& p, int splits) {
   return RunWithSplitsOnGpu(
       [](const Params& d, int s, void* workspace, gpu::Stream stream) {
-        return kernels::sparse_mla::LaunchSparseMlaWgmma(d, s, workspace, stream);
+        return kernels::sparse_mla::gpu::LaunchSparseMlaWgmma(d, s, workspace, stream);
       },
       p, splits);
 }
@@ -115,7 +115,7 @@ void ExpectCase(SparseMlaCase& c, std::initializer_list<int> split_counts,
     Params p = c.MakeParams(csr);
     ASSERT_TRUE(kernels::sparse_mla::Validate(p).ok());
     std::string why;
-    ASSERT_TRUE(kernels::sparse_mla::GpuSupports(GpuKernel::kWgmma, p, &why)) << why;
+    ASSERT_TRUE(kernels::sparse_mla::gpu::GpuSupports(GpuKernel::kWgmma, p, &why)) << why;
     const Reference ref = ComputeReference(p);
     for (const auto& [precision, splits] : PrecisionsAndSplits(split_counts)) {
       p.precision = precision;
@@ -332,12 +332,12 @@ TEST(SparseMlaWgmma, KvPoolPast2To31Elements) {
         [splits, pool](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
           Params call = d;
           call.kv = kernels::MakeTensor(pool, DType::kBF16, {kRows, kDqk});
-          GPU_RETURN_IF_ERROR(kernels::sparse_mla::LaunchSparseMlaWgmma(
+          GPU_RETURN_IF_ERROR(kernels::sparse_mla::gpu::LaunchSparseMlaWgmma(
               call, splits, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
           return absl::OkStatus();
         },
         [splits](const Params& hp) {
-          return kernels::sparse_mla::SplitWorkspaceBytes(hp, splits);
+          return kernels::sparse_mla::gpu::SplitWorkspaceBytes(hp, splits);
         });
     const absl::Status s = RunOnGpu(impl, host);
     ASSERT_TRUE(s.ok()) << s;
@@ -353,7 +353,7 @@ TEST(SparseMlaWgmma, RefusesOtherHeadCountsWithAReason) {
   spec.h = 96;
   SparseMlaCase c(spec, rng);
   std::string why;
-  EXPECT_FALSE(kernels::sparse_mla::GpuSupports(GpuKernel::kWgmma, c.MakeParams(false), &why));
+  EXPECT_FALSE(kernels::sparse_mla::gpu::GpuSupports(GpuKernel::kWgmma, c.MakeParams(false), &why));
   EXPECT_NE(why.find("multiple of 64"), std::string::npos) << why;
 }
 

@@ -17,7 +17,7 @@
 namespace attnd::kernels::topk {
 namespace {
 
-using radix::Threshold;
+using gpu::radix::Threshold;
 using testing::MakeRng;
 
 uint32_t Bits(float x) {
@@ -31,22 +31,22 @@ uint32_t Bits(float x) {
 // output order.
 std::vector<int32_t> EmulateKernel(const std::vector<float>& row, int64_t k) {
   std::vector<uint32_t> keys;
-  for (float x : row) keys.push_back(radix::KeyOfBits(Bits(x)));
-  Threshold t = radix::Start(static_cast<uint32_t>(k));
+  for (float x : row) keys.push_back(gpu::radix::KeyOfBits(Bits(x)));
+  Threshold t = gpu::radix::Start(static_cast<uint32_t>(k));
   uint32_t bin_count = 0;
   uint32_t total = 0;
   auto choose = [&](int level) {  // returns the threshold after `level`
-    std::vector<uint32_t> hist(radix::kBins, 0);
+    std::vector<uint32_t> hist(gpu::radix::kBins, 0);
     for (uint32_t key : keys) {
-      if (radix::InLevel(key, level, t)) ++hist[radix::Digit(key, level)];
+      if (gpu::radix::InLevel(key, level, t)) ++hist[gpu::radix::Digit(key, level)];
     }
     uint32_t above = 0;
     total = 0;
     Threshold next = t;
     int found = 0;
-    for (int b = radix::kBins - 1; b >= 0; --b) {
-      if (radix::HoldsRank(above, hist[b], t.need)) {
-        next = radix::Refine(t, level, static_cast<uint32_t>(b), above);
+    for (int b = gpu::radix::kBins - 1; b >= 0; --b) {
+      if (gpu::radix::HoldsRank(above, hist[b], t.need)) {
+        next = gpu::radix::Refine(t, level, static_cast<uint32_t>(b), above);
         bin_count = hist[b];
         ++found;
       }
@@ -60,19 +60,20 @@ std::vector<int32_t> EmulateKernel(const std::vector<float>& row, int64_t k) {
   if (total == 0) return {};
   uint32_t count = static_cast<uint32_t>(k);
   if (total <= k) {
-    t = radix::AllSelectable();
+    t = gpu::radix::AllSelectable();
     count = total;
   } else {
     t = after_first;
-    for (int level = 1; level < radix::kLevels && bin_count != t.need; ++level) t = choose(level);
+    for (int level = 1; level < gpu::radix::kLevels && bin_count != t.need; ++level)
+      t = choose(level);
   }
   std::vector<int32_t> out(count, -1);
   uint32_t gt_before = 0, eq_before = 0;
   for (size_t n = 0; n < keys.size(); ++n) {
-    const bool above = radix::AboveThreshold(t, keys[n]);
-    const bool at = radix::AtThreshold(t, keys[n]);
-    if (radix::IsChosen(t, above, at, eq_before)) {
-      const uint32_t pos = radix::OutputPosition(t, gt_before, eq_before);
+    const bool above = gpu::radix::AboveThreshold(t, keys[n]);
+    const bool at = gpu::radix::AtThreshold(t, keys[n]);
+    if (gpu::radix::IsChosen(t, above, at, eq_before)) {
+      const uint32_t pos = gpu::radix::OutputPosition(t, gt_before, eq_before);
       EXPECT_LT(pos, count);
       if (pos < count) out[pos] = static_cast<int32_t>(n);
     }
@@ -101,18 +102,19 @@ TEST(TopKRadixPlan, KeysAreTheCpuKeys) {
                             std::numeric_limits<float>::max(),
                             -std::numeric_limits<float>::max(),
                             std::numeric_limits<float>::denorm_min()};
-  for (float x : specials) EXPECT_EQ(radix::KeyOfBits(Bits(x)), LogitKey(x)) << x;
+  for (float x : specials) EXPECT_EQ(gpu::radix::KeyOfBits(Bits(x)), LogitKey(x)) << x;
   for (int i = 0; i < 200000; ++i) {
     const uint32_t u = static_cast<uint32_t>(rng());
     float x;
     std::memcpy(&x, &u, sizeof(x));
-    ASSERT_EQ(radix::KeyOfBits(u), LogitKey(x)) << std::hex << u;
+    ASSERT_EQ(gpu::radix::KeyOfBits(u), LogitKey(x)) << std::hex << u;
   }
-  EXPECT_EQ(radix::kMinSelectableKey, kMinSelectableKey);
+  EXPECT_EQ(gpu::radix::kMinSelectableKey, kMinSelectableKey);
   // The digits of the three levels rebuild the key.
   for (int i = 0; i < 1000; ++i) {
     const uint32_t key = static_cast<uint32_t>(rng());
-    EXPECT_EQ((radix::Digit(key, 0) << 21) | (radix::Digit(key, 1) << 10) | radix::Digit(key, 2),
+    EXPECT_EQ((gpu::radix::Digit(key, 0) << 21) | (gpu::radix::Digit(key, 1) << 10) |
+                  gpu::radix::Digit(key, 2),
               key);
   }
 }
@@ -126,7 +128,7 @@ TEST(TopKRadixPlan, SlotOfMatchesTheContract) {
       int64_t want = -1;
       if (page < 4 && table[page] >= 0) want = int64_t{table[page]} * page_size + col % page_size;
       if (want > 0x7fffffff) want = -1;
-      ASSERT_EQ(radix::SlotOf(col, table, 4, static_cast<uint32_t>(page_size), shift), want)
+      ASSERT_EQ(gpu::radix::SlotOf(col, table, 4, static_cast<uint32_t>(page_size), shift), want)
           << col << " page_size " << page_size;
     }
   }

@@ -23,7 +23,7 @@ namespace {
 
 using gpu::PlanSegment;
 using gpu::SegmentPlan;
-using radix::Threshold;
+using gpu::radix::Threshold;
 using testing::MakeRng;
 
 uint32_t Bits(float x) {
@@ -50,18 +50,18 @@ TEST(TopKStreamPlan, AdmitBitsIsAFloatFloorForKeys) {
                             std::numeric_limits<float>::max(),
                             -std::numeric_limits<float>::max(),
                             std::numeric_limits<float>::denorm_min()};
-  std::vector<uint32_t> keys = {radix::kMinSelectableKey, radix::kPosInfKey, radix::kPosInfKey + 1,
-                                LogitKey(0.0f), LogitKey(-0.0f)};
+  std::vector<uint32_t> keys = {gpu::radix::kMinSelectableKey, gpu::radix::kPosInfKey,
+                                gpu::radix::kPosInfKey + 1, LogitKey(0.0f), LogitKey(-0.0f)};
   for (int i = 0; i < 2000; ++i) {
-    keys.push_back(
-        std::clamp(static_cast<uint32_t>(rng()), radix::kMinSelectableKey, radix::kPosInfKey + 1));
+    keys.push_back(std::clamp(static_cast<uint32_t>(rng()), gpu::radix::kMinSelectableKey,
+                              gpu::radix::kPosInfKey + 1));
   }
   std::vector<float> xs(std::begin(specials), std::end(specials));
   for (int i = 0; i < 2000; ++i) xs.push_back(FloatOf(static_cast<uint32_t>(rng())));
   for (uint32_t key : keys) {
     const float floor = FloatOf(gpu::AdmitBits(key));
     for (float x : xs) {
-      const bool by_key = LogitKey(x) >= key && LogitKey(x) >= radix::kMinSelectableKey;
+      const bool by_key = LogitKey(x) >= key && LogitKey(x) >= gpu::radix::kMinSelectableKey;
       const bool by_float = x >= floor;
       if (by_key) {
         ASSERT_TRUE(by_float) << std::hex << key << " " << Bits(x);
@@ -73,7 +73,7 @@ TEST(TopKStreamPlan, AdmitBitsIsAFloatFloorForKeys) {
     }
   }
   for (float x : xs) {  // selectable keys round-trip
-    if (LogitKey(x) >= radix::kMinSelectableKey) {
+    if (LogitKey(x) >= gpu::radix::kMinSelectableKey) {
       ASSERT_EQ(gpu::BitsOfKey(LogitKey(x)), Bits(x)) << x;
     }
   }
@@ -146,8 +146,8 @@ struct Choice {
 Choice Choose(const std::vector<uint32_t>& hist, uint32_t need) {
   Choice c;
   uint32_t above = 0;
-  for (int b = radix::kBins - 1; b >= 0; --b) {
-    if (radix::HoldsRank(above, hist[b], need)) {
+  for (int b = gpu::radix::kBins - 1; b >= 0; --b) {
+    if (gpu::radix::HoldsRank(above, hist[b], need)) {
       c.bin = static_cast<uint32_t>(b);
       c.above = above;
       c.count = hist[b];
@@ -161,10 +161,10 @@ Choice Choose(const std::vector<uint32_t>& hist, uint32_t need) {
 
 std::vector<uint32_t> Hist(const std::vector<std::vector<Entry>>& bufs, int level,
                            const Threshold& t) {
-  std::vector<uint32_t> hist(radix::kBins, 0);
+  std::vector<uint32_t> hist(gpu::radix::kBins, 0);
   for (const auto& buf : bufs) {
     for (const Entry& e : buf) {
-      if (radix::InLevel(e.key, level, t)) ++hist[radix::Digit(e.key, level)];
+      if (gpu::radix::InLevel(e.key, level, t)) ++hist[gpu::radix::Digit(e.key, level)];
     }
   }
   return hist;
@@ -172,15 +172,15 @@ std::vector<uint32_t> Hist(const std::vector<std::vector<Entry>>& bufs, int leve
 
 // SelectK over the given buffers (one CTA's or the cluster's).
 Threshold SelectK(const std::vector<std::vector<Entry>>& bufs, uint32_t k, uint32_t* total) {
-  Threshold t = radix::Start(k);
+  Threshold t = gpu::radix::Start(k);
   Choice c = Choose(Hist(bufs, 0, t), k);
   *total = c.total;
-  if (c.total <= k) return radix::AllSelectable();
-  t = radix::Refine(t, 0, c.bin, c.above);
-  for (int level = 1; level < radix::kLevels && c.count != t.need; ++level) {
+  if (c.total <= k) return gpu::radix::AllSelectable();
+  t = gpu::radix::Refine(t, 0, c.bin, c.above);
+  for (int level = 1; level < gpu::radix::kLevels && c.count != t.need; ++level) {
     c = Choose(Hist(bufs, level, t), t.need);
     EXPECT_TRUE(c.found);
-    t = radix::Refine(t, level, c.bin, c.above);
+    t = gpu::radix::Refine(t, level, c.bin, c.above);
   }
   return t;
 }
@@ -190,9 +190,9 @@ template <class Emit>
 void Ordered(const std::vector<Entry>& buf, const Threshold& t, uint32_t* gt, uint32_t* eq,
              Emit emit) {
   for (const Entry& e : buf) {
-    const bool above = radix::AboveThreshold(t, e.key);
-    const bool at = radix::AtThreshold(t, e.key) && e.key != 0;
-    if (radix::IsChosen(t, above, at, *eq)) emit(radix::OutputPosition(t, *gt, *eq), e);
+    const bool above = gpu::radix::AboveThreshold(t, e.key);
+    const bool at = gpu::radix::AtThreshold(t, e.key) && e.key != 0;
+    if (gpu::radix::IsChosen(t, above, at, *eq)) emit(gpu::radix::OutputPosition(t, *gt, *eq), e);
     *gt += above ? 1 : 0;
     *eq += at ? 1 : 0;
   }
@@ -226,7 +226,7 @@ std::vector<int32_t> EmulateStream(const std::vector<float>& row, int64_t begin,
   for (bool spec = spec_rank > 0;; spec = false) {
     ++*passes;
     bufs.assign(cs, {});
-    std::vector<uint32_t> admit(cs, radix::kMinSelectableKey);
+    std::vector<uint32_t> admit(cs, gpu::radix::kMinSelectableKey);
     auto append = [&](uint32_t r, uint32_t g_from, uint32_t g_to) {
       const SegmentPlan s = PlanSegment(begin, len, cfg.misalign, r, cs);
       const float floor = FloatOf(gpu::AdmitBits(admit[r]));
@@ -243,7 +243,7 @@ std::vector<int32_t> EmulateStream(const std::vector<float>& row, int64_t begin,
     // sets the speculative floor before they are appended.
     bool speculated = false;
     if (spec) {
-      std::vector<uint32_t> hist(radix::kBins, 0);
+      std::vector<uint32_t> hist(gpu::radix::kBins, 0);
       for (uint32_t r = 0; r < cs; ++r) {
         const SegmentPlan s = PlanSegment(begin, len, cfg.misalign, r, cs);
         for (uint32_t g = s.group_lo; g < std::min(s.group_lo + cfg.chunk_groups, s.group_hi);
@@ -252,14 +252,14 @@ std::vector<int32_t> EmulateStream(const std::vector<float>& row, int64_t begin,
             const int64_t c = s.first_col + 4 * int64_t{g} + q;
             if (c < begin || c >= begin + len) continue;
             const uint32_t key = LogitKey(row[static_cast<size_t>(c)]);
-            if (key >= radix::kMinSelectableKey) ++hist[radix::Digit(key, 0)];
+            if (key >= gpu::radix::kMinSelectableKey) ++hist[gpu::radix::Digit(key, 0)];
           }
         }
       }
       const Choice c = Choose(hist, spec_rank);
       if (c.found) {
         speculated = true;
-        for (uint32_t r = 0; r < cs; ++r) admit[r] = c.bin << radix::DigitShift(0);
+        for (uint32_t r = 0; r < cs; ++r) admit[r] = c.bin << gpu::radix::DigitShift(0);
       }
     }
     for (uint32_t r = 0; r < cs; ++r) {

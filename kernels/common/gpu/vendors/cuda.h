@@ -19,6 +19,7 @@ using GraphExec = cudaGraphExec_t;
 using DeviceProp = cudaDeviceProp;
 
 inline constexpr Error kSuccess = cudaSuccess;
+inline constexpr Error kErrorInvalidValue = cudaErrorInvalidValue;
 inline constexpr const char* kVendorName = "cuda";
 
 inline const char* ErrorString(Error e) { return cudaGetErrorString(e); }
@@ -67,6 +68,11 @@ inline Error IpcOpenEventHandle(Event* e, IpcEventHandle h) { return cudaIpcOpen
 inline Error IpcGetEventHandle(IpcEventHandle* h, Event e) { return cudaIpcGetEventHandle(h, e); }
 inline Error MemGetInfo(size_t* free_bytes, size_t* total) {
   return cudaMemGetInfo(free_bytes, total);
+}
+// Launches `kernel` (a __global__ function's address) with its arguments' addresses in `args`.
+inline Error LaunchKernel(const void* kernel, dim3 grid, dim3 block, void** args, size_t smem,
+                          Stream s) {
+  return cudaLaunchKernel(kernel, grid, block, args, smem, s);
 }
 
 // ---- Device facts (daemon runtime) ----

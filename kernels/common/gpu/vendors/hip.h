@@ -19,6 +19,7 @@ using GraphExec = hipGraphExec_t;
 using DeviceProp = hipDeviceProp_t;
 
 inline constexpr Error kSuccess = hipSuccess;
+inline constexpr Error kErrorInvalidValue = hipErrorInvalidValue;
 inline constexpr const char* kVendorName = "hip";
 
 inline const char* ErrorString(Error e) { return hipGetErrorString(e); }
@@ -67,6 +68,11 @@ inline Error IpcOpenEventHandle(Event* e, IpcEventHandle h) { return hipIpcOpenE
 inline Error IpcGetEventHandle(IpcEventHandle* h, Event e) { return hipIpcGetEventHandle(h, e); }
 inline Error MemGetInfo(size_t* free_bytes, size_t* total) {
   return hipMemGetInfo(free_bytes, total);
+}
+// Launches `kernel` (a __global__ function's address) with its arguments' addresses in `args`.
+inline Error LaunchKernel(const void* kernel, dim3 grid, dim3 block, void** args, size_t smem,
+                          Stream s) {
+  return hipLaunchKernel(kernel, grid, block, args, smem, s);
 }
 
 // ---- Device facts (daemon runtime) ----
