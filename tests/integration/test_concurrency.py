@@ -71,7 +71,7 @@ def one_worker(make_daemon):
     test even while the worker has not yet dequeued the slow call ahead of it)."""
     d = make_daemon("--workers=1", "--cpu-threads=1", "--queue-capacity=2", tcp=False)
     c = d.client()
-    slow = SlowCall(c, "busy", seconds=1.0)
+    slow = SlowCall(c, "busy", seconds=2.0)
     yield d, c, slow
     slow.close()
 

@@ -83,7 +83,9 @@ def test_drain_timeout_fails_queued_work(make_daemon):
     running = slow.submit()
     wait_until(lambda: slow.in_flight() > 0, what="in flight")
     queued = slow.submit()
-    time.sleep(0.2)
+    wait_until(
+        lambda: sample(parse_metrics(d.scrape()), "attnd_inflight_requests") >= 2, what="queued"
+    )
     started = time.monotonic()
     d.signal(signal.SIGTERM)
     e = queued.exception(timeout=300)
