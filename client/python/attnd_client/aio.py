@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
-from typing import Any, Self
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from typing import Any, Self, Unpack
 
 import grpc
 import grpc.aio
@@ -24,7 +24,7 @@ import grpc.aio
 from . import health as _health
 from . import ops as _ops
 from ._proto import pb, pb_grpc
-from .client import DEFAULT_MAX_MESSAGE_BYTES, Pem, channel_credentials, channel_options
+from .client import ChannelArgs, open_channel
 from .errors import AttndError
 from .tensors import RegionRef, TensorCodec
 
@@ -37,33 +37,23 @@ def _no_device_region(tensor: Any) -> RegionRef:
     raise ValueError("CUDA tensors need the sync Client (it registers device regions)")
 
 
+def _aio_channel(
+    target: str, credentials: grpc.ChannelCredentials | None, options: list[tuple[str, Any]]
+) -> grpc.aio.Channel:
+    if credentials is not None:
+        return grpc.aio.secure_channel(target, credentials, options=options)
+    return grpc.aio.insecure_channel(target, options=options)
+
+
 class AsyncClient(_ops.OpCalls[Coroutine[Any, Any, _ops.OpResult]]):
     """One grpc.aio channel to attnd. Use it from the event loop it was created in."""
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        root_certificates: Pem | None = None,
-        private_key: Pem | None = None,
-        certificate_chain: Pem | None = None,
-        tls: bool = False,
-        server_name: str | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        options: Iterable[tuple[str, Any]] = (),
-        timeout: float | None = None,
-    ) -> None:
-        """Arguments as for Client."""
-        opts = channel_options(max_message_bytes, server_name, options)
+    def __init__(self, target: str, **args: Unpack[ChannelArgs]) -> None:
+        """Arguments as for Client (client.ChannelArgs)."""
         self.target = target
-        creds = channel_credentials(tls, root_certificates, private_key, certificate_chain)
-        if creds is not None:
-            self._channel = grpc.aio.secure_channel(target, creds, options=opts)
-        else:
-            self._channel = grpc.aio.insecure_channel(target, options=opts)
+        self._channel, self.timeout = open_channel(target, _aio_channel, args)
         self._stub = pb_grpc.AttentionStub(self._channel)
         self._health = _health.AsyncHealthStub(self._channel)
-        self.timeout = timeout
         self._codec = TensorCodec(_no_region, _no_device_region)
 
     async def close(self) -> None:

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypedDict, Unpack
 
 import grpc
 
@@ -46,32 +46,61 @@ def _pem(value: Pem | None) -> bytes | None:
         return f.read()
 
 
-def channel_options(
-    max_message_bytes: int, server_name: str | None, options: Iterable[tuple[str, Any]]
-) -> list[tuple[str, Any]]:
-    """The channel arguments of a Client (and an aio.AsyncClient)."""
+class ChannelArgs(TypedDict, total=False):
+    """The keyword arguments of Client and aio.AsyncClient (after `target`).
+
+    TLS when tls=True or any PEM is given (paths or bytes): root_certificates verifies the
+    server, private_key + certificate_chain is the client's identity for mTLS; server_name
+    overrides the name checked in the server's certificate. max_message_bytes bounds both
+    directions (attnd's --max-message-bytes default); options are extra gRPC channel arguments.
+    timeout: the default seconds per call (None: no deadline)."""
+
+    root_certificates: Pem | None
+    private_key: Pem | None
+    certificate_chain: Pem | None
+    tls: bool
+    server_name: str | None
+    max_message_bytes: int
+    options: Iterable[tuple[str, Any]]
+    timeout: float | None
+
+
+class ChannelFactory(Protocol):
+    def __call__(
+        self,
+        target: str,
+        credentials: grpc.ChannelCredentials | None,
+        options: list[tuple[str, Any]],
+    ) -> Any: ...
+
+
+def open_channel(
+    target: str, factory: ChannelFactory, args: ChannelArgs
+) -> tuple[Any, float | None]:
+    """The channel `factory` opens for `target` with `args`, and the default timeout."""
     opts: list[tuple[str, Any]] = [
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
+        (
+            "grpc.max_receive_message_length",
+            args.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+        ),
+        ("grpc.max_send_message_length", args.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)),
     ]
-    if server_name:
-        opts.append(("grpc.ssl_target_name_override", server_name))
-    opts.extend(options)
-    return opts
+    if args.get("server_name"):
+        opts.append(("grpc.ssl_target_name_override", args["server_name"]))
+    opts.extend(args.get("options", ()))
+    pems = [args.get(k) for k in ("root_certificates", "private_key", "certificate_chain")]
+    creds = None
+    if args.get("tls", False) or any(pems):
+        creds = grpc.ssl_channel_credentials(*(_pem(p) for p in pems))
+    return factory(target, creds, opts), args.get("timeout")
 
 
-def channel_credentials(
-    tls: bool,
-    root_certificates: Pem | None,
-    private_key: Pem | None,
-    certificate_chain: Pem | None,
-) -> grpc.ChannelCredentials | None:
-    """TLS credentials when tls or any PEM is given (paths or bytes), else None (plaintext)."""
-    if not (tls or root_certificates or private_key or certificate_chain):
-        return None
-    return grpc.ssl_channel_credentials(
-        _pem(root_certificates), _pem(private_key), _pem(certificate_chain)
-    )
+def _sync_channel(
+    target: str, credentials: grpc.ChannelCredentials | None, options: list[tuple[str, Any]]
+) -> grpc.Channel:
+    if credentials is not None:
+        return grpc.secure_channel(target, credentials, options=options)
+    return grpc.insecure_channel(target, options=options)
 
 
 class OpFuture:
@@ -109,33 +138,13 @@ class OpFuture:
 
 
 class Client(_ops.OpCalls[_ops.OpResult]):
-    def __init__(
-        self,
-        target: str,
-        *,
-        root_certificates: Pem | None = None,
-        private_key: Pem | None = None,
-        certificate_chain: Pem | None = None,
-        tls: bool = False,
-        server_name: str | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        options: Iterable[tuple[str, Any]] = (),
-        timeout: float | None = None,
-    ) -> None:
-        """`target`: "unix:/path" or "host:port". TLS when tls=True or any PEM is given (paths or
-        bytes): root_certificates verifies the server, private_key + certificate_chain is the
-        client's identity for mTLS; server_name overrides the name checked in the server's
-        certificate. `timeout`: default seconds per call (None: no deadline)."""
-        opts = channel_options(max_message_bytes, server_name, options)
+    def __init__(self, target: str, **args: Unpack[ChannelArgs]) -> None:
+        """`target`: "unix:/path" or "host:port"; `args`: see ChannelArgs (TLS, message size,
+        channel options, the default timeout per call)."""
         self.target = target
-        creds = channel_credentials(tls, root_certificates, private_key, certificate_chain)
-        if creds is not None:
-            self._channel = grpc.secure_channel(target, creds, options=opts)
-        else:
-            self._channel = grpc.insecure_channel(target, options=opts)
+        self._channel, self.timeout = open_channel(target, _sync_channel, args)
         self._stub = pb_grpc.AttentionStub(self._channel)
         self._health = _health.HealthStub(self._channel)
-        self.timeout = timeout
         self._lock = threading.Lock()
         # name -> HostRegion registered through this client or its sessions
         self._regions: dict[str, HostRegion] = {}
