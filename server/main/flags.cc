@@ -23,6 +23,10 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
 ABSL_FLAG(bool, allow_client_shm, false,
           "Allow clients to register shared-memory regions (POSIX shm host regions and GPU IPC "
           "device regions). Off by default: RegisterHostRegion answers FAILED_PRECONDITION.");
+ABSL_FLAG(int, max_regions_per_client, 4096,
+          "Regions (host and device) one client may have registered at once: a uid on the unix "
+          "socket, a client certificate or a connection on TCP. Beyond it RegisterHostRegion and "
+          "RegisterDeviceRegion answer RESOURCE_EXHAUSTED. 1..65536.");
 ABSL_FLAG(std::string, backend, "auto",
           "Compute backend: auto | cpu | cuda | hip. auto picks a GPU backend when one is built "
           "and a device is present, else cpu.");
@@ -89,6 +93,9 @@ absl::Status CheckConfig(const DaemonConfig& c) {
   }
   if (c.tls_require_client_cert && c.tls_ca.empty()) {
     return absl::InvalidArgumentError("--tls-require-client-cert needs --tls-ca");
+  }
+  if (c.max_regions_per_client < 1 || c.max_regions_per_client > 65536) {
+    return absl::InvalidArgumentError("--max-regions-per-client must be in 1..65536");
   }
   if (c.queue_capacity < 1) return absl::InvalidArgumentError("--queue-capacity must be >= 1");
   if (c.workers < 1 || c.workers > 1024) {
@@ -162,6 +169,15 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& flag, const std::string
                                                  "' (want B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"));
 }
 
+// Parses the byte-size flag `flag` (named `name` in errors) into *out.
+static absl::Status ByteSizeFlag(const std::string& name, const absl::Flag<std::string>& flag,
+                                 int64_t* out) {
+  absl::StatusOr<int64_t> bytes = ParseByteSize(name, absl::GetFlag(flag));
+  if (!bytes.ok()) return bytes.status();
+  *out = *bytes;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   DaemonConfig c;
   c.listen.clear();
@@ -171,6 +187,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   }
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   c.allow_client_shm = absl::GetFlag(FLAGS_allow_client_shm);
+  c.max_regions_per_client = absl::GetFlag(FLAGS_max_regions_per_client);
   c.backend = absl::GetFlag(FLAGS_backend);
   c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   c.tls_key = absl::GetFlag(FLAGS_tls_key);
@@ -181,23 +198,26 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   c.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  absl::StatusOr<int64_t> call_memory =
-      ParseByteSize("call-memory-bytes", absl::GetFlag(FLAGS_call_memory_bytes));
-  if (!call_memory.ok()) return call_memory.status();
-  c.call_memory_bytes = *call_memory;
-  absl::StatusOr<int64_t> call_memory_client = ParseByteSize(
-      "call-memory-bytes-per-client", absl::GetFlag(FLAGS_call_memory_bytes_per_client));
-  if (!call_memory_client.ok()) return call_memory_client.status();
-  c.call_memory_bytes_per_client = *call_memory_client;
+  if (absl::Status s =
+          ByteSizeFlag("call-memory-bytes", FLAGS_call_memory_bytes, &c.call_memory_bytes);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          ByteSizeFlag("call-memory-bytes-per-client", FLAGS_call_memory_bytes_per_client,
+                       &c.call_memory_bytes_per_client);
+      !s.ok()) {
+    return s;
+  }
   c.ready_file = absl::GetFlag(FLAGS_ready_file);
   c.log_level = absl::GetFlag(FLAGS_log_level);
-  absl::StatusOr<int64_t> pool = ParseByteSize("pool-bytes", absl::GetFlag(FLAGS_pool_bytes));
-  if (!pool.ok()) return pool.status();
-  c.pool_bytes = *pool;
-  absl::StatusOr<int64_t> staging =
-      ParseByteSize("staging-bytes", absl::GetFlag(FLAGS_staging_bytes));
-  if (!staging.ok()) return staging.status();
-  c.staging_bytes = *staging;
+  if (absl::Status s = ByteSizeFlag("pool-bytes", FLAGS_pool_bytes, &c.pool_bytes); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ByteSizeFlag("staging-bytes", FLAGS_staging_bytes, &c.staging_bytes);
+      !s.ok()) {
+    return s;
+  }
   c.graphs = absl::GetFlag(FLAGS_graphs);
   for (absl::string_view d :
        absl::StrSplit(absl::GetFlag(FLAGS_devices), ',', absl::SkipWhitespace())) {
