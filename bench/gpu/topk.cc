@@ -1,9 +1,9 @@
 // GPU benchmarks of top-k (k = 2048, N(0, 1) logits): prefill 4096 rows with causal windows over
 // a 32K context and decode 128 × 32K (their budgets: docs/BENCHMARKS.md "Anchors and ceilings"),
 // plain and mapped to KV slots (page 64), and 8 rows of 128K; prefill over a 64K context and one
-// row of 128K and of 256K (issue 13's targets). Byte counts come from the host-side shapes and
-// windows. Besides the registered implementations, "sweep_stream_*" forces the streaming kernel's
-// launch choices (threads, cluster size, speculation).
+// row of 128K and of 256K (the long-row targets in docs/BENCHMARKS.md). Byte counts come from the
+// host-side shapes and windows. Besides the registered implementations, "sweep_stream_*" forces the
+// streaming kernel's launch choices (threads, cluster size, speculation).
 #include <cstdint>
 #include <memory>
 #include <string>
