@@ -17,6 +17,9 @@ struct DaemonConfig {
   std::vector<std::string> listen;
   std::string metrics_listen = "127.0.0.1:9464";  // host:port of /metrics; empty = off
   bool allow_client_shm = false;
+  // Regions one client (docs/SERVICE.md "Trust model": a uid, a certificate subject, a TCP
+  // connection) may have registered at once.
+  int max_regions_per_client = 4096;
   std::string backend = "auto";  // auto | cpu | cuda | hip
   std::string tls_cert;          // PEM files; TLS on TCP listeners when cert and key are given
   std::string tls_key;
