@@ -265,6 +265,7 @@ class Soak:
             "fds": d.fd_count(),
             "threads": d.threads(),
             "maps": len(d.maps()),
+            "load1": os.getloadavg()[0],  # the machine's, with whatever else runs on it
         }
         shm = d.shm_mappings()
         s["shm_mappings"] = len(shm)
@@ -299,7 +300,8 @@ class Soak:
             f"{elapsed:6.0f} s: {calls} calls ({ok} ok, {calls / max(elapsed, 1):.0f}/s), "
             f"{events} events, {self.kills} kills, {self.region_cycles} region cycles, "
             f"RSS {s['rss'] / 2**20:.1f} MiB, fds {s['fds']}, regions {s.get('regions')}, "
-            f"busy {s.get('workers_busy')}/{s.get('workers')}, queue {s.get('queue_depth')}"
+            f"busy {s.get('workers_busy')}/{s.get('workers')}, queue {s.get('queue_depth')}, "
+            f"load {s['load1']:.1f}"
         )
 
     def warm_references(self):
@@ -541,7 +543,10 @@ class Soak:
             "passed": not self.failures,
             "failures": self.failures,
             "commit": git("rev-parse", "HEAD"),
-            "tree_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            # Uncommitted changes to what the soak runs (its driver, the client, the helpers).
+            "tree_dirty": bool(
+                git("status", "--porcelain", "--", "tests/soak", "tests/integration", "client")
+            ),
             "daemon_commit": a.daemon_commit or "",
             "daemon": self.binary,
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -550,7 +555,8 @@ class Soak:
             "clients": a.clients,
             "daemon_flags": self.daemon.argv[1:],
             "kill_interval_seconds": a.kill_interval,
-            "load_average": list(os.getloadavg()),
+            "load_average_end": list(os.getloadavg()),
+            "load1_median": statistics.median(s["load1"] for s in self.samples),
             "cpus": os.cpu_count(),
             "calls": calls_total,
             "calls_ok": by_code.get("OK", 0),
