@@ -1,14 +1,15 @@
 """One soak client process (started, killed and replaced by soak.py): loops over the soak's op
-cases until its stop file exists, each call unary or on its Session, its tensors inline or in a host region,
-now and then with a tight deadline, a cancellation or a pipelined burst; registers and
-unregisters regions and opens and closes sessions (leases) as it goes. Every reply is checked
-against the fp64 references (soak_cases.py); region outputs are poisoned before each call.
+cases until its stop file exists, each call unary or on its Session, its tensors inline or (on
+the unix socket) in a host region, now and then with a tight deadline, a cancellation or a
+pipelined burst; registers and unregisters regions and opens and closes sessions (leases) as it
+goes. Every reply is checked against the fp64 references (soak_cases.py); region outputs are
+poisoned before each call.
 
 Reports JSON lines on stdout: {"k": "stats", ...} count deltas about once a second, and
 {"k": "event", ...} at once for every outcome that is not OK or expected by the call's own mode
 (a wrong or lost reply, an unexpected status code); soak.py classifies them.
     python3 soak_client.py --target unix:/tmp/x/attnd.sock --memo refs.pkl --seed 7 \
-        --key-prefix attnd-soak-123 --region-prefix soak-123
+        --key-prefix attnd-soak-123 --region-prefix soak-123 --stop-file /tmp/x/stop
 """
 
 import argparse
@@ -115,6 +116,8 @@ class Runner:
 
     def new_region(self):
         self.drop_region()
+        if not self.args.target.startswith("unix:"):
+            return  # host regions need the unix socket (the daemon checks the peer's uid)
         kinds = ["unary"] + (["session", "unary_lease"] if self.session is not None else [])
         kind = self.rng.choice(kinds)
         self.region_count += 1
