@@ -113,6 +113,8 @@ class Runner:
             region.close()  # unregister: returns once no call uses it; then unmapped here
         except ac.AttndError as e:
             self.event("error", "unregister", e.code.name, e.details)
+        except TimeoutError as e:  # a session's unregister reply never came
+            self.event("lost", "unregister", "LOST", str(e))
 
     def new_region(self):
         self.drop_region()
@@ -134,6 +136,8 @@ class Runner:
             self.region_cycles += 1
         except ac.AttndError as e:
             self.event("error", f"register:{kind}", e.code.name, e.details)
+        except TimeoutError as e:
+            self.event("lost", f"register:{kind}", "LOST", str(e))
 
     def drop_session(self, abort=False):
         session, self.session = self.session, None
@@ -153,6 +157,8 @@ class Runner:
             self.session_cycles += 1
         except ac.AttndError as e:
             self.event("error", "session_open", e.code.name, e.details)
+        except TimeoutError as e:
+            self.event("lost", "session_open", "LOST", str(e))
 
     # ---- calls ----
 
