@@ -152,28 +152,34 @@ inline void RoundTileToBf16(int64_t nt, int64_t cols, float* st, int64_t ld) {
   }
 }
 
+// Lanes of two V8f picked by constant indices (0..7 from a, 8..15 from b): GCC's
+// __builtin_shuffle, or clang's __builtin_shufflevector (clang builds: the sanitizer build).
+#if defined(__clang__)
+#define ATTND_SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define ATTND_SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, V8i{__VA_ARGS__})
+#endif
+
 // dst[j][i] = src[i][j] for an 8×8 block (unpack, 64-bit shuffle, 128-bit permute).
 inline void Transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  const V8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-  const V8i lo64 = {0, 1, 8, 9, 4, 5, 12, 13}, hi64 = {2, 3, 10, 11, 6, 7, 14, 15};
-  const V8i lo128 = {0, 1, 2, 3, 8, 9, 10, 11}, hi128 = {4, 5, 6, 7, 12, 13, 14, 15};
   V8f r[8], t[8], u[8];
   for (int i = 0; i < 8; ++i) r[i] = LoadV(src + i * lds);
   for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shuffle(r[i], r[i + 1], lo);
-    t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi);
+    t[i] = ATTND_SHUFFLE8(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = ATTND_SHUFFLE8(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
   }
   for (int i = 0; i < 8; i += 4) {
-    u[i] = __builtin_shuffle(t[i], t[i + 2], lo64);
-    u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi64);
-    u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo64);
-    u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi64);
+    u[i] = ATTND_SHUFFLE8(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 1] = ATTND_SHUFFLE8(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    u[i + 2] = ATTND_SHUFFLE8(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 3] = ATTND_SHUFFLE8(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
   }
   for (int i = 0; i < 4; ++i) {
-    StoreV(dst + i * ldd, __builtin_shuffle(u[i], u[i + 4], lo128));
-    StoreV(dst + (i + 4) * ldd, __builtin_shuffle(u[i], u[i + 4], hi128));
+    StoreV(dst + i * ldd, ATTND_SHUFFLE8(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11));
+    StoreV(dst + (i + 4) * ldd, ATTND_SHUFFLE8(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15));
   }
 }
+#undef ATTND_SHUFFLE8
 
 // p[r][t] = pt[t][r] for r < rows, t < nt: 8×8 blocks, scalar edges.
 inline void TransposeTile(int64_t nt, int64_t rows, const float* pt, int64_t ldpt, float* p,
