@@ -5,6 +5,7 @@
 //   ATTND_RETURN_IF_ERROR(Dispatch(impls, params, ctx));
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -39,7 +40,21 @@ struct ExecContext {
   // launchers never allocate and stay capture-safe. Null when the implementation needs none.
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
+  // The call's stop request (its deadline passed, its client cancelled or left, the daemon's
+  // drain timed out), or null: never stops. The CPU implementations poll it between work items
+  // (one relaxed load each) and return early; what they wrote is then undefined and the op
+  // answers StoppedStatus(). GPU hosts check it between launches. Owned by the caller.
+  const std::atomic<bool>* stop = nullptr;
 };
+
+// Whether ctx's call was asked to stop (cheap: poll it per tile or row).
+inline bool StopRequested(const ExecContext& ctx) {
+  return ctx.stop != nullptr && ctx.stop->load(std::memory_order_relaxed);
+}
+
+// What an op that stopped early answers; the caller that set the stop replaces it with the
+// reason (DEADLINE_EXCEEDED, CANCELLED, UNAVAILABLE).
+inline absl::Status StoppedStatus() { return absl::CancelledError("stopped before the end"); }
 
 template <class Params>
 struct Impl {
@@ -108,11 +123,19 @@ absl::Status Dispatch(const std::vector<Impl<Params>>& impls, const Params& p,
 #define ATTND_IF_CUDA(...)
 #endif
 
-// The CPU implementation that ends every op's list: it supports every validated call.
+// The CPU implementation that ends every op's list: it supports every validated call. A call
+// whose ctx.stop is set (before, or while `run` polls it between work items) answers
+// StoppedStatus().
 template <class Params>
 Impl<Params> CpuImpl(absl::Status (*run)(const Params&, const ExecContext&)) {
   return Impl<Params>(
-      "cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, run);
+      "cpu", Backend::kCpu, [](const Params&, std::string*) { return true; },
+      [run](const Params& p, const ExecContext& ctx) {
+        if (StopRequested(ctx)) return StoppedStatus();
+        absl::Status s = run(p, ctx);
+        if (s.ok() && StopRequested(ctx)) return StoppedStatus();
+        return s;
+      });
 }
 
 // Every op's Run: validate(p), then Dispatch over its implementations.

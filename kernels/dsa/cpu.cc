@@ -46,6 +46,7 @@ absl::Status RunCpuWithScratch(const Params& p, const ExecContext& ctx, int64_t 
   if (!p.indices.present()) indices_scratch.resize(static_cast<size_t>(block * p.topk));
 
   for (int64_t t0 = 0; t0 < t; t0 += block) {
+    if (StopRequested(ctx)) return StoppedStatus();
     const int64_t count = std::min(block, t - t0);
     const Tensor logits = p.logits.present()
                               ? Rows(p.logits, t0, count)

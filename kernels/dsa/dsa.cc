@@ -156,7 +156,7 @@ const std::vector<Impl<Params>>& Implementations() {
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
     GpuImpl<Params>("steps", GpuSupports, RunGpu, GpuWorkspaceBytes),
 #endif
-        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
+        CpuImpl(RunCpu),
   };
   return *impls;
 }

@@ -126,6 +126,8 @@ absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
   step_ctx.workspace = ctx.workspace_bytes > scratch ? ws + scratch : nullptr;
   step_ctx.workspace_bytes = ctx.workspace_bytes > scratch ? ctx.workspace_bytes - scratch : 0;
   for (int64_t t0 = 0; t0 < t; t0 += l.block) {
+    // Host-side: no further launches once the call is asked to stop (what is enqueued runs).
+    if (StopRequested(ctx)) return StoppedStatus();
     const int64_t count = std::min(l.block, t - t0);
     const Tensor logits = LogitsView(p, t0, count, logits_scratch);
     const Tensor indices = IndicesView(p, t0, count, indices_scratch);

@@ -63,6 +63,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
     std::vector<float*> out(block_queries);
     int64_t loaded = -1;
     for (int64_t item = item_begin; item < item_end; ++item) {
+      if (StopRequested(ctx)) return;
       // Later query blocks first: under causal windows they carry the most work.
       const int64_t b = num_blocks - 1 - item / num_chunks;
       const int64_t m0 = b * block_queries;

@@ -77,6 +77,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
     std::vector<std::pair<int64_t, int64_t>> masked;
     int64_t loaded = -1;
     for (int64_t item = item_begin; item < item_end; ++item) {
+      if (StopRequested(ctx)) return;
       const int64_t chunk = item % num_chunks, group = item / num_chunks;
       const int64_t b = group / query_blocks, j0 = group % query_blocks * block_queries;
       const int64_t nq = std::min(block_queries, next_n - j0);

@@ -184,6 +184,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
     ParallelFor(ctx.pool, blocks, 1, [&](int64_t first, int64_t last) {
       Scratch s(plan.block_rows, d);
       for (int64_t blk = first; blk < last; ++blk) {
+        if (StopRequested(ctx)) return;
         const int64_t b = blk / plan.num_blocks;
         int64_t r0;
         const int64_t nr = block_range(blk, &r0);
@@ -204,6 +205,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
   ParallelFor(ctx.pool, blocks * splits, 1, [&](int64_t first, int64_t last) {
     Scratch s(br, d);
     for (int64_t item = first; item < last; ++item) {
+      if (StopRequested(ctx)) return;
       const int64_t blk = item / splits, split = item % splits, b = blk / plan.num_blocks;
       int64_t r0;
       const int64_t nr = block_range(blk, &r0);
@@ -218,6 +220,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
       std::copy(s.l.begin(), s.l.begin() + nr, part_l.begin() + item * br);
     }
   });
+  if (StopRequested(ctx)) return StoppedStatus();  // the partials are incomplete
   ParallelFor(ctx.pool, blocks, 1, [&](int64_t first, int64_t last) {
     std::vector<float> o(kDv);
     for (int64_t blk = first; blk < last; ++blk) {

@@ -147,7 +147,7 @@ const std::vector<Impl<Params>>& Implementations() {
         GpuImpl<Params>("simt", SupportsGpu<gpu::GpuKernel::kSimt>, RunGpu<gpu::GpuKernel::kSimt>,
                         GpuWorkspace<gpu::GpuKernel::kSimt>),
 #endif
-        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
+        CpuImpl(internal::RunCpu),
   };
   return *impls;
 }

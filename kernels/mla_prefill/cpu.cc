@@ -159,7 +159,8 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
                    [&](int64_t a, int64_t b) { return work[a] > work[b]; });
   ParallelFor(ctx.pool, static_cast<int64_t>(items.size()), 1, [&](int64_t first, int64_t last) {
     Scratch s(d_qk, d_v);
-    for (int64_t i = first; i < last; ++i) AttendBlock(p, items[order[i]], s);
+    for (int64_t i = first; i < last && !StopRequested(ctx); ++i)
+      AttendBlock(p, items[order[i]], s);
   });
 
   // Rows past the last sequence belong to none: defined output (0, -inf), never stale memory.

@@ -142,7 +142,7 @@ const std::vector<Impl<Params>>& Implementations() {
         GpuImpl<Params>("simt", SupportsGpu<gpu::GpuKernel::kSimt>, RunGpu<gpu::GpuKernel::kSimt>,
                         GpuWorkspace),
 #endif
-        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, internal::RunCpu},
+        CpuImpl(internal::RunCpu),
   };
   return *impls;
 }

@@ -299,6 +299,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
   ParallelFor(ctx.pool, t_count * blocks, 1, [&](int64_t begin, int64_t end) {
     Scratch sc(block, d_qk);
     for (int64_t item = begin; item < end; ++item) {
+      if (StopRequested(ctx)) return;
       const int64_t t = item / blocks, h0 = (item % blocks) * block;
       RunItem(p, t, h0, std::min(block, h - h0), sc);
     }

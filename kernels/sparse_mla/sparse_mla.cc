@@ -225,7 +225,7 @@ const std::vector<Impl<Params>>& Implementations() {
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
         KernelImpl("simt", gpu::GpuKernel::kSimt),
 #endif
-        {"cpu", Backend::kCpu, [](const Params&, std::string*) { return true; }, RunCpu},
+        CpuImpl(RunCpu),
   };
   return *impls;
 }

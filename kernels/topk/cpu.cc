@@ -71,6 +71,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
   ParallelFor(ctx.pool, rows, /*grain=*/1, [&](int64_t begin, int64_t end) {
     RowSelector selector;
     for (int64_t r = begin; r < end; ++r) {
+      if (StopRequested(ctx)) return;
       const Window w = RowWindow(p, r, ncols);
       int64_t count = 0;  // an empty window never touches the row (it may have no storage)
       if (w.end > w.begin) {

@@ -24,7 +24,20 @@ absl::Status CheckHostOnlyCall(const OpCall& call, absl::string_view own_uuid) {
   return absl::OkStatus();
 }
 
-absl::Status Backend::RunCall(OpCall& call, StepResult* result) {
+absl::Status StopToken::status(absl::string_view what) const {
+  switch (reason()) {
+    case Reason::kDeadline:
+      return absl::DeadlineExceededError(absl::StrCat("deadline passed ", what));
+    case Reason::kCancelled: return absl::CancelledError(absl::StrCat("cancelled ", what));
+    case Reason::kShutdown:
+      return absl::UnavailableError(
+          absl::StrCat("attnd is shutting down: --drain-timeout passed ", what));
+    case Reason::kNone: break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::RunCall(OpCall& call, StepResult* result, const StopToken* stop) {
   if (absl::Status s = CheckHostOnlyCall(call, ""); !s.ok()) return s;
   const std::vector<void*> data = call.HostData();
   return Run(
@@ -32,7 +45,7 @@ absl::Status Backend::RunCall(OpCall& call, StepResult* result) {
       [&call, &data](const kernels::ExecContext& ctx, std::string* impl) {
         return call.Run(ctx, data, impl);
       },
-      result);
+      result, stop);
 }
 
 }  // namespace attnd::server::engine

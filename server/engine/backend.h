@@ -1,12 +1,14 @@
 // The engine's view of a compute backend (docs/SERVICE.md "Layers"): it runs one step of an
 // operator call — either an OpCall (whose tensors it places: host pointers on the CPU, staged or
 // in-place device pointers on a GPU) or a plain closure over an ExecContext — and reports the
-// implementation, the compute time and the bytes it moved. No gRPC here.
+// implementation, the compute time and the bytes it moved. A call's StopToken reaches the kernels
+// (ExecContext::stop): they stop early when it is set. No gRPC here.
 //   CpuBackend cpu(&pool);
 //   StepResult r;
-//   ATTND_RETURN_IF_ERROR(cpu.RunCall(call, &r));
+//   ATTND_RETURN_IF_ERROR(cpu.RunCall(call, &r, &job.stop));
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,6 +23,33 @@
 #include "server/regions/registry.h"
 
 namespace attnd::server::engine {
+
+// The stop request of one call (docs/SERVICE.md "Deadlines, cancellation and drain"): set once, by
+// the scheduler, when the call's deadline passes, its client cancels or goes away, or the drain
+// times out; the first reason is kept. Kernels poll flag() between work items (ExecContext::stop);
+// GPU backends check it before each launch. Thread-safe.
+class StopToken {
+ public:
+  enum class Reason { kNone = 0, kDeadline, kCancelled, kShutdown };
+
+  // Asks the call to stop; a later reason does not replace the first. Never blocks.
+  void Stop(Reason reason) {
+    int none = static_cast<int>(Reason::kNone);
+    reason_.compare_exchange_strong(none, static_cast<int>(reason), std::memory_order_relaxed);
+    flag_.store(true, std::memory_order_release);
+  }
+  bool stopped() const { return flag_.load(std::memory_order_acquire); }
+  Reason reason() const { return static_cast<Reason>(reason_.load(std::memory_order_relaxed)); }
+  // What the kernels poll (a relaxed load per tile).
+  const std::atomic<bool>* flag() const { return &flag_; }
+  // The call's answer once stopped: DEADLINE_EXCEEDED, CANCELLED or UNAVAILABLE (the drain),
+  // with `what` (where it stopped) in the message.
+  absl::Status status(absl::string_view what) const;
+
+ private:
+  std::atomic<bool> flag_{false};
+  std::atomic<int> reason_{static_cast<int>(Reason::kNone)};
+};
 
 // A closure step: runs something in `ctx`, writing the implementation's name to *impl.
 using StepFn = std::function<absl::Status(const kernels::ExecContext& ctx, std::string* impl)>;
@@ -58,10 +87,13 @@ class Backend {
   virtual kernels::Backend kind() const = 0;
   const char* name() const { return kernels::BackendName(kind()); }
   // Runs a closure step and times it. Thread-safe: scheduler workers call it concurrently.
-  virtual absl::Status Run(absl::string_view op, const StepFn& step, StepResult* result) = 0;
+  // `stop` (may be null) is the call's stop request: passed to the step in ExecContext::stop.
+  virtual absl::Status Run(absl::string_view op, const StepFn& step, StepResult* result,
+                           const StopToken* stop = nullptr) = 0;
   // Runs an op call: places its tensors, runs the op, brings host outputs back, fills *result.
-  // Thread-safe. The default runs it on its host pointers through Run().
-  virtual absl::Status RunCall(OpCall& call, StepResult* result);
+  // Thread-safe. The default runs it on its host pointers through Run(). With `stop` set (before
+  // or during the op) it stops early and answers stop->status(); the outputs are then undefined.
+  virtual absl::Status RunCall(OpCall& call, StepResult* result, const StopToken* stop = nullptr);
   virtual std::vector<DeviceDescription> Devices() const = 0;
   // Bytes held by the backend's memory pools (0 for the CPU backend).
   virtual int64_t PoolBytes() const { return 0; }

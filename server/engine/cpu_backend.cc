@@ -35,17 +35,20 @@ std::string CpuModelName() {
 
 CpuBackend::CpuBackend(kernels::ThreadPool* pool) : pool_(pool) {}
 
-absl::Status CpuBackend::Run(absl::string_view /*op*/, const StepFn& step, StepResult* result) {
+absl::Status CpuBackend::Run(absl::string_view /*op*/, const StepFn& step, StepResult* result,
+                             const StopToken* stop) {
   kernels::ExecContext ctx;
   ctx.backend = kernels::Backend::kCpu;
   ctx.pool = pool_;
+  if (stop != nullptr) ctx.stop = stop->flag();
   const absl::Time start = absl::Now();
   absl::Status status = step(ctx, &result->impl);
   result->compute += absl::Now() - start;
+  if (stop != nullptr && stop->stopped()) return stop->status("while running");
   return status;
 }
 
-absl::Status CpuBackend::RunCall(OpCall& call, StepResult* result) {
+absl::Status CpuBackend::RunCall(OpCall& call, StepResult* result, const StopToken* stop) {
   if (absl::Status s = CheckHostOnlyCall(call, kUuid); !s.ok()) return s;
   result->device = kUuid;
   const std::vector<void*> data = call.HostData();
@@ -54,7 +57,7 @@ absl::Status CpuBackend::RunCall(OpCall& call, StepResult* result) {
       [&call, &data](const kernels::ExecContext& ctx, std::string* impl) {
         return call.Run(ctx, data, impl);
       },
-      result);
+      result, stop);
 }
 
 std::vector<DeviceDescription> CpuBackend::Devices() const {

@@ -17,10 +17,11 @@ class CpuBackend : public Backend {
 
   kernels::Backend kind() const override { return kernels::Backend::kCpu; }
   // Thread-safe; concurrent steps share the pool (its ParallelFor serialises them).
-  absl::Status Run(absl::string_view op, const StepFn& step, StepResult* result) override;
+  absl::Status Run(absl::string_view op, const StepFn& step, StepResult* result,
+                   const StopToken* stop = nullptr) override;
   // Runs `call` on its host pointers; refuses device regions, ready events and device UUIDs
-  // other than kUuid. Thread-safe.
-  absl::Status RunCall(OpCall& call, StepResult* result) override;
+  // other than kUuid. The kernels poll `stop` between work items. Thread-safe.
+  absl::Status RunCall(OpCall& call, StepResult* result, const StopToken* stop = nullptr) override;
   std::vector<DeviceDescription> Devices() const override;
 
  private:

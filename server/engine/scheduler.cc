@@ -1,5 +1,6 @@
 #include "server/engine/scheduler.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,10 +13,30 @@ absl::Status ShuttingDown() { return absl::UnavailableError("attnd is shutting d
 
 }  // namespace
 
+Scheduler::Admission& Scheduler::Admission::operator=(Admission&& other) noexcept {
+  if (this != &other) {
+    Release();
+    sched_ = other.sched_;
+    other.sched_ = nullptr;
+  }
+  return *this;
+}
+
+void Scheduler::Admission::Release() {
+  if (sched_ == nullptr) return;
+  {
+    absl::MutexLock lock(&sched_->mu_);
+    --sched_->admitted_;
+  }
+  sched_->idle_cv_.SignalAll();
+  sched_ = nullptr;
+}
+
 Scheduler::Scheduler(Options options, Backend* backend) : options_(options), backend_(backend) {
   const int n = options_.workers > 0 ? options_.workers : 1;
   threads_.reserve(n);
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  watchdog_ = std::thread([this] { WatchdogLoop(); });
 }
 
 Scheduler::~Scheduler() {
@@ -25,27 +46,44 @@ Scheduler::~Scheduler() {
     stop_ = true;
   }
   work_cv_.SignalAll();
+  watch_cv_.SignalAll();
   for (auto& t : threads_) t.join();
+  watchdog_.join();
 }
 
-absl::Status Scheduler::Submit(std::unique_ptr<Job> job) {
+Scheduler::Admission Scheduler::Admit() {
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) return Admission();
+  ++admitted_;
+  return Admission(this);
+}
+
+absl::Status Scheduler::Submit(std::unique_ptr<Job> job, Admission* admission) {
+  const bool admitted = admission != nullptr && admission->sched_ == this;
+  absl::Status status;
   {
     absl::MutexLock lock(&mu_);
-    if (!accepting_) return ShuttingDown();
-    if (static_cast<int>(queue_.size()) >= options_.queue_capacity) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+    if (!(accepting_ || (admitted && !aborting_))) {
+      status = ShuttingDown();
+    } else if (static_cast<int>(queue_.size()) >= options_.queue_capacity) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
           "request queue is full (", options_.queue_capacity, " waiting; --queue-capacity)"));
+    } else {
+      job->submitted = absl::Now();
+      queue_.push_back(std::move(job));
+      ReportLoad();
     }
-    job->submitted = absl::Now();
-    queue_.push_back(std::move(job));
-    ReportLoad();
   }
+  // Released after the job is queued: a drain never sees the call in neither place.
+  if (admission != nullptr) admission->Release();
+  if (!status.ok()) return status;
   work_cv_.Signal();
+  watch_cv_.Signal();
   return absl::OkStatus();
 }
 
-bool Scheduler::Drain(absl::Time deadline) {
-  std::deque<std::unique_ptr<Job>> failed;
+bool Scheduler::Drain(absl::Time deadline, absl::Duration grace) {
+  std::vector<std::unique_ptr<Job>> failed;
   bool drained;
   {
     absl::MutexLock lock(&mu_);
@@ -53,28 +91,53 @@ bool Scheduler::Drain(absl::Time deadline) {
     drained = WaitIdle(deadline);
     if (!drained) {
       aborting_ = true;
-      failed.swap(queue_);
+      // Running jobs stop at the kernels' next poll (or their next step).
+      for (Job* job : running_jobs_) job->stop.Stop(StopToken::Reason::kShutdown);
+      for (auto& job : queue_) failed.push_back(std::move(job));
+      queue_.clear();
+      failing_ += static_cast<int>(failed.size());
       ReportLoad();
     }
   }
-  for (auto& job : failed) {
-    JobOutcome o;
-    o.status = ShuttingDown();
-    o.queue = absl::Now() - job->submitted;
-    if (job->done) job->done(std::move(o));
-  }
+  if (!failed.empty()) FailJobs(std::move(failed));
   if (!drained) {
-    // Running jobs stop at their next step boundary; wait for them so callers can tear down.
+    // Wait for the stopped jobs so that callers can tear down, but no longer than `grace`.
+    const absl::Time until =
+        grace == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + grace;
     absl::MutexLock lock(&mu_);
-    WaitIdle(absl::InfiniteFuture());
+    WaitIdle(until);
   }
   return drained;
 }
 
+void Scheduler::FailJobs(std::vector<std::unique_ptr<Job>> jobs) {
+  const absl::Time now = absl::Now();
+  for (auto& job : jobs) {
+    JobOutcome o;
+    o.queue = now - job->submitted;
+    if (job->stop.stopped()) {
+      o.status = job->stop.reason() == StopToken::Reason::kDeadline
+                     ? absl::DeadlineExceededError(absl::StrCat("deadline passed while queued (",
+                                                                absl::FormatDuration(o.queue),
+                                                                " in the queue)"))
+                     : job->stop.status("while queued");
+    } else {
+      o.status = ShuttingDown();
+    }
+    if (job->done) job->done(std::move(o));
+    job.reset();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    failing_ -= static_cast<int>(jobs.size());
+  }
+  idle_cv_.SignalAll();
+}
+
 bool Scheduler::WaitIdle(absl::Time deadline) {
-  while (!queue_.empty() || running_ != 0) {
+  while (!IdleLocked()) {
     // WaitWithDeadline is true on timeout: then the answer is whether idle came at the end.
-    if (idle_cv_.WaitWithDeadline(&mu_, deadline)) return queue_.empty() && running_ == 0;
+    if (idle_cv_.WaitWithDeadline(&mu_, deadline)) return IdleLocked();
   }
   return true;
 }
@@ -93,6 +156,63 @@ int Scheduler::running() const {
   return running_;
 }
 
+int Scheduler::admitted() const {
+  absl::MutexLock lock(&mu_);
+  return admitted_;
+}
+
+void Scheduler::CheckStop(Job& job, absl::Time now) {
+  if (job.stop.stopped()) return;
+  // The deadline first: gRPC also cancels a call whose deadline passed, and such a call must
+  // be counted as DEADLINE_EXCEEDED (docs/SERVICE.md "Status codes"), not CANCELLED.
+  if (now >= job.deadline) {
+    job.stop.Stop(StopToken::Reason::kDeadline);
+  } else if (job.cancelled && job.cancelled()) {
+    job.stop.Stop(StopToken::Reason::kCancelled);
+  } else if (aborting_) {
+    job.stop.Stop(StopToken::Reason::kShutdown);
+  }
+}
+
+void Scheduler::WatchdogLoop() {
+  mu_.Lock();  // by hand: dropped while failing expired jobs
+  while (!stop_) {
+    const absl::Time now = absl::Now();
+    absl::Time wake = absl::InfiniteFuture();
+    bool poll = false;  // a job with a `cancelled` to poll
+    std::vector<std::unique_ptr<Job>> expired;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      Job& job = **it;
+      CheckStop(job, now);
+      if (job.stop.stopped()) {
+        expired.push_back(std::move(*it));
+        it = queue_.erase(it);
+        continue;
+      }
+      wake = std::min(wake, job.deadline);
+      poll = poll || static_cast<bool>(job.cancelled);
+      ++it;
+    }
+    for (Job* job : running_jobs_) {
+      CheckStop(*job, now);
+      if (job->stop.stopped()) continue;
+      wake = std::min(wake, job->deadline);
+      poll = poll || static_cast<bool>(job->cancelled);
+    }
+    if (!expired.empty()) {
+      failing_ += static_cast<int>(expired.size());
+      ReportLoad();
+      mu_.Unlock();
+      FailJobs(std::move(expired));
+      mu_.Lock();
+      continue;
+    }
+    if (poll) wake = std::min(wake, now + options_.cancel_poll);
+    watch_cv_.WaitWithDeadline(&mu_, wake);
+  }
+  mu_.Unlock();
+}
+
 void Scheduler::WorkerLoop() {
   for (;;) {
     std::unique_ptr<Job> job;
@@ -103,9 +223,16 @@ void Scheduler::WorkerLoop() {
       job = std::move(queue_.front());
       queue_.pop_front();
       ++running_;
+      running_jobs_.push_back(job.get());
       ReportLoad();
     }
+    watch_cv_.Signal();  // its deadline may be the next to watch
     JobOutcome outcome = RunJob(*job);
+    {
+      // Off the watchdog's list before `done`: its `cancelled` must not be polled after that.
+      absl::MutexLock lock(&mu_);
+      running_jobs_.erase(std::find(running_jobs_.begin(), running_jobs_.end(), job.get()));
+    }
     if (job->done) job->done(std::move(outcome));
     job.reset();  // release what the job owns before reporting idle
     {
@@ -123,29 +250,23 @@ JobOutcome Scheduler::RunJob(Job& job) {
   for (size_t i = 0; i < job.steps.size(); ++i) {
     {
       absl::MutexLock lock(&mu_);
-      if (aborting_) {
-        o.status = ShuttingDown();
-        return o;
+      CheckStop(job, absl::Now());
+    }
+    if (job.stop.stopped()) {
+      if (i == 0 && job.stop.reason() == StopToken::Reason::kDeadline) {
+        o.status = absl::DeadlineExceededError(absl::StrCat(
+            "deadline passed while queued (", absl::FormatDuration(o.queue), " in the queue)"));
+      } else {
+        o.status =
+            job.stop.status(i == 0 ? "before it started"
+                                   : absl::StrCat("after step ", i, " of ", job.steps.size()));
       }
-    }
-    // The deadline first: gRPC also cancels a call whose deadline passed, and such a call must
-    // be counted as DEADLINE_EXCEEDED (docs/SERVICE.md "Status codes"), not CANCELLED.
-    if (absl::Now() >= job.deadline) {
-      o.status = absl::DeadlineExceededError(
-          i == 0 ? absl::StrCat("deadline passed while queued (", absl::FormatDuration(o.queue),
-                                " in the queue)")
-                 : absl::StrCat("deadline passed after step ", i, " of ", job.steps.size()));
-      return o;
-    }
-    if (job.cancelled && job.cancelled()) {
-      o.status = absl::CancelledError(i == 0 ? "cancelled before it started"
-                                             : absl::StrCat("cancelled after step ", i));
       return o;
     }
     StepResult r;
     const JobStep& step = job.steps[i];
-    absl::Status s = step.call != nullptr ? backend_->RunCall(*step.call, &r)
-                                          : backend_->Run(job.op, step.fn, &r);
+    absl::Status s = step.call != nullptr ? backend_->RunCall(*step.call, &r, &job.stop)
+                                          : backend_->Run(job.op, step.fn, &r, &job.stop);
     o.ran = true;
     o.compute += r.compute;
     o.copied_h2d += r.copied_h2d;
@@ -154,6 +275,13 @@ JobOutcome Scheduler::RunJob(Job& job) {
     if (!r.device.empty()) o.device = r.device;
     if (!r.graph.empty()) o.graph = r.graph;
     if (!r.impl.empty()) o.impl = o.impl.empty() ? r.impl : absl::StrCat(o.impl, "+", r.impl);
+    // Stopped while the step ran (the kernels returned early, or finished as the stop came): the
+    // outputs are not to be trusted, whatever the step answered.
+    if (job.stop.stopped()) {
+      o.status = job.stop.status(
+          absl::StrCat("while running (step ", i + 1, " of ", job.steps.size(), ")"));
+      return o;
+    }
     if (!s.ok()) {
       o.status = s;
       return o;

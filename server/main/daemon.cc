@@ -37,6 +37,14 @@
 #endif
 
 namespace attnd::server {
+namespace {
+
+// How long past --drain-timeout the drain waits for the calls it stopped there (their kernels
+// stop at the next tile; a GPU call finishes what it had enqueued). A call still running after it
+// is abandoned: attnd exits without it (docs/SERVICE.md "Scheduler, deadlines and shutdown").
+constexpr absl::Duration kStopGrace = absl::Seconds(2);
+
+}  // namespace
 
 Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
 
@@ -300,15 +308,24 @@ bool Daemon::Shutdown() {
       {{"timeout", absl::FormatDuration(config_.drain_timeout)},
        {"queued", scheduler_->queued()},
        {"running", scheduler_->running()},
+       {"preparing", scheduler_->admitted()},
        {"sessions", service_->open_sessions()}});
   // Health turns NOT_SERVING and stays answerable while the scheduler drains: the listeners keep
   // accepting, so probes (and new clients) see NOT_SERVING, and new op calls get UNAVAILABLE from
-  // the scheduler. Then the server stops; what is still open is cancelled at the deadline.
+  // the scheduler. At the deadline the scheduler fails what is queued and stops what runs (the
+  // kernels poll the calls' stop tokens); then the server stops, cancelling what is still open.
   server_->GetHealthCheckService()->SetServingStatus(false);
-  const bool drained = scheduler_->Drain(deadline);
+  const bool drained = scheduler_->Drain(deadline, kStopGrace);
+  const int abandoned = scheduler_->running();
   for (auto& listener : unix_listeners_) listener->Stop();
-  server_->Shutdown(absl::ToChronoTime(deadline));
-  server_->Wait();
+  if (abandoned == 0) {
+    server_->Shutdown(absl::ToChronoTime(deadline));
+    server_->Wait();
+  } else {
+    // gRPC's shutdown would wait for those calls' replies: exit without them (main _exits).
+    Log(LogLevel::kWarning, "calls did not stop within the grace; exiting without them",
+        {{"running", abandoned}, {"grace", absl::FormatDuration(kStopGrace)}});
+  }
   for (const std::string& path : unix_paths_) unlink(path.c_str());
   if (!config_.ready_file.empty()) unlink(config_.ready_file.c_str());
   Log(LogLevel::kInfo, "stopped",

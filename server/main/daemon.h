@@ -72,9 +72,11 @@ class Daemon {
   void WaitForShutdownRequest() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Graceful stop: health NOT_SERVING (still answered: the listeners keep accepting), new op calls
-  // refused, queued and running calls finish within drain_timeout (then cancelled); then the
-  // listeners and the server stop. True when everything finished in time. Idempotent; blocks;
-  // call from one thread.
+  // refused, queued and running calls finish within drain_timeout; at it queued calls fail and
+  // running ones are stopped (UNAVAILABLE), waited for at most a short grace; then the listeners
+  // and the server stop. Returns within drain_timeout + the grace (2 s) unless a call ignores its
+  // stop (then the server is left for main to _exit). True when everything finished in time.
+  // Idempotent; blocks; call from one thread.
   bool Shutdown();
 
  private:

@@ -40,6 +40,13 @@ void CallRunner::Start(OpId id, const google::protobuf::Message& request,
            nullptr);
     return;
   }
+  // Admitted before resolving the regions: a drain that starts meanwhile waits for this call
+  // (docs/SERVICE.md "Scheduler, deadlines and shutdown").
+  engine::Scheduler::Admission admission = scheduler_->Admit();
+  if (!admission) {
+    Finish(std::move(state), absl::UnavailableError("attnd is shutting down"), nullptr);
+    return;
+  }
   PrepareOptions prep;
   prep.registry = registry_;
   prep.max_inline_bytes = options_.max_inline_bytes;
@@ -60,7 +67,7 @@ void CallRunner::Start(OpId id, const google::protobuf::Message& request,
   job->done = [this, state](engine::JobOutcome outcome) {
     Finish(state, outcome.status, &outcome);
   };
-  if (absl::Status s = scheduler_->Submit(std::move(job)); !s.ok()) {
+  if (absl::Status s = scheduler_->Submit(std::move(job), &admission); !s.ok()) {
     // The job (and its copy of `state`) is gone; `state` is ours again.
     Finish(std::move(state), s, nullptr);
   }

@@ -25,9 +25,13 @@ namespace attnd::server::ops {
 struct CallContext {
   uint64_t request_id = 0;                     // 0: the runner assigns one
   absl::Time received = absl::InfinitePast();  // InfinitePast: now
+  // Enforced while queued and while running (docs/SERVICE.md "Deadlines, cancellation and
+  // drain"): the call answers DEADLINE_EXCEEDED.
   absl::Time deadline = absl::InfiniteFuture();
-  std::function<bool()> cancelled;  // thread-safe; may be empty
-  std::string origin;               // for logs: "unary", "session lease-..."
+  // Polled while the call is queued or running (the client cancelled or went away): the call
+  // stops and answers CANCELLED. Thread-safe, quick, may be empty.
+  std::function<bool()> cancelled;
+  std::string origin;  // for logs: "unary", "session lease-..."
   // The call's share of the host memory budget (a reservation for its client), null: no budget.
   // The runner holds it while the call runs; the transport keeps a reference until the reply that
   // carries the call's inline outputs has been sent.

@@ -23,15 +23,16 @@ MAX_TOKENS = 512
 
 
 class SlowCall:
-    def __init__(self, client, region_name, seconds=1.5, seed=0, owner=None):
-        """`owner` (Client or Session) registers the region; `client` by default."""
+    def __init__(self, client, region_name, seconds=1.5, seed=0, owner=None, max_tokens=MAX_TOKENS):
+        """`owner` (Client or Session) registers the region; `client` by default. `max_tokens`
+        caps the call's size (the region holds that many tokens: about 150 KB each)."""
         self.client = client
         self.region_name = region_name
         rng = np.random.default_rng(seed)
         self.kv_rows = rng.standard_normal((ROWS, D_QK), dtype=np.float32)
         owner = owner or client
         probe = 16
-        tokens = MAX_TOKENS
+        tokens = max(probe, max_tokens)
         self.region = owner.create_host_region(region_name, self._bytes(tokens))
         self.kv = self.region.put(self.kv_rows, "bf16")
         # 16 distinct random tokens repeated: the work per token is what matters here.
@@ -54,7 +55,7 @@ class SlowCall:
             res = self._call_now()
             wall = time.monotonic() - start
             per_token = min(per_token, max(res.stats.compute_seconds, wall) / probe)
-        self.tokens = int(min(MAX_TOKENS, max(probe, seconds / per_token)))
+        self.tokens = int(min(tokens, max(probe, seconds / per_token)))
         self.expected_seconds = self.tokens * per_token
 
     @staticmethod

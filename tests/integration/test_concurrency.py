@@ -1,9 +1,18 @@
 """Concurrency through a real daemon: many clients (unix and TCP, unary and sessions, inline and
 regions) running mixed ops at once, each result checked; a full queue (RESOURCE_EXHAUSTED);
-deadlines and cancellation honoured by the daemon's scheduler, seen in its metrics."""
+deadlines and cancellation honoured by the daemon's scheduler, seen in its metrics, for queued
+calls and for running ones (the CPU kernels stop between tiles: the worker is free long before
+the call's compute time)."""
 
 import concurrent.futures
 import itertools
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
 
 import grpc
 import pytest
@@ -13,6 +22,8 @@ import attnd_client as ac
 import cases
 from daemon import parse_metrics, sample, wait_until
 from slow import SlowCall
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 MIXED = [
     "indexer_logits",
@@ -163,3 +174,127 @@ def test_session_cancellation(one_worker):
         assert e is not None and e.code == grpc.StatusCode.CANCELLED, e
         slow.check(running.result(timeout=300))
     assert codes(d)["OK"] - before["OK"] == 1, "the cancelled call ran"
+
+
+# Calls stopped while running: each must end (answered, counted, worker free) in a small part of
+# the call's compute time. The long call is calibrated to about 8 s (at least 3 s is asked of the
+# calibration below); a stop reaches the kernels within one tile plus the watchdog's 20 ms poll.
+STOPPED_FRACTION = 0.5
+
+
+@pytest.fixture
+def long_call(make_daemon):
+    d = make_daemon("--workers=1", "--cpu-threads=1", "--queue-capacity=2", tcp=False)
+    c = d.client()
+    slow = SlowCall(c, "long", seconds=8.0, max_tokens=2048)
+    if slow.expected_seconds < 3.0:
+        pytest.skip(f"the slow call computes for {slow.expected_seconds:.1f} s only here")
+    yield d, c, slow
+    slow.close()
+
+
+def busy(daemon):
+    return sample(parse_metrics(daemon.scrape()), "attnd_workers_busy")
+
+
+def _stopped_in_time(d, code, before, started):
+    """Waits until the daemon counted one more `code` and its worker is free; returns how long
+    after `started` that was."""
+    wait_until(
+        lambda: codes(d)[code] > before[code] and busy(d) == 0,
+        timeout=300,
+        interval=0.02,
+        what=f"attnd_requests_total{{code={code}}} and a free worker",
+    )
+    return time.monotonic() - started
+
+
+def test_running_call_stops_at_its_deadline(long_call):
+    d, c, slow = long_call
+    before = codes(d)
+    started = time.monotonic()
+    call = slow.submit(timeout=0.5)
+    e = call.exception(timeout=300)
+    assert e is not None and e.code == grpc.StatusCode.DEADLINE_EXCEEDED, e
+    took = _stopped_in_time(d, "DEADLINE_EXCEEDED", before, started)
+    assert took < STOPPED_FRACTION * slow.expected_seconds, (took, slow.expected_seconds)
+    assert codes(d)["OK"] == before["OK"], "the timed-out call was counted OK"
+
+
+def test_running_call_cancelled_by_its_client(long_call):
+    d, c, slow = long_call
+    before = codes(d)
+    call = slow.submit()
+    wait_until(lambda: busy(d) >= 1, interval=0.02, what="the call running on the worker")
+    started = time.monotonic()
+    assert call.cancel()
+    took = _stopped_in_time(d, "CANCELLED", before, started)
+    assert took < STOPPED_FRACTION * slow.expected_seconds, (took, slow.expected_seconds)
+    assert codes(d)["OK"] == before["OK"], "the cancelled call was counted OK"
+
+
+def test_running_session_call_cancelled(long_call):
+    d, c, slow = long_call
+    before = codes(d)
+    with c.session("cancel-running") as s:
+        call = slow.submit(caller=s)
+        wait_until(lambda: busy(d) >= 1, interval=0.02, what="the call running on the worker")
+        started = time.monotonic()
+        call.cancel()
+        e = call.exception(timeout=300)
+        assert e is not None and e.code == grpc.StatusCode.CANCELLED, e
+        took = _stopped_in_time(d, "CANCELLED", before, started)
+    assert took < STOPPED_FRACTION * slow.expected_seconds, (took, slow.expected_seconds)
+
+
+def test_queued_session_call_times_out_while_queued(long_call):
+    d, c, slow = long_call
+    before = codes(d)
+    with c.session("queued-timeout") as s:
+        running = slow.submit(caller=s)
+        wait_until(lambda: busy(d) >= 1, interval=0.02, what="the first call running")
+        started = time.monotonic()
+        late = slow.submit(caller=s, timeout=0.3)  # timeout_seconds: enforced server-side
+        e = late.exception(timeout=300)
+        took = time.monotonic() - started
+        assert e is not None and e.code == grpc.StatusCode.DEADLINE_EXCEEDED, e
+        # Answered at its timeout, while the call ahead of it still runs (not when the worker
+        # took it).
+        assert not running.done(), "the queued call was answered only when the worker freed"
+        assert took < STOPPED_FRACTION * slow.expected_seconds, (took, slow.expected_seconds)
+        slow.check(running.result(timeout=300))
+    assert codes(d)["DEADLINE_EXCEEDED"] - before["DEADLINE_EXCEEDED"] == 1
+
+
+def _read_line(proc, timeout):
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        raise AssertionError(f"the child said nothing (exit {proc.poll()})")
+    return proc.stdout.readline()
+
+
+def test_killed_client_frees_the_worker(make_daemon):
+    d = make_daemon("--workers=1", "--cpu-threads=1", tcp=False)
+    c = d.client()
+    before = codes(d)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE] + sys.path))
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "unary_child.py"), d.unix_target, "8"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        expected = json.loads(_read_line(proc, 300))["expected_seconds"]
+        wait_until(lambda: busy(d) >= 1, interval=0.02, what="the child's call on the worker")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+    started = time.monotonic()
+    if expected < 3.0:
+        pytest.skip(f"the slow call computes for {expected:.1f} s only here")
+    took = _stopped_in_time(d, "CANCELLED", before, started)
+    assert took < STOPPED_FRACTION * expected, (took, expected)
+    assert codes(d)["OK"] == before["OK"] + 3  # the child's three calibration probes only
+    assert c.health() == "SERVING"

@@ -1,7 +1,7 @@
 """The daemon's life: health SERVING once ready (unix and TCP; the ready file names the bound
 ports); SIGTERM drains in-flight work (it finishes correctly), health turns NOT_SERVING, new calls
 are refused, and attnd exits 0 removing its socket and ready file; a drain timeout fails what is
-still queued; a second signal exits at once."""
+still queued and stops what is running (a hard limit); a second signal exits at once."""
 
 import os
 import signal
@@ -94,6 +94,40 @@ def test_drain_timeout_fails_queued_work(make_daemon):
     assert d.wait(120) == 0, d.log()
     assert time.monotonic() - started < 60
     assert "drained=false" in d.log()
+
+
+def test_drain_timeout_is_a_hard_limit(make_daemon):
+    """--drain-timeout=2s with a call running for about 10 s: at the timeout the call is stopped
+    (UNAVAILABLE) and attnd exits 0 within the timeout and its grace, not when the call would have
+    ended; health is NOT_SERVING for the drain's duration."""
+    d = make_daemon("--workers=1", "--cpu-threads=1", "--drain-timeout=2s")
+    c = d.client()
+    slow = SlowCall(c, "hard-drain", seconds=10.0, max_tokens=2048)
+    if slow.expected_seconds < 6.0:
+        pytest.skip(f"the slow call computes for {slow.expected_seconds:.1f} s only here")
+    running = slow.submit(timeout=300)
+    wait_until(
+        lambda: sample(parse_metrics(d.scrape()), "attnd_workers_busy") >= 1,
+        interval=0.02,
+        what="the call running on a worker",
+    )
+    started = time.monotonic()
+    d.signal(signal.SIGTERM)
+    probe = ac.Client(d.unix_target)
+    try:
+        assert probe.health(timeout=10) == "NOT_SERVING"
+    finally:
+        probe.close()
+    e = running.exception(timeout=300)
+    assert e is not None and e.code == grpc.StatusCode.UNAVAILABLE, e
+    assert d.wait(120) == 0, d.log()
+    took = time.monotonic() - started
+    # 2 s of drain + at most 2 s of grace + process exit; the call alone needed expected_seconds.
+    assert took < max(5.0, 0.6 * slow.expected_seconds), (took, slow.expected_seconds)
+    assert took < slow.expected_seconds, (took, slow.expected_seconds)
+    log = d.log()
+    assert "drained=false" in log, log
+    assert "exiting without them" not in log, log
 
 
 def test_second_signal_exits_at_once(make_daemon):

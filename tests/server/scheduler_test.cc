@@ -1,5 +1,6 @@
-// The scheduler: runs steps on the backend, bounded queue, deadlines and cancellation before and
-// between steps, drain.
+// The scheduler: runs steps on the backend, bounded queue, deadlines and cancellation of queued
+// jobs (failed at once) and of running ones (their stop token reaches the step), drain with a hard
+// deadline, admissions.
 #include "server/engine/scheduler.h"
 
 #include <atomic>
@@ -12,6 +13,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "kernels/common/thread_pool.h"
+#include "kernels/topk/topk.h"
+#include "server/engine/cpu_backend.h"
 
 namespace attnd::server::engine {
 namespace {
@@ -19,8 +23,10 @@ namespace {
 class FakeBackend : public Backend {
  public:
   kernels::Backend kind() const override { return kernels::Backend::kCpu; }
-  absl::Status Run(absl::string_view, const StepFn& step, StepResult* result) override {
+  absl::Status Run(absl::string_view, const StepFn& step, StepResult* result,
+                   const StopToken* stop) override {
     kernels::ExecContext ctx;
+    if (stop != nullptr) ctx.stop = stop->flag();
     const absl::Time start = absl::Now();
     absl::Status s = step(ctx, &result->impl);
     result->compute += absl::Now() - start;
@@ -70,6 +76,37 @@ StepFn Step(std::atomic<int>* counter, const char* impl = "fake") {
   return [counter, impl](const kernels::ExecContext&, std::string* name) {
     counter->fetch_add(1);
     *name = impl;
+    return absl::OkStatus();
+  };
+}
+
+// A step that works until its call is asked to stop, like a CPU kernel polling between tiles
+// (answering kernels::StoppedStatus()), or OK after `limit` (the stop never came). `started`
+// (optional) opens when it begins.
+StepFn PollingStep(Gate* started = nullptr, absl::Duration limit = absl::Seconds(60)) {
+  return [started, limit](const kernels::ExecContext& ctx, std::string* name) {
+    *name = "polling";
+    if (started != nullptr) started->Open();
+    const absl::Time end = absl::Now() + limit;
+    while (absl::Now() < end) {
+      if (kernels::StopRequested(ctx)) return kernels::StoppedStatus();
+      absl::SleepFor(absl::Milliseconds(1));  // one "tile"
+    }
+    return absl::OkStatus();
+  };
+}
+
+// Whether `r` has its outcome within `timeout`.
+bool Within(Result& r, absl::Duration timeout) {
+  return r.future.wait_for(absl::ToChronoSeconds(timeout)) == std::future_status::ready;
+}
+
+// WaitStep that opens `started` first.
+StepFn GatedStep(Gate* started, Gate* gate) {
+  return [started, gate](const kernels::ExecContext&, std::string* name) {
+    started->Open();
+    gate->Wait();
+    *name = "gated";
     return absl::OkStatus();
   };
 }
@@ -254,6 +291,209 @@ TEST(SchedulerTest, DrainDeadlineFailsQueuedWork) {
   // The running job stops at its next step boundary.
   EXPECT_EQ(running.future.get().status.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(n.load(), 0);
+}
+
+// A running job whose deadline passes is stopped through its token (the step polls it) and
+// answers DEADLINE_EXCEEDED long before the step's own end.
+TEST(SchedulerTest, RunningJobStopsAtItsDeadline) {
+  FakeBackend backend;
+  Scheduler sched(Opts(4, 1), &backend);
+  // On a loaded machine the deadline may pass before the worker takes the job (it then fails
+  // queued, without running): try again with a longer one.
+  for (absl::Duration timeout = absl::Milliseconds(100);; timeout *= 4) {
+    ASSERT_LT(timeout, absl::Seconds(30)) << "the worker never took the job in time";
+    Result r;
+    auto job = MakeJob({PollingStep()}, &r);
+    job->deadline = absl::Now() + timeout;
+    ASSERT_TRUE(sched.Submit(std::move(job)).ok());
+    ASSERT_TRUE(Within(r, absl::Seconds(30))) << "the deadline did not reach the running step";
+    JobOutcome o = r.future.get();
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kDeadlineExceeded) << o.status;
+    if (o.ran) break;
+  }
+}
+
+// A running job whose client cancels (the `cancelled` poll) stops and answers CANCELLED.
+TEST(SchedulerTest, RunningJobStopsWhenCancelled) {
+  FakeBackend backend;
+  Scheduler sched(Opts(4, 1), &backend);
+  Gate started;
+  std::atomic<bool> cancel{false};
+  Result r;
+  auto job = MakeJob({PollingStep(&started)}, &r);
+  job->cancelled = [&cancel] { return cancel.load(); };
+  ASSERT_TRUE(sched.Submit(std::move(job)).ok());
+  started.Wait();
+  cancel = true;
+  ASSERT_TRUE(Within(r, absl::Seconds(30))) << "the cancellation did not reach the running step";
+  JobOutcome o = r.future.get();
+  EXPECT_EQ(o.status.code(), absl::StatusCode::kCancelled) << o.status;
+  EXPECT_TRUE(o.ran);
+}
+
+// A step that finishes while its stop comes is not trusted: the stop's status wins.
+TEST(SchedulerTest, StopDuringAStepWinsOverItsStatus) {
+  FakeBackend backend;
+  Scheduler sched(Opts(4, 1), &backend);
+  std::atomic<bool> cancel{false};
+  std::atomic<int> n{0};
+  Result r;
+  StepFn first = [&cancel](const kernels::ExecContext& ctx, std::string*) {
+    cancel = true;
+    while (!kernels::StopRequested(ctx)) absl::SleepFor(absl::Milliseconds(1));
+    return absl::OkStatus();  // "finished" anyway
+  };
+  auto job = MakeJob({first, Step(&n)}, &r);
+  job->cancelled = [&cancel] { return cancel.load(); };
+  ASSERT_TRUE(sched.Submit(std::move(job)).ok());
+  EXPECT_EQ(r.future.get().status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(n.load(), 0);
+}
+
+// A queued job fails at its deadline while the only worker is still busy (it does not wait for a
+// worker to find out).
+TEST(SchedulerTest, QueuedJobFailsAtItsDeadlineWhileWorkersAreBusy) {
+  FakeBackend backend;
+  Scheduler sched(Opts(4, 1), &backend);
+  Gate gate, started;
+  std::atomic<int> n{0};
+  Result running, queued;
+  ASSERT_TRUE(sched.Submit(MakeJob({GatedStep(&started, &gate)}, &running)).ok());
+  started.Wait();
+  auto job = MakeJob({Step(&n)}, &queued);
+  job->deadline = absl::Now() + absl::Milliseconds(100);
+  ASSERT_TRUE(sched.Submit(std::move(job)).ok());
+  const bool failed_while_busy = Within(queued, absl::Seconds(30));
+  gate.Open();
+  ASSERT_TRUE(failed_while_busy) << "the queued job waited for the worker";
+  JobOutcome o = queued.future.get();
+  EXPECT_EQ(o.status.code(), absl::StatusCode::kDeadlineExceeded) << o.status;
+  EXPECT_FALSE(o.ran);
+  EXPECT_EQ(n.load(), 0);
+  EXPECT_TRUE(running.future.get().status.ok());
+  EXPECT_EQ(sched.queued(), 0);
+}
+
+// Likewise a queued job whose client cancels.
+TEST(SchedulerTest, QueuedJobCancelledWhileWorkersAreBusy) {
+  FakeBackend backend;
+  Scheduler sched(Opts(4, 1), &backend);
+  Gate gate, started;
+  std::atomic<int> n{0};
+  std::atomic<bool> cancel{false};
+  Result running, queued;
+  ASSERT_TRUE(sched.Submit(MakeJob({GatedStep(&started, &gate)}, &running)).ok());
+  started.Wait();
+  auto job = MakeJob({Step(&n)}, &queued);
+  job->cancelled = [&cancel] { return cancel.load(); };
+  ASSERT_TRUE(sched.Submit(std::move(job)).ok());
+  cancel = true;
+  const bool failed_while_busy = Within(queued, absl::Seconds(30));
+  gate.Open();
+  ASSERT_TRUE(failed_while_busy) << "the queued job waited for the worker";
+  EXPECT_EQ(queued.future.get().status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(n.load(), 0);
+  EXPECT_TRUE(running.future.get().status.ok());
+}
+
+// The drain's deadline is a hard limit: running jobs are stopped through their token and answer
+// UNAVAILABLE, queued ones fail, and Drain returns long before the running step's own end.
+TEST(SchedulerTest, DrainDeadlineStopsRunningJobs) {
+  FakeBackend backend;
+  Scheduler sched(Opts(8, 1), &backend);
+  Gate started;
+  std::atomic<int> n{0};
+  Result running, queued;
+  ASSERT_TRUE(sched.Submit(MakeJob({PollingStep(&started), Step(&n)}, &running)).ok());
+  started.Wait();
+  ASSERT_TRUE(sched.Submit(MakeJob({Step(&n)}, &queued)).ok());
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(sched.Drain(absl::Now() + absl::Milliseconds(50), absl::Seconds(30)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "Drain waited for the running step";
+  EXPECT_EQ(sched.running(), 0);
+  ASSERT_TRUE(Within(running, absl::Seconds(0)));
+  JobOutcome o = running.future.get();
+  EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable) << o.status;
+  EXPECT_TRUE(o.ran);
+  EXPECT_EQ(queued.future.get().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(n.load(), 0);
+}
+
+// A job that ignores its stop holds Drain no longer than the grace; running() then says so.
+TEST(SchedulerTest, DrainGraceBoundsAJobThatDoesNotStop) {
+  FakeBackend backend;
+  Scheduler sched(Opts(8, 1), &backend);
+  Gate gate, started;
+  Result stuck;
+  ASSERT_TRUE(sched.Submit(MakeJob({GatedStep(&started, &gate)}, &stuck)).ok());
+  started.Wait();
+  EXPECT_FALSE(sched.Drain(absl::Now() + absl::Milliseconds(20), absl::Milliseconds(100)));
+  EXPECT_EQ(sched.running(), 1);
+  gate.Open();
+  EXPECT_EQ(stuck.future.get().status.code(), absl::StatusCode::kUnavailable);
+}
+
+// An admission taken before the drain (a call resolving its regions) holds the drain, and its
+// Submit is accepted although the scheduler no longer accepts new calls.
+TEST(SchedulerTest, AdmittedCallIsWaitedForByTheDrain) {
+  FakeBackend backend;
+  Scheduler sched(Opts(8, 1), &backend);
+  Scheduler::Admission admission = sched.Admit();
+  ASSERT_TRUE(admission);
+  std::atomic<bool> drained{false};
+  std::thread drain([&] {
+    EXPECT_TRUE(sched.Drain(absl::Now() + absl::Seconds(60)));
+    drained = true;
+  });
+  while (sched.Admit()) absl::SleepFor(absl::Milliseconds(1));  // the drain has begun
+  EXPECT_FALSE(drained.load()) << "the drain did not wait for the admitted call";
+  std::atomic<int> n{0};
+  Result r;
+  ASSERT_TRUE(sched.Submit(MakeJob({Step(&n)}, &r), &admission).ok());
+  EXPECT_FALSE(admission);
+  EXPECT_TRUE(r.future.get().status.ok());
+  drain.join();
+  EXPECT_TRUE(drained.load());
+  EXPECT_EQ(n.load(), 1);
+  Result late;
+  EXPECT_EQ(sched.Submit(MakeJob({Step(&n)}, &late)).code(), absl::StatusCode::kUnavailable);
+}
+
+// The CPU backend passes the stop request to the kernels, and a stopped call answers the stop's
+// reason; a real CPU kernel asked to stop returns at once.
+TEST(SchedulerTest, CpuBackendPassesTheStopToTheKernels) {
+  kernels::ThreadPool pool(2);
+  CpuBackend cpu(&pool);
+  StopToken stop;
+  StepResult r;
+  bool saw_flag = false;
+  StepFn step = [&](const kernels::ExecContext& ctx, std::string*) {
+    saw_flag = ctx.stop == stop.flag();
+    stop.Stop(StopToken::Reason::kShutdown);
+    stop.Stop(StopToken::Reason::kDeadline);  // the first reason stays
+    return absl::OkStatus();
+  };
+  EXPECT_EQ(cpu.Run("test", step, &r, &stop).code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(saw_flag);
+
+  // topk over 4 rows with the stop already set: the CPU implementation answers StoppedStatus().
+  std::vector<float> logits(4 * 64, 1.0f);
+  std::vector<int32_t> indices(4 * 8, 7);
+  std::vector<int32_t> lengths(4, 64);
+  kernels::topk::Params p;
+  p.logits = kernels::MakeTensor(logits.data(), kernels::DType::kF32, {4, 64});
+  p.lengths = kernels::MakeTensor(lengths.data(), kernels::DType::kI32, {4});
+  p.indices = kernels::MakeTensor(indices.data(), kernels::DType::kI32, {4, 8});
+  p.k = 8;
+  kernels::ExecContext ctx;
+  ctx.pool = &pool;
+  ctx.stop = stop.flag();
+  std::string impl;
+  const absl::Status s = kernels::topk::Run(p, ctx, &impl);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_EQ(indices[0], 7) << "the stopped kernel ran";
+  ctx.stop = nullptr;
+  EXPECT_TRUE(kernels::topk::Run(p, ctx, &impl).ok());
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ replies come back out of order and are matched by request id.
         calls = [s.submit("sparse_mla", q=q, kv=kv, indices=i, sm_scale=0.07) for i in idx]
         outs = [c.result().out for c in calls]
         slow = s.submit("mla_prefill", ..., timeout=0.5)       # a per-call deadline, server-side
-        slow.cancel()                                          # SessionCancel if not started
+        slow.cancel()                                          # SessionCancel (queued or running)
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ class SessionCall(Generic[_T]):
         return None
 
     def cancel(self) -> None:
-        """Asks the daemon to cancel this call if it has not started (its reply then carries
-        CANCELLED)."""
+        """Asks the daemon to cancel this call, queued or running (its reply then carries
+        CANCELLED unless it already finished)."""
         if not self.done():
             self._session._send(
                 pb.SessionRequest(cancel=pb.SessionCancel(target_request_id=self.request_id)),

@@ -140,7 +140,9 @@ int64_t GpuBackend::PoolBytes() const {
   return total;
 }
 
-absl::Status GpuBackend::Run(absl::string_view /*op*/, const StepFn& step, StepResult* result) {
+absl::Status GpuBackend::Run(absl::string_view /*op*/, const StepFn& step, StepResult* result,
+                             const StopToken* stop) {
+  if (stop != nullptr && stop->stopped()) return stop->status("before the launch");
   GpuDevice& device = *devices_.front();
   ATTND_RETURN_IF_ERROR(device.CheckUsable());
   ATTND_GPU_STATUS(gpu::SetDevice(device.ordinal()), "selecting the device");
@@ -149,25 +151,27 @@ absl::Status GpuBackend::Run(absl::string_view /*op*/, const StepFn& step, StepR
   ctx.backend = kind();
   ctx.stream = lease.stream();
   ctx.device = device.ordinal();
+  if (stop != nullptr) ctx.stop = stop->flag();
   result->device = device.uuid();
   const absl::Time start = absl::Now();
   absl::Status s = step(ctx, &result->impl);
   absl::Status synced = GpuStatus(gpu::StreamSynchronize(lease.stream()), "running the step");
   result->compute += absl::Now() - start;
   if (synced.code() == absl::StatusCode::kUnavailable) device.MarkLost(synced);
+  if (synced.ok() && stop != nullptr && stop->stopped()) return stop->status("while running");
   return s.ok() ? synced : s;
 }
 
-absl::Status GpuBackend::RunCall(OpCall& call, StepResult* result) {
+absl::Status GpuBackend::RunCall(OpCall& call, StepResult* result, const StopToken* stop) {
   absl::StatusOr<size_t> index = SelectDevice(call.tensors(), call.device_uuid(), served_);
   if (!index.ok()) return index.status();
   GpuDevice& device = *devices_[*index];
   ATTND_RETURN_IF_ERROR(device.CheckUsable());
-  absl::Status s = RunOnDevice(device, call, result);
+  absl::Status s = RunOnDevice(device, call, result, stop);
   if (s.code() == absl::StatusCode::kUnimplemented && cpu_ != nullptr && !call.HasDeviceTensors() &&
       call.ready_event().empty()) {
     *result = StepResult();
-    s = RunOnCpu(call, result);
+    s = RunOnCpu(call, result, stop);
   }
   if (s.code() == absl::StatusCode::kUnavailable) {
     device.MarkLost(s);
@@ -177,19 +181,20 @@ absl::Status GpuBackend::RunCall(OpCall& call, StepResult* result) {
   return s;
 }
 
-absl::Status GpuBackend::RunOnCpu(OpCall& call, StepResult* result) {
+absl::Status GpuBackend::RunOnCpu(OpCall& call, StepResult* result, const StopToken* stop) {
   const std::vector<void*> data = call.HostData();
   absl::Status s = cpu_->Run(
       call.op(),
       [&call, &data](const kernels::ExecContext& ctx, std::string* impl) {
         return call.Run(ctx, data, impl);
       },
-      result);
+      result, stop);
   result->device = CpuBackend::kUuid;
   return s;
 }
 
-absl::Status GpuBackend::RunOnDevice(GpuDevice& device, OpCall& call, StepResult* result) {
+absl::Status GpuBackend::RunOnDevice(GpuDevice& device, OpCall& call, StepResult* result,
+                                     const StopToken* stop) {
   ATTND_GPU_STATUS(gpu::SetDevice(device.ordinal()), "selecting the device");
   result->device = device.uuid();
   GpuDevice::StreamLease lease = device.AcquireStream();
@@ -202,6 +207,7 @@ absl::Status GpuBackend::RunOnDevice(GpuDevice& device, OpCall& call, StepResult
   ctx.backend = kind();
   ctx.stream = stream;
   ctx.device = device.ordinal();
+  if (stop != nullptr) ctx.stop = stop->flag();
   std::string impl;
   int64_t workspace_bytes = 0;
   ATTND_RETURN_IF_ERROR(call.Select(ctx, placement.data(), &impl, &workspace_bytes));
@@ -217,6 +223,9 @@ absl::Status GpuBackend::RunOnDevice(GpuDevice& device, OpCall& call, StepResult
   absl::StrAppend(&key, "|impl=", impl, "|ws=", ctx.workspace_bytes);
   std::vector<const void*> pointers(placement.data().begin(), placement.data().end());
   pointers.push_back(ctx.workspace);
+  // The last point before the op's launches (staging may have taken a while): a call already
+  // asked to stop launches nothing. CallPlacement's destructor synchronises what was staged.
+  if (stop != nullptr && stop->stopped()) return stop->status("before the launch");
   ATTND_GPU_STATUS(gpu::EventRecord(lease.start(), stream), "recording the start event");
   std::string graph;
   ATTND_RETURN_IF_ERROR(
@@ -225,6 +234,9 @@ absl::Status GpuBackend::RunOnDevice(GpuDevice& device, OpCall& call, StepResult
   ATTND_RETURN_IF_ERROR(placement.Collect(call.tensors()));
   ATTND_GPU_STATUS(gpu::StreamSynchronize(stream),
                    absl::StrCat("running ", call.op(), " (", impl, ") on ", device.uuid()));
+  // Stopped during the launches (a multi-launch op stops launching; what was enqueued ran): the
+  // outputs are incomplete.
+  if (stop != nullptr && stop->stopped()) return stop->status("while running");
   float ms = 0;
   ATTND_GPU_STATUS(gpu::EventElapsedMs(&ms, lease.start(), lease.stop()),
                    "reading the compute time");

@@ -30,12 +30,16 @@ class GpuBackend : public Backend {
 
   kernels::Backend kind() const override;
   // A closure step on the first served device: a leased stream in ctx, synchronised after.
-  absl::Status Run(absl::string_view op, const StepFn& step, StepResult* result) override;
+  absl::Status Run(absl::string_view op, const StepFn& step, StepResult* result,
+                   const StopToken* stop = nullptr) override;
   // See the header comment. INVALID_ARGUMENT for mixed or unknown devices, RESOURCE_EXHAUSTED
   // when the device pool cannot hold the call's staged tensors and workspace, UNAVAILABLE once
   // the device is lost. An op without a GPU implementation for the call runs on the CPU when
-  // every tensor is host-resident (and a CPU pool was given), else UNIMPLEMENTED. Thread-safe.
-  absl::Status RunCall(OpCall& call, StepResult* result) override;
+  // every tensor is host-resident (and a CPU pool was given), else UNIMPLEMENTED. `stop`: checked
+  // (host side) before the op is launched and by multi-launch ops between launches (ctx.stop);
+  // work already enqueued runs to its end (the stream is synchronised before its memory is
+  // reused), then the call answers stop->status(). Thread-safe.
+  absl::Status RunCall(OpCall& call, StepResult* result, const StopToken* stop = nullptr) override;
   std::vector<DeviceDescription> Devices() const override;
   int64_t PoolBytes() const override;
   std::shared_ptr<regions::DeviceRegionOpener> device_opener() const override { return opener_; }
@@ -47,8 +51,9 @@ class GpuBackend : public Backend {
 
  private:
   explicit GpuBackend(GpuBackendOptions options) : options_(std::move(options)) {}
-  absl::Status RunOnDevice(GpuDevice& device, OpCall& call, StepResult* result);
-  absl::Status RunOnCpu(OpCall& call, StepResult* result);
+  absl::Status RunOnDevice(GpuDevice& device, OpCall& call, StepResult* result,
+                           const StopToken* stop);
+  absl::Status RunOnCpu(OpCall& call, StepResult* result, const StopToken* stop);
   void PublishPools(const GpuDevice& device) const;
   void Log(int level, const std::string& message) const;
 
