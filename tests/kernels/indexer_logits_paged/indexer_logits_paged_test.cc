@@ -1,7 +1,8 @@
 // Every implementation of indexer_logits_paged against the fp64 reference on fresh random data:
 // next_n 1/2/3/5, context lengths around a block (1, 63, 64, 65), short and negative contexts,
 // odd block tables, invalid page ids (masked, and proven never read), a block table read only
-// below each context, padded strides, head shapes, block sizes, offsets past 2^31 elements.
+// below each context, padded strides, head shapes, block sizes, offsets past 2^31 elements, and
+// the model's shape (D 128, block 64) at next_n 1/2/4 and H 7 to 128 with ragged contexts.
 #include "kernels/indexer_logits_paged/indexer_logits_paged.h"
 
 #include <algorithm>
@@ -121,6 +122,34 @@ INSTANTIATE_TEST_SUITE_P(IndexerLogitsPaged, HeadShapeTest,
                            return "H" + std::to_string(std::get<0>(info.param)) + "_D" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+class ModelShapeTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+// The model's D 128 and block size 64 (the Hopper kernel's shape) at next_n × H, H 7 and 100 padded
+// there: contexts 0, 1, 63, 130 and past max_blocks · 64 (1536 of 1600 columns), ragged.
+TEST_P(ModelShapeTest, MatchesReference) {
+  const auto [next_n, heads] = GetParam();
+  auto rng = MakeRng();
+  PagedProblem prob({6, next_n, heads, 128, 64, 24, 150, 1600}, rng);
+  prob.SetContexts({0, 1, 63, 130, 2000, Uniform(rng, 2, 1400)});
+  EXPECT_GE(prob.RunAndCheck(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(IndexerLogitsPaged, ModelShapeTest,
+                         ::testing::Combine(::testing::Values(1, 2, 4),
+                                            ::testing::Values(32, 64, 7, 100, 128)),
+                         [](const auto& info) {
+                           return "NextN" + std::to_string(std::get<0>(info.param)) + "_H" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// The model's shape with every leading stride padded by 16 (alignment kept).
+TEST(IndexerLogitsPaged, ModelShapePaddedStrides) {
+  auto rng = MakeRng();
+  PagedProblem prob({3, 2, 64, 128, 64, 20, 50, 1280, 16}, rng);
+  prob.SetContexts({1280, 577, 65});
+  EXPECT_GE(prob.RunAndCheck(), 1);
+}
 
 class BlockSizeTest : public ::testing::TestWithParam<int64_t> {};
 
