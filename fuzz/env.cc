@@ -1,0 +1,168 @@
+#include "fuzz/env.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "google/protobuf/io/coded_stream.h"
+#include "server/common/log.h"
+
+namespace attnd::fuzz {
+namespace {
+
+using server::ops::OpId;
+
+[[noreturn]] void Fail(const char* what, const absl::Status& s) {
+  std::fprintf(stderr, "fuzz: %s: %s\n", what, s.ToString().c_str());
+  std::abort();
+}
+
+void MustOk(const absl::Status& s, const char* what) {
+  if (!s.ok()) Fail(what, s);
+}
+
+}  // namespace
+
+FuzzEnv& FuzzEnv::Get() {
+  static FuzzEnv* env = new FuzzEnv();
+  return *env;
+}
+
+FuzzEnv::FuzzEnv() {
+  // Refusals are the common case here: only errors are worth a line.
+  server::SetMinLogLevel(server::LogLevel::kError);
+  const int64_t sizes[kShmObjects] = {256 << 10, 4096, 5000};
+  for (int i = 0; i < kShmObjects; ++i) {
+    shm_[i] = std::make_unique<testing::ScopedShm>(sizes[i]);
+    if (!shm_[i]->ok()) MustOk(absl::InternalError("cannot create a shm object"), "setup");
+    // Non-zero, so that an op reading a region sees data.
+    for (int64_t b = 0; b < sizes[i]; ++b) shm_[i]->data()[b] = static_cast<char>(b * 37 + 11);
+  }
+  opener_ = std::make_shared<server::testing::FakeDeviceOpener>(kDeviceBytes);
+  op_registry_ = NewRegistry();
+  server::regions::HostRegionSpec h;
+  h.name = "h";
+  h.key = shm_key(0);
+  h.byte_size = 256 << 10;
+  MustOk(op_registry_->RegisterHost(h), "register h");
+  h.name = "g";
+  h.offset = 4099;
+  h.byte_size = 1000;
+  MustOk(op_registry_->RegisterHost(h), "register g");
+  server::regions::DeviceRegionSpec d;
+  d.name = "d";
+  d.raw_handle = std::string(server::regions::kDeviceHandleBytes, 'd');
+  d.byte_size = kDeviceBytes;
+  MustOk(op_registry_->RegisterDevice(d), "register d");
+}
+
+std::unique_ptr<server::regions::RegionRegistry> FuzzEnv::NewRegistry() const {
+  server::regions::RegionRegistry::Options o;
+  o.allow_client_shm = true;
+  o.device_opener = opener_;
+  o.max_regions = 16;
+  return std::make_unique<server::regions::RegionRegistry>(std::move(o));
+}
+
+std::string FuzzEnv::MapKey(const std::string& key) const {
+  if (key.size() == 2 && key[0] == '@' && key[1] >= '0' && key[1] < '0' + kShmObjects) {
+    return shm_key(key[1] - '0');
+  }
+  return key;
+}
+
+std::vector<v1::SessionRequest> ReadRequests(const uint8_t* data, size_t size) {
+  std::vector<v1::SessionRequest> out;
+  google::protobuf::io::CodedInputStream in(data, static_cast<int>(size));
+  while (static_cast<int>(out.size()) < kMaxMessages) {
+    uint32_t length;
+    if (!in.ReadVarint32(&length)) break;
+    const auto limit = in.PushLimit(static_cast<int>(length));
+    v1::SessionRequest m;
+    const bool parsed = m.ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
+    in.PopLimit(limit);
+    if (!parsed) break;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+bool OpOf(const v1::SessionRequest& m, OpId* id, const google::protobuf::Message** request,
+          std::unique_ptr<google::protobuf::Message>* response) {
+  switch (m.call_case()) {
+    case v1::SessionRequest::kIndexerLogits:
+      *id = OpId::kIndexerLogits;
+      *request = &m.indexer_logits();
+      *response = std::make_unique<v1::IndexerLogitsResponse>();
+      return true;
+    case v1::SessionRequest::kIndexerLogitsPaged:
+      *id = OpId::kIndexerLogitsPaged;
+      *request = &m.indexer_logits_paged();
+      *response = std::make_unique<v1::IndexerLogitsPagedResponse>();
+      return true;
+    case v1::SessionRequest::kTopK:
+      *id = OpId::kTopK;
+      *request = &m.top_k();
+      *response = std::make_unique<v1::TopKResponse>();
+      return true;
+    case v1::SessionRequest::kSparseMla:
+      *id = OpId::kSparseMla;
+      *request = &m.sparse_mla();
+      *response = std::make_unique<v1::SparseMlaResponse>();
+      return true;
+    case v1::SessionRequest::kMlaDecode:
+      *id = OpId::kMlaDecode;
+      *request = &m.mla_decode();
+      *response = std::make_unique<v1::MlaDecodeResponse>();
+      return true;
+    case v1::SessionRequest::kMlaPrefill:
+      *id = OpId::kMlaPrefill;
+      *request = &m.mla_prefill();
+      *response = std::make_unique<v1::MlaPrefillResponse>();
+      return true;
+    case v1::SessionRequest::kDsaAttention:
+      *id = OpId::kDsaAttention;
+      *request = &m.dsa_attention();
+      *response = std::make_unique<v1::DsaAttentionResponse>();
+      return true;
+    default: return false;
+  }
+}
+
+void CheckRequestStatus(const absl::Status& s, const char* what) {
+  switch (s.code()) {
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kDataLoss: Fail(what, s);
+    default: return;
+  }
+}
+
+// What a GPU backend does after the op: copies the device-region bytes Count reads to their host
+// readback buffers (the fake device memory is host memory).
+void ReadBack(server::ops::PreparedCall& call) {
+  for (const server::engine::TensorUse& use : call.call_tensors().uses()) {
+    if (use.readback != nullptr) std::memcpy(use.readback, use.device, use.span_bytes);
+  }
+}
+
+bool SmallEnoughToRun(server::ops::PreparedCall& call) {
+  ReadBack(call);
+  const kernels::WorkCount w = call.Count();
+  return w.flops <= kMaxRunFlops && w.bytes <= kMaxRunBytes;
+}
+
+void RunPrepared(server::ops::PreparedCall& call) {
+  kernels::ExecContext ctx;  // the CPU, on this thread
+  std::string impl;
+  const absl::Status s = call.Run(ctx, call.HostData(), &impl);
+  // Run may still refuse what only the data shows (index tensors read at run time).
+  CheckRequestStatus(s, "run");
+  if (!s.ok()) return;
+  call.call_tensors().FinishOutputs();
+  MustOk(call.call_tensors().CheckRegions(), "regions after the run");
+  ReadBack(call);
+  (void)call.Count();
+}
+
+}  // namespace attnd::fuzz

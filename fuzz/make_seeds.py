@@ -1,0 +1,139 @@
+"""Writes the fuzz targets' seed corpora (fuzz/corpus/<target>/) from the integration tests' cases
+(tests/integration/cases.py), shrunk so that each seed is a few KiB and runs in microseconds.
+
+    /usr/bin/python3 fuzz/make_seeds.py   # after a build (the Python client's generated stubs)
+
+ops: one Session message per op call: the case inline, and its tensors placed in the fuzz
+targets' regions ("h" host, "d" device, "g" misaligned host). regions and session: runs of
+length-prefixed Session messages (fuzz/env.h ReadRequests) that open a lease, register host and
+device regions, call an op on them, cancel and unregister. Deterministic: the same files each run.
+"""
+
+import hashlib
+import pathlib
+import sys
+
+import numpy as np
+from google.protobuf.message import Message
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "client/python"), str(ROOT / "tests/integration")]
+
+from attnd_client import ops  # noqa: E402
+from attnd_client._proto import pb  # noqa: E402
+from attnd_client.tensors import TensorCodec  # noqa: E402
+
+import cases  # noqa: E402
+
+# Small shapes the ops accept (the fixed head dimensions stay as the contracts want them).
+SMALL = {
+    "indexer_logits": dict(m=5, heads=2, dim=16, n=9),
+    "indexer_logits_paged": dict(
+        batch=3, next_n=1, heads=2, dim=16, block_size=4, max_blocks=3, num_blocks=9
+    ),
+    "topk": dict(m=5, n=40, k=8),
+    "sparse_mla": dict(tokens=2, heads=1, rows=6, k=4),
+    "mla_decode": dict(batch=3, s_q=1, heads=1, page=4, num_pages=6, max_pages=2),
+    "mla_prefill": dict(lens_q=(2, 3), lens_k=(3, 3), heads=2, heads_kv=1, d_qk=32, d_v=16),
+    "dsa_attention": dict(tokens=2, heads_idx=2, dim_idx=16, rows=8, topk_k=4, heads=1),
+}
+HOST_REGION_BYTES = 256 << 10  # fuzz/env.h: "h" is all of shm object @0
+DEVICE_REGION_BYTES = 256 << 10
+
+
+def op_request(op: str) -> tuple[ops.OpSpec, Message]:
+    case = cases.make_case(op, np.random.default_rng(7), **SMALL[op])
+    spec = ops.spec(op)
+    codec = TensorCodec(lambda address, nbytes: None)
+    request, _ = ops.build_request(spec, codec, case.arguments(**cases.inline_outputs(case)))
+    return spec, request
+
+
+def placed(spec: ops.OpSpec, request: Message, region: str, limit: int) -> Message:
+    """The request with every inline tensor moved into `region` (outputs placed there too)."""
+    out = type(request)()
+    out.CopyFrom(request)
+    offset = 0
+    for name in list(spec.inputs) + list(spec.outputs):
+        if not out.HasField(name):
+            continue
+        t = getattr(out, name)
+        size = len(t.inline_data) if name in spec.inputs else 1 << 12
+        if offset + size > limit:
+            continue
+        t.ClearField("inline_data")
+        t.region.region, t.region.offset = region, offset
+        offset += (size + 63) // 64 * 64
+    return out
+
+
+def session_message(spec: ops.OpSpec, request: Message, request_id: int = 0) -> Message:
+    m = pb.SessionRequest(request_id=request_id)
+    getattr(m, spec.session_field).CopyFrom(request)
+    return m
+
+
+def stream(messages: list[Message]) -> bytes:
+    data = b""
+    for m in messages:
+        raw = m.SerializeToString()
+        n = len(raw)
+        while True:  # varint length
+            byte, n = n & 0x7F, n >> 7
+            data += bytes([byte | (0x80 if n else 0)])
+            if not n:
+                break
+        data += raw
+    return data
+
+
+def write(target: str, data: bytes) -> None:
+    folder = ROOT / "fuzz/corpus" / target
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def main() -> None:
+    for op in SMALL:
+        spec, request = op_request(op)
+        write("ops", session_message(spec, request).SerializeToString())
+        for region, limit in (("h", HOST_REGION_BYTES), ("d", DEVICE_REGION_BYTES), ("g", 1000)):
+            write(
+                "ops",
+                session_message(spec, placed(spec, request, region, limit)).SerializeToString(),
+            )
+
+        opened = pb.SessionRequest(request_id=1, open=pb.SessionOpen(client_name="fuzz"))
+        host = pb.SessionRequest(request_id=2)
+        host.register_host_region.name, host.register_host_region.key = "h", "@0"
+        host.register_host_region.byte_size = HOST_REGION_BYTES
+        device = pb.SessionRequest(request_id=3)
+        device.register_device_region.name = "d"
+        device.register_device_region.raw_handle = b"d" * 64
+        device.register_device_region.byte_size = DEVICE_REGION_BYTES
+        call = session_message(spec, placed(spec, request, "h", HOST_REGION_BYTES), 4)
+        inline = session_message(spec, request, 5)
+        cancel = pb.SessionRequest(request_id=6)
+        cancel.cancel.target_request_id = 5
+        unregister = pb.SessionRequest(request_id=7)
+        unregister.unregister_region.name = "h"
+        write("session", stream([opened, host, device, call, inline, cancel, unregister]))
+        if op == "sparse_mla":
+            leased = pb.SessionRequest()
+            leased.CopyFrom(host)
+            leased.register_host_region.lease_id = "L0"
+            small = pb.SessionRequest()
+            small.register_host_region.name, small.register_host_region.key = "s", "@2"
+            small.register_host_region.offset, small.register_host_region.byte_size = 4095, 905
+            release = pb.SessionRequest(request_id=9, top_k=pb.TopKRequest())
+            unleased = pb.SessionRequest()
+            unleased.unregister_region.lease_id = "L0"
+            write(
+                "regions",
+                stream([opened, leased, device, small, call, unregister, release, unleased]),
+            )
+            write("regions", stream([host, device, call, cancel, unregister]))
+
+
+if __name__ == "__main__":
+    main()
