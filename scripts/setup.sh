@@ -16,7 +16,10 @@ PACKAGES=(
   yamllint shellcheck python3-yaml python3-kubernetes
   clang-format clang-tidy
   clang
+  libclang-rt-14-dev llvm
 )
+# libclang-rt-14-dev: clang's libFuzzer and sanitizer runtimes (scripts/fuzz.sh), only recommended
+# by clang; llvm: llvm-symbolizer, which names the source lines in sanitizer reports.
 # tests/deploy also renders deploy/k8s with `kubectl kustomize` (kustomize v4+: kubectl >= 1.21).
 # The machine image brings kubectl 1.32; Debian's kubernetes-client (1.20) is too old for it.
 

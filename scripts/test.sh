@@ -9,9 +9,14 @@
 #      GPU runs it (CI); its binaries are not run here
 #   6. hip: every kernel source, the daemon and attnctl compiled as HIP for gfx90a, gfx942 and
 #      gfx950 (scripts/hip-check.sh; docs/HIP.md)
+#   7. asan: the clang AddressSanitizer + UndefinedBehaviorSanitizer build (build-fuzz) of the
+#      daemon, the server unit tests and the fuzz targets; the unit tests, the fuzz corpora and
+#      the request-handling integration tests run against it (scripts/fuzz.sh; docs/FUZZING.md)
+#   8. fuzz: each libFuzzer target for ATTND_FUZZ_SECONDS (default 30) from its corpus
 # Exits non-zero when any step fails.
 #   scripts/test.sh
-#   ATTND_TEST_CUDA=0 ATTND_TEST_HIP=0 scripts/test.sh     # skip steps (LINT, TSA, CUDA, HIP)
+#   ATTND_TEST_CUDA=0 ATTND_TEST_HIP=0 scripts/test.sh     # skip steps (LINT, TSA, CUDA, HIP,
+#                                                          # ASAN, FUZZ)
 # Environment: ATTND_BUILD_DIR (default build), ATTND_CUDA_BUILD_DIR (default build-cuda, the
 # folder scripts/device-bundle.sh bundles from), ATTND_JOBS (default nproc).
 set -uo pipefail
@@ -79,6 +84,8 @@ if enabled CUDA; then
   fi
 fi
 if enabled HIP; then step hip scripts/hip-check.sh; fi
+if enabled ASAN; then step asan scripts/fuzz.sh asan; fi
+if enabled FUZZ; then step fuzz scripts/fuzz.sh fuzz "${ATTND_FUZZ_SECONDS:-30}"; fi
 
 echo "test: summary:"
 printf 'test:   %s\n' "${SUMMARY[@]}"
