@@ -11,6 +11,11 @@ namespace {
 
 absl::Status ShuttingDown() { return absl::UnavailableError("attnd is shutting down"); }
 
+// A client whose deadline passes cancels the call on its own clock, ahead of the daemon's copy of
+// that deadline (counted from the request's arrival, later than its sending): a cancellation seen
+// this close to the deadline is taken for the deadline (docs/SERVICE.md "Status codes").
+constexpr absl::Duration kDeadlineSkew = absl::Seconds(1);
+
 }  // namespace
 
 Scheduler::Admission& Scheduler::Admission::operator=(Admission&& other) noexcept {
@@ -168,7 +173,8 @@ void Scheduler::CheckStop(Job& job, absl::Time now) {
   if (now >= job.deadline) {
     job.stop.Stop(StopToken::Reason::kDeadline);
   } else if (job.cancelled && job.cancelled()) {
-    job.stop.Stop(StopToken::Reason::kCancelled);
+    job.stop.Stop(now >= job.deadline - kDeadlineSkew ? StopToken::Reason::kDeadline
+                                                      : StopToken::Reason::kCancelled);
   } else if (aborting_) {
     job.stop.Stop(StopToken::Reason::kShutdown);
   }

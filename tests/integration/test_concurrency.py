@@ -200,12 +200,16 @@ def busy(daemon):
 def _stopped_in_time(d, code, before, started):
     """Waits until the daemon counted one more `code` and its worker is free; returns how long
     after `started` that was."""
-    wait_until(
-        lambda: codes(d)[code] > before[code] and busy(d) == 0,
-        timeout=300,
-        interval=0.02,
-        what=f"attnd_requests_total{{code={code}}} and a free worker",
-    )
+    last = {}
+
+    def stopped():
+        last.update(codes(d), busy=busy(d))
+        return last[code] > before[code] and last["busy"] == 0
+
+    try:
+        wait_until(stopped, timeout=120, interval=0.02, what=f"{code} counted, the worker free")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: before {before}, now {last}") from None
     return time.monotonic() - started
 
 

@@ -331,6 +331,21 @@ TEST(SchedulerTest, RunningJobStopsWhenCancelled) {
   EXPECT_TRUE(o.ran);
 }
 
+// A cancellation seen within a second of the deadline is the client's deadline passing on its own
+// clock: counted DEADLINE_EXCEEDED, not CANCELLED.
+TEST(SchedulerTest, CancellationAtTheDeadlineCountsAsTheDeadline) {
+  FakeBackend backend;
+  Scheduler sched(Opts(4, 1), &backend);
+  std::atomic<bool> cancel{false};
+  Result r;
+  auto job = MakeJob({PollingStep()}, &r);
+  job->deadline = absl::Now() + absl::Milliseconds(900);
+  job->cancelled = [&cancel] { return cancel.load(); };
+  ASSERT_TRUE(sched.Submit(std::move(job)).ok());
+  cancel = true;  // queued or running by now: the same answer
+  EXPECT_EQ(r.future.get().status.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
 // A step that finishes while its stop comes is not trusted: the stop's status wins.
 TEST(SchedulerTest, StopDuringAStepWinsOverItsStatus) {
   FakeBackend backend;
