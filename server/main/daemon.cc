@@ -124,6 +124,7 @@ absl::Status Daemon::Start() {
 
   regions::RegionRegistry::Options ropt;
   ropt.allow_client_shm = config_.allow_client_shm;
+  ropt.max_regions_per_owner = static_cast<size_t>(config_.max_regions_per_client);
   ropt.device_opener = backend_->device_opener();
   ropt.host_pinner = backend_->host_pinner();
   ropt.on_stats = [m](regions::RegionKind kind, int64_t count, int64_t bytes) {

@@ -78,9 +78,58 @@ void HostMapping::Reset() {
   size_ = 0;
 }
 
+ShmFile::~ShmFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+ShmFile::ShmFile(ShmFile&& other) noexcept { *this = std::move(other); }
+
+ShmFile& ShmFile::operator=(ShmFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    key_ = std::move(other.key_);
+    st_ = other.st_;
+  }
+  return *this;
+}
+
+absl::StatusOr<ShmFile> ShmFile::Open(const std::string& key, std::optional<uid_t> owner_uid) {
+  const std::string what = absl::StrCat("shm object '", key, "'");
+  // The object's path under /dev/shm (where glibc's shm_open looks), opened without following a
+  // symlink (a client could plant one to a file it cannot read) and without blocking on a FIFO.
+  const std::string path = absl::StrCat("/dev/shm", key);
+  ShmFile f;
+  f.key_ = key;
+  f.fd_ = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (f.fd_ < 0) {
+    const int err = errno;
+    if (err == ELOOP) return absl::InvalidArgumentError(absl::StrCat(what, " is a symlink"));
+    return ErrnoStatus(err, absl::StrCat("cannot open ", what));
+  }
+  if (fstat(f.fd_, &f.st_) != 0) return ErrnoStatus(errno, absl::StrCat("cannot stat ", what));
+  if (!S_ISREG(f.st_.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is not a regular shm object"));
+  }
+  if (owner_uid.has_value() && f.st_.st_uid != *owner_uid) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " does not belong to the caller (uid ", *owner_uid,
+                     "): a client registers only shm objects it owns (docs/SERVICE.md \"Trust "
+                     "model\")"));
+  }
+  return f;
+}
+
 absl::StatusOr<HostMapping> HostMapping::Map(const std::string& key, uint64_t offset,
                                              uint64_t byte_size) {
-  const std::string what = absl::StrCat("shm object '", key, "'");
+  absl::StatusOr<ShmFile> file = ShmFile::Open(key, std::nullopt);
+  if (!file.ok()) return file.status();
+  return Map(*file, offset, byte_size);
+}
+
+absl::StatusOr<HostMapping> HostMapping::Map(const ShmFile& file, uint64_t offset,
+                                             uint64_t byte_size) {
+  const std::string what = absl::StrCat("shm object '", file.key(), "'");
   // Range checks that need no syscall first (zero size, 2^64 overflow, off_t range).
   if (byte_size == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": byte_size is 0"));
   uint64_t end;
@@ -89,33 +138,18 @@ absl::StatusOr<HostMapping> HostMapping::Map(const std::string& key, uint64_t of
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": offset ", offset, " + byte_size ", byte_size, " overflows 64 bits"));
   }
-  const int fd = shm_open(key.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open ", what));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    close(fd);
-    return ErrnoStatus(err, absl::StrCat("cannot stat ", what));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(what, " is not a regular shm object"));
-  }
-  absl::Status range = CheckRange(offset, byte_size, static_cast<uint64_t>(st.st_size), what);
-  if (!range.ok()) {
-    close(fd);
-    return range;
-  }
+  absl::Status range =
+      CheckRange(offset, byte_size, static_cast<uint64_t>(file.stat().st_size), what);
+  if (!range.ok()) return range;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t page_offset = offset - offset % page;
   const uint64_t delta = offset - page_offset;
   HostMapping m;
   m.map_len_ = static_cast<size_t>(delta + byte_size);
-  void* base = mmap(nullptr, m.map_len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+  void* base = mmap(nullptr, m.map_len_, PROT_READ | PROT_WRITE, MAP_SHARED, file.fd(),
                     static_cast<off_t>(page_offset));
-  const int err = errno;
-  close(fd);
   if (base == MAP_FAILED) {
+    const int err = errno;
     m.map_len_ = 0;
     return ErrnoStatus(err, absl::StrCat("cannot map ", what));
   }

@@ -100,7 +100,7 @@ class CallTensorsTest : public ::testing::Test {
     RegionRegistry::Options o;
     o.allow_client_shm = true;
     registry_ = std::make_unique<regions::RegionRegistry>(o);
-    ASSERT_TRUE(registry_->RegisterHost({"r", shm_.key(), 4096, 8192, ""}).ok());
+    ASSERT_TRUE(registry_->RegisterHost({"r", shm_.key(), 4096, 8192, "", "", std::nullopt}).ok());
   }
   using RegionRegistry = regions::RegionRegistry;
   // Where byte `offset` of region "r" is mapped in the registry (the daemon's own mapping).
