@@ -46,6 +46,7 @@ grpc::ServerUnaryReactor* AttentionService::RunOp(ops::OpId id, grpc::CallbackSe
   cc.deadline = Deadline(ctx);
   cc.cancelled = [ctx] { return ctx->IsCancelled(); };
   cc.origin = "unary";
+  cc.owner = IdentifyCaller(deps_.peers, *ctx).owner;
   // The reply's inline outputs stay reserved until gRPC has sent them.
   cc.memory = NewCallMemory(ctx->peer());
   call->Hold(cc.memory);

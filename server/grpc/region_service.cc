@@ -1,5 +1,6 @@
 // Region RPCs (after Triton's shared-memory extension): register host/device regions, unregister
-// (finishing once in-flight requests using the regions end), list.
+// (finishing once in-flight requests using the regions end), list; each in the caller's own
+// namespace (docs/SERVICE.md "Trust model").
 #include "absl/strings/str_cat.h"
 #include "server/common/log.h"
 #include "server/grpc/service.h"
@@ -8,26 +9,36 @@
 
 namespace attnd::server::grpc_front {
 
-absl::Status RegisterHostRegion(regions::RegionRegistry* registry,
+absl::Status RegisterHostRegion(regions::RegionRegistry* registry, const Caller& caller,
                                 const v1::RegisterHostRegionRequest& request,
                                 const std::string& lease) {
   regions::HostRegionSpec spec;
+  spec.owner = caller.owner;
   spec.name = request.name();
   spec.key = request.key();
   spec.offset = request.offset();
   spec.byte_size = request.byte_size();
   spec.lease = lease.empty() ? request.lease_id() : lease;
-  absl::Status s = registry->RegisterHost(spec);
+  // A root peer may name any object; anyone else only objects it owns.
+  if (caller.uid != 0) spec.object_uid = caller.uid;
+  absl::Status s =
+      caller.local ? registry->RegisterHost(spec)
+                   : absl::PermissionDeniedError(
+                         "host regions can be registered only over the daemon's unix socket (the "
+                         "daemon checks that the shm object belongs to the peer's uid); a TCP "
+                         "caller sends tensors inline or uses device regions");
   if (s.ok()) {
     Log(LogLevel::kInfo, "host region registered",
-        {{"region", spec.name},
+        {{"owner", spec.owner},
+         {"region", spec.name},
          {"key", spec.key},
          {"offset", spec.offset},
          {"byte_size", spec.byte_size},
          {"lease", spec.lease}});
   } else {
     Log(LogLevel::kWarning, "host region refused",
-        {{"region", spec.name},
+        {{"owner", spec.owner},
+         {"region", spec.name},
          {"key", spec.key},
          {"offset", spec.offset},
          {"byte_size", spec.byte_size},
@@ -38,26 +49,34 @@ absl::Status RegisterHostRegion(regions::RegionRegistry* registry,
   return s;
 }
 
-absl::Status RegisterDeviceRegion(regions::RegionRegistry* registry,
+absl::Status RegisterDeviceRegion(regions::RegionRegistry* registry, const Caller& caller,
                                   const v1::RegisterDeviceRegionRequest& request,
                                   const std::string& lease) {
   regions::DeviceRegionSpec spec;
+  spec.owner = caller.owner;
   spec.name = request.name();
   spec.raw_handle = request.raw_handle();
   spec.device_uuid = request.device_uuid();
   spec.offset = request.offset();
   spec.byte_size = request.byte_size();
   spec.lease = lease.empty() ? request.lease_id() : lease;
-  absl::Status s = registry->RegisterDevice(spec);
+  absl::Status s = caller.anonymous && spec.lease.empty()
+                       ? absl::FailedPreconditionError(
+                             "an anonymous TCP caller (no client certificate) registers device "
+                             "regions under a Session lease only: its unleased regions would "
+                             "outlive its connection")
+                       : registry->RegisterDevice(spec);
   if (s.ok()) {
     Log(LogLevel::kInfo, "device region registered",
-        {{"region", spec.name},
+        {{"owner", spec.owner},
+         {"region", spec.name},
          {"device", spec.device_uuid},
          {"byte_size", spec.byte_size},
          {"lease", spec.lease}});
   } else {
     Log(LogLevel::kWarning, "device region refused",
-        {{"region", spec.name},
+        {{"owner", spec.owner},
+         {"region", spec.name},
          {"device", spec.device_uuid},
          {"byte_size", spec.byte_size},
          {"lease", spec.lease},
@@ -67,44 +86,48 @@ absl::Status RegisterDeviceRegion(regions::RegionRegistry* registry,
   return s;
 }
 
-grpc::ServerUnaryReactor* AttentionService::RegisterHostRegion(grpc::CallbackServerContext* /*ctx*/,
+grpc::ServerUnaryReactor* AttentionService::RegisterHostRegion(grpc::CallbackServerContext* ctx,
                                                                const Raw* request, Raw* reply) {
   auto* call = new UnaryCall<v1::RegisterHostRegionRequest, v1::RegisterRegionResponse>(
       "RegisterHostRegion", request, reply);
   if (call->parsed()) {
-    call->Reply(grpc_front::RegisterHostRegion(deps_.registry, call->request(), ""));
+    call->Reply(grpc_front::RegisterHostRegion(deps_.registry, IdentifyCaller(deps_.peers, *ctx),
+                                               call->request(), ""));
   }
   return call;
 }
 
-grpc::ServerUnaryReactor* AttentionService::RegisterDeviceRegion(
-    grpc::CallbackServerContext* /*ctx*/, const Raw* request, Raw* reply) {
+grpc::ServerUnaryReactor* AttentionService::RegisterDeviceRegion(grpc::CallbackServerContext* ctx,
+                                                                 const Raw* request, Raw* reply) {
   auto* call = new UnaryCall<v1::RegisterDeviceRegionRequest, v1::RegisterRegionResponse>(
       "RegisterDeviceRegion", request, reply);
   if (call->parsed()) {
-    call->Reply(grpc_front::RegisterDeviceRegion(deps_.registry, call->request(), ""));
+    call->Reply(grpc_front::RegisterDeviceRegion(deps_.registry, IdentifyCaller(deps_.peers, *ctx),
+                                                 call->request(), ""));
   }
   return call;
 }
 
-grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(grpc::CallbackServerContext* /*ctx*/,
+grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(grpc::CallbackServerContext* ctx,
                                                              const Raw* raw_request, Raw* reply) {
   auto* call = new UnaryCall<v1::UnregisterRegionRequest, v1::UnregisterRegionResponse>(
       "UnregisterRegion", raw_request, reply);
   if (!call->parsed()) return call;
   const v1::UnregisterRegionRequest* request = &call->request();
   // Finishes when the regions' in-flight requests end (never blocks this thread).
+  const std::string owner = IdentifyCaller(deps_.peers, *ctx).owner;
   absl::Status s = deps_.registry->UnregisterAsync(
-      request->name(), request->lease_id(), [call](std::vector<std::string> removed) {
+      owner, request->name(), request->lease_id(), [call](std::vector<std::string> removed) {
         for (std::string& name : removed) call->response()->add_removed(std::move(name));
         call->Reply(absl::OkStatus());
       });
   if (s.ok()) {
     Log(LogLevel::kInfo, "unregistering region",
-        {{"region", request->name()}, {"lease", request->lease_id()}});
+        {{"owner", owner}, {"region", request->name()}, {"lease", request->lease_id()}});
   } else {
     Log(LogLevel::kWarning, "unregister refused",
-        {{"region", request->name()},
+        {{"owner", owner},
+         {"region", request->name()},
          {"lease", request->lease_id()},
          {"code", absl::StatusCodeToString(s.code())},
          {"error", s.message()}});
@@ -113,12 +136,13 @@ grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(grpc::CallbackServe
   return call;
 }
 
-grpc::ServerUnaryReactor* AttentionService::ListRegions(grpc::CallbackServerContext* /*ctx*/,
+grpc::ServerUnaryReactor* AttentionService::ListRegions(grpc::CallbackServerContext* ctx,
                                                         const Raw* request, Raw* reply) {
   auto* call =
       new UnaryCall<v1::ListRegionsRequest, v1::ListRegionsResponse>("ListRegions", request, reply);
   if (!call->parsed()) return call;
-  for (const regions::RegionDescription& d : deps_.registry->List()) {
+  for (const regions::RegionDescription& d :
+       deps_.registry->List(IdentifyCaller(deps_.peers, *ctx).owner)) {
     v1::RegionInfo* info = call->response()->add_regions();
     info->set_name(d.name);
     info->set_kind(d.kind == regions::RegionKind::kHost ? v1::RegionInfo::KIND_HOST

@@ -120,12 +120,14 @@ class AttentionService final : public RawUnaryAttentionService {
   std::atomic<int64_t> open_sessions_{0};
 };
 
-// Region RPC bodies shared by the unary RPCs and the Session stream; `lease` overrides the
-// request's lease_id when not empty.
-absl::Status RegisterHostRegion(regions::RegionRegistry* registry,
+// Region RPC bodies shared by the unary RPCs and the Session stream, registering in `caller`'s
+// namespace; `lease` overrides the request's lease_id when not empty. Host regions:
+// PERMISSION_DENIED unless the caller is a local (unix) peer and the shm object is its own
+// (docs/SERVICE.md "Trust model").
+absl::Status RegisterHostRegion(regions::RegionRegistry* registry, const Caller& caller,
                                 const v1::RegisterHostRegionRequest& request,
                                 const std::string& lease);
-absl::Status RegisterDeviceRegion(regions::RegionRegistry* registry,
+absl::Status RegisterDeviceRegion(regions::RegionRegistry* registry, const Caller& caller,
                                   const v1::RegisterDeviceRegionRequest& request,
                                   const std::string& lease);
 

@@ -1,5 +1,7 @@
 // The Session stream: a lease (regions registered under it are removed when the stream ends,
-// however it ends) and pipelined calls on one stream. Replies carry the request_id of their
+// however it ends) and pipelined calls on one stream. The stream's caller is identified once,
+// when it opens: its lease, regions and calls belong to that owner (docs/SERVICE.md "Trust
+// model"). Replies carry the request_id of their
 // request and may come out of order. One write is in flight at a time; Finish comes once the
 // client half-closed (or the call was cancelled), every call has completed and every reply was
 // written; OnDone closes the lease.
@@ -22,7 +24,10 @@ using SessionReactorBase = grpc::ServerBidiReactor<v1::SessionRequest, v1::Sessi
 class SessionReactor final : public SessionReactorBase {
  public:
   SessionReactor(AttentionService* service, grpc::CallbackServerContext* ctx)
-      : service_(service), deps_(service->deps()), ctx_(ctx) {
+      : service_(service),
+        deps_(service->deps()),
+        ctx_(ctx),
+        caller_(IdentifyCaller(deps_.peers, *ctx)) {
     service_->AddSession(1);
     const auto d = ctx->deadline();
     if (d != std::chrono::system_clock::time_point::max()) stream_deadline_ = absl::FromChrono(d);
@@ -134,14 +139,17 @@ class SessionReactor final : public SessionReactorBase {
             "the first Session message must be `open` (it opens the lease)");
         return false;
       }
-      lease = deps_.registry->OpenLease();
+      lease = deps_.registry->OpenLease(caller_.owner);
       {
         absl::MutexLock lock(&mu_);
         lease_ = lease;
       }
       response->mutable_opened()->set_lease_id(lease);
       Log(LogLevel::kInfo, "session opened",
-          {{"lease", lease}, {"client", request->open().client_name()}, {"peer", ctx_->peer()}});
+          {{"lease", lease},
+           {"client", request->open().client_name()},
+           {"owner", caller_.owner},
+           {"peer", ctx_->peer()}});
       Reply(std::move(response));
       return true;
     }
@@ -158,14 +166,14 @@ class SessionReactor final : public SessionReactorBase {
         Reply(std::move(response));
         return true;
       case v1::SessionRequest::kRegisterHostRegion:
-        SetError(response.get(),
-                 RegisterHostRegion(deps_.registry, request->register_host_region(), lease));
+        SetError(response.get(), RegisterHostRegion(deps_.registry, caller_,
+                                                    request->register_host_region(), lease));
         if (response->code() == 0) response->mutable_register_region();
         Reply(std::move(response));
         return true;
       case v1::SessionRequest::kRegisterDeviceRegion:
-        SetError(response.get(),
-                 RegisterDeviceRegion(deps_.registry, request->register_device_region(), lease));
+        SetError(response.get(), RegisterDeviceRegion(deps_.registry, caller_,
+                                                      request->register_device_region(), lease));
         if (response->code() == 0) response->mutable_register_region();
         Reply(std::move(response));
         return true;
@@ -213,7 +221,7 @@ class SessionReactor final : public SessionReactorBase {
       ++inflight_;
     }
     absl::Status s =
-        deps_.registry->UnregisterAsync(request->unregister_region().name(), lease,
+        deps_.registry->UnregisterAsync(caller_.owner, request->unregister_region().name(), lease,
                                         [this, response](std::vector<std::string> removed) {
                                           auto* out = response->mutable_unregister_region();
                                           for (std::string& name : removed)
@@ -248,6 +256,7 @@ class SessionReactor final : public SessionReactorBase {
     }
     cc.cancelled = [cancelled] { return cancelled->load(); };
     cc.origin = absl::StrCat("session ", lease_for_logs(), " id ", client_id);
+    cc.owner = caller_.owner;
     cc.memory = service_->NewCallMemory(ctx_->peer());
     // The reply keeps the call's memory reserved until it has been written.
     std::shared_ptr<v1::SessionResponse> reply(
@@ -347,6 +356,7 @@ class SessionReactor final : public SessionReactorBase {
   AttentionService* const service_;
   const ServiceDeps& deps_;
   grpc::CallbackServerContext* const ctx_;
+  const Caller caller_;
   absl::Time stream_deadline_ = absl::InfiniteFuture();
   v1::SessionRequest read_buf_;  // one read in flight at a time owns it
 

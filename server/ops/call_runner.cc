@@ -51,6 +51,7 @@ void CallRunner::Start(OpId id, const google::protobuf::Message& request,
   prep.registry = registry_;
   prep.max_inline_bytes = options_.max_inline_bytes;
   prep.memory = state->ctx.memory.get();
+  prep.owner = state->ctx.owner;
   absl::StatusOr<std::unique_ptr<PreparedCall>> call = handler->Prepare(request, response, prep);
   if (!call.ok()) {
     Finish(std::move(state), call.status(), nullptr);

@@ -32,6 +32,9 @@ struct CallContext {
   // stops and answers CANCELLED. Thread-safe, quick, may be empty.
   std::function<bool()> cancelled;
   std::string origin;  // for logs: "unary", "session lease-..."
+  // The caller's identity (grpc_front::Caller::owner): the call resolves region names in this
+  // owner's namespace only.
+  std::string owner;
   // The call's share of the host memory budget (a reservation for its client), null: no budget.
   // The runner holds it while the call runs; the transport keeps a reference until the reply that
   // carries the call's inline outputs has been sent.

@@ -99,6 +99,7 @@ struct PrepareOptions {
   uint64_t max_inline_bytes = 0;  // the call's inline outputs, each and in total
   // The call's share of the host memory budget (null: no budget); must outlive the call.
   engine::CallMemory* memory = nullptr;
+  std::string owner;  // the namespace region names resolve in (RegionRegistry::Acquire)
 };
 
 // One operator's handler. Stateless and thread-safe.
@@ -188,6 +189,7 @@ class TypedOpHandler : public OpHandler {
     const auto& req = static_cast<const Request&>(request);
     auto call =
         std::make_unique<Call>(options.registry, options.max_inline_bytes, options.memory, &req);
+    call->call_tensors().set_owner(options.owner);
     Params& p = call->params;
     if (absl::Status o = call->ReadOptions(req); !o.ok()) return o;
     absl::Status st = Traits::SetScalars(req, &p);

@@ -225,7 +225,7 @@ absl::Status CallTensors::ResolveRegion(absl::string_view name, const v1::Region
                                         uint64_t span_bytes, DType dtype, void** data,
                                         engine::TensorUse* use) {
   if (registry_ == nullptr) return absl::FailedPreconditionError("no region registry");
-  absl::StatusOr<regions::RegionPin> pin = registry_->Acquire(slice.region());
+  absl::StatusOr<regions::RegionPin> pin = registry_->Acquire(owner_, slice.region());
   if (!pin.ok()) {
     return absl::Status(pin.status().code(), absl::StrCat(name, ": ", pin.status().message()));
   }

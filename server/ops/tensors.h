@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -61,6 +62,10 @@ class CallTensors {
               engine::CallMemory* memory = nullptr);
   CallTensors(const CallTensors&) = delete;
   CallTensors& operator=(const CallTensors&) = delete;
+
+  // The owner whose regions the call may use (RegionRegistry::Acquire); set before the first
+  // Input or Output. Default: the registry's unnamed namespace.
+  void set_owner(std::string owner) { owner_ = std::move(owner); }
 
   // Resolves an input. `t` null means the field is absent (the view stays absent, rank 0). An
   // i32 input (indices, CSR indptr, cu_seqlens, block tables, lengths, windows: the data that
@@ -117,6 +122,7 @@ class CallTensors {
   void* Allocate(size_t bytes);
 
   const regions::RegionRegistry* const registry_;
+  std::string owner_;
   const uint64_t max_inline_bytes_;
   engine::CallMemory* const memory_;
   uint64_t inline_out_bytes_ = 0;

@@ -109,7 +109,7 @@ class AsyncClient(_ops.OpCalls[Coroutine[Any, Any, _ops.OpResult]]):
         return await self._rpc(self._stub.GetInfo, pb.GetInfoRequest(), timeout)
 
     async def list_regions(self, timeout: float | None = None) -> list[pb.RegionInfo]:
-        """[attnd.v1.RegionInfo] of every registered region (all clients)."""
+        """[attnd.v1.RegionInfo] of this client's regions (its uid's on the unix socket)."""
         response = await self._rpc(self._stub.ListRegions, pb.ListRegionsRequest(), timeout)
         return list(response.regions)
 

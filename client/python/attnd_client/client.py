@@ -290,7 +290,8 @@ class Client(_ops.OpCalls[_ops.OpResult]):
         return list(response.removed)
 
     def list_regions(self, timeout: float | None = None) -> list[pb.RegionInfo]:
-        """[attnd.v1.RegionInfo] of every registered region (all clients)."""
+        """[attnd.v1.RegionInfo] of this client's regions (every process of its uid on the unix
+        socket; docs/SERVICE.md "Trust model")."""
         return list(self._rpc(self._stub.ListRegions, pb.ListRegionsRequest(), timeout).regions)
 
     def create_host_region(
