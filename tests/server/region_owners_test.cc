@@ -150,10 +150,12 @@ TEST(RegionOwnersTest, RegistrationsOfOneRangeShareOneMapping) {
   // Allocations still succeed (each large one is an mmap of its own).
   std::vector<std::vector<char>> blocks;
   for (int i = 0; i < 16; ++i) blocks.emplace_back(1 << 20, 'x');
-  auto a = registry.Acquire("uid:1", "r0");
-  auto b = registry.Acquire("uid:1", "r69999");
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ((*a)->data(), (*b)->data());
+  {
+    auto a = registry.Acquire("uid:1", "r0");
+    auto b = registry.Acquire("uid:1", "r69999");
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ((*a)->data(), (*b)->data());
+  }  // the pins go before the blocking Unregister below
   auto removed = registry.Unregister("uid:1", "", "");
   ASSERT_TRUE(removed.ok());
   EXPECT_EQ(removed->size(), static_cast<size_t>(kRegions));
