@@ -15,7 +15,6 @@
 #include "kernels/common/status.h"
 #include "kernels/common/tensor.h"
 #include "kernels/indexer_logits/indexer_logits.h"
-#include "kernels/indexer_logits_paged/gpu/launch.h"
 #include "kernels/indexer_logits_paged/indexer_logits_paged.h"
 
 namespace attnd::bench {
@@ -43,7 +42,7 @@ template <class Params>
 void AddCases(const std::string& op, const std::string& preset, const Params& p,
               const WorkCount& work, bool with_simt, const std::shared_ptr<DeviceArena>& arena,
               const std::vector<kernels::Impl<Params>>& impls, std::vector<GpuBenchCase>* out) {
-  for (const char* name : {"cuda_wgmma", "cuda_mma", "cuda_simt"}) {
+  for (const char* name : {"cuda_mma", "cuda_simt"}) {
     if (std::string(name) == "cuda_simt" && !with_simt) continue;
     const kernels::Impl<Params>* impl = FindImpl(impls, name);
     std::string why;
@@ -131,21 +130,14 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filt
       {64, 64, 32768, 1}, {64, 128, 32768, 1}, {64, 64, 32768, 2}, {64, 128, 32768, 2},
       {64, 64, 32768, 4}, {64, 128, 32768, 4}, {32, 64, 32768, 1}, {32, 128, 32768, 1},
       {32, 64, 32768, 2}, {32, 128, 32768, 2}, {32, 64, 32768, 4}, {32, 128, 32768, 4}};
-  // The Hopper kernel is timed before it joins Implementations() (kernels/indexer_logits_paged/
-  // gpu/launch.h).
-  std::vector<kernels::Impl<ilp::Params>> impls = ilp::Implementations();
-  impls.push_back(kernels::GpuImpl<ilp::Params>("wgmma",
-                                                kernels::indexer_logits_paged::gpu::WgmmaSupports,
-                                                kernels::indexer_logits_paged::gpu::LaunchWgmma));
+  const std::vector<kernels::Impl<ilp::Params>> impls = ilp::Implementations();
   std::vector<GpuBenchCase> cases;
   uint64_t seed = 101;
   std::mt19937_64 rng(7);
   for (const PagedPreset& s : kPresets) {
     const std::string preset = absl::StrCat("deepseek_v32_h", s.heads, "_b", s.batch, "_ctx",
                                             s.context, "_next", s.next_n);
-    if (!Wanted(filter, "indexer_logits_paged", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"})) {
-      continue;
-    }
+    if (!Wanted(filter, "indexer_logits_paged", preset, {"cuda_mma", "cuda_simt"})) continue;
     const int64_t max_blocks = s.context / kBlockSize, pages = s.batch * max_blocks;
     const int64_t rows = s.batch * s.next_n, block_bytes = kBlockSize * (kDim + 4);
     // Each request gets its own pages in shuffled order (a fragmented cache).

@@ -22,15 +22,6 @@ bool SimtSupports(const Params& p, std::string* why);
 // and strides, bytes), at least one cache block, block_size < 2^31, compute capability >= 8.0.
 bool MmaSupports(const Params& p, std::string* why);
 ::attnd::gpu::Error LaunchMma(const Params& p, ::attnd::gpu::Stream stream);
-
-// The Hopper kernel (wgmma.cu): D = 128, block_size 64, any H <= 128 with next_n · H' <= 512
-// (H' = H rounded up to 32, 64 or 128), q and kv_cache 16-B aligned (pointers and row strides,
-// bytes), at least one cache block, compute capability 9.0 (sm_90a code). Not in
-// Implementations() until its device check (tests/kernels/indexer_logits_paged/gpu_test.cc
-// "WgmmaMatchesReference") has passed on an sm_90 card; the tests and the benchmark call it
-// directly.
-bool WgmmaSupports(const Params& p, std::string* why);
-::attnd::gpu::Error LaunchWgmma(const Params& p, ::attnd::gpu::Stream stream);
 #endif
 
 }  // namespace attnd::kernels::indexer_logits_paged::gpu

@@ -1,11 +1,8 @@
 // GPU-only cases of indexer_logits_paged (skipped without a GPU): the block table read only below
 // each context, checked against a device allocation that ends right after the last request's
-// used entries, so compute-sanitizer (memcheck) reports any later read; and the Hopper kernel,
-// called directly, against the reference on compute capability 9.0.
-#include <climits>
+// used entries, so compute-sanitizer (memcheck) reports any later read.
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -15,10 +12,6 @@
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 #include "kernels/common/gpu/runtime.h"
-#endif
-#if defined(ATTND_GPU_CUDA)
-#include "kernels/indexer_logits/gpu/device_info.h"
-#include "kernels/indexer_logits_paged/gpu/launch.h"
 #endif
 
 namespace attnd::kernels::indexer_logits_paged {
@@ -89,49 +82,6 @@ TEST(IndexerLogitsPagedGpu, ReadsBlockTableOnlyBelowContext) {
   }
   EXPECT_GE(runs, 1);
 }
-
-#if defined(ATTND_GPU_CUDA)
-// The Hopper kernel (not dispatched yet, so called directly) against the reference on compute
-// capability 9.0: next_n 1/2/4 × H 32, 64, 7 and 128 (padded to 32/64/128 heads) with contexts
-// 0, 1, 63, 130, one past max_blocks · 64 and a random one (1600 columns: a partial last block);
-// padded strides; long contexts over several CTAs per request, each wrapping its stage ring;
-// masked table entries.
-TEST(IndexerLogitsPagedGpu, WgmmaMatchesReference) {
-  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
-  if (indexer_logits::gpu::CurrentDeviceCapability() != 90) GTEST_SKIP() << "not sm_90";
-  const std::vector<Impl<Params>> wgmma = {
-      GpuImpl<Params>("wgmma", gpu::WgmmaSupports, gpu::LaunchWgmma)};
-  auto rng = MakeRng();
-  auto check = [&](const PagedShape& shape, const std::vector<int64_t>& contexts) {
-    SCOPED_TRACE("next_n " + std::to_string(shape.next_n) + " H " + std::to_string(shape.heads) +
-                 " cols " + std::to_string(shape.cols));
-    PagedProblem prob(shape, rng);
-    prob.SetContexts(contexts);
-    std::string why;
-    ASSERT_TRUE(gpu::WgmmaSupports(prob.params(), &why)) << why;
-    EXPECT_EQ(prob.RunAndCheck(prob.params(), wgmma), 1);
-  };
-  for (const int64_t next_n : {1, 2, 4}) {
-    for (const int64_t heads : {32, 64, 7, 128}) {
-      const int64_t random = std::uniform_int_distribution<int64_t>(2, 1400)(rng);
-      check({6, next_n, heads, 128, 64, 24, 150, 1600}, {0, 1, 63, 130, 2000, random});
-    }
-  }
-  check({3, 2, 64, 128, 64, 20, 50, 1280, 16}, {1280, 577, 65});
-  check({4, 1, 64, 128, 64, 160, 700, 10240}, {10240, 7000, 64, 3});
-  check({4, 4, 32, 128, 64, 160, 700, 10240}, {10240, 9999, 130, 4});
-  {  // masked table entries inside the contexts: -inf on their 64 positions
-    PagedProblem prob({3, 2, 64, 128, 64, 8, 30, 512}, rng);
-    prob.SetContexts({512, 300, 200});
-    int32_t* table = prob.block_table.data<int32_t>();
-    const int64_t ts = prob.block_table.tensor().stride(0);
-    table[0 * ts + 1] = -1;
-    table[1 * ts + 4] = 30;
-    table[2 * ts + 0] = INT32_MIN;
-    EXPECT_EQ(prob.RunAndCheck(prob.params(), wgmma), 1);
-  }
-}
-#endif
 
 #else
 
