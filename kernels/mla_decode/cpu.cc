@@ -129,7 +129,10 @@ void AttendBlock(const Params& p, int64_t b, int64_t r0, int64_t nr, int64_t beg
   };
 
   const int64_t page_size = p.kv_cache.dim(1), num_pages = p.kv_cache.dim(0);
-  const int32_t* table = p.block_table.ptr<const int32_t>() + b * p.block_table.stride(0);
+  // An empty block table may have no data (then no position is read): form no pointer into it.
+  const int32_t* table = p.block_table.numel() == 0
+                             ? nullptr
+                             : p.block_table.ptr<const int32_t>() + b * p.block_table.stride(0);
   const bf16_t* kv = p.kv_cache.ptr<const bf16_t>();
   int64_t nt = 0;
   for (int64_t pos = begin; pos < end;) {
