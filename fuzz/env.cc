@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "google/protobuf/io/coded_stream.h"
 #include "server/common/log.h"
@@ -144,6 +145,29 @@ void ReadBack(server::ops::PreparedCall& call) {
   for (const server::engine::TensorUse& use : call.call_tensors().uses()) {
     if (use.readback != nullptr) std::memcpy(use.readback, use.device, use.span_bytes);
   }
+}
+
+server::regions::HostRegionSpec HostSpecOf(const v1::RegisterHostRegionRequest& r, std::string key,
+                                           std::string lease) {
+  server::regions::HostRegionSpec spec;
+  spec.name = r.name();
+  spec.key = std::move(key);
+  spec.offset = r.offset();
+  spec.byte_size = r.byte_size();
+  spec.lease = std::move(lease);
+  return spec;
+}
+
+server::regions::DeviceRegionSpec DeviceSpecOf(const v1::RegisterDeviceRegionRequest& r,
+                                               std::string lease) {
+  server::regions::DeviceRegionSpec spec;
+  spec.name = r.name();
+  spec.raw_handle = r.raw_handle();
+  spec.device_uuid = r.device_uuid();
+  spec.offset = r.offset();
+  spec.byte_size = r.byte_size();
+  spec.lease = std::move(lease);
+  return spec;
 }
 
 bool SmallEnoughToRun(server::ops::PreparedCall& call) {

@@ -77,6 +77,14 @@ bool OpOf(const v1::SessionRequest& m, server::ops::OpId* id,
 // DATA_LOSS (a request is refused with INVALID_ARGUMENT, NOT_FOUND, ... or served).
 void CheckRequestStatus(const absl::Status& s, const char* what);
 
+// The registry specs of a Session's region registrations, as the daemon builds them, with the
+// object key already mapped to one of the environment's objects and the lease chosen by the
+// target.
+server::regions::HostRegionSpec HostSpecOf(const v1::RegisterHostRegionRequest& r, std::string key,
+                                           std::string lease);
+server::regions::DeviceRegionSpec DeviceSpecOf(const v1::RegisterDeviceRegionRequest& r,
+                                               std::string lease);
+
 // Whether a prepared call is small enough to run here (kMaxRunFlops, kMaxRunBytes), from its own
 // work count (which reads only its inputs; device-region ones are read back first).
 bool SmallEnoughToRun(server::ops::PreparedCall& call);

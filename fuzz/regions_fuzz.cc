@@ -91,25 +91,15 @@ struct Run {
       }
       case v1::SessionRequest::kRegisterHostRegion: {
         const v1::RegisterHostRegionRequest& r = m.register_host_region();
-        server::regions::HostRegionSpec spec;
-        spec.name = r.name();
-        spec.key = env.MapKey(r.key());
-        spec.offset = r.offset();
-        spec.byte_size = r.byte_size();
-        spec.lease = MapLease(r.lease_id());
-        CheckRequestStatus(registry->RegisterHost(spec), "register host");
+        CheckRequestStatus(
+            registry->RegisterHost(HostSpecOf(r, env.MapKey(r.key()), MapLease(r.lease_id()))),
+            "register host");
         return;
       }
       case v1::SessionRequest::kRegisterDeviceRegion: {
         const v1::RegisterDeviceRegionRequest& r = m.register_device_region();
-        server::regions::DeviceRegionSpec spec;
-        spec.name = r.name();
-        spec.raw_handle = r.raw_handle();
-        spec.device_uuid = r.device_uuid();
-        spec.offset = r.offset();
-        spec.byte_size = r.byte_size();
-        spec.lease = MapLease(r.lease_id());
-        CheckRequestStatus(registry->RegisterDevice(spec), "register device");
+        CheckRequestStatus(registry->RegisterDevice(DeviceSpecOf(r, MapLease(r.lease_id()))),
+                           "register device");
         return;
       }
       case v1::SessionRequest::kUnregisterRegion:

@@ -65,25 +65,13 @@ class Session {
       }
       case v1::SessionRequest::kRegisterHostRegion: {
         const v1::RegisterHostRegionRequest& r = m.register_host_region();
-        server::regions::HostRegionSpec spec;
-        spec.name = r.name();
-        spec.key = env.MapKey(r.key());
-        spec.offset = r.offset();
-        spec.byte_size = r.byte_size();
-        spec.lease = lease_;
-        CheckRequestStatus(registry_->RegisterHost(spec), "register host");
+        CheckRequestStatus(registry_->RegisterHost(HostSpecOf(r, env.MapKey(r.key()), lease_)),
+                           "register host");
         return true;
       }
       case v1::SessionRequest::kRegisterDeviceRegion: {
         const v1::RegisterDeviceRegionRequest& r = m.register_device_region();
-        server::regions::DeviceRegionSpec spec;
-        spec.name = r.name();
-        spec.raw_handle = r.raw_handle();
-        spec.device_uuid = r.device_uuid();
-        spec.offset = r.offset();
-        spec.byte_size = r.byte_size();
-        spec.lease = lease_;
-        CheckRequestStatus(registry_->RegisterDevice(spec), "register device");
+        CheckRequestStatus(registry_->RegisterDevice(DeviceSpecOf(r, lease_)), "register device");
         return true;
       }
       case v1::SessionRequest::kUnregisterRegion: {
