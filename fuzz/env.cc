@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include <sys/mman.h>
+
 #include "google/protobuf/io/coded_stream.h"
 #include "server/common/log.h"
 
@@ -20,6 +22,13 @@ using server::ops::OpId;
 
 void MustOk(const absl::Status& s, const char* what) {
   if (!s.ok()) Fail(what, s);
+}
+
+// The environment is never destroyed, so its shm objects' names go at exit (a normal end of a
+// fuzzing run; a crash leaves them, with the finding).
+void UnlinkShmObjects() {
+  const FuzzEnv& env = FuzzEnv::Get();
+  for (int i = 0; i < FuzzEnv::kShmObjects; ++i) shm_unlink(env.shm_key(i).c_str());
 }
 
 }  // namespace
@@ -39,6 +48,7 @@ FuzzEnv::FuzzEnv() {
     // Non-zero, so that an op reading a region sees data.
     for (int64_t b = 0; b < sizes[i]; ++b) shm_[i]->data()[b] = static_cast<char>(b * 37 + 11);
   }
+  std::atexit(UnlinkShmObjects);
   opener_ = std::make_shared<server::testing::FakeDeviceOpener>(kDeviceBytes);
   op_registry_ = NewRegistry();
   server::regions::HostRegionSpec h;
