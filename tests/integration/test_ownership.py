@@ -17,6 +17,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+from ownership_child import code_of
 
 import attnd_client as ac
 
@@ -26,14 +27,6 @@ NOBODY = 65534
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root: the second client runs as uid 65534"
 )
-
-
-def code_of(fn):
-    try:
-        fn()
-        return "OK"
-    except ac.AttndError as e:
-        return e.code.name
 
 
 def open_to_others(daemon):
