@@ -59,6 +59,13 @@ struct Tensor {
   T* ptr() const {
     return static_cast<T*>(data);
   }
+  // The address `offset` elements past data, or null when the tensor has no elements: its data
+  // may then be null, and nullptr + offset is undefined behaviour even when nothing is read.
+  // Index a row of a tensor that a request may send empty with this, not ptr<T>() + offset.
+  template <class T>
+  T* ptr_at(int64_t offset) const {
+    return numel() == 0 ? nullptr : static_cast<T*>(data) + offset;
+  }
 };
 
 // A dense row-major view of `data` with the given shape.

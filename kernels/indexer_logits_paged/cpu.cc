@@ -100,9 +100,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
                         p.kv_cache.stride(0),
                         p.block_size,
                         dim,
-                        p.block_table.numel() == 0  // no data: nothing is read
-                            ? nullptr
-                            : p.block_table.ptr<const int32_t>() + b * p.block_table.stride(0)};
+                        p.block_table.ptr_at<const int32_t>(b * p.block_table.stride(0))};
       for (int64_t t0 = c0; t0 < key_end; t0 += kKeyTile) {
         const int64_t t1 = std::min(key_end, t0 + kKeyTile);
         int64_t q_begin = 0;  // the first query that sees past t0

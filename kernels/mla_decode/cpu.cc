@@ -101,12 +101,12 @@ void AttendBlock(const Params& p, int64_t b, int64_t r0, int64_t nr, int64_t beg
   if (begin >= end) return;
 
   const float scale = p.sm_scale * kLog2e;
-  const bf16_t* q = p.q.ptr<const bf16_t>();
   const int64_t rp_packed = CeilDiv(rp, cpu::kGemmNr) * cpu::kGemmNr;
   for (int64_t r = 0; r < rp_packed; ++r) {
     const int64_t i = (r0 + r) / heads, h = (r0 + r) % heads;
     const bf16_t* row =
-        r < nr ? q + b * p.q.stride(0) + i * p.q.stride(1) + h * p.q.stride(2) : nullptr;
+        r < nr ? p.q.ptr_at<const bf16_t>(b * p.q.stride(0) + i * p.q.stride(1) + h * p.q.stride(2))
+               : nullptr;
     cpu::Bf16ColumnToPacked(row, d, r, scale, s.qp.data());
   }
 
@@ -129,10 +129,8 @@ void AttendBlock(const Params& p, int64_t b, int64_t r0, int64_t nr, int64_t beg
   };
 
   const int64_t page_size = p.kv_cache.dim(1), num_pages = p.kv_cache.dim(0);
-  // An empty block table may have no data (then no position is read): form no pointer into it.
-  const int32_t* table = p.block_table.numel() == 0
-                             ? nullptr
-                             : p.block_table.ptr<const int32_t>() + b * p.block_table.stride(0);
+  // An empty block table has no data (then no position is read): ptr_at gives null.
+  const int32_t* table = p.block_table.ptr_at<const int32_t>(b * p.block_table.stride(0));
   const bf16_t* kv = p.kv_cache.ptr<const bf16_t>();
   int64_t nt = 0;
   for (int64_t pos = begin; pos < end;) {
@@ -162,7 +160,7 @@ void WriteRow(const Params& p, int64_t b, int64_t row, const float* o, float m, 
   const int64_t heads = p.q.dim(2);
   const int64_t i = row / heads, h = row % heads;
   bf16_t* out =
-      p.out.ptr<bf16_t>() + b * p.out.stride(0) + i * p.out.stride(1) + h * p.out.stride(2);
+      p.out.ptr_at<bf16_t>(b * p.out.stride(0) + i * p.out.stride(1) + h * p.out.stride(2));
   const float inv = l > 0 ? 1.0f / l : 0.0f;
   for (int64_t c = 0; c < kDv; ++c) out[c] = FloatToBf16(l > 0 ? o[c] * inv : 0.0f);
   if (p.lse.present()) {

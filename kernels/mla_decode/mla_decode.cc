@@ -24,8 +24,8 @@ class ReadableCounter {
   ReadableCounter(const Params& p, int64_t b, int64_t seqlen) : page_size_(p.kv_cache.dim(1)) {
     const int64_t pages = CeilDiv(seqlen, page_size_);
     valid_before_.assign(static_cast<size_t>(pages + 1), 0);
-    if (pages == 0) return;  // an empty block table may have no data: form no pointer into it
-    const int32_t* row = p.block_table.ptr<const int32_t>() + b * p.block_table.stride(0);
+    if (pages == 0) return;
+    const int32_t* row = p.block_table.ptr_at<const int32_t>(b * p.block_table.stride(0));
     for (int64_t j = 0; j < pages; ++j) {
       const int32_t id = row[j * p.block_table.stride(1)];
       valid_before_[j + 1] = valid_before_[j] + (id >= 0 && id < p.kv_cache.dim(0) ? 1 : 0);

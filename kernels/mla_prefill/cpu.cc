@@ -60,7 +60,7 @@ struct Scratch {
 
 void WriteRow(const Params& p, int64_t token, int64_t h, const float* o, float m, float l) {
   const int64_t d_v = p.v.dim(2);
-  bf16_t* out = p.out.ptr<bf16_t>() + token * p.out.stride(0) + h * p.out.stride(1);
+  bf16_t* out = p.out.ptr_at<bf16_t>(token * p.out.stride(0) + h * p.out.stride(1));
   const float inv = l > 0 ? 1.0f / l : 0.0f;
   for (int64_t c = 0; c < d_v; ++c) out[c] = FloatToBf16(l > 0 ? o[c] * inv : 0.0f);
   if (p.lse.present()) {
@@ -95,14 +95,14 @@ void AttendBlock(const Params& p, const Item& item, Scratch& s) {
   if (max_limit > 0) {
     const float scale = p.sm_scale * kLog2e;
     const bf16_t* q =
-        p.q.ptr<const bf16_t>() + (q_start + item.q0) * p.q.stride(0) + h * p.q.stride(1);
+        p.q.ptr_at<const bf16_t>((q_start + item.q0) * p.q.stride(0) + h * p.q.stride(1));
     for (int64_t r = 0; r < rp_packed; ++r) {
       cpu::Bf16ColumnToPacked(r < nr ? q + r * p.q.stride(0) : nullptr, d_qk, r, scale,
                               s.qp.data());
     }
   }
-  const bf16_t* k = p.k.ptr<const bf16_t>() + k_start * p.k.stride(0) + g * p.k.stride(1);
-  const bf16_t* v = p.v.ptr<const bf16_t>() + k_start * p.v.stride(0) + g * p.v.stride(1);
+  const bf16_t* k = p.k.ptr_at<const bf16_t>(k_start * p.k.stride(0) + g * p.k.stride(1));
+  const bf16_t* v = p.v.ptr_at<const bf16_t>(k_start * p.v.stride(0) + g * p.v.stride(1));
   for (int64_t k0 = 0; k0 < max_limit; k0 += kTileK) {
     const int64_t nt = std::min(kTileK, max_limit - k0);
     // The next tile's rows are strided by H_kv·d: pull them in under this tile's GEMMs.

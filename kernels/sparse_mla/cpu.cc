@@ -45,17 +45,16 @@ struct SlotRow {
 };
 
 SlotRow Slots(const Params& p, int64_t t) {
-  const int32_t* indices = p.indices.ptr<const int32_t>();
   if (p.is_csr()) {
     const int32_t* ptr = p.indptr.ptr<const int32_t>();
-    return {indices + ptr[t], static_cast<int64_t>(ptr[t + 1]) - ptr[t]};
+    return {p.indices.ptr_at<const int32_t>(ptr[t]), static_cast<int64_t>(ptr[t + 1]) - ptr[t]};
   }
   const int64_t k = p.indices.dim(1);
   int64_t count = k;
   if (p.topk_length.present()) {
     count = std::clamp<int64_t>(p.topk_length.ptr<const int32_t>()[t], 0, k);
   }
-  return {indices + t * p.indices.stride(0), count};
+  return {p.indices.ptr_at<const int32_t>(t * p.indices.stride(0)), count};
 }
 
 // Per-thread buffers for one work item of up to `heads` heads (padded to whole vectors).
@@ -209,7 +208,7 @@ void RunItem(const Params& p, int64_t t, int64_t h0, int64_t heads, Scratch& sc)
   const int64_t d_qk = p.q.dim(2), s_rows = p.kv.dim(0);
   const int64_t heads8 = Scratch::RoundUp(heads);
   const float q_scale = p.sm_scale * kLog2e;
-  const bf16_t* q = p.q.ptr<const bf16_t>() + t * p.q.stride(0);
+  const bf16_t* q = p.q.ptr_at<const bf16_t>(t * p.q.stride(0));
   for (int64_t h = 0; h < heads; ++h) {
     const bf16_t* src = q + (h0 + h) * p.q.stride(1);
     float* dst = sc.q_rows.data() + h * d_qk;
@@ -258,8 +257,8 @@ void RunItem(const Params& p, int64_t t, int64_t h0, int64_t heads, Scratch& sc)
     cur = 1 - cur;
   }
 
-  bf16_t* out = p.out.ptr<bf16_t>() + t * p.out.stride(0);
-  float* lse = p.lse.present() ? p.lse.ptr<float>() + t * p.lse.stride(0) : nullptr;
+  bf16_t* out = p.out.ptr_at<bf16_t>(t * p.out.stride(0));
+  float* lse = p.lse.present() ? p.lse.ptr_at<float>(t * p.lse.stride(0)) : nullptr;
   for (int64_t h = 0; h < heads; ++h) {
     bf16_t* o = out + (h0 + h) * p.out.stride(1);
     if (!any) {

@@ -182,18 +182,17 @@ absl::Status CheckSelectionData(const Params& p) {
 int64_t CountValidSelections(const Params& p) {
   if (!CheckSelectionData(p).ok()) return 0;
   const int64_t t_count = p.q.dim(0), s = p.kv.dim(0);
-  const int32_t* indices = p.indices.ptr<const int32_t>();
   int64_t valid = 0;
   for (int64_t t = 0; t < t_count; ++t) {
     const int32_t* row;
     int64_t len;
     if (p.is_csr()) {
       const int32_t* ptr = p.indptr.ptr<const int32_t>();
-      row = indices + ptr[t];
+      row = p.indices.ptr_at<const int32_t>(ptr[t]);
       len = ptr[t + 1] - ptr[t];
     } else {
       const int64_t k = p.indices.dim(1);
-      row = indices + t * p.indices.stride(0);
+      row = p.indices.ptr_at<const int32_t>(t * p.indices.stride(0));
       len = k;
       if (p.topk_length.present()) {
         len = std::clamp<int64_t>(p.topk_length.ptr<const int32_t>()[t], 0, k);

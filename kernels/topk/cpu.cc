@@ -45,10 +45,10 @@ class SlotMapper {
 void WriteRow(const Params& p, int64_t row, int64_t count, const int32_t* cols,
               const uint32_t* keys) {
   const int64_t k = p.k;
-  int32_t* out = p.indices.ptr<int32_t>() + row * p.indices.stride(0);
+  int32_t* out = p.indices.ptr_at<int32_t>(row * p.indices.stride(0));
   if (p.block_table.present()) {
     const int32_t* table_row =
-        p.block_table.ptr<int32_t>() + (row / p.rows_per_request) * p.block_table.stride(0);
+        p.block_table.ptr_at<int32_t>((row / p.rows_per_request) * p.block_table.stride(0));
     const SlotMapper slot_of(table_row, p.block_table.dim(1), p.page_size);
     for (int64_t j = 0; j < count; ++j) out[j] = slot_of(cols[j]);
   } else {
@@ -56,7 +56,7 @@ void WriteRow(const Params& p, int64_t row, int64_t count, const int32_t* cols,
   }
   std::fill(out + count, out + k, -1);
   if (p.values.present()) {
-    float* val = p.values.ptr<float>() + row * p.values.stride(0);
+    float* val = p.values.ptr_at<float>(row * p.values.stride(0));
     for (int64_t j = 0; j < count; ++j) val[j] = KeyToLogit(keys[j]);
     std::fill(val + count, val + k, -std::numeric_limits<float>::infinity());
   }
@@ -75,7 +75,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
       const Window w = RowWindow(p, r, ncols);
       int64_t count = 0;  // an empty window never touches the row (it may have no storage)
       if (w.end > w.begin) {
-        const float* row = p.logits.ptr<const float>() + r * p.logits.stride(0);
+        const float* row = p.logits.ptr_at<const float>(r * p.logits.stride(0));
         count = selector.Select(row, w.begin, w.end, p.k);
       }
       if (count < 0) {
