@@ -151,6 +151,11 @@ void Scheduler::ReportLoad() {
   if (options_.on_load) options_.on_load(static_cast<int>(queue_.size()), running_);
 }
 
+bool Scheduler::draining() const {
+  absl::MutexLock lock(&mu_);
+  return !accepting_;
+}
+
 int Scheduler::queued() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(queue_.size());

@@ -112,6 +112,8 @@ class Scheduler {
   bool Drain(absl::Time deadline, absl::Duration grace = absl::InfiniteDuration())
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // True once Drain has begun (new calls are refused). Thread-safe.
+  bool draining() const ABSL_LOCKS_EXCLUDED(mu_);
   int queued() const ABSL_LOCKS_EXCLUDED(mu_);
   int running() const ABSL_LOCKS_EXCLUDED(mu_);
   int admitted() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -5,7 +5,18 @@
 
 namespace attnd::server::grpc_front {
 
-AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {}
+AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {
+  metrics::Metrics* metrics = deps_.runner->metrics();
+  prepared_ = std::make_unique<ops::PreparedCallTable>(metrics, ops::PreparedCallTable::Options{});
+  ops::StreamOrderedRunner::Options options;
+  options.signal_timeout = deps_.signal_timeout;
+  // The scheduler outlives the service's calls: pending waits are all failed when its drain
+  // begins (the waiter polls this only while calls wait), before the daemon tears it down.
+  engine::Scheduler* scheduler = deps_.runner->scheduler();
+  stream_ = std::make_unique<ops::StreamOrderedRunner>(
+      deps_.runner, deps_.ops, deps_.registry, metrics,
+      [scheduler] { return scheduler != nullptr && scheduler->draining(); }, options);
+}
 
 grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext* /*ctx*/,
                                                     const Raw* request, Raw* reply) {

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "server/grpc/service.h"
 #include "server/grpc/status.h"
 #include "server/grpc/unary_call.h"
@@ -44,9 +45,24 @@ grpc::ServerUnaryReactor* AttentionService::RunOp(ops::OpId id, grpc::CallbackSe
   ops::CallContext cc;
   cc.request_id = ClientRequestId(ctx);
   cc.deadline = Deadline(ctx);
-  cc.cancelled = [ctx] { return ctx->IsCancelled(); };
   cc.origin = "unary";
   cc.owner = IdentifyCaller(deps_.peers, *ctx).owner;
+  if (ops::HasSignals(call->request())) {
+    // Stream-ordered: answered "enqueued" at once, ordered behind this caller's earlier
+    // stream-ordered calls on this connection (docs/SERVICE.md "Stream-ordered calls and
+    // prepared calls"); nothing refers to the gRPC call afterwards.
+    cc.origin = "unary stream-ordered";
+    cc.memory = NewCallMemory(ctx->peer());
+    auto request_copy = std::make_shared<Request>(call->request());
+    const v1::Signal* ready = ops::FindSignal(*request_copy, "ready");
+    const v1::Signal* done = ops::FindSignal(*request_copy, "done");
+    const std::string key = absl::StrCat(cc.owner, " ", ctx->peer());
+    call->Reply(EnqueueStreamOrdered(stream()->KeyedQueue(key), id, std::move(request_copy), ready,
+                                     done, /*validated=*/false, std::move(cc), nullptr,
+                                     call->response()->mutable_stats()));
+    return call;
+  }
+  cc.cancelled = [ctx] { return ctx->IsCancelled(); };
   // The reply's inline outputs stay reserved until gRPC has sent them.
   cc.memory = NewCallMemory(ctx->peer());
   call->Hold(cc.memory);

@@ -117,10 +117,15 @@ grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(grpc::CallbackServe
   // Finishes when the regions' in-flight requests end (never blocks this thread).
   const std::string owner = IdentifyCaller(deps_.peers, *ctx).owner;
   absl::Status s = deps_.registry->UnregisterAsync(
-      owner, request->name(), request->lease_id(), [call](std::vector<std::string> removed) {
+      owner, request->name(), request->lease_id(),
+      [this, call, owner](std::vector<std::string> removed) {
+        RegionsRemoved(owner, removed);  // prepared calls naming them go
         for (std::string& name : removed) call->response()->add_removed(std::move(name));
         call->Reply(absl::OkStatus());
       });
+  if (s.ok() && !request->name().empty()) {
+    RegionsRemoved(owner, {request->name()});  // the name is free again now
+  }
   if (s.ok()) {
     Log(LogLevel::kInfo, "unregistering region",
         {{"owner", owner}, {"region", request->name()}, {"lease", request->lease_id()}});

@@ -10,7 +10,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "attnd/v1/attention.grpc.pb.h"
 #include "server/engine/backend.h"
@@ -19,6 +23,8 @@
 #include "server/grpc/peers.h"
 #include "server/ops/call_runner.h"
 #include "server/ops/op_handler.h"
+#include "server/ops/prepared_calls.h"
+#include "server/ops/stream_ordered.h"
 #include "server/regions/registry.h"
 
 namespace attnd::server::grpc_front {
@@ -47,6 +53,8 @@ struct ServiceDeps {
   // Peer credentials of the unix listener's connections (the per-client key); may be null.
   const UnixPeers* peers = nullptr;
   ServiceLimits limits;
+  // The longest a stream-ordered call waits for its ready word (--signal-timeout).
+  absl::Duration signal_timeout = absl::Seconds(60);
 };
 
 // Every unary method raw (grpc::ByteBuffer in and out; UnaryCall parses), Session typed.
@@ -62,8 +70,14 @@ using RawUnaryAttentionService = v1::Attention::WithRawCallbackMethod_GetInfo<
                                     v1::Attention::WithRawCallbackMethod_MlaDecode<
                                         v1::Attention::WithRawCallbackMethod_MlaPrefill<
                                             v1::Attention::WithRawCallbackMethod_DsaAttention<
-                                                v1::Attention::WithCallbackMethod_Session<
-                                                    v1::Attention::Service>>>>>>>>>>>>>;
+                                                v1::Attention::WithRawCallbackMethod_PrepareCall<
+                                                    v1::Attention::WithRawCallbackMethod_RunPrepared<
+                                                        v1::Attention::
+                                                            WithRawCallbackMethod_ReleaseCall<
+                                                                v1::Attention::
+                                                                    WithCallbackMethod_Session<
+                                                                        v1::Attention::
+                                                                            Service>>>>>>>>>>>>>>>>;
 
 class AttentionService final : public RawUnaryAttentionService {
  public:
@@ -100,6 +114,14 @@ class AttentionService final : public RawUnaryAttentionService {
   grpc::ServerUnaryReactor* DsaAttention(grpc::CallbackServerContext* ctx, const Raw* request,
                                          Raw* response) override;
 
+  // prepared_service.cc
+  grpc::ServerUnaryReactor* PrepareCall(grpc::CallbackServerContext* ctx, const Raw* request,
+                                        Raw* response) override;
+  grpc::ServerUnaryReactor* RunPrepared(grpc::CallbackServerContext* ctx, const Raw* request,
+                                        Raw* response) override;
+  grpc::ServerUnaryReactor* ReleaseCall(grpc::CallbackServerContext* ctx, const Raw* request,
+                                        Raw* response) override;
+
   // session_service.cc
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
       grpc::CallbackServerContext* ctx) override;
@@ -111,6 +133,34 @@ class AttentionService final : public RawUnaryAttentionService {
   // A new CallMemory for a call of the client on `grpc_peer` (null without a budget).
   std::shared_ptr<engine::CallMemory> NewCallMemory(absl::string_view grpc_peer) const;
 
+  // Stream-ordered and prepared calls (prepared_service.cc; docs/SERVICE.md "Stream-ordered
+  // calls and prepared calls"), shared by the unary RPCs and the Session stream.
+  ops::StreamOrderedRunner* stream() const { return stream_.get(); }
+  ops::PreparedCallTable* prepared() const { return prepared_.get(); }
+  // UNIMPLEMENTED on a GPU backend (the signal words would be stream memory operations there).
+  absl::Status CheckStreamOrderedBackend() const;
+  // Queues a stream-ordered call of op `id` (its request has ready and/or done, or they are given
+  // by RunPrepared) on `queue`; on OK `op_response`'s stats say enqueued. `ctx.request_id` is
+  // assigned when 0. `finished` as in StreamOrderedRunner::Submission.
+  absl::Status EnqueueStreamOrdered(const std::shared_ptr<ops::StreamOrderedRunner::Queue>& queue,
+                                    ops::OpId id,
+                                    std::shared_ptr<const google::protobuf::Message> request,
+                                    const v1::Signal* ready, const v1::Signal* done, bool validated,
+                                    ops::CallContext ctx,
+                                    std::function<void(absl::Status)> finished,
+                                    v1::CallStats* stats);
+  // PrepareCall's body: validates the op request (every tensor in a region) in `caller`'s
+  // namespace and keeps it under `lease` (may be empty).
+  absl::StatusOr<uint64_t> Prepare(const Caller& caller, const v1::PrepareCallRequest& request,
+                                   const std::string& lease,
+                                   const std::shared_ptr<engine::CallMemory>& memory);
+  // The regions of `owner`'s that went (unregistered, or their lease ended): prepared calls
+  // naming them are released.
+  void RegionsRemoved(const std::string& owner, const std::vector<std::string>& names);
+  // The lease ended: its prepared calls and the prepared calls naming its regions are released.
+  // Call before the registry's CloseLease.
+  void LeaseClosing(const std::string& owner, const std::string& lease);
+
  private:
   template <class Request, class Response>
   grpc::ServerUnaryReactor* RunOp(ops::OpId id, grpc::CallbackServerContext* ctx,
@@ -118,7 +168,13 @@ class AttentionService final : public RawUnaryAttentionService {
 
   const ServiceDeps deps_;
   std::atomic<int64_t> open_sessions_{0};
+  std::unique_ptr<ops::PreparedCallTable> prepared_;
+  std::unique_ptr<ops::StreamOrderedRunner> stream_;  // after prepared_: destroyed first
 };
+
+// The op a PrepareCallRequest carries (its oneof), or NOT set: INVALID_ARGUMENT.
+absl::StatusOr<std::pair<ops::OpId, const google::protobuf::Message*>> PreparedOp(
+    const v1::PrepareCallRequest& request);
 
 // Region RPC bodies shared by the unary RPCs and the Session stream, registering in `caller`'s
 // namespace; `lease` overrides the request's lease_id when not empty. Host regions:

@@ -115,6 +115,7 @@ class SessionReactor final : public SessionReactorBase {
       calls = calls_;
     }
     if (!lease.empty()) {
+      service_->LeaseClosing(caller_.owner, lease);  // its prepared calls go with it
       deps_.registry->CloseLease(lease);
       Log(LogLevel::kInfo, "session closed", {{"lease", lease}, {"calls", calls}});
     }
@@ -199,6 +200,25 @@ class SessionReactor final : public SessionReactorBase {
       case v1::SessionRequest::kDsaAttention:
         return RunOp(ops::OpId::kDsaAttention, request, response, request->dsa_attention(),
                      response->mutable_dsa_attention());
+      case v1::SessionRequest::kPrepareCall: {
+        absl::StatusOr<uint64_t> id = service_->Prepare(caller_, request->prepare_call(), lease,
+                                                        service_->NewCallMemory(ctx_->peer()));
+        if (id.ok()) {
+          response->mutable_prepare_call()->set_call_id(*id);
+          response->mutable_prepare_call()->set_op(
+              ops::OpName(PreparedOp(request->prepare_call())->first));
+        }
+        SetError(response.get(), id.status());
+        Reply(std::move(response));
+        return true;
+      }
+      case v1::SessionRequest::kRunPrepared: RunPrepared(request, response); return true;
+      case v1::SessionRequest::kReleaseCall:
+        SetError(response.get(),
+                 service_->prepared()->Release(caller_.owner, request->release_call().call_id()));
+        if (response->code() == 0) response->mutable_release_call();
+        Reply(std::move(response));
+        return true;
       case v1::SessionRequest::CALL_NOT_SET: break;
     }
     SetError(response.get(), absl::InvalidArgumentError("Session message carries no call"));
@@ -223,12 +243,16 @@ class SessionReactor final : public SessionReactorBase {
     absl::Status s =
         deps_.registry->UnregisterAsync(caller_.owner, request->unregister_region().name(), lease,
                                         [this, response](std::vector<std::string> removed) {
+                                          service_->RegionsRemoved(caller_.owner, removed);
                                           auto* out = response->mutable_unregister_region();
                                           for (std::string& name : removed)
                                             out->add_removed(std::move(name));
                                           Reply(response);
                                           CallDone();
                                         });
+    if (s.ok() && !request->unregister_region().name().empty()) {
+      service_->RegionsRemoved(caller_.owner, {request->unregister_region().name()});
+    }
     if (!s.ok()) {
       SetError(response.get(), s);
       Reply(std::move(response));
@@ -240,6 +264,14 @@ class SessionReactor final : public SessionReactorBase {
              std::shared_ptr<v1::SessionResponse> response,
              const google::protobuf::Message& op_request, google::protobuf::Message* op_response)
       ABSL_LOCKS_EXCLUDED(mu_) {
+    if (ops::HasSignals(op_request)) {
+      // The op request lives in `request`: the call keeps it through an aliasing pointer.
+      StreamOrdered(id, request, response,
+                    std::shared_ptr<const google::protobuf::Message>(request, &op_request),
+                    ops::FindSignal(op_request, "ready"), ops::FindSignal(op_request, "done"),
+                    /*validated=*/false, MutableStats(op_response));
+      return true;
+    }
     auto cancelled = std::make_shared<std::atomic<bool>>(false);
     const uint64_t client_id = request->request_id();
     {
@@ -275,6 +307,132 @@ class SessionReactor final : public SessionReactorBase {
                           CallDone();
                         });
     return true;
+  }
+
+  static v1::CallStats* MutableStats(google::protobuf::Message* op_response) {
+    return ops::MutableStats(op_response);
+  }
+
+  ops::CallContext NewContext(const v1::SessionRequest& request) ABSL_LOCKS_EXCLUDED(mu_) {
+    ops::CallContext cc;
+    cc.deadline = stream_deadline_;
+    if (request.timeout_seconds() > 0) {
+      cc.deadline = std::min(cc.deadline, absl::Now() + absl::Seconds(request.timeout_seconds()));
+    }
+    cc.origin = absl::StrCat("session ", lease_for_logs(), " id ", request.request_id());
+    cc.owner = caller_.owner;
+    cc.memory = service_->NewCallMemory(ctx_->peer());
+    return cc;
+  }
+
+  // A stream-ordered call of this Session: answered "enqueued" at once; it runs behind the
+  // Session's earlier stream-ordered calls, and when it fails later a second message (its
+  // request_id, code, call_failed) says so. The stream ends only after it is over.
+  void StreamOrdered(ops::OpId id, std::shared_ptr<v1::SessionRequest> request,
+                     std::shared_ptr<v1::SessionResponse> response,
+                     std::shared_ptr<const google::protobuf::Message> op_request,
+                     const v1::Signal* ready, const v1::Signal* done, bool validated,
+                     v1::CallStats* stats) ABSL_LOCKS_EXCLUDED(mu_) {
+    auto cancelled = std::make_shared<std::atomic<bool>>(false);
+    const uint64_t client_id = request->request_id();
+    std::shared_ptr<ops::StreamOrderedRunner::Queue> queue;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ordered_queue_) ordered_queue_ = service_->stream()->NewQueue("session " + lease_);
+      queue = ordered_queue_;
+      ++ordered_;
+      ++calls_;
+      cancels_[client_id] = cancelled;
+      if (broken_) cancelled->store(true);
+    }
+    ops::CallContext cc = NewContext(*request);
+    cc.request_id = 0;
+    cc.cancelled = [cancelled] { return cancelled->load(); };
+    // The server's id, known once assigned: the failure message names it.
+    cc.request_id = deps_.runner->NewRequestId();
+    const uint64_t server_id = cc.request_id;
+    absl::Status s = service_->EnqueueStreamOrdered(
+        queue, id, std::move(op_request), ready, done, validated, std::move(cc),
+        [this, id, client_id, server_id, cancelled](absl::Status status) {
+          if (!status.ok()) {
+            auto failed = std::make_shared<v1::SessionResponse>();
+            failed->set_request_id(client_id);
+            SetError(failed.get(), status);
+            failed->mutable_call_failed()->set_server_request_id(server_id);
+            failed->mutable_call_failed()->set_op(ops::OpName(id));
+            Reply(std::move(failed));
+          }
+          OrderedDone(client_id, cancelled);
+        },
+        stats);
+    SetError(response.get(), s);
+    Reply(std::move(response));
+    if (!s.ok()) OrderedDone(client_id, cancelled);
+  }
+
+  void OrderedDone(uint64_t client_id, const std::shared_ptr<std::atomic<bool>>& cancelled)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    bool finish;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = cancels_.find(client_id);
+      if (it != cancels_.end() && it->second == cancelled) cancels_.erase(it);
+      --ordered_;
+      finish = ShouldFinishLocked();
+    }
+    if (finish) FinishNow();
+  }
+
+  void RunPrepared(std::shared_ptr<v1::SessionRequest> request,
+                   std::shared_ptr<v1::SessionResponse> response) ABSL_LOCKS_EXCLUDED(mu_) {
+    const v1::RunPreparedRequest& run = request->run_prepared();
+    absl::StatusOr<std::shared_ptr<const ops::PreparedCallEntry>> entry =
+        service_->prepared()->Find(caller_.owner, run.call_id());
+    if (!entry.ok()) {
+      SetError(response.get(), entry.status());
+      Reply(std::move(response));
+      return;
+    }
+    v1::CallStats* stats = response->mutable_run_prepared()->mutable_stats();
+    if (run.has_ready() || run.has_done()) {
+      StreamOrdered((*entry)->op, request, response, (*entry)->request,
+                    run.has_ready() ? &run.ready() : nullptr,
+                    run.has_done() ? &run.done() : nullptr, /*validated=*/true, stats);
+      return;
+    }
+    // Blocking, like the op's own call: the reply carries its stats.
+    auto cancelled = std::make_shared<std::atomic<bool>>(false);
+    const uint64_t client_id = request->request_id();
+    {
+      absl::MutexLock lock(&mu_);
+      ++inflight_;
+      ++calls_;
+      cancels_[client_id] = cancelled;
+      if (broken_) cancelled->store(true);
+    }
+    ops::CallContext cc = NewContext(*request);
+    cc.cancelled = [cancelled] { return cancelled->load(); };
+    std::shared_ptr<google::protobuf::Message> op_response(ops::NewOpResponse((*entry)->op));
+    const std::shared_ptr<const ops::PreparedCallEntry> keep = *entry;
+    std::shared_ptr<v1::SessionResponse> reply(
+        response.get(), [response, memory = cc.memory](v1::SessionResponse*) {});
+    deps_.runner->Start(
+        keep->op, *keep->request, op_response.get(), std::move(cc),
+        [this, keep, op_response, reply, stats, client_id, cancelled](absl::Status s) {
+          if (v1::CallStats* st = ops::MutableStats(op_response.get())) {
+            stats->Swap(st);
+          }
+          SetError(reply.get(), s);
+          {
+            absl::MutexLock lock(&mu_);
+            auto it = cancels_.find(client_id);
+            if (it != cancels_.end() && it->second == cancelled) {
+              cancels_.erase(it);
+            }
+          }
+          Reply(reply);
+          CallDone();
+        });
   }
 
   std::string lease_for_logs() ABSL_LOCKS_EXCLUDED(mu_) {
@@ -337,7 +495,7 @@ class SessionReactor final : public SessionReactorBase {
   }
 
   bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || !reads_done_ || inflight_ > 0 || writing_) return false;
+    if (finished_ || !reads_done_ || inflight_ > 0 || ordered_ > 0 || writing_) return false;
     finished_ = true;
     return true;
   }
@@ -370,6 +528,10 @@ class SessionReactor final : public SessionReactorBase {
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Stream-ordered calls not over yet: they hold the stream open, not its reading (they are
+  // bounded by the queue's own cap).
+  int64_t ordered_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<ops::StreamOrderedRunner::Queue> ordered_queue_ ABSL_GUARDED_BY(mu_);
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status finish_status_ ABSL_GUARDED_BY(mu_);
 };

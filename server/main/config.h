@@ -29,6 +29,9 @@ struct DaemonConfig {
   int workers = 2;
   int cpu_threads = 0;  // 0 = every core
   absl::Duration drain_timeout = absl::Seconds(30);
+  // The longest a stream-ordered call waits for its ready word (docs/SERVICE.md "Stream-ordered
+  // calls and prepared calls").
+  absl::Duration signal_timeout = absl::Seconds(60);
   int64_t max_message_bytes = 512ll << 20;
   // Host memory of calls (inline outputs, aligned copies, index snapshots): all calls, and the
   // calls of one client (docs/SERVICE.md "Trust model").

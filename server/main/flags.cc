@@ -43,6 +43,10 @@ ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU backend's pool; 0 = every cor
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT: how long in-flight calls may take to finish before they are "
           "cancelled (health reports NOT_SERVING meanwhile); then attnd exits 0.");
+ABSL_FLAG(absl::Duration, signal_timeout, absl::Seconds(60),
+          "The longest a stream-ordered call (ready/done signals) waits for its ready word when "
+          "its own deadline is later; then it fails DEADLINE_EXCEEDED without running and its "
+          "done word gets the failure bit.");
 ABSL_FLAG(int64_t, max_message_bytes, 512ll << 20,
           "Largest gRPC message received or sent (inline tensors count; region tensors do "
           "not). At most 2147483647.");
@@ -106,6 +110,9 @@ absl::Status CheckConfig(const DaemonConfig& c) {
   }
   if (c.drain_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--drain-timeout must be >= 0");
+  }
+  if (c.signal_timeout <= absl::ZeroDuration() || c.signal_timeout > absl::Hours(24)) {
+    return absl::InvalidArgumentError("--signal-timeout must be > 0 and at most 24h");
   }
   if (c.max_message_bytes < 1024 || c.max_message_bytes > 2147483647ll) {
     return absl::InvalidArgumentError("--max-message-bytes must be in 1024..2147483647");
@@ -197,6 +204,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.workers = absl::GetFlag(FLAGS_workers);
   c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  c.signal_timeout = absl::GetFlag(FLAGS_signal_timeout);
   c.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (absl::Status s =
           ByteSizeFlag("call-memory-bytes", FLAGS_call_memory_bytes, &c.call_memory_bytes);

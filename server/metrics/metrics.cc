@@ -143,6 +143,25 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
     region_bytes_.Add({{"kind", kind}});
   }
   for (const char* result : {"hit", "update", "capture"}) graph_cache_.Add({{"result", result}});
+  stream_ordered_ = &prometheus::BuildCounter()
+                         .Name("attnd_stream_ordered_calls_total")
+                         .Help(
+                             "Stream-ordered calls (ready/done signals) by event: enqueued, "
+                             "done (ran, done stored), failed (done has the failure bit).")
+                         .Register(*registry);
+  for (const char* event : {"enqueued", "done", "failed"}) stream_ordered_->Add({{"event", event}});
+  signal_timeouts_ = &prometheus::BuildCounter()
+                          .Name("attnd_signal_timeouts_total")
+                          .Help(
+                              "Stream-ordered calls failed by the watchdog without running: "
+                              "their ready word was not reached by their deadline.")
+                          .Register(*registry)
+                          .Add({});
+  prepared_calls_ = &prometheus::BuildGauge()
+                         .Name("attnd_prepared_calls")
+                         .Help("Prepared calls (PrepareCall) alive now.")
+                         .Register(*registry)
+                         .Add({});
   absl::MutexLock lock(&mu_);
   for (const std::string& op : ops) {
     ForOp(op);
@@ -209,6 +228,10 @@ void Metrics::SetRegions(absl::string_view kind, int64_t count, int64_t bytes) {
 
 void Metrics::RecordGraph(absl::string_view result) {
   graph_cache_.Add({{"result", std::string(result)}}).Increment();
+}
+
+void Metrics::RecordStreamOrdered(absl::string_view event) {
+  stream_ordered_->Add({{"event", std::string(event)}}).Increment();
 }
 
 void Metrics::SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes) {

@@ -66,6 +66,13 @@ class Metrics {
   void SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes);
   // result: "hit", "update" or "capture" (attnd_graph_cache_total).
   void RecordGraph(absl::string_view result);
+  // Stream-ordered calls (docs/SERVICE.md "Stream-ordered calls and prepared calls"): event
+  // "enqueued", "done" or "failed" (attnd_stream_ordered_calls_total); a call failed by the
+  // watchdog because its ready word was not reached in time (attnd_signal_timeouts_total); the
+  // prepared calls alive now (attnd_prepared_calls).
+  void RecordStreamOrdered(absl::string_view event);
+  void RecordSignalTimeout() { signal_timeouts_->Increment(); }
+  void SetPreparedCalls(int64_t live) { prepared_calls_->Set(static_cast<double>(live)); }
 
  private:
   struct OpMetrics {
@@ -108,6 +115,10 @@ class Metrics {
   prometheus::Counter* copied_h2d_ = nullptr;
   prometheus::Counter* copied_d2h_ = nullptr;
   prometheus::Counter* count_readback_ = nullptr;
+  // Stream-ordered and prepared calls (registered in the constructor's body).
+  prometheus::Family<prometheus::Counter>* stream_ordered_ = nullptr;
+  prometheus::Counter* signal_timeouts_ = nullptr;
+  prometheus::Gauge* prepared_calls_ = nullptr;
 
   absl::Mutex mu_;
   std::map<std::string, OpMetrics> ops_ ABSL_GUARDED_BY(mu_);

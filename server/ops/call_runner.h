@@ -59,6 +59,8 @@ class CallRunner {
              CallContext ctx, std::function<void(absl::Status)> done);
 
   uint64_t NewRequestId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+  engine::Scheduler* scheduler() const { return scheduler_; }
+  metrics::Metrics* metrics() const { return metrics_; }  // may be null
 
  private:
   struct State;

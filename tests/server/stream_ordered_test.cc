@@ -1,0 +1,528 @@
+// Stream-ordered calls and prepared calls against an in-process CPU attnd (docs/SERVICE.md
+// "Stream-ordered calls and prepared calls"): ordering on the ready word with NaN-poisoned
+// outputs, the watchdog's failure bit and asynchronous failure, one Session's stall not stalling
+// another's, prepared calls (run many times, ownership, release with the lease and with the
+// region) and hostile signal slices.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/match.h"
+#include "server/ops/stream_ordered.h"
+#include "tests/server/daemon_fixture.h"
+
+namespace attnd::server::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr uint64_t kQ = 0, kKv = 128 << 10, kIdx = 512 << 10, kOut = 576 << 10, kLse = 704 << 10;
+constexpr uint64_t kReady = 1 << 20, kDone = kReady + 8;
+constexpr uint64_t kFail = ops::kSignalFailureBit;
+
+class StreamOrderedTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    DaemonTest::SetUp();
+    ASSERT_TRUE(shm_.ok());
+    Register(stub_.get(), "r");
+  }
+
+  void Register(v1::Attention::Stub* stub, const std::string& name) {
+    grpc::ClientContext ctx;
+    v1::RegisterHostRegionRequest reg;
+    reg.set_name(name);
+    reg.set_key(shm_.key());
+    reg.set_byte_size(shm_.size());
+    v1::RegisterRegionResponse r;
+    grpc::Status s = stub->RegisterHostRegion(&ctx, reg, &r);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  // A SparseMla request with every tensor in region "r"; outputs poisoned with NaN.
+  v1::SparseMlaRequest RegionRequest() {
+    v1::SparseMlaRequest req;
+    *req.mutable_q() = RegionTensor(q_, v1::DTYPE_BF16, shm_, "r", kQ);
+    *req.mutable_kv() = RegionTensor(kv_, v1::DTYPE_BF16, shm_, "r", kKv);
+    *req.mutable_indices() = RegionTensor(indices_, v1::DTYPE_I32, shm_, "r", kIdx);
+    req.set_sm_scale(kScale);
+    Poison();
+    for (auto [field, off] : {std::pair<v1::Tensor*, uint64_t>{req.mutable_out(), kOut},
+                              std::pair<v1::Tensor*, uint64_t>{req.mutable_lse(), kLse}}) {
+      field->mutable_region()->set_region("r");
+      field->mutable_region()->set_offset(off);
+    }
+    return req;
+  }
+
+  void Poison() {
+    std::memset(shm_.data() + kOut, 0xff, SpanBytes(want_out_));  // bf16/f32 NaN
+    std::memset(shm_.data() + kLse, 0xff, SpanBytes(want_lse_));
+  }
+  bool OutputsPoisoned() const {
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(shm_.data() + kOut);
+    for (size_t i = 0; i < SpanBytes(want_out_); ++i) {
+      if (p[i] != 0xff) return false;
+    }
+    return true;
+  }
+  bool OutputsMatch() const {
+    return std::memcmp(shm_.data() + kOut, want_out_.raw(), SpanBytes(want_out_)) == 0 &&
+           std::memcmp(shm_.data() + kLse, want_lse_.raw(), SpanBytes(want_lse_)) == 0;
+  }
+
+  std::atomic<uint64_t>& Word(uint64_t offset) {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(shm_.data() + offset);
+  }
+  // Waits up to `ms` for the word at `offset` to become nonzero; its value.
+  uint64_t AwaitWord(uint64_t offset, int ms) {
+    for (int i = 0; i < ms; ++i) {
+      const uint64_t v = Word(offset).load(std::memory_order_acquire);
+      if (v != 0) return v;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return Word(offset).load(std::memory_order_acquire);
+  }
+
+  static void SetSignal(v1::Signal* s, const std::string& region, uint64_t offset, uint64_t value) {
+    s->mutable_slice()->set_region(region);
+    s->mutable_slice()->set_offset(offset);
+    s->set_value(value);
+  }
+
+  ScopedShm shm_{2 << 20};
+};
+
+TEST_F(StreamOrderedTest, UnaryCallRunsOnlyAfterReadyAndStoresDone) {
+  v1::SparseMlaRequest req = RegionRequest();
+  Word(kReady).store(0);
+  Word(kDone).store(0);
+  SetSignal(req.mutable_ready(), "r", kReady, 7);
+  SetSignal(req.mutable_done(), "r", kDone, 9);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::SparseMlaResponse reply;
+  grpc::Status s = stub_->SparseMla(&ctx, req, &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(reply.stats().enqueued());
+  EXPECT_NE(reply.stats().request_id(), 0u);
+  EXPECT_FALSE(reply.has_out());
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_TRUE(OutputsPoisoned());
+  EXPECT_EQ(Word(kDone).load(), 0u);
+  Word(kReady).store(6, std::memory_order_release);  // not yet
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_TRUE(OutputsPoisoned());
+  EXPECT_EQ(Word(kDone).load(), 0u);
+  Word(kReady).store(7, std::memory_order_release);
+  EXPECT_EQ(AwaitWord(kDone, 5000), 9u);
+  EXPECT_TRUE(OutputsMatch());
+}
+
+TEST_F(StreamOrderedTest, CallsOfOneSessionRunInOrder) {
+  grpc::ClientContext ctx;
+  auto stream = stub_->Session(&ctx);
+  v1::SessionRequest m;
+  m.set_request_id(1);
+  m.mutable_open();
+  ASSERT_TRUE(stream->Write(m));
+  v1::SessionResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  Word(kReady).store(0);
+  Word(kDone).store(0);
+  Word(kDone + 8).store(0);
+  // Call 2 needs no signal of its own but must wait for call 1, which waits for ready.
+  m.Clear();
+  m.set_request_id(2);
+  *m.mutable_sparse_mla() = RegionRequest();
+  SetSignal(m.mutable_sparse_mla()->mutable_ready(), "r", kReady, 1);
+  SetSignal(m.mutable_sparse_mla()->mutable_done(), "r", kDone, 1);
+  ASSERT_TRUE(stream->Write(m));
+  m.set_request_id(3);
+  m.mutable_sparse_mla()->clear_ready();
+  SetSignal(m.mutable_sparse_mla()->mutable_done(), "r", kDone + 8, 2);
+  ASSERT_TRUE(stream->Write(m));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(stream->Read(&resp));
+    ASSERT_EQ(resp.code(), 0) << resp.message();
+    EXPECT_TRUE(resp.sparse_mla().stats().enqueued());
+  }
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(Word(kDone + 8).load(), 0u) << "call 3 ran before call 1";
+  EXPECT_TRUE(OutputsPoisoned());
+  Word(kReady).store(1, std::memory_order_release);
+  EXPECT_EQ(AwaitWord(kDone + 8, 5000), 2u);
+  EXPECT_EQ(Word(kDone).load(), 1u);
+  EXPECT_TRUE(OutputsMatch());
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_FALSE(stream->Read(&resp));
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(StreamOrderedTest, WatchdogFailsUnsignalledCallOnlyInItsSession) {
+  Word(kReady).store(0);
+  Word(kDone).store(0);
+  grpc::ClientContext ctx_a;
+  auto a = stub_->Session(&ctx_a);
+  v1::SessionRequest m;
+  m.set_request_id(1);
+  m.mutable_open();
+  ASSERT_TRUE(a->Write(m));
+  v1::SessionResponse resp;
+  ASSERT_TRUE(a->Read(&resp));
+  m.Clear();
+  m.set_request_id(42);
+  m.set_timeout_seconds(0.5);
+  *m.mutable_sparse_mla() = RegionRequest();
+  SetSignal(m.mutable_sparse_mla()->mutable_ready(), "r", kReady, 5);
+  SetSignal(m.mutable_sparse_mla()->mutable_done(), "r", kDone, 5);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(a->Write(m));
+  ASSERT_TRUE(a->Read(&resp));
+  ASSERT_EQ(resp.code(), 0) << resp.message();
+  ASSERT_TRUE(resp.sparse_mla().stats().enqueued());
+  const uint64_t server_id = resp.sparse_mla().stats().request_id();
+
+  // Meanwhile another Session's calls complete (stream-ordered without a ready word, and
+  // blocking inline).
+  {
+    grpc::ClientContext ctx_b;
+    auto b = stub_->Session(&ctx_b);
+    v1::SessionRequest n;
+    n.set_request_id(1);
+    n.mutable_open();
+    ASSERT_TRUE(b->Write(n));
+    ASSERT_TRUE(b->Read(&resp));
+    n.Clear();
+    n.set_request_id(2);
+    *n.mutable_sparse_mla() = InlineRequest();
+    ASSERT_TRUE(b->Write(n));
+    ASSERT_TRUE(b->Read(&resp));
+    ASSERT_EQ(resp.code(), 0) << resp.message();
+    EXPECT_EQ(std::memcmp(resp.sparse_mla().out().inline_data().data(), want_out_.raw(),
+                          SpanBytes(want_out_)),
+              0);
+    Word(kDone + 8).store(0);
+    n.set_request_id(3);
+    *n.mutable_sparse_mla() = RegionRequest();
+    SetSignal(n.mutable_sparse_mla()->mutable_done(), "r", kDone + 8, 3);
+    ASSERT_TRUE(b->Write(n));
+    ASSERT_TRUE(b->Read(&resp));
+    ASSERT_EQ(resp.code(), 0) << resp.message();
+    EXPECT_EQ(AwaitWord(kDone + 8, 5000), 3u);
+    EXPECT_TRUE(OutputsMatch());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500))
+        << "the second session waited for the first";
+    ASSERT_TRUE(b->WritesDone());
+    EXPECT_FALSE(b->Read(&resp));
+    EXPECT_TRUE(b->Finish().ok());
+  }
+  Poison();
+  // The watchdog: an asynchronous failure for request 42, done = value | failure bit.
+  ASSERT_TRUE(a->Read(&resp));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(resp.request_id(), 42u);
+  EXPECT_EQ(resp.code(), static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED)) << resp.message();
+  ASSERT_TRUE(resp.has_call_failed());
+  EXPECT_EQ(resp.call_failed().server_request_id(), server_id);
+  EXPECT_EQ(resp.call_failed().op(), "sparse_mla");
+  EXPECT_EQ(Word(kDone).load(), 5u | kFail);
+  EXPECT_LT(waited, std::chrono::seconds(3));
+  EXPECT_TRUE(OutputsPoisoned()) << "the op ran on unready inputs";
+  ASSERT_TRUE(a->WritesDone());
+  EXPECT_FALSE(a->Read(&resp));
+  EXPECT_TRUE(a->Finish().ok());
+}
+
+TEST_F(StreamOrderedTest, CancelledSessionFailsItsPendingWaits) {
+  Word(kReady).store(0);
+  Word(kDone).store(0);
+  {
+    grpc::ClientContext ctx;
+    auto a = stub_->Session(&ctx);
+    v1::SessionRequest m;
+    m.set_request_id(1);
+    m.mutable_open();
+    ASSERT_TRUE(a->Write(m));
+    v1::SessionResponse resp;
+    ASSERT_TRUE(a->Read(&resp));
+    m.Clear();
+    m.set_request_id(2);
+    *m.mutable_sparse_mla() = RegionRequest();
+    SetSignal(m.mutable_sparse_mla()->mutable_ready(), "r", kReady, 1);
+    SetSignal(m.mutable_sparse_mla()->mutable_done(), "r", kDone, 1);
+    ASSERT_TRUE(a->Write(m));
+    ASSERT_TRUE(a->Read(&resp));
+    ASSERT_EQ(resp.code(), 0) << resp.message();
+    ctx.TryCancel();  // the client goes away
+  }
+  EXPECT_EQ(AwaitWord(kDone, 3000), 1u | kFail);
+  EXPECT_TRUE(OutputsPoisoned());
+}
+
+TEST_F(StreamOrderedTest, HostileSignalsAreRefused) {
+  struct Case {
+    std::string region;
+    uint64_t offset;
+    grpc::StatusCode code;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"r", 4, grpc::StatusCode::INVALID_ARGUMENT, "aligned"},
+      {"r", static_cast<uint64_t>(shm_.size()) - 4, grpc::StatusCode::INVALID_ARGUMENT, "past"},
+      {"r", std::numeric_limits<uint64_t>::max() - 3, grpc::StatusCode::INVALID_ARGUMENT, "past"},
+      {"nope", 0, grpc::StatusCode::NOT_FOUND, "nope"},
+      {"", 0, grpc::StatusCode::INVALID_ARGUMENT, "region"},
+  };
+  for (const Case& c : cases) {
+    for (const char* field : {"ready", "done"}) {
+      v1::SparseMlaRequest req = RegionRequest();
+      SetSignal(std::string(field) == "ready" ? req.mutable_ready() : req.mutable_done(), c.region,
+                c.offset, 1);
+      grpc::ClientContext ctx;
+      v1::SparseMlaResponse reply;
+      grpc::Status s = stub_->SparseMla(&ctx, req, &reply);
+      EXPECT_EQ(s.error_code(), c.code) << field << " " << c.offset << ": " << s.error_message();
+      EXPECT_TRUE(absl::StrContains(s.error_message(), field)) << s.error_message();
+      EXPECT_TRUE(absl::StrContains(s.error_message(), c.says)) << s.error_message();
+    }
+  }
+  // Another owner's region of the same name (an anonymous TCP caller has its own namespace).
+  auto tcp = v1::Attention::NewStub(
+      grpc::CreateChannel(daemon_->grpc_addresses()[1], grpc::InsecureChannelCredentials()));
+  v1::SparseMlaRequest req = InlineRequest();
+  SetSignal(req.mutable_ready(), "r", kReady, 1);
+  grpc::ClientContext ctx;
+  v1::SparseMlaResponse reply;
+  EXPECT_EQ(tcp->SparseMla(&ctx, req, &reply).error_code(), grpc::StatusCode::NOT_FOUND);
+  // An inline output cannot be stream-ordered (the reply leaves before the op runs).
+  req = RegionRequest();
+  req.clear_out();
+  SetSignal(req.mutable_ready(), "r", kReady, 1);
+  grpc::ClientContext ctx2;
+  grpc::Status s = stub_->SparseMla(&ctx2, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "out")) << s.error_message();
+  EXPECT_TRUE(OutputsPoisoned());
+}
+
+TEST_F(StreamOrderedTest, PreparedCallRunsManyTimesWithNewData) {
+  v1::PrepareCallRequest prep;
+  *prep.mutable_sparse_mla() = RegionRequest();
+  v1::PrepareCallResponse prepared;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->PrepareCall(&ctx, prep, &prepared);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_NE(prepared.call_id(), 0u);
+  EXPECT_EQ(prepared.op(), "sparse_mla");
+  std::mt19937_64 rng = attnd::testing::MakeRng();
+  for (int round = 0; round < 4; ++round) {
+    // New data written into the same regions, then run by id (blocking, then stream-ordered).
+    attnd::testing::FillNormal(q_, rng, 1.0);
+    attnd::testing::FillUniformInt(indices_, rng, -2, kS + 2);
+    std::memcpy(shm_.data() + kQ, q_.raw(), SpanBytes(q_));
+    std::memcpy(shm_.data() + kIdx, indices_.raw(), SpanBytes(indices_));
+    kernels::sparse_mla::Params p;
+    p.q = q_.tensor();
+    p.kv = kv_.tensor();
+    p.indices = indices_.tensor();
+    p.sm_scale = kScale;
+    p.out = want_out_.tensor();
+    p.lse = want_lse_.tensor();
+    kernels::ExecContext ectx;
+    ectx.pool = attnd::testing::TestPool();
+    ASSERT_TRUE(kernels::sparse_mla::Run(p, ectx).ok());
+    Poison();
+    v1::RunPreparedRequest run;
+    run.set_call_id(prepared.call_id());
+    if (round % 2 == 1) {
+      Word(kReady).store(0);
+      Word(kDone).store(0);
+      SetSignal(run.mutable_ready(), "r", kReady, round);
+      SetSignal(run.mutable_done(), "r", kDone, round);
+    }
+    grpc::ClientContext ctx;
+    v1::RunPreparedResponse reply;
+    grpc::Status s = stub_->RunPrepared(&ctx, run, &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    if (round % 2 == 1) {
+      EXPECT_TRUE(reply.stats().enqueued());
+      std::this_thread::sleep_for(milliseconds(20));
+      EXPECT_TRUE(OutputsPoisoned());
+      Word(kReady).store(round, std::memory_order_release);
+      EXPECT_EQ(AwaitWord(kDone, 5000), static_cast<uint64_t>(round));
+    } else {
+      EXPECT_FALSE(reply.stats().enqueued());
+      EXPECT_EQ(reply.stats().impl(), "cpu");
+      EXPECT_GT(reply.stats().flops(), 0);
+    }
+    EXPECT_TRUE(OutputsMatch()) << "round " << round;
+  }
+  // Another owner cannot run or release it.
+  auto tcp = v1::Attention::NewStub(
+      grpc::CreateChannel(daemon_->grpc_addresses()[1], grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    v1::RunPreparedRequest run;
+    run.set_call_id(prepared.call_id());
+    v1::RunPreparedResponse reply;
+    EXPECT_EQ(tcp->RunPrepared(&ctx, run, &reply).error_code(), grpc::StatusCode::NOT_FOUND);
+    grpc::ClientContext ctx2;
+    v1::ReleaseCallRequest rel;
+    rel.set_call_id(prepared.call_id());
+    v1::ReleaseCallResponse rr;
+    EXPECT_EQ(tcp->ReleaseCall(&ctx2, rel, &rr).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // Unknown id.
+  {
+    grpc::ClientContext ctx;
+    v1::RunPreparedRequest run;
+    run.set_call_id(prepared.call_id() + 1000);
+    v1::RunPreparedResponse reply;
+    EXPECT_EQ(stub_->RunPrepared(&ctx, run, &reply).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // Unregistering a region it names releases it; registering the name again does not revive it.
+  {
+    grpc::ClientContext ctx;
+    v1::UnregisterRegionRequest un;
+    un.set_name("r");
+    v1::UnregisterRegionResponse ur;
+    ASSERT_TRUE(stub_->UnregisterRegion(&ctx, un, &ur).ok());
+  }
+  Register(stub_.get(), "r");
+  grpc::ClientContext ctx;
+  v1::RunPreparedRequest run;
+  run.set_call_id(prepared.call_id());
+  v1::RunPreparedResponse reply;
+  grpc::Status s = stub_->RunPrepared(&ctx, run, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "unregistered")) << s.error_message();
+}
+
+TEST_F(StreamOrderedTest, TruncatedRegionUnderAPreparedCallFailsCleanly) {
+  // A second object holding the kv, shrunk by its owner after the call was prepared.
+  ScopedShm other(1 << 20);
+  ASSERT_TRUE(other.ok());
+  {
+    grpc::ClientContext ctx;
+    v1::RegisterHostRegionRequest reg;
+    reg.set_name("kvobj");
+    reg.set_key(other.key());
+    reg.set_byte_size(other.size());
+    v1::RegisterRegionResponse r;
+    ASSERT_TRUE(stub_->RegisterHostRegion(&ctx, reg, &r).ok());
+  }
+  v1::PrepareCallRequest prep;
+  *prep.mutable_sparse_mla() = RegionRequest();
+  *prep.mutable_sparse_mla()->mutable_kv() = RegionTensor(kv_, v1::DTYPE_BF16, other, "kvobj", 0);
+  v1::PrepareCallResponse prepared;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->PrepareCall(&ctx, prep, &prepared).ok());
+  }
+  const int fd = shm_open(other.key().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  for (bool ordered : {false, true}) {
+    Poison();
+    Word(kDone).store(0);
+    v1::RunPreparedRequest run;
+    run.set_call_id(prepared.call_id());
+    if (ordered) SetSignal(run.mutable_done(), "r", kDone, 1);
+    grpc::ClientContext ctx;
+    v1::RunPreparedResponse reply;
+    grpc::Status s = stub_->RunPrepared(&ctx, run, &reply);
+    if (ordered) {
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      EXPECT_EQ(AwaitWord(kDone, 5000), 1u | kFail);
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+      EXPECT_TRUE(absl::StrContains(s.error_message(), "kvobj")) << s.error_message();
+    }
+  }
+}
+
+TEST_F(StreamOrderedTest, PrepareRefusesInlineTensorsAndSignals) {
+  v1::PrepareCallRequest prep;
+  *prep.mutable_sparse_mla() = RegionRequest();
+  *prep.mutable_sparse_mla()->mutable_kv() = InlineTensor(kv_, v1::DTYPE_BF16);
+  grpc::ClientContext ctx;
+  v1::PrepareCallResponse r;
+  grpc::Status s = stub_->PrepareCall(&ctx, prep, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StartsWith(s.error_message(), "kv:")) << s.error_message();
+
+  *prep.mutable_sparse_mla() = RegionRequest();
+  prep.mutable_sparse_mla()->clear_lse();  // returned inline when absent
+  grpc::ClientContext ctx2;
+  s = stub_->PrepareCall(&ctx2, prep, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StartsWith(s.error_message(), "lse:")) << s.error_message();
+
+  *prep.mutable_sparse_mla() = RegionRequest();
+  SetSignal(prep.mutable_sparse_mla()->mutable_ready(), "r", kReady, 1);
+  grpc::ClientContext ctx3;
+  EXPECT_EQ(stub_->PrepareCall(&ctx3, prep, &r).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext ctx4;
+  EXPECT_EQ(stub_->PrepareCall(&ctx4, v1::PrepareCallRequest(), &r).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(StreamOrderedTest, SessionPreparedCallsGoWithTheLease) {
+  uint64_t id = 0;
+  {
+    grpc::ClientContext ctx;
+    auto a = stub_->Session(&ctx);
+    v1::SessionRequest m;
+    m.set_request_id(1);
+    m.mutable_open();
+    ASSERT_TRUE(a->Write(m));
+    v1::SessionResponse resp;
+    ASSERT_TRUE(a->Read(&resp));
+    m.Clear();
+    m.set_request_id(2);
+    *m.mutable_prepare_call()->mutable_sparse_mla() = RegionRequest();
+    ASSERT_TRUE(a->Write(m));
+    ASSERT_TRUE(a->Read(&resp));
+    ASSERT_EQ(resp.code(), 0) << resp.message();
+    id = resp.prepare_call().call_id();
+    m.Clear();
+    m.set_request_id(3);
+    m.mutable_run_prepared()->set_call_id(id);
+    ASSERT_TRUE(a->Write(m));
+    ASSERT_TRUE(a->Read(&resp));
+    ASSERT_EQ(resp.code(), 0) << resp.message();
+    EXPECT_EQ(resp.request_id(), 3u);
+    EXPECT_EQ(resp.run_prepared().stats().impl(), "cpu");
+    EXPECT_TRUE(OutputsMatch());
+    // A unary RunPrepared of the same caller works while the Session lives.
+    grpc::ClientContext uctx;
+    v1::RunPreparedRequest run;
+    run.set_call_id(id);
+    v1::RunPreparedResponse reply;
+    EXPECT_TRUE(stub_->RunPrepared(&uctx, run, &reply).ok());
+    ctx.TryCancel();  // killed
+  }
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext ctx;
+    v1::RunPreparedRequest run;
+    run.set_call_id(id);
+    v1::RunPreparedResponse reply;
+    grpc::Status s = stub_->RunPrepared(&ctx, run, &reply);
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      EXPECT_TRUE(absl::StrContains(s.error_message(), "lease")) << s.error_message();
+      return;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ADD_FAILURE() << "the prepared call outlived its Session";
+}
+
+}  // namespace
+}  // namespace attnd::server::testing
