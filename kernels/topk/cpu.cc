@@ -42,17 +42,19 @@ class SlotMapper {
   int shift_;
 };
 
+// `origin`: the column that counts as 0 in the output (the window start under kRowStart, else 0;
+// chosen columns are >= it, so the difference stays in [0, N)).
 void WriteRow(const Params& p, int64_t row, int64_t count, const int32_t* cols,
-              const uint32_t* keys) {
+              const uint32_t* keys, int32_t origin) {
   const int64_t k = p.k;
   int32_t* out = p.indices.ptr_at<int32_t>(row * p.indices.stride(0));
   if (p.block_table.present()) {
     const int32_t* table_row =
         p.block_table.ptr_at<int32_t>((row / p.rows_per_request) * p.block_table.stride(0));
     const SlotMapper slot_of(table_row, p.block_table.dim(1), p.page_size);
-    for (int64_t j = 0; j < count; ++j) out[j] = slot_of(cols[j]);
+    for (int64_t j = 0; j < count; ++j) out[j] = slot_of(cols[j] - origin);
   } else {
-    std::copy(cols, cols + count, out);
+    for (int64_t j = 0; j < count; ++j) out[j] = cols[j] - origin;
   }
   std::fill(out + count, out + k, -1);
   if (p.values.present()) {
@@ -82,7 +84,9 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
         out_of_memory.store(true, std::memory_order_relaxed);
         return;
       }
-      WriteRow(p, r, count, selector.cols(), selector.keys());
+      const int32_t origin =
+          p.index_base == IndexBase::kRowStart ? static_cast<int32_t>(w.begin) : 0;
+      WriteRow(p, r, count, selector.cols(), selector.keys(), origin);
     }
   });
   if (out_of_memory.load()) {

@@ -11,6 +11,12 @@ namespace attnd::kernels::topk {
 
 inline constexpr int64_t kMaxK = 4096;
 
+// What a written index counts from (docs/CONTRACTS.md "topk", "Index base").
+enum class IndexBase : int32_t {
+  kAbsolute = 0,  // the logits column n (the default)
+  kRowStart = 1,  // n minus the row's clamped window start: max(ks, 0) (0 with lengths)
+};
+
 struct Params : WithTensors<Params> {
   // Inputs.
   Tensor logits;  // f32 [M, N], row stride ld >= N. NaN counts as -inf; -inf is never chosen.
@@ -20,12 +26,18 @@ struct Params : WithTensors<Params> {
   Tensor lengths;  // i32 [M], optional: the same as ks = 0, ke = lengths.
   int64_t k = 0;   // 1 <= k <= kMaxK (the model's is 2048)
 
-  // Optional fused mapping to KV slots: a chosen column n of row m is written as
-  // block_table[m / rows_per_request, n / page_size] * page_size + n % page_size; a negative
-  // table entry, n / page_size >= max_blocks, or a slot past INT32_MAX gives -1 instead.
+  // Optional fused mapping to KV slots: a chosen column of row m, as position n in index_base, is
+  // written as block_table[m / rows_per_request, n / page_size] * page_size + n % page_size; a
+  // negative table entry, n / page_size >= max_blocks, or a slot past INT32_MAX gives -1 instead.
   Tensor block_table;            // i32 [R, max_blocks], optional; R * rows_per_request == M
   int64_t page_size = 0;         // > 0 with block_table, 0 without
   int64_t rows_per_request = 1;  // >= 1: consecutive rows sharing one block_table row
+
+  // kRowStart: a chosen column n of row m counts as its position p = n - begin inside the row's
+  // window [begin, end) (begin = the clamped ks[m]; 0 with lengths), and p is what is written, or
+  // what the block table maps (page p / page_size of request m / rows_per_request). -1 padding
+  // and values are the same in both bases.
+  IndexBase index_base = IndexBase::kAbsolute;
 
   // Outputs. Row m holds its min(k, selectable) chosen columns (or KV slots) in ascending column
   // order, then -1 up to k. Ties at the threshold go to the lowest columns.

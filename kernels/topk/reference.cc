@@ -44,6 +44,9 @@ std::vector<RefRow> Reference(const Params& p) {
 }
 
 int64_t ReferenceSlot(const Params& p, int64_t row, int64_t col) {
+  if (p.index_base == IndexBase::kRowStart && !p.lengths.present()) {
+    col -= std::max<int64_t>(static_cast<int64_t>(RefLoad(p.ks, {row})), 0);  // the window start
+  }
   if (!p.block_table.present()) return col;
   const int64_t request = row / p.rows_per_request;
   const int64_t page = col / p.page_size;

@@ -21,8 +21,9 @@ struct RefRow {
 // One entry per row of p.logits.
 std::vector<RefRow> Reference(const Params& p);
 
-// The KV slot column `col` of row `row` maps to under p's block table, or -1 (docs/CONTRACTS.md
-// "topk").
+// The index row `row` writes for its chosen column `col` (docs/CONTRACTS.md "topk"): the column,
+// or under IndexBase::kRowStart its position from the row's window start; then, with a block
+// table, the KV slot that position maps to, or -1.
 int64_t ReferenceSlot(const Params& p, int64_t row, int64_t col);
 
 }  // namespace attnd::kernels::topk

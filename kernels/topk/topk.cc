@@ -62,7 +62,8 @@ absl::Status CheckBlockTable(const Params& p, int64_t rows) {
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 // The SIMT kernel handles every validated call: any M, N <= INT32_MAX, k <= kMaxK, both window
-// forms, the KV-slot mapping, strided views. Windows are device data and are clamped on the device.
+// forms, both index bases, the KV-slot mapping, strided views. Windows are device data and are
+// clamped on the device.
 bool SupportsSimt(const Params&, std::string*) { return true; }
 #endif
 
@@ -80,6 +81,11 @@ absl::Status Validate(const Params& p) {
     return absl::InvalidArgumentError(absl::StrCat("k is ", p.k, ", want 1..", kMaxK));
   }
   ATTND_RETURN_IF_ERROR(CheckWindow(p, rows));
+  if (p.index_base != IndexBase::kAbsolute && p.index_base != IndexBase::kRowStart) {
+    return absl::InvalidArgumentError(absl::StrCat("index_base is ",
+                                                   static_cast<int32_t>(p.index_base),
+                                                   ", want kAbsolute (0) or kRowStart (1)"));
+  }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.indices, "indices", DType::kI32, {rows, p.k}));
   ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.values, "values", DType::kF32, {rows, p.k}));
   return CheckBlockTable(p, rows);

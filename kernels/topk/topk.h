@@ -14,7 +14,8 @@
 namespace attnd::kernels::topk {
 
 // Checks every tensor's dtype, rank, shape and strides, the window form (exactly one of ks/ke and
-// lengths), k in [1, kMaxK], N <= INT32_MAX (indices are i32) and the block-table scalars
+// lengths), k in [1, kMaxK], N <= INT32_MAX (indices are i32), index_base one of the enum's
+// values and the block-table scalars
 // (page_size in [1, INT32_MAX] with a table and 0 without; rows_per_request >= 1 and
 // R * rows_per_request == M). INVALID_ARGUMENT names the tensor or scalar. Window values are
 // data and are clamped, never rejected.

@@ -1,7 +1,8 @@
-// TopK: logits, ks/ke or lengths, block_table from the request; indices derived as i32 [M, k];
-// values (f32 [M, k]) is optional and computed only when the request places it.
+// TopK: logits, ks/ke or lengths, block_table, index_base from the request; indices derived as
+// i32 [M, k]; values (f32 [M, k]) is optional and computed only when the request places it.
 #include "server/ops/op_handler.h"
 
+#include "absl/strings/str_cat.h"
 #include "kernels/topk/topk.h"
 
 namespace attnd::server::ops {
@@ -15,12 +16,21 @@ struct TopKTraits {
   using Response = v1::TopKResponse;
   static constexpr OpId kId = OpId::kTopK;
   static constexpr const char* kFastPaths =
-      "k <= 4096 (2048 in the model), optional fused block-table mapping";
+      "k <= 4096 (2048 in the model), optional fused block-table mapping, either index base";
 
   static absl::Status SetScalars(const Request& r, Params* p) {
     p->k = r.k();
     p->page_size = r.page_size();
     p->rows_per_request = r.rows_per_request() > 0 ? r.rows_per_request() : 1;
+    switch (r.index_base()) {
+      case v1::TopKRequest::INDEX_BASE_UNSPECIFIED:
+      case v1::TopKRequest::INDEX_BASE_ABSOLUTE: p->index_base = op::IndexBase::kAbsolute; break;
+      case v1::TopKRequest::INDEX_BASE_ROW_START: p->index_base = op::IndexBase::kRowStart; break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "index_base is ", r.index_base(),
+            ", want INDEX_BASE_ABSOLUTE (1, or 0: unset) or INDEX_BASE_ROW_START (2)"));
+    }
     return absl::OkStatus();
   }
   static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {

@@ -30,6 +30,7 @@ struct RowArgs {
   uint32_t page_size = 0;
   int page_shift = -1;  // log2(page_size) when it is a power of two, else -1
   int64_t rows_per_request = 1;
+  bool row_start_base = false;  // IndexBase::kRowStart: write columns minus the window start
 };
 
 inline RowArgs MakeRowArgs(const Params& p) {
@@ -66,6 +67,7 @@ inline RowArgs MakeRowArgs(const Params& p) {
     }
     a.rows_per_request = p.rows_per_request;
   }
+  a.row_start_base = p.index_base == IndexBase::kRowStart;
   return a;
 }
 

@@ -69,11 +69,13 @@ struct RowOut {
   uint32_t page_size;
   int page_shift;
   uint32_t k;
+  uint32_t origin;  // the column written as 0: the window start (IndexBase::kRowStart) or 0
 
-  __device__ void Write(uint32_t pos, int32_t col, uint32_t bits) const {
-    indices[pos] = table_row != nullptr
-                       ? radix::SlotOf(col, table_row, max_blocks, page_size, page_shift)
-                       : col;
+  // `col` is a chosen column of the window (>= origin).
+  __device__ void Write(uint32_t pos, uint32_t col, uint32_t bits) const {
+    const int32_t n = static_cast<int32_t>(col - origin);
+    indices[pos] =
+        table_row != nullptr ? radix::SlotOf(n, table_row, max_blocks, page_size, page_shift) : n;
     if (values != nullptr) values[pos] = ::attnd::gpu::BitsToFloat(bits);
   }
   // Entries [from, k): -1 and -inf.
@@ -96,6 +98,7 @@ __device__ RowOut MakeRowOut(const RowArgs& a, int64_t row) {
   out.page_size = a.page_size;
   out.page_shift = a.page_shift;
   out.k = a.k;
+  out.origin = 0;
   return out;
 }
 
@@ -276,7 +279,7 @@ __device__ void OrderedPass(const uint32_t* row, const RowSpan& w, const Thresho
       const uint32_t above_before = s.above_before[e] + PopCount(above[step] & below);
       const uint32_t pos = radix::OutputPosition(t, above_before, at_before);
       const uint32_t i = base + step * kThreads + threadIdx.x;
-      if (pos < out.k) out.Write(pos, static_cast<int32_t>(w.begin + i), bits[step]);
+      if (pos < out.k) out.Write(pos, w.begin + i, bits[step]);
     }
     if constexpr (kPrefetch) {
 #pragma unroll
@@ -331,7 +334,9 @@ __device__ uint32_t SelectRow(const RowArgs& a, int64_t row_index, const RowSpan
     if (c.count != t.need) c = RefineLevel<kThreads, 1>(row, w.len, gathered, t, s);
     if (c.count != t.need) c = RefineLevel<kThreads, 2>(row, w.len, gathered, t, s);
   }
-  OrderedPass(row, w, t, MakeRowOut(a, row_index), s);
+  RowOut out = MakeRowOut(a, row_index);
+  if (a.row_start_base) out.origin = w.begin;
+  OrderedPass(row, w, t, out, s);
   return count;
 }
 

@@ -95,11 +95,13 @@ struct RowOut {
   int64_t max_blocks;
   uint32_t page_size;
   int page_shift;
+  int32_t origin;  // the column written as 0: the window start (IndexBase::kRowStart) or 0
 
+  // `col` is a chosen column of the window (>= origin).
   __device__ void Write(uint32_t pos, int32_t col, uint32_t bits) const {
-    indices[pos] = table_row != nullptr
-                       ? radix::SlotOf(col, table_row, max_blocks, page_size, page_shift)
-                       : col;
+    const int32_t n = col - origin;
+    indices[pos] =
+        table_row != nullptr ? radix::SlotOf(n, table_row, max_blocks, page_size, page_shift) : n;
     if (values != nullptr) values[pos] = vendor::BitsToFloat(bits);
   }
   __device__ void Pad(uint32_t pos) const {
@@ -117,6 +119,7 @@ __device__ RowOut MakeRowOut(const StreamArgs& a, int64_t row) {
   out.max_blocks = a.max_blocks;
   out.page_size = a.page_size;
   out.page_shift = a.page_shift;
+  out.origin = 0;
   return out;
 }
 
@@ -522,7 +525,8 @@ __device__ uint32_t SelectRow(Cta<kThreads>& cta, const StreamArgs& a, int64_t r
       eq += remote[1];
     }
   }
-  const RowOut out = MakeRowOut(a, row);
+  RowOut out = MakeRowOut(a, row);
+  if (a.row_start_base) out.origin = static_cast<int32_t>(w.begin);
   OrderedPass(cta, s.n, t, gt, eq, [&](uint32_t pos, uint32_t bits, int32_t col) {
     if (pos < a.k) out.Write(pos, col, bits);
   });

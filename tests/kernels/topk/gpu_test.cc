@@ -161,6 +161,31 @@ TEST_F(TopKGpu, SameOutputAsCpuWithKvSlots) {
   }
 }
 
+// IndexBase::kRowStart: positions from each window start, plain and through the block table.
+TEST_F(TopKGpu, SameOutputAsCpuRowStart) {
+  auto rng = MakeRng();
+  for (bool mapped : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "mapped " << mapped);
+    const int64_t m = 8, n = 20000, k = 2048;
+    TopKCase c(m, n, k, WindowForm::kKsKe, /*with_values=*/true);
+    testing::FillNormal(c.logits, rng, 1.0);
+    const int64_t begins[m] = {0, 1, 4097, 10000, -5, 19990, 300, n + 2};
+    const int64_t ends[m] = {n, n, 4097 + 3000, 10000 + 2048, 5000, n + 7, 300, n + 9};
+    for (int64_t r = 0; r < m; ++r) c.SetWindow(r, begins[r], ends[r]);
+    c.p.index_base = IndexBase::kRowStart;
+    if (mapped) {
+      const int64_t page = 64, blocks = (n + page - 1) / page - 100;  // the last positions: -1
+      c.AddBlockTable(blocks, page, /*rows_per_request=*/2);
+      for (int64_t q = 0; q < m / 2; ++q) {
+        for (int64_t b = 0; b < blocks; ++b)
+          c.Block(q, b) = static_cast<int32_t>((b * 5 + q) % 997);
+        c.Block(q, 2) = -1;
+      }
+    }
+    ExpectGpuEqualsCpu(c);
+  }
+}
+
 // Logits rows and output rows 2^27 + a few elements apart: row 16 starts past 2^31 elements
 // (8 GiB) in the logits, the indices and the values. ~26 GB of device memory.
 TEST_F(TopKGpu, OffsetsPast2To31Elements) {

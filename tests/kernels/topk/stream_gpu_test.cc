@@ -233,6 +233,32 @@ TEST_F(TopKStreamGpu, KvSlotsAndNoValues) {
   }
 }
 
+// IndexBase::kRowStart under every launch choice (a row split over a cluster writes positions
+// from the window start, not from its segment).
+TEST_F(TopKStreamGpu, RowStartWindowsAndKvSlots) {
+  auto rng = MakeRng();
+  for (bool mapped : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "mapped " << mapped);
+    const int64_t m = 6, n = 40000, k = 2048;
+    TopKCase c(m, n, k, WindowForm::kKsKe, /*with_values=*/!mapped);
+    testing::FillNormal(c.logits, rng, 1.0);
+    const int64_t begins[m] = {0, 3, 20001, 100, n - 10, -9};
+    const int64_t ends[m] = {n, n - 3, n, 100 + k / 2, n + 50, 9000};
+    for (int64_t r = 0; r < m; ++r) c.SetWindow(r, begins[r], ends[r]);
+    c.p.index_base = IndexBase::kRowStart;
+    if (mapped) {
+      const int64_t page = 64, blocks = (n + page - 1) / page - 10;
+      c.AddBlockTable(blocks, page, /*rows_per_request=*/3);
+      for (int64_t q = 0; q < m / 3; ++q) {
+        for (int64_t b = 0; b < blocks; ++b)
+          c.Block(q, b) = static_cast<int32_t>((b * 3 + q) % 2000);
+        c.Block(q, 5) = -1;
+      }
+    }
+    ExpectEveryConfigEqualsCpu(c);
+  }
+}
+
 // 8200 x 262144 f32 logits (8.6 GB: offsets past 2^31 elements), every GPU implementation of the
 // op list; rows differ by marker columns so a row read from the wrong offset fails. Sampled rows
 // (the last ones included) are compared with the CPU's output.

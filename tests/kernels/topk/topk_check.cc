@@ -31,12 +31,17 @@ std::string CheckRow(const Params& p, const RefRow& ref, int64_t r) {
   const int64_t want = static_cast<int64_t>(ref.values.size());
   std::set<int64_t> chosen;
   std::vector<double> got_values;
+  // Under IndexBase::kRowStart an entry is a position from the window start: back to a column.
+  const int64_t origin = p.index_base == IndexBase::kRowStart ? ref.begin : 0;
   for (int64_t j = 0; j < p.k; ++j) {
-    const int64_t n = IndexAt(p, r, j);
+    const int64_t written = IndexAt(p, r, j);
     if (j >= want) {
-      if (n != -1) return "entry " + std::to_string(j) + " is " + std::to_string(n) + ", want -1";
+      if (written != -1) {
+        return "entry " + std::to_string(j) + " is " + std::to_string(written) + ", want -1";
+      }
       continue;
     }
+    const int64_t n = written + origin;
     if (n < ref.begin || n >= ref.end) {
       return "entry " + std::to_string(j) + " is " + std::to_string(n) + ", outside window [" +
              std::to_string(ref.begin) + ", " + std::to_string(ref.end) + ")";
@@ -64,8 +69,8 @@ std::string CheckRow(const Params& p, const RefRow& ref, int64_t r) {
   if (p.values.present()) {
     for (int64_t j = 0; j < p.k; ++j) {
       const float v = ValueAt(p, r, j);
-      const float expect =
-          j < want ? LogitAt(p, r, IndexAt(p, r, j)) : -std::numeric_limits<float>::infinity();
+      const float expect = j < want ? LogitAt(p, r, IndexAt(p, r, j) + origin)
+                                    : -std::numeric_limits<float>::infinity();
       if (!SameBits(v, expect)) {
         return "values entry " + std::to_string(j) + " is " + std::to_string(v) + ", want " +
                std::to_string(expect);

@@ -14,11 +14,13 @@ namespace attnd::kernels::topk {
 // Unmapped output: per row, exactly min(k, selectable) leading entries are distinct selectable
 // columns of the window whose logits equal the reference's top values as a multiset (so every
 // chosen value >= every unchosen one, also checked directly), then -1 to k. With p.values, each
-// value is bit-exact the logit of its column and padding is -inf.
+// value is bit-exact the logit of its column and padding is -inf. Under IndexBase::kRowStart the
+// entries are read as positions from the row's window start.
 void ExpectValidTopK(const Params& p, const std::vector<RefRow>& ref, const std::string& what);
 
 // Mapped output (block_table): the multiset of (slot, value) pairs of each row equals the mapped
-// reference's, -1 included. Requires a unique top-k (no ties at the threshold) in every row.
+// reference's (ReferenceSlot: the index base applied, then the table), -1 included. Requires a
+// unique top-k (no ties at the threshold) in every row.
 void ExpectMappedTopK(const Params& p, const std::vector<RefRow>& ref, const std::string& what);
 
 }  // namespace attnd::kernels::topk

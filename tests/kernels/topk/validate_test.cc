@@ -43,6 +43,8 @@ const std::vector<Mutation>& Mutations() {
        [](Params& p) {
          p.logits = MakeTensor(p.logits.data, DType::kF32, {1, int64_t{1} << 31});
        }},
+      {"index_base 7", "index_base", [](Params& p) { p.index_base = static_cast<IndexBase>(7); }},
+      {"index_base -1", "index_base", [](Params& p) { p.index_base = static_cast<IndexBase>(-1); }},
       {"k zero", "k", [](Params& p) { p.k = 0; }},
       {"k negative", "k", [](Params& p) { p.k = -2048; }},
       {"k above 4096", "k", [](Params& p) { p.k = kMaxK + 1; }},
