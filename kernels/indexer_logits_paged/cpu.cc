@@ -83,12 +83,14 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
       const int64_t nq = std::min(block_queries, next_n - j0);
       const int64_t row0 = b * next_n + j0;
       const int64_t c0 = chunk * kKeyChunk, c1 = std::min(num_cols, c0 + kKeyChunk);
+      int64_t longest = 0;  // per-token lengths may come in any order
       for (int64_t i = 0; i < nq; ++i) {
-        len[i] = VisibleLength(p, b, j0 + i);  // non-decreasing in i
+        len[i] = VisibleLength(p, b, j0 + i);
+        longest = std::max(longest, len[i]);
         float* row = logits + (row0 + i) * ld;
         std::fill(row + std::clamp(len[i], c0, c1), row + c1, kNegInf);
       }
-      const int64_t key_end = std::min(c1, len[nq - 1]);
+      const int64_t key_end = std::min(c1, longest);
       if (c0 >= key_end) continue;
       if (loaded != group) {
         block.Load(q + b * p.q.stride(0) + j0 * p.q.stride(1), p.q.stride(1), p.q.stride(2),
@@ -103,11 +105,11 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
                         p.block_table.ptr_at<const int32_t>(b * p.block_table.stride(0))};
       for (int64_t t0 = c0; t0 < key_end; t0 += kKeyTile) {
         const int64_t t1 = std::min(key_end, t0 + kKeyTile);
-        int64_t q_begin = 0;  // the first query that sees past t0
+        int64_t q_begin = 0;  // the first query that sees past t0 (one does: t0 < longest)
         while (len[q_begin] <= t0) ++q_begin;
         GatherKeys(cache, t0, t1, &tile, &masked);
         for (int64_t i = q_begin; i < nq; ++i) {
-          hi[i] = std::min(len[i], t1) - t0;
+          hi[i] = std::max(std::min(len[i], t1) - t0, int64_t{0});  // 0: a later, shorter query
           out[i] = logits + (row0 + i) * ld + t0;
         }
         const bool all_masked = masked.size() == 1 && masked[0].second - masked[0].first == t1 - t0;

@@ -33,7 +33,16 @@ absl::Status Validate(const Params& p) {
   }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.kv_cache, "kv_cache", DType::kU8, {kAnyDim, block_bytes}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.block_table, "block_table", DType::kI32, {batch, kAnyDim}));
-  ATTND_RETURN_IF_ERROR(CheckTensor(p.context_lens, "context_lens", DType::kI32, {batch}));
+  if (p.context_lens.rank == 2) {  // per token
+    ATTND_RETURN_IF_ERROR(
+        CheckTensor(p.context_lens, "context_lens", DType::kI32, {batch, next_n}));
+  } else if (p.context_lens.rank > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("context_lens: rank is ", p.context_lens.rank,
+                     ", want 1 ([B]: per request) or 2 ([B, next_n]: per token)"));
+  } else {
+    ATTND_RETURN_IF_ERROR(CheckTensor(p.context_lens, "context_lens", DType::kI32, {batch}));
+  }
   int64_t rows;
   if (MulOverflow(batch, next_n, &rows)) {
     return absl::InvalidArgumentError("q: batch · next_n overflows int64");
@@ -49,8 +58,11 @@ int64_t VisibleLength(const Params& p, int64_t b, int64_t j) {
   const int64_t cap = max_blocks > p.logits.dim(1) / p.block_size
                           ? p.logits.dim(1)
                           : std::min(p.logits.dim(1), max_blocks * p.block_size);
-  const int64_t context = p.context_lens.ptr<const int32_t>()[b * p.context_lens.stride(0)];
-  return std::clamp(context - p.q.dim(1) + j + 1, int64_t{0}, cap);
+  const int32_t* lens = p.context_lens.ptr<const int32_t>();
+  const int64_t visible = p.context_lens.rank == 2
+                              ? int64_t{lens[b * p.context_lens.stride(0) + j]}
+                              : lens[b * p.context_lens.stride(0)] - p.q.dim(1) + j + 1;
+  return std::clamp(visible, int64_t{0}, cap);
 }
 
 WorkCount Count(const Params& p) {
@@ -58,15 +70,20 @@ WorkCount Count(const Params& p) {
   const int64_t n = p.logits.dim(1), rows = batch * next_n;
   double pairs = 0, keys = 0, table = 0;
   for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t j = 0; j < next_n; ++j) pairs += static_cast<double>(VisibleLength(p, b, j));
-    const int64_t longest = VisibleLength(p, b, next_n - 1);
+    int64_t longest = 0;  // per-token lengths need not grow with j
+    for (int64_t j = 0; j < next_n; ++j) {
+      const int64_t len = VisibleLength(p, b, j);
+      pairs += static_cast<double>(len);
+      longest = std::max(longest, len);
+    }
     keys += static_cast<double>(longest);
     table += static_cast<double>(CeilDiv(longest, p.block_size));
   }
   WorkCount w;
   w.flops = 2.0 * static_cast<double>(h * d) * pairs;
   w.bytes = static_cast<double>(rows * h * d) + keys * static_cast<double>(d + 4) + 4.0 * table +
-            4.0 * static_cast<double>(batch) + 4.0 * static_cast<double>(rows * h) +
+            4.0 * static_cast<double>(p.context_lens.rank == 2 ? rows : batch) +
+            4.0 * static_cast<double>(rows * h) +
             4.0 * static_cast<double>(rows) * static_cast<double>(n);
   return w;
 }

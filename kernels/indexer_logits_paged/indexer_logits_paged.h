@@ -17,12 +17,14 @@ namespace attnd::kernels::indexer_logits_paged {
 // context_lens are untrusted and masked or clamped by the kernels.
 absl::Status Validate(const Params& p);
 
-// The visible length of output row b·next_n + j (the clamp of params.h). Reads context_lens.
+// The visible length of output row b·next_n + j (the clamp of params.h), for either form of
+// context_lens. Reads context_lens.
 int64_t VisibleLength(const Params& p, int64_t b, int64_t j);
 
 // FLOPs = 2·H·D·Σ_rows L; bytes = q + Σ_b L_b·(D+4) (keys and scales read) + the block-table
-// entries read + context_lens + weights + 4·(logits written: every column of every row), with
-// L_b the longest row of request b. Reads context_lens (host-visible). Requires Validate(p).ok().
+// entries read + context_lens (B or B·next_n entries) + weights + 4·(logits written: every column
+// of every row), with L_b the longest row of request b (any of its rows with per-token lengths).
+// Reads context_lens (host-visible). Requires Validate(p).ok().
 WorkCount Count(const Params& p);
 
 const std::vector<Impl<Params>>& Implementations();

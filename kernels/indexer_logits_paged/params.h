@@ -24,12 +24,18 @@ struct Params : WithTensors<Params> {
   // Untrusted: an entry outside [0, num_blocks) masks the positions it covers (-inf, never
   // read); entries at or past ceil(context / block_size) are never read.
   Tensor block_table;  // i32 [batch, max_blocks]; row stride >= max_blocks
-  // Tokens in request b's cache, the next_n new ones included; < 0 counts as 0 (untrusted).
-  Tensor context_lens;  // i32 [batch]
+  // Untrusted lengths (clamped, never rejected), in one of two forms:
+  //  [batch]:         tokens in request b's cache, the next_n new ones included; new token j
+  //                   sees context_lens[b] − next_n + j + 1 positions;
+  //  [batch, next_n]: per token: new token j of request b sees context_lens[b, j] positions (any
+  //                   order along j: varlen verification pads with shorter or empty rows).
+  Tensor context_lens;  // i32 [batch] or [batch, next_n]
   Tensor weights;       // f32 [batch·next_n, H]; row stride >= H
 
   // Output. Row b·next_n + j (new token j of request b) sees positions [0, L) with
-  //   L = clamp(context_lens[b] − next_n + j + 1, 0, min(N, max_blocks·block_size));
+  //   L = clamp(ctx(b, j), 0, min(N, max_blocks·block_size)),
+  //   ctx(b, j) = context_lens[b] − next_n + j + 1 ([batch]) or context_lens[b, j] ([batch,
+  //   next_n]);
   // logits[row, n] = Σ_h relu(q[b,j,h]·k[n]) · scale[n] · weights[row, h] there, and -inf on
   // every other column of [0, N) and on masked positions. Columns [N, ld) are never touched.
   Tensor logits;  // f32 [batch·next_n, N]; row stride ld >= N

@@ -23,10 +23,15 @@ RefLogits Reference(const Params& p) {
   const uint8_t* cache = p.kv_cache.ptr<const uint8_t>();
   std::vector<double> key(static_cast<size_t>(dim));
   for (int64_t b = 0; b < batch; ++b) {
-    const int64_t context = static_cast<int64_t>(RefLoad(p.context_lens, {b}));
     for (int64_t j = 0; j < next_n; ++j) {
       const int64_t row = b * next_n + j;
-      int64_t visible = std::max<int64_t>(context - next_n + j + 1, 0);
+      // [B]: the request's length, token j seeing the first ... − next_n + j + 1 of it;
+      // [B, next_n]: token j's own length.
+      const int64_t visible_raw =
+          p.context_lens.rank == 2
+              ? static_cast<int64_t>(RefLoad(p.context_lens, {b, j}))
+              : static_cast<int64_t>(RefLoad(p.context_lens, {b})) - next_n + j + 1;
+      int64_t visible = std::max<int64_t>(visible_raw, 0);
       visible = std::min({visible, n_count, max_blocks * bs});
       for (int64_t n = 0; n < visible; ++n) {
         const int64_t page = static_cast<int64_t>(RefLoad(p.block_table, {b, n / bs}));

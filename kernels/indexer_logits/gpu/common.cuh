@@ -47,9 +47,13 @@ template <bool kPaged>
 __device__ __forceinline__ void RowWindow(const IndexerProblem& p, int64_t group, int64_t j,
                                           int64_t* lo, int64_t* hi) {
   if (kPaged) {
-    const int64_t context = p.context_lens[group * p.context_stride];
     *lo = 0;
-    *hi = Clamp64(context - p.rows_per_group + j + 1, 0, p.visible_cap);
+    if (p.context_per_token) {
+      *hi = Clamp64(p.context_lens[group * p.context_stride + j], 0, p.visible_cap);
+    } else {
+      const int64_t context = p.context_lens[group * p.context_stride];
+      *hi = Clamp64(context - p.rows_per_group + j + 1, 0, p.visible_cap);
+    }
   } else {
     const int64_t s = p.ks[j * p.ks_stride], e = p.ke[j * p.ke_stride];
     *lo = Clamp64(s, 0, p.num_cols);

@@ -28,9 +28,11 @@ struct IndexerProblem {
   const int32_t* ke = nullptr;
   int64_t ks_stride = 0, ke_stride = 0;
   // Paged windows: row (b, j) sees [0, clamp(context_lens[b] − rows_per_group + j + 1, 0,
-  // visible_cap)), visible_cap = min(num_cols, max_blocks · block_size).
+  // visible_cap)), visible_cap = min(num_cols, max_blocks · block_size); with per-token lengths
+  // (context_per_token) [0, clamp(context_lens[b·context_stride + j], 0, visible_cap)).
   const int32_t* context_lens = nullptr;
   int64_t context_stride = 0, visible_cap = 0;
+  bool context_per_token = false;
 
   // Prefill keys: key n at k + n·k_stride (bytes), its scale k_scale[n].
   const uint8_t* k = nullptr;

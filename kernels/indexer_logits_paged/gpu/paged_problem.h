@@ -33,6 +33,7 @@ inline IndexerProblem MakePagedProblem(const Params& p) {
   x.clean = true;  // the paged contract: -inf on every column that is not a visible logit
   x.context_lens = p.context_lens.ptr<const int32_t>();
   x.context_stride = p.context_lens.stride(0);
+  x.context_per_token = p.context_lens.rank == 2;  // [B, next_n]: dim 1 contiguous (Validate)
   const int64_t max_blocks = p.block_table.dim(1);
   x.visible_cap = max_blocks > x.num_cols / p.block_size
                       ? x.num_cols

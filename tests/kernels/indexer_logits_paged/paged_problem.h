@@ -2,6 +2,7 @@
 // key cache (keys then scales per block, row padding set to NaN bytes), block tables handing each
 // request distinct pages in shuffled order, and the run-and-check against the fp64 reference.
 //   PagedProblem prob(shape, rng);  prob.SetContexts({65, 1});  EXPECT_GE(prob.RunAndCheck(), 1);
+//   (or prob.SetTokenLengths({{64, 65}, {0, 1}}) for per-token context_lens [batch, next_n])
 #pragma once
 
 #include <algorithm>
@@ -87,13 +88,33 @@ struct PagedProblem {
     }
   }
 
+  // Per-token lengths instead: context_lens becomes i32 [batch, next_n] (row stride next_n +
+  // row_pad, the padding poisoned with huge lengths that would show if read); each request gets
+  // pages for its longest token's length, as SetContexts does for a request's context.
+  // With assign_pages false the block table stays as it is.
+  void SetTokenLengths(const std::vector<std::vector<int64_t>>& lengths, int64_t row_pad = 0,
+                       bool assign_pages = true) {
+    std::vector<int64_t> longest;
+    for (const auto& row : lengths) longest.push_back(*std::max_element(row.begin(), row.end()));
+    if (assign_pages) SetContexts(longest);
+    token_lens = testing::HostTensor::RowStrided(DType::kI32, {shape.batch, shape.next_n},
+                                                 shape.next_n + row_pad);
+    int32_t* data = token_lens.data<int32_t>();
+    std::fill(data, data + token_lens.span_elements(), INT32_MAX);
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      for (int64_t j = 0; j < shape.next_n; ++j) {
+        data[b * token_lens.tensor().stride(0) + j] = static_cast<int32_t>(lengths[b][j]);
+      }
+    }
+  }
+
   Params params() {
     Params p;
     p.q = q.tensor();
     p.kv_cache = kv_cache.tensor();
     p.block_size = shape.block_size;
     p.block_table = block_table.tensor();
-    p.context_lens = context_lens.tensor();
+    p.context_lens = token_lens.tensor().present() ? token_lens.tensor() : context_lens.tensor();
     p.weights = weights.tensor();
     p.logits = logits.tensor();
     return p;
@@ -115,6 +136,7 @@ struct PagedProblem {
   PagedShape shape;
   std::mt19937_64 rng;
   testing::HostTensor q, kv_cache, block_table, context_lens, weights, logits;
+  testing::HostTensor token_lens;  // [batch, next_n] once SetTokenLengths ran
 };
 
 }  // namespace attnd::kernels::indexer_logits_paged

@@ -72,6 +72,39 @@ std::vector<Mutation> Mutations() {
        "context_lens:"},
       {"context_lens_length", [](Params& p) { p.context_lens.shape[0] = kB - 1; }, "context_lens:"},
       {"context_lens_strided", [](Params& p) { p.context_lens.strides[0] = 2; }, "context_lens:"},
+      {"context_lens_rank_3",
+       [](Params& p) {
+         p.context_lens = MakeTensor(p.context_lens.data, DType::kI32, {kB, kNextN, 1});
+       },
+       "context_lens: rank is 3"},
+      {"context_lens_2d_next_n",
+       [](Params& p) {
+         p.context_lens = MakeTensor(p.context_lens.data, DType::kI32, {kB, kNextN + 1});
+       },
+       "context_lens: dim 1"},
+      {"context_lens_2d_batch",
+       [](Params& p) {
+         p.context_lens = MakeTensor(p.context_lens.data, DType::kI32, {kB - 1, kNextN});
+       },
+       "context_lens: dim 0"},
+      {"context_lens_2d_dtype",
+       [](Params& p) {
+         p.context_lens = MakeTensor(p.context_lens.data, DType::kF32, {kB, kNextN});
+       },
+       "context_lens:"},
+      {"context_lens_2d_last_dim_strided",
+       [](Params& p) {
+         p.context_lens = MakeTensor(p.context_lens.data, DType::kI32, {kB, kNextN});
+         p.context_lens.strides[1] = 2;
+         p.context_lens.strides[0] = 2 * kNextN;
+       },
+       "context_lens:"},
+      {"context_lens_2d_row_stride_short",
+       [](Params& p) {
+         p.context_lens = MakeTensor(p.context_lens.data, DType::kI32, {kB, kNextN});
+         p.context_lens.strides[0] = kNextN - 1;
+       },
+       "context_lens:"},
       {"weights_missing", [](Params& p) { p.weights = Tensor(); }, "weights:"},
       {"weights_dtype", [](Params& p) { p.weights.dtype = DType::kBF16; }, "weights:"},
       {"weights_rows", [](Params& p) { p.weights.shape[0] = kB; }, "weights:"},
@@ -103,6 +136,12 @@ TEST(IndexerLogitsPagedValidate, RejectsEachMalformedInput) {
   valid.weights = weights.tensor();
   valid.logits = logits.tensor();
   ASSERT_TRUE(Validate(valid).ok()) << Validate(valid);
+  {  // per-token lengths [B, next_n], dense or with a padded row stride, are valid too
+    HostTensor token_lens = HostTensor::RowStrided(DType::kI32, {kB, kNextN}, kNextN + 5);
+    Params per_token = valid;
+    per_token.context_lens = token_lens.tensor();
+    EXPECT_TRUE(Validate(per_token).ok()) << Validate(per_token);
+  }
   for (const Mutation& mutation : Mutations()) {
     SCOPED_TRACE(mutation.name);
     Params p = valid;
