@@ -25,6 +25,7 @@ from . import ops as _ops
 from ._proto import pb, pb_grpc
 from .errors import AttndError
 from .regions import HostRegion, ShmObject
+from .stream_ordered import StreamOrderedClient
 from .tensors import RegionRef, Sink, TensorCodec
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class OpFuture:
         return self._future.done()
 
 
-class Client(_ops.OpCalls[_ops.OpResult]):
+class Client(StreamOrderedClient, _ops.OpCalls[_ops.OpResult]):
     def __init__(self, target: str, **args: Unpack[ChannelArgs]) -> None:
         """`target`: "unix:/path" or "host:port"; `args`: see ChannelArgs (TLS, message size,
         channel options, the default timeout per call)."""

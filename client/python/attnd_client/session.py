@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 import grpc
 
 from . import ops as _ops
+from . import stream_ordered as _so
 from ._proto import pb
 from .errors import AttndError, status_code
 from .regions import HostRegion, ShmObject
@@ -99,6 +100,9 @@ class Session(_ops.OpCalls[_ops.OpResult]):
         self._pending: dict[int, SessionCall[Any]] = {}
         self._closed = False
         self._regions: dict[str, HostRegion] = {}
+        # Stream-ordered calls that failed after their "enqueued" reply (stream_ordered).
+        self.failures: queue.SimpleQueue[_so.CallFailure] = queue.SimpleQueue()
+        self.on_failure: Callable[[_so.CallFailure], None] | None = None
         self._stream = client._stub.Session(self._request_iterator(), timeout=timeout)
         self._reader = threading.Thread(target=self._read, name="attnd-session", daemon=True)
         self._reader.start()
@@ -152,6 +156,9 @@ class Session(_ops.OpCalls[_ops.OpResult]):
         error = AttndError(grpc.StatusCode.UNAVAILABLE, "session stream ended")
         try:
             for response in self._stream:
+                if response.HasField("call_failed"):
+                    self._call_failed(response)
+                    continue
                 with self._lock:
                     call = self._pending.pop(response.request_id, None)
                 if call is not None:
@@ -308,3 +315,60 @@ class Session(_ops.OpCalls[_ops.OpResult]):
     def call(self, op: str, timeout: float | None = None, **arguments: Any) -> _ops.OpResult:
         """Runs an op call on the stream and returns its OpResult (AttndError on failure)."""
         return self.submit(op, timeout=timeout, **arguments).result()
+
+    # ---- stream-ordered and prepared calls (stream_ordered) ----
+
+    def _call_failed(self, response: pb.SessionResponse) -> None:
+        failure = _so.CallFailure(
+            request_id=response.request_id,
+            server_request_id=response.call_failed.server_request_id,
+            op=response.call_failed.op,
+            code=status_code(response.code),
+            message=response.message,
+        )
+        self.failures.put(failure)
+        if self.on_failure is not None:
+            self.on_failure(failure)
+
+    def enqueue(
+        self,
+        op: str,
+        ready: _so.Signal | None = None,
+        done: _so.Signal | None = None,
+        timeout: float | None = None,
+        **arguments: Any,
+    ) -> SessionCall[int]:
+        """Queues a stream-ordered op call behind this session's earlier ones; the SessionCall
+        gives the daemon's request id once enqueued. A later failure comes to `failures` (and
+        `on_failure`) with the same request_id, and its done word gets the failure bit."""
+        spec, request = _so.build_stream_ordered(self.client._codec, op, ready, done, arguments)
+        message = pb.SessionRequest(timeout_seconds=timeout or 0)
+        getattr(message, spec.session_field).CopyFrom(request)
+        return self._send(
+            message,
+            decode=lambda r: int(getattr(r, spec.session_field).stats.request_id),
+        )
+
+    def prepare_call(self, op: str, timeout: float = 60.0, **arguments: Any) -> int:
+        """Prepares an op call (every tensor in a region) under this session's lease."""
+        message = pb.SessionRequest(
+            prepare_call=_so.prepare_request(self.client._codec, op, "", arguments)
+        )
+        return int(self._send(message).result(timeout).prepare_call.call_id)
+
+    def run_prepared(
+        self,
+        call_id: int,
+        ready: _so.Signal | None = None,
+        done: _so.Signal | None = None,
+        timeout: float | None = None,
+    ) -> SessionCall[pb.CallStats]:
+        """Runs a prepared call on the stream (stream-ordered when a signal is given)."""
+        message = pb.SessionRequest(
+            timeout_seconds=timeout or 0, run_prepared=_so.run_request(call_id, ready, done)
+        )
+        return self._send(message, decode=lambda r: r.run_prepared.stats)
+
+    def release_call(self, call_id: int, timeout: float = 60.0) -> None:
+        message = pb.SessionRequest(release_call=pb.ReleaseCallRequest(call_id=call_id))
+        self._send(message).result(timeout)

@@ -115,8 +115,11 @@ def test_op_table_matches_the_proto():
             assert request.fields_by_name[name].message_type.name == "Tensor", (spec.name, name)
         for name in spec.outputs:
             assert response.fields_by_name[name].message_type.name == "Tensor"
-        tensor_fields = {f.name for f in request.fields if f.message_type is not None}
+        tensor_fields = {f.name for f in request.fields if f.message_type is pb.Tensor.DESCRIPTOR}
         assert tensor_fields == set(spec.inputs) | set(spec.outputs), spec.name
+        # The other message fields: the stream-ordered signals (stream_ordered.py sets them).
+        others = {f.name for f in request.fields if f.message_type is not None} - tensor_fields
+        assert others == {"ready", "done"}, spec.name
         scalar_fields = {f.name for f in request.fields if f.message_type is None}
         assert scalar_fields == set(spec.scalars), spec.name  # every option is reachable
         assert (

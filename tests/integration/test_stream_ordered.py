@@ -1,0 +1,286 @@
+"""Stream-ordered calls and prepared calls on the CPU daemon (docs/SERVICE.md "Stream-ordered
+calls and prepared calls"), through the Python client and host regions: the op runs only after
+the test writes `ready` (outputs stay NaN-poisoned and `done` unset until then), a caller that
+never signals gets the failure bit and an asynchronous failure while another client's Session
+completes its calls, a killed client's prepared calls and regions go with its lease, prepared
+calls run many times over new data, and hostile signals and call ids are refused."""
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from attnd_client import AttndError
+from attnd_client.stream_ordered import FAILURE_BIT, Signal, SignalWord
+
+from cases import POISON, make_case, region_bytes
+from daemon import parse_metrics, sample, wait_until
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def stage(region, case, views=None):
+    """Copies the case's inputs into `region` (into `views` when given: the same memory again)
+    and poisons its output views; returns (arguments, outputs)."""
+    if views is None:
+        region.reset()
+        views = {n: region.put(a, case.input_dtypes[n]) for n, a in case.inputs.items()}
+        views.update({n: region.array(dt, shape) for n, (dt, shape) in case.outputs.items()})
+    else:
+        for name, array in case.inputs.items():
+            views[name][...] = array
+    outs = {name: views[name] for name in case.outputs}
+    for name, (dtype, _) in case.outputs.items():
+        outs[name][...] = POISON[dtype]
+    args = {n: views[n] for n in case.inputs}
+    args.update(case.scalars)
+    args.update(outs)
+    return args, outs, views
+
+
+def poisoned(case, outs):
+    for name, (dtype, _) in case.outputs.items():
+        view = outs[name]
+        if dtype == "f32":
+            if not np.isnan(view).all():
+                return False
+        elif not (view == POISON[dtype]).all():
+            return False
+    return True
+
+
+@pytest.mark.parametrize("op", ["sparse_mla", "mla_decode", "topk"])
+def test_runs_only_after_ready(client, rng, op):
+    case = make_case(op, rng)
+    with client.create_host_region(f"so-order-{op}", region_bytes(case) + 4096) as region:
+        args, outs, _ = stage(region, case)  # (stage resets the region's allocations)
+        ready, done = SignalWord(region), SignalWord(region)
+        request_id = client.enqueue(
+            op, ready=ready.signal(3), done=done.signal(5), timeout=30, **args
+        )
+        assert request_id > 0
+        time.sleep(0.2)
+        assert poisoned(case, outs), "the op ran before ready"
+        assert done.get() == 0
+        ready.set(2)  # not yet
+        time.sleep(0.1)
+        assert poisoned(case, outs) and done.get() == 0
+        ready.set(3)
+        assert done.wait(5, timeout=20) == 5
+        case.check(outs)
+
+
+def test_session_calls_run_in_order(client, rng):
+    cases = [make_case("sparse_mla", rng) for _ in range(3)]
+    size = sum(region_bytes(c) for c in cases) + 4096
+    with client.session("so-order") as s:
+        region = s.create_host_region("so-seq", size)
+        ready = SignalWord(region)
+        dones = [SignalWord(region) for _ in cases]
+        staged = []
+        for case in cases:
+            region_views = {n: region.put(a, case.input_dtypes[n]) for n, a in case.inputs.items()}
+            region_views.update({n: region.array(d, sh) for n, (d, sh) in case.outputs.items()})
+            staged.append(stage(region, case, region_views))
+        calls = []
+        for i, (args, _, _) in enumerate(staged):
+            # Only the first names a ready word; the others wait behind it.
+            calls.append(
+                s.enqueue(
+                    "sparse_mla",
+                    ready=ready.signal(1) if i == 0 else None,
+                    done=dones[i].signal(i + 1),
+                    **args,
+                )
+            )
+        for call in calls:
+            assert call.result(30) > 0
+        time.sleep(0.2)
+        assert all(d.get() == 0 for d in dones)
+        assert all(poisoned(c, st[1]) for c, st in zip(cases, staged, strict=True))
+        ready.set(1)
+        for i, d in enumerate(dones):
+            assert d.wait(i + 1, timeout=20) == i + 1
+        for case, (_, outs, _) in zip(cases, staged, strict=True):
+            case.check(outs)
+
+
+def test_unsignalled_call_fails_alone(daemon, client, rng):
+    case = make_case("sparse_mla", rng)
+    other = daemon.client()  # a second client: its own connection and Session
+    with client.session("so-stuck") as stuck, other.session("so-busy") as busy:
+        region = stuck.create_host_region("so-stuck", region_bytes(case) + 4096)
+        args, outs, _ = stage(region, case)  # (stage resets the region's allocations)
+        ready, done = SignalWord(region), SignalWord(region)
+        start = time.monotonic()
+        call = stuck.enqueue(
+            "sparse_mla", ready=ready.signal(1), done=done.signal(7), timeout=1.5, **args
+        )
+        server_id = call.result(30)
+        # Meanwhile the other Session's calls complete, stream-ordered and blocking.
+        busy_case = make_case("sparse_mla", rng)
+        busy_region = busy.create_host_region("so-busy", region_bytes(busy_case) + 4096)
+        for _ in range(3):
+            b_args, b_outs, _ = stage(busy_region, busy_case)
+            b_done = SignalWord(busy_region)
+            busy.enqueue("sparse_mla", done=b_done.signal(1), **b_args).result(30)
+            b_done.wait(1, timeout=20)
+            busy_case.check(b_outs)
+            busy_case.check(busy.call("sparse_mla", **busy_case.arguments()).outputs)
+        assert time.monotonic() - start < 1.5, "the busy session waited for the stuck one"
+        assert done.get() == 0
+        failure = stuck.failures.get(timeout=10)
+        waited = time.monotonic() - start
+        assert failure.request_id == call.request_id
+        assert failure.server_request_id == server_id
+        assert failure.code == grpc.StatusCode.DEADLINE_EXCEEDED, failure
+        assert failure.op == "sparse_mla"
+        assert 1.4 < waited < 4.0
+        assert done.get() == 7 | FAILURE_BIT
+        with pytest.raises(AttndError):
+            done.wait(7, timeout=1)
+        assert poisoned(case, outs), "the op ran on unready inputs"
+    other.close()
+    samples = parse_metrics(daemon.scrape())
+    assert sample(samples, "attnd_signal_timeouts_total") >= 1
+    assert sample(samples, "attnd_stream_ordered_calls_total", event="enqueued") >= 4
+    assert sample(samples, "attnd_stream_ordered_calls_total", event="failed") >= 1
+
+
+CHILD = """
+import json, sys, time
+import attnd_client as ac
+from attnd_client.stream_ordered import SignalWord
+client = ac.Client(sys.argv[1])
+client.wait_ready()
+s = client.session("so-doomed")
+r = s.create_host_region("so-kill", 1 << 22)
+T, H, S, K = 2, 16, 64, 8
+args = dict(q=r.array("bf16", (T, H, 576)), kv=r.array("bf16", (S, 576)),
+            indices=r.array("i32", (T, K)), out=r.array("bf16", (T, H, 512)),
+            lse=r.array("f32", (T, H)), sm_scale=0.05)
+call_id = s.prepare_call("sparse_mla", **args)
+ready, done = SignalWord(r), SignalWord(r)
+s.enqueue("sparse_mla", ready=ready.signal(1), done=done.signal(1), **args).result(30)
+print(json.dumps({"lease": s.lease_id, "call_id": call_id}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_killed_client_prepared_calls_and_regions_go(daemon, client):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, daemon.unix_target],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, f"child said nothing: {proc.poll()}"
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        held = json.loads(line)
+        assert "so-kill" in {r.name for r in client.list_regions()}
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+    wait_until(
+        lambda: "so-kill" not in {r.name for r in client.list_regions()},
+        timeout=60,
+        what="the dead client's region to go",
+    )
+    with pytest.raises(AttndError) as e:
+        client.run_prepared(held["call_id"])
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    assert "lease" in str(e.value)
+
+
+def test_prepared_call_many_runs_and_hostile(daemon, client, rng):
+    case = make_case("sparse_mla", rng)
+    # Kept linked so that the test can register the object again under the same name.
+    region = client.create_host_region("so-prep", region_bytes(case) + 4096, unlink_early=False)
+    try:
+        args, outs, views = stage(region, case)
+        ready, done = SignalWord(region), SignalWord(region)
+        call_id = client.prepare_call("sparse_mla", **args)
+        for run in range(1, 7):
+            case = make_case("sparse_mla", rng)  # the same shapes, new data
+            stage(region, case, views)
+            if run % 2:
+                stats = client.run_prepared(call_id)
+                assert not stats.enqueued and stats.impl == "cpu"
+            else:
+                stats = client.run_prepared(
+                    call_id, ready=ready.signal(run), done=done.signal(run), timeout=30
+                )
+                assert stats.enqueued
+                time.sleep(0.05)
+                assert poisoned(case, outs)
+                ready.set(run)
+                done.wait(run, timeout=20)
+            case.check(outs)
+
+        def refused(code, text, fn, *a, **kw):
+            with pytest.raises(AttndError) as e:
+                fn(*a, **kw)
+            assert e.value.code == code, e.value
+            assert text in str(e.value), e.value
+
+        base = ready.offset
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        refused(
+            bad, "aligned", client.run_prepared, call_id, ready=Signal(region.name, base + 4, 1)
+        )
+        refused(bad, "past", client.run_prepared, call_id, done=Signal(region.name, 1 << 40, 1))
+        refused(
+            bad,
+            "past",
+            client.run_prepared,
+            call_id,
+            done=Signal(region.name, region_size(region), 1),
+        )
+        refused(
+            grpc.StatusCode.NOT_FOUND, "nope", client.run_prepared, call_id, Signal("nope", 0, 1)
+        )
+        refused(grpc.StatusCode.NOT_FOUND, "prepared call", client.run_prepared, call_id + 99999)
+        refused(bad, "inline", client.prepare_call, "sparse_mla", **case.arguments())
+        # Another client (an anonymous TCP caller) can neither use the call nor the region.
+        tcp = daemon.client(tcp=True)
+        try:
+            refused(grpc.StatusCode.NOT_FOUND, "prepared call", tcp.run_prepared, call_id)
+            refused(grpc.StatusCode.NOT_FOUND, "prepared call", tcp.release_call, call_id)
+            refused(
+                grpc.StatusCode.NOT_FOUND,
+                "so-prep",
+                tcp.enqueue,
+                "sparse_mla",
+                ready=Signal("so-prep", base, 1),
+                **case.arguments(),
+            )
+        finally:
+            tcp.close()
+        # The call still works for its owner, then goes with its region.
+        client.run_prepared(call_id)
+        client.unregister_region("so-prep")
+        client.register_host_region("so-prep", region.key, region.byte_size)
+        refused(grpc.StatusCode.NOT_FOUND, "unregistered", client.run_prepared, call_id)
+        client.unregister_region("so-prep")
+    finally:
+        region.close(unregister=False)
+    second = None
+    with client.create_host_region("so-prep2", region_bytes(case) + 4096) as region2:
+        args, _, _ = stage(region2, case)
+        second = client.prepare_call("sparse_mla", **args)
+        client.release_call(second)
+        refused(grpc.StatusCode.NOT_FOUND, "ReleaseCall", client.run_prepared, second)
+
+
+def region_size(region):
+    return region.byte_size
