@@ -4,7 +4,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "client/error_details.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -26,7 +28,12 @@ absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
   const std::string msg =
       what.empty() ? s.error_message() : absl::StrCat(what, ": ", s.error_message());
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), msg);
+  absl::Status out(static_cast<absl::StatusCode>(s.error_code()), msg);
+  // The google.rpc.Status details, for ErrorDetailsOf (error_details.h).
+  if (!s.error_details().empty()) {
+    out.SetPayload(kStatusDetailsPayload, absl::Cord(s.error_details()));
+  }
+  return out;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ConnectOptions& options) {

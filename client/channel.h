@@ -38,7 +38,8 @@ struct ConnectOptions {
 // time (the message names the target).
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ConnectOptions& options);
 
-// grpc::Status -> absl::Status with the same code and message ("<what>: <message>").
+// grpc::Status -> absl::Status with the same code and message ("<what>: <message>"), and the
+// google.rpc.Status details trailer as a payload (ErrorDetailsOf in error_details.h reads it).
 absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what = "");
 
 }  // namespace attnd::client

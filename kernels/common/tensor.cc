@@ -1,6 +1,7 @@
 #include "kernels/common/tensor.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/status_details.h"
 
 namespace attnd::kernels {
 
@@ -68,58 +69,61 @@ absl::Status SpanBytes(const Tensor& t, int64_t* bytes) {
 
 absl::Status CheckTensor(const Tensor& t, absl::string_view name, DType dtype,
                          std::initializer_list<int64_t> shape) {
-  if (!t.present()) return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
+  if (!t.present()) return InvalidField(name, absl::StrCat(name, ": missing"));
   if (t.dtype != dtype) {
-    return absl::InvalidArgumentError(
+    return InvalidField(
+        TensorDtypeField(name),
         absl::StrCat(name, ": dtype is ", DTypeName(t.dtype), ", want ", DTypeName(dtype)));
   }
   const int want_rank = static_cast<int>(shape.size());
   if (t.rank != want_rank) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": rank is ", t.rank, ", want ", want_rank));
+    return InvalidField(absl::StrCat(name, ".shape"),
+                        absl::StrCat(name, ": rank is ", t.rank, ", want ", want_rank));
   }
   int i = 0;
   for (int64_t want : shape) {
     if (t.shape[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": dim ", i, " is ", t.shape[i], ", want >= 0"));
+      return InvalidField(TensorDimField(name, i),
+                          absl::StrCat(name, ": dim ", i, " is ", t.shape[i], ", want >= 0"));
     }
     if (want != kAnyDim && t.shape[i] != want) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": dim ", i, " is ", t.shape[i], ", want ", want));
+      return InvalidField(TensorDimField(name, i),
+                          absl::StrCat(name, ": dim ", i, " is ", t.shape[i], ", want ", want));
     }
     ++i;
   }
   if (t.rank > 0 && t.shape[t.rank - 1] > 1 && t.strides[t.rank - 1] != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": stride of dim ", t.rank - 1, " is ",
-                                                   t.strides[t.rank - 1],
-                                                   ", want 1 (last dim contiguous)"));
+    return InvalidField(TensorStrideField(name, t.rank - 1),
+                        absl::StrCat(name, ": stride of dim ", t.rank - 1, " is ",
+                                     t.strides[t.rank - 1], ", want 1 (last dim contiguous)"));
   }
   // Each leading stride must step over the whole extent of the dimensions below it, so rows never
   // alias (outputs written in parallel rely on it).
   int64_t inner_extent = 1;
   for (int d = t.rank - 1; d >= 0; --d) {
     if (t.strides[d] < 0) {
-      return absl::InvalidArgumentError(
+      return InvalidField(
+          TensorStrideField(name, d),
           absl::StrCat(name, ": stride of dim ", d, " is ", t.strides[d], ", want >= 0"));
     }
     if (d < t.rank - 1 && t.shape[d] > 1 && t.strides[d] < inner_extent) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": stride of dim ", d, " is ",
-                                                     t.strides[d], ", want >= ", inner_extent));
+      return InvalidField(TensorStrideField(name, d),
+                          absl::StrCat(name, ": stride of dim ", d, " is ", t.strides[d],
+                                       ", want >= ", inner_extent));
     }
     int64_t extent;
     if (t.shape[d] == 0) break;
     if (MulOverflow(t.shape[d] - 1, t.strides[d], &extent) ||
         AddOverflow(extent, inner_extent, &inner_extent)) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": size overflows int64"));
+      return InvalidField(name, absl::StrCat(name, ": size overflows int64"));
     }
   }
   int64_t bytes;
   if (!SpanBytes(t, &bytes).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": byte size overflows int64"));
+    return InvalidField(name, absl::StrCat(name, ": byte size overflows int64"));
   }
   if (bytes > 0 && t.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": data pointer is null"));
+    return InvalidField(name, absl::StrCat(name, ": data pointer is null"));
   }
   return absl::OkStatus();
 }

@@ -78,7 +78,9 @@ Tensor MakeStridedTensor(void* data, DType dtype, std::initializer_list<int64_t>
 // Checks dtype, rank, each dimension (kAnyDim accepts any >= 0), non-negative strides, a
 // contiguous last dimension, leading strides at least as large as the data below them, that the
 // element span fits in int64, and a non-null pointer when the tensor has elements. Messages name
-// the tensor and the dimension with both values: "q: dim 2 is 575, want 576".
+// the tensor and the dimension with both values: "q: dim 2 is 575, want 576"; the field at fault
+// is also a payload of the status ("q.shape[2]", "q.dtype", "q.strides[1]", "q.shape" for the
+// rank, "q" otherwise; kernels/common/status_details.h BadField).
 absl::Status CheckTensor(const Tensor& t, absl::string_view name, DType dtype,
                          std::initializer_list<int64_t> shape);
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status.h"
+#include "kernels/common/status_details.h"
 #include "kernels/dsa/cpu.h"
 #include "kernels/indexer_logits/indexer_logits.h"
 #include "kernels/sparse_mla/sparse_mla.h"
@@ -41,7 +42,9 @@ absl::Status Rename(absl::Status s,
       break;
     }
   }
-  return absl::Status(s.code(), msg);
+  absl::Status out = WithMessage(s, msg);  // the payloads too: the bad field, renamed
+  for (const auto& [from, to] : names) RenameBadField(&out, from, to);
+  return out;
 }
 
 // Validation stands in for internally allocated scratch with a view that is never read.
@@ -93,9 +96,9 @@ absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckTensor(p.index_k, "index_k", DType::kFp8E4M3, {kAnyDim, kAnyDim}));
   const int64_t t = p.index_q.dim(0), n = p.index_k.dim(0);
   if (n > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("index_k: dim 0 is ", n, ", want <= ", std::numeric_limits<int32_t>::max(),
-                     " (i32 indices)"));
+    return InvalidField(TensorDimField("index_k", 0),
+                        absl::StrCat("index_k: dim 0 is ", n, ", want <= ",
+                                     std::numeric_limits<int32_t>::max(), " (i32 indices)"));
   }
   // Every tensor the steps see in token slices (dim 0 = T): the slices would hide a wrong T.
   ATTND_RETURN_IF_ERROR(CheckTensor(p.index_weights, "index_weights", DType::kF32, {t, kAnyDim}));
@@ -108,7 +111,7 @@ absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {t, kAnyDim, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {t, kAnyDim}));
   if (p.topk < 1 || p.topk > kMaxTopk) {
-    return absl::InvalidArgumentError(absl::StrCat("topk: is ", p.topk, ", want 1..", kMaxTopk));
+    return InvalidField("topk", absl::StrCat("topk: is ", p.topk, ", want 1..", kMaxTopk));
   }
   ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.logits, "logits", DType::kF32, {t, n}));
   ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.indices, "indices", DType::kI32, {t, p.topk}));

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status.h"
+#include "kernels/common/status_details.h"
 #include "kernels/indexer_logits/cpu.h"
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
@@ -15,13 +16,15 @@ namespace attnd::kernels::indexer_logits {
 absl::Status CheckHeadShape(const Tensor& q, int heads_dim) {
   const int64_t h = q.dim(heads_dim), d = q.dim(heads_dim + 1);
   if (h < 1 || h > kMaxHeads) {
-    return absl::InvalidArgumentError(
+    return InvalidField(
+        TensorDimField("q", heads_dim),
         absl::StrCat("q: dim ", heads_dim, " (heads) is ", h, ", want 1..", kMaxHeads));
   }
   if (d < kHeadDimAlign || d > kMaxHeadDim || d % kHeadDimAlign != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("q: dim ", heads_dim + 1, " (head dim) is ", d,
-                                                   ", want a multiple of ", kHeadDimAlign, " in [",
-                                                   kHeadDimAlign, ", ", kMaxHeadDim, "]"));
+    return InvalidField(
+        TensorDimField("q", heads_dim + 1),
+        absl::StrCat("q: dim ", heads_dim + 1, " (head dim) is ", d, ", want a multiple of ",
+                     kHeadDimAlign, " in [", kHeadDimAlign, ", ", kMaxHeadDim, "]"));
   }
   return absl::OkStatus();
 }

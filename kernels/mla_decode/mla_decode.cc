@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/math.h"
 #include "kernels/common/status.h"
+#include "kernels/common/status_details.h"
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 #include "kernels/common/gpu/runtime.h"
@@ -91,17 +92,18 @@ absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}));
   const int64_t batch = p.q.dim(0), s_q = p.q.dim(1), heads = p.q.dim(2), d_qk = p.q.dim(3);
   if (heads < 1 || heads > kMaxHeads) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("q: dim 2 (heads) is ", heads, ", want 1..", kMaxHeads));
+    return InvalidField(TensorDimField("q", 2),
+                        absl::StrCat("q: dim 2 (heads) is ", heads, ", want 1..", kMaxHeads));
   }
   if (d_qk != kDqkRope && d_qk != kDqkNoRope) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("q: dim 3 is ", d_qk, ", want ", kDqkRope, " or ", kDqkNoRope));
+    return InvalidField(TensorDimField("q", 3), absl::StrCat("q: dim 3 is ", d_qk, ", want ",
+                                                             kDqkRope, " or ", kDqkNoRope));
   }
   ATTND_RETURN_IF_ERROR(
       CheckTensor(p.kv_cache, "kv_cache", DType::kBF16, {kAnyDim, kAnyDim, d_qk}));
   if (p.kv_cache.dim(1) < 1) {
-    return absl::InvalidArgumentError(
+    return InvalidField(
+        TensorDimField("kv_cache", 1),
         absl::StrCat("kv_cache: dim 1 (page_size) is ", p.kv_cache.dim(1), ", want >= 1"));
   }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.block_table, "block_table", DType::kI32, {batch, kAnyDim}));

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status.h"
+#include "kernels/common/status_details.h"
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 #include "kernels/common/gpu/runtime.h"
@@ -72,28 +73,31 @@ absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {kAnyDim, kAnyDim, kAnyDim}));
   const int64_t total_q = p.q.dim(0), heads = p.q.dim(1), d_qk = p.q.dim(2);
   if (heads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("q: dim 1 (heads) is ", heads, ", want >= 1"));
+    return InvalidField(TensorDimField("q", 1),
+                        absl::StrCat("q: dim 1 (heads) is ", heads, ", want >= 1"));
   }
   if (d_qk < 1 || d_qk > kMaxHeadDim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("q: dim 2 (d_qk) is ", d_qk, ", want 1..", kMaxHeadDim));
+    return InvalidField(TensorDimField("q", 2),
+                        absl::StrCat("q: dim 2 (d_qk) is ", d_qk, ", want 1..", kMaxHeadDim));
   }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.k, "k", DType::kBF16, {kAnyDim, kAnyDim, d_qk}));
   const int64_t total_k = p.k.dim(0), heads_kv = p.k.dim(1);
   if (heads_kv < 1 || heads % heads_kv != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "k: dim 1 (kv heads) is ", heads_kv, ", want >= 1 and dividing q's ", heads, " heads"));
+    return InvalidField(TensorDimField("k", 1),
+                        absl::StrCat("k: dim 1 (kv heads) is ", heads_kv,
+                                     ", want >= 1 and dividing q's ", heads, " heads"));
   }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.v, "v", DType::kBF16, {total_k, heads_kv, kAnyDim}));
   const int64_t d_v = p.v.dim(2);
   if (d_v < 1 || d_v > kMaxHeadDim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("v: dim 2 (d_v) is ", d_v, ", want 1..", kMaxHeadDim));
+    return InvalidField(TensorDimField("v", 2),
+                        absl::StrCat("v: dim 2 (d_v) is ", d_v, ", want 1..", kMaxHeadDim));
   }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.cu_seqlens_q, "cu_seqlens_q", DType::kI32, {kAnyDim}));
   const int64_t batch_plus_1 = p.cu_seqlens_q.dim(0);
   if (batch_plus_1 < 1) {
-    return absl::InvalidArgumentError(
+    return InvalidField(
+        TensorDimField("cu_seqlens_q", 0),
         absl::StrCat("cu_seqlens_q: dim 0 is ", batch_plus_1, ", want >= 1 (batch + 1)"));
   }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.cu_seqlens_k, "cu_seqlens_k", DType::kI32, {batch_plus_1}));

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status.h"
+#include "kernels/common/status_details.h"
 #include "kernels/common/supports.h"
 #include "kernels/sparse_mla/cpu.h"
 
@@ -48,26 +49,25 @@ WorkCount CountWith(const Params& p, int64_t valid) {
 absl::Status ValidateKv(const Tensor& kv, int64_t d_qk) {
   if (kv.present() && kv.dtype == DType::kU8) {
     if (d_qk != kFp8DimQk) {
-      return absl::InvalidArgumentError(absl::StrCat("kv: the FP8 cache (u8 [S, ", kFp8RowBytes,
-                                                     "]) needs d_qk ", kFp8DimQk, ", q dim 2 is ",
-                                                     d_qk));
+      return InvalidField("kv", absl::StrCat("kv: the FP8 cache (u8 [S, ", kFp8RowBytes,
+                                             "]) needs d_qk ", kFp8DimQk, ", q dim 2 is ", d_qk));
     }
     ATTND_RETURN_IF_ERROR(CheckTensor(kv, "kv", DType::kU8, {kAnyDim, kFp8RowBytes}));
     if (kv.dim(0) > 1 && kv.stride(0) % 4 != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("kv: stride of dim 0 is ", kv.stride(0),
-                       " bytes, want a multiple of 4 (FP8 rows hold f32 scales)"));
+      return InvalidField("kv",
+                          absl::StrCat("kv: stride of dim 0 is ", kv.stride(0),
+                                       " bytes, want a multiple of 4 (FP8 rows hold f32 scales)"));
     }
     if (kv.dim(0) > 0 && !Aligned(kv.data, 4)) {
-      return absl::InvalidArgumentError(
-          "kv: data pointer is not 4-byte aligned (FP8 rows hold f32 scales)");
+      return InvalidField("kv",
+                          "kv: data pointer is not 4-byte aligned (FP8 rows hold f32 scales)");
     }
     return absl::OkStatus();
   }
   if (kv.present() && kv.dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("kv: dtype is ", DTypeName(kv.dtype),
-                                                   ", want bf16 [S, d_qk] or u8 [S, ", kFp8RowBytes,
-                                                   "] (the FP8 cache)"));
+    return InvalidField(
+        "kv", absl::StrCat("kv: dtype is ", DTypeName(kv.dtype), ", want bf16 [S, d_qk] or u8 [S, ",
+                           kFp8RowBytes, "] (the FP8 cache)"));
   }
   return CheckTensor(kv, "kv", DType::kBF16, {kAnyDim, d_qk});
 }
@@ -129,19 +129,20 @@ absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {kAnyDim, kAnyDim, kAnyDim}));
   const int64_t t = p.q.dim(0), h = p.q.dim(1), d_qk = p.q.dim(2);
   if (h < 1 || h > kMaxHeads) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("q: dim 1 is ", h, ", want 1..", kMaxHeads, " (heads)"));
+    return InvalidField(TensorDimField("q", 1),
+                        absl::StrCat("q: dim 1 is ", h, ", want 1..", kMaxHeads, " (heads)"));
   }
   if (d_qk != 512 && d_qk != 576) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("q: dim 2 is ", d_qk, ", want 512 or 576 (d_qk)"));
+    return InvalidField(TensorDimField("q", 2),
+                        absl::StrCat("q: dim 2 is ", d_qk, ", want 512 or 576 (d_qk)"));
   }
   ATTND_RETURN_IF_ERROR(ValidateKv(p.kv, d_qk));
   if (p.is_csr()) {
     ATTND_RETURN_IF_ERROR(CheckTensor(p.indptr, "indptr", DType::kI32, {t + 1}));
     ATTND_RETURN_IF_ERROR(CheckTensor(p.indices, "indices", DType::kI32, {kAnyDim}));
     if (p.topk_length.present()) {
-      return absl::InvalidArgumentError(
+      return InvalidField(
+          "topk_length",
           "topk_length: present with the CSR form (indptr); it belongs to the table form only");
     }
   } else {
@@ -149,8 +150,8 @@ absl::Status Validate(const Params& p) {
     ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.topk_length, "topk_length", DType::kI32, {t}));
   }
   if (!(p.sm_scale > 0.0f) || !std::isfinite(p.sm_scale)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sm_scale: is ", p.sm_scale, ", want finite and > 0"));
+    return InvalidField("sm_scale",
+                        absl::StrCat("sm_scale: is ", p.sm_scale, ", want finite and > 0"));
   }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {t, h, kDimV}));
   ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {t, h}));
@@ -163,18 +164,18 @@ absl::Status CheckSelectionData(const Params& p) {
   const int32_t* ptr = p.indptr.ptr<const int32_t>();
   const int64_t t = p.q.dim(0), nnz = p.indices.dim(0);
   if (ptr[0] != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("indptr: element 0 is ", ptr[0], ", want 0"));
+    return InvalidField("indptr", absl::StrCat("indptr: element 0 is ", ptr[0], ", want 0"));
   }
   for (int64_t i = 0; i < t; ++i) {
     if (ptr[i + 1] < ptr[i]) {
-      return absl::InvalidArgumentError(absl::StrCat("indptr: element ", i + 1, " is ", ptr[i + 1],
-                                                     ", want >= element ", i, " (", ptr[i],
-                                                     "): indptr must be monotone"));
+      return InvalidField("indptr", absl::StrCat("indptr: element ", i + 1, " is ", ptr[i + 1],
+                                                 ", want >= element ", i, " (", ptr[i],
+                                                 "): indptr must be monotone"));
     }
   }
   if (ptr[t] != nnz) {
-    return absl::InvalidArgumentError(absl::StrCat("indptr: element ", t, " is ", ptr[t], ", want ",
-                                                   nnz, " (indices dim 0, nnz)"));
+    return InvalidField("indptr", absl::StrCat("indptr: element ", t, " is ", ptr[t], ", want ",
+                                               nnz, " (indices dim 0, nnz)"));
   }
   return absl::OkStatus();
 }

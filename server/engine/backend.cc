@@ -48,4 +48,27 @@ absl::Status Backend::RunCall(OpCall& call, StepResult* result, const StopToken*
       result, stop);
 }
 
+void Backend::SetDeviceLostCallback(DeviceLostFn on_lost) {
+  absl::MutexLock lock(&lost_mu_);
+  on_lost_ = std::move(on_lost);
+  if (!on_lost_) return;
+  for (const auto& [device, why] : lost_) on_lost_(device, why);
+}
+
+std::vector<std::string> Backend::LostDevices() const {
+  absl::MutexLock lock(&lost_mu_);
+  std::vector<std::string> out;
+  for (const auto& lost : lost_) out.push_back(lost.first);
+  return out;
+}
+
+void Backend::ReportDeviceLost(const std::string& device, absl::string_view why) {
+  absl::MutexLock lock(&lost_mu_);
+  for (const auto& lost : lost_) {
+    if (lost.first == device) return;
+  }
+  lost_.emplace_back(device, std::string(why));
+  if (on_lost_) on_lost_(device, lost_.back().second);
+}
+
 }  // namespace attnd::server::engine

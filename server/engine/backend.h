@@ -13,10 +13,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kernels/common/registry.h"
 #include "server/engine/op_call.h"
@@ -101,6 +104,26 @@ class Backend {
   // (null on the CPU backend). Shared: regions may outlive the backend.
   virtual std::shared_ptr<regions::DeviceRegionOpener> device_opener() const { return nullptr; }
   virtual std::shared_ptr<regions::HostPinner> host_pinner() const { return nullptr; }
+
+  // Device loss (docs/SERVICE.md "Standard services"): a backend reports each device it can no
+  // longer use (GPU: a runtime error after which the device is unusable in the process) once,
+  // through ReportDeviceLost; `on_lost` runs then, on the reporting thread, and at once for each
+  // device lost before it was set. It must not call back into the backend. Setting another (or
+  // nullptr) waits for a report running now. Thread-safe.
+  using DeviceLostFn = std::function<void(const std::string& device, const std::string& why)>;
+  void SetDeviceLostCallback(DeviceLostFn on_lost) ABSL_LOCKS_EXCLUDED(lost_mu_);
+  // The devices reported lost so far (their UUIDs), in the order they were lost. Thread-safe.
+  std::vector<std::string> LostDevices() const ABSL_LOCKS_EXCLUDED(lost_mu_);
+
+ protected:
+  // `device` became unusable because of `why`; later reports of the same device are ignored.
+  void ReportDeviceLost(const std::string& device, absl::string_view why)
+      ABSL_LOCKS_EXCLUDED(lost_mu_);
+
+ private:
+  mutable absl::Mutex lost_mu_;
+  DeviceLostFn on_lost_ ABSL_GUARDED_BY(lost_mu_);
+  std::vector<std::pair<std::string, std::string>> lost_ ABSL_GUARDED_BY(lost_mu_);
 };
 
 // The host-only checks of an op call for a backend without devices: no device-region tensors, no

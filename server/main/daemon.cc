@@ -24,6 +24,7 @@
 #include "server/engine/cpu_backend.h"
 #include "server/engine/gpu_backend_factory.h"
 #include "server/engine/scheduler.h"
+#include "server/grpc/health.h"
 #include "server/grpc/service.h"
 #include "server/main/listeners.h"
 #include "server/metrics/exposer.h"
@@ -120,6 +121,7 @@ absl::Status Daemon::Start() {
     backend_ = std::make_unique<engine::CpuBackend>(pool_.get());
     metrics_->SetPoolBytes("cpu", "used", 0);
     metrics_->SetPoolBytes("cpu", "reserved", 0);
+    metrics_->SetPoolBytes("cpu", "free", 0);
   }
 
   regions::RegionRegistry::Options ropt;
@@ -258,6 +260,8 @@ absl::Status Daemon::StartGrpc() {
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
   server_->GetHealthCheckService()->SetServingStatus(v1::Attention::service_full_name(), true);
+  // A lost device turns both NOT_SERVING for good (removed in Shutdown, before the server goes).
+  grpc_front::WatchDeviceLoss(backend_.get(), server_->GetHealthCheckService(), metrics_.get());
   return absl::OkStatus();
 }
 
@@ -318,6 +322,7 @@ bool Daemon::Shutdown() {
   // kernels poll the calls' stop tokens); then the server stops, cancelling what is still open.
   server_->GetHealthCheckService()->SetServingStatus(false);
   const bool drained = scheduler_->Drain(deadline, kStopGrace);
+  backend_->SetDeviceLostCallback(nullptr);  // it sets the server's health
   const int abandoned = scheduler_->running();
   for (auto& listener : unix_listeners_) listener->Stop();
   if (abandoned == 0) {

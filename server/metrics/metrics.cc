@@ -71,7 +71,7 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
                      .Help("Logical bytes over compute time, per call.")
                      .Register(*registry)),
       achieved_flops_(prometheus::BuildHistogram()
-                          .Name("attnd_achieved_flops")
+                          .Name("attnd_achieved_flops_per_second")
                           .Help("FLOPs over compute time (FLOP/s), per call.")
                           .Register(*registry)),
       copied_bytes_(prometheus::BuildCounter()
@@ -81,10 +81,24 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
                               "regions); count_readback: device index data read back for work "
                               "counts. Device-region tensors copy none.")
                         .Register(*registry)),
-      pool_bytes_(prometheus::BuildGauge()
-                      .Name("attnd_pool_bytes")
-                      .Help("Bytes of the backend's memory pools, by device and state.")
-                      .Register(*registry)),
+      pool_reserved_(prometheus::BuildGauge()
+                         .Name("attnd_pool_reserved_bytes")
+                         .Help("Bytes reserved by the backend's memory pools at start, by pool "
+                               "(a GPU UUID, pinned-staging, cpu).")
+                         .Register(*registry)),
+      pool_used_(prometheus::BuildGauge()
+                     .Name("attnd_pool_used_bytes")
+                     .Help("Bytes of the memory pools' reservations in use by calls, by pool.")
+                     .Register(*registry)),
+      pool_free_(prometheus::BuildGauge()
+                     .Name("attnd_pool_free_bytes")
+                     .Help("Bytes of the memory pools' reservations not in use, by pool.")
+                     .Register(*registry)),
+      device_up_(prometheus::BuildGauge()
+                     .Name("attnd_device_up")
+                     .Help("1 while a device is usable, 0 once it was lost (health then reports "
+                           "NOT_SERVING; restart attnd).")
+                     .Register(*registry)),
       regions_(prometheus::BuildGauge()
                    .Name("attnd_regions")
                    .Help("Mapped regions, by kind (including unregistered ones still in use).")
@@ -235,8 +249,21 @@ void Metrics::RecordStreamOrdered(absl::string_view event) {
 }
 
 void Metrics::SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes) {
-  pool_bytes_.Add({{"device", std::string(device)}, {"state", std::string(state)}})
-      .Set(static_cast<double>(bytes));
+  prometheus::Family<prometheus::Gauge>* family = nullptr;
+  if (state == "reserved") {
+    family = &pool_reserved_;
+  } else if (state == "used") {
+    family = &pool_used_;
+  } else if (state == "free") {
+    family = &pool_free_;
+  } else {
+    return;
+  }
+  family->Add({{"device", std::string(device)}}).Set(static_cast<double>(bytes));
+}
+
+void Metrics::SetDeviceUp(absl::string_view device, bool up) {
+  device_up_.Add({{"device", std::string(device)}}).Set(up ? 1 : 0);
 }
 
 }  // namespace attnd::server::metrics

@@ -63,7 +63,12 @@ class Metrics {
   }
   // kind: "host" or "device".
   void SetRegions(absl::string_view kind, int64_t count, int64_t bytes);
+  // One figure of a memory pool: `state` "reserved", "used" or "free" is the metric
+  // (attnd_pool_<state>_bytes), `device` (a GPU UUID, "pinned-staging", "cpu") its one label, so
+  // that a sum over devices is a total of one kind of bytes. Other states are ignored.
   void SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes);
+  // attnd_device_up{device}: 1 while usable, 0 once lost.
+  void SetDeviceUp(absl::string_view device, bool up);
   // result: "hit", "update" or "capture" (attnd_graph_cache_total).
   void RecordGraph(absl::string_view result);
   // Stream-ordered calls (docs/SERVICE.md "Stream-ordered calls and prepared calls"): event
@@ -94,7 +99,10 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& bandwidth_;
   prometheus::Family<prometheus::Histogram>& achieved_flops_;
   prometheus::Family<prometheus::Counter>& copied_bytes_;
-  prometheus::Family<prometheus::Gauge>& pool_bytes_;
+  prometheus::Family<prometheus::Gauge>& pool_reserved_;
+  prometheus::Family<prometheus::Gauge>& pool_used_;
+  prometheus::Family<prometheus::Gauge>& pool_free_;
+  prometheus::Family<prometheus::Gauge>& device_up_;
   prometheus::Family<prometheus::Gauge>& regions_;
   prometheus::Family<prometheus::Gauge>& region_bytes_;
   prometheus::Family<prometheus::Counter>& graph_cache_;

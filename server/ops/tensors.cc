@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/status_details.h"
 
 namespace attnd::server::ops {
 namespace {
@@ -227,7 +228,7 @@ absl::Status CallTensors::ResolveRegion(absl::string_view name, const v1::Region
   if (registry_ == nullptr) return absl::FailedPreconditionError("no region registry");
   absl::StatusOr<regions::RegionPin> pin = registry_->Acquire(owner_, slice.region());
   if (!pin.ok()) {
-    return absl::Status(pin.status().code(), absl::StrCat(name, ": ", pin.status().message()));
+    return kernels::WithPrefix(pin.status(), absl::StrCat(name, ": "));  // keeps ResourceInfo
   }
   const regions::Region* region = pin->get();
   absl::Status s =

@@ -7,9 +7,25 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/common/status_details.h"
 #include "server/regions/shm_key.h"
 
 namespace attnd::server::regions {
+namespace {
+
+// NOT_FOUND statuses naming what the caller sent (docs/SERVICE.md "Status codes": ResourceInfo).
+absl::Status RegionNotFound(absl::string_view name, absl::string_view message) {
+  absl::Status s = absl::NotFoundError(message);
+  kernels::SetResource(&s, kernels::kRegionResource, name);
+  return s;
+}
+absl::Status LeaseNotOpen(absl::string_view lease) {
+  absl::Status s = absl::NotFoundError(absl::StrCat("lease '", lease, "' is not open"));
+  kernels::SetResource(&s, kernels::kLeaseResource, lease);
+  return s;
+}
+
+}  // namespace
 
 // Live totals per kind, shared by the registry and its regions (a region may outlive the
 // registry's map entry while requests still pin it).
@@ -141,7 +157,7 @@ absl::Status RegionRegistry::CheckInsert(const std::string& owner, const std::st
   if (!lease.empty()) {
     auto it = leases_.find(lease);
     if (it == leases_.end() || it->second != owner) {
-      return absl::NotFoundError(absl::StrCat("lease '", lease, "' is not open"));
+      return LeaseNotOpen(lease);
     }
   }
   auto names = owners_.find(owner);
@@ -305,11 +321,11 @@ absl::Status RegionRegistry::UnregisterAsync(const std::string& owner, const std
     if (!name.empty()) {
       auto it = names != owners_.end() ? names->second.find(name) : Names::iterator();
       if (names == owners_.end() || it == names->second.end()) {
-        return absl::NotFoundError(absl::StrCat("region '", name, "' is not registered"));
+        return RegionNotFound(name, absl::StrCat("region '", name, "' is not registered"));
       }
       if (!lease.empty() && it->second->desc_.lease != lease) {
-        return absl::NotFoundError(
-            absl::StrCat("region '", name, "' is not registered under lease '", lease, "'"));
+        return RegionNotFound(
+            name, absl::StrCat("region '", name, "' is not registered under lease '", lease, "'"));
       }
       removed.push_back(std::move(it->second));
       names->second.erase(it);
@@ -317,7 +333,7 @@ absl::Status RegionRegistry::UnregisterAsync(const std::string& owner, const std
       // A lease only `owner` holds (a closed lease has no regions left: nothing to remove).
       auto l = leases_.find(lease);
       if (!lease.empty() && l != leases_.end() && l->second != owner) {
-        return absl::NotFoundError(absl::StrCat("lease '", lease, "' is not open"));
+        return LeaseNotOpen(lease);
       }
       if (names != owners_.end()) {
         for (auto it = names->second.begin(); it != names->second.end();) {
@@ -394,7 +410,7 @@ absl::StatusOr<RegionPin> RegionRegistry::Acquire(absl::string_view owner,
     auto it = names->second.find(name);
     if (it != names->second.end()) return RegionPin(it->second);
   }
-  return absl::NotFoundError(absl::StrCat("region '", name, "' is not registered"));
+  return RegionNotFound(name, absl::StrCat("region '", name, "' is not registered"));
 }
 
 std::vector<RegionDescription> RegionRegistry::List(absl::string_view owner) const {

@@ -24,9 +24,12 @@ FAMILIES = [
     "attnd_logical_bytes_total",
     "attnd_flops_total",
     "attnd_achieved_bandwidth_bytes_per_second",
-    "attnd_achieved_flops",
+    "attnd_achieved_flops_per_second",
     "attnd_copied_bytes_total",
-    "attnd_pool_bytes",
+    "attnd_pool_reserved_bytes",
+    "attnd_pool_used_bytes",
+    "attnd_pool_free_bytes",
+    "attnd_device_up",
     "attnd_regions",
     "attnd_region_bytes",
     "attnd_graph_cache_total",
@@ -37,7 +40,7 @@ HISTOGRAMS = [
     "attnd_request_duration_seconds",
     "attnd_queue_duration_seconds",
     "attnd_achieved_bandwidth_bytes_per_second",
-    "attnd_achieved_flops",
+    "attnd_achieved_flops_per_second",
 ]
 
 
@@ -162,3 +165,21 @@ def test_metrics_disabled(make_daemon):
     with open(d.ready_file) as f:
         assert "metrics" not in f.read()
     assert d.client().health() == "SERVING"
+
+
+def test_renamed_and_split_families(daemon, client):
+    """FLOP/s is attnd_achieved_flops_per_second; the pools are one family per kind of bytes,
+    labelled by device only (so a sum over devices is a total); attnd_device_up is 1 per device;
+    the old names are gone."""
+    client.info()
+    text = daemon.scrape()
+    assert "attnd_achieved_flops " not in text and "attnd_achieved_flops_bucket" not in text
+    assert "attnd_pool_bytes" not in text
+    m = parse_metrics(text)
+    for kind in ("reserved", "used", "free"):
+        keys = [labels for name, labels in m if name == f"attnd_pool_{kind}_bytes"]
+        assert keys, f"attnd_pool_{kind}_bytes has no sample"
+        assert all({k for k, _ in labels} == {"device"} for labels in keys), keys
+        assert sample(m, f"attnd_pool_{kind}_bytes", device="cpu") == 0
+    device = client.info().devices[0].uuid
+    assert sample(m, "attnd_device_up", device=device) == 1

@@ -122,7 +122,7 @@ TEST_F(GpuDaemonTest, SparseMlaInlineRunsOnTheGpuAndReplaysItsGraph) {
   EXPECT_NE(m.find("attnd_graph_cache_total{result=\"hit\"} 1"), std::string::npos) << m;
   EXPECT_NE(m.find("attnd_graph_cache_total{result=\"capture\"} 1"), std::string::npos);
   EXPECT_NE(m.find("attnd_copied_bytes_total{direction=\"host_to_device\"}"), std::string::npos);
-  EXPECT_NE(m.find("attnd_pool_bytes{device=\"GPU-"), std::string::npos);
+  EXPECT_NE(m.find("attnd_pool_reserved_bytes{device=\"GPU-"), std::string::npos);
   EXPECT_NE(m.find("attnd_build_info{backend=\"" + std::string(engine::GpuBackendName())),
             std::string::npos);
 }

@@ -19,7 +19,7 @@ from ._proto import pb
 from .aio import AsyncClient
 from .client import Client, OpFuture
 from .dtypes import from_bf16, from_fp8_e4m3, to_bf16, to_fp8_e4m3
-from .errors import AttndError
+from .errors import AttndError, ErrorDetails, FieldViolation
 from .ops import OPS, OpResult
 from .regions import HostRegion, ShmObject
 from .session import Session, SessionCall
@@ -29,6 +29,8 @@ __all__ = [
     "AsyncClient",
     "AttndError",
     "Client",
+    "ErrorDetails",
+    "FieldViolation",
     "HostRegion",
     "OPS",
     "OpFuture",

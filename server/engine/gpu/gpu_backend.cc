@@ -157,7 +157,10 @@ absl::Status GpuBackend::Run(absl::string_view /*op*/, const StepFn& step, StepR
   absl::Status s = step(ctx, &result->impl);
   absl::Status synced = GpuStatus(gpu::StreamSynchronize(lease.stream()), "running the step");
   result->compute += absl::Now() - start;
-  if (synced.code() == absl::StatusCode::kUnavailable) device.MarkLost(synced);
+  if (synced.code() == absl::StatusCode::kUnavailable) {
+    device.MarkLost(synced);
+    ReportDeviceLost(device.uuid(), synced.message());
+  }
   if (synced.ok() && stop != nullptr && stop->stopped()) return stop->status("while running");
   return s.ok() ? synced : s;
 }
@@ -173,9 +176,14 @@ absl::Status GpuBackend::RunCall(OpCall& call, StepResult* result, const StopTok
     *result = StepResult();
     s = RunOnCpu(call, result, stop);
   }
-  if (s.code() == absl::StatusCode::kUnavailable) {
+  // UNAVAILABLE from the runtime: the device is lost. (A call stopped by the drain timeout
+  // answers UNAVAILABLE too, without any device error.)
+  const bool drained =
+      stop != nullptr && stop->stopped() && stop->reason() == StopToken::Reason::kShutdown;
+  if (s.code() == absl::StatusCode::kUnavailable && !drained) {
     device.MarkLost(s);
     Log(3, absl::StrCat(device.uuid(), " lost: ", s.message()));
+    ReportDeviceLost(device.uuid(), s.message());
   }
   PublishPools(device);
   return s;
