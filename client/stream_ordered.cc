@@ -1,0 +1,140 @@
+#include "client/stream_ordered.h"
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/channel.h"
+#include "google/protobuf/descriptor.h"
+
+namespace attnd::client {
+namespace {
+
+// The PrepareCallRequest field that holds `Request` (its oneof member of that message type).
+template <class Request>
+Request* PreparedField(v1::PrepareCallRequest* r) {
+  const google::protobuf::Descriptor* d = v1::PrepareCallRequest::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    if (d->field(i)->message_type() == Request::descriptor()) {
+      return static_cast<Request*>(r->GetReflection()->MutableMessage(r, d->field(i)));
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+v1::Signal ToProto(const Signal& s) {
+  v1::Signal out;
+  out.mutable_slice()->set_region(s.region);
+  out.mutable_slice()->set_offset(s.offset);
+  out.set_value(s.value);
+  return out;
+}
+
+template <class Params>
+absl::StatusOr<uint64_t> Enqueue(Client* client, const Params& p,
+                                 const std::optional<Signal>& ready,
+                                 const std::optional<Signal>& done, const CallOptions& options) {
+  using Traits = OpTraits<Params>;
+  if (!ready && !done) {
+    return absl::InvalidArgumentError("Enqueue: a stream-ordered call needs ready and/or done");
+  }
+  typename Traits::Request request;
+  if (absl::Status s = BuildRequest(p, &client->regions(), options.inline_only, &request);
+      !s.ok()) {
+    return s;
+  }
+  if (ready) *request.mutable_ready() = ToProto(*ready);
+  if (done) *request.mutable_done() = ToProto(*done);
+  typename Traits::Response response;
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, options.timeout);
+  if (options.request_id != 0) ctx.AddMetadata("x-request-id", absl::StrCat(options.request_id));
+  grpc::Status s = Traits::Unary(client->stub(), &ctx, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s, Traits::kRpc);
+  return response.stats().request_id();
+}
+
+template <class Params>
+absl::StatusOr<uint64_t> PrepareCall(Client* client, const Params& p, const std::string& lease_id,
+                                     absl::Duration timeout) {
+  using Traits = OpTraits<Params>;
+  v1::PrepareCallRequest request;
+  request.set_lease_id(lease_id);
+  typename Traits::Request* op = PreparedField<typename Traits::Request>(&request);
+  if (op == nullptr) return absl::InternalError("PrepareCall: no field for this op");
+  if (absl::Status s = BuildRequest(p, &client->regions(), /*inline_only=*/false, op); !s.ok()) {
+    return s;
+  }
+  v1::PrepareCallResponse response;
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout);
+  grpc::Status s = client->stub()->PrepareCall(&ctx, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s, "PrepareCall");
+  return response.call_id();
+}
+
+absl::StatusOr<v1::CallStats> RunPrepared(Client* client, uint64_t call_id,
+                                          const std::optional<Signal>& ready,
+                                          const std::optional<Signal>& done,
+                                          absl::Duration timeout) {
+  v1::RunPreparedRequest request;
+  request.set_call_id(call_id);
+  if (ready) *request.mutable_ready() = ToProto(*ready);
+  if (done) *request.mutable_done() = ToProto(*done);
+  v1::RunPreparedResponse response;
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout);
+  grpc::Status s = client->stub()->RunPrepared(&ctx, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s, "RunPrepared");
+  return response.stats();
+}
+
+absl::Status ReleaseCall(Client* client, uint64_t call_id, absl::Duration timeout) {
+  v1::ReleaseCallRequest request;
+  request.set_call_id(call_id);
+  v1::ReleaseCallResponse response;
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout);
+  grpc::Status s = client->stub()->ReleaseCall(&ctx, request, &response);
+  return s.ok() ? absl::OkStatus() : FromGrpcStatus(s, "ReleaseCall");
+}
+
+uint64_t LoadSignal(const uint64_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
+
+void StoreSignal(uint64_t* word, uint64_t v) { __atomic_store_n(word, v, __ATOMIC_RELEASE); }
+
+absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const uint64_t v = LoadSignal(word);
+    if (v & kSignalFailureBit) {
+      return absl::AbortedError(absl::StrCat("the call failed: done = ", v & ~kSignalFailureBit,
+                                             " | failure bit (2^63)"));
+    }
+    if (v >= value) return v;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("signal word is ", v, ", not ", value,
+                                                      " after ", absl::FormatDuration(timeout)));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+#define ATTND_CLIENT_STREAM_ORDERED(ParamsT)                                                       \
+  template absl::StatusOr<uint64_t> Enqueue(Client*, const ParamsT&, const std::optional<Signal>&, \
+                                            const std::optional<Signal>&, const CallOptions&);     \
+  template absl::StatusOr<uint64_t> PrepareCall(Client*, const ParamsT&, const std::string&,       \
+                                                absl::Duration);
+ATTND_CLIENT_STREAM_ORDERED(kernels::indexer_logits::Params)
+ATTND_CLIENT_STREAM_ORDERED(kernels::indexer_logits_paged::Params)
+ATTND_CLIENT_STREAM_ORDERED(kernels::topk::Params)
+ATTND_CLIENT_STREAM_ORDERED(kernels::sparse_mla::Params)
+ATTND_CLIENT_STREAM_ORDERED(kernels::mla_decode::Params)
+ATTND_CLIENT_STREAM_ORDERED(kernels::mla_prefill::Params)
+ATTND_CLIENT_STREAM_ORDERED(kernels::dsa::Params)
+#undef ATTND_CLIENT_STREAM_ORDERED
+
+}  // namespace attnd::client
