@@ -60,6 +60,16 @@ def main(target):
         arguments["logits"] = DlpackOnly(arguments["logits"])
         arguments["lengths"] = DlpackOnly(arguments["lengths"])
         case.check(client.topk(**arguments).outputs)
+        # Error details (docs/SERVICE.md "Status codes"), parsed here by the google.rpc classes
+        # of googleapis-common-protos, a dependency of the package.
+        from attnd_client import errors
+
+        assert errors._GOOGLEAPIS
+        try:
+            client.unregister_region("venv-no-such-region")
+            raise AssertionError("unregistering an unknown region succeeded")
+        except ac.AttndError as e:
+            assert (e.resource_type, e.resource_name) == ("attnd.v1.Region", "venv-no-such-region")
 
     async def aio_calls():
         async with ac.aio.AsyncClient(target) as aclient:
@@ -70,6 +80,14 @@ def main(target):
             )
             for c, r in zip(made, results, strict=True):
                 c.check(r.outputs)
+            bad = cases.make_case("sparse_mla", rng)
+            arguments = bad.arguments()
+            arguments["q"] = arguments["q"][:, :, :575]
+            try:
+                await aclient.call("sparse_mla", **arguments)
+                raise AssertionError("q with d_qk 575 was accepted")
+            except ac.AttndError as e:
+                assert [v.field for v in e.field_violations] == ["q.shape[2]"], e
 
     asyncio.run(aio_calls())
     print("venv client ok")
