@@ -262,6 +262,22 @@ TEST_F(StreamOrderedTest, CancelledSessionFailsItsPendingWaits) {
   EXPECT_TRUE(OutputsPoisoned());
 }
 
+TEST_F(StreamOrderedTest, DrainFailsPendingWaits) {
+  v1::SparseMlaRequest req = RegionRequest();
+  Word(kReady).store(0);
+  Word(kDone).store(0);
+  SetSignal(req.mutable_ready(), "r", kReady, 1);
+  SetSignal(req.mutable_done(), "r", kDone, 2);
+  grpc::ClientContext ctx;
+  v1::SparseMlaResponse reply;
+  ASSERT_TRUE(stub_->SparseMla(&ctx, req, &reply).ok());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(daemon_->Shutdown());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  EXPECT_EQ(Word(kDone).load(), 2u | kFail);
+  EXPECT_TRUE(OutputsPoisoned());
+}
+
 TEST_F(StreamOrderedTest, HostileSignalsAreRefused) {
   struct Case {
     std::string region;
