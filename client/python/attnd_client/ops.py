@@ -68,7 +68,7 @@ OPS = {
             {"logits": F32, "ks": I32, "ke": I32, "lengths": I32, "block_table": I32},
             {"indices": I32, "values": F32},
             ("values",),
-            ("k", "page_size", "rows_per_request"),
+            ("k", "page_size", "rows_per_request", "index_base"),
         ),
         # kv: bf16 [S, d_qk], or a uint8 array [S, 656]: the FP8 cache (sent as u8).
         OpSpec(
@@ -143,6 +143,23 @@ def precision_value(precision: str) -> int:
         return PRECISIONS[precision]
     except KeyError:
         raise ValueError(f"precision {precision!r}; want one of {sorted(PRECISIONS)}") from None
+
+
+# TopK's `index_base` argument (docs/CONTRACTS.md "topk"): "absolute" writes logits columns (the
+# server's default), "row_start" positions from each row's window start (max(ks, 0)).
+INDEX_BASES = {
+    "absolute": pb.TopKRequest.INDEX_BASE_ABSOLUTE,
+    "row_start": pb.TopKRequest.INDEX_BASE_ROW_START,
+}
+
+
+def index_base_value(index_base: str) -> int:
+    """The proto enum value of an index base name ("absolute" or "row_start"; ValueError
+    otherwise)."""
+    try:
+        return INDEX_BASES[index_base]
+    except KeyError:
+        raise ValueError(f"index_base {index_base!r}; want one of {sorted(INDEX_BASES)}") from None
 
 
 def precision_name(value: int) -> str | None:
@@ -225,6 +242,8 @@ def build_request(
         if value is not None:
             if name == "precision":
                 value = precision_value(value)
+            elif name == "index_base":
+                value = index_base_value(value)
             setattr(request, name, value)
     return request, sinks
 
@@ -316,12 +335,15 @@ class OpCalls(Generic[R]):
         block_table: TensorArg | None = None,
         page_size: int | None = None,
         rows_per_request: int | None = None,
+        index_base: str | None = None,
         indices: OutputArg = None,
         values: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
     ) -> R:
-        """Row-wise top-k of logits in each row's window (values=True to get them back)."""
+        """Row-wise top-k of logits in each row's window (values=True to get them back).
+        index_base: "absolute" (None: the default) writes logits columns, "row_start" positions
+        from each row's window start (ks), as a prefill frontend holds them."""
         return self.call("topk", **_arguments(locals()))
 
     def sparse_mla(
