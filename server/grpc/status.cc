@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
 #include "kernels/common/status_details.h"
@@ -13,6 +14,17 @@ namespace {
 template <class Message>
 void Pack(const Message& m, google::rpc::Status* out) {
   out->add_details()->PackFrom(m);  // "type.googleapis.com/google.rpc.<Name>"
+}
+
+// Details must not push the trailers past a client's metadata limit (gRPC's default is 8 KiB,
+// and the message is there already): texts are cut, a name too long to send whole is left out.
+constexpr size_t kMaxDetailText = 512;
+
+std::string Bounded(absl::string_view text) {
+  if (text.size() <= kMaxDetailText) return std::string(text);
+  size_t cut = kMaxDetailText - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // UTF-8
+  return absl::StrCat(text.substr(0, cut), "...");
 }
 
 std::optional<absl::Duration> RetryDelayOf(const absl::Status& s) {
@@ -32,15 +44,16 @@ std::string StatusDetails(const absl::Status& s) {
   if (std::optional<std::string> field = kernels::BadField(s); field.has_value()) {
     google::rpc::BadRequest bad;
     google::rpc::BadRequest::FieldViolation* v = bad.add_field_violations();
-    v->set_field(*field);
-    v->set_description(std::string(s.message()));
+    v->set_field(Bounded(*field));
+    v->set_description(Bounded(s.message()));
     Pack(bad, &out);
   }
-  if (std::optional<kernels::ResourceRef> r = kernels::Resource(s); r.has_value()) {
+  if (std::optional<kernels::ResourceRef> r = kernels::Resource(s);
+      r.has_value() && r->name.size() <= kMaxDetailText) {
     google::rpc::ResourceInfo info;
     info.set_resource_type(r->type);
     info.set_resource_name(r->name);
-    info.set_description(std::string(s.message()));
+    info.set_description(Bounded(s.message()));
     Pack(info, &out);
   }
   if (std::optional<absl::Duration> delay = RetryDelayOf(s); delay.has_value()) {

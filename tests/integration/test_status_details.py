@@ -115,3 +115,15 @@ def test_wire_decoder_matches_the_fields():
     assert d.field_violations == (errors.FieldViolation("kv.shape[1]", "kv: dim 1 is 3, want 576"),)
     assert d.retry_delay == pytest.approx(2.5)
     assert errors.parse_status_details(b"\xff\xff") == errors.ErrorDetails()
+
+
+def test_a_long_name_still_answers_not_found(client):
+    """The details stay small: a 4000-byte region name is NOT_FOUND as before, without a
+    ResourceInfo (sending the name again would take the trailers past gRPC's 8 KiB metadata
+    limit and turn the answer into a client-side RESOURCE_EXHAUSTED)."""
+    name = "n" * 4000
+    with pytest.raises(ac.AttndError) as info:
+        client.unregister_region(name)
+    assert info.value.code == grpc.StatusCode.NOT_FOUND
+    assert name in info.value.details
+    assert info.value.resource_name == ""

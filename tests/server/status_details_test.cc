@@ -150,6 +150,33 @@ TEST(StatusDetailsTest, UnavailableRetriesLaterAndPlainErrorsHaveNoTrailer) {
   EXPECT_TRUE(client::ErrorDetailsOf(ToGrpcStatus(absl::InternalError("boom"))).empty());
 }
 
+TEST(StatusDetailsTest, LongTextsAreCutAndLongNamesLeftOut) {
+  // A caller's long region name must not push the trailers past the client's metadata limit.
+  const std::string long_name(3000, 'x');
+  absl::Status s = absl::NotFoundError(absl::StrCat("region '", long_name, "' is not registered"));
+  kernels::SetResource(&s, kernels::kRegionResource, long_name);
+  grpc::Status g = ToGrpcStatus(s);
+  EXPECT_EQ(g.error_message(), std::string(s.message()));  // the message itself is unchanged
+  EXPECT_TRUE(g.error_details().empty());                  // no ResourceInfo, nothing else
+  const std::string name(500, 'y');                        // fits: sent whole, the description cut
+  s = absl::NotFoundError(absl::StrCat("region '", name, "' is not registered"));
+  kernels::SetResource(&s, kernels::kRegionResource, name);
+  const auto info = Unpacked<google::rpc::ResourceInfo>(Details(ToGrpcStatus(s)));
+  ASSERT_EQ(info.size(), 1u);
+  EXPECT_EQ(info[0].resource_name(), name);
+  EXPECT_LE(info[0].description().size(), 512u);
+  EXPECT_EQ(info[0].description().substr(info[0].description().size() - 3), "...");
+  // A cut never splits a UTF-8 sequence.
+  std::string text = "q: x";                     // 4 bytes: the cut at 509 falls inside a sequence
+  while (text.size() < 600) text += "\xc3\xa9";  // é
+  const auto bad =
+      Unpacked<google::rpc::BadRequest>(Details(ToGrpcStatus(kernels::InvalidField("q", text))));
+  ASSERT_EQ(bad.size(), 1u);
+  const std::string d = bad[0].field_violations(0).description();
+  ASSERT_GE(d.size(), 4u);
+  EXPECT_NE(static_cast<unsigned char>(d[d.size() - 4]) & 0xC0, 0xC0u);  // not a lead byte
+}
+
 // ---- end to end through an in-process daemon and the C++ client ----
 
 TEST_F(DaemonTest, BadTensorIsBadRequestNamingTheField) {
