@@ -306,15 +306,25 @@ bool StreamOrderedRunner::HeadStartableLocked(Queue& q) {
 }
 
 void StreamOrderedRunner::Pump(const std::shared_ptr<Queue>& queue) {
+  // A call that fails inside Start (the drain refused it) completes on this thread and pumps
+  // again: past one level the waiter starts the next call instead, so a long queue failing in a
+  // row cannot grow the stack.
+  thread_local int depth = 0;
   Entry* start = nullptr;
   {
     absl::MutexLock lock(&mu_);
     if (stop_ || !HeadStartableLocked(*queue)) return;
+    if (depth > 0) {
+      wake_.Signal();
+      return;
+    }
     start = queue->entries_.front().get();
     start->running = true;
     ++running_;
   }
+  ++depth;
   Start(queue, start);
+  --depth;
 }
 
 void StreamOrderedRunner::Start(std::shared_ptr<Queue> queue, Entry* entry) {
