@@ -1,6 +1,7 @@
 // Cross-check cases for the paged indexer logits: small random calls with vLLM's cache layout
-// (keys then scales per block, padded rows), shuffled and invalid page ids, next_n 1 and 2,
-// short / negative contexts and contexts past the table, with attnd's fp64 reference;
+// (keys then scales per block, padded rows), shuffled and invalid page ids, next_n 1, 2 and 4,
+// short / negative contexts and contexts past the table, per-token context_lens [B, next_n] in
+// any order, with attnd's fp64 reference;
 // tests/numpy/ops/indexer_logits_paged.py recomputes them from the raw cache bytes.
 // Refs as indexer_ref_logits.h writes them.
 #include <algorithm>
@@ -29,6 +30,7 @@ struct CaseSpec {
   const char* name;
   int64_t batch, next_n, heads, dim, block_size, max_blocks, num_blocks, cols;
   std::vector<int64_t> contexts;
+  std::vector<int64_t> token_lens = {};  // non-empty: context_lens [B, next_n], row-major
 };
 
 void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
@@ -36,7 +38,8 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
   HostTensor q = HostTensor::Dense(DType::kFp8E4M3, {c.batch, c.next_n, c.heads, c.dim});
   HostTensor kv = HostTensor::RowStrided(DType::kU8, {c.num_blocks, block_bytes}, block_bytes + 8);
   HostTensor table = HostTensor::Dense(DType::kI32, {c.batch, c.max_blocks});
-  HostTensor lens = HostTensor::Dense(DType::kI32, {c.batch});
+  HostTensor lens = c.token_lens.empty() ? HostTensor::Dense(DType::kI32, {c.batch})
+                                         : HostTensor::Dense(DType::kI32, {c.batch, c.next_n});
   HostTensor weights = HostTensor::Dense(DType::kF32, {rows, c.heads});
   HostTensor logits = HostTensor::Dense(DType::kF32, {rows, c.cols});
   FillNormal(q, rng, 1.0);
@@ -60,8 +63,10 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
     if (i % 7 == 3) t[i] = -1;                                   // masked
     if (i % 11 == 5) t[i] = static_cast<int32_t>(c.num_blocks);  // masked: one past the pool
   }
-  for (int64_t b = 0; b < c.batch; ++b)
+  for (size_t b = 0; b < c.contexts.size(); ++b)
     lens.data<int32_t>()[b] = static_cast<int32_t>(c.contexts[b]);
+  for (size_t i = 0; i < c.token_lens.size(); ++i)
+    lens.data<int32_t>()[i] = static_cast<int32_t>(c.token_lens[i]);
 
   ilp::Params p;
   p.q = q.tensor();
@@ -87,11 +92,16 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
 
 void DumpIndexerLogitsPaged(const std::string& dir) {
   std::mt19937_64 rng = MakeRng();
+  // [3, 4] per-token lengths (capacity 80): any order, 0, negative, at and past the capacity.
+  const std::vector<int64_t> kTokenLens = {80, 3, 0, 79, 1, -2, 81, 64, 40, 41, 7, 80};
   const CaseSpec cases[] = {
       {"next_n1_block16", 3, 1, 8, 32, 16, 6, 20, 96, {96, 17, 50}},
       {"next_n2_short_contexts", 4, 2, 4, 16, 8, 5, 12, 40, {1, 0, -3, 40}},
       {"past_table_block5", 2, 2, 16, 48, 5, 7, 9, 60, {60, 33}},
       {"model_h64_d128_block64", 2, 1, 64, 128, 64, 3, 6, 192, {192, 65}},
+      // Per-token lengths [B, next_n].
+      {"per_token_next_n4_block16", 3, 4, 8, 32, 16, 5, 16, 96, {}, kTokenLens},
+      {"per_token_model_next_n2", 2, 2, 64, 128, 64, 3, 6, 192, {}, {192, 100, 0, 65}},
   };
   for (const CaseSpec& c : cases) DumpCase(dir, c, rng);
 }

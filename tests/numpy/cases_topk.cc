@@ -1,6 +1,7 @@
 // Cross-check cases for top-k: small random calls in both window forms (ties, NaN, -inf, empty
 // and past-the-end windows, rows shorter than k) and with the KV-slot mapping (invalid page ids,
-// two rows per request), with attnd's fp64 reference; tests/numpy/ops/topk.py recomputes them.
+// two rows per request), both index bases, with attnd's fp64 reference; tests/numpy/ops/topk.py
+// recomputes them.
 // The reference orders each row by value descending, ties by column ascending, so the NumPy
 // side can compare exactly.
 #include <algorithm>
@@ -30,6 +31,7 @@ struct CaseSpec {
   bool integers;  // small integer logits: heavy ties
   int64_t page;   // > 0: a block table with this page size
   int64_t rows_per_request;
+  bool row_start = false;  // IndexBase::kRowStart: positions from each window start
 };
 
 void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
@@ -93,6 +95,7 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
     p.page_size = c.page;
     p.rows_per_request = c.rows_per_request;
   }
+  if (c.row_start) p.index_base = topk::IndexBase::kRowStart;
   HostTensor indices = HostTensor::Dense(DType::kI32, {c.m, c.k});
   p.indices = indices.tensor();
   if (!topk::Validate(p).ok()) return;  // a bad spec above: no case rather than a wrong one
@@ -107,7 +110,7 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
       const size_t at = static_cast<size_t>(r * c.k) + j;
       ref_cols[at] = static_cast<double>(row.cols[j]);
       ref_values[at] = row.values[j];
-      ref_slots[at] = static_cast<double>(topk::ReferenceSlot(p, r, row.cols[j]));
+      ref_slots[at] = static_cast<double>(topk::ReferenceSlot(p, r, row.cols[j]));  // p's base
     }
   }
   CaseWriter w(dir, std::string("topk_") + c.name, "topk");
@@ -119,6 +122,10 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
     w.AddTensor("ke", p.ke);
   }
   w.AddScalar("k", static_cast<double>(c.k));
+  if (c.row_start) {
+    w.AddScalar("row_start", 1.0);
+    w.AddReference("written", ref_slots, {c.m, c.k});  // positions, or the slots they map to
+  }
   if (c.page > 0) {
     w.AddTensor("block_table", p.block_table);
     w.AddScalar("page_size", static_cast<double>(c.page));
@@ -139,6 +146,8 @@ void DumpTopK(const std::string& dir) {
       {"lengths_ties_k1", 7, 90, 1, true, true, 0, 1},
       {"slots_page16_two_rows_per_request", 6, 500, 32, true, false, 16, 2},
       {"slots_page7_ties", 4, 260, 50, false, true, 7, 1},
+      {"ks_ke_row_start", 6, 700, 64, false, false, 0, 1, true},
+      {"slots_page16_row_start", 6, 900, 48, false, false, 16, 3, true},
   };
   for (const CaseSpec& c : cases) DumpCase(dir, c, rng);
 }

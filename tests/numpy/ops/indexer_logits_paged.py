@@ -1,8 +1,9 @@
 """Paged indexer logits recomputed with NumPy from the raw cache bytes (vLLM's layout: per block,
 block_size keys of D fp8 bytes, then block_size f32 scales), against attnd's fp64 reference.
 Row b*next_n + j sees positions [0, L), L = clamp(ctx[b] - next_n + j + 1, 0,
-min(N, max_blocks * block_size)); a position whose page id is outside [0, num_blocks) and every
-column past L is -inf."""
+min(N, max_blocks * block_size)), or with per-token context_lens [B, next_n]
+L = clamp(ctx[b, j], ...); a position whose page id is outside [0, num_blocks) and every column
+past L is -inf."""
 
 import numpy as np
 
@@ -23,7 +24,8 @@ def check(inputs, scalars, refs):
     for b in range(batch):
         for j in range(next_n):
             row = b * next_n + j
-            visible = int(np.clip(ctx[b] - next_n + j + 1, 0, min(n, max_blocks * bs)))
+            length = ctx[b, j] if ctx.ndim == 2 else ctx[b] - next_n + j + 1
+            visible = int(np.clip(length, 0, min(n, max_blocks * bs)))
             for pos in range(visible):
                 page, slot = table[b, pos // bs], pos % bs
                 if page < 0 or page >= num_blocks:

@@ -3,7 +3,9 @@ reference: per row, the window [max(ks, 0), min(ke, N)) (or [0, lengths)), NaN a
 chosen, the k largest by value descending with ties by ascending column (the reference's
 documented order), -1 / -inf padding; with a block table each column n maps to
 block_table[r // rows_per_request, n // page] * page + n % page, or -1 for a page past the table,
-a negative entry, or a slot past INT32_MAX."""
+a negative entry, or a slot past INT32_MAX. With row_start (index base ROW_START) a chosen column
+n is written as n - max(ks, 0), its position in the window, and that position is what the block
+table maps."""
 
 import numpy as np
 
@@ -37,6 +39,8 @@ def check(inputs, scalars, refs):
     cols = np.full((m, k), -1.0)
     values = np.full((m, k), -np.inf)
     slots = np.full((m, k), -1.0)
+    written = np.full((m, k), -1.0)
+    row_start = scalars.get("row_start", 0) == 1
     for r in range(m):
         lo, hi = _window(inputs, r, n)
         cand = np.arange(lo, hi) if hi > lo else np.arange(0)
@@ -46,9 +50,17 @@ def check(inputs, scalars, refs):
         order = np.lexsort((cand, -v))[:k]  # value descending, then column ascending
         cols[r, : order.size] = cand[order]
         values[r, : order.size] = v[order]
+        origin = lo if row_start else 0
         if "block_table" in inputs:
-            slots[r, : order.size] = [_slot(inputs, scalars, r, int(c)) for c in cand[order]]
+            slots[r, : order.size] = [
+                _slot(inputs, scalars, r, int(c) - origin) for c in cand[order]
+            ]
+            written[r, : order.size] = slots[r, : order.size]
+        else:
+            written[r, : order.size] = cand[order] - origin
     assert np.array_equal(cols, refs["cols"]), "cols differ from the reference"
+    if row_start:
+        assert np.array_equal(written, refs["written"]), "row-start output differs"
     common.assert_close("values", values, refs["values"], rtol=0, atol=0)
     if "block_table" in inputs:
         assert np.array_equal(slots, refs["slots"]), "slots differ from the reference"
