@@ -5,10 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "client/attnctl/commands.h"
 #include "client/attnctl/json.h"
 #include "client/attnctl/report.h"
 #include "client/client.h"
+#include "client/error_details.h"
 
 namespace attnd::attnctl {
 
@@ -19,13 +21,40 @@ int ServiceExit(const absl::Status& s) {
 }
 
 int Fail(const CtlOptions& o, const absl::Status& s, int exit_code) {
+  // The daemon's google.rpc details, when it sent any (docs/SERVICE.md "Error details").
+  const client::ErrorDetails d = client::ErrorDetailsOf(s);
   if (o.json) {
     JsonObject j;
     j.Add("error", std::string(s.message())).Add("code", absl::StatusCodeToString(s.code()));
+    if (!d.field_violations.empty()) {
+      std::vector<std::string> violations;
+      for (const auto& v : d.field_violations) {
+        violations.push_back(
+            JsonObject().Add("field", v.field).Add("description", v.description).str());
+      }
+      j.AddRaw("field_violations", absl::StrCat("[", absl::StrJoin(violations, ","), "]"));
+    }
+    if (!d.resource_name.empty()) {
+      j.Add("resource_type", d.resource_type).Add("resource_name", d.resource_name);
+    }
+    if (d.retry_delay.has_value()) {
+      j.Add("retry_delay_seconds", absl::ToDoubleSeconds(*d.retry_delay));
+    }
     std::printf("%s\n", j.str().c_str());
   } else {
     std::fprintf(stderr, "attnctl: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
                  std::string(s.message()).c_str());
+    for (const auto& v : d.field_violations) {
+      std::fprintf(stderr, "attnctl:   field %s\n", v.field.c_str());
+    }
+    if (!d.resource_name.empty()) {
+      std::fprintf(stderr, "attnctl:   resource %s '%s'\n", d.resource_type.c_str(),
+                   d.resource_name.c_str());
+    }
+    if (d.retry_delay.has_value()) {
+      std::fprintf(stderr, "attnctl:   retry after %s\n",
+                   absl::FormatDuration(*d.retry_delay).c_str());
+    }
   }
   return exit_code;
 }
