@@ -144,6 +144,7 @@ absl::StatusOr<CallResult> Client::Call(const Params& p, const CallOptions& opti
   if (absl::Status s = BuildRequest(p, &regions_, options.inline_only, &request); !s.ok()) {
     return s;
   }
+  SetSignals(options, &request);
   typename Traits::Response response;
   grpc::ClientContext ctx;
   SetTimeout(&ctx, options.timeout);

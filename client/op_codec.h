@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -25,11 +26,39 @@
 
 namespace attnd::client {
 
+// A signal word of a stream-ordered call (client/stream_ordered.h): the u64 at `offset` bytes
+// into registered region `region`, and this call's value.
+struct Signal {
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t value = 0;
+};
+
 struct CallOptions {
   absl::Duration timeout = absl::InfiniteDuration();  // per call (the RPC or Session deadline)
   bool inline_only = false;  // send every tensor inline even when it lies in a region
   uint64_t request_id = 0;   // unary: sent as x-request-id metadata (the server's log id)
+  // Either or both: a stream-ordered call (docs/SERVICE.md "Stream-ordered calls and prepared
+  // calls"). The reply means "enqueued" (CallResult::stats.enqueued(), outputs not yet written):
+  // the daemon runs the op once `ready` is reached and then stores `done`. Outputs must lie in
+  // regions.
+  std::optional<Signal> ready;
+  std::optional<Signal> done;
 };
+
+// Sets the request's ready/done fields from `options`.
+template <class Request>
+void SetSignals(const CallOptions& options, Request* request) {
+  for (auto [signal, field] : {std::pair{&options.ready, request->mutable_ready()},
+                               std::pair{&options.done, request->mutable_done()}}) {
+    if (!signal->has_value()) continue;
+    field->mutable_slice()->set_region((*signal)->region);
+    field->mutable_slice()->set_offset((*signal)->offset);
+    field->set_value((*signal)->value);
+  }
+  if (!options.ready) request->clear_ready();
+  if (!options.done) request->clear_done();
+}
 
 struct CallResult {
   v1::CallStats stats;            // the server's figures (queue, compute, bytes, FLOPs, ...)
@@ -66,6 +95,7 @@ template <class Params>
 absl::Status ApplyReply(const Params& p, const typename OpTraits<Params>::Response& response,
                         CallResult* result) {
   result->stats = response.stats();
+  if (response.stats().enqueued()) return absl::OkStatus();  // stream-ordered: nothing written yet
   absl::Status st;
   p.ForEachTensor([&](const char* name, const kernels::Tensor& t, kernels::Role role) {
     if (st.ok() && role == kernels::Role::kOutput) {

@@ -204,6 +204,7 @@ absl::StatusOr<Session::Pending> Session::Start(const Params& p, const CallOptio
       !s.ok()) {
     return s;
   }
+  SetSignals(options, Traits::InSession(&request));
   uint64_t id;
   {
     absl::MutexLock lock(&mu_);

@@ -28,12 +28,9 @@ namespace attnd::client {
 // Set in a `done` word when its call failed or never ran: done == value | kSignalFailureBit.
 inline constexpr uint64_t kSignalFailureBit = 1ull << 63;
 
-// The u64 word at `offset` bytes into registered region `region`, and the value of one call.
-struct Signal {
-  std::string region;
-  uint64_t offset = 0;
-  uint64_t value = 0;
-};
+// Signal is in op_codec.h: CallOptions::ready / done make any Client or Session call
+// stream-ordered (Client::SparseMla(p, {.ready = ..., .done = ...})); Enqueue below is the same
+// for the unary RPC, answering the daemon's request id.
 v1::Signal ToProto(const Signal& s);
 
 // Queues a stream-ordered op call (at least one signal; outputs placed in regions, op_codec.h);

@@ -7,6 +7,7 @@
 
 #include "client/client.h"
 #include "client/host_region.h"
+#include "client/session.h"
 #include "client/stream_ordered.h"
 #include "tests/server/daemon_fixture.h"
 
@@ -14,6 +15,12 @@ namespace attnd::server::testing {
 namespace {
 
 using client::Signal;
+
+client::CallOptions Timeout(absl::Duration d) {
+  client::CallOptions o;
+  o.timeout = d;
+  return o;
+}
 
 class StreamOrderedClientTest : public DaemonTest {
  protected:
@@ -85,7 +92,7 @@ TEST_F(StreamOrderedClientTest, EnqueuedCallWaitsForReady) {
   Poison();
   absl::StatusOr<uint64_t> id =
       client::Enqueue(client_.get(), p_, Signal{"cpp-so", WordOffset(0), 4},
-                      Signal{"cpp-so", WordOffset(1), 4}, {.timeout = absl::Seconds(20)});
+                      Signal{"cpp-so", WordOffset(1), 4}, Timeout(absl::Seconds(20)));
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_NE(*id, 0u);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -98,6 +105,30 @@ TEST_F(StreamOrderedClientTest, EnqueuedCallWaitsForReady) {
   // Neither signal: refused before anything is sent.
   EXPECT_EQ(client::Enqueue(client_.get(), p_, std::nullopt, std::nullopt).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StreamOrderedClientTest, CallOptionsSignalsOnClientAndSession) {
+  // Through the typed calls: CallOptions::ready / done, unary and on a Session.
+  absl::StatusOr<std::unique_ptr<client::Session>> session =
+      client::Session::Open(client_.get(), {});
+  ASSERT_TRUE(session.ok()) << session.status();
+  for (uint64_t round = 1; round <= 2; ++round) {
+    Poison();
+    client::StoreSignal(words_ + 1, 0);
+    client::CallOptions o;
+    o.ready = Signal{"cpp-so", WordOffset(0), round};
+    o.done = Signal{"cpp-so", WordOffset(1), round};
+    absl::StatusOr<client::CallResult> r =
+        round == 1 ? client_->SparseMla(p_, o) : (*session)->Call(p_, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->stats.enqueued());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(Poisoned());
+    client::StoreSignal(words_, round);
+    ASSERT_TRUE(client::WaitSignal(words_ + 1, round, absl::Seconds(10)).ok());
+    EXPECT_TRUE(Matches()) << "round " << round;
+  }
+  EXPECT_TRUE((*session)->Close().ok());
 }
 
 TEST_F(StreamOrderedClientTest, PreparedCallRunsAndReleases) {
@@ -134,7 +165,7 @@ TEST_F(StreamOrderedClientTest, WaitSignalReportsTheFailureBit) {
   Poison();
   absl::StatusOr<uint64_t> id =
       client::Enqueue(client_.get(), p_, Signal{"cpp-so", WordOffset(0), 1},
-                      Signal{"cpp-so", WordOffset(1), 1}, {.timeout = absl::Milliseconds(300)});
+                      Signal{"cpp-so", WordOffset(1), 1}, Timeout(absl::Milliseconds(300)));
   ASSERT_TRUE(id.ok()) << id.status();
   absl::StatusOr<uint64_t> done = client::WaitSignal(words_ + 1, 1, absl::Seconds(10));
   EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();
