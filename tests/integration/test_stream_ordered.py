@@ -284,3 +284,32 @@ def test_prepared_call_many_runs_and_hostile(daemon, client, rng):
 
 def region_size(region):
     return region.byte_size
+
+
+def test_session_prepared_calls(client, rng):
+    case = make_case("sparse_mla", rng)
+    with client.session("so-prep-session") as s:
+        region = s.create_host_region("so-sprep", region_bytes(case) + 4096)
+        args, outs, views = stage(region, case)
+        ready, done = SignalWord(region), SignalWord(region)
+        call_id = s.prepare_call("sparse_mla", **args)
+        for run in range(1, 5):
+            case = make_case("sparse_mla", rng)
+            stage(region, case, views)
+            if run % 2:
+                stats = s.run_prepared(call_id).result(30)
+                assert not stats.enqueued and stats.impl == "cpu"
+            else:
+                stats = s.run_prepared(
+                    call_id, ready=ready.signal(run), done=done.signal(run), timeout=30
+                ).result(30)
+                assert stats.enqueued
+                time.sleep(0.05)
+                assert poisoned(case, outs)
+                ready.set(run)
+                done.wait(run, timeout=20)
+            case.check(outs)
+        s.release_call(call_id)
+        with pytest.raises(AttndError) as e:
+            s.run_prepared(call_id).result(30)
+        assert e.value.code == grpc.StatusCode.NOT_FOUND
