@@ -92,7 +92,15 @@ def indexer_logits(rng, m=24, heads=32, dim=128, n=300):
 
 
 def indexer_logits_paged(
-    rng, batch=3, next_n=2, heads=32, dim=128, block_size=64, max_blocks=5, num_blocks=17
+    rng,
+    batch=3,
+    next_n=2,
+    heads=32,
+    dim=128,
+    block_size=64,
+    max_blocks=5,
+    num_blocks=17,
+    per_token=False,
 ):
     q = _fp8(rng, (batch, next_n, heads, dim))
     kv_cache = np.empty((num_blocks, block_size * (dim + 4)), dtype=np.uint8)
@@ -104,6 +112,14 @@ def indexer_logits_paged(
     block_table[1, 1] = -1  # masked block
     block_table[2, 0] = num_blocks + 3
     context_lens = _i32([130, 1, max_blocks * block_size])
+    if per_token:  # [B, next_n] as DeepGEMM takes them: varlen, any order, 0, past the table
+        context_lens = _i32(
+            [
+                [130, 129, 0, 131][:next_n],
+                [1, 0, 1, 1][:next_n],
+                [max_blocks * block_size + 9] * next_n,
+            ]
+        )
     weights = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
     inputs = {
         "q": q,
@@ -134,7 +150,7 @@ def indexer_logits_paged(
     )
 
 
-def topk(rng, m=16, n=1000, k=64, fused=False):
+def topk(rng, m=16, n=1000, k=64, fused=False, row_start=False):
     logits = rng.standard_normal((m, n)).astype(np.float32)
     logits[0, 5:40] = -np.inf
     logits[1, 7] = np.nan
@@ -143,6 +159,19 @@ def topk(rng, m=16, n=1000, k=64, fused=False):
     inputs = {"logits": logits, "lengths": _i32(lengths)}
     in_dtypes = {"logits": "f32", "lengths": "i32"}
     scalars = {"k": k}
+    ks = ke = None
+    if row_start:  # a prefill chunk: 4 requests' keys gathered in turn, causal rows of each
+        starts, ks, ke = [0, 100, 350, 700], [], []
+        ends = starts[1:] + [n]
+        for row in range(m):
+            req = row % 4
+            ks.append(starts[req])
+            ke.append(starts[req] + (ends[req] - starts[req]) * (row // 4 + 1) // (m // 4))
+        ks, ke = _i32(ks), _i32(ke)
+        lengths = None
+        inputs = {"logits": logits, "ks": ks, "ke": ke}
+        in_dtypes = {"logits": "f32", "ks": "i32", "ke": "i32"}
+        scalars["index_base"] = "row_start"
     page, table = 0, None
     if fused:
         page = 64
@@ -152,7 +181,16 @@ def topk(rng, m=16, n=1000, k=64, fused=False):
         scalars["page_size"] = page
 
     def check(out):
-        want_idx, want_val = ref.topk(logits, k, lengths=lengths, block_table=table, page_size=page)
+        want_idx, want_val = ref.topk(
+            logits,
+            k,
+            ks=ks,
+            ke=ke,
+            lengths=lengths,
+            block_table=table,
+            page_size=page,
+            row_start=row_start,
+        )
         np.testing.assert_array_equal(out["indices"], want_idx, err_msg="indices")
         np.testing.assert_array_equal(out["values"], want_val, err_msg="values")
 

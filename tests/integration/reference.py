@@ -63,9 +63,13 @@ def indexer_logits_paged(
     for b in range(batch):
         for j in range(next_n):
             row = b * next_n + j
-            visible = int(
-                np.clip(int(context_lens[b]) - next_n + j + 1, 0, min(n, max_blocks * block_size))
+            # context_lens [B] (token j sees L - next_n + j + 1) or per token [B, next_n]
+            length = (
+                int(context_lens[b, j])
+                if context_lens.ndim == 2
+                else int(context_lens[b]) - next_n + j + 1
             )
+            visible = int(np.clip(length, 0, min(n, max_blocks * block_size)))
             for pos in range(visible):
                 block = int(block_table[b, pos // block_size])
                 if block < 0 or block >= kv_cache.shape[0]:
@@ -78,11 +82,20 @@ def indexer_logits_paged(
 
 
 def topk(
-    logits, k, ks=None, ke=None, lengths=None, block_table=None, page_size=0, rows_per_request=1
+    logits,
+    k,
+    ks=None,
+    ke=None,
+    lengths=None,
+    block_table=None,
+    page_size=0,
+    rows_per_request=1,
+    row_start=False,
 ):
     """(indices [M,k] i32, values [M,k] f32): the k largest finite-or-+inf candidates of each
     row's window (NaN and -inf never chosen), ties to the lowest column, ascending columns, -1
-    padded; with block_table the columns are mapped to KV slots."""
+    padded; with row_start each column n becomes n - max(ks, 0) (its position in the window);
+    with block_table those columns / positions are mapped to KV slots."""
     m_rows, n = logits.shape
     indices = np.full((m_rows, k), -1, dtype=np.int64)
     values = np.full((m_rows, k), -np.inf, dtype=np.float32)
@@ -95,6 +108,8 @@ def topk(
         order = np.lexsort((cols, -row.astype(np.float64)))[:k]
         chosen = np.sort(cols[order])
         values[m, : chosen.size] = logits[m, chosen]
+        if row_start:
+            chosen = chosen - lo
         if block_table is not None:
             mapped = []
             for c in chosen:
