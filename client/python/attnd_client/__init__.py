@@ -2,7 +2,8 @@
 gRPC). NumPy arrays in and out (bf16 as uint16, fp8 e4m3fn as uint8: see dtypes), zero-copy host
 regions (POSIX shm), sessions (a lease and pipelined calls), health, info, torch tensors when
 torch is importable (CUDA tensors become device regions), DLPack tensors, ml_dtypes arrays when
-ml_dtypes is installed, and an asyncio client (aio.AsyncClient).
+ml_dtypes is installed, an asyncio client (aio.AsyncClient), and stream-ordered and prepared
+calls (stream_ordered: Signal, SignalWord; Client.enqueue / prepare_call / run_prepared).
 
     import attnd_client as ac
     with ac.Client("unix:/tmp/attnd.sock") as client:
@@ -23,13 +24,16 @@ from .errors import AttndError, ErrorDetails, FieldViolation
 from .ops import OPS, OpResult
 from .regions import HostRegion, ShmObject
 from .session import Session, SessionCall
+from .stream_ordered import FAILURE_BIT, CallFailure, Signal, SignalWord
 from .tensors import Placement, RegionRef, Typed, typed
 
 __all__ = [
     "AsyncClient",
     "AttndError",
+    "CallFailure",
     "Client",
     "ErrorDetails",
+    "FAILURE_BIT",
     "FieldViolation",
     "HostRegion",
     "OPS",
@@ -39,6 +43,8 @@ __all__ = [
     "RegionRef",
     "Session",
     "SessionCall",
+    "Signal",
+    "SignalWord",
     "ShmObject",
     "Typed",
     "dtypes",
