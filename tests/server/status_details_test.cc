@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/status_details.h"
 #include "kernels/common/tensor.h"
+#include "kernels/dsa/dsa.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 #include "server/engine/scheduler.h"
@@ -88,6 +89,30 @@ TEST(StatusDetailsTest, PrefixKeepsThePayload) {
   EXPECT_EQ(kernels::BadField(s).value_or(""), "kv.shape[1]");
   kernels::RenameBadField(&s, "kv", "cache");
   EXPECT_EQ(kernels::BadField(s).value_or(""), "cache.shape[1]");
+}
+
+TEST(StatusDetailsTest, CompositeOpNamesTheFieldAsItsCallerDoes) {
+  // dsa_attention validates its indexer step with the step's names (q); the field, like the
+  // message, is the caller's (index_q).
+  alignas(64) static char buf[1 << 16] = {};
+  using kernels::DType;
+  using kernels::MakeTensor;
+  kernels::dsa::Params p;
+  p.index_q = MakeTensor(buf, DType::kFp8E4M3, {1, 1, 100});  // head dim 100: not a multiple
+  p.index_k = MakeTensor(buf, DType::kFp8E4M3, {4, 100});
+  p.index_k_scale = MakeTensor(buf, DType::kF32, {4});
+  p.index_weights = MakeTensor(buf, DType::kF32, {1, 1});
+  p.ks = MakeTensor(buf, DType::kI32, {1});
+  p.ke = MakeTensor(buf, DType::kI32, {1});
+  p.topk = 2;
+  p.q = MakeTensor(buf, DType::kBF16, {1, 16, 576});
+  p.kv = MakeTensor(buf, DType::kBF16, {4, 576});
+  p.sm_scale = 0.1f;
+  p.out = MakeTensor(buf, DType::kBF16, {1, 16, 512});
+  const absl::Status s = kernels::dsa::Validate(p);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message().substr(0, 17), "index_q: dim 2 (h") << s;
+  EXPECT_EQ(kernels::BadField(s).value_or(""), "index_q.shape[2]") << s;
 }
 
 TEST(StatusDetailsTest, QueueFullCarriesRetryInfo) {
