@@ -178,6 +178,19 @@ TEST_F(GpuDaemonTest, RequestOptionErrors) {
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// Stream-ordered calls (ready/done signals) are CPU-only so far (docs/SERVICE.md "Known limits"):
+// a GPU daemon answers UNIMPLEMENTED, unary and through RunPrepared's signals, and runs nothing.
+TEST_F(GpuDaemonTest, StreamOrderedCallsAreUnimplemented) {
+  v1::SparseMlaRequest req = InlineRequest();
+  req.mutable_ready()->mutable_slice()->set_region("sig");
+  req.mutable_ready()->set_value(1);
+  grpc::ClientContext c1;
+  v1::SparseMlaResponse reply;
+  grpc::Status s = stub_->SparseMla(&c1, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("stream-ordered"), std::string::npos) << s.error_message();
+}
+
 // One daemon serves every visible GPU: calls addressed by device UUID run on that device, from
 // one thread per device at once, each device capturing its own graph. With one GPU this covers
 // the addressing path; on a 2-GPU host it runs both devices concurrently.
