@@ -15,6 +15,9 @@ namespace {
 
 // NOT_FOUND statuses naming what the caller sent (docs/SERVICE.md "Status codes": ResourceInfo).
 absl::Status RegionNotFound(absl::string_view name, absl::string_view message) {
+  // A name that could never have been registered is not echoed back (a request may send
+  // megabytes of it, past gRPC's metadata limit): the registration rule's bounded message answers.
+  if (absl::Status invalid = ValidateRegionName(name); !invalid.ok()) return invalid;
   absl::Status s = absl::NotFoundError(message);
   kernels::SetResource(&s, kernels::kRegionResource, name);
   return s;

@@ -117,13 +117,16 @@ def test_wire_decoder_matches_the_fields():
     assert errors.parse_status_details(b"\xff\xff") == errors.ErrorDetails()
 
 
-def test_a_long_name_still_answers_not_found(client):
-    """The details stay small: a 4000-byte region name is NOT_FOUND as before, without a
-    ResourceInfo (sending the name again would take the trailers past gRPC's 8 KiB metadata
-    limit and turn the answer into a client-side RESOURCE_EXHAUSTED)."""
-    name = "n" * 4000
+@pytest.mark.parametrize("length", [4000, 20000])
+def test_a_name_no_region_can_have_is_invalid_and_not_echoed(client, length):
+    """A region name longer than registration allows (256 bytes) cannot name a region: the
+    answer is INVALID_ARGUMENT with the naming rule's short message, not a NOT_FOUND echoing
+    the name (at 20,000 bytes the echo alone passed gRPC's 8 KiB metadata limit and the client
+    saw RESOURCE_EXHAUSTED instead)."""
+    name = "n" * length
     with pytest.raises(ac.AttndError) as info:
         client.unregister_region(name)
-    assert info.value.code == grpc.StatusCode.NOT_FOUND
-    assert name in info.value.details
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert name not in info.value.details
+    assert len(info.value.details) < 512
     assert info.value.resource_name == ""

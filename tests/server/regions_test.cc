@@ -132,6 +132,21 @@ TEST(RegionRegistryTest, UnknownRegionIsNotFound) {
   EXPECT_EQ(registry.Acquire("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A name no registration could have used answers the naming rule's INVALID_ARGUMENT, with a
+// bounded message, instead of a NOT_FOUND that echoes it (docs/SERVICE.md "Status codes").
+TEST(RegionRegistryTest, UnregistrableNameIsInvalidAndNotEchoed) {
+  RegionRegistry registry(Allowed());
+  const std::string huge(1 << 20, 'a');
+  for (const std::string& name : {huge, std::string("a\nb")}) {
+    const absl::Status acquire = registry.Acquire(name).status();
+    EXPECT_EQ(acquire.code(), absl::StatusCode::kInvalidArgument) << acquire;
+    EXPECT_LT(acquire.message().size(), 2048u);
+    const absl::Status unregister = registry.Unregister(name, "").status();
+    EXPECT_EQ(unregister.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_LT(unregister.message().size(), 2048u);
+  }
+}
+
 TEST(RegionRegistryTest, UnknownShmObjectIsNotFound) {
   RegionRegistry registry(Allowed());
   EXPECT_EQ(registry.RegisterHost(Spec("r", "/attnd-test-does-not-exist", 0, 64)).code(),
