@@ -1,0 +1,114 @@
+"""attnd_vllm.register(): nothing without vLLM; with the stand-in vLLM package (fake_vllm/) the
+out-of-tree indexer op and the CUSTOM backend are registered, and the swapped-in indexer runs a
+step on a real CPU attnd from vLLM-shaped metadata."""
+
+import importlib
+import logging
+import os
+import sys
+import tomllib
+from types import SimpleNamespace
+
+import attnd_vllm
+import numpy as np
+import pytest
+from attnd_vllm import calls
+from test_fixtures import HEAD_DIM, check_topk, make_batch
+
+import attnd_client as ac
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE = os.path.join(HERE, "fake_vllm")
+
+
+def _forget_vllm():
+    for name in list(sys.modules):
+        if name == "vllm" or name.startswith("vllm.") or name == "attnd_vllm._vllm_glue":
+            del sys.modules[name]
+    attnd_vllm._registered = False
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    _forget_vllm()
+    monkeypatch.syspath_prepend(FAKE)
+    yield importlib.import_module("vllm")
+    _forget_vllm()
+
+
+def test_without_vllm_register_logs_and_returns(monkeypatch, caplog):
+    _forget_vllm()
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
+    with caplog.at_level(logging.INFO, logger="attnd_vllm"):
+        assert attnd_vllm.register() is False
+    assert "not importable" in caplog.text
+    assert "attnd_vllm._vllm_glue" not in sys.modules
+
+
+def test_register_with_vllm(fake_vllm):
+    from vllm.model_executor.custom_op import CustomOp
+    from vllm.model_executor.layers.sparse_attn_indexer import SparseAttnIndexer
+    from vllm.v1.attention.backends import registry
+
+    assert attnd_vllm.register() is True
+    assert attnd_vllm.register() is True  # once only: a second call registers nothing again
+    assert [name for name, _ in CustomOp.oot_calls] == ["SparseAttnIndexer"]
+    op_cls = CustomOp.op_registry_oot["SparseAttnIndexer"]
+    assert issubclass(op_cls, SparseAttnIndexer) and op_cls.__name__ == "AttndSparseAttnIndexer"
+    path = registry.OVERRIDES[registry.AttentionBackendEnum.CUSTOM]
+    assert path == attnd_vllm.BACKEND_CLASS_PATH
+    module, _, name = path.rpartition(".")
+    backend = getattr(importlib.import_module(module), name)
+    assert backend.get_name() == "CUSTOM"
+    assert backend.get_impl_cls().__name__ == "AttndSparseMLAImpl"
+    assert backend.get_supported_kernel_block_sizes() == [64]
+
+
+def test_swapped_indexer_runs_a_step(fake_vllm, daemon, client, rng, monkeypatch):
+    """vLLM constructs SparseAttnIndexer(...); CustomOp hands back the attnd op, which writes
+    the step's keys with vLLM's cache op and the top-k positions into vLLM's buffer."""
+    from vllm import _custom_ops, forward_context
+    from vllm.model_executor.layers.sparse_attn_indexer import SparseAttnIndexer
+
+    monkeypatch.setenv("ATTND_TARGET", daemon.unix_target)
+    attnd_vllm.register()
+    batch = make_batch(rng, (2, 2), [int(rng.integers(3, 30)), int(rng.integers(3, 30))])
+    md = batch.indexer_metadata(chunk_reqs=[2])
+    # The cache holds the context already; this step's keys arrive through the op.
+    cache = rng.integers(0, 256, (batch.num_blocks, 64, HEAD_DIM + 4), dtype=np.uint8)
+    from vllm_layout import bf16_round, write_indexer_k
+
+    cached = batch.all_slots()
+    k_all = bf16_round(rng.normal(size=(len(cached), HEAD_DIM)).astype(np.float32))
+    new = {int(s) for s in md.slot_mapping}
+    old = np.array([s not in new for s in cached[:, 2]])
+    write_indexer_k(cache, k_all[old], cached[old, 2], HEAD_DIM)
+    by_slot = {int(s): i for i, s in enumerate(cached[:, 2])}
+    k_new = k_all[[by_slot[int(s)] for s in md.slot_mapping]]
+
+    topk = 32
+    buf = np.full((batch.num_tokens + 2, topk), 7, np.int32)
+    k_cache = SimpleNamespace(prefix="model.layers.0.indexer.k_cache", kv_cache=cache)
+    op = SparseAttnIndexer(k_cache, HEAD_DIM, "ue8m0", topk, HEAD_DIM, 4096, 8192, buf)
+    assert type(op).__name__ == "AttndSparseAttnIndexer"
+    forward_context.CONTEXT.attn_metadata = {k_cache.prefix: md}
+    try:
+        q_fp8 = ac.to_fp8_e4m3(rng.normal(size=(batch.num_tokens, 4, HEAD_DIM)))
+        weights = rng.normal(size=(batch.num_tokens, 4)).astype(np.float32)
+        hidden = np.zeros((batch.num_tokens, 16), np.float32)
+        out = op.forward_cuda(hidden, q_fp8, k_new, weights)
+    finally:
+        forward_context.CONTEXT.attn_metadata = None
+        calls.close_clients()
+    assert out is buf and _custom_ops.CALLS[-1] == (batch.num_tokens, HEAD_DIM, "ue8m0")
+    assert (buf[batch.num_tokens :] == 7).all()
+    check_topk(batch, cache, q_fp8, weights, buf, topk)
+
+
+def test_entry_point_declared():
+    root = os.path.abspath(os.path.join(HERE, "..", "..", "..", "client", "python_vllm"))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["entry-points"]["vllm.general_plugins"] == {"attnd": "attnd_vllm:register"}
+    assert project["name"] == "attnd-vllm"
+    assert os.path.exists(os.path.join(root, "attnd_vllm", "py.typed"))
