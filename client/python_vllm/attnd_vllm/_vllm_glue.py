@@ -96,10 +96,10 @@ class AttndSparseMLAImpl(FlashMLASparseImpl):
     """FlashMLA sparse's implementation with forward_mqa on attnd."""
 
     def forward_mqa(self, q: Any, kv_c_and_k_pe_cache: Any, attn_metadata: Any, layer: Any) -> Any:
-        import torch
-
+        """(out [T, H, 512], lse [T, H]) of q [T, H, 576] or (q_nope, q_pe); torch tensors come
+        back as tensors on q's device, NumPy inputs as attnd_client's arrays."""
         if isinstance(q, tuple):
-            q = torch.cat(q, dim=-1)
+            q = _cat_last(q)
         positions = self.topk_indices_buffer[: q.shape[0]]
         out, lse = calls.run_sparse_mla(
             calls.get_client(),
@@ -110,9 +110,22 @@ class AttndSparseMLAImpl(FlashMLASparseImpl):
             attn_metadata.block_table,
             self.softmax_scale,
         )
+        if not mapping.is_torch(q):
+            return out, lse
+        import torch
+
         out_t = torch.from_numpy(mapping.host(out).copy()).view(torch.bfloat16).to(q.device)
-        lse_t = torch.from_numpy(mapping.host(lse).copy()).to(q.device)
-        return out_t, lse_t
+        return out_t, torch.from_numpy(mapping.host(lse).copy()).to(q.device)
+
+
+def _cat_last(parts: tuple[Any, ...]) -> Any:
+    if mapping.is_torch(parts[0]):
+        import torch
+
+        return torch.cat(parts, dim=-1)
+    import numpy as np
+
+    return np.concatenate(parts, axis=-1)
 
 
 class AttndSparseMLABackend(FlashMLASparseBackend):

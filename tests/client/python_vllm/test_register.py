@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import attnd_vllm
 import numpy as np
 import pytest
-from attnd_vllm import calls
+from attnd_vllm import calls, mapping
 from test_fixtures import HEAD_DIM, check_topk, make_batch
+from vllm_layout import bf16_round, write_indexer_k, write_mla_fp8_ds
 
 import attnd_client as ac
 
@@ -76,8 +77,6 @@ def test_swapped_indexer_runs_a_step(fake_vllm, daemon, client, rng, monkeypatch
     md = batch.indexer_metadata(chunk_reqs=[2])
     # The cache holds the context already; this step's keys arrive through the op.
     cache = rng.integers(0, 256, (batch.num_blocks, 64, HEAD_DIM + 4), dtype=np.uint8)
-    from vllm_layout import bf16_round, write_indexer_k
-
     cached = batch.all_slots()
     k_all = bf16_round(rng.normal(size=(len(cached), HEAD_DIM)).astype(np.float32))
     new = {int(s) for s in md.slot_mapping}
@@ -103,6 +102,39 @@ def test_swapped_indexer_runs_a_step(fake_vllm, daemon, client, rng, monkeypatch
     assert out is buf and _custom_ops.CALLS[-1] == (batch.num_tokens, HEAD_DIM, "ue8m0")
     assert (buf[batch.num_tokens :] == 7).all()
     check_topk(batch, cache, q_fp8, weights, buf, topk)
+
+
+def test_backend_forward_mqa(fake_vllm, daemon, client, rng, monkeypatch):
+    """The CUSTOM backend's forward_mqa, given (q_nope, q_pe) as vLLM's MLA layer may pass it,
+    answers what the mapping's sparse_mla call answers."""
+    monkeypatch.setenv("ATTND_TARGET", daemon.unix_target)
+    attnd_vllm.register()
+    from vllm.v1.attention.backends import registry
+
+    module, _, name = registry.OVERRIDES[registry.AttentionBackendEnum.CUSTOM].rpartition(".")
+    impl_cls = getattr(importlib.import_module(module), name).get_impl_cls()
+    batch = make_batch(rng, (1, 1), [int(rng.integers(3, 20))])
+    cache = np.zeros((batch.num_blocks, 64, 656), np.uint8)
+    cached = batch.all_slots()
+    kv = bf16_round(rng.normal(size=(len(cached), 576)).astype(np.float32))
+    write_mla_fp8_ds(cache, kv[:, :512], ac.to_bf16(kv[:, 512:]), cached[:, 2])
+    positions = np.full((batch.num_tokens, 16), -1, np.int32)
+    for t in range(batch.num_tokens):
+        n = min(16, batch.visible(t))
+        positions[t, :n] = rng.permutation(batch.visible(t))[:n]
+    q = ac.to_bf16(rng.normal(size=(batch.num_tokens, 8, 576)).astype(np.float32))
+    md = SimpleNamespace(req_id_per_token=batch.req_id_per_token, block_table=batch.block_table)
+    impl = impl_cls(softmax_scale=0.05, topk_indices_buffer=positions)
+    try:
+        out, lse = impl.forward_mqa((q[..., :512], q[..., 512:]), cache, md, None)
+    finally:
+        calls.close_clients()
+    want = client.sparse_mla(
+        **mapping.sparse_mla(q, cache, positions, batch.req_id_per_token, batch.block_table, 0.05)
+    )
+    np.testing.assert_array_equal(out, want.out)
+    np.testing.assert_array_equal(lse, want.lse)
+    assert np.isfinite(lse).all()
 
 
 def test_entry_point_declared():
