@@ -74,7 +74,7 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
   const auto code = static_cast<grpc::StatusCode>(s.code());
   std::string details = StatusDetails(s);
   if (details.empty()) return grpc::Status(code, std::string(s.message()));
-  return grpc::Status(code, std::string(s.message()), std::move(details));
+  return grpc::Status(code, std::string(s.message()), details);
 }
 
 }  // namespace attnd::server::grpc_front
