@@ -67,8 +67,12 @@ absl::Status SpanBytes(const Tensor& t, int64_t* bytes) {
   return absl::OkStatus();
 }
 
-absl::Status CheckTensor(const Tensor& t, absl::string_view name, DType dtype,
-                         std::initializer_list<int64_t> shape) {
+namespace {
+
+// Presence, dtype, rank and each dimension: the part of CheckTensor and CheckStridedTensor that
+// does not look at strides.
+absl::Status CheckShape(const Tensor& t, absl::string_view name, DType dtype,
+                        std::initializer_list<int64_t> shape) {
   if (!t.present()) return InvalidField(name, absl::StrCat(name, ": missing"));
   if (t.dtype != dtype) {
     return InvalidField(
@@ -92,6 +96,26 @@ absl::Status CheckTensor(const Tensor& t, absl::string_view name, DType dtype,
     }
     ++i;
   }
+  return absl::OkStatus();
+}
+
+// The byte span fits in int64 and a tensor with elements has a pointer.
+absl::Status CheckSpanAndData(const Tensor& t, absl::string_view name) {
+  int64_t bytes;
+  if (!SpanBytes(t, &bytes).ok()) {
+    return InvalidField(name, absl::StrCat(name, ": byte size overflows int64"));
+  }
+  if (bytes > 0 && t.data == nullptr) {
+    return InvalidField(name, absl::StrCat(name, ": data pointer is null"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckTensor(const Tensor& t, absl::string_view name, DType dtype,
+                         std::initializer_list<int64_t> shape) {
+  if (absl::Status s = CheckShape(t, name, dtype, shape); !s.ok()) return s;
   if (t.rank > 0 && t.shape[t.rank - 1] > 1 && t.strides[t.rank - 1] != 1) {
     return InvalidField(TensorStrideField(name, t.rank - 1),
                         absl::StrCat(name, ": stride of dim ", t.rank - 1, " is ",
@@ -118,14 +142,52 @@ absl::Status CheckTensor(const Tensor& t, absl::string_view name, DType dtype,
       return InvalidField(name, absl::StrCat(name, ": size overflows int64"));
     }
   }
-  int64_t bytes;
-  if (!SpanBytes(t, &bytes).ok()) {
-    return InvalidField(name, absl::StrCat(name, ": byte size overflows int64"));
+  return CheckSpanAndData(t, name);
+}
+
+absl::Status CheckStridedTensor(const Tensor& t, absl::string_view name, DType dtype,
+                                std::initializer_list<int64_t> shape) {
+  if (absl::Status s = CheckShape(t, name, dtype, shape); !s.ok()) return s;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.strides[d] < 0) {
+      return InvalidField(
+          TensorStrideField(name, d),
+          absl::StrCat(name, ": stride of dim ", d, " is ", t.strides[d], ", want >= 0"));
+    }
   }
-  if (bytes > 0 && t.data == nullptr) {
-    return InvalidField(name, absl::StrCat(name, ": data pointer is null"));
+  if (t.numel() == 0) return CheckSpanAndData(t, name);
+  // No aliasing (tensor.h): the dimensions longer than 1 by increasing stride (ties by index),
+  // each stride at least the span of the ones before it. Then the element offsets are a
+  // mixed-radix number and distinct elements land on distinct addresses.
+  int order[kMaxRank];
+  int n = 0;
+  for (int d = 0; d < t.rank && d < kMaxRank; ++d) {
+    if (t.shape[d] <= 1) continue;
+    int j = n++;  // insertion sort: at most kMaxRank entries; stable, so ties keep index order
+    for (; j > 0 && t.strides[order[j - 1]] > t.strides[d]; --j) order[j] = order[j - 1];
+    order[j] = d;
   }
-  return absl::OkStatus();
+  int64_t span = 1;  // elements covered by the dimensions taken so far
+  for (int j = 0; j < n; ++j) {
+    const int d = order[j];
+    if (t.strides[d] < span) {
+      return InvalidField(
+          TensorStrideField(name, d),
+          absl::StrCat(name, ": stride of dim ", d, " is ", t.strides[d], ", want >= ", span,
+                       " (the span of the dims with smaller strides; else elements overlap)"));
+    }
+    int64_t extent;
+    if (MulOverflow(t.shape[d] - 1, t.strides[d], &extent) || AddOverflow(extent, span, &span)) {
+      return InvalidField(name, absl::StrCat(name, ": size overflows int64"));
+    }
+  }
+  return CheckSpanAndData(t, name);
+}
+
+absl::Status CheckOptionalStridedTensor(const Tensor& t, absl::string_view name, DType dtype,
+                                        std::initializer_list<int64_t> shape) {
+  if (!t.present()) return absl::OkStatus();
+  return CheckStridedTensor(t, name, dtype, shape);
 }
 
 absl::Status CheckOptionalTensor(const Tensor& t, absl::string_view name, DType dtype,

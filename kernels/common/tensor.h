@@ -88,6 +88,18 @@ absl::Status CheckTensor(const Tensor& t, absl::string_view name, DType dtype,
 absl::Status CheckOptionalTensor(const Tensor& t, absl::string_view name, DType dtype,
                                  std::initializer_list<int64_t> shape);
 
+// Like CheckTensor, but the strides may come in any order and the last dimension need not be
+// contiguous (a transposed or padded view of the caller's own buffer: an lse written as [T, H]
+// into the caller's [H, T]). No two elements may share an address; the check for that is
+// sufficient, not exact (docs/CONTRACTS.md "Strided lse"): over the dimensions longer than 1,
+// taken by increasing stride, each stride must be at least the span of those before it (1 for
+// the first). Only for tensors whose op writes through every stride; every other tensor keeps
+// CheckTensor's row-major rule.
+absl::Status CheckStridedTensor(const Tensor& t, absl::string_view name, DType dtype,
+                                std::initializer_list<int64_t> shape);
+absl::Status CheckOptionalStridedTensor(const Tensor& t, absl::string_view name, DType dtype,
+                                        std::initializer_list<int64_t> shape);
+
 // Number of elements from the first to one past the last addressed element (0 when empty);
 // callers have run CheckTensor, which guarantees it does not overflow.
 int64_t SpanElements(const Tensor& t);

@@ -109,7 +109,9 @@ absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckTensor(p.block_table, "block_table", DType::kI32, {batch, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.cache_seqlens, "cache_seqlens", DType::kI32, {batch}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {batch, s_q, heads, kDv}));
-  ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {batch, s_q, heads}));
+  // lse in any non-overlapping layout (docs/CONTRACTS.md "Strided lse"), e.g. a view of
+  // FlashMLA's [B, H, s_q].
+  ATTND_RETURN_IF_ERROR(CheckOptionalStridedTensor(p.lse, "lse", DType::kF32, {batch, s_q, heads}));
   if (!std::isfinite(p.sm_scale) || p.sm_scale <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("sm_scale is ", p.sm_scale, ", want finite and > 0"));

@@ -263,14 +263,14 @@ void RunItem(const Params& p, int64_t t, int64_t h0, int64_t heads, Scratch& sc)
     bf16_t* o = out + (h0 + h) * p.out.stride(1);
     if (!any) {
       std::fill(o, o + kDimV, FloatToBf16(0.0f));
-      if (lse != nullptr) lse[h0 + h] = kNegInf;
+      if (lse != nullptr) lse[(h0 + h) * p.lse.stride(1)] = kNegInf;
       continue;
     }
     const float inv = 1.0f / sc.l[h];
     const float* a = sc.acc.data() + h * kDimV;
     for (int64_t d = 0; d < kDimV; ++d) o[d] = FloatToBf16(a[d] * inv);
     if (lse != nullptr) {
-      lse[h0 + h] = static_cast<float>(
+      lse[(h0 + h) * p.lse.stride(1)] = static_cast<float>(
           (static_cast<double>(sc.m[h]) + std::log2(static_cast<double>(sc.l[h]))) * kLn2Double);
     }
   }

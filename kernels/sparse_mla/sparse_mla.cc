@@ -154,7 +154,8 @@ absl::Status Validate(const Params& p) {
                         absl::StrCat("sm_scale: is ", p.sm_scale, ", want finite and > 0"));
   }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {t, h, kDimV}));
-  ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {t, h}));
+  // lse in any non-overlapping layout (docs/CONTRACTS.md "Strided lse"), e.g. a view of [H, T].
+  ATTND_RETURN_IF_ERROR(CheckOptionalStridedTensor(p.lse, "lse", DType::kF32, {t, h}));
   ATTND_RETURN_IF_ERROR(CheckPrecision(p.precision));
   return absl::OkStatus();
 }

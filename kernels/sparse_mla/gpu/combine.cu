@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(kCombineThreads) SparseMlaCombineKernel(const 
   dst[1] = static_cast<uint32_t>(::attnd::gpu::FloatToBf16(acc[2] * inv)) |
            (static_cast<uint32_t>(::attnd::gpu::FloatToBf16(acc[3] * inv)) << 16);
   if (threadIdx.x == 0 && a.lse != nullptr) {
-    a.lse[t * a.lse_stride_t + h] = sum > 0.0f ? (max_lse + log2f(sum)) * kLn2 : -INFINITY;
+    a.lse[t * a.lse_stride_t + h * a.lse_stride_h] =
+        sum > 0.0f ? (max_lse + log2f(sum)) * kLn2 : -INFINITY;
   }
 }
 

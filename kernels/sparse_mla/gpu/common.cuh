@@ -31,8 +31,8 @@ struct KernelArgs {
   const int32_t* topk_length;  // optional (table form)
   uint16_t* out;               // bf16 [T, H, 512]
   int64_t out_stride_t, out_stride_h;
-  float* lse;  // f32 [T, H], optional
-  int64_t lse_stride_t;
+  float* lse;  // f32 [T, H], optional, any non-overlapping strides (docs/CONTRACTS.md)
+  int64_t lse_stride_t, lse_stride_h;
   // Split-K workspace (null when splits == 1): partial O f32 [splits, T, H, 512] (already
   // divided by the split's sum) and partial LSE f32 [splits, T, H] in log2 units (-inf: empty).
   float* partial_o;
@@ -121,7 +121,7 @@ __device__ __forceinline__ void StoreRowLse(const KernelArgs& a, int split, int6
   if (a.splits > 1) {
     a.partial_lse[PartialRow(a, split, t, h)] = lse2;
   } else if (a.lse != nullptr) {
-    a.lse[t * a.lse_stride_t + h] = sum > 0.0f ? lse2 * kLn2 : -INFINITY;
+    a.lse[t * a.lse_stride_t + h * a.lse_stride_h] = sum > 0.0f ? lse2 * kLn2 : -INFINITY;
   }
 }
 

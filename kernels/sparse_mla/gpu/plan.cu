@@ -44,6 +44,7 @@ KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
   if (p.lse.present()) {
     a.lse = p.lse.ptr<float>();
     a.lse_stride_t = p.lse.stride(0);
+    a.lse_stride_h = p.lse.stride(1);
   }
   a.tokens = static_cast<int32_t>(p.q.dim(0));
   a.heads = static_cast<int32_t>(p.q.dim(1));

@@ -72,7 +72,19 @@ DecodeTensors::DecodeTensors(const DecodeCase& c, std::mt19937_64& rng) {
   for (int64_t b = 0; b < batch; ++b) seqlens_.data<int32_t>()[b] = c.seqlens[b];
 
   out_ = Padded(DType::kBF16, {batch, c.s_q, c.heads, kDv}, c.padded_strides);
-  if (c.with_lse) lse_ = Padded(DType::kF32, {batch, c.s_q, c.heads}, c.padded_strides);
+  if (c.with_lse && c.lse_head_major) {
+    // Storage [B, H, s_q + pad], viewed as [B, s_q, H].
+    const int64_t row = c.s_q + c.lse_pad;
+    lse_ = HostTensor::Dense(DType::kF32, {batch, c.heads, row});
+    Tensor& v = lse_.tensor();
+    v.shape[1] = c.s_q;
+    v.shape[2] = c.heads;
+    v.strides[0] = c.heads * row;
+    v.strides[1] = 1;
+    v.strides[2] = row;
+  } else if (c.with_lse) {
+    lse_ = Padded(DType::kF32, {batch, c.s_q, c.heads}, c.padded_strides);
+  }
 
   params_.q = q_.tensor();
   params_.kv_cache = kv_view;
@@ -82,6 +94,26 @@ DecodeTensors::DecodeTensors(const DecodeCase& c, std::mt19937_64& rng) {
   if (c.with_lse) params_.lse = lse_.tensor();
   params_.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d_qk)));
   params_.causal = c.causal;
+}
+
+void ExpectLseGapsPoisoned(const HostTensor& lse, const std::string& what) {
+  const Tensor& v = lse.tensor();
+  const int64_t span = SpanElements(v);
+  std::vector<bool> addressed(static_cast<size_t>(span), false);
+  for (int64_t b = 0; b < v.shape[0]; ++b) {
+    for (int64_t i = 0; i < v.shape[1]; ++i) {
+      for (int64_t h = 0; h < v.shape[2]; ++h) {
+        addressed[b * v.strides[0] + i * v.strides[1] + h * v.strides[2]] = true;
+      }
+    }
+  }
+  int64_t bad = 0;
+  for (int64_t i = 0; i < span; ++i) {
+    if (!addressed[i] && !testing::IsPoisonF32(lse.data<float>()[i])) {
+      if (bad++ < 4) ADD_FAILURE() << what << " lse: gap element " << i << " was written";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << " lse: elements between the view's rows were overwritten";
 }
 
 std::vector<testing::HostTensor*> DecodeTensors::outputs() {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,11 @@ struct DecodeCase {
   int64_t page_size = 64;
   bool causal = false;
   bool with_lse = true;
+  // lse as a view of FlashMLA's [B, H, s_q] buffer (docs/CONTRACTS.md "Strided lse"): strides
+  // (H·(s_q + lse_pad), 1, s_q + lse_pad), head rows lse_pad elements apart; the gaps hold poison
+  // that must survive (ExpectLseGapsPoisoned). Overrides padded_strides for lse.
+  bool lse_head_major = false;
+  int64_t lse_pad = 0;
   std::vector<int32_t> seqlens = {65};  // per request; the batch size is its length
   int64_t max_pages = -1;               // -1: just enough for the longest clamped request
   int64_t spare_pages = 3;              // cache pages no request uses
@@ -47,6 +53,9 @@ struct DecodeCase {
   std::vector<std::pair<int64_t, int64_t>> invalid_pages;
   std::vector<int32_t> invalid_ids = {-1};  // cycled through for invalid_pages
 };
+
+// Every f32 element in lse's span that the view does not address still holds PoisonNaN's pattern.
+void ExpectLseGapsPoisoned(const testing::HostTensor& lse, const std::string& what);
 
 class DecodeTensors {
  public:

@@ -36,6 +36,7 @@ std::vector<double> CheckCase(const DecodeCase& c) {
                                       kOutTol, impl + " out");
           if (c.with_lse) {
             ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, impl + " lse");
+            ExpectLseGapsPoisoned(t.lse(), impl);
           }
         });
     EXPECT_GE(runs, 1);
@@ -205,6 +206,29 @@ TEST(MlaDecode, WithoutLse) {
   c.with_lse = false;
   c.seqlens = {90};
   CheckCase(c);
+}
+
+// lse as a view of FlashMLA's [B, H, s_q] (docs/CONTRACTS.md "Strided lse"), with and without
+// padding between head rows: s_q 1 (a plain decode step) and s_q 3 causal (speculative tokens;
+// query 0 of the 2-token request sees nothing: lse -inf through the strides); context long
+// enough that the GPU kernels split it and the combine writes lse.
+TEST(MlaDecode, LseInFlashMlaLayout) {
+  for (const int64_t pad : {0, 5}) {
+    for (const int64_t s_q : {1, 3}) {
+      SCOPED_TRACE("pad " + std::to_string(pad) + " s_q " + std::to_string(s_q));
+      DecodeCase c;
+      c.heads = 16;
+      c.s_q = s_q;
+      c.causal = s_q > 1;
+      c.seqlens = {1500, 2, 77};
+      c.lse_head_major = true;
+      c.lse_pad = pad;
+      const auto lse = CheckCase(c);
+      if (s_q > 1) {
+        EXPECT_GT(CountEmptyRows(lse), 0);
+      }
+    }
+  }
 }
 
 // Long contexts with a single row block: the tokens are split across threads and combined.

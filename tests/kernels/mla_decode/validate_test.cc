@@ -71,6 +71,19 @@ const std::vector<Mutation>& Mutations() {
       {"lse rank", "lse", [](Params& p) { p.lse.rank = 2; }},
       {"lse heads", "lse", [](Params& p) { SetDim(p.lse, 2, 17); }},
       {"lse s_q", "lse", [](Params& p) { SetDim(p.lse, 1, 1); }},
+      // Any layout whose elements cannot share an address is fine (docs/CONTRACTS.md "Strided
+      // lse"); these overlap. B = 2, s_q = 2, H = 16.
+      {"lse heads and s_q both unit stride", "lse",
+       [](Params& p) { p.lse.strides[1] = p.lse.strides[2] = 1; }},
+      {"lse [B, H, s_q] view with batch stride 31 < H·s_q", "lse",
+       [](Params& p) {
+         p.lse.strides[0] = 31;
+         p.lse.strides[1] = 1;
+         p.lse.strides[2] = 2;
+       }},
+      {"lse batch stride 31 < 32", "lse", [](Params& p) { p.lse.strides[0] = 31; }},
+      {"lse head stride 0", "lse", [](Params& p) { p.lse.strides[2] = 0; }},
+      {"lse negative s_q stride", "lse", [](Params& p) { p.lse.strides[1] = -16; }},
       {"sm_scale NaN", "sm_scale", [](Params& p) { p.sm_scale = std::nanf(""); }},
       {"sm_scale inf", "sm_scale",
        [](Params& p) { p.sm_scale = std::numeric_limits<float>::infinity(); }},
@@ -131,6 +144,15 @@ TEST(MlaDecodeValidate, EdgeShapesAreAccepted) {
   p = t.params();
   for (Tensor* x : {&p.q, &p.out, &p.lse, &p.block_table, &p.cache_seqlens}) SetDim(*x, 0, 0);
   EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  // lse in any non-overlapping order (docs/CONTRACTS.md "Strided lse"): FlashMLA's [B, H, s_q]
+  // seen as [B, s_q, H], with or without padding; Validate does not read it.
+  for (const int64_t row : {2, 7}) {
+    p = t.params();
+    p.lse.strides[0] = 16 * row;
+    p.lse.strides[1] = 1;
+    p.lse.strides[2] = row;
+    EXPECT_TRUE(Validate(p).ok()) << row << ": " << Validate(p);
+  }
 }
 
 }  // namespace

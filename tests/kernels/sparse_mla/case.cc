@@ -119,7 +119,10 @@ void SparseMlaCase::Build(std::mt19937_64& rng, const std::vector<std::vector<in
   std::copy(flat.begin(), flat.end(), csr_indices_.data<int32_t>());
 
   out_ = HostTensor::Dense(DType::kBF16, {sp.t, sp.h, kernels::sparse_mla::kDimV});
-  if (sp.with_lse) lse_ = HostTensor::Dense(DType::kF32, {sp.t, sp.h});
+  if (sp.with_lse) {
+    lse_ = sp.lse_head_major ? StridedF32({sp.t, sp.h}, {1, sp.t + sp.lse_pad})
+                             : StridedF32({sp.t, sp.h}, {sp.h + sp.lse_pad, 1});
+  }
 }
 
 void SparseMlaCase::SetKvRow(int64_t row, float value) {
@@ -164,7 +167,46 @@ std::vector<HostTensor*> SparseMlaCase::Outputs() {
 void ExpectOutputs(SparseMlaCase& c, const kernels::sparse_mla::Params& p,
                    const kernels::sparse_mla::Reference& ref, const std::string& what) {
   ExpectAttentionOut(ToDoubles(c.out()), ref.out, ref.out_abs, p.precision, kOutTol, what + " out");
-  if (p.lse.present()) ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, what + " lse");
+  if (p.lse.present()) {
+    ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, what + " lse");
+    ExpectLseGapsPoisoned(c.lse(), what);
+  }
+}
+
+HostTensor StridedF32(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  int64_t span = 1;
+  for (size_t d = 0; d < shape.size(); ++d) span += shape[d] == 0 ? 0 : (shape[d] - 1) * strides[d];
+  HostTensor h = HostTensor::Dense(DType::kF32, {span});
+  kernels::Tensor& v = h.tensor();
+  v.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < v.rank; ++d) {
+    v.shape[d] = shape[d];
+    v.strides[d] = strides[d];
+  }
+  return h;
+}
+
+void ExpectLseGapsPoisoned(const HostTensor& lse, const std::string& what) {
+  const kernels::Tensor& v = lse.tensor();
+  const int64_t span = kernels::SpanElements(v);
+  std::vector<bool> addressed(static_cast<size_t>(span), false);
+  std::vector<int64_t> idx(v.rank, 0);
+  for (int64_t n = 0; n < v.numel(); ++n) {
+    int64_t off = 0;
+    for (int d = 0; d < v.rank; ++d) off += idx[d] * v.strides[d];
+    addressed[off] = true;
+    for (int d = v.rank - 1; d >= 0; --d) {
+      if (++idx[d] < v.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  int64_t bad = 0;
+  for (int64_t i = 0; i < span; ++i) {
+    if (!addressed[i] && !IsPoisonF32(lse.data<float>()[i])) {
+      if (bad++ < 4) ADD_FAILURE() << what << " lse: gap element " << i << " was written";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << " lse: elements between the view's rows were overwritten";
 }
 
 absl::Status RunOnGpuWithKvGuards(const kernels::Impl<kernels::sparse_mla::Params>& impl,

@@ -44,6 +44,11 @@ struct SparseMlaSpec {
   double masked_fraction = 0.15;  // slots replaced by invalid indices (-1, ≥ S, int32 extremes)
   bool with_topk_length = false;  // random lengths in [-2, K + 2] (clamped by the op)
   bool with_lse = true;
+  // lse's layout (docs/CONTRACTS.md "Strided lse"): [T, H] rows H + lse_pad apart, or, head
+  // major, a view of the caller's [H, T + lse_pad] (vLLM's merge layout: strides (1, T + pad)).
+  // The gaps hold poison that must survive every run (ExpectLseGapsPoisoned).
+  bool lse_head_major = false;
+  int64_t lse_pad = 0;
   // kFp8: the FP8 cache, [S, 656] bytes with row stride max(kv_row_stride, 656) bytes; d_qk is
   // then always 576 (the only one it serves), whatever d_qk says.
   KvFormat kv_format = KvFormat::kBf16;
@@ -103,6 +108,13 @@ inline constexpr Tolerance kLseTol{1e-5, 1e-4, 0.0};
 // from ref.out_abs), and c.lse() against ref.lse (kLseTol) when p has lse.
 void ExpectOutputs(SparseMlaCase& c, const kernels::sparse_mla::Params& p,
                    const kernels::sparse_mla::Reference& ref, const std::string& what);
+
+// Every f32 element of lse's span that the view does not address still holds PoisonNaN's
+// pattern (a kernel that ignores a stride writes into the gaps).
+void ExpectLseGapsPoisoned(const HostTensor& lse, const std::string& what);
+
+// An f32 view of `shape` with `strides` (elements) over storage covering exactly its span.
+HostTensor StridedF32(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides);
 
 inline constexpr int64_t kKvGuardRows = 2;  // NaN rows before and after the S cache rows
 

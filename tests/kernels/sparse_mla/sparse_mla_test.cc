@@ -309,6 +309,44 @@ TEST_P(SparseMlaKv, DuplicateIndicesCountTwice) {
   ExpectBothForms(mixed);
 }
 
+// lse in the caller's layout (docs/CONTRACTS.md "Strided lse"): a transposed view of vLLM's
+// [H, T] merge buffer (strides (1, T)), the same with padding between head rows, and [T, H] with
+// padded token rows. The gaps hold poison that must survive; token 1 has no valid slot (lse
+// -inf through the strides). Heads 8 (the low-head kernels) and 64 (wgmma on sm_90a).
+TEST_P(SparseMlaKv, LseInCallersLayout) {
+  struct Layout {
+    bool head_major;
+    int64_t pad;
+  };
+  for (const Layout layout : {Layout{true, 0}, Layout{true, 3}, Layout{false, 5}}) {
+    for (int64_t h : {8, 64}) {
+      SCOPED_TRACE(std::string(layout.head_major ? "[H, T]" : "[T, H]") + " pad " +
+                   std::to_string(layout.pad) + " H " + std::to_string(h));
+      std::mt19937_64 rng = MakeRng();
+      SparseMlaSpec spec = Spec();
+      spec.t = 5;
+      spec.h = h;
+      spec.s = 300;
+      spec.k = 70;
+      spec.lse_head_major = layout.head_major;
+      spec.lse_pad = layout.pad;
+      std::vector<std::vector<int32_t>> slots = RandomSlots(spec, rng);
+      for (auto& x : slots[1]) x = -1;
+      SparseMlaCase c(spec, rng, slots, {});
+      const kernels::Tensor& lse = c.lse().tensor();
+      ASSERT_EQ(lse.stride(layout.head_major ? 0 : 1), 1);
+      ExpectBothForms(c);  // checks the gaps too (ExpectOutputs)
+      RunEachImpl(
+          Implementations(), c.MakeParams(false), c.Outputs(), [&](const std::string& impl) {
+            for (int64_t hh = 0; hh < h; ++hh) {
+              EXPECT_EQ(c.lse().At({1, hh}), -std::numeric_limits<double>::infinity()) << impl;
+            }
+            ExpectLseGapsPoisoned(c.lse(), impl + " empty row");
+          });
+    }
+  }
+}
+
 TEST_P(SparseMlaKv, LseOptionalAbsent) {
   std::mt19937_64 rng = MakeRng();
   SparseMlaSpec spec = Spec();

@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "kernels/sparse_mla/sparse_mla.h"
@@ -86,6 +87,19 @@ const std::vector<Mutation>& Mutations() {
       {"lse dtype bf16", false, [](Params& p) { p.lse.dtype = DType::kBF16; }, "lse"},
       {"lse H+1", false, [](Params& p) { p.lse.shape[1] += 1; }, "lse"},
       {"lse rank 1", false, [](Params& p) { p.lse.rank = 1; }, "lse"},
+      // Any layout whose elements cannot share an address is fine (docs/CONTRACTS.md "Strided
+      // lse"); these overlap. T = 3, H = 16.
+      {"lse both strides 1", false, [](Params& p) { p.lse.strides[0] = p.lse.strides[1] = 1; },
+       "lse"},
+      {"lse [H, T] view with head stride 2 < T", false,
+       [](Params& p) {
+         p.lse.strides[0] = 1;
+         p.lse.strides[1] = 2;
+       },
+       "lse"},
+      {"lse head stride 0", false, [](Params& p) { p.lse.strides[1] = 0; }, "lse"},
+      {"lse token stride 15 < H", false, [](Params& p) { p.lse.strides[0] = 15; }, "lse"},
+      {"lse negative head stride", false, [](Params& p) { p.lse.strides[1] = -1; }, "lse"},
   };
   return *rows;
 }
@@ -156,6 +170,20 @@ TEST(SparseMlaValidate, RejectsEachMalformedFp8Cache) {
   wide.kv.shape[0] = 10;
   EXPECT_TRUE(Validate(wide).ok()) << Validate(wide);
   ExpectEachRejected(c, Fp8Mutations());
+}
+
+TEST(SparseMlaValidate, AcceptsLseInAnyNonOverlappingLayout) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 3;
+  SparseMlaCase c(spec, rng);
+  // Validation does not read lse, so the dense buffer's pointer serves every layout here.
+  for (const auto& strides : {std::pair<int64_t, int64_t>{1, 3}, {1, 7}, {20, 1}, {1, 1000}}) {
+    Params p = c.MakeParams(false);
+    p.lse.strides[0] = strides.first;
+    p.lse.strides[1] = strides.second;
+    EXPECT_TRUE(Validate(p).ok()) << strides.first << "," << strides.second << ": " << Validate(p);
+  }
 }
 
 TEST(SparseMlaValidate, MessagesNameDimAndBothValues) {
