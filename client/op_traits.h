@@ -62,6 +62,7 @@ struct OpTraits<kernels::topk::Params> {
     r->set_k(p.k);
     r->set_page_size(p.page_size);
     r->set_rows_per_request(p.rows_per_request);
+    r->set_block_stride(p.block_stride);
     if (p.index_base == kernels::topk::IndexBase::kRowStart) {
       r->set_index_base(v1::TopKRequest::INDEX_BASE_ROW_START);
     }

@@ -16,12 +16,14 @@ namespace {
 // Global KV slot of column `col` through one block_table row, or -1 when its page is out of
 // range, unmapped (negative entry) or the slot does not fit in int32. Page arithmetic in
 // uint32 (col and page_size are < 2^31; Validate), by shift when page_size is a power of two.
+// A row without a request maps through no table row (max_blocks 0: every column gives -1).
 class SlotMapper {
  public:
-  SlotMapper(const int32_t* table_row, int64_t max_blocks, int64_t page_size)
+  SlotMapper(const int32_t* table_row, int64_t max_blocks, int64_t page_size, int64_t block_stride)
       : table_row_(table_row),
         max_blocks_(max_blocks),
         page_size_(static_cast<uint32_t>(page_size)),
+        block_stride_(block_stride),
         shift_((page_size & (page_size - 1)) == 0 ? __builtin_ctzll(page_size) : -1) {}
 
   int32_t operator()(int32_t col) const {
@@ -31,7 +33,7 @@ class SlotMapper {
     if (page >= max_blocks_) return -1;
     const int64_t block = table_row_[page];
     if (block < 0) return -1;
-    const int64_t slot = block * page_size_ + offset;  // < 2^31 · 2^31: no overflow
+    const int64_t slot = block * block_stride_ + offset;  // < 2^31 · 2^31: no overflow
     return slot <= std::numeric_limits<int32_t>::max() ? static_cast<int32_t>(slot) : -1;
   }
 
@@ -39,6 +41,7 @@ class SlotMapper {
   const int32_t* table_row_;
   int64_t max_blocks_;
   uint32_t page_size_;
+  int64_t block_stride_;
   int shift_;
 };
 
@@ -49,9 +52,11 @@ void WriteRow(const Params& p, int64_t row, int64_t count, const int32_t* cols,
   const int64_t k = p.k;
   int32_t* out = p.indices.ptr_at<int32_t>(row * p.indices.stride(0));
   if (p.block_table.present()) {
+    const int64_t request = RowRequest(p, row);
     const int32_t* table_row =
-        p.block_table.ptr_at<int32_t>((row / p.rows_per_request) * p.block_table.stride(0));
-    const SlotMapper slot_of(table_row, p.block_table.dim(1), p.page_size);
+        request >= 0 ? p.block_table.ptr_at<int32_t>(request * p.block_table.stride(0)) : nullptr;
+    const SlotMapper slot_of(table_row, request >= 0 ? p.block_table.dim(1) : 0, p.page_size,
+                             p.block_stride != 0 ? p.block_stride : p.page_size);
     for (int64_t j = 0; j < count; ++j) out[j] = slot_of(cols[j] - origin);
   } else {
     for (int64_t j = 0; j < count; ++j) out[j] = cols[j] - origin;

@@ -27,15 +27,23 @@ struct Params : WithTensors<Params> {
   int64_t k = 0;   // 1 <= k <= kMaxK (the model's is 2048)
 
   // Optional fused mapping to KV slots: a chosen column of row m, as position n in index_base, is
-  // written as block_table[m / rows_per_request, n / page_size] * page_size + n % page_size; a
-  // negative table entry, n / page_size >= max_blocks, or a slot past INT32_MAX gives -1 instead.
-  Tensor block_table;            // i32 [R, max_blocks], optional; R * rows_per_request == M
-  int64_t page_size = 0;         // > 0 with block_table, 0 without
+  // written as block_table[b, n / page_size] * block_stride + n % page_size, b being row m's
+  // request; a row without a request, a negative table entry, n / page_size >= max_blocks, or a
+  // slot past INT32_MAX gives -1 instead (docs/CONTRACTS.md "topk").
+  Tensor block_table;        // i32 [R, max_blocks], optional
+  int64_t page_size = 0;     // > 0 with block_table, 0 without
+  int64_t block_stride = 0;  // slots per block in the pool: 0 (= page_size) or page_size..
+  // Row m's request b, one of three forms: b = m / rows_per_request (R * rows_per_request == M);
+  // b = req_id_per_row[m] (none unless in [0, R)); or the b with cu_seqlens_q[b] <= m <
+  // cu_seqlens_q[b + 1] (request_map.h; none when there is no such b). With either tensor,
+  // rows_per_request stays 1.
   int64_t rows_per_request = 1;  // >= 1: consecutive rows sharing one block_table row
+  Tensor req_id_per_row;         // i32 [M], optional (vLLM's req_id_per_token)
+  Tensor cu_seqlens_q;           // i32 [R + 1], optional (SGLang extend)
 
   // kRowStart: a chosen column n of row m counts as its position p = n - begin inside the row's
   // window [begin, end) (begin = the clamped ks[m]; 0 with lengths), and p is what is written, or
-  // what the block table maps (page p / page_size of request m / rows_per_request). -1 padding
+  // what the block table maps (page p / page_size of row m's request). -1 padding
   // and values are the same in both bases.
   IndexBase index_base = IndexBase::kAbsolute;
 
@@ -51,6 +59,8 @@ struct Params : WithTensors<Params> {
     f("ke", self.ke, Role::kInput);
     f("lengths", self.lengths, Role::kInput);
     f("block_table", self.block_table, Role::kInput);
+    f("req_id_per_row", self.req_id_per_row, Role::kInput);
+    f("cu_seqlens_q", self.cu_seqlens_q, Role::kInput);
     f("indices", self.indices, Role::kOutput);
     f("values", self.values, Role::kOutput);
   }

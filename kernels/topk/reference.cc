@@ -48,12 +48,32 @@ int64_t ReferenceSlot(const Params& p, int64_t row, int64_t col) {
     col -= std::max<int64_t>(static_cast<int64_t>(RefLoad(p.ks, {row})), 0);  // the window start
   }
   if (!p.block_table.present()) return col;
-  const int64_t request = row / p.rows_per_request;
+  const int64_t requests = p.block_table.dim(0);
+  int64_t request = row / p.rows_per_request;
+  if (p.req_id_per_row.present()) {
+    request = static_cast<int64_t>(RefLoad(p.req_id_per_row, {row}));
+    if (request < 0 || request >= requests) return -1;
+  } else if (p.cu_seqlens_q.present()) {
+    // The contract's search (docs/CONTRACTS.md "topk"): lo = 0, hi = R; halve keeping
+    // cu[lo] <= row; the request is lo when cu[lo] <= row < cu[lo + 1].
+    if (requests == 0) return -1;
+    int64_t lo = 0, hi = requests;
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      (static_cast<int64_t>(RefLoad(p.cu_seqlens_q, {mid})) <= row ? lo : hi) = mid;
+    }
+    if (static_cast<int64_t>(RefLoad(p.cu_seqlens_q, {lo})) > row ||
+        static_cast<int64_t>(RefLoad(p.cu_seqlens_q, {lo + 1})) <= row) {
+      return -1;
+    }
+    request = lo;
+  }
   const int64_t page = col / p.page_size;
   if (page >= p.block_table.dim(1)) return -1;
   const int64_t block = static_cast<int64_t>(RefLoad(p.block_table, {request, page}));
   if (block < 0) return -1;
-  const int64_t slot = block * p.page_size + col % p.page_size;
+  const int64_t stride = p.block_stride != 0 ? p.block_stride : p.page_size;
+  const int64_t slot = block * stride + col % p.page_size;
   return slot > INT32_MAX ? -1 : slot;
 }
 

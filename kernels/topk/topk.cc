@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status.h"
 #include "kernels/topk/cpu.h"
+#include "kernels/topk/request_map.h"
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
 #include "kernels/topk/gpu/launch.h"
@@ -44,6 +45,16 @@ absl::Status CheckBlockTable(const Params& p, int64_t rows) {
       return absl::InvalidArgumentError(absl::StrCat(
           "page_size is ", p.page_size, ", want 0 without block_table (block_table: missing)"));
     }
+    if (p.block_stride != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("block_stride is ", p.block_stride,
+                       ", want 0 without block_table (block_table: missing)"));
+    }
+    if (p.req_id_per_row.present() || p.cu_seqlens_q.present()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p.req_id_per_row.present() ? "req_id_per_row" : "cu_seqlens_q",
+                       ": given without block_table, want it only with the KV-slot mapping"));
+    }
     return absl::OkStatus();
   }
   ATTND_RETURN_IF_ERROR(CheckTensor(p.block_table, "block_table", DType::kI32, {kAnyDim, kAnyDim}));
@@ -51,9 +62,33 @@ absl::Status CheckBlockTable(const Params& p, int64_t rows) {
     return absl::InvalidArgumentError(
         absl::StrCat("page_size is ", p.page_size, ", want 1..", kInt32Max, " with block_table"));
   }
+  if (p.block_stride != 0 && (p.block_stride < p.page_size || p.block_stride > kInt32Max)) {
+    return absl::InvalidArgumentError(absl::StrCat("block_stride is ", p.block_stride,
+                                                   ", want 0 (= page_size) or page_size (",
+                                                   p.page_size, ")..", kInt32Max));
+  }
+  const int64_t requests = p.block_table.dim(0);
+  const int forms = (p.rows_per_request != 1 ? 1 : 0) + (p.req_id_per_row.present() ? 1 : 0) +
+                    (p.cu_seqlens_q.present() ? 1 : 0);
+  if (forms > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows_per_request (", p.rows_per_request, "), req_id_per_row (",
+                     p.req_id_per_row.present() ? "given" : "missing", ") and cu_seqlens_q (",
+                     p.cu_seqlens_q.present() ? "given" : "missing",
+                     "): want at most one form of the request of a row"));
+  }
+  if (p.req_id_per_row.present()) {
+    return CheckTensor(p.req_id_per_row, "req_id_per_row", DType::kI32, {rows});
+  }
+  if (p.cu_seqlens_q.present()) {
+    if (requests == std::numeric_limits<int64_t>::max()) {
+      return absl::InvalidArgumentError("block_table: dim 0 too large");
+    }
+    return CheckTensor(p.cu_seqlens_q, "cu_seqlens_q", DType::kI32, {requests + 1});
+  }
   int64_t covered;
-  if (MulOverflow(p.block_table.dim(0), p.rows_per_request, &covered) || covered != rows) {
-    return absl::InvalidArgumentError(absl::StrCat("block_table: dim 0 is ", p.block_table.dim(0),
+  if (MulOverflow(requests, p.rows_per_request, &covered) || covered != rows) {
+    return absl::InvalidArgumentError(absl::StrCat("block_table: dim 0 is ", requests,
                                                    ", want R with R * rows_per_request (",
                                                    p.rows_per_request, ") == M (", rows, ")"));
   }
@@ -106,6 +141,19 @@ Window RowWindow(const Params& p, int64_t row, int64_t num_cols) {
   return w;
 }
 
+int64_t RowRequest(const Params& p, int64_t row) {
+  const int64_t requests = p.block_table.dim(0);
+  if (p.req_id_per_row.present()) {
+    return RequestById(p.req_id_per_row.ptr<const int32_t>()[row * p.req_id_per_row.stride(0)],
+                       requests);
+  }
+  if (p.cu_seqlens_q.present()) {
+    return RequestByCuSeqlens(p.cu_seqlens_q.ptr<const int32_t>(), p.cu_seqlens_q.stride(0),
+                              requests, row);
+  }
+  return row / p.rows_per_request;
+}
+
 WorkCount Count(const Params& p) {
   const int64_t rows = p.logits.dim(0);
   const int64_t cols = p.logits.dim(1);
@@ -116,10 +164,14 @@ WorkCount Count(const Params& p) {
   }
   // Block-table entries: per request, the pages from its rows' lowest to highest column.
   double table_entries = 0;
-  if (p.block_table.present() && p.page_size > 0 && p.rows_per_request > 0) {
-    for (int64_t first_row = 0; first_row < rows; first_row += p.rows_per_request) {
+  // With req_id_per_row / cu_seqlens_q (not read here: they may be device data) each row counts
+  // the pages its own window spans.
+  const int64_t group =
+      p.req_id_per_row.present() || p.cu_seqlens_q.present() ? 1 : p.rows_per_request;
+  if (p.block_table.present() && p.page_size > 0 && group > 0) {
+    for (int64_t first_row = 0; first_row < rows; first_row += group) {
       int64_t lo = cols, hi = 0;
-      for (int64_t r = first_row; r < std::min(rows, first_row + p.rows_per_request); ++r) {
+      for (int64_t r = first_row; r < std::min(rows, first_row + group); ++r) {
         const Window win = RowWindow(p, r, cols);
         if (win.end <= win.begin) continue;
         lo = std::min(lo, win.begin);

@@ -1,4 +1,5 @@
-// TopK: logits, ks/ke or lengths, block_table, index_base from the request; indices derived as
+// TopK: logits, ks/ke or lengths, block_table (its rows by rows_per_request, req_id_per_row or
+// cu_seqlens_q; block_stride), index_base from the request; indices derived as
 // i32 [M, k]; values (f32 [M, k]) is optional and computed only when the request places it.
 #include "server/ops/op_handler.h"
 
@@ -16,11 +17,13 @@ struct TopKTraits {
   using Response = v1::TopKResponse;
   static constexpr OpId kId = OpId::kTopK;
   static constexpr const char* kFastPaths =
-      "k <= 4096 (2048 in the model), optional fused block-table mapping, either index base";
+      "k <= 4096 (2048 in the model), optional fused block-table mapping (requests by row count, "
+      "req_id_per_row or cu_seqlens_q; block_stride), either index base";
 
   static absl::Status SetScalars(const Request& r, Params* p) {
     p->k = r.k();
     p->page_size = r.page_size();
+    p->block_stride = r.block_stride();
     p->rows_per_request = r.rows_per_request() > 0 ? r.rows_per_request() : 1;
     switch (r.index_base()) {
       case v1::TopKRequest::INDEX_BASE_UNSPECIFIED:

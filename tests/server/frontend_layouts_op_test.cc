@@ -2,13 +2,15 @@
 // "indexer_logits_paged"): TopKRequest.index_base reaches the kernel (ROW_START writes positions
 // from each window start; an unknown value is INVALID_ARGUMENT naming index_base; the launch key
 // tells the bases apart), and IndexerLogitsPagedRequest.context_lens of shape [B, next_n] runs
-// per token. Inline tensors, the CPU kernels; outputs compared with a direct kernel call.
+// per token; TopKRequest's request-of-a-row forms and block_stride. Inline tensors, the CPU
+// kernels; outputs compared with a direct kernel call.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -195,6 +197,123 @@ TEST_F(FrontendLayoutsOpTest, IndexerLogitsPagedPerTokenLengths) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "context_lens")) << bad.status();
+}
+
+// TopKRequest.req_id_per_row / cu_seqlens_q / block_stride reach the kernel: a vLLM-style mixed
+// batch (req_id_per_token) and the same batch as SGLang's cu_seqlens_q write the same slots as a
+// direct kernel call, and each slot is table[b][n / page] * block_stride + n % page; two request
+// forms at once are INVALID_ARGUMENT naming both fields.
+TEST_F(FrontendLayoutsOpTest, TopKRequestMapAndBlockStride) {
+  std::mt19937_64 rng = attnd::testing::MakeRng();
+  const int64_t m = 5, n = 300, k = 16, page = 16, stride = 2 * page, requests = 3;
+  const int64_t max_blocks = (n + page - 1) / page;
+  // Request 0: one decode token; request 1: a prefill chunk of 3; request 2: one decode token.
+  const int32_t ids[m] = {0, 1, 1, 1, 2};
+  const int32_t cu[requests + 1] = {0, 1, 4, 5};
+  const int32_t lens[m] = {300, 98, 99, 100, 7};
+  HostTensor logits = HostTensor::Dense(DType::kF32, {m, n});
+  HostTensor lengths = HostTensor::Dense(DType::kI32, {m});
+  HostTensor req_ids = HostTensor::Dense(DType::kI32, {m});
+  HostTensor cu_seqlens = HostTensor::Dense(DType::kI32, {requests + 1});
+  HostTensor table = HostTensor::Dense(DType::kI32, {requests, max_blocks});
+  attnd::testing::FillNormal(logits, rng, 1.0);
+  std::uniform_int_distribution<int32_t> block(0, 1000);
+  for (int64_t i = 0; i < requests * max_blocks; ++i) table.data<int32_t>()[i] = block(rng);
+  for (int64_t r = 0; r < m; ++r) {
+    lengths.data<int32_t>()[r] = lens[r];
+    req_ids.data<int32_t>()[r] = ids[r];
+  }
+  for (int64_t b = 0; b <= requests; ++b) cu_seqlens.data<int32_t>()[b] = cu[b];
+
+  v1::TopKRequest request;
+  *request.mutable_logits() = Inline(logits, v1::DTYPE_F32);
+  *request.mutable_lengths() = Inline(lengths, v1::DTYPE_I32);
+  *request.mutable_block_table() = Inline(table, v1::DTYPE_I32);
+  request.set_k(k);
+  request.set_page_size(page);
+  request.set_block_stride(stride);
+  *request.mutable_values() = v1::Tensor{};
+
+  HostTensor indices = HostTensor::Dense(DType::kI32, {m, k});
+  HostTensor values = HostTensor::Dense(DType::kF32, {m, k});
+  kernels::topk::Params p;
+  p.logits = logits.tensor();
+  p.lengths = lengths.tensor();
+  p.k = k;
+  p.block_table = table.tensor();
+  p.page_size = page;
+  p.block_stride = stride;
+  p.req_id_per_row = req_ids.tensor();
+  p.indices = indices.tensor();
+  p.values = values.tensor();
+  kernels::ExecContext ctx;
+  ctx.pool = attnd::testing::TestPool();
+  ASSERT_TRUE(kernels::topk::Run(p, ctx).ok());
+
+  for (bool by_cu : {false, true}) {
+    SCOPED_TRACE(by_cu ? "cu_seqlens_q" : "req_id_per_row");
+    v1::TopKRequest mapped = request;
+    if (by_cu) {
+      *mapped.mutable_cu_seqlens_q() = Inline(cu_seqlens, v1::DTYPE_I32);
+    } else {
+      *mapped.mutable_req_id_per_row() = Inline(req_ids, v1::DTYPE_I32);
+    }
+    v1::TopKResponse response;
+    auto call = Prepare(OpId::kTopK, mapped, &response);
+    ASSERT_TRUE(call.ok()) << call.status();
+    ASSERT_TRUE(Run(**call).ok());
+    const std::string& got = response.indices().inline_data();
+    ASSERT_EQ(got.size(), static_cast<size_t>(m * k * 4));
+    EXPECT_EQ(std::memcmp(indices.raw(), got.data(), got.size()), 0);
+    // Each slot from its value's column: the column whose logit equals the value.
+    const std::string& vals = response.values().inline_data();
+    ASSERT_EQ(vals.size(), got.size());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j = 0; j < k; ++j) {
+        int32_t slot;
+        float v;
+        std::memcpy(&slot, got.data() + 4 * (r * k + j), 4);
+        std::memcpy(&v, vals.data() + 4 * (r * k + j), 4);
+        if (j >= lens[r]) {  // fewer columns than k: -1 padding
+          EXPECT_EQ(slot, -1) << "row " << r << " entry " << j;
+          continue;
+        }
+        int64_t col = -1;
+        for (int64_t c = 0; c < lens[r]; ++c) {
+          if (logits.data<float>()[r * n + c] == v) col = c;
+        }
+        ASSERT_GE(col, 0) << "row " << r << " entry " << j;
+        const int64_t want =
+            int64_t{table.data<int32_t>()[ids[r] * max_blocks + col / page]} * stride + col % page;
+        EXPECT_EQ(slot, want) << "row " << r << " entry " << j;
+      }
+    }
+  }
+
+  // Two forms of the request of a row.
+  v1::TopKRequest both = request;
+  *both.mutable_req_id_per_row() = Inline(req_ids, v1::DTYPE_I32);
+  *both.mutable_cu_seqlens_q() = Inline(cu_seqlens, v1::DTYPE_I32);
+  v1::TopKRequest with_rows = request;
+  *with_rows.mutable_req_id_per_row() = Inline(req_ids, v1::DTYPE_I32);
+  with_rows.set_rows_per_request(5);
+  for (const auto& [bad, first, second] :
+       {std::tuple{both, "req_id_per_row", "cu_seqlens_q"},
+        std::tuple{with_rows, "rows_per_request", "req_id_per_row"}}) {
+    v1::TopKResponse response;
+    auto call = Prepare(OpId::kTopK, bad, &response);
+    ASSERT_FALSE(call.ok());
+    EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(call.status().message(), first)) << call.status();
+    EXPECT_TRUE(absl::StrContains(call.status().message(), second)) << call.status();
+  }
+  // A block stride below the page.
+  v1::TopKRequest narrow = request;
+  narrow.set_block_stride(page - 1);
+  v1::TopKResponse response;
+  auto call = Prepare(OpId::kTopK, narrow, &response);
+  ASSERT_FALSE(call.ok());
+  EXPECT_TRUE(absl::StrContains(call.status().message(), "block_stride")) << call.status();
 }
 
 }  // namespace

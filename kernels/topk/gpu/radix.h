@@ -103,16 +103,17 @@ ATTND_TOPK_HD uint32_t OutputPosition(const Threshold& t, uint32_t gt_before, ui
 
 // Global KV slot of column `col` through one block-table row: -1 when its page is past
 // max_blocks, unmapped (negative entry) or the slot does not fit in int32 (as cpu.cc's
-// SlotMapper). page_shift is log2(page_size) when it is a power of two, else -1.
+// SlotMapper). page_shift is log2(page_size) when it is a power of two, else -1; a slot is
+// block * block_stride + col % page_size. max_blocks 0 (a row without a request) reads nothing.
 ATTND_TOPK_HD int32_t SlotOf(int32_t col, const int32_t* table_row, int64_t max_blocks,
-                             uint32_t page_size, int page_shift) {
+                             uint32_t page_size, int page_shift, uint32_t block_stride) {
   const uint32_t c = static_cast<uint32_t>(col);
   const uint32_t page = page_shift >= 0 ? c >> page_shift : c / page_size;
   const uint32_t offset = c - page * page_size;
   if (static_cast<int64_t>(page) >= max_blocks) return -1;
   const int64_t block = table_row[page];
   if (block < 0) return -1;
-  const int64_t slot = block * static_cast<int64_t>(page_size) + offset;
+  const int64_t slot = block * static_cast<int64_t>(block_stride) + offset;
   return slot <= 0x7fffffffLL ? static_cast<int32_t>(slot) : -1;
 }
 

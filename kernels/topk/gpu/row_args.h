@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kernels/topk/params.h"
+#include "kernels/topk/request_map.h"
 
 namespace attnd::kernels::topk::gpu {
 
@@ -28,8 +29,14 @@ struct RowArgs {
   int64_t table_ld = 0;
   int64_t max_blocks = 0;
   uint32_t page_size = 0;
-  int page_shift = -1;  // log2(page_size) when it is a power of two, else -1
+  int page_shift = -1;        // log2(page_size) when it is a power of two, else -1
+  uint32_t block_stride = 0;  // slots per block in the pool (page_size unless given)
   int64_t rows_per_request = 1;
+  int64_t num_requests = 0;                 // block_table rows
+  const int32_t* req_id_per_row = nullptr;  // [rows], or null
+  int64_t req_id_stride = 0;
+  const int32_t* cu_seqlens_q = nullptr;  // [num_requests + 1], or null
+  int64_t cu_seqlens_stride = 0;
   bool row_start_base = false;  // IndexBase::kRowStart: write columns minus the window start
 };
 
@@ -65,10 +72,33 @@ inline RowArgs MakeRowArgs(const Params& p) {
       a.page_shift = 0;
       while ((int64_t{1} << a.page_shift) < p.page_size) ++a.page_shift;
     }
+    a.block_stride = static_cast<uint32_t>(p.block_stride != 0 ? p.block_stride : p.page_size);
     a.rows_per_request = p.rows_per_request;
+    a.num_requests = p.block_table.dim(0);
+    if (p.req_id_per_row.present()) {
+      a.req_id_per_row = p.req_id_per_row.ptr<const int32_t>();
+      a.req_id_stride = p.req_id_per_row.stride(0);
+    }
+    if (p.cu_seqlens_q.present()) {
+      a.cu_seqlens_q = p.cu_seqlens_q.ptr<const int32_t>();
+      a.cu_seqlens_stride = p.cu_seqlens_q.stride(0);
+    }
   }
   a.row_start_base = p.index_base == IndexBase::kRowStart;
   return a;
+}
+
+// Row `row`'s request (block_table row), or -1 when it has none; as topk::RowRequest. The ids and
+// cu_seqlens_q are device data, read by each thread: every read stays in its tensor whatever
+// they hold (request_map.h), so a changed value alters the output, never the addressing.
+__device__ __forceinline__ int64_t RowRequestOf(const RowArgs& a, int64_t row) {
+  if (a.req_id_per_row != nullptr) {
+    return RequestById(a.req_id_per_row[row * a.req_id_stride], a.num_requests);
+  }
+  if (a.cu_seqlens_q != nullptr) {
+    return RequestByCuSeqlens(a.cu_seqlens_q, a.cu_seqlens_stride, a.num_requests, row);
+  }
+  return row / a.rows_per_request;
 }
 
 // A row's window [begin, begin + len); Begin is the kernel's column type.

@@ -95,13 +95,15 @@ struct RowOut {
   int64_t max_blocks;
   uint32_t page_size;
   int page_shift;
+  uint32_t block_stride;
   int32_t origin;  // the column written as 0: the window start (IndexBase::kRowStart) or 0
 
   // `col` is a chosen column of the window (>= origin).
   __device__ void Write(uint32_t pos, int32_t col, uint32_t bits) const {
     const int32_t n = col - origin;
-    indices[pos] =
-        table_row != nullptr ? radix::SlotOf(n, table_row, max_blocks, page_size, page_shift) : n;
+    indices[pos] = table_row != nullptr ? radix::SlotOf(n, table_row, max_blocks, page_size,
+                                                        page_shift, block_stride)
+                                        : n;
     if (values != nullptr) values[pos] = vendor::BitsToFloat(bits);
   }
   __device__ void Pad(uint32_t pos) const {
@@ -114,11 +116,18 @@ __device__ RowOut MakeRowOut(const StreamArgs& a, int64_t row) {
   RowOut out;
   out.indices = a.indices + row * a.indices_ld;
   out.values = a.values != nullptr ? a.values + row * a.values_ld : nullptr;
-  out.table_row =
-      a.block_table != nullptr ? a.block_table + (row / a.rows_per_request) * a.table_ld : nullptr;
+  out.table_row = nullptr;
   out.max_blocks = a.max_blocks;
+  if (a.block_table != nullptr) {
+    // A row without a request keeps a non-null table row and max_blocks 0: SlotOf gives -1 and
+    // reads nothing.
+    const int64_t request = RowRequestOf(a, row);
+    out.table_row = a.block_table + (request >= 0 ? request * a.table_ld : 0);
+    if (request < 0) out.max_blocks = 0;
+  }
   out.page_size = a.page_size;
   out.page_shift = a.page_shift;
+  out.block_stride = a.block_stride;
   out.origin = 0;
   return out;
 }

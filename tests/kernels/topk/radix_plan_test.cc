@@ -121,15 +121,25 @@ TEST(TopKRadixPlan, KeysAreTheCpuKeys) {
 
 TEST(TopKRadixPlan, SlotOfMatchesTheContract) {
   const int32_t table[4] = {3, -1, 0x7fffffff / 64 + 10, 7};
-  for (int64_t page_size : {48, 64}) {
-    const int shift = page_size == 64 ? 6 : -1;
-    for (int32_t col = 0; col < 400; ++col) {
-      const int64_t page = col / page_size;
-      int64_t want = -1;
-      if (page < 4 && table[page] >= 0) want = int64_t{table[page]} * page_size + col % page_size;
-      if (want > 0x7fffffff) want = -1;
-      ASSERT_EQ(gpu::radix::SlotOf(col, table, 4, static_cast<uint32_t>(page_size), shift), want)
-          << col << " page_size " << page_size;
+  for (int64_t page_size : {1, 48, 64}) {
+    const int shift = page_size == 64 ? 6 : (page_size == 1 ? 0 : -1);
+    for (int64_t block_stride : {page_size, 2 * page_size, page_size + 3}) {
+      for (int32_t col = 0; col < 400; ++col) {
+        const int64_t page = col / page_size;
+        int64_t want = -1;
+        if (page < 4 && table[page] >= 0) {
+          want = int64_t{table[page]} * block_stride + col % page_size;
+        }
+        if (want > 0x7fffffff) want = -1;
+        ASSERT_EQ(gpu::radix::SlotOf(col, table, 4, static_cast<uint32_t>(page_size), shift,
+                                     static_cast<uint32_t>(block_stride)),
+                  want)
+            << col << " page_size " << page_size << " block_stride " << block_stride;
+      }
+      // max_blocks 0 (a row without a request): -1, the table is not read.
+      ASSERT_EQ(gpu::radix::SlotOf(0, nullptr, 0, static_cast<uint32_t>(page_size), shift,
+                                   static_cast<uint32_t>(block_stride)),
+                -1);
     }
   }
 }

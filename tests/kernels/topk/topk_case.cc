@@ -65,6 +65,26 @@ void TopKCase::AddBlockTable(int64_t max_blocks, int64_t page_size, int64_t rows
   p.rows_per_request = rows_per_request;
 }
 
+void TopKCase::AddRequestTable(int64_t requests, int64_t max_blocks, int64_t page_size,
+                               int64_t block_stride, const std::vector<int32_t>& ids,
+                               const std::vector<int32_t>& cu) {
+  block_table = HostTensor::Dense(DType::kI32, {requests, max_blocks});
+  p.block_table = block_table.tensor();
+  p.page_size = page_size;
+  p.block_stride = block_stride;
+  p.rows_per_request = 1;
+  if (!ids.empty()) {
+    req_id_per_row = HostTensor::Dense(DType::kI32, {static_cast<int64_t>(ids.size())});
+    std::copy(ids.begin(), ids.end(), req_id_per_row.data<int32_t>());
+    p.req_id_per_row = req_id_per_row.tensor();
+  }
+  if (!cu.empty()) {
+    cu_seqlens_q = HostTensor::Dense(DType::kI32, {static_cast<int64_t>(cu.size())});
+    std::copy(cu.begin(), cu.end(), cu_seqlens_q.data<int32_t>());
+    p.cu_seqlens_q = cu_seqlens_q.tensor();
+  }
+}
+
 void FillDistinct(TopKCase& c, std::mt19937_64& rng) {
   std::vector<float> v(static_cast<size_t>(c.cols()));
   for (int64_t r = 0; r < c.rows(); ++r) {

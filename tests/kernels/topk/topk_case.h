@@ -32,11 +32,18 @@ struct TopKCase {
   void FillOutsideWindows(float value);
   // Adds an i32 [m / rows_per_request, max_blocks] block table (entries left for the test).
   void AddBlockTable(int64_t max_blocks, int64_t page_size, int64_t rows_per_request);
+  // Adds an i32 [requests, max_blocks] block table whose rows are found by req_id_per_row
+  // (`ids`, one per row) or by cu_seqlens_q (`cu`, requests + 1 entries): exactly one non-empty.
+  // block_stride 0 means page_size.
+  void AddRequestTable(int64_t requests, int64_t max_blocks, int64_t page_size,
+                       int64_t block_stride, const std::vector<int32_t>& ids,
+                       const std::vector<int32_t>& cu);
   int32_t& Block(int64_t req, int64_t b) {
     return block_table.data<int32_t>()[block_table.Offset({req, b})];
   }
 
   testing::HostTensor logits, ks, ke, lengths, indices, values, block_table;
+  testing::HostTensor req_id_per_row, cu_seqlens_q;
   Params p;
 };
 
