@@ -1,6 +1,8 @@
 // Cross-check cases for top-k: small random calls in both window forms (ties, NaN, -inf, empty
 // and past-the-end windows, rows shorter than k) and with the KV-slot mapping (invalid page ids,
-// two rows per request), both index bases, with attnd's fp64 reference; tests/numpy/ops/topk.py
+// two rows per request; the request of a row by req_id_per_row or cu_seqlens_q with out-of-range
+// ids and rows outside every interval, page size 1, a block stride above the page), both index
+// bases, with attnd's fp64 reference; tests/numpy/ops/topk.py
 // recomputes them.
 // The reference orders each row by value descending, ties by column ascending, so the NumPy
 // side can compare exactly.
@@ -32,6 +34,10 @@ struct CaseSpec {
   int64_t page;   // > 0: a block table with this page size
   int64_t rows_per_request;
   bool row_start = false;  // IndexBase::kRowStart: positions from each window start
+  // The request of a row: 0 by rows_per_request, 1 by req_id_per_row (some ids out of range),
+  // 2 by cu_seqlens_q (an empty request, the last rows past cu[B]); block_stride 0 = page.
+  int request_form = 0;
+  int64_t block_stride = 0;
 };
 
 void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
@@ -57,7 +63,7 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
     ke.data<int32_t>()[r] = pos(rng);
     lengths.data<int32_t>()[r] = pos(rng);
   }
-  HostTensor block_table;
+  HostTensor block_table, req_ids, cu_seqlens;
   topk::Params p;
   p.logits = logits.tensor();
   if (c.lengths) {
@@ -69,7 +75,9 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
   p.k = c.k;
   if (c.page > 0) {
     const int64_t max_blocks = (c.n + c.page - 1) / c.page - 3;  // the last pages unmapped
-    block_table = HostTensor::Dense(DType::kI32, {c.m / c.rows_per_request, max_blocks});
+    // Three requests with the per-row forms (rows_per_request is 1 there).
+    const int64_t requests = c.request_form == 0 ? c.m / c.rows_per_request : 3;
+    block_table = HostTensor::Dense(DType::kI32, {requests, max_blocks});
     FillUniformInt(block_table, rng, 0, 4 * max_blocks);
     for (int64_t q = 0; q < block_table.tensor().dim(0); ++q) {  // unmapped and overflowing ids
       for (int64_t b = 0; b < max_blocks; ++b) {
@@ -94,6 +102,18 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
     p.block_table = block_table.tensor();
     p.page_size = c.page;
     p.rows_per_request = c.rows_per_request;
+    p.block_stride = c.block_stride;
+    if (c.request_form == 1) {  // ids in [-2, requests]: -2, -1 and `requests` have no request
+      req_ids = HostTensor::Dense(DType::kI32, {c.m});
+      FillUniformInt(req_ids, rng, -2, static_cast<int32_t>(requests));
+      p.req_id_per_row = req_ids.tensor();
+    } else if (c.request_form == 2) {  // request 1 empty; rows from cu[3] = m - 2 on have none
+      cu_seqlens = HostTensor::Dense(DType::kI32, {requests + 1});
+      const int32_t m = static_cast<int32_t>(c.m);
+      const int32_t cu[4] = {0, m / 2, m / 2, m - 2};
+      std::copy(cu, cu + 4, cu_seqlens.data<int32_t>());
+      p.cu_seqlens_q = cu_seqlens.tensor();
+    }
   }
   if (c.row_start) p.index_base = topk::IndexBase::kRowStart;
   HostTensor indices = HostTensor::Dense(DType::kI32, {c.m, c.k});
@@ -130,6 +150,9 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
     w.AddTensor("block_table", p.block_table);
     w.AddScalar("page_size", static_cast<double>(c.page));
     w.AddScalar("rows_per_request", static_cast<double>(c.rows_per_request));
+    w.AddScalar("block_stride", static_cast<double>(c.block_stride));
+    if (p.req_id_per_row.present()) w.AddTensor("req_id_per_row", p.req_id_per_row);
+    if (p.cu_seqlens_q.present()) w.AddTensor("cu_seqlens_q", p.cu_seqlens_q);
     w.AddReference("slots", ref_slots, {c.m, c.k});
   }
   w.AddReference("cols", ref_cols, {c.m, c.k});
@@ -148,6 +171,10 @@ void DumpTopK(const std::string& dir) {
       {"slots_page7_ties", 4, 260, 50, false, true, 7, 1},
       {"ks_ke_row_start", 6, 700, 64, false, false, 0, 1, true},
       {"slots_page16_row_start", 6, 900, 48, false, false, 16, 3, true},
+      {"slots_req_ids_page1", 9, 300, 24, true, false, 1, 1, false, 1},
+      {"slots_req_ids_page64_stride128", 8, 900, 48, false, false, 64, 1, true, 1, 128},
+      {"slots_cu_seqlens_page16_stride32", 10, 600, 40, false, true, 16, 1, false, 2, 32},
+      {"slots_cu_seqlens_page1_stride3", 7, 200, 30, true, false, 1, 1, true, 2, 3},
   };
   for (const CaseSpec& c : cases) DumpCase(dir, c, rng);
 }

@@ -65,10 +65,18 @@ OPS = {
             "TopK",
             pb.TopKRequest,
             "top_k",
-            {"logits": F32, "ks": I32, "ke": I32, "lengths": I32, "block_table": I32},
+            {
+                "logits": F32,
+                "ks": I32,
+                "ke": I32,
+                "lengths": I32,
+                "block_table": I32,
+                "req_id_per_row": I32,
+                "cu_seqlens_q": I32,
+            },
             {"indices": I32, "values": F32},
             ("values",),
-            ("k", "page_size", "rows_per_request", "index_base"),
+            ("k", "page_size", "rows_per_request", "index_base", "block_stride"),
         ),
         # kv: bf16 [S, d_qk], or a uint8 array [S, 656]: the FP8 cache (sent as u8).
         OpSpec(
@@ -336,6 +344,9 @@ class OpCalls(Generic[R]):
         page_size: int | None = None,
         rows_per_request: int | None = None,
         index_base: str | None = None,
+        req_id_per_row: TensorArg | None = None,
+        cu_seqlens_q: TensorArg | None = None,
+        block_stride: int | None = None,
         indices: OutputArg = None,
         values: OutputArg = None,
         timeout: float | None = None,
@@ -343,7 +354,10 @@ class OpCalls(Generic[R]):
     ) -> R:
         """Row-wise top-k of logits in each row's window (values=True to get them back).
         index_base: "absolute" (None: the default) writes logits columns, "row_start" positions
-        from each row's window start (ks), as a prefill frontend holds them."""
+        from each row's window start (ks), as a prefill frontend holds them.
+        With block_table, the request of each row is row // rows_per_request (the default),
+        req_id_per_row[row] (vLLM's req_id_per_token) or the b with cu_seqlens_q[b] <= row <
+        cu_seqlens_q[b + 1] (SGLang's extend); block_stride: slots per block in the pool."""
         return self.call("topk", **_arguments(locals()))
 
     def sparse_mla(
