@@ -92,6 +92,8 @@ sparse_mla::Params SparseMlaStep(const Params& p, int64_t t0, int64_t count,
 
 absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(
+      CheckCacheLayout("kv_layout", "kv", p.kv_layout, p.kv, sparse_mla::kKvLayouts));
+  ATTND_RETURN_IF_ERROR(
       CheckTensor(p.index_q, "index_q", DType::kFp8E4M3, {kAnyDim, kAnyDim, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.index_k, "index_k", DType::kFp8E4M3, {kAnyDim, kAnyDim}));
   const int64_t t = p.index_q.dim(0), n = p.index_k.dim(0);

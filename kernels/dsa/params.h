@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cache_layout.h"
 #include "kernels/common/precision.h"
 #include "kernels/common/tensor.h"
 
@@ -23,9 +24,12 @@ struct Params : WithTensors<Params> {
   int64_t topk = 2048;  // k: 1 <= k <= 4096; a token keeps min(k, window) rows
 
   // Sparse MLA inputs (kernels/sparse_mla/params.h).
-  Tensor q;            // bf16 [T, H, d_qk]
-  Tensor kv;           // bf16 [N, d_qk], row stride >= d_qk; or sparse_mla's FP8 cache, u8
-                       // [N, 656] with d_qk 576 (kernels/sparse_mla/params.h)
+  Tensor q;   // bf16 [T, H, d_qk]
+  Tensor kv;  // bf16 [N, d_qk], row stride >= d_qk; or sparse_mla's FP8 cache, u8
+              // [N, 656] with d_qk 576 (kernels/sparse_mla/params.h)
+  // kv's named layout: one of sparse_mla::kKvLayouts, or kUnspecified (inferred from its dtype
+  // and shape). Checked by Validate; the math does not read it.
+  CacheLayout kv_layout = CacheLayout::kUnspecified;
   float sm_scale = 0;  // softmax scale (> 0, finite)
   // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
   Precision precision = Precision::kFast;

@@ -16,6 +16,8 @@
 namespace attnd::kernels::indexer_logits_paged {
 
 absl::Status Validate(const Params& p) {
+  ATTND_RETURN_IF_ERROR(CheckCacheLayout("kv_cache_layout", "kv_cache", p.kv_cache_layout,
+                                         p.kv_cache, kKvCacheLayouts));
   ATTND_RETURN_IF_ERROR(
       CheckTensor(p.q, "q", DType::kFp8E4M3, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}));
   const int64_t batch = p.q.dim(0), next_n = p.q.dim(1), h = p.q.dim(2), d = p.q.dim(3);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cache_layout.h"
 #include "kernels/common/tensor.h"
 
 namespace attnd::kernels::indexer_logits_paged {
@@ -15,10 +16,16 @@ namespace attnd::kernels::indexer_logits_paged {
 //   bytes [B·D, B·D + 4·B)   their B f32 scales (little-endian), scale t at B·D + 4·t
 // (not interleaved per token). Rows may be padded: the row stride is >= B·(D + 4) bytes. The
 // scales need no alignment on the CPU; GPU implementations state theirs in Supports().
+// Its name: CacheLayout::kIndexerFp8Blocks (docs/CONTRACTS.md "Named layouts"), the one layout
+// this op reads, inferred when kv_cache_layout is unspecified.
+inline constexpr CacheLayoutUse kKvCacheLayouts[] = {{CacheLayout::kIndexerFp8Blocks, true}};
+
 struct Params : WithTensors<Params> {
   // Inputs.
-  Tensor q;                 // fp8 e4m3 [batch, next_n, H, D]; next_n >= 1; strides may be padded
-  Tensor kv_cache;          // u8 [num_blocks, block_size·(D + 4)], layout above
+  Tensor q;         // fp8 e4m3 [batch, next_n, H, D]; next_n >= 1; strides may be padded
+  Tensor kv_cache;  // u8 [num_blocks, block_size·(D + 4)], layout above
+  // kv_cache's named layout (kKvCacheLayouts), or kUnspecified. Checked by Validate.
+  CacheLayout kv_cache_layout = CacheLayout::kUnspecified;
   int64_t block_size = 64;  // tokens per cache block, >= 1 (the model's is 64)
   // Position n of request b lives in block block_table[b, n / block_size], slot n % block_size.
   // Untrusted: an entry outside [0, num_blocks) masks the positions it covers (-inf, never

@@ -89,6 +89,8 @@ int64_t ClampedSeqlen(const Params& p, int64_t b) {
 }  // namespace internal
 
 absl::Status Validate(const Params& p) {
+  ATTND_RETURN_IF_ERROR(CheckCacheLayout("kv_cache_layout", "kv_cache", p.kv_cache_layout,
+                                         p.kv_cache, kKvCacheLayouts));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}));
   const int64_t batch = p.q.dim(0), s_q = p.q.dim(1), heads = p.q.dim(2), d_qk = p.q.dim(3);
   if (heads < 1 || heads > kMaxHeads) {

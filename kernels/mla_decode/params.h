@@ -4,6 +4,7 @@
 // through them.
 #pragma once
 
+#include "kernels/common/cache_layout.h"
 #include "kernels/common/precision.h"
 #include "kernels/common/tensor.h"
 
@@ -14,9 +15,17 @@ inline constexpr int64_t kDqkRope = 576;    // DeepSeek: 512 latent + 64 rope
 inline constexpr int64_t kDqkNoRope = 512;  // GLM-5.3-Flash: K = V
 inline constexpr int64_t kMaxHeads = 128;
 
+// The named layouts kv_cache may have (docs/CONTRACTS.md "Named layouts"): its last dim tells
+// them apart, so each is inferred when kv_cache_layout is unspecified.
+inline constexpr CacheLayoutUse kKvCacheLayouts[] = {{CacheLayout::kBf16_576, true},
+                                                     {CacheLayout::kBf16_512, true}};
+
 struct Params : WithTensors<Params> {
-  Tensor q;              // bf16 [B, s_q, H, d_qk], d_qk 576 or 512, H in 1..128
-  Tensor kv_cache;       // bf16 [num_pages, page_size, d_qk], page_size >= 1 (64 in the model)
+  Tensor q;         // bf16 [B, s_q, H, d_qk], d_qk 576 or 512, H in 1..128
+  Tensor kv_cache;  // bf16 [num_pages, page_size, d_qk], page_size >= 1 (64 in the model)
+  // kv_cache's named layout (one of kKvCacheLayouts), or kUnspecified: inferred from its dtype
+  // and shape. Checked by Validate; the math does not read it.
+  CacheLayout kv_cache_layout = CacheLayout::kUnspecified;
   Tensor block_table;    // i32 [B, max_pages]; ids outside [0, num_pages) mask their tokens
   Tensor cache_seqlens;  // i32 [B]; clamped to [0, max_pages·page_size]
   Tensor out;            // bf16 [B, s_q, H, 512]

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cache_layout.h"
 #include "kernels/common/precision.h"
 #include "kernels/common/tensor.h"
 
@@ -26,6 +27,12 @@ inline constexpr int64_t kFp8RopeOffset = 528;   // bytes
 inline constexpr int64_t kFp8ScaleCols = 128;    // columns per scale
 inline constexpr int64_t kFp8DimQk = 576;        // the only d_qk the FP8 cache serves
 
+// The named layouts kv may have (docs/CONTRACTS.md "Named layouts"); dtype and last dim tell
+// them apart, so each is inferred when kv_layout is unspecified.
+inline constexpr CacheLayoutUse kKvLayouts[] = {{CacheLayout::kBf16_576, true},
+                                                {CacheLayout::kBf16_512, true},
+                                                {CacheLayout::kFlashMlaFp8_656, true}};
+
 struct Params : WithTensors<Params> {
   // Inputs (owned by the caller; strided views are fine, the last dim must be contiguous).
   Tensor q;  // bf16 [T, H, d_qk], d_qk in {512, 576}
@@ -34,6 +41,9 @@ struct Params : WithTensors<Params> {
   //   FP8  u8 [S, 656] (kFp8Row*, d_qk must be 576), row stride >= 656 bytes and a multiple of
   //        4, base 4-byte aligned (f32 scales); a strided view of a wider cache row is fine.
   Tensor kv;
+  // kv's named layout (one of kKvLayouts), or kUnspecified: inferred from its dtype and shape.
+  // Checked by Validate against kv; the math does not read it.
+  CacheLayout kv_layout = CacheLayout::kUnspecified;
   // Selection, one of two forms:
   //   table (indptr absent): i32 [T, K], row t lists token t's K slots (row stride may be > K);
   //   CSR (indptr present):  i32 [nnz], token t's slots are indices[indptr[t] .. indptr[t+1]).

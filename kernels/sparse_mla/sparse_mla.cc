@@ -126,6 +126,7 @@ Impl<Params> MmaAutoImpl() {
 }  // namespace
 
 absl::Status Validate(const Params& p) {
+  ATTND_RETURN_IF_ERROR(CheckCacheLayout("kv_layout", "kv", p.kv_layout, p.kv, kKvLayouts));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {kAnyDim, kAnyDim, kAnyDim}));
   const int64_t t = p.q.dim(0), h = p.q.dim(1), d_qk = p.q.dim(2);
   if (h < 1 || h > kMaxHeads) {

@@ -43,6 +43,15 @@ grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext*
     for (const std::string& impl : h->Implementations()) op->add_implementations(impl);
     op->set_fast_paths(h->FastPaths());
     for (const v1::Precision precision : h->Precisions()) op->add_precisions(precision);
+    for (const ops::CacheLayoutField& f : h->CacheLayouts()) {
+      v1::CacheLayoutInfo* info = op->add_cache_layouts();
+      info->set_field(f.field);
+      info->set_tensor(f.tensor);
+      for (const kernels::CacheLayoutUse& use : f.uses) {
+        info->add_accepted(static_cast<v1::CacheLayout>(use.layout));
+        if (use.inferred) info->add_inferred(static_cast<v1::CacheLayout>(use.layout));
+      }
+    }
   }
   v1::Limits* limits = response->mutable_limits();
   limits->set_max_message_bytes(deps_.limits.max_message_bytes);

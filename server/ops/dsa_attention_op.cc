@@ -4,6 +4,7 @@
 #include "server/ops/op_handler.h"
 
 #include "kernels/dsa/dsa.h"
+#include "kernels/sparse_mla/params.h"
 
 namespace attnd::server::ops {
 namespace {
@@ -25,7 +26,12 @@ struct DsaAttentionTraits {
     absl::StatusOr<kernels::Precision> precision = PrecisionFromProto(r.precision());
     if (!precision.ok()) return precision.status();
     p->precision = *precision;
+    p->kv_layout = CacheLayoutFromProto(r.kv_layout());
     return absl::OkStatus();
+  }
+  static std::vector<CacheLayoutField> CacheLayouts() {
+    const auto& uses = kernels::sparse_mla::kKvLayouts;
+    return {{"kv_layout", "kv", {std::begin(uses), std::end(uses)}}};
   }
   static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {
     const int64_t t = p.q.dim(0), h = p.q.dim(1);

@@ -32,7 +32,12 @@ struct IndexerLogitsPagedTraits {
       return absl::InvalidArgumentError(
           absl::StrCat("max_context_len is ", r.max_context_len(), ", want >= 0"));
     }
+    p->kv_cache_layout = CacheLayoutFromProto(r.kv_cache_layout());
     return absl::OkStatus();
+  }
+  static std::vector<CacheLayoutField> CacheLayouts() {
+    const auto& uses = op::kKvCacheLayouts;
+    return {{"kv_cache_layout", "kv_cache", {std::begin(uses), std::end(uses)}}};
   }
   static OutputSpec Output(const Params& p, const Request& r, absl::string_view) {
     int64_t rows = 0, cols = r.max_context_len();

@@ -23,7 +23,12 @@ struct MlaDecodeTraits {
     absl::StatusOr<kernels::Precision> precision = PrecisionFromProto(r.precision());
     if (!precision.ok()) return precision.status();
     p->precision = *precision;
+    p->kv_cache_layout = CacheLayoutFromProto(r.kv_cache_layout());
     return absl::OkStatus();
+  }
+  static std::vector<CacheLayoutField> CacheLayouts() {
+    const auto& uses = op::kKvCacheLayouts;
+    return {{"kv_cache_layout", "kv_cache", {std::begin(uses), std::end(uses)}}};
   }
   static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {
     const int64_t b = p.q.dim(0), s_q = p.q.dim(1), h = p.q.dim(2);

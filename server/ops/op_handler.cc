@@ -21,6 +21,15 @@ const google::protobuf::FieldDescriptor* TensorField(const google::protobuf::Mes
   return f;
 }
 
+// Numbered alike, so CacheLayoutFromProto is a cast.
+static_assert(static_cast<int>(kernels::CacheLayout::kBf16_576) == v1::CACHE_LAYOUT_BF16_576);
+static_assert(static_cast<int>(kernels::CacheLayout::kBf16_512) == v1::CACHE_LAYOUT_BF16_512);
+static_assert(static_cast<int>(kernels::CacheLayout::kFlashMlaFp8_656) ==
+              v1::CACHE_LAYOUT_FLASHMLA_FP8_656);
+static_assert(static_cast<int>(kernels::CacheLayout::kIndexerFp8Blocks) ==
+              v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS);
+static_assert(kernels::kMaxCacheLayout == v1::CacheLayout_MAX);
+
 }  // namespace
 
 const char* OpName(OpId id) {

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
+#include "kernels/common/cache_layout.h"
 #include "kernels/common/precision.h"
 #include "kernels/common/registry.h"
 #include "server/engine/backend.h"
@@ -53,6 +54,30 @@ struct HasPrecision : std::false_type {};
 template <class Params>
 struct HasPrecision<Params, std::void_t<decltype(std::declval<Params&>().precision)>>
     : std::is_same<decltype(std::declval<Params&>().precision), kernels::Precision> {};
+
+// A request's cache layout field (proto CacheLayout, its raw value) as the kernels' enum; the
+// op's Validate refuses a value outside the enum (proto3 enums are open) naming the field.
+inline kernels::CacheLayout CacheLayoutFromProto(int value) {
+  return static_cast<kernels::CacheLayout>(value);
+}
+
+// One cache tensor of an op and the named layouts it may have (GetInfo's OpInfo.cache_layouts;
+// docs/CONTRACTS.md "Named layouts").
+struct CacheLayoutField {
+  std::string field;   // the request's layout field, e.g. "kv_layout"
+  std::string tensor;  // the cache tensor, e.g. "kv"
+  std::vector<kernels::CacheLayoutUse> uses;
+};
+
+// Traits::CacheLayouts(): the op's cache layout fields (optional; none when absent).
+template <class Traits, class = void>
+struct CacheLayoutsOf {
+  static std::vector<CacheLayoutField> Get() { return {}; }
+};
+template <class Traits>
+struct CacheLayoutsOf<Traits, std::void_t<decltype(Traits::CacheLayouts())>> {
+  static std::vector<CacheLayoutField> Get() { return Traits::CacheLayouts(); }
+};
 
 // Upper bound on the device-region bytes a call reads back to the host so that its work count
 // (docs/CONTRACTS.md "Common rules") is exact; past it an op with a data-free upper bound reports
@@ -111,6 +136,8 @@ class OpHandler {
   virtual std::string FastPaths() const = 0;
   // The precisions a request may ask for (GetInfo); empty for ops without the option.
   virtual std::vector<v1::Precision> Precisions() const { return {}; }
+  // The named layouts of the op's cache tensors (GetInfo); empty for ops without one.
+  virtual std::vector<CacheLayoutField> CacheLayouts() const { return {}; }
   // Resolves `request`'s tensors (this op's request message), allocates inline outputs in
   // `response` (this op's response message), and validates. INVALID_ARGUMENT / NOT_FOUND etc.
   // name the tensor.
@@ -177,6 +204,9 @@ class TypedOpHandler : public OpHandler {
   std::vector<v1::Precision> Precisions() const override {
     if constexpr (HasPrecision<Params>::value) return {v1::PRECISION_FAST, v1::PRECISION_HIGH};
     return {};
+  }
+  std::vector<CacheLayoutField> CacheLayouts() const override {
+    return CacheLayoutsOf<Traits>::Get();
   }
 
   absl::StatusOr<std::unique_ptr<PreparedCall>> Prepare(

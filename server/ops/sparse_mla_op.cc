@@ -22,7 +22,11 @@ struct SparseMlaTraits {
     absl::StatusOr<kernels::Precision> precision = PrecisionFromProto(r.precision());
     if (!precision.ok()) return precision.status();
     p->precision = *precision;
+    p->kv_layout = CacheLayoutFromProto(r.kv_layout());
     return absl::OkStatus();
+  }
+  static std::vector<CacheLayoutField> CacheLayouts() {
+    return {{"kv_layout", "kv", {std::begin(op::kKvLayouts), std::end(op::kKvLayouts)}}};
   }
   static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {
     if (name == "out") return {true, kernels::DType::kBF16, {p.q.dim(0), p.q.dim(1), op::kDimV}};

@@ -1,0 +1,395 @@
+// Named cache layouts (docs/CONTRACTS.md "Named layouts") through the op handlers: for each op
+// with a cache tensor (sparse_mla, mla_decode, indexer_logits_paged, dsa_attention), an
+// unspecified layout and the right named one run and give the same bytes, and a contradicting
+// layout, a layout of another op and a value outside the enum are INVALID_ARGUMENT naming the
+// layout field. The "required" rule (a layout that shares its dtype and width with another)
+// through CheckCacheLayout with a table of its own, as no op has such a pair yet. GetInfo lists
+// each op's layouts.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "kernels/common/bf16.h"
+#include "kernels/common/cache_layout.h"
+#include "kernels/common/fp8.h"
+#include "kernels/common/status_details.h"
+#include "server/ops/op_handler.h"
+#include "tests/harness/harness.h"
+#include "tests/harness/host_tensor.h"
+#include "tests/server/daemon_fixture.h"
+
+namespace attnd::server::ops {
+namespace {
+
+using attnd::testing::HostTensor;
+using kernels::DType;
+
+v1::Tensor Inline(const HostTensor& h, v1::DType dtype) {
+  v1::Tensor t;
+  t.set_dtype(dtype);
+  for (int i = 0; i < h.tensor().rank; ++i) t.add_shape(h.tensor().shape[i]);
+  const size_t bytes =
+      static_cast<size_t>(kernels::SpanElements(h.tensor()) * kernels::DTypeSize(h.tensor().dtype));
+  t.set_inline_data(std::string(reinterpret_cast<const char*>(h.raw()), bytes));
+  return t;
+}
+
+HostTensor Bf16(std::mt19937_64& rng, std::initializer_list<int64_t> shape) {
+  HostTensor t = HostTensor::Dense(DType::kBF16, shape);
+  attnd::testing::FillNormal(t, rng, 1.0);
+  return t;
+}
+
+HostTensor Fp8(std::mt19937_64& rng, std::initializer_list<int64_t> shape) {
+  HostTensor t = HostTensor::Dense(DType::kFp8E4M3, shape);
+  attnd::testing::FillNormal(t, rng, 1.0);
+  return t;
+}
+
+HostTensor I32(std::initializer_list<int64_t> shape, const std::vector<int32_t>& values) {
+  HostTensor t = HostTensor::Dense(DType::kI32, shape);
+  std::memcpy(t.raw(), values.data(), values.size() * 4);
+  return t;
+}
+
+// An FP8 MLA cache of `rows` 656-byte rows (kernels/sparse_mla/params.h): random codes (no NaN),
+// positive scales, random bf16 rope.
+HostTensor Fp8Cache(std::mt19937_64& rng, int64_t rows) {
+  HostTensor t = HostTensor::Dense(DType::kU8, {rows, 656});
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = t.data<uint8_t>() + r * 656;
+    for (int c = 0; c < 512; ++c) row[c] = kernels::FloatToFp8E4M3(value(rng));
+    for (int j = 0; j < 4; ++j) {
+      const float s = 0.02f * (j + 1);
+      std::memcpy(row + 512 + 4 * j, &s, 4);
+    }
+    for (int c = 0; c < 64; ++c) {
+      const uint16_t b = kernels::FloatToBf16(value(rng));
+      std::memcpy(row + 528 + 2 * c, &b, 2);
+    }
+  }
+  return t;
+}
+
+class LayoutsTest : public ::testing::Test {
+ protected:
+  absl::StatusOr<std::unique_ptr<PreparedCall>> Prepare(OpId op,
+                                                        const google::protobuf::Message& request,
+                                                        google::protobuf::Message* response) {
+    PrepareOptions options;
+    options.max_inline_bytes = 1 << 30;
+    return table_.Find(op)->Prepare(request, response, options);
+  }
+
+  // Prepares and runs `request`; the response's `out_field` bytes.
+  template <class Response, class Request>
+  std::string RunOk(OpId op, const Request& request, const std::string& out_field) {
+    Response response;
+    auto call = Prepare(op, request, &response);
+    EXPECT_TRUE(call.ok()) << call.status();
+    if (!call.ok()) return {};
+    kernels::ExecContext ctx;
+    ctx.pool = attnd::testing::TestPool();
+    std::string impl;
+    const absl::Status st = (*call)->Run(ctx, (*call)->HostData(), &impl);
+    EXPECT_TRUE(st.ok()) << st;
+    const v1::Tensor* out = FindTensor(response, out_field);
+    EXPECT_NE(out, nullptr);
+    return out == nullptr ? std::string() : out->inline_data();
+  }
+
+  // Prepare refuses `request` with INVALID_ARGUMENT whose bad field is `field` and whose message
+  // holds each of `words`.
+  template <class Response, class Request>
+  void ExpectRefused(OpId op, const Request& request, const std::string& field,
+                     const std::vector<std::string>& words) {
+    Response response;
+    auto call = Prepare(op, request, &response);
+    ASSERT_FALSE(call.ok());
+    EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument) << call.status();
+    EXPECT_EQ(kernels::BadField(call.status()).value_or(""), field) << call.status();
+    EXPECT_TRUE(absl::StartsWith(call.status().message(), field + ": ")) << call.status();
+    for (const std::string& w : words) {
+      EXPECT_TRUE(absl::StrContains(call.status().message(), w)) << w << " in " << call.status();
+    }
+  }
+
+  OpTable table_;
+  std::mt19937_64 rng_ = attnd::testing::MakeRng();
+};
+
+v1::SparseMlaRequest SparseMlaCase(std::mt19937_64& rng, const HostTensor& kv, v1::DType kv_type,
+                                   int64_t d_qk) {
+  const int64_t t = 3, h = 8, s = kv.tensor().shape[0];
+  std::vector<int32_t> idx;
+  for (int64_t i = 0; i < t * 5; ++i) idx.push_back(static_cast<int32_t>((7 * i + 3) % s));
+  idx[4] = -1;  // masked
+  v1::SparseMlaRequest r;
+  HostTensor q = d_qk == 576 ? Bf16(rng, {t, h, 576}) : Bf16(rng, {t, h, 512});
+  *r.mutable_q() = Inline(q, v1::DTYPE_BF16);
+  *r.mutable_kv() = Inline(kv, kv_type);
+  *r.mutable_indices() = Inline(I32({t, 5}, idx), v1::DTYPE_I32);
+  r.set_sm_scale(1.0f / std::sqrt(static_cast<float>(d_qk)));
+  return r;
+}
+
+TEST_F(LayoutsTest, SparseMla) {
+  const HostTensor bf16_576 = Bf16(rng_, {20, 576});
+  const HostTensor bf16_512 = Bf16(rng_, {20, 512});
+  const HostTensor fp8 = Fp8Cache(rng_, 20);
+  struct Case {
+    const HostTensor* kv;
+    v1::DType dtype;
+    int64_t d_qk;
+    v1::CacheLayout right, wrong;
+    const char* tensor_words;
+  };
+  const Case cases[] = {
+      {&bf16_576, v1::DTYPE_BF16, 576, v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_FLASHMLA_FP8_656,
+       "kv is bf16 with last dim 576"},
+      {&bf16_512, v1::DTYPE_BF16, 512, v1::CACHE_LAYOUT_BF16_512, v1::CACHE_LAYOUT_BF16_576,
+       "kv is bf16 with last dim 512"},
+      {&fp8, v1::DTYPE_U8, 576, v1::CACHE_LAYOUT_FLASHMLA_FP8_656, v1::CACHE_LAYOUT_BF16_576,
+       "kv is u8 with last dim 656"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(v1::CacheLayout_Name(c.right));
+    v1::SparseMlaRequest r = SparseMlaCase(rng_, *c.kv, c.dtype, c.d_qk);
+    const std::string unspecified = RunOk<v1::SparseMlaResponse>(OpId::kSparseMla, r, "out");
+    r.set_kv_layout(c.right);
+    const std::string named = RunOk<v1::SparseMlaResponse>(OpId::kSparseMla, r, "out");
+    ASSERT_FALSE(unspecified.empty());
+    EXPECT_EQ(named, unspecified);
+    // Contradicting: both the layout asked for and what kv is, and the layout kv has.
+    r.set_kv_layout(c.wrong);
+    ExpectRefused<v1::SparseMlaResponse>(
+        OpId::kSparseMla, r, "kv_layout",
+        {v1::CacheLayout_Name(c.wrong), c.tensor_words,
+         std::string("the shape of ") + v1::CacheLayout_Name(c.right)});
+  }
+  v1::SparseMlaRequest r = SparseMlaCase(rng_, bf16_576, v1::DTYPE_BF16, 576);
+  r.set_kv_layout(v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS);  // not a layout of kv
+  ExpectRefused<v1::SparseMlaResponse>(
+      OpId::kSparseMla, r, "kv_layout",
+      {"CACHE_LAYOUT_INDEXER_FP8_BLOCKS, not a layout kv may have", "CACHE_LAYOUT_BF16_576"});
+  for (int bad : {99, 5, -1}) {  // proto3 enums are open: a value outside it arrives as is
+    r.set_kv_layout(static_cast<v1::CacheLayout>(bad));
+    ExpectRefused<v1::SparseMlaResponse>(OpId::kSparseMla, r, "kv_layout",
+                                         {std::to_string(bad), "not a CacheLayout"});
+  }
+}
+
+TEST_F(LayoutsTest, MlaDecode) {
+  for (const int64_t d_qk : {576, 512}) {
+    SCOPED_TRACE(d_qk);
+    const int64_t b = 2, s_q = 1, h = 4, pages = 4, page = 8;
+    v1::MlaDecodeRequest r;
+    *r.mutable_q() = Inline(
+        d_qk == 576 ? Bf16(rng_, {b, s_q, h, 576}) : Bf16(rng_, {b, s_q, h, 512}), v1::DTYPE_BF16);
+    *r.mutable_kv_cache() =
+        Inline(d_qk == 576 ? Bf16(rng_, {pages, page, 576}) : Bf16(rng_, {pages, page, 512}),
+               v1::DTYPE_BF16);
+    *r.mutable_block_table() = Inline(I32({b, 2}, {2, 0, 3, 1}), v1::DTYPE_I32);
+    *r.mutable_cache_seqlens() = Inline(I32({b}, {11, 16}), v1::DTYPE_I32);
+    r.set_sm_scale(0.05f);
+    r.set_causal(true);
+    const std::string unspecified = RunOk<v1::MlaDecodeResponse>(OpId::kMlaDecode, r, "out");
+    const v1::CacheLayout right =
+        d_qk == 576 ? v1::CACHE_LAYOUT_BF16_576 : v1::CACHE_LAYOUT_BF16_512;
+    const v1::CacheLayout wrong =
+        d_qk == 576 ? v1::CACHE_LAYOUT_BF16_512 : v1::CACHE_LAYOUT_BF16_576;
+    r.set_kv_cache_layout(right);
+    const std::string named = RunOk<v1::MlaDecodeResponse>(OpId::kMlaDecode, r, "out");
+    ASSERT_FALSE(unspecified.empty());
+    EXPECT_EQ(named, unspecified);
+    r.set_kv_cache_layout(wrong);
+    ExpectRefused<v1::MlaDecodeResponse>(
+        OpId::kMlaDecode, r, "kv_cache_layout",
+        {v1::CacheLayout_Name(wrong), "kv_cache is bf16 with last dim " + std::to_string(d_qk)});
+    r.set_kv_cache_layout(v1::CACHE_LAYOUT_FLASHMLA_FP8_656);  // mla_decode reads bf16 only
+    ExpectRefused<v1::MlaDecodeResponse>(OpId::kMlaDecode, r, "kv_cache_layout",
+                                         {"not a layout kv_cache may have"});
+    r.set_kv_cache_layout(static_cast<v1::CacheLayout>(1000));
+    ExpectRefused<v1::MlaDecodeResponse>(OpId::kMlaDecode, r, "kv_cache_layout",
+                                         {"1000", "not a CacheLayout"});
+  }
+}
+
+TEST_F(LayoutsTest, IndexerLogitsPaged) {
+  const int64_t batch = 2, next_n = 1, heads = 4, dim = 16, block = 4, blocks = 4;
+  const int64_t block_bytes = block * (dim + 4);
+  HostTensor cache = HostTensor::Dense(DType::kU8, {blocks, block_bytes});
+  std::normal_distribution<float> key(0.0f, 1.0f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* row = cache.data<uint8_t>() + b * block_bytes;
+    for (int64_t i = 0; i < block * dim; ++i) row[i] = kernels::FloatToFp8E4M3(key(rng_));
+    for (int64_t t = 0; t < block; ++t) {
+      const float s = 0.1f + 0.01f * static_cast<float>(t);
+      std::memcpy(row + block * dim + 4 * t, &s, 4);
+    }
+  }
+  HostTensor weights = HostTensor::Dense(DType::kF32, {batch * next_n, heads});
+  attnd::testing::FillNormal(weights, rng_, 1.0);
+  v1::IndexerLogitsPagedRequest r;
+  *r.mutable_q() = Inline(Fp8(rng_, {batch, next_n, heads, dim}), v1::DTYPE_FP8_E4M3);
+  *r.mutable_kv_cache() = Inline(cache, v1::DTYPE_U8);
+  *r.mutable_block_table() = Inline(I32({batch, 2}, {3, 1, 0, 2}), v1::DTYPE_I32);
+  *r.mutable_context_lens() = Inline(I32({batch}, {7, 5}), v1::DTYPE_I32);
+  *r.mutable_weights() = Inline(weights, v1::DTYPE_F32);
+  r.set_block_size(block);
+  const std::string unspecified =
+      RunOk<v1::IndexerLogitsPagedResponse>(OpId::kIndexerLogitsPaged, r, "logits");
+  r.set_kv_cache_layout(v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS);
+  const std::string named =
+      RunOk<v1::IndexerLogitsPagedResponse>(OpId::kIndexerLogitsPaged, r, "logits");
+  ASSERT_FALSE(unspecified.empty());
+  EXPECT_EQ(named, unspecified);
+  r.set_kv_cache_layout(v1::CACHE_LAYOUT_FLASHMLA_FP8_656);  // the MLA cache, not the indexer's
+  ExpectRefused<v1::IndexerLogitsPagedResponse>(
+      OpId::kIndexerLogitsPaged, r, "kv_cache_layout",
+      {"CACHE_LAYOUT_FLASHMLA_FP8_656", "not a layout kv_cache may have",
+       "CACHE_LAYOUT_INDEXER_FP8_BLOCKS"});
+  r.set_kv_cache_layout(static_cast<v1::CacheLayout>(7));
+  ExpectRefused<v1::IndexerLogitsPagedResponse>(OpId::kIndexerLogitsPaged, r, "kv_cache_layout",
+                                                {"is 7", "not a CacheLayout"});
+  // A named layout whose dtype the cache contradicts: the f32 view of the same bytes.
+  r.set_kv_cache_layout(v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS);
+  r.mutable_kv_cache()->set_dtype(v1::DTYPE_F32);
+  r.mutable_kv_cache()->set_shape(1, block_bytes / 4);
+  ExpectRefused<v1::IndexerLogitsPagedResponse>(
+      OpId::kIndexerLogitsPaged, r, "kv_cache_layout",
+      {"CACHE_LAYOUT_INDEXER_FP8_BLOCKS (u8)", "kv_cache is f32"});
+}
+
+TEST_F(LayoutsTest, DsaAttention) {
+  const int64_t t = 3, n = 12, hi = 4, di = 16, h = 8;
+  HostTensor scale = HostTensor::Dense(DType::kF32, {n});
+  attnd::testing::FillUniform(scale, rng_, 0.5, 1.5);
+  HostTensor weights = HostTensor::Dense(DType::kF32, {t, hi});
+  attnd::testing::FillNormal(weights, rng_, 1.0);
+  v1::DsaAttentionRequest r;
+  *r.mutable_index_q() = Inline(Fp8(rng_, {t, hi, di}), v1::DTYPE_FP8_E4M3);
+  *r.mutable_index_k() = Inline(Fp8(rng_, {n, di}), v1::DTYPE_FP8_E4M3);
+  *r.mutable_index_k_scale() = Inline(scale, v1::DTYPE_F32);
+  *r.mutable_index_weights() = Inline(weights, v1::DTYPE_F32);
+  *r.mutable_ks() = Inline(I32({t}, {0, 0, 2}), v1::DTYPE_I32);
+  *r.mutable_ke() = Inline(I32({t}, {10, 11, 12}), v1::DTYPE_I32);
+  r.set_topk(4);
+  *r.mutable_q() = Inline(Bf16(rng_, {t, h, 576}), v1::DTYPE_BF16);
+  r.set_sm_scale(0.04f);
+  for (const bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "fp8" : "bf16");
+    r.clear_kv_layout();
+    *r.mutable_kv() = fp8 ? Inline(Fp8Cache(rng_, n), v1::DTYPE_U8)
+                          : Inline(Bf16(rng_, {n, 576}), v1::DTYPE_BF16);
+    const std::string unspecified = RunOk<v1::DsaAttentionResponse>(OpId::kDsaAttention, r, "out");
+    r.set_kv_layout(fp8 ? v1::CACHE_LAYOUT_FLASHMLA_FP8_656 : v1::CACHE_LAYOUT_BF16_576);
+    const std::string named = RunOk<v1::DsaAttentionResponse>(OpId::kDsaAttention, r, "out");
+    ASSERT_FALSE(unspecified.empty());
+    EXPECT_EQ(named, unspecified);
+    const v1::CacheLayout wrong =
+        fp8 ? v1::CACHE_LAYOUT_BF16_576 : v1::CACHE_LAYOUT_FLASHMLA_FP8_656;
+    r.set_kv_layout(wrong);
+    ExpectRefused<v1::DsaAttentionResponse>(
+        OpId::kDsaAttention, r, "kv_layout",
+        {v1::CacheLayout_Name(wrong), fp8 ? "kv is u8 with last dim 656" : "kv is bf16"});
+  }
+  r.set_kv_layout(static_cast<v1::CacheLayout>(42));
+  ExpectRefused<v1::DsaAttentionResponse>(OpId::kDsaAttention, r, "kv_layout",
+                                          {"is 42", "not a CacheLayout"});
+}
+
+// The required rule, which no op reaches yet (every pair of today's layouts differs in dtype or
+// width): a table with two u8 layouts of any width, one inferred and one that must be named, and
+// one with two inferred layouts of the same shape.
+TEST(CheckCacheLayout, RequiredWhereDtypeAndShapeDoNotDecide) {
+  uint8_t bytes[2 * 656] = {};
+  const kernels::Tensor kv = kernels::MakeTensor(bytes, DType::kU8, {2, 656});
+  using kernels::CacheLayout;
+  using kernels::CacheLayoutUse;
+  const CacheLayoutUse old_default[] = {{CacheLayout::kIndexerFp8Blocks, true},
+                                        {CacheLayout::kFlashMlaFp8_656, false}};
+  // Unspecified: the inferred one; named: either.
+  EXPECT_TRUE(
+      kernels::CheckCacheLayout("x_layout", "x", CacheLayout::kUnspecified, kv, old_default).ok());
+  EXPECT_TRUE(
+      kernels::CheckCacheLayout("x_layout", "x", CacheLayout::kFlashMlaFp8_656, kv, old_default)
+          .ok());
+  // Only a layout that must be named fits: unspecified is refused.
+  const CacheLayoutUse named_only[] = {{CacheLayout::kFlashMlaFp8_656, false}};
+  absl::Status s =
+      kernels::CheckCacheLayout("x_layout", "x", CacheLayout::kUnspecified, kv, named_only);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kernels::BadField(s).value_or(""), "x_layout");
+  EXPECT_TRUE(absl::StrContains(s.message(), "x_layout: required")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "CACHE_LAYOUT_FLASHMLA_FP8_656")) << s;
+  // Two inferred layouts fit: unspecified is refused naming both.
+  const CacheLayoutUse ambiguous[] = {{CacheLayout::kIndexerFp8Blocks, true},
+                                      {CacheLayout::kFlashMlaFp8_656, true}};
+  s = kernels::CheckCacheLayout("x_layout", "x", CacheLayout::kUnspecified, kv, ambiguous);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(
+      s.message(), "CACHE_LAYOUT_INDEXER_FP8_BLOCKS and CACHE_LAYOUT_FLASHMLA_FP8_656"))
+      << s;
+  // An unspecified layout that fits nothing is left to the op's own shape checks.
+  const kernels::Tensor odd = kernels::MakeTensor(bytes, DType::kBF16, {2, 100});
+  EXPECT_TRUE(
+      kernels::CheckCacheLayout("x_layout", "x", CacheLayout::kUnspecified, odd, ambiguous).ok());
+}
+
+}  // namespace
+}  // namespace attnd::server::ops
+
+namespace attnd::server::testing {
+namespace {
+
+// GetInfo lists, per op, the layout field, its tensor, the layouts accepted and those an
+// unspecified layout is inferred as; ops without a cache tensor list none.
+TEST_F(DaemonTest, GetInfoListsCacheLayouts) {
+  grpc::ClientContext ctx;
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
+  struct Want {
+    std::string field, tensor;
+    std::vector<int> accepted;
+  };
+  const std::vector<int> mla = {v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512,
+                                v1::CACHE_LAYOUT_FLASHMLA_FP8_656};
+  const std::map<std::string, Want> want = {
+      {"sparse_mla", {"kv_layout", "kv", mla}},
+      {"dsa_attention", {"kv_layout", "kv", mla}},
+      {"mla_decode",
+       {"kv_cache_layout", "kv_cache", {v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512}}},
+      {"indexer_logits_paged",
+       {"kv_cache_layout", "kv_cache", {v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS}}},
+  };
+  int seen = 0;
+  for (const v1::OpInfo& op : info.ops()) {
+    SCOPED_TRACE(op.name());
+    auto it = want.find(op.name());
+    if (it == want.end()) {
+      EXPECT_EQ(op.cache_layouts_size(), 0);
+      continue;
+    }
+    ++seen;
+    ASSERT_EQ(op.cache_layouts_size(), 1);
+    const v1::CacheLayoutInfo& l = op.cache_layouts(0);
+    EXPECT_EQ(l.field(), it->second.field);
+    EXPECT_EQ(l.tensor(), it->second.tensor);
+    EXPECT_EQ(std::vector<int>(l.accepted().begin(), l.accepted().end()), it->second.accepted);
+    // Every layout of today's ops is told apart by dtype and width: all inferred.
+    EXPECT_EQ(std::vector<int>(l.inferred().begin(), l.inferred().end()), it->second.accepted);
+  }
+  EXPECT_EQ(seen, 4);
+}
+
+}  // namespace
+}  // namespace attnd::server::testing
