@@ -38,6 +38,12 @@ inline v1::Precision PrecisionField(kernels::Precision p) {
     return stub->Rpc(ctx, r, out);                                                                 \
   }
 
+// A cache tensor's named layout (docs/CONTRACTS.md "Named layouts"): the params' value as the
+// proto's (numbered alike; kUnspecified leaves the field unset).
+inline v1::CacheLayout CacheLayoutField(kernels::CacheLayout l) {
+  return static_cast<v1::CacheLayout>(l);
+}
+
 template <>
 struct OpTraits<kernels::indexer_logits::Params> {
   ATTND_CLIENT_OP_COMMON(kernels::indexer_logits::Params, "indexer_logits", IndexerLogits,
@@ -51,6 +57,7 @@ struct OpTraits<kernels::indexer_logits_paged::Params> {
                          IndexerLogitsPaged, indexer_logits_paged)
   static void SetScalars(const Params& p, Request* r) {
     r->set_block_size(p.block_size);
+    r->set_kv_cache_layout(CacheLayoutField(p.kv_cache_layout));
     if (p.logits.present()) r->set_max_context_len(p.logits.dim(1));
   }
 };
@@ -75,6 +82,7 @@ struct OpTraits<kernels::sparse_mla::Params> {
   static void SetScalars(const Params& p, Request* r) {
     r->set_sm_scale(p.sm_scale);
     r->set_precision(PrecisionField(p.precision));
+    r->set_kv_layout(CacheLayoutField(p.kv_layout));
   }
 };
 
@@ -85,6 +93,7 @@ struct OpTraits<kernels::mla_decode::Params> {
     r->set_sm_scale(p.sm_scale);
     r->set_causal(p.causal);
     r->set_precision(PrecisionField(p.precision));
+    r->set_kv_cache_layout(CacheLayoutField(p.kv_cache_layout));
   }
 };
 
@@ -105,6 +114,7 @@ struct OpTraits<kernels::dsa::Params> {
     r->set_topk(p.topk);
     r->set_sm_scale(p.sm_scale);
     r->set_precision(PrecisionField(p.precision));
+    r->set_kv_layout(CacheLayoutField(p.kv_layout));
   }
 };
 

@@ -1,10 +1,12 @@
 // attnctl info | health | regions | presets.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/attnctl/commands.h"
 #include "client/attnctl/json.h"
@@ -13,6 +15,19 @@
 #include "client/error_details.h"
 
 namespace attnd::attnctl {
+
+namespace {
+
+// A CacheLayout value as attnctl prints it: its name without the CACHE_LAYOUT_ prefix, or the
+// number when this attnctl does not know it.
+std::string LayoutText(int value) {
+  if (!v1::CacheLayout_IsValid(value)) return absl::StrCat(value);
+  absl::string_view name = v1::CacheLayout_Name(static_cast<v1::CacheLayout>(value));
+  absl::ConsumePrefix(&name, "CACHE_LAYOUT_");
+  return std::string(name);
+}
+
+}  // namespace
 
 int ServiceExit(const absl::Status& s) {
   return s.code() == absl::StatusCode::kInvalidArgument && s.message().find("tls_") == 0
@@ -84,6 +99,17 @@ int InfoCommand(const CtlOptions& o) {
         precisions.push_back(JsonQuote(PrecisionText(static_cast<v1::Precision>(pr))));
       }
       j.AddRaw("precisions", JsonArray(precisions));
+      std::vector<std::string> layouts;
+      for (const v1::CacheLayoutInfo& f : op.cache_layouts()) {
+        std::vector<std::string> accepted, inferred;
+        for (const int l : f.accepted()) accepted.push_back(JsonQuote(LayoutText(l)));
+        for (const int l : f.inferred()) inferred.push_back(JsonQuote(LayoutText(l)));
+        JsonObject lj;
+        lj.Add("field", f.field()).Add("tensor", f.tensor());
+        lj.AddRaw("accepted", JsonArray(accepted)).AddRaw("inferred", JsonArray(inferred));
+        layouts.push_back(lj.str());
+      }
+      j.AddRaw("cache_layouts", JsonArray(layouts));
       ops.push_back(j.str());
     }
     JsonObject limits;
@@ -116,6 +142,18 @@ int InfoCommand(const CtlOptions& o) {
         "op      %-22s %-20s impls [%s]  fast paths: %s%s%s\n", op.name().c_str(), op.rpc().c_str(),
         absl::StrJoin(impls, ", ").c_str(), op.fast_paths().c_str(),
         precisions.empty() ? "" : "  precisions: ", absl::StrJoin(precisions, ", ").c_str());
+    // One line per cache tensor: its layout field and the named layouts it takes; "*" marks
+    // those an unspecified layout is inferred as (docs/CONTRACTS.md "Named layouts").
+    for (const v1::CacheLayoutInfo& f : op.cache_layouts()) {
+      std::vector<std::string> names;
+      for (const int l : f.accepted()) {
+        const bool inferred =
+            std::find(f.inferred().begin(), f.inferred().end(), l) != f.inferred().end();
+        names.push_back(LayoutText(l) + (inferred ? "*" : ""));
+      }
+      std::printf("        %s layouts (%s): %s  (* inferred when unspecified)\n",
+                  f.tensor().c_str(), f.field().c_str(), absl::StrJoin(names, ", ").c_str());
+    }
   }
   std::printf(
       "limits  max message %llu B, queue %d, workers %d, cpu threads %d, "

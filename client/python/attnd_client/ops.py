@@ -58,7 +58,7 @@ OPS = {
             {"q": FP8, "kv_cache": U8, "block_table": I32, "context_lens": I32, "weights": F32},
             {"logits": F32},
             (),
-            ("clean_logits", "max_context_len", "block_size"),
+            ("clean_logits", "max_context_len", "block_size", "kv_cache_layout"),
         ),
         OpSpec(
             "topk",
@@ -87,7 +87,7 @@ OPS = {
             {"q": BF16, "kv": (BF16, U8), "indices": I32, "indptr": I32, "topk_length": I32},
             {"out": BF16, "lse": F32},
             (),
-            ("sm_scale", "precision"),
+            ("sm_scale", "precision", "kv_layout"),
         ),
         OpSpec(
             "mla_decode",
@@ -97,7 +97,7 @@ OPS = {
             {"q": BF16, "kv_cache": BF16, "block_table": I32, "cache_seqlens": I32},
             {"out": BF16, "lse": F32},
             (),
-            ("sm_scale", "causal", "precision"),
+            ("sm_scale", "causal", "precision", "kv_cache_layout"),
         ),
         OpSpec(
             "mla_prefill",
@@ -126,7 +126,7 @@ OPS = {
             },
             {"out": BF16, "lse": F32, "indices": I32, "logits": F32},
             ("indices", "logits"),
-            ("topk", "sm_scale", "precision"),
+            ("topk", "sm_scale", "precision", "kv_layout"),
         ),
     ]
 }
@@ -168,6 +168,40 @@ def index_base_value(index_base: str) -> int:
         return INDEX_BASES[index_base]
     except KeyError:
         raise ValueError(f"index_base {index_base!r}; want one of {sorted(INDEX_BASES)}") from None
+
+
+# The cache tensors' named layouts (docs/CONTRACTS.md "Named layouts"): the `kv_layout` /
+# `kv_cache_layout` argument takes a name with or without the CACHE_LAYOUT_ prefix, in any case
+# ("FLASHMLA_FP8_656"), or the enum's value; None (or "UNSPECIFIED") lets the server infer it from
+# the tensor's dtype and shape. GetInfo lists each op's layouts (OpInfo.cache_layouts).
+CACHE_LAYOUTS = {
+    name.removeprefix("CACHE_LAYOUT_"): value for name, value in pb.CacheLayout.items()
+}
+
+
+def cache_layout_value(layout: str | int) -> int:
+    """The proto enum value of a cache layout name ("FLASHMLA_FP8_656" or
+    "CACHE_LAYOUT_FLASHMLA_FP8_656", any case) or value (an int goes as it is: the server refuses
+    one it does not know); ValueError for an unknown name."""
+    if isinstance(layout, bool):
+        raise TypeError(f"cache layout {layout!r}; want a name or an int")
+    if isinstance(layout, int):
+        return layout
+    if isinstance(layout, str):
+        key = layout.upper().removeprefix("CACHE_LAYOUT_")
+        if key in CACHE_LAYOUTS:
+            return CACHE_LAYOUTS[key]
+        raise ValueError(f"cache layout {layout!r}; want one of {sorted(CACHE_LAYOUTS)}")
+    raise TypeError(f"cache layout {layout!r}; want a name or an int")
+
+
+def cache_layout_name(value: int) -> str:
+    """The name of a CacheLayout value without its prefix ("BF16_576"), or str(value) for one
+    this client does not know."""
+    for name, v in CACHE_LAYOUTS.items():
+        if v == value:
+            return name
+    return str(value)
 
 
 def precision_name(value: int) -> str | None:
@@ -252,6 +286,8 @@ def build_request(
                 value = precision_value(value)
             elif name == "index_base":
                 value = index_base_value(value)
+            elif name.endswith("_layout"):
+                value = cache_layout_value(value)
             setattr(request, name, value)
     return request, sinks
 
@@ -325,11 +361,13 @@ class OpCalls(Generic[R]):
         max_context_len: int | None = None,
         block_size: int | None = None,
         clean_logits: bool | None = None,
+        kv_cache_layout: str | int | None = None,
         logits: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
     ) -> R:
-        """Decode indexer over vLLM's paged fp8 key cache (block = keys then f32 scales)."""
+        """Decode indexer over vLLM's paged fp8 key cache (block = keys then f32 scales).
+        kv_cache_layout: "INDEXER_FP8_BLOCKS" or None (the same: the one it reads)."""
         return self.call("indexer_logits_paged", **_arguments(locals()))
 
     def topk(
@@ -370,6 +408,7 @@ class OpCalls(Generic[R]):
         indptr: TensorArg | None = None,
         topk_length: TensorArg | None = None,
         precision: str | None = None,
+        kv_layout: str | int | None = None,
         out: OutputArg = None,
         lse: OutputArg = None,
         timeout: float | None = None,
@@ -377,7 +416,8 @@ class OpCalls(Generic[R]):
     ) -> R:
         """Sparse MLA: each token attends to its selected kv rows (top-k table or CSR). kv is
         bf16 [S, d_qk] or, with d_qk 576, the FP8 cache as uint8 [S, 656] (512 e4m3 codes, 4 f32
-        scales, 64 bf16 rope per row). precision: "fast" (None: the default) or "high"."""
+        scales, 64 bf16 rope per row). precision: "fast" (None: the default) or "high".
+        kv_layout: "BF16_576", "BF16_512", "FLASHMLA_FP8_656" (None: inferred from kv)."""
         return self.call("sparse_mla", **_arguments(locals()))
 
     def mla_decode(
@@ -390,13 +430,14 @@ class OpCalls(Generic[R]):
         sm_scale: float,
         causal: bool | None = None,
         precision: str | None = None,
+        kv_cache_layout: str | int | None = None,
         out: OutputArg = None,
         lse: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
     ) -> R:
         """Dense absorbed MLA decode over a paged latent cache. precision: "fast" (None: the
-        default) or "high"."""
+        default) or "high". kv_cache_layout: "BF16_576" or "BF16_512" (None: inferred)."""
         return self.call("mla_decode", **_arguments(locals()))
 
     def mla_prefill(
@@ -433,6 +474,7 @@ class OpCalls(Generic[R]):
         sm_scale: float,
         topk: int | None = None,
         precision: str | None = None,
+        kv_layout: str | int | None = None,
         out: OutputArg = None,
         lse: OutputArg = None,
         indices: OutputArg = None,
@@ -443,5 +485,6 @@ class OpCalls(Generic[R]):
         """A whole DSA layer in one call: indexer -> top-k -> sparse MLA (topk None: 2048).
         kv as in sparse_mla: bf16 [N, d_qk], or a uint8 array [N, 656] (the FP8 cache, d_qk 576).
         indices=True / logits=True (or a placement) also return the chosen rows / the cleaned
-        indexer logits. precision: "fast" (None: the default) or "high"."""
+        indexer logits. precision: "fast" (None: the default) or "high". kv_layout as in
+        sparse_mla."""
         return self.call("dsa_attention", **_arguments(locals()))

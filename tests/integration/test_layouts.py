@@ -1,0 +1,120 @@
+"""Named cache layouts (docs/CONTRACTS.md "Named layouts") through a real CPU daemon and the
+Python client: one case per op with a cache tensor, run with the layout unset and named (by name,
+prefixed name and enum value), each checked against the fp64 reference; a contradicting layout
+and a value outside the enum answer INVALID_ARGUMENT naming the layout field; GetInfo and
+`attnctl info` list each op's layouts."""
+
+import json
+import subprocess
+
+import grpc
+import pytest
+
+import attnd_client as ac
+from attnd_client.ops import cache_layout_value
+
+import cases
+
+# op, case arguments, layout field, the cache's layout, a layout its dtype/shape contradicts, and
+# what the error says the tensor is.
+CASES = [
+    ("sparse_mla", {"kv_format": "fp8"}, "kv_layout", "FLASHMLA_FP8_656", "BF16_576", "kv is u8"),
+    ("sparse_mla", {"d_qk": 512}, "kv_layout", "BF16_512", "BF16_576", "kv is bf16"),
+    ("mla_decode", {}, "kv_cache_layout", "BF16_576", "BF16_512", "kv_cache is bf16"),
+    (
+        "indexer_logits_paged",
+        {},
+        "kv_cache_layout",
+        "INDEXER_FP8_BLOCKS",
+        "FLASHMLA_FP8_656",
+        "not a layout kv_cache may have",
+    ),
+    (
+        "dsa_attention",
+        {"kv_format": "fp8"},
+        "kv_layout",
+        "FLASHMLA_FP8_656",
+        "BF16_512",
+        "kv is u8",
+    ),
+]
+IDS = [f"{op}-{right}" for op, _, _, right, _, _ in CASES]
+
+
+@pytest.mark.parametrize("op,kwargs,field,right,wrong,what", CASES, ids=IDS)
+def test_layout_named_unset_and_refused(client, rng, op, kwargs, field, right, wrong, what):
+    case = cases.make_case(op, rng, **kwargs)
+    outputs = cases.inline_outputs(case)
+    for layout in (None, right, "cache_layout_" + right.lower(), cache_layout_value(right)):
+        result = client.call(op, **case.arguments(**outputs), **{field: layout}, timeout=120)
+        case.check(result.outputs)
+
+    with pytest.raises(ac.AttndError) as info:
+        client.call(op, **case.arguments(**outputs), **{field: wrong}, timeout=120)
+    e = info.value
+    assert e.code == grpc.StatusCode.INVALID_ARGUMENT, e
+    assert [v.field for v in e.field_violations] == [field], e
+    assert e.details.startswith(f"{field}: is CACHE_LAYOUT_{wrong}"), e.details
+    assert what in e.details, e.details
+
+    # proto3 enums are open: a number outside the enum reaches the daemon, which refuses it.
+    with pytest.raises(ac.AttndError) as info:
+        client.call(op, **case.arguments(**outputs), **{field: 77}, timeout=120)
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in info.value.field_violations] == [field], info.value
+    assert "is 77, not a CacheLayout" in info.value.details
+
+
+def test_unknown_layout_name_is_refused_by_the_client(client, rng):
+    case = cases.make_case("mla_decode", rng)
+    with pytest.raises(ValueError, match="cache layout 'BF16_575'"):
+        client.mla_decode(**case.arguments(), kv_cache_layout="BF16_575")
+
+
+def test_info_lists_layouts(client):
+    want = {
+        "sparse_mla": ("kv_layout", "kv", ["BF16_576", "BF16_512", "FLASHMLA_FP8_656"]),
+        "dsa_attention": ("kv_layout", "kv", ["BF16_576", "BF16_512", "FLASHMLA_FP8_656"]),
+        "mla_decode": ("kv_cache_layout", "kv_cache", ["BF16_576", "BF16_512"]),
+        "indexer_logits_paged": ("kv_cache_layout", "kv_cache", ["INDEXER_FP8_BLOCKS"]),
+    }
+    for op in client.info().ops:
+        if op.name not in want:
+            assert not op.cache_layouts, op
+            continue
+        field, tensor, layouts = want[op.name]
+        (entry,) = op.cache_layouts
+        assert (entry.field, entry.tensor) == (field, tensor)
+        values = [cache_layout_value(name) for name in layouts]
+        assert list(entry.accepted) == values
+        assert list(entry.inferred) == values  # today every layout is told apart by its shape
+
+
+def test_attnctl_info_prints_layouts(attnctl_bin, daemon):
+    if attnctl_bin is None:
+        pytest.skip("attnctl is not built (client/attnctl); set ATTNCTL_BIN")
+    target = f"--target={daemon.unix_target}"
+    text = subprocess.run(
+        [attnctl_bin, target, "info"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert "kv layouts (kv_layout): BF16_576*, BF16_512*, FLASHMLA_FP8_656*" in text, text
+    assert "kv_cache layouts (kv_cache_layout): INDEXER_FP8_BLOCKS*" in text, text
+    info = json.loads(
+        subprocess.run(
+            [attnctl_bin, target, "--json", "info"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    ops = {op["name"]: op for op in info["ops"]}
+    assert ops["mla_decode"]["cache_layouts"] == [
+        {
+            "field": "kv_cache_layout",
+            "tensor": "kv_cache",
+            "accepted": ["BF16_576", "BF16_512"],
+            "inferred": ["BF16_576", "BF16_512"],
+        }
+    ]
+    assert ops["topk"]["cache_layouts"] == []
