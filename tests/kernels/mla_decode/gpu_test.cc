@@ -165,5 +165,47 @@ TEST(MlaDecodeGpu, ManySplitsEmptyAndMaskedSplits) {
   }
 }
 
+// lse as a view of FlashMLA's [B, H, s_q + 2] buffer (docs/CONTRACTS.md "Strided lse") from each
+// GPU implementation with its own split plan, three splits (the combine writes lse) and no
+// workspace (the kernel does); the poisoned gaps must survive. Request 1 (length 1, causal,
+// s_q 2) leaves query 0 with nothing: lse -inf through the strides.
+TEST(MlaDecodeGpu, LseInFlashMlaLayoutWithAndWithoutSplits) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  DecodeCase c;
+  c.heads = 16;
+  c.s_q = 2;
+  c.causal = true;
+  c.seqlens = {3000, 1};
+  c.lse_head_major = true;
+  c.lse_pad = 2;
+  auto rng = testing::MakeRng();
+  DecodeTensors t(c, rng);
+  Params p = t.params();
+  std::vector<double> ref_out, ref_lse, ref_abs;
+  Reference(p, &ref_out, &ref_lse, &ref_abs);
+  const auto impls = GpuImpls(p);
+  EXPECT_GE(impls.size(), 1u);
+  for (const Impl<Params>* impl : impls) {
+    SCOPED_TRACE(impl->name);
+    ASSERT_TRUE(impl->workspace != nullptr);
+    const int64_t three_splits = 3 * (2 * 2 * 16) * (kDv + 1) * 4;
+    for (const int64_t bytes : {impl->workspace(p), three_splits, int64_t{0}}) {
+      Impl<Params> sized = *impl;
+      sized.workspace = [bytes](const Params&) { return bytes; };
+      for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
+      const absl::Status status = testing::RunOnGpu(sized, p);
+      ASSERT_TRUE(status.ok()) << status;
+      const std::string what = impl->name + " workspace " + std::to_string(bytes);
+      testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, p.precision,
+                                  kOutTol, what + " out");
+      ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
+      ExpectLseGapsPoisoned(t.lse(), what);
+      for (int64_t h = 0; h < c.heads; ++h) {
+        EXPECT_EQ(t.lse().At({1, 0, h}), -INFINITY) << what;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnd::kernels::mla_decode

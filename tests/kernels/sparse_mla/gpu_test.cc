@@ -106,6 +106,70 @@ TEST_P(SparseMlaGpuSplits, EveryCountMatchesReference) {
   }
 }
 
+// lse in the caller's layout (docs/CONTRACTS.md "Strided lse") from every GPU kernel's epilogue
+// (StoreRowLse) and the split combine: a [T, H] view of vLLM's [H, T + 3] buffer, split counts 1
+// (the kernel writes lse) and 3, 7 (the combine does), the poisoned gaps checked after each run
+// (ExpectOutputs). H 16 (simt, mma, mma_lowh) and 64 (simt, mma, wgmma on sm_90a).
+TEST(SparseMlaGpu, LseInCallersLayoutFromEveryKernelAndTheCombine) {
+  if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
+  namespace sg = kernels::sparse_mla::gpu;
+  struct Kernel {
+    GpuKernel kind;
+    const char* name;
+    SplitLauncher launch;
+  };
+  const std::vector<Kernel> launchers = {
+#if defined(ATTND_GPU_CUDA)
+    {GpuKernel::kMma, "mma",
+     [](const Params& d, int n, void* w, gpu::Stream st) {
+       return sg::LaunchSparseMlaMma(d, n, w, st);
+     }},
+    {GpuKernel::kMmaLowH, "mma_lowh",
+     [](const Params& d, int n, void* w, gpu::Stream st) {
+       return sg::LaunchSparseMlaMmaLowh(d, n, w, st);
+     }},
+    {GpuKernel::kWgmma, "wgmma",
+     [](const Params& d, int n, void* w, gpu::Stream st) {
+       return sg::LaunchSparseMlaWgmma(d, n, w, st);
+     }},
+#endif
+    {GpuKernel::kSimt, "simt",
+     [](const Params& d, int n, void* w, gpu::Stream st) {
+       return sg::LaunchSparseMlaSimt(d, n, w, st);
+     }},
+  };
+  for (const int64_t h : {16, 64}) {
+    std::mt19937_64 rng = MakeRng();
+    SparseMlaSpec spec;
+    spec.t = 6;
+    spec.h = h;
+    spec.s = 2000;
+    spec.k = 300;
+    spec.lse_head_major = true;
+    spec.lse_pad = 3;
+    std::vector<std::vector<int32_t>> slots = RandomSlots(spec, rng);
+    for (auto& x : slots[4]) x = -1;  // token 4: no valid slot, lse -inf through the strides
+    SparseMlaCase c(spec, rng, slots, {});
+    const Params p = c.MakeParams(false);
+    const Reference ref = ComputeReference(p);
+    for (const Kernel& k : launchers) {
+      std::string why;
+      if (!kernels::sparse_mla::gpu::GpuSupports(k.kind, p, &why)) continue;  // e.g. no sm_90a
+      for (const int splits : {1, 3, 7}) {
+        const std::string what =
+            std::string(k.name) + " H " + std::to_string(h) + " splits " + std::to_string(splits);
+        for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+        const absl::Status s = RunWithSplitsOnGpu(k.launch, p, splits);
+        ASSERT_TRUE(s.ok()) << what << ": " << s;
+        ExpectOutputs(c, p, ref, what);
+        for (int64_t hh = 0; hh < h; ++hh) {
+          EXPECT_EQ(c.lse().At({4, hh}), -std::numeric_limits<double>::infinity()) << what;
+        }
+      }
+    }
+  }
+}
+
 constexpr KvFormat kBf16 = KvFormat::kBf16, kFp8 = KvFormat::kFp8;
 
 INSTANTIATE_TEST_SUITE_P(
