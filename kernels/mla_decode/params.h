@@ -29,7 +29,8 @@ struct Params : WithTensors<Params> {
   Tensor block_table;    // i32 [B, max_pages]; ids outside [0, num_pages) mask their tokens
   Tensor cache_seqlens;  // i32 [B]; clamped to [0, max_pages·page_size]
   Tensor out;            // bf16 [B, s_q, H, 512]
-  Tensor lse;            // f32 [B, s_q, H], natural log, optional (rank 0 = absent)
+  Tensor lse;            // f32 [B, s_q, H], natural log, optional (rank 0 = absent); any
+                         // non-overlapping strides, e.g. a view of FlashMLA's [B, H, s_q]
   float sm_scale = 0;    // softmax scale applied to q·k, finite and > 0
   // Query i of s_q sees the first seqlen − s_q + i + 1 tokens (none when that is <= 0) with
   // causal; all seqlen tokens without. A row that sees no readable token gets out 0, lse -inf.

@@ -59,6 +59,7 @@ struct Params : WithTensors<Params> {
   // Outputs (owned by the caller).
   Tensor out;  // bf16 [T, H, 512]: softmax-weighted V; 0 for a token with no valid slot
   Tensor lse;  // f32 [T, H], optional: natural log of Σ exp(sm_scale·q·k); -inf when no slot
+               // Any non-overlapping strides, e.g. a view of [H, T] (CONTRACTS.md "Strided lse").
 
   bool is_csr() const { return indptr.present(); }
   bool kv_is_fp8() const { return kv.dtype == DType::kU8; }
