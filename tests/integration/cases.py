@@ -150,7 +150,7 @@ def indexer_logits_paged(
     )
 
 
-def topk(rng, m=16, n=1000, k=64, fused=False, row_start=False):
+def topk(rng, m=16, n=1000, k=64, fused=False, row_start=False, request_map=None):
     logits = rng.standard_normal((m, n)).astype(np.float32)
     logits[0, 5:40] = -np.inf
     logits[1, 7] = np.nan
@@ -179,6 +179,19 @@ def topk(rng, m=16, n=1000, k=64, fused=False, row_start=False):
         table[0, 1] = -1
         inputs["block_table"], in_dtypes["block_table"] = table, "i32"
         scalars["page_size"] = page
+    req_ids = cu = None
+    stride = 0
+    if request_map:  # 4 requests' table rows, pages two pages apart in the pool
+        table = table[:4]
+        inputs["block_table"] = table
+        stride = scalars["block_stride"] = 2 * page
+    if request_map == "req_ids":  # vLLM req_id_per_token (row % 4: the chunk's requests), one bad
+        req_ids = _i32([row % 4 for row in range(m)])
+        req_ids[5] = 7
+        inputs["req_id_per_row"], in_dtypes["req_id_per_row"] = req_ids, "i32"
+    elif request_map == "cu":  # SGLang extend: an empty request, the last two rows in none
+        cu = _i32([0, 3, 3, 10, m - 2])
+        inputs["cu_seqlens_q"], in_dtypes["cu_seqlens_q"] = cu, "i32"
 
     def check(out):
         want_idx, want_val = ref.topk(
@@ -190,6 +203,9 @@ def topk(rng, m=16, n=1000, k=64, fused=False, row_start=False):
             block_table=table,
             page_size=page,
             row_start=row_start,
+            req_id_per_row=req_ids,
+            cu_seqlens_q=cu,
+            block_stride=stride,
         )
         np.testing.assert_array_equal(out["indices"], want_idx, err_msg="indices")
         np.testing.assert_array_equal(out["values"], want_val, err_msg="values")

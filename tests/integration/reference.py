@@ -91,11 +91,16 @@ def topk(
     page_size=0,
     rows_per_request=1,
     row_start=False,
+    req_id_per_row=None,
+    cu_seqlens_q=None,
+    block_stride=0,
 ):
     """(indices [M,k] i32, values [M,k] f32): the k largest finite-or-+inf candidates of each
     row's window (NaN and -inf never chosen), ties to the lowest column, ascending columns, -1
     padded; with row_start each column n becomes n - max(ks, 0) (its position in the window);
-    with block_table those columns / positions are mapped to KV slots."""
+    with block_table those columns / positions are mapped to KV slots: block_table[b, p // page] *
+    block_stride + p % page, b the row's request (m // rows_per_request, req_id_per_row[m], or
+    the b with cu_seqlens_q[b] <= m < cu_seqlens_q[b + 1]; -1 for every entry without one)."""
     m_rows, n = logits.shape
     indices = np.full((m_rows, k), -1, dtype=np.int64)
     values = np.full((m_rows, k), -np.inf, dtype=np.float32)
@@ -112,12 +117,24 @@ def topk(
             chosen = chosen - lo
         if block_table is not None:
             mapped = []
+            req = m // rows_per_request
+            if req_id_per_row is not None:
+                req = int(req_id_per_row[m])
+            elif cu_seqlens_q is not None:
+                hits = [
+                    b
+                    for b in range(len(cu_seqlens_q) - 1)
+                    if cu_seqlens_q[b] <= m < cu_seqlens_q[b + 1]
+                ]
+                req = hits[0] if hits else -1
             for c in chosen:
                 page = c // page_size
                 entry = (
-                    block_table[m // rows_per_request, page] if page < block_table.shape[1] else -1
+                    block_table[req, page]
+                    if 0 <= req < block_table.shape[0] and page < block_table.shape[1]
+                    else -1
                 )
-                slot = int(entry) * page_size + int(c % page_size)
+                slot = int(entry) * (block_stride or page_size) + int(c % page_size)
                 mapped.append(-1 if entry < 0 or slot > 2**31 - 1 else slot)
             chosen = np.array(mapped, dtype=np.int64)
         indices[m, : chosen.size] = chosen

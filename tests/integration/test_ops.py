@@ -19,6 +19,8 @@ VARIANTS = [
     ("topk", {"fused": True}),
     ("topk", {"row_start": True}),
     ("topk", {"row_start": True, "fused": True}),
+    ("topk", {"row_start": True, "fused": True, "request_map": "req_ids"}),
+    ("topk", {"fused": True, "request_map": "cu"}),
     ("indexer_logits_paged", {"per_token": True}),
     ("sparse_mla", {}),
     ("sparse_mla", {"form": "csr"}),

@@ -114,6 +114,28 @@ void ExpectEveryConfigEqualsCpu(TopKCase& c) {
   }
 }
 
+// Rows whose requests come from req_id_per_row (`by_cu` false; ids out of range included) or
+// cu_seqlens_q (`hostile`: non-monotone), pages of `page` slots `2 * page` apart.
+void SetRequestMap(TopKCase& c, int64_t page, bool by_cu, bool hostile) {
+  const int64_t m = c.rows(), requests = 3;
+  const int64_t blocks = (c.cols() + page - 1) / page - 5;  // the last pages are past the table
+  std::vector<int32_t> ids, cu;
+  if (by_cu) {
+    cu = hostile ? std::vector<int32_t>{0, 5, 2, static_cast<int32_t>(m) - 1}
+                 : std::vector<int32_t>{0, 2, 2, static_cast<int32_t>(m) - 1};
+  } else {
+    const int32_t pattern[] = {0, 2, 1, -1, 3, std::numeric_limits<int32_t>::min(), 1, 2};
+    for (int64_t r = 0; r < m; ++r) ids.push_back(pattern[r % 8]);
+  }
+  c.AddRequestTable(requests, blocks, page, 2 * page, ids, cu);
+  for (int64_t q = 0; q < requests; ++q) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      c.Block(q, b) = static_cast<int32_t>((b * 7 + q * 13) % 100003);
+    }
+    c.Block(q, 1) = -1;
+  }
+}
+
 class TopKStreamGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -256,6 +278,26 @@ TEST_F(TopKStreamGpu, RowStartWindowsAndKvSlots) {
       }
     }
     ExpectEveryConfigEqualsCpu(c);
+  }
+}
+
+// The request of a row by req_id_per_row or cu_seqlens_q (hostile values included), a block
+// stride of two pages, page 1 (token tables) and 64; both index bases.
+TEST_F(TopKStreamGpu, RequestMapAndBlockStride) {
+  auto rng = MakeRng();
+  for (int64_t page : {1, 64}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      SCOPED_TRACE(::testing::Message() << "page " << page << " variant " << variant);
+      const int64_t m = 8, n = 20000, k = 2048;
+      TopKCase c(m, n, k, WindowForm::kKsKe, /*with_values=*/variant != 1);
+      testing::FillNormal(c.logits, rng, 1.0);
+      const int64_t begins[m] = {0, 1, 4097, 10000, -5, 19990, 300, 0};
+      const int64_t ends[m] = {n, n, 4097 + 3000, 10000 + 2048, 5000, n + 7, 300, n};
+      for (int64_t r = 0; r < m; ++r) c.SetWindow(r, begins[r], ends[r]);
+      if (variant == 2) c.p.index_base = IndexBase::kRowStart;
+      SetRequestMap(c, page, /*by_cu=*/variant != 0, /*hostile=*/variant == 2);
+      ExpectEveryConfigEqualsCpu(c);
+    }
   }
 }
 
