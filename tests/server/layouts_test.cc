@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "client/op_traits.h"
 #include "gtest/gtest.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/cache_layout.h"
@@ -343,6 +344,43 @@ TEST(CheckCacheLayout, RequiredWhereDtypeAndShapeDoNotDecide) {
   const kernels::Tensor odd = kernels::MakeTensor(bytes, DType::kBF16, {2, 100});
   EXPECT_TRUE(
       kernels::CheckCacheLayout("x_layout", "x", CacheLayout::kUnspecified, odd, ambiguous).ok());
+}
+
+// The C++ client sends the params' layout in the request's field, and leaves it unset (nothing
+// on the wire) when unspecified.
+TEST(ClientOpTraits, SendCacheLayouts) {
+  using kernels::CacheLayout;
+  {
+    kernels::sparse_mla::Params p;
+    v1::SparseMlaRequest r;
+    client::OpTraits<kernels::sparse_mla::Params>::SetScalars(p, &r);
+    EXPECT_EQ(r.kv_layout(), v1::CACHE_LAYOUT_UNSPECIFIED);
+    EXPECT_FALSE(r.GetReflection()->HasField(r, r.GetDescriptor()->FindFieldByName("kv_layout")));
+    p.kv_layout = CacheLayout::kFlashMlaFp8_656;
+    client::OpTraits<kernels::sparse_mla::Params>::SetScalars(p, &r);
+    EXPECT_EQ(r.kv_layout(), v1::CACHE_LAYOUT_FLASHMLA_FP8_656);
+  }
+  {
+    kernels::dsa::Params p;
+    p.kv_layout = CacheLayout::kBf16_512;
+    v1::DsaAttentionRequest r;
+    client::OpTraits<kernels::dsa::Params>::SetScalars(p, &r);
+    EXPECT_EQ(r.kv_layout(), v1::CACHE_LAYOUT_BF16_512);
+  }
+  {
+    kernels::mla_decode::Params p;
+    p.kv_cache_layout = CacheLayout::kBf16_576;
+    v1::MlaDecodeRequest r;
+    client::OpTraits<kernels::mla_decode::Params>::SetScalars(p, &r);
+    EXPECT_EQ(r.kv_cache_layout(), v1::CACHE_LAYOUT_BF16_576);
+  }
+  {
+    kernels::indexer_logits_paged::Params p;
+    p.kv_cache_layout = CacheLayout::kIndexerFp8Blocks;
+    v1::IndexerLogitsPagedRequest r;
+    client::OpTraits<kernels::indexer_logits_paged::Params>::SetScalars(p, &r);
+    EXPECT_EQ(r.kv_cache_layout(), v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS);
+  }
 }
 
 }  // namespace
