@@ -210,6 +210,31 @@ void ExpectEveryTensorHasAField() {
   EXPECT_TRUE(s.ok()) << OpTraits<P>::kName << ": " << s;
 }
 
+// TopK's KV-slot mapping by per-row request ids, with a block stride: the tensor travels as
+// req_id_per_row and the stride as block_stride (docs/CONTRACTS.md "topk").
+TEST(OpCodecTest, TopKRequestMapFields) {
+  HostArray logits = HostArray::Dense(DType::kF32, {3, 100});
+  HostArray lengths = HostArray::Dense(DType::kI32, {3});
+  HostArray table = HostArray::Dense(DType::kI32, {2, 4});
+  HostArray ids = HostArray::Dense(DType::kI32, {3});
+  kernels::topk::Params p;
+  p.logits = logits.view();
+  p.lengths = lengths.view();
+  p.k = 8;
+  p.block_table = table.view();
+  p.page_size = 32;
+  p.block_stride = 64;
+  p.req_id_per_row = ids.view();
+  v1::TopKRequest r;
+  ASSERT_TRUE(BuildRequest(p, nullptr, false, &r).ok());
+  EXPECT_EQ(r.block_stride(), 64);
+  EXPECT_EQ(r.page_size(), 32);
+  ASSERT_TRUE(r.has_req_id_per_row());
+  EXPECT_EQ(r.req_id_per_row().shape_size(), 1);
+  EXPECT_EQ(r.req_id_per_row().shape(0), 3);
+  EXPECT_FALSE(r.has_cu_seqlens_q());
+}
+
 TEST(OpCodecTest, EveryOpsTensorsMatchItsProtoFields) {
   ExpectEveryTensorHasAField<kernels::indexer_logits::Params>();
   ExpectEveryTensorHasAField<kernels::indexer_logits_paged::Params>();
