@@ -144,6 +144,28 @@ def test_strided_region_input_and_output(client, rng):
     il.check({"logits": res.logits})
 
 
+def test_lse_in_callers_layout(client, rng):
+    """lse written straight into vLLM's [H, T] buffer (a [T, H] view with strides (1, ld), ld =
+    T + 3) in a region, the poisoned gaps untouched; inline, the reply keeps those strides
+    (docs/CONTRACTS.md "Strided lse")."""
+    case = cases.make_case("sparse_mla", rng)
+    t, h = case.outputs["lse"][1]
+    ld = t + 3
+    poison = np.array([0x7FC0BEEF], dtype=np.uint32).view(np.float32)[0]
+    with client.create_host_region("ops-lse-layout", 4 << 20) as region:
+        out = region.array("bf16", (t, h, 512))
+        lse_ht = region.array("f32", (h, ld), offset=1 << 20)
+        lse_ht.view(np.uint32)[...] = 0x7FC0BEEF
+        lse = region.ref("f32", (t, h), offset=1 << 20, strides=(1, ld))
+        client.sparse_mla(**case.arguments(), out=out, lse=lse)
+        case.check({"out": out, "lse": lse_ht[:, :t].T})
+        gaps = lse_ht[:, t:].view(np.uint32)
+        assert (gaps == poison.view(np.uint32)).all(), "elements between the rows were written"
+    res = client.sparse_mla(**case.arguments(), lse=ac.Placement(shape=(t, h), strides=(1, ld)))
+    assert res.lse.strides == (4, ld * 4)
+    case.check({"out": res.out, "lse": res.lse})
+
+
 def test_clean_logits_false_leaves_columns(client, rng):
     case = cases.make_case("indexer_logits", rng)
     m, n = case.outputs["logits"][1]
