@@ -161,6 +161,17 @@ def test_lse_in_callers_layout(client, rng):
         case.check({"out": out, "lse": lse_ht[:, :t].T})
         gaps = lse_ht[:, t:].view(np.uint32)
         assert (gaps == poison.view(np.uint32)).all(), "elements between the rows were written"
+        # The same buffer as a plain NumPy view (its transpose): the client describes the strides.
+        lse_ht.view(np.uint32)[...] = 0x7FC0BEEF
+        client.sparse_mla(**case.arguments(), out=out, lse=lse_ht[:, :t].T)
+        case.check({"out": out, "lse": lse_ht[:, :t].T})
+        assert (gaps == poison.view(np.uint32)).all(), "elements between the rows were written"
+        # A tensor that needs a contiguous last dimension is refused by the daemon, naming it.
+        with pytest.raises(ac.AttndError) as info:
+            wide = region.array("bf16", (t, h, 1024), offset=2 << 20)
+            client.sparse_mla(**case.arguments(), out=wide[:, :, ::2], lse=lse)
+        assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "out" in info.value.details
     res = client.sparse_mla(**case.arguments(), lse=ac.Placement(shape=(t, h), strides=(1, ld)))
     assert res.lse.strides == (4, ld * 4)
     case.check({"out": res.out, "lse": res.lse})

@@ -125,8 +125,7 @@ def tensor_slice(
 ) -> RegionRef:
     """The RegionRef of a tensor (shape, element strides, storage_offset in elements) in the
     region of its storage: offset storage_offset * element_size bytes; strides omitted when
-    dense. ValueError for a layout attnd cannot address (negative strides, non-contiguous last
-    dimension)."""
+    dense. ValueError for a layout attnd cannot address (negative strides)."""
     from .tensors import RegionRef
 
     dims, steps = tuple(int(d) for d in shape), tuple(int(s) for s in strides)
@@ -137,8 +136,8 @@ def tensor_slice(
         expect *= size
         if size > 1 and stride < 0:
             raise ValueError(f"tensor stride {stride} is negative")
-    if dims and dims[-1] > 1 and steps[-1] != 1:
-        raise ValueError("the tensor's last dimension must be contiguous")
+    # A non-contiguous last dimension is described; the daemon says whether the op takes it
+    # (lse does: docs/CONTRACTS.md "Strided lse").
     return RegionRef(region, dtype, dims, storage_offset * element_size, None if dense else steps)
 
 
