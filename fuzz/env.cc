@@ -140,6 +140,48 @@ bool OpOf(const v1::SessionRequest& m, OpId* id, const google::protobuf::Message
   }
 }
 
+bool PreparedOpOf(const v1::PrepareCallRequest& m, OpId* id,
+                  const google::protobuf::Message** request,
+                  std::unique_ptr<google::protobuf::Message>* response) {
+  // The same op fields as a Session message: reuse OpOf on one that carries a copy.
+  v1::SessionRequest as_session;
+  switch (m.op_case()) {
+    case v1::PrepareCallRequest::kIndexerLogits:
+      *as_session.mutable_indexer_logits() = m.indexer_logits();
+      break;
+    case v1::PrepareCallRequest::kIndexerLogitsPaged:
+      *as_session.mutable_indexer_logits_paged() = m.indexer_logits_paged();
+      break;
+    case v1::PrepareCallRequest::kTopK: *as_session.mutable_top_k() = m.top_k(); break;
+    case v1::PrepareCallRequest::kSparseMla:
+      *as_session.mutable_sparse_mla() = m.sparse_mla();
+      break;
+    case v1::PrepareCallRequest::kMlaDecode:
+      *as_session.mutable_mla_decode() = m.mla_decode();
+      break;
+    case v1::PrepareCallRequest::kMlaPrefill:
+      *as_session.mutable_mla_prefill() = m.mla_prefill();
+      break;
+    case v1::PrepareCallRequest::kDsaAttention:
+      *as_session.mutable_dsa_attention() = m.dsa_attention();
+      break;
+    default: return false;
+  }
+  const google::protobuf::Message* inner;
+  if (!OpOf(as_session, id, &inner, response)) return false;
+  // *request must point into `m`, which outlives the call: the field of the same name.
+  switch (*id) {
+    case OpId::kIndexerLogits: *request = &m.indexer_logits(); break;
+    case OpId::kIndexerLogitsPaged: *request = &m.indexer_logits_paged(); break;
+    case OpId::kTopK: *request = &m.top_k(); break;
+    case OpId::kSparseMla: *request = &m.sparse_mla(); break;
+    case OpId::kMlaDecode: *request = &m.mla_decode(); break;
+    case OpId::kMlaPrefill: *request = &m.mla_prefill(); break;
+    case OpId::kDsaAttention: *request = &m.dsa_attention(); break;
+  }
+  return true;
+}
+
 void CheckRequestStatus(const absl::Status& s, const char* what) {
   switch (s.code()) {
     case absl::StatusCode::kInternal:

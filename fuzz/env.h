@@ -72,6 +72,10 @@ std::vector<v1::SessionRequest> ReadRequests(const uint8_t* data, size_t size);
 bool OpOf(const v1::SessionRequest& m, server::ops::OpId* id,
           const google::protobuf::Message** request,
           std::unique_ptr<google::protobuf::Message>* response);
+// The same for the op request a PrepareCall carries.
+bool PreparedOpOf(const v1::PrepareCallRequest& m, server::ops::OpId* id,
+                  const google::protobuf::Message** request,
+                  std::unique_ptr<google::protobuf::Message>* response);
 
 // Aborts (a fuzzer finding) when `s` has a code no bad request may produce: INTERNAL, UNKNOWN,
 // DATA_LOSS (a request is refused with INVALID_ARGUMENT, NOT_FOUND, ... or served).

@@ -118,6 +118,35 @@ def main() -> None:
         unregister = pb.SessionRequest(request_id=7)
         unregister.unregister_region.name = "h"
         write("session", stream([opened, host, device, call, inline, cancel, unregister]))
+        # Stream-ordered and prepared calls (signal words at the end of "h", past the tensors):
+        # one whose ready word is reached (>= 0), one that waits for a value never written (the
+        # watchdog fails it), and a prepared call run blocking and stream-ordered, then released.
+        tensors = placed(spec, request, "h", HOST_REGION_BYTES - 4096)
+        word = HOST_REGION_BYTES - 64
+
+        def signal(offset: int, value: int) -> Message:
+            return pb.Signal(slice=pb.RegionSlice(region="h", offset=offset), value=value)
+
+        ordered = session_message(spec, tensors, 8)
+        getattr(ordered, spec.session_field).ready.CopyFrom(signal(word, 0))
+        getattr(ordered, spec.session_field).done.CopyFrom(signal(word + 8, 1))
+        waiting = session_message(spec, tensors, 9)
+        getattr(waiting, spec.session_field).ready.CopyFrom(signal(word, 1 << 40))
+        getattr(waiting, spec.session_field).done.CopyFrom(signal(word + 16, 2))
+        prepare = pb.SessionRequest(request_id=10)
+        getattr(prepare.prepare_call, spec.session_field).CopyFrom(tensors)
+        run = pb.SessionRequest(request_id=11, run_prepared=pb.RunPreparedRequest(call_id=1))
+        run_ordered = pb.SessionRequest(request_id=12)
+        run_ordered.run_prepared.call_id = 1
+        run_ordered.run_prepared.ready.CopyFrom(signal(word, 0))
+        run_ordered.run_prepared.done.CopyFrom(signal(word + 24, 3))
+        release = pb.SessionRequest(request_id=13, release_call=pb.ReleaseCallRequest(call_id=1))
+        write(
+            "session",
+            stream(
+                [opened, host, ordered, waiting, prepare, run, run_ordered, release, unregister]
+            ),
+        )
         if op == "sparse_mla":
             leased = pb.SessionRequest()
             leased.CopyFrom(host)
