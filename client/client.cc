@@ -161,18 +161,10 @@ absl::StatusOr<CallResult> Client::Call(const Params& p, const CallOptions& opti
   return result;
 }
 
-template absl::StatusOr<CallResult> Client::Call(const kernels::indexer_logits::Params&,
-                                                 const CallOptions&);
-template absl::StatusOr<CallResult> Client::Call(const kernels::indexer_logits_paged::Params&,
-                                                 const CallOptions&);
-template absl::StatusOr<CallResult> Client::Call(const kernels::topk::Params&, const CallOptions&);
-template absl::StatusOr<CallResult> Client::Call(const kernels::sparse_mla::Params&,
-                                                 const CallOptions&);
-template absl::StatusOr<CallResult> Client::Call(const kernels::mla_decode::Params&,
-                                                 const CallOptions&);
-template absl::StatusOr<CallResult> Client::Call(const kernels::mla_prefill::Params&,
-                                                 const CallOptions&);
-template absl::StatusOr<CallResult> Client::Call(const kernels::dsa::Params&, const CallOptions&);
+#define ATTND_CLIENT_INSTANTIATE(P) \
+  template absl::StatusOr<CallResult> Client::Call(const P&, const CallOptions&);
+ATTND_CLIENT_FOR_EACH_PARAMS(ATTND_CLIENT_INSTANTIATE)
+#undef ATTND_CLIENT_INSTANTIATE
 
 absl::StatusOr<CallResult> Client::IndexerLogits(const kernels::indexer_logits::Params& p,
                                                  const CallOptions& options) {

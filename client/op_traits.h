@@ -120,4 +120,15 @@ struct OpTraits<kernels::dsa::Params> {
 
 #undef ATTND_CLIENT_OP_COMMON
 
+// ATTND_CLIENT_FOR_EACH_PARAMS(X) calls X(ParamsT) for every op's Params: one list for the
+// client's explicit template instantiations (client.cc, session.cc, stream_ordered.cc).
+#define ATTND_CLIENT_FOR_EACH_PARAMS(X)    \
+  X(kernels::indexer_logits::Params)       \
+  X(kernels::indexer_logits_paged::Params) \
+  X(kernels::topk::Params)                 \
+  X(kernels::sparse_mla::Params)           \
+  X(kernels::mla_decode::Params)           \
+  X(kernels::mla_prefill::Params)          \
+  X(kernels::dsa::Params)
+
 }  // namespace attnd::client

@@ -246,13 +246,7 @@ absl::StatusOr<CallResult> Session::Call(const Params& p, const CallOptions& opt
 #define ATTND_SESSION_INSTANTIATE(P)                                                      \
   template absl::StatusOr<Session::Pending> Session::Start(const P&, const CallOptions&); \
   template absl::StatusOr<CallResult> Session::Call(const P&, const CallOptions&);
-ATTND_SESSION_INSTANTIATE(kernels::indexer_logits::Params)
-ATTND_SESSION_INSTANTIATE(kernels::indexer_logits_paged::Params)
-ATTND_SESSION_INSTANTIATE(kernels::topk::Params)
-ATTND_SESSION_INSTANTIATE(kernels::sparse_mla::Params)
-ATTND_SESSION_INSTANTIATE(kernels::mla_decode::Params)
-ATTND_SESSION_INSTANTIATE(kernels::mla_prefill::Params)
-ATTND_SESSION_INSTANTIATE(kernels::dsa::Params)
+ATTND_CLIENT_FOR_EACH_PARAMS(ATTND_SESSION_INSTANTIATE)
 #undef ATTND_SESSION_INSTANTIATE
 
 }  // namespace attnd::client

@@ -128,13 +128,7 @@ absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::
                                             const std::optional<Signal>&, const CallOptions&);     \
   template absl::StatusOr<uint64_t> PrepareCall(Client*, const ParamsT&, const std::string&,       \
                                                 absl::Duration);
-ATTND_CLIENT_STREAM_ORDERED(kernels::indexer_logits::Params)
-ATTND_CLIENT_STREAM_ORDERED(kernels::indexer_logits_paged::Params)
-ATTND_CLIENT_STREAM_ORDERED(kernels::topk::Params)
-ATTND_CLIENT_STREAM_ORDERED(kernels::sparse_mla::Params)
-ATTND_CLIENT_STREAM_ORDERED(kernels::mla_decode::Params)
-ATTND_CLIENT_STREAM_ORDERED(kernels::mla_prefill::Params)
-ATTND_CLIENT_STREAM_ORDERED(kernels::dsa::Params)
+ATTND_CLIENT_FOR_EACH_PARAMS(ATTND_CLIENT_STREAM_ORDERED)
 #undef ATTND_CLIENT_STREAM_ORDERED
 
 }  // namespace attnd::client
