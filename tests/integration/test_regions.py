@@ -144,16 +144,35 @@ def test_slices_checked_in_op_calls(client, rng):
 
 
 def test_unregister_waits_for_in_flight_requests(client, rng):
-    slow = SlowCall(client, "m-inflight", seconds=1.5)
-    try:
+    # Unregister must not return before the call that pins the region has ended. The pin goes
+    # no earlier than `submitted` + the call's queue and compute time, so that is checked
+    # exactly. The run proves something only when the call was still running as the
+    # unregistration was sent (that bound > started); on a loaded machine the calibrated call may turn out short
+    # and end first, and such a run is repeated with a longer call.
+    for attempt in range(3):
+        slow = SlowCall(client, "m-inflight", seconds=1.5 * (attempt + 1))
+        submitted = time.monotonic()
         future = slow.submit()
-        wait_until(lambda: slow.in_flight() > 0, what="the slow call to pin its region")
+        wait_until(lambda s=slow: s.in_flight() > 0, what="the slow call to pin its region")
         started = time.monotonic()
         removed = client.unregister_region(slow.region_name)  # blocks until the call ends
-        waited = time.monotonic() - started
+        returned = time.monotonic()
         assert removed == [slow.region_name]
-        assert waited > 0.2, f"unregister returned after {waited:.3f} s"
-        slow.check(future.result(timeout=120))  # the call finished correctly
+        result = future.result(timeout=120)
+        # The region stays pinned at least through the call's queueing and compute.
+        busy = result.stats.queue_seconds + result.stats.compute_seconds
+        call_end = submitted + busy  # a lower bound of when the pin went
+        assert returned >= call_end - 1e-3, (
+            f"unregister returned after {returned - started:.3f} s, before the call could end "
+            f"(queued and computed for {busy:.3f} s)"
+        )
+        if call_end > started:
+            break
+        slow.close()
+    else:
+        pytest.fail("three calibrated calls all ended before their unregistration was sent")
+    try:
+        slow.check(result)  # the call finished correctly
         assert slow.region_name not in names(client)
         args = slow.arguments()  # the name is gone
         args["q"] = ac.RegionRef(slow.region_name, "bf16", args["q"].shape)
