@@ -23,6 +23,11 @@ MAX_TOKENS = 512
 
 
 class SlowCall:
+    # The call's tensors in its region (q, kv, indices, out, lse): the daemon holds one pin per
+    # tensor, so `in_flight() >= PINS` means the call resolved them all (before that, an
+    # unregistration wins the race and the call answers NOT_FOUND for a tensor not yet pinned).
+    PINS = 5
+
     def __init__(self, client, region_name, seconds=1.5, seed=0, owner=None, max_tokens=MAX_TOKENS):
         """`owner` (Client or Session) registers the region; `client` by default. `max_tokens`
         caps the call's size (the region holds that many tokens: about 150 KB each)."""

@@ -153,7 +153,8 @@ def test_unregister_waits_for_in_flight_requests(client, rng):
         slow = SlowCall(client, "m-inflight", seconds=1.5 * (attempt + 1))
         submitted = time.monotonic()
         future = slow.submit()
-        wait_until(lambda s=slow: s.in_flight() > 0, what="the slow call to pin its region")
+        # Every one of its tensors pinned: the call has resolved them all (one pin per tensor).
+        wait_until(lambda s=slow: s.in_flight() >= s.PINS, what="the slow call to pin its tensors")
         started = time.monotonic()
         removed = client.unregister_region(slow.region_name)  # blocks until the call ends
         returned = time.monotonic()
@@ -186,7 +187,7 @@ def test_unregister_during_call_name_reusable_at_once(client):
     slow = SlowCall(client, "m-reuse", seconds=1.5)
     try:
         future = slow.submit()
-        wait_until(lambda: slow.in_flight() > 0, what="in flight")
+        wait_until(lambda: slow.in_flight() >= slow.PINS, what="every tensor pinned")
         done = threading.Event()
         waiter = threading.Thread(
             target=lambda: (client.unregister_region(slow.region_name), done.set())
