@@ -1,36 +1,13 @@
 // The unary operator RPCs: each hands its request to CallRunner (resolve, validate, queue) and
 // Finishes from the call's completion; the reactor thread never waits for compute.
-#include <chrono>
 #include <memory>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/grpc/service.h"
 #include "server/grpc/status.h"
 #include "server/grpc/unary_call.h"
 
 namespace attnd::server::grpc_front {
-namespace {
-
-absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
-  const auto d = ctx->deadline();
-  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
-  return absl::FromChrono(d);
-}
-
-// A client-chosen request id from the "x-request-id" metadata (decimal), else 0.
-uint64_t ClientRequestId(const grpc::CallbackServerContext* ctx) {
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("x-request-id");
-  uint64_t id = 0;
-  if (it != md.end()) {
-    if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &id)) id = 0;
-  }
-  return id;
-}
-
-}  // namespace
-
 std::shared_ptr<engine::CallMemory> AttentionService::NewCallMemory(
     absl::string_view grpc_peer) const {
   if (deps_.call_memory == nullptr) return nullptr;
@@ -44,7 +21,7 @@ grpc::ServerUnaryReactor* AttentionService::RunOp(ops::OpId id, grpc::CallbackSe
   if (!call->parsed()) return call;
   ops::CallContext cc;
   cc.request_id = ClientRequestId(ctx);
-  cc.deadline = Deadline(ctx);
+  cc.deadline = CallDeadline(ctx);
   cc.origin = "unary";
   cc.owner = IdentifyCaller(deps_.peers, *ctx).owner;
   if (ops::HasSignals(call->request())) {

@@ -2,11 +2,9 @@
 // the bodies the unary RPCs and the Session stream share, and the unary PrepareCall, RunPrepared
 // and ReleaseCall. A unary stream-ordered call is ordered behind the earlier stream-ordered calls
 // of the same caller on the same connection; a Session's, behind those of its Session.
-#include <chrono>
 #include <memory>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/log.h"
 #include "server/grpc/service.h"
@@ -14,26 +12,6 @@
 #include "server/grpc/unary_call.h"
 
 namespace attnd::server::grpc_front {
-namespace {
-
-absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
-  const auto d = ctx->deadline();
-  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
-  return absl::FromChrono(d);
-}
-
-uint64_t ClientRequestId(const grpc::CallbackServerContext* ctx) {
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("x-request-id");
-  uint64_t id = 0;
-  if (it != md.end()) {
-    if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &id)) id = 0;
-  }
-  return id;
-}
-
-}  // namespace
-
 absl::StatusOr<std::pair<ops::OpId, const google::protobuf::Message*>> PreparedOp(
     const v1::PrepareCallRequest& request) {
   using R = v1::PrepareCallRequest;
@@ -183,7 +161,7 @@ grpc::ServerUnaryReactor* AttentionService::RunPrepared(grpc::CallbackServerCont
   }
   ops::CallContext cc;
   cc.request_id = ClientRequestId(ctx);
-  cc.deadline = Deadline(ctx);
+  cc.deadline = CallDeadline(ctx);
   cc.origin = absl::StrCat("unary prepared ", request.call_id());
   cc.owner = owner;
   cc.memory = NewCallMemory(ctx->peer());

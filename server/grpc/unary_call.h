@@ -11,18 +11,41 @@
 //   return call;
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/server_context.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/grpc/status.h"
 
 namespace attnd::server::grpc_front {
+
+// The unary call's deadline (InfiniteFuture when the client set none).
+inline absl::Time CallDeadline(const grpc::CallbackServerContext* ctx) {
+  const auto d = ctx->deadline();
+  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(d);
+}
+
+// A client-chosen request id from the "x-request-id" metadata (decimal), else 0.
+inline uint64_t ClientRequestId(const grpc::CallbackServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("x-request-id");
+  uint64_t id = 0;
+  if (it != md.end()) {
+    if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &id)) id = 0;
+  }
+  return id;
+}
 
 template <class Request, class Response>
 class UnaryCall final : public grpc::ServerUnaryReactor {
