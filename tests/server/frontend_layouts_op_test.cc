@@ -20,6 +20,7 @@
 #include "server/ops/op_handler.h"
 #include "tests/harness/harness.h"
 #include "tests/harness/host_tensor.h"
+#include "tests/server/daemon_fixture.h"
 
 namespace attnd::server::ops {
 namespace {
@@ -27,15 +28,7 @@ namespace {
 using attnd::testing::HostTensor;
 using kernels::DType;
 
-v1::Tensor Inline(const HostTensor& h, v1::DType dtype) {
-  v1::Tensor t;
-  t.set_dtype(dtype);
-  for (int i = 0; i < h.tensor().rank; ++i) t.add_shape(h.tensor().shape[i]);
-  const size_t bytes =
-      static_cast<size_t>(kernels::SpanElements(h.tensor()) * kernels::DTypeSize(h.tensor().dtype));
-  t.set_inline_data(std::string(reinterpret_cast<const char*>(h.raw()), bytes));
-  return t;
-}
+using attnd::server::testing::InlineTensor;
 
 class FrontendLayoutsOpTest : public ::testing::Test {
  protected:
@@ -69,9 +62,9 @@ TEST_F(FrontendLayoutsOpTest, TopKIndexBase) {
     ke.data<int32_t>()[r] = ends[r];
   }
   v1::TopKRequest request;
-  *request.mutable_logits() = Inline(logits, v1::DTYPE_F32);
-  *request.mutable_ks() = Inline(ks, v1::DTYPE_I32);
-  *request.mutable_ke() = Inline(ke, v1::DTYPE_I32);
+  *request.mutable_logits() = InlineTensor(logits, v1::DTYPE_F32);
+  *request.mutable_ks() = InlineTensor(ks, v1::DTYPE_I32);
+  *request.mutable_ke() = InlineTensor(ke, v1::DTYPE_I32);
   request.set_k(k);
 
   // The absolute form (unset), then ROW_START: entries differ by the row's ks, -1 stays.
@@ -157,11 +150,11 @@ TEST_F(FrontendLayoutsOpTest, IndexerLogitsPagedPerTokenLengths) {
   std::memcpy(lens.raw(), token_lens, sizeof token_lens);
 
   v1::IndexerLogitsPagedRequest request;
-  *request.mutable_q() = Inline(q, v1::DTYPE_FP8_E4M3);
-  *request.mutable_kv_cache() = Inline(cache, v1::DTYPE_U8);
-  *request.mutable_block_table() = Inline(table, v1::DTYPE_I32);
-  *request.mutable_context_lens() = Inline(lens, v1::DTYPE_I32);
-  *request.mutable_weights() = Inline(weights, v1::DTYPE_F32);
+  *request.mutable_q() = InlineTensor(q, v1::DTYPE_FP8_E4M3);
+  *request.mutable_kv_cache() = InlineTensor(cache, v1::DTYPE_U8);
+  *request.mutable_block_table() = InlineTensor(table, v1::DTYPE_I32);
+  *request.mutable_context_lens() = InlineTensor(lens, v1::DTYPE_I32);
+  *request.mutable_weights() = InlineTensor(weights, v1::DTYPE_F32);
   request.set_block_size(block);
   v1::IndexerLogitsPagedResponse response;
   auto call = Prepare(OpId::kIndexerLogitsPaged, request, &response);
@@ -191,7 +184,7 @@ TEST_F(FrontendLayoutsOpTest, IndexerLogitsPagedPerTokenLengths) {
 
   // A [B, next_n + 1] context_lens is refused, naming the tensor.
   HostTensor wide = HostTensor::Dense(DType::kI32, {batch, next_n + 1});
-  *request.mutable_context_lens() = Inline(wide, v1::DTYPE_I32);
+  *request.mutable_context_lens() = InlineTensor(wide, v1::DTYPE_I32);
   v1::IndexerLogitsPagedResponse refused;
   auto bad = Prepare(OpId::kIndexerLogitsPaged, request, &refused);
   ASSERT_FALSE(bad.ok());
@@ -226,9 +219,9 @@ TEST_F(FrontendLayoutsOpTest, TopKRequestMapAndBlockStride) {
   for (int64_t b = 0; b <= requests; ++b) cu_seqlens.data<int32_t>()[b] = cu[b];
 
   v1::TopKRequest request;
-  *request.mutable_logits() = Inline(logits, v1::DTYPE_F32);
-  *request.mutable_lengths() = Inline(lengths, v1::DTYPE_I32);
-  *request.mutable_block_table() = Inline(table, v1::DTYPE_I32);
+  *request.mutable_logits() = InlineTensor(logits, v1::DTYPE_F32);
+  *request.mutable_lengths() = InlineTensor(lengths, v1::DTYPE_I32);
+  *request.mutable_block_table() = InlineTensor(table, v1::DTYPE_I32);
   request.set_k(k);
   request.set_page_size(page);
   request.set_block_stride(stride);
@@ -254,9 +247,9 @@ TEST_F(FrontendLayoutsOpTest, TopKRequestMapAndBlockStride) {
     SCOPED_TRACE(by_cu ? "cu_seqlens_q" : "req_id_per_row");
     v1::TopKRequest mapped = request;
     if (by_cu) {
-      *mapped.mutable_cu_seqlens_q() = Inline(cu_seqlens, v1::DTYPE_I32);
+      *mapped.mutable_cu_seqlens_q() = InlineTensor(cu_seqlens, v1::DTYPE_I32);
     } else {
-      *mapped.mutable_req_id_per_row() = Inline(req_ids, v1::DTYPE_I32);
+      *mapped.mutable_req_id_per_row() = InlineTensor(req_ids, v1::DTYPE_I32);
     }
     v1::TopKResponse response;
     auto call = Prepare(OpId::kTopK, mapped, &response);
@@ -292,10 +285,10 @@ TEST_F(FrontendLayoutsOpTest, TopKRequestMapAndBlockStride) {
 
   // Two forms of the request of a row.
   v1::TopKRequest both = request;
-  *both.mutable_req_id_per_row() = Inline(req_ids, v1::DTYPE_I32);
-  *both.mutable_cu_seqlens_q() = Inline(cu_seqlens, v1::DTYPE_I32);
+  *both.mutable_req_id_per_row() = InlineTensor(req_ids, v1::DTYPE_I32);
+  *both.mutable_cu_seqlens_q() = InlineTensor(cu_seqlens, v1::DTYPE_I32);
   v1::TopKRequest with_rows = request;
-  *with_rows.mutable_req_id_per_row() = Inline(req_ids, v1::DTYPE_I32);
+  *with_rows.mutable_req_id_per_row() = InlineTensor(req_ids, v1::DTYPE_I32);
   with_rows.set_rows_per_request(5);
   for (const auto& [bad, first, second] :
        {std::tuple{both, "req_id_per_row", "cu_seqlens_q"},

@@ -32,15 +32,7 @@ namespace {
 using attnd::testing::HostTensor;
 using kernels::DType;
 
-v1::Tensor Inline(const HostTensor& h, v1::DType dtype) {
-  v1::Tensor t;
-  t.set_dtype(dtype);
-  for (int i = 0; i < h.tensor().rank; ++i) t.add_shape(h.tensor().shape[i]);
-  const size_t bytes =
-      static_cast<size_t>(kernels::SpanElements(h.tensor()) * kernels::DTypeSize(h.tensor().dtype));
-  t.set_inline_data(std::string(reinterpret_cast<const char*>(h.raw()), bytes));
-  return t;
-}
+using attnd::server::testing::InlineTensor;
 
 HostTensor Bf16(std::mt19937_64& rng, std::initializer_list<int64_t> shape) {
   HostTensor t = HostTensor::Dense(DType::kBF16, shape);
@@ -135,9 +127,9 @@ v1::SparseMlaRequest SparseMlaCase(std::mt19937_64& rng, const HostTensor& kv, v
   idx[4] = -1;  // masked
   v1::SparseMlaRequest r;
   HostTensor q = d_qk == 576 ? Bf16(rng, {t, h, 576}) : Bf16(rng, {t, h, 512});
-  *r.mutable_q() = Inline(q, v1::DTYPE_BF16);
-  *r.mutable_kv() = Inline(kv, kv_type);
-  *r.mutable_indices() = Inline(I32({t, 5}, idx), v1::DTYPE_I32);
+  *r.mutable_q() = InlineTensor(q, v1::DTYPE_BF16);
+  *r.mutable_kv() = InlineTensor(kv, kv_type);
+  *r.mutable_indices() = InlineTensor(I32({t, 5}, idx), v1::DTYPE_I32);
   r.set_sm_scale(1.0f / std::sqrt(static_cast<float>(d_qk)));
   return r;
 }
@@ -193,13 +185,13 @@ TEST_F(LayoutsTest, MlaDecode) {
     SCOPED_TRACE(d_qk);
     const int64_t b = 2, s_q = 1, h = 4, pages = 4, page = 8;
     v1::MlaDecodeRequest r;
-    *r.mutable_q() = Inline(
+    *r.mutable_q() = InlineTensor(
         d_qk == 576 ? Bf16(rng_, {b, s_q, h, 576}) : Bf16(rng_, {b, s_q, h, 512}), v1::DTYPE_BF16);
     *r.mutable_kv_cache() =
-        Inline(d_qk == 576 ? Bf16(rng_, {pages, page, 576}) : Bf16(rng_, {pages, page, 512}),
-               v1::DTYPE_BF16);
-    *r.mutable_block_table() = Inline(I32({b, 2}, {2, 0, 3, 1}), v1::DTYPE_I32);
-    *r.mutable_cache_seqlens() = Inline(I32({b}, {11, 16}), v1::DTYPE_I32);
+        InlineTensor(d_qk == 576 ? Bf16(rng_, {pages, page, 576}) : Bf16(rng_, {pages, page, 512}),
+                     v1::DTYPE_BF16);
+    *r.mutable_block_table() = InlineTensor(I32({b, 2}, {2, 0, 3, 1}), v1::DTYPE_I32);
+    *r.mutable_cache_seqlens() = InlineTensor(I32({b}, {11, 16}), v1::DTYPE_I32);
     r.set_sm_scale(0.05f);
     r.set_causal(true);
     const std::string unspecified = RunOk<v1::MlaDecodeResponse>(OpId::kMlaDecode, r, "out");
@@ -240,11 +232,11 @@ TEST_F(LayoutsTest, IndexerLogitsPaged) {
   HostTensor weights = HostTensor::Dense(DType::kF32, {batch * next_n, heads});
   attnd::testing::FillNormal(weights, rng_, 1.0);
   v1::IndexerLogitsPagedRequest r;
-  *r.mutable_q() = Inline(Fp8(rng_, {batch, next_n, heads, dim}), v1::DTYPE_FP8_E4M3);
-  *r.mutable_kv_cache() = Inline(cache, v1::DTYPE_U8);
-  *r.mutable_block_table() = Inline(I32({batch, 2}, {3, 1, 0, 2}), v1::DTYPE_I32);
-  *r.mutable_context_lens() = Inline(I32({batch}, {7, 5}), v1::DTYPE_I32);
-  *r.mutable_weights() = Inline(weights, v1::DTYPE_F32);
+  *r.mutable_q() = InlineTensor(Fp8(rng_, {batch, next_n, heads, dim}), v1::DTYPE_FP8_E4M3);
+  *r.mutable_kv_cache() = InlineTensor(cache, v1::DTYPE_U8);
+  *r.mutable_block_table() = InlineTensor(I32({batch, 2}, {3, 1, 0, 2}), v1::DTYPE_I32);
+  *r.mutable_context_lens() = InlineTensor(I32({batch}, {7, 5}), v1::DTYPE_I32);
+  *r.mutable_weights() = InlineTensor(weights, v1::DTYPE_F32);
   r.set_block_size(block);
   const std::string unspecified =
       RunOk<v1::IndexerLogitsPagedResponse>(OpId::kIndexerLogitsPaged, r, "logits");
@@ -277,20 +269,20 @@ TEST_F(LayoutsTest, DsaAttention) {
   HostTensor weights = HostTensor::Dense(DType::kF32, {t, hi});
   attnd::testing::FillNormal(weights, rng_, 1.0);
   v1::DsaAttentionRequest r;
-  *r.mutable_index_q() = Inline(Fp8(rng_, {t, hi, di}), v1::DTYPE_FP8_E4M3);
-  *r.mutable_index_k() = Inline(Fp8(rng_, {n, di}), v1::DTYPE_FP8_E4M3);
-  *r.mutable_index_k_scale() = Inline(scale, v1::DTYPE_F32);
-  *r.mutable_index_weights() = Inline(weights, v1::DTYPE_F32);
-  *r.mutable_ks() = Inline(I32({t}, {0, 0, 2}), v1::DTYPE_I32);
-  *r.mutable_ke() = Inline(I32({t}, {10, 11, 12}), v1::DTYPE_I32);
+  *r.mutable_index_q() = InlineTensor(Fp8(rng_, {t, hi, di}), v1::DTYPE_FP8_E4M3);
+  *r.mutable_index_k() = InlineTensor(Fp8(rng_, {n, di}), v1::DTYPE_FP8_E4M3);
+  *r.mutable_index_k_scale() = InlineTensor(scale, v1::DTYPE_F32);
+  *r.mutable_index_weights() = InlineTensor(weights, v1::DTYPE_F32);
+  *r.mutable_ks() = InlineTensor(I32({t}, {0, 0, 2}), v1::DTYPE_I32);
+  *r.mutable_ke() = InlineTensor(I32({t}, {10, 11, 12}), v1::DTYPE_I32);
   r.set_topk(4);
-  *r.mutable_q() = Inline(Bf16(rng_, {t, h, 576}), v1::DTYPE_BF16);
+  *r.mutable_q() = InlineTensor(Bf16(rng_, {t, h, 576}), v1::DTYPE_BF16);
   r.set_sm_scale(0.04f);
   for (const bool fp8 : {false, true}) {
     SCOPED_TRACE(fp8 ? "fp8" : "bf16");
     r.clear_kv_layout();
-    *r.mutable_kv() = fp8 ? Inline(Fp8Cache(rng_, n), v1::DTYPE_U8)
-                          : Inline(Bf16(rng_, {n, 576}), v1::DTYPE_BF16);
+    *r.mutable_kv() = fp8 ? InlineTensor(Fp8Cache(rng_, n), v1::DTYPE_U8)
+                          : InlineTensor(Bf16(rng_, {n, 576}), v1::DTYPE_BF16);
     const std::string unspecified = RunOk<v1::DsaAttentionResponse>(OpId::kDsaAttention, r, "out");
     r.set_kv_layout(fp8 ? v1::CACHE_LAYOUT_FLASHMLA_FP8_656 : v1::CACHE_LAYOUT_BF16_576);
     const std::string named = RunOk<v1::DsaAttentionResponse>(OpId::kDsaAttention, r, "out");

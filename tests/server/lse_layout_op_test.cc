@@ -21,6 +21,7 @@
 #include "server/regions/registry.h"
 #include "tests/harness/harness.h"
 #include "tests/harness/host_tensor.h"
+#include "tests/server/daemon_fixture.h"
 #include "tests/server/shm_test_util.h"
 
 namespace attnd::server::ops {
@@ -36,15 +37,7 @@ constexpr uint64_t kLseOffset = 256;             // bytes into the region
 constexpr uint32_t kPoison = 0x7fc0beef;         // a NaN the op must leave alone
 constexpr int64_t kRegionBytes = 64 << 10;
 
-v1::Tensor Inline(const HostTensor& h, v1::DType dtype) {
-  v1::Tensor t;
-  t.set_dtype(dtype);
-  for (int i = 0; i < h.tensor().rank; ++i) t.add_shape(h.tensor().shape[i]);
-  const size_t bytes =
-      static_cast<size_t>(kernels::SpanElements(h.tensor()) * kernels::DTypeSize(h.tensor().dtype));
-  t.set_inline_data(std::string(reinterpret_cast<const char*>(h.raw()), bytes));
-  return t;
-}
+using attnd::server::testing::InlineTensor;
 
 // The lse placement: shape [T, H], strides (1, kRow).
 v1::Tensor LseView(int64_t stride_t, int64_t stride_h) {
@@ -98,9 +91,9 @@ class LseLayoutOpTest : public ::testing::Test {
 
   v1::SparseMlaRequest Request() const {
     v1::SparseMlaRequest r;
-    *r.mutable_q() = Inline(q_, v1::DTYPE_BF16);
-    *r.mutable_kv() = Inline(kv_, v1::DTYPE_BF16);
-    *r.mutable_indices() = Inline(indices_, v1::DTYPE_I32);
+    *r.mutable_q() = InlineTensor(q_, v1::DTYPE_BF16);
+    *r.mutable_kv() = InlineTensor(kv_, v1::DTYPE_BF16);
+    *r.mutable_indices() = InlineTensor(indices_, v1::DTYPE_I32);
     r.set_sm_scale(kScale);
     return r;
   }
