@@ -25,8 +25,10 @@ enum class CacheLayout : int32_t {
   kBf16_512 = 2,          // bf16 rows of 512: latent only, K = V (GLM-5.x)
   kFlashMlaFp8_656 = 3,   // u8 rows of 656: FlashMLA's / vLLM's FP8 MLA cache row
   kIndexerFp8Blocks = 4,  // u8 block rows: block_size fp8 keys, then their block_size f32 scales
+  // u8 block rows of kIndexerFp8Blocks' size, keys in 16-token × 16-byte tiles (AITER's SHUFFLE)
+  kIndexerAiterShuffle16 = 7,
 };
-inline constexpr int32_t kMaxCacheLayout = 4;
+inline constexpr int32_t kMaxCacheLayout = 7;
 
 constexpr const char* CacheLayoutName(CacheLayout l) {
   switch (l) {
@@ -35,6 +37,7 @@ constexpr const char* CacheLayoutName(CacheLayout l) {
     case CacheLayout::kBf16_512: return "CACHE_LAYOUT_BF16_512";
     case CacheLayout::kFlashMlaFp8_656: return "CACHE_LAYOUT_FLASHMLA_FP8_656";
     case CacheLayout::kIndexerFp8Blocks: return "CACHE_LAYOUT_INDEXER_FP8_BLOCKS";
+    case CacheLayout::kIndexerAiterShuffle16: return "CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16";
   }
   return nullptr;  // a value outside the enum (cast from untrusted input)
 }
@@ -51,6 +54,7 @@ constexpr CacheLayoutShape ShapeOfCacheLayout(CacheLayout l) {
     case CacheLayout::kBf16_512: return {DType::kBF16, 512};
     case CacheLayout::kFlashMlaFp8_656: return {DType::kU8, 656};
     case CacheLayout::kIndexerFp8Blocks: return {DType::kU8, 0};
+    case CacheLayout::kIndexerAiterShuffle16: return {DType::kU8, 0};
     case CacheLayout::kUnspecified: break;
   }
   return {};

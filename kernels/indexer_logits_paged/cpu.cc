@@ -1,8 +1,9 @@
 // Work is split into items (a request × a block of its next_n queries × a chunk of columns).
 // Each item writes only its rows × columns: -inf past each row's visible length, and the logits
 // before it, key tile by key tile. A tile's keys are gathered page by page (one fp8 decode per
-// run of positions inside a page); positions whose page id is out of range are masked: zero rows
-// in the tile that are never read from the cache, -inf in the output.
+// run of positions inside a page, or per 16-byte piece of a key in the shuffled layout); positions
+// whose page id is out of range are masked: zero rows in the tile that are never read from the
+// cache, -inf in the output.
 #include "kernels/indexer_logits_paged/cpu.h"
 
 #include <algorithm>
@@ -29,8 +30,24 @@ constexpr int64_t kKeyChunk = 2048;  // columns per work item
 struct Cache {
   const uint8_t* data;
   int64_t num_blocks, block_stride, block_size, dim;
+  int64_t tile_tokens;   // KeyTileTokens of the layout: 1 (keys contiguous) or 16 (shuffled)
   const int32_t* table;  // this request's block_table row
 };
+
+// Decodes the keys in slots [slot, slot + run) of the block at `base` into rows (D floats each).
+void DecodeKeys(const Cache& c, const uint8_t* base, int64_t slot, int64_t run, float* rows) {
+  if (c.tile_tokens == 1) {
+    DecodeFp8(base + slot * c.dim, run * c.dim, rows);
+    return;
+  }
+  // 16-token tiles: a key's 16-byte pieces lie 16·G bytes apart (params.h KeyTileTokens).
+  const int64_t g = c.tile_tokens;
+  for (int64_t t = slot; t < slot + run; ++t) {
+    const uint8_t* key = base + t / g * g * c.dim + t % g * 16;
+    float* row = rows + (t - slot) * c.dim;
+    for (int64_t d0 = 0; d0 < c.dim; d0 += 16) DecodeFp8(key + d0 * g, 16, row + d0);
+  }
+}
 
 // Gathers positions [t0, t1) into tile rows [0, t1 - t0) and their scales; appends the masked
 // runs (tile-relative) to *masked.
@@ -45,7 +62,7 @@ void GatherKeys(const Cache& c, int64_t t0, int64_t t1, KeyTile* tile,
     float* scales = tile->scales() + (pos - t0);
     if (page >= 0 && page < c.num_blocks) {
       const uint8_t* base = c.data + page * c.block_stride;
-      DecodeFp8(base + slot * c.dim, run * c.dim, rows);
+      DecodeKeys(c, base, slot, run, rows);
       std::memcpy(scales, base + c.block_size * c.dim + slot * 4, run * sizeof(float));
     } else {
       std::fill(rows, rows + run * c.dim, 0.0f);
@@ -102,6 +119,7 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
                         p.kv_cache.stride(0),
                         p.block_size,
                         dim,
+                        KeyTileTokens(p.kv_cache_layout),
                         p.block_table.ptr_at<const int32_t>(b * p.block_table.stride(0))};
       for (int64_t t0 = c0; t0 < key_end; t0 += kKeyTile) {
         const int64_t t1 = std::min(key_end, t0 + kKeyTile);

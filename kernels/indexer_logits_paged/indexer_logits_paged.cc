@@ -28,6 +28,14 @@ absl::Status Validate(const Params& p) {
   if (p.block_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("block_size: is ", p.block_size, ", want >= 1"));
   }
+  const int64_t tile_tokens = KeyTileTokens(p.kv_cache_layout);
+  if (p.block_size % tile_tokens != 0) {  // D is a multiple of 16 (CheckHeadShape)
+    return InvalidField(
+        "block_size",
+        absl::StrCat("block_size: is ", p.block_size, ", want a multiple of ", tile_tokens,
+                     " with kv_cache_layout ", CacheLayoutName(p.kv_cache_layout),
+                     " (its keys come in tiles of ", tile_tokens, " tokens)"));
+  }
   int64_t block_bytes;
   if (MulOverflow(p.block_size, d + 4, &block_bytes)) {
     return absl::InvalidArgumentError(

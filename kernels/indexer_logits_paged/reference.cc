@@ -21,6 +21,7 @@ RefLogits Reference(const Params& p) {
   ref.value.assign(total, 0.0);
   ref.magnitude.assign(total, 0.0);
   const uint8_t* cache = p.kv_cache.ptr<const uint8_t>();
+  const bool shuffled = p.kv_cache_layout == CacheLayout::kIndexerAiterShuffle16;
   std::vector<double> key(static_cast<size_t>(dim));
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t j = 0; j < next_n; ++j) {
@@ -37,9 +38,17 @@ RefLogits Reference(const Params& p) {
         const int64_t page = static_cast<int64_t>(RefLoad(p.block_table, {b, n / bs}));
         if (page < 0 || page >= num_blocks) continue;  // masked: stays -inf
         const uint8_t* block = cache + RefOffset(p.kv_cache, {page, 0});
-        for (int64_t d = 0; d < dim; ++d) key[d] = Fp8E4M3ToFloat(block[(n % bs) * dim + d]);
+        const int64_t slot = n % bs;
+        for (int64_t d = 0; d < dim; ++d) {
+          // AITER's SHUFFLE: 16-token groups, each D/16 tiles of 16 tokens × 16 bytes, a tile
+          // row-major (token, byte); the blocks layout: key after key.
+          const int64_t at =
+              shuffled ? (slot / 16) * 16 * dim + (d / 16) * 256 + (slot % 16) * 16 + d % 16
+                       : slot * dim + d;
+          key[d] = Fp8E4M3ToFloat(block[at]);
+        }
         float scale_f32;
-        std::memcpy(&scale_f32, block + bs * dim + (n % bs) * 4, sizeof scale_f32);
+        std::memcpy(&scale_f32, block + bs * dim + slot * 4, sizeof scale_f32);
         const double scale = scale_f32;
         double sum = 0, magnitude = 0;
         for (int64_t h = 0; h < heads; ++h) {

@@ -65,6 +65,45 @@ def test_layout_named_unset_and_refused(client, rng, op, kwargs, field, right, w
     assert "is 77, not a CacheLayout" in info.value.details
 
 
+def _aiter_shuffle(kv_cache, block_size, dim):
+    """The cache in vLLM's / AITER's SHUFFLE order (docs/INDEXER_CACHES.md): per block, each
+    16-token group's codes as dim/16 tiles of 16 tokens x 16 bytes; the scales unchanged."""
+    blocks = kv_cache.shape[0]
+    codes = kv_cache[:, : block_size * dim].reshape(blocks, block_size // 16, 16, dim // 16, 16)
+    out = kv_cache.copy()
+    out[:, : block_size * dim] = codes.transpose(0, 1, 3, 2, 4).reshape(blocks, -1)
+    return out
+
+
+@pytest.mark.parametrize("per_token", [False, True])
+def test_indexer_aiter_shuffle_cache(client, rng, per_token):
+    """The same keys in the shuffled layout, named, give the blocks-layout reference; unnamed they
+    are read as the blocks layout (other logits); a block size that is not a multiple of 16 is
+    refused naming block_size."""
+    case = cases.make_case("indexer_logits_paged", rng, per_token=per_token)
+    outputs = cases.inline_outputs(case)
+    block_size = case.scalars["block_size"]
+    dim = case.inputs["q"].shape[-1]
+    case.inputs["kv_cache"] = _aiter_shuffle(case.inputs["kv_cache"], block_size, dim)
+    for layout in ("INDEXER_AITER_SHUFFLE_16", cache_layout_value("INDEXER_AITER_SHUFFLE_16")):
+        result = client.call(
+            "indexer_logits_paged", **case.arguments(**outputs), kv_cache_layout=layout
+        )
+        case.check(result.outputs)
+    unnamed = client.call("indexer_logits_paged", **case.arguments(**outputs))
+    with pytest.raises(AssertionError):
+        case.check(unnamed.outputs)
+
+    args = case.arguments(**outputs)
+    args["block_size"] = 8
+    args["kv_cache"] = args["kv_cache"].reshape(-1, 8 * (dim + 4))
+    with pytest.raises(ac.AttndError) as info:
+        client.call("indexer_logits_paged", **args, kv_cache_layout="INDEXER_AITER_SHUFFLE_16")
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in info.value.field_violations] == ["block_size"], info.value
+    assert "want a multiple of 16" in info.value.details
+
+
 def test_unknown_layout_name_is_refused_by_the_client(client, rng):
     case = cases.make_case("mla_decode", rng)
     with pytest.raises(ValueError, match="cache layout 'BF16_575'"):
@@ -76,8 +115,14 @@ def test_info_lists_layouts(client):
         "sparse_mla": ("kv_layout", "kv", ["BF16_576", "BF16_512", "FLASHMLA_FP8_656"]),
         "dsa_attention": ("kv_layout", "kv", ["BF16_576", "BF16_512", "FLASHMLA_FP8_656"]),
         "mla_decode": ("kv_cache_layout", "kv_cache", ["BF16_576", "BF16_512"]),
-        "indexer_logits_paged": ("kv_cache_layout", "kv_cache", ["INDEXER_FP8_BLOCKS"]),
+        "indexer_logits_paged": (
+            "kv_cache_layout",
+            "kv_cache",
+            ["INDEXER_FP8_BLOCKS", "INDEXER_AITER_SHUFFLE_16"],
+        ),
     }
+    # Layouts that share dtype and width with an inferred one must be named: not inferred.
+    named_only = {"INDEXER_AITER_SHUFFLE_16"}
     for op in client.info().ops:
         if op.name not in want:
             assert not op.cache_layouts, op
@@ -87,7 +132,8 @@ def test_info_lists_layouts(client):
         assert (entry.field, entry.tensor) == (field, tensor)
         values = [cache_layout_value(name) for name in layouts]
         assert list(entry.accepted) == values
-        assert list(entry.inferred) == values  # today every layout is told apart by its shape
+        inferred = [cache_layout_value(name) for name in layouts if name not in named_only]
+        assert list(entry.inferred) == inferred
 
 
 def test_attnctl_info_prints_layouts(attnctl_bin, daemon):
@@ -98,7 +144,9 @@ def test_attnctl_info_prints_layouts(attnctl_bin, daemon):
         [attnctl_bin, target, "info"], capture_output=True, text=True, timeout=60, check=True
     ).stdout
     assert "kv layouts (kv_layout): BF16_576*, BF16_512*, FLASHMLA_FP8_656*" in text, text
-    assert "kv_cache layouts (kv_cache_layout): INDEXER_FP8_BLOCKS*" in text, text
+    assert (
+        "kv_cache layouts (kv_cache_layout): INDEXER_FP8_BLOCKS*, INDEXER_AITER_SHUFFLE_16 " in text
+    ), text
     info = json.loads(
         subprocess.run(
             [attnctl_bin, target, "--json", "info"],

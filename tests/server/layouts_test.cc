@@ -250,9 +250,9 @@ TEST_F(LayoutsTest, IndexerLogitsPaged) {
       OpId::kIndexerLogitsPaged, r, "kv_cache_layout",
       {"CACHE_LAYOUT_FLASHMLA_FP8_656", "not a layout kv_cache may have",
        "CACHE_LAYOUT_INDEXER_FP8_BLOCKS"});
-  r.set_kv_cache_layout(static_cast<v1::CacheLayout>(7));
+  r.set_kv_cache_layout(static_cast<v1::CacheLayout>(99));
   ExpectRefused<v1::IndexerLogitsPagedResponse>(OpId::kIndexerLogitsPaged, r, "kv_cache_layout",
-                                                {"is 7", "not a CacheLayout"});
+                                                {"is 99", "not a CacheLayout"});
   // A named layout whose dtype the cache contradicts: the f32 view of the same bytes.
   r.set_kv_cache_layout(v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS);
   r.mutable_kv_cache()->set_dtype(v1::DTYPE_F32);
@@ -260,6 +260,57 @@ TEST_F(LayoutsTest, IndexerLogitsPaged) {
   ExpectRefused<v1::IndexerLogitsPagedResponse>(
       OpId::kIndexerLogitsPaged, r, "kv_cache_layout",
       {"CACHE_LAYOUT_INDEXER_FP8_BLOCKS (u8)", "kv_cache is f32"});
+}
+
+// AITER's shuffled indexer cache (16-token × 16-byte tiles) must be named: the same keys laid out
+// shuffled and named give the blocks layout's logits bit for bit; a block size that is not a
+// multiple of 16 is refused naming block_size.
+TEST_F(LayoutsTest, IndexerLogitsPagedAiterShuffle) {
+  const int64_t batch = 2, heads = 4, dim = 32, block = 16, blocks = 3;
+  const int64_t block_bytes = block * (dim + 4);
+  HostTensor cache = HostTensor::Dense(DType::kU8, {blocks, block_bytes});
+  HostTensor shuffled = HostTensor::Dense(DType::kU8, {blocks, block_bytes});
+  std::normal_distribution<float> key(0.0f, 1.0f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* row = cache.data<uint8_t>() + b * block_bytes;
+    uint8_t* tiles = shuffled.data<uint8_t>() + b * block_bytes;
+    for (int64_t t = 0; t < block; ++t) {
+      for (int64_t d = 0; d < dim; ++d) {
+        row[t * dim + d] = kernels::FloatToFp8E4M3(key(rng_));
+        tiles[(t / 16) * 16 * dim + (d / 16) * 256 + (t % 16) * 16 + d % 16] = row[t * dim + d];
+      }
+      const float s = 0.1f + 0.01f * static_cast<float>(t);
+      std::memcpy(row + block * dim + 4 * t, &s, 4);
+      std::memcpy(tiles + block * dim + 4 * t, &s, 4);
+    }
+  }
+  HostTensor weights = HostTensor::Dense(DType::kF32, {batch, heads});
+  attnd::testing::FillNormal(weights, rng_, 1.0);
+  v1::IndexerLogitsPagedRequest r;
+  *r.mutable_q() = InlineTensor(Fp8(rng_, {batch, 1, heads, dim}), v1::DTYPE_FP8_E4M3);
+  *r.mutable_kv_cache() = InlineTensor(cache, v1::DTYPE_U8);
+  *r.mutable_block_table() = InlineTensor(I32({batch, 2}, {2, 0, 1, 2}), v1::DTYPE_I32);
+  *r.mutable_context_lens() = InlineTensor(I32({batch}, {29, 17}), v1::DTYPE_I32);
+  *r.mutable_weights() = InlineTensor(weights, v1::DTYPE_F32);
+  r.set_block_size(block);
+  const std::string blocks_logits =
+      RunOk<v1::IndexerLogitsPagedResponse>(OpId::kIndexerLogitsPaged, r, "logits");
+  *r.mutable_kv_cache() = InlineTensor(shuffled, v1::DTYPE_U8);
+  r.set_kv_cache_layout(v1::CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16);
+  const std::string shuffle_logits =
+      RunOk<v1::IndexerLogitsPagedResponse>(OpId::kIndexerLogitsPaged, r, "logits");
+  ASSERT_FALSE(blocks_logits.empty());
+  EXPECT_EQ(shuffle_logits, blocks_logits);
+  r.set_kv_cache_layout(v1::CACHE_LAYOUT_UNSPECIFIED);  // read as the blocks layout: other logits
+  EXPECT_NE(RunOk<v1::IndexerLogitsPagedResponse>(OpId::kIndexerLogitsPaged, r, "logits"),
+            blocks_logits);
+  r.set_kv_cache_layout(v1::CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16);
+  r.set_block_size(8);
+  *r.mutable_kv_cache() =
+      InlineTensor(HostTensor::Dense(DType::kU8, {blocks, 8 * (dim + 4)}), v1::DTYPE_U8);
+  ExpectRefused<v1::IndexerLogitsPagedResponse>(
+      OpId::kIndexerLogitsPaged, r, "block_size",
+      {"is 8", "multiple of 16", "CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16"});
 }
 
 TEST_F(LayoutsTest, DsaAttention) {
@@ -390,6 +441,7 @@ TEST_F(DaemonTest, GetInfoListsCacheLayouts) {
   struct Want {
     std::string field, tensor;
     std::vector<int> accepted;
+    std::vector<int> inferred = {};  // empty: every accepted layout is inferred
   };
   const std::vector<int> mla = {v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512,
                                 v1::CACHE_LAYOUT_FLASHMLA_FP8_656};
@@ -399,7 +451,10 @@ TEST_F(DaemonTest, GetInfoListsCacheLayouts) {
       {"mla_decode",
        {"kv_cache_layout", "kv_cache", {v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512}}},
       {"indexer_logits_paged",
-       {"kv_cache_layout", "kv_cache", {v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS}}},
+       {"kv_cache_layout",
+        "kv_cache",
+        {v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS, v1::CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16},
+        {v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS}}},  // the shuffled layout must be named
   };
   int seen = 0;
   for (const v1::OpInfo& op : info.ops()) {
@@ -415,8 +470,10 @@ TEST_F(DaemonTest, GetInfoListsCacheLayouts) {
     EXPECT_EQ(l.field(), it->second.field);
     EXPECT_EQ(l.tensor(), it->second.tensor);
     EXPECT_EQ(std::vector<int>(l.accepted().begin(), l.accepted().end()), it->second.accepted);
-    // Every layout of today's ops is told apart by dtype and width: all inferred.
-    EXPECT_EQ(std::vector<int>(l.inferred().begin(), l.inferred().end()), it->second.accepted);
+    // Layouts told apart by dtype and width are inferred; one sharing them must be named.
+    const std::vector<int>& inferred =
+        it->second.inferred.empty() ? it->second.accepted : it->second.inferred;
+    EXPECT_EQ(std::vector<int>(l.inferred().begin(), l.inferred().end()), inferred);
   }
   EXPECT_EQ(seen, 4);
 }

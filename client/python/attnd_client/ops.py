@@ -366,8 +366,11 @@ class OpCalls(Generic[R]):
         timeout: float | None = None,
         **options: Any,
     ) -> R:
-        """Decode indexer over vLLM's paged fp8 key cache (block = keys then f32 scales).
-        kv_cache_layout: "INDEXER_FP8_BLOCKS" or None (the same: the one it reads)."""
+        """Decode indexer over a paged fp8 key cache, uint8 [blocks, block_size*(D+4)].
+        kv_cache_layout: "INDEXER_FP8_BLOCKS" or None (the same: each block's keys, then their
+        f32 scales; at block_size 1 also vLLM's NORMAL and SGLang's HIP cache on ROCm), or
+        "INDEXER_AITER_SHUFFLE_16" (vLLM's / AITER's SHUFFLE cache on ROCm: the keys in 16-token x
+        16-byte tiles; block_size a multiple of 16; must be named)."""
         return self.call("indexer_logits_paged", **_arguments(locals()))
 
     def topk(

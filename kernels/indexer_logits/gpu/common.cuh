@@ -91,7 +91,8 @@ __device__ __forceinline__ void FillOutsideUnion(const IndexerProblem& p, const 
   }
 }
 
-// Where key n of `group` lives: its fp8 row and its f32 scale, or false (masked: a page id out
+// Where key n of `group` lives: its fp8 row (the first 16-byte piece of it when paged keys come
+// in tiles: IndexerProblem.key_tile_shift) and its f32 scale, or false (masked: a page id out
 // of range; nothing may be read). Requires 0 <= n < the group's longest visible length, so only
 // block-table entries below ceil(length / block_size) are read.
 template <bool kPaged>
@@ -108,7 +109,9 @@ __device__ __forceinline__ bool LocateKey(const IndexerProblem& p, int64_t group
   const int64_t page = p.block_table[group * p.table_stride + block];
   if (page < 0 || page >= p.num_pages) return false;
   const uint8_t* base = p.cache + page * p.cache_stride;
-  *row = base + slot * p.dim;
+  // The key's first 16-byte piece (problem.h): slot·dim when G = 1.
+  const int64_t tile_first = (slot >> p.key_tile_shift) << p.key_tile_shift;
+  *row = base + tile_first * p.dim + (slot - tile_first) * 16;
   *scale =
       reinterpret_cast<const float*>(base + static_cast<int64_t>(p.block_size) * p.dim + 4 * slot);
   return true;

@@ -39,11 +39,14 @@ struct IndexerProblem {
   int64_t k_stride = 0;
   const float* k_scale = nullptr;
   // Paged keys: key n of request b in page block_table[b·table_stride + n / block_size] (masked
-  // unless in [0, num_pages)), slot n % block_size: bytes at page·cache_stride + slot·dim, scale
-  // at page·cache_stride + block_size·dim + 4·slot.
+  // unless in [0, num_pages)), slot n % block_size: scale at page·cache_stride + block_size·dim +
+  // 4·slot; the key's bytes in tiles of G = 2^key_tile_shift tokens × 16 bytes: its 16-byte
+  // piece c at page·cache_stride + (slot / G)·G·dim + (slot % G)·16 + c·16·G (G = 1: slot·dim +
+  // 16·c, a contiguous row; G = 16: AITER's shuffled indexer cache).
   const uint8_t* cache = nullptr;
   int64_t cache_stride = 0, num_pages = 0;
   int32_t block_size = 1;
+  int key_tile_shift = 0;  // log2 G; prefill keys are contiguous rows (0)
   const int32_t* block_table = nullptr;
   int64_t table_stride = 0;
 

@@ -1,5 +1,6 @@
 // The portable SIMT indexer kernel (CUDA and HIP, any H <= 128, D a multiple of 16, any
-// alignment), shared by the prefill (kPaged = false) and paged (kPaged = true) operators.
+// alignment, keys in contiguous rows or in 16-token tiles), shared by the prefill (kPaged = false)
+// and paged (kPaged = true) operators.
 //
 // A CTA of 256 threads owns a block of queries (queries_per_block = 128 / H, so at most 128
 // (query, head) columns) and a key chunk. It fills -inf outside the union of its rows' windows,
@@ -18,9 +19,10 @@
 namespace attnd::kernels::indexer_logits::gpu {
 
 inline constexpr int kSimtThreads = 256;
-inline constexpr int kSimtBlockM = 128;   // (query, head) columns per CTA, at most
-inline constexpr int kSimtBlockN = 64;    // keys per tile
-inline constexpr int kSimtSlab = 16;      // head-dim values per shared-memory slab
+inline constexpr int kSimtBlockM = 128;  // (query, head) columns per CTA, at most
+inline constexpr int kSimtBlockN = 64;   // keys per tile
+inline constexpr int kSimtSlab = 16;     // head-dim values per shared-memory slab
+static_assert(kSimtSlab == 16, "a slab is one 16-byte piece of a tiled paged key (problem.h)");
 inline constexpr int kSimtCtasPerSm = 4;  // for the key-chunk split
 
 struct SimtShared {
@@ -88,7 +90,9 @@ __device__ __forceinline__ void StageSlab(const IndexerProblem& p, const BlockWo
     const int d = 4 * (e / (4 * kSimtBlockN)) + (e & 3);
     const int key = (e >> 2) & (kSimtBlockN - 1);
     const uint8_t* row = s.key_row[key];
-    s.u.slab.k[d][key] = row != nullptr ? ::attnd::gpu::Fp8E4M3ToFloat(row[d0 + d]) : 0.0f;
+    // The slab is one 16-byte piece of the key, 16·G bytes after the previous (problem.h).
+    s.u.slab.k[d][key] =
+        row != nullptr ? ::attnd::gpu::Fp8E4M3ToFloat(row[(d0 << p.key_tile_shift) + d]) : 0.0f;
   }
 }
 

@@ -13,13 +13,14 @@
 namespace attnd::kernels::indexer_logits_paged::gpu {
 
 // The portable SIMT kernel: any validated params (any H <= 128, D a multiple of 16, block size,
-// strides and alignment) with block_size < 2^31.
+// strides, alignment and kv_cache layout) with block_size < 2^31.
 bool SimtSupports(const Params& p, std::string* why);
 ::attnd::gpu::Error LaunchSimt(const Params& p, ::attnd::gpu::Stream stream);
 
 #if defined(ATTND_GPU_CUDA)
-// The tensor-core kernel: H in {32, 64}, D in {64, 128}, q and kv_cache 16-B aligned (pointers
-// and strides, bytes), at least one cache block, block_size < 2^31, compute capability >= 8.0.
+// The tensor-core kernel: kv_cache in the blocks layout (not AITER's shuffled one, a ROCm
+// layout), H in {32, 64}, D in {64, 128}, q and kv_cache 16-B aligned (pointers and strides,
+// bytes), at least one cache block, block_size < 2^31, compute capability >= 8.0.
 bool MmaSupports(const Params& p, std::string* why);
 ::attnd::gpu::Error LaunchMma(const Params& p, ::attnd::gpu::Stream stream);
 #endif

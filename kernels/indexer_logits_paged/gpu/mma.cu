@@ -50,6 +50,10 @@ template <int kHeads, int kDim>
 
 bool MmaSupports(const Params& p, std::string* why) {
   const int64_t h = p.q.dim(2), d = p.q.dim(3);
+  if (KeyTileTokens(p.kv_cache_layout) != 1) {  // a ROCm layout: the portable kernel reads it
+    return Refuse(why, "kv_cache_layout is ", CacheLayoutName(p.kv_cache_layout),
+                  ", want CACHE_LAYOUT_INDEXER_FP8_BLOCKS");
+  }
   if (h != 32 && h != 64) {
     return Refuse(why, "H is ", h, ", want 32 or 64");
   }

@@ -42,6 +42,7 @@ inline IndexerProblem MakePagedProblem(const Params& p) {
   x.cache_stride = p.kv_cache.stride(0);
   x.num_pages = p.kv_cache.dim(0);
   x.block_size = static_cast<int32_t>(std::min(p.block_size, kMaxBlockSize));
+  x.key_tile_shift = KeyTileTokens(p.kv_cache_layout) == 1 ? 0 : 4;  // G = 16 (params.h)
   x.block_table = p.block_table.ptr<const int32_t>();
   x.table_stride = p.block_table.stride(0);
   return x;

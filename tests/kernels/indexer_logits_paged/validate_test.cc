@@ -60,6 +60,45 @@ std::vector<Mutation> Mutations() {
       {"kv_cache_row_stride_short", [](Params& p) { p.kv_cache.strides[0] = kBlockBytes - 1; },
        "kv_cache:"},
       {"kv_cache_null", [](Params& p) { p.kv_cache.data = nullptr; }, "kv_cache:"},
+      // AITER's shuffled layout (16-token key tiles): block_size a multiple of 16, the same
+      // width as the blocks layout, u8; an unknown or foreign layout names the layout field.
+      {"shuffle_block_size_8",
+       [](Params& p) {
+         p.kv_cache_layout = CacheLayout::kIndexerAiterShuffle16;
+         p.block_size = 8;
+         p.kv_cache.shape[1] = 8 * (kD + 4);
+       },
+       "block_size: is 8, want a multiple of 16 with kv_cache_layout "
+       "CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16"},
+      {"shuffle_block_size_1",
+       [](Params& p) {
+         p.kv_cache_layout = CacheLayout::kIndexerAiterShuffle16;
+         p.block_size = 1;
+         p.kv_cache.shape[1] = kD + 4;
+       },
+       "block_size: is 1, want a multiple of 16"},
+      {"shuffle_block_size_mismatch",
+       [](Params& p) {
+         p.kv_cache_layout = CacheLayout::kIndexerAiterShuffle16;
+         p.block_size = 32;
+       },
+       "kv_cache: dim 1"},
+      {"shuffle_block_bytes",
+       [](Params& p) {
+         p.kv_cache_layout = CacheLayout::kIndexerAiterShuffle16;
+         p.kv_cache.shape[1] = kBlock * kD;  // keys without their scales
+       },
+       "kv_cache: dim 1"},
+      {"shuffle_dtype",
+       [](Params& p) {
+         p.kv_cache_layout = CacheLayout::kIndexerAiterShuffle16;
+         p.kv_cache.dtype = DType::kFp8E4M3;
+       },
+       "kv_cache_layout: is CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16 (u8), but kv_cache is fp8"},
+      {"layout_unknown", [](Params& p) { p.kv_cache_layout = static_cast<CacheLayout>(99); },
+       "kv_cache_layout: is 99, not a CacheLayout"},
+      {"layout_of_mla", [](Params& p) { p.kv_cache_layout = CacheLayout::kFlashMlaFp8_656; },
+       "kv_cache_layout: is CACHE_LAYOUT_FLASHMLA_FP8_656, not a layout kv_cache may have"},
       {"block_table_missing", [](Params& p) { p.block_table = Tensor(); }, "block_table:"},
       {"block_table_dtype", [](Params& p) { p.block_table.dtype = DType::kF32; }, "block_table:"},
       {"block_table_batch", [](Params& p) { p.block_table.shape[0] = kB + 1; }, "block_table:"},
@@ -136,6 +175,17 @@ TEST(IndexerLogitsPagedValidate, RejectsEachMalformedInput) {
   valid.weights = weights.tensor();
   valid.logits = logits.tensor();
   ASSERT_TRUE(Validate(valid).ok()) << Validate(valid);
+  {  // AITER's shuffled layout, named, at block sizes 64 and 16 (and the blocks layout named)
+    Params shuffled = valid;
+    shuffled.kv_cache_layout = CacheLayout::kIndexerAiterShuffle16;
+    EXPECT_TRUE(Validate(shuffled).ok()) << Validate(shuffled);
+    shuffled.block_size = 16;
+    shuffled.kv_cache.shape[1] = 16 * (kD + 4);
+    EXPECT_TRUE(Validate(shuffled).ok()) << Validate(shuffled);
+    Params blocks = valid;
+    blocks.kv_cache_layout = CacheLayout::kIndexerFp8Blocks;
+    EXPECT_TRUE(Validate(blocks).ok()) << Validate(blocks);
+  }
   {  // per-token lengths [B, next_n], dense or with a padded row stride, are valid too
     HostTensor token_lens = HostTensor::RowStrided(DType::kI32, {kB, kNextN}, kNextN + 5);
     Params per_token = valid;
