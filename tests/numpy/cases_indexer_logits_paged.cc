@@ -1,7 +1,8 @@
 // Cross-check cases for the paged indexer logits: small random calls with vLLM's cache layout
 // (keys then scales per block, padded rows), shuffled and invalid page ids, next_n 1, 2 and 4,
 // short / negative contexts and contexts past the table, per-token context_lens [B, next_n] in
-// any order, with attnd's fp64 reference;
+// any order, and AITER's shuffled cache (16-token × 16-byte key tiles, ROCm) named by its layout,
+// with attnd's fp64 reference;
 // tests/numpy/ops/indexer_logits_paged.py recomputes them from the raw cache bytes.
 // Refs as indexer_ref_logits.h writes them.
 #include <algorithm>
@@ -31,6 +32,7 @@ struct CaseSpec {
   int64_t batch, next_n, heads, dim, block_size, max_blocks, num_blocks, cols;
   std::vector<int64_t> contexts;
   std::vector<int64_t> token_lens = {};  // non-empty: context_lens [B, next_n], row-major
+  kernels::CacheLayout layout = kernels::CacheLayout::kUnspecified;
 };
 
 void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
@@ -72,6 +74,7 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
   p.q = q.tensor();
   p.kv_cache = kv.tensor();
   p.block_size = c.block_size;
+  p.kv_cache_layout = c.layout;
   p.block_table = table.tensor();
   p.context_lens = lens.tensor();
   p.weights = weights.tensor();
@@ -86,6 +89,8 @@ void DumpCase(const std::string& dir, const CaseSpec& c, std::mt19937_64& rng) {
   w.AddTensor("weights", p.weights);
   w.AddScalar("block_size", static_cast<double>(c.block_size));
   w.AddScalar("cols", static_cast<double>(c.cols));
+  // 1: the cache bytes are in AITER's shuffled order (docs/CONTRACTS.md "indexer_logits_paged").
+  w.AddScalar("shuffle16", c.layout == kernels::CacheLayout::kIndexerAiterShuffle16 ? 1.0 : 0.0);
   AddRefLogits(w, ilp::Reference(p));
   w.Finish();
 }
@@ -102,6 +107,31 @@ void DumpIndexerLogitsPaged(const std::string& dir) {
       // Per-token lengths [B, next_n].
       {"per_token_next_n4_block16", 3, 4, 8, 32, 16, 5, 16, 96, {}, kTokenLens},
       {"per_token_model_next_n2", 2, 2, 64, 128, 64, 3, 6, 192, {}, {192, 100, 0, 65}},
+      // AITER's shuffled cache (the random bytes read in its order).
+      {"aiter_shuffle_block16",
+       3,
+       2,
+       8,
+       48,
+       16,
+       6,
+       20,
+       96,
+       {96, 17, 50},
+       {},
+       kernels::CacheLayout::kIndexerAiterShuffle16},
+      {"aiter_shuffle_model_block64",
+       2,
+       1,
+       64,
+       128,
+       64,
+       3,
+       6,
+       192,
+       {},
+       {192, 65},
+       kernels::CacheLayout::kIndexerAiterShuffle16},
   };
   for (const CaseSpec& c : cases) DumpCase(dir, c, rng);
 }
