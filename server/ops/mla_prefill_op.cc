@@ -37,6 +37,7 @@ struct MlaPrefillTraits {
   static bool CountReads(absl::string_view name) {
     return name == "cu_seqlens_q" || name == "cu_seqlens_k";
   }
+  static absl::Status CheckData(const Params& p) { return op::CheckCuSeqlens(p); }
   static const auto& Implementations() { return op::Implementations(); }
   static absl::Status Run(const Params& p, const kernels::ExecContext& ctx, std::string* impl) {
     return op::Run(p, ctx, impl);

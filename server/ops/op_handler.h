@@ -186,6 +186,26 @@ struct CountBoundOf<Traits, std::void_t<decltype(Traits::CountBound(
   }
 };
 
+// Traits::CheckData(p): the op's checks of index data (cu_seqlens, CSR indptr) that its CPU
+// implementation refuses and its GPU kernels only clamp (optional). The handler runs it on every
+// backend when every tensor CountReads names is host-readable (inline, or a host-region snapshot),
+// so a call's answer does not depend on the backend (docs/SERVICE.md "Trust model").
+template <class Traits, class = void>
+struct CheckDataOf {
+  template <class P>
+  static absl::Status Get(const P&) {
+    return absl::OkStatus();
+  }
+};
+template <class Traits>
+struct CheckDataOf<Traits, std::void_t<decltype(Traits::CheckData(
+                               std::declval<const typename Traits::Params&>()))>> {
+  template <class P>
+  static absl::Status Get(const P& p) {
+    return Traits::CheckData(p);
+  }
+};
+
 // The handler of an op described by `Traits` (see server/ops/<op>_op.cc for the contract).
 template <class Traits>
 class TypedOpHandler : public OpHandler {
@@ -244,6 +264,9 @@ class TypedOpHandler : public OpHandler {
     });
     if (!st.ok()) return st;
     if (absl::Status v = Traits::Validate(p); !v.ok()) return v;
+    if (call->DataOnHost()) {
+      if (absl::Status d = CheckDataOf<Traits>::Get(p); !d.ok()) return d;
+    }
     call->PlanCountReadback();
     return std::unique_ptr<PreparedCall>(std::move(call));
   }
@@ -300,6 +323,17 @@ class TypedOpHandler : public OpHandler {
     v1::Precision precision() const override {
       if constexpr (HasPrecision<Params>::value) return PrecisionToProto(params.precision);
       return v1::PRECISION_UNSPECIFIED;
+    }
+
+    // Whether every tensor Count reads is host-readable (none lives in a device region).
+    bool DataOnHost() const {
+      for (const engine::TensorUse& use : tensors_.uses()) {
+        if (use.residence == engine::Residence::kDeviceRegion &&
+            CountReadsOf<Traits>::Get(use.name)) {
+          return false;
+        }
+      }
+      return true;
     }
 
     // Device-region tensors that Count reads get a host buffer the backend fills after the op,

@@ -41,6 +41,7 @@ struct SparseMlaTraits {
   // Every slot counted as a valid selection (reads no data): for a selection too large to read
   // back from a device region (kMaxCountReadbackBytes).
   static kernels::WorkCount CountBound(const Params& p) { return op::CountSlots(p); }
+  static absl::Status CheckData(const Params& p) { return op::CheckSelectionData(p); }
   static const auto& Implementations() { return op::Implementations(); }
   static absl::Status Run(const Params& p, const kernels::ExecContext& ctx, std::string* impl) {
     return op::Run(p, ctx, impl);

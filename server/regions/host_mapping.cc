@@ -69,6 +69,15 @@ HostMapping& HostMapping::operator=(HostMapping&& other) noexcept {
   return *this;
 }
 
+bool HostMapping::Probe() const {
+  if (data_ != nullptr && size_ > 0) {
+    // A volatile load the compiler keeps; its value is of no interest.
+    const volatile char* last = data_ + (size_ - 1);
+    static_cast<void>(*last);
+  }
+  return guard_.faulted();
+}
+
 void HostMapping::Reset() {
   guard_.Reset();
   if (map_base_ != nullptr) munmap(map_base_, map_len_);

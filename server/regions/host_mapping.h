@@ -74,6 +74,10 @@ class HostMapping {
   // Whether the mapping lost pages because its object was truncated after Map (an access faulted
   // and was given zero pages instead). Sticky; thread-safe.
   bool faulted() const { return guard_.faulted(); }
+  // Reads the mapping's last byte, so that a truncation nothing has touched yet is seen: a pinned
+  // mapping's pages stay alive for the GPU's copies after the object shrinks, but the CPU access
+  // faults (the guard gives a zero page and faulted() turns true). Returns faulted().
+  bool Probe() const;
   void Reset();  // unmaps now
 
  private:

@@ -102,7 +102,7 @@ Region::Region(RegionDescription desc, std::shared_ptr<DeviceMapping> device,
 
 char* Region::data() const { return host_ != nullptr ? host_->mapping.data() : nullptr; }
 bool Region::pinned() const { return host_ != nullptr && host_->pinner != nullptr; }
-bool Region::truncated() const { return host_ != nullptr && host_->mapping.faulted(); }
+bool Region::truncated() const { return host_ != nullptr && host_->mapping.Probe(); }
 
 Region::~Region() {
   host_.reset();    // unmaps when this was the last region of the mapping

@@ -129,7 +129,9 @@ class Region {
   // Host: registered with the GPU runtime (copies from and to it are DMA).
   bool pinned() const;
   // Host: its shm object was truncated while registered, and an access past the new end got
-  // zero pages instead (HostMapping::faulted). Sticky; calls using the region fail.
+  // zero pages instead (HostMapping::faulted). Probes the mapping's last byte first, so a GPU
+  // backend (whose copies of pinned pages never fault) sees it too. Sticky; calls using the
+  // region fail.
   bool truncated() const;
   int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 

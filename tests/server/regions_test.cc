@@ -4,6 +4,9 @@
 #include "server/regions/registry.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -418,6 +421,25 @@ TEST(RegionRegistryTest, HostRegionsArePinnedWhileMapped) {
   ASSERT_TRUE(pin.ok());
   EXPECT_FALSE((*pin)->pinned());
   EXPECT_EQ(failures, std::vector<std::string>{"u"});
+}
+
+// A GPU backend copies pinned pages with DMA, which never faults after the object shrinks: the
+// registry must see a truncation no CPU access has met yet (Region::truncated probes).
+TEST(RegionRegistryTest, TruncationIsSeenBeforeAnyAccessFaults) {
+  ScopedShm shm(2 * 4096);
+  ASSERT_TRUE(shm.ok());
+  std::memset(shm.data(), 7, 2 * 4096);
+  RegionRegistry registry(Allowed());
+  ASSERT_TRUE(registry.RegisterHost(Spec("t", shm.key(), 0, 2 * 4096)).ok());
+  auto pin = registry.Acquire("t");
+  ASSERT_TRUE(pin.ok());
+  EXPECT_FALSE((*pin)->truncated());
+  const int fd = shm_open(shm.key().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);  // the region's second page is gone
+  close(fd);
+  EXPECT_TRUE((*pin)->truncated());
+  EXPECT_TRUE((*pin)->truncated());  // sticky
 }
 
 TEST(RegionRegistryTest, StatsCallbackFollowsTheMappings) {
