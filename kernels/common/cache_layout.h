@@ -25,6 +25,8 @@ enum class CacheLayout : int32_t {
   kBf16_512 = 2,          // bf16 rows of 512: latent only, K = V (GLM-5.x)
   kFlashMlaFp8_656 = 3,   // u8 rows of 656: FlashMLA's / vLLM's FP8 MLA cache row
   kIndexerFp8Blocks = 4,  // u8 block rows: block_size fp8 keys, then their block_size f32 scales
+  kFp8_576PerTensor = 5,  // u8 rows of 576 e4m3 (512 latent + 64 rope), one per-tensor f32 scale
+  kFp8_512PerTensor = 6,  // u8 rows of 512 e4m3 (latent only, K = V), one per-tensor f32 scale
   // u8 block rows of kIndexerFp8Blocks' size, keys in 16-token × 16-byte tiles (AITER's SHUFFLE)
   kIndexerAiterShuffle16 = 7,
 };
@@ -37,6 +39,8 @@ constexpr const char* CacheLayoutName(CacheLayout l) {
     case CacheLayout::kBf16_512: return "CACHE_LAYOUT_BF16_512";
     case CacheLayout::kFlashMlaFp8_656: return "CACHE_LAYOUT_FLASHMLA_FP8_656";
     case CacheLayout::kIndexerFp8Blocks: return "CACHE_LAYOUT_INDEXER_FP8_BLOCKS";
+    case CacheLayout::kFp8_576PerTensor: return "CACHE_LAYOUT_FP8_576_PER_TENSOR";
+    case CacheLayout::kFp8_512PerTensor: return "CACHE_LAYOUT_FP8_512_PER_TENSOR";
     case CacheLayout::kIndexerAiterShuffle16: return "CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16";
   }
   return nullptr;  // a value outside the enum (cast from untrusted input)
@@ -54,6 +58,8 @@ constexpr CacheLayoutShape ShapeOfCacheLayout(CacheLayout l) {
     case CacheLayout::kBf16_512: return {DType::kBF16, 512};
     case CacheLayout::kFlashMlaFp8_656: return {DType::kU8, 656};
     case CacheLayout::kIndexerFp8Blocks: return {DType::kU8, 0};
+    case CacheLayout::kFp8_576PerTensor: return {DType::kU8, 576};
+    case CacheLayout::kFp8_512PerTensor: return {DType::kU8, 512};
     case CacheLayout::kIndexerAiterShuffle16: return {DType::kU8, 0};
     case CacheLayout::kUnspecified: break;
   }

@@ -28,6 +28,10 @@ static_assert(static_cast<int>(kernels::CacheLayout::kFlashMlaFp8_656) ==
               v1::CACHE_LAYOUT_FLASHMLA_FP8_656);
 static_assert(static_cast<int>(kernels::CacheLayout::kIndexerFp8Blocks) ==
               v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS);
+static_assert(static_cast<int>(kernels::CacheLayout::kFp8_576PerTensor) ==
+              v1::CACHE_LAYOUT_FP8_576_PER_TENSOR);
+static_assert(static_cast<int>(kernels::CacheLayout::kFp8_512PerTensor) ==
+              v1::CACHE_LAYOUT_FP8_512_PER_TENSOR);
 static_assert(static_cast<int>(kernels::CacheLayout::kIndexerAiterShuffle16) ==
               v1::CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16);
 static_assert(kernels::kMaxCacheLayout == v1::CacheLayout_MAX);
