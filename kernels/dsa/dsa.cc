@@ -92,7 +92,7 @@ sparse_mla::Params SparseMlaStep(const Params& p, int64_t t0, int64_t count,
 
 absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(
-      CheckCacheLayout("kv_layout", "kv", p.kv_layout, p.kv, sparse_mla::kKvLayouts));
+      CheckCacheLayout("kv_layout", "kv", p.kv_layout, p.kv, sparse_mla::kKvLayoutsWithoutScale));
   ATTND_RETURN_IF_ERROR(
       CheckTensor(p.index_q, "index_q", DType::kFp8E4M3, {kAnyDim, kAnyDim, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.index_k, "index_k", DType::kFp8E4M3, {kAnyDim, kAnyDim}));
@@ -107,9 +107,11 @@ absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckTensor(p.ks, "ks", DType::kI32, {t}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.ke, "ke", DType::kI32, {t}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {t, kAnyDim, kAnyDim}));
-  // bf16, or sparse_mla's FP8 cache (u8 [N, 656]); sparse_mla::Validate below checks the rest.
-  const DType kv_type = p.kv.dtype == DType::kU8 ? DType::kU8 : DType::kBF16;
-  ATTND_RETURN_IF_ERROR(CheckTensor(p.kv, "kv", kv_type, {n, kAnyDim}));
+  // bf16, or sparse_mla's FP8 cache (u8 [N, 656]; not the per-tensor FP8 rows, which need a
+  // kv_scale this op does not take); sparse_mla::Validate below checks the rest.
+  const bool kv_u8 = p.kv.dtype == DType::kU8;
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.kv, "kv", kv_u8 ? DType::kU8 : DType::kBF16,
+                                    {n, kv_u8 ? sparse_mla::kFp8RowBytes : kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {t, kAnyDim, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {t, kAnyDim}));
   if (p.topk < 1 || p.topk > kMaxTopk) {

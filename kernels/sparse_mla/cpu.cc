@@ -6,7 +6,8 @@
 // are skipped while gathering: never read. The next chunk's rows are prefetched a few cache lines
 // at a time between the slices of this chunk's products (one micro-tile row group of Sᵀ, one
 // 16-column panel of O per slice). An FP8 cache row (params.h) is dequantised once per gather, e4m3
-// × scale in f32, into the same f32 K and V tiles; the math after that is the bf16 path's.
+// × scale in f32, into the same f32 K and V tiles; the math after that is the bf16 path's. A
+// per-tensor FP8 row (d_qk codes, one kv_scale) is dequantised the same way.
 #include "kernels/sparse_mla/cpu.h"
 
 #if defined(__AVX2__)
@@ -185,9 +186,48 @@ inline void DequantRow(const uint8_t* src, float* k_dst, float* v_dst) {
   cpu::Bf16ToF32Row(rope, kFp8DimQk - kDimV, k_dst + kDimV);
 }
 
+// One per-tensor FP8 row (params.h) dequantised to f32: all d_qk columns = e4m3 × scale to
+// k_dst, the first 512 also to the V panels.
+inline void DequantRowPerTensor(const uint8_t* src, int64_t d_qk, float scale, float* k_dst,
+                                float* v_dst) {
+#if defined(__AVX2__)
+  const float* table = internal::kFp8DecodeTable.value;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int64_t c = 0; c < d_qk; c += cpu::kGemmNr) {
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c));
+    const __m256 lo = _mm256_mul_ps(
+        _mm256_i32gather_ps(table, _mm256_cvtepu8_epi32(codes), sizeof(float)), vscale);
+    const __m256 hi = _mm256_mul_ps(
+        _mm256_i32gather_ps(table, _mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8)), sizeof(float)),
+        vscale);
+    _mm256_storeu_ps(k_dst + c, lo);
+    _mm256_storeu_ps(k_dst + c + kLanes, hi);
+    if (c < kDimV) {
+      float* v = v_dst + (c / cpu::kGemmNr) * kVPanelStride;
+      _mm256_storeu_ps(v, lo);
+      _mm256_storeu_ps(v + kLanes, hi);
+    }
+  }
+#else
+  for (int64_t c = 0; c < d_qk; ++c) k_dst[c] = Fp8E4M3ToFloat(src[c]) * scale;
+  for (int64_t panel = 0; panel < kDimV / cpu::kGemmNr; ++panel) {
+    std::memcpy(v_dst + panel * kVPanelStride, k_dst + panel * cpu::kGemmNr,
+                cpu::kGemmNr * sizeof(float));
+  }
+#endif
+}
+
 // Converts the gathered rows: K (all d_qk columns) row-major, V (first 512) packed for P·V.
 void ConvertRows(const Params& p, const int32_t* rows, int64_t n, Scratch& sc) {
   const int64_t d_qk = p.q.dim(2), ld = d_qk + kRowPad;
+  if (p.kv_is_fp8_per_tensor()) {
+    const uint8_t* kv = p.kv.ptr<const uint8_t>();
+    for (int64_t r = 0; r < n; ++r) {
+      DequantRowPerTensor(kv + static_cast<int64_t>(rows[r]) * p.kv.stride(0), d_qk, p.kv_scale,
+                          sc.k_tile.data() + r * ld, sc.v_packed.data() + r * cpu::kGemmNr);
+    }
+    return;
+  }
   if (p.kv_is_fp8()) {
     const uint8_t* kv = p.kv.ptr<const uint8_t>();
     for (int64_t r = 0; r < n; ++r) {

@@ -2,7 +2,8 @@
 // form, only to its selected rows of the latent KV cache. Selection is a top-k table or CSR; the
 // form is chosen by whether `indptr` is present. Shapes: T tokens, H heads, d_qk 512 or 576, S
 // cache rows. The KV cache is bf16 or, for decode with d_qk 576, the FP8 format of FlashMLA / vLLM
-// (kFp8Row*; docs/CONTRACTS.md "FP8 KV cache").
+// (kFp8Row*; docs/CONTRACTS.md "FP8 KV cache"), or flat e4m3 rows of d_qk codes with one
+// per-tensor scale (kv_scale).
 #pragma once
 
 #include <cstdint>
@@ -27,11 +28,22 @@ inline constexpr int64_t kFp8RopeOffset = 528;   // bytes
 inline constexpr int64_t kFp8ScaleCols = 128;    // columns per scale
 inline constexpr int64_t kFp8DimQk = 576;        // the only d_qk the FP8 cache serves
 
+// Per-tensor FP8 rows (CACHE_LAYOUT_FP8_576_PER_TENSOR / FP8_512_PER_TENSOR; vLLM's
+// kv_cache_dtype "fp8" MLA cache, docs/CONTRACTS.md "Per-tensor FP8 KV cache"): u8 [S, d_qk],
+// byte c is the e4m3fn code of column c (rope included at d_qk 576), value e4m3(byte c) ×
+// kv_scale, one f32 scale for the whole cache. NaN codes are not valid input.
+
 // The named layouts kv may have (docs/CONTRACTS.md "Named layouts"); dtype and last dim tell
 // them apart, so each is inferred when kv_layout is unspecified.
 inline constexpr CacheLayoutUse kKvLayouts[] = {{CacheLayout::kBf16_576, true},
                                                 {CacheLayout::kBf16_512, true},
-                                                {CacheLayout::kFlashMlaFp8_656, true}};
+                                                {CacheLayout::kFlashMlaFp8_656, true},
+                                                {CacheLayout::kFp8_576PerTensor, true},
+                                                {CacheLayout::kFp8_512PerTensor, true}};
+// The layouts of a caller without a kv_scale (dsa_attention): the per-tensor ones left out.
+inline constexpr CacheLayoutUse kKvLayoutsWithoutScale[] = {{CacheLayout::kBf16_576, true},
+                                                            {CacheLayout::kBf16_512, true},
+                                                            {CacheLayout::kFlashMlaFp8_656, true}};
 
 struct Params : WithTensors<Params> {
   // Inputs (owned by the caller; strided views are fine, the last dim must be contiguous).
@@ -39,8 +51,11 @@ struct Params : WithTensors<Params> {
   // KV cache, one of two formats (K is all d_qk columns, V the first 512):
   //   bf16 [S, d_qk], row stride >= d_qk elements;
   //   FP8  u8 [S, 656] (kFp8Row*, d_qk must be 576), row stride >= 656 bytes and a multiple of
-  //        4, base 4-byte aligned (f32 scales); a strided view of a wider cache row is fine.
+  //        4, base 4-byte aligned (f32 scales); a strided view of a wider cache row is fine;
+  //   per-tensor FP8  u8 [S, d_qk] (above), row stride >= d_qk bytes, with kv_scale.
   Tensor kv;
+  // The per-tensor FP8 cache's scale (finite, > 0); 0 (unset) for every other format.
+  float kv_scale = 0;
   // kv's named layout (one of kKvLayouts), or kUnspecified: inferred from its dtype and shape.
   // Checked by Validate against kv; the math does not read it.
   CacheLayout kv_layout = CacheLayout::kUnspecified;
@@ -62,7 +77,12 @@ struct Params : WithTensors<Params> {
                // Any non-overlapping strides, e.g. a view of [H, T] (CONTRACTS.md "Strided lse").
 
   bool is_csr() const { return indptr.present(); }
-  bool kv_is_fp8() const { return kv.dtype == DType::kU8; }
+  // The FlashMLA FP8 cache (u8 rows of 656 bytes with their own scales).
+  bool kv_is_fp8() const { return kv.dtype == DType::kU8 && !kv_is_fp8_per_tensor(); }
+  // The per-tensor FP8 cache (u8 rows of d_qk codes, one kv_scale).
+  bool kv_is_fp8_per_tensor() const {
+    return kv.dtype == DType::kU8 && kv.rank >= 1 && kv.shape[kv.rank - 1] != kFp8RowBytes;
+  }
 
   template <class Self, class F>
   static void Tensors(Self& self, F& f) {

@@ -42,11 +42,18 @@ double DecodeE4m3(uint8_t code) {
   return (code & 0x80) ? -v : v;
 }
 
-// Row `row` of the cache as d_qk exact doubles: bf16 elements, or an FP8 row decoded from its
-// bytes (params.h): e4m3 × f32 scale for columns < 512, bf16 rope after.
+// Row `row` of the cache as d_qk exact doubles: bf16 elements, an FP8 row decoded from its
+// bytes (params.h): e4m3 × f32 scale for columns < 512, bf16 rope after, or a per-tensor FP8
+// row: e4m3 × kv_scale for every column.
 std::vector<double> KvRow(const Params& p, int64_t row) {
   const int64_t d_qk = p.q.dim(2);
   std::vector<double> v(d_qk);
+  if (p.kv_is_fp8_per_tensor()) {  // e4m3 × the one kv_scale, every column
+    const uint8_t* bytes = p.kv.ptr<const uint8_t>() + RefOffset(p.kv, {row, 0});
+    for (int64_t d = 0; d < d_qk; ++d)
+      v[d] = DecodeE4m3(bytes[d]) * static_cast<double>(p.kv_scale);
+    return v;
+  }
   if (!p.kv_is_fp8()) {
     for (int64_t d = 0; d < d_qk; ++d) v[d] = RefLoad(p.kv, {row, d});
     return v;

@@ -37,16 +37,54 @@ WorkCount CountWith(const Params& p, int64_t valid) {
   } else if (p.topk_length.present()) {
     index_bytes += 4.0 * t;
   }
-  // One gathered KV row per valid selection: 2·d_qk bytes (bf16) or 656 (FP8 cache).
-  const double row_bytes = p.kv_is_fp8() ? static_cast<double>(kFp8RowBytes) : 2.0 * d_qk;
+  // One gathered KV row per valid selection: 2·d_qk bytes (bf16), 656 (FP8 cache) or d_qk
+  // (per-tensor FP8).
+  const double row_bytes = p.kv_is_fp8()              ? static_cast<double>(kFp8RowBytes)
+                           : p.kv_is_fp8_per_tensor() ? d_qk
+                                                      : 2.0 * d_qk;
   w.bytes = 2.0 * t * h * d_qk + row_bytes * e + index_bytes + 2.0 * t * h * kDimV;
   if (p.lse.present()) w.bytes += 4.0 * t * h;
   return w;
 }
 
-// kv in either format (params.h): bf16 [S, d_qk], or the FP8 cache u8 [S, 656] with d_qk 576
-// and f32-aligned rows.
-absl::Status ValidateKv(const Tensor& kv, int64_t d_qk) {
+// kv in any format (params.h): bf16 [S, d_qk], the FP8 cache u8 [S, 656] with d_qk 576 and
+// f32-aligned rows, or the per-tensor FP8 cache u8 [S, d_qk] with a finite positive kv_scale
+// (which every other format leaves 0).
+absl::Status ValidateKv(const Tensor& kv, int64_t d_qk, float kv_scale) {
+  if (kv.present() && kv.dtype != DType::kBF16 && kv.dtype != DType::kU8) {
+    return InvalidField(
+        "kv", absl::StrCat("kv: dtype is ", DTypeName(kv.dtype), ", want bf16 [S, d_qk], u8 [S, ",
+                           kFp8RowBytes,
+                           "] (the FP8 cache) or u8 [S, d_qk] (per-tensor FP8 codes, kv_scale)"));
+  }
+  const bool per_tensor =
+      kv.present() && kv.dtype == DType::kU8 && kv.shape[kv.rank - 1] != kFp8RowBytes;
+  if (per_tensor) {
+    if (kv.rank == 2 && kv.shape[1] != d_qk) {
+      return InvalidField(
+          TensorDimField("kv", 1),
+          absl::StrCat("kv: dim 1 is ", kv.shape[1], ", want ", kFp8RowBytes,
+                       " (CACHE_LAYOUT_FLASHMLA_FP8_656) or ", d_qk, " (CACHE_LAYOUT_FP8_", d_qk,
+                       "_PER_TENSOR: q's d_qk, with kv_scale)"));
+    }
+    ATTND_RETURN_IF_ERROR(CheckTensor(kv, "kv", DType::kU8, {kAnyDim, d_qk}));
+    if (kv_scale == 0.0f) {
+      return InvalidField("kv_scale",
+                          absl::StrCat("kv_scale: missing: kv is per-tensor FP8 (u8 [S, ", d_qk,
+                                       "]), whose values are e4m3 x kv_scale"));
+    }
+    if (!std::isfinite(kv_scale) || !(kv_scale > 0.0f)) {
+      return InvalidField("kv_scale",
+                          absl::StrCat("kv_scale: is ", kv_scale, ", want finite and > 0"));
+    }
+    return absl::OkStatus();
+  }
+  if (kv_scale != 0.0f) {
+    return InvalidField(
+        "kv_scale",
+        absl::StrCat("kv_scale: is ", kv_scale,
+                     ", but kv is not a per-tensor FP8 cache (u8 [S, d_qk]): leave it unset (0)"));
+  }
   if (kv.present() && kv.dtype == DType::kU8) {
     if (d_qk != kFp8DimQk) {
       return InvalidField("kv", absl::StrCat("kv: the FP8 cache (u8 [S, ", kFp8RowBytes,
@@ -63,11 +101,6 @@ absl::Status ValidateKv(const Tensor& kv, int64_t d_qk) {
                           "kv: data pointer is not 4-byte aligned (FP8 rows hold f32 scales)");
     }
     return absl::OkStatus();
-  }
-  if (kv.present() && kv.dtype != DType::kBF16) {
-    return InvalidField(
-        "kv", absl::StrCat("kv: dtype is ", DTypeName(kv.dtype), ", want bf16 [S, d_qk] or u8 [S, ",
-                           kFp8RowBytes, "] (the FP8 cache)"));
   }
   return CheckTensor(kv, "kv", DType::kBF16, {kAnyDim, d_qk});
 }
@@ -137,7 +170,7 @@ absl::Status Validate(const Params& p) {
     return InvalidField(TensorDimField("q", 2),
                         absl::StrCat("q: dim 2 is ", d_qk, ", want 512 or 576 (d_qk)"));
   }
-  ATTND_RETURN_IF_ERROR(ValidateKv(p.kv, d_qk));
+  ATTND_RETURN_IF_ERROR(ValidateKv(p.kv, d_qk, p.kv_scale));
   if (p.is_csr()) {
     ATTND_RETURN_IF_ERROR(CheckTensor(p.indptr, "indptr", DType::kI32, {t + 1}));
     ATTND_RETURN_IF_ERROR(CheckTensor(p.indices, "indices", DType::kI32, {kAnyDim}));

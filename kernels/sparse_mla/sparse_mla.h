@@ -30,7 +30,8 @@ int64_t CountValidSelections(const Params& p);
 // FLOPs 2·H·(d_qk + 512)·E (= 2·T·H·(d_qk + 512)·K_valid when every token has K_valid valid
 // slots) and logical bytes (one gathered KV row per valid selection):
 //   2·T·H·d_qk + row·E + 4·slots + 4·(T+1) [CSR indptr] or 4·T [topk_length, if present]
-//   + 2·T·H·512 [+ 4·T·H lse], row = 2·d_qk bytes (bf16 cache) or 656 (FP8 cache),
+//   + 2·T·H·512 [+ 4·T·H lse], row = 2·d_qk bytes (bf16 cache), 656 (FP8 cache) or d_qk
+//   (per-tensor FP8 cache),
 // slots = T·K (table) or nnz (CSR). Reads the selection (host-resident calls only).
 WorkCount Count(const Params& p);
 // FlashMLA's count, reading no data: every slot counts as a selection (E = slots).

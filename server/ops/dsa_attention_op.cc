@@ -30,7 +30,7 @@ struct DsaAttentionTraits {
     return absl::OkStatus();
   }
   static std::vector<CacheLayoutField> CacheLayouts() {
-    const auto& uses = kernels::sparse_mla::kKvLayouts;
+    const auto& uses = kernels::sparse_mla::kKvLayoutsWithoutScale;
     return {{"kv_layout", "kv", {std::begin(uses), std::end(uses)}}};
   }
   static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {

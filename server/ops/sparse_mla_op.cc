@@ -23,6 +23,7 @@ struct SparseMlaTraits {
     if (!precision.ok()) return precision.status();
     p->precision = *precision;
     p->kv_layout = CacheLayoutFromProto(r.kv_layout());
+    p->kv_scale = r.kv_scale();
     return absl::OkStatus();
   }
   static std::vector<CacheLayoutField> CacheLayouts() {

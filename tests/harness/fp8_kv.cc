@@ -63,4 +63,40 @@ HostTensor Fp8KvAsBf16(const kernels::Tensor& kv) {
   return out;
 }
 
+void QuantizeMlaRowPerTensor(const kernels::bf16_t* src, int64_t n, float scale, uint8_t* dst) {
+  for (int64_t c = 0; c < n; ++c) {
+    // f32 division, then e4m3fn with round-to-nearest-even and finite saturation
+    // (kernels/common/fp8.h FloatToFp8E4M3 has exactly cvt.rn.satfinite's semantics).
+    dst[c] = kernels::FloatToFp8E4M3(kernels::Bf16ToFloat(src[c]) / scale);
+  }
+}
+
+void FillMlaSourceRow(kernels::bf16_t* row, int64_t n, float scale, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::bernoulli_distribution sign(0.5);
+  for (int64_t c = 0; c < n; ++c) {
+    const float u = unit(rng);
+    float x = normal(rng);
+    if (u < 0.04f) {
+      x = scale * std::ldexp(unit(rng), -6);  // e4m3 subnormal range after the division
+    } else if (u < 0.05f) {
+      x = scale * (448.0f + 448.0f * unit(rng));  // saturates to 448
+    }
+    row[c] = kernels::FloatToBf16(sign(rng) && u < 0.05f ? -x : x);
+  }
+}
+
+HostTensor Fp8PerTensorKvAsBf16(const kernels::Tensor& kv, float scale) {
+  const int64_t s = kv.dim(0), w = kv.dim(1);
+  HostTensor out = HostTensor::Dense(kernels::DType::kBF16, {s, w});
+  for (int64_t r = 0; r < s; ++r) {
+    const uint8_t* row = static_cast<const uint8_t*>(kv.data) + r * kv.stride(0);
+    kernels::bf16_t* dst = out.data<kernels::bf16_t>() + r * w;
+    for (int64_t c = 0; c < w; ++c)
+      dst[c] = kernels::FloatToBf16(kernels::Fp8E4M3ToFloat(row[c]) * scale);
+  }
+  return out;
+}
+
 }  // namespace attnd::testing

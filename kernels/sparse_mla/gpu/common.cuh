@@ -59,6 +59,10 @@ struct KernelArgs {
   // P is rounded to bf16 once before P·V. Row sums are taken over the unrounded P either way.
   // Last, in gate_open's padding: the fields before keep their offsets.
   bool exact_p;
+  // The per-tensor FP8 cache (params.h): kv_fp8 / kv_fp8_stride point at its u8 [S, d_qk] rows
+  // and every code is multiplied by kv_scale; 0 for the other formats. Only the SIMT kernel
+  // reads it (GpuSupports refuses it for the others).
+  float kv_scale;
 };
 
 // Whether this CTA's kernel was chosen (a.gate, above); uniform over the CTA.

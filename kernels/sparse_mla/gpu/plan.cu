@@ -18,9 +18,10 @@ KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
   a.q = p.q.ptr<const uint16_t>();
   a.q_stride_t = p.q.stride(0);
   a.q_stride_h = p.q.stride(1);
-  if (p.kv_is_fp8()) {
+  if (p.kv_is_fp8() || p.kv_is_fp8_per_tensor()) {
     a.kv_fp8 = p.kv.ptr<const uint8_t>();
     a.kv_fp8_stride = p.kv.stride(0);
+    if (p.kv_is_fp8_per_tensor()) a.kv_scale = p.kv_scale;
   } else {
     a.kv = p.kv.ptr<const uint16_t>();
     a.kv_stride = p.kv.stride(0);
@@ -64,7 +65,11 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   if (!Bf16RowsAligned16(p.q)) {
     return Refuse(why, "q: needs 16-byte alignment (base and leading strides multiples of 8)");
   }
-  if (p.kv_is_fp8()) {
+  if (p.kv_is_fp8_per_tensor() && kernel != GpuKernel::kSimt) {
+    // The tensor-core kernels read bf16 and FlashMLA FP8 rows; dispatch falls back to kSimt.
+    return Refuse(why, "kv: the per-tensor FP8 cache is read by the SIMT kernel only");
+  }
+  if (p.kv_is_fp8() || p.kv_is_fp8_per_tensor()) {
     if (p.kv.dim(0) > 0 && (!Aligned(p.kv.data, 16) || !StridesMultipleOf(p.kv, 16))) {
       return Refuse(why,
                     "kv: FP8 cache rows need 16-byte alignment (base and row stride "

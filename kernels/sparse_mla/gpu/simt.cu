@@ -10,7 +10,9 @@
 //            (f32 for HIGH, rounded to bf16 for FAST; the sums take the unrounded P).
 //   P·V      thread owns 2 of the 512 columns for all 16 heads.
 // An FP8 cache (d_qk 576) is gathered the same way (8 threads per row: 4 chunks of codes, the
-// scales, 1 chunk of rope each) and dequantised to bf16 (fp8_kv.cuh) as it is stored to smem.
+// scales, 1 chunk of rope each) and dequantised to bf16 (fp8_kv.cuh) as it is stored to smem;
+// so is a per-tensor FP8 cache (4 chunks of codes each, plus one of the 4 rope-code chunks for
+// the first 4 threads at d_qk 576; every code × kv_scale).
 #include <math.h>
 #include <stdint.h>
 
@@ -55,10 +57,20 @@ struct SimtTile {
   static_assert(kRowThreads == kFp8CodeChunksPerScale,
                 "chunk i of every gather thread lies in scale tile i");
   static_assert(kRowThreads == kFp8RopeChunks, "one rope chunk per gather thread");
+  // Per-tensor FP8 rows (kDqk codes): code chunks g_sub + kRowThreads·i (i < kFp8Loads) hold
+  // the 512 latent columns; at d_qk 576 the 4 rope-code chunks go to gather threads 0..3.
+  static constexpr int kPtRopeChunks = (kDqk - static_cast<int>(kDimV)) / 16;
+  static_assert(kPtRopeChunks <= kRowThreads, "at most one rope-code chunk per gather thread");
 };
 
-template <int kDqk, bool kFp8>
+// How the kernel reads kv (params.h): bf16 rows, FlashMLA FP8 rows (656 bytes, own scales) or
+// per-tensor FP8 rows (kDqk codes × KernelArgs::kv_scale).
+enum class Kv { kBf16, kFp8, kFp8PerTensor };
+
+template <int kDqk, Kv kKv>
 __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelArgs a) {
+  constexpr bool kFp8 = kKv == Kv::kFp8;
+  constexpr bool kPt = kKv == Kv::kFp8PerTensor;
   static_assert(!kFp8 || kDqk == kFp8DimQk, "the FP8 cache has d_qk 576");
   using Tile = SimtTile<kDqk>;
   extern __shared__ uint4 smem_raw[];
@@ -98,7 +110,9 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
 
     // The gather thread's row of the current chunk is in `cur` (loaded one chunk ahead): bf16
     // chunks, or (FP8) the code chunks, then the scales, then the rope chunk.
-    constexpr int kCurLoads = kFp8 ? Tile::kFp8Loads + 2 : Tile::kLoads;
+    constexpr int kCurLoads = kFp8  ? Tile::kFp8Loads + 2
+                              : kPt ? Tile::kFp8Loads + (Tile::kPtRopeChunks > 0 ? 1 : 0)
+                                    : Tile::kLoads;
     uint4 cur[kCurLoads];
     auto fetch = [&](int32_t row) {
 #pragma unroll
@@ -111,6 +125,14 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
         for (int i = 0; i < Tile::kFp8Loads; ++i) cur[i] = src[g_sub + kRowThreads * i];
         cur[Tile::kFp8Loads] = src[kFp8ScaleChunk];
         cur[Tile::kFp8Loads + 1] = src[kFp8RopeChunk0 + g_sub];
+      } else if constexpr (kPt) {
+        const uint4* src =
+            reinterpret_cast<const uint4*>(a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride);
+#pragma unroll
+        for (int i = 0; i < Tile::kFp8Loads; ++i) cur[i] = src[g_sub + kRowThreads * i];
+        if constexpr (Tile::kPtRopeChunks > 0) {
+          if (g_sub < Tile::kPtRopeChunks) cur[Tile::kFp8Loads] = src[kFp8CodeChunks + g_sub];
+        }
       } else {
         const uint16_t* src = a.kv + static_cast<int64_t>(row) * a.kv_stride;
 #pragma unroll
@@ -137,6 +159,25 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
           *reinterpret_cast<uint4*>(dst + col + 8) = hi;
         }
         *reinterpret_cast<uint4*>(dst + kDimV + 8 * g_sub) = cur[Tile::kFp8Loads + 1];
+      } else if constexpr (kPt) {
+        // Code chunk c holds columns 16c .. 16c + 15, all × kv_scale.
+#pragma unroll
+        for (int i = 0; i < Tile::kFp8Loads; ++i) {
+          uint4 lo, hi;
+          DequantFp8x16(cur[i], a.kv_scale, &lo, &hi);
+          const int col = 16 * (g_sub + kRowThreads * i);
+          *reinterpret_cast<uint4*>(dst + col) = lo;
+          *reinterpret_cast<uint4*>(dst + col + 8) = hi;
+        }
+        if constexpr (Tile::kPtRopeChunks > 0) {
+          if (g_sub < Tile::kPtRopeChunks) {
+            uint4 lo, hi;
+            DequantFp8x16(cur[Tile::kFp8Loads], a.kv_scale, &lo, &hi);
+            const int col = static_cast<int>(kDimV) + 16 * g_sub;
+            *reinterpret_cast<uint4*>(dst + col) = lo;
+            *reinterpret_cast<uint4*>(dst + col + 8) = hi;
+          }
+        }
       } else {
 #pragma unroll
         for (int i = 0; i < Tile::kLoads; ++i) {
@@ -233,19 +274,19 @@ __global__ void __launch_bounds__(kThreads, 2) SparseMlaSimtKernel(const KernelA
   if (tid < kBlockM && h0 + tid < a.heads) StoreRowLse(a, split, t, h0 + tid, m_s[tid], l_s[tid]);
 }
 
-template <int kDqk, bool kFp8 = false>
+template <int kDqk, Kv kKv = Kv::kBf16>
 const void* SimtKernel() {
-  return reinterpret_cast<const void*>(&SparseMlaSimtKernel<kDqk, kFp8>);
+  return reinterpret_cast<const void*>(&SparseMlaSimtKernel<kDqk, kKv>);
 }
 
-template <int kDqk, bool kFp8 = false>
+template <int kDqk, Kv kKv = Kv::kBf16>
 ::attnd::gpu::Error LaunchSimt(const KernelArgs& a, int groups, ::attnd::gpu::Stream stream) {
   constexpr int kSmem = SimtTile<kDqk>::kSmemBytes;
-  ::attnd::gpu::Error e = ::attnd::gpu::AllowDynamicSmem(SimtKernel<kDqk, kFp8>(), kSmem);
+  ::attnd::gpu::Error e = ::attnd::gpu::AllowDynamicSmem(SimtKernel<kDqk, kKv>(), kSmem);
   if (e != ::attnd::gpu::kSuccess) return e;
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
                   static_cast<unsigned>(a.splits));
-  SparseMlaSimtKernel<kDqk, kFp8><<<grid, kThreads, kSmem, stream>>>(a);
+  SparseMlaSimtKernel<kDqk, kKv><<<grid, kThreads, kSmem, stream>>>(a);
   return ::attnd::gpu::GetLastError();
 }
 
@@ -256,9 +297,12 @@ KernelShape SimtShape(const Params& p) {
   s.block_m = kBlockM;
   const bool d576 = p.q.dim(2) == 576;
   s.smem_bytes = d576 ? SimtTile<576>::kSmemBytes : SimtTile<512>::kSmemBytes;
-  const void* fn = p.kv_is_fp8() ? SimtKernel<576, true>()
-                   : d576        ? SimtKernel<576>()
-                                 : SimtKernel<512>();
+  const bool pt = p.kv_is_fp8_per_tensor();
+  const void* fn =
+      p.kv_is_fp8() ? SimtKernel<576, Kv::kFp8>()
+      : pt   ? (d576 ? SimtKernel<576, Kv::kFp8PerTensor>() : SimtKernel<512, Kv::kFp8PerTensor>())
+      : d576 ? SimtKernel<576>()
+             : SimtKernel<512>();
   s.ctas_per_sm = ::attnd::gpu::BlocksPerSm(fn, kThreads, s.smem_bytes);
   return s;
 }
@@ -268,9 +312,16 @@ KernelShape SimtShape(const Params& p) {
   if (p.q.dim(0) == 0) return ::attnd::gpu::kSuccess;
   const KernelArgs a = MakeKernelArgs(p, splits, workspace);
   const int groups = CeilDiv(a.heads, kBlockM);
-  const ::attnd::gpu::Error e = p.kv_is_fp8()       ? LaunchSimt<576, true>(a, groups, stream)
-                                : p.q.dim(2) == 576 ? LaunchSimt<576>(a, groups, stream)
-                                                    : LaunchSimt<512>(a, groups, stream);
+  const bool d576 = p.q.dim(2) == 576;
+  ::attnd::gpu::Error e;
+  if (p.kv_is_fp8()) {
+    e = LaunchSimt<576, Kv::kFp8>(a, groups, stream);
+  } else if (p.kv_is_fp8_per_tensor()) {
+    e = d576 ? LaunchSimt<576, Kv::kFp8PerTensor>(a, groups, stream)
+             : LaunchSimt<512, Kv::kFp8PerTensor>(a, groups, stream);
+  } else {
+    e = d576 ? LaunchSimt<576>(a, groups, stream) : LaunchSimt<512>(a, groups, stream);
+  }
   if (e != ::attnd::gpu::kSuccess || splits == 1) return e;
   return LaunchSparseMlaCombine(p, splits, workspace, stream);
 }

@@ -24,7 +24,17 @@ using kernels::sparse_mla::kFp8ScaleCols;
 using kernels::sparse_mla::kFp8ScaleOffset;
 using kernels::sparse_mla::Params;
 
-std::string KvFormatName(KvFormat f) { return f == KvFormat::kFp8 ? "Fp8" : "Bf16"; }
+std::string KvFormatName(KvFormat f) {
+  return f == KvFormat::kFp8 ? "Fp8" : f == KvFormat::kFp8PerTensor ? "Fp8PerTensor" : "Bf16";
+}
+
+namespace {
+// The per-tensor cache's scale for a spec (case.h SparseMlaSpec::kv_scale).
+float PerTensorScale(const SparseMlaSpec& spec) {
+  if (spec.kv_scale != 0) return spec.kv_scale;
+  return spec.pow2_scales ? 0.03125f : 0.0371f;
+}
+}  // namespace
 
 std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt19937_64& rng) {
   const int32_t s = static_cast<int32_t>(spec.s);
@@ -42,6 +52,7 @@ std::vector<std::vector<int32_t>> RandomSlots(const SparseMlaSpec& spec, std::mt
 
 SparseMlaCase::SparseMlaCase(const SparseMlaSpec& spec, std::mt19937_64& rng) : spec_(spec) {
   if (spec_.kv_format == KvFormat::kFp8) spec_.d_qk = kFp8DimQk;
+  if (spec_.kv_format == KvFormat::kFp8PerTensor) spec_.kv_scale = PerTensorScale(spec_);
   std::vector<int32_t> lengths;
   if (spec.with_topk_length) {
     std::uniform_int_distribution<int32_t> len(-2, static_cast<int32_t>(spec.k) + 2);
@@ -55,6 +66,7 @@ SparseMlaCase::SparseMlaCase(const SparseMlaSpec& spec, std::mt19937_64& rng,
                              const std::vector<int32_t>& topk_length)
     : spec_(spec) {
   if (spec_.kv_format == KvFormat::kFp8) spec_.d_qk = kFp8DimQk;
+  if (spec_.kv_format == KvFormat::kFp8PerTensor) spec_.kv_scale = PerTensorScale(spec_);
   spec_.with_topk_length = !topk_length.empty();
   Build(rng, slots, topk_length);
 }
@@ -70,12 +82,23 @@ void SparseMlaCase::Build(std::mt19937_64& rng, const std::vector<std::vector<in
   // kv: S + 2 guard rows, guards NaN, viewed from row kKvGuardRows. FP8: the bytes past 656 in
   // a wider row hold NaN codes (never read).
   const bool fp8 = sp.kv_format == KvFormat::kFp8;
+  const bool per_tensor = sp.kv_format == KvFormat::kFp8PerTensor;
   const int64_t row_width = fp8 ? kFp8RowBytes : sp.d_qk;
   const int64_t row_stride = std::max(sp.kv_row_stride, row_width);
   const int64_t storage_rows = sp.s + 2 * kKvGuardRows;
-  kv_storage_ = HostTensor::RowStrided(fp8 ? DType::kU8 : DType::kBF16, {storage_rows, row_width},
-                                       row_stride);
-  if (fp8) {
+  kv_storage_ = HostTensor::RowStrided(fp8 || per_tensor ? DType::kU8 : DType::kBF16,
+                                       {storage_rows, row_width}, row_stride);
+  if (per_tensor) {
+    // The frontend's writer: a bf16 row (latent, then rope at d_qk 576) quantised with the one
+    // scale; the bytes past d_qk in a wider row hold NaN codes (never read).
+    std::fill(kv_storage_.raw(), kv_storage_.raw() + kv_storage_.bytes(), uint8_t{0x7f});
+    std::vector<kernels::bf16_t> source(static_cast<size_t>(sp.d_qk));
+    for (int64_t r = 0; r < storage_rows; ++r) {
+      FillMlaSourceRow(source.data(), sp.d_qk, sp.kv_scale, rng);
+      QuantizeMlaRowPerTensor(source.data(), sp.d_qk, sp.kv_scale,
+                              kv_storage_.data<uint8_t>() + r * row_stride);
+    }
+  } else if (fp8) {
     std::fill(kv_storage_.raw(), kv_storage_.raw() + kv_storage_.bytes(), uint8_t{0x7f});
     for (int64_t r = 0; r < storage_rows; ++r) {
       FillFp8Row(kv_storage_.data<uint8_t>() + r * row_stride, rng, sp.pow2_scales);
@@ -126,6 +149,11 @@ void SparseMlaCase::Build(std::mt19937_64& rng, const std::vector<std::vector<in
 }
 
 void SparseMlaCase::SetKvRow(int64_t row, float value) {
+  if (spec_.kv_format == KvFormat::kFp8PerTensor) {
+    uint8_t* p = static_cast<uint8_t*>(kv_.data) + row * kv_.strides[0];
+    std::fill(p, p + spec_.d_qk, kernels::FloatToFp8E4M3(value / spec_.kv_scale));
+    return;
+  }
   if (spec_.kv_format == KvFormat::kFp8) {
     uint8_t* p = static_cast<uint8_t*>(kv_.data) + row * kv_.strides[0];
     std::fill(p, p + kDimV, kernels::FloatToFp8E4M3(value));
@@ -145,6 +173,7 @@ Params SparseMlaCase::MakeParams(bool csr) {
   kernels::sparse_mla::Params p;
   p.q = q_.tensor();
   p.kv = kv_;
+  if (spec_.kv_format == KvFormat::kFp8PerTensor) p.kv_scale = spec_.kv_scale;
   if (csr) {
     p.indices = csr_indices_.tensor();
     p.indptr = indptr_.tensor();

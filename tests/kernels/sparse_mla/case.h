@@ -28,8 +28,10 @@
 
 namespace attnd::testing {
 
-enum class KvFormat { kBf16, kFp8 };
-std::string KvFormatName(KvFormat f);  // "Bf16" / "Fp8" (test name suffixes)
+// kFp8PerTensor: the per-tensor FP8 cache (u8 [S, d_qk], one kv_scale) built the frontend's
+// way (tests/harness/fp8_kv.h QuantizeMlaRowPerTensor), at the spec's d_qk (512 or 576).
+enum class KvFormat { kBf16, kFp8, kFp8PerTensor };
+std::string KvFormatName(KvFormat f);  // "Bf16" / "Fp8" / "Fp8PerTensor" (test name suffixes)
 inline void PrintTo(KvFormat f, std::ostream* os) { *os << KvFormatName(f); }
 
 struct SparseMlaSpec {
@@ -55,6 +57,9 @@ struct SparseMlaSpec {
   // FP8 scales (FillFp8Row): random powers of two (what FlashMLA's and vLLM's quantisers write;
   // bf16 holds every e4m3 × scale exactly) or, when false, any f32 in the same ranges.
   bool pow2_scales = true;
+  // kFp8PerTensor: the cache's kv_scale (0: 2^-5 with pow2_scales, else 0.0371, a calibrated
+  // amax / 448 style scale that bf16 cannot hold times every code).
+  float kv_scale = 0;
 };
 
 class SparseMlaCase {
@@ -73,11 +78,13 @@ class SparseMlaCase {
   std::vector<HostTensor*> Outputs();
 
   const SparseMlaSpec& spec() const { return spec_; }
+  float kv_scale() const { return spec_.kv_scale; }  // kFp8PerTensor: the cache's scale
   HostTensor& out() { return out_; }
   HostTensor& lse() { return lse_; }
 
   // Writes `value` (any float) into every element of cache row `row` (may be a guard row: -2..S+1);
-  // FP8: every code is e4m3(value), the scales 1 (NaN for a NaN value), the rope bf16(value).
+  // FP8: every code is e4m3(value), the scales 1 (NaN for a NaN value), the rope bf16(value);
+  // per-tensor FP8: every code is e4m3(value / kv_scale).
   void SetKvRow(int64_t row, float value);
 
  private:

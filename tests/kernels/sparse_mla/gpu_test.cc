@@ -185,6 +185,64 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(info.param)) + "_" + KvFormatName(std::get<2>(info.param));
     });
 
+// The per-tensor FP8 cache (CACHE_LAYOUT_FP8_576/512_PER_TENSOR, built by vLLM's writer rules,
+// power-of-two scale: the kernels' bf16 values are exact) at both widths: the SIMT kernel with
+// every split count in both precisions; the tensor-core kernels refuse it with a reason, so the
+// dispatch falls back to SIMT.
+class SparseMlaGpuPerTensor : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+TEST_P(SparseMlaGpuPerTensor, SimtEverySplitCountAndFastPathsRefuse) {
+  if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  std::tie(spec.h, spec.d_qk) = GetParam();
+  spec.kv_format = KvFormat::kFp8PerTensor;
+  spec.t = 4;
+  spec.s = 3000;
+  spec.k = 333;
+  spec.masked_fraction = 0.2;
+  SparseMlaCase c(spec, rng, RandomSlots(spec, rng), {333, 65, 0, 17});
+  const Reference refs[2] = {ComputeReference(c.MakeParams(false)),
+                             ComputeReference(c.MakeParams(true))};
+  for (bool csr : {false, true}) {
+    Params p = c.MakeParams(csr);
+    std::string why;
+    ASSERT_TRUE(kernels::sparse_mla::gpu::GpuSupports(GpuKernel::kSimt, p, &why)) << why;
+#if defined(ATTND_GPU_CUDA)
+    for (GpuKernel k : {GpuKernel::kMma, GpuKernel::kMmaLowH, GpuKernel::kWgmma}) {
+      why.clear();
+      EXPECT_FALSE(kernels::sparse_mla::gpu::GpuSupports(k, p, &why));
+      EXPECT_NE(why.find("per-tensor FP8"), std::string::npos) << why;
+    }
+#endif
+    for (const auto& [precision, splits] : PrecisionsAndSplits({1, 2, 3, 7, 32})) {
+      p.precision = precision;
+      const std::string what =
+          std::string("simt") + (csr ? " csr" : " table") + " splits " + std::to_string(splits);
+      for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+      const absl::Status s = RunWithSplits(GpuKernel::kSimt, p, splits);
+      ASSERT_TRUE(s.ok()) << what << ": " << s;
+      ExpectOutputs(c, p, refs[csr], what);
+    }
+    // The dispatch (Implementations(), fastest first) runs the SIMT kernel.
+    int runs = 0;
+    RunEachImpl(kernels::sparse_mla::Implementations(), p, c.Outputs(),
+                [&](const std::string& impl) {
+                  ++runs;
+                  ExpectOutputs(c, p, refs[csr], impl + " via its Supports");
+                });
+    EXPECT_GE(runs, 2);  // the CPU one and the SIMT one
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SparseMlaGpuPerTensor,
+                         ::testing::Values(std::make_tuple(16, 576), std::make_tuple(64, 576),
+                                           std::make_tuple(128, 512), std::make_tuple(8, 512)),
+                         [](const auto& info) {
+                           return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
 // A KV pool whose row offsets pass 2^31 elements, allocated on the device and filled with NaN
 // (0xff: NaN bf16, NaN e4m3 codes and f32 scales); only the selected rows get values. bf16: 4.1M
 // rows x 576 (4.7 GB); FP8: 3.4M rows x 656 bytes (2.2 GB, 2^31 bytes from row 3'273'604). A row

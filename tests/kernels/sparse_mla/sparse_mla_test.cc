@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -133,7 +134,9 @@ TEST_P(SparseMlaKv, ZeroTokensIsANoOp) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, SparseMlaKv, ::testing::Values(KvFormat::kBf16, KvFormat::kFp8),
+INSTANTIATE_TEST_SUITE_P(Formats, SparseMlaKv,
+                         ::testing::Values(KvFormat::kBf16, KvFormat::kFp8,
+                                           KvFormat::kFp8PerTensor),
                          FormatName);
 
 // Table widths around the 64-row chunk and the seed's 2051 tail; every slot valid so the
@@ -153,7 +156,8 @@ TEST_P(SparseMlaWidth, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Chunks, SparseMlaWidth,
                          ::testing::Combine(::testing::Values(1, 63, 64, 65, 2051),
-                                            ::testing::Values(KvFormat::kBf16, KvFormat::kFp8)),
+                                            ::testing::Values(KvFormat::kBf16, KvFormat::kFp8,
+                                                              KvFormat::kFp8PerTensor)),
                          [](const auto& info) {
                            return "K" + std::to_string(std::get<0>(info.param)) + "_" +
                                   KvFormatName(std::get<1>(info.param));
@@ -228,7 +232,7 @@ TEST_P(SparseMlaHeads, MatchesReference) {
   ExpectBothForms(c);
 }
 
-constexpr KvFormat kBf16 = KvFormat::kBf16, kFp8 = KvFormat::kFp8;
+constexpr KvFormat kBf16 = KvFormat::kBf16, kFp8 = KvFormat::kFp8, kPt = KvFormat::kFp8PerTensor;
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SparseMlaHeads,
@@ -244,7 +248,11 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(64, 576, 1, kFp8), std::make_tuple(64, 576, 4, kFp8),
                       std::make_tuple(128, 576, 1, kFp8), std::make_tuple(128, 576, 2, kFp8),
                       std::make_tuple(128, 576, 8, kFp8), std::make_tuple(1, 576, 2, kFp8),
-                      std::make_tuple(100, 576, 1, kFp8)),
+                      std::make_tuple(100, 576, 1, kFp8), std::make_tuple(8, 512, 3, kPt),
+                      std::make_tuple(16, 576, 2, kPt), std::make_tuple(32, 512, 1, kPt),
+                      std::make_tuple(64, 576, 2, kPt), std::make_tuple(64, 512, 1, kPt),
+                      std::make_tuple(128, 576, 1, kPt), std::make_tuple(128, 512, 2, kPt),
+                      std::make_tuple(5, 576, 1, kPt)),
     [](const auto& info) {
       return "H" + std::to_string(std::get<0>(info.param)) + "_d" +
              std::to_string(std::get<1>(info.param)) + "_T" +
@@ -387,23 +395,18 @@ struct RoundingBounds {
   std::vector<double> out;  // per (t, h, c < 512)
 };
 
+// The exact value of cache element (row r, column c) the bounds compare against.
+using ExactKv = std::function<double(int64_t r, int64_t c)>;
+
 RoundingBounds BoundsOfBf16Rounding(const Params& table_p, const kernels::Tensor& rounded_kv,
-                                    const Reference& exact) {
+                                    const Reference& exact, const ExactKv& exact_kv) {
   const Params& p = table_p;
   const int64_t t_n = p.q.dim(0), h_n = p.q.dim(1), s_n = p.kv.dim(0), k_n = p.indices.dim(1);
-  constexpr int64_t kD = kernels::sparse_mla::kFp8DimQk;
-  auto exact_at = [&](int64_t r, int64_t c) -> double {  // e4m3 × scale, exactly (c < 512)
-    const uint8_t* row = static_cast<const uint8_t*>(p.kv.data) + r * p.kv.stride(0);
-    float scale;
-    std::memcpy(
-        &scale,
-        row + kernels::sparse_mla::kFp8ScaleOffset + 4 * (c / kernels::sparse_mla::kFp8ScaleCols),
-        sizeof scale);
-    return static_cast<double>(kernels::Fp8E4M3ToFloat(row[c])) * scale;
-  };
+  const int64_t kD = p.q.dim(2);
   auto rounded_at = [&](int64_t r, int64_t c) -> double {
     return kernels::Bf16ToFloat(static_cast<const kernels::bf16_t*>(rounded_kv.data)[r * kD + c]);
   };
+  auto exact_at = [&](int64_t r, int64_t c) -> double { return exact_kv(r, c); };
   RoundingBounds b;
   b.lse.assign(t_n * h_n, 0.0);
   b.out.assign(t_n * h_n * kDimV, 0.0);
@@ -423,7 +426,7 @@ RoundingBounds BoundsOfBf16Rounding(const Params& table_p, const kernels::Tensor
       for (size_t i = 0; i < rows.size(); ++i) {
         double score = 0, shift = 0;
         for (int64_t c = 0; c < kD; ++c) {
-          const double k = c < kDimV ? exact_at(rows[i], c) : rounded_at(rows[i], c);  // rope: bf16
+          const double k = exact_at(rows[i], c);
           score += q[c] * k;
           shift += q[c] * (rounded_at(rows[i], c) - k);
         }
@@ -469,26 +472,17 @@ void ExpectWithin(const std::vector<double>& got, const std::vector<double>& ref
                     << " out of bounds:" << first.str();
 }
 
-TEST(SparseMlaFp8, NonPowerOfTwoScales) {
-  std::mt19937_64 rng = MakeRng();
-  SparseMlaSpec spec;
-  spec.kv_format = KvFormat::kFp8;
-  spec.pow2_scales = false;
-  spec.t = 4;
-  spec.h = 64;
-  spec.s = 3000;
-  spec.k = 300;
-  spec.masked_fraction = 0.1;
-  SparseMlaCase c(spec, rng);
-  const Params table_p = c.MakeParams(false);
-  HostTensor rounded_kv = Fp8KvAsBf16(table_p.kv);
-  const RoundingBounds bounds =
-      BoundsOfBf16Rounding(table_p, rounded_kv.tensor(), ComputeReference(table_p));
+// Every implementation on the FP8 case `c` whose scales are not powers of two (the comment
+// above): the CPU one against the exact reference, the GPU ones against the reference of the
+// bf16-rounded cache and, within `bounds`, against the exact one.
+void ExpectWithinRoundingBounds(SparseMlaCase& c, const HostTensor& rounded_kv,
+                                const RoundingBounds& bounds) {
   for (bool csr : {false, true}) {
     const Params p = c.MakeParams(csr);
     const Reference exact = ComputeReference(p);
     Params rounded_p = p;
     rounded_p.kv = rounded_kv.tensor();
+    rounded_p.kv_scale = 0;
     const Reference rounded = ComputeReference(rounded_p);
     // out element i = (t·H + h)·512 + c; lse element i = t·H + h. FAST adds its bound on bf16
     // P (harness.h) around the exact result for the bf16-rounded kv.
@@ -520,6 +514,66 @@ TEST(SparseMlaFp8, NonPowerOfTwoScales) {
           });
       EXPECT_GE(runs, 1);
     }
+  }
+}
+
+TEST(SparseMlaFp8, NonPowerOfTwoScales) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.kv_format = KvFormat::kFp8;
+  spec.pow2_scales = false;
+  spec.t = 4;
+  spec.h = 64;
+  spec.s = 3000;
+  spec.k = 300;
+  spec.masked_fraction = 0.1;
+  SparseMlaCase c(spec, rng);
+  const Params table_p = c.MakeParams(false);
+  HostTensor rounded_kv = Fp8KvAsBf16(table_p.kv);
+  auto exact_kv = [&](int64_t r, int64_t col) -> double {  // e4m3 × tile scale; rope: bf16
+    const uint8_t* row = static_cast<const uint8_t*>(table_p.kv.data) + r * table_p.kv.stride(0);
+    if (col >= kDimV) {
+      kernels::bf16_t b;
+      std::memcpy(&b, row + kernels::sparse_mla::kFp8RopeOffset + 2 * (col - kDimV), sizeof b);
+      return kernels::Bf16ToFloat(b);
+    }
+    float scale;
+    std::memcpy(
+        &scale,
+        row + kernels::sparse_mla::kFp8ScaleOffset + 4 * (col / kernels::sparse_mla::kFp8ScaleCols),
+        sizeof scale);
+    return static_cast<double>(kernels::Fp8E4M3ToFloat(row[col])) * scale;
+  };
+  const RoundingBounds bounds =
+      BoundsOfBf16Rounding(table_p, rounded_kv.tensor(), ComputeReference(table_p), exact_kv);
+  ExpectWithinRoundingBounds(c, rounded_kv, bounds);
+}
+
+// The per-tensor FP8 cache (vLLM's "fp8" MLA cache, built by its writer's rules) with a scale
+// bf16 cannot hold times every code (0.0371), at both d_qk: the same bounds as above.
+TEST(SparseMlaFp8PerTensor, NonPowerOfTwoScaleAtBothWidths) {
+  for (int64_t d_qk : {576, 512}) {
+    SCOPED_TRACE("d_qk " + std::to_string(d_qk));
+    std::mt19937_64 rng = MakeRng();
+    SparseMlaSpec spec;
+    spec.kv_format = KvFormat::kFp8PerTensor;
+    spec.pow2_scales = false;
+    spec.d_qk = d_qk;
+    spec.t = 4;
+    spec.h = 64;
+    spec.s = 3000;
+    spec.k = 300;
+    spec.masked_fraction = 0.1;
+    SparseMlaCase c(spec, rng);
+    const Params table_p = c.MakeParams(false);
+    HostTensor rounded_kv = Fp8PerTensorKvAsBf16(table_p.kv, c.kv_scale());
+    auto exact_kv = [&](int64_t r, int64_t col) -> double {
+      const uint8_t* row = static_cast<const uint8_t*>(table_p.kv.data) + r * table_p.kv.stride(0);
+      return static_cast<double>(kernels::Fp8E4M3ToFloat(row[col])) * c.kv_scale();
+    };
+    const RoundingBounds bounds =
+        BoundsOfBf16Rounding(table_p, rounded_kv.tensor(), ComputeReference(table_p), exact_kv);
+    ExpectWithinRoundingBounds(c, rounded_kv, bounds);
   }
 }
 

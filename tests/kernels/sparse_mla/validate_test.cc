@@ -108,7 +108,10 @@ const std::vector<Mutation>& Mutations() {
 const std::vector<Mutation>& Fp8Mutations() {
   static const auto* rows = new std::vector<Mutation>{
       {"fp8 kv width 655", false, [](Params& p) { p.kv.shape[1] = 655; }, "kv"},
-      {"fp8 kv width 576", false, [](Params& p) { p.kv.shape[1] = 576; }, "kv"},
+      // A u8 row of d_qk bytes is the per-tensor FP8 cache, which needs kv_scale.
+      {"fp8 kv width 576 without kv_scale", false, [](Params& p) { p.kv.shape[1] = 576; },
+       "kv_scale"},
+      {"fp8 kv with kv_scale", false, [](Params& p) { p.kv_scale = 1.0f; }, "kv_scale"},
       {"fp8 kv with d_qk 512", false, [](Params& p) { p.q.shape[2] = 512; }, "kv"},
       {"fp8 kv row stride 658 (not a multiple of 4)", false,
        [](Params& p) { p.kv.strides[0] = 658; }, "kv"},
@@ -172,6 +175,75 @@ TEST(SparseMlaValidate, RejectsEachMalformedFp8Cache) {
   ExpectEachRejected(c, Fp8Mutations());
 }
 
+// Applied to a valid call with the per-tensor FP8 cache (u8 [S, d_qk], kv_scale).
+const std::vector<Mutation>& PerTensorMutations() {
+  static const auto* rows = new std::vector<Mutation>{
+      {"per-tensor kv_scale missing", false, [](Params& p) { p.kv_scale = 0.0f; }, "kv_scale"},
+      {"per-tensor kv_scale negative", false, [](Params& p) { p.kv_scale = -0.5f; }, "kv_scale"},
+      {"per-tensor kv_scale NaN", false,
+       [](Params& p) { p.kv_scale = std::numeric_limits<float>::quiet_NaN(); }, "kv_scale"},
+      {"per-tensor kv_scale inf", false,
+       [](Params& p) { p.kv_scale = std::numeric_limits<float>::infinity(); }, "kv_scale"},
+      {"per-tensor kv_scale -0", false, [](Params& p) { p.kv_scale = -0.0f; }, "kv_scale"},
+      {"per-tensor kv 512 wide with q d_qk 576", false, [](Params& p) { p.kv.shape[1] = 512; },
+       "kv"},
+      {"per-tensor kv with q d_qk 512", false, [](Params& p) { p.q.shape[2] = 512; }, "kv"},
+      {"per-tensor kv dtype fp8_e4m3", false, [](Params& p) { p.kv.dtype = DType::kFp8E4M3; },
+       "kv"},
+      {"per-tensor kv row stride 500", false, [](Params& p) { p.kv.strides[0] = 500; }, "kv"},
+      {"per-tensor kv rank 3", false, [](Params& p) { p.kv.rank = 3; }, "kv"},
+      {"per-tensor named FP8_512 on 576 rows", false,
+       [](Params& p) { p.kv_layout = kernels::CacheLayout::kFp8_512PerTensor; }, "kv_layout"},
+      {"per-tensor named FLASHMLA_FP8_656", false,
+       [](Params& p) { p.kv_layout = kernels::CacheLayout::kFlashMlaFp8_656; }, "kv_layout"},
+      {"per-tensor named BF16_576", false,
+       [](Params& p) { p.kv_layout = kernels::CacheLayout::kBf16_576; }, "kv_layout"},
+  };
+  return *rows;
+}
+
+TEST(SparseMlaValidate, RejectsEachMalformedPerTensorFp8Cache) {
+  std::mt19937_64 rng = MakeRng();
+  SparseMlaSpec spec;
+  spec.t = 3;
+  spec.kv_format = KvFormat::kFp8PerTensor;
+  spec.kv_row_stride = 592;
+  SparseMlaCase c(spec, rng);
+  for (bool csr : {false, true}) {
+    Params good = c.MakeParams(csr);
+    ASSERT_TRUE(Validate(good).ok()) << Validate(good);
+    good.kv_layout = kernels::CacheLayout::kFp8_576PerTensor;  // named: the same call
+    ASSERT_TRUE(Validate(good).ok()) << Validate(good);
+  }
+  ExpectEachRejected(c, PerTensorMutations());
+  // A bf16 cache with a scale: refused, naming kv_scale.
+  SparseMlaSpec bf16_spec;
+  SparseMlaCase b(bf16_spec, rng);
+  Params p = b.MakeParams(false);
+  p.kv_scale = 0.5f;
+  EXPECT_EQ(Validate(p).message(),
+            "kv_scale: is 0.5, but kv is not a per-tensor FP8 cache (u8 [S, d_qk]): leave it "
+            "unset (0)");
+  p = c.MakeParams(false);
+  p.kv_scale = 0.0f;
+  EXPECT_EQ(Validate(p).message(),
+            "kv_scale: missing: kv is per-tensor FP8 (u8 [S, 576]), whose values are e4m3 x "
+            "kv_scale");
+  p = c.MakeParams(false);
+  p.kv_scale = -1.0f;
+  EXPECT_EQ(Validate(p).message(), "kv_scale: is -1, want finite and > 0");
+  // d_qk 512 (GLM-5.3-Flash): u8 [S, 512] rows, named or inferred.
+  SparseMlaSpec glm = spec;
+  glm.d_qk = 512;
+  SparseMlaCase g(glm, rng);
+  p = g.MakeParams(false);
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  p.kv_layout = kernels::CacheLayout::kFp8_512PerTensor;
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  p.kv_layout = kernels::CacheLayout::kFp8_576PerTensor;
+  EXPECT_EQ(Validate(p).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SparseMlaValidate, AcceptsLseInAnyNonOverlappingLayout) {
   std::mt19937_64 rng = MakeRng();
   SparseMlaSpec spec;
@@ -201,14 +273,17 @@ TEST(SparseMlaValidate, MessagesNameDimAndBothValues) {
   p = c.MakeParams(false);
   p.kv.dtype = DType::kF32;
   EXPECT_EQ(Validate(p).message(),
-            "kv: dtype is f32, want bf16 [S, d_qk] or u8 [S, 656] (the FP8 cache)");
+            "kv: dtype is f32, want bf16 [S, d_qk], u8 [S, 656] (the FP8 cache) or u8 [S, d_qk] "
+            "(per-tensor FP8 codes, kv_scale)");
 
   SparseMlaSpec spec;
   spec.kv_format = KvFormat::kFp8;
   SparseMlaCase f(spec, rng);
   p = f.MakeParams(false);
   p.kv.shape[1] = 640;
-  EXPECT_EQ(Validate(p).message(), "kv: dim 1 is 640, want 656");
+  EXPECT_EQ(Validate(p).message(),
+            "kv: dim 1 is 640, want 656 (CACHE_LAYOUT_FLASHMLA_FP8_656) or 576 "
+            "(CACHE_LAYOUT_FP8_576_PER_TENSOR: q's d_qk, with kv_scale)");
   p = f.MakeParams(false);
   p.kv.strides[0] = 662;
   EXPECT_EQ(Validate(p).message(),
@@ -289,6 +364,12 @@ TEST(SparseMlaCount, FollowsSeedFormula) {
   EXPECT_DOUBLE_EQ(kernels::sparse_mla::Count(p).bytes, base - 2 * d * e + 656 * e + 4 * slots);
   EXPECT_DOUBLE_EQ(kernels::sparse_mla::CountSlots(p).bytes,
                    base - 2 * d * e + 656 * slots + 4 * slots);
+  // The per-tensor FP8 cache: d_qk logical bytes (one code a column) per gathered row.
+  spec.kv_format = KvFormat::kFp8PerTensor;
+  SparseMlaCase c4(spec, rng, {{0, -1, 10}, {5, 5, 9}}, {});
+  p = c4.MakeParams(false);
+  EXPECT_DOUBLE_EQ(kernels::sparse_mla::Count(p).flops, 2 * h * (d + 512) * e);
+  EXPECT_DOUBLE_EQ(kernels::sparse_mla::Count(p).bytes, base - 2 * d * e + d * e + 4 * slots);
 }
 
 }  // namespace
