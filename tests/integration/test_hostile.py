@@ -277,13 +277,16 @@ def test_call_memory_budget_total_and_per_client(make_daemon):
     d = make_daemon(
         "--workers=1",
         "--cpu-threads=1",
+        "--queue-capacity=4096",
         "--call-memory-bytes=96MiB",
         "--call-memory-bytes-per-client=64MiB",
     )
     unix, tcp = d.client(), d.client(tcp=True)
-    slow = SlowCall(unix, "budget-busy2", seconds=2.0)
+    # The worker stays busy for ~3 s (one call on a CPU, hundreds queued on a GPU); the blockers
+    # send their selection inline, so they hold nothing of the budget themselves.
+    slow = SlowCall(unix, "budget-busy2", seconds=3.0, inline_indices=True)
     request = _huge_topk((48 << 20) // 4)  # 48 MiB inline output
-    blocker = slow.submit(timeout=300)
+    blockers = slow.submit_many(3.0, timeout=300)
     wait_until(lambda: slow.in_flight() > 0, what="the worker busy")
     first = unix._stub.TopK.future(request, timeout=300)  # 48 of the unix client's 64 MiB
     time.sleep(0.5)
@@ -297,7 +300,8 @@ def test_call_memory_budget_total_and_per_client(make_daemon):
     small = _huge_topk(1000)
     tcp._rpc(tcp._stub.TopK, small, 300)  # small outputs still fit
     first.result()
-    slow.check(blocker.result(timeout=300))
+    for b in blockers:
+        slow.check(b.result(timeout=300))
     unix._rpc(unix._stub.TopK, request, 300)  # released: fits again
     alive_and_serving(d)
 
@@ -482,10 +486,13 @@ def test_unparsable_request_is_invalid_argument(daemon):
 
 
 def test_not_serving_visible_while_draining(make_daemon):
-    d = make_daemon("--workers=1", "--cpu-threads=1", "--drain-timeout=120s")
+    d = make_daemon(
+        "--workers=1", "--cpu-threads=1", "--drain-timeout=120s", "--queue-capacity=4096"
+    )
     c = d.client()
-    slow = SlowCall(c, "drain-busy", seconds=3.0)
-    running = slow.submit(timeout=300)
+    slow = SlowCall(c, "drain-busy", seconds=3.0, inline_indices=True)
+    # ~3 s of work: one call on a CPU daemon, hundreds queued behind the worker on a GPU.
+    running = slow.submit_many(3.0, timeout=300)
     wait_until(lambda: slow.in_flight() > 0, what="a call in flight")
     # Running on the worker, not only resolving its regions: the drain then has work to wait for.
     wait_until(
@@ -503,5 +510,7 @@ def test_not_serving_visible_while_draining(make_daemon):
         assert code == grpc.StatusCode.UNAVAILABLE, (code, details)
     finally:
         probe.close()
-    slow.check(running.result(timeout=300))
+    # The drain runs what was queued before it began: every call is answered, and right.
+    for r in running:
+        slow.check(r.result(timeout=300))
     assert d.wait(120) == 0, d.log()
