@@ -83,6 +83,7 @@ struct OpTraits<kernels::sparse_mla::Params> {
     r->set_sm_scale(p.sm_scale);
     r->set_precision(PrecisionField(p.precision));
     r->set_kv_layout(CacheLayoutField(p.kv_layout));
+    r->set_kv_scale(p.kv_scale);
   }
 };
 
@@ -94,6 +95,7 @@ struct OpTraits<kernels::mla_decode::Params> {
     r->set_causal(p.causal);
     r->set_precision(PrecisionField(p.precision));
     r->set_kv_cache_layout(CacheLayoutField(p.kv_cache_layout));
+    r->set_kv_scale(p.kv_scale);
   }
 };
 

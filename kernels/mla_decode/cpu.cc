@@ -3,16 +3,19 @@
 // each block walks its request's readable tokens in tiles of 64, gathered from the pages (ids
 // out of range are skipped, never read), and runs Sᵀ = K·Qᵀ and O += P·V through
 // cpu::GemmF32PackedB (Qᵀ packed once per block, V converted straight into packed panels) with
-// an online softmax in log2 units (FAST rounds P to bf16 after the sums). Long contexts with few
-// blocks split the tokens across threads and combine the partial (O, max, sum) afterwards; an empty
-// split reads nothing.
+// an online softmax in log2 units (FAST rounds P to bf16 after the sums). A per-tensor FP8 cache
+// row is dequantised (e4m3 × kv_scale in f32) into the same K tile and V panels. Long contexts with
+// few blocks split the tokens across threads and combine the partial (O, max, sum) afterwards; an
+// empty split reads nothing.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu/attention_tile.h"
 #include "kernels/common/cpu/gemm.h"
+#include "kernels/common/fp8.h"
 #include "kernels/common/math.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/mla_decode/mla_decode.h"
@@ -74,10 +77,20 @@ struct Scratch {
   std::vector<float> p;   // [rows][64] probabilities, row-major for O += P·V
   std::vector<float> o;   // [rows][512] unnormalised output
   std::vector<float> m, l, alpha;
-  std::vector<int32_t> limit;  // per row: positions >= limit are invisible
-  std::vector<int32_t> pos;    // per gathered token: its position in the request
-  std::vector<const bf16_t*> token;
+  std::vector<int32_t> limit;      // per row: positions >= limit are invisible
+  std::vector<int32_t> pos;        // per gathered token: its position in the request
+  std::vector<const void*> token;  // its cache row (bf16, or per-tensor FP8 codes)
 };
+
+// One per-tensor FP8 row (params.h) to f32: kf = e4m3(codes) × scale (d columns), and its first
+// kDv columns as row t of the k-row packed V.
+void DequantRowToTile(const uint8_t* codes, int64_t d, float scale, int64_t t, int64_t k, float* kf,
+                      float* vp) {
+  for (int64_t c = 0; c < d; ++c) kf[c] = Fp8E4M3ToFloat(codes[c]) * scale;
+  for (int64_t j = 0; j < kDv; j += cpu::kGemmNr) {
+    std::memcpy(vp + j * k + t * cpu::kGemmNr, kf + j, cpu::kGemmNr * sizeof(float));
+  }
+}
 
 // Attends rows [r0, r0 + nr) of request b to its readable tokens in [begin, end), leaving the
 // unnormalised output in s.o and the running max / sum (log2 units) in s.m / s.l.
@@ -112,8 +125,14 @@ void AttendBlock(const Params& p, int64_t b, int64_t r0, int64_t nr, int64_t beg
 
   auto process_tile = [&](int64_t nt) {
     for (int64_t t = 0; t < nt; ++t) {
-      cpu::Bf16ToF32Row(s.token[t], d, s.kf.data() + t * d);
-      cpu::Bf16RowToPacked(s.token[t], kDv, t, nt, s.vp.data());
+      if (p.kv_is_fp8()) {
+        DequantRowToTile(static_cast<const uint8_t*>(s.token[t]), d, p.kv_scale, t, nt,
+                         s.kf.data() + t * d, s.vp.data());
+        continue;
+      }
+      const auto* row = static_cast<const bf16_t*>(s.token[t]);
+      cpu::Bf16ToF32Row(row, d, s.kf.data() + t * d);
+      cpu::Bf16RowToPacked(row, kDv, t, nt, s.vp.data());
     }
     cpu::GemmF32PackedB(nt, rp, d, s.kf.data(), d, s.qp.data(), s.st.data(), rp,
                         /*accumulate=*/false);
@@ -131,7 +150,8 @@ void AttendBlock(const Params& p, int64_t b, int64_t r0, int64_t nr, int64_t beg
   const int64_t page_size = p.kv_cache.dim(1), num_pages = p.kv_cache.dim(0);
   // An empty block table has no data (then no position is read): ptr_at gives null.
   const int32_t* table = p.block_table.ptr_at<const int32_t>(b * p.block_table.stride(0));
-  const bf16_t* kv = p.kv_cache.ptr<const bf16_t>();
+  const char* kv = static_cast<const char*>(p.kv_cache.data);
+  const int64_t elem = DTypeSize(p.kv_cache.dtype);  // bf16, or u8 codes
   int64_t nt = 0;
   for (int64_t pos = begin; pos < end;) {
     const int64_t page = pos / page_size, slot = pos % page_size;
@@ -141,9 +161,9 @@ void AttendBlock(const Params& p, int64_t b, int64_t r0, int64_t nr, int64_t beg
       pos += run;
       continue;
     }
-    const bf16_t* base = kv + id * p.kv_cache.stride(0) + slot * p.kv_cache.stride(1);
+    const char* base = kv + (id * p.kv_cache.stride(0) + slot * p.kv_cache.stride(1)) * elem;
     for (int64_t j = 0; j < run; ++j) {
-      s.token[nt] = base + j * p.kv_cache.stride(1);
+      s.token[nt] = base + j * p.kv_cache.stride(1) * elem;
       s.pos[nt] = static_cast<int32_t>(pos + j);
       if (++nt == kTileTokens) {
         process_tile(nt);

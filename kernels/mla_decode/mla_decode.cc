@@ -101,8 +101,28 @@ absl::Status Validate(const Params& p) {
     return InvalidField(TensorDimField("q", 3), absl::StrCat("q: dim 3 is ", d_qk, ", want ",
                                                              kDqkRope, " or ", kDqkNoRope));
   }
-  ATTND_RETURN_IF_ERROR(
-      CheckTensor(p.kv_cache, "kv_cache", DType::kBF16, {kAnyDim, kAnyDim, d_qk}));
+  if (p.kv_cache.present() && p.kv_cache.dtype != DType::kBF16 && p.kv_cache.dtype != DType::kU8) {
+    return InvalidField("kv_cache", absl::StrCat("kv_cache: dtype is ", DTypeName(p.kv_cache.dtype),
+                                                 ", want bf16, or u8 (per-tensor FP8 e4m3 codes "
+                                                 "with kv_scale)"));
+  }
+  ATTND_RETURN_IF_ERROR(CheckTensor(
+      p.kv_cache, "kv_cache", p.kv_is_fp8() ? DType::kU8 : DType::kBF16, {kAnyDim, kAnyDim, d_qk}));
+  if (p.kv_is_fp8()) {
+    if (p.kv_scale == 0.0f) {
+      return InvalidField(
+          "kv_scale", absl::StrCat("kv_scale: missing: kv_cache is per-tensor FP8 (u8 [..., ", d_qk,
+                                   "]), whose values are e4m3 x kv_scale"));
+    }
+    if (!std::isfinite(p.kv_scale) || !(p.kv_scale > 0.0f)) {
+      return InvalidField("kv_scale",
+                          absl::StrCat("kv_scale: is ", p.kv_scale, ", want finite and > 0"));
+    }
+  } else if (p.kv_scale != 0.0f) {
+    return InvalidField("kv_scale",
+                        absl::StrCat("kv_scale: is ", p.kv_scale,
+                                     ", but kv_cache is bf16 (no scale): leave it unset (0)"));
+  }
   if (p.kv_cache.dim(1) < 1) {
     return InvalidField(
         TensorDimField("kv_cache", 1),
@@ -138,7 +158,8 @@ WorkCount Count(const Params& p) {
     }
     tokens_read += static_cast<double>(readable.Count(max_limit));
   }
-  w.bytes = 2.0 * rows * d_qk + 2.0 * d_qk * tokens_read + 2.0 * rows * kDv +
+  const double row_bytes = (p.kv_is_fp8() ? 1.0 : 2.0) * d_qk;  // u8 codes or bf16
+  w.bytes = 2.0 * rows * d_qk + row_bytes * tokens_read + 2.0 * rows * kDv +
             (p.lse.present() ? 4.0 * rows : 0.0) +
             4.0 * static_cast<double>(batch) * (p.block_table.dim(1) + 1);
   return w;

@@ -15,9 +15,9 @@ namespace attnd::kernels::mla_decode {
 // Data (block table entries, sequence lengths) is not checked here: kernels mask it.
 absl::Status Validate(const Params& p);
 
-// FLOPs 2·H·(d_qk + 512) per visible (row, readable token) pair; bytes = Q + 2·d_qk per
-// distinct token read + O + LSE + block table + seqlens. Reads cache_seqlens and block_table,
-// so both must be host-readable; p must have passed Validate.
+// FLOPs 2·H·(d_qk + 512) per visible (row, readable token) pair; bytes = Q + 2·d_qk (bf16) or
+// d_qk (per-tensor FP8) per distinct token read + O + LSE + block table + seqlens. Reads
+// cache_seqlens and block_table, so both must be host-readable; p must have passed Validate.
 WorkCount Count(const Params& p);
 
 // Fastest first; each with a Supports predicate that never advertises shapes it refuses.

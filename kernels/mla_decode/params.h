@@ -15,14 +15,22 @@ inline constexpr int64_t kDqkRope = 576;    // DeepSeek: 512 latent + 64 rope
 inline constexpr int64_t kDqkNoRope = 512;  // GLM-5.3-Flash: K = V
 inline constexpr int64_t kMaxHeads = 128;
 
-// The named layouts kv_cache may have (docs/CONTRACTS.md "Named layouts"): its last dim tells
-// them apart, so each is inferred when kv_cache_layout is unspecified.
+// The named layouts kv_cache may have (docs/CONTRACTS.md "Named layouts"): its dtype and last
+// dim tell them apart, so each is inferred when kv_cache_layout is unspecified. The per-tensor
+// FP8 ones (vLLM's kv_cache_dtype "fp8" MLA cache; docs/CONTRACTS.md "Per-tensor FP8 KV cache"):
+// u8 rows of d_qk e4m3fn codes, column c = e4m3(byte c) × kv_scale.
 inline constexpr CacheLayoutUse kKvCacheLayouts[] = {{CacheLayout::kBf16_576, true},
-                                                     {CacheLayout::kBf16_512, true}};
+                                                     {CacheLayout::kBf16_512, true},
+                                                     {CacheLayout::kFp8_576PerTensor, true},
+                                                     {CacheLayout::kFp8_512PerTensor, true}};
 
 struct Params : WithTensors<Params> {
-  Tensor q;         // bf16 [B, s_q, H, d_qk], d_qk 576 or 512, H in 1..128
-  Tensor kv_cache;  // bf16 [num_pages, page_size, d_qk], page_size >= 1 (64 in the model)
+  Tensor q;  // bf16 [B, s_q, H, d_qk], d_qk 576 or 512, H in 1..128
+  // bf16 [num_pages, page_size, d_qk], page_size >= 1 (64 in the model), or the per-tensor FP8
+  // cache u8 [num_pages, page_size, d_qk] (with kv_scale).
+  Tensor kv_cache;
+  // The per-tensor FP8 cache's scale (finite, > 0); 0 (unset) with a bf16 cache.
+  float kv_scale = 0;
   // kv_cache's named layout (one of kKvCacheLayouts), or kUnspecified: inferred from its dtype
   // and shape. Checked by Validate; the math does not read it.
   CacheLayout kv_cache_layout = CacheLayout::kUnspecified;
@@ -37,6 +45,8 @@ struct Params : WithTensors<Params> {
   bool causal = false;
   // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
   Precision precision = Precision::kFast;
+
+  bool kv_is_fp8() const { return kv_cache.dtype == DType::kU8; }
 
   template <class Self, class F>
   static void Tensors(Self& self, F& f) {

@@ -24,6 +24,7 @@ struct MlaDecodeTraits {
     if (!precision.ok()) return precision.status();
     p->precision = *precision;
     p->kv_cache_layout = CacheLayoutFromProto(r.kv_cache_layout());
+    p->kv_scale = r.kv_scale();
     return absl::OkStatus();
   }
   static std::vector<CacheLayoutField> CacheLayouts() {

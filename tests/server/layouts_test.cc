@@ -72,6 +72,15 @@ HostTensor Fp8Cache(std::mt19937_64& rng, int64_t rows) {
   return t;
 }
 
+// A per-tensor FP8 MLA cache (docs/CONTRACTS.md "Per-tensor FP8 KV cache"): `shape`'s rows of
+// e4m3 codes of N(0, 1) / `scale`, saturated as vLLM's writer does (kernels/common/fp8.h).
+HostTensor PerTensorCache(std::mt19937_64& rng, const std::vector<int64_t>& shape, float scale) {
+  HostTensor t = HostTensor::Dense(DType::kU8, shape);
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  for (int64_t i = 0; i < t.bytes(); ++i) t.raw()[i] = kernels::FloatToFp8E4M3(value(rng) / scale);
+  return t;
+}
+
 class LayoutsTest : public ::testing::Test {
  protected:
   absl::StatusOr<std::unique_ptr<PreparedCall>> Prepare(OpId op,
@@ -138,12 +147,15 @@ TEST_F(LayoutsTest, SparseMla) {
   const HostTensor bf16_576 = Bf16(rng_, {20, 576});
   const HostTensor bf16_512 = Bf16(rng_, {20, 512});
   const HostTensor fp8 = Fp8Cache(rng_, 20);
+  const HostTensor pt_576 = PerTensorCache(rng_, {20, 576}, 0.125f);
+  const HostTensor pt_512 = PerTensorCache(rng_, {20, 512}, 0.125f);
   struct Case {
     const HostTensor* kv;
     v1::DType dtype;
     int64_t d_qk;
     v1::CacheLayout right, wrong;
     const char* tensor_words;
+    float kv_scale = 0;
   };
   const Case cases[] = {
       {&bf16_576, v1::DTYPE_BF16, 576, v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_FLASHMLA_FP8_656,
@@ -152,10 +164,15 @@ TEST_F(LayoutsTest, SparseMla) {
        "kv is bf16 with last dim 512"},
       {&fp8, v1::DTYPE_U8, 576, v1::CACHE_LAYOUT_FLASHMLA_FP8_656, v1::CACHE_LAYOUT_BF16_576,
        "kv is u8 with last dim 656"},
+      {&pt_576, v1::DTYPE_U8, 576, v1::CACHE_LAYOUT_FP8_576_PER_TENSOR,
+       v1::CACHE_LAYOUT_FLASHMLA_FP8_656, "kv is u8 with last dim 576", 0.125f},
+      {&pt_512, v1::DTYPE_U8, 512, v1::CACHE_LAYOUT_FP8_512_PER_TENSOR,
+       v1::CACHE_LAYOUT_FP8_576_PER_TENSOR, "kv is u8 with last dim 512", 0.125f},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(v1::CacheLayout_Name(c.right));
     v1::SparseMlaRequest r = SparseMlaCase(rng_, *c.kv, c.dtype, c.d_qk);
+    r.set_kv_scale(c.kv_scale);
     const std::string unspecified = RunOk<v1::SparseMlaResponse>(OpId::kSparseMla, r, "out");
     r.set_kv_layout(c.right);
     const std::string named = RunOk<v1::SparseMlaResponse>(OpId::kSparseMla, r, "out");
@@ -173,7 +190,7 @@ TEST_F(LayoutsTest, SparseMla) {
   ExpectRefused<v1::SparseMlaResponse>(
       OpId::kSparseMla, r, "kv_layout",
       {"CACHE_LAYOUT_INDEXER_FP8_BLOCKS, not a layout kv may have", "CACHE_LAYOUT_BF16_576"});
-  for (int bad : {99, 5, -1}) {  // proto3 enums are open: a value outside it arrives as is
+  for (int bad : {99, 100, -1}) {  // proto3 enums are open: a value outside it arrives as is
     r.set_kv_layout(static_cast<v1::CacheLayout>(bad));
     ExpectRefused<v1::SparseMlaResponse>(OpId::kSparseMla, r, "kv_layout",
                                          {std::to_string(bad), "not a CacheLayout"});
@@ -213,6 +230,31 @@ TEST_F(LayoutsTest, MlaDecode) {
     r.set_kv_cache_layout(static_cast<v1::CacheLayout>(1000));
     ExpectRefused<v1::MlaDecodeResponse>(OpId::kMlaDecode, r, "kv_cache_layout",
                                          {"1000", "not a CacheLayout"});
+
+    // The per-tensor FP8 cache of the same shape, with its scale: unset and named run alike;
+    // a bf16 layout named on it, a missing or negative scale are refused.
+    const float scale = 0.0625f;
+    *r.mutable_kv_cache() =
+        InlineTensor(PerTensorCache(rng_, {pages, page, d_qk}, scale), v1::DTYPE_U8);
+    r.set_kv_scale(scale);
+    r.clear_kv_cache_layout();
+    const std::string fp8_unspecified = RunOk<v1::MlaDecodeResponse>(OpId::kMlaDecode, r, "out");
+    const v1::CacheLayout fp8_right =
+        d_qk == 576 ? v1::CACHE_LAYOUT_FP8_576_PER_TENSOR : v1::CACHE_LAYOUT_FP8_512_PER_TENSOR;
+    r.set_kv_cache_layout(fp8_right);
+    const std::string fp8_named = RunOk<v1::MlaDecodeResponse>(OpId::kMlaDecode, r, "out");
+    ASSERT_FALSE(fp8_unspecified.empty());
+    EXPECT_EQ(fp8_named, fp8_unspecified);
+    r.set_kv_cache_layout(right);
+    ExpectRefused<v1::MlaDecodeResponse>(
+        OpId::kMlaDecode, r, "kv_cache_layout",
+        {v1::CacheLayout_Name(right), "kv_cache is u8 with last dim " + std::to_string(d_qk),
+         std::string("the shape of ") + v1::CacheLayout_Name(fp8_right)});
+    r.clear_kv_cache_layout();
+    r.set_kv_scale(0);
+    ExpectRefused<v1::MlaDecodeResponse>(OpId::kMlaDecode, r, "kv_scale", {"missing"});
+    r.set_kv_scale(-1);
+    ExpectRefused<v1::MlaDecodeResponse>(OpId::kMlaDecode, r, "kv_scale", {"want finite and > 0"});
   }
 }
 
@@ -390,7 +432,7 @@ TEST(CheckCacheLayout, RequiredWhereDtypeAndShapeDoNotDecide) {
 }
 
 // The C++ client sends the params' layout in the request's field, and leaves it unset (nothing
-// on the wire) when unspecified.
+// on the wire) when unspecified; likewise the per-tensor FP8 cache's kv_scale.
 TEST(ClientOpTraits, SendCacheLayouts) {
   using kernels::CacheLayout;
   {
@@ -416,6 +458,21 @@ TEST(ClientOpTraits, SendCacheLayouts) {
     v1::MlaDecodeRequest r;
     client::OpTraits<kernels::mla_decode::Params>::SetScalars(p, &r);
     EXPECT_EQ(r.kv_cache_layout(), v1::CACHE_LAYOUT_BF16_576);
+    EXPECT_EQ(r.kv_scale(), 0.0f);
+    p.kv_cache_layout = CacheLayout::kFp8_512PerTensor;
+    p.kv_scale = 0.375f;
+    client::OpTraits<kernels::mla_decode::Params>::SetScalars(p, &r);
+    EXPECT_EQ(r.kv_cache_layout(), v1::CACHE_LAYOUT_FP8_512_PER_TENSOR);
+    EXPECT_EQ(r.kv_scale(), 0.375f);
+  }
+  {
+    kernels::sparse_mla::Params p;
+    p.kv_layout = CacheLayout::kFp8_576PerTensor;
+    p.kv_scale = 1.5f;
+    v1::SparseMlaRequest r;
+    client::OpTraits<kernels::sparse_mla::Params>::SetScalars(p, &r);
+    EXPECT_EQ(r.kv_layout(), v1::CACHE_LAYOUT_FP8_576_PER_TENSOR);
+    EXPECT_EQ(r.kv_scale(), 1.5f);
   }
   {
     kernels::indexer_logits_paged::Params p;
@@ -445,11 +502,17 @@ TEST_F(DaemonTest, GetInfoListsCacheLayouts) {
   };
   const std::vector<int> mla = {v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512,
                                 v1::CACHE_LAYOUT_FLASHMLA_FP8_656};
+  std::vector<int> sparse = mla;  // dsa_attention has no kv_scale: no per-tensor FP8 cache
+  sparse.push_back(v1::CACHE_LAYOUT_FP8_576_PER_TENSOR);
+  sparse.push_back(v1::CACHE_LAYOUT_FP8_512_PER_TENSOR);
   const std::map<std::string, Want> want = {
-      {"sparse_mla", {"kv_layout", "kv", mla}},
+      {"sparse_mla", {"kv_layout", "kv", sparse}},
       {"dsa_attention", {"kv_layout", "kv", mla}},
       {"mla_decode",
-       {"kv_cache_layout", "kv_cache", {v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512}}},
+       {"kv_cache_layout",
+        "kv_cache",
+        {v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512, v1::CACHE_LAYOUT_FP8_576_PER_TENSOR,
+         v1::CACHE_LAYOUT_FP8_512_PER_TENSOR}}},
       {"indexer_logits_paged",
        {"kv_cache_layout",
         "kv_cache",

@@ -44,6 +44,10 @@ struct DecodeArgs {
   // Precision::kHigh: P·V keeps f32-path accuracy (P as bf16 hi + lo, or f32 P); false (kFast):
   // P is rounded to bf16 once before P·V. Row sums are taken over the unrounded P either way.
   bool exact_p;
+  // The per-tensor FP8 cache (params.h): kv_fp8 holds its u8 codes (kv null; the kv strides are
+  // then in bytes), each × kv_scale. Null for a bf16 cache; only the SIMT kernel reads it.
+  const uint8_t* kv_fp8;
+  float kv_scale;
 };
 
 // One CTA's share: rows [row0, row0 + nrows) of request b, positions [begin, end) of the

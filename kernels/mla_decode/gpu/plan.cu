@@ -43,7 +43,12 @@ DecodeArgs MakeDecodeArgs(const Params& p, int block_m, int splits, void* worksp
   a.q_stride_b = p.q.stride(0);
   a.q_stride_s = p.q.stride(1);
   a.q_stride_h = p.q.stride(2);
-  a.kv = p.kv_cache.ptr<const uint16_t>();
+  if (p.kv_is_fp8()) {
+    a.kv_fp8 = p.kv_cache.ptr<const uint8_t>();
+    a.kv_scale = p.kv_scale;
+  } else {
+    a.kv = p.kv_cache.ptr<const uint16_t>();
+  }
   a.kv_stride_page = p.kv_cache.stride(0);
   a.kv_stride_slot = p.kv_cache.stride(1);
   a.num_pages = p.kv_cache.dim(0);
@@ -89,6 +94,9 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
     return Refuse(why, "q: s_q x H is ", Rows(p), ", want < 2^31");
   }
   if (kernel == GpuKernel::kMma) {
+    // The tensor-core kernel reads a bf16 cache only; dispatch falls back to kSimt.
+    if (p.kv_is_fp8())
+      return Refuse(why, "kv_cache: the per-tensor FP8 cache is read by simt only");
     if (!RunsMmaSync(d, why)) return false;
     if (!Bf16RowsAligned16(p.q)) {
       return Refuse(why, "q: needs 16-byte alignment (base and leading strides multiples of 8)");

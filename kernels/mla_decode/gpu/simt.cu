@@ -11,6 +11,9 @@
 //            64-wide warps), online update from a finite initial max, P to shared memory
 //            (f32 for HIGH, rounded to bf16 for FAST; the sums take the unrounded P).
 //   P·V      thread owns 2 of the 512 columns for all 16 rows.
+// A per-tensor FP8 cache (u8 codes, params.h) is copied the same way, 16 codes (16-B loads) or
+// one code at a time, each e4m3 × kv_scale rounded to bf16 once (sparse_mla/gpu/fp8_kv.cuh) as
+// it is stored to shared memory; the math after that is the bf16 path's.
 #include <math.h>
 #include <stdint.h>
 
@@ -22,6 +25,7 @@
 #include "kernels/mla_decode/gpu/common.cuh"
 #include "kernels/mla_decode/gpu/launch.h"
 #include "kernels/mla_decode/gpu/plan.h"
+#include "kernels/sparse_mla/gpu/fp8_kv.cuh"
 
 namespace attnd::kernels::mla_decode::gpu {
 namespace {
@@ -65,10 +69,31 @@ __device__ __forceinline__ void CopyRowPiece(uint16_t* dst, const uint16_t* src,
   }
 }
 
-template <int kDqk, bool kVec>
+// Copies piece `piece` of a per-tensor FP8 cache row (kDqk codes at src, or zeros when src is
+// null) to shared memory as bf16 (e4m3 × scale): 16 codes when kVec, else one.
+template <bool kVec>
+__device__ __forceinline__ void CopyFp8RowPiece(uint16_t* dst, const uint8_t* src, int piece,
+                                                float scale) {
+  if constexpr (kVec) {
+    uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+    if (src != nullptr) {
+      const uint4 codes = *reinterpret_cast<const uint4*>(src + 16 * piece);
+      ::attnd::kernels::sparse_mla::gpu::DequantFp8x16(codes, scale, &lo, &hi);
+    }
+    *reinterpret_cast<uint4*>(dst + 16 * piece) = lo;
+    *reinterpret_cast<uint4*>(dst + 16 * piece + 8) = hi;
+  } else {
+    dst[piece] = src != nullptr
+                     ? ::attnd::gpu::FloatToBf16(::attnd::gpu::Fp8E4M3ToFloat(src[piece]) * scale)
+                     : uint16_t{0};
+  }
+}
+
+template <int kDqk, bool kVec, bool kFp8>
 __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs a) {
   using Tile = SimtTile<kDqk>;
-  constexpr int kPieces = kVec ? Tile::kChunks : kDqk;  // copy units per row
+  constexpr int kPieces = kVec ? Tile::kChunks : kDqk;           // copy units per row
+  constexpr int kKvPieces = kFp8 && kVec ? kDqk / 16 : kPieces;  // per cache row
   extern __shared__ uint4 smem_raw[];
   char* smem = reinterpret_cast<char*>(smem_raw);
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);                  // [kBlockM][kPitch]
@@ -117,11 +142,16 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
       pos_s[tid] = off >= 0 ? static_cast<int32_t>(pos) : -1;
     }
     __syncthreads();  // offsets visible; the previous tile's P·V is done with k_s and p_s
-    for (int i = tid; i < kBlockN * kPieces; i += kThreads) {
-      const int j = i / kPieces;
+    for (int i = tid; i < kBlockN * kKvPieces; i += kThreads) {
+      const int j = i / kKvPieces;
       const int64_t off = off_s[j];
-      CopyRowPiece<kDqk, kVec>(k_s + j * Tile::kPitch, off >= 0 ? a.kv + off : nullptr,
-                               i % kPieces);
+      if constexpr (kFp8) {
+        CopyFp8RowPiece<kVec>(k_s + j * Tile::kPitch, off >= 0 ? a.kv_fp8 + off : nullptr,
+                              i % kKvPieces, a.kv_scale);
+      } else {
+        CopyRowPiece<kDqk, kVec>(k_s + j * Tile::kPitch, off >= 0 ? a.kv + off : nullptr,
+                                 i % kPieces);
+      }
     }
     __syncthreads();  // the tile (and, first time, q) is in shared memory
 
@@ -206,10 +236,10 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
   }
 }
 
-template <int kDqk, bool kVec>
+template <int kDqk, bool kVec, bool kFp8 = false>
 KernelShape Shape() {
   KernelShape s;
-  s.kernel = reinterpret_cast<const void*>(&MlaDecodeSimtKernel<kDqk, kVec>);
+  s.kernel = reinterpret_cast<const void*>(&MlaDecodeSimtKernel<kDqk, kVec, kFp8>);
   s.block_m = kBlockM;
   s.block_n = kBlockN;
   s.threads = kThreads;
@@ -221,6 +251,13 @@ KernelShape Shape() {
 }  // namespace
 
 KernelShape SimtShape(const Params& p) {
+  if (p.kv_is_fp8()) {  // 16-code loads need 16-byte aligned cache rows
+    const bool vec =
+        Bf16RowsAligned16(p.q) && Aligned(p.kv_cache.data, 16) && StridesMultipleOf(p.kv_cache, 16);
+    if (p.q.dim(3) == 576) return vec ? Shape<576, true, true>() : Shape<576, false, true>();
+    if (p.q.dim(3) == 512) return vec ? Shape<512, true, true>() : Shape<512, false, true>();
+    return KernelShape{};
+  }
   const bool vec = Bf16RowsAligned16(p.q) && Bf16RowsAligned16(p.kv_cache);
   if (p.q.dim(3) == 576) return vec ? Shape<576, true>() : Shape<576, false>();
   if (p.q.dim(3) == 512) return vec ? Shape<512, true>() : Shape<512, false>();

@@ -5,6 +5,8 @@
 #include <numeric>
 
 #include "kernels/common/bf16.h"
+#include "kernels/common/fp8.h"
+#include "tests/harness/fp8_kv.h"
 
 namespace attnd::kernels::mla_decode {
 namespace {
@@ -39,15 +41,31 @@ DecodeTensors::DecodeTensors(const DecodeCase& c, std::mt19937_64& rng) {
   testing::FillNormal(q_, rng, 1.0);
 
   // The cache view sits between two guard pages of NaN: reading ids -1 or num_pages poisons.
-  kv_ = Padded(DType::kBF16, {num_pages + 2, c.page_size, c.d_qk}, c.padded_strides);
-  testing::FillNormal(kv_, rng, 1.0);
+  const bool fp8 = c.fp8_kv_scale != 0;
+  kv_ = Padded(fp8 ? DType::kU8 : DType::kBF16, {num_pages + 2, c.page_size, c.d_qk},
+               c.padded_strides);
   Tensor& kv = kv_.tensor();
-  for (int64_t guard : {int64_t{0}, num_pages + 1}) {
-    bf16_t* page = kv.ptr<bf16_t>() + guard * kv.strides[0];
-    std::fill(page, page + kv.strides[0], FloatToBf16(std::nanf("")));
+  if (fp8) {
+    // NaN codes everywhere (guard pages, row padding), then each token row the frontend's way.
+    std::fill(kv_.raw(), kv_.raw() + kv_.bytes(), uint8_t{0x7f});
+    std::vector<bf16_t> source(static_cast<size_t>(c.d_qk));
+    for (int64_t pg = 1; pg <= num_pages; ++pg) {
+      for (int64_t slot = 0; slot < c.page_size; ++slot) {
+        testing::FillMlaSourceRow(source.data(), c.d_qk, c.fp8_kv_scale, rng);
+        testing::QuantizeMlaRowPerTensor(
+            source.data(), c.d_qk, c.fp8_kv_scale,
+            kv.ptr<uint8_t>() + pg * kv.strides[0] + slot * kv.strides[1]);
+      }
+    }
+  } else {
+    testing::FillNormal(kv_, rng, 1.0);
+    for (int64_t guard : {int64_t{0}, num_pages + 1}) {
+      bf16_t* page = kv.ptr<bf16_t>() + guard * kv.strides[0];
+      std::fill(page, page + kv.strides[0], FloatToBf16(std::nanf("")));
+    }
   }
   Tensor kv_view = kv;
-  kv_view.data = kv.ptr<bf16_t>() + kv.strides[0];
+  kv_view.data = static_cast<char*>(kv.data) + kv.strides[0] * DTypeSize(kv.dtype);
   kv_view.shape[0] = num_pages;
 
   // Every request gets distinct pages in a random order; ids of unused table slots are random
@@ -93,6 +111,7 @@ DecodeTensors::DecodeTensors(const DecodeCase& c, std::mt19937_64& rng) {
   params_.out = out_.tensor();
   if (c.with_lse) params_.lse = lse_.tensor();
   params_.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d_qk)));
+  params_.kv_scale = c.fp8_kv_scale;
   params_.causal = c.causal;
 }
 
@@ -114,6 +133,23 @@ void ExpectLseGapsPoisoned(const HostTensor& lse, const std::string& what) {
     }
   }
   EXPECT_EQ(bad, 0) << what << " lse: elements between the view's rows were overwritten";
+}
+
+HostTensor DecodeTensors::RoundedKvAsBf16() const {
+  const Tensor& kv = params_.kv_cache;
+  const int64_t pages = kv.dim(0), page_size = kv.dim(1), d = kv.dim(2);
+  HostTensor out = HostTensor::Dense(DType::kBF16, {pages, page_size, d});
+  for (int64_t pg = 0; pg < pages; ++pg) {
+    for (int64_t slot = 0; slot < page_size; ++slot) {
+      const uint8_t* row =
+          static_cast<const uint8_t*>(kv.data) + pg * kv.stride(0) + slot * kv.stride(1);
+      bf16_t* dst = out.data<bf16_t>() + (pg * page_size + slot) * d;
+      for (int64_t col = 0; col < d; ++col) {
+        dst[col] = FloatToBf16(Fp8E4M3ToFloat(row[col]) * params_.kv_scale);
+      }
+    }
+  }
+  return out;
 }
 
 std::vector<testing::HostTensor*> DecodeTensors::outputs() {

@@ -52,6 +52,10 @@ struct DecodeCase {
   // (request, logical page) entries overwritten with an id outside [0, num_pages).
   std::vector<std::pair<int64_t, int64_t>> invalid_pages;
   std::vector<int32_t> invalid_ids = {-1};  // cycled through for invalid_pages
+  // Nonzero: the cache is the per-tensor FP8 one (u8 codes, params.h) with this kv_scale, each
+  // token row written the way vLLM's cache writer does (tests/harness/fp8_kv.h
+  // QuantizeMlaRowPerTensor) from a bf16 row with subnormal and saturating values.
+  float fp8_kv_scale = 0;
 };
 
 // Every f32 element in lse's span that the view does not address still holds PoisonNaN's pattern.
@@ -61,6 +65,9 @@ class DecodeTensors {
  public:
   DecodeTensors(const DecodeCase& c, std::mt19937_64& rng);
   const Params& params() const { return params_; }
+  // A per-tensor FP8 case's cache as the GPU kernels see it: a dense bf16 copy of the cache view
+  // with every e4m3 × kv_scale rounded to bf16 (exact for power-of-two scales).
+  testing::HostTensor RoundedKvAsBf16() const;
   testing::HostTensor& out() { return out_; }
   testing::HostTensor& lse() { return lse_; }
   // The output tensors RunEachImpl poisons (lse only when present).

@@ -207,5 +207,53 @@ TEST(MlaDecodeGpu, LseInFlashMlaLayoutWithAndWithoutSplits) {
   }
 }
 
+// The per-tensor FP8 cache (power-of-two scale: the SIMT kernel's bf16 values are exact) on the
+// GPU: the tensor-core kernel refuses it with a reason, the SIMT kernel runs it with its own
+// split plan, with the workspace for one split only, and with 16-B and 1-B copies (padded rows).
+TEST(MlaDecodeGpu, PerTensorFp8OnlySimtAnyWorkspace) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  for (const bool padded : {false, true}) {
+    for (const int64_t d_qk : {576, 512}) {
+      DecodeCase c;
+      c.d_qk = d_qk;
+      c.fp8_kv_scale = 0.125f;
+      c.padded_strides = padded;
+      c.heads = 64;
+      c.s_q = 2;
+      c.causal = true;
+      c.seqlens = {700, 3};
+      auto rng = testing::MakeRng();
+      DecodeTensors t(c, rng);
+      const Params& p = t.params();
+      std::vector<double> ref_out, ref_lse, ref_abs;
+      Reference(p, &ref_out, &ref_lse, &ref_abs);
+      int simt = 0;
+      for (const auto& impl : Implementations()) {
+        if (impl.backend != testing::GpuBackend()) continue;
+        std::string why;
+        if (!impl.supports(p, &why)) {
+          EXPECT_NE(why.find("per-tensor FP8"), std::string::npos) << impl.name << ": " << why;
+          continue;
+        }
+        ++simt;
+        for (const int64_t bytes : {impl.workspace(p), int64_t{0}}) {
+          Impl<Params> sized = impl;
+          sized.workspace = [bytes](const Params&) { return bytes; };
+          for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
+          const absl::Status status = testing::RunOnGpu(sized, p);
+          ASSERT_TRUE(status.ok()) << status;
+          const std::string what = impl.name + " d_qk " + std::to_string(d_qk) +
+                                   (padded ? " padded" : "") + " workspace " +
+                                   std::to_string(bytes);
+          testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, p.precision,
+                                      kOutTol, what + " out");
+          ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
+        }
+      }
+      EXPECT_EQ(simt, 1) << "exactly the SIMT kernel runs the per-tensor FP8 cache";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnd::kernels::mla_decode

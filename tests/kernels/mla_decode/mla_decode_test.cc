@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -144,6 +145,74 @@ TEST_P(MlaDecodeHeadDim, RopeAndNoRope) {
 }
 INSTANTIATE_TEST_SUITE_P(Dims, MlaDecodeHeadDim, ::testing::Values(576, 512),
                          [](const auto& info) { return "D" + std::to_string(info.param); });
+
+// The per-tensor FP8 cache (CACHE_LAYOUT_FP8_576_PER_TENSOR / FP8_512_PER_TENSOR, vLLM's
+// kv_cache_dtype "fp8"), every token row written by vLLM's writer rules from bf16 rows with
+// subnormal and saturating values (tests/harness/fp8_kv.h), with a masked page. The CPU
+// implementation dequantises e4m3 × kv_scale in f32 (one rounding of 2^-24 at most): it is held to
+// the bf16 cache's bounds against the exact reference. The GPU kernels round each e4m3 × kv_scale
+// to bf16 once (docs/ACCURACY.md "FP8 KV cache"), then run the bf16 path: they are held to the
+// same bounds against the reference of that bf16-rounded cache, which is the exact one when the
+// scale is a power of two.
+void CheckFp8Case(const DecodeCase& c) {
+  auto rng = testing::MakeRng();
+  DecodeTensors t(c, rng);
+  Params p = t.params();
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p);
+  std::vector<double> exact_out, exact_lse, exact_abs, gpu_out, gpu_lse, gpu_abs;
+  Reference(p, &exact_out, &exact_lse, &exact_abs);
+  testing::HostTensor rounded = t.RoundedKvAsBf16();
+  Params rp = p;
+  rp.kv_cache = rounded.tensor();
+  rp.kv_scale = 0;
+  Reference(rp, &gpu_out, &gpu_lse, &gpu_abs);
+  for (const Precision precision : testing::kPrecisions) {
+    p.precision = precision;
+    const int runs =
+        testing::RunEachImpl(Implementations(), p, t.outputs(), [&](const std::string& impl) {
+          const bool cpu = impl == "cpu";
+          testing::ExpectAttentionOut(testing::ToDoubles(t.out()), cpu ? exact_out : gpu_out,
+                                      cpu ? exact_abs : gpu_abs, precision, kOutTol, impl + " out");
+          ExpectClose(testing::ToDoubles(t.lse()), cpu ? exact_lse : gpu_lse, kLseTol,
+                      impl + " lse");
+        });
+    EXPECT_GE(runs, 1);
+  }
+}
+
+class MlaDecodeFp8PerTensor : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+TEST_P(MlaDecodeFp8PerTensor, FrontendBuiltCacheMatchesReference) {
+  DecodeCase c;
+  c.d_qk = std::get<0>(GetParam());
+  c.fp8_kv_scale = std::get<1>(GetParam()) ? 0.03125f : 0.0371f;  // 2^-5, or calibrated-like
+  c.s_q = 2;
+  c.causal = true;
+  c.heads = 16;
+  c.seqlens = {130, 77, 1, 0};
+  c.invalid_pages = {{0, 1}};
+  CheckFp8Case(c);
+}
+INSTANTIATE_TEST_SUITE_P(Widths, MlaDecodeFp8PerTensor,
+                         ::testing::Combine(::testing::Values(576, 512), ::testing::Bool()),
+                         [](const auto& info) {
+                           return "D" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_Pow2Scale" : "_OtherScale");
+                         });
+
+// Padded strides (rows not 16-byte multiples: the GPU copies one code at a time), odd page size,
+// 128 heads, split contexts.
+TEST(MlaDecodeFp8PerTensorShapes, PaddedStridesOddPagesManyHeads) {
+  for (int64_t d_qk : {576, 512}) {
+    DecodeCase c;
+    c.d_qk = d_qk;
+    c.fp8_kv_scale = 0.0625f;
+    c.padded_strides = true;
+    c.page_size = 13;
+    c.heads = 128;
+    c.seqlens = {300, 41};
+    CheckFp8Case(c);
+  }
+}
 
 // Pages of every request shuffled over the whole cache, a table wider than needed, and page
 // sizes other than 64 (tokens of a tile then come from several pages).

@@ -123,6 +123,69 @@ TEST(MlaDecodeValidate, EachMutationIsRejectedNamingTheTensor) {
 
 // Shapes the contract allows at its edges: empty batch, s_q 0, one head, 128 heads, d_qk 512,
 // page size 1, a table with no pages, and lse absent.
+// The per-tensor FP8 cache (u8 codes with kv_scale): a valid call, then one row per malformed
+// input.
+const std::vector<Mutation>& Fp8Mutations() {
+  static const auto* rows = new std::vector<Mutation>{
+      {"fp8 kv_scale missing", "kv_scale", [](Params& p) { p.kv_scale = 0; }},
+      {"fp8 kv_scale negative", "kv_scale", [](Params& p) { p.kv_scale = -2.0f; }},
+      {"fp8 kv_scale NaN", "kv_scale", [](Params& p) { p.kv_scale = std::nanf(""); }},
+      {"fp8 kv_scale inf", "kv_scale",
+       [](Params& p) { p.kv_scale = std::numeric_limits<float>::infinity(); }},
+      {"fp8 kv_cache dtype fp8_e4m3", "kv_cache",
+       [](Params& p) { p.kv_cache.dtype = DType::kFp8E4M3; }},
+      {"fp8 kv_cache dtype i32", "kv_cache", [](Params& p) { p.kv_cache.dtype = DType::kI32; }},
+      {"fp8 kv_cache 512 wide with q d_qk 576", "kv_cache",
+       [](Params& p) { SetDim(p.kv_cache, 2, 512); }},
+      {"fp8 kv_cache token stride overlaps", "kv_cache",
+       [](Params& p) { p.kv_cache.strides[1] = 100; }},
+      {"fp8 named FP8_512 on 576-wide rows", "kv_cache_layout",
+       [](Params& p) { p.kv_cache_layout = CacheLayout::kFp8_512PerTensor; }},
+      {"fp8 named BF16_576 on u8 rows", "kv_cache_layout",
+       [](Params& p) { p.kv_cache_layout = CacheLayout::kBf16_576; }},
+      {"fp8 named FLASHMLA_FP8_656 (not read here)", "kv_cache_layout",
+       [](Params& p) { p.kv_cache_layout = CacheLayout::kFlashMlaFp8_656; }},
+  };
+  return *rows;
+}
+
+TEST(MlaDecodeValidate, PerTensorFp8CacheAndItsScale) {
+  auto rng = testing::MakeRng();
+  DecodeCase c = BaseCase();
+  c.fp8_kv_scale = 0.25f;
+  DecodeTensors t(c, rng);
+  Params good = t.params();
+  ASSERT_TRUE(Validate(good).ok()) << Validate(good);
+  good.kv_cache_layout = CacheLayout::kFp8_576PerTensor;
+  EXPECT_TRUE(Validate(good).ok()) << Validate(good);
+  for (const Mutation& m : Fp8Mutations()) {
+    Params p = t.params();
+    m.apply(p);
+    const absl::Status s = Validate(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << m.what << ": " << s;
+    EXPECT_TRUE(absl::StartsWith(s.message(), std::string(m.name) + ":"))
+        << m.what << ": message \"" << s.message() << "\" does not name " << m.name;
+  }
+  Params p = t.params();
+  p.kv_scale = 0;
+  EXPECT_EQ(Validate(p).message(),
+            "kv_scale: missing: kv_cache is per-tensor FP8 (u8 [..., 576]), whose values are e4m3 "
+            "x kv_scale");
+  // A bf16 cache with a scale.
+  DecodeTensors b(BaseCase(), rng);
+  p = b.params();
+  p.kv_scale = 0.5f;
+  EXPECT_EQ(Validate(p).message(),
+            "kv_scale: is 0.5, but kv_cache is bf16 (no scale): leave it unset (0)");
+  // d_qk 512 (GLM-5.3-Flash): inferred and named.
+  c.d_qk = 512;
+  DecodeTensors g(c, rng);
+  p = g.params();
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  p.kv_cache_layout = CacheLayout::kFp8_512PerTensor;
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+}
+
 TEST(MlaDecodeValidate, EdgeShapesAreAccepted) {
   auto rng = testing::MakeRng();
   for (int64_t heads : {1, 128}) {
