@@ -228,6 +228,24 @@ def _fp8_kv_cache(rng, rows):
     return np.concatenate([codes, scales.view(np.uint8), rope.view(np.uint8)], axis=1)
 
 
+# The per-tensor FP8 cache's scale in the integration cases: a power of two, so every
+# implementation (the GPU ones round e4m3 x scale to bf16) sees the reference's exact values.
+PER_TENSOR_KV_SCALE = 0.0625
+
+
+def per_tensor_fp8_cache(rng, shape, scale):
+    """vLLM's kv_cache_dtype "fp8" MLA cache (docs/CONTRACTS.md "Per-tensor FP8 KV cache"), written
+    as its cache writer does: each bf16 row (latent, then rope) widened to f32, divided by the one
+    scale in f32, converted to e4m3fn rounding to nearest even and saturating to +-448. The rows
+    include values past 448 x scale (saturated) and in the e4m3 subnormal range."""
+    src = rng.standard_normal(shape)
+    src.flat[::97] *= 1000.0  # saturates
+    src.flat[1::89] *= 1e-4  # subnormal codes
+    bits = to_bf16(src)
+    quotient = dtypes.from_bf16(bits, np.float32) / np.float32(scale)  # f32 / f32
+    return to_fp8_e4m3(quotient)
+
+
 def _precision(precision):
     """The `precision` scalar of an attention case: none (the daemon's default, fast) or given."""
     return {} if precision is None else {"precision": precision}
@@ -244,9 +262,15 @@ def sparse_mla(
     kv_format="bf16",
     precision=None,
 ):
-    fp8_kv = kv_format == "fp8"
+    # kv_format: "bf16", "fp8" (the FlashMLA 656-byte rows) or "fp8_per_tensor" (u8 [rows, d_qk]
+    # with kv_scale, d_qk 576 or 512).
+    fp8_kv = kv_format in ("fp8", "fp8_per_tensor")
+    kv_scale = PER_TENSOR_KV_SCALE if kv_format == "fp8_per_tensor" else None
     q = _bf16(rng, (tokens, heads, d_qk))
-    kv = _fp8_kv_cache(rng, rows) if fp8_kv else _bf16(rng, (rows, d_qk))
+    if kv_scale is not None:
+        kv = per_tensor_fp8_cache(rng, (rows, d_qk), kv_scale)
+    else:
+        kv = _fp8_kv_cache(rng, rows) if fp8_kv else _bf16(rng, (rows, d_qk))
     indices = rng.integers(-3, rows + 3, (tokens, k)).astype(np.int32)
     indices[0] = -1  # a row with no valid index: out 0, lse -inf
     inputs = {"q": q, "kv": kv}
@@ -266,24 +290,44 @@ def sparse_mla(
 
     def check(out):
         want_abs = []
-        want_out, want_lse = ref.sparse_mla(q, kv, indices, scale, indptr, topk_length, want_abs)
+        want_out, want_lse = ref.sparse_mla(
+            q, kv, indices, scale, indptr, topk_length, want_abs, kv_scale=kv_scale
+        )
         ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
         ref.assert_lse_close("lse", out["lse"], want_lse)
 
+    scalars = {"sm_scale": scale, **_precision(precision)}
+    if kv_scale is not None:
+        scalars["kv_scale"] = kv_scale
     return Case(
         "sparse_mla",
         inputs,
         in_dtypes,
-        {"sm_scale": scale, **_precision(precision)},
+        scalars,
         {"out": ("bf16", (tokens, heads, 512)), "lse": ("f32", (tokens, heads))},
         check,
     )
 
 
 def mla_decode(
-    rng, batch=3, s_q=2, heads=16, d_qk=576, page=64, num_pages=14, max_pages=4, precision=None
+    rng,
+    batch=3,
+    s_q=2,
+    heads=16,
+    d_qk=576,
+    page=64,
+    num_pages=14,
+    max_pages=4,
+    precision=None,
+    kv_format="bf16",
 ):
-    q, cache = _bf16(rng, (batch, s_q, heads, d_qk)), _bf16(rng, (num_pages, page, d_qk))
+    # kv_format: "bf16" or "fp8_per_tensor" (u8 codes with kv_scale, d_qk 576 or 512).
+    kv_scale = PER_TENSOR_KV_SCALE if kv_format == "fp8_per_tensor" else None
+    q = _bf16(rng, (batch, s_q, heads, d_qk))
+    if kv_scale is not None:
+        cache = per_tensor_fp8_cache(rng, (num_pages, page, d_qk), kv_scale)
+    else:
+        cache = _bf16(rng, (num_pages, page, d_qk))
     block_table = rng.permutation(num_pages)[: batch * max_pages].reshape(batch, max_pages)
     block_table = block_table.astype(np.int32)
     block_table[0, 1] = -1
@@ -293,15 +337,25 @@ def mla_decode(
 
     def check(out):
         want_abs = []
-        want_out, want_lse = ref.mla_decode(q, cache, block_table, seqlens, scale, True, want_abs)
+        want_out, want_lse = ref.mla_decode(
+            q, cache, block_table, seqlens, scale, True, want_abs, kv_scale=kv_scale
+        )
         ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
         ref.assert_lse_close("lse", out["lse"], want_lse)
 
+    scalars = {"sm_scale": scale, "causal": True, **_precision(precision)}
+    if kv_scale is not None:
+        scalars["kv_scale"] = kv_scale
     return Case(
         "mla_decode",
         inputs,
-        {"q": "bf16", "kv_cache": "bf16", "block_table": "i32", "cache_seqlens": "i32"},
-        {"sm_scale": scale, "causal": True, **_precision(precision)},
+        {
+            "q": "bf16",
+            "kv_cache": "bf16" if kv_scale is None else "u8",
+            "block_table": "i32",
+            "cache_seqlens": "i32",
+        },
+        scalars,
         {"out": ("bf16", (batch, s_q, heads, 512)), "lse": ("f32", (batch, s_q, heads))},
         check,
     )

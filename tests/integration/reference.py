@@ -176,11 +176,17 @@ def fp8_kv_cache(kv):
     return np.concatenate([nope, bf16(rows[:, 528:].copy().view(np.uint16))], axis=1)
 
 
-def sparse_mla(q, kv, indices, sm_scale, indptr=None, topk_length=None, weighted_abs=None):
-    """q bf16 [T,H,d_qk], kv bf16 [S,d_qk] (any row stride) or the FP8 cache u8 [S,656]:
-    (out [T,H,512], lse [T,H]). `weighted_abs` (a list) receives sum_j p_j |v_j| / l [T,H,512]."""
+def sparse_mla(
+    q, kv, indices, sm_scale, indptr=None, topk_length=None, weighted_abs=None, kv_scale=None
+):
+    """q bf16 [T,H,d_qk], kv bf16 [S,d_qk] (any row stride), the FP8 cache u8 [S,656], or (with
+    kv_scale) the per-tensor FP8 cache u8 [S,d_qk] of e4m3 codes x kv_scale: (out [T,H,512],
+    lse [T,H]). `weighted_abs` (a list) receives sum_j p_j |v_j| / l [T,H,512]."""
     qf = bf16(q)
-    kvf = fp8_kv_cache(kv) if kv.dtype == np.uint8 else bf16(kv)
+    if kv_scale is not None:
+        kvf = fp8(kv) * np.float64(kv_scale)
+    else:
+        kvf = fp8_kv_cache(kv) if kv.dtype == np.uint8 else bf16(kv)
     tokens, heads, _ = qf.shape
     out, lse = np.zeros((tokens, heads, D_V)), np.zeros((tokens, heads))
     rows_abs = [] if weighted_abs is not None else None
@@ -193,10 +199,14 @@ def sparse_mla(q, kv, indices, sm_scale, indptr=None, topk_length=None, weighted
     return out, lse
 
 
-def mla_decode(q, kv_cache, block_table, cache_seqlens, sm_scale, causal, weighted_abs=None):
-    """q bf16 [B,s_q,H,d_qk], kv_cache bf16 [pages, page_size, d_qk]: out [B,s_q,H,512], lse.
-    `weighted_abs` (a list) receives sum_j p_j |v_j| / l [B,s_q,H,512]."""
-    qf, cache = bf16(q), bf16(kv_cache)
+def mla_decode(
+    q, kv_cache, block_table, cache_seqlens, sm_scale, causal, weighted_abs=None, kv_scale=None
+):
+    """q bf16 [B,s_q,H,d_qk], kv_cache bf16 [pages, page_size, d_qk] (or, with kv_scale, u8
+    e4m3 codes x kv_scale): out [B,s_q,H,512], lse. `weighted_abs` (a list) receives
+    sum_j p_j |v_j| / l [B,s_q,H,512]."""
+    qf = bf16(q)
+    cache = bf16(kv_cache) if kv_scale is None else fp8(kv_cache) * np.float64(kv_scale)
     batch, s_q, heads, _ = qf.shape
     num_pages, page_size, _ = cache.shape
     max_pages = block_table.shape[1]

@@ -21,6 +21,39 @@ CASES = [
     ("sparse_mla", {"kv_format": "fp8"}, "kv_layout", "FLASHMLA_FP8_656", "BF16_576", "kv is u8"),
     ("sparse_mla", {"d_qk": 512}, "kv_layout", "BF16_512", "BF16_576", "kv is bf16"),
     ("mla_decode", {}, "kv_cache_layout", "BF16_576", "BF16_512", "kv_cache is bf16"),
+    # The per-tensor FP8 caches (vLLM's kv_cache_dtype "fp8"), built by its writer's rules.
+    (
+        "sparse_mla",
+        {"kv_format": "fp8_per_tensor"},
+        "kv_layout",
+        "FP8_576_PER_TENSOR",
+        "FLASHMLA_FP8_656",
+        "kv is u8 with last dim 576",
+    ),
+    (
+        "sparse_mla",
+        {"kv_format": "fp8_per_tensor", "d_qk": 512},
+        "kv_layout",
+        "FP8_512_PER_TENSOR",
+        "FP8_576_PER_TENSOR",
+        "kv is u8 with last dim 512",
+    ),
+    (
+        "mla_decode",
+        {"kv_format": "fp8_per_tensor"},
+        "kv_cache_layout",
+        "FP8_576_PER_TENSOR",
+        "BF16_576",
+        "kv_cache is u8",
+    ),
+    (
+        "mla_decode",
+        {"kv_format": "fp8_per_tensor", "d_qk": 512},
+        "kv_cache_layout",
+        "FP8_512_PER_TENSOR",
+        "FP8_576_PER_TENSOR",
+        "kv_cache is u8 with last dim 512",
+    ),
     (
         "indexer_logits_paged",
         {},
@@ -104,6 +137,34 @@ def test_indexer_aiter_shuffle_cache(client, rng, per_token):
     assert "want a multiple of 16" in info.value.details
 
 
+# The per-tensor FP8 caches' kv_scale (docs/CONTRACTS.md "Per-tensor FP8 KV cache"): missing,
+# not finite or not positive with such a cache, or set with any other cache: INVALID_ARGUMENT
+# naming kv_scale.
+@pytest.mark.parametrize("op", ["sparse_mla", "mla_decode"])
+def test_per_tensor_kv_scale_is_checked(client, rng, op):
+    fp8 = cases.make_case(op, rng, kv_format="fp8_per_tensor")
+    bf16 = cases.make_case(op, rng)
+    outputs = cases.inline_outputs(fp8)
+    tensor = "kv" if op == "sparse_mla" else "kv_cache"
+    for case, scale, says in [
+        (fp8, None, "kv_scale: missing"),
+        (fp8, float("nan"), "kv_scale: is nan, want finite and > 0"),
+        (fp8, -0.5, "kv_scale: is -0.5, want finite and > 0"),
+        (fp8, float("inf"), "kv_scale: is inf, want finite and > 0"),
+        (bf16, 0.5, "kv_scale: is 0.5, but " + tensor),
+    ]:
+        args = case.arguments(**outputs)
+        args.pop("kv_scale", None)
+        if scale is not None:
+            args["kv_scale"] = scale
+        with pytest.raises(ac.AttndError) as info:
+            client.call(op, **args, timeout=120)
+        e = info.value
+        assert e.code == grpc.StatusCode.INVALID_ARGUMENT, e
+        assert [v.field for v in e.field_violations] == ["kv_scale"], e
+        assert e.details.startswith(says), e.details
+
+
 def test_unknown_layout_name_is_refused_by_the_client(client, rng):
     case = cases.make_case("mla_decode", rng)
     with pytest.raises(ValueError, match="cache layout 'BF16_575'"):
@@ -112,9 +173,23 @@ def test_unknown_layout_name_is_refused_by_the_client(client, rng):
 
 def test_info_lists_layouts(client):
     want = {
-        "sparse_mla": ("kv_layout", "kv", ["BF16_576", "BF16_512", "FLASHMLA_FP8_656"]),
+        "sparse_mla": (
+            "kv_layout",
+            "kv",
+            [
+                "BF16_576",
+                "BF16_512",
+                "FLASHMLA_FP8_656",
+                "FP8_576_PER_TENSOR",
+                "FP8_512_PER_TENSOR",
+            ],
+        ),
         "dsa_attention": ("kv_layout", "kv", ["BF16_576", "BF16_512", "FLASHMLA_FP8_656"]),
-        "mla_decode": ("kv_cache_layout", "kv_cache", ["BF16_576", "BF16_512"]),
+        "mla_decode": (
+            "kv_cache_layout",
+            "kv_cache",
+            ["BF16_576", "BF16_512", "FP8_576_PER_TENSOR", "FP8_512_PER_TENSOR"],
+        ),
         "indexer_logits_paged": (
             "kv_cache_layout",
             "kv_cache",
@@ -143,7 +218,11 @@ def test_attnctl_info_prints_layouts(attnctl_bin, daemon):
     text = subprocess.run(
         [attnctl_bin, target, "info"], capture_output=True, text=True, timeout=60, check=True
     ).stdout
-    assert "kv layouts (kv_layout): BF16_576*, BF16_512*, FLASHMLA_FP8_656*" in text, text
+    assert (
+        "kv layouts (kv_layout): BF16_576*, BF16_512*, FLASHMLA_FP8_656*, FP8_576_PER_TENSOR*, "
+        "FP8_512_PER_TENSOR*  (" in text
+    ), text
+    assert "kv layouts (kv_layout): BF16_576*, BF16_512*, FLASHMLA_FP8_656*  (" in text, text
     assert (
         "kv_cache layouts (kv_cache_layout): INDEXER_FP8_BLOCKS*, INDEXER_AITER_SHUFFLE_16 " in text
     ), text
@@ -161,8 +240,8 @@ def test_attnctl_info_prints_layouts(attnctl_bin, daemon):
         {
             "field": "kv_cache_layout",
             "tensor": "kv_cache",
-            "accepted": ["BF16_576", "BF16_512"],
-            "inferred": ["BF16_576", "BF16_512"],
+            "accepted": ["BF16_576", "BF16_512", "FP8_576_PER_TENSOR", "FP8_512_PER_TENSOR"],
+            "inferred": ["BF16_576", "BF16_512", "FP8_576_PER_TENSOR", "FP8_512_PER_TENSOR"],
         }
     ]
     assert ops["topk"]["cache_layouts"] == []

@@ -78,7 +78,8 @@ OPS = {
             ("values",),
             ("k", "page_size", "rows_per_request", "index_base", "block_stride"),
         ),
-        # kv: bf16 [S, d_qk], or a uint8 array [S, 656]: the FP8 cache (sent as u8).
+        # kv: bf16 [S, d_qk], or uint8: the FP8 cache [S, 656], or the per-tensor FP8 cache
+        # [S, d_qk] with kv_scale (sent as u8).
         OpSpec(
             "sparse_mla",
             "SparseMla",
@@ -87,17 +88,18 @@ OPS = {
             {"q": BF16, "kv": (BF16, U8), "indices": I32, "indptr": I32, "topk_length": I32},
             {"out": BF16, "lse": F32},
             (),
-            ("sm_scale", "precision", "kv_layout"),
+            ("sm_scale", "precision", "kv_layout", "kv_scale"),
         ),
+        # kv_cache: bf16, or uint8 e4m3 codes with kv_scale (the per-tensor FP8 cache).
         OpSpec(
             "mla_decode",
             "MlaDecode",
             pb.MlaDecodeRequest,
             "mla_decode",
-            {"q": BF16, "kv_cache": BF16, "block_table": I32, "cache_seqlens": I32},
+            {"q": BF16, "kv_cache": (BF16, U8), "block_table": I32, "cache_seqlens": I32},
             {"out": BF16, "lse": F32},
             (),
-            ("sm_scale", "causal", "precision", "kv_cache_layout"),
+            ("sm_scale", "causal", "precision", "kv_cache_layout", "kv_scale"),
         ),
         OpSpec(
             "mla_prefill",
@@ -412,15 +414,19 @@ class OpCalls(Generic[R]):
         topk_length: TensorArg | None = None,
         precision: str | None = None,
         kv_layout: str | int | None = None,
+        kv_scale: float | None = None,
         out: OutputArg = None,
         lse: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
     ) -> R:
         """Sparse MLA: each token attends to its selected kv rows (top-k table or CSR). kv is
-        bf16 [S, d_qk] or, with d_qk 576, the FP8 cache as uint8 [S, 656] (512 e4m3 codes, 4 f32
-        scales, 64 bf16 rope per row). precision: "fast" (None: the default) or "high".
-        kv_layout: "BF16_576", "BF16_512", "FLASHMLA_FP8_656" (None: inferred from kv)."""
+        bf16 [S, d_qk]; or, with d_qk 576, the FP8 cache as uint8 [S, 656] (512 e4m3 codes, 4 f32
+        scales, 64 bf16 rope per row); or the per-tensor FP8 cache as uint8 [S, d_qk] (e4m3
+        codes, vLLM's kv_cache_dtype "fp8") with kv_scale, the layer's k_scale (value = code x
+        kv_scale). precision: "fast" (None: the default) or "high". kv_layout: "BF16_576",
+        "BF16_512", "FLASHMLA_FP8_656", "FP8_576_PER_TENSOR", "FP8_512_PER_TENSOR" (None:
+        inferred from kv)."""
         return self.call("sparse_mla", **_arguments(locals()))
 
     def mla_decode(
@@ -434,13 +440,17 @@ class OpCalls(Generic[R]):
         causal: bool | None = None,
         precision: str | None = None,
         kv_cache_layout: str | int | None = None,
+        kv_scale: float | None = None,
         out: OutputArg = None,
         lse: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
     ) -> R:
-        """Dense absorbed MLA decode over a paged latent cache. precision: "fast" (None: the
-        default) or "high". kv_cache_layout: "BF16_576" or "BF16_512" (None: inferred)."""
+        """Dense absorbed MLA decode over a paged latent cache: kv_cache bf16 [pages,
+        page_size, d_qk], or the per-tensor FP8 cache as uint8 e4m3 codes of that shape with
+        kv_scale (vLLM's kv_cache_dtype "fp8": value = code x kv_scale). precision: "fast" (None:
+        the default) or "high". kv_cache_layout: "BF16_576", "BF16_512", "FP8_576_PER_TENSOR" or
+        "FP8_512_PER_TENSOR" (None: inferred)."""
         return self.call("mla_decode", **_arguments(locals()))
 
     def mla_prefill(

@@ -148,3 +148,26 @@ def test_build_request():
         ops.build_request(spec, codec, {"logit": 1})
     req, _ = ops.build_request(ops.spec("indexer_logits"), codec, {"clean_logits": False})
     assert req.HasField("clean_logits") and not req.clean_logits
+
+
+def test_per_tensor_fp8_cache_request():
+    # vLLM's kv_cache_dtype "fp8" MLA cache: uint8 e4m3 codes sent as u8, with kv_scale.
+    codec = tensors.TensorCodec(lambda a, n: None)
+    codes = np.arange(2 * 3 * 512, dtype=np.uint32).astype(np.uint8).reshape(2, 3, 512)
+    req, _ = ops.build_request(
+        ops.spec("mla_decode"),
+        codec,
+        {"kv_cache": codes, "kv_scale": 0.25, "kv_cache_layout": "fp8_512_per_tensor"},
+    )
+    assert req.kv_cache.dtype == pb.DTYPE_U8 and list(req.kv_cache.shape) == [2, 3, 512]
+    assert req.kv_cache.inline_data == codes.tobytes()
+    assert req.kv_scale == 0.25
+    assert req.kv_cache_layout == pb.CACHE_LAYOUT_FP8_512_PER_TENSOR
+    req, _ = ops.build_request(
+        ops.spec("sparse_mla"),
+        codec,
+        {"kv": codes[0, :, :], "kv_scale": 2.0, "kv_layout": "FP8_512_PER_TENSOR"},
+    )
+    assert req.kv.dtype == pb.DTYPE_U8 and req.kv_scale == 2.0
+    req, _ = ops.build_request(ops.spec("sparse_mla"), codec, {"sm_scale": 0.1})
+    assert req.kv_scale == 0.0  # unset unless given
