@@ -274,6 +274,15 @@ absl::Status StreamOrderedRunner::Enqueue(const std::shared_ptr<Queue>& queue, S
       return c;
     }
   }
+  // The request is kept until the call runs: its bytes (inline inputs can make it large) count
+  // against the caller's call memory budget until then, like any host buffer a call holds.
+  if (entry->ctx.memory != nullptr) {
+    if (absl::Status m = entry->ctx.memory->Reserve(
+            entry->request->ByteSizeLong(), "the request, kept until its ready word is reached");
+        !m.ok()) {
+      return m;
+    }
+  }
   entry->response = NewOpResponse(s.id);
   if (entry->response == nullptr) return absl::InternalError("no response type");
   entry->wait_deadline = std::min(entry->ctx.deadline, entry->accepted + options_.signal_timeout);

@@ -121,6 +121,47 @@ TEST_F(StreamOrderedTest, UnaryCallRunsOnlyAfterReadyAndStoresDone) {
   EXPECT_TRUE(OutputsMatch());
 }
 
+// A pending call keeps its request: inline inputs in it count against the caller's call memory
+// budget until the call runs, so queued stream-ordered calls cannot hold unbounded memory.
+class StreamOrderedBudgetTest : public StreamOrderedTest {
+ protected:
+  void Configure(DaemonConfig* config) override {
+    config->call_memory_bytes_per_client = 3 << 20;
+  }
+};
+
+TEST_F(StreamOrderedBudgetTest, PendingRequestsCountAgainstTheBudget) {
+  v1::SparseMlaRequest req = RegionRequest();
+  // kv inline, padded to 1 MiB of rows: each pending call holds about 1 MiB.
+  const int64_t rows = (1 << 20) / (576 * 2);
+  std::vector<uint16_t> kv(static_cast<size_t>(rows) * 576, 0x3f80);  // bf16 1.0
+  req.mutable_kv()->Clear();
+  req.mutable_kv()->set_dtype(v1::DTYPE_BF16);
+  req.mutable_kv()->add_shape(rows);
+  req.mutable_kv()->add_shape(576);
+  req.mutable_kv()->set_inline_data(kv.data(), kv.size() * sizeof(uint16_t));
+  Word(kReady).store(0);
+  SetSignal(req.mutable_ready(), "r", kReady, 1);
+  auto call = [&]() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    v1::SparseMlaResponse reply;
+    return stub_->SparseMla(&ctx, req, &reply);
+  };
+  ASSERT_TRUE(call().ok());
+  ASSERT_TRUE(call().ok());
+  grpc::Status third = call();  // 3 MiB of requests would pass the 3 MiB budget
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.error_message();
+  EXPECT_NE(third.error_message().find("kept until its ready word"), std::string::npos)
+      << third.error_message();
+  Word(kReady).store(1, std::memory_order_release);  // both run and give their bytes back
+  grpc::Status ok;
+  for (int i = 0; i < 200 && !(ok = call()).ok(); ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+}
+
 TEST_F(StreamOrderedTest, CallsOfOneSessionRunInOrder) {
   grpc::ClientContext ctx;
   auto stream = stub_->Session(&ctx);
