@@ -109,6 +109,7 @@ class AttndSparseMLAImpl(FlashMLASparseImpl):
             attn_metadata.req_id_per_token,
             attn_metadata.block_table,
             self.softmax_scale,
+            getattr(layer, "_k_scale_float", None),  # used with the "fp8" cache only
         )
         if not mapping.is_torch(q):
             return out, lse

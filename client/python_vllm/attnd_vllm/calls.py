@@ -99,11 +99,13 @@ def run_sparse_mla(
     req_id_per_token: Any,
     block_table: Any,
     sm_scale: float,
+    k_scale: float | None = None,
 ) -> tuple[Any, Any]:
-    """Sparse MLA of q [T, H, 576] over vLLM's paged cache at the top-k positions: (out bf16
-    [T, H, 512], lse f32 [T, H]) as attnd_client returns them (uint16 bits / float32 arrays)."""
+    """Sparse MLA of q [T, H, d_qk] over vLLM's paged cache at the top-k positions: (out bf16
+    [T, H, 512], lse f32 [T, H]) as attnd_client returns them (uint16 bits / float32 arrays).
+    k_scale: the layer's, for the per-tensor "fp8" cache."""
     fields = mapping.sparse_mla(
-        q, kv_cache, topk_positions, req_id_per_token, block_table, sm_scale
+        q, kv_cache, topk_positions, req_id_per_token, block_table, sm_scale, k_scale
     )
     res = client.sparse_mla(**fields)
     return res.out, res.lse

@@ -17,6 +17,9 @@ import numpy as np
 # vLLM's sparse MLA cache row in its fp8_ds_mla format (docs/CONTRACTS.md "FP8 KV cache").
 FP8_DS_MLA_ROW_BYTES = 656
 MLA_HEAD_DIM = 576  # 512 latent + 64 rope columns (the bf16 cache, kv_cache_dtype "auto")
+# kv_cache_dtype "fp8": one e4m3 code per column and the layer's k_scale (docs/CONTRACTS.md
+# "Per-tensor FP8 KV cache"), 576 bytes (DeepSeek) or 512 (GLM-5.3-Flash, no rope).
+FP8_PER_TENSOR_ROW_BYTES = (576, 512)
 
 
 def is_torch(x: Any) -> bool:
@@ -45,6 +48,13 @@ def _strides(x: Any) -> tuple[int, ...]:
     if is_torch(x):
         return tuple(x.stride())
     return tuple(s // x.dtype.itemsize for s in x.strides)
+
+
+def _is_byte_cache(x: Any) -> bool:
+    """Whether a cache tensor holds bytes (uint8, or torch's float8_e4m3fn view of them)."""
+    if is_torch(x):
+        return str(x.dtype) in ("torch.uint8", "torch.float8_e4m3fn")
+    return x.dtype == np.uint8
 
 
 def _as_u8(x: Any) -> Any:
@@ -221,18 +231,22 @@ def indexer_decode(
 
 
 def mla_cache_rows(kv_cache: Any) -> tuple[Any, int]:
-    """vLLM's sparse MLA cache [num_blocks, block_size, 656] (fp8_ds_mla bytes) or
-    [num_blocks, block_size, 576] (bf16) -> (attnd kv [num_blocks * block_size, row], block_size),
-    a view: slot s is row s. The blocks must be dense (slot arithmetic assumes block stride =
-    block_size rows)."""
+    """vLLM's sparse MLA cache [num_blocks, block_size, 656] (fp8_ds_mla bytes),
+    [num_blocks, block_size, 576] (bf16), or the bytes of the "fp8" cache [num_blocks,
+    block_size, 576 or 512] (per-tensor e4m3 codes) -> (attnd kv [num_blocks * block_size, row],
+    block_size), a view: slot s is row s. The blocks must be dense (slot arithmetic assumes block
+    stride = block_size rows)."""
     if len(kv_cache.shape) != 3:
         raise ValueError(f"mla kv_cache: rank {len(kv_cache.shape)}, want 3 [blocks, bs, row]")
     blocks, block_size, width = (int(d) for d in kv_cache.shape)
     kv = kv_cache
-    if width == FP8_DS_MLA_ROW_BYTES or (not is_torch(kv) and kv.dtype == np.uint8):
+    if width == FP8_DS_MLA_ROW_BYTES or _is_byte_cache(kv):
         kv = _as_u8(kv)
-        if width != FP8_DS_MLA_ROW_BYTES:
-            raise ValueError(f"mla kv_cache: {width}-byte rows, want {FP8_DS_MLA_ROW_BYTES}")
+        if width != FP8_DS_MLA_ROW_BYTES and width not in FP8_PER_TENSOR_ROW_BYTES:
+            raise ValueError(
+                f"mla kv_cache: {width}-byte rows, want {FP8_DS_MLA_ROW_BYTES} (fp8_ds_mla) or "
+                f"576 / 512 (fp8, per-tensor scale)"
+            )
     elif width != MLA_HEAD_DIM:
         raise ValueError(f"mla kv_cache: dim 2 is {width}, want 656 (fp8_ds_mla) or 576 (bf16)")
     s0, s1, s2 = _strides(kv)
@@ -267,13 +281,20 @@ def sparse_mla(
     req_id_per_token: Any,
     block_table: Any,
     sm_scale: float,
+    k_scale: float | None = None,
 ) -> dict[str, Any]:
-    """vLLM's sparse MLA inputs (q bf16 [T, H, 576]; its paged cache; the indexer's top-k
-    positions [T, topk]; the metadata's req_id_per_token and block_table) -> the fields of
+    """vLLM's sparse MLA inputs (q bf16 [T, H, d_qk]; its paged cache; the indexer's top-k
+    positions [T, topk]; the metadata's req_id_per_token and block_table; the layer's k_scale,
+    used with the per-tensor "fp8" cache only and required there) -> the fields of
     client.sparse_mla (table form, slots already global)."""
     kv, block_size = mla_cache_rows(kv_cache)
     t = int(q.shape[0])
     slots = request_positions_to_slots(
         req_id_per_token, block_table, topk_positions[:t], block_size
     )
-    return {"q": q, "kv": kv, "indices": slots, "sm_scale": float(sm_scale)}
+    fields = {"q": q, "kv": kv, "indices": slots, "sm_scale": float(sm_scale)}
+    if _is_byte_cache(kv) and int(kv.shape[1]) in FP8_PER_TENSOR_ROW_BYTES:
+        if k_scale is None:
+            raise ValueError("mla kv_cache: the per-tensor fp8 cache needs the layer's k_scale")
+        fields["kv_scale"] = float(k_scale)
+    return fields

@@ -11,6 +11,7 @@ from vllm_layout import (
     mla_row,
     write_indexer_k,
     write_mla_bf16,
+    write_mla_fp8,
     write_mla_fp8_ds,
 )
 
@@ -63,7 +64,7 @@ def check_topk(batch, cache, q_fp8, weights, buf, topk):
 
 
 @pytest.mark.parametrize("decode_q_lens", [(2, 2), (1, 2), ()], ids=["mtp2", "uneven", "none"])
-@pytest.mark.parametrize("mla_cache", ["fp8_ds_mla", "bf16"])
+@pytest.mark.parametrize("mla_cache", ["fp8_ds_mla", "bf16", "fp8"])
 def test_indexer_then_sparse_mla(client, rng, decode_q_lens, mla_cache):
     prefill_q_lens = [int(rng.integers(3, 40)) for _ in range(3)]
     batch = make_batch(rng, decode_q_lens, prefill_q_lens)
@@ -83,23 +84,28 @@ def test_indexer_then_sparse_mla(client, rng, decode_q_lens, mla_cache):
     heads = int(rng.choice([8, 16]))
     cached = batch.all_slots()
     kv = bf16_round(rng.normal(size=(len(cached), 576)).astype(np.float32))
+    k_scale = None
     if mla_cache == "fp8_ds_mla":
         mcache = rng.integers(0, 256, (batch.num_blocks, BLOCK, 656), dtype=np.uint8)
         write_mla_fp8_ds(mcache, kv[:, :512], ac.to_bf16(kv[:, 512:]), cached[:, 2])
+    elif mla_cache == "fp8":  # kv_cache_dtype "fp8": one calibrated-style scale, amax / 448
+        k_scale = float(np.float32(np.abs(kv).max() / 448.0))
+        mcache = rng.integers(0, 256, (batch.num_blocks, BLOCK, 576), dtype=np.uint8)
+        write_mla_fp8(mcache, ac.to_bf16(kv), k_scale, cached[:, 2])
     else:
         mcache = rng.integers(0, 1 << 16, (batch.num_blocks, BLOCK, 576), dtype=np.uint16)
         write_mla_bf16(mcache, ac.to_bf16(kv), cached[:, 2])
     q = ac.to_bf16(rng.normal(size=(batch.num_tokens, heads, 576)).astype(np.float32))
     sm_scale = float(rng.uniform(0.03, 0.08))
     out, lse = calls.run_sparse_mla(
-        client, q, mcache, buf, batch.req_id_per_token, batch.block_table, sm_scale
+        client, q, mcache, buf, batch.req_id_per_token, batch.block_table, sm_scale, k_scale
     )
     out = ac.from_bf16(out, np.float64)
     qf = ac.from_bf16(q, np.float64)
     for t in range(batch.num_tokens):
         r = int(batch.req_id_per_token[t])
         pos = buf[t][buf[t] >= 0]
-        rows = np.array([mla_row(mcache, int(batch.slots(r, [p])[0])) for p in pos])
+        rows = np.array([mla_row(mcache, int(batch.slots(r, [p])[0]), k_scale) for p in pos])
         s = sm_scale * qf[t] @ rows.T  # [H, n]
         m = s.max(1, keepdims=True)
         p = np.exp(s - m)
@@ -177,3 +183,12 @@ def test_hostile_layouts():
         mapping.mla_cache_rows(np.zeros((2, 64, 600), np.uint8))
     with pytest.raises(ValueError, match="576"):
         mapping.mla_cache_rows(np.zeros((2, 64, 512), np.uint16))
+    # The per-tensor "fp8" cache needs the layer's k_scale.
+    cache = np.zeros((2, 64, 576), np.uint8)
+    empty = np.zeros((1, 0), np.int32)
+    with pytest.raises(ValueError, match="k_scale"):
+        mapping.sparse_mla(np.zeros((1, 8, 576), np.uint16), cache, empty, [0], [[0]], 0.1)
+    fields = mapping.sparse_mla(
+        np.zeros((1, 8, 512), np.uint16), cache[:, :, :512], empty, [0], [[0]], 0.1, 0.5
+    )
+    assert fields["kv_scale"] == 0.5 and fields["kv"].shape == (128, 512)

@@ -72,6 +72,18 @@ def write_mla_fp8_ds(kv_cache, kv_c, k_pe_bits, slot_mapping):
         row[528:656] = np.frombuffer(k_pe_bits[t].astype("<u2").tobytes(), np.uint8)
 
 
+def write_mla_fp8(kv_cache, kv_bits, k_scale, slot_mapping):
+    """vLLM's concat_and_cache_mla with kv_cache_dtype "fp8": each bf16 value (kv_c, then k_pe)
+    widened to f32, divided by the layer's k_scale in f32, e4m3fn with saturation; u8
+    [blocks, block_size, 576]."""
+    block_size = kv_cache.shape[1]
+    scale = np.float32(k_scale)
+    for t, slot in enumerate(slot_mapping):
+        if slot >= 0:
+            x = ac.from_bf16(kv_bits[t], np.float32) / scale
+            kv_cache[int(slot) // block_size, int(slot) % block_size] = ac.to_fp8_e4m3(x)
+
+
 def write_mla_bf16(kv_cache, kv_bits, slot_mapping):
     """vLLM's concat_and_cache_mla with kv_cache_dtype auto: bf16 [blocks, block_size, 576]."""
     block_size = kv_cache.shape[1]
@@ -93,12 +105,15 @@ def indexer_key(kv_cache, table_row, n, head_dim):
     return key, float(page[s : s + 4].copy().view("<f4")[0])
 
 
-def mla_row(kv_cache, slot):
-    """fp64 [576] K row (V = first 512) of a cache slot, fp8_ds_mla or bf16 layout."""
+def mla_row(kv_cache, slot, k_scale=None):
+    """fp64 [576] K row (V = first 512) of a cache slot, fp8_ds_mla, bf16 or (with k_scale)
+    per-tensor fp8 layout."""
     block_size = kv_cache.shape[1]
     row = kv_cache[slot // block_size, slot % block_size]
     if kv_cache.dtype == np.uint16:
         return ac.from_bf16(row, np.float64)
+    if k_scale is not None:
+        return fp8_decode(row) * np.float64(np.float32(k_scale))
     scales = row[512:528].copy().view("<f4").astype(np.float64)
     nope = fp8_decode(row[:512]) * np.repeat(scales, 128)
     rope = ac.from_bf16(row[528:656].copy().view("<u2"), np.float64)
