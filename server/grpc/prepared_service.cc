@@ -44,21 +44,11 @@ absl::StatusOr<std::pair<ops::OpId, const google::protobuf::Message*>> PreparedO
   return absl::InvalidArgumentError("PrepareCall: the request carries no op request");
 }
 
-absl::Status AttentionService::CheckStreamOrderedBackend() const {
-  if (deps_.backend->kind() == kernels::Backend::kCpu) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      "stream-ordered calls (ready/done signals) run on the CPU backend only so far; on the ",
-      deps_.backend->name(),
-      " backend the signal words will be device-region words waited on and written by stream "
-      "memory operations, not implemented yet (docs/SERVICE.md \"Known limits\")"));
-}
-
 absl::Status AttentionService::EnqueueStreamOrdered(
     const std::shared_ptr<ops::StreamOrderedRunner::Queue>& queue, ops::OpId id,
     std::shared_ptr<const google::protobuf::Message> request, const v1::Signal* ready,
     const v1::Signal* done, bool validated, ops::CallContext ctx,
     std::function<void(absl::Status)> finished, v1::CallStats* stats) {
-  if (absl::Status b = CheckStreamOrderedBackend(); !b.ok()) return b;
   if (ctx.request_id == 0) ctx.request_id = deps_.runner->NewRequestId();
   const uint64_t request_id = ctx.request_id;
   ops::StreamOrderedRunner::Submission s;

@@ -137,8 +137,6 @@ class AttentionService final : public RawUnaryAttentionService {
   // calls and prepared calls"), shared by the unary RPCs and the Session stream.
   ops::StreamOrderedRunner* stream() const { return stream_.get(); }
   ops::PreparedCallTable* prepared() const { return prepared_.get(); }
-  // UNIMPLEMENTED on a GPU backend (the signal words would be stream memory operations there).
-  absl::Status CheckStreamOrderedBackend() const;
   // Queues a stream-ordered call of op `id` (its request has ready and/or done, or they are given
   // by RunPrepared) on `queue`; on OK `op_response`'s stats say enqueued. `ctx.request_id` is
   // assigned when 0. `finished` as in StreamOrderedRunner::Submission.

@@ -1,16 +1,19 @@
 // An in-process attnd on the GPU backend (skipped without a GPU): GetInfo's devices, SparseMla
 // inline and through a host region against the CPU kernel, the CallStats of a GPU call (device,
-// bytes moved both ways, graph capture then hit), pool exhaustion, request option errors, and
-// the GPU metric families.
+// bytes moved both ways, graph capture then hit), pool exhaustion, request option errors, a
+// stream-ordered call, and the GPU metric families.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "kernels/common/bf16.h"
@@ -178,17 +181,60 @@ TEST_F(GpuDaemonTest, RequestOptionErrors) {
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
-// Stream-ordered calls (ready/done signals) are CPU-only so far (docs/SERVICE.md "Known limits"):
-// a GPU daemon answers UNIMPLEMENTED, unary and through RunPrepared's signals, and runs nothing.
-TEST_F(GpuDaemonTest, StreamOrderedCallsAreUnimplemented) {
+// A stream-ordered call on the GPU daemon (docs/SERVICE.md "Stream-ordered calls and prepared
+// calls"): signal words in a host region; the reply says enqueued, the GPU writes nothing until
+// ready reaches the value, then out matches the CPU kernel and done holds the value.
+TEST_F(GpuDaemonTest, StreamOrderedCallWaitsForReadyThenStoresDone) {
+  ScopedShm shm(8 << 20);
+  ASSERT_TRUE(shm.ok());
+  {
+    grpc::ClientContext ctx;
+    v1::RegisterHostRegionRequest reg;
+    reg.set_name("so");
+    reg.set_key(shm.key());
+    reg.set_byte_size(shm.size());
+    v1::RegisterRegionResponse r;
+    ASSERT_TRUE(stub_->RegisterHostRegion(&ctx, reg, &r).ok());
+  }
+  const uint64_t out_at = 4 << 20, lse_at = 6 << 20, ready_at = 7 << 20, done_at = ready_at + 8;
+  std::memset(shm.data() + out_at, 0xff, SpanBytes(want_out_));  // NaN poison
+  std::memset(shm.data() + lse_at, 0xff, SpanBytes(want_lse_));
+  auto word = [&](uint64_t at) -> std::atomic<uint64_t>& {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(shm.data() + at);
+  };
+  word(ready_at).store(0);
+  word(done_at).store(0);
   v1::SparseMlaRequest req = InlineRequest();
-  req.mutable_ready()->mutable_slice()->set_region("sig");
-  req.mutable_ready()->set_value(1);
-  grpc::ClientContext c1;
+  *req.mutable_kv() = RegionTensor(kv_, v1::DTYPE_BF16, shm, "so", 0);
+  req.mutable_out()->mutable_region()->set_region("so");
+  req.mutable_out()->mutable_region()->set_offset(out_at);
+  req.mutable_lse()->mutable_region()->set_region("so");
+  req.mutable_lse()->mutable_region()->set_offset(lse_at);
+  for (auto [sig, at, value] :
+       {std::tuple<v1::Signal*, uint64_t, uint64_t>{req.mutable_ready(), ready_at, 3},
+        std::tuple<v1::Signal*, uint64_t, uint64_t>{req.mutable_done(), done_at, 5}}) {
+    sig->mutable_slice()->set_region("so");
+    sig->mutable_slice()->set_offset(at);
+    sig->set_value(value);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   v1::SparseMlaResponse reply;
-  grpc::Status s = stub_->SparseMla(&c1, req, &reply);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
-  EXPECT_NE(s.error_message().find("stream-ordered"), std::string::npos) << s.error_message();
+  const grpc::Status s = stub_->SparseMla(&ctx, req, &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(reply.stats().enqueued());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto* out_bytes = reinterpret_cast<const uint8_t*>(shm.data() + out_at);
+  EXPECT_EQ(out_bytes[0], 0xff);  // not run before ready
+  EXPECT_EQ(word(done_at).load(), 0u);
+  word(ready_at).store(3, std::memory_order_release);
+  uint64_t done = 0;
+  for (int i = 0; i < 10000 && (done = word(done_at).load(std::memory_order_acquire)) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(done, 5u);
+  ExpectCloseToCpu(std::string(shm.data() + out_at, SpanBytes(want_out_)), want_out_,
+                   std::string(shm.data() + lse_at, SpanBytes(want_lse_)), want_lse_);
 }
 
 // One daemon serves every visible GPU: calls addressed by device UUID run on that device, from
