@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "kernels/common/gpu/convert.cuh"
+#include "kernels/topk/gpu/radix.h"
 #include "kernels/topk/params.h"
 #include "kernels/topk/request_map.h"
 
@@ -100,6 +102,54 @@ __device__ __forceinline__ int64_t RowRequestOf(const RowArgs& a, int64_t row) {
   }
   return row / a.rows_per_request;
 }
+
+inline constexpr uint32_t kNegInfBits = 0xff800000u;  // f32 -inf: the value of an empty entry
+
+// Where row `row`'s output goes, and the KV-slot mapping of its request: what both kernels write
+// through (simt.cu and stream.cu add their own padding loops).
+struct RowDest {
+  int32_t* indices;
+  float* values;             // null when absent
+  const int32_t* table_row;  // null when absent
+  int64_t max_blocks;
+  uint32_t page_size;
+  int page_shift;
+  uint32_t block_stride;
+  int32_t origin;  // the column written as 0: the window start (IndexBase::kRowStart) or 0
+
+  __device__ __forceinline__ static RowDest Of(const RowArgs& a, int64_t row) {
+    RowDest d;
+    d.indices = a.indices + row * a.indices_ld;
+    d.values = a.values != nullptr ? a.values + row * a.values_ld : nullptr;
+    d.table_row = nullptr;
+    d.max_blocks = a.max_blocks;
+    if (a.block_table != nullptr) {
+      // A row without a request keeps a non-null table row and max_blocks 0: SlotOf gives -1
+      // and reads nothing.
+      const int64_t request = RowRequestOf(a, row);
+      d.table_row = a.block_table + (request >= 0 ? request * a.table_ld : 0);
+      if (request < 0) d.max_blocks = 0;
+    }
+    d.page_size = a.page_size;
+    d.page_shift = a.page_shift;
+    d.block_stride = a.block_stride;
+    d.origin = 0;
+    return d;
+  }
+  // `col` is a chosen column of the window (>= origin); `bits` its f32 logit.
+  __device__ __forceinline__ void Write(uint32_t pos, int32_t col, uint32_t bits) const {
+    const int32_t n = col - origin;
+    indices[pos] = table_row != nullptr ? radix::SlotOf(n, table_row, max_blocks, page_size,
+                                                        page_shift, block_stride)
+                                        : n;
+    if (values != nullptr) values[pos] = ::attnd::gpu::BitsToFloat(bits);
+  }
+  // Entry `pos` empty: -1 and -inf.
+  __device__ __forceinline__ void PadOne(uint32_t pos) const {
+    indices[pos] = -1;
+    if (values != nullptr) values[pos] = ::attnd::gpu::BitsToFloat(kNegInfBits);
+  }
+};
 
 // A row's window [begin, begin + len); Begin is the kernel's column type.
 template <class Begin>

@@ -33,7 +33,6 @@ constexpr int kOrderedSteps = 4;
 // 512-thread CTAs (several rows per SM hide each other's barriers).
 constexpr int64_t kFewRows = 256;
 constexpr int64_t kMaxGridX = 0x7fffffff;
-constexpr uint32_t kNegInfBits = 0xff800000u;
 constexpr uint32_t kNanBits = 0xffffffffu;  // stands in for columns past the window: key 0
 
 template <int kThreads>
@@ -60,54 +59,20 @@ __device__ RowSpan LoadWindow(const RowArgs& a, int64_t row) {
   return LoadWindowAs<RowSpan>(a, row);
 }
 
-// Where row `row`'s output goes, and the KV-slot mapping of its request.
-struct RowOut {
-  int32_t* indices;
-  float* values;             // null when absent
-  const int32_t* table_row;  // null when absent
-  int64_t max_blocks;
-  uint32_t page_size;
-  int page_shift;
-  uint32_t block_stride;
+// Where row `row`'s output goes (RowDest), and the row's k for padding.
+struct RowOut : RowDest {
   uint32_t k;
-  uint32_t origin;  // the column written as 0: the window start (IndexBase::kRowStart) or 0
-
-  // `col` is a chosen column of the window (>= origin).
-  __device__ void Write(uint32_t pos, uint32_t col, uint32_t bits) const {
-    const int32_t n = static_cast<int32_t>(col - origin);
-    indices[pos] = table_row != nullptr ? radix::SlotOf(n, table_row, max_blocks, page_size,
-                                                        page_shift, block_stride)
-                                        : n;
-    if (values != nullptr) values[pos] = ::attnd::gpu::BitsToFloat(bits);
-  }
   // Entries [from, k): -1 and -inf.
   template <int kThreads>
   __device__ void Pad(uint32_t from) const {
-    for (uint32_t j = from + threadIdx.x; j < k; j += kThreads) {
-      indices[j] = -1;
-      if (values != nullptr) values[j] = ::attnd::gpu::BitsToFloat(kNegInfBits);
-    }
+    for (uint32_t j = from + threadIdx.x; j < k; j += kThreads) PadOne(j);
   }
 };
 
 __device__ RowOut MakeRowOut(const RowArgs& a, int64_t row) {
   RowOut out;
-  out.indices = a.indices + row * a.indices_ld;
-  out.values = a.values != nullptr ? a.values + row * a.values_ld : nullptr;
-  out.table_row = nullptr;
-  out.max_blocks = a.max_blocks;
-  if (a.block_table != nullptr) {
-    // A row without a request keeps a non-null table row and max_blocks 0: SlotOf gives -1 and
-    // reads nothing.
-    const int64_t request = RowRequestOf(a, row);
-    out.table_row = a.block_table + (request >= 0 ? request * a.table_ld : 0);
-    if (request < 0) out.max_blocks = 0;
-  }
-  out.page_size = a.page_size;
-  out.page_shift = a.page_shift;
-  out.block_stride = a.block_stride;
+  static_cast<RowDest&>(out) = RowDest::Of(a, row);
   out.k = a.k;
-  out.origin = 0;
   return out;
 }
 
@@ -344,7 +309,7 @@ __device__ uint32_t SelectRow(const RowArgs& a, int64_t row_index, const RowSpan
     if (c.count != t.need) c = RefineLevel<kThreads, 2>(row, w.len, gathered, t, s);
   }
   RowOut out = MakeRowOut(a, row_index);
-  if (a.row_start_base) out.origin = w.begin;
+  if (a.row_start_base) out.origin = static_cast<int32_t>(w.begin);
   OrderedPass(row, w, t, out, s);
   return count;
 }

@@ -38,7 +38,6 @@ namespace vendor = ::attnd::gpu;
 using radix::Threshold;
 
 constexpr uint32_t kNanBits = 0xffffffffu;  // stands in for columns outside the window: key 0
-constexpr uint32_t kNegInfBits = 0xff800000u;
 constexpr uint32_t kMinSelectableBits = 0xff7fffffu;  // -FLT_MAX: admits every selectable logit
 constexpr int kBins = radix::kBins;
 constexpr int kMaxCluster = 8;  // portable cluster sizes
@@ -87,49 +86,10 @@ __device__ RowSpan LoadWindow(const StreamArgs& a, int64_t row) {
   return LoadWindowAs<RowSpan>(a, row);
 }
 
-// Where row `row`'s output goes, and the KV-slot mapping of its request.
-struct RowOut {
-  int32_t* indices;
-  float* values;             // null when absent
-  const int32_t* table_row;  // null when absent
-  int64_t max_blocks;
-  uint32_t page_size;
-  int page_shift;
-  uint32_t block_stride;
-  int32_t origin;  // the column written as 0: the window start (IndexBase::kRowStart) or 0
-
-  // `col` is a chosen column of the window (>= origin).
-  __device__ void Write(uint32_t pos, int32_t col, uint32_t bits) const {
-    const int32_t n = col - origin;
-    indices[pos] = table_row != nullptr ? radix::SlotOf(n, table_row, max_blocks, page_size,
-                                                        page_shift, block_stride)
-                                        : n;
-    if (values != nullptr) values[pos] = vendor::BitsToFloat(bits);
-  }
-  __device__ void Pad(uint32_t pos) const {
-    indices[pos] = -1;
-    if (values != nullptr) values[pos] = vendor::BitsToFloat(kNegInfBits);
-  }
-};
-
-__device__ RowOut MakeRowOut(const StreamArgs& a, int64_t row) {
-  RowOut out;
-  out.indices = a.indices + row * a.indices_ld;
-  out.values = a.values != nullptr ? a.values + row * a.values_ld : nullptr;
-  out.table_row = nullptr;
-  out.max_blocks = a.max_blocks;
-  if (a.block_table != nullptr) {
-    // A row without a request keeps a non-null table row and max_blocks 0: SlotOf gives -1 and
-    // reads nothing.
-    const int64_t request = RowRequestOf(a, row);
-    out.table_row = a.block_table + (request >= 0 ? request * a.table_ld : 0);
-    if (request < 0) out.max_blocks = 0;
-  }
-  out.page_size = a.page_size;
-  out.page_shift = a.page_shift;
-  out.block_stride = a.block_stride;
-  out.origin = 0;
-  return out;
+// Where row `row`'s output goes: RowDest (row_args.h), padded one entry at a time.
+using RowOut = RowDest;
+__device__ __forceinline__ RowOut MakeRowOut(const StreamArgs& a, int64_t row) {
+  return RowDest::Of(a, row);
 }
 
 // ---- Reading the window.
@@ -566,7 +526,7 @@ __global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), 0)
     const RowOut out = MakeRowOut(a, row);
     for (uint32_t j = count + cta.rank * kThreads + threadIdx.x; j < a.k;
          j += a.cluster * kThreads) {
-      out.Pad(j);
+      out.PadOne(j);
     }
     if (a.cluster > 1) {
       ClusterSync();  // no CTA reads another's shared memory past here
