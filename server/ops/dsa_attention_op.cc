@@ -23,9 +23,7 @@ struct DsaAttentionTraits {
   static absl::Status SetScalars(const Request& r, Params* p) {
     if (r.topk() != 0) p->topk = r.topk();  // 0: the model's 2048
     p->sm_scale = r.sm_scale();
-    absl::StatusOr<kernels::Precision> precision = PrecisionFromProto(r.precision());
-    if (!precision.ok()) return precision.status();
-    p->precision = *precision;
+    if (absl::Status s = PrecisionFromProto(r.precision(), &p->precision); !s.ok()) return s;
     p->kv_layout = CacheLayoutFromProto(r.kv_layout());
     return absl::OkStatus();
   }

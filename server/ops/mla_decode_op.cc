@@ -20,9 +20,7 @@ struct MlaDecodeTraits {
   static absl::Status SetScalars(const Request& r, Params* p) {
     p->sm_scale = r.sm_scale();
     p->causal = r.causal();
-    absl::StatusOr<kernels::Precision> precision = PrecisionFromProto(r.precision());
-    if (!precision.ok()) return precision.status();
-    p->precision = *precision;
+    if (absl::Status s = PrecisionFromProto(r.precision(), &p->precision); !s.ok()) return s;
     p->kv_cache_layout = CacheLayoutFromProto(r.kv_cache_layout());
     p->kv_scale = r.kv_scale();
     return absl::OkStatus();

@@ -20,9 +20,7 @@ struct MlaPrefillTraits {
   static absl::Status SetScalars(const Request& r, Params* p) {
     p->sm_scale = r.sm_scale();
     p->causal = r.causal();
-    absl::StatusOr<kernels::Precision> precision = PrecisionFromProto(r.precision());
-    if (!precision.ok()) return precision.status();
-    p->precision = *precision;
+    if (absl::Status s = PrecisionFromProto(r.precision(), &p->precision); !s.ok()) return s;
     return absl::OkStatus();
   }
   static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {

@@ -108,11 +108,11 @@ absl::Status ReadCallOptions(const google::protobuf::Message& request, std::stri
   return absl::OkStatus();
 }
 
-absl::StatusOr<kernels::Precision> PrecisionFromProto(int value) {
+absl::Status PrecisionFromProto(int value, kernels::Precision* out) {
   switch (value) {
     case v1::PRECISION_UNSPECIFIED:
-    case v1::PRECISION_FAST: return kernels::Precision::kFast;
-    case v1::PRECISION_HIGH: return kernels::Precision::kHigh;
+    case v1::PRECISION_FAST: *out = kernels::Precision::kFast; return absl::OkStatus();
+    case v1::PRECISION_HIGH: *out = kernels::Precision::kHigh; return absl::OkStatus();
     default: break;
   }
   return absl::InvalidArgumentError(absl::StrCat(

@@ -43,9 +43,10 @@ const char* OpRpc(OpId id);   // "IndexerLogits", ...: the RPC name
 absl::Status ReadCallOptions(const google::protobuf::Message& request, std::string* ready_event,
                              std::string* device_uuid);
 
-// An attention request's `precision` field (proto Precision, its raw value): UNSPECIFIED and
-// FAST give kFast, HIGH kHigh; any other value (proto3 enums are open) INVALID_ARGUMENT.
-absl::StatusOr<kernels::Precision> PrecisionFromProto(int value);
+// An attention request's `precision` field (proto Precision, its raw value) into *out:
+// UNSPECIFIED and FAST give kFast, HIGH kHigh; any other value (proto3 enums are open)
+// INVALID_ARGUMENT, *out unchanged.
+absl::Status PrecisionFromProto(int value, kernels::Precision* out);
 v1::Precision PrecisionToProto(kernels::Precision p);
 
 // Whether an op's Params has the `precision` option (the attention ops).

@@ -19,9 +19,7 @@ struct SparseMlaTraits {
 
   static absl::Status SetScalars(const Request& r, Params* p) {
     p->sm_scale = r.sm_scale();
-    absl::StatusOr<kernels::Precision> precision = PrecisionFromProto(r.precision());
-    if (!precision.ok()) return precision.status();
-    p->precision = *precision;
+    if (absl::Status s = PrecisionFromProto(r.precision(), &p->precision); !s.ok()) return s;
     p->kv_layout = CacheLayoutFromProto(r.kv_layout());
     p->kv_scale = r.kv_scale();
     return absl::OkStatus();
