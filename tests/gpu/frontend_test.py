@@ -2,7 +2,8 @@
 """The frontend test on a GPU host: a PyTorch "serving frontend" allocates its tensors
 on the GPU, registers them with a running attnd as device regions through their storages' CUDA
 IPC handles, calls SparseMla, MlaDecode, IndexerLogits and DsaAttention with every input and
-output in device regions, and checks the results against the same formulas written out in
+output in device regions, runs a stream-ordered SparseMla chain whose signals its own CUDA
+stream writes and waits on, and checks the results against the same formulas written out in
 PyTorch (float64 on the GPU). /metrics must show zero tensor bytes copied for these calls.
 
     PYTHONPATH=bundle/python python3 frontend_test.py --target unix:/tmp/x/attnd.sock \\
@@ -229,6 +230,54 @@ def run_sparse_mla(client, checks):
         checks.expect(graph == "", f"sparse_mla: graph {graph!r} with --graphs=false, want ''")
 
 
+def run_stream_ordered(client, checks):
+    """A stream-ordered SparseMla chain driven by the caller's own CUDA stream: each step's q is
+    produced on torch's current stream behind a GPU busy-wait (so the daemon must wait for it),
+    the stream writes `ready` (cuStreamWriteValue64 into a host region), waits for `done`
+    (cuStreamWaitValue64) and copies `out`; the thread never synchronises until the end. Every
+    copy must match the reference of its own step's q: a copy taken before the daemon wrote
+    `out` would be NaN (poisoned) or the previous step's."""
+    from attnd_client.cuda_signals import StreamSignals
+    from attnd_client.stream_ordered import FAILURE_BIT, SignalWord
+
+    t, h, d_qk, s, k = 16, 64, 576, 4096, 256
+    scale = 1 / math.sqrt(d_qk)
+    q = torch.randn(t, h, d_qk, device=DEV).bfloat16()
+    kv = torch.randn(s, d_qk, device=DEV).bfloat16()
+    indices = torch.randint(0, s, (t, k), dtype=torch.int32, device=DEV)
+    out, lse = nan_like((t, h, 512), torch.bfloat16), nan_like((t, h), torch.float32)
+    args = dict(q=q, kv=kv, indices=indices, sm_scale=scale, out=out, lse=lse)
+    client.sparse_mla(timeout=300, **args)  # registers the device regions once
+    region = client.create_host_region(f"signals-{id(q)}", 4096)
+    ready, done = SignalWord(region), SignalWord(region)
+    stream = torch.cuda.current_stream()
+    steps, qs, outs, caller_us = 4, [], [], []
+    out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    with StreamSignals(region) as signals:
+        for n in range(1, steps + 1):
+            start = time.perf_counter()
+            torch.cuda._sleep(20_000_000)  # the GPU busy for milliseconds before q is ready
+            q.copy_(torch.randn(t, h, d_qk, device=DEV).bfloat16())
+            qs.append(q.clone())
+            client.enqueue("sparse_mla", ready=ready.signal(n), done=done.signal(n), **args)
+            signals.write(ready, n, stream.cuda_stream)
+            signals.wait(done, n, stream.cuda_stream)
+            outs.append(out.clone())
+            caller_us.append((time.perf_counter() - start) * 1e6)
+        torch.cuda.synchronize()
+    word = done.get()
+    checks.expect(word == steps, f"stream-ordered: done word {word:#x}, want {steps}")
+    checks.expect(not word & FAILURE_BIT, "stream-ordered: the failure bit is set")
+    for n in range(steps):
+        ref_out, _ = ref_sparse_mla(qs[n], kv, indices, scale)
+        checks.close(outs[n], ref_out, f"stream-ordered step {n + 1} out", 1e-2, 2e-2, 2e-2)
+    caller_us.sort()
+    checks.report["stream_ordered_caller_us_p50"] = caller_us[len(caller_us) // 2]
+    print(f"  caller CPU per step (enqueue + signal ops): {caller_us} us")
+    region.close()
+
+
 def run_mla_decode(client, checks):
     b, s_q, h, d_qk, page, max_pages, pages = 4, 2, 16, 576, 64, 24, 128
     q = torch.randn(b, s_q, h, d_qk, device=DEV).bfloat16()
@@ -416,6 +465,7 @@ def main():
             ("MlaDecode", run_mla_decode),
             ("IndexerLogits", run_indexer_logits),
             ("DsaAttention", run_dsa_attention),
+            ("StreamOrdered", run_stream_ordered),
         ):
             print(f"== {name}", flush=True)
             try:

@@ -313,3 +313,76 @@ def test_session_prepared_calls(client, rng):
         with pytest.raises(AttndError) as e:
             s.run_prepared(call_id).result(30)
         assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+class FakeDriver:
+    """Stands in for the CUDA driver in attnd_client.cuda_signals: records the calls, maps the
+    registered pages at a fake device address."""
+
+    DEVICE_BASE = 0x7F00_0000_0000
+
+    def __init__(self):
+        self.calls = []
+        self.registered = None
+
+        def register(ptr, size, flags):
+            self.registered = (ptr.value, size)
+            self.calls.append(("register", ptr.value, size, flags))
+            return 0
+
+        def device_pointer(out, ptr, flags):
+            out._obj.value = self.DEVICE_BASE
+            return 0
+
+        def op(name):
+            def f(stream, address, value, flags):
+                self.calls.append((name, stream.value, address, value, flags))
+                return 0
+
+            return f
+
+        def unregister(ptr):
+            self.calls.append(("unregister", ptr.value))
+            return 0
+
+        self.register, self.device_pointer, self.unregister = register, device_pointer, unregister
+        self.write, self.wait = op("write"), op("wait")
+
+
+def test_stream_signals_address_words_in_the_registered_pages(client):
+    from attnd_client.cuda_signals import CU_STREAM_WAIT_VALUE_GEQ, StreamSignals
+
+    region = client.create_host_region("cuda-signals", 3 * 4096 + 100)
+    try:
+        ready, done = SignalWord(region), SignalWord(region, offset=4096 + 64)
+        driver = FakeDriver()
+        with StreamSignals(region, driver=driver) as signals:
+            start, size = driver.registered
+            assert start % 4096 == 0 and size % 4096 == 0
+            assert start <= region.address and region.address + region.byte_size <= start + size
+            signals.write(ready, 7, stream=0x1234)
+            signals.wait(done, 9, stream=0x1234)
+        base = FakeDriver.DEVICE_BASE
+        assert driver.calls[1] == (
+            "write",
+            0x1234,
+            base + region.address + ready.offset - start,
+            7,
+            0,
+        )
+        assert driver.calls[2] == (
+            "wait",
+            0x1234,
+            base + region.address + done.offset - start,
+            9,
+            CU_STREAM_WAIT_VALUE_GEQ,
+        )
+        assert driver.calls[3] == ("unregister", start)
+        other = client.create_host_region("cuda-signals-2", 4096)
+        try:
+            with pytest.raises(ValueError):
+                StreamSignals(region, driver=FakeDriver()).write(SignalWord(other), 1, 0)
+        finally:
+            other.close()
+    finally:
+        region.close()

@@ -1,8 +1,9 @@
 """Stream-ordered calls and prepared calls (docs/SERVICE.md "Stream-ordered calls and prepared
 calls"): an op call that names a `ready` and/or `done` signal word is answered at once
 ("enqueued"); the daemon runs it once the word at `ready` is >= its value and then stores `done`
-(value, or value | FAILURE_BIT when the call failed or never ran). On the CPU daemon the words
-live in a host region of the caller's.
+(value, or value | FAILURE_BIT when the call failed or never ran). The words live in a host
+region of the caller's; on a GPU the caller's own stream can write and wait on them
+(cuda_signals.py).
 
     word_in, word_out = SignalWord(region), SignalWord(region)     # 8-byte words in a HostRegion
     client.enqueue("sparse_mla", ready=word_in.signal(1), done=word_out.signal(1),
@@ -26,6 +27,7 @@ import grpc
 import numpy as np
 
 from . import ops as _ops
+from . import torch_support as _torch_support
 from ._proto import pb
 from .errors import AttndError
 
@@ -119,7 +121,13 @@ def build_stream_ordered(
     if ready is None and done is None:
         raise ValueError("a stream-ordered call needs ready= and/or done=")
     spec = _ops.spec(op)
-    request, _ = _ops.build_request(spec, codec, arguments)
+    if ready is not None:
+        # The caller's stream orders the inputs (it writes `ready` after producing them): CUDA
+        # tensors are referenced without a device synchronise.
+        with _torch_support.ordered_by_ready():
+            request, _ = _ops.build_request(spec, codec, arguments)
+    else:
+        request, _ = _ops.build_request(spec, codec, arguments)
     set_signals(request, ready, done)
     return spec, request
 

@@ -8,15 +8,18 @@ registered once per storage with RegisterDeviceRegion, and addressed at the tens
 
 The handle names the base of the caching allocator's block; _share_cuda_() also gives the
 storage's offset in that block (the region's offset) and its size (the region's byte_size).
-The client synchronises the tensor's device before each call (the API has no IPC event yet).
+The client synchronises the tensor's device before each blocking call. A stream-ordered call
+with a `ready` signal is built inside `ordered_by_ready()` and does not: the caller's stream
+writes `ready` after the kernels that produce the inputs (cuda_signals.py), which orders them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -29,6 +32,19 @@ if TYPE_CHECKING:
     from .tensors import RegionRef
 
 _counter = itertools.count()
+_ordering = threading.local()
+
+
+@contextlib.contextmanager
+def ordered_by_ready() -> Iterator[None]:
+    """Within it, this thread's tensor references skip the device synchronise: the call being
+    built names a `ready` signal that orders its inputs."""
+    was = getattr(_ordering, "by_ready", False)
+    _ordering.by_ready = True
+    try:
+        yield
+    finally:
+        _ordering.by_ready = was
 
 
 def attnd_dtype(torch_dtype: torch.dtype) -> str:
@@ -163,7 +179,7 @@ class DeviceRegionCache:
 
     def ref(self, tensor: torch.Tensor) -> RegionRef:
         """The RegionRef of a CUDA tensor (its storage registered on first use); synchronises
-        the tensor's device."""
+        the tensor's device unless inside `ordered_by_ready()`."""
         import torch
 
         name_dtype = attnd_dtype(tensor.dtype)
@@ -180,7 +196,8 @@ class DeviceRegionCache:
                 self._registrar.register_device_region(**region_args(share, uuid, name))
                 entry = (name, storage)
                 self._by_key[key] = entry
-        torch.cuda.synchronize(device)
+        if not getattr(_ordering, "by_ready", False):
+            torch.cuda.synchronize(device)
         return tensor_slice(
             entry[0],
             name_dtype,

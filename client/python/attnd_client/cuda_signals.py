@@ -1,0 +1,153 @@
+"""Signal words written and waited on by the caller's own CUDA stream (docs/SERVICE.md
+"Stream-ordered calls and prepared calls", "On a GPU backend"): the frontend's stream stores
+`ready` after the kernels that produce a call's inputs and waits for `done` before the kernels
+that read its outputs, so the calling thread never synchronises and the whole chain can sit in a
+CUDA graph. The words are SignalWords of a HostRegion; this module maps the region into the
+caller's CUDA context (cuMemHostRegister, once) and enqueues the stream memory operations
+(cuStreamWriteValue64, cuStreamWaitValue64) through the driver API with ctypes: no torch or
+cuda-python needed, any stream handle works (torch: `torch.cuda.current_stream().cuda_stream`).
+
+    signals = StreamSignals(region)                  # once per region, with a CUDA context current
+    client.enqueue("sparse_mla", ready=ready.signal(n), done=done.signal(n), q=q, ..., out=out)
+    signals.write(ready, n, stream)                  # after the producer of q, on its stream
+    signals.wait(done, n, stream)                    # before the consumer of out
+    # a failed call stores n | FAILURE_BIT (>= n): the wait ends; check done.get() later
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .regions import HostRegion
+    from .stream_ordered import SignalWord
+
+PAGE = 4096
+CU_MEMHOSTREGISTER_PORTABLE = 0x01
+CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
+CU_STREAM_WAIT_VALUE_GEQ = 0x0
+CU_STREAM_WRITE_VALUE_DEFAULT = 0x0  # a memory barrier before the write: prior work is visible
+CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
+
+
+class CudaDriverError(RuntimeError):
+    """A CUDA driver call failed: its name and CUresult."""
+
+
+def _load_driver() -> ctypes.CDLL:
+    for name in ("libcuda.so.1", ctypes.util.find_library("cuda") or "libcuda.so"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise CudaDriverError("libcuda.so.1 not found: stream signals need the NVIDIA driver")
+
+
+def _symbol(lib: ctypes.CDLL, *names: str) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    """The first of `names` the driver exports (CUDA 12+ versions some entry points `_v2`)."""
+    for name in names:
+        try:
+            return getattr(lib, name)
+        except AttributeError:
+            continue
+    raise CudaDriverError(f"the driver exports none of {names}")
+
+
+class _Driver:
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        u64, vp, uint = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint
+        self.register = _symbol(lib, "cuMemHostRegister_v2", "cuMemHostRegister")
+        self.register.argtypes = [vp, ctypes.c_size_t, uint]
+        self.unregister = _symbol(lib, "cuMemHostUnregister")
+        self.unregister.argtypes = [vp]
+        self.device_pointer = _symbol(
+            lib, "cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer"
+        )
+        self.device_pointer.argtypes = [ctypes.POINTER(u64), vp, uint]
+        self.write = _symbol(lib, "cuStreamWriteValue64_v2", "cuStreamWriteValue64")
+        self.write.argtypes = [vp, u64, u64, uint]
+        self.wait = _symbol(lib, "cuStreamWaitValue64_v2", "cuStreamWaitValue64")
+        self.wait.argtypes = [vp, u64, u64, uint]
+        for f in (self.register, self.unregister, self.device_pointer, self.write, self.wait):
+            f.restype = ctypes.c_int
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        raise CudaDriverError(f"{what} failed: CUresult {result}")
+
+
+class StreamSignals:
+    """The caller's CUDA view of one HostRegion's signal words. Construct it with a CUDA context
+    current on this thread (with torch: after the first CUDA op on the device); `close()` (or
+    the end of a `with` block) unregisters the pages from CUDA."""
+
+    def __init__(self, region: HostRegion, driver: _Driver | None = None) -> None:
+        self._driver = driver or _Driver(_load_driver())
+        self.region = region
+        start = region.address & ~(PAGE - 1)
+        end = (region.address + region.byte_size + PAGE - 1) & ~(PAGE - 1)
+        self._host = start
+        result = self._driver.register(
+            ctypes.c_void_p(start),
+            end - start,
+            CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP,
+        )
+        # Already registered (by this process's runtime, e.g. a pinned torch view): use it as is.
+        self._owned = result == 0
+        if result not in (0, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED):
+            _check(result, "cuMemHostRegister")
+        device = ctypes.c_uint64(0)
+        _check(
+            self._driver.device_pointer(ctypes.byref(device), ctypes.c_void_p(start), 0),
+            "cuMemHostGetDevicePointer",
+        )
+        self._device = device.value
+
+    def device_address(self, word: SignalWord) -> int:
+        """The device address of `word` (it must lie in this region)."""
+        if word.region is not self.region:
+            raise ValueError(
+                f"signal word of region {word.region.name!r}, not {self.region.name!r}"
+            )
+        return self._device + (self.region.address + word.offset - self._host)
+
+    def write(self, word: SignalWord, value: int, stream: int) -> None:
+        """Enqueues `word = value` on `stream` (a CUstream / cudaStream_t handle; 0 = legacy
+        default), after a memory barrier: what the stream ran before is visible to the daemon
+        once it sees the value."""
+        _check(
+            self._driver.write(
+                ctypes.c_void_p(stream),
+                self.device_address(word),
+                int(value),
+                CU_STREAM_WRITE_VALUE_DEFAULT,
+            ),
+            "cuStreamWriteValue64",
+        )
+
+    def wait(self, word: SignalWord, value: int, stream: int) -> None:
+        """Enqueues a wait on `stream` until `word >= value` (a failed call's done word,
+        value | FAILURE_BIT, also ends it: check `word.get()` afterwards)."""
+        _check(
+            self._driver.wait(
+                ctypes.c_void_p(stream),
+                self.device_address(word),
+                int(value),
+                CU_STREAM_WAIT_VALUE_GEQ,
+            ),
+            "cuStreamWaitValue64",
+        )
+
+    def close(self) -> None:
+        if self._owned:
+            self._owned = False
+            _check(self._driver.unregister(ctypes.c_void_p(self._host)), "cuMemHostUnregister")
+
+    def __enter__(self) -> StreamSignals:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
