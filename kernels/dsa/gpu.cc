@@ -3,9 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/gpu/runtime.h"
 #include "kernels/common/math.h"
+#include "kernels/common/status.h"
 #include "kernels/dsa/dsa.h"
 #include "kernels/indexer_logits/indexer_logits.h"
+#include "kernels/indexer_logits_paged/indexer_logits_paged.h"
 #include "kernels/sparse_mla/sparse_mla.h"
 #include "kernels/topk/topk.h"
 
@@ -27,32 +30,41 @@ Tensor Rows(const Tensor& t, int64_t begin, int64_t count) {
   return r;
 }
 
-// The block of tokens each pass handles, and the scratch it needs.
+// The block of token rows each pass handles (whole requests in the paged form), and the
+// scratch it needs, in this order in the workspace.
 struct Layout {
   int64_t block = 1;
   int64_t logits_bytes = 0;   // 0 when the caller placed the logits
   int64_t indices_bytes = 0;  // 0 when the caller placed the indices
+  int64_t lengths_bytes = 0;  // paged form: top-k's whole-row lengths
+  int64_t scratch() const { return logits_bytes + indices_bytes + lengths_bytes; }
 };
 
 Layout MakeLayout(const Params& p) {
-  const int64_t t = p.index_q.dim(0), n = std::max<int64_t>(p.index_k.dim(0), 1);
+  const int64_t t = std::max<int64_t>(TokenRows(p), 1), n = std::max<int64_t>(LogitsColumns(p), 1);
+  const int64_t unit = std::max<int64_t>(RequestRows(p), 1);
   Layout l;
-  l.block = p.logits.present()
-                ? std::max<int64_t>(t, 1)
-                : std::clamp<int64_t>(kGpuLogitsScratchBytes / (n * 4), 1, std::max<int64_t>(t, 1));
+  l.block = p.logits.present() ? t
+                               : std::clamp<int64_t>(kGpuLogitsScratchBytes / (unit * n * 4), 1,
+                                                     std::max<int64_t>(t / unit, 1)) *
+                                     unit;
   if (!p.logits.present()) l.logits_bytes = AlignUp(l.block * n * 4);
   if (!p.indices.present()) l.indices_bytes = AlignUp(l.block * p.topk * 4);
+  if (p.paged()) l.lengths_bytes = AlignUp(l.block * 4);
   return l;
 }
 
-Tensor LogitsView(const Params& p, int64_t t0, int64_t count, void* scratch) {
-  if (p.logits.present()) return Rows(p.logits, t0, count);
-  return MakeTensor(scratch, DType::kF32, {count, p.index_k.dim(0)});
-}
-
-Tensor IndicesView(const Params& p, int64_t t0, int64_t count, void* scratch) {
-  if (p.indices.present()) return Rows(p.indices, t0, count);
-  return MakeTensor(scratch, DType::kI32, {count, p.topk});
+BlockScratch Views(const Params& p, const Layout& l, int64_t t0, int64_t count, char* scratch) {
+  BlockScratch s;
+  s.logits = p.logits.present() ? Rows(p.logits, t0, count)
+                                : MakeTensor(scratch, DType::kF32, {count, LogitsColumns(p)});
+  s.indices = p.indices.present()
+                  ? Rows(p.indices, t0, count)
+                  : MakeTensor(scratch + l.logits_bytes, DType::kI32, {count, p.topk});
+  if (p.paged()) {
+    s.lengths = MakeTensor(scratch + l.logits_bytes + l.indices_bytes, DType::kI32, {count});
+  }
+  return s;
 }
 
 template <class P>
@@ -69,74 +81,74 @@ int64_t WorkspaceOf(const std::vector<Impl<P>>& impls, const P& sp) {
   return impl != nullptr && impl->workspace ? impl->workspace(sp) : 0;
 }
 
-absl::Status InStep(const char* step, absl::Status s) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(step, ": ", s.message()));
+// Calls f(step name, implementation or null, refusals, workspace bytes) for each step of the
+// first block, with scratch views as RunGpu lays them out (placeholders).
+template <class F>
+void ForEachStep(const Params& p, F&& f) {
+  const Layout l = MakeLayout(p);
+  const int64_t count = std::min(l.block, TokenRows(p));
+  const BlockScratch s = Views(p, l, 0, count, placeholder);
+  auto visit = [&](const char* step, const auto& impls, const auto& sp) {
+    std::string why;
+    const auto* impl = Pick(impls, sp, &why);
+    f(step, impl != nullptr, why, impl != nullptr && impl->workspace ? impl->workspace(sp) : 0);
+  };
+  if (p.paged()) {
+    visit("indexer_logits_paged", indexer_logits_paged::Implementations(),
+          PagedIndexerStep(p, 0, count, s.logits));
+    visit("topk", topk::Implementations(),
+          PagedTopkStep(p, 0, count, s.logits, s.lengths, s.indices));
+  } else {
+    visit("indexer_logits", indexer_logits::Implementations(), IndexerStep(p, 0, count, s.logits));
+    visit("topk", topk::Implementations(), TopkStep(p, 0, count, s.logits, s.indices));
+  }
+  visit("sparse_mla", sparse_mla::Implementations(), SparseMlaStep(p, 0, count, s.indices));
 }
 
 }  // namespace
 
 bool GpuSupports(const Params& p, std::string* why) {
-  const Layout l = MakeLayout(p);
-  const int64_t count = std::min(l.block, p.index_q.dim(0));
-  const Tensor logits = LogitsView(p, 0, count, placeholder);
-  const Tensor indices = IndicesView(p, 0, count, placeholder);
-  std::string w;
-  if (Pick(indexer_logits::Implementations(), IndexerStep(p, 0, count, logits), &w) == nullptr) {
-    *why = absl::StrCat("indexer_logits step: ", w);
-    return false;
-  }
-  if (Pick(topk::Implementations(), TopkStep(p, 0, count, logits, indices), &w) == nullptr) {
-    *why = absl::StrCat("topk step: ", w);
-    return false;
-  }
-  if (Pick(sparse_mla::Implementations(), SparseMlaStep(p, 0, count, indices), &w) == nullptr) {
-    *why = absl::StrCat("sparse_mla step: ", w);
-    return false;
-  }
-  return true;
+  bool ok = true;
+  ForEachStep(p, [&](const char* step, bool found, const std::string& w, int64_t) {
+    if (ok && !found) {
+      *why = absl::StrCat(step, " step: ", w);
+      ok = false;
+    }
+  });
+  return ok;
 }
 
 int64_t GpuWorkspaceBytes(const Params& p) {
-  const Layout l = MakeLayout(p);
-  const int64_t count = std::min(l.block, p.index_q.dim(0));
-  const Tensor logits = LogitsView(p, 0, count, placeholder);
-  const Tensor indices = IndicesView(p, 0, count, placeholder);
-  int64_t steps = WorkspaceOf(indexer_logits::Implementations(), IndexerStep(p, 0, count, logits));
-  steps =
-      std::max(steps, WorkspaceOf(topk::Implementations(), TopkStep(p, 0, count, logits, indices)));
-  steps = std::max(steps,
-                   WorkspaceOf(sparse_mla::Implementations(), SparseMlaStep(p, 0, count, indices)));
-  return l.logits_bytes + l.indices_bytes + AlignUp(steps);
+  int64_t steps = 0;
+  ForEachStep(p, [&](const char*, bool, const std::string&, int64_t bytes) {
+    steps = std::max(steps, bytes);
+  });
+  return MakeLayout(p).scratch() + AlignUp(steps);
 }
 
 absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
-  const int64_t t = p.index_q.dim(0);
+  const int64_t t = TokenRows(p);
   if (t == 0) return absl::OkStatus();
   const Layout l = MakeLayout(p);
-  const int64_t scratch = l.logits_bytes + l.indices_bytes;
+  const int64_t scratch = l.scratch();
   if (scratch > 0 && (ctx.workspace == nullptr || ctx.workspace_bytes < scratch)) {
     return absl::InternalError(
         absl::StrCat("dsa: workspace of ", ctx.workspace_bytes, " bytes, want at least ", scratch));
   }
   char* ws = static_cast<char*>(ctx.workspace);
-  void* logits_scratch = l.logits_bytes > 0 ? ws : nullptr;
-  void* indices_scratch = l.indices_bytes > 0 ? ws + l.logits_bytes : nullptr;
   ExecContext step_ctx = ctx;
   step_ctx.workspace = ctx.workspace_bytes > scratch ? ws + scratch : nullptr;
   step_ctx.workspace_bytes = ctx.workspace_bytes > scratch ? ctx.workspace_bytes - scratch : 0;
+  if (p.paged()) {  // top-k's window: every column (dsa.h kWholeRowLength), stream-ordered
+    GPU_RETURN_IF_ERROR(gpu::MemsetAsync(ws + l.logits_bytes + l.indices_bytes, kWholeRowByte,
+                                         static_cast<size_t>(l.block * 4),
+                                         static_cast<gpu::Stream>(ctx.stream)));
+  }
   for (int64_t t0 = 0; t0 < t; t0 += l.block) {
     // Host-side: no further launches once the call is asked to stop (what is enqueued runs).
     if (StopRequested(ctx)) return StoppedStatus();
     const int64_t count = std::min(l.block, t - t0);
-    const Tensor logits = LogitsView(p, t0, count, logits_scratch);
-    const Tensor indices = IndicesView(p, t0, count, indices_scratch);
-    absl::Status s = indexer_logits::Run(IndexerStep(p, t0, count, logits), step_ctx);
-    if (!s.ok()) return InStep("indexer_logits", s);
-    s = topk::Run(TopkStep(p, t0, count, logits, indices), step_ctx);
-    if (!s.ok()) return InStep("topk", s);
-    s = sparse_mla::Run(SparseMlaStep(p, t0, count, indices), step_ctx);
-    if (!s.ok()) return InStep("sparse_mla", s);
+    ATTND_RETURN_IF_ERROR(RunBlock(p, t0, count, Views(p, l, t0, count, ws), step_ctx));
   }
   return absl::OkStatus();
 }

@@ -1,7 +1,9 @@
-// The fused DSA layer on a GPU: the steps' own GPU implementations (indexer logits -> top-k ->
-// sparse MLA) run in order on the caller's stream, in blocks of tokens, with the logits and
-// indices scratch (when the caller does not place them) and the steps' workspaces carved from
-// the caller's workspace. Capture-safe because its steps are: no allocation, no synchronisation.
+// The fused DSA layer on a GPU: the steps' own GPU implementations (indexer logits, or the paged
+// indexer -> top-k, mapping positions to kv rows in the paged form -> sparse MLA) run in order
+// on the caller's stream, in blocks of tokens (whole requests when paged), with the logits,
+// indices and (paged) top-k lengths scratch (when the caller does not place them; the lengths
+// by one stream-ordered memset) and the steps' workspaces carved from the caller's workspace.
+// Capture-safe because its steps are: no allocation, no synchronisation.
 //   GpuImpl<Params>("steps", GpuSupports, RunGpu, GpuWorkspaceBytes)   // "cuda_steps"
 #pragma once
 

@@ -9,6 +9,7 @@
 #include "kernels/indexer_logits/indexer_logits.h"
 #include "tests/harness/harness.h"
 #include "tests/kernels/dsa/dsa_case.h"
+#include "tests/kernels/dsa/paged_case.h"
 
 namespace attnd::testing {
 namespace {
@@ -131,6 +132,137 @@ TEST(DsaCount, AddsIndexerAndSparseMla) {
   EXPECT_DOUBLE_EQ(w.flops, 2 * hi * di * pairs + 2 * h * (d + 512) * selections);
   EXPECT_DOUBLE_EQ(w.bytes, t * hi * di + n * di + 4 * n + 4 * t * hi + 8 * t + 2 * t * h * d +
                                 2 * d * selections + 2 * t * h * 512 + 4 * t * h + 4 * t * k);
+}
+
+int32_t dummy_i32[64];
+
+// The paged form: one row per malformed input, on a call with a separate kv_block_table, per-token
+// context_lens and every optional tensor present.
+const std::vector<Mutation>& PagedMutations() {
+  static const auto* rows = new std::vector<Mutation>{
+      {"index_k with index_cache",
+       [](Params& p) {
+         p.index_k = kernels::MakeTensor(dummy_f32, DType::kFp8E4M3, {4, 128});
+       },
+       "index_k"},
+      {"index_k_scale with index_cache",
+       [](Params& p) { p.index_k_scale = kernels::MakeTensor(dummy_f32, DType::kF32, {4}); },
+       "index_k_scale"},
+      {"ks with index_cache",
+       [](Params& p) { p.ks = kernels::MakeTensor(dummy_i32, DType::kI32, {6}); }, "ks"},
+      {"ke with index_cache",
+       [](Params& p) { p.ke = kernels::MakeTensor(dummy_i32, DType::kI32, {6}); }, "ke"},
+      {"index_block_table missing", [](Params& p) { p.index_block_table = {}; },
+       "index_block_table"},
+      {"context_lens missing", [](Params& p) { p.context_lens = {}; }, "context_lens"},
+      {"index_q rank 3 (the gathered shape)", [](Params& p) { p.index_q.rank = 3; }, "index_q"},
+      {"index_q next_n 0", [](Params& p) { p.index_q.shape[1] = 0; }, "index_q"},
+      {"index_q D 100", [](Params& p) { p.index_q.shape[3] = 100; }, "index_q"},
+      {"index_q dtype bf16", [](Params& p) { p.index_q.dtype = DType::kBF16; }, "index_q"},
+      {"index_cache dtype f32", [](Params& p) { p.index_cache.dtype = DType::kF32; },
+       "index_cache"},
+      {"index_cache row of another block size", [](Params& p) { p.index_cache.shape[1] -= 132; },
+       "index_cache"},
+      {"index_cache_layout a MLA layout",
+       [](Params& p) { p.index_cache_layout = kernels::CacheLayout::kBf16_576; },
+       "index_cache_layout"},
+      {"index_cache_layout out of range",
+       [](Params& p) { p.index_cache_layout = static_cast<kernels::CacheLayout>(99); },
+       "index_cache_layout"},
+      {"index_block_size 0", [](Params& p) { p.index_block_size = 0; }, "index_block_size"},
+      {"index_block_size 15 (rows of 16)", [](Params& p) { p.index_block_size = 15; },
+       "index_cache"},
+      {"index_block_table B+1", [](Params& p) { p.index_block_table.shape[0] += 1; },
+       "index_block_table"},
+      {"index_block_table dtype f32", [](Params& p) { p.index_block_table.dtype = DType::kF32; },
+       "index_block_table"},
+      {"context_lens rank 3", [](Params& p) { p.context_lens.rank = 3; }, "context_lens"},
+      {"context_lens next_n+1", [](Params& p) { p.context_lens.shape[1] += 1; }, "context_lens"},
+      {"context_lens B-1 ([B] form)",
+       [](Params& p) {
+         p.context_lens.rank = 1;
+         p.context_lens.shape[0] -= 1;
+       },
+       "context_lens"},
+      {"kv_block_table B-1", [](Params& p) { p.kv_block_table.shape[0] -= 1; }, "kv_block_table"},
+      {"kv_block_table dtype u8", [](Params& p) { p.kv_block_table.dtype = DType::kU8; },
+       "kv_block_table"},
+      {"kv_block_size -1", [](Params& p) { p.kv_block_size = -1; }, "kv_block_size"},
+      {"kv_block_stride -2", [](Params& p) { p.kv_block_stride = -2; }, "kv_block_stride"},
+      {"kv_block_stride < kv_block_size", [](Params& p) { p.kv_block_stride = 3; },
+       "kv_block_stride"},
+      {"index_weights T+1", [](Params& p) { p.index_weights.shape[0] += 1; }, "index_weights"},
+      {"index_weights H_i-1", [](Params& p) { p.index_weights.shape[1] -= 1; }, "index_weights"},
+      {"q T-1", [](Params& p) { p.q.shape[0] -= 1; }, "q"},
+      {"out T+1", [](Params& p) { p.out.shape[0] += 1; }, "out"},
+      {"lse T+1", [](Params& p) { p.lse.shape[0] += 1; }, "lse"},
+      {"logits T+1", [](Params& p) { p.logits.shape[0] += 1; }, "logits"},
+      {"logits dtype bf16", [](Params& p) { p.logits.dtype = DType::kBF16; }, "logits"},
+      {"indices k+1", [](Params& p) { p.indices.shape[1] += 1; }, "indices"},
+      {"kv f32", [](Params& p) { p.kv.dtype = DType::kF32; }, "kv"},
+      {"kv u8 576 wide", [](Params& p) { p.kv.dtype = DType::kU8; }, "kv"},
+      {"kv missing", [](Params& p) { p.kv = {}; }, "kv"},
+      {"kv_layout FP8 for bf16 rows",
+       [](Params& p) { p.kv_layout = kernels::CacheLayout::kFlashMlaFp8_656; }, "kv_layout"},
+      {"topk 0", [](Params& p) { p.topk = 0; }, "topk"},
+      {"sm_scale 0", [](Params& p) { p.sm_scale = 0.0f; }, "sm_scale"},
+  };
+  return *rows;
+}
+
+PagedDsaSpec ValidatePagedSpec() {
+  PagedDsaSpec spec;
+  spec.next_n = 2;
+  spec.per_token_lens = true;
+  spec.separate_kv_table = true;
+  spec.kv_block_size = 8;
+  spec.with_logits = true;
+  return spec;
+}
+
+TEST(DsaValidate, PagedRejectsEachMalformedInput) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaCase c(ValidatePagedSpec(), rng);
+  ASSERT_TRUE(Validate(c.MakeParams()).ok()) << Validate(c.MakeParams());
+  for (const Mutation& m : PagedMutations()) {
+    Params p = c.MakeParams();
+    m.apply(p);
+    const absl::Status s = Validate(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << m.what << ": " << s;
+    EXPECT_EQ(std::string(s.message()).rfind(std::string(m.tensor) + ":", 0), 0u)
+        << m.what << ": message does not name " << m.tensor << ": " << s.message();
+    kernels::ExecContext ctx;
+    ctx.pool = TestPool();
+    EXPECT_EQ(kernels::dsa::Run(p, ctx).code(), absl::StatusCode::kInvalidArgument) << m.what;
+  }
+}
+
+// The paged form's tensors without index_cache: refused, naming the tensor.
+TEST(DsaValidate, PagedTensorsWithoutIndexCache) {
+  std::mt19937_64 rng = MakeRng();
+  DsaCase c(DsaSpec{}, rng);
+  for (const char* name : {"index_block_table", "context_lens", "kv_block_table"}) {
+    Params p = c.MakeParams();
+    kernels::Tensor t = kernels::MakeTensor(dummy_i32, DType::kI32, {1, 4});
+    if (std::string(name) == "index_block_table") p.index_block_table = t;
+    if (std::string(name) == "context_lens") p.context_lens = t;
+    if (std::string(name) == "kv_block_table") p.kv_block_table = t;
+    const absl::Status s = Validate(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(std::string(s.message()).rfind(std::string(name) + ":", 0), 0u) << s.message();
+  }
+}
+
+TEST(DsaValidate, PagedOptionalTensorsMayBeAbsent) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec = ValidatePagedSpec();
+  spec.separate_kv_table = false;
+  spec.per_token_lens = false;
+  spec.with_logits = false;
+  spec.with_indices = false;
+  spec.with_lse = false;
+  PagedDsaCase c(spec, rng);
+  EXPECT_TRUE(Validate(c.MakeParams()).ok()) << Validate(c.MakeParams());
 }
 
 }  // namespace

@@ -1,0 +1,344 @@
+// The paged DsaAttention (decode over the frontend's indexer cache and MLA cache with their block
+// tables) against an fp64 reference composed from the steps' references: the paged indexer's
+// logits give each token's true top-k positions, the block table gives the kv row of each
+// position (the call's indices must be those rows, in ascending position order, then -1), and
+// sparse MLA's reference on those rows gives out and lse. Runs every implementation the build
+// has (the GPU ones on a device: dsa_test --gtest_filter='PagedDsa*').
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/dsa/cpu.h"
+#include "kernels/dsa/dsa.h"
+#include "kernels/indexer_logits_paged/reference.h"
+#include "kernels/sparse_mla/reference.h"
+#include "tests/harness/harness.h"
+#include "tests/kernels/dsa/paged_case.h"
+
+namespace attnd::testing {
+namespace {
+
+using kernels::DType;
+using kernels::dsa::Params;
+using RefLogits = kernels::indexer_logits::RefLogits;
+
+constexpr Tolerance kOutTol{4e-3, 2e-5, 4e-3};
+constexpr Tolerance kLseTol{1e-5, 1e-4, 0.0};
+
+std::vector<uint8_t> Bits(const HostTensor& t) { return {t.raw(), t.raw() + t.bytes()}; }
+
+// Token j of request b's visible positions, from context_lens as the contract states it.
+int64_t ExpectedLength(const Params& p, int64_t b, int64_t j) {
+  const int64_t next_n = p.index_q.dim(1), n = kernels::dsa::LogitsColumns(p);
+  const int32_t* lens = p.context_lens.ptr<const int32_t>();
+  const int64_t len = p.context_lens.rank == 2
+                          ? int64_t{lens[b * p.context_lens.stride(0) + j]}
+                          : lens[b * p.context_lens.stride(0)] - next_n + j + 1;
+  return std::clamp<int64_t>(len, 0, std::min(n, p.index_block_table.dim(1) * p.index_block_size));
+}
+
+// Every token's indices: the kv rows of a true top-k of its visible positions (within both
+// logits' f32 bound), min(k, visible) of them in ascending position order, then -1.
+void ExpectPagedTopk(const Params& p, const HostTensor& indices) {
+  const int64_t t_count = kernels::dsa::TokenRows(p), n = kernels::dsa::LogitsColumns(p);
+  const int64_t next_n = p.index_q.dim(1), k = p.topk;
+  HostTensor scratch = HostTensor::Dense(DType::kF32, {t_count, std::max<int64_t>(n, 1)});
+  scratch.tensor().shape[1] = n;
+  const RefLogits ref = kernels::indexer_logits_paged::Reference(
+      kernels::dsa::PagedIndexerStep(p, 0, t_count, scratch.tensor()));
+  const double bound =
+      static_cast<double>(p.index_q.dim(3) + p.index_q.dim(2) + 4) * std::ldexp(1.0, -24);
+  const kernels::Tensor& table = kernels::dsa::KvBlockTable(p);
+  const int64_t kbs = kernels::dsa::KvBlockSize(p);
+  const int64_t stride = p.kv_block_stride != 0 ? p.kv_block_stride : kbs;
+  for (int64_t row = 0; row < t_count; ++row) {
+    const int64_t b = row / next_n, j = row % next_n;
+    const int64_t visible = ExpectedLength(p, b, j);
+    std::map<int64_t, int64_t> position_of_row;  // kv row -> position, visible positions only
+    for (int64_t pos = 0; pos < n; ++pos) {
+      const size_t at = static_cast<size_t>(row * n + pos);
+      if (pos < visible) {
+        ASSERT_EQ(ref.expect[at], RefLogits::kValue) << "row " << row << " pos " << pos;
+        const int64_t block = table.ptr<const int32_t>()[b * table.stride(0) + pos / kbs];
+        position_of_row[block * stride + pos % kbs] = pos;
+      } else {
+        ASSERT_EQ(ref.expect[at], RefLogits::kNegInf) << "row " << row << " pos " << pos;
+      }
+    }
+    std::vector<int64_t> chosen;
+    bool padding = false;
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t c = indices.data<int32_t>()[indices.Offset({row, i})];
+      if (c == -1) {
+        padding = true;
+        continue;
+      }
+      ASSERT_FALSE(padding) << "row " << row << ": an index after the -1 padding";
+      const auto it = position_of_row.find(c);
+      ASSERT_NE(it, position_of_row.end())
+          << "row " << row << ": kv row " << c << " is no visible position's row";
+      ASSERT_TRUE(chosen.empty() || it->second > chosen.back())
+          << "row " << row << ": positions not ascending";
+      chosen.push_back(it->second);
+    }
+    ASSERT_EQ(static_cast<int64_t>(chosen.size()), std::min(k, visible)) << "row " << row;
+    double lowest_chosen = std::numeric_limits<double>::infinity();
+    double highest_other = -std::numeric_limits<double>::infinity();
+    size_t next = 0;
+    for (int64_t pos = 0; pos < visible; ++pos) {
+      const size_t at = static_cast<size_t>(row * n + pos);
+      const double tol = bound * ref.magnitude[at];
+      if (next < chosen.size() && chosen[next] == pos) {
+        lowest_chosen = std::min(lowest_chosen, ref.value[at] + tol);
+        ++next;
+      } else {
+        highest_other = std::max(highest_other, ref.value[at] - tol);
+      }
+    }
+    EXPECT_GE(lowest_chosen, highest_other) << "row " << row << ": not a top-" << k;
+  }
+}
+
+// Every implementation in both precisions: selection, then out / lse against sparse MLA's fp64
+// reference on the rows chosen; empty windows give out 0 and lse -inf.
+void ExpectMatchesReference(PagedDsaCase& c) {
+  Params p = c.MakeParams();
+  ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
+  for (const kernels::Precision precision : kPrecisions) {
+    p.precision = precision;
+    const int runs =
+        RunEachImpl(kernels::dsa::Implementations(), p, c.Outputs(), [&](const std::string& impl) {
+          SCOPED_TRACE(impl + " " + kernels::PrecisionName(precision));
+          ExpectPagedTopk(p, c.indices());
+          const kernels::sparse_mla::Reference ref = kernels::sparse_mla::ComputeReference(
+              kernels::dsa::SparseMlaStep(p, 0, c.t(), c.indices().tensor()));
+          ExpectAttentionOut(ToDoubles(c.out()), ref.out, ref.out_abs, precision, kOutTol,
+                             impl + " out");
+          if (p.lse.present()) ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, impl + " lse");
+          for (int64_t row = 0; row < c.t(); ++row) {
+            if (ExpectedLength(p, row / p.index_q.dim(1), row % p.index_q.dim(1)) != 0) continue;
+            for (int64_t h = 0; h < p.q.dim(1); ++h) {
+              EXPECT_EQ(c.out().At({row, h, 0}), 0.0) << "row " << row;
+              if (p.lse.present()) {
+                EXPECT_EQ(c.lse().At({row, h}), -std::numeric_limits<double>::infinity());
+              }
+            }
+          }
+        });
+    EXPECT_GE(runs, 1);
+  }
+}
+
+TEST(PagedDsa, NextN1SharedTableRaggedContexts) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;  // block 16, 8 blocks: positions 0..127, top-64
+  spec.batch = 4;
+  PagedDsaCase c(spec, rng);
+  // top-64 of 70; fewer than k (every position chosen); the whole table; one position.
+  c.SetContexts({70, 3, 128, 1});
+  ExpectMatchesReference(c);
+}
+
+TEST(PagedDsa, NextN2PerRequestLengthsFp8Kv) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  spec.next_n = 2;
+  spec.fp8_kv = true;
+  spec.pad = 4;
+  PagedDsaCase c(spec, rng);
+  // Token j of request b sees L − 2 + j + 1: 69/70, 0/1 (an empty window), 99/100.
+  c.SetContexts({70, 1, 100});
+  ExpectMatchesReference(c);
+}
+
+TEST(PagedDsa, NextN2PerTokenLengthsBf16) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  spec.next_n = 2;
+  spec.per_token_lens = true;
+  spec.pad = 3;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({37, 90, 128});
+  c.SetTokenLength(0, 1, 0);     // varlen padding: empty
+  c.SetTokenLength(1, 0, 90);    // not increasing along j
+  c.SetTokenLength(2, 1, 5000);  // past the table: clamped to 128
+  ExpectMatchesReference(c);
+}
+
+// Separate tables: SGLang's token-granular MLA table (page 1), and a page-32 table whose pool
+// interleaves other layers' rows (48 rows per block, 16 of them poison).
+TEST(PagedDsa, SeparateKvTablePageOne) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  spec.next_n = 2;
+  spec.separate_kv_table = true;
+  spec.kv_block_size = 1;
+  spec.kv_blocks = 600;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({50, 128, 9});
+  ExpectMatchesReference(c);
+}
+
+TEST(PagedDsa, SeparateKvTableInterleavedBlocksFp8) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  spec.separate_kv_table = true;
+  spec.kv_block_size = 32;
+  spec.kv_block_stride = 48;
+  spec.kv_blocks = 20;
+  spec.fp8_kv = true;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({100, 33, 64});
+  ExpectMatchesReference(c);
+}
+
+TEST(PagedDsa, SharedTableInterleavedLayers) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  spec.kv_block_stride = 40;  // 16 rows of this layer, 24 of others', per block
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({65, 128, 17});
+  ExpectMatchesReference(c);
+}
+
+// (H_i, D_i, H, d_qk, FP8 KV): DeepSeek-V3.2 (block 64, FP8 cache), GLM-5 (d_qk 512), a small
+// odd indexer.
+class PagedDsaShapes
+    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>> {};
+
+TEST_P(PagedDsaShapes, MatchesReference) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  std::tie(spec.index_heads, spec.index_dim, spec.heads, spec.d_qk, spec.fp8_kv) = GetParam();
+  spec.batch = 2;
+  spec.next_n = 2;
+  spec.index_block_size = 64;
+  spec.max_blocks = 4;
+  spec.index_blocks = 12;
+  spec.topk = 128;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({200, 77});
+  ExpectMatchesReference(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, PagedDsaShapes,
+                         ::testing::Values(std::make_tuple(64, 128, 128, 576, true),
+                                           std::make_tuple(32, 128, 64, 512, false),
+                                           std::make_tuple(5, 64, 8, 576, false)),
+                         [](const auto& info) {
+                           return "Hi" + std::to_string(std::get<0>(info.param)) + "_Di" +
+                                  std::to_string(std::get<1>(info.param)) + "_H" +
+                                  std::to_string(std::get<2>(info.param)) + "_d" +
+                                  std::to_string(std::get<3>(info.param)) +
+                                  (std::get<4>(info.param) ? "_fp8" : "_bf16");
+                         });
+
+TEST(PagedDsa, CallerLogitsAreCleanedPerToken) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  spec.next_n = 2;
+  spec.with_logits = true;
+  spec.pad = 5;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({70, 2, 128});
+  ExpectMatchesReference(c);
+  const Params p = c.MakeParams();
+  for (int64_t row = 0; row < c.t(); ++row) {
+    const int64_t visible = ExpectedLength(p, row / 2, row % 2);
+    for (int64_t col = 0; col < p.logits.dim(1); ++col) {
+      const double v = c.logits().At({row, col});
+      if (col < visible) {
+        ASSERT_TRUE(std::isfinite(v)) << "row " << row << " col " << col;
+      } else {
+        ASSERT_EQ(v, -std::numeric_limits<double>::infinity()) << "row " << row << " col " << col;
+      }
+    }
+  }
+}
+
+// Blocks of whole requests: 1 and 2 requests' logits per block give the bits of one block.
+TEST(PagedDsa, SmallScratchBlocksGiveTheSameBits) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  spec.batch = 5;
+  spec.next_n = 2;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({70, 1, 128, 40, 9});
+  const Params p = c.MakeParams();
+  kernels::ExecContext ctx;
+  ctx.pool = TestPool();
+  for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+  ASSERT_TRUE(kernels::dsa::RunCpuWithScratch(p, ctx, kernels::dsa::kScratchBytes).ok());
+  const std::vector<uint8_t> out = Bits(c.out()), lse = Bits(c.lse()), idx = Bits(c.indices());
+  const int64_t row_bytes = kernels::dsa::LogitsColumns(p) * 4;
+  for (int64_t bytes : {2 * row_bytes, 4 * row_bytes, 1 * row_bytes}) {  // 1, 2, 1 request(s)
+    for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+    ASSERT_TRUE(kernels::dsa::RunCpuWithScratch(p, ctx, bytes).ok());
+    EXPECT_EQ(Bits(c.out()), out) << bytes << " scratch bytes";
+    EXPECT_EQ(Bits(c.lse()), lse) << bytes << " scratch bytes";
+    EXPECT_EQ(Bits(c.indices()), idx) << bytes << " scratch bytes";
+  }
+  ExpectPagedTopk(p, c.indices());
+}
+
+TEST(PagedDsa, IndicesAndLseOptional) {
+  std::mt19937_64 rng = MakeRng();
+  std::mt19937_64 rng_copy = rng;
+  PagedDsaSpec spec;
+  spec.next_n = 2;
+  PagedDsaCase full(spec, rng);
+  spec.with_indices = false;
+  spec.with_lse = false;
+  PagedDsaCase bare(spec, rng_copy);  // the same inputs
+  full.SetContexts({70, 5, 100});
+  bare.SetContexts({70, 5, 100});
+  ExpectMatchesReference(full);
+  std::map<std::string, std::vector<uint8_t>> full_out;
+  RunEachImpl(kernels::dsa::Implementations(), full.MakeParams(), full.Outputs(),
+              [&](const std::string& impl) { full_out[impl] = Bits(full.out()); });
+  const int runs = RunEachImpl(
+      kernels::dsa::Implementations(), bare.MakeParams(), bare.Outputs(),
+      [&](const std::string& impl) { EXPECT_EQ(Bits(bare.out()), full_out[impl]) << impl; });
+  EXPECT_GE(runs, 1);
+}
+
+TEST(PagedDsa, ZeroRequestsIsANoOp) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  spec.batch = 0;
+  PagedDsaCase c(spec, rng);
+  const Params p = c.MakeParams();
+  EXPECT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
+  EXPECT_GE(RunEachImpl(kernels::dsa::Implementations(), p, c.Outputs(), [](const std::string&) {}),
+            1);
+}
+
+// FLOPs: the paged indexer's over each token's visible positions plus sparse MLA's over
+// min(k, visible) rows per token.
+TEST(PagedDsa, CountFollowsVisibleLengths) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  spec.next_n = 2;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({70, 1, 128});
+  const Params p = c.MakeParams();
+  double pairs = 0, selections = 0;
+  for (int64_t row = 0; row < c.t(); ++row) {
+    const int64_t visible = ExpectedLength(p, row / 2, row % 2);
+    pairs += static_cast<double>(visible);
+    selections += static_cast<double>(std::min(spec.topk, visible));
+  }
+  const kernels::WorkCount w = kernels::dsa::Count(p);
+  const double expected =
+      2.0 * static_cast<double>(spec.index_heads * spec.index_dim) * pairs +
+      2.0 * static_cast<double>(spec.heads) * static_cast<double>(spec.d_qk + 512) * selections;
+  EXPECT_DOUBLE_EQ(w.flops, expected);
+  EXPECT_GT(w.bytes, 0.0);
+}
+
+}  // namespace
+}  // namespace attnd::testing
