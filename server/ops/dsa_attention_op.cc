@@ -1,9 +1,11 @@
-// DsaAttention: the whole DSA layer (indexer -> top-k -> sparse MLA) in one call. out/lse derived
-// as [T, H, 512] bf16 and [T, H] f32; indices (i32 [T, topk]) and logits (f32 [T, N]) only when
-// the request places them.
+// DsaAttention: the whole DSA layer (indexer -> top-k -> sparse MLA) in one call, gathered or
+// paged (index_cache set). out/lse derived as [T, H, 512] bf16 and [T, H] f32; indices (i32
+// [T, topk]) and logits (f32 [T, N]; paged: N = max_blocks * index_block_size) only when the
+// request places them.
 #include "server/ops/op_handler.h"
 
 #include "kernels/dsa/dsa.h"
+#include "kernels/indexer_logits_paged/params.h"
 #include "kernels/sparse_mla/params.h"
 
 namespace attnd::server::ops {
@@ -25,23 +27,37 @@ struct DsaAttentionTraits {
     p->sm_scale = r.sm_scale();
     if (absl::Status s = PrecisionFromProto(r.precision(), &p->precision); !s.ok()) return s;
     p->kv_layout = CacheLayoutFromProto(r.kv_layout());
+    if (r.index_block_size() != 0) p->index_block_size = r.index_block_size();  // 0: 64
+    p->kv_block_size = r.kv_block_size();
+    p->kv_block_stride = r.kv_block_stride();
+    p->index_cache_layout = CacheLayoutFromProto(r.index_cache_layout());
     return absl::OkStatus();
   }
   static std::vector<CacheLayoutField> CacheLayouts() {
     const auto& uses = kernels::sparse_mla::kKvLayoutsWithoutScale;
-    return {{"kv_layout", "kv", {std::begin(uses), std::end(uses)}}};
+    const auto& index_uses = kernels::indexer_logits_paged::kKvCacheLayouts;
+    return {{"kv_layout", "kv", {std::begin(uses), std::end(uses)}},
+            {"index_cache_layout", "index_cache", {std::begin(index_uses), std::end(index_uses)}}};
   }
   static OutputSpec Output(const Params& p, const Request&, absl::string_view name) {
     const int64_t t = p.q.dim(0), h = p.q.dim(1);
     if (name == "out") return {true, kernels::DType::kBF16, {t, h, 512}};
     if (name == "lse") return {true, kernels::DType::kF32, {t, h}};
     if (name == "indices") return {false, kernels::DType::kI32, {t, p.topk}};
-    return {false, kernels::DType::kF32, {t, p.index_k.dim(0)}};  // logits
+    // logits. Paged: every position the index table can name (an overflowing product is left
+    // for Validate, which refuses it).
+    int64_t n = p.index_k.dim(0);
+    if (p.paged() && kernels::MulOverflow(p.index_block_table.dim(1), p.index_block_size, &n)) {
+      n = 0;
+    }
+    return {false, kernels::DType::kF32, {t, n}};
   }
   static absl::Status Validate(const Params& p) { return op::Validate(p); }
   static kernels::WorkCount Count(const Params& p) { return op::Count(p); }
   // The tensors whose data Count reads (read back from device regions on a GPU).
-  static bool CountReads(absl::string_view name) { return name == "ks" || name == "ke"; }
+  static bool CountReads(absl::string_view name) {
+    return name == "ks" || name == "ke" || name == "context_lens";
+  }
   static const auto& Implementations() { return op::Implementations(); }
   static absl::Status Run(const Params& p, const kernels::ExecContext& ctx, std::string* impl) {
     return op::Run(p, ctx, impl);

@@ -505,19 +505,22 @@ TEST_F(DaemonTest, GetInfoListsCacheLayouts) {
   std::vector<int> sparse = mla;  // dsa_attention has no kv_scale: no per-tensor FP8 cache
   sparse.push_back(v1::CACHE_LAYOUT_FP8_576_PER_TENSOR);
   sparse.push_back(v1::CACHE_LAYOUT_FP8_512_PER_TENSOR);
-  const std::map<std::string, Want> want = {
-      {"sparse_mla", {"kv_layout", "kv", sparse}},
-      {"dsa_attention", {"kv_layout", "kv", mla}},
+  const std::vector<int> indexer = {v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS,
+                                    v1::CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16};
+  const std::vector<int> indexer_inferred = {v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS};
+  // Per op, its layout fields in order (dsa_attention: kv, and index_cache of the paged form).
+  const std::map<std::string, std::vector<Want>> want = {
+      {"sparse_mla", {{"kv_layout", "kv", sparse}}},
+      {"dsa_attention",
+       {{"kv_layout", "kv", mla},
+        {"index_cache_layout", "index_cache", indexer, indexer_inferred}}},
       {"mla_decode",
-       {"kv_cache_layout",
-        "kv_cache",
-        {v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512, v1::CACHE_LAYOUT_FP8_576_PER_TENSOR,
-         v1::CACHE_LAYOUT_FP8_512_PER_TENSOR}}},
-      {"indexer_logits_paged",
-       {"kv_cache_layout",
-        "kv_cache",
-        {v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS, v1::CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16},
-        {v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS}}},  // the shuffled layout must be named
+       {{"kv_cache_layout",
+         "kv_cache",
+         {v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512, v1::CACHE_LAYOUT_FP8_576_PER_TENSOR,
+          v1::CACHE_LAYOUT_FP8_512_PER_TENSOR}}}},
+      // The shuffled indexer layout must be named.
+      {"indexer_logits_paged", {{"kv_cache_layout", "kv_cache", indexer, indexer_inferred}}},
   };
   int seen = 0;
   for (const v1::OpInfo& op : info.ops()) {
@@ -528,15 +531,17 @@ TEST_F(DaemonTest, GetInfoListsCacheLayouts) {
       continue;
     }
     ++seen;
-    ASSERT_EQ(op.cache_layouts_size(), 1);
-    const v1::CacheLayoutInfo& l = op.cache_layouts(0);
-    EXPECT_EQ(l.field(), it->second.field);
-    EXPECT_EQ(l.tensor(), it->second.tensor);
-    EXPECT_EQ(std::vector<int>(l.accepted().begin(), l.accepted().end()), it->second.accepted);
-    // Layouts told apart by dtype and width are inferred; one sharing them must be named.
-    const std::vector<int>& inferred =
-        it->second.inferred.empty() ? it->second.accepted : it->second.inferred;
-    EXPECT_EQ(std::vector<int>(l.inferred().begin(), l.inferred().end()), inferred);
+    ASSERT_EQ(op.cache_layouts_size(), static_cast<int>(it->second.size()));
+    for (int i = 0; i < op.cache_layouts_size(); ++i) {
+      const v1::CacheLayoutInfo& l = op.cache_layouts(i);
+      const Want& w = it->second[static_cast<size_t>(i)];
+      EXPECT_EQ(l.field(), w.field);
+      EXPECT_EQ(l.tensor(), w.tensor);
+      EXPECT_EQ(std::vector<int>(l.accepted().begin(), l.accepted().end()), w.accepted);
+      // Layouts told apart by dtype and width are inferred; one sharing them must be named.
+      const std::vector<int>& inferred = w.inferred.empty() ? w.accepted : w.inferred;
+      EXPECT_EQ(std::vector<int>(l.inferred().begin(), l.inferred().end()), inferred);
+    }
   }
   EXPECT_EQ(seen, 4);
 }

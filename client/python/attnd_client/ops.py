@@ -125,10 +125,24 @@ OPS = {
                 "ke": I32,
                 "q": BF16,
                 "kv": (BF16, U8),
+                # The paged form (index_cache given; index_k, index_k_scale, ks, ke unset).
+                "index_cache": U8,
+                "index_block_table": I32,
+                "context_lens": I32,
+                "kv_block_table": I32,
             },
             {"out": BF16, "lse": F32, "indices": I32, "logits": F32},
             ("indices", "logits"),
-            ("topk", "sm_scale", "precision", "kv_layout"),
+            (
+                "topk",
+                "sm_scale",
+                "precision",
+                "kv_layout",
+                "index_block_size",
+                "kv_block_size",
+                "kv_block_stride",
+                "index_cache_layout",
+            ),
         ),
     ]
 }
@@ -477,14 +491,22 @@ class OpCalls(Generic[R]):
         self,
         *,
         index_q: TensorArg,
-        index_k: TensorArg,
-        index_k_scale: TensorArg,
         index_weights: TensorArg,
-        ks: TensorArg,
-        ke: TensorArg,
         q: TensorArg,
         kv: TensorArg,
         sm_scale: float,
+        index_k: TensorArg | None = None,
+        index_k_scale: TensorArg | None = None,
+        ks: TensorArg | None = None,
+        ke: TensorArg | None = None,
+        index_cache: TensorArg | None = None,
+        index_block_table: TensorArg | None = None,
+        context_lens: TensorArg | None = None,
+        kv_block_table: TensorArg | None = None,
+        index_block_size: int | None = None,
+        kv_block_size: int | None = None,
+        kv_block_stride: int | None = None,
+        index_cache_layout: str | int | None = None,
         topk: int | None = None,
         precision: str | None = None,
         kv_layout: str | int | None = None,
@@ -499,5 +521,12 @@ class OpCalls(Generic[R]):
         kv as in sparse_mla: bf16 [N, d_qk], or a uint8 array [N, 656] (the FP8 cache, d_qk 576).
         indices=True / logits=True (or a placement) also return the chosen rows / the cleaned
         indexer logits. precision: "fast" (None: the default) or "high". kv_layout as in
-        sparse_mla."""
+        sparse_mla.
+
+        Gathered form: index_k, index_k_scale, ks, ke. Paged form (decode; docs/CONTRACTS.md
+        "dsa_attention"): index_q [B, next_n, H_i, D_i], index_cache (uint8 block rows, as
+        indexer_logits_paged's kv_cache) with index_block_table and context_lens ([B] or
+        [B, next_n]); kv the MLA cache's pool of rows, reached through kv_block_table (None: the
+        index table), kv_block_size (None: index_block_size) and kv_block_stride; indices then
+        returns kv rows. index_cache_layout as indexer_logits_paged's kv_cache_layout."""
         return self.call("dsa_attention", **_arguments(locals()))
