@@ -387,6 +387,99 @@ def mla_prefill(
     )
 
 
+def _dsa_attention_paged(rng, heads_idx, dim_idx, topk_k, heads, d_qk, fp8_kv, precision, **paged):
+    """The paged form (docs/CONTRACTS.md "dsa_attention", "Paged form"): B requests of next_n
+    tokens over an indexer cache in block rows and an MLA pool of rows, both scattered by
+    shuffled block tables; kv_table "shared" (one table, vLLM) or "page1" (a token-granular MLA
+    table, SGLang); per_token: context_lens [B, next_n]."""
+    batch, next_n, block_size, max_blocks = 3, paged.get("next_n", 2), 16, 6
+    num_blocks = batch * max_blocks + 2
+    per_token, kv_table = paged.get("per_token", False), paged.get("kv_table", "shared")
+    tokens, n = batch * next_n, max_blocks * block_size
+    index_q = _fp8(rng, (batch, next_n, heads_idx, dim_idx))
+    index_cache = np.empty((num_blocks, block_size * (dim_idx + 4)), dtype=np.uint8)
+    index_cache[:, : block_size * dim_idx] = _fp8(rng, (num_blocks, block_size * dim_idx))
+    scales = rng.uniform(0.5, 2.0, (num_blocks, block_size)).astype(np.float32)
+    index_cache[:, block_size * dim_idx :] = scales.view(np.uint8).reshape(num_blocks, -1)
+    index_block_table = rng.permutation(num_blocks)[: batch * max_blocks].reshape(batch, -1)
+    index_block_table = index_block_table.astype(np.int32)
+    # Request 1's first token sees 0 positions (an empty window); request 2 the whole table.
+    context_lens = _i32([topk_k + 20, 1, n])
+    if per_token:
+        context_lens = _i32([[topk_k + 20, 9][:next_n], [0, 1][:next_n], [n + 5] * next_n])
+    index_weights = rng.standard_normal((tokens, heads_idx)).astype(np.float32)
+    q = _bf16(rng, (tokens, heads, d_qk))
+    inputs = {
+        "index_q": index_q,
+        "index_weights": index_weights,
+        "index_cache": index_cache,
+        "index_block_table": index_block_table,
+        "context_lens": context_lens,
+        "q": q,
+    }
+    scalars = {"index_block_size": block_size}
+    if kv_table == "page1":  # each position its own pool row, scattered
+        kv_block_size, pool_rows = 1, batch * n + 7
+        table = rng.permutation(pool_rows)[: batch * n].reshape(batch, n).astype(np.int32)
+        inputs["kv_block_table"] = table
+        scalars["kv_block_size"] = 1
+    else:
+        kv_block_size, pool_rows, table = block_size, num_blocks * block_size, index_block_table
+    kv = _fp8_kv_cache(rng, pool_rows) if fp8_kv else _bf16(rng, (pool_rows, d_qk))
+    inputs["kv"] = kv
+    scale = float(1.0 / np.sqrt(d_qk))
+
+    def check(out):
+        scores = ref.indexer_logits_paged(
+            index_q, index_cache, index_block_table, context_lens, index_weights, block_size
+        )
+        tol = 1e-4 * np.max(np.abs(scores[np.isfinite(scores)]))
+        chosen = out["indices"]
+        for t in range(tokens):
+            b = t // next_n
+            slot_to_pos = {
+                int(table[b, p // kv_block_size]) * kv_block_size + p % kv_block_size: p
+                for p in range(n)
+            }
+            picked = [int(c) for c in chosen[t] if c >= 0]
+            assert all(c in slot_to_pos for c in picked), f"indices[{t}]: not a position's row"
+            positions = [slot_to_pos[c] for c in picked]
+            assert positions == sorted(positions), f"indices[{t}]: positions not ascending"
+            row = np.full(topk_k, -1)
+            row[: len(positions)] = positions
+            ref.assert_true_topk(f"indices[{t}]", row, scores[t], topk_k, 0, n, tol)
+        want_abs = []
+        want_out, want_lse = ref.sparse_mla(q, kv, chosen, scale, weighted_abs=want_abs)
+        ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
+        ref.assert_lse_close("lse", out["lse"], want_lse)
+        ref.assert_f32_close("logits", out["logits"], scores)
+
+    input_dtypes = {
+        "index_q": "fp8_e4m3",
+        "index_weights": "f32",
+        "index_cache": "u8",
+        "index_block_table": "i32",
+        "context_lens": "i32",
+        "q": "bf16",
+        "kv": "u8" if fp8_kv else "bf16",
+    }
+    if "kv_block_table" in inputs:
+        input_dtypes["kv_block_table"] = "i32"
+    return Case(
+        "dsa_attention",
+        inputs,
+        input_dtypes,
+        {"topk": topk_k, "sm_scale": scale, **scalars, **_precision(precision)},
+        {
+            "out": ("bf16", (tokens, heads, 512)),
+            "lse": ("f32", (tokens, heads)),
+            "indices": ("i32", (tokens, topk_k)),
+            "logits": ("f32", (tokens, n)),
+        },
+        check,
+    )
+
+
 def dsa_attention(
     rng,
     tokens=6,
@@ -398,7 +491,21 @@ def dsa_attention(
     d_qk=576,
     kv_format="bf16",
     precision=None,
+    paged=False,
+    **paged_options,
 ):
+    if paged:
+        return _dsa_attention_paged(
+            rng,
+            heads_idx,
+            dim_idx,
+            topk_k,
+            heads,
+            d_qk,
+            kv_format == "fp8",
+            precision,
+            **paged_options,
+        )
     index_q, index_k = _fp8(rng, (tokens, heads_idx, dim_idx)), _fp8(rng, (rows, dim_idx))
     index_k_scale = rng.uniform(0.5, 2.0, rows).astype(np.float32)
     index_weights = rng.standard_normal((tokens, heads_idx)).astype(np.float32)

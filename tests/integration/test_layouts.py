@@ -172,29 +172,35 @@ def test_unknown_layout_name_is_refused_by_the_client(client, rng):
 
 
 def test_info_lists_layouts(client):
+    indexer = ["INDEXER_FP8_BLOCKS", "INDEXER_AITER_SHUFFLE_16"]
+    # Per op, its layout fields in order: (field, tensor, accepted).
     want = {
-        "sparse_mla": (
-            "kv_layout",
-            "kv",
-            [
-                "BF16_576",
-                "BF16_512",
-                "FLASHMLA_FP8_656",
-                "FP8_576_PER_TENSOR",
-                "FP8_512_PER_TENSOR",
-            ],
-        ),
-        "dsa_attention": ("kv_layout", "kv", ["BF16_576", "BF16_512", "FLASHMLA_FP8_656"]),
-        "mla_decode": (
-            "kv_cache_layout",
-            "kv_cache",
-            ["BF16_576", "BF16_512", "FP8_576_PER_TENSOR", "FP8_512_PER_TENSOR"],
-        ),
-        "indexer_logits_paged": (
-            "kv_cache_layout",
-            "kv_cache",
-            ["INDEXER_FP8_BLOCKS", "INDEXER_AITER_SHUFFLE_16"],
-        ),
+        "sparse_mla": [
+            (
+                "kv_layout",
+                "kv",
+                [
+                    "BF16_576",
+                    "BF16_512",
+                    "FLASHMLA_FP8_656",
+                    "FP8_576_PER_TENSOR",
+                    "FP8_512_PER_TENSOR",
+                ],
+            )
+        ],
+        # kv, and the paged form's index_cache.
+        "dsa_attention": [
+            ("kv_layout", "kv", ["BF16_576", "BF16_512", "FLASHMLA_FP8_656"]),
+            ("index_cache_layout", "index_cache", indexer),
+        ],
+        "mla_decode": [
+            (
+                "kv_cache_layout",
+                "kv_cache",
+                ["BF16_576", "BF16_512", "FP8_576_PER_TENSOR", "FP8_512_PER_TENSOR"],
+            )
+        ],
+        "indexer_logits_paged": [("kv_cache_layout", "kv_cache", indexer)],
     }
     # Layouts that share dtype and width with an inferred one must be named: not inferred.
     named_only = {"INDEXER_AITER_SHUFFLE_16"}
@@ -202,13 +208,13 @@ def test_info_lists_layouts(client):
         if op.name not in want:
             assert not op.cache_layouts, op
             continue
-        field, tensor, layouts = want[op.name]
-        (entry,) = op.cache_layouts
-        assert (entry.field, entry.tensor) == (field, tensor)
-        values = [cache_layout_value(name) for name in layouts]
-        assert list(entry.accepted) == values
-        inferred = [cache_layout_value(name) for name in layouts if name not in named_only]
-        assert list(entry.inferred) == inferred
+        assert len(op.cache_layouts) == len(want[op.name]), op
+        for entry, (field, tensor, layouts) in zip(op.cache_layouts, want[op.name], strict=True):
+            assert (entry.field, entry.tensor) == (field, tensor)
+            values = [cache_layout_value(name) for name in layouts]
+            assert list(entry.accepted) == values
+            inferred = [cache_layout_value(name) for name in layouts if name not in named_only]
+            assert list(entry.inferred) == inferred
 
 
 def test_attnctl_info_prints_layouts(attnctl_bin, daemon):
