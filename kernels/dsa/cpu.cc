@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/common/status.h"
 #include "kernels/dsa/dsa.h"
 
@@ -30,6 +31,12 @@ absl::Status RunCpuWithScratch(const Params& p, const ExecContext& ctx, int64_t 
   const int64_t t = TokenRows(p), n = LogitsColumns(p), unit = RequestRows(p);
   if (t == 0) return absl::OkStatus();
   const int64_t unit_bytes = unit * std::max<int64_t>(n, 1) * static_cast<int64_t>(sizeof(float));
+  if (!p.logits.present() && unit_bytes > kMaxScratchBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("dsa: the logits scratch of one request (", unit, " rows of ", n,
+                     " columns) is ", unit_bytes, " bytes, over the CPU limit of ",
+                     kMaxScratchBytes, "; place `logits` or send a narrower block table"));
+  }
   const int64_t block =
       p.logits.present() ? t : std::clamp<int64_t>(scratch_bytes / unit_bytes, 1, t / unit) * unit;
   std::vector<float> logits_scratch;

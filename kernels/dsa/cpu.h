@@ -12,6 +12,10 @@ namespace attnd::kernels::dsa {
 
 // Internal logits scratch per block of tokens when the caller passes none.
 inline constexpr int64_t kScratchBytes = int64_t{64} << 20;
+// The most internal logits scratch one block may need when a single request's rows already
+// exceed the budget above (a paged call's N is max_blocks · index_block_size, scalars rather than
+// data it sends): past it the call is RESOURCE_EXHAUSTED (docs/CONTRACTS.md "dsa_attention").
+inline constexpr int64_t kMaxScratchBytes = int64_t{1} << 30;
 
 // Validated params on ctx.pool, tokens in blocks whose logits fit `scratch_bytes` (one block of
 // all T tokens when p.logits is given). Each step's error comes back with the step's name.

@@ -317,6 +317,22 @@ TEST(PagedDsa, ZeroRequestsIsANoOp) {
             1);
 }
 
+// N comes from scalars and the table's width, not from data the call sends: a request whose
+// logits would take more than kMaxScratchBytes is RESOURCE_EXHAUSTED on the CPU, not an attempt
+// to allocate them (here 2^29 positions over an empty indexer cache).
+TEST(PagedDsa, HugeLogitsScratchIsResourceExhausted) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaCase c(PagedDsaSpec{}, rng);
+  Params p = c.MakeParams();
+  p.index_block_size = int64_t{1} << 26;  // 8 table columns: N = 2^29
+  p.index_cache = kernels::MakeTensor(nullptr, DType::kU8, {0, p.index_block_size * (128 + 4)});
+  ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
+  kernels::ExecContext ctx;
+  ctx.pool = TestPool();
+  const absl::Status s = kernels::dsa::RunCpu(p, ctx);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+}
+
 // FLOPs: the paged indexer's over each token's visible positions plus sparse MLA's over
 // min(k, visible) rows per token.
 TEST(PagedDsa, CountFollowsVisibleLengths) {
