@@ -54,16 +54,16 @@ Layout MakeLayout(const Params& p) {
   return l;
 }
 
-BlockScratch Views(const Params& p, const Layout& l, int64_t t0, int64_t count, char* scratch) {
+// The scratch views of rows [t0, t0 + count): the caller's logits / indices when placed, else
+// the given scratch addresses (the workspace's, or the placeholder in queries).
+BlockScratch Views(const Params& p, int64_t t0, int64_t count, char* logits, char* indices,
+                   char* lengths) {
   BlockScratch s;
   s.logits = p.logits.present() ? Rows(p.logits, t0, count)
-                                : MakeTensor(scratch, DType::kF32, {count, LogitsColumns(p)});
-  s.indices = p.indices.present()
-                  ? Rows(p.indices, t0, count)
-                  : MakeTensor(scratch + l.logits_bytes, DType::kI32, {count, p.topk});
-  if (p.paged()) {
-    s.lengths = MakeTensor(scratch + l.logits_bytes + l.indices_bytes, DType::kI32, {count});
-  }
+                                : MakeTensor(logits, DType::kF32, {count, LogitsColumns(p)});
+  s.indices = p.indices.present() ? Rows(p.indices, t0, count)
+                                  : MakeTensor(indices, DType::kI32, {count, p.topk});
+  if (p.paged()) s.lengths = MakeTensor(lengths, DType::kI32, {count});
   return s;
 }
 
@@ -87,7 +87,7 @@ template <class F>
 void ForEachStep(const Params& p, F&& f) {
   const Layout l = MakeLayout(p);
   const int64_t count = std::min(l.block, TokenRows(p));
-  const BlockScratch s = Views(p, l, 0, count, placeholder);
+  const BlockScratch s = Views(p, 0, count, placeholder, placeholder, placeholder);
   auto visit = [&](const char* step, const auto& impls, const auto& sp) {
     std::string why;
     const auto* impl = Pick(impls, sp, &why);
@@ -136,19 +136,22 @@ absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
         absl::StrCat("dsa: workspace of ", ctx.workspace_bytes, " bytes, want at least ", scratch));
   }
   char* ws = static_cast<char*>(ctx.workspace);
+  char* const logits = ws;
+  char* const indices = l.logits_bytes > 0 ? ws + l.logits_bytes : ws;
+  char* const lengths = l.lengths_bytes > 0 ? ws + l.logits_bytes + l.indices_bytes : ws;
   ExecContext step_ctx = ctx;
   step_ctx.workspace = ctx.workspace_bytes > scratch ? ws + scratch : nullptr;
   step_ctx.workspace_bytes = ctx.workspace_bytes > scratch ? ctx.workspace_bytes - scratch : 0;
   if (p.paged()) {  // top-k's window: every column (dsa.h kWholeRowLength), stream-ordered
-    GPU_RETURN_IF_ERROR(gpu::MemsetAsync(ws + l.logits_bytes + l.indices_bytes, kWholeRowByte,
-                                         static_cast<size_t>(l.block * 4),
+    GPU_RETURN_IF_ERROR(gpu::MemsetAsync(lengths, kWholeRowByte, static_cast<size_t>(l.block * 4),
                                          static_cast<gpu::Stream>(ctx.stream)));
   }
   for (int64_t t0 = 0; t0 < t; t0 += l.block) {
     // Host-side: no further launches once the call is asked to stop (what is enqueued runs).
     if (StopRequested(ctx)) return StoppedStatus();
     const int64_t count = std::min(l.block, t - t0);
-    ATTND_RETURN_IF_ERROR(RunBlock(p, t0, count, Views(p, l, t0, count, ws), step_ctx));
+    ATTND_RETURN_IF_ERROR(
+        RunBlock(p, t0, count, Views(p, t0, count, logits, indices, lengths), step_ctx));
   }
   return absl::OkStatus();
 }
