@@ -8,12 +8,8 @@ daemon (measured once; the machine may be loaded, so tests only rely on "long en
     call = slow.submit(caller=session)      # ... or SessionCall
     slow.check(future.result())
     slow.close()
+"""
 
-On a GPU daemon one call of the largest size still takes milliseconds, not seconds: a test that
-needs work to last (a drain, a busy worker) queues enough of them behind one worker
-(`submit_many`)."""
-
-import math
 import time
 
 import numpy as np
@@ -32,22 +28,10 @@ class SlowCall:
     # unregistration wins the race and the call answers NOT_FOUND for a tensor not yet pinned).
     PINS = 5
 
-    def __init__(
-        self,
-        client,
-        region_name,
-        seconds=1.5,
-        seed=0,
-        owner=None,
-        max_tokens=MAX_TOKENS,
-        inline_indices=False,
-    ):
+    def __init__(self, client, region_name, seconds=1.5, seed=0, owner=None, max_tokens=MAX_TOKENS):
         """`owner` (Client or Session) registers the region; `client` by default. `max_tokens`
-        caps the call's size (the region holds that many tokens: about 150 KB each).
-        `inline_indices`: send the selection inline instead of from the region, so that queued
-        calls hold no index snapshot against the client's call memory budget."""
+        caps the call's size (the region holds that many tokens: about 150 KB each)."""
         self.client = client
-        self.inline_indices = inline_indices
         self.region_name = region_name
         rng = np.random.default_rng(seed)
         self.kv_rows = rng.standard_normal((ROWS, D_QK), dtype=np.float32)
@@ -78,12 +62,6 @@ class SlowCall:
             per_token = min(per_token, max(res.stats.compute_seconds, wall) / probe)
         self.tokens = int(min(tokens, max(probe, seconds / per_token)))
         self.expected_seconds = self.tokens * per_token
-        if self.tokens == tokens:
-            # Capped (a fast daemon): time the call itself, its fixed costs included.
-            start = time.monotonic()
-            res = self._call_now()
-            wall = time.monotonic() - start
-            self.expected_seconds = min(self.expected_seconds, max(res.stats.compute_seconds, wall))
 
     @staticmethod
     def _bytes(tokens):
@@ -101,7 +79,7 @@ class SlowCall:
         return {
             "q": self.q_full[:t],
             "kv": self.kv,
-            "indices": self._idx_all[:t] if self.inline_indices else self.idx_full[:t],
+            "indices": self.idx_full[:t],
             "sm_scale": 1.0 / np.sqrt(D_QK),
             "out": self.out_full[:t],
             "lse": self.lse_full[:t],
@@ -113,12 +91,6 @@ class SlowCall:
     def submit(self, caller=None, timeout=None):
         return (caller or self.client).submit("sparse_mla", timeout=timeout, **self.arguments())
 
-    def submit_many(self, seconds, caller=None, timeout=None, most=2000):
-        """Enough calls (at most `most`) to keep one worker busy for about `seconds`: one on a
-        daemon where a call lasts that long, hundreds on a GPU. Returns their futures."""
-        n = max(1, min(most, math.ceil(seconds / max(self.expected_seconds, 1e-6))))
-        return [self.submit(caller=caller, timeout=timeout) for _ in range(n)]
-
     def in_flight(self):
         for r in self.client.list_regions():
             if r.name == self.region_name:
@@ -127,9 +99,7 @@ class SlowCall:
 
     def check(self, result, tokens=(0, -1)):
         """Checks a finished call's out/lse for a few tokens against the fp64 reference."""
-        inline_in = self._idx_all[: self.tokens].nbytes if self.inline_indices else 0
-        assert result.stats.copied_bytes_in == inline_in, result.stats.copied_bytes_in
-        assert result.stats.copied_bytes_out == 0
+        assert result.stats.copied_bytes_in == 0 and result.stats.copied_bytes_out == 0
         for t in tokens:
             t = t % self.tokens
             q = self._q_all[t : t + 1]

