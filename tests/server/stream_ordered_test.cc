@@ -125,9 +125,7 @@ TEST_F(StreamOrderedTest, UnaryCallRunsOnlyAfterReadyAndStoresDone) {
 // budget until the call runs, so queued stream-ordered calls cannot hold unbounded memory.
 class StreamOrderedBudgetTest : public StreamOrderedTest {
  protected:
-  void Configure(DaemonConfig* config) override {
-    config->call_memory_bytes_per_client = 3 << 20;
-  }
+  void Configure(DaemonConfig* config) override { config->call_memory_bytes_per_client = 3 << 20; }
 };
 
 TEST_F(StreamOrderedBudgetTest, PendingRequestsCountAgainstTheBudget) {
