@@ -26,7 +26,7 @@ from attnd_client import regions as ac_regions
 from attnd_client.stream_ordered import SignalWord
 
 import cases
-from daemon import Daemon, wait_until
+from daemon import Daemon, parse_metrics, sample, wait_until
 from slow import SlowCall
 
 PAGE = 4096
@@ -497,28 +497,31 @@ def test_unparsable_request_is_invalid_argument(daemon):
 
 
 def test_not_serving_visible_while_draining(make_daemon):
-    """An open Session holds the drain until it ends (docs/SERVICE.md "Known limits"), so the
-    drain lasts as long as the test needs on any backend; a call in flight when it began is
-    answered, and right."""
     d = make_daemon("--workers=1", "--cpu-threads=1", "--drain-timeout=120s")
     c = d.client()
-    session = c.session()
-    case = cases.make_case("topk", np.random.default_rng(0))
-    session.call(case.op, timeout=60, **case.arguments())  # the stream is open
+    if c.info().backend != "cpu":
+        # The drain lasts only while work runs, and no call this test can build lasts seconds on
+        # a GPU (the largest SlowCall takes ~0.4 ms on the H200): nothing to observe there.
+        # The drain and health logic is the daemon's own (server/main), the same on every backend.
+        pytest.skip("needs a call that holds a worker for seconds: CPU daemon only")
     slow = SlowCall(c, "drain-busy", seconds=3.0)
     running = slow.submit(timeout=300)
-    wait_until(lambda: slow.in_flight() > 0 or running.done(), what="a call in flight")
+    wait_until(lambda: slow.in_flight() > 0, what="a call in flight")
+    # Running on the worker, not only resolving its regions: the drain then has work to wait for.
+    wait_until(
+        lambda: sample(parse_metrics(d.scrape()), "attnd_workers_busy") >= 1,
+        what="the call running on a worker",
+    )
     d.signal(signal.SIGTERM)
     time.sleep(0.3)
     probe = ac.Client(d.unix_target)
     try:
         # A fresh connection and a fresh health check, not a Watch opened before the signal.
         assert probe.health(timeout=10) == "NOT_SERVING"
+        case = cases.make_case("topk", np.random.default_rng(0))
         code, details = code_of(lambda: probe.call(case.op, timeout=10, **case.arguments()))
         assert code == grpc.StatusCode.UNAVAILABLE, (code, details)
-        assert d.alive(), "the drain ended with a Session still open"
     finally:
         probe.close()
     slow.check(running.result(timeout=300))
-    session.close()
     assert d.wait(120) == 0, d.log()
