@@ -3,8 +3,10 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/error_details.h"
 
 namespace attnd::client {
 namespace {
@@ -184,8 +186,13 @@ absl::StatusOr<CallResult> Session::Pending::Wait() {
   // slot->response is read in place, not through a reference: clang's analysis loses the lock
   // of a guarded member behind a local reference.
   if (slot->response.code() != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(slot->response.code()),
-                        slot->response.message());
+    absl::Status error(static_cast<absl::StatusCode>(slot->response.code()),
+                       slot->response.message());
+    // The causes, for ErrorDetailsOf (error_details.h), as a unary call's trailer gives them.
+    if (!slot->response.status_details().empty()) {
+      error.SetPayload(kStatusDetailsPayload, absl::Cord(slot->response.status_details()));
+    }
+    return error;
   }
   CallResult result;
   result.round_trip_seconds = std::chrono::duration<double>(slot->received - slot->sent).count();

@@ -231,6 +231,7 @@ class SessionReactor final : public SessionReactorBase {
     response->clear_result();
     response->set_code(static_cast<int32_t>(s.code()));
     response->set_message(std::string(s.message()));
+    response->set_status_details(StatusDetails(s));
   }
 
   void Unregister(std::shared_ptr<v1::SessionRequest> request,

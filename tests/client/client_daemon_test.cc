@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/error_details.h"
 #include "client/host_region.h"
 #include "client/session.h"
 #include "gtest/gtest.h"
@@ -233,6 +234,16 @@ TEST_F(ClientDaemonTest, SessionPipelinesCallsAndEndsItsLease) {
   bad.sm_scale = -1.0f;
   absl::StatusOr<CallResult> refused = (*session)->Call(bad);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  // Its google.rpc causes ride on the status, as a unary call's do.
+  sparse_mla::Params bad_q = params[0];
+  bad_q.q.shape[2] = 575;
+  bad_q.q.strides[1] = 575;
+  bad_q.q.strides[0] = 8 * 575;
+  refused = (*session)->Call(bad_q);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  const ErrorDetails details = ErrorDetailsOf(refused.status());
+  ASSERT_EQ(details.field_violations.size(), 1u) << refused.status();
+  EXPECT_EQ(details.field_violations[0].field, "q.shape[2]");
   EXPECT_TRUE((*session)->Call(params[0]).ok());
 
   absl::StatusOr<v1::ListRegionsResponse> list = client_->ListRegions();

@@ -37,6 +37,27 @@ def test_bad_tensor_is_bad_request_naming_the_dimension(client, rng):
     assert e.retry_delay is None and e.resource_name == ""
 
 
+def test_session_errors_carry_the_same_details(client, rng):
+    case = cases.make_case("sparse_mla", rng)
+    q = case.inputs["q"][:, :, :575]
+    with client.session() as session:
+        with pytest.raises(ac.AttndError) as info:
+            session.call(
+                "sparse_mla",
+                q=q,
+                kv=case.inputs["kv"],
+                indices=case.inputs["indices"],
+                sm_scale=0.1,
+            )
+        e = info.value
+        assert e.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert [v.field for v in e.field_violations] == ["q.shape[2]"]
+        with pytest.raises(ac.AttndError) as info:
+            session.unregister_region("no-such-region")
+        assert info.value.code == grpc.StatusCode.NOT_FOUND
+        assert info.value.resource_name == "no-such-region"
+
+
 def test_bad_dtype_names_the_dtype_field(client, rng):
     case = cases.make_case("sparse_mla", rng)
     args = case.arguments()

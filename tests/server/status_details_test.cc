@@ -227,6 +227,42 @@ TEST_F(DaemonTest, BadTensorIsBadRequestNamingTheField) {
   EXPECT_FALSE(d.retry_delay.has_value());
 }
 
+// A Session call's error carries the same google.rpc.Status as a unary call's trailer.
+TEST_F(DaemonTest, SessionErrorsCarryTheSameDetails) {
+  grpc::ClientContext ctx;
+  auto stream = stub_->Session(&ctx);
+  v1::SessionRequest open;
+  open.set_request_id(1);
+  open.mutable_open()->set_client_name("details");
+  ASSERT_TRUE(stream->Write(open));
+  v1::SessionResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  ASSERT_EQ(resp.code(), 0) << resp.message();
+  v1::SessionRequest call;
+  call.set_request_id(2);
+  *call.mutable_sparse_mla() = InlineRequest();
+  const HostTensor q575 = HostTensor::Dense(DType::kBF16, {kT, kH, 575});
+  *call.mutable_sparse_mla()->mutable_q() = InlineTensor(q575, v1::DTYPE_BF16);
+  ASSERT_TRUE(stream->Write(call));
+  ASSERT_TRUE(stream->Read(&resp));
+  ASSERT_EQ(resp.request_id(), 2u);
+  ASSERT_EQ(resp.code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT)) << resp.message();
+  const client::ErrorDetails d = client::ParseErrorDetails(resp.status_details());
+  ASSERT_EQ(d.field_violations.size(), 1u);
+  EXPECT_EQ(d.field_violations[0].field, "q.shape[2]");
+  // A successful call carries none.
+  call.set_request_id(3);
+  *call.mutable_sparse_mla() = InlineRequest();
+  ASSERT_TRUE(stream->Write(call));
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.code(), 0) << resp.message();
+  EXPECT_TRUE(resp.status_details().empty());
+  stream->WritesDone();
+  while (stream->Read(&resp)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST_F(DaemonTest, UnknownRegionIsResourceInfoWithTheNameAsSent) {
   {  // UnregisterRegion of a name this caller never registered.
     v1::UnregisterRegionRequest unreg;

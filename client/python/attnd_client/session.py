@@ -23,7 +23,7 @@ import grpc
 from . import ops as _ops
 from . import stream_ordered as _so
 from ._proto import pb
-from .errors import AttndError, status_code
+from .errors import AttndError, parse_status_details, status_code
 from .regions import HostRegion, ShmObject
 
 if TYPE_CHECKING:
@@ -64,7 +64,11 @@ class SessionCall(Generic[_T]):
             raise self._error
         assert self._response is not None  # _set gave a response or an error
         if self._response.code != 0:
-            raise AttndError(status_code(self._response.code), self._response.message)
+            raise AttndError(
+                status_code(self._response.code),
+                self._response.message,
+                parse_status_details(self._response.status_details),
+            )
         return self._decode(self._response)
 
     def exception(self, timeout: float | None = None) -> AttndError | None:
@@ -325,6 +329,7 @@ class Session(_ops.OpCalls[_ops.OpResult]):
             op=response.call_failed.op,
             code=status_code(response.code),
             message=response.message,
+            error_details=parse_status_details(response.status_details),
         )
         self.failures.put(failure)
         if self.on_failure is not None:

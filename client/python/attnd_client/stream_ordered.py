@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -29,7 +29,7 @@ import numpy as np
 from . import ops as _ops
 from . import torch_support as _torch_support
 from ._proto import pb
-from .errors import AttndError
+from .errors import AttndError, ErrorDetails
 
 if TYPE_CHECKING:
     from .regions import HostRegion
@@ -105,6 +105,7 @@ class CallFailure:
     op: str
     code: grpc.StatusCode
     message: str
+    error_details: ErrorDetails = field(default_factory=ErrorDetails)  # the google.rpc causes
 
 
 def set_signals(request: Any, ready: Signal | None, done: Signal | None) -> None:
