@@ -1,6 +1,8 @@
 #include "kernels/common/reference.h"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "kernels/common/bf16.h"
 #include "kernels/common/fp8.h"
@@ -37,6 +39,14 @@ void RefStore(const Tensor& t, std::initializer_list<int64_t> index, double v) {
     case DType::kI32: static_cast<int32_t*>(t.data)[off] = static_cast<int32_t>(v); break;
     default: break;
   }
+}
+
+double RefDecodeE4m3(uint8_t code) {
+  const int exponent = (code >> 3) & 0xf, mantissa = code & 0x7;
+  double v = exponent == 0 ? std::ldexp(mantissa / 8.0, -6)
+                           : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+  if (exponent == 0xf && mantissa == 0x7) v = std::numeric_limits<double>::quiet_NaN();
+  return (code & 0x80) ? -v : v;
 }
 
 }  // namespace attnd::kernels

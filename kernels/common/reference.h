@@ -16,5 +16,8 @@ int64_t RefOffset(const Tensor& t, std::initializer_list<int64_t> index);
 double RefLoad(const Tensor& t, std::initializer_list<int64_t> index);
 // Stores `v` at `index` rounded to t's dtype (f32, bf16 round-to-nearest-even, i32).
 void RefStore(const Tensor& t, std::initializer_list<int64_t> index, double v);
+// The exact value of an OCP e4m3fn code, decoded by hand (independent of kernels/common/fp8.h,
+// which the implementations use): S.EEEE.MMM, bias 7, subnormals at E = 0; S.1111.111 is NaN.
+double RefDecodeE4m3(uint8_t code);
 
 }  // namespace attnd::kernels

@@ -8,19 +8,6 @@
 #include "kernels/common/reference.h"
 
 namespace attnd::kernels::mla_decode {
-namespace {
-
-// Exact value of an OCP e4m3fn code, decoded by hand (independent of kernels/common/fp8.h):
-// S.EEEE.MMM, bias 7, subnormals at E = 0; S.1111.111 is NaN.
-double DecodeE4m3(uint8_t code) {
-  const int exponent = (code >> 3) & 0xf, mantissa = code & 0x7;
-  double v = exponent == 0 ? std::ldexp(mantissa / 8.0, -6)
-                           : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
-  if (exponent == 0xf && mantissa == 0x7) v = std::numeric_limits<double>::quiet_NaN();
-  return (code & 0x80) ? -v : v;
-}
-
-}  // namespace
 
 void Reference(const Params& p, std::vector<double>* out, std::vector<double>* lse,
                std::vector<double>* out_abs) {
@@ -43,7 +30,7 @@ void Reference(const Params& p, std::vector<double>* out, std::vector<double>* l
       if (p.kv_is_fp8()) {  // per-tensor FP8: e4m3 code × kv_scale, decoded exactly
         const uint8_t* codes = static_cast<const uint8_t*>(p.kv_cache.data) +
                                RefOffset(p.kv_cache, {page, pos % page_size, 0});
-        for (int64_t c = 0; c < d_qk; ++c) k[c] = DecodeE4m3(codes[c]) * p.kv_scale;
+        for (int64_t c = 0; c < d_qk; ++c) k[c] = RefDecodeE4m3(codes[c]) * p.kv_scale;
       } else {
         for (int64_t c = 0; c < d_qk; ++c) k[c] = RefLoad(p.kv_cache, {page, pos % page_size, c});
       }

@@ -32,16 +32,6 @@ std::vector<int64_t> ValidRows(const Params& p, int64_t t) {
   return rows;
 }
 
-// Exact value of an OCP e4m3fn code (decoded here by hand, independent of kernels/common/fp8.h):
-// S.EEEE.MMM, bias 7, subnormals at E = 0; S.1111.111 is NaN.
-double DecodeE4m3(uint8_t code) {
-  const int exponent = (code >> 3) & 0xf, mantissa = code & 0x7;
-  double v = exponent == 0 ? std::ldexp(mantissa / 8.0, -6)
-                           : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
-  if (exponent == 0xf && mantissa == 0x7) v = std::numeric_limits<double>::quiet_NaN();
-  return (code & 0x80) ? -v : v;
-}
-
 // Row `row` of the cache as d_qk exact doubles: bf16 elements, an FP8 row decoded from its
 // bytes (params.h): e4m3 × f32 scale for columns < 512, bf16 rope after, or a per-tensor FP8
 // row: e4m3 × kv_scale for every column.
@@ -51,7 +41,7 @@ std::vector<double> KvRow(const Params& p, int64_t row) {
   if (p.kv_is_fp8_per_tensor()) {  // e4m3 × the one kv_scale, every column
     const uint8_t* bytes = p.kv.ptr<const uint8_t>() + RefOffset(p.kv, {row, 0});
     for (int64_t d = 0; d < d_qk; ++d)
-      v[d] = DecodeE4m3(bytes[d]) * static_cast<double>(p.kv_scale);
+      v[d] = RefDecodeE4m3(bytes[d]) * static_cast<double>(p.kv_scale);
     return v;
   }
   if (!p.kv_is_fp8()) {
@@ -62,7 +52,7 @@ std::vector<double> KvRow(const Params& p, int64_t row) {
   for (int64_t d = 0; d < kDimV; ++d) {
     float scale;
     std::memcpy(&scale, bytes + kFp8ScaleOffset + 4 * (d / kFp8ScaleCols), sizeof scale);
-    v[d] = DecodeE4m3(bytes[d]) * static_cast<double>(scale);
+    v[d] = RefDecodeE4m3(bytes[d]) * static_cast<double>(scale);
   }
   for (int64_t d = kDimV; d < d_qk; ++d) {
     uint16_t bits;
