@@ -156,6 +156,11 @@ bool Scheduler::draining() const {
   return !accepting_;
 }
 
+bool Scheduler::drain_expired() const {
+  absl::MutexLock lock(&mu_);
+  return aborting_;
+}
+
 int Scheduler::queued() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(queue_.size());

@@ -114,6 +114,9 @@ class Scheduler {
 
   // True once Drain has begun (new calls are refused). Thread-safe.
   bool draining() const ABSL_LOCKS_EXCLUDED(mu_);
+  // True once the drain's deadline has passed (queued jobs failed, running ones stopped): holders
+  // of admissions must give them up now. Thread-safe.
+  bool drain_expired() const ABSL_LOCKS_EXCLUDED(mu_);
   int queued() const ABSL_LOCKS_EXCLUDED(mu_);
   int running() const ABSL_LOCKS_EXCLUDED(mu_);
   int admitted() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -23,7 +23,8 @@ CallRunner::CallRunner(const OpTable* ops, engine::Scheduler* scheduler,
 
 void CallRunner::Start(OpId id, const google::protobuf::Message& request,
                        google::protobuf::Message* response, CallContext ctx,
-                       std::function<void(absl::Status)> done) {
+                       std::function<void(absl::Status)> done,
+                       engine::Scheduler::Admission admission) {
   auto state = std::make_shared<State>();
   state->id = id;
   state->response = response;
@@ -42,7 +43,7 @@ void CallRunner::Start(OpId id, const google::protobuf::Message& request,
   }
   // Admitted before resolving the regions: a drain that starts meanwhile waits for this call
   // (docs/SERVICE.md "Scheduler, deadlines and shutdown").
-  engine::Scheduler::Admission admission = scheduler_->Admit();
+  if (!admission) admission = scheduler_->Admit();
   if (!admission) {
     Finish(std::move(state), absl::UnavailableError("attnd is shutting down"), nullptr);
     return;

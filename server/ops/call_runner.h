@@ -54,9 +54,12 @@ class CallRunner {
   // response message); both must stay valid until `done` runs. `done` is called exactly once
   // with the call's status, after the response's outputs and stats are filled and the call's
   // region pins are released: on this thread when the call fails before queueing, else on a
-  // scheduler worker. Thread-safe; never blocks.
+  // scheduler worker. Thread-safe; never blocks. `admission` (optional) was taken earlier by the
+  // caller (a stream-ordered call, when it was accepted): a drain that began since then still
+  // takes the call, until the drain's deadline.
   void Start(OpId id, const google::protobuf::Message& request, google::protobuf::Message* response,
-             CallContext ctx, std::function<void(absl::Status)> done);
+             CallContext ctx, std::function<void(absl::Status)> done,
+             engine::Scheduler::Admission admission = {});
 
   uint64_t NewRequestId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
   engine::Scheduler* scheduler() const { return scheduler_; }

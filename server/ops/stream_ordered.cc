@@ -161,6 +161,9 @@ struct StreamOrderedRunner::Entry {
   absl::Time accepted;
   absl::Time wait_deadline = absl::InfiniteFuture();
   std::function<void(absl::Status)> finished;
+  // Taken when the call is accepted and handed to CallRunner::Start: a drain waits for the call
+  // and takes it until the drain's deadline.
+  engine::Scheduler::Admission admission;
   bool running = false;
 };
 
@@ -178,13 +181,13 @@ class StreamOrderedRunner::Queue {
 
 StreamOrderedRunner::StreamOrderedRunner(CallRunner* runner, const OpTable* ops,
                                          const regions::RegionRegistry* registry,
-                                         metrics::Metrics* metrics, std::function<bool()> draining,
-                                         Options options)
+                                         metrics::Metrics* metrics,
+                                         std::function<bool()> drain_expired, Options options)
     : runner_(runner),
       ops_(ops),
       registry_(registry),
       metrics_(metrics),
-      draining_(std::move(draining)),
+      drain_expired_(std::move(drain_expired)),
       options_(options) {
   waiter_ = std::thread([this] { WaiterLoop(); });
 }
@@ -242,8 +245,9 @@ int64_t StreamOrderedRunner::pending() const {
 }
 
 absl::Status StreamOrderedRunner::Enqueue(const std::shared_ptr<Queue>& queue, Submission s) {
-  if (draining_ && draining_()) return absl::UnavailableError("attnd is shutting down");
   auto entry = std::make_unique<Entry>();
+  entry->admission = runner_->scheduler()->Admit();
+  if (!entry->admission) return absl::UnavailableError("attnd is shutting down");
   entry->id = s.id;
   entry->request = std::move(s.request);
   entry->ctx = std::move(s.ctx);
@@ -339,17 +343,19 @@ void StreamOrderedRunner::Pump(const std::shared_ptr<Queue>& queue) {
 void StreamOrderedRunner::Start(std::shared_ptr<Queue> queue, Entry* entry) {
   // The op's inputs are complete now: CallRunner resolves the request again (fresh index
   // snapshots, docs/SERVICE.md "Trust model") and queues it on the scheduler.
-  runner_->Start(entry->id, *entry->request, entry->response.get(), entry->ctx,
-                 [this, queue, entry](absl::Status status) {
-                   std::unique_ptr<Entry> owned;
-                   {
-                     absl::MutexLock lock(&mu_);
-                     RemoveLocked(queue, entry, &owned);
-                     --running_;
-                   }
-                   Complete(std::move(owned), std::move(status), true);
-                   Pump(queue);
-                 });
+  runner_->Start(
+      entry->id, *entry->request, entry->response.get(), entry->ctx,
+      [this, queue, entry](absl::Status status) {
+        std::unique_ptr<Entry> owned;
+        {
+          absl::MutexLock lock(&mu_);
+          RemoveLocked(queue, entry, &owned);
+          --running_;
+        }
+        Complete(std::move(owned), std::move(status), true);
+        Pump(queue);
+      },
+      std::move(entry->admission));
 }
 
 void StreamOrderedRunner::RemoveLocked(const std::shared_ptr<Queue>& queue, Entry* entry,
@@ -408,7 +414,7 @@ void StreamOrderedRunner::WaiterLoop() {
       continue;
     }
     const absl::Time now = absl::Now();
-    const bool draining = draining_ && draining_();
+    const bool expired = drain_expired_ && drain_expired_();
     struct Failure {
       std::unique_ptr<Entry> entry;
       absl::Status status;
@@ -419,10 +425,11 @@ void StreamOrderedRunner::WaiterLoop() {
       std::vector<std::pair<Entry*, absl::Status>> failing;
       for (auto& e : q->entries_) {
         if (e->running) continue;
-        if (draining) {
+        if (expired) {
           failing.emplace_back(
-              e.get(), absl::UnavailableError("attnd is draining: the stream-ordered call was not "
-                                              "run (its done word has the failure bit)"));
+              e.get(), absl::UnavailableError("attnd's drain reached --drain-timeout: the "
+                                              "stream-ordered call was not run (its done word has "
+                                              "the failure bit)"));
         } else if (e->ctx.cancelled && e->ctx.cancelled()) {
           failing.emplace_back(e.get(),
                                absl::CancelledError("stream-ordered call cancelled before it ran"));

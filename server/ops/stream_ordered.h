@@ -4,8 +4,9 @@
 // connection) the calls then run one after the other, each once its `ready` word is >= its value,
 // and each stores `done` = value after its outputs are written (value | kSignalFailureBit when it
 // failed or never ran). A waiter thread polls the ready words and is the watchdog: a call whose
-// word is not reached by its wait deadline, that is cancelled, or that is pending when the daemon
-// drains is failed without running. No gRPC here.
+// word is not reached by its wait deadline, that is cancelled, or that is still pending when the
+// daemon's drain reaches its deadline is failed without running. Each accepted call holds a
+// scheduler admission, so a drain waits for it (up to --drain-timeout). No gRPC here.
 //   StreamOrderedRunner stream(&runner, &ops, &registry, &metrics, {});
 //   auto queue = stream.NewQueue("session lease-1");
 //   ATTND_RETURN_IF_ERROR(stream.Enqueue(queue, std::move(submission)));  // reply "enqueued"
@@ -103,11 +104,13 @@ class StreamOrderedRunner {
 
   class Queue;  // one ordered queue (a Session's, a unary connection's)
 
-  // Everything borrowed must outlive the runner; `metrics` may be null. `draining` (may be
-  // empty) says whether the daemon is draining: pending calls then fail UNAVAILABLE.
+  // Everything borrowed must outlive the runner (the runner's scheduler too); `metrics` may be
+  // null. `drain_expired` (may be empty) says whether the daemon's drain has reached its
+  // deadline: pending calls then fail UNAVAILABLE. Until then a drain waits for them (their ready
+  // words may still come), and new calls are refused once it has begun.
   StreamOrderedRunner(CallRunner* runner, const OpTable* ops,
                       const regions::RegionRegistry* registry, metrics::Metrics* metrics,
-                      std::function<bool()> draining, Options options);
+                      std::function<bool()> drain_expired, Options options);
   // Fails every pending call (UNAVAILABLE), waits for running ones, stops the waiter.
   ~StreamOrderedRunner();
   StreamOrderedRunner(const StreamOrderedRunner&) = delete;
@@ -153,7 +156,7 @@ class StreamOrderedRunner {
   const OpTable* const ops_;
   const regions::RegionRegistry* const registry_;
   metrics::Metrics* const metrics_;
-  const std::function<bool()> draining_;
+  const std::function<bool()> drain_expired_;
   const Options options_;
 
   mutable absl::Mutex mu_;

@@ -496,13 +496,25 @@ def test_unparsable_request_is_invalid_argument(daemon):
     assert daemon.client().health() == "SERVING"
 
 
+def _probe_draining(d):
+    """A fresh connection during the drain: health NOT_SERVING, a new call UNAVAILABLE."""
+    probe = ac.Client(d.unix_target)
+    try:
+        # A fresh connection and a fresh health check, not a Watch opened before the signal.
+        assert probe.health(timeout=10) == "NOT_SERVING"
+        case = cases.make_case("topk", np.random.default_rng(0))
+        code, details = code_of(lambda: probe.call(case.op, timeout=10, **case.arguments()))
+        assert code == grpc.StatusCode.UNAVAILABLE, (code, details)
+    finally:
+        probe.close()
+
+
 def test_not_serving_visible_while_draining(make_daemon):
     d = make_daemon("--workers=1", "--cpu-threads=1", "--drain-timeout=120s")
     c = d.client()
     if c.info().backend != "cpu":
-        # The drain lasts only while work runs, and no call this test can build lasts seconds on
-        # a GPU (the largest SlowCall takes ~0.4 ms on the H200): nothing to observe there.
-        # The drain and health logic is the daemon's own (server/main), the same on every backend.
+        # No call this test can build computes for seconds on a GPU (the largest SlowCall takes
+        # ~0.4 ms on the H200); the stream-ordered variant below holds the drain on every backend.
         pytest.skip("needs a call that holds a worker for seconds: CPU daemon only")
     slow = SlowCall(c, "drain-busy", seconds=3.0)
     running = slow.submit(timeout=300)
@@ -514,14 +526,68 @@ def test_not_serving_visible_while_draining(make_daemon):
     )
     d.signal(signal.SIGTERM)
     time.sleep(0.3)
-    probe = ac.Client(d.unix_target)
-    try:
-        # A fresh connection and a fresh health check, not a Watch opened before the signal.
-        assert probe.health(timeout=10) == "NOT_SERVING"
-        case = cases.make_case("topk", np.random.default_rng(0))
-        code, details = code_of(lambda: probe.call(case.op, timeout=10, **case.arguments()))
-        assert code == grpc.StatusCode.UNAVAILABLE, (code, details)
-    finally:
-        probe.close()
+    _probe_draining(d)
     slow.check(running.result(timeout=300))
     assert d.wait(120) == 0, d.log()
+
+
+def _enqueue_unready(c, rng, name):
+    """A stream-ordered top-k call whose ready word (3) is not reached yet: (case, outs, ready,
+    done, region). Accepted work the drain must wait for, on any backend."""
+    case = cases.make_case("topk", rng)
+    region = c.create_host_region(name, cases.region_bytes(case) + 4096)
+    views = {n: region.put(a, case.input_dtypes[n]) for n, a in case.inputs.items()}
+    outs = {n: region.array(dt, shape) for n, (dt, shape) in case.outputs.items()}
+    for n, (dt, _) in case.outputs.items():
+        outs[n][...] = cases.POISON[dt]
+    args = dict(views)
+    args.update(case.scalars)
+    args.update(outs)
+    ready, done = SignalWord(region), SignalWord(region)
+    c.enqueue(case.op, ready=ready.signal(3), done=done.signal(7), timeout=300, **args)
+    return case, outs, ready, done, region
+
+
+def _still_poisoned(case, outs):
+    for n, (dt, _) in case.outputs.items():
+        ok = np.isnan(outs[n]).all() if dt == "f32" else (outs[n] == cases.POISON[dt]).all()
+        if not ok:
+            return False
+    return True
+
+
+def test_drain_runs_stream_ordered_call_signalled_in_time(make_daemon, rng):
+    """Every backend: an accepted stream-ordered call holds the drain (NOT_SERVING visible, new
+    calls refused) and still runs when its ready word comes; attnd then exits 0 at once."""
+    d = make_daemon("--drain-timeout=120s")
+    c = d.client()
+    case, outs, ready, done, _ = _enqueue_unready(c, rng, "drain-so")
+    d.signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert d.proc.poll() is None, "attnd exited with an accepted call pending: " + d.log()
+    _probe_draining(d)
+    assert done.get() == 0 and _still_poisoned(case, outs)
+    start = time.monotonic()
+    ready.set(3)
+    assert done.wait(7, timeout=60) == 7, "the accepted call did not run during the drain"
+    case.check(outs)
+    assert d.wait(60) == 0, d.log()
+    assert time.monotonic() - start < 30, "the drain outlived its last call"
+
+
+def test_drain_timeout_fails_unsignalled_stream_ordered_call(make_daemon, rng):
+    """Every backend: a call whose ready word never comes holds the drain until --drain-timeout
+    and no longer (the timeout is a hard limit); it fails without running."""
+    d = make_daemon("--drain-timeout=2s")
+    c = d.client()
+    case, outs, ready, done, _ = _enqueue_unready(c, rng, "drain-so-never")
+    start = time.monotonic()
+    d.signal(signal.SIGTERM)
+    assert d.wait(60) == 0, d.log()
+    took = time.monotonic() - start
+    assert 1.5 <= took < 2 + 2 + 6, f"exited after {took:.2f} s with --drain-timeout=2s"
+    assert done.get() == 7 | (1 << 63), hex(done.get())
+    assert _still_poisoned(case, outs)
+    ready.set(3)  # too late: nothing runs any more
+    time.sleep(0.2)
+    assert _still_poisoned(case, outs)

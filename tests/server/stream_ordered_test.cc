@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "server/ops/stream_ordered.h"
@@ -301,7 +302,49 @@ TEST_F(StreamOrderedTest, CancelledSessionFailsItsPendingWaits) {
   EXPECT_TRUE(OutputsPoisoned());
 }
 
-TEST_F(StreamOrderedTest, DrainFailsPendingWaits) {
+// A drain waits for accepted stream-ordered calls: one whose ready word comes during the drain
+// runs and stores done (nothing accepted is lost), and the drain then ends without waiting for its
+// timeout.
+TEST_F(StreamOrderedTest, DrainRunsCallsWhoseReadyComesInTime) {
+  v1::SparseMlaRequest req = RegionRequest();
+  Word(kReady).store(0);
+  Word(kDone).store(0);
+  SetSignal(req.mutable_ready(), "r", kReady, 1);
+  SetSignal(req.mutable_done(), "r", kDone, 2);
+  grpc::ClientContext ctx;
+  v1::SparseMlaResponse reply;
+  ASSERT_TRUE(stub_->SparseMla(&ctx, req, &reply).ok());
+  std::atomic<bool> drained{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread drain([&] {
+    EXPECT_TRUE(daemon_->Shutdown());
+    drained = true;
+  });
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_FALSE(drained.load()) << "the drain did not wait for the accepted call";
+  EXPECT_EQ(Word(kDone).load(), 0u);
+  EXPECT_TRUE(OutputsPoisoned());
+  // New calls are refused meanwhile.
+  grpc::ClientContext late_ctx;
+  v1::SparseMlaResponse late;
+  grpc::Status refused = stub_->SparseMla(&late_ctx, RegionRequest(), &late);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  Word(kReady).store(1);
+  drain.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4))
+      << "the drain waited for its timeout (5 s) after the call ran";
+  EXPECT_EQ(Word(kDone).load(), 2u);
+  EXPECT_TRUE(OutputsMatch());
+}
+
+class StreamOrderedShortDrainTest : public StreamOrderedTest {
+ protected:
+  void Configure(DaemonConfig* config) override { config->drain_timeout = absl::Milliseconds(500); }
+};
+
+// A call whose ready word never comes holds the drain until --drain-timeout, no longer: it then
+// fails without running (done has the failure bit, outputs stay poisoned).
+TEST_F(StreamOrderedShortDrainTest, DrainTimeoutFailsPendingWaits) {
   v1::SparseMlaRequest req = RegionRequest();
   Word(kReady).store(0);
   Word(kDone).store(0);
@@ -311,9 +354,14 @@ TEST_F(StreamOrderedTest, DrainFailsPendingWaits) {
   v1::SparseMlaResponse reply;
   ASSERT_TRUE(stub_->SparseMla(&ctx, req, &reply).ok());
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_TRUE(daemon_->Shutdown());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  EXPECT_FALSE(daemon_->Shutdown()) << "the drain ended before its timeout";
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, milliseconds(450));
+  EXPECT_LT(took, std::chrono::seconds(3)) << "the drain timeout (0.5 s) is a hard limit";
   EXPECT_EQ(Word(kDone).load(), 2u | kFail);
+  EXPECT_TRUE(OutputsPoisoned());
+  Word(kReady).store(1);  // too late: nothing runs any more
+  std::this_thread::sleep_for(milliseconds(50));
   EXPECT_TRUE(OutputsPoisoned());
 }
 
