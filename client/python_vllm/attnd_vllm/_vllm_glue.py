@@ -3,10 +3,14 @@ signatures and metadata fields follow the vLLM source named in docs/VLLM.md; the
 by attnd_vllm.calls (no vLLM there).
 
 - AttndSparseAttnIndexer replaces vLLM's SparseAttnIndexer (CustomOp.register_oot by class name):
-  it keeps vLLM's K cache write (vLLM's own indexer_k_quant_and_cache op) and computes the
-  logits and top-k on attnd, writing request positions into vLLM's topk_indices_buffer.
+  it keeps vLLM's K cache write (vLLM's own indexer_k_quant_and_cache op; on ROCm vLLM's ROCm
+  writer, whose cache is the shuffled layout at block size > 1) and computes the logits and
+  top-k on attnd, writing request positions into vLLM's topk_indices_buffer. In a decode-only
+  step read by AttndSparseMLAImpl (decode mode "fused") it defers instead: the attention call
+  runs the indexer, the top-k and sparse MLA in one paged dsa_attention call.
 - AttndSparseMLABackend (AttentionBackendEnum.CUSTOM) reuses FlashMLA sparse's metadata builder
-  and replaces forward_mqa with attnd's sparse_mla over vLLM's paged cache.
+  and replaces forward_mqa with attnd's sparse_mla over vLLM's paged cache, or with the deferred
+  decode step (calls.run_decode_step).
 """
 
 from typing import Any
@@ -27,6 +31,28 @@ def _layer_metadata(prefix: str) -> Any:
 
     metadata = get_forward_context().attn_metadata
     return metadata.get(prefix) if isinstance(metadata, dict) else None
+
+
+def _platform() -> Any:
+    """vLLM's current_platform, or None where vllm.platforms is not importable."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return None
+    return current_platform
+
+
+def _on_rocm() -> bool:
+    platform = _platform()
+    return bool(platform is not None and platform.is_rocm())
+
+
+def _fp8_is_fnuz() -> bool:
+    """Whether the platform's fp8 is e4m3fnuz (ROCm gfx942), which attnd does not read
+    (docs/INDEXER_CACHES.md "Quantization")."""
+    platform = _platform()
+    fp8_dtype = getattr(platform, "fp8_dtype", None)
+    return fp8_dtype is not None and "fnuz" in str(fp8_dtype())
 
 
 class AttndSparseAttnIndexer(SparseAttnIndexer):
@@ -51,6 +77,10 @@ class AttndSparseAttnIndexer(SparseAttnIndexer):
             raise NotImplementedError("attnd_vllm: the MXFP4 indexer cache is not supported")
         if quant_block_size != head_dim:
             raise NotImplementedError("attnd_vllm: one indexer K scale per token is supported")
+        if _fp8_is_fnuz():
+            raise NotImplementedError("attnd_vllm: e4m3fnuz caches (ROCm gfx942) are not read")
+        self.rocm = _on_rocm()
+        calls.decode_mode()  # a bad $ATTND_VLLM_DECODE fails here, not at the first step
         self.k_cache = k_cache
         self.quant_block_size = quant_block_size
         self.scale_fmt = scale_fmt
@@ -68,13 +98,37 @@ class AttndSparseAttnIndexer(SparseAttnIndexer):
             return self.topk_indices_buffer
         kv_cache = self.k_cache.kv_cache
         if not self.skip_k_cache_insert and k is not None:
-            from vllm import _custom_ops as ops
+            if self.rocm:
+                from vllm.v1.attention.ops.rocm_aiter_mla_sparse import (
+                    indexer_k_quant_and_cache_triton as write,
+                )
+            else:
+                from vllm._custom_ops import indexer_k_quant_and_cache as write
 
             slots = metadata.slot_mapping
-            ops.indexer_k_quant_and_cache(
-                k[: slots.shape[0]], kv_cache, slots, self.quant_block_size, self.scale_fmt
-            )
+            write(k[: slots.shape[0]], kv_cache, slots, self.quant_block_size, self.scale_fmt)
         q = q_quant[0] if isinstance(q_quant, tuple) else q_quant
+        num_tokens = int(hidden_states.shape[0])
+        layout = mapping.indexer_layout(int(kv_cache.shape[1]), self.rocm)
+        buffer = self.topk_indices_buffer
+        if (
+            calls.decode_mode() == "fused"
+            and calls.fused_enabled(buffer)
+            and calls.is_decode_only(metadata)
+        ):
+            buffer[:num_tokens] = -1
+            step = calls.DecodeStep(
+                metadata,
+                q,
+                weights,
+                kv_cache,
+                int(metadata.num_decode_tokens),
+                self.head_dim,
+                self.topk_tokens,
+                layout,
+            )
+            calls.defer_decode(buffer, step)
+            return buffer
         return calls.run_indexer(
             calls.get_client(),
             metadata,
@@ -83,8 +137,9 @@ class AttndSparseAttnIndexer(SparseAttnIndexer):
             kv_cache,
             self.head_dim,
             self.topk_tokens,
-            self.topk_indices_buffer,
-            num_tokens=int(hidden_states.shape[0]),
+            buffer,
+            num_tokens=num_tokens,
+            index_layout=layout,
         )
 
     forward_cuda = forward_native
@@ -95,22 +150,43 @@ class AttndSparseAttnIndexer(SparseAttnIndexer):
 class AttndSparseMLAImpl(FlashMLASparseImpl):
     """FlashMLA sparse's implementation with forward_mqa on attnd."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        buffer = getattr(self, "topk_indices_buffer", None)
+        if buffer is not None:  # the indexer ops writing it may defer decode steps to us
+            calls.enable_fused(buffer)
+
     def forward_mqa(self, q: Any, kv_c_and_k_pe_cache: Any, attn_metadata: Any, layer: Any) -> Any:
         """(out [T, H, 512], lse [T, H]) of q [T, H, 576] or (q_nope, q_pe); torch tensors come
         back as tensors on q's device, NumPy inputs as attnd_client's arrays."""
         if isinstance(q, tuple):
             q = _cat_last(q)
-        positions = self.topk_indices_buffer[: q.shape[0]]
-        out, lse = calls.run_sparse_mla(
-            calls.get_client(),
-            q,
-            kv_c_and_k_pe_cache,
-            positions,
-            attn_metadata.req_id_per_token,
-            attn_metadata.block_table,
-            self.softmax_scale,
-            getattr(layer, "_k_scale_float", None),  # used with the "fp8" cache only
-        )
+        k_scale = getattr(layer, "_k_scale_float", None)  # used with the "fp8" cache only
+        step = calls.take_decode(self.topk_indices_buffer)
+        if step is not None:  # a decode-only step the indexer op deferred
+            out, lse = calls.run_decode_step(
+                calls.get_client(),
+                step,
+                q,
+                kv_c_and_k_pe_cache,
+                self.softmax_scale,
+                self.topk_indices_buffer,
+                attn_metadata.req_id_per_token,
+                attn_metadata.block_table,
+                k_scale,
+            )
+        else:
+            positions = self.topk_indices_buffer[: q.shape[0]]
+            out, lse = calls.run_sparse_mla(
+                calls.get_client(),
+                q,
+                kv_c_and_k_pe_cache,
+                positions,
+                attn_metadata.req_id_per_token,
+                attn_metadata.block_table,
+                self.softmax_scale,
+                k_scale,
+            )
         if not mapping.is_torch(q):
             return out, lse
         import torch

@@ -1,21 +1,56 @@
 """The attnd round trips of the plugin, on any attnd_client.Client, without vLLM: the indexer
-(prefill chunks and decode) writing request positions into vLLM's topk_indices_buffer, and sparse
-MLA. The vLLM classes (_vllm_glue) call these; the tests call them on CPU daemons.
+(prefill chunks and decode) writing request positions into vLLM's topk_indices_buffer, sparse
+MLA, and the fused decode step (one paged dsa_attention call). The vLLM classes (_vllm_glue) call
+these; the tests call them on CPU daemons.
 
     client = attnd_client.Client("unix:/run/attnd/attnd.sock")
     run_indexer(client, indexer_metadata, q_fp8, weights, kv_cache, 128, 2048, buffer)
     out, lse = run_sparse_mla(client, q, mla_cache, buffer, req_id_per_token, table, scale)
+
+    # decode-only step, fused: the indexer op defers, the attention runs both in one call
+    step = DecodeStep(indexer_metadata, q_fp8, weights, kv_cache, tokens, 128, 2048)
+    out, lse = run_decode_step(client, step, q, mla_cache, scale, buffer, req_id, table)
+
+Decode mode: $ATTND_VLLM_DECODE = "fused" (the default: one paged dsa_attention call when the
+step is decode-only, the daemon has the paged form and the MLA cache is fp8_ds_mla or bf16) or
+"split" (always indexer_logits_paged -> topk -> sparse_mla). docs/VLLM.md "Decode".
 """
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import mapping
 
 DEFAULT_TARGET = "unix:/run/attnd/attnd.sock"
+DECODE_MODES = ("fused", "split")
 _clients: dict[str, Any] = {}
+_paged_dsa: dict[int, tuple[Any, bool]] = {}  # id(client) -> (client, has the paged form)
+
+
+def decode_mode(mode: str | None = None) -> str:
+    """The decode mode: `mode` if given, else $ATTND_VLLM_DECODE, else "fused"; ValueError for
+    anything but "fused" and "split"."""
+    mode = (mode or os.environ.get("ATTND_VLLM_DECODE") or "fused").strip().lower()
+    if mode not in DECODE_MODES:
+        raise ValueError(f"ATTND_VLLM_DECODE={mode!r}; want one of {DECODE_MODES}")
+    return mode
+
+
+def has_paged_dsa(client: Any) -> bool:
+    """Whether the daemon runs dsa_attention's paged form: its GetInfo lists the layout field
+    index_cache_layout for dsa_attention (docs/SERVICE.md "GetInfo"). Asked once per client."""
+    known = _paged_dsa.get(id(client))
+    if known is None or known[0] is not client:
+        ops = client.info().ops
+        found = any(
+            op.name == "dsa_attention"
+            and any(c.field == "index_cache_layout" for c in op.cache_layouts)
+            for op in ops
+        )
+        known = _paged_dsa[id(client)] = (client, found)
+    return known[1]
 
 
 def get_client(target: str | None = None) -> Any:
@@ -57,19 +92,20 @@ def run_indexer(
     topk_tokens: int,
     topk_indices_buffer: Any,
     num_tokens: int | None = None,
+    index_layout: str = mapping.INDEXER_BLOCKS,
 ) -> Any:
     """vLLM's sparse_attn_indexer after its cache write, on attnd: rows [0, num_tokens) of
     topk_indices_buffer are set to -1, then each prefill chunk's and the decode tokens' top-k
     positions (inside their request) are written. `metadata` has the attributes of vLLM's
     DeepseekV32IndexerMetadata (num_prefills, num_decodes, num_decode_tokens, prefill.chunks,
-    decode). Returns the buffer."""
+    decode); index_layout is the indexer cache's (mapping.indexer_layout). Returns the buffer."""
     if num_tokens is None:
         num_tokens = int(q_fp8.shape[0])
     topk_indices_buffer[:num_tokens] = -1
     if getattr(metadata, "num_prefills", 0) > 0:
         for chunk in metadata.prefill.chunks:
             call = mapping.indexer_prefill_chunk(
-                chunk, q_fp8, weights, kv_cache, head_dim, topk_tokens
+                chunk, q_fp8, weights, kv_cache, head_dim, topk_tokens, index_layout
             )
             if call.token_end <= call.token_start:
                 continue
@@ -82,7 +118,14 @@ def run_indexer(
     num_decode_tokens = int(getattr(metadata, "num_decode_tokens", 0))
     if getattr(metadata, "num_decodes", 0) > 0 and num_decode_tokens > 0:
         call = mapping.indexer_decode(
-            metadata.decode, q_fp8, weights, kv_cache, num_decode_tokens, head_dim, topk_tokens
+            metadata.decode,
+            q_fp8,
+            weights,
+            kv_cache,
+            num_decode_tokens,
+            head_dim,
+            topk_tokens,
+            index_layout,
         )
         logits = client.indexer_logits_paged(**call.indexer_logits_paged).logits
         res = client.topk(logits=logits, **call.topk)
@@ -109,3 +152,169 @@ def run_sparse_mla(
     )
     res = client.sparse_mla(**fields)
     return res.out, res.lse
+
+
+def is_decode_only(metadata: Any) -> bool:
+    """Whether vLLM's indexer metadata describes a step of decode tokens only (no prefill
+    chunk; tokens past num_decode_tokens, if any, are padding)."""
+    return (
+        int(getattr(metadata, "num_prefills", 0) or 0) == 0
+        and int(getattr(metadata, "num_decodes", 0) or 0) > 0
+        and int(getattr(metadata, "num_decode_tokens", 0) or 0) > 0
+        and getattr(metadata, "decode", None) is not None
+    )
+
+
+class DecodeStep(NamedTuple):
+    """The indexer op's inputs of a decode-only step, kept for the attention call that follows
+    (the fused path): everything run_indexer needs too, for the fallback."""
+
+    metadata: Any  # vLLM's indexer metadata (DeepseekV32IndexerMetadata attributes)
+    q_fp8: Any
+    weights: Any
+    kv_cache: Any  # the indexer cache, after vLLM's own cache write
+    num_tokens: int
+    head_dim: int
+    topk_tokens: int
+    index_layout: str = mapping.INDEXER_BLOCKS
+
+
+# The decode steps deferred by the indexer op, keyed by the topk_indices_buffer it shares with
+# the attention implementation of the same layers (vLLM calls them in that order, per layer).
+_deferred: dict[int, tuple[Any, DecodeStep]] = {}
+_fused_buffers: dict[int, Any] = {}
+
+
+def enable_fused(topk_indices_buffer: Any) -> None:
+    """Marks the buffer as read by an attnd attention implementation, which consumes deferred
+    decode steps: only then does the indexer op defer (another backend reads the buffer)."""
+    _fused_buffers[id(topk_indices_buffer)] = topk_indices_buffer
+
+
+def fused_enabled(topk_indices_buffer: Any) -> bool:
+    return _fused_buffers.get(id(topk_indices_buffer)) is topk_indices_buffer
+
+
+def defer_decode(topk_indices_buffer: Any, step: DecodeStep) -> None:
+    """Keeps the step for take_decode (the layer's attention call); replaces an unconsumed one."""
+    _deferred[id(topk_indices_buffer)] = (topk_indices_buffer, step)
+
+
+def take_decode(topk_indices_buffer: Any) -> DecodeStep | None:
+    """The step the indexer op deferred on this buffer, once; None when there is none."""
+    entry = _deferred.pop(id(topk_indices_buffer), None)
+    if entry is None or entry[0] is not topk_indices_buffer:
+        return None
+    return entry[1]
+
+
+def run_dsa_decode(
+    client: Any,
+    step: DecodeStep,
+    q: Any,
+    mla_cache: Any,
+    sm_scale: float,
+    topk_indices_buffer: Any,
+) -> tuple[Any, Any]:
+    """A decode-only step in one paged dsa_attention call (indexer over the indexer cache,
+    top-k, sparse MLA over the MLA cache; mapping.dsa_decode): (out bf16 [T, H, 512], lse f32
+    [T, H]) as attnd_client returns them, T = q's rows in vLLM's token order (rows past
+    step.num_tokens, padding, get out 0 and lse -inf). Rows [0, step.num_tokens) of
+    topk_indices_buffer get the chosen positions inside each request (-1 padded), as
+    run_indexer writes them. ValueError for a cache the paged form does not take."""
+    call = mapping.dsa_decode(
+        step.metadata.decode,
+        step.q_fp8,
+        step.weights,
+        step.kv_cache,
+        q,
+        mla_cache,
+        step.num_tokens,
+        step.head_dim,
+        step.topk_tokens,
+        sm_scale,
+        step.index_layout,
+    )
+    res = client.dsa_attention(**call.dsa_attention)
+    out, lse = np.asarray(res.out), np.asarray(res.lse)
+    positions = mapping.kv_rows_to_positions(call, res.indices)
+    rows = call.token_rows
+    if rows.shape[0] != out.shape[0] or (rows != np.arange(rows.shape[0])).any():
+        out, lse, positions = out[rows], lse[rows], positions[rows]
+    topk_indices_buffer[: step.num_tokens] = -1
+    _store(topk_indices_buffer, np.arange(step.num_tokens), positions)
+    extra = int(q.shape[0]) - step.num_tokens
+    if extra > 0:
+        out = np.concatenate([out, np.zeros((extra, *out.shape[1:]), out.dtype)])
+        lse = np.concatenate([lse, np.full((extra, *lse.shape[1:]), -np.inf, lse.dtype)])
+    return out, lse
+
+
+def can_fuse(client: Any, mla_cache: Any, mode: str | None = None) -> bool:
+    """Whether a deferred decode step runs fused: decode_mode(mode) is "fused", the MLA cache is
+    one dsa_attention takes (fp8_ds_mla or bf16; not the per-tensor "fp8" cache) and the daemon
+    has the paged form."""
+    if decode_mode(mode) != "fused":
+        return False
+    kv, _ = mapping.mla_cache_rows(mla_cache)
+    return mapping.mla_cache_layout(kv) in mapping.DSA_KV_LAYOUTS and has_paged_dsa(client)
+
+
+def run_decode_step(
+    client: Any,
+    step: DecodeStep,
+    q: Any,
+    mla_cache: Any,
+    sm_scale: float,
+    topk_indices_buffer: Any,
+    req_id_per_token: Any,
+    block_table: Any,
+    k_scale: float | None = None,
+    mode: str | None = None,
+    out: Any = None,
+    lse: Any = None,
+) -> tuple[Any, Any]:
+    """A deferred decode step: fused (run_dsa_decode) when can_fuse, else the three calls
+    (run_indexer's decode, then run_sparse_mla with the attention metadata's req_id_per_token
+    and block_table). Both write topk_indices_buffer and return (out, lse) alike; given `out`
+    (bf16 bits or a bf16 tensor [T, H, 512]) and `lse` (f32 [T, H]), the results are copied
+    into them and they are returned."""
+    if can_fuse(client, mla_cache, mode):
+        res = run_dsa_decode(client, step, q, mla_cache, sm_scale, topk_indices_buffer)
+        return _into(out, res[0]), _into(lse, res[1])
+    run_indexer(
+        client,
+        step.metadata,
+        step.q_fp8,
+        step.weights,
+        step.kv_cache,
+        step.head_dim,
+        step.topk_tokens,
+        topk_indices_buffer,
+        num_tokens=step.num_tokens,
+        index_layout=step.index_layout,
+    )
+    res = run_sparse_mla(
+        client, q, mla_cache, topk_indices_buffer, req_id_per_token, block_table, sm_scale, k_scale
+    )
+    return _into(out, res[0]), _into(lse, res[1])
+
+
+def _into(dst: Any, values: Any) -> Any:
+    """values copied into dst (NumPy, or torch on any device: bf16 bits viewed as bf16), or
+    values themselves when dst is None."""
+    if dst is None:
+        return values
+    values = np.asarray(values)
+    if mapping.is_torch(dst):
+        import torch
+
+        if str(dst.dtype) == "torch.bfloat16":  # bits through int16 (older torch: no uint16)
+            src = torch.from_numpy(np.ascontiguousarray(values).view(np.int16))
+            src = src.view(torch.bfloat16)
+        else:
+            src = torch.from_numpy(np.ascontiguousarray(values))
+        dst.copy_(src.reshape(dst.shape))
+    else:
+        np.copyto(dst, values.reshape(dst.shape).astype(dst.dtype, copy=False))
+    return dst

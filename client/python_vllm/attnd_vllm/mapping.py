@@ -8,6 +8,10 @@ small metadata (block tables, lengths, req_id_per_token) is read on the host.
 
     rows, bs = indexer_cache_rows(kv_cache, head_dim=128)   # attnd kv_cache [blocks, bs*(D+4)]
     slots = request_positions_to_slots(req_id_per_token, block_table, positions, block_size)
+    call = dsa_decode(decode, q_fp8, weights, index_cache, q, mla_cache, tokens, 128, 2048, s)
+
+Every cache is sent with its layout named (kv_layout, kv_cache_layout, index_cache_layout:
+docs/CONTRACTS.md "Named layouts"), never left to attnd's dtype / shape inference.
 """
 
 from typing import Any, NamedTuple
@@ -20,6 +24,14 @@ MLA_HEAD_DIM = 576  # 512 latent + 64 rope columns (the bf16 cache, kv_cache_dty
 # kv_cache_dtype "fp8": one e4m3 code per column and the layer's k_scale (docs/CONTRACTS.md
 # "Per-tensor FP8 KV cache"), 576 bytes (DeepSeek) or 512 (GLM-5.3-Flash, no rope).
 FP8_PER_TENSOR_ROW_BYTES = (576, 512)
+
+# Indexer cache layouts (docs/INDEXER_CACHES.md): vLLM on CUDA, and on ROCm at block size 1
+# ("NORMAL"), stores each block's keys one after the other; on ROCm at block size > 1 ("SHUFFLE")
+# the codes lie in 16-token x 16-byte tiles, which attnd reads only when the layout is named.
+INDEXER_BLOCKS = "INDEXER_FP8_BLOCKS"
+INDEXER_SHUFFLE = "INDEXER_AITER_SHUFFLE_16"
+INDEXER_LAYOUTS = (INDEXER_BLOCKS, INDEXER_SHUFFLE)
+SHUFFLE_TILE = 16  # tokens and bytes of one tile of the shuffled layout
 
 
 def is_torch(x: Any) -> bool:
@@ -90,14 +102,49 @@ def indexer_cache_rows(kv_cache: Any, head_dim: int) -> tuple[Any, int]:
     return _row_view(kv, blocks, block_size * width, s0), block_size
 
 
+def indexer_layout(block_size: int, rocm: bool = False) -> str:
+    """The layout vLLM writes its indexer cache in (docs/INDEXER_CACHES.md): SHUFFLE on ROCm
+    when the block holds more than one token, the blocks layout otherwise."""
+    return INDEXER_SHUFFLE if rocm and block_size > 1 else INDEXER_BLOCKS
+
+
+def _check_indexer_layout(layout: str, block_size: int, head_dim: int) -> str:
+    if layout not in INDEXER_LAYOUTS:
+        raise ValueError(f"indexer layout {layout!r}; want one of {INDEXER_LAYOUTS}")
+    if layout == INDEXER_SHUFFLE and (block_size % SHUFFLE_TILE or head_dim % SHUFFLE_TILE):
+        raise ValueError(
+            f"indexer layout {layout}: block_size {block_size} and head_dim {head_dim} must be "
+            f"multiples of {SHUFFLE_TILE}"
+        )
+    return layout
+
+
+def _code_offsets(off: np.ndarray, head_dim: int, layout: str) -> np.ndarray:
+    """Byte offsets inside a block of the head_dim codes of slots `off` ([n] -> [n, head_dim]):
+    slot t's byte d at t * D + d (blocks), or at (t / 16) * 16 * D + (d / 16) * 256 +
+    (t % 16) * 16 + d % 16 (shuffled; docs/CONTRACTS.md "indexer_logits_paged")."""
+    d = np.arange(head_dim)
+    t = off[:, None]
+    if layout == INDEXER_BLOCKS:
+        return t * head_dim + d
+    tile = SHUFFLE_TILE
+    return (t // tile) * tile * head_dim + (d // tile) * tile * tile + (t % tile) * tile + d % tile
+
+
 def gather_indexer_k(
-    kv_cache: Any, block_table: Any, cu_seq_lens: Any, head_dim: int
+    kv_cache: Any,
+    block_table: Any,
+    cu_seq_lens: Any,
+    head_dim: int,
+    layout: str = INDEXER_BLOCKS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The keys of a prefill chunk's requests, gathered from the paged indexer cache in request
     order (what vLLM's cp_gather step does on the GPU): (k u8 [total, head_dim], k_scale f32
     [total]). Request r's tokens are rows cu_seq_lens[r] .. cu_seq_lens[r+1] of the result and
-    its position n lives in block block_table[r, n // block_size]. Runs on the host."""
+    its position n lives in block block_table[r, n // block_size]; `layout` says where a slot's
+    codes lie in its block (INDEXER_BLOCKS or INDEXER_SHUFFLE). Runs on the host."""
     rows, block_size = indexer_cache_rows(kv_cache, head_dim)
+    _check_indexer_layout(layout, block_size, head_dim)
     rows = host(rows)
     table = host(block_table, np.int64)
     cu = host(cu_seq_lens, np.int64)
@@ -109,7 +156,7 @@ def gather_indexer_k(
         n = np.arange(int(cu[r + 1] - cu[r]))
         blocks = table[r, n // block_size]
         off = n % block_size
-        k[cu[r] : cu[r + 1]] = rows[blocks[:, None], off[:, None] * head_dim + np.arange(head_dim)]
+        k[cu[r] : cu[r + 1]] = rows[blocks[:, None], _code_offsets(off, head_dim, layout)]
         sb = values_bytes + 4 * off[:, None] + np.arange(4)
         scale[cu[r] : cu[r + 1]] = rows[blocks[:, None], sb].copy().view("<f4")[:, 0]
     return k, scale
@@ -132,7 +179,13 @@ def _chunk_attr(chunk: Any, *names: str) -> Any:
 
 
 def indexer_prefill_chunk(
-    chunk: Any, q_fp8: Any, weights: Any, kv_cache: Any, head_dim: int, topk_tokens: int
+    chunk: Any,
+    q_fp8: Any,
+    weights: Any,
+    kv_cache: Any,
+    head_dim: int,
+    topk_tokens: int,
+    layout: str = INDEXER_BLOCKS,
 ) -> PrefillChunkCalls:
     """One chunk of vLLM's indexer prefill metadata (cu_seqlen_ks / cu_seqlen_ke per token into
     the chunk's gathered keys, block_table and cu_seq_lens of its requests, token_start /
@@ -141,7 +194,7 @@ def indexer_prefill_chunk(
     backend converts to cache slots."""
     start, end = int(chunk.token_start), int(chunk.token_end)
     cu = _chunk_attr(chunk, "local_cu_seq_lens", "cu_seq_lens")
-    k, k_scale = gather_indexer_k(kv_cache, chunk.block_table, cu, head_dim)
+    k, k_scale = gather_indexer_k(kv_cache, chunk.block_table, cu, head_dim, layout)
     ks = host(chunk.cu_seqlen_ks, np.int32)
     ke = host(chunk.cu_seqlen_ke, np.int32)
     logits_call = {
@@ -157,12 +210,15 @@ def indexer_prefill_chunk(
     return PrefillChunkCalls(logits_call, topk_call, start, end)
 
 
-class DecodeCalls(NamedTuple):
-    """attnd's two calls for vLLM's indexer decode metadata, and where each row goes."""
+class DecodeRows(NamedTuple):
+    """Where vLLM's decode tokens go in attnd's [B, next_n] rows, and their lengths."""
 
-    indexer_logits_paged: dict[str, Any]  # client.indexer_logits_paged(**...)
-    topk: dict[str, Any]  # client.topk(logits=..., **...)
-    token_rows: np.ndarray  # int64 [num_decode_tokens]: the logits row of each decode token
+    batch: int  # B, the decode requests
+    next_n: int
+    token_rows: np.ndarray  # int64 [num_decode_tokens]: the row b * next_n + j of each token
+    packed: bool  # rows != 0 .. tokens - 1 (uneven decode_lens): inputs are packed, rows zeroed
+    seq_lens: np.ndarray  # i32 [B] or [B, next_n], vLLM's as given
+    lengths: np.ndarray  # i32 [B * next_n]: each row's length (docs/CONTRACTS.md), 0 if padding
 
 
 def decode_token_rows(decode_lens: Any, next_n: int) -> np.ndarray:
@@ -173,20 +229,10 @@ def decode_token_rows(decode_lens: Any, next_n: int) -> np.ndarray:
     ).astype(np.int64)
 
 
-def indexer_decode(
-    decode: Any,
-    q_fp8: Any,
-    weights: Any,
-    kv_cache: Any,
-    num_decode_tokens: int,
-    head_dim: int,
-    topk_tokens: int,
-) -> DecodeCalls:
-    """vLLM's indexer decode metadata (block_table [B, max_blocks], seq_lens [B, next_n] per
-    token or [B], decode_lens [B], requires_padding) and the decode tokens' fp8 q [tokens, H, D]
-    and weights [tokens, H] -> attnd indexer_logits_paged (2-D per-token context_lens taken as
-    they are) + topk with per-row lengths, whose indices are positions inside each request.
-    Uneven decode_lens (requires_padding) are packed into [B, next_n] rows on the host."""
+def decode_rows(decode: Any, num_decode_tokens: int) -> DecodeRows:
+    """vLLM's indexer decode metadata (seq_lens [B, next_n] per token or [B], decode_lens [B],
+    requires_padding) -> the rows of its tokens and the per-row lengths: [B] lengths mean token
+    j sees L - next_n + j + 1 positions (docs/CONTRACTS.md); rows no token fills get 0."""
     decode_lens = host(decode.decode_lens, np.int64)
     batch = int(decode_lens.shape[0])
     seq_lens = host(decode.seq_lens, np.int32)[:batch]
@@ -200,31 +246,171 @@ def indexer_decode(
     rows = decode_token_rows(decode_lens, next_n)
     if rows.shape[0] != num_decode_tokens:
         raise ValueError(f"decode_lens sum to {rows.shape[0]}, want {num_decode_tokens} tokens")
-    q = host(q_fp8)[:num_decode_tokens] if padded else q_fp8[:num_decode_tokens]
-    w = host(weights, np.float32)[:num_decode_tokens] if padded else weights[:num_decode_tokens]
-    if padded or rows.shape[0] != batch * next_n:
-        q_rows = np.zeros((batch * next_n, *q.shape[1:]), q.dtype)
-        q_rows[rows] = q
-        w_rows = np.zeros((batch * next_n, w.shape[1]), np.float32)
-        w_rows[rows] = w
-        q, w = q_rows, w_rows
-    q = q.reshape(batch, next_n, *q.shape[1:])
-    cache, block_size = indexer_cache_rows(kv_cache, head_dim)
     if seq_lens.ndim == 2:
-        lengths = seq_lens.reshape(-1)
-    else:  # per request: token j sees L - next_n + j + 1 (docs/CONTRACTS.md)
+        lengths = seq_lens.astype(np.int64).reshape(-1)
+    else:
         j = np.arange(next_n, dtype=np.int64)
         lengths = (seq_lens.astype(np.int64)[:, None] - next_n + j[None, :] + 1).reshape(-1)
     lengths = np.clip(lengths, 0, np.iinfo(np.int32).max).astype(np.int32)
+    packed = padded or rows.shape[0] != batch * next_n
+    if packed:
+        used = np.zeros(batch * next_n, bool)
+        used[rows] = True
+        lengths = np.where(used, lengths, 0).astype(np.int32)
+    return DecodeRows(batch, next_n, rows, packed, seq_lens, lengths)
+
+
+def pack_rows(x: Any, rows: np.ndarray, total: int) -> Any:
+    """x [n, ...] placed at `rows` of a zeroed [total, ...] (same dtype and device), for NumPy
+    arrays and torch tensors (1-byte dtypes such as float8 moved as bytes)."""
+    if is_torch(x):
+        import torch
+
+        src = x.view(torch.uint8) if x.element_size() == 1 else x
+        out = torch.zeros((total, *src.shape[1:]), dtype=src.dtype, device=src.device)
+        out.index_copy_(0, torch.as_tensor(rows, device=src.device), src.contiguous())
+        return out.view(x.dtype) if src is not x else out
+    out = np.zeros((total, *x.shape[1:]), x.dtype)
+    out[rows] = x
+    return out
+
+
+def _decode_inputs(layout: DecodeRows, num_tokens: int, *tensors: Any) -> list[Any]:
+    """The decode tokens' rows of each tensor, packed into B * next_n rows when uneven."""
+    total = layout.batch * layout.next_n
+    cut = [t[:num_tokens] for t in tensors]
+    return [pack_rows(t, layout.token_rows, total) for t in cut] if layout.packed else cut
+
+
+class DecodeCalls(NamedTuple):
+    """attnd's two calls for vLLM's indexer decode metadata, and where each row goes."""
+
+    indexer_logits_paged: dict[str, Any]  # client.indexer_logits_paged(**...)
+    topk: dict[str, Any]  # client.topk(logits=..., **...)
+    token_rows: np.ndarray  # int64 [num_decode_tokens]: the logits row of each decode token
+
+
+def indexer_decode(
+    decode: Any,
+    q_fp8: Any,
+    weights: Any,
+    kv_cache: Any,
+    num_decode_tokens: int,
+    head_dim: int,
+    topk_tokens: int,
+    layout: str = INDEXER_BLOCKS,
+) -> DecodeCalls:
+    """vLLM's indexer decode metadata (block_table [B, max_blocks], seq_lens [B, next_n] per
+    token or [B], decode_lens [B], requires_padding) and the decode tokens' fp8 q [tokens, H, D]
+    and weights [tokens, H] -> attnd indexer_logits_paged (context_lens taken as they are;
+    kv_cache_layout = `layout`) + topk with per-row lengths, whose indices are positions inside
+    each request. Uneven decode_lens (requires_padding) are packed into [B, next_n] rows."""
+    rows = decode_rows(decode, num_decode_tokens)
+    q, w = _decode_inputs(rows, num_decode_tokens, q_fp8, weights)
+    cache, block_size = indexer_cache_rows(kv_cache, head_dim)
     paged = {
-        "q": q,
+        "q": q.reshape(rows.batch, rows.next_n, *q.shape[1:]),
         "kv_cache": cache,
+        "kv_cache_layout": _check_indexer_layout(layout, block_size, head_dim),
         "block_size": block_size,
-        "block_table": host(decode.block_table, np.int32)[:batch],
-        "context_lens": seq_lens,
+        "block_table": host(decode.block_table, np.int32)[: rows.batch],
+        "context_lens": rows.seq_lens,
         "weights": w,
     }
-    return DecodeCalls(paged, {"lengths": lengths, "k": topk_tokens}, rows)
+    return DecodeCalls(paged, {"lengths": rows.lengths, "k": topk_tokens}, rows.token_rows)
+
+
+class DsaDecodeCall(NamedTuple):
+    """attnd's one paged dsa_attention call for a decode-only step, and how to read it back."""
+
+    dsa_attention: dict[str, Any]  # client.dsa_attention(**...): out, lse and indices (kv rows)
+    token_rows: np.ndarray  # int64 [num_decode_tokens]: the output row of each decode token
+    block_table: np.ndarray  # i32 [B, max_blocks], shared by both caches (vLLM's)
+    block_size: int  # tokens per block of both caches
+    lengths: np.ndarray  # i32 [B * next_n]: the rows' lengths (bounds the table entries read)
+
+
+def dsa_decode(
+    decode: Any,
+    q_fp8: Any,
+    weights: Any,
+    index_cache: Any,
+    q: Any,
+    mla_cache: Any,
+    num_decode_tokens: int,
+    head_dim: int,
+    topk_tokens: int,
+    sm_scale: float,
+    index_layout: str = INDEXER_BLOCKS,
+) -> DsaDecodeCall:
+    """A decode-only step as one paged dsa_attention call (docs/CONTRACTS.md "dsa_attention",
+    "Paged form"): vLLM's indexer decode metadata, the indexer's fp8 q [tokens, H_i, D] and
+    weights [tokens, H_i], its paged cache, the MLA q [tokens, H, 576] and the MLA cache
+    (fp8_ds_mla 656-byte rows or bf16 576) viewed flat as kv rows. vLLM gives both caches one
+    block table and one block size, so kv_block_table stays unset. Both layouts are named.
+    ValueError for the per-tensor "fp8" MLA cache (dsa_attention takes no kv_scale: use the
+    indexer + sparse_mla calls) or caches of different block sizes."""
+    rows = decode_rows(decode, num_decode_tokens)
+    index_q, w, mla_q = _decode_inputs(rows, num_decode_tokens, q_fp8, weights, q)
+    cache, block_size = indexer_cache_rows(index_cache, head_dim)
+    index_layout = _check_indexer_layout(index_layout, block_size, head_dim)
+    kv, kv_block_size = mla_cache_rows(mla_cache)
+    kv_layout = mla_cache_layout(kv)
+    if kv_layout not in DSA_KV_LAYOUTS:
+        raise ValueError(
+            f"mla kv_cache: {kv_layout} has a per-tensor kv_scale, which dsa_attention does not "
+            "take; run the indexer and sparse_mla calls"
+        )
+    if kv_block_size != block_size:
+        raise ValueError(
+            f"mla kv_cache block size {kv_block_size} != indexer cache block size {block_size}: "
+            "one block table cannot address both"
+        )
+    table = host(decode.block_table, np.int32)[: rows.batch]
+    fields = {
+        "index_q": index_q.reshape(rows.batch, rows.next_n, *index_q.shape[1:]),
+        "index_weights": w,
+        "index_cache": cache,
+        "index_cache_layout": index_layout,
+        "index_block_size": block_size,
+        "index_block_table": table,
+        "context_lens": rows.lengths.reshape(rows.batch, rows.next_n)
+        if rows.packed
+        else rows.seq_lens,
+        "topk": int(topk_tokens),
+        "q": mla_q,
+        "kv": kv,
+        "kv_layout": kv_layout,
+        "sm_scale": float(sm_scale),
+        "indices": True,
+    }
+    return DsaDecodeCall(fields, rows.token_rows, table, block_size, rows.lengths)
+
+
+def kv_rows_to_positions(call: DsaDecodeCall, kv_rows: Any) -> np.ndarray:
+    """dsa_attention's chosen kv rows [B * next_n, topk] (table[b, n / bs] * bs + n % bs, -1
+    padded) -> positions n inside each row's request, -1 padded: the form vLLM's
+    topk_indices_buffer holds. Only the table entries a row's request can read (its longest
+    length) are searched, so vLLM's zeroed unused entries do not alias page 0; a page repeated
+    inside that range (hostile or garbage tables) reads back as its first entry's position."""
+    got = host(kv_rows, np.int64)
+    bs = call.block_size
+    table = call.block_table.astype(np.int64)
+    next_n = got.shape[0] // max(table.shape[0], 1)
+    pos = np.full(got.shape, -1, np.int64)
+    for b in range(table.shape[0]):
+        r = slice(b * next_n, (b + 1) * next_n)
+        longest = int(call.lengths[r].max(initial=0))
+        entries = table[b, : min(-(-longest // bs), table.shape[1])]
+        if entries.shape[0] == 0:
+            continue
+        order = np.argsort(entries, kind="stable")  # a repeated page: its first entry
+        ordered = entries[order]
+        rows = got[r]
+        k = np.minimum(np.searchsorted(ordered, rows // bs), ordered.shape[0] - 1)
+        hit = (rows >= 0) & (ordered[k] == rows // bs)
+        pos[r] = np.where(hit, order[k] * bs + rows % bs, -1)
+    return pos.astype(np.int32)
 
 
 # ---- sparse MLA ----
@@ -253,6 +439,21 @@ def mla_cache_rows(kv_cache: Any) -> tuple[Any, int]:
     if s2 != 1 or s1 < width or s0 != block_size * s1:
         raise ValueError(f"mla kv_cache: strides {(s0, s1, s2)}, want dense blocks")
     return _row_view(kv, blocks * block_size, width, s1), block_size
+
+
+# dsa_attention's kv takes these (no per-tensor kv_scale: docs/CONTRACTS.md "Named layouts").
+DSA_KV_LAYOUTS = ("FLASHMLA_FP8_656", "BF16_576")
+
+
+def mla_cache_layout(kv: Any) -> str:
+    """The attnd layout name of an MLA cache view from mla_cache_rows: FLASHMLA_FP8_656,
+    BF16_576, or (bytes of the "fp8" cache) FP8_576_PER_TENSOR / FP8_512_PER_TENSOR."""
+    width = int(kv.shape[-1])
+    if not _is_byte_cache(kv):
+        return "BF16_576"
+    if width == FP8_DS_MLA_ROW_BYTES:
+        return "FLASHMLA_FP8_656"
+    return f"FP8_{width}_PER_TENSOR"
 
 
 def request_positions_to_slots(
@@ -286,14 +487,15 @@ def sparse_mla(
     """vLLM's sparse MLA inputs (q bf16 [T, H, d_qk]; its paged cache; the indexer's top-k
     positions [T, topk]; the metadata's req_id_per_token and block_table; the layer's k_scale,
     used with the per-tensor "fp8" cache only and required there) -> the fields of
-    client.sparse_mla (table form, slots already global)."""
+    client.sparse_mla (table form, slots already global; kv_layout named)."""
     kv, block_size = mla_cache_rows(kv_cache)
     t = int(q.shape[0])
     slots = request_positions_to_slots(
         req_id_per_token, block_table, topk_positions[:t], block_size
     )
-    fields = {"q": q, "kv": kv, "indices": slots, "sm_scale": float(sm_scale)}
-    if _is_byte_cache(kv) and int(kv.shape[1]) in FP8_PER_TENSOR_ROW_BYTES:
+    layout = mla_cache_layout(kv)
+    fields = {"q": q, "kv": kv, "kv_layout": layout, "indices": slots, "sm_scale": float(sm_scale)}
+    if layout not in DSA_KV_LAYOUTS:
         if k_scale is None:
             raise ValueError("mla kv_cache: the per-tensor fp8 cache needs the layer's k_scale")
         fields["kv_scale"] = float(k_scale)
