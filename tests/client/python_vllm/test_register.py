@@ -13,7 +13,16 @@ import attnd_vllm
 import numpy as np
 import pytest
 from attnd_vllm import calls, mapping
-from test_fixtures import HEAD_DIM, check_topk, make_batch
+from test_fixtures import (
+    BF16_NAN,
+    HEAD_DIM,
+    Recording,
+    check_attention,
+    check_topk,
+    fill_mla_cache,
+    make_batch,
+    make_decode_batch,
+)
 from vllm_layout import bf16_round, write_indexer_k, write_mla_fp8_ds
 
 import attnd_client as ac
@@ -135,6 +144,83 @@ def test_backend_forward_mqa(fake_vllm, daemon, client, rng, monkeypatch):
     np.testing.assert_array_equal(out, want.out)
     np.testing.assert_array_equal(lse, want.lse)
     assert np.isfinite(lse).all()
+
+
+@pytest.mark.parametrize("mode", ["fused", "split"])
+@pytest.mark.parametrize("rocm", [False, True], ids=["cuda", "rocm"])
+def test_decode_step_through_the_glue(fake_vllm, client, rng, monkeypatch, mode, rocm):
+    """A decode-only step as vLLM runs it: the swapped-in indexer op (its cache write: vLLM's
+    op, or on ROCm vLLM's ROCm writer, shuffled), then the CUSTOM backend's forward_mqa. Fused:
+    the op defers (no attnd call), forward_mqa makes the one dsa_attention call and fills the
+    buffer; split: three calls. Checked against the fp64 references."""
+    from vllm import _custom_ops, forward_context, platforms
+    from vllm.model_executor.layers.sparse_attn_indexer import SparseAttnIndexer
+    from vllm.v1.attention.backends import registry
+    from vllm.v1.attention.ops import rocm_aiter_mla_sparse
+
+    monkeypatch.setenv("ATTND_VLLM_DECODE", mode)
+    monkeypatch.setattr(platforms, "ROCM", rocm)
+    rec = Recording(client)
+    monkeypatch.setattr(calls, "get_client", lambda target=None: rec)
+    attnd_vllm.register()
+    module, _, name = registry.OVERRIDES[registry.AttentionBackendEnum.CUSTOM].rpartition(".")
+    impl_cls = getattr(importlib.import_module(module), name).get_impl_cls()
+
+    batch = make_decode_batch(rng, (2, 1, 2))
+    md = batch.indexer_metadata(chunk_reqs=[])
+    cache = rng.integers(0, 256, (batch.num_blocks, 64, HEAD_DIM + 4), dtype=np.uint8)
+    cached = batch.all_slots()
+    k_all = bf16_round(rng.normal(size=(len(cached), HEAD_DIM)).astype(np.float32))
+    new = {int(s) for s in md.slot_mapping}
+    old = np.array([s not in new for s in cached[:, 2]])
+    write_indexer_k(cache, k_all[old], cached[old, 2], HEAD_DIM, shuffle=rocm)
+    by_slot = {int(s): i for i, s in enumerate(cached[:, 2])}
+    k_new = k_all[[by_slot[int(s)] for s in md.slot_mapping]]
+    mcache, _ = fill_mla_cache(rng, batch, "fp8_ds_mla")
+
+    topk = int(rng.integers(20, 50))
+    buf = np.full((batch.num_tokens + 2, topk), 7, np.int32)
+    impl = impl_cls(softmax_scale=0.05, topk_indices_buffer=buf)
+    k_cache = SimpleNamespace(prefix="model.layers.0.indexer.k_cache", kv_cache=cache)
+    op = SparseAttnIndexer(k_cache, HEAD_DIM, "ue8m0", topk, HEAD_DIM, 4096, 8192, buf)
+    q_fp8 = ac.to_fp8_e4m3(rng.normal(size=(batch.num_tokens, 4, HEAD_DIM)))
+    weights = rng.normal(size=(batch.num_tokens, 4)).astype(np.float32)
+    q = ac.to_bf16(rng.normal(size=(batch.num_tokens, 8, 576)).astype(np.float32))
+    attn_md = SimpleNamespace(
+        req_id_per_token=batch.req_id_per_token, block_table=batch.block_table
+    )
+    writer = rocm_aiter_mla_sparse if rocm else _custom_ops
+    calls_before = len(writer.CALLS)
+    forward_context.CONTEXT.attn_metadata = {k_cache.prefix: md}
+    try:
+        hidden = np.zeros((batch.num_tokens, 16), np.float32)
+        assert op.forward_cuda(hidden, q_fp8, k_new, weights) is buf
+        assert len(writer.CALLS) == calls_before + 1
+        if mode == "fused":
+            assert rec.ops == [] and (buf[: batch.num_tokens] == -1).all()
+        out, lse = impl.forward_mqa(q, mcache, attn_md, None)
+    finally:
+        forward_context.CONTEXT.attn_metadata = None
+    want_ops = ["dsa_attention"] if mode == "fused" else ["indexer_logits_paged", "topk"]
+    assert rec.ops == want_ops + ([] if mode == "fused" else ["sparse_mla"])
+    assert calls.take_decode(buf) is None  # consumed
+    assert (buf[batch.num_tokens :] == 7).all()
+    check_topk(batch, cache, q_fp8, weights, buf, topk, shuffle=rocm)
+    check_attention(batch, mcache, None, q, 0.05, buf, out, lse)
+    assert BF16_NAN not in np.asarray(out) and not np.isnan(lse).any()
+
+
+def test_fnuz_platform_refused(fake_vllm, monkeypatch):
+    """ROCm gfx942's e4m3fnuz caches are not read (docs/INDEXER_CACHES.md): the op refuses."""
+    from vllm import platforms
+    from vllm.model_executor.layers.sparse_attn_indexer import SparseAttnIndexer
+
+    monkeypatch.setattr(platforms, "ROCM", True)
+    monkeypatch.setattr(platforms, "FP8_DTYPE", "torch.float8_e4m3fnuz")
+    attnd_vllm.register()
+    k_cache = SimpleNamespace(prefix="p", kv_cache=None)
+    with pytest.raises(NotImplementedError, match="fnuz"):
+        SparseAttnIndexer(k_cache, HEAD_DIM, "ue8m0", 32, HEAD_DIM, 4096, 8192, None)
 
 
 def test_entry_point_declared():

@@ -3,7 +3,8 @@ docs/VLLM.md), written from that reading with NumPy only, plus fp64 references t
 vLLM-layout bytes directly (never attnd's views of them).
 
 Cache writers: the indexer K cache (per block: block_size fp8 keys, then block_size f32 scales;
-scale = max(amax, 1e-4) / 448, rounded up to a power of two with ue8m0) and the sparse MLA
+scale = max(amax, 1e-4) / 448, rounded up to a power of two with ue8m0; with shuffle=True the
+codes as vLLM's ROCm writer places them at block_size > 1, docs/INDEXER_CACHES.md) and the sparse MLA
 fp8_ds_mla cache (656-byte rows: 512 fp8, 4 f32 tile scales = max(amax / 448, FLT_MIN), 64 bf16
 rope). Metadata: requests ordered decodes first, block tables, slot_mapping, query_start_loc,
 req_id_per_token, the indexer's prefill chunks (cu_seq_lens, cu_seqlen_ks / cu_seqlen_ke) and
@@ -30,9 +31,25 @@ def fp8_decode(codes):
 # ---- cache writers ----
 
 
-def write_indexer_k(kv_cache, k, slot_mapping, quant_block_size, ue8m0=True):
+SHUFFLE_TILE = 16
+
+
+def _shuffled_pieces(off, head_dim):
+    """(first byte in the block, columns) of each 16-byte piece of slot off's key in the ROCm
+    SHUFFLE layout: the block's slots in groups of 16, a group's codes in tiles of 16 slots x 16
+    bytes, tile c holding bytes [16c, 16c + 16) of the group's keys one after the other."""
+    group, lane = divmod(off, SHUFFLE_TILE)
+    for c in range(head_dim // SHUFFLE_TILE):
+        start = group * SHUFFLE_TILE * head_dim + c * SHUFFLE_TILE * SHUFFLE_TILE
+        start += lane * SHUFFLE_TILE
+        yield start, slice(c * SHUFFLE_TILE, (c + 1) * SHUFFLE_TILE)
+
+
+def write_indexer_k(kv_cache, k, slot_mapping, quant_block_size, ue8m0=True, shuffle=False):
     """vLLM's indexer_k_quant_and_cache: k float32 (bf16 values) [T, D] into kv_cache u8
-    [blocks, block_size, D + D * 4 / quant_block_size] at slot_mapping (int64, -1 skipped)."""
+    [blocks, block_size, D + D * 4 / quant_block_size] at slot_mapping (int64, -1 skipped).
+    shuffle: the codes where vLLM's ROCm writer puts them at block_size > 1 (one quant block
+    per key there)."""
     blocks, block_size, width = kv_cache.shape
     head_dim = k.shape[1]
     page = kv_cache.reshape(blocks, block_size * width)
@@ -47,8 +64,13 @@ def write_indexer_k(kv_cache, k, slot_mapping, quant_block_size, ue8m0=True):
             if ue8m0:
                 scale = np.float32(2.0 ** np.ceil(np.log2(np.float64(scale))))
             codes = ac.to_fp8_e4m3((k[t, cols] / scale).astype(np.float32))
-            start = off * head_dim + g * quant_block_size
-            page[b, start : start + quant_block_size] = codes
+            if shuffle:
+                assert quant_block_size == head_dim
+                for start, piece in _shuffled_pieces(off, head_dim):
+                    page[b, start : start + SHUFFLE_TILE] = codes[piece]
+            else:
+                start = off * head_dim + g * quant_block_size
+                page[b, start : start + quant_block_size] = codes
             s = (
                 block_size * head_dim
                 + (off * head_dim + g * quant_block_size) * 4 // quant_block_size
@@ -95,12 +117,19 @@ def write_mla_bf16(kv_cache, kv_bits, slot_mapping):
 # ---- references reading the vLLM layouts ----
 
 
-def indexer_key(kv_cache, table_row, n, head_dim):
-    """fp64 key and scale of request position n from the vLLM indexer cache bytes."""
+def indexer_key(kv_cache, table_row, n, head_dim, shuffle=False):
+    """fp64 key and scale of request position n from the vLLM indexer cache bytes (shuffle:
+    the ROCm SHUFFLE layout)."""
     blocks, block_size, width = kv_cache.shape
     page = kv_cache.reshape(blocks, block_size * width)[table_row[n // block_size]]
     off = n % block_size
-    key = fp8_decode(page[off * head_dim : (off + 1) * head_dim])
+    if shuffle:
+        codes = np.zeros(head_dim, np.uint8)
+        for start, piece in _shuffled_pieces(off, head_dim):
+            codes[piece] = page[start : start + SHUFFLE_TILE]
+        key = fp8_decode(codes)
+    else:
+        key = fp8_decode(page[off * head_dim : (off + 1) * head_dim])
     s = block_size * head_dim + 4 * off
     return key, float(page[s : s + 4].copy().view("<f4")[0])
 
