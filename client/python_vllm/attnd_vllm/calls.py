@@ -303,9 +303,9 @@ def run_decode_step(
 def _into(dst: Any, values: Any) -> Any:
     """values copied into dst (NumPy, or torch on any device: bf16 bits viewed as bf16), or
     values themselves when dst is None."""
+    values = mapping.raw_bits(np.asarray(values))
     if dst is None:
         return values
-    values = np.asarray(values)
     if mapping.is_torch(dst):
         import torch
 

@@ -40,11 +40,25 @@ def is_torch(x: Any) -> bool:
 
 
 def host(x: Any, dtype: Any = None) -> np.ndarray:
-    """A host NumPy array of small metadata (a torch tensor is copied to the host)."""
+    """A host NumPy array of small metadata (a torch tensor is copied to the host). bf16 / fp8
+    values come as their raw bits (uint16 / uint8), also when the attnd client returned them as
+    ml_dtypes arrays (it does when ml_dtypes is installed)."""
     if is_torch(x):
         x = x.detach().cpu().numpy()
-    a = np.asarray(x)
+    a = raw_bits(np.asarray(x))
     return a.astype(dtype, copy=False) if dtype is not None else a
+
+
+def raw_bits(a: np.ndarray) -> np.ndarray:
+    """An ml_dtypes bfloat16 / float8_e4m3fn array as a view of its bits (uint16 / uint8); any
+    other array as it is. The plugin handles bf16 and fp8 as bits whether or not ml_dtypes is
+    installed."""
+    name = getattr(a.dtype, "name", "")
+    if name == "bfloat16":
+        return a.view(np.uint16)
+    if name.startswith("float8"):
+        return a.view(np.uint8)
+    return a
 
 
 def _row_view(x: Any, rows: int, width: int, row_stride: int) -> Any:
