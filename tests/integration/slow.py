@@ -13,6 +13,7 @@ daemon (measured once; the machine may be loaded, so tests only rely on "long en
 import time
 
 import numpy as np
+import pytest
 
 from attnd_client import to_bf16
 
@@ -28,9 +29,22 @@ class SlowCall:
     # unregistration wins the race and the call answers NOT_FOUND for a tensor not yet pinned).
     PINS = 5
 
-    def __init__(self, client, region_name, seconds=1.5, seed=0, owner=None, max_tokens=MAX_TOKENS):
+    def __init__(
+        self,
+        client,
+        region_name,
+        seconds=1.5,
+        seed=0,
+        owner=None,
+        max_tokens=MAX_TOKENS,
+        hold=True,
+    ):
         """`owner` (Client or Session) registers the region; `client` by default. `max_tokens`
-        caps the call's size (the region holds that many tokens: about 150 KB each)."""
+        caps the call's size (the region holds that many tokens: about 150 KB each). `hold`: the
+        test needs the call to occupy the daemon for about `seconds`; where even the largest call
+        computes for less than a quarter of that (a GPU daemon: milliseconds), the test is
+        skipped, saying so. Pass False where a short call still proves the point (and in child
+        processes, which cannot skip)."""
         self.client = client
         self.region_name = region_name
         rng = np.random.default_rng(seed)
@@ -62,6 +76,12 @@ class SlowCall:
             per_token = min(per_token, max(res.stats.compute_seconds, wall) / probe)
         self.tokens = int(min(tokens, max(probe, seconds / per_token)))
         self.expected_seconds = self.tokens * per_token
+        if hold and self.expected_seconds < 0.25 * seconds:
+            self.region.close()
+            pytest.skip(
+                f"needs a call that occupies the daemon for ~{seconds:g} s; the largest this "
+                f"daemon takes computes for {self.expected_seconds * 1e3:.1f} ms"
+            )
 
     @staticmethod
     def _bytes(tokens):

@@ -201,7 +201,7 @@ def test_region_truncated_mid_call(make_daemon):
         def create_host_region(self, name, size):
             return c.create_host_region(name, size, unlink_early=False)
 
-    slow = SlowCall(c, "trunc-mid", seconds=2.0, owner=KeepLinked())
+    slow = SlowCall(c, "trunc-mid", seconds=2.0, owner=KeepLinked(), hold=False)
     try:
         futures = [slow.submit(timeout=120) for _ in range(3)]
         wait_until(lambda: slow.in_flight() > 0, what="a call in flight")
@@ -243,7 +243,7 @@ def test_inline_outputs_within_the_default_budget(make_daemon):
     with RESOURCE_EXHAUSTED before allocating anything."""
     d = make_daemon("--workers=1", "--cpu-threads=1")
     c = d.client()
-    slow = SlowCall(c, "budget-busy", seconds=6.0)
+    slow = SlowCall(c, "budget-busy", seconds=6.0, hold=False)
     request = _huge_topk((400 << 20) // 4)
     assert request.ByteSize() < 8192
     rss_before = d.rss_bytes()

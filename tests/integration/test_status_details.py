@@ -102,7 +102,7 @@ def test_raw_trailer_is_a_standard_google_rpc_status(daemon):
 def test_queue_full_carries_retry_info(make_daemon):
     d = make_daemon("--workers=1", "--cpu-threads=1", "--queue-capacity=1", tcp=False)
     c = d.client()
-    slow = SlowCall(c, "status-details-busy", seconds=1.5)
+    slow = SlowCall(c, "status-details-busy", seconds=1.5, hold=False)
     try:
         futures = [slow.submit() for _ in range(6)]  # 1 running + 1 queued fit
         failures = [e for e in (f.exception(timeout=300) for f in futures) if e is not None]

@@ -16,9 +16,10 @@ from slow import SlowCall
 def main(target, seconds):
     client = ac.Client(target)
     client.wait_ready()
-    slow = SlowCall(client, "doomed-unary", seconds=seconds, max_tokens=2048)
+    slow = SlowCall(client, "doomed-unary", seconds=seconds, max_tokens=2048, hold=False)
     call = slow.submit()
-    wait_until(lambda: slow.in_flight() > 0, what="the slow call in flight")
+    # A GPU daemon may finish the call before a poll sees it in flight.
+    wait_until(lambda: slow.in_flight() > 0 or call.done(), what="the slow call in flight")
     print(json.dumps({"expected_seconds": slow.expected_seconds}), flush=True)
     time.sleep(600)
     call.result()
