@@ -71,16 +71,30 @@ def check_attention(batch, mcache, k_scale, q, sm_scale, buf, out, lse):
         if pos.shape[0] == 0:
             assert (out[t] == 0).all() and (lse[t] == -np.inf).all(), f"token {t}: empty"
             continue
-        rows = np.array([mla_row(mcache, int(batch.slots(r, [p])[0]), k_scale) for p in pos])
-        s = sm_scale * qf[t] @ rows.T  # [H, n]
-        m = s.max(1, keepdims=True)
-        p = np.exp(s - m)
-        ref = (p @ rows[:, :512]) / p.sum(1, keepdims=True)
-        ref_lse = m[:, 0] + np.log(p.sum(1))
-        ref_abs = (p @ np.abs(rows[:, :512])) / p.sum(1, keepdims=True)
-        err = np.abs(out[t] - ref)
-        assert (err <= 1e-2 * ref_abs + 1e-2 * np.abs(ref) + 1e-6).all(), f"token {t} out"
-        assert np.allclose(lse[t], ref_lse, rtol=1e-4, atol=1e-3), f"token {t} lse"
+        # An FP8 cache: the CPU decodes it exactly, the GPU kernels round each decoded value to
+        # bf16 once, and each is bounded against its own decode (docs/ACCURACY.md "FP8 KV
+        # cache"); the result must meet the bounds against one of the two.
+        errors = []
+        for rounded in (False, True) if mcache.dtype == np.uint8 else (False,):
+            slots = [int(batch.slots(r, [p])[0]) for p in pos]
+            rows = np.array([mla_row(mcache, sl, k_scale, bf16_rounded=rounded) for sl in slots])
+            s = sm_scale * qf[t] @ rows.T  # [H, n]
+            m = s.max(1, keepdims=True)
+            p = np.exp(s - m)
+            ref = (p @ rows[:, :512]) / p.sum(1, keepdims=True)
+            ref_lse = m[:, 0] + np.log(p.sum(1))
+            ref_abs = (p @ np.abs(rows[:, :512])) / p.sum(1, keepdims=True)
+            out_ok = (np.abs(out[t] - ref) <= 1e-2 * ref_abs + 1e-2 * np.abs(ref) + 1e-6).all()
+            # lse: docs/ACCURACY.md "lse", |lse - ref| <= 1e-4 + 1e-5 |ref|.
+            lse_err = np.abs(lse[t] - ref_lse) - (1e-4 + 1e-5 * np.abs(ref_lse))
+            if out_ok and (lse_err <= 0).all():
+                break
+            errors.append(
+                f"{'bf16-rounded' if rounded else 'exact'} decode: out ok {out_ok}, "
+                f"lse over its bound by {lse_err.max():.2e}"
+            )
+        else:
+            raise AssertionError(f"token {t}: " + "; ".join(errors))
 
 
 def check_topk(batch, cache, q_fp8, weights, buf, topk, shuffle=False, masked_blocks=()):

@@ -134,17 +134,26 @@ def indexer_key(kv_cache, table_row, n, head_dim, shuffle=False):
     return key, float(page[s : s + 4].copy().view("<f4")[0])
 
 
-def mla_row(kv_cache, slot, k_scale=None):
+def mla_row(kv_cache, slot, k_scale=None, bf16_rounded=False):
     """fp64 [576] K row (V = first 512) of a cache slot, fp8_ds_mla, bf16 or (with k_scale)
-    per-tensor fp8 layout."""
+    per-tensor fp8 layout. FP8 values are decoded exactly (code x scale), or with
+    `bf16_rounded` as the GPU kernels decode them: code x scale in f32, rounded to bf16 once
+    (docs/ACCURACY.md "FP8 KV cache": the GPU result is bounded against that reference)."""
+
+    def scaled(codes, scale):
+        exact = fp8_decode(codes) * scale
+        if not bf16_rounded:
+            return exact
+        return ac.from_bf16(ac.to_bf16(exact.astype(np.float32)), np.float64)
+
     block_size = kv_cache.shape[1]
     row = kv_cache[slot // block_size, slot % block_size]
     if kv_cache.dtype == np.uint16:
         return ac.from_bf16(row, np.float64)
     if k_scale is not None:
-        return fp8_decode(row) * np.float64(np.float32(k_scale))
+        return scaled(row, np.float64(np.float32(k_scale)))
     scales = row[512:528].copy().view("<f4").astype(np.float64)
-    nope = fp8_decode(row[:512]) * np.repeat(scales, 128)
+    nope = scaled(row[:512], np.repeat(scales, 128))
     rope = ac.from_bf16(row[528:656].copy().view("<u2"), np.float64)
     return np.concatenate([nope, rope])
 
