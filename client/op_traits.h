@@ -117,6 +117,7 @@ struct OpTraits<kernels::dsa::Params> {
     r->set_sm_scale(p.sm_scale);
     r->set_precision(PrecisionField(p.precision));
     r->set_kv_layout(CacheLayoutField(p.kv_layout));
+    r->set_kv_scale(p.kv_scale);
     if (p.paged()) {  // the paged form's scalars (docs/CONTRACTS.md "dsa_attention")
       r->set_index_block_size(p.index_block_size);
       r->set_kv_block_size(p.kv_block_size);

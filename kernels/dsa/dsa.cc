@@ -82,7 +82,7 @@ absl::Status ValidatePaged(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckCacheLayout("index_cache_layout", "index_cache", p.index_cache_layout,
                                          p.index_cache, indexer_logits_paged::kKvCacheLayouts));
   ATTND_RETURN_IF_ERROR(
-      CheckCacheLayout("kv_layout", "kv", p.kv_layout, p.kv, sparse_mla::kKvLayoutsWithoutScale));
+      CheckCacheLayout("kv_layout", "kv", p.kv_layout, p.kv, sparse_mla::kKvLayouts));
   ATTND_RETURN_IF_ERROR(
       CheckTensor(p.index_q, "index_q", DType::kFp8E4M3, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}));
   const int64_t batch = p.index_q.dim(0), next_n = p.index_q.dim(1);
@@ -114,9 +114,11 @@ absl::Status ValidatePaged(const Params& p) {
   // Every tensor the steps see in token slices (dim 0 = T): the slices would hide a wrong T.
   ATTND_RETURN_IF_ERROR(CheckTensor(p.index_weights, "index_weights", DType::kF32, {t, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {t, kAnyDim, kAnyDim}));
+  // bf16, sparse_mla's FP8 cache or its per-tensor FP8 rows (u8 [S, d_qk], with kv_scale);
+  // sparse_mla::Validate below checks the width and kv_scale.
   const bool kv_u8 = p.kv.dtype == DType::kU8;
-  ATTND_RETURN_IF_ERROR(CheckTensor(p.kv, "kv", kv_u8 ? DType::kU8 : DType::kBF16,
-                                    {kAnyDim, kv_u8 ? sparse_mla::kFp8RowBytes : kAnyDim}));
+  ATTND_RETURN_IF_ERROR(
+      CheckTensor(p.kv, "kv", kv_u8 ? DType::kU8 : DType::kBF16, {kAnyDim, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {t, kAnyDim, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {t, kAnyDim}));
   if (p.topk < 1 || p.topk > kMaxTopk) {
@@ -261,6 +263,8 @@ sparse_mla::Params SparseMlaStep(const Params& p, int64_t t0, int64_t count,
   sparse_mla::Params sp;
   sp.q = Rows(p.q, t0, count);
   sp.kv = p.kv;
+  sp.kv_scale = p.kv_scale;
+  sp.kv_layout = p.kv_layout;
   sp.indices = indices;
   sp.sm_scale = p.sm_scale;
   sp.precision = p.precision;
@@ -283,7 +287,7 @@ absl::Status Validate(const Params& p) {
     }
   }
   ATTND_RETURN_IF_ERROR(
-      CheckCacheLayout("kv_layout", "kv", p.kv_layout, p.kv, sparse_mla::kKvLayoutsWithoutScale));
+      CheckCacheLayout("kv_layout", "kv", p.kv_layout, p.kv, sparse_mla::kKvLayouts));
   ATTND_RETURN_IF_ERROR(
       CheckTensor(p.index_q, "index_q", DType::kFp8E4M3, {kAnyDim, kAnyDim, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.index_k, "index_k", DType::kFp8E4M3, {kAnyDim, kAnyDim}));
@@ -298,11 +302,10 @@ absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckTensor(p.ks, "ks", DType::kI32, {t}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.ke, "ke", DType::kI32, {t}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.q, "q", DType::kBF16, {t, kAnyDim, kAnyDim}));
-  // bf16, or sparse_mla's FP8 cache (u8 [N, 656]; not the per-tensor FP8 rows, which need a
-  // kv_scale this op does not take); sparse_mla::Validate below checks the rest.
+  // bf16, sparse_mla's FP8 cache (u8 [N, 656]) or its per-tensor FP8 rows (u8 [N, d_qk], with
+  // kv_scale); sparse_mla::Validate below checks the width, kv_scale and the rest.
   const bool kv_u8 = p.kv.dtype == DType::kU8;
-  ATTND_RETURN_IF_ERROR(CheckTensor(p.kv, "kv", kv_u8 ? DType::kU8 : DType::kBF16,
-                                    {n, kv_u8 ? sparse_mla::kFp8RowBytes : kAnyDim}));
+  ATTND_RETURN_IF_ERROR(CheckTensor(p.kv, "kv", kv_u8 ? DType::kU8 : DType::kBF16, {n, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.out, "out", DType::kBF16, {t, kAnyDim, kAnyDim}));
   ATTND_RETURN_IF_ERROR(CheckOptionalTensor(p.lse, "lse", DType::kF32, {t, kAnyDim}));
   if (p.topk < 1 || p.topk > kMaxTopk) {
@@ -325,6 +328,14 @@ absl::Status Validate(const Params& p) {
 
 namespace {
 
+// The bytes of one gathered kv row: 2·d_qk bf16, 656 for the FP8 cache, d_qk per-tensor FP8.
+double KvRowBytes(const Params& p, double d_qk) {
+  if (p.kv.dtype != DType::kU8) return 2.0 * d_qk;
+  return p.kv.dim(p.kv.rank - 1) == sparse_mla::kFp8RowBytes
+             ? static_cast<double>(sparse_mla::kFp8RowBytes)
+             : d_qk;
+}
+
 WorkCount CountPaged(const Params& p) {
   const int64_t t = TokenRows(p), n = LogitsColumns(p), next_n = RequestRows(p);
   const double h = static_cast<double>(p.q.dim(1)), d_qk = static_cast<double>(p.q.dim(2));
@@ -339,8 +350,7 @@ WorkCount CountPaged(const Params& p) {
     }
   }
   const double td = static_cast<double>(t);
-  const double kv_row_bytes =
-      p.kv.dtype == DType::kU8 ? static_cast<double>(sparse_mla::kFp8RowBytes) : 2.0 * d_qk;
+  const double kv_row_bytes = KvRowBytes(p, d_qk);
   WorkCount w;
   w.flops = indexer.flops + 2.0 * h * (d_qk + sparse_mla::kDimV) * selections;
   w.bytes = indexer.bytes - 4.0 * td * static_cast<double>(n)  // the logits are internal
@@ -371,8 +381,7 @@ WorkCount Count(const Params& p) {
   WorkCount w;
   w.flops = indexer.flops + 2.0 * h * (d_qk + sparse_mla::kDimV) * selections;
   const double td = static_cast<double>(t), nd = static_cast<double>(n);
-  const double kv_row_bytes =
-      p.kv.dtype == DType::kU8 ? static_cast<double>(sparse_mla::kFp8RowBytes) : 2.0 * d_qk;
+  const double kv_row_bytes = KvRowBytes(p, d_qk);
   w.bytes = td * h_i * d_i + nd * d_i + 4.0 * nd + 4.0 * td * h_i + 8.0 * td  // indexer
             + 2.0 * td * h * d_qk + kv_row_bytes * selections                 // q, kv rows
             + 2.0 * td * h * sparse_mla::kDimV;                               // out

@@ -46,8 +46,8 @@ absl::Status Validate(const Params& p);
 
 // FLOPs: the indexer's 2·H_i·D_i per in-window (token, row) pair plus sparse MLA's
 // 2·H·(d_qk + 512)·E, E = Σ_t min(topk, window_t). Logical bytes: each input read once (kv: one
-// row per selection: 2·d_qk bytes bf16, 656 FP8), each output written once; the logits are
-// internal and not counted.
+// row per selection: 2·d_qk bytes bf16, 656 FP8, d_qk per-tensor FP8), each output written once;
+// the logits are internal and not counted.
 // Reads ks / ke (host-resident calls only). Paged form: the paged indexer's count (its logits
 // writes left out) with E over each token's visible length; reads context_lens.
 WorkCount Count(const Params& p);

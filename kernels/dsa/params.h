@@ -50,8 +50,12 @@ struct Params : WithTensors<Params> {
   // Sparse MLA inputs (kernels/sparse_mla/params.h).
   Tensor q;   // bf16 [T, H, d_qk]
   Tensor kv;  // bf16 [N, d_qk], row stride >= d_qk; or sparse_mla's FP8 cache, u8
-              // [N, 656] with d_qk 576 (kernels/sparse_mla/params.h). Paged: [S, …], the
-              // MLA cache's pool of rows (S any), row = slot as mapped above
+              // [N, 656] with d_qk 576; or its per-tensor FP8 rows, u8 [N, d_qk] with
+              // kv_scale (kernels/sparse_mla/params.h). Paged: [S, …], the MLA cache's pool
+              // of rows (S any), row = slot as mapped above
+  // The per-tensor FP8 cache's scale (value = e4m3 code × kv_scale; finite, > 0): required
+  // with the per-tensor layouts, 0 (unset) with every other one. Both forms.
+  float kv_scale = 0;
   // kv's named layout: one of sparse_mla::kKvLayouts, or kUnspecified (inferred from its dtype
   // and shape). Checked by Validate; the math does not read it.
   CacheLayout kv_layout = CacheLayout::kUnspecified;

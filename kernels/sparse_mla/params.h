@@ -40,10 +40,6 @@ inline constexpr CacheLayoutUse kKvLayouts[] = {{CacheLayout::kBf16_576, true},
                                                 {CacheLayout::kFlashMlaFp8_656, true},
                                                 {CacheLayout::kFp8_576PerTensor, true},
                                                 {CacheLayout::kFp8_512PerTensor, true}};
-// The layouts of a caller without a kv_scale (dsa_attention): the per-tensor ones left out.
-inline constexpr CacheLayoutUse kKvLayoutsWithoutScale[] = {{CacheLayout::kBf16_576, true},
-                                                            {CacheLayout::kBf16_512, true},
-                                                            {CacheLayout::kFlashMlaFp8_656, true}};
 
 struct Params : WithTensors<Params> {
   // Inputs (owned by the caller; strided views are fine, the last dim must be contiguous).

@@ -27,6 +27,7 @@ struct DsaAttentionTraits {
     p->sm_scale = r.sm_scale();
     if (absl::Status s = PrecisionFromProto(r.precision(), &p->precision); !s.ok()) return s;
     p->kv_layout = CacheLayoutFromProto(r.kv_layout());
+    p->kv_scale = r.kv_scale();
     if (r.index_block_size() != 0) p->index_block_size = r.index_block_size();  // 0: 64
     p->kv_block_size = r.kv_block_size();
     p->kv_block_stride = r.kv_block_stride();
@@ -34,7 +35,7 @@ struct DsaAttentionTraits {
     return absl::OkStatus();
   }
   static std::vector<CacheLayoutField> CacheLayouts() {
-    const auto& uses = kernels::sparse_mla::kKvLayoutsWithoutScale;
+    const auto& uses = kernels::sparse_mla::kKvLayouts;
     const auto& index_uses = kernels::indexer_logits_paged::kKvCacheLayouts;
     return {{"kv_layout", "kv", {std::begin(uses), std::end(uses)}},
             {"index_cache_layout", "index_cache", {std::begin(index_uses), std::end(index_uses)}}};

@@ -1,8 +1,9 @@
 // The paged DsaAttention through an in-process daemon and the C++ client (docs/CONTRACTS.md
 // "dsa_attention", "Paged form"): the request's paged fields (index_cache, the two block tables,
 // context_lens, the block sizes and stride) reach the kernel, whose bits the reply must carry
-// (checked against the kernel run locally on the same inputs); mixed or incomplete forms are
-// INVALID_ARGUMENT naming the field; GetInfo-level FLOPs follow the visible lengths.
+// (checked against the kernel run locally on the same inputs), kv_scale with the per-tensor FP8
+// MLA cache too; mixed or incomplete forms are INVALID_ARGUMENT naming the field; GetInfo-level
+// FLOPs follow the visible lengths.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -83,6 +84,30 @@ TEST_F(DsaPagedDaemonTest, SeparateTablePerTokenLengthsNextN2) {
   c.SetContexts({40, 128, 2});
   c.SetTokenLength(2, 0, 0);
   ExpectDaemonMatchesKernel(c);
+}
+
+// vLLM's kv_cache_dtype "fp8" MLA cache (per-tensor codes, d_qk 576 and 512) with the layer's
+// k_scale: kv_scale reaches the kernel (a wrong or missing scale would change the bits or be
+// refused); without it, INVALID_ARGUMENT naming kv_scale.
+TEST_F(DsaPagedDaemonTest, PerTensorFp8KvWithKvScale) {
+  for (const int64_t d_qk : {576, 512}) {
+    SCOPED_TRACE("d_qk " + std::to_string(d_qk));
+    std::mt19937_64 rng = attnd::testing::MakeRng();
+    PagedDsaSpec spec;
+    spec.d_qk = d_qk;
+    spec.per_tensor_kv = true;
+    spec.kv_scale = 0.0371f;
+    spec.next_n = 2;
+    PagedDsaCase c(spec, rng);
+    c.SetContexts({70, 1, 128});
+    ExpectDaemonMatchesKernel(c);
+    kernels::dsa::Params p = c.MakeParams();
+    p.kv_scale = 0;
+    absl::StatusOr<client::CallResult> r = client_->DsaAttention(p);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "kv_scale: missing")) << r.status();
+  }
 }
 
 TEST_F(DsaPagedDaemonTest, MixedOrIncompleteFormsAreInvalidArgument) {

@@ -500,11 +500,10 @@ TEST_F(DaemonTest, GetInfoListsCacheLayouts) {
     std::vector<int> accepted;
     std::vector<int> inferred = {};  // empty: every accepted layout is inferred
   };
-  const std::vector<int> mla = {v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512,
-                                v1::CACHE_LAYOUT_FLASHMLA_FP8_656};
-  std::vector<int> sparse = mla;  // dsa_attention has no kv_scale: no per-tensor FP8 cache
-  sparse.push_back(v1::CACHE_LAYOUT_FP8_576_PER_TENSOR);
-  sparse.push_back(v1::CACHE_LAYOUT_FP8_512_PER_TENSOR);
+  // sparse_mla's and dsa_attention's kv (both take kv_scale for the per-tensor FP8 caches).
+  const std::vector<int> sparse = {
+      v1::CACHE_LAYOUT_BF16_576, v1::CACHE_LAYOUT_BF16_512, v1::CACHE_LAYOUT_FLASHMLA_FP8_656,
+      v1::CACHE_LAYOUT_FP8_576_PER_TENSOR, v1::CACHE_LAYOUT_FP8_512_PER_TENSOR};
   const std::vector<int> indexer = {v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS,
                                     v1::CACHE_LAYOUT_INDEXER_AITER_SHUFFLE_16};
   const std::vector<int> indexer_inferred = {v1::CACHE_LAYOUT_INDEXER_FP8_BLOCKS};
@@ -512,7 +511,7 @@ TEST_F(DaemonTest, GetInfoListsCacheLayouts) {
   const std::map<std::string, std::vector<Want>> want = {
       {"sparse_mla", {{"kv_layout", "kv", sparse}}},
       {"dsa_attention",
-       {{"kv_layout", "kv", mla},
+       {{"kv_layout", "kv", sparse},
         {"index_cache_layout", "index_cache", indexer, indexer_inferred}}},
       {"mla_decode",
        {{"kv_cache_layout",

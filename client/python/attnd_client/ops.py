@@ -138,6 +138,7 @@ OPS = {
                 "sm_scale",
                 "precision",
                 "kv_layout",
+                "kv_scale",
                 "index_block_size",
                 "kv_block_size",
                 "kv_block_stride",
@@ -510,6 +511,7 @@ class OpCalls(Generic[R]):
         topk: int | None = None,
         precision: str | None = None,
         kv_layout: str | int | None = None,
+        kv_scale: float | None = None,
         out: OutputArg = None,
         lse: OutputArg = None,
         indices: OutputArg = None,
@@ -518,10 +520,11 @@ class OpCalls(Generic[R]):
         **options: Any,
     ) -> R:
         """A whole DSA layer in one call: indexer -> top-k -> sparse MLA (topk None: 2048).
-        kv as in sparse_mla: bf16 [N, d_qk], or a uint8 array [N, 656] (the FP8 cache, d_qk 576).
-        indices=True / logits=True (or a placement) also return the chosen rows / the cleaned
-        indexer logits. precision: "fast" (None: the default) or "high". kv_layout as in
-        sparse_mla.
+        kv as in sparse_mla: bf16 [N, d_qk], a uint8 array [N, 656] (the FP8 cache, d_qk 576), or
+        the per-tensor FP8 cache as uint8 e4m3 codes [N, d_qk] with kv_scale, the layer's k_scale
+        (vLLM's kv_cache_dtype "fp8": value = code x kv_scale; either form). indices=True /
+        logits=True (or a placement) also return the chosen rows / the cleaned indexer logits.
+        precision: "fast" (None: the default) or "high". kv_layout as in sparse_mla.
 
         Gathered form: index_k, index_k_scale, ks, ke. Paged form (decode; docs/CONTRACTS.md
         "dsa_attention"): index_q [B, next_n, H_i, D_i], index_cache (uint8 block rows, as

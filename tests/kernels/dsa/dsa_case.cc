@@ -1,5 +1,6 @@
 #include "tests/kernels/dsa/dsa_case.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/sparse_mla/params.h"
@@ -26,7 +27,18 @@ DsaCase::DsaCase(const DsaSpec& spec, std::mt19937_64& rng) : spec_(spec) {
   q_ = HostTensor::RowStrided(DType::kBF16, {t, spec.heads, spec.d_qk},
                               spec.heads * spec.d_qk + spec.pad);
   FillNormal(q_, rng, 1.0);
-  if (spec.fp8_kv) {
+  if (spec.per_tensor_kv) {
+    // The frontend's writer: each bf16 row quantised with the one scale; row padding NaN codes.
+    const int64_t row = spec.d_qk + spec.pad;
+    kv_ = HostTensor::RowStrided(DType::kU8, {n, spec.d_qk}, row);
+    std::fill(kv_.raw(), kv_.raw() + kv_.bytes(), uint8_t{0x7f});
+    std::vector<kernels::bf16_t> source(static_cast<size_t>(spec.d_qk));
+    for (int64_t r = 0; r < n; ++r) {
+      FillMlaSourceRow(source.data(), spec.d_qk, spec.kv_scale, rng);
+      QuantizeMlaRowPerTensor(source.data(), spec.d_qk, spec.kv_scale,
+                              kv_.data<uint8_t>() + r * row);
+    }
+  } else if (spec.fp8_kv) {
     const int64_t row = kernels::sparse_mla::kFp8RowBytes + 4 * spec.pad;  // stride % 4 == 0
     kv_ = HostTensor::RowStrided(DType::kU8, {n, kernels::sparse_mla::kFp8RowBytes}, row);
     for (int64_t r = 0; r < n; ++r) {
@@ -58,6 +70,11 @@ kernels::dsa::Params DsaCase::MakeParams() {
   p.topk = spec_.topk;
   p.q = q_.tensor();
   p.kv = kv_.tensor();
+  if (spec_.per_tensor_kv) {
+    p.kv_scale = spec_.kv_scale;
+    p.kv_layout = spec_.d_qk == 576 ? kernels::CacheLayout::kFp8_576PerTensor
+                                    : kernels::CacheLayout::kFp8_512PerTensor;
+  }
   p.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec_.d_qk)));
   if (spec_.with_logits) p.logits = logits_.tensor();
   p.out = out_.tensor();

@@ -1,4 +1,5 @@
-// Random fused-DSA calls for the tests: fp8 indexer inputs, bf16 q, bf16 or FP8-cache kv, windows
+// Random fused-DSA calls for the tests: fp8 indexer inputs, bf16 q, bf16, FP8-cache or per-tensor
+// FP8 kv, windows
 // (causal after a prefix unless given), optional caller logits scratch and indices output,
 // NaN-poisoned outputs.
 //   DsaCase c(spec, rng);
@@ -29,6 +30,11 @@ struct DsaSpec {
   // kv in sparse_mla's FP8 cache format (u8 [N, 656], d_qk must be 576; power-of-two scales, so
   // the GPU kernels' one bf16 rounding is exact) instead of bf16.
   bool fp8_kv = false;
+  // kv as the per-tensor FP8 cache (u8 [N, d_qk], d_qk 576 or 512; docs/CONTRACTS.md "Per-tensor
+  // FP8 KV cache"), written by the frontend's rules (tests/harness/fp8_kv.h) with kv_scale, and
+  // named in kv_layout (FP8_576_PER_TENSOR / FP8_512_PER_TENSOR).
+  bool per_tensor_kv = false;
+  float kv_scale = 0.03125f;
 };
 
 class DsaCase {

@@ -19,6 +19,7 @@
 #include "kernels/sparse_mla/reference.h"
 #include "kernels/sparse_mla/sparse_mla.h"
 #include "kernels/topk/topk.h"
+#include "tests/harness/fp8_kv.h"
 #include "tests/harness/harness.h"
 #include "tests/kernels/dsa/dsa_case.h"
 
@@ -80,9 +81,27 @@ void ExpectTrueTopk(const Params& p, const HostTensor& indices) {
   }
 }
 
+// The sparse MLA step's fp64 reference on the rows chosen. on_rounded_kv: on the bf16-rounded
+// copy of the per-tensor FP8 cache (what the GPU kernels compute from a scale that is not a power
+// of two; docs/ACCURACY.md), else on the exact decode.
+kernels::sparse_mla::Reference StepReference(const Params& p, const HostTensor& indices,
+                                             bool on_rounded_kv) {
+  kernels::sparse_mla::Params sp = kernels::dsa::SparseMlaStep(p, 0, p.q.dim(0), indices.tensor());
+  HostTensor rounded;
+  if (on_rounded_kv) {
+    rounded = Fp8PerTensorKvAsBf16(sp.kv, sp.kv_scale);
+    sp.kv = rounded.tensor();
+    sp.kv_scale = 0;
+    sp.kv_layout = kernels::CacheLayout::kUnspecified;
+  }
+  return kernels::sparse_mla::ComputeReference(sp);
+}
+
 // Runs every implementation on c in both precisions and checks the selection and the attention
-// output.
-void ExpectMatchesReferenceSteps(DsaCase& c) {
+// output: the CPU against the exact-decode reference; the GPU ones too, or, with gpu_on_rounded_kv
+// (a per-tensor FP8 cache whose scale is not a power of two), against the reference on the
+// bf16-rounded cache.
+void ExpectMatchesReferenceSteps(DsaCase& c, bool gpu_on_rounded_kv = false) {
   Params p = c.MakeParams();
   ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
   for (const kernels::Precision precision : kPrecisions) {
@@ -91,8 +110,8 @@ void ExpectMatchesReferenceSteps(DsaCase& c) {
         RunEachImpl(kernels::dsa::Implementations(), p, c.Outputs(), [&](const std::string& impl) {
           SCOPED_TRACE(impl + " " + kernels::PrecisionName(precision));
           ExpectTrueTopk(p, c.indices());
-          const kernels::sparse_mla::Reference ref = kernels::sparse_mla::ComputeReference(
-              kernels::dsa::SparseMlaStep(p, 0, p.q.dim(0), c.indices().tensor()));
+          const kernels::sparse_mla::Reference ref =
+              StepReference(p, c.indices(), gpu_on_rounded_kv && impl != "cpu");
           ExpectAttentionOut(ToDoubles(c.out()), ref.out, ref.out_abs, precision, kOutTol,
                              impl + " out");
           if (p.lse.present()) ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, impl + " lse");
@@ -198,6 +217,66 @@ TEST_P(DsaFp8Kv, MatchesReferenceSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Heads, DsaFp8Kv, ::testing::Values(16, 64, 128),
                          [](const auto& info) { return "H" + std::to_string(info.param); });
+
+// vLLM's per-tensor FP8 MLA cache (kv_cache_dtype "fp8"; u8 [N, d_qk] codes × one kv_scale) at
+// d_qk 576 (rope included) and 512 (no rope), with a power-of-two scale (2^-5) and one bf16
+// cannot hold times every code (0.0371). The CPU dequantises in f32 and is held to the bf16
+// bounds against the exact-decode fp64 reference either way; the GPU steps (the portable sparse
+// MLA kernel) round code × scale to bf16 once: exact with 2^-5, else held to the same bounds
+// against the reference on the bf16-rounded cache (docs/ACCURACY.md). Count charges d_qk bytes
+// per selected row.
+class DsaPerTensorKv : public ::testing::TestWithParam<std::tuple<int64_t, float>> {};
+
+TEST_P(DsaPerTensorKv, MatchesReferenceSteps) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  std::tie(spec.d_qk, spec.kv_scale) = GetParam();
+  spec.per_tensor_kv = true;
+  spec.heads = 16;
+  spec.t = 5;
+  spec.prefix = 200;
+  spec.topk = 128;
+  spec.pad = 8;
+  DsaCase c(spec, rng);
+  c.SetWindow(1, 7, 7);     // an empty window: out 0, lse -inf
+  c.SetWindow(2, 50, 120);  // fewer rows than topk
+  const Params p = c.MakeParams();
+  ASSERT_EQ(p.kv.dtype, DType::kU8);
+  ASSERT_EQ(p.kv.dim(1), spec.d_qk);
+  const bool pow2 = std::exp2(std::round(std::log2(spec.kv_scale))) == spec.kv_scale;
+  ExpectMatchesReferenceSteps(c, /*gpu_on_rounded_kv=*/!pow2);
+  for (int64_t h = 0; h < spec.heads; ++h) {
+    EXPECT_EQ(c.lse().At({1, h}), -std::numeric_limits<double>::infinity());
+    EXPECT_EQ(c.out().At({1, h, 0}), 0.0);
+  }
+
+  DsaSpec bf16_spec = spec;
+  bf16_spec.per_tensor_kv = false;
+  bf16_spec.pad = 0;
+  std::mt19937_64 rng2 = MakeRng();
+  DsaCase bf16(bf16_spec, rng2);
+  bf16.SetWindow(1, 7, 7);
+  bf16.SetWindow(2, 50, 120);
+  const kernels::WorkCount w8 = kernels::dsa::Count(p);
+  const kernels::WorkCount w16 = kernels::dsa::Count(bf16.MakeParams());
+  double selections = 0;
+  for (int64_t t = 0; t < spec.t; ++t) {
+    const int64_t begin = p.ks.ptr<const int32_t>()[t], end = p.ke.ptr<const int32_t>()[t];
+    selections +=
+        static_cast<double>(std::min<int64_t>(spec.topk, std::max<int64_t>(end - begin, 0)));
+  }
+  EXPECT_EQ(w8.flops, w16.flops);
+  EXPECT_DOUBLE_EQ(w16.bytes - w8.bytes, static_cast<double>(spec.d_qk) * selections);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DsaPerTensorKv,
+                         ::testing::Combine(::testing::Values(576, 512),
+                                            ::testing::Values(0.03125f, 0.0371f)),
+                         [](const auto& info) {
+                           return "d" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) == 0.03125f ? "_Pow2Scale"
+                                                                       : "_OtherScale");
+                         });
 
 // In both precisions: the fused call hands its precision to the sparse MLA step.
 TEST(Dsa, FusedEqualsTheThreeStepsRunSeparately) {

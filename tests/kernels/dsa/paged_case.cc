@@ -62,7 +62,18 @@ PagedDsaCase::PagedDsaCase(const PagedDsaSpec& spec, std::mt19937_64& rng)
   const int64_t kv_blocks =
       spec.separate_kv_table && spec.kv_blocks != 0 ? spec.kv_blocks : spec.index_blocks;
   const int64_t rows = kv_blocks * stride;
-  if (spec.fp8_kv) {
+  if (spec.per_tensor_kv) {
+    const int64_t row_bytes = spec.d_qk + pad;
+    kv_ = HostTensor::RowStrided(DType::kU8, {rows, spec.d_qk}, row_bytes);
+    std::memset(kv_.raw(), 0x7f, static_cast<size_t>(kv_.bytes()));  // NaN codes: poison
+    std::vector<kernels::bf16_t> source(static_cast<size_t>(spec.d_qk));
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r % stride >= kbs) continue;
+      FillMlaSourceRow(source.data(), spec.d_qk, spec.kv_scale, rng_);
+      QuantizeMlaRowPerTensor(source.data(), spec.d_qk, spec.kv_scale,
+                              kv_.data<uint8_t>() + r * row_bytes);
+    }
+  } else if (spec.fp8_kv) {
     const int64_t row_bytes = kernels::sparse_mla::kFp8RowBytes + 4 * pad;
     kv_ = HostTensor::RowStrided(DType::kU8, {rows, kernels::sparse_mla::kFp8RowBytes}, row_bytes);
     std::memset(kv_.raw(), 0xff, static_cast<size_t>(kv_.bytes()));
@@ -155,6 +166,11 @@ kernels::dsa::Params PagedDsaCase::MakeParams() {
   p.topk = spec_.topk;
   p.q = q_.tensor();
   p.kv = kv_.tensor();
+  if (spec_.per_tensor_kv) {
+    p.kv_scale = spec_.kv_scale;
+    p.kv_layout = spec_.d_qk == 576 ? kernels::CacheLayout::kFp8_576PerTensor
+                                    : kernels::CacheLayout::kFp8_512PerTensor;
+  }
   p.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec_.d_qk)));
   if (spec_.with_logits) p.logits = logits_.tensor();
   p.out = out_.tensor();

@@ -34,6 +34,10 @@ struct PagedDsaSpec {
   int64_t kv_block_stride = 0;  // rows per block in the MLA pool (0: kv_block_size)
   int64_t kv_blocks = 0;        // separate table: blocks in the MLA pool (0: index_blocks)
   bool fp8_kv = false;          // the FP8 656-byte MLA rows (d_qk 576) instead of bf16
+  // The per-tensor FP8 MLA rows (u8 [S, d_qk], vLLM's kv_cache_dtype "fp8"; tests/harness/
+  // fp8_kv.h's writer) with kv_scale, named in kv_layout.
+  bool per_tensor_kv = false;
+  float kv_scale = 0.03125f;
   bool per_token_lens = false;  // context_lens [B, next_n] instead of [B]
   bool with_logits = false;
   bool with_indices = true;

@@ -16,6 +16,7 @@
 #include "kernels/dsa/dsa.h"
 #include "kernels/indexer_logits_paged/reference.h"
 #include "kernels/sparse_mla/reference.h"
+#include "tests/harness/fp8_kv.h"
 #include "tests/harness/harness.h"
 #include "tests/kernels/dsa/paged_case.h"
 
@@ -105,7 +106,10 @@ void ExpectPagedTopk(const Params& p, const HostTensor& indices) {
 
 // Every implementation in both precisions: selection, then out / lse against sparse MLA's fp64
 // reference on the rows chosen; empty windows give out 0 and lse -inf.
-void ExpectMatchesReference(PagedDsaCase& c) {
+// gpu_on_rounded_kv: the GPU implementations against the reference on the bf16-rounded copy of
+// a per-tensor FP8 cache (a scale that is not a power of two; docs/ACCURACY.md); the CPU always
+// against the exact decode.
+void ExpectMatchesReference(PagedDsaCase& c, bool gpu_on_rounded_kv = false) {
   Params p = c.MakeParams();
   ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
   for (const kernels::Precision precision : kPrecisions) {
@@ -114,8 +118,16 @@ void ExpectMatchesReference(PagedDsaCase& c) {
         RunEachImpl(kernels::dsa::Implementations(), p, c.Outputs(), [&](const std::string& impl) {
           SCOPED_TRACE(impl + " " + kernels::PrecisionName(precision));
           ExpectPagedTopk(p, c.indices());
-          const kernels::sparse_mla::Reference ref = kernels::sparse_mla::ComputeReference(
-              kernels::dsa::SparseMlaStep(p, 0, c.t(), c.indices().tensor()));
+          kernels::sparse_mla::Params sp =
+              kernels::dsa::SparseMlaStep(p, 0, c.t(), c.indices().tensor());
+          HostTensor rounded;
+          if (gpu_on_rounded_kv && impl != "cpu") {
+            rounded = Fp8PerTensorKvAsBf16(sp.kv, sp.kv_scale);
+            sp.kv = rounded.tensor();
+            sp.kv_scale = 0;
+            sp.kv_layout = kernels::CacheLayout::kUnspecified;
+          }
+          const kernels::sparse_mla::Reference ref = kernels::sparse_mla::ComputeReference(sp);
           ExpectAttentionOut(ToDoubles(c.out()), ref.out, ref.out_abs, precision, kOutTol,
                              impl + " out");
           if (p.lse.present()) ExpectClose(ToDoubles(c.lse()), ref.lse, kLseTol, impl + " lse");
@@ -195,6 +207,41 @@ TEST(PagedDsa, SeparateKvTableInterleavedBlocksFp8) {
   c.SetContexts({100, 33, 64});
   ExpectMatchesReference(c);
 }
+
+// vLLM's per-tensor FP8 MLA cache (kv_cache_dtype "fp8") through the paged form, at d_qk 576 and
+// 512 (no rope), with a power-of-two kv_scale and 0.0371; an interleaved pool whose other layers'
+// rows are NaN codes, next_n 2, one request with an empty window. Both bounds as DsaPerTensorKv
+// (dsa_test.cc).
+class PagedDsaPerTensorKv : public ::testing::TestWithParam<std::tuple<int64_t, float>> {};
+
+TEST_P(PagedDsaPerTensorKv, MatchesReference) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  std::tie(spec.d_qk, spec.kv_scale) = GetParam();
+  spec.per_tensor_kv = true;
+  spec.batch = 4;
+  spec.next_n = 2;
+  spec.separate_kv_table = true;
+  spec.kv_block_size = 32;
+  spec.kv_block_stride = 40;
+  spec.kv_blocks = 20;
+  spec.pad = 5;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({100, 1, 128, 40});  // request 1: token 0 sees nothing
+  const Params p = c.MakeParams();
+  ASSERT_EQ(p.kv.dtype, DType::kU8);
+  ASSERT_EQ(p.kv.dim(1), spec.d_qk);
+  ExpectMatchesReference(c, /*gpu_on_rounded_kv=*/spec.kv_scale != 0.03125f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PagedDsaPerTensorKv,
+                         ::testing::Combine(::testing::Values(576, 512),
+                                            ::testing::Values(0.03125f, 0.0371f)),
+                         [](const auto& info) {
+                           return "d" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) == 0.03125f ? "_Pow2Scale"
+                                                                       : "_OtherScale");
+                         });
 
 TEST(PagedDsa, SharedTableInterleavedLayers) {
   std::mt19937_64 rng = MakeRng();

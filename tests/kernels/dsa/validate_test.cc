@@ -64,7 +64,11 @@ const std::vector<Mutation>& Mutations() {
       {"kv d_qk 512 vs 576", [](Params& p) { p.kv.shape[1] = 512; }, "kv"},
       {"kv row stride", [](Params& p) { p.kv.strides[0] = 100; }, "kv"},
       {"kv f32", [](Params& p) { p.kv.dtype = DType::kF32; }, "kv"},
-      {"kv u8 576 wide (FP8 rows are 656)", [](Params& p) { p.kv.dtype = DType::kU8; }, "kv"},
+      // u8 rows of d_qk codes are the per-tensor FP8 cache, which needs kv_scale.
+      {"kv u8 576 wide without kv_scale", [](Params& p) { p.kv.dtype = DType::kU8; }, "kv_scale"},
+      {"kv_scale with bf16 kv", [](Params& p) { p.kv_scale = 0.5f; }, "kv_scale"},
+      {"kv_layout FP8_576_PER_TENSOR for bf16 rows",
+       [](Params& p) { p.kv_layout = kernels::CacheLayout::kFp8_576PerTensor; }, "kv_layout"},
       {"sm_scale 0", [](Params& p) { p.sm_scale = 0.0f; }, "sm_scale"},
       {"sm_scale NaN", [](Params& p) { p.sm_scale = std::numeric_limits<float>::quiet_NaN(); },
        "sm_scale"},
@@ -106,6 +110,78 @@ TEST(DsaValidate, RejectsEachMalformedInput) {
     ctx.pool = TestPool();
     EXPECT_EQ(kernels::dsa::Run(p, ctx).code(), absl::StatusCode::kInvalidArgument) << m.what;
   }
+}
+
+// Applied to a valid call, either form, with the per-tensor FP8 cache (u8 [S, d_qk], kv_scale).
+const std::vector<Mutation>& PerTensorMutations() {
+  static const auto* rows = new std::vector<Mutation>{
+      {"kv_scale missing", [](Params& p) { p.kv_scale = 0.0f; }, "kv_scale"},
+      {"kv_scale negative", [](Params& p) { p.kv_scale = -0.5f; }, "kv_scale"},
+      {"kv_scale -0", [](Params& p) { p.kv_scale = -0.0f; }, "kv_scale"},
+      {"kv_scale NaN", [](Params& p) { p.kv_scale = std::numeric_limits<float>::quiet_NaN(); },
+       "kv_scale"},
+      {"kv_scale inf", [](Params& p) { p.kv_scale = std::numeric_limits<float>::infinity(); },
+       "kv_scale"},
+      {"kv_scale -inf", [](Params& p) { p.kv_scale = -std::numeric_limits<float>::infinity(); },
+       "kv_scale"},
+      {"kv_layout BF16 for u8 rows",
+       [](Params& p) { p.kv_layout = kernels::CacheLayout::kBf16_576; }, "kv_layout"},
+      {"kv_layout FLASHMLA_FP8_656 for per-tensor rows",
+       [](Params& p) { p.kv_layout = kernels::CacheLayout::kFlashMlaFp8_656; }, "kv_layout"},
+      {"kv_layout of the other width",
+       [](Params& p) {
+         p.kv_layout = p.kv.dim(1) == 576 ? kernels::CacheLayout::kFp8_512PerTensor
+                                          : kernels::CacheLayout::kFp8_576PerTensor;
+       },
+       "kv_layout"},
+      {"kv as bf16 with kv_scale", [](Params& p) { p.kv.dtype = DType::kBF16; }, "kv_layout"},
+  };
+  return *rows;
+}
+
+void ExpectEachRejected(const Params& good, const std::vector<Mutation>& rows) {
+  ASSERT_TRUE(Validate(good).ok()) << Validate(good);
+  for (const Mutation& m : rows) {
+    Params p = good;
+    m.apply(p);
+    const absl::Status s = Validate(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << m.what << ": " << s;
+    EXPECT_EQ(std::string(s.message()).rfind(std::string(m.tensor) + ":", 0), 0u)
+        << m.what << ": message does not name " << m.tensor << ": " << s.message();
+    kernels::ExecContext ctx;
+    ctx.pool = TestPool();
+    EXPECT_EQ(kernels::dsa::Run(p, ctx).code(), absl::StatusCode::kInvalidArgument) << m.what;
+  }
+}
+
+TEST(DsaValidate, PerTensorFp8KvNeedsAValidKvScale) {
+  for (const int64_t d_qk : {576, 512}) {
+    SCOPED_TRACE("d_qk " + std::to_string(d_qk));
+    std::mt19937_64 rng = MakeRng();
+    DsaSpec spec;
+    spec.t = 4;
+    spec.d_qk = d_qk;
+    spec.per_tensor_kv = true;
+    DsaCase c(spec, rng);
+    ExpectEachRejected(c.MakeParams(), PerTensorMutations());
+    Params unnamed = c.MakeParams();  // the layout inferred from u8 [N, d_qk]
+    unnamed.kv_layout = kernels::CacheLayout::kUnspecified;
+    EXPECT_TRUE(Validate(unnamed).ok()) << Validate(unnamed);
+  }
+}
+
+TEST(DsaValidate, FlashMlaFp8KvRefusesKvScale) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.t = 2;
+  spec.fp8_kv = true;
+  DsaCase c(spec, rng);
+  Params p = c.MakeParams();
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p);
+  p.kv_scale = 1.0f;
+  const absl::Status s = Validate(p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(std::string(s.message()).rfind("kv_scale:", 0), 0u) << s.message();
 }
 
 TEST(DsaValidate, OptionalTensorsMayBeAbsent) {
@@ -200,7 +276,10 @@ const std::vector<Mutation>& PagedMutations() {
       {"logits dtype bf16", [](Params& p) { p.logits.dtype = DType::kBF16; }, "logits"},
       {"indices k+1", [](Params& p) { p.indices.shape[1] += 1; }, "indices"},
       {"kv f32", [](Params& p) { p.kv.dtype = DType::kF32; }, "kv"},
-      {"kv u8 576 wide", [](Params& p) { p.kv.dtype = DType::kU8; }, "kv"},
+      {"kv u8 576 wide without kv_scale", [](Params& p) { p.kv.dtype = DType::kU8; }, "kv_scale"},
+      {"kv_scale with bf16 kv", [](Params& p) { p.kv_scale = 1.0f; }, "kv_scale"},
+      {"kv_layout FP8_576_PER_TENSOR for bf16 rows",
+       [](Params& p) { p.kv_layout = kernels::CacheLayout::kFp8_576PerTensor; }, "kv_layout"},
       {"kv missing", [](Params& p) { p.kv = {}; }, "kv"},
       {"kv_layout FP8 for bf16 rows",
        [](Params& p) { p.kv_layout = kernels::CacheLayout::kFlashMlaFp8_656; }, "kv_layout"},
@@ -234,6 +313,18 @@ TEST(DsaValidate, PagedRejectsEachMalformedInput) {
     kernels::ExecContext ctx;
     ctx.pool = TestPool();
     EXPECT_EQ(kernels::dsa::Run(p, ctx).code(), absl::StatusCode::kInvalidArgument) << m.what;
+  }
+}
+
+TEST(DsaValidate, PagedPerTensorFp8KvNeedsAValidKvScale) {
+  for (const int64_t d_qk : {576, 512}) {
+    SCOPED_TRACE("d_qk " + std::to_string(d_qk));
+    std::mt19937_64 rng = MakeRng();
+    PagedDsaSpec spec = ValidatePagedSpec();
+    spec.d_qk = d_qk;
+    spec.per_tensor_kv = true;
+    PagedDsaCase c(spec, rng);
+    ExpectEachRejected(c.MakeParams(), PerTensorMutations());
   }
 }
 
