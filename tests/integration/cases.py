@@ -387,11 +387,13 @@ def mla_prefill(
     )
 
 
-def _dsa_attention_paged(rng, heads_idx, dim_idx, topk_k, heads, d_qk, fp8_kv, precision, **paged):
+def _dsa_attention_paged(
+    rng, heads_idx, dim_idx, topk_k, heads, d_qk, kv_format, precision, **paged
+):
     """The paged form (docs/CONTRACTS.md "dsa_attention", "Paged form"): B requests of next_n
-    tokens over an indexer cache in block rows and an MLA pool of rows, both scattered by
-    shuffled block tables; kv_table "shared" (one table, vLLM) or "page1" (a token-granular MLA
-    table, SGLang); per_token: context_lens [B, next_n]."""
+    tokens over an indexer cache in block rows and an MLA pool of rows (kv_format as
+    dsa_attention's), both scattered by shuffled block tables; kv_table "shared" (one table,
+    vLLM) or "page1" (a token-granular MLA table, SGLang); per_token: context_lens [B, next_n]."""
     batch, next_n, block_size, max_blocks = 3, paged.get("next_n", 2), 16, 6
     num_blocks = batch * max_blocks + 2
     per_token, kv_table = paged.get("per_token", False), paged.get("kv_table", "shared")
@@ -425,8 +427,10 @@ def _dsa_attention_paged(rng, heads_idx, dim_idx, topk_k, heads, d_qk, fp8_kv, p
         scalars["kv_block_size"] = 1
     else:
         kv_block_size, pool_rows, table = block_size, num_blocks * block_size, index_block_table
-    kv = _fp8_kv_cache(rng, pool_rows) if fp8_kv else _bf16(rng, (pool_rows, d_qk))
+    kv, kv_scale = _dsa_kv(rng, pool_rows, d_qk, kv_format)
     inputs["kv"] = kv
+    if kv_scale is not None:
+        scalars["kv_scale"] = kv_scale
     scale = float(1.0 / np.sqrt(d_qk))
 
     def check(out):
@@ -449,7 +453,9 @@ def _dsa_attention_paged(rng, heads_idx, dim_idx, topk_k, heads, d_qk, fp8_kv, p
             row[: len(positions)] = positions
             ref.assert_true_topk(f"indices[{t}]", row, scores[t], topk_k, 0, n, tol)
         want_abs = []
-        want_out, want_lse = ref.sparse_mla(q, kv, chosen, scale, weighted_abs=want_abs)
+        want_out, want_lse = ref.sparse_mla(
+            q, kv, chosen, scale, weighted_abs=want_abs, kv_scale=kv_scale
+        )
         ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
         ref.assert_lse_close("lse", out["lse"], want_lse)
         ref.assert_f32_close("logits", out["logits"], scores)
@@ -461,7 +467,7 @@ def _dsa_attention_paged(rng, heads_idx, dim_idx, topk_k, heads, d_qk, fp8_kv, p
         "index_block_table": "i32",
         "context_lens": "i32",
         "q": "bf16",
-        "kv": "u8" if fp8_kv else "bf16",
+        "kv": "bf16" if kv_format == "bf16" else "u8",
     }
     if "kv_block_table" in inputs:
         input_dtypes["kv_block_table"] = "i32"
@@ -478,6 +484,18 @@ def _dsa_attention_paged(rng, heads_idx, dim_idx, topk_k, heads, d_qk, fp8_kv, p
         },
         check,
     )
+
+
+def _dsa_kv(rng, rows, d_qk, kv_format):
+    """dsa_attention's kv of `rows` rows and its kv_scale (None but for the per-tensor cache):
+    kv_format "bf16", "fp8" (the FlashMLA 656-byte rows, d_qk 576) or "fp8_per_tensor" (u8
+    [rows, d_qk] codes with kv_scale, d_qk 576 or 512)."""
+    if kv_format == "fp8":
+        return _fp8_kv_cache(rng, rows), None
+    if kv_format == "fp8_per_tensor":
+        kv_scale = PER_TENSOR_KV_SCALE
+        return per_tensor_fp8_cache(rng, (rows, d_qk), kv_scale), kv_scale
+    return _bf16(rng, (rows, d_qk)), None
 
 
 def dsa_attention(
@@ -502,7 +520,7 @@ def dsa_attention(
             topk_k,
             heads,
             d_qk,
-            kv_format == "fp8",
+            kv_format,
             precision,
             **paged_options,
         )
@@ -512,9 +530,8 @@ def dsa_attention(
     ke = _i32(rows - tokens + 1 + np.arange(tokens))  # causal prefill of the last tokens
     ke[0] = topk_k // 2  # a window shorter than k
     ks = np.zeros(tokens, dtype=np.int32)
-    fp8_kv = kv_format == "fp8"
     q = _bf16(rng, (tokens, heads, d_qk))
-    kv = _fp8_kv_cache(rng, rows) if fp8_kv else _bf16(rng, (rows, d_qk))
+    kv, kv_scale = _dsa_kv(rng, rows, d_qk, kv_format)
     scale = float(1.0 / np.sqrt(d_qk))
     inputs = {
         "index_q": index_q,
@@ -542,7 +559,9 @@ def dsa_attention(
                 tol,
             )
         want_abs = []
-        want_out, want_lse = ref.sparse_mla(q, kv, chosen, scale, weighted_abs=want_abs)
+        want_out, want_lse = ref.sparse_mla(
+            q, kv, chosen, scale, weighted_abs=want_abs, kv_scale=kv_scale
+        )
         ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
         ref.assert_lse_close("lse", out["lse"], want_lse)
         ref.assert_f32_close("logits", out["logits"], scores)
@@ -558,9 +577,14 @@ def dsa_attention(
             "ks": "i32",
             "ke": "i32",
             "q": "bf16",
-            "kv": "u8" if fp8_kv else "bf16",
+            "kv": "bf16" if kv_format == "bf16" else "u8",
         },
-        {"topk": topk_k, "sm_scale": scale, **_precision(precision)},
+        {
+            "topk": topk_k,
+            "sm_scale": scale,
+            **({} if kv_scale is None else {"kv_scale": kv_scale}),
+            **_precision(precision),
+        },
         {
             "out": ("bf16", (tokens, heads, 512)),
             "lse": ("f32", (tokens, heads)),

@@ -64,6 +64,14 @@ CASES = [
     ),
     (
         "dsa_attention",
+        {"kv_format": "fp8_per_tensor", "d_qk": 512, "paged": True},
+        "kv_layout",
+        "FP8_512_PER_TENSOR",
+        "BF16_512",
+        "kv is u8",
+    ),
+    (
+        "dsa_attention",
         {"kv_format": "fp8"},
         "kv_layout",
         "FLASHMLA_FP8_656",
@@ -140,12 +148,21 @@ def test_indexer_aiter_shuffle_cache(client, rng, per_token):
 # The per-tensor FP8 caches' kv_scale (docs/CONTRACTS.md "Per-tensor FP8 KV cache"): missing,
 # not finite or not positive with such a cache, or set with any other cache: INVALID_ARGUMENT
 # naming kv_scale.
-@pytest.mark.parametrize("op", ["sparse_mla", "mla_decode"])
-def test_per_tensor_kv_scale_is_checked(client, rng, op):
-    fp8 = cases.make_case(op, rng, kv_format="fp8_per_tensor")
-    bf16 = cases.make_case(op, rng)
+@pytest.mark.parametrize(
+    "op,kwargs",
+    [
+        ("sparse_mla", {}),
+        ("mla_decode", {}),
+        ("dsa_attention", {}),
+        ("dsa_attention", {"paged": True}),
+    ],
+    ids=["sparse_mla", "mla_decode", "dsa_attention", "dsa_attention-paged"],
+)
+def test_per_tensor_kv_scale_is_checked(client, rng, op, kwargs):
+    fp8 = cases.make_case(op, rng, kv_format="fp8_per_tensor", **kwargs)
+    bf16 = cases.make_case(op, rng, **kwargs)
     outputs = cases.inline_outputs(fp8)
-    tensor = "kv" if op == "sparse_mla" else "kv_cache"
+    tensor = "kv_cache" if op == "mla_decode" else "kv"
     for case, scale, says in [
         (fp8, None, "kv_scale: missing"),
         (fp8, float("nan"), "kv_scale: is nan, want finite and > 0"),
@@ -190,7 +207,17 @@ def test_info_lists_layouts(client):
         ],
         # kv, and the paged form's index_cache.
         "dsa_attention": [
-            ("kv_layout", "kv", ["BF16_576", "BF16_512", "FLASHMLA_FP8_656"]),
+            (
+                "kv_layout",
+                "kv",
+                [
+                    "BF16_576",
+                    "BF16_512",
+                    "FLASHMLA_FP8_656",
+                    "FP8_576_PER_TENSOR",
+                    "FP8_512_PER_TENSOR",
+                ],
+            ),
             ("index_cache_layout", "index_cache", indexer),
         ],
         "mla_decode": [
