@@ -12,8 +12,9 @@ these; the tests call them on CPU daemons.
     out, lse = run_decode_step(client, step, q, mla_cache, scale, buffer, req_id, table)
 
 Decode mode: $ATTND_VLLM_DECODE = "fused" (the default: one paged dsa_attention call when the
-step is decode-only, the daemon has the paged form and the MLA cache is fp8_ds_mla or bf16) or
-"split" (always indexer_logits_paged -> topk -> sparse_mla). docs/VLLM.md "Decode".
+step is decode-only, the daemon has the paged form and its dsa_attention takes the MLA cache's
+layout: fp8_ds_mla, bf16, or the per-tensor "fp8" cache with the layer's k_scale) or "split"
+(always indexer_logits_paged -> topk -> sparse_mla). docs/VLLM.md "Decode".
 """
 
 import os
@@ -26,7 +27,8 @@ from . import mapping
 DEFAULT_TARGET = "unix:/run/attnd/attnd.sock"
 DECODE_MODES = ("fused", "split")
 _clients: dict[str, Any] = {}
-_paged_dsa: dict[int, tuple[Any, bool]] = {}  # id(client) -> (client, has the paged form)
+# id(client) -> (client, has the paged form, the kv_layout values its dsa_attention takes)
+_dsa_info: dict[int, tuple[Any, bool, frozenset[int]]] = {}
 
 
 def decode_mode(mode: str | None = None) -> str:
@@ -38,19 +40,38 @@ def decode_mode(mode: str | None = None) -> str:
     return mode
 
 
+def _dsa_attention_info(client: Any) -> tuple[Any, bool, frozenset[int]]:
+    """What the daemon's GetInfo says of dsa_attention (docs/SERVICE.md "GetInfo"): whether it
+    lists the layout field index_cache_layout (the paged form) and the values it accepts for
+    kv_layout. Asked once per client."""
+    known = _dsa_info.get(id(client))
+    if known is None or known[0] is not client:
+        paged, kv_layouts = False, frozenset()
+        for op in client.info().ops:
+            if op.name != "dsa_attention":
+                continue
+            for c in op.cache_layouts:
+                if c.field == "index_cache_layout":
+                    paged = True
+                elif c.field == "kv_layout":
+                    kv_layouts = frozenset(int(v) for v in c.accepted)
+        known = _dsa_info[id(client)] = (client, paged, kv_layouts)
+    return known
+
+
 def has_paged_dsa(client: Any) -> bool:
     """Whether the daemon runs dsa_attention's paged form: its GetInfo lists the layout field
     index_cache_layout for dsa_attention (docs/SERVICE.md "GetInfo"). Asked once per client."""
-    known = _paged_dsa.get(id(client))
-    if known is None or known[0] is not client:
-        ops = client.info().ops
-        found = any(
-            op.name == "dsa_attention"
-            and any(c.field == "index_cache_layout" for c in op.cache_layouts)
-            for op in ops
-        )
-        known = _paged_dsa[id(client)] = (client, found)
-    return known[1]
+    return _dsa_attention_info(client)[1]
+
+
+def dsa_takes_kv_layout(client: Any, layout: str) -> bool:
+    """Whether the daemon's dsa_attention takes kv in `layout` (an attnd layout name): its GetInfo
+    lists it for kv_layout. A daemon from before DsaAttentionRequest.kv_scale lists no per-tensor
+    FP8 layout there."""
+    from attnd_client.ops import cache_layout_value
+
+    return cache_layout_value(layout) in _dsa_attention_info(client)[2]
 
 
 def get_client(target: str | None = None) -> Any:
@@ -215,13 +236,15 @@ def run_dsa_decode(
     mla_cache: Any,
     sm_scale: float,
     topk_indices_buffer: Any,
+    k_scale: float | None = None,
 ) -> tuple[Any, Any]:
     """A decode-only step in one paged dsa_attention call (indexer over the indexer cache,
     top-k, sparse MLA over the MLA cache; mapping.dsa_decode): (out bf16 [T, H, 512], lse f32
     [T, H]) as attnd_client returns them, T = q's rows in vLLM's token order (rows past
     step.num_tokens, padding, get out 0 and lse -inf). Rows [0, step.num_tokens) of
     topk_indices_buffer get the chosen positions inside each request (-1 padded), as
-    run_indexer writes them. ValueError for a cache the paged form does not take."""
+    run_indexer writes them. k_scale: the layer's, for the per-tensor "fp8" MLA cache (required
+    there). ValueError for a cache the paged form does not take."""
     call = mapping.dsa_decode(
         step.metadata.decode,
         step.q_fp8,
@@ -234,6 +257,7 @@ def run_dsa_decode(
         step.topk_tokens,
         sm_scale,
         step.index_layout,
+        k_scale=k_scale,
     )
     res = client.dsa_attention(**call.dsa_attention)
     out, lse = np.asarray(res.out), np.asarray(res.lse)
@@ -251,13 +275,13 @@ def run_dsa_decode(
 
 
 def can_fuse(client: Any, mla_cache: Any, mode: str | None = None) -> bool:
-    """Whether a deferred decode step runs fused: decode_mode(mode) is "fused", the MLA cache is
-    one dsa_attention takes (fp8_ds_mla or bf16; not the per-tensor "fp8" cache) and the daemon
-    has the paged form."""
+    """Whether a deferred decode step runs fused: decode_mode(mode) is "fused", the daemon has
+    the paged form and its dsa_attention takes the MLA cache's layout (fp8_ds_mla, bf16, or the
+    per-tensor "fp8" cache, which it takes with kv_scale; an older daemon does not)."""
     if decode_mode(mode) != "fused":
         return False
     kv, _ = mapping.mla_cache_rows(mla_cache)
-    return mapping.mla_cache_layout(kv) in mapping.DSA_KV_LAYOUTS and has_paged_dsa(client)
+    return has_paged_dsa(client) and dsa_takes_kv_layout(client, mapping.mla_cache_layout(kv))
 
 
 def run_decode_step(
@@ -280,7 +304,7 @@ def run_decode_step(
     (bf16 bits or a bf16 tensor [T, H, 512]) and `lse` (f32 [T, H]), the results are copied
     into them and they are returned."""
     if can_fuse(client, mla_cache, mode):
-        res = run_dsa_decode(client, step, q, mla_cache, sm_scale, topk_indices_buffer)
+        res = run_dsa_decode(client, step, q, mla_cache, sm_scale, topk_indices_buffer, k_scale)
         return _into(out, res[0]), _into(lse, res[1])
     run_indexer(
         client,

@@ -356,25 +356,23 @@ def dsa_decode(
     topk_tokens: int,
     sm_scale: float,
     index_layout: str = INDEXER_BLOCKS,
+    k_scale: float | None = None,
 ) -> DsaDecodeCall:
     """A decode-only step as one paged dsa_attention call (docs/CONTRACTS.md "dsa_attention",
     "Paged form"): vLLM's indexer decode metadata, the indexer's fp8 q [tokens, H_i, D] and
-    weights [tokens, H_i], its paged cache, the MLA q [tokens, H, 576] and the MLA cache
-    (fp8_ds_mla 656-byte rows or bf16 576) viewed flat as kv rows. vLLM gives both caches one
+    weights [tokens, H_i], its paged cache, the MLA q [tokens, H, d_qk] and the MLA cache
+    (fp8_ds_mla 656-byte rows, bf16 576, or the per-tensor "fp8" cache's 576 / 512 codes with
+    the layer's k_scale sent as kv_scale) viewed flat as kv rows. vLLM gives both caches one
     block table and one block size, so kv_block_table stays unset. Both layouts are named.
-    ValueError for the per-tensor "fp8" MLA cache (dsa_attention takes no kv_scale: use the
-    indexer + sparse_mla calls) or caches of different block sizes."""
+    ValueError for the per-tensor "fp8" MLA cache without k_scale, or caches of different block
+    sizes."""
     rows = decode_rows(decode, num_decode_tokens)
     index_q, w, mla_q = _decode_inputs(rows, num_decode_tokens, q_fp8, weights, q)
     cache, block_size = indexer_cache_rows(index_cache, head_dim)
     index_layout = _check_indexer_layout(index_layout, block_size, head_dim)
     kv, kv_block_size = mla_cache_rows(mla_cache)
     kv_layout = mla_cache_layout(kv)
-    if kv_layout not in DSA_KV_LAYOUTS:
-        raise ValueError(
-            f"mla kv_cache: {kv_layout} has a per-tensor kv_scale, which dsa_attention does not "
-            "take; run the indexer and sparse_mla calls"
-        )
+    kv_scale = _kv_scale(kv_layout, k_scale)
     if kv_block_size != block_size:
         raise ValueError(
             f"mla kv_cache block size {kv_block_size} != indexer cache block size {block_size}: "
@@ -398,6 +396,8 @@ def dsa_decode(
         "sm_scale": float(sm_scale),
         "indices": True,
     }
+    if kv_scale is not None:
+        fields["kv_scale"] = kv_scale
     return DsaDecodeCall(fields, rows.token_rows, table, block_size, rows.lengths)
 
 
@@ -455,8 +455,19 @@ def mla_cache_rows(kv_cache: Any) -> tuple[Any, int]:
     return _row_view(kv, blocks * block_size, width, s1), block_size
 
 
-# dsa_attention's kv takes these (no per-tensor kv_scale: docs/CONTRACTS.md "Named layouts").
-DSA_KV_LAYOUTS = ("FLASHMLA_FP8_656", "BF16_576")
+# The per-tensor "fp8" MLA cache's layouts: read with the layer's k_scale as kv_scale, by
+# sparse_mla and dsa_attention alike (docs/CONTRACTS.md "Per-tensor FP8 KV cache").
+PER_TENSOR_KV_LAYOUTS = ("FP8_576_PER_TENSOR", "FP8_512_PER_TENSOR")
+
+
+def _kv_scale(layout: str, k_scale: float | None) -> float | None:
+    """The kv_scale field of an MLA cache in `layout`: the layer's k_scale for the per-tensor
+    "fp8" cache (ValueError without it), None (unset) for every other layout."""
+    if layout not in PER_TENSOR_KV_LAYOUTS:
+        return None
+    if k_scale is None:
+        raise ValueError("mla kv_cache: the per-tensor fp8 cache needs the layer's k_scale")
+    return float(k_scale)
 
 
 def mla_cache_layout(kv: Any) -> str:
@@ -509,8 +520,7 @@ def sparse_mla(
     )
     layout = mla_cache_layout(kv)
     fields = {"q": q, "kv": kv, "kv_layout": layout, "indices": slots, "sm_scale": float(sm_scale)}
-    if layout not in DSA_KV_LAYOUTS:
-        if k_scale is None:
-            raise ValueError("mla kv_cache: the per-tensor fp8 cache needs the layer's k_scale")
-        fields["kv_scale"] = float(k_scale)
+    kv_scale = _kv_scale(layout, k_scale)
+    if kv_scale is not None:
+        fields["kv_scale"] = kv_scale
     return fields

@@ -325,31 +325,31 @@ SPLIT_OPS = ["indexer_logits_paged", "topk", "sparse_mla"]
 @pytest.mark.parametrize("mla_cache", ["fp8_ds_mla", "bf16", "fp8"])
 def test_fused_decode_against_reference(client, rng, decode_q_lens, mla_cache):
     """A decode-only step through run_decode_step in the fused mode: one paged dsa_attention
-    call for the caches dsa_attention takes (the per-tensor "fp8" cache falls back to the three
-    calls), checked against the fp64 top-k and attention of the vLLM-layout bytes."""
+    call for every MLA cache (the per-tensor "fp8" one with the layer's k_scale as kv_scale),
+    checked against the fp64 top-k and attention of the vLLM-layout bytes."""
     batch = make_decode_batch(rng, decode_q_lens)
     step, cache = decode_step(rng, batch)
     mcache, k_scale = fill_mla_cache(rng, batch, mla_cache)
     buf, out, lse, q, sm_scale, ops = run_step(
         client, rng, batch, step, mcache, k_scale, "fused", heads=int(rng.choice([8, 16]))
     )
-    assert ops == (SPLIT_OPS if mla_cache == "fp8" else FUSED_OPS)
+    assert ops == FUSED_OPS
     check_topk(batch, cache, step.q_fp8, step.weights, buf, step.topk_tokens)
     assert (buf[0, : batch.visible(0)] >= 0).all() and (buf[0, batch.visible(0) :] == -1).all()
     check_attention(batch, mcache, k_scale, q, sm_scale, buf, out, lse)
 
 
 @pytest.mark.parametrize("decode_q_lens", [(1, 1), (2, 2, 2), (1, 2, 2)])
-@pytest.mark.parametrize("mla_cache", ["fp8_ds_mla", "bf16"])
+@pytest.mark.parametrize("mla_cache", ["fp8_ds_mla", "bf16", "fp8"])
 def test_fused_matches_split(client, rng, decode_q_lens, mla_cache):
     """The same step in both modes: the same top-k sets and the same attention (the fused call
     reads the chosen rows in position order, the 3-call path in top-k order: f32 sums may differ
     in the last bits)."""
     batch = make_decode_batch(rng, decode_q_lens)
     step, _ = decode_step(rng, batch)
-    mcache, _ = fill_mla_cache(rng, batch, mla_cache)
-    fused = run_step(client, rng, batch, step, mcache, None, "fused")
-    split = run_step(client, rng, batch, step, mcache, None, "split", q=fused[3])
+    mcache, k_scale = fill_mla_cache(rng, batch, mla_cache)
+    fused = run_step(client, rng, batch, step, mcache, k_scale, "fused")
+    split = run_step(client, rng, batch, step, mcache, k_scale, "split", q=fused[3])
     assert fused[5] == FUSED_OPS and split[5] == SPLIT_OPS
     for t in range(batch.num_tokens):
         assert sorted(fused[0][t]) == sorted(split[0][t]), f"token {t}"
@@ -434,16 +434,21 @@ def test_fused_hostile_block_table(client, rng):
 
 def test_fused_refuses_cleanly(client, rng):
     """What the fused call cannot take raises before any call: the per-tensor "fp8" MLA cache
-    (dsa_attention has no kv_scale), caches of different block sizes, a shuffled indexer cache
-    whose block size is not a multiple of 16, an unknown decode mode."""
+    without the layer's k_scale, caches of different block sizes, a shuffled indexer cache
+    whose block size is not a multiple of 16, an unknown decode mode. With k_scale the "fp8"
+    cache maps to kv_scale and its named per-tensor layout."""
     batch = make_decode_batch(rng, (1, 1))
     step, _ = decode_step(rng, batch)
     q = ac.to_bf16(rng.normal(size=(batch.num_tokens, 8, 576)).astype(np.float32))
     mcache, _ = fill_mla_cache(rng, batch, "fp8")
     args = (step.metadata.decode, step.q_fp8, step.weights, step.kv_cache, q)
     rest = (batch.num_tokens, HEAD_DIM, step.topk_tokens, 0.05)
-    with pytest.raises(ValueError, match="kv_scale"):
+    with pytest.raises(ValueError, match="k_scale"):
         mapping.dsa_decode(*args, mcache, *rest)
+    fields = mapping.dsa_decode(*args, mcache, *rest, k_scale=0.25).dsa_attention
+    assert fields["kv_scale"] == 0.25 and fields["kv_layout"] == "FP8_576_PER_TENSOR"
+    bf16, _ = fill_mla_cache(rng, batch, "bf16")  # k_scale is for the "fp8" cache only
+    assert "kv_scale" not in mapping.dsa_decode(*args, bf16, *rest, k_scale=0.25).dsa_attention
     half = np.zeros((mcache.shape[0] * 2, BLOCK // 2, 656), np.uint8)
     with pytest.raises(ValueError, match="block size 32"):
         mapping.dsa_decode(*args, half, *rest)
@@ -496,3 +501,52 @@ def test_daemon_without_paged_dsa_falls_back(client, rng):
     assert older.ops == SPLIT_OPS
     check_topk(batch, cache, step.q_fp8, step.weights, buf, step.topk_tokens)
     check_attention(batch, mcache, None, q, 0.05, buf, out, lse)
+
+
+def test_daemon_without_dsa_kv_scale_falls_back_for_fp8(client, rng):
+    """A daemon whose dsa_attention lists no per-tensor FP8 kv_layout (one from before
+    DsaAttentionRequest.kv_scale) still fuses the caches it lists, and gets the three calls for
+    the per-tensor "fp8" cache, with the same answer."""
+
+    class Older(Recording):
+        def info(self, timeout=None):
+            info = self.client.info()
+            for op in info.ops:
+                if op.name != "dsa_attention":
+                    continue
+                for c in op.cache_layouts:
+                    if c.field == "kv_layout":
+                        keep = [
+                            v
+                            for v in c.accepted
+                            if ac.ops.cache_layout_name(v) not in mapping.PER_TENSOR_KV_LAYOUTS
+                        ]
+                        del c.accepted[:]
+                        c.accepted.extend(keep)
+            return info
+
+    batch = make_decode_batch(rng, (2, 1))
+    step, cache = decode_step(rng, batch)
+    mcache, k_scale = fill_mla_cache(rng, batch, "fp8")
+    older = Older(client)
+    assert calls.has_paged_dsa(older)
+    assert calls.dsa_takes_kv_layout(client, "FP8_576_PER_TENSOR")
+    assert not calls.dsa_takes_kv_layout(older, "FP8_576_PER_TENSOR")
+    assert calls.dsa_takes_kv_layout(older, "FLASHMLA_FP8_656")
+    buf = np.full((batch.num_tokens, step.topk_tokens), POISON, np.int32)
+    q = ac.to_bf16(rng.normal(size=(batch.num_tokens, 8, 576)).astype(np.float32))
+    out, lse = calls.run_decode_step(
+        older,
+        step,
+        q,
+        mcache,
+        0.05,
+        buf,
+        batch.req_id_per_token,
+        batch.block_table,
+        k_scale,
+        mode="fused",
+    )
+    assert older.ops == SPLIT_OPS
+    check_topk(batch, cache, step.q_fp8, step.weights, buf, step.topk_tokens)
+    check_attention(batch, mcache, k_scale, q, 0.05, buf, out, lse)
