@@ -49,6 +49,14 @@ done
 cp scripts/run-gpu-suite.sh "$BUNDLE/"
 [ -d client/python ] && cp -r client/python "$BUNDLE/python"
 [ -d tests/gpu ] && cp -r tests/gpu "$BUNDLE/gpu-tests"
+# The integration tests and the vLLM plugin (package and fixtures), in the repository's layout
+# (the tests find each other by relative paths), run against the bundled daemon by
+# `run-gpu-suite.sh OUT integration`.
+mkdir -p "$BUNDLE/integration/tests/client" "$BUNDLE/integration/client"
+cp -r tests/integration "$BUNDLE/integration/tests/integration"
+cp -r tests/client/python_vllm "$BUNDLE/integration/tests/client/python_vllm"
+cp -r client/python_vllm "$BUNDLE/integration/client/python_vllm"
+find "$BUNDLE/integration" -name __pycache__ -prune -exec rm -rf {} +
 git rev-parse HEAD > "$BUNDLE/COMMIT" 2>/dev/null || echo unknown > "$BUNDLE/COMMIT"
 for l in "$BUNDLE"/lib/*; do strip --strip-unneeded "$l" 2>/dev/null || true; done
 # A compressed copy for transports with a size limit: tar xf bundle.tar.xz restores $BUNDLE/.

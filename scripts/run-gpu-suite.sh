@@ -2,13 +2,18 @@
 # Runs the GPU test suite and the GPU kernel benchmarks from a device bundle (made by
 # scripts/device-bundle.sh) on a GPU host with only the driver installed. Logs and JSON go to
 # OUT_DIR. Exits non-zero when any test binary fails.
-#   bundle/run-gpu-suite.sh OUT_DIR [tests|bench|frontend|service|sanitize|all] [filter]
+#   bundle/run-gpu-suite.sh OUT_DIR [tests|bench|frontend|service|sanitize|integration|all] [filter]
 # frontend: the Python/PyTorch frontend test against the bundled daemon (gpu-tests/
 # run_frontend.sh; needs the host's python3 with torch and grpcio). `all` runs it too when that
 # python3 can import torch.
 # service: the service-overhead benchmark (gpu-tests/run_service_bench.sh: the same ops through
 # the bundled daemon over device regions, graphs on then off; needs torch); results in
 # OUT_DIR/service_gpu.jsonl. Not in `all`.
+# integration: the integration test modules (tests/integration, pytest) and the vLLM plugin's
+# fixtures against the bundled daemon (needs $PYTHON, default python3, with numpy, grpcio and
+# pytest);
+# filter = the modules to run, space-separated (default: all); a log per module and
+# OUT_DIR/integration.txt, one summary line per module. Not in `all`.
 # sanitize: compute-sanitizer memcheck over each op's test binary (the cases past 2^31 elements
 # excluded: too slow under the tool), ATTND_SANITIZE_TIMEOUT seconds each (default 300); not in
 # `all`.
@@ -32,6 +37,28 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
       grep -E "^\[  FAILED|Failure|error" "$OUT/$name.log" | head -20
     fi
     tail -3 "$OUT/$name.log"
+  done
+fi
+if [ "$WHAT" = integration ]; then
+  export ATTND_BIN="$HERE/bin/attnd" ATTNCTL_BIN="$HERE/bin/attnctl"
+  export PYTHONPATH="$HERE/python:$HERE/integration/client/python_vllm${PYTHONPATH:+:$PYTHONPATH}"
+  command -v promtool >/dev/null || [ -n "${PROMTOOL:-}" ] ||
+    echo "note: no promtool on this host (test_metrics needs it; set PROMTOOL)"
+  modules="$FILTER"
+  if [ -z "$modules" ]; then
+    for f in "$HERE"/integration/tests/integration/test_*.py; do modules+="$(basename "$f" .py) "; done
+    modules+="vllm"
+  fi
+  : > "$OUT/integration.txt"
+  for m in $modules; do
+    if [ "$m" = vllm ]; then
+      dir="$HERE/integration/tests/client/python_vllm" target=.
+    else
+      dir="$HERE/integration/tests/integration" target="$m.py"
+    fi
+    (cd "$dir" && "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider -rs "$target") > "$OUT/it-$m.log" 2>&1 ||
+      rc=1
+    echo "$m: $(tail -1 "$OUT/it-$m.log")" | tee -a "$OUT/integration.txt"
   done
 fi
 if [ "$WHAT" = sanitize ]; then
