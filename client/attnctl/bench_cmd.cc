@@ -1,6 +1,7 @@
 // attnctl bench <op>: many calls of one preset (unary or on a Session, inline or in regions)
 // from --concurrency threads; latency percentiles, throughput and the service overhead
 // (client round trip minus the server's compute time), with a progress line on stderr.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "client/attnctl/commands.h"
 #include "client/attnctl/json.h"
 #include "client/attnctl/report.h"
+#include "client/stream_ordered.h"
 
 namespace attnd::attnctl {
 namespace {
@@ -107,6 +109,13 @@ class Progress {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// CPU time of the whole process (every thread: the caller's and gRPC's own), seconds.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 }  // namespace
 
 int PingCommand(const CtlOptions& o) {
@@ -162,6 +171,18 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
                                            "--warmup >= 0"),
                 kExitUsage);
   }
+  if (o.stream_ordered && (!o.regions || o.concurrency != 1)) {
+    return Fail(o,
+                absl::InvalidArgumentError("--stream_ordered needs --regions (outputs in a "
+                                           "region) and --concurrency=1 (one ordered queue)"),
+                kExitUsage);
+  }
+  if (o.prepared && (!o.regions || o.session || o.concurrency != 1)) {
+    return Fail(o,
+                absl::InvalidArgumentError("--prepared needs --regions (every tensor in a region), "
+                                           "unary calls and --concurrency=1"),
+                kExitUsage);
+  }
   absl::StatusOr<std::unique_ptr<OpCase>> made = MakeOpCase(op, o.preset, o.set, o.seed);
   if (!made.ok()) return Fail(o, made.status(), kExitUsage);
   OpCase& c = **made;
@@ -205,11 +226,54 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     }
   }
 
+  // Stream-ordered: a ready word already at 1 (the inputs are in place) and a done word that
+  // call i sets to i + 1, both in the region; calls are enqueued back to back.
+  uint64_t* done_word = nullptr;
+  client::Signal ready_signal, done_signal;
+  if (o.stream_ordered) {
+    absl::StatusOr<kernels::Tensor> words = setup.region->Allocate(kernels::DType::kU8, {16});
+    if (!words.ok()) return Fail(o, words.status(), kExitLocal);
+    absl::StatusOr<v1::Tensor> slice = setup.region->Slice(*words);
+    if (!slice.ok()) return Fail(o, slice.status(), kExitLocal);
+    uint64_t* ready_word = static_cast<uint64_t*>(words->data);
+    done_word = ready_word + 1;
+    client::StoreSignal(done_word, 0);
+    client::StoreSignal(ready_word, 1);
+    ready_signal = {slice->region().region(), slice->region().offset(), 1};
+    done_signal = {slice->region().region(), slice->region().offset() + 8, 0};
+  }
+
+  uint64_t call_id = 0;
+  if (o.prepared) {
+    absl::StatusOr<uint64_t> id = calls[0]->Prepare(
+        setup.client.get(), setup.session != nullptr ? setup.session->lease_id() : std::string());
+    if (!id.ok()) return Fail(o, id.status(), ServiceExit(id.status()));
+    call_id = *id;
+  }
+  // A prepared run's reply: its CallStats (blocking) or "enqueued" (stream-ordered), timed here.
+  auto run_prepared = [&](int64_t i) -> absl::StatusOr<client::CallResult> {
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusOr<v1::CallStats> s =
+        o.stream_ordered
+            ? client::RunPrepared(setup.client.get(), call_id, ready_signal,
+                                  client::Signal{done_signal.region, done_signal.offset,
+                                                 static_cast<uint64_t>(i + 1)},
+                                  o.timeout)
+            : client::RunPrepared(setup.client.get(), call_id, std::nullopt, std::nullopt,
+                                  o.timeout);
+    if (!s.ok()) return s.status();
+    client::CallResult r;
+    r.stats = *std::move(s);
+    r.round_trip_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return r;
+  };
+
   std::vector<std::vector<Sample>> per_worker(o.concurrency);
   std::atomic<int64_t> next{0}, done{0}, errors{0};
   absl::Mutex error_mu;
   std::string first_error;
   const std::string transport = o.regions ? "regions" : "inline";
+  const double cpu_start = ProcessCpuSeconds();
   const Clock::time_point start = Clock::now();
   {
     Progress progress(o.progress, absl::StrCat(op, " ", o.preset, " ", transport), o.requests,
@@ -217,8 +281,20 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     std::vector<std::thread> threads;
     for (int w = 0; w < o.concurrency; ++w) {
       threads.emplace_back([&, w] {
-        while (next.fetch_add(1) < o.requests) {
-          absl::StatusOr<client::CallResult> r = calls[w]->Run(caller);
+        int64_t i;
+        while ((i = next.fetch_add(1)) < o.requests) {
+          absl::StatusOr<client::CallResult> r;
+          if (o.prepared) {
+            r = run_prepared(i);
+          } else if (o.stream_ordered) {
+            Caller ordered = caller;
+            ordered.options.ready = ready_signal;
+            ordered.options.done = done_signal;
+            ordered.options.done->value = static_cast<uint64_t>(i + 1);
+            r = calls[w]->Run(ordered);
+          } else {
+            r = calls[w]->Run(caller);
+          }
           done.fetch_add(1);
           if (!r.ok()) {
             errors.fetch_add(1);
@@ -235,6 +311,19 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
       });
     }
     for (std::thread& t : threads) t.join();
+  }
+  // Every thread of the process (the callers' and gRPC's) while the calls were made, per call.
+  const double cpu_per_call = (ProcessCpuSeconds() - cpu_start) / static_cast<double>(o.requests);
+  const double calls_wall = std::chrono::duration<double>(Clock::now() - start).count();
+  if (o.stream_ordered && errors.load() == 0) {
+    // The calls of one queue run in order: the last one's done value (no failure bit) ends it.
+    absl::StatusOr<uint64_t> last =
+        client::WaitSignal(done_word, static_cast<uint64_t>(o.requests), o.timeout);
+    if (!last.ok() || *last != static_cast<uint64_t>(o.requests)) {
+      errors.fetch_add(1);
+      first_error = last.ok() ? absl::StrCat("done word ", *last, ", want ", o.requests)
+                              : last.status().ToString();
+    }
   }
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
 
@@ -269,6 +358,10 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     j.Add("concurrency", o.concurrency).Add("warmup", o.warmup).Add("verified", verified);
     j.Add("errors", errors.load()).Add("first_error", first_error).Add("wall_s", wall);
     j.Add("throughput_rps", throughput);
+    // path: "stream_ordered" (round trips are the enqueue RPCs; the server's figures of such
+    // a reply are zero) or "blocking".
+    j.Add("path", o.stream_ordered ? "stream_ordered" : "blocking").Add("prepared", o.prepared);
+    j.Add("caller_cpu_us_per_call", cpu_per_call * 1e6).Add("calls_wall_s", calls_wall);
     j.Add("median_us", Median(rt) * 1e6).Add("p50_us", Percentile(rt, 50) * 1e6);
     j.Add("p90_us", Percentile(rt, 90) * 1e6).Add("p99_us", Percentile(rt, 99) * 1e6);
     j.Add("min_us", rt.empty() ? NAN : rt.front() * 1e6);
@@ -298,9 +391,11 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     }
     std::printf("%s\n", j.str().c_str());
   } else {
-    std::printf("%s %s (%s) via %s, %s %s: %lld requests, concurrency %d, %lld errors%s%s\n",
+    std::printf("%s %s (%s) via %s, %s %s%s: %lld requests, concurrency %d, %lld errors%s%s\n",
                 op.c_str(), o.preset.c_str(), c.shape().c_str(), o.connect.target.c_str(),
                 transport.c_str(), o.session ? "session" : "unary",
+                o.prepared ? (o.stream_ordered ? " prepared stream-ordered" : " prepared")
+                           : (o.stream_ordered ? " stream-ordered" : ""),
                 static_cast<long long>(o.requests), o.concurrency,
                 static_cast<long long>(errors.load()), first_error.empty() ? "" : ": ",
                 first_error.c_str());
@@ -321,6 +416,13 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
                 FormatSeconds(Percentile(oh, 50)).c_str(),
                 FormatSeconds(Percentile(oh, 90)).c_str(),
                 FormatSeconds(Percentile(oh, 99)).c_str());
+    std::printf("  caller      %s of CPU per call (every thread of this process)%s\n",
+                FormatSeconds(cpu_per_call).c_str(),
+                o.stream_ordered
+                    ? absl::StrCat("; stream-ordered: round trips are the enqueues, ",
+                                   FormatSeconds(calls_wall).c_str(), " to enqueue all")
+                          .c_str()
+                    : "");
     std::printf("  throughput  %.1f requests/s over %s; copied per request in %s, out %s%s\n",
                 throughput, FormatSeconds(wall).c_str(), FormatBytes(copied_in).c_str(),
                 FormatBytes(copied_out).c_str(), verified ? "; reply verified" : "");

@@ -43,6 +43,8 @@ class RemoteCall {
  public:
   virtual ~RemoteCall() = default;
   virtual absl::StatusOr<client::CallResult> Run(const Caller& caller) = 0;
+  // Prepares this call on the daemon (every tensor in regions of `client`): its call id.
+  virtual absl::StatusOr<uint64_t> Prepare(client::Client* client, const std::string& lease_id) = 0;
   // Fills the output buffers with NaN / 0x7f7f7f7f so an unwritten element fails the check.
   virtual void Poison() = 0;
 };

@@ -29,8 +29,14 @@ struct CtlOptions {
   Dims set;  // --set overrides of the preset's dims
   // --precision of the attention ops' out; unset: the op's default (FAST).
   std::optional<kernels::Precision> precision;
-  bool regions = false;    // tensors in a host region (zero copy) instead of inline
-  bool session = false;    // calls on a Session stream instead of unary RPCs
+  bool regions = false;  // tensors in a host region (zero copy) instead of inline
+  bool session = false;  // calls on a Session stream instead of unary RPCs
+  // bench: each call stream-ordered (ready word already reached, done words in the region): the
+  // caller only enqueues, and the figures are the caller's CPU and wall per enqueue.
+  bool stream_ordered = false;
+  // bench: the call prepared once (PrepareCall), then run by id (RunPrepared; needs --regions,
+  // unary): blocking, or with --stream_ordered enqueued with its signals only.
+  bool prepared = false;
   int64_t requests = 100;  // bench
   int concurrency = 1;     // bench
   int64_t warmup = 5;      // bench

@@ -53,6 +53,12 @@ ABSL_FLAG(bool, regions, false,
 ABSL_FLAG(bool, session, false,
           "run/bench: send calls on one Session stream (lease + pipelining) instead of unary "
           "RPCs.");
+ABSL_FLAG(bool, stream_ordered, false,
+          "bench: stream-ordered calls (needs --regions, --concurrency=1): the caller only "
+          "enqueues; reports its CPU and wall per call, then waits for the last done word.");
+ABSL_FLAG(bool, prepared, false,
+          "bench: prepare the call once and run it by id (needs --regions, unary); with "
+          "--stream_ordered the run carries only its signals.");
 ABSL_FLAG(int64_t, requests, 100, "bench, ping: measured requests (after the warm-up).");
 ABSL_FLAG(int, concurrency, 1, "bench: calls in flight at once (one thread each).");
 ABSL_FLAG(int64_t, warmup, 5, "bench, ping: unmeasured calls first.");
@@ -116,6 +122,8 @@ int Main(int argc, char** argv) {
   o.json = absl::GetFlag(FLAGS_json);
   o.preset = absl::GetFlag(FLAGS_preset);
   o.regions = absl::GetFlag(FLAGS_regions);
+  o.stream_ordered = absl::GetFlag(FLAGS_stream_ordered);
+  o.prepared = absl::GetFlag(FLAGS_prepared);
   o.session = absl::GetFlag(FLAGS_session);
   o.requests = absl::GetFlag(FLAGS_requests);
   o.concurrency = absl::GetFlag(FLAGS_concurrency);

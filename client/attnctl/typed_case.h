@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/attnctl/cases.h"
 #include "client/attnctl/fill.h"
+#include "client/stream_ordered.h"
 #include "client/tensor_codec.h"
 
 namespace attnd::attnctl {
@@ -85,6 +86,9 @@ class TypedRemoteCall final : public RemoteCall {
  public:
   explicit TypedRemoteCall(P p) : p_(std::move(p)) {}
   absl::StatusOr<client::CallResult> Run(const Caller& caller) override { return caller.Call(p_); }
+  absl::StatusOr<uint64_t> Prepare(client::Client* client, const std::string& lease_id) override {
+    return client::PrepareCall(client, p_, lease_id);
+  }
   void Poison() override {
     p_.ForEachTensor([](const char*, kernels::Tensor& t, kernels::Role role) {
       if (role == kernels::Role::kOutput) attnctl::Poison(t);
