@@ -74,6 +74,20 @@ class StreamOrderedTest : public DaemonTest {
            std::memcmp(shm_.data() + kLse, want_lse_.raw(), SpanBytes(want_lse_)) == 0;
   }
 
+  // A unary stream-ordered call (ready = 1 at kReady, done = 2 at kDone) whose ready word is
+  // not reached yet: accepted, pending.
+  void EnqueueUnreadyCall() {
+    v1::SparseMlaRequest req = RegionRequest();
+    Word(kReady).store(0);
+    Word(kDone).store(0);
+    SetSignal(req.mutable_ready(), "r", kReady, 1);
+    SetSignal(req.mutable_done(), "r", kDone, 2);
+    grpc::ClientContext ctx;
+    v1::SparseMlaResponse reply;
+    grpc::Status s = stub_->SparseMla(&ctx, req, &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
   std::atomic<uint64_t>& Word(uint64_t offset) {
     return *reinterpret_cast<std::atomic<uint64_t>*>(shm_.data() + offset);
   }
@@ -306,14 +320,7 @@ TEST_F(StreamOrderedTest, CancelledSessionFailsItsPendingWaits) {
 // runs and stores done (nothing accepted is lost), and the drain then ends without waiting for its
 // timeout.
 TEST_F(StreamOrderedTest, DrainRunsCallsWhoseReadyComesInTime) {
-  v1::SparseMlaRequest req = RegionRequest();
-  Word(kReady).store(0);
-  Word(kDone).store(0);
-  SetSignal(req.mutable_ready(), "r", kReady, 1);
-  SetSignal(req.mutable_done(), "r", kDone, 2);
-  grpc::ClientContext ctx;
-  v1::SparseMlaResponse reply;
-  ASSERT_TRUE(stub_->SparseMla(&ctx, req, &reply).ok());
+  EnqueueUnreadyCall();
   std::atomic<bool> drained{false};
   const auto start = std::chrono::steady_clock::now();
   std::thread drain([&] {
@@ -345,14 +352,7 @@ class StreamOrderedShortDrainTest : public StreamOrderedTest {
 // A call whose ready word never comes holds the drain until --drain-timeout, no longer: it then
 // fails without running (done has the failure bit, outputs stay poisoned).
 TEST_F(StreamOrderedShortDrainTest, DrainTimeoutFailsPendingWaits) {
-  v1::SparseMlaRequest req = RegionRequest();
-  Word(kReady).store(0);
-  Word(kDone).store(0);
-  SetSignal(req.mutable_ready(), "r", kReady, 1);
-  SetSignal(req.mutable_done(), "r", kDone, 2);
-  grpc::ClientContext ctx;
-  v1::SparseMlaResponse reply;
-  ASSERT_TRUE(stub_->SparseMla(&ctx, req, &reply).ok());
+  EnqueueUnreadyCall();
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(daemon_->Shutdown()) << "the drain ended before its timeout";
   const auto took = std::chrono::steady_clock::now() - start;
