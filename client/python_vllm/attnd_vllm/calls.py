@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from attnd_client.dtypes import as_raw
+
 from . import mapping
 
 DEFAULT_TARGET = "unix:/run/attnd/attnd.sock"
@@ -327,7 +329,7 @@ def run_decode_step(
 def _into(dst: Any, values: Any) -> Any:
     """values copied into dst (NumPy, or torch on any device: bf16 bits viewed as bf16), or
     values themselves when dst is None."""
-    values = mapping.raw_bits(np.asarray(values))
+    values = as_raw(np.asarray(values))
     if dst is None:
         return values
     if mapping.is_torch(dst):

@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from attnd_client.dtypes import as_raw
+
 # vLLM's sparse MLA cache row in its fp8_ds_mla format (docs/CONTRACTS.md "FP8 KV cache").
 FP8_DS_MLA_ROW_BYTES = 656
 MLA_HEAD_DIM = 576  # 512 latent + 64 rope columns (the bf16 cache, kv_cache_dtype "auto")
@@ -45,20 +47,8 @@ def host(x: Any, dtype: Any = None) -> np.ndarray:
     ml_dtypes arrays (it does when ml_dtypes is installed)."""
     if is_torch(x):
         x = x.detach().cpu().numpy()
-    a = raw_bits(np.asarray(x))
+    a = as_raw(np.asarray(x))
     return a.astype(dtype, copy=False) if dtype is not None else a
-
-
-def raw_bits(a: np.ndarray) -> np.ndarray:
-    """An ml_dtypes bfloat16 / float8_e4m3fn array as a view of its bits (uint16 / uint8); any
-    other array as it is. The plugin handles bf16 and fp8 as bits whether or not ml_dtypes is
-    installed."""
-    name = getattr(a.dtype, "name", "")
-    if name == "bfloat16":
-        return a.view(np.uint16)
-    if name.startswith("float8"):
-        return a.view(np.uint8)
-    return a
 
 
 def _row_view(x: Any, rows: int, width: int, row_stride: int) -> Any:
