@@ -10,13 +10,11 @@ AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {
   prepared_ = std::make_unique<ops::PreparedCallTable>(metrics, ops::PreparedCallTable::Options{});
   ops::StreamOrderedRunner::Options options;
   options.signal_timeout = deps_.signal_timeout;
-  // The scheduler outlives the service's calls: a drain waits for the pending calls (each holds
-  // an admission) and they are failed once its deadline passes (the waiter polls this only while
-  // calls wait), before the daemon tears it down.
-  engine::Scheduler* scheduler = deps_.runner->scheduler();
-  stream_ = std::make_unique<ops::StreamOrderedRunner>(
-      deps_.runner, deps_.ops, deps_.registry, metrics,
-      [scheduler] { return scheduler != nullptr && scheduler->drain_expired(); }, options);
+  // The runner's scheduler outlives the service's calls: a drain waits for the pending calls
+  // (each holds an admission) and they are failed once its deadline passes, before the daemon
+  // tears it down.
+  stream_ = std::make_unique<ops::StreamOrderedRunner>(deps_.runner, deps_.ops, deps_.registry,
+                                                       metrics, options);
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext* /*ctx*/,

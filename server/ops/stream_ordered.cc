@@ -181,14 +181,8 @@ class StreamOrderedRunner::Queue {
 
 StreamOrderedRunner::StreamOrderedRunner(CallRunner* runner, const OpTable* ops,
                                          const regions::RegionRegistry* registry,
-                                         metrics::Metrics* metrics,
-                                         std::function<bool()> drain_expired, Options options)
-    : runner_(runner),
-      ops_(ops),
-      registry_(registry),
-      metrics_(metrics),
-      drain_expired_(std::move(drain_expired)),
-      options_(options) {
+                                         metrics::Metrics* metrics, Options options)
+    : runner_(runner), ops_(ops), registry_(registry), metrics_(metrics), options_(options) {
   waiter_ = std::thread([this] { WaiterLoop(); });
 }
 
@@ -414,7 +408,7 @@ void StreamOrderedRunner::WaiterLoop() {
       continue;
     }
     const absl::Time now = absl::Now();
-    const bool expired = drain_expired_ && drain_expired_();
+    const bool expired = runner_->scheduler()->drain_expired();
     struct Failure {
       std::unique_ptr<Entry> entry;
       absl::Status status;

@@ -105,12 +105,12 @@ class StreamOrderedRunner {
   class Queue;  // one ordered queue (a Session's, a unary connection's)
 
   // Everything borrowed must outlive the runner (the runner's scheduler too); `metrics` may be
-  // null. `drain_expired` (may be empty) says whether the daemon's drain has reached its
-  // deadline: pending calls then fail UNAVAILABLE. Until then a drain waits for them (their ready
-  // words may still come), and new calls are refused once it has begun.
+  // null. Each accepted call holds an admission of the runner's scheduler: its drain waits for
+  // pending calls (their ready words may still come) and fails them UNAVAILABLE once its
+  // deadline has passed (Scheduler::drain_expired); new calls are refused once it has begun.
   StreamOrderedRunner(CallRunner* runner, const OpTable* ops,
                       const regions::RegionRegistry* registry, metrics::Metrics* metrics,
-                      std::function<bool()> drain_expired, Options options);
+                      Options options);
   // Fails every pending call (UNAVAILABLE), waits for running ones, stops the waiter.
   ~StreamOrderedRunner();
   StreamOrderedRunner(const StreamOrderedRunner&) = delete;
@@ -156,7 +156,6 @@ class StreamOrderedRunner {
   const OpTable* const ops_;
   const regions::RegionRegistry* const registry_;
   metrics::Metrics* const metrics_;
-  const std::function<bool()> drain_expired_;
   const Options options_;
 
   mutable absl::Mutex mu_;
