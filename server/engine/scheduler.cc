@@ -151,11 +151,6 @@ void Scheduler::ReportLoad() {
   if (options_.on_load) options_.on_load(static_cast<int>(queue_.size()), running_);
 }
 
-bool Scheduler::draining() const {
-  absl::MutexLock lock(&mu_);
-  return !accepting_;
-}
-
 bool Scheduler::drain_expired() const {
   absl::MutexLock lock(&mu_);
   return aborting_;

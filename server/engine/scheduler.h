@@ -112,8 +112,6 @@ class Scheduler {
   bool Drain(absl::Time deadline, absl::Duration grace = absl::InfiniteDuration())
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // True once Drain has begun (new calls are refused). Thread-safe.
-  bool draining() const ABSL_LOCKS_EXCLUDED(mu_);
   // True once the drain's deadline has passed (queued jobs failed, running ones stopped): holders
   // of admissions must give them up now. Thread-safe.
   bool drain_expired() const ABSL_LOCKS_EXCLUDED(mu_);
