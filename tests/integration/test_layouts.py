@@ -190,34 +190,14 @@ def test_unknown_layout_name_is_refused_by_the_client(client, rng):
 
 def test_info_lists_layouts(client):
     indexer = ["INDEXER_FP8_BLOCKS", "INDEXER_AITER_SHUFFLE_16"]
+    # sparse_mla and dsa_attention read the same MLA cache layouts.
+    mla = ["BF16_576", "BF16_512", "FLASHMLA_FP8_656", "FP8_576_PER_TENSOR", "FP8_512_PER_TENSOR"]
     # Per op, its layout fields in order: (field, tensor, accepted).
     want = {
-        "sparse_mla": [
-            (
-                "kv_layout",
-                "kv",
-                [
-                    "BF16_576",
-                    "BF16_512",
-                    "FLASHMLA_FP8_656",
-                    "FP8_576_PER_TENSOR",
-                    "FP8_512_PER_TENSOR",
-                ],
-            )
-        ],
+        "sparse_mla": [("kv_layout", "kv", mla)],
         # kv, and the paged form's index_cache.
         "dsa_attention": [
-            (
-                "kv_layout",
-                "kv",
-                [
-                    "BF16_576",
-                    "BF16_512",
-                    "FLASHMLA_FP8_656",
-                    "FP8_576_PER_TENSOR",
-                    "FP8_512_PER_TENSOR",
-                ],
-            ),
+            ("kv_layout", "kv", mla),
             ("index_cache_layout", "index_cache", indexer),
         ],
         "mla_decode": [
