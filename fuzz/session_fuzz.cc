@@ -269,7 +269,7 @@ class Session {
       &FuzzEnv::Get().ops(),
       registry_.get(),
       nullptr,
-      {.signal_timeout = absl::Milliseconds(2), .poll = absl::Microseconds(50)}};
+      {.signal_timeout = absl::Microseconds(500), .poll = absl::Microseconds(50)}};
   std::shared_ptr<server::ops::StreamOrderedRunner::Queue> queue_ = stream_.NewQueue("fuzz");
   server::ops::PreparedCallTable prepared_{nullptr, {.max_per_owner = 64}};
   std::string lease_;
