@@ -17,6 +17,11 @@
 # sanitize: compute-sanitizer memcheck over each op's test binary (the cases past 2^31 elements
 # excluded: too slow under the tool), ATTND_SANITIZE_TIMEOUT seconds each (default 300); not in
 # `all`.
+# ATTND_MPS=1: everything runs under one MPS server (docs/OPERATIONS.md "MPS"): a control daemon
+# (nvidia-cuda-mps-control -d) with its pipe and log directories in a temporary folder, exported
+# as CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY so attnd and the test clients reach it,
+# quit when the script exits (its logs copied to OUT_DIR/mps-*.log); the tests then expect
+# GetInfo's mps=true. ATTND_MPS=0: they expect mps=false. ATTND_EXPECT_MPS overrides either.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${1:?usage: run-gpu-suite.sh OUT_DIR [tests|bench|frontend|service|sanitize|all] [filter]}"
@@ -27,6 +32,57 @@ export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 COMMIT="$(cat "$HERE/COMMIT" 2>/dev/null || echo unknown)"
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$OUT/device.csv" 2>&1
 rc=0
+
+MPS_DIR=""
+mps_running() { echo get_server_list | nvidia-cuda-mps-control > /dev/null 2>&1; }
+# Quits the control daemon this script started (it stops its server first) and keeps its logs.
+# shellcheck disable=SC2317  # run by the EXIT trap
+quit_mps() {
+  [ -n "$MPS_DIR" ] || return 0
+  {
+    echo "# get_server_list"
+    echo get_server_list | nvidia-cuda-mps-control 2>&1
+    echo "# nvidia-smi"
+    nvidia-smi 2>&1
+  } > "$OUT/mps-state.txt"
+  echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
+  for _ in $(seq 100); do mps_running || break; sleep 0.1; done
+  mps_running && echo "MPS: the control daemon on $CUDA_MPS_PIPE_DIRECTORY did not quit"
+  for f in "$CUDA_MPS_LOG_DIRECTORY"/*.log; do
+    [ -e "$f" ] && cp "$f" "$OUT/mps-$(basename "$f")"
+  done
+  rm -rf "$MPS_DIR"
+  MPS_DIR=""
+}
+case "${ATTND_MPS:-}" in
+  1)
+    if ! command -v nvidia-cuda-mps-control > /dev/null; then
+      echo "ATTND_MPS=1: nvidia-cuda-mps-control is not on PATH (it comes with the driver)"
+      exit 2
+    fi
+    MPS_DIR="$(mktemp -d "${TMPDIR:-/tmp}/attnd-mps.XXXXXX")"
+    export CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    trap quit_mps EXIT
+    trap 'exit 130' INT TERM
+    if ! nvidia-cuda-mps-control -d; then
+      echo "ATTND_MPS=1: nvidia-cuda-mps-control -d failed"
+      exit 2
+    fi
+    for _ in $(seq 100); do mps_running && break; sleep 0.1; done
+    if ! mps_running; then
+      echo "ATTND_MPS=1: the MPS control daemon does not answer on $CUDA_MPS_PIPE_DIRECTORY"
+      exit 2
+    fi
+    export ATTND_EXPECT_MPS="${ATTND_EXPECT_MPS:-1}"
+    echo "MPS: control daemon on $CUDA_MPS_PIPE_DIRECTORY (logs in $CUDA_MPS_LOG_DIRECTORY)"
+    ;;
+  0 | "") [ "${ATTND_MPS:-}" = 0 ] && export ATTND_EXPECT_MPS="${ATTND_EXPECT_MPS:-0}" ;;
+  *)
+    echo "ATTND_MPS=${ATTND_MPS}: want 1 or 0"
+    exit 2
+    ;;
+esac
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   for t in "$HERE"/bin/*_test; do
     name="$(basename "$t")"

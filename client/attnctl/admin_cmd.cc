@@ -85,7 +85,7 @@ int InfoCommand(const CtlOptions& o) {
     for (const v1::DeviceInfo& d : info->devices()) {
       JsonObject j;
       j.Add("name", d.name()).Add("uuid", d.uuid()).Add("memory_bytes", d.memory_bytes());
-      j.Add("arch", d.arch()).Add("cores", d.cores());
+      j.Add("arch", d.arch()).Add("cores", d.cores()).Add("mps", d.mps());
       devices.push_back(j.str());
     }
     for (const v1::OpInfo& op : info->ops()) {
@@ -128,9 +128,12 @@ int InfoCommand(const CtlOptions& o) {
   std::printf("attnd %s at %s, backend %s\n", info->version().c_str(), o.connect.target.c_str(),
               info->backend().c_str());
   for (const v1::DeviceInfo& d : info->devices()) {
-    std::printf("device  %s (%s) arch %s, %d cores, %.1f GiB\n", d.name().c_str(),
+    // "MPS on|off" on CUDA only: the other backends have no MPS (docs/OPERATIONS.md "MPS").
+    const bool cuda = info->backend() == "cuda";
+    std::printf("device  %s (%s) arch %s, %d cores, %.1f GiB%s\n", d.name().c_str(),
                 d.uuid().empty() ? "no uuid" : d.uuid().c_str(), d.arch().c_str(), d.cores(),
-                static_cast<double>(d.memory_bytes()) / (1ull << 30));
+                static_cast<double>(d.memory_bytes()) / (1ull << 30),
+                !cuda ? "" : (d.mps() ? ", MPS on" : ", MPS off"));
   }
   for (const v1::OpInfo& op : info->ops()) {
     std::vector<std::string> impls(op.implementations().begin(), op.implementations().end());

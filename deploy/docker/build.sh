@@ -176,6 +176,7 @@ step_stage() {
   if ((DRY_RUN)); then
     run install -D -m 0755 "$BUILD_DIR/server/attnd" "$PREFIX/bin/attnd"
     run install -D -m 0755 "$BUILD_DIR/client/attnctl" "$PREFIX/bin/attnctl"
+    [ "$VARIANT" = cuda ] && run install -D -m 0755 "$SRC/deploy/docker/attnd-mps.sh" "$PREFIX/bin/attnd-mps"
     echo "+ copy the ldd closure of bin/* into $PREFIX/lib (less: C runtime, GPU driver)"
     return
   fi
@@ -184,6 +185,10 @@ step_stage() {
   install -m 0755 "$BUILD_DIR/server/attnd" "$PREFIX/bin/attnd"
   install -m 0755 "$BUILD_DIR/client/attnctl" "$PREFIX/bin/attnctl"
   strip --strip-unneeded "$PREFIX/bin/attnd" "$PREFIX/bin/attnctl"
+  # CUDA: the MPS entrypoint (docs/OPERATIONS.md "MPS"), a shell script.
+  if [ "$VARIANT" = cuda ]; then
+    install -m 0755 "$SRC/deploy/docker/attnd-mps.sh" "$PREFIX/bin/attnd-mps"
+  fi
   copy_closure "$PREFIX/bin/attnd"
   copy_closure "$PREFIX/bin/attnctl"
   if [ "$VARIANT" = hip ]; then
@@ -207,7 +212,8 @@ step_stage() {
 }
 
 # The runtime stage copies only $PREFIX: it must hold exactly the two programs, their
-# libraries and BUILD_INFO, and every library either of them loads must resolve inside it.
+# libraries and BUILD_INFO (and, CUDA, the attnd-mps script), and every library either program
+# loads must resolve inside it.
 step_verify() {
   echo "== verify: $PREFIX"
   if ((DRY_RUN)); then
@@ -219,6 +225,7 @@ step_verify() {
     rel="${f#"$PREFIX"/}"
     case "$rel" in
       bin/attnd|bin/attnctl|share/attnd/BUILD_INFO) ;;
+      bin/attnd-mps) [ "$VARIANT" = cuda ] || { echo "verify: unexpected file $rel"; bad=1; } ;;
       lib/*.so|lib/*.so.*) ;;
       *) echo "verify: unexpected file $rel"; bad=1 ;;
     esac
@@ -228,6 +235,7 @@ step_verify() {
   done
   for f in "$PREFIX"/bin/* "$PREFIX"/lib/*; do
     [ -e "$f" ] || continue
+    [ "$f" = "$PREFIX/bin/attnd-mps" ] && continue  # a shell script: no libraries
     while read -r name path; do
       if [ "$path" = NOT_FOUND ]; then
         echo "verify: ${f#"$PREFIX"/} needs $name: not found"; bad=1

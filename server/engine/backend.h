@@ -82,6 +82,9 @@ struct DeviceDescription {
   uint64_t memory_bytes = 0;
   std::string arch;
   int cores = 0;
+  // The device's contexts are shared through an MPS server (CUDA only; read once at start-up;
+  // docs/OPERATIONS.md "MPS"). Always false on HIP and the CPU backend.
+  bool mps = false;
 };
 
 class Backend {

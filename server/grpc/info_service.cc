@@ -31,6 +31,7 @@ grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext*
     info->set_memory_bytes(d.memory_bytes);
     info->set_arch(d.arch);
     info->set_cores(d.cores);
+    info->set_mps(d.mps);
   }
   for (int i = 0; i < ops::kNumOps; ++i) {
     const auto id = static_cast<ops::OpId>(i);

@@ -123,6 +123,9 @@ absl::Status Daemon::Start() {
     metrics_->SetPoolBytes("cpu", "reserved", 0);
     metrics_->SetPoolBytes("cpu", "free", 0);
   }
+  for (const engine::DeviceDescription& d : backend_->Devices()) {
+    metrics_->SetDeviceMps(d.uuid, d.mps);
+  }
 
   regions::RegionRegistry::Options ropt;
   ropt.allow_client_shm = config_.allow_client_shm;

@@ -99,6 +99,11 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
                      .Help("1 while a device is usable, 0 once it was lost (health then reports "
                            "NOT_SERVING; restart attnd).")
                      .Register(*registry)),
+      gpu_mps_(prometheus::BuildGauge()
+                   .Name("attnd_gpu_mps")
+                   .Help("1 when the device's contexts are shared through an MPS server (CUDA), "
+                         "0 otherwise (always 0 on HIP and the CPU backend).")
+                   .Register(*registry)),
       regions_(prometheus::BuildGauge()
                    .Name("attnd_regions")
                    .Help("Mapped regions, by kind (including unregistered ones still in use).")
@@ -264,6 +269,10 @@ void Metrics::SetPoolBytes(absl::string_view device, absl::string_view state, in
 
 void Metrics::SetDeviceUp(absl::string_view device, bool up) {
   device_up_.Add({{"device", std::string(device)}}).Set(up ? 1 : 0);
+}
+
+void Metrics::SetDeviceMps(absl::string_view device, bool mps) {
+  gpu_mps_.Add({{"device", std::string(device)}}).Set(mps ? 1 : 0);
 }
 
 }  // namespace attnd::server::metrics

@@ -69,6 +69,9 @@ class Metrics {
   void SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes);
   // attnd_device_up{device}: 1 while usable, 0 once lost.
   void SetDeviceUp(absl::string_view device, bool up);
+  // attnd_gpu_mps{device}: 1 when the device's contexts are shared through an MPS server, else 0
+  // (docs/OPERATIONS.md "MPS"). Set once at start-up.
+  void SetDeviceMps(absl::string_view device, bool mps);
   // result: "hit", "update" or "capture" (attnd_graph_cache_total).
   void RecordGraph(absl::string_view result);
   // Stream-ordered calls (docs/SERVICE.md "Stream-ordered calls and prepared calls"): event
@@ -103,6 +106,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& pool_used_;
   prometheus::Family<prometheus::Gauge>& pool_free_;
   prometheus::Family<prometheus::Gauge>& device_up_;
+  prometheus::Family<prometheus::Gauge>& gpu_mps_;
   prometheus::Family<prometheus::Gauge>& regions_;
   prometheus::Family<prometheus::Gauge>& region_bytes_;
   prometheus::Family<prometheus::Counter>& graph_cache_;

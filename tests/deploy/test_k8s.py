@@ -18,7 +18,7 @@ import yaml
 from deploy_util import DEPLOY, ROOT, Daemon, attnd_bin, tool
 
 K8S = os.path.join(DEPLOY, "k8s")
-OVERLAYS = ["nvidia", "amd", "nvidia-exclusive", "amd-exclusive"]
+OVERLAYS = ["nvidia", "amd", "nvidia-exclusive", "amd-exclusive", "nvidia-mps"]
 YAMLLINT_CONFIG = os.path.join(ROOT, "tests", "deploy", "yamllint.yaml")
 
 

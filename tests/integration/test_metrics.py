@@ -30,6 +30,7 @@ FAMILIES = [
     "attnd_pool_used_bytes",
     "attnd_pool_free_bytes",
     "attnd_device_up",
+    "attnd_gpu_mps",
     "attnd_regions",
     "attnd_region_bytes",
     "attnd_graph_cache_total",
@@ -190,3 +191,24 @@ def test_renamed_and_split_families(daemon, client):
             assert sample(m, f"attnd_pool_{kind}_bytes", device="cpu") == 0
     device = client.info().devices[0].uuid
     assert sample(m, "attnd_device_up", device=device) == 1
+
+
+def test_mps_in_info_and_gauge(daemon, client):
+    """docs/OPERATIONS.md "MPS": every device's GetInfo `mps` is a bool that attnd_gpu_mps{device}
+    shows as 1/0; false on the CPU and HIP backends. On a CUDA daemon ATTND_EXPECT_MPS=1 or 0
+    (scripts/run-gpu-suite.sh sets it) says which it must be."""
+    info = client.info()
+    m = parse_metrics(daemon.scrape())
+    expect = os.environ.get("ATTND_EXPECT_MPS", "")
+    assert info.devices
+    for d in info.devices:
+        assert isinstance(d.mps, bool), d
+        if info.backend != "cuda":
+            assert d.mps is False, f"{d.uuid}: MPS is CUDA's, backend {info.backend}"
+        elif expect == "1":
+            assert d.mps is True, f"{d.uuid}: ATTND_EXPECT_MPS=1 but the daemon is no MPS client"
+        elif expect == "0":
+            assert d.mps is False, f"{d.uuid}: ATTND_EXPECT_MPS=0 but an MPS server serves it"
+        key = ("attnd_gpu_mps", frozenset({"device": d.uuid}.items()))
+        assert key in m, f"attnd_gpu_mps has no series for {d.uuid}"
+        assert m[key] == (1 if d.mps else 0), d.uuid

@@ -26,6 +26,7 @@ TEST_F(DaemonTest, GetInfo) {
   EXPECT_FALSE(info.version().empty());
   ASSERT_EQ(info.devices_size(), 1);
   EXPECT_EQ(info.devices(0).cores(), 2);
+  EXPECT_FALSE(info.devices(0).mps()) << "the CPU backend has no MPS";
   bool has_sparse_mla = false;
   for (const auto& op : info.ops()) has_sparse_mla |= op.name() == "sparse_mla";
   EXPECT_TRUE(has_sparse_mla);
@@ -334,6 +335,23 @@ TEST_F(DaemonMetricsTest, CountersMoveWithCalls) {
             std::string::npos);
   EXPECT_NE(after.find("attnd_copied_bytes_total{direction=\"in\"}"), std::string::npos);
   EXPECT_NE(after.find("attnd_inflight_requests 0"), std::string::npos);
+}
+
+// MPS (docs/OPERATIONS.md "MPS") is CUDA's: on the CPU backend GetInfo's device says mps=false
+// and attnd_gpu_mps has that device's series at 0 from the first scrape.
+TEST_F(DaemonMetricsTest, MpsIsOffOnTheCpuBackend) {
+  grpc::ClientContext ctx;
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
+  ASSERT_EQ(info.devices_size(), 1);
+  EXPECT_FALSE(info.devices(0).mps());
+  const std::string text = Scrape(daemon_->metrics_address());
+  EXPECT_NE(text.find("# TYPE attnd_gpu_mps gauge"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nattnd_gpu_mps{device=\"" + info.devices(0).uuid() + "\"} 0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("attnd_gpu_mps{device=\"" + info.devices(0).uuid() + "\"} 1"),
+            std::string::npos);
 }
 
 // The value of an unlabelled gauge in a /metrics text; NaN when it is not there.

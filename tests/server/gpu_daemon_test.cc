@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <tuple>
@@ -101,6 +102,31 @@ TEST_F(GpuDaemonTest, GetInfoListsTheGpus) {
   EXPECT_EQ(info.limits().pool_bytes_per_device(), uint64_t{512} << 20);
   EXPECT_TRUE(info.limits().graphs());
   EXPECT_EQ(info.limits().streams_per_device(), 4);
+}
+
+// MPS (docs/OPERATIONS.md "MPS"): GetInfo's mps and attnd_gpu_mps agree for every device; false
+// on HIP; with ATTND_EXPECT_MPS=1 or 0 (scripts/run-gpu-suite.sh sets it) the value it must be.
+TEST_F(GpuDaemonTest, MpsIsReportedInGetInfoAndTheGauge) {
+  grpc::ClientContext ctx;
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
+  ASSERT_GE(info.devices_size(), 1);
+  const char* expect = std::getenv("ATTND_EXPECT_MPS");
+  const std::string m = Scrape(daemon_->metrics_address());
+  for (const auto& d : info.devices()) {
+    if (info.backend() != "cuda") {
+      EXPECT_FALSE(d.mps()) << d.uuid() << ": MPS is CUDA's";
+    }
+    if (info.backend() == "cuda" && expect != nullptr && std::string(expect) == "1") {
+      EXPECT_TRUE(d.mps()) << d.uuid() << ": ATTND_EXPECT_MPS=1 but the daemon is no MPS client";
+    }
+    if (info.backend() == "cuda" && expect != nullptr && std::string(expect) == "0") {
+      EXPECT_FALSE(d.mps()) << d.uuid() << ": ATTND_EXPECT_MPS=0 but an MPS server serves it";
+    }
+    const std::string series =
+        "\nattnd_gpu_mps{device=\"" + d.uuid() + "\"} " + (d.mps() ? "1" : "0") + "\n";
+    EXPECT_NE(m.find(series), std::string::npos) << series << m;
+  }
 }
 
 TEST_F(GpuDaemonTest, SparseMlaInlineRunsOnTheGpuAndReplaysItsGraph) {

@@ -22,6 +22,11 @@ absl::StatusOr<std::unique_ptr<GpuDevice>> GpuDevice::Create(int ordinal, const 
   d->description_.memory_bytes = prop.totalGlobalMem;
   d->description_.arch = gpu::ArchName(prop);
   d->description_.cores = gpu::MultiprocessorCount(prop);
+  // A driver that does not know the attribute answers an error: no MPS then, and start-up goes on.
+  if (gpu::DeviceUsesMps(ordinal, &d->description_.mps) != gpu::kSuccess) {
+    (void)gpu::GetLastError();
+    d->description_.mps = false;
+  }
 
   void* base = nullptr;
   const gpu::Error e = gpu::Malloc(&base, options.pool_bytes);

@@ -1,6 +1,8 @@
 #include "server/engine/gpu/gpu_backend.h"
 
+#include <cstdlib>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -44,6 +46,21 @@ absl::StatusOr<std::vector<int>> ChooseOrdinals(const std::vector<std::string>& 
   }
   return chosen;
 }
+
+#if defined(ATTND_GPU_CUDA)
+// The start-up line on MPS (docs/OPERATIONS.md "MPS"): on, with the server's pipe directory, or
+// off, with what that costs.
+std::string MpsLine(const GpuDevice& d) {
+  if (d.description().mps) {
+    const char* pipe = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+    return absl::StrCat(d.uuid(), ": MPS on (the MPS server of ",
+                        pipe != nullptr && *pipe != '\0' ? pipe : "/tmp/nvidia-mps", ")");
+  }
+  return absl::StrCat(d.uuid(),
+                      ": MPS off (work of other processes on this GPU is time-sliced with "
+                      "attnd's; docs/OPERATIONS.md \"MPS\")");
+}
+#endif
 
 }  // namespace
 
@@ -96,6 +113,9 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendO
                            d->ordinal(), ", compute ", d->description().arch, ", ",
                            d->description().cores, " SMs, pool ", FormatBytes(options.pool_bytes),
                            ")"));
+#if defined(ATTND_GPU_CUDA)
+    b->Log(1, MpsLine(*d));
+#endif
   }
   return b;
 }

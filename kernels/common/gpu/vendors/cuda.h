@@ -88,6 +88,14 @@ inline std::string ArchName(const DeviceProp& p) {
   return std::to_string(p.major) + "." + std::to_string(p.minor);
 }
 inline int MultiprocessorCount(const DeviceProp& p) { return p.multiProcessorCount; }
+// Whether contexts created on device `d` are shared through an MPS server (the process is a
+// client of a running nvidia-cuda-mps-control; docs/OPERATIONS.md "MPS").
+inline Error DeviceUsesMps(int d, bool* on) {
+  int v = 0;
+  const Error e = cudaDeviceGetAttribute(&v, cudaDevAttrMpsEnabled, d);
+  *on = e == cudaSuccess && v != 0;
+  return e;
+}
 // Errors after which the device (its context in this process) is unusable: every later call
 // fails too. Anything else is the one call's problem.
 inline bool IsDeviceLost(Error e) {

@@ -89,6 +89,11 @@ inline std::string ArchName(const DeviceProp& p) {
   return colon == std::string::npos ? arch : arch.substr(0, colon);
 }
 inline int MultiprocessorCount(const DeviceProp& p) { return p.multiProcessorCount; }
+// MPS is NVIDIA's: HIP processes' queues share the GPU without a server, so never.
+inline Error DeviceUsesMps(int /*d*/, bool* on) {
+  *on = false;
+  return hipSuccess;
+}
 inline bool IsDeviceLost(Error e) {
   switch (e) {
     case hipErrorIllegalAddress:
