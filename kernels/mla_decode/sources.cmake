@@ -15,5 +15,9 @@ if(ATTND_GPU_ENABLED)
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d576.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d512_fast.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d576_fast.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_fp8_d512.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_fp8_d576.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_fp8_d512_fast.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_fp8_d576_fast.cu
   )
 endif()

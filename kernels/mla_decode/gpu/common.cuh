@@ -45,7 +45,8 @@ struct DecodeArgs {
   // P is rounded to bf16 once before P·V. Row sums are taken over the unrounded P either way.
   bool exact_p;
   // The per-tensor FP8 cache (params.h): kv_fp8 holds its u8 codes (kv null; the kv strides are
-  // then in bytes), each × kv_scale. Null for a bf16 cache; only the SIMT kernel reads it.
+  // then in bytes), each × kv_scale. Null for a bf16 cache. Both kernels read it (SIMT and the
+  // tensor-core kernel's kFp8 instances), rounding each e4m3 × kv_scale to bf16 once.
   const uint8_t* kv_fp8;
   float kv_scale;
 };

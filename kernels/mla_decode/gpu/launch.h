@@ -16,7 +16,8 @@ namespace attnd::kernels::mla_decode::gpu {
 
 enum class GpuKernel {
   kSimt,  // portable CUDA/HIP: 16 rows per CTA, 32-token tiles, f32 FMA
-  kMma,   // CUDA sm_80+: 16, 32 or 64 rows per CTA, 64-token tiles, bf16 mma.sync
+  kMma,   // CUDA sm_80+: 16, 32 or 64 rows per CTA, 64-token tiles, bf16 mma.sync (bf16 or
+          // per-tensor FP8 cache, the latter converted to bf16 in shared memory)
 };
 
 inline constexpr int kMaxSplits = 128;
@@ -24,8 +25,9 @@ inline constexpr int kMaxSplits = 128;
 // Whether `kernel` can run `p` on the current device; otherwise false with the reason.
 // kSimt: any validated call with B · row blocks · splits < 2^31 and s_q · H < 2^31.
 // kMma additionally: compute capability >= 8.0; q and kv_cache 16-byte aligned (base and
-// leading strides multiples of 8 elements); out 4-byte aligned (base and leading strides even);
-// its shared memory (up to ~226 KiB at 64 rows, d_qk 576) available per block.
+// leading strides multiples of 8 bf16 elements; for the per-tensor FP8 cache, u8, multiples of
+// 16 bytes); out 4-byte aligned (base and leading strides even); its shared memory (up to
+// ~226 KiB at 64 rows, d_qk 576, the same for both caches) available per block.
 bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why);
 
 // Split-K count for `p` on the current device (shapes only: the lengths are device data, so

@@ -5,6 +5,14 @@
 //   gather   cp.async 16 B per thread, 8 threads per cache row, into a swizzled [64][d_qk] tile;
 //            positions past the range or on a page id outside [0, num_pages) are zero-filled
 //            by plain stores and never read. Tile i+1 is in flight while tile i is computed.
+//   kFp8     (the per-tensor FP8 cache, params.h: u8 rows of d_qk e4m3 codes × kv_scale) the
+//            two bf16 stages become one bf16 tile plus two stages of raw codes ([64][d_qk] u8,
+//            unswizzled; together one bf16 stage's bytes, so shared memory is unchanged). Codes
+//            of tile i+1 are cp.async'd (zero-filled like the bf16 gather) while each thread
+//            converts its share of tile i's codes into the bf16 tile: e4m3 × kv_scale in f32,
+//            rounded to bf16 once (sparse_mla/gpu/fp8_kv.cuh DequantFp8x16, the SIMT kernel's
+//            numerics, docs/ACCURACY.md), 16 codes -> swizzled chunks 2c, 2c + 1. From there on
+//            the tile is used exactly like a bf16 stage.
 //   S = Q·Kᵀ warp (m-group, n-group): kWarpMTiles x kWarpNTiles m16n8 tiles over d_qk.
 //   softmax  scores scaled to log2 units, -inf where invisible (masked token or the row's MTP
 //            causal limit); tile row max through shared memory, online update from a finite
@@ -13,7 +21,7 @@
 //            sums take the unrounded P) in shared memory: for d576 P hi lives in the rope
 //            columns of the tile, dead once Q·Kᵀ is done.
 //   O += P·V warp w owns O[:, 64w .. 64w+63] for all kBlockM rows (kMTiles·32 f32 registers).
-// Instantiated in mma_d512.cu / mma_d576.cu; launched by mma.cu.
+// Instantiated in mma_d512.cu / mma_d576.cu (and _fast, mma_fp8_*.cu); launched by mma.cu.
 #pragma once
 
 #if !defined(ATTND_GPU_CUDA)
@@ -29,6 +37,7 @@
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/mla_decode/gpu/common.cuh"
 #include "kernels/mla_decode/gpu/plan.h"
+#include "kernels/sparse_mla/gpu/fp8_kv.cuh"
 
 namespace attnd::kernels::mla_decode::gpu {
 
@@ -53,6 +62,14 @@ struct MmaTile : MmaSyncTile<kMTiles, kDqk> {
   static constexpr int kRedOffset = kPLoOffset + Base::kBlockM * Base::kPRowBytes;
   static constexpr int kPosOffset = kRedOffset + Base::kBlockM * kNGroups * 4;
   static constexpr int kSmemBytes = kPosOffset + 2 * Base::kBlockN * 4;
+  // The FP8 kernel: tile stage 0 is its one bf16 tile, stage 1's bytes hold two stages of raw
+  // codes [kBlockN][kDqk] u8 (16-B chunks, unswizzled; kRawChunks per row, 36 or 32).
+  static constexpr int kRawRowBytes = kDqk;
+  static constexpr int kRawChunks = kDqk / 16;
+  static constexpr int kRawStageBytes = Base::kBlockN * kRawRowBytes;
+  static constexpr int kRawOffset = kKvOffset + Base::kKvStageBytes;
+  static_assert(2 * kRawStageBytes == Base::kKvStageBytes, "raw stages fill one bf16 stage");
+  static_assert(kDqk % 16 == 0 && kRawOffset % 16 == 0, "16-byte raw chunks");
   static_assert(kWarpNTiles == 1 || kWarpNTiles == 2, "one ldmatrix per k-step for K");
   static_assert(Base::kBlockM <= Base::kBlockN, "P hi rows live in the tile's rows");
   static_assert(Base::kKvChunks % 8 == 0, "whole gather passes");
@@ -60,7 +77,8 @@ struct MmaTile : MmaSyncTile<kMTiles, kDqk> {
 };
 
 // kExactP: Precision::kHigh (P·V as (P hi + P lo)·V); false: Precision::kFast (bf16 P).
-template <int kMTiles, int kDqk, bool kExactP>
+// kFp8: the cache is the per-tensor FP8 one (a.kv_fp8, a.kv_scale), else bf16 (a.kv).
+template <int kMTiles, int kDqk, bool kExactP, bool kFp8>
 __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a) {
   using T = MmaTile<kMTiles, kDqk>;
   using namespace ::attnd::gpu::ptx;
@@ -94,23 +112,61 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
       }
     }
   }
+  // Tile at t0 into `stage` (bf16: the swizzled tile; FP8: the raw codes), thread (rows
+  // lr + kLoadRows·i, chunks lc + 8·k), and its positions (-1: not readable) into pos_s[stage].
   auto issue_tile = [&](int64_t t0, int stage) {
-    const uint32_t base = kv_s + stage * T::kKvStageBytes;
 #pragma unroll
     for (int i = 0; i < T::kBlockN / T::kLoadRows; ++i) {
       const int r = lr + T::kLoadRows * i;
       const int64_t pos = t0 + r;
       const int64_t off = pos < w.end ? TokenOffset(a, w.b, pos) : -1;
+      if constexpr (kFp8) {  // offsets in bytes; kRawChunks (36 at d576) is not a multiple of 8
+        const int row_at = T::kRawOffset + stage * T::kRawStageBytes + r * T::kRawRowBytes;
 #pragma unroll
-      for (int c = lc; c < T::kKvChunks; c += 8) {
-        const uint32_t dst = base + Swizzle(r, c, T::kKvRowBytes);
-        if (off >= 0) {
-          CpAsync16(dst, a.kv + off + 8 * c, true);
-        } else {
-          *reinterpret_cast<uint4*>(smem + (dst - SmemAddr(smem))) = make_uint4(0, 0, 0, 0);
+        for (int c = lc; c < T::kRawChunks; c += 8) {
+          if (off >= 0) {
+            CpAsync16(SmemAddr(smem + row_at + 16 * c), a.kv_fp8 + off + 16 * c, true);
+          } else {
+            *reinterpret_cast<uint4*>(smem + row_at + 16 * c) = make_uint4(0, 0, 0, 0);
+          }
+        }
+      } else {
+        const uint32_t base = kv_s + stage * T::kKvStageBytes;
+#pragma unroll
+        for (int c = lc; c < T::kKvChunks; c += 8) {
+          const uint32_t dst = base + Swizzle(r, c, T::kKvRowBytes);
+          if (off >= 0) {
+            CpAsync16(dst, a.kv + off + 8 * c, true);
+          } else {
+            *reinterpret_cast<uint4*>(smem + (dst - SmemAddr(smem))) = make_uint4(0, 0, 0, 0);
+          }
         }
       }
       if (lc == 0) pos_s[stage * T::kBlockN + r] = off >= 0 ? static_cast<int32_t>(pos) : -1;
+    }
+  };
+  // FP8: the raw codes of `stage` -> the bf16 tile (stage 0's bytes), thread (rows
+  // lr + kLoadRows·i, raw chunks lc + 8·k): 16 codes -> bf16 chunks 2c (codes 0..7) and 2c + 1
+  // (8..15), swizzled like the bf16 gather. The eight threads of a row store chunks 2c + 1 first
+  // where c / 4 is odd, so each of the two stores fills one 128-B segment's 8 bank groups.
+  [[maybe_unused]] auto convert_tile = [&](int stage) {
+    const float scale = a.kv_scale;
+#pragma unroll
+    for (int i = 0; i < T::kBlockN / T::kLoadRows; ++i) {
+      const int r = lr + T::kLoadRows * i;
+      const uint8_t* raw = smem + T::kRawOffset + stage * T::kRawStageBytes + r * T::kRawRowBytes;
+#pragma unroll
+      for (int c = lc; c < T::kRawChunks; c += 8) {
+        const uint4 codes = *reinterpret_cast<const uint4*>(raw + 16 * c);
+        uint4 lo, hi;
+        ::attnd::kernels::sparse_mla::gpu::DequantFp8x16(codes, scale, &lo, &hi);
+        const int first = (c >> 2) & 1;  // 0: chunk 2c (lo) first; 1: chunk 2c + 1 (hi) first
+        *reinterpret_cast<uint4*>(smem + T::kKvOffset + Swizzle(r, 2 * c + first, T::kKvRowBytes)) =
+            first ? hi : lo;
+        *reinterpret_cast<uint4*>(smem + T::kKvOffset +
+                                  Swizzle(r, 2 * c + (first ^ 1), T::kKvRowBytes)) =
+            first ? lo : hi;
+      }
     }
   };
 
@@ -141,12 +197,18 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
   const int64_t tiles = (w.end - w.begin + T::kBlockN - 1) / T::kBlockN;
   for (int64_t it = 0; it < tiles; ++it) {
     const int stage = static_cast<int>(it & 1);
-    const uint32_t kv_stage = kv_s + stage * T::kKvStageBytes;
+    // FP8: the one bf16 tile; `stage` then names the raw codes and positions of tile `it`.
+    const uint32_t kv_stage = kFp8 ? kv_s : kv_s + stage * T::kKvStageBytes;
     CpAsyncWait<0>();
-    __syncthreads();  // tile `it` landed; every warp is done with tile it - 1
+    __syncthreads();  // tile `it` landed; every warp is done with tile it - 1 (FP8: with the
+                      // bf16 tile, the raw stage `stage ^ 1` and its positions)
     if (it + 1 < tiles) {
       issue_tile(w.begin + (it + 1) * T::kBlockN, stage ^ 1);
       CpAsyncCommit();
+    }
+    if constexpr (kFp8) {
+      convert_tile(stage);
+      __syncthreads();  // the bf16 tile of tile `it` complete
     }
 
     // S = Q·Kᵀ for this warp's m16n8 tiles.
@@ -371,11 +433,11 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
 }
 
 // How the instance runs (its kernel pointer, shared memory, residency on the current device).
-template <int kMTiles, int kDqk, bool kExactP>
+template <int kMTiles, int kDqk, bool kExactP, bool kFp8 = false>
 KernelShape MmaInstanceShape() {
   using T = MmaTile<kMTiles, kDqk>;
   KernelShape s;
-  s.kernel = reinterpret_cast<const void*>(&MlaDecodeMmaKernel<kMTiles, kDqk, kExactP>);
+  s.kernel = reinterpret_cast<const void*>(&MlaDecodeMmaKernel<kMTiles, kDqk, kExactP, kFp8>);
   s.block_m = T::kBlockM;
   s.block_n = T::kBlockN;
   s.threads = T::kThreads;
@@ -387,8 +449,11 @@ KernelShape MmaInstanceShape() {
 // Explicit instantiation (mma_d512.cu, mma_d576.cu) or its extern declaration (mma.cu).
 // EXACT: true for HIGH, false for FAST. The two precisions' instances live in separate .cu files
 // (mma_d576.cu, mma_d576_fast.cu, ...): instantiated in one translation unit, the HIGH kernels
-// compiled differently (spilling 8 bytes at 64 rows, d576) from the same source alone.
+// compiled differently (spilling 8 bytes at 64 rows, d576) from the same source alone. The FP8
+// cache's instances (ATTND_MLA_DECODE_MMA_FP8_INSTANCE) are split the same way (mma_fp8_*.cu).
 #define ATTND_MLA_DECODE_MMA_INSTANCE(EXTERN, M, D, EXACT) \
   EXTERN template KernelShape MmaInstanceShape<M, D, EXACT>();
+#define ATTND_MLA_DECODE_MMA_FP8_INSTANCE(EXTERN, M, D, EXACT) \
+  EXTERN template KernelShape MmaInstanceShape<M, D, EXACT, true>();
 
 }  // namespace attnd::kernels::mla_decode::gpu

@@ -94,14 +94,17 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
     return Refuse(why, "q: s_q x H is ", Rows(p), ", want < 2^31");
   }
   if (kernel == GpuKernel::kMma) {
-    // The tensor-core kernel reads a bf16 cache only; dispatch falls back to kSimt.
-    if (p.kv_is_fp8())
-      return Refuse(why, "kv_cache: the per-tensor FP8 cache is read by simt only");
     if (!RunsMmaSync(d, why)) return false;
     if (!Bf16RowsAligned16(p.q)) {
       return Refuse(why, "q: needs 16-byte alignment (base and leading strides multiples of 8)");
     }
-    if (!Bf16RowsAligned16(p.kv_cache)) {
+    if (p.kv_is_fp8()) {  // u8 codes: strides are bytes
+      if (!Aligned(p.kv_cache.data, 16) || !StridesMultipleOf(p.kv_cache, 16)) {
+        return Refuse(why,
+                      "kv_cache: per-tensor FP8 needs 16-byte alignment (base and leading strides "
+                      "multiples of 16)");
+      }
+    } else if (!Bf16RowsAligned16(p.kv_cache)) {
       return Refuse(why,
                     "kv_cache: needs 16-byte alignment (base and leading strides multiples of 8)");
     }

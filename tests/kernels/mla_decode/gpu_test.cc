@@ -207,10 +207,13 @@ TEST(MlaDecodeGpu, LseInFlashMlaLayoutWithAndWithoutSplits) {
   }
 }
 
-// The per-tensor FP8 cache (power-of-two scale: the SIMT kernel's bf16 values are exact) on the
-// GPU: the tensor-core kernel refuses it with a reason, the SIMT kernel runs it with its own
-// split plan, with the workspace for one split only, and with 16-B and 1-B copies (padded rows).
-TEST(MlaDecodeGpu, PerTensorFp8OnlySimtAnyWorkspace) {
+// The per-tensor FP8 cache (power-of-two scale: the kernels' bf16 values are exact) on the GPU,
+// 128 query rows (two 64-row blocks) per request: with 16-byte aligned rows the tensor-core
+// kernel supports it (dispatch picks it: it is listed first) and the SIMT kernel too; with padded
+// rows only the SIMT kernel (16-B and 1-B copies), the tensor-core kernel refusing with a reason.
+// Each runs both precisions with its own split plan, the workspace for three splits and for one
+// split only.
+TEST(MlaDecodeGpu, PerTensorFp8MmaAndSimtAnyWorkspace) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
   for (const bool padded : {false, true}) {
     for (const int64_t d_qk : {576, 512}) {
@@ -222,35 +225,51 @@ TEST(MlaDecodeGpu, PerTensorFp8OnlySimtAnyWorkspace) {
       c.s_q = 2;
       c.causal = true;
       c.seqlens = {700, 3};
+      c.invalid_pages = {{0, 2}};
       auto rng = testing::MakeRng();
       DecodeTensors t(c, rng);
-      const Params& p = t.params();
+      Params p = t.params();
       std::vector<double> ref_out, ref_lse, ref_abs;
       Reference(p, &ref_out, &ref_lse, &ref_abs);
-      int simt = 0;
+      std::vector<std::string> ran;
       for (const auto& impl : Implementations()) {
         if (impl.backend != testing::GpuBackend()) continue;
         std::string why;
         if (!impl.supports(p, &why)) {
-          EXPECT_NE(why.find("per-tensor FP8"), std::string::npos) << impl.name << ": " << why;
+          EXPECT_TRUE(padded) << impl.name << " refuses the aligned FP8 cache: " << why;
+          EXPECT_NE(why.find("kv_cache: per-tensor FP8 needs 16-byte alignment"), std::string::npos)
+              << impl.name << ": " << why;
           continue;
         }
-        ++simt;
-        for (const int64_t bytes : {impl.workspace(p), int64_t{0}}) {
-          Impl<Params> sized = impl;
-          sized.workspace = [bytes](const Params&) { return bytes; };
-          for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
-          const absl::Status status = testing::RunOnGpu(sized, p);
-          ASSERT_TRUE(status.ok()) << status;
-          const std::string what = impl.name + " d_qk " + std::to_string(d_qk) +
-                                   (padded ? " padded" : "") + " workspace " +
-                                   std::to_string(bytes);
-          testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, p.precision,
-                                      kOutTol, what + " out");
-          ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
+        ran.push_back(impl.name);
+        const int64_t three_splits = 3 * (2 * 2 * 64) * (kDv + 1) * 4;
+        for (const Precision precision : testing::kPrecisions) {
+          p.precision = precision;
+          for (const int64_t bytes : {impl.workspace(p), three_splits, int64_t{0}}) {
+            Impl<Params> sized = impl;
+            sized.workspace = [bytes](const Params&) { return bytes; };
+            for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
+            const absl::Status status = testing::RunOnGpu(sized, p);
+            ASSERT_TRUE(status.ok()) << status;
+            const std::string what = impl.name + " " + PrecisionName(precision) + " d_qk " +
+                                     std::to_string(d_qk) + (padded ? " padded" : "") +
+                                     " workspace " + std::to_string(bytes);
+            testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, precision,
+                                        kOutTol, what + " out");
+            ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
+          }
         }
       }
-      EXPECT_EQ(simt, 1) << "exactly the SIMT kernel runs the per-tensor FP8 cache";
+      ASSERT_FALSE(ran.empty());
+#if defined(ATTND_GPU_CUDA)
+      if (!padded) {
+        EXPECT_EQ(ran.size(), 2u) << "the tensor-core and the SIMT kernel read aligned FP8 rows";
+        EXPECT_EQ(ran[0], "cuda_mma") << "dispatch's first choice must be the tensor-core kernel";
+        continue;
+      }
+#endif
+      EXPECT_EQ(ran.size(), 1u) << "only the SIMT kernel reads these FP8 rows";
+      EXPECT_NE(ran[0].find("simt"), std::string::npos) << ran[0];
     }
   }
 }

@@ -214,6 +214,38 @@ TEST(MlaDecodeFp8PerTensorShapes, PaddedStridesOddPagesManyHeads) {
   }
 }
 
+// The per-tensor FP8 cache on 16-byte aligned rows (what the GPU's tensor-core kernel reads, as
+// well as SIMT): H 16, 64 and 128 (one to four 64-row blocks), s_q 1 and 2 causal, page size 64
+// and 37 (a tile spans pages), a calibrated-like scale, invalid page ids (-1 and num_pages, which
+// land on NaN guard pages), lengths around the 64-token tile and one long enough to split.
+class MlaDecodeFp8PerTensorAligned : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+TEST_P(MlaDecodeFp8PerTensorAligned, HeadsPagesCausal) {
+  for (const int64_t s_q : {1, 2}) {
+    SCOPED_TRACE("s_q " + std::to_string(s_q));
+    DecodeCase c;
+    c.d_qk = std::get<0>(GetParam());
+    c.heads = std::get<1>(GetParam());
+    c.page_size = std::get<2>(GetParam());
+    c.fp8_kv_scale = 0.0371f;
+    c.s_q = s_q;
+    c.causal = true;
+    c.seqlens = {700, 64, 129, 1};
+    c.invalid_pages = {{0, 1}, {2, 1}};
+    const int64_t num_pages = 4 * ((700 + c.page_size - 1) / c.page_size) + c.spare_pages;
+    c.invalid_ids = {-1, static_cast<int32_t>(num_pages)};
+    CheckFp8Case(c);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeFp8PerTensorAligned,
+                         ::testing::Combine(::testing::Values(576, 512),
+                                            ::testing::Values(16, 64, 128),
+                                            ::testing::Values(64, 37)),
+                         [](const auto& info) {
+                           return "D" + std::to_string(std::get<0>(info.param)) + "_H" +
+                                  std::to_string(std::get<1>(info.param)) + "_P" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
+
 // Pages of every request shuffled over the whole cache, a table wider than needed, and page
 // sizes other than 64 (tokens of a tile then come from several pages).
 TEST(MlaDecode, PermutedBlockTableOddPageCounts) {
