@@ -69,6 +69,24 @@ def itemsize(name: str) -> int:
     return storage_dtype(name).itemsize
 
 
+def field_dtype(
+    want: str | tuple[str, ...], have: str | None, raw: np.dtype | None = None
+) -> str | None:
+    """The attnd dtype a tensor goes as for a field taking `want` (one dtype, or alternatives):
+    its own attnd dtype `have` when the field takes it, else the field's first dtype with the
+    same storage as the tensor (`raw`, by default storage_dtype(have)): a uint8 tensor for an
+    fp8 field, a float8_e4m3fn one for a u8 field, its bits as they are. None when neither."""
+    choices = want if isinstance(want, tuple) else (want,)
+    if have is not None and have in choices:
+        return have
+    if raw is None and have is not None:
+        raw = storage_dtype(have)
+    for choice in choices:
+        if raw is not None and storage_dtype(choice) == raw:
+            return choice
+    return None
+
+
 # ---- ml_dtypes (optional) ----
 
 

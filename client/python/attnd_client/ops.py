@@ -261,18 +261,6 @@ class OpResult:
         return f"OpResult({self.op}, {shapes}, request_id={self.stats.request_id})"
 
 
-def _input_dtype(want: str | tuple[str, ...], value: object) -> str:
-    """The attnd dtype an input goes as: `want`, or for an input with alternatives (a tuple, the
-    default first) the alternative whose raw NumPy dtype the array has (typed() still wins)."""
-    if not isinstance(want, tuple):
-        return want
-    raw = getattr(value, "dtype", None)
-    for alt in want[1:]:
-        if isinstance(raw, np.dtype) and raw == dtypes.storage_dtype(alt):
-            return alt
-    return want[0]
-
-
 def build_request(
     op_spec: OpSpec, codec: TensorCodec, kwargs: Mapping[str, Any]
 ) -> tuple[Message, dict[str, Sink]]:
@@ -285,9 +273,7 @@ def build_request(
     for name, dtype in op_spec.inputs.items():
         value = kwargs.get(name)
         if value is not None:
-            getattr(request, name).CopyFrom(
-                codec.encode_input(name, value, _input_dtype(dtype, value))
-            )
+            getattr(request, name).CopyFrom(codec.encode_input(name, value, dtype))
     sinks = {}
     for name, dtype in op_spec.outputs.items():
         placement, sink = codec.encode_output(name, kwargs.get(name), dtype)

@@ -6,7 +6,10 @@ An argument of an op call may be
   * typed(array, "fp8_e4m3"): an array whose raw dtype is ambiguous (uint8 as fp8 or u8), or
     typed(array, inline=True) to force inline;
   * RegionRef(region, dtype, shape, offset, strides): an explicit slice of any registered region;
-  * a torch tensor (CPU: as its NumPy view; CUDA: a device region, see torch_support.py);
+  * a torch tensor (CPU: as its NumPy view; CUDA: a device region, see torch_support.py), as the
+    attnd dtype its torch dtype names; a field with alternatives (kv, kv_cache: bf16 or u8) takes
+    the one it names or whose storage it has (uint8 and float8_e4m3fn go as u8, bits as they
+    are), and a bf16 / fp8 tensor for a field of other storage is converted by value;
   * any other DLPack tensor (`__dlpack__`): a CPU one through numpy.from_dlpack (zero copy), a
     CUDA one (or a dtype NumPy lacks, such as bf16) through torch.from_dlpack when torch is
     installed;
@@ -206,6 +209,18 @@ def _decode_raw(t: pb.Tensor, dt: np.dtype) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat, shape=shape, strides=byte_strides, writeable=False)
 
 
+def _same_storage(a: str, b: str) -> bool:
+    return dtypes.storage_dtype(a) == dtypes.storage_dtype(b)
+
+
+def _pick(want: str | tuple[str, ...] | None, have: str | None, raw: np.dtype | None) -> str | None:
+    """The dtype an argument of attnd dtype `have` (None: a NumPy array of raw dtype `raw`) goes
+    as for a field taking `want`: dtypes.field_dtype, else the field's (default) dtype."""
+    if want is None:
+        return have
+    return dtypes.field_dtype(want, have, raw) or (want[0] if isinstance(want, tuple) else want)
+
+
 class TensorCodec:
     """Turns call arguments into attnd.v1.Tensor messages for one client (or session).
 
@@ -222,28 +237,45 @@ class TensorCodec:
         self._device_region = device_region
 
     def _unwrap(
-        self, name: str, value: TensorArg, want: str | None
+        self,
+        name: str,
+        value: TensorArg,
+        want: str | tuple[str, ...] | None,
+        convert: bool = False,
     ) -> tuple[np.ndarray | RegionRef, str | None, bool]:
-        """(NumPy array or RegionRef, attnd dtype, force inline) of an argument."""
-        dtype, inline = want, False
+        """(NumPy array or RegionRef, attnd dtype, force inline) of an argument. `want` is the
+        field's dtype or its alternatives (the default first); the argument goes as the one its
+        own dtype names or whose storage it has (dtypes.field_dtype), else the default, unless
+        typed() says. With `convert` (an input), a CPU torch bf16 / fp8 tensor going as a dtype
+        of other storage is converted by value (through float32), not reinterpreted."""
+        dtype, inline = None, False
         if isinstance(value, Typed):
-            dtype = value.dtype or want
-            inline = value.inline
-            value = value.array
+            dtype, inline, value = value.dtype, value.inline, value.array
         if is_dlpack(value):
             value = from_dlpack(name, value)
         if _is_torch(value):
             from . import torch_support
 
+            have = torch_support.attnd_dtype(value.dtype)
+            dtype = dtype or _pick(want, have, None)
             if value.is_cuda:
                 if self._device_region is None:
                     raise ValueError(f"{name}: CUDA tensors need a client (device regions)")
-                return self._device_region(value), dtype, False
-            value, torch_dtype = torch_support.cpu_numpy(value)
-            dtype = dtype or torch_dtype
+                ref = self._device_region(value)
+                if dtype is not None and dtype != ref.dtype and _same_storage(dtype, ref.dtype):
+                    ref = RegionRef(ref.region, dtype, ref.shape, ref.offset, ref.strides)
+                return ref, ref.dtype, False
+            if convert and have in (dtypes.BF16, dtypes.FP8_E4M3) and dtype is not None:
+                if not _same_storage(dtype, have):
+                    value = value.float()
+            array, _ = torch_support.cpu_numpy(value)
+            return array, dtype, inline
         if isinstance(value, RegionRef):
             return value, value.dtype, False
-        return np.asarray(value), dtype, inline
+        array = np.asarray(value)
+        if dtype is None:
+            dtype = _pick(want, dtypes.ml_name(array.dtype), dtypes.as_raw(array).dtype)
+        return array, dtype, inline
 
     def _region_slice(self, name: str, array: np.ndarray, dtype: str) -> RegionRef | None:
         """A RegionRef for an array view inside a registered host region, else None."""
@@ -268,9 +300,12 @@ class TensorCodec:
         strides = None if array.flags.c_contiguous else element_strides(array, name)
         return RegionRef(region, dtype, array.shape, lo - start, strides)
 
-    def encode_input(self, name: str, value: TensorArg, want: str | None) -> pb.Tensor:
-        """The attnd.v1.Tensor of input `name` (`want`: its attnd dtype unless typed())."""
-        value, dtype, inline = self._unwrap(name, value, want)
+    def encode_input(
+        self, name: str, value: TensorArg, want: str | tuple[str, ...] | None
+    ) -> pb.Tensor:
+        """The attnd.v1.Tensor of input `name` (`want`: its attnd dtype, or the alternatives the
+        field takes, the default first; typed() wins)."""
+        value, dtype, inline = self._unwrap(name, value, want, convert=True)
         if isinstance(value, RegionRef):
             return region_tensor(value)
         if dtype is None:

@@ -105,13 +105,7 @@ def _field_dtype(tensor: torch.Tensor, want: str | tuple[str, ...]) -> str:
     its own when the field takes it, else the field's dtype with the same storage (a uint8
     tensor for an fp8 field, a float8_e4m3fn cache for a u8 one), else its own (refused)."""
     have = torch_support.attnd_dtype(tensor.dtype)
-    choices = want if isinstance(want, tuple) else (want,)
-    if have in choices:
-        return have
-    for choice in choices:
-        if dtypes.storage_dtype(choice) == dtypes.storage_dtype(have):
-            return choice
-    return have
+    return dtypes.field_dtype(want, have) or have
 
 
 def _arg(tensor: torch.Tensor | None, want: str | tuple[str, ...]) -> Any:
