@@ -207,7 +207,8 @@ TEST(MlaDecodeGpu, LseInFlashMlaLayoutWithAndWithoutSplits) {
   }
 }
 
-// The per-tensor FP8 cache (power-of-two scale: the kernels' bf16 values are exact) on the GPU,
+// The per-tensor FP8 cache (power-of-two scale 2^-5, docs/ACCURACY.md's: the kernels' bf16 values
+// are exact and the scores stay in the range the lse bound assumes) on the GPU,
 // 128 query rows (two 64-row blocks) per request: with 16-byte aligned rows the tensor-core
 // kernel supports it (dispatch picks it: it is listed first) and the SIMT kernel too; with padded
 // rows only the SIMT kernel (16-B and 1-B copies), the tensor-core kernel refusing with a reason.
@@ -219,7 +220,7 @@ TEST(MlaDecodeGpu, PerTensorFp8MmaAndSimtAnyWorkspace) {
     for (const int64_t d_qk : {576, 512}) {
       DecodeCase c;
       c.d_qk = d_qk;
-      c.fp8_kv_scale = 0.125f;
+      c.fp8_kv_scale = 0.03125f;
       c.padded_strides = padded;
       c.heads = 64;
       c.s_q = 2;
@@ -270,6 +271,74 @@ TEST(MlaDecodeGpu, PerTensorFp8MmaAndSimtAnyWorkspace) {
 #endif
       EXPECT_EQ(ran.size(), 1u) << "only the SIMT kernel reads these FP8 rows";
       EXPECT_NE(ran[0].find("simt"), std::string::npos) << ran[0];
+    }
+  }
+}
+
+// The tensor-core kernel on the per-tensor FP8 cache against itself on a bf16 cache holding the
+// same values (each e4m3 × kv_scale rounded to bf16 on the host, DecodeTensors::RoundedKvAsBf16):
+// the FP8 instance converts its tiles in shared memory and then computes exactly what the bf16
+// instance computes, so out and lse must agree bit for bit, at a power-of-two and another scale,
+// with page size 37 (tiles span pages), masked pages and split contexts.
+TEST(MlaDecodeGpu, PerTensorFp8MmaMatchesBf16MmaOnRoundedCache) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  const Impl<Params>* mma = nullptr;
+  for (const auto& impl : Implementations()) {
+    if (impl.backend == testing::GpuBackend() && impl.name.find("mma") != std::string::npos) {
+      mma = &impl;
+    }
+  }
+  if (mma == nullptr) GTEST_SKIP() << "no tensor-core kernel in this build";
+  for (const int64_t d_qk : {576, 512}) {
+    for (const float scale : {0.125f, 0.0371f}) {
+      SCOPED_TRACE("d_qk " + std::to_string(d_qk) + " kv_scale " + std::to_string(scale));
+      DecodeCase c;
+      c.d_qk = d_qk;
+      c.fp8_kv_scale = scale;
+      c.heads = 64;
+      c.s_q = 2;
+      c.causal = true;
+      c.page_size = 37;
+      c.seqlens = {700, 3, 129};
+      c.invalid_pages = {{0, 2}, {2, 1}};
+      auto rng = testing::MakeRng();
+      DecodeTensors t(c, rng);
+      Params p = t.params();
+      HostTensor rounded = t.RoundedKvAsBf16();
+      Params rp = p;
+      rp.kv_cache = rounded.tensor();
+      rp.kv_scale = 0;
+      ASSERT_TRUE(Validate(rp).ok()) << Validate(rp);
+      std::string why;
+      ASSERT_TRUE(mma->supports(p, &why)) << why;
+      ASSERT_TRUE(mma->supports(rp, &why)) << why;
+      for (const Precision precision : testing::kPrecisions) {
+        p.precision = rp.precision = precision;
+        std::vector<double> out[2], lse[2];
+        for (int k = 0; k < 2; ++k) {
+          for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
+          const absl::Status status = testing::RunOnGpu(*mma, k == 0 ? p : rp);
+          ASSERT_TRUE(status.ok()) << status;
+          out[k] = testing::ToDoubles(t.out());
+          lse[k] = testing::ToDoubles(t.lse());
+        }
+        const std::string what = PrecisionName(precision);
+        ASSERT_EQ(out[0].size(), out[1].size());
+        int64_t bad = 0;
+        for (size_t i = 0; i < out[0].size(); ++i) {
+          if (!(out[0][i] == out[1][i]) && bad++ < 4) {
+            ADD_FAILURE() << what << " out[" << i << "]: fp8 " << out[0][i] << " bf16 "
+                          << out[1][i];
+          }
+        }
+        for (size_t i = 0; i < lse[0].size(); ++i) {
+          if (!(lse[0][i] == lse[1][i]) && bad++ < 8) {
+            ADD_FAILURE() << what << " lse[" << i << "]: fp8 " << lse[0][i] << " bf16 "
+                          << lse[1][i];
+          }
+        }
+        EXPECT_EQ(bad, 0) << what << ": elements that differ";
+      }
     }
   }
 }
