@@ -15,6 +15,8 @@ AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {
   // tears it down.
   stream_ = std::make_unique<ops::StreamOrderedRunner>(deps_.runner, deps_.ops, deps_.registry,
                                                        metrics, options);
+  rings_ = std::make_unique<ops::SubmissionRingTable>(deps_.registry, metrics,
+                                                      ops::SubmissionRingTable::Options{});
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext* /*ctx*/,

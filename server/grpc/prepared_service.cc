@@ -109,15 +109,24 @@ absl::StatusOr<uint64_t> AttentionService::Prepare(
 void AttentionService::RegionsRemoved(const std::string& owner,
                                       const std::vector<std::string>& names) {
   prepared_->DropRegions(owner, names);
+  rings_->DropRegions(owner, names);
 }
 
-void AttentionService::LeaseClosing(const std::string& owner, const std::string& lease) {
-  prepared_->DropLease(lease);
+std::vector<std::string> AttentionService::RegionsNamed(const std::string& owner,
+                                                        const std::string& name,
+                                                        const std::string& lease) const {
+  if (!name.empty()) return {name};
   std::vector<std::string> names;
   for (const regions::RegionDescription& d : deps_.registry->List(owner)) {
     if (d.lease == lease) names.push_back(d.name);
   }
-  prepared_->DropRegions(owner, names);
+  return names;
+}
+
+void AttentionService::LeaseClosing(const std::string& owner, const std::string& lease) {
+  prepared_->DropLease(lease);
+  rings_->DropLease(lease);
+  RegionsRemoved(owner, RegionsNamed(owner, "", lease));
 }
 
 grpc::ServerUnaryReactor* AttentionService::PrepareCall(grpc::CallbackServerContext* ctx,

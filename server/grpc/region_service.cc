@@ -116,6 +116,7 @@ grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(grpc::CallbackServe
   const v1::UnregisterRegionRequest* request = &call->request();
   // Finishes when the regions' in-flight requests end (never blocks this thread).
   const std::string owner = IdentifyCaller(deps_.peers, *ctx).owner;
+  const std::vector<std::string> going = RegionsNamed(owner, request->name(), request->lease_id());
   absl::Status s = deps_.registry->UnregisterAsync(
       owner, request->name(), request->lease_id(),
       [this, call, owner](std::vector<std::string> removed) {
@@ -123,9 +124,9 @@ grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(grpc::CallbackServe
         for (std::string& name : removed) call->response()->add_removed(std::move(name));
         call->Reply(absl::OkStatus());
       });
-  if (s.ok() && !request->name().empty()) {
-    RegionsRemoved(owner, {request->name()});  // the name is free again now
-  }
+  // The names are free again now: what names them goes (a ring's pins first, so that the
+  // unregistration can complete).
+  if (s.ok()) RegionsRemoved(owner, going);
   if (s.ok()) {
     Log(LogLevel::kInfo, "unregistering region",
         {{"owner", owner}, {"region", request->name()}, {"lease", request->lease_id()}});

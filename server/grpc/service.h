@@ -25,6 +25,7 @@
 #include "server/ops/op_handler.h"
 #include "server/ops/prepared_calls.h"
 #include "server/ops/stream_ordered.h"
+#include "server/ops/submission_rings.h"
 #include "server/regions/registry.h"
 
 namespace attnd::server::grpc_front {
@@ -61,23 +62,23 @@ struct ServiceDeps {
 using RawUnaryAttentionService = v1::Attention::WithRawCallbackMethod_GetInfo<
     v1::Attention::WithRawCallbackMethod_RegisterHostRegion<
         v1::Attention::WithRawCallbackMethod_RegisterDeviceRegion<
-            v1::Attention::WithRawCallbackMethod_UnregisterRegion<
-                v1::Attention::WithRawCallbackMethod_ListRegions<
-                    v1::Attention::WithRawCallbackMethod_IndexerLogits<
-                        v1::Attention::WithRawCallbackMethod_IndexerLogitsPaged<
-                            v1::Attention::WithRawCallbackMethod_TopK<
-                                v1::Attention::WithRawCallbackMethod_SparseMla<
-                                    v1::Attention::WithRawCallbackMethod_MlaDecode<
-                                        v1::Attention::WithRawCallbackMethod_MlaPrefill<
-                                            v1::Attention::WithRawCallbackMethod_DsaAttention<
-                                                v1::Attention::WithRawCallbackMethod_PrepareCall<
-                                                    v1::Attention::WithRawCallbackMethod_RunPrepared<
-                                                        v1::Attention::
-                                                            WithRawCallbackMethod_ReleaseCall<
+            v1::Attention::WithRawCallbackMethod_UnregisterRegion<v1::Attention::WithRawCallbackMethod_ListRegions<
+                v1::Attention::WithRawCallbackMethod_IndexerLogits<
+                    v1::Attention::WithRawCallbackMethod_IndexerLogitsPaged<
+                        v1::Attention::WithRawCallbackMethod_TopK<
+                            v1::Attention::WithRawCallbackMethod_SparseMla<
+                                v1::Attention::WithRawCallbackMethod_MlaDecode<
+                                    v1::Attention::WithRawCallbackMethod_MlaPrefill<
+                                        v1::Attention::WithRawCallbackMethod_DsaAttention<
+                                            v1::Attention::WithRawCallbackMethod_PrepareCall<
+                                                v1::Attention::WithRawCallbackMethod_RunPrepared<
+                                                    v1::Attention::WithRawCallbackMethod_ReleaseCall<
+                                                        v1::Attention::WithRawCallbackMethod_OpenRing<
+                                                            v1::Attention::WithRawCallbackMethod_CloseRing<
                                                                 v1::Attention::
                                                                     WithCallbackMethod_Session<
                                                                         v1::Attention::
-                                                                            Service>>>>>>>>>>>>>>>>;
+                                                                            Service>>>>>>>>>>>>>>>>>>;
 
 class AttentionService final : public RawUnaryAttentionService {
  public:
@@ -121,6 +122,11 @@ class AttentionService final : public RawUnaryAttentionService {
                                         Raw* response) override;
   grpc::ServerUnaryReactor* ReleaseCall(grpc::CallbackServerContext* ctx, const Raw* request,
                                         Raw* response) override;
+  // ring_service.cc
+  grpc::ServerUnaryReactor* OpenRing(grpc::CallbackServerContext* ctx, const Raw* request,
+                                     Raw* response) override;
+  grpc::ServerUnaryReactor* CloseRing(grpc::CallbackServerContext* ctx, const Raw* request,
+                                      Raw* response) override;
 
   // session_service.cc
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
@@ -137,6 +143,21 @@ class AttentionService final : public RawUnaryAttentionService {
   // calls and prepared calls"), shared by the unary RPCs and the Session stream.
   ops::StreamOrderedRunner* stream() const { return stream_.get(); }
   ops::PreparedCallTable* prepared() const { return prepared_.get(); }
+  ops::SubmissionRingTable* rings() const { return rings_.get(); }
+  // Where a ring's entries go and as what (ring_service.cc).
+  struct RingTarget {
+    std::shared_ptr<ops::StreamOrderedRunner::Queue> queue;  // the caller's ordered queue
+    std::string grpc_peer;                                   // the call memory budget's client
+    absl::Time deadline = absl::InfiniteFuture();            // of every call it queues
+    std::function<bool()> cancelled;  // of every call it queues; may be empty
+    std::string label;                // for logs
+  };
+  // OpenRing's body (docs/SERVICE.md "Submission rings"): opens a ring in `caller`'s namespace
+  // under `lease` (may be empty; must be open) whose entries run the caller's prepared calls
+  // stream-ordered on `target.queue`, each exactly as RunPrepared with signals would.
+  absl::StatusOr<v1::OpenRingResponse> OpenRingFor(const Caller& caller,
+                                                   const v1::OpenRingRequest& request,
+                                                   const std::string& lease, RingTarget target);
   // Queues a stream-ordered call of op `id` (its request has ready and/or done, or they are given
   // by RunPrepared) on `queue`; on OK `op_response`'s stats say enqueued. `ctx.request_id` is
   // assigned when 0. `finished` as in StreamOrderedRunner::Submission.
@@ -153,9 +174,14 @@ class AttentionService final : public RawUnaryAttentionService {
                                    const std::string& lease,
                                    const std::shared_ptr<engine::CallMemory>& memory);
   // The regions of `owner`'s that went (unregistered, or their lease ended): prepared calls
-  // naming them are released.
+  // naming them are released and the submission rings using them closed.
   void RegionsRemoved(const std::string& owner, const std::vector<std::string>& names);
-  // The lease ended: its prepared calls and the prepared calls naming its regions are released.
+  // The names an UnregisterRegion{name, lease} of `owner`'s removes at once: `name`, or (empty)
+  // the regions of `lease` (empty: those under no lease). Call before unregistering.
+  std::vector<std::string> RegionsNamed(const std::string& owner, const std::string& name,
+                                        const std::string& lease) const;
+  // The lease ended: its prepared calls and rings, and the prepared calls and rings naming its
+  // regions, are released.
   // Call before the registry's CloseLease.
   void LeaseClosing(const std::string& owner, const std::string& lease);
 
@@ -168,6 +194,7 @@ class AttentionService final : public RawUnaryAttentionService {
   std::atomic<int64_t> open_sessions_{0};
   std::unique_ptr<ops::PreparedCallTable> prepared_;
   std::unique_ptr<ops::StreamOrderedRunner> stream_;  // after prepared_: destroyed first
+  std::unique_ptr<ops::SubmissionRingTable> rings_;   // after stream_: its poller queues there
 };
 
 // The op a PrepareCallRequest carries (its oneof), or NOT set: INVALID_ARGUMENT.

@@ -20,6 +20,7 @@ namespace attnd::server::grpc_front {
 namespace {
 
 using SessionReactorBase = grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>;
+using ServiceRingTarget = AttentionService::RingTarget;
 
 class SessionReactor final : public SessionReactorBase {
  public:
@@ -219,6 +220,32 @@ class SessionReactor final : public SessionReactorBase {
         if (response->code() == 0) response->mutable_release_call();
         Reply(std::move(response));
         return true;
+      case v1::SessionRequest::kOpenRing: {
+        ServiceRingTarget target;
+        {
+          absl::MutexLock lock(&mu_);
+          if (!ordered_queue_) ordered_queue_ = service_->stream()->NewQueue("session " + lease_);
+          target.queue = ordered_queue_;
+        }
+        target.grpc_peer = ctx_->peer();
+        target.deadline = stream_deadline_;
+        // Ring calls are cancelled with the stream (they are not the Session's requests, so a
+        // `cancel` cannot name them).
+        target.cancelled = [flag = ring_cancelled_] { return flag->load(); };
+        target.label = absl::StrCat("session ", lease);
+        absl::StatusOr<v1::OpenRingResponse> r =
+            service_->OpenRingFor(caller_, request->open_ring(), lease, std::move(target));
+        if (r.ok()) response->mutable_open_ring()->Swap(&*r);
+        SetError(response.get(), r.status());
+        Reply(std::move(response));
+        return true;
+      }
+      case v1::SessionRequest::kCloseRing:
+        SetError(response.get(),
+                 service_->rings()->Close(caller_.owner, request->close_ring().ring_id()));
+        if (response->code() == 0) response->mutable_close_ring();
+        Reply(std::move(response));
+        return true;
       case v1::SessionRequest::CALL_NOT_SET: break;
     }
     SetError(response.get(), absl::InvalidArgumentError("Session message carries no call"));
@@ -241,6 +268,8 @@ class SessionReactor final : public SessionReactorBase {
       absl::MutexLock lock(&mu_);
       ++inflight_;
     }
+    const std::vector<std::string> going =
+        service_->RegionsNamed(caller_.owner, request->unregister_region().name(), lease);
     absl::Status s =
         deps_.registry->UnregisterAsync(caller_.owner, request->unregister_region().name(), lease,
                                         [this, response](std::vector<std::string> removed) {
@@ -251,9 +280,7 @@ class SessionReactor final : public SessionReactorBase {
                                           Reply(response);
                                           CallDone();
                                         });
-    if (s.ok() && !request->unregister_region().name().empty()) {
-      service_->RegionsRemoved(caller_.owner, {request->unregister_region().name()});
-    }
+    if (s.ok()) service_->RegionsRemoved(caller_.owner, going);
     if (!s.ok()) {
       SetError(response.get(), s);
       Reply(std::move(response));
@@ -493,6 +520,7 @@ class SessionReactor final : public SessionReactorBase {
 
   void CancelAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (auto& [id, flag] : cancels_) flag->store(true);
+    ring_cancelled_->store(true);
   }
 
   bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -534,6 +562,9 @@ class SessionReactor final : public SessionReactorBase {
   int64_t ordered_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<ops::StreamOrderedRunner::Queue> ordered_queue_ ABSL_GUARDED_BY(mu_);
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set when the stream is cancelled or broken: the calls the Session's rings queued stop.
+  const std::shared_ptr<std::atomic<bool>> ring_cancelled_ =
+      std::make_shared<std::atomic<bool>>(false);
   absl::Status finish_status_ ABSL_GUARDED_BY(mu_);
 };
 

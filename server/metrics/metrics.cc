@@ -181,6 +181,20 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
                          .Help("Prepared calls (PrepareCall) alive now.")
                          .Register(*registry)
                          .Add({});
+  ring_entries_ = &prometheus::BuildCounter()
+                       .Name("attnd_ring_entries_total")
+                       .Help(
+                           "Submission ring entries taken by the poller, by result: submitted, "
+                           "rejected (refused when queued), invalid (bad entry), overrun.")
+                       .Register(*registry);
+  for (const char* result : {"submitted", "rejected", "invalid", "overrun"}) {
+    ring_entries_->Add({{"result", result}});
+  }
+  rings_ = &prometheus::BuildGauge()
+                .Name("attnd_submission_rings")
+                .Help("Submission rings (OpenRing) open now.")
+                .Register(*registry)
+                .Add({});
   absl::MutexLock lock(&mu_);
   for (const std::string& op : ops) {
     ForOp(op);
@@ -251,6 +265,10 @@ void Metrics::RecordGraph(absl::string_view result) {
 
 void Metrics::RecordStreamOrdered(absl::string_view event) {
   stream_ordered_->Add({{"event", std::string(event)}}).Increment();
+}
+
+void Metrics::RecordRingEntry(absl::string_view result) {
+  ring_entries_->Add({{"result", std::string(result)}}).Increment();
 }
 
 void Metrics::SetPoolBytes(absl::string_view device, absl::string_view state, int64_t bytes) {

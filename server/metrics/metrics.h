@@ -81,6 +81,13 @@ class Metrics {
   void RecordStreamOrdered(absl::string_view event);
   void RecordSignalTimeout() { signal_timeouts_->Increment(); }
   void SetPreparedCalls(int64_t live) { prepared_calls_->Set(static_cast<double>(live)); }
+  // Submission rings (docs/SERVICE.md "Submission rings"): entries the poller took, by result
+  // "submitted" (queued like RunPrepared), "rejected" (valid, but refused when queued: failure
+  // bit), "invalid" (a bad entry: failure bit where its done word is valid) or "overrun" (head
+  // ran past the ring: the ring errored) (attnd_ring_entries_total); the rings open now
+  // (attnd_submission_rings).
+  void RecordRingEntry(absl::string_view result);
+  void SetSubmissionRings(int64_t open) { rings_->Set(static_cast<double>(open)); }
 
  private:
   struct OpMetrics {
@@ -131,6 +138,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* stream_ordered_ = nullptr;
   prometheus::Counter* signal_timeouts_ = nullptr;
   prometheus::Gauge* prepared_calls_ = nullptr;
+  prometheus::Family<prometheus::Counter>* ring_entries_ = nullptr;
+  prometheus::Gauge* rings_ = nullptr;
 
   absl::Mutex mu_;
   std::map<std::string, OpMetrics> ops_ ABSL_GUARDED_BY(mu_);

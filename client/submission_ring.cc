@@ -1,0 +1,92 @@
+#include "client/submission_ring.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/channel.h"
+
+namespace attnd::client {
+namespace {
+
+namespace L = ring_layout;
+
+uint64_t LoadAcquire(const char* p) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_ACQUIRE);
+}
+void StoreRelaxed(char* p, uint64_t v) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(p), v, __ATOMIC_RELAXED);
+}
+void StoreRelease(char* p, uint64_t v) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(p), v, __ATOMIC_RELEASE);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
+    Client* client, const HostRegion& region, uint64_t offset, uint32_t entries,
+    const HostRegion* signals, const std::string& lease_id, absl::Duration timeout) {
+  if (offset > region.size() || region.size() - offset < L::Bytes(entries)) {
+    return absl::InvalidArgumentError(absl::StrCat("SubmissionRing: ", L::Bytes(entries),
+                                                   " bytes at ", offset, " are past the end of '",
+                                                   region.name(), "' (", region.size(), ")"));
+  }
+  v1::OpenRingRequest request;
+  request.set_lease_id(lease_id);
+  request.set_region(region.name());
+  request.set_offset(offset);
+  request.set_entries(entries);
+  if (signals != nullptr) request.set_signal_region(signals->name());
+  v1::OpenRingResponse response;
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout);
+  grpc::Status s = client->stub()->OpenRing(&ctx, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s, "OpenRing");
+  std::unique_ptr<SubmissionRing> ring(new SubmissionRing());
+  ring->client_ = client;
+  ring->base_ = region.data() + offset;
+  ring->ring_id_ = response.ring_id();
+  ring->entries_ = entries;
+  ring->open_ = true;
+  ring->timeout_ = timeout;
+  return ring;
+}
+
+SubmissionRing::~SubmissionRing() { Close().IgnoreError(); }
+
+absl::StatusCode SubmissionRing::Submit(uint64_t call_id, uint64_t ready_offset,
+                                        uint64_t ready_value, uint64_t done_offset,
+                                        uint64_t done_value) {
+  if (LoadAcquire(base_ + L::kState) != 0) return absl::StatusCode::kFailedPrecondition;
+  if (head_ - LoadAcquire(base_ + L::kTail) >= entries_) {
+    return absl::StatusCode::kResourceExhausted;
+  }
+  char* slot = base_ + L::kHeaderBytes + (head_ & (entries_ - 1)) * L::kEntryBytes;
+  const bool ready = ready_offset != kNoReady;
+  StoreRelaxed(slot + 8, call_id);
+  StoreRelaxed(slot + 16, ready ? ready_offset : 0);
+  StoreRelaxed(slot + 24, ready ? ready_value : 0);
+  StoreRelaxed(slot + 32, done_offset);
+  StoreRelaxed(slot + 40, done_value);
+  StoreRelaxed(slot + 48, ready ? L::kFlagReady : 0);
+  StoreRelease(slot, head_ + 1);  // seq last: the slot is complete
+  ++head_;
+  StoreRelease(base_ + L::kHead, head_);
+  return absl::StatusCode::kOk;
+}
+
+absl::Status SubmissionRing::Close() {
+  if (!open_) return absl::OkStatus();
+  open_ = false;
+  v1::CloseRingRequest request;
+  request.set_ring_id(ring_id_);
+  v1::CloseRingResponse response;
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  grpc::Status s = client_->stub()->CloseRing(&ctx, request, &response);
+  return s.ok() ? absl::OkStatus() : FromGrpcStatus(s, "CloseRing");
+}
+
+uint64_t SubmissionRing::taken() const { return LoadAcquire(base_ + L::kTail); }
+uint64_t SubmissionRing::state() const { return LoadAcquire(base_ + L::kState); }
+
+}  // namespace attnd::client

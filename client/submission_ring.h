@@ -1,0 +1,84 @@
+// A shared-memory submission ring (docs/SERVICE.md "Submission rings"): runs this client's
+// prepared calls stream-ordered without an RPC per call. OpenRing (one RPC) sets it up in a
+// HostRegion of the client's; Submit then only writes a 64-byte slot and the ring's head word
+// (no syscall, no allocation), and the daemon's poller queues the call like RunPrepared with
+// signals. The ready and done words of every entry lie in one HostRegion named at Open.
+//   ATTND_ASSIGN_OR_RETURN(auto ring, SubmissionRing::Open(client, *region, 0, 256));
+//   if (ring->Submit(call, kReadyAt, 1, kDoneAt, 1) == absl::StatusCode::kResourceExhausted) ...
+//   WaitSignal(done_word, 1, absl::Seconds(5));  // the failure bit as for RunPrepared
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "client/host_region.h"
+
+namespace attnd::client {
+
+// The ring's bytes from its offset, little-endian (docs/SERVICE.md "Submission rings").
+namespace ring_layout {
+inline constexpr uint64_t kHead = 0;     // u64, written by the client
+inline constexpr uint64_t kTail = 64;    // u64, written by the daemon
+inline constexpr uint64_t kState = 128;  // u64, written by the daemon: 0 open, 1 closed, 2 errored
+inline constexpr uint64_t kHeaderBytes = 192;
+inline constexpr uint64_t kEntryBytes = 64;
+inline constexpr uint64_t kFlagReady = 1;
+inline constexpr uint32_t kMaxEntries = 4096;
+inline constexpr uint64_t Bytes(uint32_t entries) {
+  return kHeaderBytes + kEntryBytes * static_cast<uint64_t>(entries);
+}
+}  // namespace ring_layout
+
+// Submit is for one thread at a time (the ring has one producer); the daemon is the consumer.
+class SubmissionRing {
+ public:
+  // Submit's ready_offset that means "no ready word: run once the earlier calls are over".
+  static constexpr uint64_t kNoReady = ~0ull;
+
+  // Opens a ring of `entries` slots (a power of two, 1..4096) at `offset` (a multiple of 64) in
+  // `region`, both registered through `client`; the entries' signal words lie in `signals`
+  // (null: `region`). `lease_id` ties the ring to an open Session lease. The ring's
+  // ring_layout::Bytes(entries) bytes must not be used for anything else while it is open.
+  static absl::StatusOr<std::unique_ptr<SubmissionRing>> Open(
+      Client* client, const HostRegion& region, uint64_t offset, uint32_t entries,
+      const HostRegion* signals = nullptr, const std::string& lease_id = "",
+      absl::Duration timeout = kDefaultAdminTimeout);
+  ~SubmissionRing();  // Close(), errors ignored
+  SubmissionRing(const SubmissionRing&) = delete;
+  SubmissionRing& operator=(const SubmissionRing&) = delete;
+
+  // Queues prepared call `call_id`: it runs once the u64 at `ready_offset` of the signal region
+  // is >= ready_value (kNoReady: no wait) and the earlier calls of the caller's ordered queue are
+  // over; the daemon then stores done_value at `done_offset` (| 2^63 when it failed or never
+  // ran, also for an entry it refused). kOk; kResourceExhausted when the ring is full (the daemon
+  // has not taken older entries yet: retry); kFailedPrecondition when the ring is closed or
+  // errored. No syscall, no allocation.
+  absl::StatusCode Submit(uint64_t call_id, uint64_t ready_offset, uint64_t ready_value,
+                          uint64_t done_offset, uint64_t done_value);
+
+  // CloseRing; idempotent. Entries already taken still run.
+  absl::Status Close();
+
+  uint64_t ring_id() const { return ring_id_; }
+  uint32_t entries() const { return entries_; }
+  uint64_t submitted() const { return head_; }
+  uint64_t taken() const;  // the daemon's tail
+  uint64_t state() const;  // ring_layout's state word
+
+ private:
+  SubmissionRing() = default;
+  Client* client_ = nullptr;
+  char* base_ = nullptr;
+  uint64_t ring_id_ = 0;
+  uint32_t entries_ = 0;
+  uint64_t head_ = 0;
+  bool open_ = false;
+  absl::Duration timeout_;
+};
+
+}  // namespace attnd::client

@@ -1,0 +1,148 @@
+// The C++ client's SubmissionRing (client/submission_ring.h) against an in-process CPU attnd:
+// prepared calls submitted through the ring run in order (NaN-poisoned outputs stay poisoned
+// until the first call's ready word comes), every done word is stored, a full ring answers
+// RESOURCE_EXHAUSTED and a closed one FAILED_PRECONDITION.
+#include <cstring>
+#include <memory>
+
+#include "client/client.h"
+#include "client/host_region.h"
+#include "client/stream_ordered.h"
+#include "client/submission_ring.h"
+#include "tests/server/daemon_fixture.h"
+
+namespace attnd::server::testing {
+namespace {
+
+class SubmissionRingClientTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    DaemonTest::SetUp();
+    client::ConnectOptions o;
+    o.target = daemon_->grpc_addresses()[0];
+    absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = *std::move(c);
+    client::HostRegionOptions ro;
+    ro.bytes = 2 << 20;
+    ro.name = "cpp-data";
+    absl::StatusOr<std::unique_ptr<client::HostRegion>> r =
+        client::HostRegion::Create(client_.get(), ro);
+    ASSERT_TRUE(r.ok()) << r.status();
+    region_ = *std::move(r);
+    ro.bytes = 64 << 10;
+    ro.name = "cpp-ring";
+    r = client::HostRegion::Create(client_.get(), ro);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ring_region_ = *std::move(r);
+    // Signal words first (128 of them), then the call's tensors.
+    absl::StatusOr<kernels::Tensor> words = region_->Allocate(DType::kU8, {1024});
+    ASSERT_TRUE(words.ok());
+    words_ = static_cast<uint64_t*>(words->data);
+    std::memset(words_, 0, 1024);
+    p_.q = Copy(q_);
+    p_.kv = Copy(kv_);
+    p_.indices = Copy(indices_);
+    p_.sm_scale = kScale;
+    p_.out = *region_->Allocate(DType::kBF16, {kT, kH, 512});
+    p_.lse = *region_->Allocate(DType::kF32, {kT, kH});
+    absl::StatusOr<uint64_t> call = client::PrepareCall(client_.get(), p_);
+    ASSERT_TRUE(call.ok()) << call.status();
+    call_ = *call;
+  }
+  void TearDown() override {
+    ring_region_.reset();
+    region_.reset();
+    client_.reset();
+    DaemonTest::TearDown();
+  }
+
+  kernels::Tensor Copy(const HostTensor& h) {
+    std::vector<int64_t> shape(h.tensor().shape.begin(),
+                               h.tensor().shape.begin() + h.tensor().rank);
+    kernels::Tensor t = *region_->Allocate(h.tensor().dtype, shape);
+    std::memcpy(t.data, h.raw(), SpanBytes(h));
+    return t;
+  }
+  void Poison() {
+    std::memset(p_.out.data, 0xff, SpanBytes(want_out_));
+    std::memset(p_.lse.data, 0xff, SpanBytes(want_lse_));
+  }
+  bool Poisoned() const {
+    const auto* b = static_cast<const uint8_t*>(p_.out.data);
+    for (size_t i = 0; i < SpanBytes(want_out_); ++i) {
+      if (b[i] != 0xff) return false;
+    }
+    return true;
+  }
+  bool Matches() const {
+    return std::memcmp(p_.out.data, want_out_.raw(), SpanBytes(want_out_)) == 0 &&
+           std::memcmp(p_.lse.data, want_lse_.raw(), SpanBytes(want_lse_)) == 0;
+  }
+  static uint64_t Offset(int i) { return 8 * static_cast<uint64_t>(i); }
+
+  std::unique_ptr<client::Client> client_;
+  std::unique_ptr<client::HostRegion> region_, ring_region_;
+  uint64_t* words_ = nullptr;
+  kernels::sparse_mla::Params p_;
+  uint64_t call_ = 0;
+};
+
+TEST_F(SubmissionRingClientTest, SubmittedCallsRunInOrder) {
+  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> ring =
+      client::SubmissionRing::Open(client_.get(), *ring_region_, 0, 8, region_.get());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  Poison();
+  // The first call waits for word 0; the next ones (no ready word) wait behind it.
+  ASSERT_EQ((*ring)->Submit(call_, Offset(0), 1, Offset(1), 1), absl::StatusCode::kOk);
+  constexpr int kN = 40;  // five times around the ring
+  int full = 0;
+  for (int i = 1; i < kN; ++i) {
+    absl::StatusCode c;
+    while ((c = (*ring)->Submit(call_, client::SubmissionRing::kNoReady, 0, Offset(1 + i),
+                                100 + i)) == absl::StatusCode::kResourceExhausted) {
+      ++full;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    ASSERT_EQ(c, absl::StatusCode::kOk) << i;
+  }
+  EXPECT_EQ((*ring)->submitted(), static_cast<uint64_t>(kN));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(Poisoned());
+  for (int i = 0; i < kN; ++i) EXPECT_EQ(client::LoadSignal(words_ + 1 + i), 0u) << i;
+  client::StoreSignal(words_, 1);
+  ASSERT_TRUE(client::WaitSignal(words_ + 1, 1, absl::Seconds(10)).ok());
+  for (int i = 1; i < kN; ++i) {
+    absl::StatusOr<uint64_t> d = client::WaitSignal(words_ + 1 + i, 100 + i, absl::Seconds(10));
+    ASSERT_TRUE(d.ok()) << i << ": " << d.status();
+    EXPECT_EQ(*d, static_cast<uint64_t>(100 + i));
+  }
+  EXPECT_TRUE(Matches());
+  EXPECT_GT(full, 0) << "an 8-entry ring filled up behind the unready first call";
+  EXPECT_EQ((*ring)->taken(), static_cast<uint64_t>(kN));
+  EXPECT_TRUE((*ring)->Close().ok());
+  EXPECT_EQ((*ring)->state(), 1u);  // closed
+  EXPECT_EQ((*ring)->Submit(call_, client::SubmissionRing::kNoReady, 0, Offset(0), 1),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SubmissionRingClientTest, FullRingAndUnknownCall) {
+  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> ring =
+      client::SubmissionRing::Open(client_.get(), *ring_region_, 64, 1, region_.get());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  // One slot: a second Submit right after the first finds it full (the poller has not run).
+  ASSERT_EQ((*ring)->Submit(call_ + 99, client::SubmissionRing::kNoReady, 0, Offset(2), 3),
+            absl::StatusCode::kOk);
+  EXPECT_EQ((*ring)->Submit(call_, client::SubmissionRing::kNoReady, 0, Offset(3), 3),
+            absl::StatusCode::kResourceExhausted);
+  // The unknown call id gets the failure bit.
+  absl::StatusOr<uint64_t> d = client::WaitSignal(words_ + 2, 3, absl::Seconds(10));
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kAborted) << d.status();
+  EXPECT_EQ(client::LoadSignal(words_ + 2), 3 | client::kSignalFailureBit);
+  // Misplaced rings are refused by the client or the daemon.
+  EXPECT_FALSE(client::SubmissionRing::Open(client_.get(), *ring_region_, 32, 4).ok());
+  EXPECT_FALSE(client::SubmissionRing::Open(client_.get(), *ring_region_, 0, 4096).ok());
+}
+
+}  // namespace
+}  // namespace attnd::server::testing
