@@ -23,6 +23,7 @@ import pytest
 
 import attnd_client as ac
 from attnd_client import regions as ac_regions
+from attnd_client import rings as ac_rings
 from attnd_client.stream_ordered import SignalWord
 
 import cases
@@ -591,3 +592,81 @@ def test_drain_timeout_fails_unsignalled_stream_ordered_call(make_daemon, rng):
     ready.set(3)  # too late: nothing runs any more
     time.sleep(0.2)
     assert _still_poisoned(case, outs)
+
+
+def test_garbage_ring_entries_stay_in_their_ring(daemon, rng):
+    """One client fills its submission ring with garbage (random slot bytes rewritten while the
+    daemon reads them, then a head overrun); another client's ring and its prepared calls on the
+    same daemon keep running, in order and correct (docs/SERVICE.md "Submission rings")."""
+    hostile, good = daemon.client(), daemon.client()
+    case = cases.make_case("sparse_mla", rng)
+    with (
+        good.create_host_region("ring-good", cases.region_bytes(case) + (1 << 16)) as region,
+        hostile.create_host_region("ring-bad", 1 << 16) as bad_region,
+    ):
+        views = {k: region.put(a, case.input_dtypes[k]) for k, a in case.inputs.items()}
+        views.update({k: region.array(d, sh) for k, (d, sh) in case.outputs.items()})
+        args = {k: views[k] for k in case.inputs}
+        args.update(case.scalars)
+        args.update({k: views[k] for k in case.outputs})
+        call_id = good.prepare_call("sparse_mla", **args)
+        slots = region.array("u8", ac_rings.ring_bytes(8))
+        ring_offset = slots.__array_interface__["data"][0] - region.address
+        good_ring = good.open_ring(region, offset=ring_offset, entries=8)
+        bad_ring = hostile.open_ring(bad_region, offset=0, entries=64)
+        words = bad_ring._words  # the hostile client's own view of its ring
+        stop = threading.Event()
+
+        def storm():
+            r = np.random.default_rng(7)
+            head = 0
+            while not stop.is_set():
+                for _ in range(64):
+                    i = 24 + int(r.integers(0, 64 * 8))
+                    words[i] = int(r.integers(0, 1 << 63)) if r.random() < 0.8 else head + 1
+                if words[8] == head:  # the daemon caught up: a new lap of garbage
+                    head += int(r.integers(1, 65))
+                    words[0] = head
+
+        thread = threading.Thread(target=storm)
+        thread.start()
+        try:
+            for k in range(6):
+                fresh = cases.make_case("sparse_mla", rng)  # same shapes, new data
+                for name, array in fresh.inputs.items():
+                    views[name][...] = array
+                outs = {name: views[name] for name in case.outputs}
+                for name, (dtype, _) in case.outputs.items():
+                    outs[name][...] = cases.POISON[dtype]
+                ready, done = SignalWord(region), SignalWord(region)
+                assert good_ring.submit(call_id, ready.offset, 1, done.offset, 100 + k)
+                time.sleep(0.05)
+                assert done.get() == 0
+                ready.set(1)
+                assert done.wait(100 + k, timeout=20) == 100 + k
+                fresh.check(outs)
+        finally:
+            stop.set()
+            thread.join()
+        # Then an overrun: the hostile ring errors, the good one goes on.
+        words[0] = int(words[8]) + 65
+        wait_until(lambda: bad_ring.state == 2, 10, what="the overrun ring errored")
+        done = SignalWord(region)
+        assert good_ring.submit(call_id, None, 0, done.offset, 7)
+        assert done.wait(7, timeout=20) == 7
+        # An anonymous TCP caller can neither close these rings nor open one on these regions.
+        tcp = daemon.client(tcp=True)
+        with pytest.raises(ac.AttndError) as e:
+            tcp.close_ring(good_ring.ring_id)
+        assert e.value.code == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.RpcError) as rpc:
+            tcp._stub.OpenRing(
+                ac.pb.OpenRingRequest(region="ring-good", offset=ring_offset, entries=8)
+            )
+        assert rpc.value.code() == grpc.StatusCode.NOT_FOUND
+        tcp.close()
+        good_ring.close()
+    assert daemon.alive()
+    counts = parse_metrics(daemon.scrape())
+    assert sample(counts, "attnd_ring_entries_total", result="invalid") > 0
+    assert sample(counts, "attnd_ring_entries_total", result="overrun") >= 1

@@ -386,3 +386,66 @@ def test_stream_signals_address_words_in_the_registered_pages(client):
             other.close()
     finally:
         region.close()
+
+
+@pytest.mark.parametrize("api", ["unary", "session"])
+def test_ring_runs_prepared_calls_in_order(client, rng, api):
+    """N prepared calls (each over its own inputs and outputs) submitted through a submission
+    ring (docs/SERVICE.md "Submission rings"): only the first names a ready word, so until it is
+    set every output stays poisoned and no done word is stored; then every call runs in order
+    and matches the fp64 reference."""
+    n = 5
+    cases = [make_case("sparse_mla", rng) for _ in range(n)]
+    size = sum(region_bytes(c) for c in cases) + 4096
+    with client.session("ring-order") as s:
+        owner = s if api == "session" else client
+        region = s.create_host_region("ring-data", size)
+        ring_region = s.create_host_region("ring-slots", 1 << 16)
+        ready = SignalWord(region)
+        dones = [SignalWord(region) for _ in cases]
+        staged, call_ids = [], []
+        for case in cases:
+            views = {k: region.put(a, case.input_dtypes[k]) for k, a in case.inputs.items()}
+            views.update({k: region.array(d, sh) for k, (d, sh) in case.outputs.items()})
+            args, outs, _ = stage(region, case, views)
+            staged.append(outs)
+            call_ids.append(
+                s.prepare_call("sparse_mla", **args)
+                if api == "session"
+                else client.prepare_call("sparse_mla", lease_id=s.lease_id, **args)
+            )
+        ring = owner.open_ring(ring_region, offset=64, entries=4, signals=region)
+        full = 0
+        for i, call_id in enumerate(call_ids):
+            ready_offset = ready.offset if i == 0 else None
+            while not ring.submit(call_id, ready_offset, 1, dones[i].offset, 10 + i):
+                full += 1
+                time.sleep(50e-6)
+        assert ring.submitted == n
+        wait_until(lambda: ring.taken == n, 10)
+        time.sleep(0.2)
+        assert all(d.get() == 0 for d in dones), "a call ran before the first one's ready"
+        assert all(poisoned(c, o) for c, o in zip(cases, staged, strict=True))
+        ready.set(1)
+        for i, d in enumerate(dones):
+            assert d.wait(10 + i, timeout=20) == 10 + i
+        for case, outs in zip(cases, staged, strict=True):
+            case.check(outs)
+        # A refused entry (an unknown call id) gets the failure bit; the ring goes on.
+        bad, good = SignalWord(region), SignalWord(region)
+        assert ring.submit(max(call_ids) + 999, None, 0, bad.offset, 7)
+        assert ring.submit(call_ids[0], None, 0, good.offset, 8)
+        with pytest.raises(AttndError) as e:
+            bad.wait(7, timeout=20)
+        assert e.value.code == grpc.StatusCode.ABORTED
+        assert bad.get() == 7 | FAILURE_BIT
+        assert good.wait(8, timeout=20) == 8
+        ring.close()
+        assert ring.state == 1
+        with pytest.raises(AttndError) as e:
+            ring.submit(call_ids[0], None, 0, good.offset, 9)
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        # Closed: its id is gone.
+        with pytest.raises(AttndError) as e:
+            owner.close_ring(ring.ring_id)
+        assert e.value.code == grpc.StatusCode.NOT_FOUND

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 import grpc
 
 from . import ops as _ops
+from . import rings as _rings
 from . import stream_ordered as _so
 from ._proto import pb
 from .errors import AttndError, parse_status_details, status_code
@@ -376,4 +377,22 @@ class Session(_ops.OpCalls[_ops.OpResult]):
 
     def release_call(self, call_id: int, timeout: float = 60.0) -> None:
         message = pb.SessionRequest(release_call=pb.ReleaseCallRequest(call_id=call_id))
+        self._send(message).result(timeout)
+
+    def open_ring(
+        self,
+        region: HostRegion,
+        offset: int = 0,
+        entries: int = 256,
+        signals: HostRegion | None = None,
+        timeout: float = 60.0,
+    ) -> _rings.SubmissionRing:
+        """Opens a submission ring under this session's lease (rings.py): its entries run on
+        the session's ordered queue and are cancelled with the stream."""
+        request = _rings.open_request(region, offset, entries, signals, "")
+        response = self._send(pb.SessionRequest(open_ring=request)).result(timeout)
+        return _rings.SubmissionRing(self, response.open_ring.ring_id, region, offset, entries)
+
+    def close_ring(self, ring_id: int, timeout: float | None = 60.0) -> None:
+        message = pb.SessionRequest(close_ring=pb.CloseRingRequest(ring_id=ring_id))
         self._send(message).result(timeout)

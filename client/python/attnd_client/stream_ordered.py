@@ -27,6 +27,7 @@ import grpc
 import numpy as np
 
 from . import ops as _ops
+from . import rings as _rings
 from . import torch_support as _torch_support
 from ._proto import pb
 from .errors import AttndError, ErrorDetails
@@ -202,6 +203,33 @@ class StreamOrderedClient:
         try:
             self._stub.ReleaseCall(
                 pb.ReleaseCallRequest(call_id=call_id), timeout=self._timeout(timeout)
+            )
+        except grpc.RpcError as e:
+            raise AttndError.from_rpc_error(e) from None
+
+    def open_ring(
+        self,
+        region: HostRegion,
+        offset: int = 0,
+        entries: int = 256,
+        signals: HostRegion | None = None,
+        lease_id: str = "",
+        timeout: float | None = None,
+    ) -> _rings.SubmissionRing:
+        """Opens a submission ring of `entries` slots (a power of two up to 4096) at `offset`
+        (a multiple of 64) in `region`; its entries' ready and done words lie in `signals`
+        (None: `region`). Entries run on this connection's ordered queue (rings.py)."""
+        request = _rings.open_request(region, offset, entries, signals, lease_id)
+        try:
+            response = self._stub.OpenRing(request, timeout=self._timeout(timeout))
+        except grpc.RpcError as e:
+            raise AttndError.from_rpc_error(e) from None
+        return _rings.SubmissionRing(self, response.ring_id, region, offset, entries)
+
+    def close_ring(self, ring_id: int, timeout: float | None = None) -> None:
+        try:
+            self._stub.CloseRing(
+                pb.CloseRingRequest(ring_id=ring_id), timeout=self._timeout(timeout)
             )
         except grpc.RpcError as e:
             raise AttndError.from_rpc_error(e) from None

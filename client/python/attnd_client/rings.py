@@ -1,0 +1,154 @@
+"""Submission rings (docs/SERVICE.md "Submission rings"): a ring of 64-byte slots in a host region
+of the caller's through which prepared calls run stream-ordered without an RPC per call. One RPC
+(OpenRing) sets it up; submit() then only writes a slot and the ring's head word in the shared
+memory, and the daemon's poller queues the call as RunPrepared with signals would. Every entry's
+ready and done words lie in one host region named at open time (offsets into it).
+
+    ring = client.open_ring(ring_region, offset=0, entries=256, signals=word_region)
+    while not ring.submit(call_id, ready_offset, 1, done_offset, 1):   # False: ring full
+        time.sleep(50e-6)
+    ...; done_word.wait(1)                       # value | FAILURE_BIT when it failed
+    ring.close()
+
+The stores are plain aligned 8-byte stores through ctypes, made in program order: on x86-64
+(total store order) the daemon never sees the head before the slot, nor the slot's seq before its
+other fields. Other architectures need a store fence there, which the standard library does not
+offer: use the C++ client on them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING, Any, Protocol
+
+import grpc
+
+from .errors import AttndError
+
+if TYPE_CHECKING:
+    from .regions import HostRegion
+
+# The layout, in u64 words from the ring's offset (docs/SERVICE.md "Submission rings").
+HEAD, TAIL, STATE = 0, 8, 16  # bytes 0, 64, 128: each on its own 64-byte line
+HEADER_WORDS, ENTRY_WORDS = 24, 8  # 192 and 64 bytes
+SEQ, CALL_ID, READY_OFFSET, READY_VALUE, DONE_OFFSET, DONE_VALUE, FLAGS = range(7)
+FLAG_READY = 1
+STATE_OPEN, STATE_CLOSED, STATE_ERRORED = 0, 1, 2
+MAX_ENTRIES = 4096
+
+
+def ring_bytes(entries: int) -> int:
+    """Bytes a ring of `entries` slots covers from its offset."""
+    return 8 * (HEADER_WORDS + ENTRY_WORDS * entries)
+
+
+class RingOwner(Protocol):
+    """What a ring was opened through (a Client or a Session)."""
+
+    def close_ring(self, ring_id: int, timeout: float | None = None) -> None: ...
+
+
+class SubmissionRing:
+    """The client's side of an open ring. submit() is for one thread at a time."""
+
+    def __init__(
+        self, owner: RingOwner, ring_id: int, region: HostRegion, offset: int, entries: int
+    ) -> None:
+        buffer = region.shm.buffer
+        if buffer is None:
+            raise ValueError(f"region {region.name!r}: its shm object is closed")
+        start = region.offset + offset
+        nbytes = ring_bytes(entries)
+        self.owner = owner
+        self.ring_id = int(ring_id)
+        self.entries = int(entries)
+        self._mask = self.entries - 1
+        self._words = (ctypes.c_uint64 * (nbytes // 8)).from_buffer(buffer[start : start + nbytes])
+        self._head = 0
+        self._open = True
+
+    def submit(
+        self,
+        call_id: int,
+        ready_offset: int | None,
+        ready_value: int,
+        done_offset: int,
+        done_value: int,
+    ) -> bool:
+        """Queues prepared call `call_id`: it runs once the u64 at `ready_offset` of the signal
+        region is >= ready_value (None: no wait) and the earlier calls of the caller's ordered
+        queue are over; the daemon then stores done_value at `done_offset` (| FAILURE_BIT when
+        it failed, never ran, or the entry was refused). False when the ring is full (retry);
+        AttndError FAILED_PRECONDITION when the daemon closed or errored the ring."""
+        w = self._words
+        if w[STATE] != STATE_OPEN:
+            raise AttndError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"submission ring {self.ring_id} is "
+                f"{'errored' if w[STATE] == STATE_ERRORED else 'closed'}",
+            )
+        head = self._head
+        if head - w[TAIL] >= self.entries:
+            return False
+        slot = HEADER_WORDS + (head & self._mask) * ENTRY_WORDS
+        w[slot + CALL_ID] = call_id
+        if ready_offset is None:
+            w[slot + READY_OFFSET] = 0
+            w[slot + READY_VALUE] = 0
+            w[slot + FLAGS] = 0
+        else:
+            w[slot + READY_OFFSET] = ready_offset
+            w[slot + READY_VALUE] = ready_value
+            w[slot + FLAGS] = FLAG_READY
+        w[slot + DONE_OFFSET] = done_offset
+        w[slot + DONE_VALUE] = done_value
+        head += 1
+        w[slot + SEQ] = head  # last: the slot is complete
+        self._head = head
+        w[HEAD] = head
+        return True
+
+    @property
+    def submitted(self) -> int:
+        return self._head
+
+    @property
+    def taken(self) -> int:
+        """Entries the daemon has taken off the ring (its tail word)."""
+        return int(self._words[TAIL])
+
+    @property
+    def state(self) -> int:
+        """STATE_OPEN, STATE_CLOSED or STATE_ERRORED (the daemon's state word)."""
+        return int(self._words[STATE])
+
+    def close(self, timeout: float | None = None) -> None:
+        """CloseRing (idempotent). Entries the daemon took already still run."""
+        if self._open:
+            self._open = False
+            self.owner.close_ring(self.ring_id, timeout)
+
+    def __enter__(self) -> SubmissionRing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_request(
+    region: HostRegion, offset: int, entries: int, signals: HostRegion | None, lease_id: str
+) -> Any:
+    from ._proto import pb
+
+    if offset < 0 or offset + ring_bytes(entries) > region.byte_size:
+        raise ValueError(
+            f"region {region.name!r}: a ring of {entries} entries ({ring_bytes(entries)} bytes) "
+            f"at offset {offset} does not fit in {region.byte_size}"
+        )
+    return pb.OpenRingRequest(
+        lease_id=lease_id,
+        region=region.name,
+        offset=offset,
+        entries=entries,
+        signal_region=signals.name if signals is not None else "",
+    )
