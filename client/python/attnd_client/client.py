@@ -12,6 +12,7 @@ Thread-safe: calls may be made from many threads at once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -166,12 +167,7 @@ class Client(StreamOrderedClient, _ops.OpCalls[_ops.OpResult]):
             except AttndError:
                 pass
         if self._device_regions is not None:
-            for name in self._device_regions.names():
-                try:
-                    self.unregister_region(name)
-                except AttndError:
-                    pass
-            self._device_regions.clear()
+            self._device_regions.clear()  # unregisters them (best effort)
         self._channel.close()
 
     def __enter__(self) -> Self:
@@ -290,6 +286,14 @@ class Client(StreamOrderedClient, _ops.OpCalls[_ops.OpResult]):
                     region.registered = False
         return list(response.removed)
 
+    def submit_unregister(self, name: str, timeout: float | None = None) -> grpc.Future:
+        """UnregisterRegion without waiting (the device regions of dead storages go this way): a
+        grpc.Future of the reply. The name is free at once, the memory unmapped once no in-flight
+        request uses it; a host region's HostRegion is not told (use unregister_region)."""
+        return self._stub.UnregisterRegion.future(
+            pb.UnregisterRegionRequest(name=name), timeout=self._timeout(timeout)
+        )
+
     def list_regions(self, timeout: float | None = None) -> list[pb.RegionInfo]:
         """[attnd.v1.RegionInfo] of this client's regions (every process of its uid on the unix
         socket; docs/SERVICE.md "Trust model")."""
@@ -341,13 +345,39 @@ class Client(StreamOrderedClient, _ops.OpCalls[_ops.OpResult]):
                     return region.name, region.address
         return None
 
-    def _device_region(self, tensor: torch.Tensor) -> RegionRef:
+    def device_regions(
+        self, keep_alive: bool = False, max_regions: int | None = None
+    ) -> DeviceRegionCache:
+        """The cache of the device regions of this client's CUDA tensors (torch_support.
+        DeviceRegionCache: storages held weakly, a dead one's region unregistered on the next
+        call; keep_alive=True pins them until close()), made with these options on first use
+        (a CUDA tensor argument makes it with the defaults); ValueError if it exists with
+        others."""
+        from .torch_support import DEFAULT_MAX_REGIONS, DeviceRegionCache
+
+        limit = DEFAULT_MAX_REGIONS if max_regions is None else max_regions
         with self._lock:
             if self._device_regions is None:
-                from .torch_support import DeviceRegionCache
+                self._device_regions = DeviceRegionCache(
+                    self, keep_alive=keep_alive, max_regions=limit
+                )
+            cache = self._device_regions
+        if (cache.keep_alive, cache.max_regions) != (keep_alive, limit):
+            raise ValueError(
+                f"the device region cache exists with keep_alive={cache.keep_alive}, "
+                f"max_regions={cache.max_regions}"
+            )
+        return cache
 
-                self._device_regions = DeviceRegionCache(self)
-        return self._device_regions.ref(tensor)
+    def _device_region(self, tensor: torch.Tensor) -> RegionRef:
+        with self._lock:
+            cache = self._device_regions
+        if cache is None:
+            with contextlib.suppress(ValueError):  # made by another thread meanwhile
+                self.device_regions()
+            cache = self._device_regions
+        assert cache is not None
+        return cache.ref(tensor)
 
     # ---- ops ----
 

@@ -6,6 +6,13 @@ registered once per storage with RegisterDeviceRegion, and addressed at the tens
 
     ref = DeviceRegionCache(client).ref(tensor)   # RegionRef into the storage's region
 
+A registration lives as long as its storage: DeviceRegionCache holds storages weakly and
+unregisters the region of a dead one on its next call (never from the garbage collector); a new
+storage at the same place of the same allocation, of the same size, re-uses the registration;
+keep_alive=True pins storages instead; at most max_regions live ones (DeviceRegionCache's
+docstring says why each). Sharing once per storage, the cache releases the IPC reference counter
+torch hands out (share_storage), so a dead storage's memory goes back to the caching allocator.
+
 The handle names the base of the caching allocator's block; _share_cuda_() also gives the
 storage's offset in that block (the region's offset) and its size (the region's byte_size).
 The client synchronises the tensor's device before each blocking call. A stream-ordered call
@@ -15,11 +22,16 @@ writes `ready` after the kernels that produce the inputs (cuda_signals.py), whic
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
+import gc
 import itertools
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -158,7 +170,9 @@ def tensor_slice(
 
 
 class DeviceRegistrar(Protocol):
-    """What registers device regions for a DeviceRegionCache (a Client or a Session)."""
+    """What registers device regions for a DeviceRegionCache (a Client or a Session). A
+    registrar that also has `submit_unregister(name)` (returning a future with done() and
+    result()) gets the unregistrations of dead storages without waiting for their replies."""
 
     def device_uuids(self) -> list[str]: ...
 
@@ -166,40 +180,144 @@ class DeviceRegistrar(Protocol):
         self, *, name: str, raw_handle: bytes, device_uuid: str, byte_size: int, offset: int
     ) -> None: ...
 
+    def unregister_region(self, name: str) -> Any: ...
+
+
+DEFAULT_MAX_REGIONS = 1024
+
+
+class DeviceRegionLimitError(RuntimeError):
+    """A DeviceRegionCache would hold more than its `max_regions` live registrations."""
+
+
+def share_storage(storage: Any) -> tuple[Any, ...]:
+    """storage._share_cuda_(), with the IPC reference counter it hands out released at once.
+    Each share puts the storage's memory behind a counter that the consumer (a torch process
+    rebuilding the tensor) decrements when done; attnd never does, and a storage that dies with
+    the counter above zero keeps its memory out of the caching allocator for good (torch's
+    "limbo"). The cache instead ends the registration when the storage dies (see
+    DeviceRegionCache), so the memory goes back to the allocator as any tensor's does."""
+    import torch
+
+    share = storage._share_cuda_()
+    if len(share) >= 6 and share[4] is not None:
+        torch.UntypedStorage._release_ipc_counter_cuda(share[4], share[5])
+    return tuple(share)
+
+
+def _cuda_uuid(device: int) -> object:
+    import torch
+
+    return getattr(torch.cuda.get_device_properties(device), "uuid", "")
+
+
+def _cuda_synchronize(device: int) -> None:
+    import torch
+
+    torch.cuda.synchronize(device)
+
+
+# A registration's key: (device index, allocation handle bytes, offset in it, byte size).
+_Key = tuple[int, bytes, int, int]
+
+
+class _Entry:
+    """Region `name` over bytes [offset, offset + size) of the allocation `key` names, and the
+    storages that address it: weakly (users, (id, weakref) pairs), also strongly when pinned."""
+
+    __slots__ = ("key", "name", "pinned", "users")
+
+    def __init__(self, key: _Key, name: str) -> None:
+        self.key = key
+        self.name = name
+        self.users: list[tuple[int, weakref.ref[Any]]] = []
+        self.pinned: list[Any] = []
+
+    def alive(self) -> bool:
+        return bool(self.pinned) or any(r() is not None for _, r in self.users)
+
+    def holds(self, storage: Any) -> bool:
+        return any(r() is storage for _, r in self.users)
+
 
 class DeviceRegionCache:
-    """Registers each CUDA storage once (through `registrar`, a Client or Session) and keeps the
-    storage alive while registered. Thread-safe."""
+    """Device regions of CUDA storages, registered once each through `registrar` (a Client or
+    Session). Thread-safe.
 
-    def __init__(self, registrar: DeviceRegistrar) -> None:
+    Lifetime. By default the cache holds storages weakly (a weakref to the UntypedStorage, whose
+    Python object torch keeps for as long as the storage lives): a static buffer stays registered
+    for as long as it lives, and a storage that dies (a fresh activation each step, a functional
+    output, a copy torch.compile made) has its region unregistered on the next call through the
+    cache (ref(), collect(), clear()). The weakref callback only queues the dead storage's key;
+    no RPC runs inside the garbage collector. Unregistering through a registrar with
+    `submit_unregister` (Client, Session) does not wait for the reply. With keep_alive=True the
+    cache also holds each storage strongly (pinned until clear()), as it did before.
+
+    The caller keeps a tensor alive while a call that uses it runs: a blocking call does by
+    itself; for a stream-ordered or prepared call, until its done signal (or the prepared call
+    is released). A storage that dies earlier has its memory back in torch's caching allocator
+    at once, as with any tensor used on another stream.
+
+    Re-use. The key of a registration is (device, the allocation's IPC handle, the storage's
+    offset in it, its size). A new storage with the same key (the caching allocator handing the
+    block of a dead storage out again) re-uses the registration, whether or not the old
+    storage's death has been collected: the handle names a cudaMalloc allocation that is still
+    allocated (the new storage lives in it), so the region addresses exactly the new storage's
+    bytes. A storage of another size at the same place gets its own region.
+
+    Bound. At most `max_regions` registrations are live at once; one more (after collecting
+    dead storages and a gc.collect()) raises DeviceRegionLimitError rather than unregistering a
+    live one that a queued call may still use. The daemon also caps regions per client
+    (--max-regions-per-client, docs/FLAGS.md).
+
+    `share(storage)`, `device_uuid(device)` and `synchronize(device)` default to CUDA through
+    torch (share_storage, the device's UUID, torch.cuda.synchronize); tests pass their own."""
+
+    def __init__(
+        self,
+        registrar: DeviceRegistrar,
+        *,
+        keep_alive: bool = False,
+        max_regions: int = DEFAULT_MAX_REGIONS,
+        share: Callable[[Any], Sequence[Any]] | None = None,
+        device_uuid: Callable[[int], object] | None = None,
+        synchronize: Callable[[int], None] | None = None,
+    ) -> None:
+        if max_regions < 1:
+            raise ValueError(f"max_regions is {max_regions}, want >= 1")
         self._registrar = registrar
+        self.keep_alive = keep_alive
+        self.max_regions = max_regions
+        self._share = share or share_storage
+        self._device_uuid = device_uuid or _cuda_uuid
+        self._synchronize = synchronize or _cuda_synchronize
         self._lock = threading.Lock()
-        # (device, handle, offset) -> (region name, storage)
-        self._by_key: dict[tuple[int, bytes, int], tuple[str, Any]] = {}
+        self._by_key: dict[_Key, _Entry] = {}
+        self._by_storage: dict[int, _Entry] = {}  # id(storage) -> its entry (checked by identity)
+        # Keys of registrations whose storage died, appended by weakref callbacks (no lock).
+        self._dead: collections.deque[_Key] = collections.deque()
+        self._pending: list[Any] = []  # unregistrations sent, reply not seen
 
     def ref(self, tensor: torch.Tensor) -> RegionRef:
         """The RegionRef of a CUDA tensor (its storage registered on first use); synchronises
         the tensor's device unless inside `ordered_by_ready()`."""
-        import torch
-
         name_dtype = attnd_dtype(tensor.dtype)
         storage = tensor.untyped_storage()
-        share = storage._share_cuda_()
-        device, handle, _, offset_bytes = share_info(share)
-        key = (device, handle, offset_bytes)
         with self._lock:
-            entry = self._by_key.get(key)
-            if entry is None:
-                props = torch.cuda.get_device_properties(device)
-                uuid = pick_uuid(getattr(props, "uuid", ""), self._registrar.device_uuids())
-                name = f"torch-{os.getpid()}-{next(_counter)}"
-                self._registrar.register_device_region(**region_args(share, uuid, name))
-                entry = (name, storage)
-                self._by_key[key] = entry
+            entry = self._by_storage.get(id(storage))
+            if entry is None or self._by_key.get(entry.key) is not entry:
+                entry = None
+            elif not entry.holds(storage):
+                entry = None
+        if entry is None:
+            entry = self._register(storage)
+        # After the look-up, so a dead storage's registration that the new one re-uses (same
+        # key) is kept rather than unregistered and registered again.
+        self.collect()
         if not getattr(_ordering, "by_ready", False):
-            torch.cuda.synchronize(device)
+            self._synchronize(entry.key[0])
         return tensor_slice(
-            entry[0],
+            entry.name,
             name_dtype,
             tensor.shape,
             tensor.stride(),
@@ -207,12 +325,116 @@ class DeviceRegionCache:
             tensor.element_size(),
         )
 
-    def names(self) -> list[str]:
-        """The names of the regions registered so far."""
-        with self._lock:
-            return [name for name, _ in self._by_key.values()]
+    def _register(self, storage: Any) -> _Entry:
+        """The entry of a storage seen for the first time: an existing registration with its key
+        (re-used), else a new one."""
+        share = self._share(storage)
+        device, handle, size_bytes, offset_bytes = share_info(share)
+        key = (device, cuda_ipc_handle(handle), offset_bytes, size_bytes)
+        for attempt in range(2):
+            with self._lock:
+                entry = self._by_key.get(key)
+                if entry is not None:
+                    self._adopt(entry, storage)
+                    return entry
+                if len(self._by_key) < self.max_regions:
+                    uuid = pick_uuid(self._device_uuid(device), self._registrar.device_uuids())
+                    entry = _Entry(key, f"torch-{os.getpid()}-{next(_counter)}")
+                    self._registrar.register_device_region(**region_args(share, uuid, entry.name))
+                    self._by_key[key] = entry
+                    self._adopt(entry, storage)
+                    return entry
+            if attempt == 0:
+                gc.collect()  # storages in reference cycles die here
+                self.collect()
+        raise DeviceRegionLimitError(
+            f"{self.max_regions} device regions are registered for live storages already "
+            f"(DeviceRegionCache max_regions{', keep_alive' if self.keep_alive else ''}); "
+            f"drop tensors that are done with, clear() the cache or raise max_regions"
+        )
 
-    def clear(self) -> None:
-        """Forgets every registration (and releases the storages)."""
+    def _adopt(self, entry: _Entry, storage: Any) -> None:
+        """Adds `storage` to the users of `entry` (under the lock), dropping dead users."""
+        kept = []
+        for sid, r in entry.users:
+            if r() is not None:
+                kept.append((sid, r))
+            elif self._by_storage.get(sid) is entry:
+                del self._by_storage[sid]
+        kept.append(
+            (id(storage), weakref.ref(storage, functools.partial(_queue, self._dead, entry.key)))
+        )
+        entry.users = kept
+        self._by_storage[id(storage)] = entry
+        if self.keep_alive:
+            entry.pinned.append(storage)
+
+    def _forget(self, entry: _Entry) -> None:
+        """Removes `entry` from the tables (under the lock)."""
+        if self._by_key.get(entry.key) is entry:
+            del self._by_key[entry.key]
+        for sid, _ in entry.users:
+            if self._by_storage.get(sid) is entry:
+                del self._by_storage[sid]
+
+    def collect(self) -> list[str]:
+        """Unregisters the regions of storages that died; returns their names. Runs on every
+        ref(); call it to release them sooner."""
+        names = []
+        if self._dead:
+            with self._lock:
+                while self._dead:
+                    entry = self._by_key.get(self._dead.popleft())
+                    if entry is not None and not entry.alive():
+                        self._forget(entry)
+                        names.append(entry.name)
+        self._unregister(names, wait=False)
+        if self._pending:
+            with self._lock:
+                self._pending = [f for f in self._pending if not f.done()]
+        return names
+
+    def _unregister(self, names: list[str], wait: bool) -> None:
+        submit = None if wait else getattr(self._registrar, "submit_unregister", None)
+        for name in names:
+            try:
+                if submit is not None:
+                    future = submit(name)
+                    with self._lock:
+                        self._pending.append(future)
+                else:
+                    self._registrar.unregister_region(name)
+            except Exception as e:  # best effort, as a closing client's
+                warnings.warn(f"attnd: unregistering device region {name!r}: {e}", stacklevel=3)
+
+    def names(self) -> list[str]:
+        """The names of the regions registered now (dead storages not yet collected included)."""
         with self._lock:
+            return [entry.name for entry in self._by_key.values()]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_key)
+
+    def clear(self, unregister: bool = True) -> None:
+        """Forgets every registration and releases the storages; with `unregister` (the default)
+        unregisters their regions and waits for the unregistrations sent before."""
+        with self._lock:
+            entries = list(self._by_key.values())
             self._by_key.clear()
+            self._by_storage.clear()
+            self._dead.clear()
+            pending, self._pending = self._pending, []
+        if not unregister:
+            return
+        for future in pending:
+            with contextlib.suppress(Exception):
+                future.result()
+        self._unregister([entry.name for entry in entries], wait=True)
+
+    close = clear
+
+
+def _queue(dead: collections.deque[_Key], key: _Key, _ref: object) -> None:
+    """The weakref callback of a cached storage: queues its key for the next collect()."""
+    dead.append(key)

@@ -52,9 +52,14 @@ def cudart_path():
 class Recorder:
     def __init__(self):
         self.registered = []
+        self.unregistered = []
 
     def register_device_region(self, **kwargs):
         self.registered.append(kwargs)
+
+    def unregister_region(self, name):
+        self.unregistered.append(name)
+        return [name]
 
     def device_uuids(self):
         return []
@@ -100,6 +105,32 @@ def test_cuda_tensor_slices_address_the_tensor():
     assert sref.strides == (40, 1) and sref.offset == 0
     row1 = read_back(region, torch_support.tensor_slice("x", "bf16", (16,), (1,), 40, 2), 32)
     assert row1 == strided[1].cpu().view(torch.int16).numpy().tobytes()
+
+
+def test_dead_storages_give_back_their_memory_and_regions():
+    # A storage shared once per cache, its IPC reference counter released: when it dies its
+    # memory goes back to the caching allocator (not into torch's IPC limbo) and its region is
+    # unregistered on the next call (or its registration re-used by the next storage in its block).
+    rec = Recorder()
+    cache = torch_support.DeviceRegionCache(rec)
+    keep = torch.zeros(1024, device="cuda")
+    cache.ref(keep)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for step in range(200):
+        t = torch.full((1 << 18,), step, dtype=torch.int32, device="cuda")  # 1 MiB
+        cache.ref(t)
+        cache.ref(t[7:])
+        del t
+    cache.collect()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before, "memory of dead storages held"
+    assert len(cache) == 1 and cache.names() == [rec.registered[0]["name"]]
+    live = len(rec.registered) - len(rec.unregistered)
+    assert live == 1, (len(rec.registered), len(rec.unregistered))
+    print(f"{len(rec.registered)} registrations for 200 fresh storages (blocks re-used)")
+    cache.clear()
+    assert len(rec.unregistered) == len(rec.registered)
 
 
 def test_uuid_matches_nvidia_smi():
