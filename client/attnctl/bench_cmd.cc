@@ -20,6 +20,7 @@
 #include "client/attnctl/json.h"
 #include "client/attnctl/report.h"
 #include "client/stream_ordered.h"
+#include "client/submission_ring.h"
 
 namespace attnd::attnctl {
 namespace {
@@ -183,6 +184,10 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
                                            "unary calls and --concurrency=1"),
                 kExitUsage);
   }
+  if (o.ring && (!o.prepared || !o.stream_ordered)) {
+    return Fail(o, absl::InvalidArgumentError("--ring needs --stream_ordered and --prepared"),
+                kExitUsage);
+  }
   absl::StatusOr<std::unique_ptr<OpCase>> made = MakeOpCase(op, o.preset, o.set, o.seed);
   if (!made.ok()) return Fail(o, made.status(), kExitUsage);
   OpCase& c = **made;
@@ -190,7 +195,10 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     if (absl::Status s = c.SetPrecision(*o.precision); !s.ok()) return Fail(o, s, kExitUsage);
   }
   CallSetup setup;
-  const uint64_t region_bytes = c.InputBytes() + o.concurrency * c.OutputBytes() + 4096;
+  // With --ring the region also holds the ring (kRingEntries slots).
+  constexpr uint32_t kRingEntries = 1024;
+  const uint64_t region_bytes = c.InputBytes() + o.concurrency * c.OutputBytes() + 4096 +
+                                (o.ring ? client::ring_layout::Bytes(kRingEntries) + 64 : 0);
   if (absl::Status s = setup.Connect(o, region_bytes); !s.ok()) return Fail(o, s, ServiceExit(s));
   if (setup.region != nullptr) {
     if (absl::Status s = c.MoveInputsTo(setup.region.get()); !s.ok()) {
@@ -250,8 +258,39 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     if (!id.ok()) return Fail(o, id.status(), ServiceExit(id.status()));
     call_id = *id;
   }
+  // --ring: one ring in the region; a run is a Submit (retried while the ring is full).
+  std::unique_ptr<client::SubmissionRing> ring;
+  if (o.ring) {
+    absl::StatusOr<kernels::Tensor> bytes = setup.region->Allocate(
+        kernels::DType::kU8, {static_cast<int64_t>(client::ring_layout::Bytes(kRingEntries))});
+    if (!bytes.ok()) return Fail(o, bytes.status(), kExitLocal);
+    absl::StatusOr<v1::Tensor> slice = setup.region->Slice(*bytes);
+    if (!slice.ok()) return Fail(o, slice.status(), kExitLocal);
+    absl::StatusOr<std::unique_ptr<client::SubmissionRing>> opened = client::SubmissionRing::Open(
+        setup.client.get(), *setup.region, slice->region().offset(), kRingEntries, nullptr,
+        setup.session != nullptr ? setup.session->lease_id() : std::string());
+    if (!opened.ok()) return Fail(o, opened.status(), ServiceExit(opened.status()));
+    ring = *std::move(opened);
+  }
+  auto submit = [&](int64_t i) -> absl::StatusOr<client::CallResult> {
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusCode code;
+    while ((code = ring->Submit(call_id, ready_signal.offset, 1, done_signal.offset,
+                                static_cast<uint64_t>(i + 1))) ==
+           absl::StatusCode::kResourceExhausted) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    if (code != absl::StatusCode::kOk) {
+      return absl::Status(code, "the submission ring was closed or errored by the daemon");
+    }
+    client::CallResult r;
+    r.stats.set_enqueued(true);
+    r.round_trip_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return r;
+  };
   // A prepared run's reply: its CallStats (blocking) or "enqueued" (stream-ordered), timed here.
   auto run_prepared = [&](int64_t i) -> absl::StatusOr<client::CallResult> {
+    if (ring != nullptr) return submit(i);
     const Clock::time_point t0 = Clock::now();
     absl::StatusOr<v1::CallStats> s =
         o.stream_ordered
@@ -361,6 +400,7 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     // path: "stream_ordered" (round trips are the enqueue RPCs; the server's figures of such
     // a reply are zero) or "blocking".
     j.Add("path", o.stream_ordered ? "stream_ordered" : "blocking").Add("prepared", o.prepared);
+    j.Add("ring", o.ring);
     j.Add("caller_cpu_us_per_call", cpu_per_call * 1e6).Add("calls_wall_s", calls_wall);
     j.Add("median_us", Median(rt) * 1e6).Add("p50_us", Percentile(rt, 50) * 1e6);
     j.Add("p90_us", Percentile(rt, 90) * 1e6).Add("p99_us", Percentile(rt, 99) * 1e6);
@@ -394,8 +434,9 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     std::printf("%s %s (%s) via %s, %s %s%s: %lld requests, concurrency %d, %lld errors%s%s\n",
                 op.c_str(), o.preset.c_str(), c.shape().c_str(), o.connect.target.c_str(),
                 transport.c_str(), o.session ? "session" : "unary",
-                o.prepared ? (o.stream_ordered ? " prepared stream-ordered" : " prepared")
-                           : (o.stream_ordered ? " stream-ordered" : ""),
+                o.ring       ? " prepared stream-ordered via a submission ring"
+                : o.prepared ? (o.stream_ordered ? " prepared stream-ordered" : " prepared")
+                             : (o.stream_ordered ? " stream-ordered" : ""),
                 static_cast<long long>(o.requests), o.concurrency,
                 static_cast<long long>(errors.load()), first_error.empty() ? "" : ": ",
                 first_error.c_str());
@@ -419,8 +460,9 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     std::printf("  caller      %s of CPU per call (every thread of this process)%s\n",
                 FormatSeconds(cpu_per_call).c_str(),
                 o.stream_ordered
-                    ? absl::StrCat("; stream-ordered: round trips are the enqueues, ",
-                                   FormatSeconds(calls_wall).c_str(), " to enqueue all")
+                    ? absl::StrCat(o.ring ? "; ring: round trips are the Submits, "
+                                          : "; stream-ordered: round trips are the enqueues, ",
+                                   FormatSeconds(calls_wall), " to enqueue all")
                           .c_str()
                     : "");
     std::printf("  throughput  %.1f requests/s over %s; copied per request in %s, out %s%s\n",

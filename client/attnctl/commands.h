@@ -37,6 +37,9 @@ struct CtlOptions {
   // bench: the call prepared once (PrepareCall), then run by id (RunPrepared; needs --regions,
   // unary): blocking, or with --stream_ordered enqueued with its signals only.
   bool prepared = false;
+  // bench (with stream_ordered and prepared): every measured run submitted through a shared
+  // memory submission ring (client/submission_ring.h) instead of a RunPrepared RPC.
+  bool ring = false;
   int64_t requests = 100;  // bench
   int concurrency = 1;     // bench
   int64_t warmup = 5;      // bench

@@ -59,6 +59,9 @@ ABSL_FLAG(bool, stream_ordered, false,
 ABSL_FLAG(bool, prepared, false,
           "bench: prepare the call once and run it by id (needs --regions, unary); with "
           "--stream_ordered the run carries only its signals.");
+ABSL_FLAG(bool, ring, false,
+          "bench (with --stream_ordered --prepared): submit every run through a shared-memory "
+          "submission ring (OpenRing once) instead of a RunPrepared RPC.");
 ABSL_FLAG(int64_t, requests, 100, "bench, ping: measured requests (after the warm-up).");
 ABSL_FLAG(int, concurrency, 1, "bench: calls in flight at once (one thread each).");
 ABSL_FLAG(int64_t, warmup, 5, "bench, ping: unmeasured calls first.");
@@ -124,6 +127,7 @@ int Main(int argc, char** argv) {
   o.regions = absl::GetFlag(FLAGS_regions);
   o.stream_ordered = absl::GetFlag(FLAGS_stream_ordered);
   o.prepared = absl::GetFlag(FLAGS_prepared);
+  o.ring = absl::GetFlag(FLAGS_ring);
   o.session = absl::GetFlag(FLAGS_session);
   o.requests = absl::GetFlag(FLAGS_requests);
   o.concurrency = absl::GetFlag(FLAGS_concurrency);

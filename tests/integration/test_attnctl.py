@@ -133,3 +133,20 @@ def test_alongside_python_clients(attnctl, daemon, client, rng):
                 p.kill()
                 p.wait()
     assert np.all([r.in_flight == 0 for r in client.list_regions()])
+
+
+@pytest.mark.parametrize("ring", [False, True])
+def test_bench_prepared_stream_ordered(attnctl, daemon, ring):
+    """bench --stream_ordered --prepared, by RunPrepared RPCs or through a submission ring: every
+    call's done word comes (the run waits for the last one) and the caller's CPU is reported."""
+    args = ["bench", "topk", "--regions", "--stream_ordered", "--prepared", "--requests=300"]
+    out = run(attnctl, daemon.unix_target, *args, *(["--ring"] if ring else []))
+    assert out["errors"] == 0 and out["first_error"] == "", out
+    assert out["path"] == "stream_ordered" and out["prepared"] is True, out
+    assert out["ring"] is ring, out
+    assert out["caller_cpu_us_per_call"] > 0, out
+    assert out["verified"] is True, out
+
+
+def test_bench_ring_needs_prepared_stream_ordered(attnctl, daemon):
+    run(attnctl, daemon.unix_target, "bench", "topk", "--regions", "--ring", check_exit=2)
