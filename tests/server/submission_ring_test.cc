@@ -338,6 +338,45 @@ TEST(SubmissionRingTableTest, ForeignCallIdIsRefusedAndOwnersAreSeparate) {
   EXPECT_EQ(table.closed_reason("uid:a", *ring), "a region it uses was unregistered");
 }
 
+TEST(SubmissionRingTableTest, RingsPerOwnerAreBoundedAndGoWithTheirLease) {
+  ScopedShm shm(1 << 20);
+  ASSERT_TRUE(shm.ok());
+  regions::RegionRegistry::Options ro;
+  ro.allow_client_shm = true;
+  regions::RegionRegistry registry(ro);
+  regions::HostRegionSpec region;
+  region.name = "s";
+  region.key = shm.key();
+  region.byte_size = shm.size();
+  region.owner = "uid:a";
+  ASSERT_TRUE(registry.RegisterHost(region).ok());
+  ops::SubmissionRingTable::Options options;
+  options.max_per_owner = 2;
+  ops::SubmissionRingTable table(&registry, nullptr, options);
+  auto spec = [](uint64_t offset, const std::string& lease) {
+    ops::SubmissionRingTable::Spec s;
+    s.owner = "uid:a";
+    s.lease = lease;
+    s.region = "s";
+    s.offset = offset;
+    s.entries = 2;
+    s.submit = [](uint64_t, const v1::Signal*, const v1::Signal&) { return absl::OkStatus(); };
+    return s;
+  };
+  ASSERT_TRUE(table.Open(spec(0, "lease-1")).ok());
+  ASSERT_TRUE(table.Open(spec(4096, "lease-1")).ok());
+  EXPECT_EQ(table.Open(spec(8192, "")).status().code(), absl::StatusCode::kResourceExhausted);
+  table.DropLease("lease-2");
+  EXPECT_EQ(table.open(), 2);
+  table.DropLease("lease-1");
+  EXPECT_EQ(table.open(), 0);
+  for (uint64_t at : {0, 4096}) {
+    EXPECT_EQ(reinterpret_cast<std::atomic<uint64_t>*>(shm.data() + at + L::kState)->load(),
+              L::kClosed);
+  }
+  EXPECT_TRUE(table.Open(spec(8192, "")).ok());
+}
+
 TEST_F(SubmissionRingTest, OpenRefusesBadRings) {
   uint64_t id = 0;
   EXPECT_EQ(OpenRing(stub_.get(), "r", kRing, 3, &id).error_code(),
@@ -517,6 +556,31 @@ TEST_F(SubmissionRingTest, SessionRingRunsOnTheSessionAndEndsWithItsLease) {
   EXPECT_TRUE(AwaitEq(shm_, kRing + L::kState, L::kClosed, 5000));
   EXPECT_EQ(AwaitWord(DoneAt(1), 5000), 9 | kFail);
   EXPECT_EQ(CloseRing(stub_.get(), ring).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(SubmissionRingTest, UnaryRingUnderASessionLeaseEndsWithIt) {
+  grpc::ClientContext ctx;
+  auto a = stub_->Session(&ctx);
+  v1::SessionRequest m;
+  m.set_request_id(1);
+  m.mutable_open();
+  ASSERT_TRUE(a->Write(m));
+  v1::SessionResponse resp;
+  ASSERT_TRUE(a->Read(&resp));
+  grpc::ClientContext uctx;
+  v1::OpenRingRequest req;
+  req.set_region("r");
+  req.set_offset(kRing);
+  req.set_entries(8);
+  req.set_lease_id(resp.opened().lease_id());
+  v1::OpenRingResponse opened;
+  ASSERT_TRUE(stub_->OpenRing(&uctx, req, &opened).ok());
+  Put(8, Entry(0, 6, false));
+  EXPECT_EQ(AwaitWord(DoneAt(0), 5000), 6u);
+  a->WritesDone();
+  EXPECT_TRUE(a->Finish().ok());
+  EXPECT_TRUE(AwaitEq(shm_, kRing + L::kState, L::kClosed, 5000));
+  EXPECT_EQ(CloseRing(stub_.get(), opened.ring_id()).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(SubmissionRingTest, SessionCloseRingMessage) {
