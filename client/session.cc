@@ -243,6 +243,33 @@ absl::StatusOr<Session::Pending> Session::Start(const Params& p, const CallOptio
   return pending;
 }
 
+absl::StatusOr<v1::SessionResponse> Session::Exchange(v1::SessionRequest request,
+                                                      absl::Duration timeout) {
+  uint64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_id_++;
+  }
+  request.set_request_id(id);
+  v1::SessionResponse out;
+  Pending pending;
+  pending.session_ = this;
+  pending.wait_limit_ = timeout;
+  pending.apply_ = [&out](const v1::SessionResponse& r, CallResult*) {
+    out = r;
+    return absl::OkStatus();
+  };
+  pending.slot_ = AddSlot(id);
+  pending.slot_->sent = Clock::now();
+  if (absl::Status s = Write(request); !s.ok()) {
+    DropSlot(id);
+    return s;
+  }
+  absl::StatusOr<CallResult> r = pending.Wait();
+  if (!r.ok()) return r.status();
+  return out;
+}
+
 template <class Params>
 absl::StatusOr<CallResult> Session::Call(const Params& p, const CallOptions& options) {
   absl::StatusOr<Pending> pending = Start(p, options);

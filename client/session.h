@@ -60,6 +60,12 @@ class Session {
   absl::StatusOr<CallResult> Call(const Params& p, const CallOptions& options = {})
       ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
 
+  // Sends any Session message (its request_id is assigned here) and waits up to `timeout` for
+  // its reply; a reply with a code is that status. For messages without a typed method
+  // (open_ring, close_ring: client/submission_ring.h).
+  absl::StatusOr<v1::SessionResponse> Exchange(v1::SessionRequest request, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
+
   // Asks the daemon to cancel a call that has not started yet (its reply then says CANCELLED).
   absl::Status Cancel(uint64_t request_id) ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
 

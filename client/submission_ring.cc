@@ -22,29 +22,62 @@ void StoreRelease(char* p, uint64_t v) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
-    Client* client, const HostRegion& region, uint64_t offset, uint32_t entries,
-    const HostRegion* signals, const std::string& lease_id, absl::Duration timeout) {
+namespace {
+
+absl::StatusOr<v1::OpenRingRequest> OpenRequest(const HostRegion& region, uint64_t offset,
+                                                uint32_t entries, const HostRegion* signals) {
   if (offset > region.size() || region.size() - offset < L::Bytes(entries)) {
     return absl::InvalidArgumentError(absl::StrCat("SubmissionRing: ", L::Bytes(entries),
                                                    " bytes at ", offset, " are past the end of '",
                                                    region.name(), "' (", region.size(), ")"));
   }
   v1::OpenRingRequest request;
-  request.set_lease_id(lease_id);
   request.set_region(region.name());
   request.set_offset(offset);
   request.set_entries(entries);
   if (signals != nullptr) request.set_signal_region(signals->name());
+  return request;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
+    Client* client, const HostRegion& region, uint64_t offset, uint32_t entries,
+    const HostRegion* signals, const std::string& lease_id, absl::Duration timeout) {
+  absl::StatusOr<v1::OpenRingRequest> request = OpenRequest(region, offset, entries, signals);
+  if (!request.ok()) return request.status();
+  request->set_lease_id(lease_id);
   v1::OpenRingResponse response;
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout);
-  grpc::Status s = client->stub()->OpenRing(&ctx, request, &response);
+  grpc::Status s = client->stub()->OpenRing(&ctx, *request, &response);
   if (!s.ok()) return FromGrpcStatus(s, "OpenRing");
   std::unique_ptr<SubmissionRing> ring(new SubmissionRing());
   ring->client_ = client;
   ring->base_ = region.data() + offset;
   ring->ring_id_ = response.ring_id();
+  ring->entries_ = entries;
+  ring->open_ = true;
+  ring->timeout_ = timeout;
+  return ring;
+}
+
+absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
+    Session* session, const HostRegion& region, uint64_t offset, uint32_t entries,
+    const HostRegion* signals, absl::Duration timeout) {
+  absl::StatusOr<v1::OpenRingRequest> request = OpenRequest(region, offset, entries, signals);
+  if (!request.ok()) return request.status();
+  v1::SessionRequest message;
+  *message.mutable_open_ring() = *std::move(request);
+  absl::StatusOr<v1::SessionResponse> reply = session->Exchange(std::move(message), timeout);
+  if (!reply.ok()) {
+    return absl::Status(reply.status().code(),
+                        absl::StrCat("OpenRing: ", reply.status().message()));
+  }
+  std::unique_ptr<SubmissionRing> ring(new SubmissionRing());
+  ring->session_ = session;
+  ring->base_ = region.data() + offset;
+  ring->ring_id_ = reply->open_ring().ring_id();
   ring->entries_ = entries;
   ring->open_ = true;
   ring->timeout_ = timeout;
@@ -77,6 +110,11 @@ absl::StatusCode SubmissionRing::Submit(uint64_t call_id, uint64_t ready_offset,
 absl::Status SubmissionRing::Close() {
   if (!open_) return absl::OkStatus();
   open_ = false;
+  if (session_ != nullptr) {
+    v1::SessionRequest message;
+    message.mutable_close_ring()->set_ring_id(ring_id_);
+    return session_->Exchange(std::move(message), timeout_).status();
+  }
   v1::CloseRingRequest request;
   request.set_ring_id(ring_id_);
   v1::CloseRingResponse response;

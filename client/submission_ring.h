@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "client/host_region.h"
+#include "client/session.h"
 
 namespace attnd::client {
 
@@ -48,6 +49,11 @@ class SubmissionRing {
       Client* client, const HostRegion& region, uint64_t offset, uint32_t entries,
       const HostRegion* signals = nullptr, const std::string& lease_id = "",
       absl::Duration timeout = kDefaultAdminTimeout);
+  // The same as a message of `session` (which must outlive the ring): the ring belongs to the
+  // Session's lease and its calls run on the Session's ordered queue (cancelled with it).
+  static absl::StatusOr<std::unique_ptr<SubmissionRing>> Open(
+      Session* session, const HostRegion& region, uint64_t offset, uint32_t entries,
+      const HostRegion* signals = nullptr, absl::Duration timeout = kDefaultAdminTimeout);
   ~SubmissionRing();  // Close(), errors ignored
   SubmissionRing(const SubmissionRing&) = delete;
   SubmissionRing& operator=(const SubmissionRing&) = delete;
@@ -61,7 +67,7 @@ class SubmissionRing {
   absl::StatusCode Submit(uint64_t call_id, uint64_t ready_offset, uint64_t ready_value,
                           uint64_t done_offset, uint64_t done_value);
 
-  // CloseRing; idempotent. Entries already taken still run.
+  // CloseRing (or the Session's close_ring); idempotent. Entries already taken still run.
   absl::Status Close();
 
   uint64_t ring_id() const { return ring_id_; }
@@ -73,6 +79,7 @@ class SubmissionRing {
  private:
   SubmissionRing() = default;
   Client* client_ = nullptr;
+  Session* session_ = nullptr;  // set: opened on this Session
   char* base_ = nullptr;
   uint64_t ring_id_ = 0;
   uint32_t entries_ = 0;

@@ -7,6 +7,7 @@
 
 #include "client/client.h"
 #include "client/host_region.h"
+#include "client/session.h"
 #include "client/stream_ordered.h"
 #include "client/submission_ring.h"
 #include "tests/server/daemon_fixture.h"
@@ -148,6 +149,42 @@ TEST_F(SubmissionRingClientTest, FullRingAndUnknownCall) {
   // Misplaced rings are refused by the client or the daemon.
   EXPECT_FALSE(client::SubmissionRing::Open(client_.get(), *ring_region_, 32, 4).ok());
   EXPECT_FALSE(client::SubmissionRing::Open(client_.get(), *ring_region_, 0, 4096).ok());
+}
+
+TEST_F(SubmissionRingClientTest, RingOnASessionEndsWithIt) {
+  absl::StatusOr<std::unique_ptr<client::Session>> session =
+      client::Session::Open(client_.get(), {});
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> ring =
+      client::SubmissionRing::Open(session->get(), *ring_region_, 0, 16, region_.get());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  for (uint64_t run = 1; run <= 3; ++run) {
+    Poison();
+    ASSERT_EQ((*ring)->Submit(call_, Offset(0), run, Offset(1), run), absl::StatusCode::kOk);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_TRUE(Poisoned());
+    client::StoreSignal(words_, run);
+    ASSERT_TRUE(client::WaitSignal(words_ + 1, run, absl::Seconds(10)).ok());
+    EXPECT_TRUE(Matches()) << run;
+  }
+  // A second ring on the Session, closed by message; unknown ids are NOT_FOUND.
+  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> second =
+      client::SubmissionRing::Open(session->get(), *ring_region_, 4096, 4, region_.get());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE((*second)->Close().ok());
+  v1::SessionRequest close;
+  close.mutable_close_ring()->set_ring_id((*second)->ring_id());
+  EXPECT_EQ((*session)->Exchange(close, absl::Seconds(10)).status().code(),
+            absl::StatusCode::kNotFound);
+  // The Session ends: its lease takes the first ring with it.
+  EXPECT_TRUE((*session)->Close().ok());
+  for (int i = 0; i < 5000 && (*ring)->state() != 1; ++i) {     // the daemon ends the lease after
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the stream's status
+  }
+  EXPECT_EQ((*ring)->state(), 1u);
+  EXPECT_EQ((*ring)->Submit(call_, client::SubmissionRing::kNoReady, 0, Offset(1), 9),
+            absl::StatusCode::kFailedPrecondition);
+  ring->reset();  // its CloseRing on the ended Session fails quietly
 }
 
 }  // namespace
