@@ -3,6 +3,10 @@
 // ring, a head overrun errors the ring, slots rewritten while the poller reads never crash it or
 // run anything but a validated copy, and a ring closes with CloseRing (entries taken still run),
 // its region's unregistration and its lease; another owner gets NOT_FOUND.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -524,6 +528,33 @@ TEST_F(SubmissionRingTest, UnregisteringItsRegionClosesTheRing) {
   un.set_name("");
   ASSERT_TRUE(stub_->UnregisterRegion(&ctx2, un, &ur).ok());
   EXPECT_EQ(Word(other, L::kState).load(), L::kClosed);
+}
+
+TEST_F(SubmissionRingTest, TruncatedRingRegionErrorsTheRingNotTheDaemon) {
+  ScopedShm other(1 << 20);
+  ASSERT_TRUE(other.ok());
+  Register(stub_.get(), "o", other);
+  uint64_t ring = 0;
+  ASSERT_TRUE(OpenRing(stub_.get(), "o", 0, 8, &ring, "r").ok());
+  Put(other, 0, 8, Entry(0, 2, false));
+  EXPECT_EQ(AwaitWord(DoneAt(0), 5000), 2u);
+  // The owner shrinks the object under the ring (this process no longer touches `other`).
+  const int fd = shm_open(other.key().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  close(fd);
+  bool closed = false;
+  for (int i = 0; i < 5000 && !closed; ++i) {
+    closed = CloseRing(stub_.get(), ring).error_code() == grpc::StatusCode::NOT_FOUND;
+    if (!closed) std::this_thread::sleep_for(milliseconds(1));
+  }
+  EXPECT_TRUE(closed) << "the ring over the truncated object was not errored";
+  // Everything else goes on.
+  uint64_t good = 0;
+  ASSERT_TRUE(OpenRing(stub_.get(), "r", kRing, 8, &good).ok());
+  Put(8, Entry(1, 3, false));
+  EXPECT_EQ(AwaitWord(DoneAt(1), 5000), 3u);
+  EXPECT_TRUE(OutputsMatch());
 }
 
 TEST_F(SubmissionRingTest, SessionRingRunsOnTheSessionAndEndsWithItsLease) {
