@@ -46,8 +46,10 @@ FuzzEnv::FuzzEnv() {
     shm_[i] = std::make_unique<testing::ScopedShm>(sizes[i]);
     if (!shm_[i]->ok()) MustOk(absl::InternalError("cannot create a shm object"), "setup");
     // Non-zero, so that an op reading a region sees data.
-    for (int64_t b = 0; b < sizes[i]; ++b) shm_[i]->data()[b] = static_cast<char>(b * 37 + 11);
+    pristine_[i].resize(sizes[i]);
+    for (int64_t b = 0; b < sizes[i]; ++b) pristine_[i][b] = static_cast<char>(b * 37 + 11);
   }
+  ResetShm();
   std::atexit(UnlinkShmObjects);
   opener_ = std::make_shared<server::testing::FakeDeviceOpener>(kDeviceBytes);
   op_registry_ = NewRegistry();
@@ -73,6 +75,27 @@ std::unique_ptr<server::regions::RegionRegistry> FuzzEnv::NewRegistry() const {
   o.device_opener = opener_;
   o.max_regions = 16;
   return std::make_unique<server::regions::RegionRegistry>(std::move(o));
+}
+
+int FuzzEnv::ShmIndex(const std::string& key) const {
+  for (int i = 0; i < kShmObjects; ++i) {
+    if (key == shm_key(i)) return i;
+  }
+  return -1;
+}
+
+void FuzzEnv::ResetShm() {
+  for (int i = 0; i < kShmObjects; ++i) {
+    std::memcpy(shm_[i]->data(), pristine_[i].data(), pristine_[i].size());
+  }
+}
+
+uint64_t FuzzEnv::PristineWord(int i, uint64_t offset) const {
+  uint64_t w = 0;
+  if (offset <= pristine_[i].size() && pristine_[i].size() - offset >= sizeof(w)) {
+    std::memcpy(&w, pristine_[i].data() + offset, sizeof(w));
+  }
+  return w;
 }
 
 std::string FuzzEnv::MapKey(const std::string& key) const {

@@ -44,6 +44,16 @@ class FuzzEnv {
   // shm objects the inputs may name as "@0", "@1", "@2" (256 KiB, 4096 and 5000 bytes).
   static constexpr int kShmObjects = 3;
   const std::string& shm_key(int i) const { return shm_[i]->key(); }
+  // The object's bytes in this process's own mapping of it (what the daemon's mappings write shows
+  // here), and its size.
+  char* shm_data(int i) const { return shm_[i]->data(); }
+  int64_t shm_size(int i) const { return shm_[i]->size(); }
+  // The object whose real key is `key`, or -1.
+  int ShmIndex(const std::string& key) const;
+  // Every object's first contents again (a fixed non-zero pattern), and the 8 bytes of object i at
+  // byte `offset` as they are then.
+  void ResetShm();
+  uint64_t PristineWord(int i, uint64_t offset) const;
 
   // The registry of the ops target: host regions "h" (all of @0) and "g" (1000 bytes of @0 at
   // byte 4099, so misaligned), device region "d" (kDeviceBytes).
@@ -58,6 +68,7 @@ class FuzzEnv {
  private:
   FuzzEnv();
   std::unique_ptr<testing::ScopedShm> shm_[kShmObjects];
+  std::string pristine_[kShmObjects];
   std::shared_ptr<server::testing::FakeDeviceOpener> opener_;
   std::unique_ptr<server::regions::RegionRegistry> op_registry_;
   server::ops::OpTable ops_;

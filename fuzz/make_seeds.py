@@ -6,7 +6,9 @@
 ops: one Session message per op call: the case inline, and its tensors placed in the fuzz
 targets' regions ("h" host, "d" device, "g" misaligned host). regions and session: runs of
 length-prefixed Session messages (fuzz/env.h ReadRequests) that open a lease, register host and
-device regions, call an op on them, cancel and unregister. Deterministic: the same files each run.
+device regions, call an op on them, cancel and unregister; session also opens submission rings and
+writes their words (the ring-write fields of fuzz/session_fuzz.cc, appended to a message's bytes).
+Deterministic: the same files each run.
 """
 
 import hashlib
@@ -73,10 +75,36 @@ def session_message(spec: ops.OpSpec, request: Message, request_id: int = 0) -> 
     return m
 
 
-def stream(messages: list[Message]) -> bytes:
+def varint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+# The ring writes of fuzz/session_fuzz.cc (kRing*): fields SessionRequest does not define.
+RING_AT, RING_WORD, RING_SLOT, RING_HEAD, RING_SUBMIT, RING_WAIT = range(1000, 1006)
+
+
+def ring_write(field: int, *values: int) -> bytes:
+    """One ring write: a varint field for one value, else packed varints."""
+    if field in (RING_SLOT, RING_SUBMIT):
+        payload = b"".join(varint(v) for v in values)
+        return varint(field << 3 | 2) + varint(len(payload)) + payload
+    return varint(field << 3) + varint(values[0])
+
+
+def with_writes(m: Message, *writes: bytes) -> bytes:
+    """The message's bytes followed by ring writes (parsed as unknown fields)."""
+    return m.SerializeToString() + b"".join(writes)
+
+
+def stream(messages: list[Message | bytes]) -> bytes:
     data = b""
     for m in messages:
-        raw = m.SerializeToString()
+        raw = m if isinstance(m, bytes) else m.SerializeToString()
         n = len(raw)
         while True:  # varint length
             byte, n = n & 0x7F, n >> 7
@@ -147,7 +175,11 @@ def main() -> None:
                 [opened, host, ordered, waiting, prepare, run, run_ordered, release, unregister]
             ),
         )
+        if op in ("sparse_mla", "topk"):
+            write("session", ring_stream(opened, host, prepare, release))
         if op == "sparse_mla":
+            for data in ring_edge_streams(opened, host, prepare):
+                write("session", data)
             leased = pb.SessionRequest()
             leased.CopyFrom(host)
             leased.register_host_region.lease_id = "L0"
@@ -162,6 +194,132 @@ def main() -> None:
                 stream([opened, leased, device, small, call, unregister, release, unleased]),
             )
             write("regions", stream([host, device, call, cancel, unregister]))
+
+
+# Submission rings in the session target: the ring and its signal words in "s" (all of @1, 4096
+# bytes, which no tensor names, so that the target checks every done word), the prepared call's
+# tensors in "h"; call_id 1 is the call `prepare` makes.
+RING_SIGNALS = 1024  # signal words in "s": ready at +0, done words from +8
+
+
+def register_signals(request_id: int = 20) -> Message:
+    m = pb.SessionRequest(request_id=request_id)
+    m.register_host_region.name, m.register_host_region.key = "s", "@1"
+    m.register_host_region.byte_size = 4096
+    return m
+
+
+def open_ring(entries: int, offset: int = 0, request_id: int = 21) -> Message:
+    return pb.SessionRequest(
+        request_id=request_id,
+        open_ring=pb.OpenRingRequest(region="s", offset=offset, entries=entries),
+    )
+
+
+def entry(
+    call_id: int, done: int, value: int, ready: int | None = None, flags: int = 0
+) -> tuple[int, ...]:
+    """A slot's fields: the ready word at RING_SIGNALS (value `ready`), done at RING_SIGNALS + done."""
+    if ready is not None:
+        flags |= 1
+    return (call_id, RING_SIGNALS, ready or 0, RING_SIGNALS + done, value, flags)
+
+
+def ring_stream(opened: Message, host: Message, prepare: Message, release: Message) -> bytes:
+    """Entries run in order: two good ones (with and without a ready word), then one with an
+    unknown flag and one naming no prepared call (both refused: failure bit), then CloseRing."""
+    ring = with_writes(
+        open_ring(4),
+        ring_write(RING_SUBMIT, *entry(1, 8, 7, ready=0)),
+        ring_write(RING_SUBMIT, *entry(1, 16, 8)),
+        ring_write(RING_WAIT, 2000),
+    )
+    bad = with_writes(
+        pb.SessionRequest(request_id=22),
+        ring_write(RING_SUBMIT, *entry(1, 24, 9, flags=2)),
+        ring_write(RING_SUBMIT, *entry(99, 32, 10)),
+        ring_write(RING_SUBMIT, *entry(1, 40, 11, ready=0)),
+        ring_write(RING_WAIT, 2000),
+    )
+    close = pb.SessionRequest(request_id=23, close_ring=pb.CloseRingRequest(ring_id=1))
+    return stream([opened, host, register_signals(), prepare, ring, bad, close, release])
+
+
+def ring_edge_streams(opened: Message, host: Message, prepare: Message) -> list[bytes]:
+    never = (1 << 64) - 1  # a ready value no word of @1 reaches
+    # Head overrun: head 5 on a ring of 2 errors it; a second ring opens on the same bytes.
+    overrun = stream(
+        [
+            opened,
+            host,
+            register_signals(),
+            prepare,
+            with_writes(
+                open_ring(2),
+                ring_write(RING_SLOT, 0, *entry(1, 8, 1)),
+                ring_write(RING_HEAD, 5),
+                ring_write(RING_WAIT, 500),
+            ),
+            with_writes(
+                open_ring(2, request_id=22),
+                ring_write(RING_SUBMIT, *entry(1, 16, 2)),
+                ring_write(RING_WAIT, 2000),
+            ),
+        ]
+    )
+    # Slots rewritten while the poller reads them: entry 0 written, published, rewritten at once;
+    # a slot with a stale seq; raw words over the header and a slot (the cursor moves on).
+    rewrite = stream(
+        [
+            opened,
+            host,
+            register_signals(),
+            prepare,
+            with_writes(
+                open_ring(8),
+                ring_write(RING_SLOT, 0, *entry(1, 8, 1)),
+                ring_write(RING_HEAD, 1),
+                ring_write(RING_SLOT, 0, *entry(1, 16, 2, ready=0)),
+                ring_write(RING_SLOT, 1, *entry(1, 24, 3), 7),
+                ring_write(RING_HEAD, 2),
+                ring_write(RING_AT, 192 + 2 * 64),
+                ring_write(RING_WORD, 3),
+                ring_write(RING_WORD, 1),
+                ring_write(RING_WORD, RING_SIGNALS),
+                ring_write(RING_WORD, 0),
+                ring_write(RING_WORD, RING_SIGNALS + 32),
+                ring_write(RING_WORD, 4),
+                ring_write(RING_WORD, 1),
+                ring_write(RING_HEAD, 3),
+                ring_write(RING_WAIT, 2000),
+            ),
+        ]
+    )
+    # Entries pending when their region goes: ready words never reached, then "s" unregistered
+    # (the ring closes first; the calls fail at the signal timeout), and a ring left open at the end.
+    unregister = pb.SessionRequest(request_id=23)
+    unregister.unregister_region.name = "s"
+    pending = stream(
+        [
+            opened,
+            host,
+            register_signals(),
+            prepare,
+            with_writes(
+                open_ring(4),
+                ring_write(RING_SUBMIT, *entry(1, 8, 1, ready=never)),
+                ring_write(RING_SUBMIT, *entry(1, 16, 2)),
+            ),
+            unregister,
+            register_signals(24),
+            with_writes(
+                open_ring(16, offset=2048, request_id=25),
+                ring_write(RING_SUBMIT, *entry(1, 48, 5, ready=never)),
+                ring_write(RING_SUBMIT, *entry(1, 56, 6)),
+            ),
+        ]
+    )
+    return [overrun, rewrite, pending]
 
 
 if __name__ == "__main__":
