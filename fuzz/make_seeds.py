@@ -178,7 +178,17 @@ def main() -> None:
         if op in ("sparse_mla", "topk"):
             write("session", ring_stream(opened, host, prepare, release))
         if op == "sparse_mla":
-            for data in ring_edge_streams(opened, host, prepare):
+            # A stream-ordered call that pins "s" until its ready word times out.
+            pinning = session_message(spec, tensors, 30)
+            getattr(pinning, spec.session_field).ready.CopyFrom(
+                pb.Signal(
+                    slice=pb.RegionSlice(region="s", offset=RING_SIGNALS), value=(1 << 64) - 1
+                )
+            )
+            getattr(pinning, spec.session_field).done.CopyFrom(
+                pb.Signal(slice=pb.RegionSlice(region="s", offset=RING_SIGNALS + 8), value=1)
+            )
+            for data in ring_edge_streams(opened, host, prepare, pinning):
                 write("session", data)
             leased = pb.SessionRequest()
             leased.CopyFrom(host)
@@ -245,7 +255,9 @@ def ring_stream(opened: Message, host: Message, prepare: Message, release: Messa
     return stream([opened, host, register_signals(), prepare, ring, bad, close, release])
 
 
-def ring_edge_streams(opened: Message, host: Message, prepare: Message) -> list[bytes]:
+def ring_edge_streams(
+    opened: Message, host: Message, prepare: Message, pinning: Message
+) -> list[bytes]:
     never = (1 << 64) - 1  # a ready value no word of @1 reaches
     # Head overrun: head 5 on a ring of 2 errors it; a second ring opens on the same bytes.
     overrun = stream(
@@ -319,7 +331,25 @@ def ring_edge_streams(opened: Message, host: Message, prepare: Message) -> list[
             ),
         ]
     )
-    return [overrun, rewrite, pending]
+    # "s" unregistered while a call pins it, registered again, a ring opened on the new "s": the
+    # old region's unregistration completes (the call times out) while the ring is open.
+    late = stream(
+        [
+            opened,
+            host,
+            register_signals(),
+            prepare,
+            pinning,
+            unregister,
+            register_signals(24),
+            with_writes(
+                open_ring(4, offset=2048, request_id=25),
+                ring_write(RING_SUBMIT, *entry(1, 16, 2)),
+                ring_write(RING_WAIT, 2000),
+            ),
+        ]
+    )
+    return [overrun, rewrite, pending, late]
 
 
 if __name__ == "__main__":
