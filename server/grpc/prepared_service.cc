@@ -2,8 +2,11 @@
 // the bodies the unary RPCs and the Session stream share, and the unary PrepareCall, RunPrepared
 // and ReleaseCall. A unary stream-ordered call is ordered behind the earlier stream-ordered calls
 // of the same caller on the same connection; a Session's, behind those of its Session.
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/log.h"
@@ -110,6 +113,18 @@ void AttentionService::RegionsRemoved(const std::string& owner,
                                       const std::vector<std::string>& names) {
   prepared_->DropRegions(owner, names);
   rings_->DropRegions(owner, names);
+}
+
+void AttentionService::RegionsReleased(const std::string& owner,
+                                       const std::vector<std::string>& removed) {
+  if (removed.empty()) return;
+  std::vector<std::string> live;
+  for (const regions::RegionDescription& d : deps_.registry->List(owner)) live.push_back(d.name);
+  std::vector<std::string> gone;
+  for (const std::string& name : removed) {
+    if (std::find(live.begin(), live.end(), name) == live.end()) gone.push_back(name);
+  }
+  RegionsRemoved(owner, gone);
 }
 
 std::vector<std::string> AttentionService::RegionsNamed(const std::string& owner,

@@ -120,7 +120,7 @@ grpc::ServerUnaryReactor* AttentionService::UnregisterRegion(grpc::CallbackServe
   absl::Status s = deps_.registry->UnregisterAsync(
       owner, request->name(), request->lease_id(),
       [this, call, owner](std::vector<std::string> removed) {
-        RegionsRemoved(owner, removed);  // prepared calls naming them go
+        RegionsReleased(owner, removed);  // not a name registered again meanwhile
         for (std::string& name : removed) call->response()->add_removed(std::move(name));
         call->Reply(absl::OkStatus());
       });

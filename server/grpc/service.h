@@ -176,6 +176,10 @@ class AttentionService final : public RawUnaryAttentionService {
   // The regions of `owner`'s that went (unregistered, or their lease ended): prepared calls
   // naming them are released and the submission rings using them closed.
   void RegionsRemoved(const std::string& owner, const std::vector<std::string>& names);
+  // An unregistration's completion (its regions released, possibly long after the names were
+  // freed): RegionsRemoved for those of `removed` that `owner` has not registered again since.
+  // A name registered anew names a different region, whose prepared calls and rings stay.
+  void RegionsReleased(const std::string& owner, const std::vector<std::string>& removed);
   // The names an UnregisterRegion{name, lease} of `owner`'s removes at once: `name`, or (empty)
   // the regions of `lease` (empty: those under no lease). Call before unregistering.
   std::vector<std::string> RegionsNamed(const std::string& owner, const std::string& name,

@@ -273,7 +273,7 @@ class SessionReactor final : public SessionReactorBase {
     absl::Status s =
         deps_.registry->UnregisterAsync(caller_.owner, request->unregister_region().name(), lease,
                                         [this, response](std::vector<std::string> removed) {
-                                          service_->RegionsRemoved(caller_.owner, removed);
+                                          service_->RegionsReleased(caller_.owner, removed);
                                           auto* out = response->mutable_unregister_region();
                                           for (std::string& name : removed)
                                             out->add_removed(std::move(name));

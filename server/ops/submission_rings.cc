@@ -226,15 +226,23 @@ void SubmissionRingTable::CloseMatching(const std::function<bool(const Ring&)>& 
 
 void SubmissionRingTable::Shutdown(const std::vector<std::shared_ptr<Ring>>& rings) {
   if (rings.empty()) return;
-  absl::MutexLock sweep(&sweep_mu_);
-  for (const std::shared_ptr<Ring>& r : rings) {
-    if (r->shut) continue;
-    StoreRelease(r->base + L::kState, r->error.empty() ? L::kClosed : L::kErrored);
-    r->shut = true;
-    r->base = nullptr;
-    r->ring_pin = regions::RegionPin();
-    r->signal_pin = regions::RegionPin();
+  // Dropping a region's last pin may complete an unregistration on this thread, and its callback
+  // may close rings (and so come back here): the pins are released after sweep_mu_.
+  std::vector<regions::RegionPin> released;
+  {
+    absl::MutexLock sweep(&sweep_mu_);
+    for (const std::shared_ptr<Ring>& r : rings) {
+      if (r->shut) continue;
+      StoreRelease(r->base + L::kState, r->error.empty() ? L::kClosed : L::kErrored);
+      r->shut = true;
+      r->base = nullptr;
+      released.push_back(std::move(r->ring_pin));
+      released.push_back(std::move(r->signal_pin));
+      r->ring_pin = regions::RegionPin();
+      r->signal_pin = regions::RegionPin();
+    }
   }
+  released.clear();
 }
 
 void SubmissionRingTable::ReportLocked() {

@@ -449,3 +449,46 @@ def test_ring_runs_prepared_calls_in_order(client, rng, api):
         with pytest.raises(AttndError) as e:
             owner.close_ring(ring.ring_id)
         assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_late_unregistration_spares_a_region_registered_again(client, rng):
+    """Unregistering a region frees its name at once but completes only when the calls pinning
+    it end (here: a pending stream-ordered call whose signal words lie in it). A ring and a
+    prepared call set up meanwhile on a *new* region of the same name are not the old region's:
+    the old unregistration's completion must leave them alone (before the fix it closed and
+    released them by name)."""
+    name = "late-unregister"
+    first = make_case("sparse_mla", rng)
+    data = client.create_host_region("late-unregister-data", region_bytes(first) + 4096)
+    old = client.create_host_region(name, 4096)
+    try:
+        args, outs, _ = stage(data, first)
+        ready, done = SignalWord(old), SignalWord(old)
+        client.enqueue("sparse_mla", ready=ready.signal(1), done=done.signal(1), timeout=60, **args)
+        pending = client.submit_unregister(name)
+        time.sleep(0.2)
+        assert not pending.done(), "the unregistration waits for the pending call's signals"
+
+        second = make_case("sparse_mla", rng)
+        new = client.create_host_region(name, region_bytes(second) + 4096)
+        slots = client.create_host_region("late-unregister-ring", 1 << 16)
+        args2, outs2, _ = stage(new, second)
+        call_id = client.prepare_call("sparse_mla", **args2)
+        ring = client.open_ring(slots, offset=64, entries=4, signals=new)
+
+        ready.set(1)  # the old call runs; its pins go and the old unregistration completes
+        assert done.wait(1, timeout=20) == 1
+        first.check(outs)
+        assert list(pending.result(timeout=20).removed) == [name]
+        time.sleep(0.1)
+        assert ring.state == 0, "the ring on the new region was closed"
+        ran = SignalWord(new)
+        assert ring.submit(call_id, None, 0, ran.offset, 3)
+        assert ran.wait(3, timeout=20) == 3
+        second.check(outs2)
+        stage(new, second, {k: v for k, v in args2.items() if hasattr(v, "shape")})
+        client.run_prepared(call_id)  # blocking: the prepared call is still there
+        second.check(outs2)
+        ring.close()
+    finally:
+        old.close(unregister=False)
