@@ -176,7 +176,7 @@ class Session {
         Started();
         const absl::Status s = registry_->UnregisterAsync(m.unregister_region().name(), lease_,
                                                           [this](std::vector<std::string> removed) {
-                                                            RegionsRemoved(removed);
+                                                            RegionsReleased(removed);
                                                             Done();
                                                           });
         CheckRequestStatus(s, "unregister");
@@ -368,6 +368,17 @@ class Session {
   void RegionsRemoved(const std::vector<std::string>& names) {
     prepared_.DropRegions("", names);
     rings_.DropRegions("", names);
+  }
+  // The unregistration completed: as the service does, only names not registered again since.
+  void RegionsReleased(const std::vector<std::string>& removed) {
+    std::vector<std::string> gone;
+    const std::vector<server::regions::RegionDescription> live = registry_->List();
+    for (const std::string& name : removed) {
+      if (std::none_of(live.begin(), live.end(),
+                       [&](const server::regions::RegionDescription& d) { return d.name == name; }))
+        gone.push_back(name);
+    }
+    RegionsRemoved(gone);
   }
 
   // Where byte `offset` of host region `name` is in the environment's shm objects (*object -1
