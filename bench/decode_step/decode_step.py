@@ -1,0 +1,766 @@
+#!/usr/bin/env python3
+"""The decode-step benchmark (docs/BENCHMARKS.md "Decode step"): a PyTorch frontend runs a decode
+step of `--layers` layers (61, DeepSeek-V3.2), each layer a torch op producing the attention
+query and the indexer query from the previous layer's output (a stand-in for the projections),
+the paged DsaAttention through attnd, and a torch op consuming its out; the same chain with the
+same kernels launched in this process (libattnd_inproc.so, bench/decode_step/inproc.cc) is the
+baseline. One JSON line per configuration goes to --out.
+
+Paths:
+  stream_ordered  each layer is a prepared call (PrepareCall once, every tensor in a region
+                  registered once), run per step through a submission ring (--submit ring) or
+                  RunPrepared with signals (--submit rpc); the layer's ready word is written and
+                  its done word waited on by torch's current stream (cuStreamWriteValue64 /
+                  cuStreamWaitValue64), value = the step number; nothing synchronises in the loop.
+  blocking        the blocking DsaAttention call per layer as a client makes it today (the
+                  client synchronises the device, the daemon answers when the op is over).
+Signal words (--signals): "host" (a host region, also mapped into this process's CUDA context)
+or "device" (a CUDA buffer registered as a device region; a daemon without the device-side wait
+path refuses it: the line then records the refusal).
+
+    PYTHONPATH=bundle/python python3 bench/decode_step/decode_step.py --target unix:/tmp/a.sock \\
+        --batch 64 128 --paths stream_ordered blocking --inproc bundle/lib/libattnd_inproc.so \\
+        --out devtmp/decode_step.jsonl
+    # CPU smoke test (a CPU daemon, torch without CUDA, tiny shapes, no baseline):
+    python3 decode_step.py --target unix:/tmp/a.sock --device cpu --tiny --out /tmp/d.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import itertools
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+import urllib.request
+
+import torch
+
+import attnd_client as ac
+from attnd_client.rings import ring_bytes
+from attnd_client.stream_ordered import FAILURE_BIT, Signal, SignalWord
+
+WORD_SPACING = 64  # one signal word per cache line
+_names = itertools.count()  # region names of this process
+
+
+# ---- the in-process baseline (libattnd_inproc.so) ----
+
+
+class InprocShape(ctypes.Structure):
+    _fields_ = [
+        (n, ctypes.c_int64)
+        for n in (
+            "batch",
+            "next_n",
+            "heads",
+            "d_qk",
+            "index_heads",
+            "index_dim",
+            "topk",
+            "num_index_blocks",
+            "index_block_size",
+            "max_blocks",
+            "kv_rows",
+            "kv_row_bytes",
+        )
+    ] + [("sm_scale", ctypes.c_float)]
+
+
+class InprocPointers(ctypes.Structure):
+    _fields_ = [
+        (n, ctypes.c_void_p)
+        for n in (
+            "index_q",
+            "index_weights",
+            "index_cache",
+            "block_table",
+            "context_lens",
+            "q",
+            "kv",
+            "out",
+            "lse",
+        )
+    ]
+
+
+class Inproc:
+    """attnd_inproc_dsa_paged through ctypes: the same operator entry the daemon runs."""
+
+    def __init__(self, path: str) -> None:
+        self.lib = ctypes.CDLL(path)
+        f = self.lib.attnd_inproc_dsa_paged
+        f.restype = ctypes.c_int64
+        f.argtypes = [
+            ctypes.POINTER(InprocShape),
+            ctypes.POINTER(InprocPointers),
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_char_p,
+            ctypes.c_int64,
+        ]
+        self.fn = f
+        self.err = ctypes.create_string_buffer(1024)
+
+    def call(self, shape, ptrs, stream: int, workspace: int | None, nbytes: int) -> int:
+        r = self.fn(
+            ctypes.byref(shape), ctypes.byref(ptrs), stream, workspace, nbytes, self.err, 1024
+        )
+        if r < 0:
+            raise RuntimeError(f"attnd_inproc_dsa_paged: {self.err.value.decode()}")
+        return r
+
+
+# ---- plumbing ----
+
+
+def scrape(url: str | None) -> dict[str, float]:
+    """{name{labels}: value} of a Prometheus page (empty without a URL or on failure)."""
+    if not url:
+        return {}
+    try:
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?)\s+(\S+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def metric_sum(samples: dict[str, float], family: str, needle: str = "dsa_attention") -> float:
+    return sum(v for k, v in samples.items() if k.startswith(family) and needle in k)
+
+
+def daemon_times(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per call over the window: the daemon's request time minus its compute time, and both."""
+    d = {
+        f: metric_sum(after, f) - metric_sum(before, f)
+        for f in (
+            "attnd_request_duration_seconds_sum",
+            "attnd_request_duration_seconds_count",
+            "attnd_compute_duration_seconds_sum",
+        )
+    }
+    n = d["attnd_request_duration_seconds_count"]
+    if n <= 0:
+        return {}
+    total = d["attnd_request_duration_seconds_sum"] / n * 1e6
+    compute = d["attnd_compute_duration_seconds_sum"] / n * 1e6
+    return {
+        "daemon_calls": n,
+        "daemon_total_us_per_call": total,
+        "daemon_compute_us_per_call": compute,
+        "daemon_added_us_per_call": total - compute,
+    }
+
+
+def commit_of(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        return subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+class DeviceWords:
+    """Signal words in a CUDA buffer registered as a device region: the stream memory operations
+    address the buffer directly."""
+
+    def __init__(self, client: ac.Client, count: int) -> None:
+        from attnd_client.cuda_signals import _Driver, _load_driver
+
+        self.driver = _Driver(_load_driver())
+        self.buf = torch.zeros(count * WORD_SPACING // 8, dtype=torch.int64, device="cuda")
+        ref = client.device_regions(keep_alive=True).ref(self.buf)
+        self.region, self.base = ref.region, ref.offset
+
+    def offset(self, i: int) -> int:
+        return self.base + i * WORD_SPACING
+
+    def close(self) -> None:
+        pass  # the buffer's region stays with the client's device region cache
+
+    def value(self, i: int) -> int:
+        return int(self.buf[i * WORD_SPACING // 8].item()) & ((1 << 64) - 1)
+
+    def write(self, i: int, value: int, stream: int) -> None:
+        r = self.driver.write(
+            ctypes.c_void_p(stream), self.buf.data_ptr() + i * WORD_SPACING, value, 0
+        )
+        if r:
+            raise RuntimeError(f"cuStreamWriteValue64: CUresult {r}")
+
+    def wait(self, i: int, value: int, stream: int) -> None:
+        r = self.driver.wait(
+            ctypes.c_void_p(stream), self.buf.data_ptr() + i * WORD_SPACING, value, 0
+        )
+        if r:
+            raise RuntimeError(f"cuStreamWaitValue64: CUresult {r}")
+
+
+class HostWords:
+    """Signal words in a host region; on CUDA the stream writes and waits them (StreamSignals),
+    on the CPU the thread does."""
+
+    def __init__(self, client: ac.Client, count: int, cuda: bool) -> None:
+        self.host = client.create_host_region(
+            f"ds-signals-{os.getpid()}-{next(_names)}", count * WORD_SPACING
+        )
+        self.region = self.host.name
+        self.words = [SignalWord(self.host, i * WORD_SPACING) for i in range(count)]
+        self.cuda = None
+        if cuda:
+            from attnd_client.cuda_signals import StreamSignals
+
+            self.cuda = StreamSignals(self.host)
+
+    def offset(self, i: int) -> int:
+        return self.words[i].offset
+
+    def close(self) -> None:
+        if self.cuda is not None:
+            self.cuda.close()
+        self.host.close()
+
+    def value(self, i: int) -> int:
+        return self.words[i].get()
+
+    def write(self, i: int, value: int, stream: int) -> None:
+        if self.cuda is not None:
+            self.cuda.write(self.words[i], value, stream)
+        else:
+            self.words[i].set(value)
+
+    def wait(self, i: int, value: int, stream: int) -> None:
+        if self.cuda is not None:
+            self.cuda.wait(self.words[i], value, stream)
+        else:
+            self.words[i].wait(value, timeout=600)
+
+
+# ---- the model's tensors ----
+
+
+class Model:
+    """Shared caches (one MLA pool and one indexer cache, read by every layer: 61 layers' own
+    caches would not fit) and per-layer queries, weights and outputs, each kind in one storage
+    (one region), the layers' views of it."""
+
+    def __init__(self, a, batch: int, client: ac.Client) -> None:
+        cuda = a.device == "cuda"
+        self.cuda = cuda
+        self.dev = torch.device(a.device)
+        self.batch, self.layers = batch, a.layers
+        self.heads, self.d_qk, self.topk = a.heads, a.d_qk, a.topk
+        self.hi, self.di, self.bs = a.index_heads, a.index_dim, a.block_size
+        self.max_blocks = -(-a.ctx // a.block_size)
+        self.num_blocks = batch * self.max_blocks + 1
+        self.kv_rows = self.num_blocks * self.bs
+        self.t = batch  # next_n 1
+        self.sm_scale = 1.0 / math.sqrt(a.d_qk)
+        self._host = None
+        if not cuda:  # every tensor in one host region: torch views of it, zero-copy calls
+            self._host = client.create_host_region(
+                f"ds-model-{os.getpid()}-{next(_names)}", self._bytes_needed()
+            )
+        L, T, H, B = self.layers, self.t, self.heads, batch
+        g = torch.Generator(device=self.dev).manual_seed(a.seed)
+        on = dict(generator=g, device=self.dev)  # generated where they live: quick on a GPU
+        u8, i32 = torch.uint8, torch.int32
+        # The indexer cache: per block, bs fp8 keys of di, then bs f32 scales.
+        self.index_cache = self.empty((self.num_blocks, self.bs * (self.di + 4)), u8)
+        self.kv = self.empty((self.kv_rows, 656), u8)
+        chunk = max(1, (1 << 26) // (self.bs * self.di))
+        for b0 in range(0, self.num_blocks, chunk):
+            n = min(chunk, self.num_blocks - b0)
+            keys = torch.randn(n, self.bs * self.di, **on).to(torch.float8_e4m3fn)
+            scales = torch.empty(n, self.bs, device=self.dev).uniform_(0.5, 2.0, generator=g)
+            self.index_cache[b0 : b0 + n, : self.bs * self.di] = keys.view(u8)
+            self.index_cache[b0 : b0 + n, self.bs * self.di :] = scales.view(u8).reshape(n, -1)
+        rows = 1 << 17
+        for r0 in range(0, self.kv_rows, rows):
+            n = min(rows, self.kv_rows - r0)
+            codes = (torch.randn(n, 512, **on) * 64).to(torch.float8_e4m3fn).view(u8)
+            scales = torch.exp2(torch.randint(-9, -4, (n, 4), **on).float())
+            rope = torch.randn(n, 64, **on).to(torch.bfloat16).view(u8)
+            block = torch.cat([codes, scales.view(u8).reshape(n, 16), rope.reshape(n, 128)], 1)
+            self.kv[r0 : r0 + n] = block
+        self.block_table = self.empty((B, self.max_blocks), i32)
+        perm = torch.randperm(self.num_blocks, **on)[: B * self.max_blocks]
+        self.block_table.copy_(perm.reshape(B, -1).to(i32))
+        self.context_lens = self.empty((B,), i32)
+        self.context_lens.fill_(a.ctx)
+        # Per layer (views of one storage per kind).
+        self.q_base = (torch.randn(T, H, self.d_qk, **on) * 0.5).to(torch.bfloat16)
+        self.iq_base = torch.randn(B, 1, self.hi, self.di, **on).to(torch.float8_e4m3fn)
+        self.iq_base = self.iq_base.view(u8)
+        self.q = self.empty((L, T, H, self.d_qk), torch.bfloat16)
+        self.q.copy_(self.q_base.expand(L, T, H, self.d_qk))
+        self.index_q = self.empty((L, B, 1, self.hi, self.di), torch.float8_e4m3fn)
+        self.index_q.view(u8).copy_(self.iq_base.expand(L, B, 1, self.hi, self.di))
+        self.index_weights = self.empty((L, T, self.hi), torch.float32)
+        self.index_weights.copy_(torch.randn(L, T, self.hi, **on))
+        self.out = self.empty((L, T, H, 512), torch.bfloat16)
+        self.out.fill_(float("nan"))
+        self.lse = self.empty((L, T, H), torch.float32)
+        self.check_lse = self.empty((T, H), torch.float32)
+        self.check_out = self.empty((T, H, 512), torch.bfloat16)
+        self.acc = torch.zeros(T, H, 512, dtype=torch.bfloat16, device=self.dev)
+
+    def _bytes_needed(self) -> int:
+        L, T, H, B = self.layers, self.t, self.heads, self.batch
+        parts = [
+            self.num_blocks * self.bs * (self.di + 4),
+            self.kv_rows * 656,
+            B * self.max_blocks * 4,
+            B * 4,
+            L * T * H * self.d_qk * 2,
+            L * B * self.hi * self.di,
+            L * T * self.hi * 4,
+            L * T * H * 512 * 2,
+            T * H * 512 * 2,
+            L * T * H * 4,
+            T * H * 4,
+        ]
+        return sum(p + 64 for p in parts)
+
+    def empty(self, shape, dtype) -> torch.Tensor:
+        if self._host is None:
+            return torch.empty(shape, dtype=dtype, device=self.dev)
+        n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        raw = self._host.array("u8", n)
+        return torch.from_numpy(raw).view(dtype).reshape(shape)
+
+    def close(self) -> None:
+        if self._host is not None:
+            self._host.close()
+            self._host = None
+
+    def args(self, layer: int, check: bool = False) -> dict:
+        return dict(
+            index_q=self.index_q[layer],
+            index_weights=self.index_weights[layer],
+            q=self.q[layer],
+            kv=self.kv,
+            index_cache=self.index_cache,
+            index_block_table=self.block_table,
+            context_lens=self.context_lens,
+            index_block_size=self.bs,
+            topk=self.topk,
+            sm_scale=self.sm_scale,
+            out=self.check_out if check else self.out[layer],
+            lse=self.check_lse if check else self.lse[layer],
+        )
+
+    def produce(self, layer: int) -> None:
+        """The stand-in for the projections: q's latent part from the previous layer's output
+        (acc), the indexer query copied in."""
+        torch.add(self.q_base[..., :512], self.acc, alpha=1 / 64, out=self.q[layer, ..., :512])
+        self.index_q[layer].view(torch.uint8).copy_(self.iq_base)
+
+    def consume(self, layer: int) -> None:
+        self.acc.lerp_(self.out[layer], 0.5)
+
+    # The baseline's arguments.
+    def inproc_shape(self) -> InprocShape:
+        return InprocShape(
+            self.batch,
+            1,
+            self.heads,
+            self.d_qk,
+            self.hi,
+            self.di,
+            self.topk,
+            self.num_blocks,
+            self.bs,
+            self.max_blocks,
+            self.kv_rows,
+            656,
+            self.sm_scale,
+        )
+
+    def inproc_ptrs(self, layer: int, check: bool = False) -> InprocPointers:
+        return InprocPointers(
+            self.index_q[layer].data_ptr(),
+            self.index_weights[layer].data_ptr(),
+            self.index_cache.data_ptr(),
+            self.block_table.data_ptr(),
+            self.context_lens.data_ptr(),
+            self.q[layer].data_ptr(),
+            self.kv.data_ptr(),
+            (self.check_out if check else self.out[layer]).data_ptr(),
+            (self.check_lse if check else self.lse[layer]).data_ptr(),
+        )
+
+
+# ---- timing ----
+
+
+class Timer:
+    """Step times on the device timeline (CUDA events on the stream) or the host clock (CPU)."""
+
+    def __init__(self, cuda: bool, steps: int) -> None:
+        self.cuda = cuda
+        if cuda:
+            self.events = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                for _ in range(steps)
+            ]
+        self.host: list[tuple[float, float]] = []
+
+    def start(self, i: int) -> None:
+        if self.cuda:
+            self.events[i][0].record()
+        else:
+            self.host.append((time.perf_counter(), 0.0))
+
+    def stop(self, i: int) -> None:
+        if self.cuda:
+            self.events[i][1].record()
+        else:
+            self.host[i] = (self.host[i][0], time.perf_counter())
+
+    def step_us(self) -> list[float]:
+        if self.cuda:
+            return [a.elapsed_time(b) * 1e3 for a, b in self.events]
+        return [(b - a) * 1e6 for a, b in self.host]
+
+
+def sync(cuda: bool) -> None:
+    if cuda:
+        torch.cuda.synchronize()
+
+
+class Runner:
+    def __init__(self, a, model: Model, client: ac.Client) -> None:
+        self.a, self.m, self.client = a, model, client
+        self.cuda = model.cuda
+        self.seq = 0  # the last signal value used (values grow across passes)
+
+    def _loop(self, layer_fn) -> dict:
+        """Warm-up steps, a synchronise, then the measured steps with no synchronise."""
+        a, m = self.a, self.m
+        for _ in range(a.warmup):
+            self.seq += 1
+            for layer in range(m.layers):
+                layer_fn(layer, self.seq)
+        sync(self.cuda)
+        timer = Timer(self.cuda, a.steps)
+        cpu_ns, calls = 0, 0
+        before = scrape(a.metrics)
+        wall = time.perf_counter()
+        for i in range(a.steps):
+            self.seq += 1
+            timer.start(i)
+            for layer in range(m.layers):
+                cpu_ns += layer_fn(layer, self.seq)
+                calls += 1
+            timer.stop(i)
+        sync(self.cuda)
+        wall = time.perf_counter() - wall
+        times = timer.step_us()
+        result = {
+            "step_us": statistics.median(times),
+            "step_us_min": min(times),
+            "step_us_max": max(times),
+            "caller_cpu_us_per_call": cpu_ns / calls / 1e3,
+            "host_wall_us_per_step": wall / a.steps * 1e6,
+        }
+        result.update(daemon_times(before, scrape(a.metrics)))
+        return result
+
+    def inproc(self, lib: Inproc) -> dict:
+        m = self.m
+        stream = torch.cuda.current_stream().cuda_stream
+        shape = m.inproc_shape()
+        ptrs = [m.inproc_ptrs(layer) for layer in range(m.layers)]
+        need = lib.call(shape, ptrs[0], stream, None, 0)
+        ws = torch.empty(max(need, 1), dtype=torch.uint8, device="cuda")
+
+        def layer_fn(layer: int, _n: int) -> int:
+            m.produce(layer)
+            t0 = time.thread_time_ns()
+            lib.call(shape, ptrs[layer], stream, ws.data_ptr(), need)
+            t1 = time.thread_time_ns()
+            m.consume(layer)
+            return t1 - t0
+
+        r = self._loop(layer_fn)
+        r["workspace_bytes"] = need
+        return r
+
+    def blocking(self) -> dict:
+        m, client = self.m, self.client
+        args = [m.args(layer) for layer in range(m.layers)]
+        stats: list[float] = []
+
+        def layer_fn(layer: int, _n: int) -> int:
+            m.produce(layer)
+            t0 = time.thread_time_ns()
+            res = client.dsa_attention(timeout=600, **args[layer])
+            t1 = time.thread_time_ns()
+            s = res.stats
+            stats.append((s.total_seconds - s.compute_seconds) * 1e6)
+            m.consume(layer)
+            return t1 - t0
+
+        r = self._loop(layer_fn)
+        r["daemon_added_us_per_call_p50"] = statistics.median(stats[-m.layers * self.a.steps :])
+        return r
+
+    def stream_ordered(self, signals: str, submit: str) -> dict:
+        m, client = self.m, self.client
+        words = (
+            DeviceWords(client, 2 * m.layers)
+            if signals == "device"
+            else HostWords(client, 2 * m.layers, self.cuda)
+        )
+        ready = list(range(0, 2 * m.layers, 2))
+        done = list(range(1, 2 * m.layers, 2))
+        ids = [
+            client.prepare_call("dsa_attention", timeout=600, **m.args(layer))
+            for layer in range(m.layers)
+        ]
+        ring = ring_region = None
+        stream = torch.cuda.current_stream().cuda_stream if self.cuda else 0
+        try:
+            if submit == "ring":
+                entries = 1 << max(6, (2 * m.layers - 1).bit_length())
+                ring_region = client.create_host_region(
+                    f"ds-ring-{os.getpid()}-{next(_names)}", ring_bytes(entries)
+                )
+                ring = self._open_ring(ring_region, entries, words.region)
+            self.seq = max(self.seq, max(words.value(i) for i in range(2 * m.layers)))
+
+            def layer_fn(layer: int, n: int) -> int:
+                m.produce(layer)
+                t0 = time.thread_time_ns()
+                r_off, d_off = words.offset(ready[layer]), words.offset(done[layer])
+                if ring is not None:
+                    while not ring.submit(ids[layer], r_off, n, d_off, n):
+                        time.sleep(20e-6)  # full: the daemon's poller frees slots
+                else:
+                    client.run_prepared(
+                        ids[layer],
+                        ready=Signal(words.region, r_off, n),
+                        done=Signal(words.region, d_off, n),
+                        timeout=600,
+                    )
+                words.write(ready[layer], n, stream)
+                words.wait(done[layer], n, stream)
+                t1 = time.thread_time_ns()
+                m.consume(layer)
+                return t1 - t0
+
+            r = self._loop(layer_fn)
+            failed = [layer for layer in range(m.layers) if words.value(done[layer]) & FAILURE_BIT]
+            stale = [layer for layer in range(m.layers) if words.value(done[layer]) != self.seq]
+            r["failed_layers"] = len(failed)
+            r["done_words_ok"] = not failed and not stale
+            if failed or stale:
+                r["error"] = (
+                    f"done words: {len(failed)} layers failed, {len(stale)} not at {self.seq}"
+                )
+            return r
+        finally:
+            if ring is not None:
+                ring.close()
+            if ring_region is not None:
+                ring_region.close()
+            for call_id in ids:
+                client.release_call(call_id)
+            words.close()
+
+    def _open_ring(self, region, entries: int, signal_region: str):
+        from attnd_client._proto import pb
+        from attnd_client.rings import SubmissionRing
+
+        response = self.client._stub.OpenRing(
+            pb.OpenRingRequest(
+                region=region.name, offset=0, entries=entries, signal_region=signal_region
+            ),
+            timeout=60,
+        )
+        return SubmissionRing(self.client, response.ring_id, region, 0, entries)
+
+    def check(self, lib: Inproc | None) -> dict:
+        """The last layer's out (left by the measured path) against the baseline's kernels on
+        the same inputs (CUDA), or a blocking attnd call (no baseline)."""
+        m = self.m
+        sync(self.cuda)
+        layer = m.layers - 1
+        got = m.out[layer].clone()
+        m.check_out.fill_(float("nan"))
+        if lib is not None:
+            stream = torch.cuda.current_stream().cuda_stream
+            shape, ptrs = m.inproc_shape(), m.inproc_ptrs(layer, check=True)
+            need = lib.call(shape, ptrs, stream, None, 0)
+            ws = torch.empty(max(need, 1), dtype=torch.uint8, device="cuda")
+            lib.call(shape, ptrs, stream, ws.data_ptr(), need)
+            against = "inproc"
+        else:
+            self.client.dsa_attention(timeout=600, **m.args(layer, check=True))
+            against = "blocking"
+        sync(self.cuda)
+        want = m.check_out
+        if torch.isnan(got.float()).any():
+            return {"check": "fail", "check_against": against, "check_detail": "NaN in out"}
+        if torch.equal(got.view(torch.int16), want.view(torch.int16)):
+            return {"check": "bitwise", "check_against": against}
+        diff = (got.float() - want.float()).abs()
+        scale = want.float().abs().max().item()
+        rel_l2 = (diff.norm() / want.float().norm().clamp_min(1e-30)).item()
+        ok = rel_l2 <= 1e-2 and diff.max().item() <= 2e-2 * max(scale, 1.0)
+        return {
+            "check": "close" if ok else "fail",
+            "check_against": against,
+            "check_max_abs": diff.max().item(),
+            "check_rel_l2": rel_l2,
+        }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--target", required=True)
+    p.add_argument("--metrics", help="the daemon's /metrics URL (daemon-side times)")
+    p.add_argument("--out", required=True, help="append one JSON line per configuration here")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--batch", type=int, nargs="+", default=[64, 128])
+    p.add_argument(
+        "--paths", nargs="+", default=["stream_ordered", "blocking"],
+        choices=("stream_ordered", "blocking"),
+    )  # fmt: skip
+    p.add_argument("--signals", nargs="+", default=["host"], choices=("host", "device"))
+    p.add_argument("--submit", choices=("ring", "rpc"), default="ring")
+    p.add_argument("--inproc", help="libattnd_inproc.so (CUDA): the in-process baseline")
+    p.add_argument("--layers", type=int, default=61)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--blocking-steps", type=int, default=5, help="steps of the blocking path")
+    p.add_argument("--heads", type=int, default=128)
+    p.add_argument("--d-qk", type=int, default=576)
+    p.add_argument("--ctx", type=int, default=32768)
+    p.add_argument("--index-heads", type=int, default=64)
+    p.add_argument("--index-dim", type=int, default=128)
+    p.add_argument("--topk", type=int, default=2048)
+    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--tiny", action="store_true", help="a CPU smoke test's shapes")
+    p.add_argument("--commit")
+    p.add_argument("--seed", type=int, default=20261202)
+    a = p.parse_args()
+    if a.tiny:
+        a.heads, a.ctx, a.index_heads, a.topk, a.block_size = 16, 256, 8, 64, 16
+        a.layers, a.steps, a.warmup, a.blocking_steps = min(a.layers, 4), 3, 1, 2
+        a.batch = sorted({min(b, 2 + (b > 64)) for b in a.batch})
+    cuda = a.device == "cuda"
+    lib = Inproc(a.inproc) if a.inproc and cuda else None
+    rc = 0
+    with ac.Client(a.target, timeout=600) as client:
+        client.wait_ready(timeout=60)
+        info = client.info()
+        dev0 = info.devices[0] if info.devices else None
+        mps = bool(getattr(dev0, "mps", False))
+        device_name = dev0.name if dev0 is not None else info.backend
+        if cuda:
+            client.device_regions(keep_alive=True)
+        common = {
+            "op": "decode_step",
+            "client": "python",
+            "mps": mps,
+            "commit": commit_of(a.commit),
+            "date": datetime.date.today().isoformat(),
+            "device": device_name,
+            "backend": info.backend,
+            "layers": a.layers,
+            "submit": a.submit,
+            "heads": a.heads,
+            "d_qk": a.d_qk,
+            "ctx": a.ctx,
+            "topk": a.topk,
+            "kv": "fp8_656",
+            "next_n": 1,
+        }
+        for batch in a.batch:
+            ctx = f"{a.ctx // 1024}k" if a.ctx % 1024 == 0 else str(a.ctx)
+            preset = f"b{batch}_h{a.heads}_ctx{ctx}_fp8"
+            print(f"== {preset}: building the caches", flush=True)
+            model = Model(a, batch, client)
+            runner = Runner(a, model, client)
+            baseline = {}
+            if lib is not None:
+                baseline = runner.inproc(lib)
+                print(f"  inproc baseline: {baseline['step_us']:.1f} us/step", flush=True)
+            configs = [
+                (path, sig)
+                for path in a.paths
+                for sig in (a.signals if path != "blocking" else [""])
+            ]
+            for path, sig in configs:
+                line = dict(common, preset=preset, batch=batch, path=path)
+                line["signals"] = sig or None
+                steps = a.steps if path == "stream_ordered" else a.blocking_steps
+                line["steps"] = steps
+                saved = a.steps
+                a.steps = steps
+                try:
+                    if sig == "device" and not cuda:
+                        raise NotImplementedError("device signals need CUDA")
+                    if path == "blocking":
+                        r = runner.blocking()
+                    else:
+                        r = runner.stream_ordered(sig, a.submit)
+                    line.update(r)
+                    line.update(runner.check(lib))
+                    if line.get("check") == "fail" or line.get("error"):
+                        rc = 1
+                except Exception as e:  # a refused configuration is a line, not the end
+                    traceback.print_exc()
+                    line["error"] = f"{type(e).__name__}: {e}"[:500]
+                    # A daemon without the device-side wait refuses device signal words.
+                    refused = "INVALID_ARGUMENT" in line["error"] or not cuda
+                    if not (sig == "device" and refused):
+                        rc = 1
+                    sync(cuda)
+                finally:
+                    a.steps = saved
+                if baseline:
+                    line["baseline_step_us"] = baseline["step_us"]
+                    line["baseline_caller_cpu_us_per_call"] = baseline["caller_cpu_us_per_call"]
+                    if "step_us" in line:
+                        line["added_us_per_layer"] = (
+                            line["step_us"] - baseline["step_us"]
+                        ) / a.layers
+                else:
+                    line["baseline_step_us"] = None
+                    line["added_us_per_layer"] = None
+                print(json.dumps(line), flush=True)
+                with open(a.out, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+            model.close()
+            del runner, model
+            if cuda:
+                torch.cuda.empty_cache()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

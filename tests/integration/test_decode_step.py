@@ -1,0 +1,56 @@
+"""The decode-step benchmark's Python parts (bench/decode_step/decode_step.py) against the CPU
+daemon at a tiny shape: the stream-ordered path through a submission ring and through
+RunPrepared with signals, and the blocking path, each writing its JSON line with the fields
+docs/BENCHMARKS.md "Decode step" lists and an out that matches a blocking call bitwise. The
+script needs torch: it runs under ATTND_TORCH_PYTHON (a python with torch), else under this
+python when it has torch, else the test is skipped (CI's python3 has no torch)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCRIPT = os.path.join(ROOT, "bench", "decode_step", "decode_step.py")
+FIELDS = (
+    "op preset client mps path step_us baseline_step_us added_us_per_layer "
+    "caller_cpu_us_per_call commit date device layers steps signals"
+).split()
+
+
+def _torch_python():
+    python = os.environ.get("ATTND_TORCH_PYTHON")
+    if python:
+        return python
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    return sys.executable
+
+
+@pytest.mark.parametrize("submit", ["ring", "rpc"])
+def test_decode_step_cpu_smoke(daemon, tmp_path, submit):
+    python = _torch_python()
+    if python is None:
+        pytest.skip("no python with torch (set ATTND_TORCH_PYTHON)")
+    out = tmp_path / "decode_step.jsonl"
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    proc = subprocess.run(
+        [python, SCRIPT, "--target", daemon.unix_target, "--device", "cpu", "--tiny",
+         "--batch", "64", "--submit", submit, "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    lines = [json.loads(s) for s in out.read_text().splitlines()]
+    assert [x["path"] for x in lines] == ["stream_ordered", "blocking"]
+    for line in lines:
+        missing = [f for f in FIELDS if f not in line]
+        assert not missing, f"{line['path']}: missing {missing}"
+        assert line["op"] == "decode_step" and line["client"] == "python"
+        assert "error" not in line, line["error"]
+        assert line["check"] == "bitwise", line
+        assert line["step_us"] > 0 and line["caller_cpu_us_per_call"] > 0
+    assert lines[0]["done_words_ok"] and lines[0]["signals"] == "host"
