@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "kernels/common/registry.h"
 #include "server/engine/op_call.h"
+#include "server/engine/ordered_device.h"
 #include "server/regions/registry.h"
 
 namespace attnd::server::engine {
@@ -107,6 +108,10 @@ class Backend {
   // (null on the CPU backend). Shared: regions may outlive the backend.
   virtual std::shared_ptr<regions::DeviceRegionOpener> device_opener() const { return nullptr; }
   virtual std::shared_ptr<regions::HostPinner> host_pinner() const { return nullptr; }
+  // A backend that can enqueue stream-ordered calls wholly on a device (CUDA; docs/SERVICE.md
+  // "Stream-ordered calls on a CUDA device") returns one queue per ordered queue; null: the
+  // host-polled path (CPU, HIP, or a driver without stream memory operations). Thread-safe.
+  virtual std::unique_ptr<DeviceOrderedQueue> NewOrderedQueue() const { return nullptr; }
 
   // Device loss (docs/SERVICE.md "Standard services"): a backend reports each device it can no
   // longer use (GPU: a runtime error after which the device is unusable in the process) once,

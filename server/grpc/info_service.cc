@@ -10,6 +10,11 @@ AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {
   prepared_ = std::make_unique<ops::PreparedCallTable>(metrics, ops::PreparedCallTable::Options{});
   ops::StreamOrderedRunner::Options options;
   options.signal_timeout = deps_.signal_timeout;
+  // CUDA: calls whose tensors all lie in device regions are enqueued wholly on the device
+  // (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
+  if (deps_.backend != nullptr && deps_.backend->kind() == kernels::Backend::kCuda) {
+    options.backend = deps_.backend;
+  }
   // The runner's scheduler outlives the service's calls: a drain waits for the pending calls
   // (each holds an admission) and they are failed once its deadline passes, before the daemon
   // tears it down.

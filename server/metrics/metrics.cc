@@ -166,9 +166,11 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
                          .Name("attnd_stream_ordered_calls_total")
                          .Help(
                              "Stream-ordered calls (ready/done signals) by event: enqueued, "
-                             "done (ran, done stored), failed (done has the failure bit).")
+                             "device (enqueued wholly on a device stream, CUDA), done (ran, "
+                             "done stored), failed (done has the failure bit).")
                          .Register(*registry);
-  for (const char* event : {"enqueued", "done", "failed"}) stream_ordered_->Add({{"event", event}});
+  for (const char* event : {"enqueued", "device", "done", "failed"})
+    stream_ordered_->Add({{"event", event}});
   signal_timeouts_ = &prometheus::BuildCounter()
                           .Name("attnd_signal_timeouts_total")
                           .Help(

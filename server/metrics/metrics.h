@@ -75,7 +75,8 @@ class Metrics {
   // result: "hit", "update" or "capture" (attnd_graph_cache_total).
   void RecordGraph(absl::string_view result);
   // Stream-ordered calls (docs/SERVICE.md "Stream-ordered calls and prepared calls"): event
-  // "enqueued", "done" or "failed" (attnd_stream_ordered_calls_total); a call failed by the
+  // "enqueued", "device" (also counted in enqueued: the call took the device path), "done" or
+  // "failed" (attnd_stream_ordered_calls_total); a call failed by the
   // watchdog because its ready word was not reached in time (attnd_signal_timeouts_total); the
   // prepared calls alive now (attnd_prepared_calls).
   void RecordStreamOrdered(absl::string_view event);

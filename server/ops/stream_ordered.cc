@@ -17,7 +17,7 @@ namespace attnd::server::ops {
 
 absl::StatusOr<SignalWord> SignalWord::Resolve(const regions::RegionRegistry* registry,
                                                absl::string_view owner, absl::string_view field,
-                                               const v1::Signal& signal) {
+                                               const v1::Signal& signal, bool allow_device) {
   if (!signal.has_slice() || signal.slice().region().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": names no region (a signal is a slice of a registered region)"));
@@ -29,6 +29,26 @@ absl::StatusOr<SignalWord> SignalWord::Resolve(const regions::RegionRegistry* re
     return absl::Status(pin.status().code(), absl::StrCat(field, ": ", pin.status().message()));
   }
   const regions::Region& region = *pin->get();
+  if (allow_device && region.kind() == regions::RegionKind::kDevice) {
+    if (offset > region.byte_size() || region.byte_size() - offset < sizeof(uint64_t)) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": offset ", offset,
+                                                     " + 8 bytes is past the end of region '", name,
+                                                     "' (", region.byte_size(), " bytes)"));
+    }
+    char* d = region.device_data() + offset;
+    if (reinterpret_cast<uintptr_t>(d) % alignof(uint64_t) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": offset ", offset, " in device region '", name,
+                       "' is not 8-byte aligned (a signal word is a u64)"));
+    }
+    SignalWord w;
+    w.device_ordinal_ = region.device_ordinal();
+    w.pin_ = *std::move(pin);
+    w.device_word_ = d;
+    w.value_ = signal.value();
+    w.region_ = name;
+    return w;
+  }
   if (region.kind() != regions::RegionKind::kHost) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": region '", name,
@@ -55,6 +75,15 @@ absl::StatusOr<SignalWord> SignalWord::Resolve(const regions::RegionRegistry* re
   w.value_ = signal.value();
   w.region_ = name;
   return w;
+}
+
+engine::DeviceSignal SignalWord::ForDevice() const {
+  engine::DeviceSignal d;
+  d.present = true;
+  d.device_address = device_word_;  // null for a host word: the backend maps it
+  d.host_address = device_word_ == nullptr ? word_ : nullptr;
+  d.value = value_;
+  return d;
 }
 
 uint64_t SignalWord::Load() const { return __atomic_load_n(word_, __ATOMIC_ACQUIRE); }
@@ -151,6 +180,10 @@ absl::Status CheckCall(const OpTable& ops, OpId id, const google::protobuf::Mess
 
 // ---- StreamOrderedRunner ----
 
+namespace {
+constexpr absl::Duration kDevicePoll = absl::Microseconds(100);
+}  // namespace
+
 struct StreamOrderedRunner::Entry {
   OpId id = OpId::kSparseMla;
   std::shared_ptr<const google::protobuf::Message> request;
@@ -165,6 +198,12 @@ struct StreamOrderedRunner::Entry {
   // and takes it until the drain's deadline.
   engine::Scheduler::Admission admission;
   bool running = false;
+  // The device path (docs/SERVICE.md "Stream-ordered calls on a CUDA device"): the resolved call
+  // (its region pins) and its enqueued device work; null on the host-polled path.
+  std::unique_ptr<PreparedCall> device_call;
+  std::unique_ptr<engine::DeviceOrderedCall> device;
+  std::optional<absl::Status> watchdog;  // why the watchdog cancelled it
+  bool released = false;                 // the watchdog raised its ready word
 };
 
 class StreamOrderedRunner::Queue {
@@ -175,8 +214,11 @@ class StreamOrderedRunner::Queue {
  private:
   friend class StreamOrderedRunner;
   const std::string label_;
-  // Guarded by the runner's mu_.
+  // Guarded by the runner's mu_. Device entries (Entry::device) always form a prefix: a call
+  // takes the device path only when every pending call of the queue did.
   std::deque<std::unique_ptr<Entry>> entries_;
+  std::unique_ptr<engine::DeviceOrderedQueue> device_queue_;  // created on first use
+  bool device_checked_ = false;                               // NewOrderedQueue was asked
 };
 
 StreamOrderedRunner::StreamOrderedRunner(CallRunner* runner, const OpTable* ops,
@@ -207,6 +249,42 @@ StreamOrderedRunner::~StreamOrderedRunner() {
     Complete(std::move(e), absl::UnavailableError("attnd is shutting down: call not run"), false);
   }
   waiter_.join();
+  // Device entries: cancelled and released like the watchdog does, then polled to their end
+  // (their memory must not be freed under the device's feet).
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  for (;;) {
+    std::vector<std::pair<std::unique_ptr<Entry>, absl::Status>> finished;
+    bool left = false;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const std::shared_ptr<Queue>& q : active_) {
+        for (auto& e : q->entries_) {
+          if (e->device != nullptr && !e->watchdog.has_value()) {
+            e->watchdog = absl::UnavailableError("attnd is shutting down: call not run");
+            e->device->SetCancel();
+          }
+        }
+      }
+      PollDeviceLocked(absl::Now(), true, &finished);
+      left = device_pending_ > 0;
+    }
+    for (auto& [e, st] : finished) CompleteDevice(std::move(e), std::move(st));
+    if (!left) break;
+    if (absl::Now() > give_up) {
+      Log(LogLevel::kError, "device-ordered calls still pending at shutdown; leaking them", {});
+      absl::MutexLock lock(&mu_);
+      for (const std::shared_ptr<Queue>& q : active_) {
+        for (auto& e : q->entries_) {
+          if (e->device != nullptr) {
+            (void)e->device.release();
+            (void)e->device_call.release();
+          }
+        }
+      }
+      break;
+    }
+    absl::SleepFor(absl::Microseconds(100));
+  }
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](int64_t* running) { return *running == 0; }, &running_));
@@ -248,24 +326,47 @@ absl::Status StreamOrderedRunner::Enqueue(const std::shared_ptr<Queue>& queue, S
   entry->finished = std::move(s.finished);
   entry->accepted = absl::Now();
   if (entry->ctx.received == absl::InfinitePast()) entry->ctx.received = entry->accepted;
+  const bool device_capable = options_.backend != nullptr;
   if (s.ready != nullptr) {
     absl::StatusOr<SignalWord> w =
-        SignalWord::Resolve(registry_, entry->ctx.owner, "ready", *s.ready);
+        SignalWord::Resolve(registry_, entry->ctx.owner, "ready", *s.ready, device_capable);
     if (!w.ok()) return w.status();
     entry->ready = *std::move(w);
   }
   if (s.done != nullptr) {
     absl::StatusOr<SignalWord> w =
-        SignalWord::Resolve(registry_, entry->ctx.owner, "done", *s.done);
+        SignalWord::Resolve(registry_, entry->ctx.owner, "done", *s.done, device_capable);
     if (!w.ok()) return w.status();
     entry->done = *std::move(w);
   }
+  const bool device_words =
+      (entry->ready && entry->ready->on_device()) || (entry->done && entry->done->on_device());
+  PrepareOptions prep;
+  prep.registry = registry_;
+  prep.max_inline_bytes = 0;  // no inline outputs
+  prep.memory = entry->ctx.memory.get();
+  prep.owner = entry->ctx.owner;
+  if (device_capable) {
+    // Resolved and validated now: the device path keeps this call (its pins) until it is over.
+    const OpHandler* handler = ops_->Find(s.id);
+    entry->response = NewOpResponse(s.id);
+    if (handler != nullptr && entry->response != nullptr) {
+      absl::StatusOr<std::unique_ptr<PreparedCall>> call =
+          handler->Prepare(*entry->request, entry->response.get(), prep);
+      if (!call.ok()) return call.status();
+      if (engine::DevicePathEligible((*call)->tensors())) {
+        entry->device_call = *std::move(call);
+        s.validated = true;
+      }
+    }
+  }
+  if (device_words && entry->device_call == nullptr) {
+    return absl::InvalidArgumentError(
+        "a signal word in a device region needs the device path: every tensor of the call in a "
+        "device region, on the CUDA backend (docs/SERVICE.md \"Stream-ordered calls on a CUDA "
+        "device\")");
+  }
   if (!s.validated) {
-    PrepareOptions prep;
-    prep.registry = registry_;
-    prep.max_inline_bytes = 0;  // no inline outputs
-    prep.memory = entry->ctx.memory.get();
-    prep.owner = entry->ctx.owner;
     if (absl::Status c =
             CheckCall(*ops_, s.id, *entry->request, prep, Placement::kOutputsInRegions);
         !c.ok()) {
@@ -281,7 +382,7 @@ absl::Status StreamOrderedRunner::Enqueue(const std::shared_ptr<Queue>& queue, S
       return m;
     }
   }
-  entry->response = NewOpResponse(s.id);
+  if (entry->response == nullptr) entry->response = NewOpResponse(s.id);
   if (entry->response == nullptr) return absl::InternalError("no response type");
   entry->wait_deadline = std::min(entry->ctx.deadline, entry->accepted + options_.signal_timeout);
   {
@@ -293,20 +394,178 @@ absl::Status StreamOrderedRunner::Enqueue(const std::shared_ptr<Queue>& queue, S
                        absl::StartsWith(queue->label(), "session") ? "Session" : "connection", " (",
                        options_.max_pending_per_queue, ")"));
     }
+    bool on_device = false;
+    if (entry->device_call != nullptr) {
+      absl::StatusOr<bool> d = TryDevice(queue, *entry, prep);
+      if (!d.ok()) return d.status();
+      on_device = *d;
+      if (!on_device && device_words) {
+        return absl::FailedPreconditionError(
+            "a signal word in a device region needs the device path, which this call cannot "
+            "take now (the queue has host-path calls pending, or the op cannot be captured)");
+      }
+    }
+    if (!on_device) entry->device_call.reset();  // the host path resolves it again when ready
     queue->entries_.push_back(std::move(entry));
     active_.insert(queue);
     ++pending_;
+    if (on_device) ++device_pending_;
     wake_.Signal();
+    if (metrics_ != nullptr && on_device) metrics_->RecordStreamOrdered("device");
   }
   if (metrics_ != nullptr) metrics_->RecordStreamOrdered("enqueued");
   Pump(queue);
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> StreamOrderedRunner::TryDevice(const std::shared_ptr<Queue>& queue,
+                                                    Entry& entry, const PrepareOptions& /*prep*/) {
+  for (const auto& e : queue->entries_) {
+    if (e->device == nullptr) return false;  // a host-path call is pending: keep the order
+  }
+  if (!queue->device_checked_) {
+    queue->device_checked_ = true;
+    queue->device_queue_ = options_.backend->NewOrderedQueue();
+  }
+  if (queue->device_queue_ == nullptr) return false;
+  const std::vector<engine::TensorUse>& uses = entry.device_call->tensors();
+  const int ordinal = uses.empty() ? -1 : uses.front().device_ordinal;
+  for (const std::optional<SignalWord>* w : {&entry.ready, &entry.done}) {
+    if (*w && (*w)->on_device() && ordinal >= 0 && (*w)->device_ordinal() != ordinal) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(w == &entry.ready ? "ready" : "done", ": region '", (*w)->region(),
+                       "' is on another device than the call's tensors"));
+    }
+  }
+  const engine::DeviceSignal none;
+  absl::StatusOr<std::unique_ptr<engine::DeviceOrderedCall>> d = queue->device_queue_->Enqueue(
+      *entry.device_call, entry.ready ? entry.ready->ForDevice() : none,
+      entry.done ? entry.done->ForDevice() : none);
+  if (!d.ok()) {
+    // Not capturable into a conditional body: the host path serves it.
+    if (d.status().code() == absl::StatusCode::kFailedPrecondition) return false;
+    return d.status();
+  }
+  entry.device = *std::move(d);
+  return true;
+}
+
+void StreamOrderedRunner::PollDeviceLocked(
+    absl::Time now, bool drain_expired,
+    std::vector<std::pair<std::unique_ptr<Entry>, absl::Status>>* finished) {
+  for (const std::shared_ptr<Queue>& q : std::set<std::shared_ptr<Queue>>(active_)) {
+    bool in_order = true;  // every earlier device entry is finished
+    bool front = true;     // every earlier device entry is gated (its wait is not the blocker)
+    std::vector<Entry*> done;
+    for (size_t i = 0; i < q->entries_.size() && q->entries_[i]->device != nullptr; ++i) {
+      Entry* e = q->entries_[i].get();
+      const engine::DeviceCallState st = e->device->Poll();
+      if (st != engine::DeviceCallState::kPending) {
+        if (in_order) done.push_back(e);
+        continue;
+      }
+      in_order = false;
+      const bool gated = e->device->Gated();
+      if (!e->watchdog.has_value()) {
+        engine::WatchdogInput in;
+        in.now = now;
+        in.wait_deadline = e->wait_deadline;
+        in.cancelled = e->ctx.cancelled && e->ctx.cancelled();
+        in.drain_expired = drain_expired;
+        in.gated = gated;
+        if (std::optional<absl::Status> w = engine::WatchdogDecision(in)) {
+          e->watchdog = std::move(w);
+          e->device->SetCancel();
+        }
+      }
+      if (e->watchdog.has_value() && !e->released && !gated && front) {
+        e->released = true;
+        if (absl::Status r = e->device->Release(); !r.ok()) {
+          Log(LogLevel::kError, "watchdog could not release a device-ordered call's wait",
+              {{"req", e->ctx.request_id}, {"error", r.message()}});
+        }
+        // Later calls waiting on the same word for a value the raise reached are released
+        // too: they are cancelled as well, never run on inputs that may not be ready.
+        if (e->ready) {
+          for (size_t j = i + 1; j < q->entries_.size() && q->entries_[j]->device != nullptr; ++j) {
+            Entry* l = q->entries_[j].get();
+            if (l->watchdog.has_value() || !l->ready || l->ready->value() > e->ready->value() ||
+                l->ready->address() != e->ready->address()) {
+              continue;
+            }
+            l->watchdog = absl::DeadlineExceededError(
+                "stream-ordered call not run: the watchdog raised its ready word to release an "
+                "earlier call of its queue that timed out");
+            l->device->SetCancel();
+          }
+        }
+      }
+      front = front && gated;
+    }
+    for (Entry* e : done) {
+      const engine::DeviceCallState st = e->device->Poll();
+      absl::Status status = engine::CompletionStatus(st, e->watchdog, e->device->error());
+      finished->emplace_back(nullptr, std::move(status));
+      RemoveLocked(q, e, &finished->back().first);
+      --device_pending_;
+    }
+  }
+}
+
+void StreamOrderedRunner::CompleteDevice(std::unique_ptr<Entry> entry, absl::Status status) {
+  if (entry == nullptr) return;
+  const engine::DeviceCallState st = entry->device->Poll();
+  const bool ran = st == engine::DeviceCallState::kRan;
+  // The done kernel stored done; after a device error it may not have: the host stores the
+  // failure bit into a host word (a device word cannot be reached then).
+  if (st == engine::DeviceCallState::kFailed && entry->done && !entry->done->on_device()) {
+    entry->done->Store(entry->done->value() | kSignalFailureBit);
+  }
+  engine::StepResult result;
+  entry->device->Result(&result);
+  if (metrics_ != nullptr) {
+    metrics_->RecordStreamOrdered(status.ok() ? "done" : "failed");
+    if (st == engine::DeviceCallState::kSkipped &&
+        status.code() == absl::StatusCode::kDeadlineExceeded) {
+      metrics_->RecordSignalTimeout();
+    }
+    metrics::CallRecord rec;
+    rec.op = OpName(entry->id);
+    rec.code = status.code();
+    rec.total_seconds = absl::ToDoubleSeconds(absl::Now() - entry->ctx.received);
+    if (ran) {
+      rec.ran = true;
+      rec.impl = result.impl;
+      rec.compute_seconds = absl::ToDoubleSeconds(result.compute);
+      rec.count_readback = result.count_readback;
+      const kernels::WorkCount work = entry->device_call->Count();
+      rec.flops = work.flops;
+      rec.logical_bytes = work.bytes;
+      rec.work_count = entry->device_call->count_basis();
+    }
+    metrics_->RecordCall(rec);
+  }
+  if (!status.ok()) {
+    Log(LogLevel::kWarning,
+        ran ? "stream-ordered call failed" : "stream-ordered call failed before running",
+        {{"req", entry->ctx.request_id},
+         {"op", OpName(entry->id)},
+         {"origin", entry->ctx.origin},
+         {"path", "device"},
+         {"code", metrics::CodeLabel(status.code())},
+         {"error", status.message()},
+         {"waited_us",
+          static_cast<int64_t>(absl::ToDoubleMicroseconds(absl::Now() - entry->accepted))}});
+  }
+  auto finished = std::move(entry->finished);
+  entry.reset();  // the device call (slot, workspace, events), pins and call memory go now
+  if (finished) finished(std::move(status));
+}
+
 bool StreamOrderedRunner::HeadStartableLocked(Queue& q) {
   if (q.entries_.empty()) return false;
   Entry& head = *q.entries_.front();
-  if (head.running) return false;
+  if (head.running || head.device != nullptr) return false;
   if (!head.ready) return true;
   if (!head.ready->CheckRegion().ok()) return false;  // the waiter fails it
   return head.ready->Load() >= head.ready->value();
@@ -402,7 +661,7 @@ void StreamOrderedRunner::WaiterLoop() {
   const absl::Duration max_interval = std::max(options_.poll, absl::Microseconds(500));
   absl::MutexLock lock(&mu_);
   while (!stop_) {
-    if (pending_ - running_ <= 0) {
+    if (pending_ - running_ <= 0 && device_pending_ == 0) {
       wake_.Wait(&mu_);
       interval = options_.poll;
       continue;
@@ -418,7 +677,7 @@ void StreamOrderedRunner::WaiterLoop() {
     for (const std::shared_ptr<Queue>& q : std::set<std::shared_ptr<Queue>>(active_)) {
       std::vector<std::pair<Entry*, absl::Status>> failing;
       for (auto& e : q->entries_) {
-        if (e->running) continue;
+        if (e->running || e->device != nullptr) continue;
         if (expired) {
           failing.emplace_back(
               e.get(), absl::UnavailableError("attnd's drain reached --drain-timeout: the "
@@ -457,7 +716,18 @@ void StreamOrderedRunner::WaiterLoop() {
         starts.emplace_back(q, head);
       }
     }
-    const bool progress = !failures.empty() || !starts.empty();
+    std::vector<std::pair<std::unique_ptr<Entry>, absl::Status>> device_done;
+    if (device_pending_ > 0) PollDeviceLocked(now, expired, &device_done);
+    const bool progress = !failures.empty() || !starts.empty() || !device_done.empty();
+    if (!device_done.empty()) {
+      std::set<std::shared_ptr<Queue>> pump(active_);
+      mu_.Unlock();
+      for (auto& [e, st] : device_done) CompleteDevice(std::move(e), std::move(st));
+      device_done.clear();
+      // Host-path calls that waited behind the device calls may start now.
+      for (const std::shared_ptr<Queue>& q : pump) Pump(q);
+      mu_.Lock();
+    }
     if (!failures.empty() || !starts.empty()) {
       mu_.Unlock();
       for (Failure& f : failures) {
@@ -471,6 +741,8 @@ void StreamOrderedRunner::WaiterLoop() {
       mu_.Lock();
     }
     interval = progress ? options_.poll : std::min(interval * 2, max_interval);
+    // Device calls pending: their events are queried every poll..100 µs.
+    if (device_pending_ > 0) interval = std::min(interval, std::max(options_.poll, kDevicePoll));
     wake_.WaitWithTimeout(&mu_, interval);
   }
 }

@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "attnd/v1/attention.pb.h"
 #include "google/protobuf/message.h"
+#include "server/engine/backend.h"
 #include "server/metrics/metrics.h"
 #include "server/ops/call_runner.h"
 #include "server/ops/op_handler.h"
@@ -45,11 +46,12 @@ inline constexpr uint64_t kSignalFailureBit = 1ull << 63;
 class SignalWord {
  public:
   // Resolves `signal` (the request field `field`, for messages) in `owner`'s namespace: the
-  // region must be a host region; the word 8 bytes, inside it, 8-byte aligned in memory;
-  // INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION (truncated region) otherwise.
+  // region must be a host region (or, with `allow_device`, a device region); the word 8 bytes,
+  // inside it, 8-byte aligned in memory; INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION
+  // (truncated region) otherwise.
   static absl::StatusOr<SignalWord> Resolve(const regions::RegionRegistry* registry,
                                             absl::string_view owner, absl::string_view field,
-                                            const v1::Signal& signal);
+                                            const v1::Signal& signal, bool allow_device = false);
   SignalWord() = default;
   SignalWord(SignalWord&&) noexcept = default;
   SignalWord& operator=(SignalWord&&) noexcept = default;
@@ -62,10 +64,24 @@ class SignalWord {
   // FAILED_PRECONDITION when the region's shm object was truncated (the word read zero pages).
   absl::Status CheckRegion() const;
   const std::string& region() const { return region_; }
+  // A word in a device region: the host never reads or writes it (Load/Store must not be used);
+  // device_word() is its address in this process's mapping of the region.
+  bool on_device() const { return device_word_ != nullptr; }
+  void* device_word() const { return device_word_; }
+  int device_ordinal() const { return device_ordinal_; }
+  // The word's address in this process (host mapping or device region mapping): equal for the
+  // same word.
+  const void* address() const {
+    return device_word_ != nullptr ? device_word_ : static_cast<const void*>(word_);
+  }
+  // The word as a device-ordered call sees it (engine::DeviceSignal).
+  engine::DeviceSignal ForDevice() const;
 
  private:
   regions::RegionPin pin_;
   uint64_t* word_ = nullptr;
+  void* device_word_ = nullptr;
+  int device_ordinal_ = -1;
   uint64_t value_ = 0;
   std::string region_;
 };
@@ -100,6 +116,10 @@ class StreamOrderedRunner {
     // How often the waiter polls ready words, deadlines and cancellation while calls wait.
     absl::Duration poll = absl::Microseconds(50);
     size_t max_pending_per_queue = 4096;  // RESOURCE_EXHAUSTED beyond it
+    // The backend whose NewOrderedQueue() serves calls whose tensors all lie in device regions
+    // wholly on the device (docs/SERVICE.md "Stream-ordered calls on a CUDA device"); null, or
+    // a backend without it: every call takes the host-polled path.
+    const engine::Backend* backend = nullptr;
   };
 
   class Queue;  // one ordered queue (a Session's, a unary connection's)
@@ -143,6 +163,16 @@ class StreamOrderedRunner {
  private:
   struct Entry;
   void WaiterLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // The device path: tries to enqueue `entry` on the queue's device stream. false (entry
+  // untouched) when the call is not eligible; an error refuses the call.
+  absl::StatusOr<bool> TryDevice(const std::shared_ptr<Queue>& queue, Entry& entry,
+                                 const PrepareOptions& prep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Polls the device entries of every queue (completing finished ones in order) and applies
+  // the watchdog to those still waiting. Returns the finished entries with their status.
+  void PollDeviceLocked(absl::Time now, bool drain_expired,
+                        std::vector<std::pair<std::unique_ptr<Entry>, absl::Status>>* finished)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompleteDevice(std::unique_ptr<Entry> entry, absl::Status status);
   // Starts the queue's head when it is not running and its ready word is reached.
   void Pump(const std::shared_ptr<Queue>& queue) ABSL_LOCKS_EXCLUDED(mu_);
   bool HeadStartableLocked(Queue& q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -164,6 +194,7 @@ class StreamOrderedRunner {
   std::map<std::string, std::weak_ptr<Queue>> keyed_ ABSL_GUARDED_BY(mu_);
   int64_t pending_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t device_pending_ ABSL_GUARDED_BY(mu_) = 0;  // entries on a device stream
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread waiter_;
 };

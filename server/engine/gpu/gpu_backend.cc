@@ -107,6 +107,9 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendO
   b->opener_ = std::make_shared<IpcMemOpener>(b->served_);
   b->pinner_ = std::make_shared<HostRegionPinner>();
   if (options.cpu_pool != nullptr) b->cpu_ = std::make_unique<CpuBackend>(options.cpu_pool);
+  if (options.device_ordered) {
+    b->ordered_ = MakeOrderedRuntime(raw, [raw](const std::string& m) { raw->Log(2, m); });
+  }
   for (const auto& d : b->devices_) {
     b->PublishPools(*d);
     b->Log(1, absl::StrCat("serving ", d->uuid(), " (", d->description().name, ", ordinal ",
@@ -121,8 +124,14 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendO
 }
 
 GpuBackend::~GpuBackend() {
+  ordered_.reset();
   devices_.clear();
   staging_.reset();
+}
+
+std::unique_ptr<DeviceOrderedQueue> GpuBackend::NewOrderedQueue() const {
+  // The queue uses the devices' thread-safe parts only (pools, event cache, usability).
+  return NewGpuOrderedQueue(const_cast<GpuBackend*>(this), ordered_);
 }
 
 kernels::Backend GpuBackend::kind() const {

@@ -18,6 +18,7 @@
 #include "server/engine/device_select.h"
 #include "server/engine/gpu/device.h"
 #include "server/engine/gpu/ipc.h"
+#include "server/engine/gpu/ordered_queue.h"
 #include "server/engine/gpu_backend_factory.h"
 #include "server/engine/memory_pool.h"
 
@@ -44,6 +45,7 @@ class GpuBackend : public Backend {
   int64_t PoolBytes() const override;
   std::shared_ptr<regions::DeviceRegionOpener> device_opener() const override { return opener_; }
   std::shared_ptr<regions::HostPinner> host_pinner() const override { return pinner_; }
+  std::unique_ptr<DeviceOrderedQueue> NewOrderedQueue() const override;
 
   const std::vector<ServedDevice>& served() const { return served_; }
   GpuDevice& device(size_t index) { return *devices_[index]; }
@@ -63,7 +65,8 @@ class GpuBackend : public Backend {
   std::unique_ptr<MemoryPool> staging_;
   std::shared_ptr<IpcMemOpener> opener_;
   std::shared_ptr<HostRegionPinner> pinner_;
-  std::unique_ptr<CpuBackend> cpu_;  // fallback for ops without a GPU implementation
+  std::shared_ptr<OrderedRuntime> ordered_;  // null: stream-ordered calls take the host path
+  std::unique_ptr<CpuBackend> cpu_;          // fallback for ops without a GPU implementation
 };
 
 }  // namespace attnd::server::engine::gpu_rt

@@ -171,7 +171,15 @@ void IpcMemOpener::Release(const std::string& key) {
 }
 
 absl::Status HostRegionPinner::Pin(void* p, size_t bytes) {
+#if defined(ATTND_GPU_CUDA)
+  // Mapped too: a device-ordered call's stream waits on (and its done kernel stores to) a signal
+  // word of a host region through the device pointer of these pages (docs/SERVICE.md
+  // "Stream-ordered calls on a CUDA device").
+  return GpuStatus(cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped),
+                   "registering the host region's pages");
+#else
   return GpuStatus(gpu::HostRegisterPortable(p, bytes), "registering the host region's pages");
+#endif
 }
 
 void HostRegionPinner::Unpin(void* p) {

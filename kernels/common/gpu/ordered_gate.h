@@ -1,0 +1,46 @@
+// The three tiny kernels of the CUDA backend's device-ordered stream-ordered calls
+// (docs/SERVICE.md "Stream-ordered calls on a CUDA device"): the gate (reads the call's control
+// word, sets the graph conditional that runs or skips the op, writes the call's state word), the
+// done store (done = value, or value | 2^63 when the op was skipped) and the watchdog's raise
+// (atomicMax of a device-region ready word). CUDA only: HIP builds do not compile this file.
+//   void* gate = attnd::kernels::ordered::GateKernel();  // a kernel node's function
+#pragma once
+
+#include <cstdint>
+
+#if defined(ATTND_GPU_CUDA)
+#include <cuda_runtime.h>
+
+namespace attnd::kernels::ordered {
+
+// Written by the daemon's host into a call's control word (pinned, mapped host memory).
+inline constexpr uint32_t kControlRun = 0;
+inline constexpr uint32_t kControlCancel = 1;
+// Written by the gate into a call's state word (pinned, mapped host memory); the host reads it
+// once the call's completion event has passed.
+inline constexpr uint32_t kStateNotGated = 0;
+inline constexpr uint32_t kStateRan = 1;
+inline constexpr uint32_t kStateSkipped = 2;
+inline constexpr uint64_t kFailureBit = 1ull << 63;
+
+// The per-call words the gate and done kernels read (one 64-byte slot per pending call).
+struct CallWords {
+  uint32_t control;  // kControlRun / kControlCancel (host writes)
+  uint32_t state;    // kState* (the gate writes)
+  uint64_t pad[7];
+};
+
+// __global__ void gate(cudaGraphConditionalHandle handle, CallWords* words): one thread.
+// Reads words->control (volatile); sets the conditional to 1 (run) unless cancelled, then
+// stores words->state = kStateRan / kStateSkipped with a system-scope fence before it.
+const void* GateKernel();
+// __global__ void done(unsigned long long* done, unsigned long long value, const CallWords* words):
+// one thread, __threadfence_system() and then a volatile store of value (kStateRan) or
+// value | kFailureBit (anything else) into *done.
+const void* DoneKernel();
+// Enqueues one thread doing atomicMax(word, value) on `stream` (the watchdog's release of a
+// device-region ready word).
+cudaError_t LaunchRaise(unsigned long long* word, unsigned long long value, cudaStream_t stream);
+
+}  // namespace attnd::kernels::ordered
+#endif

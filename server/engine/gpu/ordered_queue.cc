@@ -1,0 +1,523 @@
+#include "server/engine/gpu/ordered_queue.h"
+
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/common/status.h"
+#include "server/engine/backend.h"
+#include "server/engine/device_select.h"
+#include "server/engine/gpu/gpu_backend.h"
+#include "server/engine/gpu/gpu_status.h"
+
+#if defined(ATTND_GPU_CUDA)
+#include <cuda.h>  // driver API types only: cuStreamWaitValue64 comes through the runtime
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "kernels/common/gpu/ordered_gate.h"
+#endif
+
+namespace attnd::server::engine::gpu_rt {
+
+#if !defined(ATTND_GPU_CUDA)
+
+class OrderedRuntime {};
+
+std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
+    GpuBackend* /*backend*/, const std::function<void(const std::string&)>& /*log*/) {
+  return nullptr;  // HIP: stream-ordered calls take the host-polled path
+}
+std::unique_ptr<DeviceOrderedQueue> NewGpuOrderedQueue(GpuBackend* /*backend*/,
+                                                       std::shared_ptr<OrderedRuntime> /*rt*/) {
+  return nullptr;
+}
+
+#else
+
+namespace ko = attnd::kernels::ordered;
+
+namespace {
+
+using WaitValue64Fn = CUresult(CUDAAPI*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+
+absl::Status Cuda(cudaError_t e, absl::string_view what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
+  return GpuStatus(e, what);
+}
+
+// One cached executable parent graph: [gate] → [IF body = the op] → [done].
+struct OrderedGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaGraphNode_t gate = nullptr;
+  cudaGraphNode_t done = nullptr;
+  cudaGraphConditionalHandle handle = 0;
+  uint64_t last_use = 0;
+};
+
+}  // namespace
+
+class OrderedRuntime {
+ public:
+  static constexpr size_t kSlots = 16384;  // 4,096 per queue, several queues
+  static constexpr size_t kGraphs = 512;   // per backend, evicted least recently used
+
+  OrderedRuntime(GpuBackend* backend, WaitValue64Fn wait, ko::CallWords* host_words,
+                 ko::CallWords* device_words)
+      : backend_(backend),
+        wait_(wait),
+        host_words_(host_words),
+        device_words_(device_words),
+        slots_(kSlots) {}
+  ~OrderedRuntime() {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, g] : graphs_) Destroy(g);
+    for (auto& [ordinal, s] : capture_streams_) (void)cudaStreamDestroy(s);
+    for (auto& [ordinal, s] : watchdog_streams_) (void)cudaStreamDestroy(s);
+    (void)cudaFreeHost(host_words_);
+  }
+
+  GpuBackend* backend() const { return backend_; }
+  WaitValue64Fn wait() const { return wait_; }
+  SlotTable& slots() { return slots_; }
+  ko::CallWords* host_words(size_t i) const { return host_words_ + i; }
+  ko::CallWords* device_words(size_t i) const { return device_words_ + i; }
+
+  // A daemon stream of device `ordinal` (the current device), created on first use.
+  absl::StatusOr<cudaStream_t> Stream(std::map<int, cudaStream_t>* streams, int ordinal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = streams->find(ordinal);
+    if (it != streams->end()) return it->second;
+    cudaStream_t s = nullptr;
+    ATTND_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                               "creating a daemon stream for device-ordered calls"));
+    (*streams)[ordinal] = s;
+    return s;
+  }
+
+  // Raises the device-region word to `value` (atomicMax) on the device's watchdog stream.
+  absl::Status Raise(int ordinal, void* word, uint64_t value) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    ATTND_RETURN_IF_ERROR(Cuda(cudaSetDevice(ordinal), "selecting the device"));
+    absl::StatusOr<cudaStream_t> s = Stream(&watchdog_streams_, ordinal);
+    if (!s.ok()) return s.status();
+    return Cuda(ko::LaunchRaise(static_cast<unsigned long long*>(word), value, *s),
+                "raising a ready word (watchdog)");
+  }
+
+  // Sets the per-call parameters of the cached graph of `key` (building it first: gate, the op
+  // captured into a conditional body, done) and launches it on `stream`. *outcome: "hit" or
+  // "capture". FAILED_PRECONDITION when the op's launches cannot be captured.
+  absl::Status Launch(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
+                      const std::string& key, size_t slot, void* done, uint64_t done_value,
+                      cudaStream_t stream, std::string* impl, std::string* outcome)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto it = graphs_.find(key);
+    *outcome = "hit";
+    if (it == graphs_.end()) {
+      if (graphs_.size() >= kGraphs) Evict();
+      OrderedGraph g;
+      absl::Status built = Build(call, ctx, data, &g, impl);
+      if (!built.ok()) {
+        Destroy(g);
+        return built;
+      }
+      it = graphs_.emplace(key, g).first;
+      *outcome = "capture";
+    }
+    OrderedGraph& g = it->second;
+    g.last_use = ++clock_;
+    ko::CallWords* words = device_words(slot);
+    cudaGraphConditionalHandle handle = g.handle;
+    void* gate_args[] = {&handle, &words};
+    cudaKernelNodeParams gp = KernelParams(ko::GateKernel(), gate_args);
+    unsigned long long done_ull = done_value;
+    void* done_ptr = done;
+    void* done_args[] = {&done_ptr, &done_ull, &words};
+    cudaKernelNodeParams dp = KernelParams(ko::DoneKernel(), done_args);
+    // Only future launches see the new parameters: launches already enqueued keep theirs
+    // (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphExecKernelNodeSetParams(g.exec, g.gate, &gp), "setting the gate"));
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphExecKernelNodeSetParams(g.exec, g.done, &dp), "setting the done store"));
+    return Cuda(cudaGraphLaunch(g.exec, stream), "launching the device-ordered graph");
+  }
+
+ private:
+  static cudaKernelNodeParams KernelParams(const void* fn, void** args) {
+    cudaKernelNodeParams p{};
+    p.func = const_cast<void*>(fn);
+    p.gridDim = dim3(1, 1, 1);
+    p.blockDim = dim3(1, 1, 1);
+    p.sharedMemBytes = 0;
+    p.kernelParams = args;
+    p.extra = nullptr;
+    return p;
+  }
+
+  static void Destroy(OrderedGraph& g) {
+    // An executable graph still in flight is freed when its launches complete
+    // (cudaGraphExecDestroy).
+    if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
+    if (g.graph != nullptr) (void)cudaGraphDestroy(g.graph);
+    g = OrderedGraph();
+  }
+
+  void Evict() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto oldest = graphs_.begin();
+    for (auto i = graphs_.begin(); i != graphs_.end(); ++i) {
+      if (i->second.last_use < oldest->second.last_use) oldest = i;
+    }
+    if (oldest != graphs_.end()) {
+      Destroy(oldest->second);
+      graphs_.erase(oldest);
+    }
+  }
+
+  absl::Status Build(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
+                     OrderedGraph* g, std::string* impl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphCreate(&g->graph, 0), "creating a graph"));
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphConditionalHandleCreate(&g->handle, g->graph, 0, 0),
+                               "creating a conditional handle"));
+    ko::CallWords* words = device_words(0);
+    cudaGraphConditionalHandle handle = g->handle;
+    void* gate_args[] = {&handle, &words};
+    cudaKernelNodeParams gp = KernelParams(ko::GateKernel(), gate_args);
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphAddKernelNode(&g->gate, g->graph, nullptr, 0, &gp), "adding the gate"));
+    cudaGraphNodeParams cp{};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = g->handle;
+    cp.conditional.type = cudaGraphCondTypeIf;
+    cp.conditional.size = 1;
+    cudaGraphNode_t cond = nullptr;
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphAddNode(&cond, g->graph, &g->gate, nullptr, 1, &cp),
+                               "adding the conditional node"));
+    cudaGraph_t body = cp.conditional.phGraph_out[0];
+    // The op's launches, captured into the body on a stream used for nothing else.
+    absl::StatusOr<cudaStream_t> cs = Stream(&capture_streams_, ctx.device);
+    if (!cs.ok()) return cs.status();
+    ctx.stream = *cs;
+    ATTND_RETURN_IF_ERROR(Cuda(cudaStreamBeginCaptureToGraph(*cs, body, nullptr, nullptr, 0,
+                                                             cudaStreamCaptureModeThreadLocal),
+                               "capturing the op into the conditional body"));
+    const absl::Status run = call.Run(ctx, data, impl);
+    cudaGraph_t captured = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(*cs, &captured);
+    if (!run.ok()) return run;
+    if (end != cudaSuccess) {
+      (void)cudaGetLastError();
+      return absl::FailedPreconditionError(
+          absl::StrCat(call.op(), ": its launches cannot be captured into a conditional body (",
+                       cudaGetErrorString(end), ")"));
+    }
+    unsigned long long zero = 0;
+    void* done_ptr = &words->pad[0];
+    void* done_args[] = {&done_ptr, &zero, &words};
+    cudaKernelNodeParams dp = KernelParams(ko::DoneKernel(), done_args);
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphAddKernelNode(&g->done, g->graph, &cond, 1, &dp), "adding the done store"));
+    return Cuda(cudaGraphInstantiate(&g->exec, g->graph, 0),
+                "instantiating the device-ordered graph");
+  }
+
+  GpuBackend* const backend_;
+  const WaitValue64Fn wait_;
+  ko::CallWords* const host_words_;
+  ko::CallWords* const device_words_;
+  SlotTable slots_;
+  absl::Mutex mu_;
+  std::map<std::string, OrderedGraph> graphs_ ABSL_GUARDED_BY(mu_);
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int, cudaStream_t> capture_streams_ ABSL_GUARDED_BY(mu_);
+  std::map<int, cudaStream_t> watchdog_streams_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+// A queue's own stream on one device; every pending call holds it.
+struct QueueStream {
+  int ordinal = -1;
+  cudaStream_t stream = nullptr;
+  ~QueueStream() {
+    // Work still enqueued completes; the stream's resources go after it (cudaStreamDestroy).
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  }
+};
+
+class GpuOrderedCall : public DeviceOrderedCall {
+ public:
+  GpuOrderedCall(std::shared_ptr<OrderedRuntime> rt, std::shared_ptr<QueueStream> qs, size_t slot)
+      : rt_(std::move(rt)), qs_(std::move(qs)), slot_(slot) {}
+  ~GpuOrderedCall() override {
+    // Only after Poll() left kPending (or nothing was enqueued): the slot and blocks are free.
+    for (cudaEvent_t e : {start_, stop_, complete_}) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+    if (slot_taken_) rt_->slots().Give(slot_);
+  }
+
+  DeviceCallState Poll() override {
+    if (state_ != DeviceCallState::kPending) return state_;
+    const cudaError_t q = cudaEventQuery(complete_);
+    if (q == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return state_;
+    }
+    if (q != cudaSuccess) {
+      error_ = Cuda(q, absl::StrCat("running ", op_, " (device-ordered) on ", result_.device));
+      state_ = DeviceCallState::kFailed;
+      return state_;
+    }
+    const uint32_t s = __atomic_load_n(&rt_->host_words(slot_)->state, __ATOMIC_ACQUIRE);
+    state_ = s == ko::kStateRan ? DeviceCallState::kRan : DeviceCallState::kSkipped;
+    if (state_ == DeviceCallState::kRan) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, start_, stop_) == cudaSuccess) {
+        result_.compute = absl::Microseconds(static_cast<double>(ms) * 1e3);
+      } else {
+        (void)cudaGetLastError();
+      }
+      for (const Readback& r : readbacks_) std::memcpy(r.to, r.block.data(), r.n);
+    }
+    readbacks_.clear();
+    workspace_.Reset();
+    return state_;
+  }
+
+  bool Gated() const override {
+    return __atomic_load_n(&rt_->host_words(slot_)->state, __ATOMIC_ACQUIRE) != ko::kStateNotGated;
+  }
+
+  void SetCancel() override {
+    __atomic_store_n(&rt_->host_words(slot_)->control, ko::kControlCancel, __ATOMIC_SEQ_CST);
+  }
+
+  absl::Status Release() override {
+    if (!ready_.present) return absl::OkStatus();
+    if (ready_.host_address != nullptr) {
+      uint64_t cur = __atomic_load_n(ready_.host_address, __ATOMIC_ACQUIRE);
+      while (cur < ready_.value &&
+             !__atomic_compare_exchange_n(ready_.host_address, &cur, ready_.value, false,
+                                          __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+      }
+      return absl::OkStatus();
+    }
+    return rt_->Raise(qs_->ordinal, ready_.device_address, ready_.value);
+  }
+
+  absl::Status error() const override { return error_; }
+  void Result(StepResult* result) const override { *result = result_; }
+
+ private:
+  friend class GpuOrderedQueue;
+  struct Readback {
+    void* to;
+    PoolBlock block;
+    uint64_t n;
+  };
+  std::shared_ptr<OrderedRuntime> rt_;
+  std::shared_ptr<QueueStream> qs_;
+  const size_t slot_;
+  bool slot_taken_ = true;
+  DeviceSignal ready_;
+  std::string op_;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+  cudaEvent_t complete_ = nullptr;
+  PoolBlock workspace_;
+  std::vector<Readback> readbacks_;
+  StepResult result_;
+  DeviceCallState state_ = DeviceCallState::kPending;
+  absl::Status error_;
+};
+
+class GpuOrderedQueue : public DeviceOrderedQueue {
+ public:
+  GpuOrderedQueue(GpuBackend* backend, std::shared_ptr<OrderedRuntime> rt)
+      : backend_(backend), rt_(std::move(rt)) {}
+
+  absl::StatusOr<std::unique_ptr<DeviceOrderedCall> > Enqueue(OpCall& call,
+                                                              const DeviceSignal& ready,
+                                                              const DeviceSignal& done) override {
+    if (!DevicePathEligible(call.tensors())) {
+      return absl::FailedPreconditionError("not every tensor is in a device region");
+    }
+    absl::StatusOr<size_t> index =
+        SelectDevice(call.tensors(), call.device_uuid(), backend_->served());
+    if (!index.ok()) return index.status();
+    GpuDevice& device = backend_->device(*index);
+    ATTND_RETURN_IF_ERROR(device.CheckUsable());
+    ATTND_RETURN_IF_ERROR(Cuda(cudaSetDevice(device.ordinal()), "selecting the device"));
+    absl::StatusOr<std::shared_ptr<QueueStream> > qs = StreamFor(device.ordinal());
+    if (!qs.ok()) return qs.status();
+    const cudaStream_t stream = (*qs)->stream;
+
+    absl::StatusOr<size_t> slot = rt_->slots().Take();
+    if (!slot.ok()) return slot.status();
+    auto c = std::make_unique<GpuOrderedCall>(rt_, *qs, *slot);
+    c->op_ = std::string(call.op());
+    c->result_.device = device.uuid();
+    ko::CallWords* w = rt_->host_words(*slot);
+    __atomic_store_n(&w->control, ko::kControlRun, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->state, ko::kStateNotGated, __ATOMIC_RELEASE);
+
+    kernels::ExecContext ctx;
+    ctx.backend = kernels::Backend::kCuda;
+    ctx.stream = stream;
+    ctx.device = device.ordinal();
+    std::vector<void*> data;
+    for (const TensorUse& t : call.tensors()) {
+      data.push_back(t.span_bytes == 0 ? device.empty_block() : t.device);
+    }
+    std::string impl;
+    int64_t workspace_bytes = 0;
+    ATTND_RETURN_IF_ERROR(call.Select(ctx, data, &impl, &workspace_bytes));
+    if (workspace_bytes > 0) {
+      absl::StatusOr<PoolBlock> ws = device.pool().Allocate(static_cast<uint64_t>(workspace_bytes));
+      if (!ws.ok()) return ws.status();
+      c->workspace_ = *std::move(ws);
+      ctx.workspace = c->workspace_.data();
+      ctx.workspace_bytes = workspace_bytes;
+    }
+    // Readbacks of the work count's index tensors: async copies into pinned staging, moved to
+    // the call's buffers at completion.
+    for (const TensorUse& t : call.tensors()) {
+      if (t.readback == nullptr || t.span_bytes == 0) continue;
+      if (backend_->staging() == nullptr) {
+        return absl::FailedPreconditionError("no pinned staging for the work count's readback");
+      }
+      absl::StatusOr<PoolBlock> b = backend_->staging()->Allocate(t.span_bytes);
+      if (!b.ok()) return b.status();
+      c->readbacks_.push_back({t.readback, *std::move(b), t.span_bytes});
+    }
+    std::string key = call.LaunchKey();
+    absl::StrAppend(&key, "|impl=", impl, "|ws=", ctx.workspace_bytes, "|dev=", device.ordinal());
+    for (void* p : data) absl::StrAppend(&key, "|", reinterpret_cast<uintptr_t>(p));
+    absl::StrAppend(&key, "|", reinterpret_cast<uintptr_t>(ctx.workspace));
+
+    for (cudaEvent_t* e : {&c->start_, &c->stop_}) {
+      ATTND_RETURN_IF_ERROR(Cuda(cudaEventCreate(e), "creating a timing event"));
+    }
+    ATTND_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&c->complete_, cudaEventDisableTiming),
+                               "creating the completion event"));
+
+    // Resolve the signal words' device addresses before anything is enqueued.
+    DeviceSignal r = ready;
+    if (r.present && r.device_address == nullptr) {
+      ATTND_RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&r.device_address, r.host_address, 0),
+                                 "mapping the ready word (host region) for the device"));
+    }
+    void* done_address = &rt_->device_words(*slot)->pad[0];  // no done: a daemon scratch word
+    if (done.present) {
+      done_address = done.device_address;
+      if (done_address == nullptr) {
+        ATTND_RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&done_address, done.host_address, 0),
+                                   "mapping the done word (host region) for the device"));
+      }
+    }
+    c->ready_ = r;
+    if (!call.ready_event().empty()) {
+      ATTND_RETURN_IF_ERROR(device.events().Wait(call.ready_event(), stream));
+    }
+    if (r.present) {
+      const CUresult cr = rt_->wait()(reinterpret_cast<CUstream>(stream),
+                                      reinterpret_cast<CUdeviceptr>(r.device_address), r.value,
+                                      CU_STREAM_WAIT_VALUE_GEQ);
+      if (cr != CUDA_SUCCESS) {
+        return absl::InternalError(
+            absl::StrCat("cuStreamWaitValue64 on the ready word failed (CUresult ", cr, ")"));
+      }
+    }
+    ATTND_RETURN_IF_ERROR(Cuda(cudaEventRecord(c->start_, stream), "recording the start event"));
+    std::string outcome;
+    ATTND_RETURN_IF_ERROR(rt_->Launch(call, ctx, data, key, *slot, done_address,
+                                      done.present ? done.value : 0, stream, &impl, &outcome));
+    ATTND_RETURN_IF_ERROR(Cuda(cudaEventRecord(c->stop_, stream), "recording the stop event"));
+    const std::vector<TensorUse>& uses = call.tensors();
+    size_t next = 0;
+    for (const TensorUse& t : uses) {
+      if (t.readback == nullptr || t.span_bytes == 0) continue;
+      GpuOrderedCall::Readback& rb = c->readbacks_[next++];
+      ATTND_RETURN_IF_ERROR(
+          Cuda(cudaMemcpyAsync(rb.block.data(), t.device, rb.n, cudaMemcpyDeviceToHost, stream),
+               "reading back the work count's index tensors"));
+      c->result_.count_readback += rb.n;
+    }
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaEventRecord(c->complete_, stream), "recording the completion event"));
+    c->result_.impl = impl;
+    c->result_.graph = outcome;
+    return std::unique_ptr<DeviceOrderedCall>(std::move(c));
+  }
+
+ private:
+  absl::StatusOr<std::shared_ptr<QueueStream> > StreamFor(int ordinal) {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(ordinal);
+    if (it != streams_.end()) return it->second;
+    auto qs = std::make_shared<QueueStream>();
+    qs->ordinal = ordinal;
+    ATTND_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&qs->stream, cudaStreamNonBlocking),
+                               "creating the queue's device stream"));
+    streams_[ordinal] = qs;
+    return qs;
+  }
+
+  GpuBackend* const backend_;
+  const std::shared_ptr<OrderedRuntime> rt_;
+  absl::Mutex mu_;
+  std::map<int, std::shared_ptr<QueueStream> > streams_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
+    GpuBackend* backend, const std::function<void(const std::string&)>& log) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &fn, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    (void)cudaGetLastError();
+    if (log) log("cuStreamWaitValue64 is not available: stream-ordered calls use the host path");
+    return nullptr;
+  }
+  void* host = nullptr;
+  const size_t bytes = OrderedRuntime::kSlots * sizeof(ko::CallWords);
+  if (cudaHostAlloc(&host, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (log) log("cannot allocate mapped pinned words: stream-ordered calls use the host path");
+    return nullptr;
+  }
+  std::memset(host, 0, bytes);
+  void* device = nullptr;
+  if (cudaHostGetDevicePointer(&device, host, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaFreeHost(host);
+    if (log) log("cannot map the pinned words: stream-ordered calls use the host path");
+    return nullptr;
+  }
+  return std::make_shared<OrderedRuntime>(backend, reinterpret_cast<WaitValue64Fn>(fn),
+                                          static_cast<ko::CallWords*>(host),
+                                          static_cast<ko::CallWords*>(device));
+}
+
+std::unique_ptr<DeviceOrderedQueue> NewGpuOrderedQueue(GpuBackend* backend,
+                                                       std::shared_ptr<OrderedRuntime> runtime) {
+  if (runtime == nullptr) return nullptr;
+  return std::make_unique<GpuOrderedQueue>(backend, std::move(runtime));
+}
+
+#endif  // ATTND_GPU_CUDA
+
+}  // namespace attnd::server::engine::gpu_rt
