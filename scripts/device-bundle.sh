@@ -37,9 +37,19 @@ while IFS= read -r -d '' f; do
   fi
 done < <(find "$BUILD_DIR" -type f -perm -u+x ! -name '*.so*' ! -path '*/CMakeFiles/*' -print0)
 
+# The decode-step benchmark's in-process baseline (bench/decode_step/: a library for ctypes whose
+# RUNPATH is lib/, where its own libraries go) and its script.
+inproc="$BUILD_DIR/bench/libattnd_inproc.so"
+if [ -f "$inproc" ] && { [ -z "${ATTND_BUNDLE_ONLY:-}" ] || [[ " $ATTND_BUNDLE_ONLY " == *" libattnd_inproc.so "* ]]; }; then
+  cp "$inproc" "$BUNDLE/lib/"
+fi
+mkdir -p "$BUNDLE/bench"
+cp -r bench/decode_step "$BUNDLE/bench/decode_step"
+
 # Their shared libraries, except the C runtime and the driver (the host provides those).
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libcuda\.so)'
-for exe in "$BUNDLE"/bin/*; do
+for exe in "$BUNDLE"/bin/* "$BUNDLE"/lib/libattnd_inproc.so; do
+  [ -e "$exe" ] || continue
   ldd "$exe" 2>/dev/null | awk '/=> \//{print $1, $3}' | while read -r name path; do
     [[ "$name" =~ $skip ]] && continue
     [ -e "$BUNDLE/lib/$name" ] || cp -L "$path" "$BUNDLE/lib/$name"

@@ -38,18 +38,24 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import urllib.request
 
+import grpc
 import torch
 
 import attnd_client as ac
+from attnd_client.errors import AttndError
 from attnd_client.rings import ring_bytes
 from attnd_client.stream_ordered import FAILURE_BIT, Signal, SignalWord
 
 WORD_SPACING = 64  # one signal word per cache line
 _names = itertools.count()  # region names of this process
+# What the watchdog stores in done words that the daemon never wrote, so that a stream waiting
+# on them goes on (the run is then reported as failed).
+UNSTICK = 1 << 62
 
 
 # ---- the in-process baseline (libattnd_inproc.so) ----
@@ -199,6 +205,11 @@ class DeviceWords:
     def close(self) -> None:
         pass  # the buffer's region stays with the client's device region cache
 
+    def unstick(self, indices: list[int], side: torch.cuda.Stream) -> None:
+        with torch.cuda.stream(side):  # not behind the stuck wait
+            for i in indices:
+                self.buf[i * WORD_SPACING // 8].fill_(UNSTICK)
+
     def value(self, i: int) -> int:
         return int(self.buf[i * WORD_SPACING // 8].item()) & ((1 << 64) - 1)
 
@@ -240,6 +251,10 @@ class HostWords:
         if self.cuda is not None:
             self.cuda.close()
         self.host.close()
+
+    def unstick(self, indices: list[int], side: object) -> None:
+        for i in indices:
+            self.words[i].set(UNSTICK)
 
     def value(self, i: int) -> int:
         return self.words[i].get()
@@ -571,7 +586,32 @@ class Runner:
                 m.consume(layer)
                 return t1 - t0
 
-            r = self._loop(layer_fn)
+            finished = threading.Event()
+            stuck: list[float] = []
+            side = torch.cuda.Stream() if self.cuda else None
+
+            def watchdog() -> None:
+                # The daemon never answering (a refused device word, a lost call) would leave
+                # the stream waiting forever and the loop blocked in a launch: after the
+                # deadline keep storing UNSTICK into the done words until the loop ends.
+                if finished.wait(self.a.stream_timeout):
+                    return
+                stuck.append(time.monotonic())
+                while not finished.wait(0.05):
+                    words.unstick(done, side)
+
+            guard = threading.Thread(target=watchdog, daemon=True)
+            guard.start()
+            try:
+                r = self._loop(layer_fn)
+            finally:
+                finished.set()
+                guard.join()
+            if stuck:
+                raise TimeoutError(
+                    f"the step loop took over {self.a.stream_timeout} s: done words not "
+                    "written (the watchdog stored UNSTICK into them)"
+                )
             failed = [layer for layer in range(m.layers) if words.value(done[layer]) & FAILURE_BIT]
             stale = [layer for layer in range(m.layers) if words.value(done[layer]) != self.seq]
             r["failed_layers"] = len(failed)
@@ -594,12 +634,15 @@ class Runner:
         from attnd_client._proto import pb
         from attnd_client.rings import SubmissionRing
 
-        response = self.client._stub.OpenRing(
-            pb.OpenRingRequest(
-                region=region.name, offset=0, entries=entries, signal_region=signal_region
-            ),
-            timeout=60,
+        # Client.open_ring takes a HostRegion for the signal words; these may be a device
+        # region's, so the request is made here.
+        request = pb.OpenRingRequest(
+            region=region.name, offset=0, entries=entries, signal_region=signal_region
         )
+        try:
+            response = self.client._stub.OpenRing(request, timeout=60)
+        except grpc.RpcError as e:
+            raise AttndError.from_rpc_error(e) from None
         return SubmissionRing(self.client, response.ring_id, region, 0, entries)
 
     def check(self, lib: Inproc | None) -> dict:
@@ -664,6 +707,10 @@ def main() -> int:
     p.add_argument("--topk", type=int, default=2048)
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--tiny", action="store_true", help="a CPU smoke test's shapes")
+    p.add_argument(
+        "--stream-timeout", type=float, default=25.0,
+        help="seconds a stream-ordered run may take before its done words are forced",
+    )  # fmt: skip
     p.add_argument("--commit")
     p.add_argument("--seed", type=int, default=20261202)
     a = p.parse_args()
@@ -707,13 +754,22 @@ def main() -> int:
             runner = Runner(a, model, client)
             baseline = {}
             if lib is not None:
-                baseline = runner.inproc(lib)
-                print(f"  inproc baseline: {baseline['step_us']:.1f} us/step", flush=True)
+                try:
+                    baseline = runner.inproc(lib)
+                    print(f"  inproc baseline: {baseline['step_us']:.1f} us/step", flush=True)
+                except Exception as e:  # the attnd lines still come, without a baseline
+                    traceback.print_exc()
+                    common_error = f"baseline: {type(e).__name__}: {e}"[:300]
+                    baseline, rc = {}, 1
+                    sync(cuda)
+                    print(common_error, flush=True)
+            # Device signal words last: a daemon that mishandles them costs the least there.
             configs = [
                 (path, sig)
                 for path in a.paths
                 for sig in (a.signals if path != "blocking" else [""])
             ]
+            configs.sort(key=lambda c: c[1] == "device")
             for path, sig in configs:
                 line = dict(common, preset=preset, batch=batch, path=path)
                 line["signals"] = sig or None
