@@ -162,6 +162,10 @@ def daemon_times(before: dict[str, float], after: dict[str, float]) -> dict[str,
     n = d["attnd_request_duration_seconds_count"]
     if n <= 0:
         return {}
+    # Calls the daemon ran wholly on its device stream (wait, op and done there), if it counts
+    # them: the path that served the stream-ordered calls.
+    family, device = "attnd_stream_ordered_calls_total", 'event="device"'
+    on_device = metric_sum(after, family, device) - metric_sum(before, family, device)
     total = d["attnd_request_duration_seconds_sum"] / n * 1e6
     compute = d["attnd_compute_duration_seconds_sum"] / n * 1e6
     return {
@@ -169,6 +173,7 @@ def daemon_times(before: dict[str, float], after: dict[str, float]) -> dict[str,
         "daemon_total_us_per_call": total,
         "daemon_compute_us_per_call": compute,
         "daemon_added_us_per_call": total - compute,
+        "daemon_device_path_calls": on_device,
     }
 
 
