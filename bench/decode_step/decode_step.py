@@ -475,14 +475,46 @@ class Runner:
         self.a, self.m, self.client = a, model, client
         self.cuda = model.cuda
         self.seq = 0  # the last signal value used (values grow across passes)
+        self.stuck = False  # a stream-ordered run's stream did not get on (_await)
+        self.unstick = None  # forces the run's done words (set during a stream-ordered run)
+
+    def _await(self, event: torch.cuda.Event | None) -> None:
+        """Polls `event` (sleeping, so the GIL is free) until the stream passed it. Past
+        --stream-timeout the run counts as stuck and self.unstick (when set) forces the done
+        words each poll, so the stream goes on."""
+        if event is None:
+            return
+        start = time.monotonic()
+        while not event.query():
+            if time.monotonic() - start > self.a.stream_timeout:
+                self.stuck = True
+                if self.unstick is not None:
+                    self.unstick()
+            time.sleep(50e-6)
+
+    def _step_end(self, ends: list) -> None:
+        """Marks a step's end; before the next step the caller waits for the end of the one
+        before this (at most two steps in flight: the CPU stays ahead of the GPU by a step, as a
+        serving engine that samples each step would, and never blocks in a full launch queue)."""
+        if not self.cuda:
+            return
+        event = torch.cuda.Event()
+        event.record()
+        ends.append(event)
+        if len(ends) >= 2:
+            self._await(ends[-2])
 
     def _loop(self, layer_fn) -> dict:
-        """Warm-up steps, a synchronise, then the measured steps with no synchronise."""
+        """Warm-up steps, a wait for the stream, then the measured steps: no synchronise; the
+        thread runs at most two steps ahead of the stream (_step_end)."""
         a, m = self.a, self.m
+        ends: list = []
         for _ in range(a.warmup):
             self.seq += 1
             for layer in range(m.layers):
                 layer_fn(layer, self.seq)
+            self._step_end(ends)
+        self._await(ends[-1] if ends else None)
         sync(self.cuda)
         timer = Timer(self.cuda, a.steps)
         cpu_ns, calls = 0, 0
@@ -495,6 +527,8 @@ class Runner:
                 cpu_ns += layer_fn(layer, self.seq)
                 calls += 1
             timer.stop(i)
+            self._step_end(ends)
+        self._await(ends[-1] if ends else None)
         sync(self.cuda)
         wall = time.perf_counter() - wall
         times = timer.step_us()
@@ -599,7 +633,7 @@ class Runner:
                 # The daemon never answering (a refused device word, a lost call) would leave
                 # the stream waiting forever and the loop blocked in a launch: after the
                 # deadline keep storing UNSTICK into the done words until the loop ends.
-                if finished.wait(self.a.stream_timeout):
+                if finished.wait(2 * self.a.stream_timeout):  # the whole run
                     return
                 stuck.append(time.monotonic())
                 while not finished.wait(0.05):
@@ -607,15 +641,17 @@ class Runner:
 
             guard = threading.Thread(target=watchdog, daemon=True)
             guard.start()
+            self.stuck, self.unstick = False, lambda: words.unstick(done, side)
             try:
                 r = self._loop(layer_fn)
             finally:
                 finished.set()
                 guard.join()
-            if stuck:
+                self.unstick = None
+            if stuck or self.stuck:
                 raise TimeoutError(
-                    f"the step loop took over {self.a.stream_timeout} s: done words not "
-                    "written (the watchdog stored UNSTICK into them)"
+                    f"the stream or the step loop stalled (--stream-timeout {self.a.stream_timeout} s): "
+                    "done words not written; UNSTICK was stored into them"
                 )
             failed = [layer for layer in range(m.layers) if words.value(done[layer]) & FAILURE_BIT]
             stale = [layer for layer in range(m.layers) if words.value(done[layer]) != self.seq]
