@@ -4,7 +4,7 @@
 // the host from the shape: FLOPs 2·B·s_q·H·L·(d_qk + 512); bytes = q + the cache rows read once
 // (2·d_qk·B·L) + out + lse + block table + seqlens. Every case in both precisions (FAST, HIGH).
 // Each shape also with vLLM's per-tensor FP8 cache (preset suffix "_fp8": u8 e4m3 codes, kv_scale
-// 0.037, d_qk bytes per row read).
+// 0.037, d_qk bytes per row read). cuda_wgmma beside cuda_mma where it applies (bf16, H 64 / 128).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -69,6 +69,9 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
           const std::string preset = absl::StrCat("dense_decode_b", batch, "_ctx", ctx, "_h", heads,
                                                   "_d576", fp8 ? "_fp8" : "");
           std::vector<std::string> impls = {"cuda_mma"};
+          // The sm_90a wgmma kernel where it applies (bf16 cache, H a multiple of 64); skipped
+          // below on other devices.
+          if (!fp8 && heads % 64 == 0) impls.insert(impls.begin(), "cuda_wgmma");
           if (ctx == 4096) impls.push_back("cuda_simt");  // the portable path, at the short context
           bool wanted = false;
           for (const std::string& impl : impls) {
@@ -107,6 +110,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
           for (const std::string& name : impls) {
             const auto* impl = FindImpl(mla_decode::Implementations(), name);
             std::string why;
+            if (name == "cuda_wgmma" && impl != nullptr && !impl->supports(p, &why)) continue;
             if (impl == nullptr || !impl->supports(p, &why)) {
               return absl::FailedPreconditionError(absl::StrCat(preset, " ", name, ": ", why));
             }

@@ -67,6 +67,10 @@ absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
     GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeMma(p, splits, ctx.workspace, stream));
     return absl::OkStatus();
   }
+  if constexpr (kKernel == gpu::GpuKernel::kWgmma) {
+    GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeWgmma(p, splits, ctx.workspace, stream));
+    return absl::OkStatus();
+  }
 #endif
   GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeSimt(p, splits, ctx.workspace, stream));
   return absl::OkStatus();
@@ -168,8 +172,10 @@ WorkCount Count(const Params& p) {
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-    GpuImpl<Params>("mma", SupportsGpu<gpu::GpuKernel::kMma>, RunGpu<gpu::GpuKernel::kMma>,
-                    GpuWorkspace<gpu::GpuKernel::kMma>),
+    GpuImpl<Params>("wgmma", SupportsGpu<gpu::GpuKernel::kWgmma>, RunGpu<gpu::GpuKernel::kWgmma>,
+                    GpuWorkspace<gpu::GpuKernel::kWgmma>),
+        GpuImpl<Params>("mma", SupportsGpu<gpu::GpuKernel::kMma>, RunGpu<gpu::GpuKernel::kMma>,
+                        GpuWorkspace<gpu::GpuKernel::kMma>),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
         GpuImpl<Params>("simt", SupportsGpu<gpu::GpuKernel::kSimt>, RunGpu<gpu::GpuKernel::kSimt>,

@@ -49,6 +49,10 @@ struct DecodeArgs {
   // tensor-core kernel's kFp8 instances), rounding each e4m3 × kv_scale to bf16 once.
   const uint8_t* kv_fp8;
   float kv_scale;
+  // The cache is larger than the L2 (num_pages · page stride): the wgmma kernel's producer asks
+  // the L2 for the next block's rows a block ahead (as the sparse one does; docs/BENCHMARKS.md
+  // "Sparse MLA on Hopper"). The other kernels ignore it.
+  bool prefetch_l2;
 };
 
 // One CTA's share: rows [row0, row0 + nrows) of request b, positions [begin, end) of the

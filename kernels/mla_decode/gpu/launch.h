@@ -15,16 +15,20 @@
 namespace attnd::kernels::mla_decode::gpu {
 
 enum class GpuKernel {
-  kSimt,  // portable CUDA/HIP: 16 rows per CTA, 32-token tiles, f32 FMA
-  kMma,   // CUDA sm_80+: 16, 32 or 64 rows per CTA, 64-token tiles, bf16 mma.sync (bf16 or
-          // per-tensor FP8 cache, the latter converted to bf16 in shared memory)
+  kSimt,   // portable CUDA/HIP: 16 rows per CTA, 32-token tiles, f32 FMA
+  kMma,    // CUDA sm_80+: 16, 32 or 64 rows per CTA, 64-token tiles, bf16 mma.sync (bf16 or
+           // per-tensor FP8 cache, the latter converted to bf16 in shared memory)
+  kWgmma,  // CUDA sm_90a, H % 64 == 0, bf16 cache: 64 rows (one MTP token's 64 heads) per CTA,
+           // 64-position blocks, the sparse MLA wgmma kernel (three warpgroups) reading the
+           // pages through the block table (wgmma.cuh)
 };
 
 inline constexpr int kMaxSplits = 128;
 
 // Whether `kernel` can run `p` on the current device; otherwise false with the reason.
 // kSimt: any validated call with B · row blocks · splits < 2^31 and s_q · H < 2^31.
-// kMma additionally: compute capability >= 8.0; q and kv_cache 16-byte aligned (base and
+// kMma and kWgmma additionally: compute capability >= 8.0 (kWgmma: exactly 9.0, a bf16 cache
+// and H a multiple of 64); q and kv_cache 16-byte aligned (base and
 // leading strides multiples of 8 bf16 elements; for the per-tensor FP8 cache, u8, multiples of
 // 16 bytes); out 4-byte aligned (base and leading strides even); its shared memory (up to
 // ~226 KiB at 64 rows, d_qk 576, the same for both caches) available per block.
@@ -54,6 +58,8 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 #if defined(ATTND_GPU_CUDA)
 ::attnd::gpu::Error LaunchMlaDecodeMma(const Params& p, int splits, void* workspace,
                                        ::attnd::gpu::Stream stream);
+::attnd::gpu::Error LaunchMlaDecodeWgmma(const Params& p, int splits, void* workspace,
+                                         ::attnd::gpu::Stream stream);
 #endif
 
 }  // namespace attnd::kernels::mla_decode::gpu

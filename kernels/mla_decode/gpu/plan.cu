@@ -18,6 +18,7 @@ namespace {
 KernelShape ShapeOf(GpuKernel kernel, const Params& p) {
 #if defined(ATTND_GPU_CUDA)
   if (kernel == GpuKernel::kMma) return MmaShape(p);
+  if (kernel == GpuKernel::kWgmma) return WgmmaShape(p);
 #endif
   if (kernel == GpuKernel::kSimt) return SimtShape(p);
   return KernelShape{};
@@ -50,6 +51,12 @@ DecodeArgs MakeDecodeArgs(const Params& p, int block_m, int splits, void* worksp
     a.kv = p.kv_cache.ptr<const uint16_t>();
   }
   a.kv_stride_page = p.kv_cache.stride(0);
+  {
+    ::attnd::gpu::DeviceFacts d;
+    const int64_t pool_bytes =
+        p.kv_cache.dim(0) * p.kv_cache.stride(0) * DTypeSize(p.kv_cache.dtype);
+    a.prefetch_l2 = ::attnd::gpu::CurrentDeviceFacts(&d) && pool_bytes > d.l2_bytes;
+  }
   a.kv_stride_slot = p.kv_cache.stride(1);
   a.num_pages = p.kv_cache.dim(0);
   a.page_size = p.kv_cache.dim(1);
@@ -93,8 +100,18 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   if (Rows(p) > kMaxInt32) {
     return Refuse(why, "q: s_q x H is ", Rows(p), ", want < 2^31");
   }
-  if (kernel == GpuKernel::kMma) {
-    if (!RunsMmaSync(d, why)) return false;
+  if (kernel == GpuKernel::kWgmma) {
+    if (d.cc_major != 9 || d.cc_minor != 0) {
+      return Refuse(why, "needs compute capability 9.0 (sm_90a wgmma), device has ", d.cc_major,
+                    ".", d.cc_minor);
+    }
+    if (p.kv_is_fp8()) return Refuse(why, "kv_cache: the per-tensor FP8 cache is not read here");
+    if (p.q.dim(2) % 64 != 0) {
+      return Refuse(why, "q: dim 2 (heads) is ", p.q.dim(2), ", want a multiple of 64");
+    }
+  }
+  if (kernel == GpuKernel::kMma || kernel == GpuKernel::kWgmma) {
+    if (kernel == GpuKernel::kMma && !RunsMmaSync(d, why)) return false;
     if (!Bf16RowsAligned16(p.q)) {
       return Refuse(why, "q: needs 16-byte alignment (base and leading strides multiples of 8)");
     }

@@ -25,6 +25,8 @@ struct KernelShape {
 KernelShape SimtShape(const Params& p);
 #if defined(ATTND_GPU_CUDA)
 KernelShape MmaShape(const Params& p);
+// wgmma.cu: the sm_90a instance for p (none for the FP8 cache or H not a multiple of 64).
+KernelShape WgmmaShape(const Params& p);
 #endif
 
 // The kernels' view of p, with `block_m` rows per CTA and the split workspace carved as

@@ -209,8 +209,17 @@ __device__ __forceinline__ void StoreO(const KernelArgs& a, const float (&o)[128
 // P rounded to bf16 once (FlashMLA's numerics: relative error up to 2^-9 per weight), half the
 // P·V MMAs and no P lo tile (kernels/common/precision.h).
 // kFp8: KV from the FP8 cache (a.kv_fp8; d_qk 576), dequantised by the producer.
-template <int kDqk, bool kExactP, bool kFp8>
-__global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs a) {
+// Src: where the rows come from and where the results go (SparseRows below: an index list;
+// kernels/mla_decode/gpu/wgmma.cuh: a paged cache through a block table). Src::Args is the
+// argument block; Src::Begin(a) the CTA's work item (64 query rows, one split of their rows);
+// Src::Blocks its 64-row KV blocks; Src::QueryBase / QueryStride the block's first query row
+// and the stride between its rows; Src::LoadRow(a, w, block_begin, r) row block_begin + r of
+// the work item as a handle (< 0: masked; it never reads past the work item's end);
+// Src::RowPtr(a, row, col) column col of the handle's bf16 row; Src::PrefetchL2(a) whether to
+// prefetch the next block's rows to L2; Src::StoreO / StoreLse the epilogue of block row r. kFp8 is
+// SparseRows only.
+template <int kDqk, bool kExactP, bool kFp8, class Src>
+__device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a) {
   static_assert(!kFp8 || kDqk == kFp8DimQk, "the FP8 cache has d_qk 576");
 #if ATTND_SM90A
   using Tile = WgmmaTile<kDqk>;
@@ -226,13 +235,8 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
 
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
-  const int groups = a.heads / Tile::kBlockM;
-  const int64_t t = blockIdx.x / groups;
-  const int h0 = static_cast<int>(blockIdx.x % groups) * Tile::kBlockM;
-  const int split = blockIdx.y;
-  const SlotRange range = SplitSlots(a, t, split);
-  const int n_blocks =
-      static_cast<int>((range.end - range.begin + Tile::kBlockN - 1) / Tile::kBlockN);
+  const typename Src::Work w = Src::Begin(a);
+  const int n_blocks = Src::Blocks(w);
 
   const uint32_t full_bar = base + Tile::kBarOffset;  // + 8·stage
   const uint32_t empty_bar = full_bar + 16;           // + 8·stage
@@ -257,10 +261,10 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
 #pragma unroll
     for (int i = 0; i < 4; ++i) rows[i] = pw * 16 + 4 * i + (lane >> 3);
     if (n_blocks == 0) return;
-    const uint16_t* q_tok = a.q + t * a.q_stride_t + static_cast<int64_t>(h0) * a.q_stride_h;
+    const uint16_t* q_tok = Src::QueryBase(a, w);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint16_t* src = q_tok + static_cast<int64_t>(rows[i]) * a.q_stride_h + chunk * 8;
+      const uint16_t* src = q_tok + static_cast<int64_t>(rows[i]) * Src::QueryStride(a) + chunk * 8;
       const uint32_t dst = base + Tile::kQOffset + SwizzledOffset(rows[i], chunk);
 #pragma unroll
       for (int s = 0; s < Tile::kSlabs; ++s) {
@@ -275,6 +279,7 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
       // (c / 8; wgmma_internal::DequantFp8x16Int); the rope is copied by cp.async. Odd slabs
       // store their high chunk first: the 8 lanes of a store phase then hit 8 distinct bank
       // groups.
+      const SlotRange& range = w.range;
       constexpr int kRound = Tile::kFp8RoundRows;
       static_assert(16 % kRound == 0, "rounds split a warp's 16 rows");
       const int slab = lane >> 2;
@@ -357,9 +362,9 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
         MbarArrive(full_bar + 8 * stage);
       }
     } else {
-      int32_t kv_rows[4];
+      typename Src::Row kv_rows[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) kv_rows[i] = LoadRow(a, range, range.begin + rows[i]);
+      for (int i = 0; i < 4; ++i) kv_rows[i] = Src::LoadRow(a, w, 0, rows[i]);
       for (int b = 0; b < n_blocks; ++b) {
         const int stage = b & 1;
         if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
@@ -379,7 +384,7 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
         for (int i = 0; i < 4; ++i) {
           const uint32_t off = stage_off + SwizzledOffset(rows[i], chunk);
           if (kv_rows[i] >= 0) {
-            const uint16_t* src = a.kv + static_cast<int64_t>(kv_rows[i]) * a.kv_stride + chunk * 8;
+            const uint16_t* src = Src::RowPtr(a, kv_rows[i], chunk * 8);
 #pragma unroll
             for (int s = 0; s < Tile::kSlabs; ++s) {
               CpAsync16(base + off + s * Tile::kSlabBytes, src + s * 64, 16);
@@ -396,19 +401,17 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
         if (b + 1 < n_blocks) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            kv_rows[i] =
-                LoadRow(a, range, range.begin + int64_t{Tile::kBlockN} * (b + 1) + rows[i]);
+            kv_rows[i] = Src::LoadRow(a, w, int64_t{Tile::kBlockN} * (b + 1), rows[i]);
           }
           // Pools larger than the L2 (a.prefetch_l2): block b + 1's rows into L2 (one thread
           // per row) while its stage is still in use, so its cp.async wait on L2, not HBM.
           // It pays on BF16 decode and not on the FP8 path, which does not do it
           // (docs/BENCHMARKS.md "Sparse MLA on Hopper").
-          if (a.prefetch_l2 && chunk == 0) {
+          if (Src::PrefetchL2(a) && chunk == 0) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               if (kv_rows[i] >= 0) {
-                PrefetchL2(a.kv + static_cast<int64_t>(kv_rows[i]) * a.kv_stride,
-                           static_cast<uint32_t>(2 * kDqk));
+                PrefetchL2(Src::RowPtr(a, kv_rows[i], 0), static_cast<uint32_t>(2 * kDqk));
               }
             }
           }
@@ -590,13 +593,10 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
       max_s[r0 + 8] = m_run[1];
     }
     NamedBarSync(kBarStats, 256);
-    wgmma_internal::StoreO(a, o, t, split, h0 + r0, cq, l_run);
+    Src::StoreO(a, w, o, r0, cq, l_run);
     if (lane % 4 == 0) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int h = h0 + r0 + 8 * i;
-        StoreRowLse(a, split, t, h, m_run[i], l_run[i]);
-      }
+      for (int i = 0; i < 2; ++i) Src::StoreLse(a, w, r0 + 8 * i, m_run[i], l_run[i]);
     }
   } else {
     // setmaxnreg.inc may not lower the count (illegal instruction): FP8's WG1 gives registers
@@ -640,11 +640,61 @@ __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs 
     }
     NamedBarSync(kBarStats, 256);
     const float l[2] = {sum_s[r0], sum_s[r0 + 8]};
-    wgmma_internal::StoreO(a, o, t, split, h0 + r0, kDimV / 2 + 2 * (lane % 4), l);
+    Src::StoreO(a, w, o, r0, kDimV / 2 + 2 * (lane % 4), l);
   }
 #else
   __trap();  // sm_90a only: GpuSupports refuses other devices
 #endif
+}
+
+// WgmmaAttention's Src for sparse MLA: CTA blockIdx.x = token t x 64-head group, blockIdx.y =
+// split; rows from t's index list (SplitSlots, LoadRow: masked when out of [0, S)).
+struct SparseRows {
+  using Args = KernelArgs;
+  using Row = int32_t;  // KV row, -1: masked
+  struct Work {
+    int64_t t;
+    int h0, split;
+    SlotRange range;
+  };
+  static __device__ __forceinline__ Work Begin(const Args& a) {
+    const int groups = a.heads / WgmmaTile<512>::kBlockM;
+    Work w;
+    w.t = blockIdx.x / groups;
+    w.h0 = static_cast<int>(blockIdx.x % groups) * WgmmaTile<512>::kBlockM;
+    w.split = blockIdx.y;
+    w.range = SplitSlots(a, w.t, w.split);
+    return w;
+  }
+  static __device__ __forceinline__ int Blocks(const Work& w) {
+    constexpr int kN = WgmmaTile<512>::kBlockN;
+    return static_cast<int>((w.range.end - w.range.begin + kN - 1) / kN);
+  }
+  static __device__ __forceinline__ const uint16_t* QueryBase(const Args& a, const Work& w) {
+    return a.q + w.t * a.q_stride_t + static_cast<int64_t>(w.h0) * a.q_stride_h;
+  }
+  static __device__ __forceinline__ int64_t QueryStride(const Args& a) { return a.q_stride_h; }
+  static __device__ __forceinline__ Row LoadRow(const Args& a, const Work& w, int64_t block_begin,
+                                                int r) {
+    return ::attnd::kernels::sparse_mla::gpu::LoadRow(a, w.range, w.range.begin + block_begin + r);
+  }
+  static __device__ __forceinline__ const uint16_t* RowPtr(const Args& a, Row row, int col) {
+    return a.kv + static_cast<int64_t>(row) * a.kv_stride + col;
+  }
+  static __device__ __forceinline__ bool PrefetchL2(const Args& a) { return a.prefetch_l2; }
+  static __device__ __forceinline__ void StoreO(const Args& a, const Work& w, const float (&o)[128],
+                                                int r, int col0, const float (&l)[2]) {
+    wgmma_internal::StoreO(a, o, w.t, w.split, w.h0 + r, col0, l);
+  }
+  static __device__ __forceinline__ void StoreLse(const Args& a, const Work& w, int r,
+                                                  float max_log2, float sum) {
+    StoreRowLse(a, w.split, w.t, w.h0 + r, max_log2, sum);
+  }
+};
+
+template <int kDqk, bool kExactP, bool kFp8>
+__global__ void __launch_bounds__(384, 1) SparseMlaWgmmaKernel(const KernelArgs a) {
+  WgmmaAttention<kDqk, kExactP, kFp8, SparseRows>(a);
 }
 
 // One instance's launch (main kernel only) and its shape on the current device.

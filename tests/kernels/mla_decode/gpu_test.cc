@@ -237,6 +237,7 @@ TEST(MlaDecodeGpu, PerTensorFp8MmaAndSimtAnyWorkspace) {
         if (impl.backend != testing::GpuBackend()) continue;
         std::string why;
         if (!impl.supports(p, &why)) {
+          if (impl.name.find("_wgmma") != std::string::npos) continue;  // bf16 cache only
           EXPECT_TRUE(padded) << impl.name << " refuses the aligned FP8 cache: " << why;
           EXPECT_NE(why.find("kv_cache: per-tensor FP8 needs 16-byte alignment"), std::string::npos)
               << impl.name << ": " << why;
@@ -338,6 +339,74 @@ TEST(MlaDecodeGpu, PerTensorFp8MmaMatchesBf16MmaOnRoundedCache) {
           }
         }
         EXPECT_EQ(bad, 0) << what << ": elements that differ";
+      }
+    }
+  }
+}
+
+// The sm_90a wgmma kernel (cuda_wgmma: bf16 cache, H 64 / 128) in both precisions against the
+// fp64 reference: ragged cache_seqlens (0, 1, around the 64-position block, long and random),
+// permuted block tables with masked pages, B 1..128, s_q 1..3 causal, d_qk 576 and 512, with
+// its own split plan and with one split (no workspace). Skipped where it does not apply (not
+// sm_90a).
+TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  const Impl<Params>* wgmma = nullptr;
+  for (const auto& impl : Implementations()) {
+    if (impl.backend == testing::GpuBackend() && impl.name.find("_wgmma") != std::string::npos) {
+      wgmma = &impl;
+    }
+  }
+  if (wgmma == nullptr) GTEST_SKIP() << "no wgmma kernel in this build";
+  struct Shape {
+    int64_t batch, heads, d_qk, s_q;
+    bool causal;
+  };
+  const Shape shapes[] = {{1, 64, 576, 1, false},   {1, 128, 512, 1, false},
+                          {2, 128, 576, 1, false},  {9, 64, 576, 1, false},
+                          {9, 128, 512, 2, true},   {5, 64, 576, 3, true},
+                          {33, 128, 576, 1, false}, {128, 64, 576, 1, false}};
+  for (const Shape& s : shapes) {
+    const std::string shape = "B " + std::to_string(s.batch) + " H " + std::to_string(s.heads) +
+                              " d_qk " + std::to_string(s.d_qk) + " s_q " + std::to_string(s.s_q) +
+                              (s.causal ? " causal" : "");
+    SCOPED_TRACE(shape);
+    auto rng = testing::MakeRng();
+    DecodeCase c;
+    c.heads = s.heads;
+    c.d_qk = s.d_qk;
+    c.s_q = s.s_q;
+    c.causal = s.causal;
+    const std::vector<int32_t> fixed = {1000, 0, 1, 63, 64, 65, 130, 2};
+    c.seqlens.clear();
+    for (int64_t b = 0; b < s.batch; ++b) {
+      c.seqlens.push_back(b < static_cast<int64_t>(fixed.size())
+                              ? fixed[static_cast<size_t>(b)]
+                              : static_cast<int32_t>(rng() % 700));
+    }
+    if (s.batch == 1) c.seqlens[0] = s.heads == 64 ? 1 : 333;
+    // Masked: a page inside 1000, the only page of 64, the second page of 65 (position 64).
+    if (s.batch >= 5) c.invalid_pages = {{0, 3}, {4, 0}, {5, 1}};
+    c.invalid_ids = {-1, 1 << 30};
+    DecodeTensors t(c, rng);
+    Params p = t.params();
+    std::string why;
+    if (!wgmma->supports(p, &why)) GTEST_SKIP() << wgmma->name << ": " << why;
+    std::vector<double> ref_out, ref_lse, ref_abs;
+    Reference(p, &ref_out, &ref_lse, &ref_abs);
+    for (const Precision precision : testing::kPrecisions) {
+      p.precision = precision;
+      for (const int64_t bytes : {wgmma->workspace(p), int64_t{0}}) {
+        Impl<Params> sized = *wgmma;
+        sized.workspace = [bytes](const Params&) { return bytes; };
+        for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
+        const absl::Status status = testing::RunOnGpu(sized, p);
+        ASSERT_TRUE(status.ok()) << status;
+        const std::string what = wgmma->name + " " + PrecisionName(precision) + " " + shape +
+                                 " workspace " + std::to_string(bytes);
+        testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, precision,
+                                    kOutTol, what + " out");
+        ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
       }
     }
   }

@@ -1,0 +1,136 @@
+// The Hopper dense MLA decode kernel (CUDA sm_90a): the sparse MLA wgmma kernel
+// (kernels/sparse_mla/gpu/wgmma.cuh, WgmmaAttention) with its rows taken from the paged cache
+// instead of an index list. A CTA takes one request, 64 query rows (one MTP token's 64 heads: H
+// is a multiple of 64, so a row block never straddles two tokens and shares one causal limit)
+// and one split of the positions the block sees, in 64-position blocks; position j of request
+// b is row j % page_size of page block_table[b][j / page_size]. Untrusted data is masked as
+// docs/CONTRACTS.md "Untrusted data" says: cache_seqlens clamped to [0, max_pages·page_size]
+// (DecodeWorkItem), a page id outside [0, num_pages) masks its positions (never read, score
+// -inf), nothing past the work item's end is read (block table entries included). Split-K
+// partials and the combine are the mla_decode ones (common.cuh, combine.cu).
+// Instantiated in wgmma_d512.cu / wgmma_d576.cu; launched by wgmma.cu.
+#pragma once
+
+#if !defined(ATTND_GPU_CUDA)
+#error "kernels/mla_decode/gpu/wgmma.cuh is CUDA-only"
+#endif
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/wgmma.cuh"
+#include "kernels/mla_decode/gpu/common.cuh"
+#include "kernels/mla_decode/gpu/plan.h"
+#include "kernels/sparse_mla/gpu/wgmma.cuh"
+
+namespace attnd::kernels::mla_decode::gpu {
+
+inline constexpr int kWgmmaBlockM = 64;  // query rows per CTA: one wgmma M
+inline constexpr int kWgmmaBlockN = 64;  // positions per KV block (and split unit)
+
+// WgmmaAttention's Src for the paged cache (its interface: kernels/sparse_mla/gpu/wgmma.cuh).
+// CTA blockIdx.x as DecodeWorkItem numbers it.
+struct PagedRows {
+  using Args = DecodeArgs;
+  using Row = int64_t;  // element offset of the position's cache row, -1: masked
+  using Work = WorkItem;
+  static __device__ __forceinline__ Work Begin(const Args& a) {
+    return DecodeWorkItem(a, blockIdx.x, kWgmmaBlockN);
+  }
+  static __device__ __forceinline__ int Blocks(const Work& w) {
+    return static_cast<int>((w.end - w.begin + kWgmmaBlockN - 1) / kWgmmaBlockN);
+  }
+  // The block's rows are heads h0..h0 + 63 of one MTP token.
+  static __device__ __forceinline__ const uint16_t* QueryBase(const Args& a, const Work& w) {
+    return QueryRow(a, w.b, w.row0);
+  }
+  static __device__ __forceinline__ int64_t QueryStride(const Args& a) { return a.q_stride_h; }
+  // Position begin + block_begin + r: masked past the work item's end (the block table is then
+  // not read: end <= seqlen <= max_pages·page_size keeps the entry inside the request's row)
+  // and when its page id is out of [0, num_pages).
+  static __device__ __forceinline__ Row LoadRow(const Args& a, const Work& w, int64_t block_begin,
+                                                int r) {
+    const int64_t pos = w.begin + block_begin + r;
+    if (pos >= w.end) return -1;
+    int64_t page, slot;
+    if (a.page_size == 64) {  // the model's page: no 64-bit division
+      page = pos >> 6;
+      slot = pos & 63;
+    } else {
+      page = pos / a.page_size;
+      slot = pos - page * a.page_size;
+    }
+    const int64_t id = a.block_table[w.b * a.table_stride_b + page * a.table_stride_page];
+    if (id < 0 || id >= a.num_pages) return -1;
+    return id * a.kv_stride_page + slot * a.kv_stride_slot;
+  }
+  static __device__ __forceinline__ const uint16_t* RowPtr(const Args& a, Row row, int col) {
+    return a.kv + row + col;
+  }
+  static __device__ __forceinline__ bool PrefetchL2(const Args& a) { return a.prefetch_l2; }
+  // O / l of this thread's block rows r, r + 8 and 128 columns from col0 (wgmma accumulator
+  // layout) to out (bf16) or the split's partial (f32, rows with l > 0 only).
+  static __device__ __forceinline__ void StoreO(const Args& a, const Work& w, const float (&o)[128],
+                                                int r, int col0, const float (&l)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int32_t row = w.row0 + r + 8 * i;
+      const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+      if (a.splits == 1) {
+        uint16_t* dst = OutRow(a, w.b, row) + col0;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+              ::attnd::gpu::ptx::PackBf16x2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+        }
+      } else if (l[i] > 0.0f) {
+        float* dst = a.partial_o + PartialRow(a, w.split, w.b, row) * kDimV + col0;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          *reinterpret_cast<float2*>(dst + 8 * j) =
+              make_float2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+        }
+      }
+    }
+  }
+  // Block row r's LSE: the split's partial (log2, -inf when empty) or lse (natural log, -inf
+  // when empty; skipped when absent).
+  static __device__ __forceinline__ void StoreLse(const Args& a, const Work& w, int r,
+                                                  float max_log2, float sum) {
+    const int32_t row = w.row0 + r;
+    const float lse2 = sum > 0.0f ? max_log2 + log2f(sum) : -INFINITY;
+    if (a.splits > 1) {
+      a.partial_lse[PartialRow(a, w.split, w.b, row)] = lse2;
+    } else if (a.lse != nullptr) {
+      *LseAt(a, w.b, row) = sum > 0.0f ? lse2 * kLn2 : -INFINITY;
+    }
+  }
+};
+
+// kExactP: Precision::kHigh (P hi + lo); false: kFast (bf16 P).
+template <int kDqk, bool kExactP>
+__global__ void __launch_bounds__(384, 1) MlaDecodeWgmmaKernel(const DecodeArgs a) {
+  ::attnd::kernels::sparse_mla::gpu::WgmmaAttention<kDqk, kExactP, false, PagedRows>(a);
+}
+
+template <int kDqk, bool kExactP>
+KernelShape WgmmaDecodeShape() {
+  using Tile = ::attnd::kernels::sparse_mla::gpu::WgmmaTile<kDqk>;
+  static_assert(Tile::kBlockM == kWgmmaBlockM && Tile::kBlockN == kWgmmaBlockN, "tile shape");
+  KernelShape s;
+  s.kernel = reinterpret_cast<const void*>(&MlaDecodeWgmmaKernel<kDqk, kExactP>);
+  s.block_m = kWgmmaBlockM;
+  s.block_n = kWgmmaBlockN;
+  s.threads = Tile::kThreads;
+  s.smem_bytes = Tile::kSmemBytes;
+  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
+  return s;
+}
+
+// Both precisions of one d_qk.
+#define ATTND_MLA_DECODE_WGMMA_INSTANCE(EXTERN, D)         \
+  EXTERN template KernelShape WgmmaDecodeShape<D, true>(); \
+  EXTERN template KernelShape WgmmaDecodeShape<D, false>();
+
+}  // namespace attnd::kernels::mla_decode::gpu
