@@ -17,7 +17,10 @@
 // thread's CPU time around the call's submission and its two stream operations, per call.
 //   decode_step_cpp --target=unix:/tmp/a.sock --out=r.jsonl [--batch=64,128] [--submit=ring|rpc]
 //     [--paths=stream_ordered,blocking] [--layers=61] [--steps=30] [--warmup=3] [--ctx=32768]
-//     [--heads=128] [--topk=2048] [--commit=SHA] [--mps=auto|true|false] [--tiny]
+//     [--heads=128] [--topk=2048] [--signals=host,device] [--commit=SHA] [--mps=auto|true|false]
+//     [--no-baseline] [--tiny]
+// --signals=device puts the words in the model's device region (a daemon without the device-side
+// wait refuses them: the line records the error; a submission ring takes host words only).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <grpcpp/client_context.h>
@@ -81,6 +84,7 @@ struct Options {
   std::string target, out, commit = "unknown", mps = "auto";
   std::vector<int64_t> batch = {64, 128};
   std::vector<std::string> paths = {"stream_ordered", "blocking"};
+  std::vector<std::string> signals = {"host"};  // and/or "device"
   std::string submit = "ring";
   int64_t layers = 61, steps = 30, warmup = 3, blocking_steps = 5;
   int64_t heads = 128, d_qk = 576, ctx = 32768, index_heads = 64, index_dim = 128, topk = 2048;
@@ -137,6 +141,7 @@ struct Model {
   int32_t *block_table = nullptr, *context_lens = nullptr;
   uint16_t *q = nullptr, *q_base = nullptr, *out = nullptr, *check_out = nullptr, *acc = nullptr;
   float* index_weights = nullptr;
+  void* words = nullptr;  // 2·layers signal words, 64 bytes apart (--signals=device)
   std::string region;
 
   int64_t QElems() const { return t * heads * d_qk; }
@@ -192,6 +197,7 @@ absl::Status BuildModel(const Options& o, int64_t batch, cudaStream_t stream, Mo
       L * m->t * m->hi * 4,
       L * m->OutElems() * 2,
       static_cast<uint64_t>(m->OutElems() * 2) * 2,
+      L * 2 * 64,
   };
   for (uint64_t p : parts) m->arena.size += p + 256;
   DS_CUDA(cudaMalloc(&m->arena.base, m->arena.size));
@@ -213,6 +219,7 @@ absl::Status BuildModel(const Options& o, int64_t batch, cudaStream_t stream, Mo
   DS_OK(take(parts[9], &m->out));
   DS_OK(take(m->OutElems() * 2, &m->check_out));
   DS_OK(take(m->OutElems() * 2, &m->acc));
+  DS_OK(take(L * 2 * 64, &m->words));
   FillIndexCache(m->index_cache, m->num_blocks, m->bs, m->di, o.seed + 1, stream);
   FillKvFp8(m->kv, m->kv_rows, o.seed + 2, stream);
   FillBf16(m->q_base, m->QElems(), 0.5f, o.seed + 3, stream);
@@ -350,23 +357,40 @@ absl::StatusOr<LoopResult> Loop(const Options& o, int64_t steps, Model* m, uint6
   return r;
 }
 
-// Signal words: a host region (one word per cache line), mapped into this CUDA context.
+// Signal words, one per cache line: in a host region mapped into this CUDA context ("host"), or
+// in the model's device region ("device": the stream operations address device memory, which
+// only a daemon with the device-side wait accepts).
 struct Words {
-  std::unique_ptr<client::HostRegion> region;
+  static constexpr uint64_t kSpacing = 64;
+  std::unique_ptr<client::HostRegion> region;  // host words only
+  std::string region_name;
+  uint64_t base = 0;  // offset of word 0 in region_name
+  char* host = nullptr;
   CUdeviceptr device = 0;
   bool registered = false;
-  static constexpr uint64_t kSpacing = 64;
-  uint64_t Offset(int64_t i) const { return i * kSpacing; }
-  uint64_t* Host(int64_t i) const {
-    return reinterpret_cast<uint64_t*>(region->data() + Offset(i));
+  uint64_t Offset(int64_t i) const { return base + i * kSpacing; }
+  CUdeviceptr Device(int64_t i) const { return device + i * kSpacing; }
+  uint64_t Read(int64_t i) const {  // after the stream is synchronised
+    if (host != nullptr)
+      return client::LoadSignal(reinterpret_cast<uint64_t*>(host + i * kSpacing));
+    uint64_t v = 0;
+    cudaMemcpy(&v, reinterpret_cast<void*>(Device(i)), 8, cudaMemcpyDeviceToHost);
+    return v;
   }
-  CUdeviceptr Device(int64_t i) const { return device + Offset(i); }
   ~Words() {
     if (registered) cudaHostUnregister(region->data());
   }
 };
 
-absl::Status MakeWords(client::Client* client, int64_t count, Words* w) {
+absl::Status MakeWords(client::Client* client, const Model& m, const std::string& kind, Words* w) {
+  const int64_t count = 2 * m.layers;
+  if (kind == "device") {
+    w->region_name = m.region;
+    w->base = reinterpret_cast<char*>(m.words) - m.arena.base;
+    w->device = reinterpret_cast<CUdeviceptr>(m.words);
+    DS_CUDA(cudaMemset(m.words, 0, count * Words::kSpacing));
+    return absl::OkStatus();
+  }
   client::HostRegionOptions ho;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   ho.bytes = (count * Words::kSpacing + page - 1) / page * page;
@@ -374,6 +398,8 @@ absl::Status MakeWords(client::Client* client, int64_t count, Words* w) {
   absl::StatusOr<std::unique_ptr<client::HostRegion>> r = client::HostRegion::Create(client, ho);
   if (!r.ok()) return r.status();
   w->region = std::move(*r);
+  w->region_name = w->region->name();
+  w->host = w->region->data();
   std::memset(w->region->data(), 0, w->region->size());
   DS_CUDA(cudaHostRegister(w->region->data(), w->region->size(),
                            cudaHostRegisterPortable | cudaHostRegisterMapped));
@@ -456,10 +482,14 @@ std::string Check(const Model& m, const Inproc* ip, client::Client* client, cuda
 }
 
 absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* client, Model* m,
-                                            const StreamOps& ops, uint64_t* seq,
-                                            cudaStream_t stream, std::string* extra) {
+                                            const StreamOps& ops, const std::string& signals,
+                                            uint64_t* seq, cudaStream_t stream,
+                                            std::string* extra) {
   Words words;
-  DS_OK(MakeWords(client, 2 * m->layers, &words));
+  DS_OK(MakeWords(client, *m, signals, &words));
+  if (o.submit == "ring" && words.region == nullptr) {
+    return absl::InvalidArgumentError("a submission ring takes host signal words (--submit=rpc)");
+  }
   std::vector<uint64_t> ids;
   auto release = [&] {
     for (uint64_t id : ids) (void)client::ReleaseCall(client, id);
@@ -511,8 +541,8 @@ absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* cl
       if (c != absl::StatusCode::kOk) return absl::Status(c, "the submission ring refused");
     } else {
       absl::StatusOr<v1::CallStats> s =
-          client::RunPrepared(client, ids[l], client::Signal{words.region->name(), r_off, n},
-                              client::Signal{words.region->name(), d_off, n});
+          client::RunPrepared(client, ids[l], client::Signal{words.region_name, r_off, n},
+                              client::Signal{words.region_name, d_off, n});
       if (!s.ok()) return s.status();
     }
     CUresult w = ops.write(reinterpret_cast<CUstream>(stream), words.Device(2 * l), n,
@@ -529,7 +559,7 @@ absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* cl
   absl::StatusOr<LoopResult> r = Loop(o, o.steps, m, seq, stream, layer);
   int64_t failed = 0, stale = 0;
   for (int64_t l = 0; l < m->layers; ++l) {
-    const uint64_t d = client::LoadSignal(words.Host(2 * l + 1));
+    const uint64_t d = words.Read(2 * l + 1);
     if (d & client::kSignalFailureBit)
       ++failed;
     else if (d != *seq)
@@ -594,6 +624,8 @@ int Main(int argc, char** argv) {
       o.submit = v;
     else if (k == "--batch")
       ok = ParseList(v, &o.batch);
+    else if (k == "--signals")
+      o.signals = absl::StrSplit(v, ',');
     else if (k == "--paths")
       o.paths = absl::StrSplit(v, ',');
     else if (k == "--layers")
@@ -616,6 +648,9 @@ int Main(int argc, char** argv) {
       tiny = true;
     else
       ok = false;
+    for (const std::string& sig : o.signals) ok = ok && (sig == "host" || sig == "device");
+    for (const std::string& path : o.paths)
+      ok = ok && (path == "stream_ordered" || path == "blocking");
     if (!ok || (o.submit != "ring" && o.submit != "rpc")) {
       std::cerr << "decode_step_cpp: bad argument '" << a << "' (see the file's header)\n";
       return 2;
@@ -701,16 +736,23 @@ int Main(int argc, char** argv) {
       if (!s.ok()) baseline_error = s.ToString();
       if (baseline) std::cerr << "  inproc baseline: " << baseline->step_us << " us/step\n";
     }
+    std::vector<std::pair<std::string, std::string>> configs;  // (path, signals)
     for (const std::string& path : o.paths) {
+      if (path == "blocking")
+        configs.emplace_back(path, "");
+      else
+        for (const std::string& sig : o.signals) configs.emplace_back(path, sig);
+    }
+    for (const auto& [path, sig] : configs) {
       std::string extra;
       absl::StatusOr<LoopResult> r =
           path == "blocking" ? RunBlocking(o, client, &m, &seq, stream)
-                             : RunStreamOrdered(o, client, &m, ops, &seq, stream, &extra);
+                             : RunStreamOrdered(o, client, &m, ops, sig, &seq, stream, &extra);
       std::ostringstream line;
       line << "{\"op\": \"decode_step\", \"preset\": " << Q(preset)
            << ", \"client\": \"cpp\", \"mps\": " << (mps ? "true" : "false")
            << ", \"path\": " << Q(path)
-           << ", \"signals\": " << (path == "blocking" ? "null" : "\"host\"")
+           << ", \"signals\": " << (path == "blocking" ? "null" : Q(sig))
            << ", \"submit\": " << (path == "blocking" ? "null" : Q(o.submit))
            << ", \"batch\": " << batch << ", \"layers\": " << o.layers
            << ", \"steps\": " << (path == "blocking" ? o.blocking_steps : o.steps)
