@@ -22,8 +22,8 @@ struct GpuBackendOptions {
   int streams_per_device = 4;
   bool graphs = true;
   // Stream-ordered calls whose tensors are all in device regions wait, run and store `done` on
-  // a device stream (CUDA; --device-ordered). False: every stream-ordered call takes the
-  // host-polled path.
+  // a device stream (CUDA; the daemon always asks for it). False: every stream-ordered call takes
+  // the host-polled path.
   bool device_ordered = true;
   size_t graph_cache_capacity = 512;   // executable graphs kept per device (LRU)
   size_t event_cache_capacity = 1024;  // opened IPC ready events kept per device (LRU)

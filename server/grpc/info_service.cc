@@ -20,8 +20,9 @@ AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {
   // tears it down.
   stream_ = std::make_unique<ops::StreamOrderedRunner>(deps_.runner, deps_.ops, deps_.registry,
                                                        metrics, options);
-  rings_ = std::make_unique<ops::SubmissionRingTable>(deps_.registry, metrics,
-                                                      ops::SubmissionRingTable::Options{});
+  ops::SubmissionRingTable::Options ring_options;
+  ring_options.device_signals = options.backend != nullptr;
+  rings_ = std::make_unique<ops::SubmissionRingTable>(deps_.registry, metrics, ring_options);
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext* /*ctx*/,

@@ -236,7 +236,7 @@ StreamOrderedRunner::~StreamOrderedRunner() {
     for (const std::shared_ptr<Queue>& q : std::set<std::shared_ptr<Queue>>(active_)) {
       std::vector<Entry*> waiting;
       for (auto& e : q->entries_) {
-        if (!e->running) waiting.push_back(e.get());
+        if (!e->running && e->device == nullptr) waiting.push_back(e.get());
       }
       for (Entry* e : waiting) {
         failed.emplace_back();

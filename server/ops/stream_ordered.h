@@ -6,7 +6,11 @@
 // failed or never ran). A waiter thread polls the ready words and is the watchdog: a call whose
 // word is not reached by its wait deadline, that is cancelled, or that is still pending when the
 // daemon's drain reaches its deadline is failed without running. Each accepted call holds a
-// scheduler admission, so a drain waits for it (up to --drain-timeout). No gRPC here.
+// scheduler admission, so a drain waits for it (up to --drain-timeout). On the CUDA backend a
+// call whose tensors all lie in device regions takes the device path instead (docs/SERVICE.md
+// "Stream-ordered calls on a CUDA device"): it is enqueued on its queue's device stream when
+// accepted (Options::backend's NewOrderedQueue), and the waiter polls its completion event and is
+// its watchdog (cancel word, then raise the ready word). No gRPC here.
 //   StreamOrderedRunner stream(&runner, &ops, &registry, &metrics, {});
 //   auto queue = stream.NewQueue("session lease-1");
 //   ATTND_RETURN_IF_ERROR(stream.Enqueue(queue, std::move(submission)));  // reply "enqueued"

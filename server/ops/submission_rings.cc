@@ -102,7 +102,8 @@ absl::StatusOr<uint64_t> SubmissionRingTable::Open(Spec spec) {
     if (!p.ok()) {
       return absl::Status(p.status().code(), absl::StrCat(field, ": ", p.status().message()));
     }
-    if ((*p)->kind() != regions::RegionKind::kHost) {
+    const bool device_ok = options_.device_signals && absl::string_view(field) == "signal_region";
+    if ((*p)->kind() != regions::RegionKind::kHost && !device_ok) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, ": region '", name, "' is a device region; rings live in host regions"));
     }
@@ -253,7 +254,10 @@ void SubmissionRingTable::Reject(Ring& ring, uint64_t seq, const char* result, c
                                  const absl::Status& why) {
   if (metrics_ != nullptr) metrics_->RecordRingEntry(result);
   // done = {offset, value}: the failure bit goes there when the word is a valid one.
-  if (done != nullptr && WordOk(ring.signal_pin->data(), ring.signal_pin->byte_size(), done[0])) {
+  // A device-region done word cannot be written from the host: the refusal then shows only in
+  // the metrics and the log.
+  if (done != nullptr && ring.signal_pin->kind() == regions::RegionKind::kHost &&
+      WordOk(ring.signal_pin->data(), ring.signal_pin->byte_size(), done[0])) {
     ring.done.mutable_slice()->set_offset(done[0]);
     ring.done.set_value(done[1]);
     absl::StatusOr<SignalWord> w =
@@ -292,7 +296,9 @@ bool SubmissionRingTable::Poll(Ring& ring) {
                               ring.tail, " (or behind it): the ring errored");
     return false;
   }
-  const char* signal_base = ring.signal_pin->data();
+  const char* signal_base = ring.signal_pin->kind() == regions::RegionKind::kDevice
+                                ? ring.signal_pin->device_data()
+                                : ring.signal_pin->data();
   const uint64_t signal_bytes = ring.signal_pin->byte_size();
   for (uint64_t n = ring.tail; n != head; ++n) {
     const char* slot = ring.base + L::kHeaderBytes + (n & (entries - 1)) * L::kEntryBytes;

@@ -61,6 +61,9 @@ class SubmissionRingTable {
     absl::Duration poll = absl::Microseconds(50);
     // The least time between two log lines about one ring's bad entries.
     absl::Duration log_interval = absl::Seconds(10);
+    // CUDA backend: the signal region may be a device region, its words then served by the
+    // device path (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
+    bool device_signals = false;
   };
   // Queues one entry's prepared call `call_id` stream-ordered with its signals (ready may be
   // null), exactly as RunPrepared would; an error means nothing was queued. Runs on the poller

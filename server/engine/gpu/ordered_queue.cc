@@ -115,6 +115,32 @@ class OrderedRuntime {
   // Sets the per-call parameters of the cached graph of `key` (building it first: gate, the op
   // captured into a conditional body, done) and launches it on `stream`. *outcome: "hit" or
   // "capture". FAILED_PRECONDITION when the op's launches cannot be captured.
+  // Builds the cached graph of `key` when it is missing (before anything of the call is
+  // enqueued: a capture that fails leaves the stream untouched). *outcome: "hit" or "capture".
+  absl::Status Ensure(OpCall& call, const kernels::ExecContext& ctx, const std::vector<void*>& data,
+                      const std::string& key, std::string* impl, std::string* outcome)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    *outcome = "hit";
+    if (graphs_.count(key) != 0) return absl::OkStatus();
+    if (graphs_.size() >= kGraphs) Evict();
+    OrderedGraph g;
+    bool refused = false;  // the op's own refusal (bad arguments): the call's answer
+    absl::Status built = Build(call, ctx, data, &g, impl, &refused);
+    if (!built.ok()) {
+      Destroy(g);
+      if (refused || built.code() == absl::StatusCode::kUnavailable) return built;
+      // Not capturable into a conditional body (a launch attribute, a node type the body does
+      // not accept): the host-polled path serves the call.
+      return absl::FailedPreconditionError(
+          absl::StrCat(call.op(), ": no device-ordered graph: ", built.message()));
+    }
+    g.last_use = ++clock_;
+    graphs_.emplace(key, g);
+    *outcome = "capture";
+    return absl::OkStatus();
+  }
+
   absl::Status Launch(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
                       const std::string& key, size_t slot, void* done, uint64_t done_value,
                       cudaStream_t stream, std::string* impl, std::string* outcome)
@@ -122,10 +148,11 @@ class OrderedRuntime {
     absl::MutexLock lock(&mu_);
     auto it = graphs_.find(key);
     *outcome = "hit";
-    if (it == graphs_.end()) {
+    if (it == graphs_.end()) {  // evicted since Ensure by another queue's calls
       if (graphs_.size() >= kGraphs) Evict();
       OrderedGraph g;
-      absl::Status built = Build(call, ctx, data, &g, impl);
+      bool refused = false;
+      absl::Status built = Build(call, ctx, data, &g, impl, &refused);
       if (!built.ok()) {
         Destroy(g);
         return built;
@@ -184,7 +211,8 @@ class OrderedRuntime {
   }
 
   absl::Status Build(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
-                     OrderedGraph* g, std::string* impl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                     OrderedGraph* g, std::string* impl, bool* refused)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphCreate(&g->graph, 0), "creating a graph"));
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphConditionalHandleCreate(&g->handle, g->graph, 0, 0),
                                "creating a conditional handle"));
@@ -213,7 +241,11 @@ class OrderedRuntime {
     const absl::Status run = call.Run(ctx, data, impl);
     cudaGraph_t captured = nullptr;
     const cudaError_t end = cudaStreamEndCapture(*cs, &captured);
-    if (!run.ok()) return run;
+    if (!run.ok()) {
+      (void)cudaGetLastError();
+      *refused = run.code() != absl::StatusCode::kInternal && end == cudaSuccess;
+      return run;
+    }
     if (end != cudaSuccess) {
       (void)cudaGetLastError();
       return absl::FailedPreconditionError(
@@ -414,18 +446,24 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
     // Resolve the signal words' device addresses before anything is enqueued.
     DeviceSignal r = ready;
     if (r.present && r.device_address == nullptr) {
-      ATTND_RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&r.device_address, r.host_address, 0),
-                                 "mapping the ready word (host region) for the device"));
+      if (cudaHostGetDevicePointer(&r.device_address, r.host_address, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return absl::FailedPreconditionError("the ready word's host region is not pinned");
+      }
     }
     void* done_address = &rt_->device_words(*slot)->pad[0];  // no done: a daemon scratch word
     if (done.present) {
       done_address = done.device_address;
       if (done_address == nullptr) {
-        ATTND_RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&done_address, done.host_address, 0),
-                                   "mapping the done word (host region) for the device"));
+        if (cudaHostGetDevicePointer(&done_address, done.host_address, 0) != cudaSuccess) {
+          (void)cudaGetLastError();
+          return absl::FailedPreconditionError("the done word's host region is not pinned");
+        }
       }
     }
     c->ready_ = r;
+    std::string outcome;
+    ATTND_RETURN_IF_ERROR(rt_->Ensure(call, ctx, data, key, &impl, &outcome));
     if (!call.ready_event().empty()) {
       ATTND_RETURN_IF_ERROR(device.events().Wait(call.ready_event(), stream));
     }
@@ -439,9 +477,9 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
       }
     }
     ATTND_RETURN_IF_ERROR(Cuda(cudaEventRecord(c->start_, stream), "recording the start event"));
-    std::string outcome;
+    std::string unused;
     ATTND_RETURN_IF_ERROR(rt_->Launch(call, ctx, data, key, *slot, done_address,
-                                      done.present ? done.value : 0, stream, &impl, &outcome));
+                                      done.present ? done.value : 0, stream, &impl, &unused));
     ATTND_RETURN_IF_ERROR(Cuda(cudaEventRecord(c->stop_, stream), "recording the stop event"));
     const std::vector<TensorUse>& uses = call.tensors();
     size_t next = 0;

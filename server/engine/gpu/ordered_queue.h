@@ -10,7 +10,9 @@
 //   auto q = backend.NewOrderedQueue();  ATTND_ASSIGN_OR_RETURN(auto c, q->Enqueue(call, r, d));
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "server/engine/ordered_device.h"
 
