@@ -158,8 +158,10 @@ def run_ordering(client, url, checks, drv):
 
 def run_device_words(client, url, checks, drv):
     """(c): ready and done in a device region (a torch tensor registered as one)."""
+    from attnd_client.stream_ordered import Signal
+
     args = inputs()
-    words = torch.zeros(2, dtype=torch.int64, device=DEV)
+    words = torch.zeros(16, dtype=torch.uint8, device=DEV)  # two u64 words (attnd has no i64)
     ref_words = client._device_region(words)
     base = ref_words.offset
     stream = torch.cuda.current_stream()
@@ -173,15 +175,15 @@ def run_device_words(client, url, checks, drv):
         qs.append(args["q"].clone())
         client.enqueue(
             "sparse_mla",
-            ready=ac.stream_ordered.Signal(ref_words.region, base, n),
-            done=ac.stream_ordered.Signal(ref_words.region, base + 8, n),
+            ready=Signal(ref_words.region, base, n),
+            done=Signal(ref_words.region, base + 8, n),
             **args,
         )
         drv.write(ptr, n, stream.cuda_stream)
         drv.wait(ptr + 8, n, stream.cuda_stream)
         outs.append(args["out"].clone())
     torch.cuda.synchronize()
-    word = int(words[1].item()) & ((1 << 64) - 1)
+    word = int(words.view(torch.int64)[1].item()) & ((1 << 64) - 1)
     checks.expect(word == steps, f"(c) device words: done {word:#x}, want {steps}")
     for n in range(steps):
         ref = ref_sparse_mla(qs[n], args["kv"], args["indices"], args["sm_scale"])
