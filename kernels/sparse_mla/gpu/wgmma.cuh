@@ -26,6 +26,9 @@
 // WG0 issues P·V_L of block b-1 before Q·Kᵀ of block b and releases b-1's stage as soon as it
 // completes, so the gather of b+1 overlaps Q·Kᵀ, softmax and P·V of b. Epilogue: O / l to bf16
 // (or the split's f32 partial), LSE.
+// The body (WgmmaAttention) takes the row source as a template parameter: SparseRows here (an
+// index list per token), kernels/mla_decode/gpu/wgmma.cuh's PagedRows (a paged cache through a
+// block table: the dense MLA decode).
 // Instantiated in wgmma_d512.cu / wgmma_d576.cu / wgmma_fp8.cu; launched by wgmma.cu.
 #pragma once
 
