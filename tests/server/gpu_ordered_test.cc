@@ -1,0 +1,292 @@
+// The CUDA backend's device-ordered calls in process (docs/SERVICE.md "Stream-ordered calls on a
+// CUDA device"; skipped without a GPU): a device-to-device copy "op" on device memory enqueued
+// behind a ready word runs only once the word is reached and then stores done; a chain of calls
+// runs without the host synchronising; the watchdog's cancel + release skips the op and stores
+// the failure bit; signal words in device memory; another queue's calls complete while one waits.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/gpu/runtime.h"
+#include "server/engine/gpu/gpu_backend.h"
+#include "server/engine/ordered_device.h"
+
+namespace attnd::server::engine::gpu_rt {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kFail = 1ull << 63;
+
+bool HaveGpu() {
+  int n = 0;
+  return gpu::GetDeviceCount(&n) == gpu::kSuccess && n > 0;
+}
+
+// out = in on the device; `in` is read back for the work count.
+class CopyCall : public OpCall {
+ public:
+  CopyCall(const std::string& uuid, void* in, void* out, uint64_t bytes, void* readback)
+      : bytes_(bytes) {
+    uses_.resize(2);
+    uses_[0].name = "in";
+    uses_[1].name = "out";
+    uses_[1].role = kernels::Role::kOutput;
+    for (int i = 0; i < 2; ++i) {
+      uses_[i].residence = Residence::kDeviceRegion;
+      uses_[i].device_ordinal = 0;
+      uses_[i].device_uuid = uuid;
+      uses_[i].span_bytes = bytes;
+    }
+    uses_[0].device = in;
+    uses_[1].device = out;
+    uses_[0].readback = readback;
+  }
+  absl::string_view op() const override { return "copy"; }
+  const std::vector<TensorUse>& tensors() const override { return uses_; }
+  const std::string& ready_event() const override { return none_; }
+  const std::string& device_uuid() const override { return none_; }
+  std::string LaunchKey() const override { return "copy|" + std::to_string(bytes_); }
+  absl::Status Select(const kernels::ExecContext&, const std::vector<void*>&, std::string* impl,
+                      int64_t* workspace) override {
+    *impl = "cuda_copy";
+    *workspace = 0;
+    return absl::OkStatus();
+  }
+  absl::Status Run(const kernels::ExecContext& ctx, const std::vector<void*>& data,
+                   std::string* impl) override {
+    *impl = "cuda_copy";
+    if (cudaMemcpyAsync(data[1], data[0], bytes_, cudaMemcpyDeviceToDevice,
+                        static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess) {
+      return absl::InternalError("memcpy");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<TensorUse> uses_;
+  std::string none_;
+  const uint64_t bytes_;
+};
+
+struct Buffer {
+  explicit Buffer(uint64_t n) : bytes(n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
+  ~Buffer() { (void)cudaFree(p); }
+  void Fill(int v) {
+    EXPECT_EQ(cudaMemset(p, v, bytes), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  // Read on a stream of its own (non-blocking: never waits for the daemon's streams).
+  std::vector<unsigned char> Read() const {
+    std::vector<unsigned char> h(bytes);
+    cudaStream_t s;
+    EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(h.data(), p, bytes, cudaMemcpyDeviceToHost, s), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    (void)cudaStreamDestroy(s);
+    return h;
+  }
+  void* p = nullptr;
+  uint64_t bytes;
+};
+
+bool All(const std::vector<unsigned char>& v, unsigned char x) {
+  for (unsigned char c : v) {
+    if (c != x) return false;
+  }
+  return true;
+}
+
+// Words the test's host reads and writes, mapped for the device.
+struct HostWords {
+  HostWords() {
+    EXPECT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&w), 4096,
+                            cudaHostAllocMapped | cudaHostAllocPortable),
+              cudaSuccess);
+    std::memset(w, 0, 4096);
+  }
+  ~HostWords() { (void)cudaFreeHost(w); }
+  DeviceSignal Signal(int i, uint64_t value) const {
+    DeviceSignal s;
+    s.present = true;
+    s.host_address = &w[i];
+    s.value = value;
+    return s;
+  }
+  uint64_t Get(int i) const { return __atomic_load_n(&w[i], __ATOMIC_ACQUIRE); }
+  void Set(int i, uint64_t v) { __atomic_store_n(&w[i], v, __ATOMIC_RELEASE); }
+  uint64_t* w = nullptr;
+};
+
+DeviceCallState Await(DeviceOrderedCall& c, int ms = 5000) {
+  for (int i = 0; i < ms * 10; ++i) {
+    const DeviceCallState s = c.Poll();
+    if (s != DeviceCallState::kPending) return s;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return c.Poll();
+}
+
+class GpuOrderedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+    GpuBackendOptions o;
+    o.pool_bytes = 32 * kMiB;
+    o.staging_bytes = 8 * kMiB;
+    o.devices = {"0"};
+    auto b = GpuBackend::Create(o);
+    ASSERT_TRUE(b.ok()) << b.status();
+    backend_ = *std::move(b);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    uuid_ = backend_->served()[0].uuid;
+  }
+  std::unique_ptr<GpuBackend> backend_;
+  std::string uuid_;
+};
+
+TEST_F(GpuOrderedTest, RunsOnlyAfterReadyThenStoresDoneAndChainsWithoutTheHost) {
+  auto q = backend_->NewOrderedQueue();
+  ASSERT_NE(q, nullptr) << "the CUDA backend offers the device path";
+  const uint64_t n = kMiB;
+  Buffer in(n), out(n);
+  in.Fill(9);
+  out.Fill(0xff);  // poison
+  std::vector<unsigned char> readback(n, 0);
+  CopyCall call(uuid_, in.p, out.p, n, readback.data());
+  HostWords words;
+  auto c = q->Enqueue(call, words.Signal(0, 3), words.Signal(1, 5));
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ((*c)->Poll(), DeviceCallState::kPending);
+  EXPECT_FALSE((*c)->Gated());
+  EXPECT_TRUE(All(out.Read(), 0xff)) << "the op ran before its ready word";
+  EXPECT_EQ(words.Get(1), 0u);
+  words.Set(0, 3);
+  ASSERT_EQ(Await(**c), DeviceCallState::kRan);
+  EXPECT_EQ(words.Get(1), 5u);
+  EXPECT_TRUE(All(out.Read(), 9));
+  StepResult r;
+  (*c)->Result(&r);
+  EXPECT_EQ(r.graph, "capture");
+  EXPECT_EQ(r.count_readback, n);
+  EXPECT_TRUE(All(readback, 9));
+
+  // A chain: three calls behind ready values 4..6, each storing its own done value; the host
+  // only writes the last ready value, the device runs them in order.
+  Buffer in2(n);
+  in2.Fill(7);
+  out.Fill(0xff);
+  CopyCall call2(uuid_, in2.p, out.p, n, nullptr);
+  std::vector<std::unique_ptr<DeviceOrderedCall>> chain;
+  for (uint64_t v = 4; v <= 6; ++v) {
+    auto ci = q->Enqueue(call2, words.Signal(0, v), words.Signal(2, v));
+    ASSERT_TRUE(ci.ok()) << ci.status();
+    chain.push_back(*std::move(ci));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(All(out.Read(), 0xff));
+  words.Set(0, 6);
+  for (auto& ci : chain) EXPECT_EQ(Await(*ci), DeviceCallState::kRan);
+  EXPECT_EQ(words.Get(2), 6u);
+  EXPECT_TRUE(All(out.Read(), 7));
+  StepResult hit;
+  chain[2]->Result(&hit);
+  EXPECT_EQ(hit.graph, "hit");
+}
+
+TEST_F(GpuOrderedTest, WatchdogCancelAndReleaseSkipTheOpAndSetTheFailureBit) {
+  auto q = backend_->NewOrderedQueue();
+  ASSERT_NE(q, nullptr);
+  const uint64_t n = kMiB;
+  Buffer in(n), out(n);
+  in.Fill(9);
+  out.Fill(0xff);
+  CopyCall call(uuid_, in.p, out.p, n, nullptr);
+  HostWords words;
+  auto c = q->Enqueue(call, words.Signal(0, 8), words.Signal(1, 8));
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ((*c)->Poll(), DeviceCallState::kPending);
+  (*c)->SetCancel();
+  ASSERT_TRUE((*c)->Release().ok());
+  EXPECT_EQ(words.Get(0), 8u);  // the caller's ready word raised to the value
+  ASSERT_EQ(Await(**c), DeviceCallState::kSkipped);
+  EXPECT_EQ(words.Get(1), 8u | kFail);
+  EXPECT_TRUE(All(out.Read(), 0xff)) << "the op ran although cancelled";
+  // The queue goes on.
+  auto next = q->Enqueue(call, words.Signal(0, 9), words.Signal(1, 9));
+  ASSERT_TRUE(next.ok());
+  words.Set(0, 9);
+  ASSERT_EQ(Await(**next), DeviceCallState::kRan);
+  EXPECT_EQ(words.Get(1), 9u);
+  EXPECT_TRUE(All(out.Read(), 9));
+}
+
+TEST_F(GpuOrderedTest, DeviceWordsAndIndependentQueues) {
+  auto blocked = backend_->NewOrderedQueue();
+  auto other = backend_->NewOrderedQueue();
+  ASSERT_NE(blocked, nullptr);
+  const uint64_t n = kMiB;
+  Buffer in(n), out_a(n), out_b(n), dwords(64);
+  in.Fill(5);
+  out_a.Fill(0xff);
+  out_b.Fill(0xff);
+  dwords.Fill(0);
+  auto* ready = static_cast<uint64_t*>(dwords.p);
+  DeviceSignal r;
+  r.present = true;
+  r.device_address = ready;
+  r.value = 2;
+  DeviceSignal d = r;
+  d.device_address = ready + 1;
+  CopyCall a(uuid_, in.p, out_a.p, n, nullptr);
+  auto ca = blocked->Enqueue(a, r, d);
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  // Another queue (its own stream, other pointers) completes meanwhile.
+  HostWords words;
+  CopyCall b(uuid_, in.p, out_b.p, n, nullptr);
+  auto cb = other->Enqueue(b, DeviceSignal(), words.Signal(0, 1));
+  ASSERT_TRUE(cb.ok());
+  ASSERT_EQ(Await(**cb), DeviceCallState::kRan);
+  EXPECT_EQ(words.Get(0), 1u);
+  EXPECT_TRUE(All(out_b.Read(), 5));
+  EXPECT_EQ((*ca)->Poll(), DeviceCallState::kPending);
+  EXPECT_TRUE(All(out_a.Read(), 0xff));
+  // The device-region ready word written from another stream.
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  static const uint64_t two = 2;
+  ASSERT_EQ(cudaMemcpyAsync(ready, &two, 8, cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_EQ(Await(**ca), DeviceCallState::kRan);
+  uint64_t got[2] = {0, 0};
+  ASSERT_EQ(cudaMemcpyAsync(got, ready, 16, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(got[1], 2u);
+  EXPECT_TRUE(All(out_a.Read(), 5));
+  // A device word released by the watchdog (atomicMax on the watchdog stream).
+  DeviceSignal r3 = r;
+  r3.value = 7;
+  DeviceSignal d3 = d;
+  d3.value = 7;
+  out_a.Fill(0xff);
+  auto c3 = blocked->Enqueue(a, r3, d3);
+  ASSERT_TRUE(c3.ok());
+  (*c3)->SetCancel();
+  ASSERT_TRUE((*c3)->Release().ok());
+  ASSERT_EQ(Await(**c3), DeviceCallState::kSkipped);
+  ASSERT_EQ(cudaMemcpyAsync(got, ready, 16, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(got[0], 7u);
+  EXPECT_EQ(got[1], 7u | kFail);
+  EXPECT_TRUE(All(out_a.Read(), 0xff));
+  (void)cudaStreamDestroy(s);
+}
+
+}  // namespace
+}  // namespace attnd::server::engine::gpu_rt
