@@ -5,10 +5,17 @@
 namespace attnd::server::engine {
 
 bool DevicePathEligible(const std::vector<TensorUse>& tensors) {
+  bool device = false;
   for (const TensorUse& t : tensors) {
-    if (t.residence != Residence::kDeviceRegion) return false;
+    if (t.residence == Residence::kDeviceRegion) {
+      device = true;
+      continue;
+    }
+    // Inline inputs are staged at accept; host-region tensors (index data snapshotted when
+    // ready) and anything coming back inline take the host-polled path.
+    if (t.residence != Residence::kInline || t.role != kernels::Role::kInput) return false;
   }
-  return true;
+  return device;
 }
 
 std::optional<absl::Status> WatchdogDecision(const WatchdogInput& in) {

@@ -70,8 +70,9 @@ class DeviceOrderedQueue {
   // Destroying the queue while calls are pending is fine: each pending call keeps the queue's
   // stream until its own completion.
   virtual ~DeviceOrderedQueue() = default;
-  // Enqueues `call` (every tensor in a device region of one device) on the queue's own stream:
-  // wait(ready >= value), gate, the op as the body of a conditional node, done, an event. Never
+  // Enqueues `call` (DevicePathEligible) on the queue's own stream: its inline inputs' copies
+  // (staged through pinned memory now), wait(ready >= value), gate, the op as the body of a
+  // conditional node, done, the work count's readbacks, an event. Never
   // synchronises the host. `call` must outlive the returned object. INVALID_ARGUMENT /
   // UNIMPLEMENTED / RESOURCE_EXHAUSTED (workspace) as a blocking call; nothing is enqueued then.
   virtual absl::StatusOr<std::unique_ptr<DeviceOrderedCall>> Enqueue(OpCall& call,
@@ -79,9 +80,9 @@ class DeviceOrderedQueue {
                                                                      const DeviceSignal& done) = 0;
 };
 
-// Whether a call's tensors allow the device path: every tensor in a device region (inline and
-// host-region tensors take the host-polled path; host-region index data must be snapshotted when
-// ready).
+// Whether a call's tensors allow the device path: every tensor in a device region or an inline
+// input (staged at accept), at least one in a device region (it names the device). Host-region
+// tensors take the host-polled path: their index data must be snapshotted once ready.
 bool DevicePathEligible(const std::vector<TensorUse>& tensors);
 
 // ---- decisions without a device (tested in tests/server/ordered_device_test.cc) ----

@@ -2,9 +2,11 @@
 // CUDA device"; skipped without a GPU): a device-to-device copy "op" on device memory enqueued
 // behind a ready word runs only once the word is reached and then stores done; a chain of calls
 // runs without the host synchronising; the watchdog's cancel + release skips the op and stores
-// the failure bit; signal words in device memory; another queue's calls complete while one waits.
+// the failure bit; signal words in device memory; another queue's calls complete while one waits;
+// an inline input is staged at accept.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -45,6 +47,11 @@ class CopyCall : public OpCall {
     uses_[0].device = in;
     uses_[1].device = out;
     uses_[0].readback = readback;
+  }
+  void SetInlineInput(void* host) {
+    uses_[0].residence = Residence::kInline;
+    uses_[0].device = nullptr;
+    uses_[0].host = host;
   }
   absl::string_view op() const override { return "copy"; }
   const std::vector<TensorUse>& tensors() const override { return uses_; }
@@ -286,6 +293,29 @@ TEST_F(GpuOrderedTest, DeviceWordsAndIndependentQueues) {
   EXPECT_EQ(got[1], 7u | kFail);
   EXPECT_TRUE(All(out_a.Read(), 0xff));
   (void)cudaStreamDestroy(s);
+}
+
+TEST_F(GpuOrderedTest, InlineInputsAreStagedAtAccept) {
+  auto q = backend_->NewOrderedQueue();
+  ASSERT_NE(q, nullptr);
+  const uint64_t n = 4096;
+  Buffer out(n);
+  out.Fill(0xff);
+  std::vector<unsigned char> host(n, 3);
+  CopyCall call(uuid_, nullptr, out.p, n, nullptr);
+  call.SetInlineInput(host.data());
+  HostWords words;
+  auto c = q->Enqueue(call, words.Signal(0, 1), words.Signal(1, 1));
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::fill(host.begin(), host.end(), 4);  // the bytes were taken at accept
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(All(out.Read(), 0xff));
+  words.Set(0, 1);
+  ASSERT_EQ(Await(**c), DeviceCallState::kRan);
+  EXPECT_TRUE(All(out.Read(), 3));
+  StepResult r;
+  (*c)->Result(&r);
+  EXPECT_EQ(r.copied_h2d, n);
 }
 
 }  // namespace

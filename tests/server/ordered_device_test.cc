@@ -4,7 +4,8 @@
 // "device" (a thread of the test) gates, runs and stores done the way the CUDA graph does: calls
 // complete in order, the watchdog cancels then raises the ready word, a later call waiting on the
 // same word for a value the raise reached is cancelled too, other words keep their deadlines,
-// device-region signal words need the device path, and the runner's end cancels what is pending.
+// inline inputs take the device path while host-region tensors (with device-region signal words)
+// are refused, and the runner's end cancels what is pending.
 #include "server/engine/ordered_device.h"
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "server/ops/call_runner.h"
 #include "server/ops/stream_ordered.h"
 #include "tests/server/fake_device_opener.h"
+#include "tests/server/shm_test_util.h"
 
 namespace attnd::server::testing {
 namespace {
@@ -406,15 +408,32 @@ TEST_F(OrderedRunnerTest, QueuesAreIndependent) {
   EXPECT_TRUE(statuses_[1].ok());
 }
 
-TEST_F(OrderedRunnerTest, DeviceSignalWordsNeedTheDevicePath) {
+TEST_F(OrderedRunnerTest, InlineInputsTakeTheDevicePathHostRegionsDoNot) {
   auto q = stream_->NewQueue("session test");
   auto req = Request(0, 1, 10, 1);
-  req->mutable_q()->clear_region();  // inline q: not eligible
+  req->mutable_q()->clear_region();  // inline q: staged at accept, still the device path
   req->mutable_q()->set_inline_data(std::string(kT * kH * 576 * 2, '\0'));
-  const absl::Status s = Enqueue(q, req, 0);
+  ASSERT_TRUE(Enqueue(q, req, 0).ok());
+  EXPECT_EQ(device_.all().size(), 1u);
+  __atomic_store_n(Word(0), 1, __ATOMIC_RELEASE);
+  ASSERT_TRUE(AwaitDone(1));
+
+  // A host-region tensor: the host-polled path, where a device-region signal word cannot go.
+  attnd::testing::ScopedShm shm(1 << 20);
+  ASSERT_TRUE(shm.ok());
+  regions::HostRegionSpec h;
+  h.name = "h";
+  h.key = shm.key();
+  h.byte_size = shm.size();
+  h.owner = "o";
+  ASSERT_TRUE(registry_->RegisterHost(h).ok());
+  auto host = Request(1, 1, 11, 1);
+  host->mutable_q()->mutable_region()->set_region("h");
+  host->mutable_q()->mutable_region()->set_offset(0);
+  const absl::Status s = Enqueue(q, host, 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("device region"), std::string::npos) << s;
-  EXPECT_TRUE(device_.all().empty());
+  EXPECT_EQ(device_.all().size(), 1u);
 }
 
 TEST_F(OrderedRunnerTest, EndingTheRunnerCancelsPendingDeviceCalls) {

@@ -322,6 +322,7 @@ class GpuOrderedCall : public DeviceOrderedCall {
       for (const Readback& r : readbacks_) std::memcpy(r.to, r.block.data(), r.n);
     }
     readbacks_.clear();
+    staged_.clear();
     workspace_.Reset();
     return state_;
   }
@@ -357,6 +358,11 @@ class GpuOrderedCall : public DeviceOrderedCall {
     PoolBlock block;
     uint64_t n;
   };
+  struct Staged {  // an inline input: its device block and its pinned staging
+    PoolBlock device;
+    PoolBlock host;
+    uint64_t n;
+  };
   std::shared_ptr<OrderedRuntime> rt_;
   std::shared_ptr<QueueStream> qs_;
   const size_t slot_;
@@ -367,6 +373,7 @@ class GpuOrderedCall : public DeviceOrderedCall {
   cudaEvent_t stop_ = nullptr;
   cudaEvent_t complete_ = nullptr;
   PoolBlock workspace_;
+  std::vector<Staged> staged_;
   std::vector<Readback> readbacks_;
   StepResult result_;
   DeviceCallState state_ = DeviceCallState::kPending;
@@ -382,7 +389,8 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
                                                               const DeviceSignal& ready,
                                                               const DeviceSignal& done) override {
     if (!DevicePathEligible(call.tensors())) {
-      return absl::FailedPreconditionError("not every tensor is in a device region");
+      return absl::FailedPreconditionError(
+          "not every tensor is in a device region or an inline input");
     }
     absl::StatusOr<size_t> index =
         SelectDevice(call.tensors(), call.device_uuid(), backend_->served());
@@ -407,9 +415,29 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
     ctx.backend = kernels::Backend::kCuda;
     ctx.stream = stream;
     ctx.device = device.ordinal();
+    // Inline inputs: copied into pinned staging now (the request's bytes are complete at
+    // accept), into device pool blocks by the stream before its wait.
     std::vector<void*> data;
     for (const TensorUse& t : call.tensors()) {
-      data.push_back(t.span_bytes == 0 ? device.empty_block() : t.device);
+      if (t.span_bytes == 0) {
+        data.push_back(device.empty_block());
+        continue;
+      }
+      if (t.residence == Residence::kDeviceRegion) {
+        data.push_back(t.device);
+        continue;
+      }
+      if (backend_->staging() == nullptr) {
+        return absl::FailedPreconditionError("no pinned staging for inline inputs");
+      }
+      absl::StatusOr<PoolBlock> d = device.pool().Allocate(t.span_bytes);
+      if (!d.ok()) return d.status();
+      absl::StatusOr<PoolBlock> h = backend_->staging()->Allocate(t.span_bytes);
+      if (!h.ok()) return h.status();
+      std::memcpy(h->data(), t.host, t.span_bytes);
+      data.push_back(d->data());
+      c->staged_.push_back({*std::move(d), *std::move(h), t.span_bytes});
+      c->result_.copied_h2d += t.span_bytes;
     }
     std::string impl;
     int64_t workspace_bytes = 0;
@@ -464,6 +492,11 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
     c->ready_ = r;
     std::string outcome;
     ATTND_RETURN_IF_ERROR(rt_->Ensure(call, ctx, data, key, &impl, &outcome));
+    for (const GpuOrderedCall::Staged& st : c->staged_) {
+      ATTND_RETURN_IF_ERROR(Cuda(
+          cudaMemcpyAsync(st.device.data(), st.host.data(), st.n, cudaMemcpyHostToDevice, stream),
+          "copying an inline input to the device"));
+    }
     if (!call.ready_event().empty()) {
       ATTND_RETURN_IF_ERROR(device.events().Wait(call.ready_event(), stream));
     }
