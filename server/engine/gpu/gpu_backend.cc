@@ -65,6 +65,12 @@ std::string MpsLine(const GpuDevice& d) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendOptions& options) {
+#if defined(ATTND_GPU_CUDA)
+  // Every hardware queue the device offers, before the first context exists, so that a
+  // device-ordered call waiting on its ready word holds up only the streams that share its queue
+  // (docs/SERVICE.md "Stream-ordered calls on a CUDA device"). A value set by the operator stays.
+  (void)setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+#endif
   int count = 0;
   const gpu::Error e = gpu::GetDeviceCount(&count);
   if (e != gpu::kSuccess || count <= 0) {

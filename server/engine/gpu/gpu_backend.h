@@ -50,6 +50,7 @@ class GpuBackend : public Backend {
   const std::vector<ServedDevice>& served() const { return served_; }
   GpuDevice& device(size_t index) { return *devices_[index]; }
   MemoryPool* staging() const { return staging_.get(); }
+  int streams_per_device() const { return options_.streams_per_device; }
 
  private:
   explicit GpuBackend(GpuBackendOptions options) : options_(std::move(options)) {}

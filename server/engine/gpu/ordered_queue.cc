@@ -1,11 +1,14 @@
 #include "server/engine/gpu/ordered_queue.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/common/status.h"
@@ -81,7 +84,56 @@ class OrderedRuntime {
     for (auto& [key, g] : graphs_) Destroy(g);
     for (auto& [ordinal, s] : capture_streams_) (void)cudaStreamDestroy(s);
     for (auto& [ordinal, s] : watchdog_streams_) (void)cudaStreamDestroy(s);
+    for (auto& [ordinal, lanes] : lanes_) {
+      for (Lane& l : lanes) (void)cudaStreamDestroy(l.stream);
+    }
     (void)cudaFreeHost(host_words_);
+  }
+
+  // Creates, on device `ordinal` (current) and right after its worker streams, the daemon's
+  // watchdog and capture streams and then `count` lanes: the streams ordered queues wait and run
+  // on. Streams take the device's hardware queues in creation order, so made here, together,
+  // no lane shares a queue with a worker stream or the watchdog's while the device has queues
+  // enough (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
+  absl::Status CreateLanes(int ordinal, int count) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    ATTND_RETURN_IF_ERROR(Stream(&watchdog_streams_, ordinal).status());
+    ATTND_RETURN_IF_ERROR(Stream(&capture_streams_, ordinal).status());
+    std::vector<Lane>& lanes = lanes_[ordinal];
+    for (int i = 0; i < count; ++i) {
+      Lane l;
+      ATTND_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking),
+                                 "creating a stream for device-ordered calls"));
+      lanes.push_back(l);
+    }
+    return absl::OkStatus();
+  }
+
+  // The lane with the fewest queues on device `ordinal` (a queue keeps it until it goes); a
+  // stream of its own when the device has no lanes.
+  absl::StatusOr<std::pair<cudaStream_t, int> > TakeLane(int ordinal) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto it = lanes_.find(ordinal);
+    if (it == lanes_.end() || it->second.empty()) {
+      cudaStream_t s = nullptr;
+      ATTND_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                                 "creating the queue's device stream"));
+      return std::make_pair(s, -1);
+    }
+    std::vector<Lane>& lanes = it->second;
+    size_t best = 0;
+    for (size_t i = 1; i < lanes.size(); ++i) {
+      if (lanes[i].queues < lanes[best].queues) best = i;
+    }
+    ++lanes[best].queues;
+    return std::make_pair(lanes[best].stream, static_cast<int>(best));
+  }
+  void GiveLane(int ordinal, int lane) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto it = lanes_.find(ordinal);
+    if (it != lanes_.end() && lane >= 0 && static_cast<size_t>(lane) < it->second.size()) {
+      --it->second[static_cast<size_t>(lane)].queues;
+    }
   }
 
   GpuBackend* backend() const { return backend_; }
@@ -272,17 +324,29 @@ class OrderedRuntime {
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, cudaStream_t> capture_streams_ ABSL_GUARDED_BY(mu_);
   std::map<int, cudaStream_t> watchdog_streams_ ABSL_GUARDED_BY(mu_);
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    int queues = 0;
+  };
+  std::map<int, std::vector<Lane> > lanes_ ABSL_GUARDED_BY(mu_);
 };
 
 namespace {
 
-// A queue's own stream on one device; every pending call holds it.
+// A queue's stream on one device (a lane of the runtime's, or its own when the device has no
+// lanes); every pending call holds it.
 struct QueueStream {
+  std::shared_ptr<OrderedRuntime> rt;
   int ordinal = -1;
+  int lane = -1;  // -1: a stream of its own
   cudaStream_t stream = nullptr;
   ~QueueStream() {
-    // Work still enqueued completes; the stream's resources go after it (cudaStreamDestroy).
-    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+    if (lane >= 0) {
+      rt->GiveLane(ordinal, lane);
+    } else if (stream != nullptr) {
+      // Work still enqueued completes; the stream's resources go after it (cudaStreamDestroy).
+      (void)cudaStreamDestroy(stream);
+    }
   }
 };
 
@@ -536,10 +600,13 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
     absl::MutexLock lock(&mu_);
     auto it = streams_.find(ordinal);
     if (it != streams_.end()) return it->second;
+    absl::StatusOr<std::pair<cudaStream_t, int> > lane = rt_->TakeLane(ordinal);
+    if (!lane.ok()) return lane.status();
     auto qs = std::make_shared<QueueStream>();
+    qs->rt = rt_;
     qs->ordinal = ordinal;
-    ATTND_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&qs->stream, cudaStreamNonBlocking),
-                               "creating the queue's device stream"));
+    qs->stream = lane->first;
+    qs->lane = lane->second;
     streams_[ordinal] = qs;
     return qs;
   }
@@ -578,9 +645,31 @@ std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
     if (log) log("cannot map the pinned words: stream-ordered calls use the host path");
     return nullptr;
   }
-  return std::make_shared<OrderedRuntime>(backend, reinterpret_cast<WaitValue64Fn>(fn),
-                                          static_cast<ko::CallWords*>(host),
-                                          static_cast<ko::CallWords*>(device));
+  auto rt = std::make_shared<OrderedRuntime>(backend, reinterpret_cast<WaitValue64Fn>(fn),
+                                             static_cast<ko::CallWords*>(host),
+                                             static_cast<ko::CallWords*>(device));
+  // Lanes: the hardware queues left after the worker streams, the watchdog's and the capture
+  // stream (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
+  int connections = 8;  // CUDA's default
+  if (const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) {
+    int v = 0;
+    if (absl::SimpleAtoi(env, &v) && v > 0) connections = v;
+  }
+  const int lanes = std::max(1, connections - std::max(backend->streams_per_device(), 1) - 2);
+  for (const ServedDevice& d : backend->served()) {
+    if (cudaSetDevice(d.ordinal) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    if (absl::Status st = rt->CreateLanes(d.ordinal, lanes); !st.ok()) {
+      if (log) log(absl::StrCat("device-ordered lanes on ", d.uuid, ": ", st.message()));
+    }
+  }
+  if (log) {
+    log(absl::StrCat("device-ordered calls: ", lanes, " lanes per device (", connections,
+                     " hardware queues, CUDA_DEVICE_MAX_CONNECTIONS)"));
+  }
+  return rt;
 }
 
 std::unique_ptr<DeviceOrderedQueue> NewGpuOrderedQueue(GpuBackend* backend,

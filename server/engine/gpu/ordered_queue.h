@@ -1,6 +1,6 @@
 // The CUDA backend's device-ordered stream-ordered calls (docs/SERVICE.md "Stream-ordered calls on
-// a CUDA device"): per ordered queue a stream of its own per device (created on first use; each
-// pending call holds it, so it goes when the queue and its last call are gone). A call is
+// a CUDA device"): per ordered queue and device a lane (one of the streams the runtime creates
+// after the device's worker streams, the least shared one, kept while the queue lives). A call is
 // enqueued as: cuStreamWaitValue64(ready >= value), then one cached executable graph [gate kernel
 // → conditional IF node whose body is the op's captured launches → done kernel], then async copies
 // of the work-count readbacks into pinned staging, then an event. The gate reads the call's
