@@ -84,6 +84,7 @@ class OrderedRuntime {
     for (auto& [key, g] : graphs_) Destroy(g);
     for (auto& [ordinal, s] : capture_streams_) (void)cudaStreamDestroy(s);
     for (auto& [ordinal, s] : watchdog_streams_) (void)cudaStreamDestroy(s);
+    for (auto& [ordinal, s] : readback_streams_) (void)cudaStreamDestroy(s);
     for (auto& [ordinal, lanes] : lanes_) {
       for (Lane& l : lanes) (void)cudaStreamDestroy(l.stream);
     }
@@ -91,14 +92,15 @@ class OrderedRuntime {
   }
 
   // Creates, on device `ordinal` (current) and right after its worker streams, the daemon's
-  // watchdog and capture streams and then `count` lanes: the streams ordered queues wait and run
-  // on. Streams take the device's hardware queues in creation order, so made here, together,
-  // no lane shares a queue with a worker stream or the watchdog's while the device has queues
-  // enough (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
+  // watchdog, capture and readback streams and then `count` lanes: the streams ordered queues wait
+  // and run on. Streams take the device's hardware queues in creation order, so made here,
+  // together, no lane shares a queue with a worker stream or the watchdog's while the device has
+  // queues enough (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
   absl::Status CreateLanes(int ordinal, int count) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     ATTND_RETURN_IF_ERROR(Stream(&watchdog_streams_, ordinal).status());
     ATTND_RETURN_IF_ERROR(Stream(&capture_streams_, ordinal).status());
+    ATTND_RETURN_IF_ERROR(Stream(&readback_streams_, ordinal).status());
     std::vector<Lane>& lanes = lanes_[ordinal];
     for (int i = 0; i < count; ++i) {
       Lane l;
@@ -107,6 +109,13 @@ class OrderedRuntime {
       lanes.push_back(l);
     }
     return absl::OkStatus();
+  }
+
+  // The device's stream for the work count's readback copies (off the lanes: a lane's next call
+  // does not wait for them).
+  absl::StatusOr<cudaStream_t> ReadbackStream(int ordinal) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return Stream(&readback_streams_, ordinal);
   }
 
   // The lane with the fewest queues on device `ordinal` (a queue keeps it until it goes); a
@@ -324,6 +333,7 @@ class OrderedRuntime {
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, cudaStream_t> capture_streams_ ABSL_GUARDED_BY(mu_);
   std::map<int, cudaStream_t> watchdog_streams_ ABSL_GUARDED_BY(mu_);
+  std::map<int, cudaStream_t> readback_streams_ ABSL_GUARDED_BY(mu_);
   struct Lane {
     cudaStream_t stream = nullptr;
     int queues = 0;
@@ -578,18 +588,28 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
     ATTND_RETURN_IF_ERROR(rt_->Launch(call, ctx, data, key, *slot, done_address,
                                       done.present ? done.value : 0, stream, &impl, &unused));
     ATTND_RETURN_IF_ERROR(Cuda(cudaEventRecord(c->stop_, stream), "recording the stop event"));
+    // The readback copies run on the device's readback stream after the op (stop_), so the
+    // lane's next call need not wait for them; the completion event follows them there.
+    cudaStream_t tail = stream;
+    if (!c->readbacks_.empty()) {
+      absl::StatusOr<cudaStream_t> rs = rt_->ReadbackStream(device.ordinal());
+      if (!rs.ok()) return rs.status();
+      tail = *rs;
+      ATTND_RETURN_IF_ERROR(
+          Cuda(cudaStreamWaitEvent(tail, c->stop_, 0), "ordering the readback after the op"));
+    }
     const std::vector<TensorUse>& uses = call.tensors();
     size_t next = 0;
     for (const TensorUse& t : uses) {
       if (t.readback == nullptr || t.span_bytes == 0) continue;
       GpuOrderedCall::Readback& rb = c->readbacks_[next++];
       ATTND_RETURN_IF_ERROR(
-          Cuda(cudaMemcpyAsync(rb.block.data(), t.device, rb.n, cudaMemcpyDeviceToHost, stream),
+          Cuda(cudaMemcpyAsync(rb.block.data(), t.device, rb.n, cudaMemcpyDeviceToHost, tail),
                "reading back the work count's index tensors"));
       c->result_.count_readback += rb.n;
     }
     ATTND_RETURN_IF_ERROR(
-        Cuda(cudaEventRecord(c->complete_, stream), "recording the completion event"));
+        Cuda(cudaEventRecord(c->complete_, tail), "recording the completion event"));
     c->result_.impl = impl;
     c->result_.graph = outcome;
     return std::unique_ptr<DeviceOrderedCall>(std::move(c));
@@ -648,14 +668,14 @@ std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
   auto rt = std::make_shared<OrderedRuntime>(backend, reinterpret_cast<WaitValue64Fn>(fn),
                                              static_cast<ko::CallWords*>(host),
                                              static_cast<ko::CallWords*>(device));
-  // Lanes: the hardware queues left after the worker streams, the watchdog's and the capture
-  // stream (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
+  // Lanes: the hardware queues left after the worker streams and the watchdog, capture and
+  // readback streams (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
   int connections = 8;  // CUDA's default
   if (const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) {
     int v = 0;
     if (absl::SimpleAtoi(env, &v) && v > 0) connections = v;
   }
-  const int lanes = std::max(1, connections - std::max(backend->streams_per_device(), 1) - 2);
+  const int lanes = std::max(1, connections - std::max(backend->streams_per_device(), 1) - 3);
   for (const ServedDevice& d : backend->served()) {
     if (cudaSetDevice(d.ordinal) != cudaSuccess) {
       (void)cudaGetLastError();
