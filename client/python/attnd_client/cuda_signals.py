@@ -2,16 +2,19 @@
 "Stream-ordered calls and prepared calls", "On a GPU backend"): the frontend's stream stores
 `ready` after the kernels that produce a call's inputs and waits for `done` before the kernels
 that read its outputs, so the calling thread never synchronises and the whole chain can sit in a
-CUDA graph. The words are SignalWords of a HostRegion; this module maps the region into the
-caller's CUDA context (cuMemHostRegister, once) and enqueues the stream memory operations
-(cuStreamWriteValue64, cuStreamWaitValue64) through the driver API with ctypes: no torch or
-cuda-python needed, any stream handle works (torch: `torch.cuda.current_stream().cuda_stream`).
+CUDA graph. The words are SignalWords of a HostRegion (StreamSignals maps the region into the
+caller's CUDA context, cuMemHostRegister, once) or words of a CUDA buffer registered as a device
+region (StreamMemOps, by address; torch_support.DeviceRegionCache.signal()); the stream memory
+operations (cuStreamWriteValue64, cuStreamWaitValue64) go through the driver API with ctypes: no
+torch or cuda-python needed, any stream handle works (torch:
+`torch.cuda.current_stream().cuda_stream`).
 
     signals = StreamSignals(region)                  # once per region, with a CUDA context current
     client.enqueue("sparse_mla", ready=ready.signal(n), done=done.signal(n), q=q, ..., out=out)
     signals.write(ready, n, stream)                  # after the producer of q, on its stream
     signals.wait(done, n, stream)                    # before the consumer of out
-    # a failed call stores n | FAILURE_BIT (>= n): the wait ends; check done.get() later
+    # a failed call stores n | FAILURE_BIT, which the driver's cyclic >= does not count as
+    # reaching n (StreamSignals.wait): check done.get() from the host to see failures
 """
 
 from __future__ import annotations
@@ -79,6 +82,40 @@ def _check(result: int, what: str) -> None:
         raise CudaDriverError(f"{what} failed: CUresult {result}")
 
 
+class StreamMemOps:
+    """The stream memory operations on device addresses, for signal words in a CUDA tensor
+    registered as a device region (torch_support.DeviceRegionCache.signal(words[i], n) names
+    the word to the daemon; `words[i].data_ptr()` is its address here):
+
+        ops = StreamMemOps()
+        ops.write(words[i].data_ptr(), n, stream)     # after the producers, on their stream
+        ops.wait(words[j].data_ptr(), n, stream)      # before the consumers
+    """
+
+    def __init__(self, driver: _Driver | None = None) -> None:
+        self._driver = driver or _Driver(_load_driver())
+
+    def write(self, address: int, value: int, stream: int) -> None:
+        """Enqueues `*address = value` (u64) on `stream` after a memory barrier, as
+        StreamSignals.write does."""
+        _check(
+            self._driver.write(
+                ctypes.c_void_p(stream), int(address), int(value), CU_STREAM_WRITE_VALUE_DEFAULT
+            ),
+            "cuStreamWriteValue64",
+        )
+
+    def wait(self, address: int, value: int, stream: int) -> None:
+        """Enqueues a wait on `stream` until the u64 at `address` is >= `value` as the driver
+        compares (StreamSignals.wait says how)."""
+        _check(
+            self._driver.wait(
+                ctypes.c_void_p(stream), int(address), int(value), CU_STREAM_WAIT_VALUE_GEQ
+            ),
+            "cuStreamWaitValue64",
+        )
+
+
 class StreamSignals:
     """The caller's CUDA view of one HostRegion's signal words. Construct it with a CUDA context
     current on this thread (with torch: after the first CUDA op on the device); `close()` (or
@@ -129,8 +166,11 @@ class StreamSignals:
         )
 
     def wait(self, word: SignalWord, value: int, stream: int) -> None:
-        """Enqueues a wait on `stream` until `word >= value` (a failed call's done word,
-        value | FAILURE_BIT, also ends it: check `word.get()` afterwards)."""
+        """Enqueues a wait on `stream` until `word >= value`, compared as the driver documents
+        CU_STREAM_WAIT_VALUE_GEQ: cyclically, `(int64)(word - value) >= 0`. So a failed call's
+        done word, value | FAILURE_BIT, does not end the wait (word - value is 2^63): a caller
+        that may see failures bounds the wait itself (e.g. a host thread that checks
+        `word.get()` and stores a value past `value` into the word to release the stream)."""
         _check(
             self._driver.wait(
                 ctypes.c_void_p(stream),

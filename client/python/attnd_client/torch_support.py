@@ -5,6 +5,8 @@ registered once per storage with RegisterDeviceRegion, and addressed at the tens
 (checked on an H200 with torch 2.11: tests/client/python/test_torch_cuda.py).
 
     ref = DeviceRegionCache(client).ref(tensor)   # RegionRef into the storage's region
+    words = torch.zeros(8, dtype=torch.int64, device="cuda")  # u64 signal words, any dtype
+    ready = client.device_regions().signal(words[0], n)      # Signal for ready= / done=
 
 A registration lives as long as its storage: DeviceRegionCache holds storages weakly and
 unregisters the region of a dead one on its next call (never from the garbage collector); a new
@@ -41,6 +43,7 @@ from . import dtypes
 if TYPE_CHECKING:
     import torch
 
+    from .stream_ordered import Signal
     from .tensors import RegionRef
 
 _counter = itertools.count()
@@ -300,22 +303,16 @@ class DeviceRegionCache:
 
     def ref(self, tensor: torch.Tensor) -> RegionRef:
         """The RegionRef of a CUDA tensor (its storage registered on first use); synchronises
-        the tensor's device unless inside `ordered_by_ready()`."""
-        name_dtype = attnd_dtype(tensor.dtype)
-        storage = tensor.untyped_storage()
-        with self._lock:
-            entry = self._by_storage.get(id(storage))
-            if entry is None or self._by_key.get(entry.key) is not entry:
-                entry = None
-            elif not entry.holds(storage):
-                entry = None
-        if entry is None:
-            entry = self._register(storage)
-        # After the look-up, so a dead storage's registration that the new one re-uses (same
-        # key) is kept rather than unregistered and registered again.
-        self.collect()
-        if not getattr(_ordering, "by_ready", False):
-            self._synchronize(entry.key[0])
+        the tensor's device unless inside `ordered_by_ready()`. ValueError for a dtype attnd
+        has none of (signal words: `signal()` and `region_slice()` take any dtype)."""
+        try:
+            name_dtype = attnd_dtype(tensor.dtype)
+        except ValueError as e:
+            raise ValueError(
+                f"{e}: an op tensor must have one; for signal words in a device region use "
+                "DeviceRegionCache.signal() or region_slice()"
+            ) from None
+        entry = self._entry(tensor)
         return tensor_slice(
             entry.name,
             name_dtype,
@@ -324,6 +321,56 @@ class DeviceRegionCache:
             tensor.storage_offset(),
             tensor.element_size(),
         )
+
+    def region_slice(self, tensor: torch.Tensor) -> tuple[str, int]:
+        """(region name, byte offset) of a CUDA tensor's first element in the region of its
+        storage, registered on first use as ref() does, for memory that is not an op tensor
+        (any dtype: a buffer of u64 signal words may be int64 or uint64). Synchronises the
+        tensor's device only when it registers the storage (outside `ordered_by_ready()`), so
+        that the buffer's initial contents (zeroed words) are in place before the daemon can
+        read them; later calls never do (they may run in a stream-ordered loop)."""
+        entry = self._entry(tensor, first_use_only=True)
+        return entry.name, tensor.storage_offset() * tensor.element_size()
+
+    def signal(self, word: torch.Tensor, value: int) -> Signal:
+        """The Signal (for ready= / done=, docs/SERVICE.md "Stream-ordered calls and prepared
+        calls") naming `word`, one 8-byte element of a CUDA tensor (e.g. `words[i]` of an int64
+        or uint64 tensor), with `value`: its storage is registered as a device region once
+        (region_slice(), which synchronises only then). ValueError unless `word` is 8 contiguous
+        bytes at an 8-byte aligned address. A stream writes and waits on the word at
+        `word.data_ptr()` (cuda_signals.StreamMemOps)."""
+        from .stream_ordered import Signal
+
+        if word.numel() * word.element_size() != 8 or not word.is_contiguous():
+            raise ValueError(
+                f"a signal word is 8 contiguous bytes, not a {word.dtype} tensor of shape "
+                f"{tuple(word.shape)}"
+            )
+        if word.data_ptr() % 8:
+            raise ValueError(f"signal word at {word.data_ptr():#x} is not 8-byte aligned")
+        region, offset = self.region_slice(word)
+        return Signal(region, offset, int(value))
+
+    def _entry(self, tensor: torch.Tensor, first_use_only: bool = False) -> _Entry:
+        """The registration of a CUDA tensor's storage (registered on first use), after
+        collecting dead storages; outside `ordered_by_ready()` it synchronises the tensor's
+        device (with `first_use_only`, only when the storage was not known yet)."""
+        storage = tensor.untyped_storage()
+        with self._lock:
+            entry = self._by_storage.get(id(storage))
+            if entry is None or self._by_key.get(entry.key) is not entry:
+                entry = None
+            elif not entry.holds(storage):
+                entry = None
+        known = entry is not None
+        if entry is None:
+            entry = self._register(storage)
+        # After the look-up, so a dead storage's registration that the new one re-uses (same
+        # key) is kept rather than unregistered and registered again.
+        self.collect()
+        if not getattr(_ordering, "by_ready", False) and not (first_use_only and known):
+            self._synchronize(entry.key[0])
+        return entry
 
     def _register(self, storage: Any) -> _Entry:
         """The entry of a storage seen for the first time: an existing registration with its key
