@@ -193,44 +193,48 @@ def commit_of(explicit: str | None) -> str:
 
 
 class DeviceWords:
-    """Signal words in a CUDA buffer registered as a device region: the stream memory operations
-    address the buffer directly."""
+    """Signal words in a CUDA buffer registered as a device region (an int64 tensor: its
+    storage's region through DeviceRegionCache.region_slice, which takes any dtype); the caller's
+    stream writes and waits on them at their device addresses (cuda_signals.StreamMemOps)."""
 
     def __init__(self, client: ac.Client, count: int) -> None:
-        from attnd_client.cuda_signals import _Driver, _load_driver
+        from attnd_client.cuda_signals import StreamMemOps
 
-        self.driver = _Driver(_load_driver())
-        self.buf = torch.zeros(count * WORD_SPACING // 8, dtype=torch.int64, device="cuda")
-        ref = client.device_regions(keep_alive=True).ref(self.buf)
-        self.region, self.base = ref.region, ref.offset
+        self.ops = StreamMemOps()
+        self.stride = WORD_SPACING // 8  # int64 elements from one word to the next
+        self.buf = torch.zeros(count * self.stride, dtype=torch.int64, device="cuda")
+        # Registers the storage and synchronises once: the zeros are in place before the
+        # daemon reads a word.
+        self.region, self.base = client.device_regions(keep_alive=True).region_slice(self.buf)
+        self.ptr = self.buf.data_ptr()
 
     def offset(self, i: int) -> int:
         return self.base + i * WORD_SPACING
 
     def close(self) -> None:
-        pass  # the buffer's region stays with the client's device region cache
+        pass  # the buffer's region stays with the client's (keep_alive) device region cache
 
     def unstick(self, indices: list[int], side: torch.cuda.Stream) -> None:
-        with torch.cuda.stream(side):  # not behind the stuck wait
+        # On a side stream, not behind the stuck wait; one int64 store per word (UNSTICK is
+        # below 2^63, so the cyclic >= of the stream wait sees it as past any step number).
+        with torch.cuda.stream(side):
             for i in indices:
-                self.buf[i * WORD_SPACING // 8].fill_(UNSTICK)
+                self.buf[i * self.stride].fill_(UNSTICK)
+
+    def peek(self, indices: list[int], side: torch.cuda.Stream) -> list[int]:
+        """The words now, read on `side` (the current stream may be stuck in a wait)."""
+        with torch.cuda.stream(side):
+            words = self.buf.view(-1, self.stride)[:, 0].cpu().tolist()
+        return [words[i] & ((1 << 64) - 1) for i in indices]
 
     def value(self, i: int) -> int:
-        return int(self.buf[i * WORD_SPACING // 8].item()) & ((1 << 64) - 1)
+        return int(self.buf[i * self.stride].item()) & ((1 << 64) - 1)
 
     def write(self, i: int, value: int, stream: int) -> None:
-        r = self.driver.write(
-            ctypes.c_void_p(stream), self.buf.data_ptr() + i * WORD_SPACING, value, 0
-        )
-        if r:
-            raise RuntimeError(f"cuStreamWriteValue64: CUresult {r}")
+        self.ops.write(self.ptr + i * WORD_SPACING, value, stream)
 
     def wait(self, i: int, value: int, stream: int) -> None:
-        r = self.driver.wait(
-            ctypes.c_void_p(stream), self.buf.data_ptr() + i * WORD_SPACING, value, 0
-        )
-        if r:
-            raise RuntimeError(f"cuStreamWaitValue64: CUresult {r}")
+        self.ops.wait(self.ptr + i * WORD_SPACING, value, stream)
 
 
 class HostWords:
@@ -260,6 +264,9 @@ class HostWords:
     def unstick(self, indices: list[int], side: object) -> None:
         for i in indices:
             self.words[i].set(UNSTICK)
+
+    def peek(self, indices: list[int], side: object) -> list[int]:
+        return [self.words[i].get() for i in indices]
 
     def value(self, i: int) -> int:
         return self.words[i].get()
@@ -628,6 +635,14 @@ class Runner:
             finished = threading.Event()
             stuck: list[float] = []
             side = torch.cuda.Stream() if self.cuda else None
+            forced: list[list[int]] = []  # the done words as the first forcing found them
+            force_lock = threading.Lock()
+
+            def force() -> None:
+                with force_lock:
+                    if not forced:
+                        forced.append(words.peek(done, side))
+                    words.unstick(done, side)
 
             def watchdog() -> None:
                 # The daemon never answering (a refused device word, a lost call) would leave
@@ -637,11 +652,11 @@ class Runner:
                     return
                 stuck.append(time.monotonic())
                 while not finished.wait(0.05):
-                    words.unstick(done, side)
+                    force()
 
             guard = threading.Thread(target=watchdog, daemon=True)
             guard.start()
-            self.stuck, self.unstick = False, lambda: words.unstick(done, side)
+            self.stuck, self.unstick = False, force
             try:
                 r = self._loop(layer_fn)
             finally:
@@ -649,9 +664,16 @@ class Runner:
                 guard.join()
                 self.unstick = None
             if stuck or self.stuck:
+                seen = forced[0] if forced else []
+                failed = [v for v in seen if v & FAILURE_BIT]
+                rest = [v for v in seen if not v & FAILURE_BIT]
+                # A failed call's done word (n | 2^63) does not end a stream's wait for n: the
+                # driver's >= is cyclic ((int64)(word - n) >= 0), so it stalls the stream too.
                 raise TimeoutError(
                     f"the stream or the step loop stalled (--stream-timeout {self.a.stream_timeout} s): "
-                    "done words not written; UNSTICK was stored into them"
+                    f"before UNSTICK was stored, {len(failed)} done words had the failure bit, "
+                    f"the others were {min(rest, default=None)}..{max(rest, default=None)} "
+                    f"(step {self.seq})"
                 )
             failed = [layer for layer in range(m.layers) if words.value(done[layer]) & FAILURE_BIT]
             stale = [layer for layer in range(m.layers) if words.value(done[layer]) != self.seq]
@@ -775,7 +797,7 @@ def main() -> int:
             "client": "python",
             "mps": mps,
             "commit": commit_of(a.commit),
-            "date": datetime.date.today().isoformat(),
+            "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
             "device": device_name,
             "backend": info.backend,
             "layers": a.layers,
@@ -814,6 +836,8 @@ def main() -> int:
             for path, sig in configs:
                 line = dict(common, preset=preset, batch=batch, path=path)
                 line["signals"] = sig or None
+                # Every line has the measured fields; a failed configuration keeps them null.
+                line["step_us"] = line["caller_cpu_us_per_call"] = None
                 steps = a.steps if path == "stream_ordered" else a.blocking_steps
                 line["steps"] = steps
                 saved = a.steps
@@ -842,7 +866,7 @@ def main() -> int:
                 if baseline:
                     line["baseline_step_us"] = baseline["step_us"]
                     line["baseline_caller_cpu_us_per_call"] = baseline["caller_cpu_us_per_call"]
-                    if "step_us" in line:
+                    if line["step_us"] is not None:
                         line["added_us_per_layer"] = (
                             line["step_us"] - baseline["step_us"]
                         ) / a.layers

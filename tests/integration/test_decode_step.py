@@ -54,3 +54,30 @@ def test_decode_step_cpu_smoke(daemon, tmp_path, submit):
         assert line["check"] == "bitwise", line
         assert line["step_us"] > 0 and line["caller_cpu_us_per_call"] > 0
     assert lines[0]["done_words_ok"] and lines[0]["signals"] == "host"
+
+
+def test_decode_step_device_signals_line_on_cpu(daemon, tmp_path):
+    """--signals device on a CPU frontend is refused before any call, as a line that still has
+    every field (the measured ones null) after the host-signal and blocking lines; exit 0."""
+    python = _torch_python()
+    if python is None:
+        pytest.skip("no python with torch (set ATTND_TORCH_PYTHON)")
+    out = tmp_path / "decode_step.jsonl"
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    proc = subprocess.run(
+        [python, SCRIPT, "--target", daemon.unix_target, "--device", "cpu", "--tiny",
+         "--batch", "64", "--paths", "stream_ordered", "--signals", "device", "host",
+         "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    lines = [json.loads(s) for s in out.read_text().splitlines()]
+    assert [x["signals"] for x in lines] == ["host", "device"], "device words last"
+    for line in lines:
+        missing = [f for f in FIELDS if f not in line]
+        assert not missing, f"{line['signals']}: missing {missing}"
+    host, device = lines
+    assert "error" not in host and host["step_us"] > 0 and host["done_words_ok"]
+    assert "device signals need CUDA" in device["error"]
+    assert device["step_us"] is None and device["caller_cpu_us_per_call"] is None
+    assert device["added_us_per_layer"] is None
