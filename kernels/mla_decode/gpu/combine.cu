@@ -1,61 +1,93 @@
-// Split-K combine of the MLA decode (portable CUDA/HIP): 128 threads per query row, 4 of the
-// 512 columns each. Split s left O_s (already divided by its own sum) and lse_s in log2 units
-// (-inf: it saw nothing; its O_s was never written and is not read). With M = max_s lse_s and
-// w_s = exp2(lse_s - M): out = Σ w_s·O_s / Σ w_s, lse = (M + log2 Σ w_s)·ln 2; every split
+// Split-K combine of the MLA decode (portable CUDA/HIP): one 128-thread block per query row, 4 of
+// the 512 columns per thread. Split s left O_s (already divided by its own sum) and lse_s in log2
+// units (-inf: it saw nothing; its O_s was never written and is not read). With M = max_s lse_s
+// and w_s = exp2(lse_s - M): out = Σ w_s·O_s / Σ w_s, lse = (M + log2 Σ w_s)·ln 2; every split
 // empty → out 0, lse -inf.
+// Built for latency (decode at small batch runs few rows over many splits): thread s loads
+// lse_s, so every split's LSE is one load in flight at once; the weights go through shared
+// memory, and the partial rows are read kLoadBatch splits at a time with no load waiting on
+// another (docs/KERNELS.md "Split-K and the combine").
 #include <math.h>
 #include <stdint.h>
 
 #include <algorithm>
 
+#include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/convert.cuh"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/common/math.h"
 #include "kernels/mla_decode/gpu/common.cuh"
+#include "kernels/mla_decode/gpu/launch.h"
 #include "kernels/mla_decode/gpu/plan.h"
 
 namespace attnd::kernels::mla_decode::gpu {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kRowThreads = kDimV / 4;  // threads per row, 4 columns each
-constexpr int kRowsPerBlock = kThreads / kRowThreads;
+constexpr int kThreads = kDimV / 4;               // one float4 of the row per thread
+constexpr int kGroups = kThreads / 32;            // 32-lane groups (a warp, or half a HIP wave64)
+constexpr int kLoadBatch = 8;                     // partial rows whose loads are in flight together
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond this
+static_assert(kMaxSplits <= kThreads, "one split's LSE per thread");
+
+// The value of every 32-lane group reduced over the block (max or sum), through red_s.
+template <bool kMax>
+__device__ __forceinline__ float BlockReduce(float v, float* red_s) {
+  v = kMax ? GroupMax<32>(v) : GroupSum<32>(v);
+  if (threadIdx.x % 32 == 0) red_s[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = red_s[0];
+#pragma unroll
+  for (int g = 1; g < kGroups; ++g) v = kMax ? fmaxf(v, red_s[g]) : v + red_s[g];
+  return v;
+}
 
 __global__ void __launch_bounds__(kThreads) MlaDecodeCombineKernel(const DecodeArgs a) {
-  const int col = (threadIdx.x % kRowThreads) * 4;
+  __shared__ float weight_s[kMaxSplits];  // w_s, 0 for an empty split
+  __shared__ float red_s[2][kGroups];     // per-group max, then per-group sum
+  const int tid = threadIdx.x;
+  const int col = tid * 4;
   const int64_t total = static_cast<int64_t>(a.batch) * a.rows;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kRowThreads;
-       r < total; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+  const int64_t split_rows = total;  // partial rows between two splits
+  for (int64_t r = blockIdx.x; r < total; r += gridDim.x) {
     const int64_t b = r / a.rows;
     const int32_t row = static_cast<int32_t>(r % a.rows);
-    float max_lse = -INFINITY;
-    for (int s = 0; s < a.splits; ++s) {
-      max_lse = fmaxf(max_lse, a.partial_lse[PartialRow(a, s, b, row)]);
-    }
+    const int64_t at0 = PartialRow(a, 0, b, row);
+    // Thread s holds lse_s; the row max M (-inf when every split is empty).
+    const float lse = tid < a.splits ? a.partial_lse[at0 + tid * split_rows] : -INFINITY;
+    const float max_lse = BlockReduce<true>(lse, red_s[0]);
+    const float w = max_lse == -INFINITY || lse == -INFINITY ? 0.0f : exp2f(lse - max_lse);
+    if (tid < a.splits) weight_s[tid] = w;
+    const float sum = BlockReduce<false>(w, red_s[1]);  // its __syncthreads publishes weight_s
+    // Σ w_s·O_s over the splits with w_s != 0 (empty ones are never read).
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float sum = 0.0f;
-    if (max_lse != -INFINITY) {
-      for (int s = 0; s < a.splits; ++s) {
-        const int64_t at = PartialRow(a, s, b, row);
-        const float lse_s = a.partial_lse[at];
-        if (lse_s == -INFINITY) continue;
-        const float w = exp2f(lse_s - max_lse);
-        sum += w;
-        const float4 o = *reinterpret_cast<const float4*>(a.partial_o + at * kDimV + col);
-        acc[0] = fmaf(w, o.x, acc[0]);
-        acc[1] = fmaf(w, o.y, acc[1]);
-        acc[2] = fmaf(w, o.z, acc[2]);
-        acc[3] = fmaf(w, o.w, acc[3]);
+    const float* o_row = a.partial_o + at0 * kDimV + col;
+    for (int s0 = 0; s0 < a.splits; s0 += kLoadBatch) {
+      float ws[kLoadBatch];
+      float4 o[kLoadBatch];
+#pragma unroll
+      for (int i = 0; i < kLoadBatch; ++i) {
+        ws[i] = s0 + i < a.splits ? weight_s[s0 + i] : 0.0f;
+        o[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (ws[i] != 0.0f) {
+          o[i] = *reinterpret_cast<const float4*>(o_row + (s0 + i) * split_rows * kDimV);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kLoadBatch; ++i) {
+        acc[0] = fmaf(ws[i], o[i].x, acc[0]);
+        acc[1] = fmaf(ws[i], o[i].y, acc[1]);
+        acc[2] = fmaf(ws[i], o[i].z, acc[2]);
+        acc[3] = fmaf(ws[i], o[i].w, acc[3]);
       }
     }
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     uint16_t* out = OutRow(a, b, row) + col;
 #pragma unroll
     for (int i = 0; i < 4; ++i) out[i] = ::attnd::gpu::FloatToBf16(acc[i] * inv);
-    if (col == 0 && a.lse != nullptr) {
+    if (tid == 0 && a.lse != nullptr) {
       *LseAt(a, b, row) = sum > 0.0f ? (max_lse + log2f(sum)) * kLn2 : -INFINITY;
     }
+    __syncthreads();  // weight_s and red_s are rewritten for the next row
   }
 }
 
@@ -64,7 +96,8 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineKernel(const DecodeA
 ::attnd::gpu::Error LaunchMlaDecodeCombine(const DecodeArgs& a, ::attnd::gpu::Stream stream) {
   const int64_t rows = static_cast<int64_t>(a.batch) * a.rows;
   if (rows == 0) return ::attnd::gpu::kSuccess;
-  const int64_t blocks = std::min(CeilDiv(rows, kRowsPerBlock), kMaxBlocks);
+  if (a.splits < 1 || a.splits > kMaxSplits) return ::attnd::gpu::kErrorInvalidValue;
+  const int64_t blocks = std::min(rows, kMaxBlocks);
   MlaDecodeCombineKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
   return ::attnd::gpu::GetLastError();
 }

@@ -52,7 +52,8 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 
 // Runs the decode with `splits` splits (then the combine when splits > 1) on `stream`.
 // `workspace` holds SplitWorkspaceBytes(p, splits) bytes (may be null when splits == 1); its
-// contents on entry do not matter. Returns an error for a call GpuSupports refuses.
+// contents on entry do not matter. Returns an error for a call GpuSupports refuses or `splits`
+// outside [1, kMaxSplits].
 ::attnd::gpu::Error LaunchMlaDecodeSimt(const Params& p, int splits, void* workspace,
                                         ::attnd::gpu::Stream stream);
 #if defined(ATTND_GPU_CUDA)

@@ -169,6 +169,7 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
 ::attnd::gpu::Error LaunchDecode(const Params& p, const KernelShape& shape, int splits,
                                  void* workspace, ::attnd::gpu::Stream stream) {
   if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return ::attnd::gpu::kErrorInvalidValue;
+  if (splits < 1 || splits > kMaxSplits) return ::attnd::gpu::kErrorInvalidValue;
   if (splits > 1 && (workspace == nullptr || !Aligned(workspace, 16))) {
     return ::attnd::gpu::kErrorInvalidValue;
   }
