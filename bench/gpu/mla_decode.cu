@@ -5,7 +5,10 @@
 // (2·d_qk·B·L) + out + lse + block table + seqlens. Every case in both precisions (FAST, HIGH).
 // Each shape also with vLLM's per-tensor FP8 cache (preset suffix "_fp8": u8 e4m3 codes, kv_scale
 // 0.037, d_qk bytes per row read). cuda_wgmma beside cuda_mma where it applies (bf16, H 64 / 128).
+// The split-K sweep (op mla_decode_splits, below) runs only when --filter names it.
+#include <algorithm>
 #include <cstdint>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -18,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/gpu_bench.h"
 #include "kernels/mla_decode/mla_decode.h"
+
+#include "kernels/mla_decode/gpu/launch.h"
 
 namespace attnd::bench {
 namespace {
@@ -58,9 +63,58 @@ absl::StatusOr<Cache> MakeCache(int64_t batch, int64_t ctx, bool fp8, uint64_t s
   return c;
 }
 
+using Caches = std::map<std::tuple<int64_t, int64_t, bool>, Cache>;
+
+// The cache of (batch, ctx, fp8), made on first use (seed advanced).
+absl::StatusOr<const Cache*> CacheFor(Caches* caches, int64_t batch, int64_t ctx, bool fp8,
+                                      uint64_t* seed) {
+  auto it = caches->find({batch, ctx, fp8});
+  if (it == caches->end()) {
+    auto cache = MakeCache(batch, ctx, fp8, ++*seed);
+    if (!cache.ok()) return cache.status();
+    it = caches->emplace(std::make_tuple(batch, ctx, fp8), *cache).first;
+  }
+  return &it->second;
+}
+
+// One call's buffers and Params over `cache` (s_q 1, every request `ctx` long), without an
+// implementation, and its work counted from the shape.
+struct Call {
+  mla_decode::Params p;
+  std::shared_ptr<DeviceArena> arena;  // q, out, lse (and the cases' workspaces)
+  kernels::WorkCount work;
+};
+
+absl::StatusOr<Call> MakeCall(const Cache& cache, int64_t batch, int64_t ctx, int64_t heads,
+                              bool fp8, uint64_t seed) {
+  Call call;
+  call.arena = std::make_shared<DeviceArena>();
+  auto q = call.arena->Random(DType::kBF16, batch * heads * kDqk, 1.0f, seed);
+  auto out = call.arena->Alloc(batch * heads * mla_decode::kDv * 2);
+  auto lse = call.arena->Alloc(batch * heads * 4);
+  if (!q.ok() || !out.ok() || !lse.ok()) return absl::ResourceExhaustedError("q, out, lse");
+  mla_decode::Params& p = call.p;
+  const int64_t max_pages = ctx / kPage;
+  p.q = kernels::MakeTensor(*q, DType::kBF16, {batch, 1, heads, kDqk});
+  p.kv_cache = kernels::MakeTensor(cache.kv, fp8 ? DType::kU8 : DType::kBF16,
+                                   {batch * max_pages, kPage, kDqk});
+  if (fp8) p.kv_scale = kFp8KvScale;
+  p.block_table = kernels::MakeTensor(cache.table, DType::kI32, {batch, max_pages});
+  p.cache_seqlens = kernels::MakeTensor(cache.seqlens, DType::kI32, {batch});
+  p.out = kernels::MakeTensor(*out, DType::kBF16, {batch, 1, heads, mla_decode::kDv});
+  p.lse = kernels::MakeTensor(*lse, DType::kF32, {batch, 1, heads});
+  p.sm_scale = 1.0f / 24.0f;
+  const double rows = static_cast<double>(batch) * heads;
+  call.work.flops = 2.0 * rows * ctx * (kDqk + mla_decode::kDv);
+  const double kv_row_bytes = (fp8 ? 1.0 : 2.0) * kDqk;
+  call.work.bytes = 2.0 * rows * kDqk + kv_row_bytes * batch * ctx + 2.0 * rows * mla_decode::kDv +
+                    4.0 * rows + 4.0 * batch * (max_pages + 1);
+  return call;
+}
+
 absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
   std::vector<GpuBenchCase> cases;
-  std::map<std::tuple<int64_t, int64_t, bool>, Cache> caches;
+  Caches caches;
   uint64_t seed = 1;
   for (const bool fp8 : {false, true}) {
     for (const int64_t batch : {1, 32, 128}) {
@@ -78,35 +132,13 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
             wanted |= MayMatch(absl::StrCat("mla_decode/", preset, "/", impl), filter);
           }
           if (!wanted) continue;
-          auto it = caches.find({batch, ctx, fp8});
-          if (it == caches.end()) {
-            auto cache = MakeCache(batch, ctx, fp8, ++seed);
-            if (!cache.ok()) return cache.status();
-            it = caches.emplace(std::make_tuple(batch, ctx, fp8), *cache).first;
-          }
-          const Cache& cache = it->second;
-          auto arena = std::make_shared<DeviceArena>();
-          auto q = arena->Random(DType::kBF16, batch * heads * kDqk, 1.0f, ++seed);
-          auto out = arena->Alloc(batch * heads * mla_decode::kDv * 2);
-          auto lse = arena->Alloc(batch * heads * 4);
-          if (!q.ok() || !out.ok() || !lse.ok()) return absl::ResourceExhaustedError(preset);
-          mla_decode::Params p;
-          const int64_t max_pages = ctx / kPage;
-          p.q = kernels::MakeTensor(*q, DType::kBF16, {batch, 1, heads, kDqk});
-          p.kv_cache = kernels::MakeTensor(cache.kv, fp8 ? DType::kU8 : DType::kBF16,
-                                           {batch * max_pages, kPage, kDqk});
-          if (fp8) p.kv_scale = kFp8KvScale;
-          p.block_table = kernels::MakeTensor(cache.table, DType::kI32, {batch, max_pages});
-          p.cache_seqlens = kernels::MakeTensor(cache.seqlens, DType::kI32, {batch});
-          p.out = kernels::MakeTensor(*out, DType::kBF16, {batch, 1, heads, mla_decode::kDv});
-          p.lse = kernels::MakeTensor(*lse, DType::kF32, {batch, 1, heads});
-          p.sm_scale = 1.0f / 24.0f;
-          kernels::WorkCount work;
-          const double rows = static_cast<double>(batch) * heads;
-          work.flops = 2.0 * rows * ctx * (kDqk + mla_decode::kDv);
-          const double kv_row_bytes = (fp8 ? 1.0 : 2.0) * kDqk;
-          work.bytes = 2.0 * rows * kDqk + kv_row_bytes * batch * ctx +
-                       2.0 * rows * mla_decode::kDv + 4.0 * rows + 4.0 * batch * (max_pages + 1);
+          auto cache = CacheFor(&caches, batch, ctx, fp8, &seed);
+          if (!cache.ok()) return cache.status();
+          auto call = MakeCall(**cache, batch, ctx, heads, fp8, ++seed);
+          if (!call.ok()) return absl::ResourceExhaustedError(preset);
+          const mla_decode::Params& p = call->p;
+          const auto& arena = call->arena;
+          const kernels::WorkCount& work = call->work;
           for (const std::string& name : impls) {
             const auto* impl = FindImpl(mla_decode::Implementations(), name);
             std::string why;
@@ -130,7 +162,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
               c.work = work;
               c.peak = PeakKind::kBf16;
               c.arena = arena;
-              auto keep_cache = cache.arena;
+              auto keep_cache = (*cache)->arena;
               mla_decode::Params pp = p;
               pp.precision = precision;
               c.launch = [impl, pp, ws, ws_bytes, keep_cache](gpu::Stream stream) {
@@ -151,7 +183,102 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
   return cases;
 }
 
+// Split-K sweep: how far the split count GpuSplits picks is from the best per shape
+// (docs/BENCHMARKS.md "Dense MLA decode: split-K sweep"). Op "mla_decode_splits", built only when
+// --filter contains "mla_decode_splits" (the default run and --filter=mla_decode skip it):
+//   attn_gpu_bench --replays=20 --filter=mla_decode_splits/dense_decode_b1_ctx4096_h64
+// Each shape runs its kernel through launch.h's launcher (no Supports or plan in between) at
+// explicit split counts s from kSweepSplits up to the shape's max_splits (which may pass the
+// plan's cap of two tiles per split: s = ctx / 64 gives every split one tile) and at the count
+// GpuSplits picks, in both precisions; one workspace per shape sized SplitWorkspaceBytes(p,
+// largest s). Preset "<shape>_s<s>", "-heuristic" appended at the pick.
+struct SweepShape {
+  int64_t batch, ctx, heads;
+  mla_decode::gpu::GpuKernel kernel;
+  int max_splits;  // items · max_splits stays within a few waves of 132 SMs
+};
+
+constexpr mla_decode::gpu::GpuKernel kSweepWgmma = mla_decode::gpu::GpuKernel::kWgmma;
+constexpr mla_decode::gpu::GpuKernel kSweepMma = mla_decode::gpu::GpuKernel::kMma;
+constexpr SweepShape kSweepShapes[] = {
+    {32, 32768, 128, kSweepWgmma, 8}, {128, 32768, 64, kSweepWgmma, 4},
+    {128, 32768, 16, kSweepMma, 4},   {1, 4096, 64, kSweepWgmma, 64},
+    {1, 4096, 128, kSweepWgmma, 64},  {1, 4096, 16, kSweepMma, 64},
+};
+constexpr int kSweepSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+
+absl::Status LaunchWithSplits(const mla_decode::Params& p, mla_decode::gpu::GpuKernel kernel,
+                              int splits, void* workspace, gpu::Stream stream) {
+  if (kernel == kSweepWgmma) {
+    GPU_RETURN_IF_ERROR(mla_decode::gpu::LaunchMlaDecodeWgmma(p, splits, workspace, stream));
+  } else {
+    GPU_RETURN_IF_ERROR(mla_decode::gpu::LaunchMlaDecodeMma(p, splits, workspace, stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<GpuBenchCase>> MakeSplitSweepCases(const std::string& filter) {
+  std::vector<GpuBenchCase> cases;
+  if (filter.find("mla_decode_splits") == std::string::npos) return cases;
+  Caches caches;
+  uint64_t seed = 7000;
+  for (const SweepShape& shape : kSweepShapes) {
+    seed += 3;
+    const std::string name =
+        absl::StrCat("dense_decode_b", shape.batch, "_ctx", shape.ctx, "_h", shape.heads, "_d576");
+    const std::string prefix = absl::StrCat("mla_decode_splits/", name);
+    if (filter.find(prefix) == std::string::npos && prefix.find(filter) == std::string::npos) {
+      continue;  // the filter names another shape
+    }
+    const char* impl = shape.kernel == kSweepWgmma ? "cuda_wgmma" : "cuda_mma";
+    auto cache = CacheFor(&caches, shape.batch, shape.ctx, /*fp8=*/false, &seed);
+    if (!cache.ok()) return cache.status();
+    auto call = MakeCall(**cache, shape.batch, shape.ctx, shape.heads, /*fp8=*/false, seed + 1);
+    if (!call.ok()) return call.status();
+    std::string why;
+    if (!mla_decode::gpu::GpuSupports(shape.kernel, call->p, &why)) {
+      std::cerr << "skipping " << prefix << ": " << impl << ": " << why << "\n";
+      continue;
+    }
+    for (const kernels::Precision precision : kBenchPrecisions) {
+      mla_decode::Params p = call->p;
+      p.precision = precision;
+      const int heuristic = mla_decode::gpu::GpuSplits(p, shape.kernel);
+      std::vector<int> splits = {heuristic};  // the pick, even where the list lacks it
+      for (int s : kSweepSplits) {
+        if (s <= shape.max_splits && s <= mla_decode::gpu::kMaxSplits && s != heuristic) {
+          splits.push_back(s);
+        }
+      }
+      std::sort(splits.begin(), splits.end());
+      void* workspace = nullptr;
+      if (splits.back() > 1) {
+        auto ws = call->arena->Alloc(mla_decode::gpu::SplitWorkspaceBytes(p, splits.back()));
+        if (!ws.ok()) return ws.status();
+        workspace = *ws;
+      }
+      for (int s : splits) {
+        GpuBenchCase c;
+        c.op = "mla_decode_splits";
+        c.preset = absl::StrCat(name, "_s", s, s == heuristic ? "-heuristic" : "");
+        c.impl = impl;
+        c.precision = kernels::PrecisionName(precision);
+        c.peak = PeakKind::kBf16;
+        c.work = call->work;
+        c.arena = call->arena;
+        c.launch = [p, kernel = shape.kernel, s, workspace,
+                    keep = (*cache)->arena](gpu::Stream stream) {
+          return LaunchWithSplits(p, kernel, s, workspace, stream);
+        };
+        cases.push_back(std::move(c));
+      }
+    }
+  }
+  return cases;
+}
+
 ATTND_REGISTER_GPU_BENCH(mla_decode, MakeCases);
+ATTND_REGISTER_GPU_BENCH(mla_decode_splits, MakeSplitSweepCases);
 
 }  // namespace
 }  // namespace attnd::bench
