@@ -1,26 +1,40 @@
 // The decode-step benchmark's C++ frontend (the counterpart of bench/decode_step/decode_step.py;
 // docs/BENCHMARKS.md "Decode step"): a step of --layers layers, each its own producer kernel (the
 // stand-in for the projections: q from the previous layer's output), the paged DsaAttention
-// (FP8 KV, 656-byte rows) through attnd, and a consumer kernel reading out. Every tensor lies in
-// one cudaMalloc allocation registered once as a device region; each layer is a prepared call.
+// (FP8 KV, 656-byte rows) through attnd, and a consumer kernel reading out. Every tensor, out and
+// lse included, lies in a device region registered once (--regions per_kind: one cudaMalloc and
+// one region per kind of tensor, as the Python frontend's torch storages; one: a single
+// allocation carved up, one region), so no tensor travels inline.
 //
 // Paths (one JSON line each, client "cpp", to --out):
-//   stream_ordered  per layer: submit the prepared call (submission ring, or RunPrepared with
-//                   signals: --submit rpc), then on this process's stream cuStreamWriteValue64
-//                   (ready = step) and cuStreamWaitValue64 (done >= step) on words of a host
-//                   region mapped into the CUDA context; nothing synchronises inside the step.
-//   blocking        per layer: synchronise the stream, the blocking DsaAttention, consume.
-// The baseline: the same chain with the DSA kernels launched in this process on the same stream,
-// through the operator's own entry (validate, first GPU implementation that supports the call,
-// run), as the daemon does. step_us: median of CUDA events around each step on the stream;
-// added_us_per_layer = (step_us − baseline_step_us) / layers; caller_cpu_us_per_call: this
-// thread's CPU time around the call's submission and its two stream operations, per call.
+//   stream_ordered  each layer is a prepared call; per layer: submit it (submission ring, or
+//                   RunPrepared with signals: --submit rpc), then on this process's stream
+//                   cuStreamWriteValue64 (ready = step) and cuStreamWaitValue64 (done >= step) on
+//                   words of a host region mapped into the CUDA context; nothing synchronises
+//                   inside the step.
+//   blocking        per layer: synchronise the stream, the blocking call, consume. --blocking-via
+//                   (one line each): session (DsaAttention on one Session: its stream, no per-call
+//                   RPC set-up), unary (the DsaAttention RPC), prepared (RunPrepared of a call
+//                   prepared once, without signals: only the call id travels).
+// The caller never runs more than two steps ahead of its stream (as the Python frontend: the end
+// of step i-1 is awaited, by polling, before step i+1 starts), so a full launch queue never
+// blocks it inside a measured call. The baseline: the same chain with the DSA kernels launched in
+// this process on the same stream, through the operator's own entry (validate, first GPU
+// implementation that supports the call, run), as the daemon does, out and lse written alike.
+// step_us: median of CUDA events around each step on the stream; added_us_per_layer = (step_us −
+// baseline_step_us) / layers; caller_cpu_us_per_call: this thread's CPU time around the call's
+// submission and its two stream operations (blocking: around the synchronise and the call), per
+// call. Blocking lines also carry the daemon's CallStats (p50 of compute, total, added) and the
+// client's wall time per call, so the line itself says where a layer's time goes.
 //   decode_step_cpp --target=unix:/tmp/a.sock --out=r.jsonl [--batch=64,128] [--submit=ring|rpc]
-//     [--paths=stream_ordered,blocking] [--layers=61] [--steps=30] [--warmup=3] [--ctx=32768]
-//     [--heads=128] [--topk=2048] [--signals=host,device] [--commit=SHA] [--mps=auto|true|false]
-//     [--no-baseline] [--tiny]
-// --signals=device puts the words in the model's device region (a daemon without the device-side
-// wait refuses them: the line records the error; a submission ring takes host words only).
+//     [--paths=stream_ordered,blocking] [--blocking-via=session,unary,prepared]
+//     [--regions=per_kind|one] [--layers=61] [--steps=30] [--warmup=3] [--blocking-steps=5]
+//     [--ctx=32768] [--heads=128] [--topk=2048] [--signals=host,device] [--stream-timeout=60]
+//     [--commit=SHA] [--mps=auto|true|false] [--no-baseline] [--tiny]
+// --signals=device puts the words in a device region (a daemon without the device-side wait
+// refuses them: the line records the error; a submission ring takes host words only). A stream
+// that stalls past --stream-timeout seconds (done words never written) has UNSTICK stored into
+// its done words so that it goes on; the line then records the error.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <grpcpp/client_context.h>
@@ -36,7 +50,9 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -54,6 +70,7 @@
 #include "bench/decode_step/decode_step_kernels.h"
 #include "client/client.h"
 #include "client/host_region.h"
+#include "client/session.h"
 #include "client/stream_ordered.h"
 #include "client/submission_ring.h"
 #include "kernels/common/registry.h"
@@ -84,8 +101,10 @@ struct Options {
   std::string target, out, commit = "unknown", mps = "auto";
   std::vector<int64_t> batch = {64, 128};
   std::vector<std::string> paths = {"stream_ordered", "blocking"};
-  std::vector<std::string> signals = {"host"};  // and/or "device"
-  std::string submit = "ring";
+  std::vector<std::string> signals = {"host"};          // and/or "device"
+  std::vector<std::string> blocking_via = {"session"};  // and/or "unary", "prepared"
+  std::string submit = "ring", regions = "per_kind";    // or "one"
+  double stream_timeout = 60;                           // seconds a stream may stall
   int64_t layers = 61, steps = 30, warmup = 3, blocking_steps = 5;
   int64_t heads = 128, d_qk = 576, ctx = 32768, index_heads = 64, index_dim = 128, topk = 2048;
   int64_t block_size = 64;
@@ -120,39 +139,45 @@ struct StreamOps {
   }
 };
 
-// One device allocation carved into 256-byte aligned tensors; registered as one device region.
-struct Arena {
+// A device allocation registered as one device region.
+struct Buffer {
+  std::string region;
   char* base = nullptr;
-  uint64_t size = 0, used = 0;
-  absl::StatusOr<void*> Take(uint64_t bytes) {
-    const uint64_t at = (used + 255) & ~uint64_t{255};
-    if (at + bytes > size) return absl::ResourceExhaustedError("arena full");
-    used = at + bytes;
-    return base + at;
-  }
+  uint64_t size = 0;
+  bool registered = false;
 };
 
 struct Model {
   int64_t batch = 0, layers = 0, t = 0, heads = 0, d_qk = 0, hi = 0, di = 0, bs = 0, topk = 0;
   int64_t max_blocks = 0, num_blocks = 0, kv_rows = 0, ctx = 0;
   float sm_scale = 0;
-  Arena arena;
+  std::vector<Buffer> buffers;
   uint8_t *index_cache = nullptr, *kv = nullptr, *index_q = nullptr, *iq_base = nullptr;
   int32_t *block_table = nullptr, *context_lens = nullptr;
   uint16_t *q = nullptr, *q_base = nullptr, *out = nullptr, *check_out = nullptr, *acc = nullptr;
-  float* index_weights = nullptr;
+  float *index_weights = nullptr, *lse = nullptr, *check_lse = nullptr;
   void* words = nullptr;  // 2·layers signal words, 64 bytes apart (--signals=device)
-  std::string region;
 
   int64_t QElems() const { return t * heads * d_qk; }
   int64_t OutElems() const { return t * heads * 512; }
+  int64_t LseElems() const { return t * heads; }
   int64_t IqBytes() const { return batch * hi * di; }
   uint16_t* Q(int64_t l) const { return q + l * QElems(); }
   uint16_t* Out(int64_t l) const { return out + l * OutElems(); }
+  float* Lse(int64_t l) const { return lse + l * LseElems(); }
   uint8_t* Iq(int64_t l) const { return index_q + l * IqBytes(); }
   float* Iw(int64_t l) const { return index_weights + l * t * hi; }
 
-  dsa::Params Params(int64_t l, uint16_t* out_ptr = nullptr) const {
+  // The buffer holding p (null when none does).
+  const Buffer* Holding(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    for (const Buffer& b : buffers)
+      if (c >= b.base && c < b.base + b.size) return &b;
+    return nullptr;
+  }
+
+  // Layer l's call; check: into check_out / check_lse instead of the layer's own out and lse.
+  dsa::Params Params(int64_t l, bool check = false) const {
     dsa::Params p;
     p.index_q = MakeTensor(Iq(l), DType::kFp8E4M3, {batch, 1, hi, di});
     p.index_weights = MakeTensor(Iw(l), DType::kF32, {t, hi});
@@ -164,10 +189,45 @@ struct Model {
     p.kv = MakeTensor(kv, DType::kU8, {kv_rows, 656});
     p.topk = topk;
     p.sm_scale = sm_scale;
-    p.out = MakeTensor(out_ptr != nullptr ? out_ptr : Out(l), DType::kBF16, {t, heads, 512});
+    // lse in a region too: the daemon always returns it (docs/SERVICE.md "Tensors"), so left
+    // absent it comes back inline in every reply, and a prepared call, which takes no inline
+    // tensor, is refused.
+    p.out = MakeTensor(check ? check_out : Out(l), DType::kBF16, {t, heads, 512});
+    p.lse = MakeTensor(check ? check_lse : Lse(l), DType::kF32, {t, heads});
     return p;
   }
 };
+
+// The model's tensors: with --regions=one carved (256-byte aligned) from one allocation, else one
+// allocation each, rounded up to 2 MiB so that the runtime never packs two small ones together
+// (an IPC handle names a whole allocation, and the daemon maps a region from the base of what its
+// handle names). `at` receives their addresses in the order of `parts`.
+absl::Status Allocate(const std::string& mode, const std::string& prefix,
+                      const std::vector<std::pair<std::string, uint64_t>>& parts, Model* m,
+                      std::vector<void*>* at) {
+  constexpr uint64_t kTwoMiB = uint64_t{1} << 21;
+  auto aligned = [](uint64_t b) { return (b + 255) & ~uint64_t{255}; };
+  if (mode == "one") {
+    uint64_t total = 0;
+    for (const auto& part : parts) total += aligned(part.second);
+    void* base = nullptr;
+    DS_CUDA(cudaMalloc(&base, total));
+    m->buffers.push_back(Buffer{prefix, static_cast<char*>(base), total});
+    uint64_t offset = 0;
+    for (const auto& part : parts) {
+      at->push_back(static_cast<char*>(base) + offset);
+      offset += aligned(part.second);
+    }
+    return absl::OkStatus();
+  }
+  for (const auto& [name, bytes] : parts) {
+    void* base = nullptr;
+    DS_CUDA(cudaMalloc(&base, (bytes + kTwoMiB - 1) / kTwoMiB * kTwoMiB));
+    m->buffers.push_back(Buffer{absl::StrCat(prefix, "-", name), static_cast<char*>(base), bytes});
+    at->push_back(base);
+  }
+  return absl::OkStatus();
+}
 
 absl::Status BuildModel(const Options& o, int64_t batch, cudaStream_t stream, Model* m) {
   m->batch = batch;
@@ -185,47 +245,48 @@ absl::Status BuildModel(const Options& o, int64_t batch, cudaStream_t stream, Mo
   m->kv_rows = m->num_blocks * m->bs;
   m->sm_scale = 1.0f / std::sqrt(static_cast<float>(o.d_qk));
   const uint64_t L = o.layers;
-  const uint64_t parts[] = {
-      static_cast<uint64_t>(m->num_blocks * m->bs * (m->di + 4)),
-      static_cast<uint64_t>(m->kv_rows) * 656,
-      static_cast<uint64_t>(batch * m->max_blocks * 4),
-      static_cast<uint64_t>(batch * 4),
-      L * m->QElems() * 2,
-      static_cast<uint64_t>(m->QElems() * 2),
-      L * m->IqBytes(),
-      static_cast<uint64_t>(m->IqBytes()),
-      L * m->t * m->hi * 4,
-      L * m->OutElems() * 2,
-      static_cast<uint64_t>(m->OutElems() * 2) * 2,
-      L * 2 * 64,
+  auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  const std::vector<std::pair<std::string, uint64_t>> parts = {
+      {"index_cache", u(m->num_blocks * m->bs * (m->di + 4))},
+      {"kv", u(m->kv_rows) * 656},
+      {"block_table", u(batch * m->max_blocks * 4)},
+      {"context_lens", u(batch * 4)},
+      {"q", L * m->QElems() * 2},
+      {"q_base", u(m->QElems() * 2)},
+      {"index_q", L * m->IqBytes()},
+      {"iq_base", u(m->IqBytes())},
+      {"index_weights", L * m->t * m->hi * 4},
+      {"out", L * m->OutElems() * 2},
+      {"check_out", u(m->OutElems() * 2)},
+      {"acc", u(m->OutElems() * 2)},
+      {"lse", L * m->LseElems() * 4},
+      {"check_lse", u(m->LseElems() * 4)},
+      {"words", L * 2 * 64},
   };
-  for (uint64_t p : parts) m->arena.size += p + 256;
-  DS_CUDA(cudaMalloc(&m->arena.base, m->arena.size));
-  auto take = [&](uint64_t bytes, auto** ptr) -> absl::Status {
-    absl::StatusOr<void*> p = m->arena.Take(bytes);
-    if (!p.ok()) return p.status();
-    *ptr = static_cast<std::remove_reference_t<decltype(*ptr)>>(*p);
-    return absl::OkStatus();
-  };
-  DS_OK(take(parts[0], &m->index_cache));
-  DS_OK(take(parts[1], &m->kv));
-  DS_OK(take(parts[2], &m->block_table));
-  DS_OK(take(parts[3], &m->context_lens));
-  DS_OK(take(parts[4], &m->q));
-  DS_OK(take(parts[5], &m->q_base));
-  DS_OK(take(parts[6], &m->index_q));
-  DS_OK(take(parts[7], &m->iq_base));
-  DS_OK(take(parts[8], &m->index_weights));
-  DS_OK(take(parts[9], &m->out));
-  DS_OK(take(m->OutElems() * 2, &m->check_out));
-  DS_OK(take(m->OutElems() * 2, &m->acc));
-  DS_OK(take(L * 2 * 64, &m->words));
+  std::vector<void*> at;
+  DS_OK(Allocate(o.regions, absl::StrCat("ds-cpp-", getpid(), "-", batch), parts, m, &at));
+  m->index_cache = static_cast<uint8_t*>(at[0]);
+  m->kv = static_cast<uint8_t*>(at[1]);
+  m->block_table = static_cast<int32_t*>(at[2]);
+  m->context_lens = static_cast<int32_t*>(at[3]);
+  m->q = static_cast<uint16_t*>(at[4]);
+  m->q_base = static_cast<uint16_t*>(at[5]);
+  m->index_q = static_cast<uint8_t*>(at[6]);
+  m->iq_base = static_cast<uint8_t*>(at[7]);
+  m->index_weights = static_cast<float*>(at[8]);
+  m->out = static_cast<uint16_t*>(at[9]);
+  m->check_out = static_cast<uint16_t*>(at[10]);
+  m->acc = static_cast<uint16_t*>(at[11]);
+  m->lse = static_cast<float*>(at[12]);
+  m->check_lse = static_cast<float*>(at[13]);
+  m->words = at[14];
   FillIndexCache(m->index_cache, m->num_blocks, m->bs, m->di, o.seed + 1, stream);
   FillKvFp8(m->kv, m->kv_rows, o.seed + 2, stream);
   FillBf16(m->q_base, m->QElems(), 0.5f, o.seed + 3, stream);
   FillFp8(m->iq_base, m->IqBytes(), o.seed + 4, stream);
   FillF32(m->index_weights, L * m->t * m->hi, 1.0f, o.seed + 5, stream);
   FillValue(m->out, L * m->OutElems(), 0x7fc0, stream);  // NaN: a layer never written shows
+  DS_CUDA(cudaMemsetAsync(m->lse, 0xff, L * m->LseElems() * 4, stream));  // f32 NaN likewise
   FillValue(m->acc, m->OutElems(), 0, stream);
   FillI32(m->context_lens, batch, static_cast<int32_t>(o.ctx), stream);
   for (int64_t l = 0; l < m->layers; ++l) {
@@ -244,35 +305,39 @@ absl::Status BuildModel(const Options& o, int64_t batch, cudaStream_t stream, Mo
   return absl::OkStatus();
 }
 
-// Registers the model's allocation as one device region of `client` (its IPC handle).
+// Registers each of the model's allocations as a device region of `client` (its IPC handle).
 absl::Status RegisterModel(client::Client* client, const std::string& device_uuid, Model* m) {
-  cudaIpcMemHandle_t handle;
-  DS_CUDA(cudaIpcGetMemHandle(&handle, m->arena.base));
-  v1::RegisterDeviceRegionRequest req;
-  m->region = absl::StrCat("ds-cpp-", getpid(), "-", m->batch);
-  req.set_name(m->region);
-  req.set_raw_handle(std::string(reinterpret_cast<const char*>(&handle), sizeof handle));
-  req.set_device_uuid(device_uuid);
-  req.set_offset(0);
-  req.set_byte_size(m->arena.size);
-  v1::RegisterRegionResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  const grpc::Status s = client->stub()->RegisterDeviceRegion(&ctx, req, &resp);
-  if (!s.ok())
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("RegisterDeviceRegion: ", s.error_message()));
-  client->regions().Add(m->region, m->arena.base, m->arena.size);
+  for (Buffer& b : m->buffers) {
+    cudaIpcMemHandle_t handle;
+    DS_CUDA(cudaIpcGetMemHandle(&handle, b.base));
+    v1::RegisterDeviceRegionRequest req;
+    req.set_name(b.region);
+    req.set_raw_handle(std::string(reinterpret_cast<const char*>(&handle), sizeof handle));
+    req.set_device_uuid(device_uuid);
+    req.set_offset(0);
+    req.set_byte_size(b.size);
+    v1::RegisterRegionResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    const grpc::Status s = client->stub()->RegisterDeviceRegion(&ctx, req, &resp);
+    if (!s.ok())
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                          absl::StrCat("RegisterDeviceRegion ", b.region, ": ", s.error_message()));
+    b.registered = true;
+    client->regions().Add(b.region, b.base, b.size);
+  }
   return absl::OkStatus();
 }
 
 void ReleaseModel(client::Client* client, Model* m) {
-  if (!m->region.empty()) {
-    (void)client->UnregisterRegion(m->region);
-    client->regions().Remove(m->arena.base);
+  for (Buffer& b : m->buffers) {
+    if (b.registered) {
+      (void)client->UnregisterRegion(b.region);
+      client->regions().Remove(b.base);
+    }
+    cudaFree(b.base);
   }
-  if (m->arena.base != nullptr) cudaFree(m->arena.base);
-  m->arena.base = nullptr;
+  m->buffers.clear();
 }
 
 // The in-process DSA: the operator's entry as the daemon runs it.
@@ -310,42 +375,118 @@ struct LoopResult {
   double host_wall_us_per_step = 0;
 };
 
-// Warm-up steps, a synchronise, then the measured steps (events around each on `stream`).
-// layer_fn(layer, step_value) returns the caller CPU ns of its call.
+// What stream-ordered runs store into done words the daemon never wrote, so that a stream
+// waiting on them goes on (the run then reports the stall).
+constexpr uint64_t kUnstick = uint64_t{1} << 62;
+
+struct Events {
+  std::vector<cudaEvent_t> ev;
+  ~Events() {
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  }
+  absl::Status Make(size_t n, unsigned flags) {
+    for (size_t i = 0; i < n; ++i) {
+      cudaEvent_t e;
+      DS_CUDA(cudaEventCreateWithFlags(&e, flags));
+      ev.push_back(e);
+    }
+    return absl::OkStatus();
+  }
+};
+
+// Waits until the stream has passed `e`, polling (the thread sleeps, so its CPU time is not
+// spent). Past `timeout` seconds `unstick` (when given) is called every 50 ms until it has, and
+// the wait reports the stall; without it the wait gives up.
+absl::Status Await(cudaEvent_t e, double timeout, const std::function<void()>& unstick) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point last = start;
+  bool stalled = false;
+  for (;;) {
+    const cudaError_t q = cudaEventQuery(e);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady)
+      return absl::InternalError(absl::StrCat("cudaEventQuery: ", cudaGetErrorString(q)));
+    const Clock::time_point now = Clock::now();
+    if (std::chrono::duration<double>(now - start).count() > timeout) {
+      if (!unstick)
+        return absl::DeadlineExceededError(
+            absl::StrCat("the stream did not pass an event in ", timeout, " s"));
+      if (!stalled || now - last > std::chrono::milliseconds(50)) {
+        unstick();
+        last = now;
+      }
+      stalled = true;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (stalled)
+    return absl::DeadlineExceededError(
+        absl::StrCat("the stream stalled past --stream-timeout (", timeout,
+                     " s): done words not written; UNSTICK was stored into them"));
+  return absl::OkStatus();
+}
+
+// Warm-up steps, a wait for the stream, then the measured steps (timing events around each on
+// `stream`). After each step the thread waits for the end of the step before it: it stays at
+// most two steps ahead of the stream, never blocking in a full launch queue. layer_fn(layer,
+// step_value) returns the caller CPU ns of its call. `unstick` frees a stalled stream
+// (stream-ordered runs).
 template <class F>
 absl::StatusOr<LoopResult> Loop(const Options& o, int64_t steps, Model* m, uint64_t* seq,
-                                cudaStream_t stream, F layer_fn) {
+                                cudaStream_t stream, F layer_fn,
+                                const std::function<void()>& unstick = {}) {
+  Events ends, timing;
+  DS_OK(ends.Make(o.warmup + steps + 1, cudaEventDisableTiming));
+  DS_OK(timing.Make(2 * steps, cudaEventDefault));
+  size_t n_end = 0;
+  auto step_end = [&]() -> absl::Status {
+    DS_CUDA(cudaEventRecord(ends.ev[n_end], stream));
+    ++n_end;
+    return n_end >= 2 ? Await(ends.ev[n_end - 2], o.stream_timeout, unstick) : absl::OkStatus();
+  };
+  auto drained = [&]() -> absl::Status {
+    if (n_end == 0) return absl::OkStatus();
+    return Await(ends.ev[n_end - 1], o.stream_timeout, unstick);
+  };
+  // An error goes up once the stream is past what was enqueued (freed when it must be).
+  auto fail = [&](const absl::Status& s) -> absl::Status {
+    if (cudaEventRecord(ends.ev.back(), stream) == cudaSuccess)
+      (void)Await(ends.ev.back(), o.stream_timeout, unstick);
+    return s;
+  };
   for (int64_t w = 0; w < o.warmup; ++w) {
     ++*seq;
     for (int64_t l = 0; l < m->layers; ++l) {
       absl::StatusOr<double> r = layer_fn(l, *seq);
-      if (!r.ok()) return r.status();
+      if (!r.ok()) return fail(r.status());
     }
+    if (absl::Status s = step_end(); !s.ok()) return fail(s);
   }
+  if (absl::Status s = drained(); !s.ok()) return fail(s);
   DS_CUDA(cudaStreamSynchronize(stream));
-  std::vector<cudaEvent_t> ev(2 * steps);
-  for (auto& e : ev) DS_CUDA(cudaEventCreate(&e));
   double cpu_ns = 0;
   const auto w0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) {
     ++*seq;
-    DS_CUDA(cudaEventRecord(ev[2 * i], stream));
+    DS_CUDA(cudaEventRecord(timing.ev[2 * i], stream));
     for (int64_t l = 0; l < m->layers; ++l) {
       absl::StatusOr<double> r = layer_fn(l, *seq);
-      if (!r.ok()) return r.status();
+      if (!r.ok()) return fail(r.status());
       cpu_ns += *r;
     }
-    DS_CUDA(cudaEventRecord(ev[2 * i + 1], stream));
+    DS_CUDA(cudaEventRecord(timing.ev[2 * i + 1], stream));
+    if (absl::Status s = step_end(); !s.ok()) return fail(s);
   }
+  if (absl::Status s = drained(); !s.ok()) return fail(s);
   DS_CUDA(cudaStreamSynchronize(stream));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   std::vector<double> us;
   for (int64_t i = 0; i < steps; ++i) {
     float ms = 0;
-    DS_CUDA(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    DS_CUDA(cudaEventElapsedTime(&ms, timing.ev[2 * i], timing.ev[2 * i + 1]));
     us.push_back(ms * 1e3);
   }
-  for (auto& e : ev) cudaEventDestroy(e);
   LoopResult r;
   std::vector<double> sorted = us;
   std::sort(sorted.begin(), sorted.end());
@@ -385,8 +526,10 @@ struct Words {
 absl::Status MakeWords(client::Client* client, const Model& m, const std::string& kind, Words* w) {
   const int64_t count = 2 * m.layers;
   if (kind == "device") {
-    w->region_name = m.region;
-    w->base = reinterpret_cast<char*>(m.words) - m.arena.base;
+    const Buffer* b = m.Holding(m.words);
+    if (b == nullptr) return absl::InternalError("the signal words lie in no region");
+    w->region_name = b->region;
+    w->base = static_cast<char*>(m.words) - b->base;
     w->device = reinterpret_cast<CUdeviceptr>(m.words);
     DS_CUDA(cudaMemset(m.words, 0, count * Words::kSpacing));
     return absl::OkStatus();
@@ -427,12 +570,14 @@ std::string Q(const std::string& v) {
   return r + "\"";
 }
 
-// The last layer's out against the in-process kernels on the same inputs.
+// The last layer's out and lse against the in-process kernels on the same inputs (or a blocking
+// call without a baseline).
 std::string Check(const Model& m, const Inproc* ip, client::Client* client, cudaStream_t stream) {
   cudaStreamSynchronize(stream);
-  const int64_t l = m.layers - 1, n = m.OutElems();
+  const int64_t l = m.layers - 1, n = m.OutElems(), nl = m.LseElems();
   FillValue(m.check_out, n, 0x7fc0, stream);
-  dsa::Params p = m.Params(l, m.check_out);
+  cudaMemsetAsync(m.check_lse, 0xff, nl * 4, stream);
+  dsa::Params p = m.Params(l, /*check=*/true);
   std::string against;
   if (ip != nullptr) {
     against = "inproc";
@@ -446,9 +591,12 @@ std::string Check(const Model& m, const Inproc* ip, client::Client* client, cuda
       return absl::StrCat(", \"check\": \"error\", \"check_detail\": ", Q(r.status().ToString()));
   }
   std::vector<uint16_t> got(n), want(n);
+  std::vector<float> got_lse(nl), want_lse(nl);
   cudaStreamSynchronize(stream);
   cudaMemcpy(got.data(), m.Out(l), n * 2, cudaMemcpyDeviceToHost);
   cudaMemcpy(want.data(), m.check_out, n * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(got_lse.data(), m.Lse(l), nl * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(want_lse.data(), m.check_lse, nl * 4, cudaMemcpyDeviceToHost);
   auto f = [](uint16_t b) {
     uint32_t u = static_cast<uint32_t>(b) << 16;
     float v;
@@ -475,10 +623,23 @@ std::string Check(const Model& m, const Inproc* ip, client::Client* client, cuda
     const double rel = std::sqrt(num / std::max(den, 1e-30));
     verdict = rel <= 1e-2 && max_abs <= 2e-2 * std::max(scale, 1.0) ? "close" : "fail";
   }
+  // lse (natural log, f32): equal, or within 1e-3 relative (−inf only where the reference has it).
+  bool lse_equal = std::memcmp(got_lse.data(), want_lse.data(), nl * 4) == 0, lse_ok = true;
+  double lse_max_abs = 0;
+  for (int64_t i = 0; i < nl; ++i) {
+    const double g = got_lse[i], w = want_lse[i];
+    if (g == w) continue;
+    const double d = std::fabs(g - w);
+    if (!(d <= 1e-3 * std::max(1.0, std::fabs(w)))) lse_ok = false;  // NaN fails too
+    if (std::isfinite(d)) lse_max_abs = std::max(lse_max_abs, d);
+  }
+  const char* lse_verdict = lse_equal ? "bitwise" : lse_ok ? "close" : "fail";
   return absl::StrCat(", \"check\": ", Q(verdict), ", \"check_against\": ", Q(against),
                       ", \"check_max_abs\": ", J(max_abs),
                       ", \"check_rel_l2\": ", J(std::sqrt(num / std::max(den, 1e-30))),
-                      nan ? ", \"check_detail\": \"NaN in out\"" : "");
+                      nan ? ", \"check_detail\": \"NaN in out\"" : "",
+                      ", \"check_lse\": ", Q(lse_verdict),
+                      ", \"check_lse_max_abs\": ", J(lse_max_abs));
 }
 
 absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* client, Model* m,
@@ -524,8 +685,22 @@ absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* cl
     }
     ring = std::move(*opened);
   }
+  // Frees a stalled stream: UNSTICK into every done word (host words from here; device words by a
+  // stream write on a side stream, not behind the stuck wait).
+  cudaStream_t side = nullptr;
+  if (words.host == nullptr) DS_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  auto unstick = [&] {
+    for (int64_t l = 0; l < m->layers; ++l) {
+      if (words.host != nullptr) {
+        client::StoreSignal(reinterpret_cast<uint64_t*>(words.host + (2 * l + 1) * Words::kSpacing),
+                            kUnstick);
+      } else {
+        (void)ops.write(reinterpret_cast<CUstream>(side), words.Device(2 * l + 1), kUnstick,
+                        CU_STREAM_WRITE_VALUE_DEFAULT);
+      }
+    }
+  };
   int64_t full = 0;
-  absl::Status bad;
   auto layer = [&](int64_t l, uint64_t n) -> absl::StatusOr<double> {
     Produce(m->Q(l), m->q_base, m->acc, m->t * m->heads, m->d_qk, m->Iq(l), m->iq_base,
             m->IqBytes(), stream);
@@ -533,9 +708,13 @@ absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* cl
     const uint64_t r_off = words.Offset(2 * l), d_off = words.Offset(2 * l + 1);
     if (ring != nullptr) {
       absl::StatusCode c;
+      const auto since = std::chrono::steady_clock::now();
       while ((c = ring->Submit(ids[l], r_off, n, d_off, n)) ==
              absl::StatusCode::kResourceExhausted) {
         ++full;
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count() >
+            o.stream_timeout)
+          return absl::DeadlineExceededError("the submission ring stayed full");
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
       if (c != absl::StatusCode::kOk) return absl::Status(c, "the submission ring refused");
@@ -555,8 +734,7 @@ absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* cl
     Consume(m->acc, m->Out(l), m->OutElems(), stream);
     return t1 - t0;
   };
-  // Start past any value the words hold.
-  absl::StatusOr<LoopResult> r = Loop(o, o.steps, m, seq, stream, layer);
+  absl::StatusOr<LoopResult> r = Loop(o, o.steps, m, seq, stream, layer, unstick);
   int64_t failed = 0, stale = 0;
   for (int64_t l = 0; l < m->layers; ++l) {
     const uint64_t d = words.Read(2 * l + 1);
@@ -570,27 +748,104 @@ absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* cl
                         ", \"ring_full_retries\": ", full);
   if (ring != nullptr) (void)ring->Close();
   release();
+  if (side != nullptr) cudaStreamDestroy(side);
   if (r.ok() && (failed || stale))
     return absl::InternalError(absl::StrCat("done words: ", failed, " failed, ", stale, " stale"));
   return r;
 }
 
+double P50(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The blocking form, `via` a Session, the unary RPC, or RunPrepared of calls prepared once.
+// extra: the daemon's CallStats (p50 over the measured calls) and the client's wall time per call.
 absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client, Model* m,
-                                       uint64_t* seq, cudaStream_t stream) {
+                                       const std::string& via, uint64_t* seq, cudaStream_t stream,
+                                       std::string* extra) {
   std::vector<dsa::Params> params;
   for (int64_t l = 0; l < m->layers; ++l) params.push_back(m->Params(l));
+  std::unique_ptr<client::Session> session;
+  std::vector<uint64_t> ids;
+  auto release = [&] {
+    for (uint64_t id : ids) (void)client::ReleaseCall(client, id);
+    if (session != nullptr) (void)session->Close();
+  };
+  if (via == "session") {
+    absl::StatusOr<std::unique_ptr<client::Session>> s = client::Session::Open(client);
+    if (!s.ok()) return s.status();
+    session = std::move(*s);
+  } else if (via == "prepared") {
+    for (int64_t l = 0; l < m->layers; ++l) {
+      absl::StatusOr<uint64_t> id = client::PrepareCall(client, params[l]);
+      if (!id.ok()) {
+        release();
+        return id.status();
+      }
+      ids.push_back(*id);
+    }
+  }
+  std::vector<v1::CallStats> stats;
+  std::vector<double> wall_us;
   auto layer = [&](int64_t l, uint64_t) -> absl::StatusOr<double> {
     Produce(m->Q(l), m->q_base, m->acc, m->t * m->heads, m->d_qk, m->Iq(l), m->iq_base,
             m->IqBytes(), stream);
     const double t0 = ThreadCpuNs();
     DS_CUDA(cudaStreamSynchronize(stream));  // the blocking form: inputs complete first
-    absl::StatusOr<client::CallResult> r = client->DsaAttention(params[l]);
+    const auto w0 = std::chrono::steady_clock::now();
+    absl::StatusOr<v1::CallStats> s;
+    if (session != nullptr) {
+      absl::StatusOr<client::CallResult> r = session->Call(params[l]);
+      s = r.ok() ? absl::StatusOr<v1::CallStats>(std::move(r->stats)) : r.status();
+    } else if (!ids.empty()) {
+      s = client::RunPrepared(client, ids[l]);
+    } else {
+      absl::StatusOr<client::CallResult> r = client->DsaAttention(params[l]);
+      s = r.ok() ? absl::StatusOr<v1::CallStats>(std::move(r->stats)) : r.status();
+    }
+    const auto w1 = std::chrono::steady_clock::now();
     const double t1 = ThreadCpuNs();
-    if (!r.ok()) return r.status();
+    if (!s.ok()) return s.status();
+    stats.push_back(*std::move(s));
+    wall_us.push_back(std::chrono::duration<double, std::micro>(w1 - w0).count());
     Consume(m->acc, m->Out(l), m->OutElems(), stream);
     return t1 - t0;
   };
-  return Loop(o, o.blocking_steps, m, seq, stream, layer);
+  absl::StatusOr<LoopResult> r = Loop(o, o.blocking_steps, m, seq, stream, layer);
+  release();
+  if (!r.ok()) return r;
+  // The measured calls: the last blocking_steps · layers.
+  const size_t measured = std::min<size_t>(stats.size(), o.blocking_steps * m->layers);
+  std::vector<double> compute, total, added, wall, client_added;
+  uint64_t copied = 0, readback = 0;
+  std::map<std::string, int64_t> graphs;
+  for (size_t i = stats.size() - measured; i < stats.size(); ++i) {
+    const v1::CallStats& c = stats[i];
+    compute.push_back(c.compute_seconds() * 1e6);
+    total.push_back(c.total_seconds() * 1e6);
+    added.push_back((c.total_seconds() - c.compute_seconds()) * 1e6);
+    wall.push_back(wall_us[i]);
+    client_added.push_back(wall_us[i] - c.total_seconds() * 1e6);
+    copied = std::max<uint64_t>(copied, c.copied_bytes_in() + c.copied_bytes_out() +
+                                            c.copied_bytes_host_to_device() +
+                                            c.copied_bytes_device_to_host());
+    readback = std::max<uint64_t>(readback, c.count_readback_bytes());
+    ++graphs[c.graph().empty() ? "none" : c.graph()];
+  }
+  std::string graph_json;
+  for (const auto& [name, count] : graphs)
+    absl::StrAppend(&graph_json, graph_json.empty() ? "" : ", ", Q(name), ": ", count);
+  *extra = absl::StrCat(", \"daemon_compute_us_per_call_p50\": ", J(P50(compute)),
+                        ", \"daemon_total_us_per_call_p50\": ", J(P50(total)),
+                        ", \"daemon_added_us_per_call_p50\": ", J(P50(added)),
+                        ", \"client_wall_us_per_call_p50\": ", J(P50(wall)),
+                        ", \"client_added_us_per_call_p50\": ", J(P50(client_added)),
+                        ", \"copied_bytes_per_call_max\": ", copied,
+                        ", \"count_readback_bytes_per_call_max\": ", readback, ", \"graph\": {",
+                        graph_json, "}");
+  return r;
 }
 
 bool ParseList(const std::string& v, std::vector<int64_t>* out) {
@@ -622,6 +877,12 @@ int Main(int argc, char** argv) {
       o.mps = v;
     else if (k == "--submit")
       o.submit = v;
+    else if (k == "--regions")
+      o.regions = v;
+    else if (k == "--blocking-via")
+      o.blocking_via = absl::StrSplit(v, ',');
+    else if (k == "--stream-timeout")
+      ok = absl::SimpleAtod(v, &o.stream_timeout) && o.stream_timeout > 0;
     else if (k == "--batch")
       ok = ParseList(v, &o.batch);
     else if (k == "--signals")
@@ -651,7 +912,10 @@ int Main(int argc, char** argv) {
     for (const std::string& sig : o.signals) ok = ok && (sig == "host" || sig == "device");
     for (const std::string& path : o.paths)
       ok = ok && (path == "stream_ordered" || path == "blocking");
-    if (!ok || (o.submit != "ring" && o.submit != "rpc")) {
+    for (const std::string& via : o.blocking_via)
+      ok = ok && (via == "session" || via == "unary" || via == "prepared");
+    if (!ok || (o.submit != "ring" && o.submit != "rpc") ||
+        (o.regions != "per_kind" && o.regions != "one")) {
       std::cerr << "decode_step_cpp: bad argument '" << a << "' (see the file's header)\n";
       return 2;
     }
@@ -736,17 +1000,24 @@ int Main(int argc, char** argv) {
       if (!s.ok()) baseline_error = s.ToString();
       if (baseline) std::cerr << "  inproc baseline: " << baseline->step_us << " us/step\n";
     }
-    std::vector<std::pair<std::string, std::string>> configs;  // (path, signals)
+    struct Config {
+      std::string path, sig, via;  // sig: stream_ordered only; via: blocking only
+    };
+    std::vector<Config> configs;
     for (const std::string& path : o.paths) {
       if (path == "blocking")
-        configs.emplace_back(path, "");
+        for (const std::string& via : o.blocking_via) configs.push_back({path, "", via});
       else
-        for (const std::string& sig : o.signals) configs.emplace_back(path, sig);
+        for (const std::string& sig : o.signals) configs.push_back({path, sig, ""});
     }
-    for (const auto& [path, sig] : configs) {
+    for (const auto& [path, sig, via] : configs) {
+      // Outputs poisoned again: what the check reads was written by this configuration.
+      FillValue(m.out, o.layers * m.OutElems(), 0x7fc0, stream);
+      cudaMemsetAsync(m.lse, 0xff, o.layers * m.LseElems() * 4, stream);
+      cudaStreamSynchronize(stream);
       std::string extra;
       absl::StatusOr<LoopResult> r =
-          path == "blocking" ? RunBlocking(o, client, &m, &seq, stream)
+          path == "blocking" ? RunBlocking(o, client, &m, via, &seq, stream, &extra)
                              : RunStreamOrdered(o, client, &m, ops, sig, &seq, stream, &extra);
       std::ostringstream line;
       line << "{\"op\": \"decode_step\", \"preset\": " << Q(preset)
@@ -754,7 +1025,9 @@ int Main(int argc, char** argv) {
            << ", \"path\": " << Q(path)
            << ", \"signals\": " << (path == "blocking" ? "null" : Q(sig))
            << ", \"submit\": " << (path == "blocking" ? "null" : Q(o.submit))
-           << ", \"batch\": " << batch << ", \"layers\": " << o.layers
+           << ", \"blocking_via\": " << (path == "blocking" ? Q(via) : "null")
+           << ", \"regions\": " << Q(o.regions) << ", \"batch\": " << batch
+           << ", \"layers\": " << o.layers
            << ", \"steps\": " << (path == "blocking" ? o.blocking_steps : o.steps)
            << ", \"heads\": " << o.heads << ", \"d_qk\": " << o.d_qk << ", \"ctx\": " << o.ctx
            << ", \"topk\": " << o.topk << ", \"kv\": \"fp8_656\", \"next_n\": 1";
