@@ -25,7 +25,7 @@ namespace {
 
 constexpr int kThreads = kDimV / 4;               // one float4 of the row per thread
 constexpr int kGroups = kThreads / 32;            // 32-lane groups (a warp, or half a HIP wave64)
-constexpr int kLoadBatch = 8;                     // partial rows whose loads are in flight together
+constexpr int kLoadBatch = 16;                    // partial rows whose loads are in flight together
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond this
 static_assert(kMaxSplits <= kThreads, "one split's LSE per thread");
 
@@ -41,9 +41,12 @@ __device__ __forceinline__ float BlockReduce(float v, float* red_s) {
   return v;
 }
 
-__global__ void __launch_bounds__(kThreads) MlaDecodeCombineKernel(const DecodeArgs a) {
+// At most 4 blocks per SM: up to 128 registers, so that ptxas keeps kLoadBatch loads in flight
+// (at 64 it interleaves them with the FMAs, two at a time).
+__global__ void __launch_bounds__(kThreads, 4) MlaDecodeCombineKernel(const DecodeArgs a) {
   __shared__ float weight_s[kMaxSplits];  // w_s, 0 for an empty split
   __shared__ float red_s[2][kGroups];     // per-group max, then per-group sum
+  __shared__ uint32_t live_s[4];          // bit s % 32 of word s / 32: w_s != 0
   const int tid = threadIdx.x;
   const int col = tid * 4;
   const int64_t total = static_cast<int64_t>(a.batch) * a.rows;
@@ -52,32 +55,43 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineKernel(const DecodeA
     const int64_t b = r / a.rows;
     const int32_t row = static_cast<int32_t>(r % a.rows);
     const int64_t at0 = PartialRow(a, 0, b, row);
+    if (tid < 4) live_s[tid] = 0;  // published by the reductions' barriers
     // Thread s holds lse_s; the row max M (-inf when every split is empty).
     const float lse = tid < a.splits ? a.partial_lse[at0 + tid * split_rows] : -INFINITY;
     const float max_lse = BlockReduce<true>(lse, red_s[0]);
     const float w = max_lse == -INFINITY || lse == -INFINITY ? 0.0f : exp2f(lse - max_lse);
-    if (tid < a.splits) weight_s[tid] = w;
-    const float sum = BlockReduce<false>(w, red_s[1]);  // its __syncthreads publishes weight_s
-    // Σ w_s·O_s over the splits with w_s != 0 (empty ones are never read).
+    if (tid < a.splits) {
+      weight_s[tid] = w;
+      if (w != 0.0f) atomicOr(&live_s[tid / 32], 1u << (tid % 32));
+    }
+    const float sum = BlockReduce<false>(w, red_s[1]);  // its barrier publishes weight_s, live_s
+    // Σ w_s·O_s over the splits with w_s != 0 (empty ones are never read). Which splits to read
+    // comes from registers (the live bits, shifted down kLoadBatch per step), so that no load
+    // waits on a shared-memory read and all kLoadBatch are issued before the first use.
+    static_assert(kMaxSplits <= 128 && kLoadBatch <= 32, "live bits in two 64-bit words");
+    uint64_t live_lo = live_s[0] | static_cast<uint64_t>(live_s[1]) << 32;
+    uint64_t live_hi = live_s[2] | static_cast<uint64_t>(live_s[3]) << 32;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const float* o_row = a.partial_o + at0 * kDimV + col;
     for (int s0 = 0; s0 < a.splits; s0 += kLoadBatch) {
-      float ws[kLoadBatch];
+      const uint32_t bits = static_cast<uint32_t>(live_lo) & ((1u << kLoadBatch) - 1);
+      live_lo = live_lo >> kLoadBatch | live_hi << (64 - kLoadBatch);
+      live_hi >>= kLoadBatch;
       float4 o[kLoadBatch];
 #pragma unroll
       for (int i = 0; i < kLoadBatch; ++i) {
-        ws[i] = s0 + i < a.splits ? weight_s[s0 + i] : 0.0f;
         o[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (ws[i] != 0.0f) {
+        if ((bits >> i) & 1u) {
           o[i] = *reinterpret_cast<const float4*>(o_row + (s0 + i) * split_rows * kDimV);
         }
       }
 #pragma unroll
       for (int i = 0; i < kLoadBatch; ++i) {
-        acc[0] = fmaf(ws[i], o[i].x, acc[0]);
-        acc[1] = fmaf(ws[i], o[i].y, acc[1]);
-        acc[2] = fmaf(ws[i], o[i].z, acc[2]);
-        acc[3] = fmaf(ws[i], o[i].w, acc[3]);
+        const float ws = (bits >> i) & 1u ? weight_s[s0 + i] : 0.0f;
+        acc[0] = fmaf(ws, o[i].x, acc[0]);
+        acc[1] = fmaf(ws, o[i].y, acc[1]);
+        acc[2] = fmaf(ws, o[i].z, acc[2]);
+        acc[3] = fmaf(ws, o[i].w, acc[3]);
       }
     }
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
@@ -87,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineKernel(const DecodeA
     if (tid == 0 && a.lse != nullptr) {
       *LseAt(a, b, row) = sum > 0.0f ? (max_lse + log2f(sum)) * kLn2 : -INFINITY;
     }
-    __syncthreads();  // weight_s and red_s are rewritten for the next row
+    __syncthreads();  // weight_s, red_s and live_s are rewritten for the next row
   }
 }
 
