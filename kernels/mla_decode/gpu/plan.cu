@@ -15,6 +15,10 @@
 namespace attnd::kernels::mla_decode::gpu {
 namespace {
 
+// The fewest tiles a split of a full-capacity context gets (GpuSplits' cap); the split-K sweep
+// (attn_gpu_bench op mla_decode_splits, docs/BENCHMARKS.md) measures counts past it.
+constexpr int64_t kMinSplitTiles = 2;
+
 KernelShape ShapeOf(GpuKernel kernel, const Params& p) {
 #if defined(ATTND_GPU_CUDA)
   if (kernel == GpuKernel::kMma) return MmaShape(p);
@@ -152,7 +156,8 @@ int GpuSplits(const Params& p, GpuKernel kernel) {
   const int64_t lower = slots / items;  // >= 1
   int64_t splits = 4 * items * lower >= 3 * slots ? lower : CeilDiv(slots, items);
   const int64_t capacity_tiles = Capacity(p) / shape.block_n;
-  splits = std::min<int64_t>({splits, kMaxSplits, std::max<int64_t>(1, capacity_tiles / 2)});
+  splits = std::min<int64_t>(
+      {splits, kMaxSplits, std::max<int64_t>(1, capacity_tiles / kMinSplitTiles)});
   return static_cast<int>(std::max<int64_t>(splits, 1));
 }
 
