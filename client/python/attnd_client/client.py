@@ -403,7 +403,17 @@ class Client(StreamOrderedClient, _ops.OpCalls[_ops.OpResult]):
         **arguments: Any,
     ) -> _ops.OpResult:
         """Runs an op call and returns its OpResult (AttndError on failure)."""
-        return self.submit(op, timeout=timeout, metadata=metadata, **arguments).result()
+        # A blocking stub call waits for the reply on this thread; a future's reply comes through
+        # gRPC's polling thread and a wake-up of this one, which costs a small call ~200 µs or
+        # more (docs/LATENCY.md).
+        spec = _ops.spec(op)
+        request, sinks = _ops.build_request(spec, self._codec, arguments)
+        method = getattr(self._stub, spec.rpc)
+        try:
+            response = method(request, timeout=self._timeout(timeout), metadata=metadata)
+        except grpc.RpcError as e:
+            raise AttndError.from_rpc_error(e) from None
+        return _ops.decode_response(spec, response, sinks)
 
     def session(self, client_name: str = "", timeout: float | None = None) -> Session:
         """Opens a Session (a lease and pipelined calls on one stream)."""

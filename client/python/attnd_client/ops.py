@@ -14,7 +14,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import numpy as np
 from google.protobuf.message import Message
 
-from . import dtypes
+from . import dtypes, torch_support
 from ._proto import pb
 from .tensors import OutputArg, Sink, TensorArg, TensorCodec, decode_tensor
 
@@ -269,6 +269,13 @@ def build_request(
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise TypeError(f"{op_spec.name}: unknown argument(s) {unknown}; want {sorted(known)}")
+    with torch_support.one_synchronize_per_device():
+        return _build_request(op_spec, codec, kwargs)
+
+
+def _build_request(
+    op_spec: OpSpec, codec: TensorCodec, kwargs: Mapping[str, Any]
+) -> tuple[Message, dict[str, Sink]]:
     request = op_spec.request()
     for name, dtype in op_spec.inputs.items():
         value = kwargs.get(name)

@@ -62,6 +62,20 @@ def ordered_by_ready() -> Iterator[None]:
         _ordering.by_ready = was
 
 
+@contextlib.contextmanager
+def one_synchronize_per_device() -> Iterator[None]:
+    """Within it, this thread's tensor references synchronise each device once, at the first
+    reference to a tensor of it: the references of one blocking call's request are taken one
+    after another with no GPU work enqueued between them, so the first synchronise covers the
+    rest (each costs a device-wide wait on the caller's thread)."""
+    was = getattr(_ordering, "synced", None)
+    _ordering.synced = set()
+    try:
+        yield
+    finally:
+        _ordering.synced = was
+
+
 def attnd_dtype(torch_dtype: torch.dtype) -> str:
     """The attnd dtype name of a torch dtype (ValueError when it has none)."""
     import torch
@@ -303,7 +317,8 @@ class DeviceRegionCache:
 
     def ref(self, tensor: torch.Tensor) -> RegionRef:
         """The RegionRef of a CUDA tensor (its storage registered on first use); synchronises
-        the tensor's device unless inside `ordered_by_ready()`. ValueError for a dtype attnd
+        the tensor's device unless inside `ordered_by_ready()` (inside
+        `one_synchronize_per_device()`, once per device). ValueError for a dtype attnd
         has none of (signal words: `signal()` and `region_slice()` take any dtype)."""
         try:
             name_dtype = attnd_dtype(tensor.dtype)
@@ -369,7 +384,12 @@ class DeviceRegionCache:
         # key) is kept rather than unregistered and registered again.
         self.collect()
         if not getattr(_ordering, "by_ready", False) and not (first_use_only and known):
-            self._synchronize(entry.key[0])
+            synced = getattr(_ordering, "synced", None)
+            if synced is None:
+                self._synchronize(entry.key[0])
+            elif entry.key[0] not in synced:
+                self._synchronize(entry.key[0])
+                synced.add(entry.key[0])
         return entry
 
     def _register(self, storage: Any) -> _Entry:

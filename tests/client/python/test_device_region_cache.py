@@ -105,6 +105,26 @@ def test_one_region_per_storage_and_views_share_it():
     assert syncs == [0, 0], "no synchronise inside ordered_by_ready()"
 
 
+def test_one_synchronize_per_device_within_one_request():
+    cache, reg, _, syncs = make()
+    a, b = torch.zeros(16), torch.ones(32)
+    with torch_support.one_synchronize_per_device():
+        cache.ref(a)
+        cache.ref(b)
+        cache.ref(a[1:])
+        assert syncs == [0], "the first reference synchronises the device, the others not"
+        with torch_support.ordered_by_ready():
+            cache.ref(b)
+        assert syncs == [0]
+    with torch_support.one_synchronize_per_device():
+        cache.ref(b)
+    assert syncs == [0, 0], "each scope (request) synchronises again"
+    cache.ref(a)
+    cache.ref(b)
+    assert syncs == [0, 0, 0, 0], "outside a scope every reference synchronises"
+    assert len(reg.registered) == 2
+
+
 def test_dead_storage_is_unregistered_on_the_next_call_not_in_gc():
     cache, reg, _, _ = make()
     keep = torch.zeros(64)
