@@ -112,7 +112,7 @@ absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::
     const uint64_t v = LoadSignal(word);
     if (v & kSignalFailureBit) {
       return absl::AbortedError(absl::StrCat("the call failed: done = ", v & ~kSignalFailureBit,
-                                             " | failure bit (2^63)"));
+                                             " | failure bit (2^62)"));
     }
     if (v >= value) return v;
     if (absl::Now() >= deadline) {

@@ -26,7 +26,10 @@
 namespace attnd::client {
 
 // Set in a `done` word when its call failed or never ran: done == value | kSignalFailureBit.
-inline constexpr uint64_t kSignalFailureBit = 1ull << 63;
+// Bit 62, so that a GPU stream waiting for done >= value (a cyclic compare) also ends on a
+// failed call's word (docs/SERVICE.md "Failure bit"). Signal values must be below it: the daemon
+// refuses a ready or done value >= 2^62 (INVALID_ARGUMENT).
+inline constexpr uint64_t kSignalFailureBit = 1ull << 62;
 
 // Signal is in op_codec.h: CallOptions::ready / done make any Client or Session call
 // stream-ordered (Client::SparseMla(p, {.ready = ..., .done = ...})); Enqueue below is the same

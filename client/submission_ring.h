@@ -60,10 +60,10 @@ class SubmissionRing {
 
   // Queues prepared call `call_id`: it runs once the u64 at `ready_offset` of the signal region
   // is >= ready_value (kNoReady: no wait) and the earlier calls of the caller's ordered queue are
-  // over; the daemon then stores done_value at `done_offset` (| 2^63 when it failed or never
-  // ran, also for an entry it refused). kOk; kResourceExhausted when the ring is full (the daemon
-  // has not taken older entries yet: retry); kFailedPrecondition when the ring is closed or
-  // errored. No syscall, no allocation.
+  // over; the daemon then stores done_value at `done_offset` (| 2^62 when it failed or never
+  // ran, also for an entry it refused, e.g. one with a value >= 2^62). kOk; kResourceExhausted when
+  // the ring is full (the daemon has not taken older entries yet: retry); kFailedPrecondition when
+  // the ring is closed or errored. No syscall, no allocation.
   absl::StatusCode Submit(uint64_t call_id, uint64_t ready_offset, uint64_t ready_value,
                           uint64_t done_offset, uint64_t done_value);
 

@@ -22,6 +22,11 @@ absl::StatusOr<SignalWord> SignalWord::Resolve(const regions::RegionRegistry* re
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": names no region (a signal is a slice of a registered region)"));
   }
+  if (signal.value() >= kSignalFailureBit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": value ", signal.value(), " is >= 2^62; signal values must stay below 2^62, ",
+        "the failure bit of done words (docs/SERVICE.md \"Failure bit\")"));
+  }
   const std::string& name = signal.slice().region();
   const uint64_t offset = signal.slice().offset();
   absl::StatusOr<regions::RegionPin> pin = registry->Acquire(owner, name);

@@ -44,15 +44,18 @@
 namespace attnd::server::ops {
 
 // Set in `done` when a stream-ordered call failed or was never run: done = value | this bit.
-inline constexpr uint64_t kSignalFailureBit = 1ull << 63;
+// Bit 62, not 63: a GPU stream waiting for done >= value compares cyclically, and
+// (value | 2^62) - value is 2^62, which it counts as reached (docs/SERVICE.md "Failure bit").
+// So every signal value must be below this bit: Resolve refuses one that is not.
+inline constexpr uint64_t kSignalFailureBit = 1ull << 62;
 
 // A resolved signal word: pinned for as long as the object lives.
 class SignalWord {
  public:
-  // Resolves `signal` (the request field `field`, for messages) in `owner`'s namespace: the
-  // region must be a host region (or, with `allow_device`, a device region); the word 8 bytes,
-  // inside it, 8-byte aligned in memory; INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION
-  // (truncated region) otherwise.
+  // Resolves `signal` (the request field `field`, for messages) in `owner`'s namespace: its
+  // value below kSignalFailureBit; the region must be a host region (or, with `allow_device`, a
+  // device region); the word 8 bytes, inside it, 8-byte aligned in memory; INVALID_ARGUMENT /
+  // NOT_FOUND / FAILED_PRECONDITION (truncated region) otherwise.
   static absl::StatusOr<SignalWord> Resolve(const regions::RegionRegistry* registry,
                                             absl::string_view owner, absl::string_view field,
                                             const v1::Signal& signal, bool allow_device = false);

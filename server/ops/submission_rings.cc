@@ -259,7 +259,7 @@ void SubmissionRingTable::Reject(Ring& ring, uint64_t seq, const char* result, c
   if (done != nullptr && ring.signal_pin->kind() == regions::RegionKind::kHost &&
       WordOk(ring.signal_pin->data(), ring.signal_pin->byte_size(), done[0])) {
     ring.done.mutable_slice()->set_offset(done[0]);
-    ring.done.set_value(done[1]);
+    ring.done.set_value(0);  // the word only: done[1] may be a value Resolve refuses (>= 2^62)
     absl::StatusOr<SignalWord> w =
         SignalWord::Resolve(registry_, ring.spec.owner, "done", ring.done);
     if (w.ok()) w->Store(done[1] | kSignalFailureBit);
@@ -328,6 +328,12 @@ bool SubmissionRingTable::Poll(Ring& ring) {
       bad = absl::InvalidArgumentError(
           absl::StrCat("entry ", n, ": ready offset ", e.ready_offset,
                        " is not an 8-byte aligned word inside region '", ring.signal_name, "'"));
+    } else if (e.done_value >= kSignalFailureBit) {
+      bad = absl::InvalidArgumentError(absl::StrCat("entry ", n, ": done value ", e.done_value,
+                                                    " is >= 2^62 (the failure bit)"));
+    } else if ((e.flags & L::kFlagReady) != 0 && e.ready_value >= kSignalFailureBit) {
+      bad = absl::InvalidArgumentError(absl::StrCat("entry ", n, ": ready value ", e.ready_value,
+                                                    " is >= 2^62 (the failure bit)"));
     }
     if (!bad.ok()) {
       Reject(ring, n + 1, "invalid", done, bad);

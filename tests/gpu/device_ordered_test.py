@@ -8,9 +8,11 @@ metrics' attnd_stream_ordered_calls_total{event="device"} must count them.
       (cuStreamWriteValue64), waits for done (cuStreamWaitValue64) and copies out, for several
       calls, with no host synchronisation until the end; each copy equals its own step's fp64
       reference (a copy taken before the op ran is NaN-poisoned or the previous step's);
-  (b) the watchdog: a call whose ready never comes gets done = value | 2^63 at its deadline,
-      its outputs stay poisoned, attnd_signal_timeouts_total grows, and meanwhile another
-      connection's device calls complete;
+  (b) the watchdog: a call whose ready never comes gets done = value | 2^62 (the failure bit)
+      at its deadline, and a caller's stream waiting for done >= value (cuStreamWaitValue64's
+      cyclic compare) ends on that word; its outputs stay poisoned,
+      attnd_signal_timeouts_total grows, and meanwhile another connection's device calls
+      complete;
   (c) signal words in host regions (a) and in device regions (c);
   (d) a caller chain captured into a CUDA graph (q update, write ready, wait done, copy out)
       replayed several times with a daemon call enqueued before each replay.
@@ -33,9 +35,9 @@ import urllib.request
 import torch
 
 import attnd_client as ac
+from attnd_client.stream_ordered import FAILURE_BIT
 
 DEV = torch.device("cuda", 0)
-FAILURE_BIT = 1 << 63
 WAIT_GEQ = 0
 
 
@@ -201,6 +203,14 @@ def run_watchdog(client, other, url, checks, drv):
     t0_timeouts = timeouts(url)
     torch.cuda.synchronize()
     client.enqueue("sparse_mla", ready=ready.signal(7), done=done.signal(7), timeout=2.0, **stuck)
+    # A frontend's stream waits for done >= 7, then sets a marker: the failure bit must end that
+    # wait too (docs/SERVICE.md "Failure bit").
+    waiter = torch.cuda.Stream()
+    marker = torch.zeros(1, dtype=torch.int32, device=DEV)
+    signals_stuck = StreamSignals(region)
+    with torch.cuda.stream(waiter):
+        signals_stuck.wait(done, 7, waiter.cuda_stream)
+        marker.fill_(1)
     # Meanwhile another connection (its own queue and device stream) runs calls to the end.
     oargs = inputs()
     oregion, oready, odone = host_words(other, "h1-other")
@@ -223,7 +233,17 @@ def run_watchdog(client, other, url, checks, drv):
     while done.get() < 7 and time.monotonic() - t < 15:
         time.sleep(1e-3)
     word = done.get()
-    checks.expect(word == 7 | FAILURE_BIT, f"(b) stuck call: done {word:#x}, want 7 | 2^63")
+    checks.expect(word == 7 | FAILURE_BIT, f"(b) stuck call: done {word:#x}, want 7 | 2^62")
+    t = time.monotonic()
+    while not waiter.query() and time.monotonic() - t < 5:
+        time.sleep(1e-3)
+    ended = waiter.query()
+    checks.expect(ended, f"(b) a stream waiting for done >= 7 ended on done {word:#x}")
+    if not ended:
+        done.set(7)  # release it, or the synchronise below hangs
+    waiter.synchronize()
+    checks.expect(int(marker.item()) == 1, "(b) the waiting stream ran on past its wait")
+    signals_stuck.close()
     torch.cuda.synchronize()
     checks.expect(
         bool(torch.isnan(stuck["out"].float()).all()), "(b) stuck call's out stays poisoned"

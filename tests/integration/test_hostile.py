@@ -24,7 +24,7 @@ import pytest
 import attnd_client as ac
 from attnd_client import regions as ac_regions
 from attnd_client import rings as ac_rings
-from attnd_client.stream_ordered import SignalWord
+from attnd_client.stream_ordered import FAILURE_BIT, SignalWord
 
 import cases
 from daemon import Daemon, parse_metrics, sample, wait_until
@@ -587,7 +587,7 @@ def test_drain_timeout_fails_unsignalled_stream_ordered_call(make_daemon, rng):
     assert d.wait(60) == 0, d.log()
     took = time.monotonic() - start
     assert 1.5 <= took < 2 + 2 + 6, f"exited after {took:.2f} s with --drain-timeout=2s"
-    assert done.get() == 7 | (1 << 63), hex(done.get())
+    assert done.get() == 7 | FAILURE_BIT, hex(done.get())
     assert _still_poisoned(case, outs)
     ready.set(3)  # too late: nothing runs any more
     time.sleep(0.2)

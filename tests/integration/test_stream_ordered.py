@@ -250,6 +250,24 @@ def test_prepared_call_many_runs_and_hostile(daemon, client, rng):
             grpc.StatusCode.NOT_FOUND, "nope", client.run_prepared, call_id, Signal("nope", 0, 1)
         )
         refused(grpc.StatusCode.NOT_FOUND, "prepared call", client.run_prepared, call_id + 99999)
+        # Values from the failure bit (2^62) up are refused, naming the field; nothing is queued.
+        for value in (FAILURE_BIT, FAILURE_BIT | 5, 1 << 63, (1 << 64) - 1):
+            ready.set(0)
+            done.set(0)
+            text = f"ready: value {value}"
+            refused(bad, text, client.run_prepared, call_id, ready=ready.signal(value))
+            refused(
+                bad,
+                f"done: value {value}",
+                client.run_prepared,
+                call_id,
+                ready=ready.signal(1),
+                done=done.signal(value),
+            )
+            refused(bad, text, client.enqueue, "sparse_mla", ready=ready.signal(value), **args)
+            ready.set(1)
+            time.sleep(0.02)
+            assert done.get() == 0, hex(done.get())
         refused(bad, "inline", client.prepare_call, "sparse_mla", **case.arguments())
         # Another client (an anonymous TCP caller) can neither use the call nor the region.
         tcp = daemon.client(tcp=True)
@@ -440,6 +458,15 @@ def test_ring_runs_prepared_calls_in_order(client, rng, api):
         assert e.value.code == grpc.StatusCode.ABORTED
         assert bad.get() == 7 | FAILURE_BIT
         assert good.wait(8, timeout=20) == 8
+        # Values from the failure bit up: refused entries too (docs/SERVICE.md "Failure bit").
+        high_done, high_ready = SignalWord(region), SignalWord(region)
+        high = FAILURE_BIT + 9
+        assert ring.submit(call_ids[0], None, 0, high_done.offset, high)
+        assert ring.submit(call_ids[0], ready.offset, 1 << 63, high_ready.offset, 11)
+        assert ring.submit(call_ids[0], None, 0, good.offset, 12)
+        assert good.wait(12, timeout=20) == 12
+        assert high_done.get() == high, hex(high_done.get())
+        assert high_ready.get() == 11 | FAILURE_BIT, hex(high_ready.get())
         ring.close()
         assert ring.state == 1
         with pytest.raises(AttndError) as e:

@@ -4,6 +4,7 @@
 // runs without the host synchronising; the watchdog's cancel + release skips the op and stores
 // the failure bit; signal words in device memory; another queue's calls complete while one waits;
 // an inline input is staged at accept.
+#include <cuda.h>  // driver API types only: cuStreamWaitValue64 comes through the runtime
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,15 +15,20 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/gpu/ordered_gate.h"
 #include "kernels/common/gpu/runtime.h"
 #include "server/engine/gpu/gpu_backend.h"
 #include "server/engine/ordered_device.h"
+#include "server/ops/stream_ordered.h"
 
 namespace attnd::server::engine::gpu_rt {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
-constexpr uint64_t kFail = 1ull << 63;
+constexpr uint64_t kFail = kernels::ordered::kFailureBit;
+// The done kernel and the host paths set the same bit: bit 62, which a stream's cyclic
+// done >= value wait counts as reached (docs/SERVICE.md "Failure bit").
+static_assert(kFail == ops::kSignalFailureBit && kFail == uint64_t{1} << 62);
 
 bool HaveGpu() {
   int n = 0;
@@ -129,6 +135,39 @@ struct HostWords {
   uint64_t* w = nullptr;
 };
 
+// A frontend's stream waiting for *word >= value (cuStreamWaitValue64, GEQ: the driver's cyclic
+// compare), as a caller of the daemon waits for done. The word is host memory mapped for the
+// device. Null when the driver does not offer it (the test then fails).
+cudaStream_t FrontendWait(uint64_t* word, uint64_t value) {
+  using WaitValue64Fn = CUresult(CUDAAPI*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  void* device_word = nullptr;
+  cudaStream_t s = nullptr;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &fn, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || fn == nullptr ||
+      cudaHostGetDevicePointer(&device_word, word, 0) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    return nullptr;
+  }
+  if (reinterpret_cast<WaitValue64Fn>(fn)(s, reinterpret_cast<CUdeviceptr>(device_word), value,
+                                          CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+    (void)cudaStreamDestroy(s);
+    return nullptr;
+  }
+  return s;
+}
+
+// Whether `s` ran to its end within `ms` milliseconds.
+bool StreamEnds(cudaStream_t s, int ms) {
+  for (int i = 0; i < ms * 10; ++i) {
+    if (cudaStreamQuery(s) == cudaSuccess) return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return cudaStreamQuery(s) == cudaSuccess;
+}
+
 DeviceCallState Await(DeviceOrderedCall& c, int ms = 5000) {
   for (int i = 0; i < ms * 10; ++i) {
     const DeviceCallState s = c.Poll();
@@ -217,13 +256,23 @@ TEST_F(GpuOrderedTest, WatchdogCancelAndReleaseSkipTheOpAndSetTheFailureBit) {
   HostWords words;
   auto c = q->Enqueue(call, words.Signal(0, 8), words.Signal(1, 8));
   ASSERT_TRUE(c.ok()) << c.status();
+  // The caller's stream waits for done >= 8, as a frontend does.
+  cudaStream_t frontend = FrontendWait(&words.w[1], 8);
+  ASSERT_NE(frontend, nullptr) << "cuStreamWaitValue64 on a mapped host word";
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ((*c)->Poll(), DeviceCallState::kPending);
+  EXPECT_EQ(cudaStreamQuery(frontend), cudaErrorNotReady) << "the frontend's wait ended early";
   (*c)->SetCancel();
   ASSERT_TRUE((*c)->Release().ok());
   EXPECT_EQ(words.Get(0), 8u);  // the caller's ready word raised to the value
   ASSERT_EQ(Await(**c), DeviceCallState::kSkipped);
   EXPECT_EQ(words.Get(1), 8u | kFail);
+  // 8 | the failure bit ends the frontend's wait: (8 | 2^62) - 8 >= 0 as an int64.
+  const bool ended = StreamEnds(frontend, 5000);
+  EXPECT_TRUE(ended) << "a stream waiting for done >= 8 hangs on the failed call's done word";
+  if (!ended) words.Set(1, 8);  // release it
+  EXPECT_EQ(cudaStreamSynchronize(frontend), cudaSuccess);
+  (void)cudaStreamDestroy(frontend);
   EXPECT_TRUE(All(out.Read(), 0xff)) << "the op ran although cancelled";
   // The queue goes on.
   auto next = q->Enqueue(call, words.Signal(0, 9), words.Signal(1, 9));

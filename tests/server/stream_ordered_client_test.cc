@@ -5,16 +5,22 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "client/client.h"
 #include "client/host_region.h"
 #include "client/session.h"
 #include "client/stream_ordered.h"
+#include "server/ops/stream_ordered.h"
 #include "tests/server/daemon_fixture.h"
 
 namespace attnd::server::testing {
 namespace {
 
 using client::Signal;
+
+// The client's failure bit is the daemon's: bit 62 (docs/SERVICE.md "Failure bit").
+static_assert(client::kSignalFailureBit == ops::kSignalFailureBit &&
+              client::kSignalFailureBit == uint64_t{1} << 62);
 
 client::CallOptions Timeout(absl::Duration d) {
   client::CallOptions o;
@@ -170,6 +176,23 @@ TEST_F(StreamOrderedClientTest, WaitSignalReportsTheFailureBit) {
   absl::StatusOr<uint64_t> done = client::WaitSignal(words_ + 1, 1, absl::Seconds(10));
   EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();
   EXPECT_EQ(client::LoadSignal(words_ + 1), 1u | client::kSignalFailureBit);
+  EXPECT_TRUE(Poisoned());
+}
+
+TEST_F(StreamOrderedClientTest, ValuesFromTheFailureBitUpAreRefused) {
+  Poison();
+  for (const bool on_ready : {true, false}) {
+    const uint64_t value = client::kSignalFailureBit | (on_ready ? 3 : 0);
+    absl::StatusOr<uint64_t> id = client::Enqueue(
+        client_.get(), p_, Signal{"cpp-so", WordOffset(0), on_ready ? value : 1},
+        Signal{"cpp-so", WordOffset(1), on_ready ? 1 : value}, Timeout(absl::Seconds(10)));
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument) << id.status();
+    EXPECT_TRUE(absl::StrContains(id.status().message(), on_ready ? "ready" : "done"))
+        << id.status();
+  }
+  client::StoreSignal(words_, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(client::LoadSignal(words_ + 1), 0u);
   EXPECT_TRUE(Poisoned());
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "server/ops/stream_ordered.h"
 #include "tests/server/daemon_fixture.h"
 
@@ -409,6 +410,73 @@ TEST_F(StreamOrderedTest, HostileSignalsAreRefused) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(s.error_message(), "out")) << s.error_message();
   EXPECT_TRUE(OutputsPoisoned());
+}
+
+// Signal values stay below the failure bit, 2^62 (docs/SERVICE.md "Failure bit"): a ready or
+// done value from 2^62 up is refused at accept naming the field, for an op request and for
+// RunPrepared; 2^62 - 1 is the largest that runs.
+TEST_F(StreamOrderedTest, SignalValuesFromTheFailureBitUpAreRefused) {
+  constexpr uint64_t kBit = uint64_t{1} << 62;
+  static_assert(kFail == kBit);
+  v1::PrepareCallRequest prep;
+  *prep.mutable_sparse_mla() = RegionRequest();
+  v1::PrepareCallResponse prepared;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->PrepareCall(&ctx, prep, &prepared);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  std::mt19937_64 rng = attnd::testing::MakeRng();
+  const uint64_t random_high = kBit + rng() % (std::numeric_limits<uint64_t>::max() - kBit);
+  for (uint64_t value : {kBit, kBit + 7, uint64_t{1} << 63, (uint64_t{1} << 63) | 7, random_high,
+                         std::numeric_limits<uint64_t>::max()}) {
+    for (const char* field : {"ready", "done"}) {
+      const bool ready = std::string(field) == "ready";
+      Word(kReady).store(0);
+      Word(kDone).store(0);
+      v1::SparseMlaRequest req = RegionRequest();
+      SetSignal(req.mutable_ready(), "r", kReady, ready ? value : 1);
+      SetSignal(req.mutable_done(), "r", kDone, ready ? 1 : value);
+      grpc::ClientContext ctx;
+      v1::SparseMlaResponse reply;
+      grpc::Status s = stub_->SparseMla(&ctx, req, &reply);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field << " " << value;
+      EXPECT_TRUE(absl::StrContains(s.error_message(), absl::StrCat(field, ": value ", value)))
+          << s.error_message();
+      EXPECT_TRUE(absl::StrContains(s.error_message(), "2^62")) << s.error_message();
+
+      v1::RunPreparedRequest run;
+      run.set_call_id(prepared.call_id());
+      SetSignal(run.mutable_ready(), "r", kReady, ready ? value : 1);
+      SetSignal(run.mutable_done(), "r", kDone, ready ? 1 : value);
+      grpc::ClientContext ctx2;
+      v1::RunPreparedResponse run_reply;
+      s = stub_->RunPrepared(&ctx2, run, &run_reply);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field << " " << value;
+      EXPECT_TRUE(absl::StrContains(s.error_message(), absl::StrCat(field, ": value ", value)))
+          << s.error_message();
+      // Nothing was queued: the ready word reached, no done stored, no op run.
+      Word(kReady).store(1, std::memory_order_release);
+      std::this_thread::sleep_for(milliseconds(20));
+      EXPECT_EQ(Word(kDone).load(), 0u);
+      EXPECT_TRUE(OutputsPoisoned());
+    }
+  }
+  // The largest value allowed runs and is stored as it is.
+  Word(kReady).store(0);
+  Word(kDone).store(0);
+  v1::SparseMlaRequest req = RegionRequest();
+  SetSignal(req.mutable_ready(), "r", kReady, kBit - 1);
+  SetSignal(req.mutable_done(), "r", kDone, kBit - 1);
+  grpc::ClientContext ctx;
+  v1::SparseMlaResponse reply;
+  grpc::Status s = stub_->SparseMla(&ctx, req, &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_TRUE(OutputsPoisoned());
+  Word(kReady).store(kBit - 1, std::memory_order_release);
+  EXPECT_EQ(AwaitWord(kDone, 5000), kBit - 1);
+  EXPECT_TRUE(OutputsMatch());
 }
 
 TEST_F(StreamOrderedTest, PreparedCallRunsManyTimesWithNewData) {

@@ -266,6 +266,51 @@ TEST_F(SubmissionRingTest, BadEntriesGetTheFailureBitAndTheRingGoesOn) {
   EXPECT_TRUE(CloseRing(stub_.get(), ring).ok());
 }
 
+// Values from the failure bit (2^62) up are refused like other bad entries (docs/SERVICE.md
+// "Submission rings"): the done word gets the value with the failure bit and nothing runs. An
+// entry without the ready flag ignores its ready value; 2^62 - 1 is the largest value that runs.
+TEST_F(SubmissionRingTest, EntriesWithValuesFromTheFailureBitUpAreRefused) {
+  constexpr uint64_t kBit = uint64_t{1} << 62;
+  static_assert(kFail == kBit);
+  uint64_t ring = 0;
+  ASSERT_TRUE(OpenRing(stub_.get(), "r", kRing, 16, &ring).ok());
+  std::mt19937_64 rng = attnd::testing::MakeRng();
+  const uint64_t random_high = kBit + rng() % (~0ull - kBit);
+  Slot done_bit = Entry(0, kBit + 5, false);
+  Put(16, done_bit);
+  Slot done_top = Entry(1, random_high, false);
+  Put(16, done_top);
+  Slot ready_bit = Entry(2, 11, true);
+  ready_bit.ready_value = kBit;
+  Put(16, ready_bit);
+  Slot ready_top = Entry(3, 12, true);
+  ready_top.ready_value = ~0ull;
+  Put(16, ready_top);
+  for (int k = 0; k < 4; ++k) Word(ReadyAt(k)).store(~0ull, std::memory_order_release);
+  ASSERT_TRUE(AwaitEq(shm_, kRing + L::kTail, 4, 5000)) << "the poller took the entries";
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_TRUE(OutputsPoisoned()) << "a refused entry ran";
+  EXPECT_EQ(Word(DoneAt(0)).load(), kBit + 5);  // already has the bit: stored as it is
+  EXPECT_EQ(Word(DoneAt(1)).load(), random_high | kFail);
+  EXPECT_EQ(Word(DoneAt(2)).load(), 11 | kFail);
+  EXPECT_EQ(Word(DoneAt(3)).load(), 12 | kFail);
+  // No ready flag: the ready value is not looked at.
+  Slot unflagged = Entry(4, 13, false);
+  unflagged.ready_value = ~0ull;
+  Put(16, unflagged);
+  EXPECT_EQ(AwaitWord(DoneAt(4), 5000), 13u);
+  EXPECT_TRUE(OutputsMatch());
+  Poison();
+  Put(16, Entry(5, kBit - 1, true));
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_TRUE(OutputsPoisoned());
+  Word(ReadyAt(5)).store(kBit - 1, std::memory_order_release);
+  EXPECT_EQ(AwaitWord(DoneAt(5), 5000), kBit - 1);
+  EXPECT_TRUE(OutputsMatch());
+  EXPECT_EQ(Word(kRing + L::kState).load(), L::kOpen);
+  EXPECT_TRUE(CloseRing(stub_.get(), ring).ok());
+}
+
 // The ring table alone, with two owners of one object: a ring's submitter finds calls in its
 // owner's namespace only (as the service's does, PreparedCallTable::Find), so another owner's
 // call id is refused like an unknown one; the failure bit goes to the entry's done word.

@@ -13,8 +13,8 @@ torch or cuda-python needed, any stream handle works (torch:
     client.enqueue("sparse_mla", ready=ready.signal(n), done=done.signal(n), q=q, ..., out=out)
     signals.write(ready, n, stream)                  # after the producer of q, on its stream
     signals.wait(done, n, stream)                    # before the consumer of out
-    # a failed call stores n | FAILURE_BIT, which the driver's cyclic >= does not count as
-    # reaching n (StreamSignals.wait): check done.get() from the host to see failures
+    # a failed call stores n | FAILURE_BIT, which also ends the wait (StreamSignals.wait):
+    # check done.get() & FAILURE_BIT from the host to see failures
 """
 
 from __future__ import annotations
@@ -167,10 +167,11 @@ class StreamSignals:
 
     def wait(self, word: SignalWord, value: int, stream: int) -> None:
         """Enqueues a wait on `stream` until `word >= value`, compared as the driver documents
-        CU_STREAM_WAIT_VALUE_GEQ: cyclically, `(int64)(word - value) >= 0`. So a failed call's
-        done word, value | FAILURE_BIT, does not end the wait (word - value is 2^63): a caller
-        that may see failures bounds the wait itself (e.g. a host thread that checks
-        `word.get()` and stores a value past `value` into the word to release the stream)."""
+        CU_STREAM_WAIT_VALUE_GEQ: cyclically, `(int64)(word - value) >= 0`. A failed call's done
+        word, value | FAILURE_BIT (bit 62), ends the wait too (word - value is 2^62): check
+        `word.get() & FAILURE_BIT` afterwards. Values must stay below 2^62 (docs/SERVICE.md
+        "Failure bit"). A word the daemon never writes (a refused ring entry's device word) still
+        holds the stream: a caller that may see those bounds the wait itself."""
         _check(
             self._driver.wait(
                 ctypes.c_void_p(stream),

@@ -78,7 +78,8 @@ class SubmissionRing:
         """Queues prepared call `call_id`: it runs once the u64 at `ready_offset` of the signal
         region is >= ready_value (None: no wait) and the earlier calls of the caller's ordered
         queue are over; the daemon then stores done_value at `done_offset` (| FAILURE_BIT when
-        it failed, never ran, or the entry was refused). False when the ring is full (retry);
+        it failed, never ran, or the entry was refused, e.g. for a value >= 2^62: values must
+        stay below FAILURE_BIT). False when the ring is full (retry);
         AttndError FAILED_PRECONDITION when the daemon closed or errored the ring."""
         w = self._words
         if w[STATE] != STATE_OPEN:

@@ -35,8 +35,11 @@ from .errors import AttndError, ErrorDetails
 if TYPE_CHECKING:
     from .regions import HostRegion
 
-# Set in a `done` word when its call failed or never ran: done == value | FAILURE_BIT.
-FAILURE_BIT = 1 << 63
+# Set in a `done` word when its call failed or never ran: done == value | FAILURE_BIT. Bit 62, so
+# that a GPU stream waiting for done >= value (a cyclic compare) also ends on a failed call's word
+# (docs/SERVICE.md "Failure bit"). Signal values must be below it: the daemon refuses a ready or
+# done value >= 2^62 (INVALID_ARGUMENT).
+FAILURE_BIT = 1 << 62
 
 
 @dataclass(frozen=True)

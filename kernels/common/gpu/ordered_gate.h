@@ -1,7 +1,7 @@
 // The three tiny kernels of the CUDA backend's device-ordered stream-ordered calls
 // (docs/SERVICE.md "Stream-ordered calls on a CUDA device"): the gate (reads the call's control
 // word, sets the graph conditional that runs or skips the op, writes the call's state word), the
-// done store (done = value, or value | 2^63 when the op was skipped) and the watchdog's raise
+// done store (done = value, or value | 2^62 when the op was skipped) and the watchdog's raise
 // (atomicMax of a device-region ready word). CUDA only: HIP builds do not compile this file.
 //   void* gate = attnd::kernels::ordered::GateKernel();  // a kernel node's function
 #pragma once
@@ -21,7 +21,10 @@ inline constexpr uint32_t kControlCancel = 1;
 inline constexpr uint32_t kStateNotGated = 0;
 inline constexpr uint32_t kStateRan = 1;
 inline constexpr uint32_t kStateSkipped = 2;
-inline constexpr uint64_t kFailureBit = 1ull << 63;
+// The failure bit of done words, the daemon's ops::kSignalFailureBit: bit 62, so that a stream
+// waiting for done >= value (a cyclic compare) also ends on a skipped call's done word
+// (docs/SERVICE.md "Failure bit").
+inline constexpr uint64_t kFailureBit = 1ull << 62;
 
 // The per-call words the gate and done kernels read (one 64-byte slot per pending call).
 struct CallWords {

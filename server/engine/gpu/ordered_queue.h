@@ -5,7 +5,7 @@
 // → conditional IF node whose body is the op's captured launches → done kernel], then async copies
 // of the work-count readbacks into pinned staging, then an event. The gate reads the call's
 // control word (pinned, mapped host memory) and skips the body when the watchdog cancelled the
-// call; done stores value, or value | 2^63 when skipped. Only the gate's and done's parameters
+// call; done stores value, or value | 2^62 when skipped. Only the gate's and done's parameters
 // change per launch (cudaGraphExecKernelNodeSetParams). CUDA only (HIP: the host-polled path).
 //   auto q = backend.NewOrderedQueue();  ATTND_ASSIGN_OR_RETURN(auto c, q->Enqueue(call, r, d));
 #pragma once
