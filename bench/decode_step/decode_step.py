@@ -54,7 +54,8 @@ from attnd_client.stream_ordered import FAILURE_BIT, Signal, SignalWord
 WORD_SPACING = 64  # one signal word per cache line
 _names = itertools.count()  # region names of this process
 # What the watchdog stores in done words that the daemon never wrote, so that a stream waiting
-# on them goes on (the run is then reported as failed).
+# on them goes on (the run is then reported as failed). It is 0 | FAILURE_BIT (bit 62): past any
+# step number for the stream's cyclic >=, and read back as a failure.
 UNSTICK = 1 << 62
 
 
@@ -216,7 +217,8 @@ class DeviceWords:
 
     def unstick(self, indices: list[int], side: torch.cuda.Stream) -> None:
         # On a side stream, not behind the stuck wait; one int64 store per word (UNSTICK is
-        # below 2^63, so the cyclic >= of the stream wait sees it as past any step number).
+        # below 2^63 and step numbers below 2^62, so the cyclic >= of the stream wait sees it as
+        # past any step number).
         with torch.cuda.stream(side):
             for i in indices:
                 self.buf[i * self.stride].fill_(UNSTICK)
@@ -667,8 +669,8 @@ class Runner:
                 seen = forced[0] if forced else []
                 failed = [v for v in seen if v & FAILURE_BIT]
                 rest = [v for v in seen if not v & FAILURE_BIT]
-                # A failed call's done word (n | 2^63) does not end a stream's wait for n: the
-                # driver's >= is cyclic ((int64)(word - n) >= 0), so it stalls the stream too.
+                # A failed call's done word (n | FAILURE_BIT, bit 62) ends a stream's wait for n
+                # (docs/SERVICE.md "Failure bit"): a stall is a word the daemon never wrote.
                 raise TimeoutError(
                     f"the stream or the step loop stalled (--stream-timeout {self.a.stream_timeout} s): "
                     f"before UNSTICK was stored, {len(failed)} done words had the failure bit, "
