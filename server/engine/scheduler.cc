@@ -16,6 +16,15 @@ absl::Status ShuttingDown() { return absl::UnavailableError("attnd is shutting d
 // this close to the deadline is taken for the deadline (docs/SERVICE.md "Status codes").
 constexpr absl::Duration kDeadlineSkew = absl::Seconds(1);
 
+// A spin-wait hint to the core (lets a sibling hyper-thread run; saves power).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 }  // namespace
 
 Scheduler::Admission& Scheduler::Admission::operator=(Admission&& other) noexcept {
@@ -50,6 +59,7 @@ Scheduler::~Scheduler() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
+  wakeups_.fetch_add(1);  // ends a spin
   work_cv_.SignalAll();
   watch_cv_.SignalAll();
   for (auto& t : threads_) t.join();
@@ -66,6 +76,7 @@ Scheduler::Admission Scheduler::Admit() {
 absl::Status Scheduler::Submit(std::unique_ptr<Job> job, Admission* admission) {
   const bool admitted = admission != nullptr && admission->sched_ == this;
   absl::Status status;
+  bool watch = false;
   {
     absl::MutexLock lock(&mu_);
     if (!(accepting_ || (admitted && !aborting_))) {
@@ -75,6 +86,7 @@ absl::Status Scheduler::Submit(std::unique_ptr<Job> job, Admission* admission) {
           "request queue is full (", options_.queue_capacity, " waiting; --queue-capacity)"));
     } else {
       job->submitted = absl::Now();
+      watch = WatchdogMustLookLocked(*job, job->submitted);
       queue_.push_back(std::move(job));
       ReportLoad();
     }
@@ -82,8 +94,13 @@ absl::Status Scheduler::Submit(std::unique_ptr<Job> job, Admission* admission) {
   // Released after the job is queued: a drain never sees the call in neither place.
   if (admission != nullptr) admission->Release();
   if (!status.ok()) return status;
-  work_cv_.Signal();
-  watch_cv_.Signal();
+  // Bumped after the lock is released, so that the spinner it ends finds the lock free.
+  wakeups_.fetch_add(1);
+  // A spinning worker sees wakeups_ move and takes the job without a thread wake-up. One that
+  // stopped spinning stored spinning_ = false before it took the lock to look at the queue, so
+  // either it finds this job there or this load sees false and signals.
+  if (!spinning_.load()) work_cv_.Signal();
+  if (watch) watch_cv_.Signal();
   return absl::OkStatus();
 }
 
@@ -145,6 +162,15 @@ bool Scheduler::WaitIdle(absl::Time deadline) {
     if (idle_cv_.WaitWithDeadline(&mu_, deadline)) return IdleLocked();
   }
   return true;
+}
+
+bool Scheduler::WatchdogMustLookLocked(const Job& job, absl::Time now) const {
+  // Awake (watch_until_ is InfinitePast), the watchdog scans the queue and the running jobs
+  // before it sleeps again; asleep, it need not wake for a job whose deadline is not earlier
+  // than its wake-up and whose `cancelled` its polling (cancel_poll) already covers.
+  if (watch_until_ == absl::InfinitePast()) return false;
+  if (job.deadline < watch_until_) return true;
+  return job.cancelled && watch_until_ > now + options_.cancel_poll;
 }
 
 void Scheduler::ReportLoad() {
@@ -219,14 +245,39 @@ void Scheduler::WatchdogLoop() {
       continue;
     }
     if (poll) wake = std::min(wake, now + options_.cancel_poll);
+    watch_until_ = wake;
     watch_cv_.WaitWithDeadline(&mu_, wake);
+    watch_until_ = absl::InfinitePast();
   }
   mu_.Unlock();
+}
+
+void Scheduler::SpinForWork() {
+  bool expected = false;
+  if (!spinning_.compare_exchange_strong(expected, true)) return;
+  bool idle;
+  uint64_t seen;
+  {
+    // Under the lock that Submit pushes under: a job queued after this moves wakeups_ later.
+    absl::MutexLock lock(&mu_);
+    idle = queue_.empty() && !stop_;
+    seen = wakeups_.load();
+  }
+  if (idle) {
+    const absl::Time until = absl::Now() + options_.spin;
+    for (int i = 1; wakeups_.load() == seen; ++i) {
+      CpuRelax();
+      if (i % 64 == 0 && absl::Now() >= until) break;
+    }
+  }
+  spinning_.store(false);
 }
 
 void Scheduler::WorkerLoop() {
   for (;;) {
     std::unique_ptr<Job> job;
+    bool more = false, watch = false;
+    if (options_.spin > absl::ZeroDuration()) SpinForWork();
     {
       absl::MutexLock lock(&mu_);
       while (!stop_ && queue_.empty()) work_cv_.Wait(&mu_);
@@ -236,8 +287,12 @@ void Scheduler::WorkerLoop() {
       ++running_;
       running_jobs_.push_back(job.get());
       ReportLoad();
+      // A Submit that saw a spinning worker did not signal: pass the wake-up on.
+      more = options_.spin > absl::ZeroDuration() && !queue_.empty();
+      watch = WatchdogMustLookLocked(*job, absl::Now());
     }
-    watch_cv_.Signal();  // its deadline may be the next to watch
+    if (more) work_cv_.Signal();
+    if (watch) watch_cv_.Signal();
     JobOutcome outcome = RunJob(*job);
     {
       // Off the watchdog's list before `done`: its `cancelled` must not be polled after that.
@@ -276,8 +331,10 @@ JobOutcome Scheduler::RunJob(Job& job) {
     }
     StepResult r;
     const JobStep& step = job.steps[i];
+    const absl::Time step_start = absl::Now();
     absl::Status s = step.call != nullptr ? backend_->RunCall(*step.call, &r, &job.stop)
                                           : backend_->Run(job.op, step.fn, &r, &job.stop);
+    o.run += absl::Now() - step_start;
     o.ran = true;
     o.compute += r.compute;
     o.copied_h2d += r.copied_h2d;

@@ -9,6 +9,7 @@
 //   if (absl::Status s = sched.Submit(std::move(job)); !s.ok()) { /* RESOURCE_EXHAUSTED... */ }
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -30,8 +31,10 @@ struct JobOutcome {
   std::string impl;
   absl::Duration queue = absl::ZeroDuration();    // submitted -> a worker took it
   absl::Duration compute = absl::ZeroDuration();  // sum of the backend's step times
-  bool ran = false;                               // at least one step ran
-  uint64_t copied_h2d = 0;                        // sums of the steps' StepResult figures
+  // Wall time of the steps in the backend (compute plus staging, launches, synchronisation).
+  absl::Duration run = absl::ZeroDuration();
+  bool ran = false;         // at least one step ran
+  uint64_t copied_h2d = 0;  // sums of the steps' StepResult figures
   uint64_t copied_d2h = 0;
   uint64_t count_readback = 0;
   std::string device;  // of the last step that ran
@@ -68,6 +71,11 @@ class Scheduler {
     // How often the watchdog polls the `cancelled` of queued and running jobs (deadlines are
     // met to the watchdog's wake-up, not polled).
     absl::Duration cancel_poll = absl::Milliseconds(20);
+    // How long a worker that finished a job keeps polling for the next one before it sleeps
+    // (docs/FLAGS.md --worker-spin): a call queued meanwhile starts without waking a sleeping
+    // thread, at the price of one core busy for up to this long after each job. At most one
+    // worker spins at a time. Zero: never.
+    absl::Duration spin = absl::ZeroDuration();
   };
 
   // A call on its way to Submit (resolving its regions, validating): taken first, it makes a drain
@@ -123,6 +131,9 @@ class Scheduler {
 
  private:
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Options::spin: polls `wakeups_` until it moves, the spin time passes or another worker is
+  // spinning already. The caller then takes the queue's lock as usual.
+  void SpinForWork() ABSL_LOCKS_EXCLUDED(mu_);
   void WatchdogLoop() ABSL_LOCKS_EXCLUDED(mu_);
   JobOutcome RunJob(Job& job) ABSL_LOCKS_EXCLUDED(mu_);
   // Sets job's stop token when its deadline passed or it was cancelled (or the drain timed out).
@@ -136,13 +147,20 @@ class Scheduler {
   // first.
   bool WaitIdle(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReportLoad() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the watchdog, asleep, must be woken to watch `job` (queued or started): its deadline
+  // comes before the watchdog's wake-up, or it has a `cancelled` the watchdog is not polling.
+  // Waking it for every job costs each call a thread wake-up and a turn at mu_.
+  bool WatchdogMustLookLocked(const Job& job, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Backend* const backend_;
   mutable absl::Mutex mu_;
   absl::CondVar work_cv_;   // a job was queued, or stop_
   absl::CondVar idle_cv_;   // a job finished (or an admission was released)
-  absl::CondVar watch_cv_;  // a job was queued or started, or stop_
+  absl::CondVar watch_cv_;  // a job to watch was queued or started, or stop_
+  // When the sleeping watchdog wakes up next; InfinitePast while it is awake.
+  absl::Time watch_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<Job*> running_jobs_ ABSL_GUARDED_BY(mu_);  // whose `done` has not started
   int running_ ABSL_GUARDED_BY(mu_) = 0;
@@ -151,6 +169,10 @@ class Scheduler {
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool aborting_ ABSL_GUARDED_BY(mu_) = false;  // drain deadline passed: running jobs stopped
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Options::spin: bumped by each Submit (after its push) and at shutdown; what a spinning
+  // worker polls. spinning_: a worker spins now.
+  std::atomic<uint64_t> wakeups_{0};
+  std::atomic<bool> spinning_{false};
   std::vector<std::thread> threads_;
   std::thread watchdog_;
 };

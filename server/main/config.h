@@ -28,6 +28,8 @@ struct DaemonConfig {
   int queue_capacity = 256;
   int workers = 2;
   int cpu_threads = 0;  // 0 = every core
+  // How long an idle worker polls for the next call before it sleeps (docs/FLAGS.md).
+  absl::Duration worker_spin = absl::ZeroDuration();
   absl::Duration drain_timeout = absl::Seconds(30);
   // The longest a stream-ordered call waits for its ready word (docs/SERVICE.md "Stream-ordered
   // calls and prepared calls").

@@ -143,6 +143,7 @@ absl::Status Daemon::Start() {
   engine::Scheduler::Options sopt;
   sopt.queue_capacity = config_.queue_capacity;
   sopt.workers = config_.workers;
+  sopt.spin = config_.worker_spin;
   sopt.on_load = [m](int queued, int running) { m->SetQueueLoad(queued, running); };
   scheduler_ = std::make_unique<engine::Scheduler>(sopt, backend_.get());
   metrics_->SetQueueLimits(scheduler_->capacity(), std::max(1, scheduler_->workers()));
@@ -197,6 +198,7 @@ absl::Status Daemon::Start() {
        {"devices", static_cast<int64_t>(backend_->Devices().size())},
        {"cpu_threads", threads},
        {"workers", config_.workers},
+       {"worker_spin", absl::FormatDuration(config_.worker_spin)},
        {"queue_capacity", config_.queue_capacity},
        {"allow_client_shm", config_.allow_client_shm}});
   return WriteReadyFile();

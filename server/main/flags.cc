@@ -40,6 +40,10 @@ ABSL_FLAG(int, queue_capacity, 256,
           "Operator calls that may wait for a worker; beyond it calls fail RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, workers, 2, "Scheduler worker threads (calls running at once).");
 ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU backend's pool; 0 = every core.");
+ABSL_FLAG(absl::Duration, worker_spin, absl::ZeroDuration(),
+          "How long a worker that finished a call keeps polling for the next one before it "
+          "sleeps (at most 10ms; 0 = never): a call arriving meanwhile starts without a thread "
+          "wake-up, for one core kept busy that long after each call.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT: how long in-flight calls may take to finish before they are "
           "cancelled (health reports NOT_SERVING meanwhile); then attnd exits 0.");
@@ -107,6 +111,9 @@ absl::Status CheckConfig(const DaemonConfig& c) {
   }
   if (c.cpu_threads < 0 || c.cpu_threads > 4096) {
     return absl::InvalidArgumentError("--cpu-threads must be in 0..4096");
+  }
+  if (c.worker_spin < absl::ZeroDuration() || c.worker_spin > absl::Milliseconds(10)) {
+    return absl::InvalidArgumentError("--worker-spin must be in 0..10ms");
   }
   if (c.drain_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--drain-timeout must be >= 0");
@@ -204,6 +211,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.workers = absl::GetFlag(FLAGS_workers);
   c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  c.worker_spin = absl::GetFlag(FLAGS_worker_spin);
   c.signal_timeout = absl::GetFlag(FLAGS_signal_timeout);
   c.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (absl::Status s =

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <future>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -130,6 +131,65 @@ TEST(SchedulerTest, RunsStepsInOrder) {
   EXPECT_EQ(n.load(), 2);
   EXPECT_EQ(o.impl, "a+b");
   EXPECT_TRUE(o.ran);
+}
+
+TEST(SchedulerTest, RunTimeCoversTheSteps) {
+  FakeBackend backend;
+  Scheduler sched(Opts(4, 1), &backend);
+  Result r;
+  StepFn sleepy = [](const kernels::ExecContext&, std::string* name) {
+    absl::SleepFor(absl::Milliseconds(5));
+    *name = "sleepy";
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(sched.Submit(MakeJob({sleepy, sleepy}, &r)).ok());
+  JobOutcome o = r.future.get();
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_GE(o.compute, absl::Milliseconds(10));
+  EXPECT_GE(o.run, o.compute);
+}
+
+// --worker-spin: with one worker (the spinner) or several, jobs submitted while a worker spins,
+// runs or has just taken one all run at once: none waits for a spin (1 s here) to time out, and
+// shutdown ends a spin. A worker that stopped spinning sleeps and is woken as without spin.
+TEST(SchedulerTest, SpinningWorkersTakeEveryJob) {
+  for (int workers : {1, 3}) {
+    FakeBackend backend;
+    Scheduler::Options o = Opts(256, workers);
+    o.spin = absl::Seconds(1);
+    auto sched = std::make_unique<Scheduler>(o, &backend);
+    std::atomic<int> n{0};
+    const absl::Time start = absl::Now();
+    // One at a time, each submitted as soon as the previous one finished (the spinner's case).
+    for (int i = 0; i < 200; ++i) {
+      Result r;
+      ASSERT_TRUE(sched->Submit(MakeJob({Step(&n)}, &r)).ok());
+      ASSERT_TRUE(Within(r, absl::Seconds(10))) << "workers " << workers << " job " << i;
+    }
+    // Bursts: several queued at once while the spinner is busy or has just taken one.
+    for (int burst = 0; burst < 50; ++burst) {
+      std::vector<Result> rs(4);
+      for (Result& r : rs) ASSERT_TRUE(sched->Submit(MakeJob({Step(&n)}, &r)).ok());
+      for (Result& r : rs) ASSERT_TRUE(Within(r, absl::Seconds(10))) << "burst " << burst;
+    }
+    EXPECT_EQ(n.load(), 200 + 50 * 4);
+    EXPECT_LT(absl::Now() - start, absl::Milliseconds(900)) << "a job waited for a spin to end";
+    const absl::Time stop = absl::Now();
+    sched.reset();
+    EXPECT_LT(absl::Now() - stop, absl::Milliseconds(900)) << "shutdown waited for the spin";
+  }
+  FakeBackend backend;
+  Scheduler::Options o = Opts(4, 1);
+  o.spin = absl::Milliseconds(2);
+  Scheduler sched(o, &backend);
+  std::atomic<int> n{0};
+  for (int i = 0; i < 3; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));  // past the spin: the worker sleeps
+    Result r;
+    ASSERT_TRUE(sched.Submit(MakeJob({Step(&n)}, &r)).ok());
+    ASSERT_TRUE(Within(r, absl::Seconds(10))) << i;
+  }
+  EXPECT_EQ(n.load(), 3);
 }
 
 TEST(SchedulerTest, StepErrorsStopTheJob) {
