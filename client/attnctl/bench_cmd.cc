@@ -32,6 +32,8 @@ struct Sample {
   double queue = 0;
   double compute = 0;
   double total = 0;
+  double prepare = 0;  // the server's phases (CallStats prepare_seconds, run_seconds)
+  double run = 0;
   double flops_per_second = 0;
   double bytes_per_second = 0;
   uint64_t copied_in = 0;
@@ -343,9 +345,9 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
           }
           const v1::CallStats& s = r->stats;
           per_worker[w].push_back({r->round_trip_seconds, s.queue_seconds(), s.compute_seconds(),
-                                   s.total_seconds(), s.achieved_flops_per_second(),
-                                   s.achieved_bytes_per_second(), s.copied_bytes_in(),
-                                   s.copied_bytes_out()});
+                                   s.total_seconds(), s.prepare_seconds(), s.run_seconds(),
+                                   s.achieved_flops_per_second(), s.achieved_bytes_per_second(),
+                                   s.copied_bytes_in(), s.copied_bytes_out()});
         }
       });
     }
@@ -378,6 +380,8 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
   const auto compute = Sorted(samples, &Sample::compute);
   const auto queue = Sorted(samples, &Sample::queue);
   const auto total = Sorted(samples, &Sample::total);
+  const auto prepare = Sorted(samples, &Sample::prepare);
+  const auto run = Sorted(samples, &Sample::run);
   const auto gflops = Sorted(samples, &Sample::flops_per_second);
   const auto gbytes = Sorted(samples, &Sample::bytes_per_second);
   uint64_t copied_in = 0, copied_out = 0;
@@ -409,6 +413,8 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     j.Add("server_queue_p50_us", Percentile(queue, 50) * 1e6);
     j.Add("server_compute_p50_us", Percentile(compute, 50) * 1e6);
     j.Add("server_total_p50_us", Percentile(total, 50) * 1e6);
+    j.Add("server_prepare_p50_us", Percentile(prepare, 50) * 1e6);
+    j.Add("server_run_p50_us", Percentile(run, 50) * 1e6);
     j.Add("overhead_p50_us", Percentile(oh, 50) * 1e6);
     j.Add("overhead_p90_us", Percentile(oh, 90) * 1e6);
     j.Add("overhead_p99_us", Percentile(oh, 99) * 1e6);
@@ -447,9 +453,10 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
                 FormatSeconds(rt.empty() ? NAN : rt.front()).c_str(),
                 FormatSeconds(rt.empty() ? NAN : rt.back()).c_str());
     std::printf(
-        "  server      queue p50 %s  compute p50 %s  total p50 %s  %.2f GFLOP/s  "
-        "%.2f GB/s\n",
-        FormatSeconds(Percentile(queue, 50)).c_str(),
+        "  server      prepare p50 %s  queue p50 %s  run p50 %s  compute p50 %s  total p50 %s  "
+        "%.2f GFLOP/s  %.2f GB/s\n",
+        FormatSeconds(Percentile(prepare, 50)).c_str(),
+        FormatSeconds(Percentile(queue, 50)).c_str(), FormatSeconds(Percentile(run, 50)).c_str(),
         FormatSeconds(Percentile(compute, 50)).c_str(),
         FormatSeconds(Percentile(total, 50)).c_str(), Percentile(gflops, 50) / 1e9,
         Percentile(gbytes, 50) / 1e9);

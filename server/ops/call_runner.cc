@@ -14,6 +14,7 @@ struct CallRunner::State {
   CallContext ctx;
   std::function<void(absl::Status)> done;
   std::unique_ptr<PreparedCall> call;
+  absl::Time prepared = absl::InfinitePast();  // resolved and validated, about to be queued
 };
 
 CallRunner::CallRunner(const OpTable* ops, engine::Scheduler* scheduler,
@@ -59,6 +60,7 @@ void CallRunner::Start(OpId id, const google::protobuf::Message& request,
     return;
   }
   state->call = *std::move(call);
+  state->prepared = absl::Now();
 
   auto job = std::make_unique<engine::Job>();
   job->id = state->ctx.request_id;
@@ -95,6 +97,10 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
     state->call.reset();  // release region pins and staging buffers now
   }
   const double total = absl::ToDoubleSeconds(absl::Now() - state->ctx.received);
+  const double run = outcome != nullptr ? absl::ToDoubleSeconds(outcome->run) : 0.0;
+  const double prepare = state->prepared == absl::InfinitePast()
+                             ? 0.0
+                             : absl::ToDoubleSeconds(state->prepared - state->ctx.received);
   rec.code = status.code();
   rec.total_seconds = total;
   if (outcome != nullptr) {
@@ -112,6 +118,8 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
     stats->set_queue_seconds(rec.queue_seconds);
     stats->set_compute_seconds(rec.compute_seconds);
     stats->set_total_seconds(total);
+    stats->set_prepare_seconds(prepare);
+    stats->set_run_seconds(run);
     stats->set_impl(rec.impl);
     stats->set_flops(work.flops);
     stats->set_logical_bytes(work.bytes);
@@ -146,7 +154,9 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
            {"code", "OK"},
            {"impl", rec.impl},
            {"total_us", static_cast<int64_t>(total * 1e6)},
+           {"prepare_us", static_cast<int64_t>(prepare * 1e6)},
            {"queue_us", static_cast<int64_t>(rec.queue_seconds * 1e6)},
+           {"run_us", static_cast<int64_t>(run * 1e6)},
            {"compute_us", static_cast<int64_t>(rec.compute_seconds * 1e6)}});
     }
   } else {
