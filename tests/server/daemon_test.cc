@@ -74,6 +74,11 @@ TEST_F(DaemonTest, SparseMlaInlineMatchesTheKernel) {
   EXPECT_EQ(st.impl(), "cpu");
   EXPECT_GT(st.compute_seconds(), 0);
   EXPECT_GE(st.total_seconds(), st.compute_seconds());
+  // The phases (docs/LATENCY.md): prepare (inline inputs staged) and run (the step's wall,
+  // around its compute) are measured; with queue they fit in total.
+  EXPECT_GT(st.prepare_seconds(), 0);
+  EXPECT_GE(st.run_seconds(), st.compute_seconds());
+  EXPECT_LE(st.prepare_seconds() + st.queue_seconds() + st.run_seconds(), st.total_seconds());
   EXPECT_GT(st.flops(), 0);
   EXPECT_GT(st.logical_bytes(), 0);
   EXPECT_EQ(st.copied_bytes_in(), SpanBytes(q_) + SpanBytes(kv_) + SpanBytes(indices_));
