@@ -240,7 +240,9 @@ void Metrics::RecordCall(const CallRecord& r) {
   compute->Observe(r.compute_seconds);
   if (r.code != absl::StatusCode::kOk) return;
   if (!r.work_count.empty()) {
-    work_counts_.Add({{"op", r.op}, {"basis", r.work_count}}).Increment();
+    prometheus::Counter*& basis = work_counts_by_basis_[{r.op, r.work_count}];
+    if (basis == nullptr) basis = &work_counts_.Add({{"op", r.op}, {"basis", r.work_count}});
+    basis->Increment();
   }
   m.logical_bytes->Increment(r.logical_bytes);
   m.flops->Increment(r.flops);
@@ -262,7 +264,11 @@ void Metrics::SetRegions(absl::string_view kind, int64_t count, int64_t bytes) {
 }
 
 void Metrics::RecordGraph(absl::string_view result) {
-  graph_cache_.Add({{"result", std::string(result)}}).Increment();
+  // Per call: the label look-up is cached (Family::Add builds and hashes a label map).
+  absl::MutexLock lock(&mu_);
+  prometheus::Counter*& counter = graph_by_result_[std::string(result)];
+  if (counter == nullptr) counter = &graph_cache_.Add({{"result", std::string(result)}});
+  counter->Increment();
 }
 
 void Metrics::RecordStreamOrdered(absl::string_view event) {
@@ -284,7 +290,11 @@ void Metrics::SetPoolBytes(absl::string_view device, absl::string_view state, in
   } else {
     return;
   }
-  family->Add({{"device", std::string(device)}}).Set(static_cast<double>(bytes));
+  // Per GPU call (the backend publishes its pools after each): the label look-up is cached.
+  absl::MutexLock lock(&mu_);
+  prometheus::Gauge*& gauge = pool_gauges_[{family, std::string(device)}];
+  if (gauge == nullptr) gauge = &family->Add({{"device", std::string(device)}});
+  gauge->Set(static_cast<double>(bytes));
 }
 
 void Metrics::SetDeviceUp(absl::string_view device, bool up) {

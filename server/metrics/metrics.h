@@ -148,6 +148,11 @@ class Metrics {
       ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, std::string>, prometheus::Histogram*> compute_by_impl_
       ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> work_counts_by_basis_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Counter*> graph_by_result_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<const void*, std::string>, prometheus::Gauge*> pool_gauges_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // The gRPC-style name of an absl code ("OK", "INVALID_ARGUMENT"): the `code` label.
