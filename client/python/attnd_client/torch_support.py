@@ -76,8 +76,9 @@ def one_synchronize_per_device() -> Iterator[None]:
         _ordering.synced = was
 
 
-def attnd_dtype(torch_dtype: torch.dtype) -> str:
-    """The attnd dtype name of a torch dtype (ValueError when it has none)."""
+@functools.cache
+def _dtype_table() -> dict[Any, str]:
+    """torch dtype -> attnd dtype name, built once (attnd_dtype runs per tensor per call)."""
     import torch
 
     table = {
@@ -89,8 +90,13 @@ def attnd_dtype(torch_dtype: torch.dtype) -> str:
     fp8 = getattr(torch, "float8_e4m3fn", None)
     if fp8 is not None:
         table[fp8] = dtypes.FP8_E4M3
+    return table
+
+
+def attnd_dtype(torch_dtype: torch.dtype) -> str:
+    """The attnd dtype name of a torch dtype (ValueError when it has none)."""
     try:
-        return table[torch_dtype]
+        return _dtype_table()[torch_dtype]
     except KeyError:
         raise ValueError(f"torch dtype {torch_dtype} has no attnd dtype") from None
 
