@@ -76,7 +76,7 @@ Scheduler::Admission Scheduler::Admit() {
 absl::Status Scheduler::Submit(std::unique_ptr<Job> job, Admission* admission) {
   const bool admitted = admission != nullptr && admission->sched_ == this;
   absl::Status status;
-  bool watch = false;
+  bool watch = false, drain_waits = false;
   {
     absl::MutexLock lock(&mu_);
     if (!(accepting_ || (admitted && !aborting_))) {
@@ -90,9 +90,16 @@ absl::Status Scheduler::Submit(std::unique_ptr<Job> job, Admission* admission) {
       queue_.push_back(std::move(job));
       ReportLoad();
     }
+    // Released with the job queued, under the same lock (a drain never sees the call in
+    // neither place, and the call takes the lock once less); only a drain waits for it.
+    if (admitted) {
+      --admitted_;
+      admission->sched_ = nullptr;
+      drain_waits = !accepting_;
+    }
   }
-  // Released after the job is queued: a drain never sees the call in neither place.
-  if (admission != nullptr) admission->Release();
+  if (drain_waits) idle_cv_.SignalAll();
+  if (admission != nullptr) admission->Release();  // another scheduler's (none here)
   if (!status.ok()) return status;
   // Bumped after the lock is released, so that the spinner it ends finds the lock free.
   wakeups_.fetch_add(1);
