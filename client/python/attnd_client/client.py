@@ -404,8 +404,8 @@ class Client(StreamOrderedClient, _ops.OpCalls[_ops.OpResult]):
     ) -> _ops.OpResult:
         """Runs an op call and returns its OpResult (AttndError on failure)."""
         # A blocking stub call waits for the reply on this thread; a future's reply comes through
-        # gRPC's polling thread and a wake-up of this one, which costs a small call ~200 µs or
-        # more (docs/LATENCY.md).
+        # gRPC's polling thread and a wake-up of this one, which cost a small call 40-400 µs more
+        # on a 2-core test host (docs/LATENCY.md).
         spec = _ops.spec(op)
         request, sinks = _ops.build_request(spec, self._codec, arguments)
         method = getattr(self._stub, spec.rpc)
