@@ -110,11 +110,13 @@ absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     const uint64_t v = LoadSignal(word);
-    if (v & kSignalFailureBit) {
-      return absl::AbortedError(absl::StrCat("the call failed: done = ", v & ~kSignalFailureBit,
-                                             " | failure bit (2^62)"));
+    if ((v & ~kSignalFailureBit) >= value) {
+      if (v & kSignalFailureBit) {
+        return absl::AbortedError(absl::StrCat("the call failed: done = ", v & ~kSignalFailureBit,
+                                               " | failure bit (2^62)"));
+      }
+      return v;
     }
-    if (v >= value) return v;
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("signal word is ", v, ", not ", value,
                                                       " after ", absl::FormatDuration(timeout)));

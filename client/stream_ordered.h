@@ -64,8 +64,9 @@ absl::Status ReleaseCall(Client* client, uint64_t call_id,
 // The caller's side of a signal word (8-byte aligned, in shared memory the daemon maps).
 uint64_t LoadSignal(const uint64_t* word);     // atomic acquire load
 void StoreSignal(uint64_t* word, uint64_t v);  // atomic release store
-// Waits until *word >= value: its value. ABORTED when the failure bit is set, DEADLINE_EXCEEDED
-// after `timeout`.
+// Waits until *word's value (the failure bit aside) >= value: the word. ABORTED when it then
+// carries the failure bit (an earlier call's failure does not end the wait), DEADLINE_EXCEEDED
+// after `timeout`. docs/SERVICE.md "Failure bit".
 absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::Duration timeout);
 
 }  // namespace attnd::client

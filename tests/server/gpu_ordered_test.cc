@@ -177,21 +177,46 @@ DeviceCallState Await(DeviceOrderedCall& c, int ms = 5000) {
   return c.Poll();
 }
 
-class GpuOrderedTest : public ::testing::Test {
- protected:
+// One backend for these tests, made before any test of the binary creates a CUDA context or a
+// stream: the lanes then sit on hardware queues of their own, apart from the watchdog's stream,
+// as in the daemon (docs/SERVICE.md "Stream-ordered calls on a CUDA device": streams take the
+// queues in creation order, so streams made earlier by other tests would shift them).
+class OrderedBackendEnvironment : public ::testing::Environment {
+ public:
   void SetUp() override {
-    if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+    if (!HaveGpu()) return;
     GpuBackendOptions o;
     o.pool_bytes = 32 * kMiB;
     o.staging_bytes = 8 * kMiB;
     o.devices = {"0"};
     auto b = GpuBackend::Create(o);
-    ASSERT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) {
+      error_ = b.status().ToString();
+      return;
+    }
     backend_ = *std::move(b);
+  }
+  void TearDown() override { backend_.reset(); }
+  GpuBackend* backend() const { return backend_.get(); }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::unique_ptr<GpuBackend> backend_;
+  std::string error_;
+};
+OrderedBackendEnvironment* const kOrderedBackend = static_cast<OrderedBackendEnvironment*>(
+    ::testing::AddGlobalTestEnvironment(new OrderedBackendEnvironment));
+
+class GpuOrderedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+    ASSERT_NE(kOrderedBackend->backend(), nullptr) << kOrderedBackend->error();
+    backend_ = kOrderedBackend->backend();
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     uuid_ = backend_->served()[0].uuid;
   }
-  std::unique_ptr<GpuBackend> backend_;
+  GpuBackend* backend_ = nullptr;
   std::string uuid_;
 };
 

@@ -177,6 +177,13 @@ TEST_F(StreamOrderedClientTest, WaitSignalReportsTheFailureBit) {
   EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();
   EXPECT_EQ(client::LoadSignal(words_ + 1), 1u | client::kSignalFailureBit);
   EXPECT_TRUE(Poisoned());
+  // An earlier call's failure does not end a wait for a later value; the later value does.
+  absl::StatusOr<uint64_t> later = client::WaitSignal(words_ + 1, 2, absl::Milliseconds(20));
+  EXPECT_EQ(later.status().code(), absl::StatusCode::kDeadlineExceeded) << later.status();
+  client::StoreSignal(words_ + 1, 2);
+  later = client::WaitSignal(words_ + 1, 2, absl::Seconds(1));
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(*later, 2u);
 }
 
 TEST_F(StreamOrderedClientTest, ValuesFromTheFailureBitUpAreRefused) {

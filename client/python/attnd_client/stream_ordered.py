@@ -78,18 +78,21 @@ class SignalWord:
         return int(self._word[0])
 
     def wait(self, value: int, timeout: float | None = None, poll: float = 50e-6) -> int:
-        """Waits until the word is >= `value` (or has FAILURE_BIT set): its value. AttndError
-        (DEADLINE_EXCEEDED) when the failure bit is set or `timeout` seconds pass first."""
+        """Waits until the word's value (FAILURE_BIT aside) is >= `value`: the word. AttndError
+        ABORTED when it carries FAILURE_BIT then (a call at `value` or later failed), or
+        DEADLINE_EXCEEDED when `timeout` seconds pass first. An earlier call's failure (the bit
+        with a lower value) does not end the wait, unlike a GPU stream's wait on the word
+        (docs/SERVICE.md "Failure bit")."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             got = self.get()
-            if got & FAILURE_BIT:
-                raise AttndError(
-                    grpc.StatusCode.ABORTED,
-                    f"signal word {self.region.name}+{self.offset}: the call failed "
-                    f"(done = {got & ~FAILURE_BIT} | FAILURE_BIT)",
-                )
-            if got >= value:
+            if got & ~FAILURE_BIT >= value:
+                if got & FAILURE_BIT:
+                    raise AttndError(
+                        grpc.StatusCode.ABORTED,
+                        f"signal word {self.region.name}+{self.offset}: the call failed "
+                        f"(done = {got & ~FAILURE_BIT} | FAILURE_BIT)",
+                    )
                 return got
             if deadline is not None and time.monotonic() >= deadline:
                 raise AttndError(

@@ -71,3 +71,18 @@ def test_signal_word_wait_raises_on_the_failure_bit():
     with pytest.raises(AttndError) as e:
         SignalWord(region).wait(1, timeout=0.01)
     assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_an_earlier_calls_failure_does_not_end_a_later_wait():
+    region = FakeRegion()
+    word = SignalWord(region)
+    word.set(7 | FAILURE_BIT)  # call 7 failed; call 8 has not stored yet
+    with pytest.raises(AttndError) as e:
+        word.wait(8, timeout=0.02)
+    assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    word.set(8)
+    assert word.wait(8, timeout=1) == 8
+    word.set(9 | FAILURE_BIT)
+    with pytest.raises(AttndError) as e:
+        word.wait(8, timeout=1)  # a later call failed: the wait for 8 is over, badly
+    assert e.value.code == grpc.StatusCode.ABORTED
