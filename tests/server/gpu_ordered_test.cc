@@ -3,12 +3,14 @@
 // behind a ready word runs only once the word is reached and then stores done; a chain of calls
 // runs without the host synchronising; the watchdog's cancel + release skips the op and stores
 // the failure bit; signal words in device memory; another queue's calls complete while one waits;
-// an inline input is staged at accept.
+// an inline input is staged at accept; a kernel launched for the first time while a call waits
+// runs (eager module loading).
 #include <cuda.h>  // driver API types only: cuStreamWaitValue64 comes through the runtime
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -20,6 +22,7 @@
 #include "server/engine/gpu/gpu_backend.h"
 #include "server/engine/ordered_device.h"
 #include "server/ops/stream_ordered.h"
+#include "tests/server/gpu_ordered_fresh_kernel.h"
 
 namespace attnd::server::engine::gpu_rt {
 namespace {
@@ -184,6 +187,7 @@ DeviceCallState Await(DeviceOrderedCall& c, int ms = 5000) {
 class OrderedBackendEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
+    GpuBackend::PrepareProcessEnvironment();
     if (!HaveGpu()) return;
     GpuBackendOptions o;
     o.pool_bytes = 32 * kMiB;
@@ -204,6 +208,8 @@ class OrderedBackendEnvironment : public ::testing::Environment {
   std::unique_ptr<GpuBackend> backend_;
   std::string error_;
 };
+// Also before any static initialiser of the binary could start the driver.
+const bool kProcessPrepared = (GpuBackend::PrepareProcessEnvironment(), true);
 OrderedBackendEnvironment* const kOrderedBackend = static_cast<OrderedBackendEnvironment*>(
     ::testing::AddGlobalTestEnvironment(new OrderedBackendEnvironment));
 
@@ -367,6 +373,47 @@ TEST_F(GpuOrderedTest, DeviceWordsAndIndependentQueues) {
   EXPECT_EQ(got[1], 7u | kFail);
   EXPECT_TRUE(All(out_a.Read(), 0xff));
   (void)cudaStreamDestroy(s);
+}
+
+// Loading a module waits for the whole context; a call waiting on its ready word keeps the context
+// busy. With the backend's eager loading a kernel never launched before in the process still
+// runs while a call waits (and so does the watchdog's release, above).
+TEST_F(GpuOrderedTest, AKernelFirstLaunchedWhileACallWaitsRuns) {
+  auto blocked = backend_->NewOrderedQueue();
+  ASSERT_NE(blocked, nullptr);
+  const uint64_t n = kMiB;
+  Buffer in(n), out(n), dwords(64), fresh(n);
+  in.Fill(5);
+  out.Fill(0xff);
+  dwords.Fill(0);
+  fresh.Fill(0);
+  DeviceSignal r;
+  r.present = true;
+  r.device_address = dwords.p;
+  r.value = 3;
+  CopyCall a(uuid_, in.p, out.p, n, nullptr);
+  auto ca = blocked->Enqueue(a, r, DeviceSignal());
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(testing::LaunchFreshFill(static_cast<unsigned int*>(fresh.p), 0x07070707u,
+                                     static_cast<unsigned int>(n / 4), s),
+            cudaSuccess);
+  const bool ran = StreamEnds(s, 2000);
+  const double ms = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(ran) << "a kernel's first launch waited for another caller's ready word";
+  EXPECT_EQ((*ca)->Poll(), DeviceCallState::kPending);
+  (*ca)->SetCancel();
+  ASSERT_TRUE((*ca)->Release().ok());
+  ASSERT_EQ(Await(**ca), DeviceCallState::kSkipped);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  (void)cudaStreamDestroy(s);
+  EXPECT_TRUE(All(fresh.Read(), 7));
+  EXPECT_TRUE(All(out.Read(), 0xff));
+  std::printf("fresh kernel while a call waits: %.3f ms to finish\n", ms);
 }
 
 TEST_F(GpuOrderedTest, InlineInputsAreStagedAtAccept) {

@@ -64,13 +64,21 @@ std::string MpsLine(const GpuDevice& d) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendOptions& options) {
+void GpuBackend::PrepareProcessEnvironment() {
 #if defined(ATTND_GPU_CUDA)
-  // Every hardware queue the device offers, before the first context exists, so that a
-  // device-ordered call waiting on its ready word holds up only the streams that share its queue
-  // (docs/SERVICE.md "Stream-ordered calls on a CUDA device"). A value set by the operator stays.
+  // Before the first context exists (docs/SERVICE.md "Stream-ordered calls on a CUDA device"):
+  // every hardware queue the device offers, so that device-ordered calls wait on lanes of their
+  // own (a value set by the operator stays); and eager module loading, because loading a module
+  // on a kernel's first launch waits for the whole context, and a device-ordered call waiting on
+  // its ready word keeps the context busy: the first launch of any kernel (another client's op,
+  // the watchdog's release) would then wait for that caller. This one is forced.
   (void)setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  (void)setenv("CUDA_MODULE_LOADING", "EAGER", 1);
 #endif
+}
+
+absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendOptions& options) {
+  PrepareProcessEnvironment();
   int count = 0;
   const gpu::Error e = gpu::GetDeviceCount(&count);
   if (e != gpu::kSuccess || count <= 0) {
@@ -304,6 +312,7 @@ const char* GpuBackendName() {
 }
 
 int VisibleGpuCount() {
+  gpu_rt::GpuBackend::PrepareProcessEnvironment();  // before the driver starts
   int count = 0;
   if (gpu::GetDeviceCount(&count) != gpu::kSuccess) {
     (void)gpu::GetLastError();

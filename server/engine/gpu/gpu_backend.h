@@ -27,6 +27,10 @@ namespace attnd::server::engine::gpu_rt {
 class GpuBackend : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<GpuBackend>> Create(const GpuBackendOptions& options);
+  // Sets the CUDA environment the backend needs (CUDA_DEVICE_MAX_CONNECTIONS=32 unless set,
+  // CUDA_MODULE_LOADING=EAGER) for a driver not started yet; Create and VisibleGpuCount call it,
+  // and a process that touches CUDA earlier calls it first. No-op on HIP.
+  static void PrepareProcessEnvironment();
   ~GpuBackend() override;
 
   kernels::Backend kind() const override;

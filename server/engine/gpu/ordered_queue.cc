@@ -650,6 +650,27 @@ std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
     if (log) log("cuStreamWaitValue64 is not available: stream-ordered calls use the host path");
     return nullptr;
   }
+  // Lazy module loading (a context made before GpuBackend::Create set CUDA_MODULE_LOADING=EAGER,
+  // as in a process that used CUDA first): a kernel's first launch then waits for the whole
+  // context, so one pending ready wait would hold up every kernel not yet launched in the process
+  // (docs/SERVICE.md "Stream-ordered calls on a CUDA device"). The host path never leaves a wait
+  // on a stream.
+  using LoadingModeFn = CUresult(CUDAAPI*)(CUmoduleLoadingMode*);
+  void* mode_fn = nullptr;
+  found = cudaDriverEntryPointSymbolNotFound;
+  CUmoduleLoadingMode mode = CU_MODULE_LAZY_LOADING;
+  if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &mode_fn, 12000,
+                                       cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || mode_fn == nullptr ||
+      reinterpret_cast<LoadingModeFn>(mode_fn)(&mode) != CUDA_SUCCESS ||
+      mode != CU_MODULE_EAGER_LOADING) {
+    (void)cudaGetLastError();
+    if (log) {
+      log("CUDA module loading is not eager (the process used CUDA before the backend started, or "
+          "the driver cannot say): stream-ordered calls use the host path");
+    }
+    return nullptr;
+  }
   void* host = nullptr;
   const size_t bytes = OrderedRuntime::kSlots * sizeof(ko::CallWords);
   if (cudaHostAlloc(&host, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {

@@ -1,0 +1,12 @@
+// One kernel no other code of gpu_runtime_test launches (gpu_ordered_fresh_kernel.cu).
+//   LaunchFreshFill(p, 7, n, stream);  // p[0..n) = 7 on `stream`
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace attnd::server::engine::gpu_rt::testing {
+
+cudaError_t LaunchFreshFill(unsigned int* p, unsigned int value, unsigned int n,
+                            cudaStream_t stream);
+
+}  // namespace attnd::server::engine::gpu_rt::testing
