@@ -38,6 +38,13 @@ bool HaveGpu() {
   return gpu::GetDeviceCount(&n) == gpu::kSuccess && n > 0;
 }
 
+// The test's own streams (copies, a frontend's wait, the fresh kernel), made before the backend's
+// (OrderedBackendEnvironment): a stream created later may share a hardware queue with a lane,
+// and then waits behind a call waiting there (docs/SERVICE.md "Stream-ordered calls on a CUDA
+// device", "Lanes").
+enum TestStream { kCopyStream = 0, kFrontendStream = 1, kFreshStream = 2, kTestStreams = 3 };
+cudaStream_t TestStreamOf(TestStream which);
+
 // out = in on the device; `in` is read back for the work count.
 class CopyCall : public OpCall {
  public:
@@ -92,18 +99,17 @@ class CopyCall : public OpCall {
 struct Buffer {
   explicit Buffer(uint64_t n) : bytes(n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
   ~Buffer() { (void)cudaFree(p); }
+  // On the test's copy stream (non-blocking: never waits for the daemon's streams).
   void Fill(int v) {
-    EXPECT_EQ(cudaMemset(p, v, bytes), cudaSuccess);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaStream_t s = TestStreamOf(kCopyStream);
+    EXPECT_EQ(cudaMemsetAsync(p, v, bytes, s), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   }
-  // Read on a stream of its own (non-blocking: never waits for the daemon's streams).
   std::vector<unsigned char> Read() const {
     std::vector<unsigned char> h(bytes);
-    cudaStream_t s;
-    EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    cudaStream_t s = TestStreamOf(kCopyStream);
     EXPECT_EQ(cudaMemcpyAsync(h.data(), p, bytes, cudaMemcpyDeviceToHost, s), cudaSuccess);
     EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    (void)cudaStreamDestroy(s);
     return h;
   }
   void* p = nullptr;
@@ -138,7 +144,7 @@ struct HostWords {
   uint64_t* w = nullptr;
 };
 
-// A frontend's stream waiting for *word >= value (cuStreamWaitValue64, GEQ: the driver's cyclic
+// The test's frontend stream waiting for *word >= value (cuStreamWaitValue64, GEQ: the driver's cyclic
 // compare), as a caller of the daemon waits for done. The word is host memory mapped for the
 // device. Null when the driver does not offer it (the test then fails).
 cudaStream_t FrontendWait(uint64_t* word, uint64_t value) {
@@ -146,17 +152,16 @@ cudaStream_t FrontendWait(uint64_t* word, uint64_t value) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
   void* device_word = nullptr;
-  cudaStream_t s = nullptr;
-  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &fn, 12000, cudaEnableDefault,
+  cudaStream_t s = TestStreamOf(kFrontendStream);
+  if (s == nullptr ||
+      cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &fn, 12000, cudaEnableDefault,
                                        &found) != cudaSuccess ||
       found != cudaDriverEntryPointSuccess || fn == nullptr ||
-      cudaHostGetDevicePointer(&device_word, word, 0) != cudaSuccess ||
-      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+      cudaHostGetDevicePointer(&device_word, word, 0) != cudaSuccess) {
     return nullptr;
   }
   if (reinterpret_cast<WaitValue64Fn>(fn)(s, reinterpret_cast<CUdeviceptr>(device_word), value,
                                           CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
-    (void)cudaStreamDestroy(s);
     return nullptr;
   }
   return s;
@@ -189,6 +194,16 @@ class OrderedBackendEnvironment : public ::testing::Environment {
   void SetUp() override {
     GpuBackend::PrepareProcessEnvironment();
     if (!HaveGpu()) return;
+    if (cudaSetDevice(0) != cudaSuccess) {
+      error_ = "cudaSetDevice(0) failed";
+      return;
+    }
+    for (cudaStream_t& s : streams_) {
+      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        error_ = "creating the test's streams failed";
+        return;
+      }
+    }
     GpuBackendOptions o;
     o.pool_bytes = 32 * kMiB;
     o.staging_bytes = 8 * kMiB;
@@ -200,18 +215,27 @@ class OrderedBackendEnvironment : public ::testing::Environment {
     }
     backend_ = *std::move(b);
   }
-  void TearDown() override { backend_.reset(); }
+  void TearDown() override {
+    backend_.reset();
+    for (cudaStream_t& s : streams_) {
+      if (s != nullptr) (void)cudaStreamDestroy(s);
+      s = nullptr;
+    }
+  }
   GpuBackend* backend() const { return backend_.get(); }
+  cudaStream_t stream(TestStream which) const { return streams_[which]; }
   const std::string& error() const { return error_; }
 
  private:
   std::unique_ptr<GpuBackend> backend_;
+  cudaStream_t streams_[kTestStreams] = {};
   std::string error_;
 };
 // Also before any static initialiser of the binary could start the driver.
 const bool kProcessPrepared = (GpuBackend::PrepareProcessEnvironment(), true);
 OrderedBackendEnvironment* const kOrderedBackend = static_cast<OrderedBackendEnvironment*>(
     ::testing::AddGlobalTestEnvironment(new OrderedBackendEnvironment));
+cudaStream_t TestStreamOf(TestStream which) { return kOrderedBackend->stream(which); }
 
 class GpuOrderedTest : public ::testing::Test {
  protected:
@@ -303,7 +327,6 @@ TEST_F(GpuOrderedTest, WatchdogCancelAndReleaseSkipTheOpAndSetTheFailureBit) {
   EXPECT_TRUE(ended) << "a stream waiting for done >= 8 hangs on the failed call's done word";
   if (!ended) words.Set(1, 8);  // release it
   EXPECT_EQ(cudaStreamSynchronize(frontend), cudaSuccess);
-  (void)cudaStreamDestroy(frontend);
   EXPECT_TRUE(All(out.Read(), 0xff)) << "the op ran although cancelled";
   // The queue goes on.
   auto next = q->Enqueue(call, words.Signal(0, 9), words.Signal(1, 9));
@@ -345,8 +368,7 @@ TEST_F(GpuOrderedTest, DeviceWordsAndIndependentQueues) {
   EXPECT_EQ((*ca)->Poll(), DeviceCallState::kPending);
   EXPECT_TRUE(All(out_a.Read(), 0xff));
   // The device-region ready word written from another stream.
-  cudaStream_t s;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaStream_t s = TestStreamOf(kCopyStream);
   static const uint64_t two = 2;
   ASSERT_EQ(cudaMemcpyAsync(ready, &two, 8, cudaMemcpyHostToDevice, s), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
@@ -372,7 +394,6 @@ TEST_F(GpuOrderedTest, DeviceWordsAndIndependentQueues) {
   EXPECT_EQ(got[0], 7u);
   EXPECT_EQ(got[1], 7u | kFail);
   EXPECT_TRUE(All(out_a.Read(), 0xff));
-  (void)cudaStreamDestroy(s);
 }
 
 // Loading a module waits for the whole context; a call waiting on its ready word keeps the context
@@ -395,8 +416,7 @@ TEST_F(GpuOrderedTest, AKernelFirstLaunchedWhileACallWaitsRuns) {
   auto ca = blocked->Enqueue(a, r, DeviceSignal());
   ASSERT_TRUE(ca.ok()) << ca.status();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  cudaStream_t s;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaStream_t s = TestStreamOf(kFreshStream);
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(testing::LaunchFreshFill(static_cast<unsigned int*>(fresh.p), 0x07070707u,
                                      static_cast<unsigned int>(n / 4), s),
@@ -410,7 +430,6 @@ TEST_F(GpuOrderedTest, AKernelFirstLaunchedWhileACallWaitsRuns) {
   ASSERT_TRUE((*ca)->Release().ok());
   ASSERT_EQ(Await(**ca), DeviceCallState::kSkipped);
   EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  (void)cudaStreamDestroy(s);
   EXPECT_TRUE(All(fresh.Read(), 7));
   EXPECT_TRUE(All(out.Read(), 0xff));
   std::printf("fresh kernel while a call waits: %.3f ms to finish\n", ms);
