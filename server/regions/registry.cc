@@ -58,10 +58,21 @@ struct SharedHostMapping {
     live_mappings->fetch_add(1, std::memory_order_relaxed);
   }
   ~SharedHostMapping() {
-    if (pinner != nullptr) pinner->Unpin(mapping.map_base());
+    if (pinner == nullptr) {
+      mapping.Reset();
+      live_mappings->fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
+    // Unmapped only once unpinned, which the pinner may do later (HostPinner::Release); the
+    // mapping still counts against max_host_mappings until then.
+    void* base = mapping.map_base();
+    auto unmap = std::make_shared<HostMapping>(std::move(mapping));
+    auto live = live_mappings;
+    pinner->Release(base, [unmap, live]() {
+      unmap->Reset();
+      live->fetch_sub(1, std::memory_order_relaxed);
+    });
     pinner.reset();
-    mapping.Reset();
-    live_mappings->fetch_sub(1, std::memory_order_relaxed);
   }
   SharedHostMapping(const SharedHostMapping&) = delete;
   SharedHostMapping& operator=(const SharedHostMapping&) = delete;

@@ -90,6 +90,13 @@ class HostPinner {
   virtual ~HostPinner() = default;
   virtual absl::Status Pin(void* p, size_t bytes) = 0;
   virtual void Unpin(void* p) = 0;  // `p` as given to a successful Pin
+  // Unpins `p` and then runs `then` (the mapping's unmap). This default does both now, on the
+  // caller's thread; a pinner whose Unpin can block (a GPU runtime's, while a stream waits:
+  // docs/SERVICE.md "Eager module loading") may do both later on a thread of its own.
+  virtual void Release(void* p, std::function<void()> then) {
+    Unpin(p);
+    if (then) then();
+  }
 };
 
 struct RegionDescription {

@@ -4,11 +4,12 @@
 // runs without the host synchronising; the watchdog's cancel + release skips the op and stores
 // the failure bit; signal words in device memory; another queue's calls complete while one waits;
 // an inline input is staged at accept; a kernel launched for the first time while a call waits
-// runs (eager module loading).
+// runs (eager module loading); unpinning host memory does not wait for a pending call.
 #include <cuda.h>  // driver API types only: cuStreamWaitValue64 comes through the runtime
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "kernels/common/gpu/ordered_gate.h"
 #include "kernels/common/gpu/runtime.h"
 #include "server/engine/gpu/gpu_backend.h"
+#include "server/engine/gpu/ipc.h"
 #include "server/engine/ordered_device.h"
 #include "server/ops/stream_ordered.h"
 #include "tests/server/gpu_ordered_fresh_kernel.h"
@@ -144,8 +146,8 @@ struct HostWords {
   uint64_t* w = nullptr;
 };
 
-// The test's frontend stream waiting for *word >= value (cuStreamWaitValue64, GEQ: the driver's cyclic
-// compare), as a caller of the daemon waits for done. The word is host memory mapped for the
+// The test's frontend stream waiting for *word >= value (cuStreamWaitValue64, GEQ: the driver's
+// cyclic compare), as a caller of the daemon waits for done. The word is host memory mapped for the
 // device. Null when the driver does not offer it (the test then fails).
 cudaStream_t FrontendWait(uint64_t* word, uint64_t value) {
   using WaitValue64Fn = CUresult(CUDAAPI*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
@@ -422,8 +424,8 @@ TEST_F(GpuOrderedTest, AKernelFirstLaunchedWhileACallWaitsRuns) {
                                      static_cast<unsigned int>(n / 4), s),
             cudaSuccess);
   const bool ran = StreamEnds(s, 2000);
-  const double ms = std::chrono::duration<double, std::milli>(
-                        std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(ran) << "a kernel's first launch waited for another caller's ready word";
   EXPECT_EQ((*ca)->Poll(), DeviceCallState::kPending);
   (*ca)->SetCancel();
@@ -433,6 +435,45 @@ TEST_F(GpuOrderedTest, AKernelFirstLaunchedWhileACallWaitsRuns) {
   EXPECT_TRUE(All(fresh.Read(), 7));
   EXPECT_TRUE(All(out.Read(), 0xff));
   std::printf("fresh kernel while a call waits: %.3f ms to finish\n", ms);
+}
+
+// Unpinning host memory waits for a device whose stream waits on a ready word (docs/BENCHMARKS.md
+// "H200 runs at a0adaf0"): the backend's pinner hands it to its teardown thread, so the thread
+// that drops a region (a completion, the watchdog, a request) never waits for another caller.
+TEST_F(GpuOrderedTest, UnpinningHostMemoryDoesNotWaitForAPendingCall) {
+  auto blocked = backend_->NewOrderedQueue();
+  ASSERT_NE(blocked, nullptr);
+  const uint64_t n = kMiB;
+  Buffer in(n), out(n), dwords(64);
+  in.Fill(5);
+  out.Fill(0xff);
+  dwords.Fill(0);
+  auto teardown = std::make_shared<GpuTeardownThread>();
+  HostRegionPinner pinner(teardown);
+  std::vector<char> host(1 << 20, 1);
+  ASSERT_TRUE(pinner.Pin(host.data(), host.size()).ok());
+  DeviceSignal r;
+  r.present = true;
+  r.device_address = dwords.p;
+  r.value = 4;
+  CopyCall a(uuid_, in.p, out.p, n, nullptr);
+  auto ca = blocked->Enqueue(a, r, DeviceSignal());
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::atomic<bool> then_ran{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  pinner.Release(host.data(), [&then_ran] { then_ran = true; });
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(ms, 100.0) << "Release waited for the pending call";
+  EXPECT_EQ((*ca)->Poll(), DeviceCallState::kPending);
+  (*ca)->SetCancel();
+  ASSERT_TRUE((*ca)->Release().ok());
+  ASSERT_EQ(Await(**ca), DeviceCallState::kSkipped);
+  teardown->Flush();
+  EXPECT_TRUE(then_ran.load());
+  EXPECT_EQ(teardown->done(), 1u);
+  std::printf("unpin handed over in %.3f ms while a call waited\n", ms);
 }
 
 TEST_F(GpuOrderedTest, InlineInputsAreStagedAtAccept) {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -421,6 +422,62 @@ TEST(RegionRegistryTest, HostRegionsArePinnedWhileMapped) {
   ASSERT_TRUE(pin.ok());
   EXPECT_FALSE((*pin)->pinned());
   EXPECT_EQ(failures, std::vector<std::string>{"u"});
+}
+
+// A pinner whose Release runs later (the GPU backend's teardown thread): the mapping stays mapped,
+// and counts against max_host_mappings, until the unpin has run.
+class DeferringPinner : public FakePinner {
+ public:
+  void Release(void* p, std::function<void()> then) override ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock lock(&mu);
+    later.emplace_back(p, std::move(then));
+  }
+  void RunLater() ABSL_LOCKS_EXCLUDED(mu) {
+    std::vector<std::pair<void*, std::function<void()>>> now;
+    {
+      absl::MutexLock lock(&mu);
+      now.swap(later);
+    }
+    for (auto& [p, then] : now) {
+      Unpin(p);
+      then();
+    }
+  }
+  std::vector<std::pair<void*, std::function<void()>>> later ABSL_GUARDED_BY(mu);
+};
+
+TEST(RegionRegistryTest, ADeferredUnpinKeepsTheMappingUntilItRuns) {
+  ScopedShm a(4096), b(4096);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::memset(a.data(), 5, 4096);
+  auto pinner = std::make_shared<DeferringPinner>();
+  RegionRegistry::Options o = Allowed();
+  o.host_pinner = pinner;
+  o.max_host_mappings = 1;
+  RegionRegistry registry(o);
+  ASSERT_TRUE(registry.RegisterHost(Spec("a", a.key(), 0, 4096)).ok());
+  const char* mapped = nullptr;
+  {
+    auto pin = registry.Acquire("a");
+    ASSERT_TRUE(pin.ok());
+    mapped = (*pin)->data();
+  }
+  ASSERT_TRUE(registry.Unregister("a", "").ok());
+  {
+    absl::MutexLock lock(&pinner->mu);
+    ASSERT_EQ(pinner->later.size(), 1u);  // handed over, not unpinned yet
+    EXPECT_EQ(pinner->pinned.size(), 1u);
+  }
+  // Still mapped (the unpin has not run) and still counted.
+  EXPECT_EQ(mapped[4095], 5);
+  EXPECT_EQ(registry.RegisterHost(Spec("b", b.key(), 0, 4096)).code(),
+            absl::StatusCode::kResourceExhausted);
+  pinner->RunLater();
+  {
+    absl::MutexLock lock(&pinner->mu);
+    EXPECT_TRUE(pinner->pinned.empty());
+  }
+  EXPECT_TRUE(registry.RegisterHost(Spec("b", b.key(), 0, 4096)).ok());
 }
 
 // A GPU backend copies pinned pages with DMA, which never faults after the object shrinks: the

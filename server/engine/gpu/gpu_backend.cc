@@ -118,8 +118,11 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendO
                              "pageable memory"));
     }
   }
-  b->opener_ = std::make_shared<IpcMemOpener>(b->served_);
-  b->pinner_ = std::make_shared<HostRegionPinner>();
+  // Unpinning host regions and closing IPC mappings wait for a device whose stream waits on a
+  // ready word: they run on a thread of their own (docs/SERVICE.md "Eager module loading").
+  b->teardown_ = std::make_shared<GpuTeardownThread>();
+  b->opener_ = std::make_shared<IpcMemOpener>(b->served_, b->teardown_);
+  b->pinner_ = std::make_shared<HostRegionPinner>(b->teardown_);
   if (options.cpu_pool != nullptr) b->cpu_ = std::make_unique<CpuBackend>(options.cpu_pool);
   if (options.device_ordered) {
     b->ordered_ = MakeOrderedRuntime(raw, [raw](const std::string& m) { raw->Log(2, m); });
@@ -139,6 +142,9 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendO
 
 GpuBackend::~GpuBackend() {
   ordered_.reset();
+  // Unpins and IPC closes of regions already gone run before the devices' memory goes (regions
+  // still registered keep the teardown thread alive themselves).
+  if (teardown_ != nullptr) teardown_->Flush();
   devices_.clear();
   staging_.reset();
 }

@@ -68,6 +68,7 @@ class GpuBackend : public Backend {
   std::vector<std::unique_ptr<GpuDevice>> devices_;
   std::vector<ServedDevice> served_;
   std::unique_ptr<MemoryPool> staging_;
+  std::shared_ptr<GpuTeardownThread> teardown_;  // shared with opener_ and pinner_
   std::shared_ptr<IpcMemOpener> opener_;
   std::shared_ptr<HostRegionPinner> pinner_;
   std::shared_ptr<OrderedRuntime> ordered_;  // null: stream-ordered calls take the host path

@@ -30,6 +30,55 @@ std::string ServedUuids(const std::vector<ServedDevice>& served) {
 
 }  // namespace
 
+GpuTeardownThread::GpuTeardownThread() : thread_([this] { Loop(); }) {}
+
+GpuTeardownThread::~GpuTeardownThread() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();  // never: posted work holds no reference to this object
+  } else if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void GpuTeardownThread::Post(std::function<void()> work) {
+  absl::MutexLock lock(&mu_);
+  work_.push_back(std::move(work));
+  ++posted_;
+}
+
+void GpuTeardownThread::Flush() {
+  absl::MutexLock lock(&mu_);
+  const uint64_t target = posted_;
+  auto reached = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= target; };
+  mu_.Await(absl::Condition(&reached));
+}
+
+uint64_t GpuTeardownThread::done() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+void GpuTeardownThread::Loop() {
+  for (;;) {
+    std::function<void()> work;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !work_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (work_.empty()) return;  // stopping, and everything posted has run
+      work = std::move(work_.front());
+      work_.pop_front();
+    }
+    if (work) work();
+    absl::MutexLock lock(&mu_);
+    ++done_;
+  }
+}
+
 class IpcMemOpener::Mapping : public regions::DeviceMapping {
  public:
   Mapping(std::shared_ptr<IpcMemOpener> owner, std::string key, const Entry& entry)
@@ -55,7 +104,25 @@ class IpcMemOpener::Mapping : public regions::DeviceMapping {
   const std::string uuid_;
 };
 
-IpcMemOpener::IpcMemOpener(std::vector<ServedDevice> served) : served_(std::move(served)) {}
+IpcMemOpener::IpcMemOpener(std::vector<ServedDevice> served,
+                           std::shared_ptr<GpuTeardownThread> teardown)
+    : served_(std::move(served)), teardown_(std::move(teardown)) {}
+
+void IpcMemOpener::Close(char* base, int ordinal) const {
+  auto close = [base, ordinal]() {
+    int current = 0;
+    const bool restore = gpu::GetDevice(&current) == gpu::kSuccess;
+    (void)gpu::SetDevice(ordinal);
+    (void)gpu::IpcCloseMemHandle(base);
+    (void)gpu::GetLastError();
+    if (restore) (void)gpu::SetDevice(current);
+  };
+  if (teardown_ != nullptr) {
+    teardown_->Post(close);
+  } else {
+    close();
+  }
+}
 
 size_t IpcMemOpener::open_allocations() const {
   absl::MutexLock lock(&mu_);
@@ -115,8 +182,7 @@ absl::StatusOr<std::shared_ptr<regions::DeviceMapping>> IpcMemOpener::Open(
     if (!entry.ok()) return entry.status();
     if (entry->ordinal != first && named < 0) {
       // Unnamed device: map it again in the context of the device it lives on.
-      (void)gpu::SetDevice(first);
-      (void)gpu::IpcCloseMemHandle(entry->base);
+      Close(entry->base, first);
       entry = OpenOnDevice(key, entry->ordinal);
       if (!entry.ok()) return entry.status();
     }
@@ -125,8 +191,7 @@ absl::StatusOr<std::shared_ptr<regions::DeviceMapping>> IpcMemOpener::Open(
       if (served_[i].ordinal == entry->ordinal) served_index = static_cast<int>(i);
     }
     if (served_index < 0 || (named >= 0 && served_index != named)) {
-      (void)gpu::SetDevice(entry->ordinal);
-      (void)gpu::IpcCloseMemHandle(entry->base);
+      Close(entry->base, entry->ordinal);
       return absl::InvalidArgumentError(
           absl::StrCat("raw_handle: the allocation lives on device ordinal ", entry->ordinal,
                        named >= 0 ? absl::StrCat(", not on ", served_[named].uuid) : std::string(),
@@ -146,8 +211,7 @@ absl::StatusOr<std::shared_ptr<regions::DeviceMapping>> IpcMemOpener::Open(
         absl::StrCat("device region: offset ", spec.offset, " + byte_size ", spec.byte_size,
                      " is past the end of the allocation (", entry.size, " bytes)");
     if (entry.refs == 0) {
-      (void)gpu::SetDevice(entry.ordinal);
-      (void)gpu::IpcCloseMemHandle(entry.base);
+      Close(entry.base, entry.ordinal);
       open_.erase(it);
     }
     return absl::InvalidArgumentError(msg);
@@ -161,12 +225,7 @@ void IpcMemOpener::Release(const std::string& key) {
   absl::MutexLock lock(&mu_);
   auto it = open_.find(key);
   if (it == open_.end() || --it->second.refs > 0) return;
-  int current = 0;
-  const bool restore = gpu::GetDevice(&current) == gpu::kSuccess;
-  (void)gpu::SetDevice(it->second.ordinal);
-  (void)gpu::IpcCloseMemHandle(it->second.base);
-  (void)gpu::GetLastError();
-  if (restore) (void)gpu::SetDevice(current);
+  Close(it->second.base, it->second.ordinal);
   open_.erase(it);
 }
 
@@ -185,6 +244,18 @@ absl::Status HostRegionPinner::Pin(void* p, size_t bytes) {
 void HostRegionPinner::Unpin(void* p) {
   (void)gpu::HostUnregister(p);
   (void)gpu::GetLastError();
+}
+
+void HostRegionPinner::Release(void* p, std::function<void()> then) {
+  if (teardown_ == nullptr) {
+    regions::HostPinner::Release(p, std::move(then));
+    return;
+  }
+  teardown_->Post([p, then = std::move(then)]() {
+    (void)gpu::HostUnregister(p);
+    (void)gpu::GetLastError();
+    if (then) then();
+  });
 }
 
 IpcEventCache::IpcEventCache(int ordinal, size_t capacity)

@@ -7,10 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -24,12 +27,43 @@
 
 namespace attnd::server::engine::gpu_rt {
 
+// One thread that runs GPU runtime calls which can wait for the whole device (unpinning host
+// memory, closing IPC mappings: while any stream of the daemon waits on a ready word they return
+// only once it ends; docs/SERVICE.md "Eager module loading"), so that no request, completion or
+// watchdog thread ever waits in them. Runs posted work in order; the destructor runs what is left
+// and joins. Thread-safe.
+//   auto t = std::make_shared<GpuTeardownThread>();  t->Post([p] { gpu::HostUnregister(p); });
+class GpuTeardownThread {
+ public:
+  GpuTeardownThread();
+  ~GpuTeardownThread();
+  GpuTeardownThread(const GpuTeardownThread&) = delete;
+  GpuTeardownThread& operator=(const GpuTeardownThread&) = delete;
+
+  void Post(std::function<void()> work) ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns once everything posted before the call has run (tests, shutdown).
+  void Flush() ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t done() const ABSL_LOCKS_EXCLUDED(mu_);  // work items run so far
+
+ private:
+  void Loop();
+
+  mutable absl::Mutex mu_;
+  std::deque<std::function<void()>> work_ ABSL_GUARDED_BY(mu_);
+  uint64_t posted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 // Opens RegisterDeviceRegion handles. Keyed by the 64 handle bytes: regions of one allocation
 // share its mapping, closed (IpcCloseMemHandle) when the last of them lets go. Thread-safe.
 class IpcMemOpener : public regions::DeviceRegionOpener,
                      public std::enable_shared_from_this<IpcMemOpener> {
  public:
-  explicit IpcMemOpener(std::vector<ServedDevice> served);
+  // `teardown`: where mappings are closed (null: on the releasing thread).
+  explicit IpcMemOpener(std::vector<ServedDevice> served,
+                        std::shared_ptr<GpuTeardownThread> teardown = nullptr);
 
   // Opens (or shares) the allocation on the device spec.device_uuid names (or, when empty, the
   // device the allocation lives on) and checks [offset, offset + byte_size) against the
@@ -52,17 +86,28 @@ class IpcMemOpener : public regions::DeviceRegionOpener,
   class Mapping;
   void Release(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Entry> OpenOnDevice(const std::string& handle, int ordinal) const;
+  // IpcCloseMemHandle(base) on device `ordinal`, on the teardown thread when there is one. CUDA
+  // counts opens of one handle in a context, so a re-open before the close runs is safe.
+  void Close(char* base, int ordinal) const;
 
   const std::vector<ServedDevice> served_;
+  const std::shared_ptr<GpuTeardownThread> teardown_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> open_ ABSL_GUARDED_BY(mu_);
 };
 
 // Registers host regions' pages with the runtime (portable: DMA-able by every device).
+// Release unpins and unmaps on the teardown thread (null: at once, on the caller's thread).
 class HostRegionPinner : public regions::HostPinner {
  public:
+  explicit HostRegionPinner(std::shared_ptr<GpuTeardownThread> teardown = nullptr)
+      : teardown_(std::move(teardown)) {}
   absl::Status Pin(void* p, size_t bytes) override;
   void Unpin(void* p) override;
+  void Release(void* p, std::function<void()> then) override;
+
+ private:
+  const std::shared_ptr<GpuTeardownThread> teardown_;
 };
 
 // The ready events of one device: each distinct handle opened once (IpcOpenEventHandle) and kept

@@ -659,8 +659,8 @@ std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
   void* mode_fn = nullptr;
   found = cudaDriverEntryPointSymbolNotFound;
   CUmoduleLoadingMode mode = CU_MODULE_LAZY_LOADING;
-  if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &mode_fn, 12000,
-                                       cudaEnableDefault, &found) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &mode_fn, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
       found != cudaDriverEntryPointSuccess || mode_fn == nullptr ||
       reinterpret_cast<LoadingModeFn>(mode_fn)(&mode) != CUDA_SUCCESS ||
       mode != CU_MODULE_EAGER_LOADING) {
