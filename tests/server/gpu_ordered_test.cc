@@ -398,6 +398,20 @@ TEST_F(GpuOrderedTest, DeviceWordsAndIndependentQueues) {
   EXPECT_TRUE(All(out_a.Read(), 0xff));
 }
 
+// Enqueues `call` behind a device-region ready word nobody raises (no done word) and gives the
+// wait 20 ms to reach the lane.
+absl::StatusOr<std::unique_ptr<DeviceOrderedCall>> EnqueueBehindDeviceWord(DeviceOrderedQueue& q,
+                                                                           OpCall& call, void* word,
+                                                                           uint64_t value) {
+  DeviceSignal r;
+  r.present = true;
+  r.device_address = word;
+  r.value = value;
+  auto c = q.Enqueue(call, r, DeviceSignal());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return c;
+}
+
 // Loading a module waits for the whole context; a call waiting on its ready word keeps the context
 // busy. With the backend's eager loading a kernel never launched before in the process still
 // runs while a call waits (and so does the watchdog's release, above).
@@ -410,14 +424,9 @@ TEST_F(GpuOrderedTest, AKernelFirstLaunchedWhileACallWaitsRuns) {
   out.Fill(0xff);
   dwords.Fill(0);
   fresh.Fill(0);
-  DeviceSignal r;
-  r.present = true;
-  r.device_address = dwords.p;
-  r.value = 3;
   CopyCall a(uuid_, in.p, out.p, n, nullptr);
-  auto ca = blocked->Enqueue(a, r, DeviceSignal());
+  auto ca = EnqueueBehindDeviceWord(*blocked, a, dwords.p, 3);
   ASSERT_TRUE(ca.ok()) << ca.status();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   cudaStream_t s = TestStreamOf(kFreshStream);
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(testing::LaunchFreshFill(static_cast<unsigned int*>(fresh.p), 0x07070707u,
@@ -452,14 +461,9 @@ TEST_F(GpuOrderedTest, UnpinningHostMemoryDoesNotWaitForAPendingCall) {
   HostRegionPinner pinner(teardown);
   std::vector<char> host(1 << 20, 1);
   ASSERT_TRUE(pinner.Pin(host.data(), host.size()).ok());
-  DeviceSignal r;
-  r.present = true;
-  r.device_address = dwords.p;
-  r.value = 4;
   CopyCall a(uuid_, in.p, out.p, n, nullptr);
-  auto ca = blocked->Enqueue(a, r, DeviceSignal());
+  auto ca = EnqueueBehindDeviceWord(*blocked, a, dwords.p, 4);
   ASSERT_TRUE(ca.ok()) << ca.status();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::atomic<bool> then_ran{false};
   const auto t0 = std::chrono::steady_clock::now();
   pinner.Release(host.data(), [&then_ran] { then_ran = true; });
