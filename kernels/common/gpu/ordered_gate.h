@@ -2,7 +2,7 @@
 // (docs/SERVICE.md "Stream-ordered calls on a CUDA device"): the gate (reads the call's control
 // word, sets the graph conditional that runs or skips the op, writes the call's state word), the
 // done store (done = value, or value | 2^62 when the op was skipped) and the watchdog's raise
-// (atomicMax of a device-region ready word). CUDA only: HIP builds do not compile this file.
+// (atomicMax of a device-region ready word). CUDA only: in a HIP build the file is empty.
 //   void* gate = attnd::kernels::ordered::GateKernel();  // a kernel node's function
 #pragma once
 
