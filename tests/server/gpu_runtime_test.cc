@@ -297,7 +297,7 @@ TEST(GpuBackendTest, PinnedHostTensorsAreCopiedDirectly) {
   auto* host = static_cast<unsigned char*>(raw);
   std::memset(host, 6, n);
   std::memset(host + n, 0xaa, n);  // an output in a host region keeps untouched bytes
-  HostRegionPinner pinner;
+  HostRegionPinner pinner(std::make_shared<GpuTeardownThread>());  // Pin and Unpin only
   ASSERT_TRUE(pinner.Pin(raw, 2 * n).ok());
   CopyCall call(n, 0);
   for (int i = 0; i < 2; ++i) {

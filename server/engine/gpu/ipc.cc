@@ -37,11 +37,7 @@ GpuTeardownThread::~GpuTeardownThread() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  if (thread_.get_id() == std::this_thread::get_id()) {
-    thread_.detach();  // never: posted work holds no reference to this object
-  } else if (thread_.joinable()) {
-    thread_.join();
-  }
+  thread_.join();  // posted work holds no reference to this object: never this thread
 }
 
 void GpuTeardownThread::Post(std::function<void()> work) {
@@ -109,19 +105,14 @@ IpcMemOpener::IpcMemOpener(std::vector<ServedDevice> served,
     : served_(std::move(served)), teardown_(std::move(teardown)) {}
 
 void IpcMemOpener::Close(char* base, int ordinal) const {
-  auto close = [base, ordinal]() {
+  teardown_->Post([base, ordinal]() {
     int current = 0;
     const bool restore = gpu::GetDevice(&current) == gpu::kSuccess;
     (void)gpu::SetDevice(ordinal);
     (void)gpu::IpcCloseMemHandle(base);
     (void)gpu::GetLastError();
     if (restore) (void)gpu::SetDevice(current);
-  };
-  if (teardown_ != nullptr) {
-    teardown_->Post(close);
-  } else {
-    close();
-  }
+  });
 }
 
 size_t IpcMemOpener::open_allocations() const {
@@ -241,19 +232,18 @@ absl::Status HostRegionPinner::Pin(void* p, size_t bytes) {
 #endif
 }
 
-void HostRegionPinner::Unpin(void* p) {
+void HostRegionPinner::UnpinNow(void* p) {
   (void)gpu::HostUnregister(p);
   (void)gpu::GetLastError();
 }
 
+void HostRegionPinner::Unpin(void* p) { UnpinNow(p); }
+
 void HostRegionPinner::Release(void* p, std::function<void()> then) {
-  if (teardown_ == nullptr) {
-    regions::HostPinner::Release(p, std::move(then));
-    return;
-  }
+  // The base class's Release (unpin, then `then`), run on the teardown thread; Unpin uses no
+  // member, so the pinner may be gone by then.
   teardown_->Post([p, then = std::move(then)]() {
-    (void)gpu::HostUnregister(p);
-    (void)gpu::GetLastError();
+    HostRegionPinner::UnpinNow(p);
     if (then) then();
   });
 }

@@ -61,9 +61,8 @@ class GpuTeardownThread {
 class IpcMemOpener : public regions::DeviceRegionOpener,
                      public std::enable_shared_from_this<IpcMemOpener> {
  public:
-  // `teardown`: where mappings are closed (null: on the releasing thread).
-  explicit IpcMemOpener(std::vector<ServedDevice> served,
-                        std::shared_ptr<GpuTeardownThread> teardown = nullptr);
+  // `teardown` (not null): where mappings are closed.
+  IpcMemOpener(std::vector<ServedDevice> served, std::shared_ptr<GpuTeardownThread> teardown);
 
   // Opens (or shares) the allocation on the device spec.device_uuid names (or, when empty, the
   // device the allocation lives on) and checks [offset, offset + byte_size) against the
@@ -86,8 +85,8 @@ class IpcMemOpener : public regions::DeviceRegionOpener,
   class Mapping;
   void Release(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Entry> OpenOnDevice(const std::string& handle, int ordinal) const;
-  // IpcCloseMemHandle(base) on device `ordinal`, on the teardown thread when there is one. CUDA
-  // counts opens of one handle in a context, so a re-open before the close runs is safe.
+  // IpcCloseMemHandle(base) on device `ordinal`, on the teardown thread. CUDA counts opens of
+  // one handle in a context, so a re-open before the close runs is safe.
   void Close(char* base, int ordinal) const;
 
   const std::vector<ServedDevice> served_;
@@ -97,16 +96,18 @@ class IpcMemOpener : public regions::DeviceRegionOpener,
 };
 
 // Registers host regions' pages with the runtime (portable: DMA-able by every device).
-// Release unpins and unmaps on the teardown thread (null: at once, on the caller's thread).
+// Release unpins and unmaps on the teardown thread (`teardown`: not null).
 class HostRegionPinner : public regions::HostPinner {
  public:
-  explicit HostRegionPinner(std::shared_ptr<GpuTeardownThread> teardown = nullptr)
+  explicit HostRegionPinner(std::shared_ptr<GpuTeardownThread> teardown)
       : teardown_(std::move(teardown)) {}
   absl::Status Pin(void* p, size_t bytes) override;
   void Unpin(void* p) override;
   void Release(void* p, std::function<void()> then) override;
 
  private:
+  static void UnpinNow(void* p);  // Unpin's body, needing no pinner
+
   const std::shared_ptr<GpuTeardownThread> teardown_;
 };
 
