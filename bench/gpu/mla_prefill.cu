@@ -25,7 +25,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
   uint64_t seed = 100;
   for (const int64_t tokens : {4096, 8192}) {
     const std::string preset = absl::StrCat("prefill_causal_t", tokens, "_h", kHeads, "_d192_v128");
-    std::vector<std::string> impls = {"cuda_mma"};
+    std::vector<std::string> impls = {"cuda_wgmma", "cuda_mma"};
     if (tokens == 4096) impls.push_back("cuda_simt");  // the portable path, at the short length
     bool wanted = false;
     for (const std::string& impl : impls) {

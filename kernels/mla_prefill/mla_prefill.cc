@@ -61,6 +61,10 @@ absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
     GPU_RETURN_IF_ERROR(gpu::LaunchMlaPrefillMma(p, ctx.workspace, stream));
     return absl::OkStatus();
   }
+  if constexpr (kKernel == gpu::GpuKernel::kWgmma) {
+    GPU_RETURN_IF_ERROR(gpu::LaunchMlaPrefillWgmma(p, ctx.workspace, stream));
+    return absl::OkStatus();
+  }
 #endif
   GPU_RETURN_IF_ERROR(gpu::LaunchMlaPrefillSimt(p, ctx.workspace, stream));
   return absl::OkStatus();
@@ -139,8 +143,10 @@ WorkCount Count(const Params& p) {
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-    GpuImpl<Params>("mma", SupportsGpu<gpu::GpuKernel::kMma>, RunGpu<gpu::GpuKernel::kMma>,
+    GpuImpl<Params>("wgmma", SupportsGpu<gpu::GpuKernel::kWgmma>, RunGpu<gpu::GpuKernel::kWgmma>,
                     GpuWorkspace),
+        GpuImpl<Params>("mma", SupportsGpu<gpu::GpuKernel::kMma>, RunGpu<gpu::GpuKernel::kMma>,
+                        GpuWorkspace),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
         GpuImpl<Params>("simt", SupportsGpu<gpu::GpuKernel::kSimt>, RunGpu<gpu::GpuKernel::kSimt>,

@@ -13,5 +13,7 @@ if(ATTND_GPU_ENABLED)
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d192.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_dims.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_d192.cu
   )
 endif()

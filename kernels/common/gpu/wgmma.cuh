@@ -1,9 +1,10 @@
 // Hopper (sm_90a) PTX layer for warpgroup kernels, CUDA-only: shared-memory matrix descriptors
 // (128-byte swizzle, K-major and MN-major), bf16 wgmma m64nNk16 (N = 64, 128, 256; A from shared
 // memory or registers) with f32 accumulators, wgmma fence / commit / wait and accumulator fences,
-// mbarriers, 16-byte cp.async with zero fill and mbarrier completion, named barriers,
-// setmaxnreg and the generic -> async proxy fence. Everything that needs sm_90a compiles only
-// where ATTND_SM90A is 1 (the build also embeds compute_80 PTX, whose kernels must trap there).
+// mbarriers, 16-byte cp.async with zero fill and mbarrier completion, 3-D TMA tile loads, named
+// barriers, setmaxnreg and the generic -> async proxy fence. Everything that needs sm_90a compiles
+// only where ATTND_SM90A is 1 (the build also embeds compute_80 PTX, whose kernels must trap
+// there).
 //   const uint64_t da = SmemDescKMajor(q_tile), db = SmemDescKMajor(k_tile);
 //   WgmmaFence();  Wgmma<64, WgmmaA::kSmem>::Run<false>(s, da, db, /*accumulate=*/false);
 //   WgmmaCommit();  WgmmaWait<0>();  FenceAccumulators(s);
@@ -241,6 +242,24 @@ __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, uint32_
 // arrival is one of the barrier's initial expected count (init with one per such thread).
 __device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// ---- TMA (cp.async.bulk.tensor, tile mode) ----
+// Loads the box of a 3-D tensor map at element coordinates (c0 innermost, c1, c2) into shared
+// memory at `dst` (1024-byte aligned for the 128-byte swizzle); the box's bytes complete on the
+// transaction count of `bar` (the whole box counts, its out-of-range part read as zeros).
+// `tensor_map`: the generic address of a __grid_constant__ kernel parameter (CUtensorMap).
+__device__ __forceinline__ void TmaLoad3d(uint32_t dst, const void* tensor_map, uint32_t bar,
+                                          int32_t c0, int32_t c1, int32_t c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(tensor_map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+// Brings a tensor map (kernel parameter) into the descriptor cache ahead of its first use.
+__device__ __forceinline__ void PrefetchTensorMap(const void* tensor_map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(tensor_map) : "memory");
 }
 
 // ---- L2 prefetch (bulk, asynchronous: nothing waits for it) ----

@@ -14,8 +14,9 @@
 namespace attnd::kernels::mla_prefill::gpu {
 
 enum class GpuKernel {
-  kSimt,  // portable CUDA/HIP: 16 queries x 1 head per CTA, 32-key tiles, f32 FMA; any d <= 256
-  kMma,   // CUDA sm_80+: 128 queries x 1 head per CTA, 64-key tiles, bf16 mma.sync
+  kSimt,   // portable CUDA/HIP: 16 queries x 1 head per CTA, 32-key tiles, f32 FMA; any d <= 256
+  kMma,    // CUDA sm_80+: 128 queries x 1 head per CTA, 64-key tiles, bf16 mma.sync
+  kWgmma,  // CUDA sm_90a: 128 queries x 1 head per CTA, 128-key tiles by TMA, bf16 wgmma
 };
 
 // Whether `kernel` can run `p` on the current device; otherwise false with the reason.
@@ -23,6 +24,8 @@ enum class GpuKernel {
 // kMma additionally: compute capability >= 8.0; (d_qk, d_v) one of (192, 128), (128, 128),
 // (64, 64); q, k, v 16-byte aligned (base and leading strides multiples of 8
 // elements); out 4-byte aligned (base and leading strides even); its shared memory per block.
+// kWgmma: compute capability 9.0; (d_qk, d_v) = (192, 128); the kMma alignment; q and k at most
+// 2^31 - 1 tokens, k at least one; tensor maps of q, k and v that the driver accepts.
 bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why);
 
 // Workspace bytes: the per-sequence query-tile offsets (8 · (B + 1)), 16-byte aligned.
@@ -37,6 +40,8 @@ int64_t WorkspaceBytes(const Params& p);
 #if defined(ATTND_GPU_CUDA)
 ::attnd::gpu::Error LaunchMlaPrefillMma(const Params& p, void* workspace,
                                         ::attnd::gpu::Stream stream);
+::attnd::gpu::Error LaunchMlaPrefillWgmma(const Params& p, void* workspace,
+                                          ::attnd::gpu::Stream stream);
 #endif
 
 }  // namespace attnd::kernels::mla_prefill::gpu

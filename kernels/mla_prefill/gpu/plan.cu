@@ -16,6 +16,7 @@ namespace {
 KernelShape ShapeOf(GpuKernel kernel, const Params& p) {
 #if defined(ATTND_GPU_CUDA)
   if (kernel == GpuKernel::kMma) return MmaShape(p);
+  if (kernel == GpuKernel::kWgmma) return WgmmaShape(p);
 #endif
   if (kernel == GpuKernel::kSimt) return SimtShape(p);
   return KernelShape{};
@@ -72,6 +73,13 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   const int64_t batch = p.cu_seqlens_q.dim(0) - 1;
   if (batch >= kMaxInt32) return Refuse(why, "cu_seqlens_q: batch ", batch, " >= 2^31");
   if (p.q.dim(1) >= kMaxInt32) return Refuse(why, "q: heads ", p.q.dim(1), " >= 2^31");
+  if (kernel == GpuKernel::kWgmma) {
+#if defined(ATTND_GPU_CUDA)
+    if (!WgmmaSupports(p, why)) return false;
+#else
+    return Refuse(why, "the wgmma kernel is CUDA-only");
+#endif
+  }
   if (kernel == GpuKernel::kMma) {
     if (!RunsMmaSync(d, why)) return false;
     for (const auto& [name, t] :

@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include <string>
+
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/mla_prefill/gpu/common.cuh"
 #include "kernels/mla_prefill/params.h"
@@ -23,6 +25,9 @@ struct KernelShape {
 KernelShape SimtShape(const Params& p);
 #if defined(ATTND_GPU_CUDA)
 KernelShape MmaShape(const Params& p);
+// wgmma.cu: the instance for p, and the checks of GpuSupports(kWgmma) past the common ones.
+KernelShape WgmmaShape(const Params& p);
+bool WgmmaSupports(const Params& p, std::string* why);
 #endif
 
 // CTAs per head: ceil(total_q / block_m) + B, an upper bound of Σ_b ceil(Lq_b / block_m).

@@ -106,5 +106,25 @@ TEST(MlaPrefillGpu, QueryPast2To31Elements) {
   EXPECT_GE(runs, 1);
 }
 
+// The model's head dims run on the Hopper kernel wherever the device is one (sm_90): a refusal
+// for any other reason would silently leave its cases to cuda_mma. Run first in a process (as
+// with --gtest_filter), this also covers a Supports() before any other CUDA call.
+TEST(MlaPrefillGpu, HopperKernelTakesTheModelDims) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  PrefillCase c;
+  c.lens = {{300, 300}};
+  auto rng = testing::MakeRng();
+  PrefillTensors t(c, rng);
+  const Impl<Params>* wgmma = nullptr;
+  for (const auto& impl : Implementations()) {
+    if (impl.name == "cuda_wgmma") wgmma = &impl;
+  }
+  if (wgmma == nullptr) GTEST_SKIP() << "no cuda_wgmma in this build";
+  std::string why;
+  const bool runs = wgmma->supports(t.params(), &why);
+  if (!runs && why.rfind("needs compute capability", 0) == 0) GTEST_SKIP() << why;
+  EXPECT_TRUE(runs) << why;
+}
+
 }  // namespace
 }  // namespace attnd::kernels::mla_prefill

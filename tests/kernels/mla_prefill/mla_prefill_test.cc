@@ -126,6 +126,20 @@ TEST(MlaPrefill, RowsPastTheLastSequence) {
   EXPECT_EQ(CountEmptyRows(lse), 7 * c.heads);
 }
 
+// Sequences of several 128-key tiles and query tiles: the GPU kernels' stages are refilled many
+// times (every pipeline phase and both stages), lengths not multiples of any tile.
+TEST(MlaPrefill, LongSequencesManyTiles) {
+  for (bool causal : {true, false}) {
+    PrefillCase c;
+    c.causal = causal;
+    c.heads = 2;
+    c.heads_kv = 1;
+    c.lens = {{600, 700}, {517, 517}, {3, 389}};
+    c.extra_k_rows = 5;
+    CheckCase(c);
+  }
+}
+
 TEST(MlaPrefill, ManySequences) {
   PrefillCase c;
   c.heads = c.heads_kv = 2;

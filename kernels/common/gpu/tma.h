@@ -1,0 +1,75 @@
+// Host side of TMA (CUDA only): encodes a tiled tensor map through the driver's
+// cuTensorMapEncodeTiled, reached by the runtime's driver entry point (no libcuda link). Encoding
+// is a host computation: no stream work, safe during graph capture. Include from .cu files.
+//   CUtensorMap map;
+//   if (!EncodeBf16Map3d(&map, q, {192, 128, T}, {256, 256 * 128}, {64, 1, 128}, why)) ...
+#pragma once
+
+#if !defined(ATTND_GPU_CUDA)
+#error "kernels/common/gpu/tma.h is CUDA-only"
+#endif
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <string>
+
+#include "kernels/common/supports.h"
+
+namespace attnd::gpu {
+
+using TensorMapEncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                            const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                            const cuuint32_t*, CUtensorMapInterleave,
+                                            CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                            CUtensorMapFloatOOBfill);
+
+// The driver's cuTensorMapEncodeTiled, or null where the driver has none (looked up once).
+inline TensorMapEncodeTiledFn TensorMapEncodeTiled() {
+  static const TensorMapEncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return static_cast<TensorMapEncodeTiledFn>(nullptr);
+    }
+    return reinterpret_cast<TensorMapEncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+// A 3-D bf16 tensor map over `base` (16-byte aligned): dims innermost first (elements), the byte
+// strides of dims 1 and 2 (multiples of 16, < 2^40), a box of box[0] x box[1] x box[2] elements
+// (box[0] · 2 <= 128 bytes), 128-byte swizzle, 256-byte L2 promotion, out-of-range elements read
+// as zeros. False with the reason when the driver refuses it.
+inline bool EncodeBf16Map3d(CUtensorMap* map, const void* base, const uint64_t (&dims)[3],
+                            const uint64_t (&strides)[2], const uint32_t (&box)[3],
+                            std::string* why) {
+  const TensorMapEncodeTiledFn encode = TensorMapEncodeTiled();
+  if (encode == nullptr) return kernels::Refuse(why, "the driver has no cuTensorMapEncodeTiled");
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  auto run = [&] {
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides,
+                  box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  CUresult r = run();
+  if (r == CUDA_ERROR_INVALID_CONTEXT) {
+    // The driver call needs a current context, which the runtime creates lazily: a process's
+    // first call (a Supports() before any allocation) may come before it. cudaSetDevice makes the
+    // device's primary context current; then once more.
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) r = run();
+    static_cast<void>(cudaGetLastError());
+  }
+  if (r != CUDA_SUCCESS) {
+    return kernels::Refuse(why, "cuTensorMapEncodeTiled refused the tensor (error ",
+                           static_cast<int>(r), ")");
+  }
+  return true;
+}
+
+}  // namespace attnd::gpu

@@ -1,0 +1,107 @@
+// Launcher of the Hopper MLA prefill kernel (CUDA only, sm_90a): what it supports, the tensor
+// maps of q, k and v, and the launch (the schedule kernel, then the attention kernel).
+#if defined(ATTND_GPU_CUDA)
+#include <stdint.h>
+
+#include <string>
+
+#include "kernels/common/gpu/device_checks.h"
+#include "kernels/common/gpu/tma.h"
+#include "kernels/mla_prefill/gpu/launch.h"
+#include "kernels/mla_prefill/gpu/plan.h"
+#include "kernels/mla_prefill/gpu/wgmma.cuh"
+
+namespace attnd::kernels::mla_prefill::gpu {
+
+ATTND_MLA_PREFILL_WGMMA_INSTANCE(extern, 192, 128)
+
+namespace {
+
+constexpr uint32_t kBoxRows = 128;  // WgmmaPrefillTile's kBlockM and kBlockN
+
+// The map of bf16 tensor x [tokens, heads, d] (rows 16-byte aligned): boxes of 64 columns x one
+// head x 128 tokens. A dimension of size 1 has no meaningful stride: it gets the packed one.
+bool EncodeMap(const Tensor& x, const char* name, CUtensorMap* map, std::string* why) {
+  const uint64_t tokens = static_cast<uint64_t>(x.dim(0)), heads = static_cast<uint64_t>(x.dim(1));
+  const uint64_t d = static_cast<uint64_t>(x.dim(2));
+  const uint64_t stride_h = heads > 1 ? 2 * static_cast<uint64_t>(x.stride(1)) : 2 * d;
+  const uint64_t stride_t = tokens > 1 ? 2 * static_cast<uint64_t>(x.stride(0)) : stride_h * heads;
+  std::string reason;
+  if (!::attnd::gpu::EncodeBf16Map3d(map, x.data, {d, heads, tokens}, {stride_h, stride_t},
+                                     {64, 1, kBoxRows}, &reason)) {
+    return Refuse(why, name, ": ", reason);
+  }
+  return true;
+}
+
+struct Maps {
+  CUtensorMap q, k, v;
+};
+
+bool EncodeMaps(const Params& p, Maps* m, std::string* why) {
+  return EncodeMap(p.q, "q", &m->q, why) && EncodeMap(p.k, "k", &m->k, why) &&
+         EncodeMap(p.v, "v", &m->v, why);
+}
+
+}  // namespace
+
+KernelShape WgmmaShape(const Params& p) {
+  if (p.q.dim(2) == 192 && p.v.dim(2) == 128) return WgmmaPrefillShape<192, 128>();
+  return KernelShape{};
+}
+
+bool WgmmaSupports(const Params& p, std::string* why) {
+  ::attnd::gpu::DeviceFacts d;
+  if (!CurrentDevice(&d, why)) return false;
+  if (d.cc_major != 9 || d.cc_minor != 0) {
+    return Refuse(why, "needs compute capability 9.0 (sm_90a wgmma, TMA), device has ", d.cc_major,
+                  ".", d.cc_minor);
+  }
+  if (p.q.dim(2) != 192 || p.v.dim(2) != 128) {
+    return Refuse(why, "d_qk ", p.q.dim(2), ", d_v ", p.v.dim(2), ": the kernel has 192, 128");
+  }
+  // TMA coordinates are 32-bit; a map's dimensions are non-zero.
+  if (p.q.dim(0) > kMaxInt32 || p.k.dim(0) > kMaxInt32) {
+    return Refuse(why, "more than 2^31 - 1 tokens in q or k");
+  }
+  if (p.k.dim(0) == 0) return Refuse(why, "k: no tokens (no tensor map of zero rows)");
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"q", &p.q}, {"k", &p.k}, {"v", &p.v}}) {
+    if (!Bf16RowsAligned16(*t)) {
+      return Refuse(why, name,
+                    ": needs 16-byte alignment (base and leading strides multiples of 8)");
+    }
+  }
+  if (!Aligned(p.out.data, 4) || !StridesMultipleOf(p.out, 2)) {
+    return Refuse(why, "out: needs 4-byte alignment (base and leading strides even)");
+  }
+  Maps maps;
+  if (p.q.dim(0) > 0 && !EncodeMaps(p, &maps, why)) return false;
+  const KernelShape shape = WgmmaShape(p);
+  return FitsDevice(shape.smem_bytes, shape.blocks_per_sm, d, why);
+}
+
+::attnd::gpu::Error LaunchMlaPrefillWgmma(const Params& p, void* workspace,
+                                          ::attnd::gpu::Stream stream) {
+  if (p.q.dim(0) == 0) return ::attnd::gpu::kSuccess;  // no query row: nothing to write
+  const KernelShape shape = WgmmaShape(p);
+  if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return ::attnd::gpu::kErrorInvalidValue;
+  if (workspace == nullptr || !Aligned(workspace, 8)) return ::attnd::gpu::kErrorInvalidValue;
+  const int64_t grid = SlotsPerHead(p, shape.block_m) * p.q.dim(1);
+  if (grid > kMaxInt32) return ::attnd::gpu::kErrorInvalidValue;
+  WgmmaPrefillArgs args;
+  Maps maps;
+  if (!EncodeMaps(p, &maps, nullptr)) return ::attnd::gpu::kErrorInvalidValue;
+  args.q_map = maps.q;
+  args.k_map = maps.k;
+  args.v_map = maps.v;
+  args.a = MakePrefillArgs(p, shape.block_m, workspace);
+  const ::attnd::gpu::Error e = LaunchPrefillSchedule(args.a, stream);
+  if (e != ::attnd::gpu::kSuccess) return e;
+  return p.precision == Precision::kHigh
+             ? LaunchWgmmaPrefillInstance<192, 128, true>(args, grid, stream)
+             : LaunchWgmmaPrefillInstance<192, 128, false>(args, grid, stream);
+}
+
+}  // namespace attnd::kernels::mla_prefill::gpu
+#endif  // ATTND_GPU_CUDA

@@ -1,0 +1,414 @@
+// The Hopper MLA prefill kernel (CUDA sm_90a: TMA, warpgroup MMA, mbarriers, setmaxnreg),
+// FlashAttention-3 style (docs/KERNELS.md "MLA prefill on Hopper"). A CTA of three warpgroups
+// takes 128 queries of one sequence and one head (the schedule of common.cuh: a sequence's last,
+// heaviest query tile first) and walks the keys its last query sees in tiles of 128:
+//   WG2 (producer)  one thread: Q by three (or d_qk / 64) TMA boxes of 64 columns x 128 rows,
+//                   then per key tile K and V the same way into two stages, each stage with its
+//                   own "full" (transaction count) and "empty" (a consumer warp each) mbarriers
+//                   for K and for V, so K of tile j + 2 loads once Q·Kᵀ of tile j is done while
+//                   V of tile j is still in use. TMA zero-fills rows past the tensor; rows of the
+//                   tensor past the sequence are loaded, and never used (below).
+//   WG0, WG1        64 query rows each: S = Q·Kᵀ (m64n128k16, both operands from shared memory),
+//   (consumers)     -inf past each row's bottom-right causal limit (only on tiles that cross the
+//                   warpgroup's first limit), online softmax in log2 units (exp2, sm_scale·log2e
+//                   folded, running max from -1e30), P in bf16 registers (HIGH: hi + lo, FAST:
+//                   rounded once; row sums take the unrounded P), O += P·V (m64n128k16, A = P
+//                   from registers, B = V read MN-major). Intra-warpgroup overlap: Q·Kᵀ of tile
+//                   j is issued before P·V of tile j - 1, and the softmax of tile j runs while
+//                   that P·V is on the tensor cores. The two consumers take turns issuing
+//                   (named barriers), so one's softmax also runs under the other's MMAs.
+// V rows past the sequence's keys (a tile that crosses its end) are zeroed in shared memory by
+// both consumers before the tile's P·V: their P is exactly 0, but 0 · NaN would not be (the rows
+// belong to another sequence or to padding the caller never wrote). Epilogue: O / l to bf16 and
+// the natural-log LSE, rows past the sequence skipped; a row that sees no key gets O 0, LSE -inf.
+// Instantiated in wgmma_d192.cu; launched by wgmma.cu.
+#pragma once
+
+#if !defined(ATTND_GPU_CUDA)
+#error "kernels/mla_prefill/gpu/wgmma.cuh is CUDA-only"
+#endif
+
+#include <cuda.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/mma_sync.cuh"
+#include "kernels/common/gpu/tiles.h"
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/common/gpu/wgmma.cuh"
+#include "kernels/common/math.h"
+#include "kernels/mla_prefill/gpu/common.cuh"
+#include "kernels/mla_prefill/gpu/plan.h"
+
+namespace attnd::kernels::mla_prefill::gpu {
+
+// The argument block of the wgmma kernel: the three tensor maps (3-D: columns, heads, tokens;
+// boxes of 64 columns x 1 head x 128 rows, 128-byte swizzle) and the common arguments.
+struct WgmmaPrefillArgs {
+  CUtensorMap q_map, k_map, v_map;
+  PrefillArgs a;
+};
+
+template <int kDqk, int kDv>
+struct WgmmaPrefillTile {
+  static_assert(kDqk % 64 == 0 && kDqk >= 64 && kDqk <= 192, "d_qk 64, 128 or 192");
+  static_assert(kDv == 64 || kDv == 128, "d_v 64 or 128 (the P·V wgmma N)");
+  static constexpr int kThreads = 384;  // WG0, WG1 consumers; WG2 producer
+  static constexpr int kBlockM = 128;   // queries per CTA (64 per consumer)
+  static constexpr int kBlockN = 128;   // keys per tile
+  static constexpr int kQkSlabs = kDqk / 64, kVSlabs = kDv / 64;
+  static constexpr uint32_t kSlabBytes = kBlockN * 128;  // 128 rows of 64 bf16 (= kBlockM rows)
+  static constexpr uint32_t kQBytes = kQkSlabs * kSlabBytes;
+  static constexpr uint32_t kKStageBytes = kQkSlabs * kSlabBytes;
+  static constexpr uint32_t kVStageBytes = kVSlabs * kSlabBytes;
+  // Shared memory (bytes; every slab 1024-byte aligned): Q | K stage 0, 1 | V stage 0, 1 | bars.
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKOffset = kQOffset + kQBytes;
+  static constexpr uint32_t kVOffset = kKOffset + 2 * kKStageBytes;
+  static constexpr uint32_t kBarOffset = kVOffset + 2 * kVStageBytes;
+  // u64 mbarriers: q_full, k_full[2], v_full[2], k_empty[2], v_empty[2].
+  static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 9 * 8);
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budget (65536 / 128)");
+  static_assert(kSmemBytes <= kSm90MaxSmemBytes, "fits sm_90's 227 KiB of shared memory");
+};
+
+// Named barriers of the two consumers (256 threads each): around the zeroing of V rows, and the
+// issue turns of WG0 (kBarTurn0) and WG1 (kBarTurn0 + 1).
+inline constexpr uint32_t kBarVZeroed = 1, kBarTurn0 = 2;
+
+// Whether the consumers take turns issuing their MMAs: measured 2-4 % faster than letting them
+// issue freely (docs/BENCHMARKS.md "MLA prefill on Hopper").
+inline constexpr bool kPingPong = true;
+
+// kExactP: Precision::kHigh (P·V as (P hi + P lo)·V); false: Precision::kFast (bf16 P).
+template <int kDqk, int kDv, bool kExactP>
+__global__ void __launch_bounds__(384, 1)
+    MlaPrefillWgmmaKernel(const __grid_constant__ WgmmaPrefillArgs args) {
+#if ATTND_SM90A
+  using T = WgmmaPrefillTile<kDqk, kDv>;
+  using namespace ::attnd::gpu::wgmma;
+  using ::attnd::gpu::ptx::Bf16Hi;
+  using ::attnd::gpu::ptx::Bf16Lo;
+  using ::attnd::gpu::ptx::Exp2;
+  using ::attnd::gpu::ptx::PackBf16x2;
+  const PrefillArgs& a = args.a;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = SmemAddr(smem);
+  if ((base & (kSwizzleAtomBytes - 1)) != 0) __trap();  // swizzle atoms need 1024-B alignment
+
+  const int tid = threadIdx.x;
+  const int64_t slot = blockIdx.x % a.slots, h = blockIdx.x / a.slots;
+  int64_t b, tile;
+  if (!FindTile(a, slot, &b, &tile)) return;
+  const SeqRange s = SequenceRange(a, b);
+  const int64_t row0 = tile * T::kBlockM;  // first query of the CTA, in the sequence
+  const int nrows = static_cast<int>(Min64(T::kBlockM, s.lq - row0));
+  const int64_t key_end = KeyLimit(a, row0 + nrows - 1, s.lq, s.lk);  // keys the CTA sees
+  if (key_end == 0) {
+    WriteEmptyRows(a, s.q0 + row0, nrows, h);  // nothing visible: no loads at all
+    return;
+  }
+  const int n_tiles = static_cast<int>((key_end + T::kBlockN - 1) / T::kBlockN);
+
+  const uint32_t q_full = base + T::kBarOffset;
+  const uint32_t k_full = q_full + 8, v_full = q_full + 24;     // + 8·stage
+  const uint32_t k_empty = q_full + 40, v_empty = q_full + 56;  // + 8·stage
+  if (tid == 0) {
+    MbarInit(q_full, 1);
+    for (int st = 0; st < 2; ++st) {
+      MbarInit(k_full + 8 * st, 1);
+      MbarInit(v_full + 8 * st, 1);
+      MbarInit(k_empty + 8 * st, T::kEmptyCount);
+      MbarInit(v_empty + 8 * st, T::kEmptyCount);
+    }
+    FenceMbarInit();
+  }
+  __syncthreads();
+
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
+  if (wg == 2) {
+    SetMaxRegsDec<T::kProducerRegs>();
+    if (tid != 256) return;
+    // ---- Producer (one thread). Coordinates: column, head, token row (all < 2^31: GpuSupports).
+    const int32_t kvh = static_cast<int32_t>(h / a.group);
+    PrefetchTensorMap(&args.k_map);
+    PrefetchTensorMap(&args.v_map);
+    MbarArriveExpectTx(q_full, T::kQBytes);
+    for (int sl = 0; sl < T::kQkSlabs; ++sl) {
+      TmaLoad3d(base + T::kQOffset + sl * T::kSlabBytes, &args.q_map, q_full, 64 * sl,
+                static_cast<int32_t>(h), static_cast<int32_t>(s.q0 + row0));
+    }
+    for (int j = 0; j < n_tiles; ++j) {
+      const int st = j & 1;
+      const int32_t krow = static_cast<int32_t>(s.k0 + int64_t{T::kBlockN} * j);
+      // Stage st last held tile j - 2: its phase (j >> 1) - 1 of the empty barriers.
+      if (j >= 2) MbarWait(k_empty + 8 * st, ((j >> 1) - 1) & 1);
+      MbarArriveExpectTx(k_full + 8 * st, T::kKStageBytes);
+      for (int sl = 0; sl < T::kQkSlabs; ++sl) {
+        TmaLoad3d(base + T::kKOffset + st * T::kKStageBytes + sl * T::kSlabBytes, &args.k_map,
+                  k_full + 8 * st, 64 * sl, kvh, krow);
+      }
+      if (j >= 2) MbarWait(v_empty + 8 * st, ((j >> 1) - 1) & 1);
+      MbarArriveExpectTx(v_full + 8 * st, T::kVStageBytes);
+      for (int sl = 0; sl < T::kVSlabs; ++sl) {
+        TmaLoad3d(base + T::kVOffset + st * T::kVStageBytes + sl * T::kSlabBytes, &args.v_map,
+                  v_full + 8 * st, 64 * sl, kvh, krow);
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: warp w of warpgroup wg owns query rows 64·wg + 16w + lane/4 and + 8.
+  SetMaxRegsInc<T::kConsumerRegs>();
+  const int warp = (tid / 32) % 4, lane = tid % 32, cq = 2 * (lane % 4);
+  const int r0 = 64 * wg + 16 * warp + lane / 4;
+  int64_t limit[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = r0 + 8 * i;
+    limit[i] = r < nrows ? KeyLimit(a, row0 + r, s.lq, s.lk) : 0;
+  }
+  // From which key any row of this warpgroup needs a mask (limits grow with the row; a partly
+  // filled warpgroup masks everywhere).
+  const int64_t mask_from = 64 * wg + 63 < nrows ? KeyLimit(a, row0 + 64 * wg, s.lq, s.lk) : 0;
+
+  float o[kDv / 2];  // O rows r0, r0 + 8 x kDv columns, wgmma accumulator layout
+#pragma unroll
+  for (int i = 0; i < kDv / 2; ++i) o[i] = 0.0f;
+  float sc[64];                     // S (then P in f32) of one tile: 64 rows x 128 keys
+  uint32_t p_hi[8][4], p_lo[8][4];  // P of the previous tile as A fragments (k-step, register)
+  float m_run[2] = {kInitialMax, kInitialMax}, l_run[2] = {0.0f, 0.0f};
+  const uint64_t q_desc = SmemDescKMajor(base + T::kQOffset + 64 * wg * kSwizzleRowBytes);
+
+  // S = Q·Kᵀ of the tile in stage st (one commit group).
+  auto issue_qk = [&](int st) {
+    uint64_t qd = q_desc, kd = SmemDescKMajor(base + T::kKOffset + st * T::kKStageBytes);
+#pragma unroll
+    for (int sl = 0; sl < T::kQkSlabs; ++sl) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        asm volatile("" : "+l"(qd), "+l"(kd));  // one live descriptor pair, not a hoisted set
+        Wgmma<128, WgmmaA::kSmem>::Run<false>(sc, qd, kd, sl + kk > 0);
+        const uint32_t step = kk < 3 ? 32 : T::kSlabBytes - 3 * 32;
+        qd = DescAdvance(qd, step);
+        kd = DescAdvance(kd, step);
+      }
+    }
+    WgmmaCommit();
+  };
+  // O += P·V of the tile in stage st (one commit group): 8 k-steps of 16 keys, HIGH twice.
+  auto issue_pv = [&](int st) {
+    const uint64_t v0 = SmemDescMnMajor(base + T::kVOffset + st * T::kVStageBytes, T::kSlabBytes);
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      uint64_t vd = DescAdvance(v0, 2048 * kk);
+      asm volatile("" : "+l"(vd));
+      Wgmma<kDv, WgmmaA::kRegs>::template Run<true>(o, p_hi[kk], vd, true);
+      if constexpr (kExactP) Wgmma<kDv, WgmmaA::kRegs>::template Run<true>(o, p_lo[kk], vd, true);
+    }
+    WgmmaCommit();
+  };
+  // Online softmax of the completed S of the tile starting at key k0: P (f32) in place of S,
+  // the rescale factor of the earlier O in alpha, the row sums.
+  auto softmax = [&](int64_t k0, float(&alpha)[2]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+    if (k0 + T::kBlockN > mask_from) {  // warpgroup-uniform: some row's limit is in the tile
+      int lim[2];                       // each row's limit relative to the tile, in [0, 128]
+#pragma unroll
+      for (int i = 0; i < 2; ++i) lim[i] = static_cast<int>(Min64(Max64(limit[i] - k0, 0), 128));
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (8 * j + cq + (e & 1) >= lim[e >> 1]) sc[4 * j + e] = -INFINITY;
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], sc[4 * j + e]);
+    }
+    float neg_m[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 1));
+      mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 2));
+      const float m_new = fmaxf(m_run[i], mx[i] * a.scale_log2);
+      alpha[i] = Exp2(m_run[i] - m_new);
+      m_run[i] = m_new;
+      neg_m[i] = -m_new;
+      l_run[i] *= alpha[i];
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pe = Exp2(fmaf(sc[4 * j + e], a.scale_log2, neg_m[e >> 1]));
+        sc[4 * j + e] = pe;
+        l_run[e >> 1] += pe;
+      }
+    }
+  };
+  // P (f32 in sc) as the A fragments of P·V: k-step kk is accumulator registers 8kk .. 8kk + 7.
+  auto pack_p = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float x0 = sc[8 * kk + 2 * q], x1 = sc[8 * kk + 2 * q + 1];
+        const uint32_t hi = PackBf16x2(x0, x1);
+        p_hi[kk][q] = hi;
+        if constexpr (kExactP) p_lo[kk][q] = PackBf16x2(x0 - Bf16Lo(hi), x1 - Bf16Hi(hi));
+      }
+    }
+  };
+  // Waits for V of tile j; where the tile crosses the sequence's last key, both consumers zero
+  // the rows past it (generic stores, then the proxy fence) and meet before either reads them.
+  auto wait_v = [&](int j) {
+    const int st = j & 1;
+    MbarWait(v_full + 8 * st, (j >> 1) & 1);
+    const int64_t k0 = int64_t{T::kBlockN} * j;
+    if (k0 + T::kBlockN > s.lk) {  // the same for both warpgroups
+      const int first = static_cast<int>(Max64(s.lk - k0, 0));
+      uint8_t* v_st = smem + T::kVOffset + st * T::kVStageBytes;
+      constexpr int kChunks = 8 * T::kVSlabs;  // 16-byte chunks of a row, over its slabs
+      for (int i = tid; i < (T::kBlockN - first) * kChunks; i += 256) {
+        const int row = first + i / kChunks, c = i % kChunks;
+        *reinterpret_cast<uint4*>(v_st + (c / 8) * T::kSlabBytes + row * 128 + 16 * (c % 8)) =
+            make_uint4(0, 0, 0, 0);
+      }
+      FenceProxyAsync();
+      NamedBarSync(kBarVZeroed, 256);
+    }
+  };
+
+  // Issue turns (kPingPong): the consumers issue their MMAs alternately, so that one's softmax
+  // runs while the other's MMAs keep the tensor cores busy. WG1 gives WG0 the first turn; the
+  // arrivals balance the syncs (WG1 does not hand back after its last turn).
+  const int n_turns = n_tiles + 1;  // Q·Kᵀ of tile 0, then (Q·Kᵀ j, P·V j - 1), then P·V last
+  int turn = 0;
+  auto begin_turn = [&]() {
+    if constexpr (kPingPong) NamedBarSync(kBarTurn0 + wg, 256);
+  };
+  auto end_turn = [&]() {
+    if constexpr (kPingPong) {
+      if (wg == 0 || turn + 1 < n_turns) NamedBarArrive(kBarTurn0 + (wg ^ 1), 256);
+    }
+    ++turn;
+  };
+  if (kPingPong && wg == 1) NamedBarArrive(kBarTurn0, 256);
+
+  MbarWait(q_full, 0);
+  float alpha[2];
+  // Tile 0: O is still zero, nothing to rescale.
+  MbarWait(k_full, 0);
+  begin_turn();
+  WgmmaFence();
+  issue_qk(0);
+  end_turn();
+  WgmmaWait<0>();
+  FenceAccumulators(sc);
+  if (lane == 0) MbarArrive(k_empty);
+  softmax(0, alpha);
+  pack_p();
+  for (int j = 1; j < n_tiles; ++j) {
+    const int st = j & 1;
+    MbarWait(k_full + 8 * st, (j >> 1) & 1);
+    wait_v(j - 1);
+    begin_turn();
+    WgmmaFence();
+    issue_qk(st);
+    issue_pv(st ^ 1);
+    end_turn();
+    WgmmaWait<1>();  // Q·Kᵀ of tile j (committed first) is complete
+    FenceAccumulators(sc);
+    if (lane == 0) MbarArrive(k_empty + 8 * st);
+    softmax(int64_t{T::kBlockN} * j, alpha);  // under P·V of tile j - 1
+    WgmmaWait<0>();
+    FenceAccumulators(o);
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {  // keeps P's registers live (the async P·V reads them)
+      FenceRegisters(p_hi[kk]);
+      if constexpr (kExactP) FenceRegisters(p_lo[kk]);
+    }
+    if (lane == 0) MbarArrive(v_empty + 8 * (st ^ 1));
+#pragma unroll
+    for (int i = 0; i < kDv / 8; ++i) {
+      o[4 * i + 0] *= alpha[0];
+      o[4 * i + 1] *= alpha[0];
+      o[4 * i + 2] *= alpha[1];
+      o[4 * i + 3] *= alpha[1];
+    }
+    pack_p();
+  }
+  wait_v(n_tiles - 1);
+  begin_turn();
+  WgmmaFence();
+  issue_pv((n_tiles - 1) & 1);
+  end_turn();
+  WgmmaWait<0>();
+  FenceAccumulators(o);
+
+  // Epilogue: row sums over the quad, then out = O / l and lse (rows past nrows are skipped).
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float l = l_run[i];
+    l += ::attnd::gpu::ShflXor(l, 1);
+    l += ::attnd::gpu::ShflXor(l, 2);
+    const int r = r0 + 8 * i;
+    if (r >= nrows) continue;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    uint16_t* out = OutRow(a, s.q0 + row0 + r, h) + cq;
+#pragma unroll
+    for (int j = 0; j < kDv / 8; ++j) {
+      *reinterpret_cast<uint32_t*>(out + 8 * j) =
+          PackBf16x2(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+    }
+    if (cq == 0 && a.lse != nullptr) {
+      *LseAt(a, s.q0 + row0 + r, h) = l > 0.0f ? (m_run[i] + log2f(l)) * kLn2 : -INFINITY;
+    }
+  }
+#else
+  __trap();  // sm_90a only: GpuSupports refuses other devices
+#endif
+}
+
+// One instance's launch over `grid` CTAs (the schedule kernel ran before it).
+template <int kDqk, int kDv, bool kExactP>
+::attnd::gpu::Error LaunchWgmmaPrefillInstance(const WgmmaPrefillArgs& args, int64_t grid,
+                                               ::attnd::gpu::Stream stream) {
+  using T = WgmmaPrefillTile<kDqk, kDv>;
+  const void* fn = reinterpret_cast<const void*>(&MlaPrefillWgmmaKernel<kDqk, kDv, kExactP>);
+  const ::attnd::gpu::Error e = ::attnd::gpu::AllowDynamicSmem(fn, T::kSmemBytes);
+  if (e != ::attnd::gpu::kSuccess) return e;
+  MlaPrefillWgmmaKernel<kDqk, kDv, kExactP>
+      <<<dim3(static_cast<unsigned>(grid)), T::kThreads, T::kSmemBytes, stream>>>(args);
+  return ::attnd::gpu::GetLastError();
+}
+
+// How the instance runs (block_m, threads, shared memory, residency on the current device).
+template <int kDqk, int kDv>
+KernelShape WgmmaPrefillShape() {
+  using T = WgmmaPrefillTile<kDqk, kDv>;
+  KernelShape s;
+  s.kernel = reinterpret_cast<const void*>(&MlaPrefillWgmmaKernel<kDqk, kDv, true>);
+  s.block_m = T::kBlockM;
+  s.threads = T::kThreads;
+  s.smem_bytes = T::kSmemBytes;
+  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
+  return s;
+}
+
+// Explicit instantiation (wgmma_d192.cu) or its extern declaration (wgmma.cu): both precisions.
+#define ATTND_MLA_PREFILL_WGMMA_INSTANCE(EXTERN, DQK, DV)                         \
+  EXTERN template ::attnd::gpu::Error LaunchWgmmaPrefillInstance<DQK, DV, true>(  \
+      const WgmmaPrefillArgs&, int64_t, ::attnd::gpu::Stream);                    \
+  EXTERN template ::attnd::gpu::Error LaunchWgmmaPrefillInstance<DQK, DV, false>( \
+      const WgmmaPrefillArgs&, int64_t, ::attnd::gpu::Stream);                    \
+  EXTERN template KernelShape WgmmaPrefillShape<DQK, DV>();
+
+}  // namespace attnd::kernels::mla_prefill::gpu
