@@ -56,15 +56,18 @@ inline bool EncodeBf16Map3d(CUtensorMap* map, const void* base, const uint64_t (
                   box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   };
-  CUresult r = run();
-  if (r == CUDA_ERROR_INVALID_CONTEXT) {
-    // The driver call needs a current context, which the runtime creates lazily: a process's
-    // first call (a Supports() before any allocation) may come before it. cudaSetDevice makes the
-    // device's primary context current; then once more.
-    int device = 0;
-    if (cudaGetDevice(&device) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) r = run();
-    static_cast<void>(cudaGetLastError());
+  // The driver call needs a current context, which the runtime makes current on a thread lazily
+  // (a Supports() may be a thread's first CUDA call): cudaSetDevice does it, once per thread and
+  // device; once more after a refusal for want of one (the context was reset since).
+  thread_local int context_device = -1;
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess && device != context_device &&
+      cudaSetDevice(device) == cudaSuccess) {
+    context_device = device;
   }
+  CUresult r = run();
+  if (r == CUDA_ERROR_INVALID_CONTEXT && cudaSetDevice(device) == cudaSuccess) r = run();
+  static_cast<void>(cudaGetLastError());
   if (r != CUDA_SUCCESS) {
     return kernels::Refuse(why, "cuTensorMapEncodeTiled refused the tensor (error ",
                            static_cast<int>(r), ")");
