@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <string>
 
@@ -18,8 +19,14 @@ class ScopedShm {
  public:
   explicit ScopedShm(int64_t size) {
     static std::atomic<int> counter{0};
-    key_ = absl::StrCat("/attnd-test-", getpid(), "-", counter.fetch_add(1));
-    const int fd = shm_open(key_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    // A name of this pid may be left over from an earlier process that died holding it (pids are
+    // reused): take the next name instead of failing on it.
+    int fd = -1;
+    for (int attempt = 0; attempt < 1000 && fd < 0; ++attempt) {
+      key_ = absl::StrCat("/attnd-test-", getpid(), "-", counter.fetch_add(1));
+      fd = shm_open(key_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+      if (fd < 0 && errno != EEXIST) break;
+    }
     ok_ = fd >= 0 && ftruncate(fd, size) == 0;
     if (ok_) {
       void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
