@@ -34,8 +34,10 @@ struct PrefillArgs {
   int64_t out_stride_t, out_stride_h;
   float* lse;  // f32 [total_q, H] natural log; null when absent
   int64_t lse_stride_t, lse_stride_h;
-  // Workspace: tile_start[b] = Σ_{b' < b} ceil(Lq_b' / block_m), b in [0, B] (schedule.cu).
+  // Workspace: tile_start[b] = Σ_{b' < b} ceil(Lq_b' / block_m), b in [0, B] (schedule.cu),
+  // then the counter the wgmma kernel's CTAs take work items from (zeroed by schedule.cu).
   int64_t* tile_start;
+  int64_t* work_counter;
   int64_t total_q, total_k;
   int64_t slots;  // CTAs per head: ceil(total_q / block_m) + B >= every sequence's tiles
   int32_t batch, heads, group;  // group = H / H_kv query heads per kv head

@@ -28,7 +28,8 @@ enum class GpuKernel {
 // 2^31 - 1 tokens, k at least one; tensor maps of q, k and v that the driver accepts.
 bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why);
 
-// Workspace bytes: the per-sequence query-tile offsets (8 · (B + 1)), 16-byte aligned.
+// Workspace bytes: the per-sequence query-tile offsets (8 · (B + 1)) and a work counter (8),
+// 16-byte aligned.
 int64_t WorkspaceBytes(const Params& p);
 
 // Runs the prefill on `stream`: a schedule kernel (tile offsets from cu_seqlens_q, and out 0 /

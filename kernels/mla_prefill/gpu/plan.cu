@@ -52,6 +52,7 @@ PrefillArgs MakePrefillArgs(const Params& p, int block_m, void* workspace) {
     a.lse_stride_h = p.lse.stride(1);
   }
   a.tile_start = static_cast<int64_t*>(workspace);
+  a.work_counter = a.tile_start + p.cu_seqlens_q.dim(0);
   a.total_q = p.q.dim(0);
   a.total_k = p.k.dim(0);
   a.slots = SlotsPerHead(p, block_m);
@@ -106,7 +107,7 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
 }
 
 int64_t WorkspaceBytes(const Params& p) {
-  return 8 * p.cu_seqlens_q.dim(0);  // int64 per entry of cu_seqlens_q: B + 1
+  return 8 * (p.cu_seqlens_q.dim(0) + 1);  // int64 per entry of cu_seqlens_q (B + 1), a counter
 }
 
 ::attnd::gpu::Error LaunchPrefill(const Params& p, const KernelShape& shape, void* workspace,

@@ -1,6 +1,7 @@
 // The MLA prefill schedule kernel (portable CUDA/HIP), run before the attention kernel:
 //   block 0      tile_start[b] = Σ_{b' < b} ceil(Lq_b' / block_m) for b in [0, B] (a block-wide
 //                scan over the sequences, kThreads at a time), from the clamped cu_seqlens_q;
+//                the work counter set to 0;
 //   blocks 1..   out 0 and lse -inf for the rows past the last sequence (clamped
 //                cu_seqlens_q[B] .. total_q), as the CPU implementation writes them.
 #include <math.h>
@@ -42,7 +43,10 @@ __device__ void ScanTiles(const PrefillArgs& a) {
     carry += part[kThreads - 1];
     __syncthreads();  // everyone read part before the next chunk overwrites it
   }
-  if (tid == 0) a.tile_start[a.batch] = carry;
+  if (tid == 0) {
+    a.tile_start[a.batch] = carry;
+    *a.work_counter = 0;  // the wgmma kernel's CTAs take their items from it
+  }
 }
 
 __device__ void FillUncoveredRows(const PrefillArgs& a, int64_t worker, int64_t workers) {

@@ -3,6 +3,7 @@
 #if defined(ATTND_GPU_CUDA)
 #include <stdint.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/common/gpu/device_checks.h"
@@ -87,8 +88,13 @@ bool WgmmaSupports(const Params& p, std::string* why) {
   const KernelShape shape = WgmmaShape(p);
   if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return ::attnd::gpu::kErrorInvalidValue;
   if (workspace == nullptr || !Aligned(workspace, 8)) return ::attnd::gpu::kErrorInvalidValue;
-  const int64_t grid = SlotsPerHead(p, shape.block_m) * p.q.dim(1);
-  if (grid > kMaxInt32) return ::attnd::gpu::kErrorInvalidValue;
+  const int64_t items = SlotsPerHead(p, shape.block_m) * p.q.dim(1);
+  if (items > kMaxInt32) return ::attnd::gpu::kErrorInvalidValue;
+  // Persistent CTAs: as many as are resident at once, taking items from the counter.
+  ::attnd::gpu::DeviceFacts d;
+  if (!::attnd::gpu::CurrentDeviceFacts(&d)) return ::attnd::gpu::kErrorInvalidValue;
+  const int64_t grid =
+      std::min<int64_t>(items, static_cast<int64_t>(d.sm_count) * shape.blocks_per_sm);
   WgmmaPrefillArgs args;
   Maps maps;
   if (!EncodeMaps(p, &maps, nullptr)) return ::attnd::gpu::kErrorInvalidValue;

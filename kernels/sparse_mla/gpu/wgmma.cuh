@@ -39,6 +39,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/attention/wgmma_softmax.cuh"
 #include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/gpu/mma_sync.cuh"
 #include "kernels/common/gpu/tiles.h"
@@ -227,10 +228,6 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a) {
 #if ATTND_SM90A
   using Tile = WgmmaTile<kDqk>;
   using namespace ::attnd::gpu::wgmma;
-  using ::attnd::gpu::ptx::Bf16Hi;
-  using ::attnd::gpu::ptx::Bf16Lo;
-  using ::attnd::gpu::ptx::Exp2;
-  using ::attnd::gpu::ptx::PackBf16x2;
   using wgmma_internal::OpaqueDescriptors;
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t base = SmemAddr(smem);
@@ -487,40 +484,12 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a) {
           mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * j + e]);
         }
       }
-      float neg_m[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 1));
-        mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 2));
-        const float m_new = fmaxf(m_run[i], mx[i] * a.scale_log2);
-        alpha[i] = Exp2(m_run[i] - m_new);
-        m_run[i] = m_new;
-        neg_m[i] = -m_new;
-        l_run[i] *= alpha[i];
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pe = Exp2(fmaf(s[4 * j + e], a.scale_log2, neg_m[e >> 1]));
-          s[4 * j + e] = pe;
-          l_run[e >> 1] += pe;
-        }
-      }
+      WgmmaSoftmaxStep(s, mx, a.scale_log2, m_run, l_run, alpha);
     };
     // P = hi + lo as A fragments; then (once WG1 is done with the previous ones) to shared
     // memory with alpha, and WG1 is told.
     auto publish_p = [&](int stage) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float x0 = s[8 * kk + 2 * q], x1 = s[8 * kk + 2 * q + 1];
-          const uint32_t hi = PackBf16x2(x0, x1);
-          p_hi[kk][q] = hi;
-          p_lo[kk][q] = kExactP ? PackBf16x2(x0 - Bf16Lo(hi), x1 - Bf16Hi(hi)) : 0u;
-        }
-      }
+      WgmmaPackP<4, kExactP>(s, p_hi, p_lo);
       NamedBarSync(kBarPFree, 256);
       uint8_t* p_hi_s = smem + Tile::PHiOffset(stage);
       uint8_t* p_lo_s = smem + Tile::kPLoOffset;

@@ -140,6 +140,24 @@ TEST(MlaPrefill, LongSequencesManyTiles) {
   }
 }
 
+// More work items (query tile x head) than a GPU has SMs, each over several key tiles: a
+// persistent kernel's CTAs take many items in turn, its pipeline running on across them. GPU
+// machines only (the fp64 reference takes seconds).
+TEST(MlaPrefill, ManyItemsOfSeveralTiles) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU: the CPU cases above cover the math";
+  PrefillCase c;
+  c.heads = 4;
+  c.heads_kv = 2;
+  auto rng = testing::MakeRng();
+  c.lens.clear();
+  for (int b = 0; b < 90; ++b) {
+    const int32_t lq = 1 + static_cast<int32_t>(rng() % 400);
+    c.lens.push_back({lq, lq + static_cast<int32_t>(rng() % 64)});
+  }
+  c.extra_k_rows = 3;
+  CheckCase(c);
+}
+
 TEST(MlaPrefill, ManySequences) {
   PrefillCase c;
   c.heads = c.heads_kv = 2;
