@@ -88,8 +88,8 @@ struct WgmmaPrefillTile {
 // issue turns of WG0 (kBarTurn0) and WG1 (kBarTurn0 + 1).
 inline constexpr uint32_t kBarVZeroed = 1, kBarTurn0 = 2;
 
-// Whether the consumers take turns issuing their MMAs: measured 2-4 % faster than letting them
-// issue freely (docs/BENCHMARKS.md "MLA prefill on Hopper").
+// Whether the consumers take turns issuing their MMAs: measured 2-3 % faster in FAST than letting
+// them issue freely, HIGH within 1.2 % either way (docs/BENCHMARKS.md "MLA prefill on Hopper").
 inline constexpr bool kPingPong = true;
 
 // kExactP: Precision::kHigh (P·V as (P hi + P lo)·V); false: Precision::kFast (bf16 P).
