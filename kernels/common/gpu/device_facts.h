@@ -65,6 +65,18 @@ inline bool CurrentDeviceFacts(DeviceFacts* out) {
   return ok[ordinal];
 }
 
+// 10·major + minor of the current CUDA device (90 on H200); 0 when unknown or on HIP.
+inline int CurrentDeviceCapability() {
+  DeviceFacts d;
+  return CurrentDeviceFacts(&d) ? 10 * d.cc_major + d.cc_minor : 0;
+}
+
+// Streaming multiprocessors (compute units) of the current device; 1 when unknown.
+inline int CurrentDeviceSmCount() {
+  DeviceFacts d;
+  return CurrentDeviceFacts(&d) && d.sm_count > 0 ? d.sm_count : 1;
+}
+
 // Lets `kernel` use `bytes` of dynamic shared memory (needed above 48 KiB on CUDA). Not a stream
 // operation: safe during graph capture and to repeat.
 inline Error AllowDynamicSmem(const void* kernel, int bytes) {

@@ -1,7 +1,8 @@
-// CUDA-only (sm_80+) PTX wrappers for tensor-core attention kernels built on mma.sync: 16-byte
-// cp.async with zero fill, ldmatrix (x2, x4, transposed), bf16 m16n8k16 mma with f32
-// accumulation, bf16x2 packing and the hi + lo split of a float, ex2, and the XOR swizzle of
-// 16-byte chunks that makes ldmatrix and cp.async on row-major tiles bank-conflict free.
+// CUDA-only (sm_80+) PTX wrappers for the tensor-core kernels built on mma.sync (attention and
+// the indexer): 16- and 4-byte cp.async with zero fill, ldmatrix (x2, x4, transposed), bf16 and
+// f16 m16n8k16 mma with f32 accumulation, e4m3x2 -> f16x2, bf16x2 packing and the hi + lo split
+// of a float, ex2, and the XOR swizzle of 16-byte chunks that makes ldmatrix and cp.async on
+// row-major tiles bank-conflict free.
 //   CpAsync16(SmemAddr(dst), src, ok);  CpAsyncCommit();  CpAsyncWait<0>();
 #pragma once
 
@@ -9,7 +10,10 @@
 #error "kernels/common/gpu/mma_sync.cuh is CUDA-only"
 #endif
 
+#include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "kernels/common/gpu/convert.cuh"
 
 namespace attnd::gpu::ptx {
 
@@ -18,12 +22,30 @@ __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Copies 16 bytes global -> shared asynchronously when `valid`; otherwise writes 16 zero bytes
-// and reads nothing (src-size 0), so `src` only has to be some mapped address.
+// Copies 16 bytes global -> shared asynchronously (bypassing L1) when `valid`; otherwise writes
+// 16 zero bytes and reads nothing (src-size 0), so `src` only has to be some mapped, 16-byte
+// aligned address. kL2Prefetch 128: the L2 also fetches the rest of the 128-byte line (the
+// attention kernels, which read whole rows); 0: no hint (the indexer).
+template <int kL2Prefetch = 128>
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
+  static_assert(kL2Prefetch == 128 || kL2Prefetch == 0, "L2 prefetch: 128 bytes or none");
+  if constexpr (kL2Prefetch == 128) {
+    const int src_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+  }
+}
+
+// 4 bytes global -> shared (through L1); zero fill and no read when !valid (src must still be a
+// mapped, 4-byte aligned address).
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 4 : 0)
                : "memory");
 }
 
@@ -71,6 +93,30 @@ __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4],
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// acc += A · B for one m16n8k16 tile in f16: A 16x16 row-major fragment (a[4]), B 16x8
+// column-major fragment (b0, b1), f32 accumulators (acc[4]); the fragment layouts of MmaBf16.
+__device__ __forceinline__ void MmaF16(float acc[4], const uint32_t a[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two e4m3fn codes (low byte -> low half) to f16x2, exactly (every e4m3 value is an f16 value):
+// the hardware conversion on sm_89+, the table-free decode of convert.cuh before.
+__device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t two_codes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t out;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(out) : "h"(static_cast<uint16_t>(two_codes)));
+  return out;
+#else
+  const __half2 h = __floats2half2_rn(::attnd::gpu::Fp8E4M3ToFloat(two_codes & 0xff),
+                                      ::attnd::gpu::Fp8E4M3ToFloat((two_codes >> 8) & 0xff));
+  return *reinterpret_cast<const uint32_t*>(&h);
+#endif
 }
 
 // Two floats as bf16x2 (round to nearest even): lo in bits 0..15, hi in bits 16..31.

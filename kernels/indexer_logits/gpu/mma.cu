@@ -4,14 +4,16 @@
 
 #include <cstdint>
 
+#include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/supports.h"
-#include "kernels/indexer_logits/gpu/device_info.h"
 #include "kernels/indexer_logits/gpu/launch.h"
 #include "kernels/indexer_logits/gpu/mma.cuh"
 #include "kernels/indexer_logits/gpu/prefill_problem.h"
 
 namespace attnd::kernels::indexer_logits::gpu {
 namespace {
+using ::attnd::gpu::CurrentDeviceCapability;
+using ::attnd::gpu::CurrentDeviceSmCount;
 
 constexpr int kBlockM = 256;  // 4 queries at H64, 8 at H32 share each key tile
 constexpr int kStages = 3;

@@ -21,10 +21,18 @@
 
 #include <stdint.h>
 
+#include "kernels/common/gpu/mma_sync.cuh"
 #include "kernels/indexer_logits/gpu/common.cuh"
-#include "kernels/indexer_logits/gpu/ptx.cuh"
 
 namespace attnd::kernels::indexer_logits::gpu {
+
+using ::attnd::gpu::ptx::CpAsync16;
+using ::attnd::gpu::ptx::CpAsync4;
+using ::attnd::gpu::ptx::CpAsyncCommit;
+using ::attnd::gpu::ptx::CpAsyncWait;
+using ::attnd::gpu::ptx::Fp8x2ToHalf2;
+using ::attnd::gpu::ptx::MmaF16;
+using ::attnd::gpu::ptx::SmemAddr;
 
 inline constexpr int kMmaThreads = 256;
 inline constexpr int kMmaWarps = 8;
@@ -76,8 +84,8 @@ __device__ __forceinline__ void LoadKeyTile(const IndexerProblem& p, const Block
     const uint8_t* src = nullptr;
     const float* scale = nullptr;
     const bool valid = n < uhi && LocateKey<kPaged>(p, w.group, n, &src, &scale);
-    CpAsync16(tile + row * kDim + 16 * L::KeyChunk(row, chunk), valid ? src + 16 * chunk : fallback,
-              valid);
+    CpAsync16<0>(SmemAddr(tile + row * kDim + 16 * L::KeyChunk(row, chunk)),
+                 valid ? src + 16 * chunk : fallback, valid);
   }
   static_assert(kMmaBlockN == kMmaThreads, "one key's scale per thread");
   const int row = threadIdx.x;
@@ -86,7 +94,7 @@ __device__ __forceinline__ void LoadKeyTile(const IndexerProblem& p, const Block
   const float* scale = nullptr;
   const bool valid = n < uhi && LocateKey<kPaged>(p, w.group, n, &src, &scale);
   float* scales = reinterpret_cast<float*>(smem + L::kScale) + stage * kMmaBlockN;
-  CpAsync4(scales + row, valid ? scale : reinterpret_cast<const float*>(fallback), valid);
+  CpAsync4(SmemAddr(scales + row), valid ? scale : reinterpret_cast<const float*>(fallback), valid);
   smem[L::kOk + stage * kMmaBlockN + row] = valid ? 1 : 0;
 }
 

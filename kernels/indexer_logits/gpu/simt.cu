@@ -1,12 +1,13 @@
 // The prefill operator's SIMT kernel instantiation and launcher (portable CUDA/HIP).
+#include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/supports.h"
-#include "kernels/indexer_logits/gpu/device_info.h"
 #include "kernels/indexer_logits/gpu/launch.h"
 #include "kernels/indexer_logits/gpu/prefill_problem.h"
 #include "kernels/indexer_logits/gpu/simt.cuh"
 
 namespace attnd::kernels::indexer_logits::gpu {
 namespace {
+using ::attnd::gpu::CurrentDeviceSmCount;
 
 IndexerProblem SplitSimt(const Params& p) {
   IndexerProblem x = MakePrefillProblem(p);

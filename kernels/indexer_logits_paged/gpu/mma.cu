@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/supports.h"
-#include "kernels/indexer_logits/gpu/device_info.h"
 #include "kernels/indexer_logits/gpu/mma.cuh"
 #include "kernels/indexer_logits_paged/gpu/launch.h"
 #include "kernels/indexer_logits_paged/gpu/paged_problem.h"
@@ -13,9 +13,9 @@
 namespace attnd::kernels::indexer_logits_paged::gpu {
 namespace {
 
+using ::attnd::gpu::CurrentDeviceCapability;
+using ::attnd::gpu::CurrentDeviceSmCount;
 using indexer_logits::gpu::ChooseSplit;
-using indexer_logits::gpu::CurrentDeviceCapability;
-using indexer_logits::gpu::CurrentDeviceSmCount;
 using indexer_logits::gpu::GridCtas;
 using indexer_logits::gpu::IndexerMmaKernel;
 using indexer_logits::gpu::kMmaBlockN;

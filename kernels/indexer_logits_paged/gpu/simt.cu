@@ -1,6 +1,6 @@
 // The paged operator's SIMT kernel instantiation and launcher (portable CUDA/HIP).
+#include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/supports.h"
-#include "kernels/indexer_logits/gpu/device_info.h"
 #include "kernels/indexer_logits/gpu/simt.cuh"
 #include "kernels/indexer_logits_paged/gpu/launch.h"
 #include "kernels/indexer_logits_paged/gpu/paged_problem.h"
@@ -8,8 +8,8 @@
 namespace attnd::kernels::indexer_logits_paged::gpu {
 namespace {
 
+using ::attnd::gpu::CurrentDeviceSmCount;
 using indexer_logits::gpu::ChooseSplit;
-using indexer_logits::gpu::CurrentDeviceSmCount;
 using indexer_logits::gpu::GridCtas;
 using indexer_logits::gpu::IndexerSimtKernel;
 using indexer_logits::gpu::kSimtBlockM;
