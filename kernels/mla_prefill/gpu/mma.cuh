@@ -260,13 +260,8 @@ __global__ void __launch_bounds__(256, 1) MlaPrefillMmaKernel(const PrefillArgs 
 template <int kDqk, int kDv, bool kExactP>
 KernelShape MmaInstanceShape() {
   using T = MmaTile<kDqk, kDv>;
-  KernelShape s;
-  s.kernel = reinterpret_cast<const void*>(&MlaPrefillMmaKernel<kDqk, kDv, kExactP>);
-  s.block_m = T::kBlockM;
-  s.threads = T::kThreads;
-  s.smem_bytes = T::kSmemBytes;
-  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
-  return s;
+  return MakeKernelShape(reinterpret_cast<const void*>(&MlaPrefillMmaKernel<kDqk, kDv, kExactP>),
+                         T::kBlockM, T::kThreads, T::kSmemBytes);
 }
 
 // Explicit instantiation (mma_d192.cu, mma_dims.cu) or its extern declaration (mma.cu).

@@ -24,6 +24,30 @@ KernelShape ShapeOf(GpuKernel kernel, const Params& p) {
 
 }  // namespace
 
+KernelShape MakeKernelShape(const void* kernel, int block_m, int threads, int smem_bytes) {
+  KernelShape s;
+  s.kernel = kernel;
+  s.block_m = block_m;
+  s.threads = threads;
+  s.smem_bytes = smem_bytes;
+  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(kernel, threads, smem_bytes);
+  return s;
+}
+
+bool TensorCoreOperandsAligned(const Params& p, std::string* why) {
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"q", &p.q}, {"k", &p.k}, {"v", &p.v}}) {
+    if (!Bf16RowsAligned16(*t)) {
+      return Refuse(why, name,
+                    ": needs 16-byte alignment (base and leading strides multiples of 8)");
+    }
+  }
+  if (!Aligned(p.out.data, 4) || !StridesMultipleOf(p.out, 2)) {
+    return Refuse(why, "out: needs 4-byte alignment (base and leading strides even)");
+  }
+  return true;
+}
+
 int64_t SlotsPerHead(const Params& p, int block_m) {
   return CeilDiv(p.q.dim(0), block_m) + (p.cu_seqlens_q.dim(0) - 1);
 }
@@ -81,18 +105,8 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
     return Refuse(why, "the wgmma kernel is CUDA-only");
 #endif
   }
-  if (kernel == GpuKernel::kMma) {
-    if (!RunsMmaSync(d, why)) return false;
-    for (const auto& [name, t] :
-         {std::pair<const char*, const Tensor*>{"q", &p.q}, {"k", &p.k}, {"v", &p.v}}) {
-      if (!Bf16RowsAligned16(*t)) {
-        return Refuse(why, name,
-                      ": needs 16-byte alignment (base and leading strides multiples of 8)");
-      }
-    }
-    if (!Aligned(p.out.data, 4) || !StridesMultipleOf(p.out, 2)) {
-      return Refuse(why, "out: needs 4-byte alignment (base and leading strides even)");
-    }
+  if (kernel == GpuKernel::kMma && (!RunsMmaSync(d, why) || !TensorCoreOperandsAligned(p, why))) {
+    return false;
   }
   const KernelShape shape = ShapeOf(kernel, p);
   if (shape.kernel == nullptr) {

@@ -21,6 +21,14 @@ struct KernelShape {
   int blocks_per_sm = 0;  // resident CTAs per SM on the current device (0: cannot run)
 };
 
+// The shape of `kernel` with `block_m` query rows and `threads` threads per CTA and `smem_bytes`
+// of dynamic shared memory, its residency queried on the current device.
+KernelShape MakeKernelShape(const void* kernel, int block_m, int threads, int smem_bytes);
+
+// Whether q, k and v rows start 16-byte aligned and out's 4-byte aligned, the tensor-core
+// kernels' condition (cp.async and TMA rows, bf16x2 stores); else false with the reason.
+bool TensorCoreOperandsAligned(const Params& p, std::string* why);
+
 // simt.cu / mma.cu: the instance for p.
 KernelShape SimtShape(const Params& p);
 #if defined(ATTND_GPU_CUDA)

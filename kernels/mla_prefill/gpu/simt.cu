@@ -203,13 +203,9 @@ __global__ void __launch_bounds__(kThreads) MlaPrefillSimtKernel(const PrefillAr
 
 template <bool kVec>
 KernelShape Shape(const Params& p) {
-  KernelShape s;
-  s.kernel = reinterpret_cast<const void*>(&MlaPrefillSimtKernel<kVec>);
-  s.block_m = kBlockM;
-  s.threads = kThreads;
-  s.smem_bytes = SmemBytes(static_cast<int>(p.q.dim(2)), static_cast<int>(p.v.dim(2)));
-  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
-  return s;
+  return MakeKernelShape(reinterpret_cast<const void*>(&MlaPrefillSimtKernel<kVec>), kBlockM,
+                         kThreads,
+                         SmemBytes(static_cast<int>(p.q.dim(2)), static_cast<int>(p.v.dim(2))));
 }
 
 }  // namespace

@@ -66,16 +66,7 @@ bool WgmmaSupports(const Params& p, std::string* why) {
     return Refuse(why, "more than 2^31 - 1 tokens in q or k");
   }
   if (p.k.dim(0) == 0) return Refuse(why, "k: no tokens (no tensor map of zero rows)");
-  for (const auto& [name, t] :
-       {std::pair<const char*, const Tensor*>{"q", &p.q}, {"k", &p.k}, {"v", &p.v}}) {
-    if (!Bf16RowsAligned16(*t)) {
-      return Refuse(why, name,
-                    ": needs 16-byte alignment (base and leading strides multiples of 8)");
-    }
-  }
-  if (!Aligned(p.out.data, 4) || !StridesMultipleOf(p.out, 2)) {
-    return Refuse(why, "out: needs 4-byte alignment (base and leading strides even)");
-  }
+  if (!TensorCoreOperandsAligned(p, why)) return false;
   Maps maps;
   if (p.q.dim(0) > 0 && !EncodeMaps(p, &maps, why)) return false;
   const KernelShape shape = WgmmaShape(p);

@@ -434,13 +434,8 @@ template <int kDqk, int kDv, bool kExactP>
 template <int kDqk, int kDv>
 KernelShape WgmmaPrefillShape() {
   using T = WgmmaPrefillTile<kDqk, kDv>;
-  KernelShape s;
-  s.kernel = reinterpret_cast<const void*>(&MlaPrefillWgmmaKernel<kDqk, kDv, true>);
-  s.block_m = T::kBlockM;
-  s.threads = T::kThreads;
-  s.smem_bytes = T::kSmemBytes;
-  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
-  return s;
+  return MakeKernelShape(reinterpret_cast<const void*>(&MlaPrefillWgmmaKernel<kDqk, kDv, true>),
+                         T::kBlockM, T::kThreads, T::kSmemBytes);
 }
 
 // Explicit instantiation (wgmma_d192.cu) or its extern declaration (wgmma.cu): both precisions.
