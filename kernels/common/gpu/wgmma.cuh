@@ -186,6 +186,27 @@ ATTND_WGMMA_SPECIALISATION(256, 128, ATTND_WGMMA_P128, ATTND_WGMMA_D128, "128", 
 #undef ATTND_WGMMA_D64
 #undef ATTND_WGMMA_D32
 #undef ATTND_WGMMA_D8
+// D = A·Bᵀ over kSlabs 64-column slabs of K-major A (64 rows) and B (kN rows), both from
+// shared memory: 4 k16 steps per slab (32 bytes apart), the next slab `slab_bytes` on (the same
+// for A and B); one wgmma per step, the first overwriting D. Issues only: the caller fences
+// before and commits after. The empty asm keeps one live descriptor pair instead of letting the
+// compiler precompute every step's pair (dozens of 64-bit registers).
+template <int kN, int kSlabs>
+__device__ __forceinline__ void WgmmaSsOverSlabs(float (&d)[kN / 2], uint64_t a_desc,
+                                                 uint64_t b_desc, uint32_t slab_bytes) {
+#pragma unroll
+  for (int sl = 0; sl < kSlabs; ++sl) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      asm volatile("" : "+l"(a_desc), "+l"(b_desc));
+      Wgmma<kN, WgmmaA::kSmem>::template Run<false>(d, a_desc, b_desc, sl + kk > 0);
+      const uint32_t step = kk < 3 ? 32 : slab_bytes - 3 * 32;
+      a_desc = DescAdvance(a_desc, step);
+      b_desc = DescAdvance(b_desc, step);
+    }
+  }
+}
+
 // ---- Proxy fence ----
 // Makes this thread's generic-proxy shared-memory accesses (ordinary stores, or data it has
 // acquired through a barrier, cp.async fills included) visible to later async-proxy accesses

@@ -245,18 +245,8 @@ __global__ void __launch_bounds__(384, 1)
 
     // S = Q·Kᵀ of the tile in stage st (one commit group).
     auto issue_qk = [&](int st) {
-      uint64_t qd = q_desc, kd = SmemDescKMajor(base + T::kKOffset + st * T::kKStageBytes);
-#pragma unroll
-      for (int sl = 0; sl < T::kQkSlabs; ++sl) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          asm volatile("" : "+l"(qd), "+l"(kd));  // one live descriptor pair, not a hoisted set
-          Wgmma<128, WgmmaA::kSmem>::Run<false>(sc, qd, kd, sl + kk > 0);
-          const uint32_t step = kk < 3 ? 32 : T::kSlabBytes - 3 * 32;
-          qd = DescAdvance(qd, step);
-          kd = DescAdvance(kd, step);
-        }
-      }
+      WgmmaSsOverSlabs<128, T::kQkSlabs>(
+          sc, q_desc, SmemDescKMajor(base + T::kKOffset + st * T::kKStageBytes), T::kSlabBytes);
       WgmmaCommit();
     };
     // O += P·V of the tile in stage st (one commit group): 8 k-steps of 16 keys, HIGH twice.

@@ -444,18 +444,8 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a) {
 
     // S = Q·Kᵀ of the block in `stage` (one commit group).
     auto issue_qk = [&](int stage) {
-      uint64_t qd = q_desc, kd = SmemDescKMajor(base + stage_off(stage));
-#pragma unroll
-      for (int sl = 0; sl < Tile::kSlabs; ++sl) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          OpaqueDescriptors(qd, kd);  // one live descriptor pair, not 36 hoisted ones
-          Wgmma<64, WgmmaA::kSmem>::Run<false>(s, qd, kd, sl + kk > 0);
-          const uint32_t step = kk < 3 ? 32 : Tile::kSlabBytes - 3 * 32;
-          qd = DescAdvance(qd, step);
-          kd = DescAdvance(kd, step);
-        }
-      }
+      WgmmaSsOverSlabs<64, Tile::kSlabs>(s, q_desc, SmemDescKMajor(base + stage_off(stage)),
+                                         Tile::kSlabBytes);
       WgmmaCommit();
     };
     // O_L += (P hi + P lo)·V_L of the block in `stage` (one commit group).
