@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(384, 1)
 
   // Work items: item = slot + slots · h (a sequence's heaviest query tile first, heads in order),
   // taken in that order from *a.work_counter (zeroed by the schedule kernel) by the producer,
-  // which hands each to the consumers through ring entry (it % 2); an item >= n_items ends the
+  // which hands the n-th to the consumers through ring entry n % 2; an item >= n_items ends the
   // CTA. Tiles (g) and loaded items (qi) are counted over the CTA's life, so stages and phases
   // run on across items.
   const int64_t n_items = a.slots * a.heads;
