@@ -79,9 +79,12 @@ TEST(SigbusGuardDeathTest, OtherSigbusKeepsItsDefaultAction) {
   EXPECT_EXIT(
       {
         ScopedShm shm(2 * kPage);
-        void* p = mmap(nullptr, 2 * kPage, PROT_READ, MAP_SHARED,
-                       shm_open(shm.key().c_str(), O_RDONLY, 0), 0);
-        Shrink(shm, 0);
+        const int fd = shm_open(shm.key().c_str(), O_RDWR, 0);
+        void* p = mmap(nullptr, 2 * kPage, PROT_READ, MAP_SHARED, fd, 0);
+        // This process dies below, before ScopedShm would unlink the name: unlink it now (the
+        // mapping stays), so no object is left in /dev/shm; shrink through the descriptor.
+        shm_unlink(shm.key().c_str());
+        if (ftruncate(fd, 0) != 0) _exit(1);
         volatile char c = static_cast<volatile char*>(p)[kPage];
         (void)c;
         _exit(0);
