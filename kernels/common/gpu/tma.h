@@ -1,5 +1,5 @@
 // Host side of TMA (CUDA only): encodes a tiled tensor map through the driver's
-// cuTensorMapEncodeTiled, reached by the runtime's driver entry point (no libcuda link). Encoding
+// cuTensorMapEncodeTiled, reached by gpu::DriverEntryPoint (no libcuda link). Encoding
 // is a host computation: no stream work, safe during graph capture. Include from .cu files.
 //   CUtensorMap map;
 //   if (!EncodeBf16Map3d(&map, q, {192, 128, T}, {256, 256 * 128}, {64, 1, 128}, why)) ...
@@ -15,6 +15,7 @@
 
 #include <string>
 
+#include "kernels/common/gpu/vendor.h"
 #include "kernels/common/supports.h"
 
 namespace attnd::gpu {
@@ -27,17 +28,8 @@ using TensorMapEncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, c
 
 // The driver's cuTensorMapEncodeTiled, or null where the driver has none (looked up once).
 inline TensorMapEncodeTiledFn TensorMapEncodeTiled() {
-  static const TensorMapEncodeTiledFn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      static_cast<void>(cudaGetLastError());
-      return static_cast<TensorMapEncodeTiledFn>(nullptr);
-    }
-    return reinterpret_cast<TensorMapEncodeTiledFn>(f);
-  }();
+  static const auto fn =
+      reinterpret_cast<TensorMapEncodeTiledFn>(DriverEntryPoint("cuTensorMapEncodeTiled"));
   return fn;
 }
 

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "kernels/common/gpu/ordered_gate.h"
+#include "kernels/common/gpu/vendor.h"
 #endif
 
 namespace attnd::server::engine::gpu_rt {
@@ -641,12 +642,8 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
 
 std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
     GpuBackend* backend, const std::function<void(const std::string&)>& log) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &fn, 12000, cudaEnableDefault,
-                                       &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess || fn == nullptr) {
-    (void)cudaGetLastError();
+  void* const fn = ::attnd::gpu::DriverEntryPoint("cuStreamWaitValue64");
+  if (fn == nullptr) {
     if (log) log("cuStreamWaitValue64 is not available: stream-ordered calls use the host path");
     return nullptr;
   }
@@ -656,13 +653,9 @@ std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
   // (docs/SERVICE.md "Stream-ordered calls on a CUDA device"). The host path never leaves a wait
   // on a stream.
   using LoadingModeFn = CUresult(CUDAAPI*)(CUmoduleLoadingMode*);
-  void* mode_fn = nullptr;
-  found = cudaDriverEntryPointSymbolNotFound;
+  void* const mode_fn = ::attnd::gpu::DriverEntryPoint("cuModuleGetLoadingMode");
   CUmoduleLoadingMode mode = CU_MODULE_LAZY_LOADING;
-  if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &mode_fn, 12000, cudaEnableDefault,
-                                       &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess || mode_fn == nullptr ||
-      reinterpret_cast<LoadingModeFn>(mode_fn)(&mode) != CUDA_SUCCESS ||
+  if (mode_fn == nullptr || reinterpret_cast<LoadingModeFn>(mode_fn)(&mode) != CUDA_SUCCESS ||
       mode != CU_MODULE_EAGER_LOADING) {
     (void)cudaGetLastError();
     if (log) {

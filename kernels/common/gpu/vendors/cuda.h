@@ -135,22 +135,26 @@ inline Error PointerDevice(const void* p, int* device) {
   *device = a.device;
   return cudaSuccess;
 }
+// The driver function `name` (its CUDA 12.0 form), reached through the runtime's entry-point
+// query so that attnd never links libcuda (a CUDA build still starts, on its CPU backend, without
+// a driver); null, with the runtime's error cleared, when the driver does not offer it.
+inline void* DriverEntryPoint(const char* name) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return nullptr;
+  }
+  return f;
+}
+
 // The allocation containing device pointer `p`: its base and size. The runtime has no such call;
-// the driver's cuMemGetAddressRange is reached through the runtime's entry-point query so that
-// attnd never links libcuda (a CUDA build still starts, on its CPU backend, without a driver).
-// cudaErrorNotSupported when the driver does not offer it.
+// the driver's cuMemGetAddressRange comes through DriverEntryPoint. cudaErrorNotSupported when
+// the driver does not offer it.
 inline Error MemGetAddressRange(const void* p, void** base, size_t* size) {
   using Fn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
-  static const Fn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      f = nullptr;
-    }
-    return reinterpret_cast<Fn>(f);
-  }();
+  static const Fn fn = reinterpret_cast<Fn>(DriverEntryPoint("cuMemGetAddressRange"));
   if (fn == nullptr) return cudaErrorNotSupported;
   CUdeviceptr b = 0;
   size_t s = 0;
