@@ -88,10 +88,6 @@ struct WgmmaPrefillTile {
 // issue turns of WG0 (kBarTurn0) and WG1 (kBarTurn0 + 1).
 inline constexpr uint32_t kBarVZeroed = 1, kBarTurn0 = 2;
 
-// Whether the consumers take turns issuing their MMAs: measured 2-3 % faster in FAST than letting
-// them issue freely, HIGH within 1.2 % either way (docs/BENCHMARKS.md "MLA prefill on Hopper").
-inline constexpr bool kPingPong = true;
-
 // kExactP: Precision::kHigh (P·V as (P hi + P lo)·V); false: Precision::kFast (bf16 P).
 template <int kDqk, int kDv, bool kExactP>
 __global__ void __launch_bounds__(384, 1)
@@ -306,21 +302,19 @@ __global__ void __launch_bounds__(384, 1)
       }
     };
 
-    // Issue turns (kPingPong): the consumers issue their MMAs alternately, so that one's softmax
-    // runs while the other's MMAs keep the tensor cores busy. WG1 gives WG0 the first turn; the
-    // arrivals balance the syncs (WG1 does not hand back after its last turn).
+    // Issue turns: the consumers issue their MMAs alternately, so that one's softmax runs while
+    // the other's MMAs keep the tensor cores busy (measured 2-3 % faster in FAST than issuing
+    // freely, HIGH within 1.2 % either way: docs/BENCHMARKS.md "MLA prefill on Hopper"). WG1
+    // gives WG0 the first turn; the arrivals balance the syncs (WG1 does not hand back after its
+    // last turn).
     const int n_turns = n_tiles + 1;  // Q·Kᵀ of tile 0, then (Q·Kᵀ j, P·V j - 1), then P·V last
     int turn = 0;
-    auto begin_turn = [&]() {
-      if constexpr (kPingPong) NamedBarSync(kBarTurn0 + wg, 256);
-    };
+    auto begin_turn = [&]() { NamedBarSync(kBarTurn0 + wg, 256); };
     auto end_turn = [&]() {
-      if constexpr (kPingPong) {
-        if (wg == 0 || turn + 1 < n_turns) NamedBarArrive(kBarTurn0 + (wg ^ 1), 256);
-      }
+      if (wg == 0 || turn + 1 < n_turns) NamedBarArrive(kBarTurn0 + (wg ^ 1), 256);
       ++turn;
     };
-    if (kPingPong && wg == 1) NamedBarArrive(kBarTurn0, 256);
+    if (wg == 1) NamedBarArrive(kBarTurn0, 256);
 
     MbarWait(q_full, qi & 1);
     float alpha[2];
