@@ -4,13 +4,13 @@
 // in flight share one head's K and V in L2, as a launch of one CTA per item would): 128 queries
 // of one sequence and one head (the schedule of common.cuh: a sequence's last, heaviest query
 // tile first), whose keys (up to what the item's last query sees) go in tiles of 128:
-//   WG2 (producer)  one thread: takes the next item (atomicAdd) and hands it to the consumers
-//                   through a two-entry ring in shared memory (mbarriers item_full, item_empty);
-//                   loads Q by d_qk / 64 TMA boxes of 64 columns x 128 rows, then per key
-//                   tile K and V the same way into two stages, each stage with its own "full"
-//                   (transaction count) and "empty" (a consumer warp each) mbarriers for K and
-//                   for V, so K of tile j + 2 loads once Q·Kᵀ of tile j is done while V of tile
-//                   j is still in use. Q is reloaded for the next item once both consumers'
+//   WG2 (producer)  one thread: takes the next item (atomicAdd), describes it (sequence, rows,
+//                   key tiles) for the consumers in a two-entry ring in shared memory (mbarriers
+//                   item_full, item_empty); loads Q by d_qk / 64 TMA boxes of 64 columns x 128
+//                   rows, then per key tile K and V the same way into two stages, each stage with
+//                   its own "full" (transaction count) and "empty" (a consumer warp each) mbarriers
+//                   for K and for V, so K of tile j + 2 loads once Q·Kᵀ of tile j is done while V
+//                   of tile j is still in use. Q is reloaded for the next item once both consumers'
 //                   last Q·Kᵀ of the item completed (q_empty), so the next item's loads overlap
 //                   the last P·V and the epilogue. TMA zero-fills rows past the tensor; rows of
 //                   the tensor past the sequence are loaded, and never used (below).
@@ -22,7 +22,9 @@
 //                   from registers, B = V read MN-major). Intra-warpgroup overlap: Q·Kᵀ of tile
 //                   j is issued with P·V of tile j - 1, and the softmax of tile j runs while
 //                   that P·V is on the tensor cores. The two consumers take turns issuing
-//                   (named barriers), so one's softmax also runs under the other's MMAs.
+//                   (named barriers), so one's softmax also runs under the other's MMAs. In a
+//                   tile whose keys past the first 64 are beyond every row of the warpgroup (the
+//                   causal diagonal of WG0), P·V takes only the first 64 keys.
 // V rows past the sequence's keys (a tile that crosses its end) are zeroed in shared memory by
 // both consumers before the tile's P·V: their P is exactly 0, but 0 · NaN would not be (the rows
 // belong to another sequence or to padding the caller never wrote). Epilogue: O / l to bf16 and
@@ -57,6 +59,18 @@ struct WgmmaPrefillArgs {
   PrefillArgs a;
 };
 
+// A work item as the producer describes it for the consumers (the ring in shared memory), so
+// that a consumer starts an item without reading the schedule from global memory: 128 queries
+// from row0 of sequence s (nrows of them) and head h, keys [0, key_end) in n_tiles tiles.
+// n_tiles -1: a slot past the last tile (nothing to do); 0: no row sees a key; `end`: no more
+// items, the CTA exits.
+struct WgmmaPrefillItem {
+  int64_t h, row0, key_end;
+  SeqRange s;
+  int32_t nrows, n_tiles;
+  int32_t end;
+};
+
 template <int kDqk, int kDv>
 struct WgmmaPrefillTile {
   static_assert(kDqk % 64 == 0 && kDqk >= 64 && kDqk <= 192, "d_qk 64, 128 or 192");
@@ -75,9 +89,9 @@ struct WgmmaPrefillTile {
   static constexpr uint32_t kVOffset = kKOffset + 2 * kKStageBytes;
   static constexpr uint32_t kBarOffset = kVOffset + 2 * kVStageBytes;
   // u64 mbarriers q_full, q_empty, k_full[2], v_full[2], k_empty[2], v_empty[2], item_full[2],
-  // item_empty[2]; then the item ring, i64 [2].
+  // item_empty[2]; then the item ring, WgmmaPrefillItem [2].
   static constexpr uint32_t kItemOffset = kBarOffset + 14 * 8;
-  static constexpr int kSmemBytes = static_cast<int>(kItemOffset + 2 * 8);
+  static constexpr int kSmemBytes = static_cast<int>(kItemOffset + 2 * sizeof(WgmmaPrefillItem));
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp (q_empty too)
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budget (65536 / 128)");
@@ -106,7 +120,7 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t k_full = q_full + 16, v_full = q_full + 32;         // + 8·stage
   const uint32_t k_empty = q_full + 48, v_empty = q_full + 64;       // + 8·stage
   const uint32_t item_full = q_full + 80, item_empty = q_full + 96;  // + 8·ring entry
-  volatile int64_t* item_ring = reinterpret_cast<volatile int64_t*>(smem + T::kItemOffset);
+  WgmmaPrefillItem* item_ring = reinterpret_cast<WgmmaPrefillItem*>(smem + T::kItemOffset);
   if (tid == 0) {
     MbarInit(q_full, 1);
     MbarInit(q_empty, T::kEmptyCount);
@@ -126,26 +140,21 @@ __global__ void __launch_bounds__(384, 1)
 
   // Work items: item = slot + slots · h (a sequence's heaviest query tile first, heads in order),
   // taken in that order from *a.work_counter (zeroed by the schedule kernel) by the producer,
-  // which hands the n-th to the consumers through ring entry n % 2; an item >= n_items ends the
-  // CTA. Tiles (g) and loaded items (qi) are counted over the CTA's life, so stages and phases
-  // run on across items.
+  // which describes the n-th for the consumers in ring entry n % 2. Tiles (g) and loaded items
+  // (qi) are counted over the CTA's life, so stages and phases run on across items.
   const int64_t n_items = a.slots * a.heads;
-  struct Item {
-    int64_t h, row0, key_end;
-    SeqRange s;
-    int nrows, n_tiles;
-  };
-  // False for slots past the last tile (nothing to do); n_tiles 0 when no row sees a key.
+  using Item = WgmmaPrefillItem;
   auto describe = [&](int64_t item, Item* it) {
+    it->end = item >= n_items;
+    it->n_tiles = -1;
     int64_t b, tile;
-    if (!FindTile(a, item % a.slots, &b, &tile)) return false;
+    if (it->end || !FindTile(a, item % a.slots, &b, &tile)) return;
     it->h = item / a.slots;
     it->s = SequenceRange(a, b);
     it->row0 = tile * T::kBlockM;  // first query of the item, in the sequence
     it->nrows = static_cast<int>(Min64(T::kBlockM, it->s.lq - it->row0));
     it->key_end = KeyLimit(a, it->row0 + it->nrows - 1, it->s.lq, it->s.lk);
     it->n_tiles = static_cast<int>((it->key_end + T::kBlockN - 1) / T::kBlockN);
-    return true;
   };
 
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
@@ -162,11 +171,12 @@ __global__ void __launch_bounds__(384, 1)
       if (n >= 2) MbarWait(item_empty + 8 * e, ((n >> 1) - 1) & 1);
       const int64_t item = static_cast<int64_t>(
           atomicAdd(reinterpret_cast<unsigned long long*>(a.work_counter), 1ull));
-      item_ring[e] = item;
+      describe(item, &item_ring[e]);
       MbarArrive(item_full + 8 * e);  // release: the consumers see the entry
-      if (item >= n_items) break;
-      Item it;
-      if (!describe(item, &it) || it.n_tiles == 0) continue;
+      const Item& it = item_ring[e];  // rewritten by this thread only, two items on
+      if (it.end) break;
+      const int n_tiles = it.n_tiles;
+      if (n_tiles <= 0) continue;
       const int32_t kvh = static_cast<int32_t>(it.h / a.group);
       // Q's buffer is free once both consumers' last Q·Kᵀ of the previous item completed.
       if (qi >= 1) MbarWait(q_empty, (qi - 1) & 1);
@@ -175,7 +185,7 @@ __global__ void __launch_bounds__(384, 1)
         TmaLoad3d(base + T::kQOffset + sl * T::kSlabBytes, &args.q_map, q_full, 64 * sl,
                   static_cast<int32_t>(it.h), static_cast<int32_t>(it.s.q0 + it.row0));
       }
-      for (int j = 0; j < it.n_tiles; ++j, ++g) {
+      for (int j = 0; j < n_tiles; ++j, ++g) {
         const uint32_t st = g & 1;
         const int32_t krow = static_cast<int32_t>(it.s.k0 + int64_t{T::kBlockN} * j);
         // Stage st last held tile g - 2: phase (g >> 1) - 1 of its empty barriers.
@@ -209,14 +219,14 @@ __global__ void __launch_bounds__(384, 1)
   for (uint32_t n = 0;; ++n) {
     const uint32_t e = n & 1;
     MbarWait(item_full + 8 * e, (n >> 1) & 1);
-    const int64_t item = item_ring[e];
-    if (lane == 0) MbarArrive(item_empty + 8 * e);
-    if (item >= n_items) break;
-    Item it;
-    if (!describe(item, &it)) continue;
-    const SeqRange& s = it.s;
+    const Item& it = item_ring[e];
+    const SeqRange s = it.s;
     const int64_t h = it.h, row0 = it.row0;
-    const int nrows = it.nrows, n_tiles = it.n_tiles;
+    const int nrows = it.nrows, n_tiles = it.n_tiles, end = it.end;
+    __syncwarp();  // the warp's reads of the entry come before its arrival
+    if (lane == 0) MbarArrive(item_empty + 8 * e);
+    if (end) break;
+    if (n_tiles < 0) continue;
     if (n_tiles == 0) {  // no row sees a key: out 0, lse -inf, no loads at all
       for (int64_t i = tid; i < int64_t{nrows} * a.d_v; i += 256) {
         OutRow(a, s.q0 + row0 + i / a.d_v, h)[i % a.d_v] = 0;
@@ -235,6 +245,15 @@ __global__ void __launch_bounds__(384, 1)
     // From which key any row of this warpgroup needs a mask (limits grow with the row; a partly
     // filled warpgroup masks everywhere).
     const int64_t mask_from = 64 * wg + 63 < nrows ? KeyLimit(a, row0 + 64 * wg, s.lq, s.lk) : 0;
+    // Keys [0, wg_keys) are all that any row of this warpgroup sees: in a tile whose keys past
+    // its first 64 are all beyond it (the diagonal tile of WG0 in causal) P is 0 there, and P·V
+    // takes 4 k-steps of 16 keys instead of 8 (tiles j >= half_from). Q·Kᵀ stays N 128: an N 64
+    // form for such tiles made ptxas serialise the kernel's wgmmas (docs/KERNELS.md "MLA
+    // prefill on Hopper").
+    const int64_t wg_keys =
+        64 * wg < nrows ? KeyLimit(a, row0 + Min64(64 * wg + 63, nrows - 1), s.lq, s.lk) : 0;
+    const int half_from = static_cast<int>(Max64(wg_keys - 64 + T::kBlockN - 1, 0) / T::kBlockN);
+    auto half_tile = [&](int j) { return j >= half_from; };
 #pragma unroll
     for (int i = 0; i < kDv / 2; ++i) o[i] = 0.0f;
     float m_run[2] = {kInitialMax, kInitialMax}, l_run[2] = {0.0f, 0.0f};
@@ -245,11 +264,13 @@ __global__ void __launch_bounds__(384, 1)
           sc, q_desc, SmemDescKMajor(base + T::kKOffset + st * T::kKStageBytes), T::kSlabBytes);
       WgmmaCommit();
     };
-    // O += P·V of the tile in stage st (one commit group): 8 k-steps of 16 keys, HIGH twice.
-    auto issue_pv = [&](int st) {
+    // O += P·V of the tile in stage st (one commit group): 8 k-steps of 16 keys (a half tile 4:
+    // its P past the first 64 keys is 0), HIGH twice.
+    auto issue_pv = [&](int st, bool half) {
       const uint64_t v0 = SmemDescMnMajor(base + T::kVOffset + st * T::kVStageBytes, T::kSlabBytes);
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
+        if (half && kk == 4) break;
         uint64_t vd = DescAdvance(v0, 2048 * kk);
         asm volatile("" : "+l"(vd));
         Wgmma<kDv, WgmmaA::kRegs>::template Run<true>(o, p_hi[kk], vd, true);
@@ -339,7 +360,7 @@ __global__ void __launch_bounds__(384, 1)
       begin_turn();
       WgmmaFence();
       issue_qk(st);
-      issue_pv(st ^ 1);
+      issue_pv(st ^ 1, half_tile(j - 1));
       end_turn();
       WgmmaWait<1>();  // Q·Kᵀ of tile j (committed first) is complete
       FenceAccumulators(sc);
@@ -368,7 +389,7 @@ __global__ void __launch_bounds__(384, 1)
     wait_v(n_tiles - 1);
     begin_turn();
     WgmmaFence();
-    issue_pv((g + n_tiles - 1) & 1);
+    issue_pv((g + n_tiles - 1) & 1, half_tile(n_tiles - 1));
     end_turn();
     WgmmaWait<0>();
     FenceAccumulators(o);
