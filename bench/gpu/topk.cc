@@ -3,7 +3,8 @@
 // plain and mapped to KV slots (page 64), and 8 rows of 128K; prefill over a 64K context and one
 // row of 128K and of 256K (the long-row targets in docs/BENCHMARKS.md). Byte counts come from the
 // host-side shapes and windows. Besides the registered implementations, "sweep_stream_*" forces the
-// streaming kernel's launch choices (threads, cluster size, speculation).
+// streaming kernel's launch choices (threads, cluster size, speculation) and "sweep_filter_*" the
+// threshold-filter kernel's (threads, cluster size, L2 prefetch).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/gpu_bench.h"
+#include "kernels/topk/gpu/filter.h"
 #include "kernels/topk/gpu/stream.h"
 #include "kernels/topk/topk.h"
 
@@ -59,6 +61,26 @@ const std::vector<kernels::Impl<topk::Params>>& SweepImpls() {
           [config](const topk::Params& p, const kernels::ExecContext& ctx) -> absl::Status {
             GPU_RETURN_IF_ERROR(
                 topk::gpu::LaunchTopkStreamWith(p, config, static_cast<gpu::Stream>(ctx.stream)));
+            return absl::OkStatus();
+          });
+    }
+    struct FilterVariant {
+      const char* name;
+      topk::gpu::FilterConfig config;
+    };
+    const FilterVariant filter_variants[] = {
+        {"t512", {512, 0, true, true}},      {"t1024", {1024, 0, true, true}},
+        {"noprefetch", {0, 0, true, false}}, {"c1", {1024, 1, true, true}},
+        {"c2", {1024, 2, true, true}},       {"c4", {1024, 4, true, true}},
+        {"c8", {1024, 8, true, true}},
+    };
+    for (const FilterVariant& var : filter_variants) {
+      const topk::gpu::FilterConfig config = var.config;
+      v->emplace_back(
+          absl::StrCat("sweep_filter_", var.name), kernels::Backend::kCuda, nullptr,
+          [config](const topk::Params& p, const kernels::ExecContext& ctx) -> absl::Status {
+            GPU_RETURN_IF_ERROR(
+                topk::gpu::LaunchTopkFilterWith(p, config, static_cast<gpu::Stream>(ctx.stream)));
             return absl::OkStatus();
           });
     }
@@ -139,7 +161,11 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeTopkCases(const std::string& filte
     for (const Preset& preset : kPresets) {
       ++seed;
       // Forced clusters only where rows are few (elsewhere the default is one CTA per row).
-      if (absl::StartsWith(impl.name, "sweep_stream_c") && preset.m > 256) continue;
+      if ((absl::StartsWith(impl.name, "sweep_stream_c") ||
+           absl::StartsWith(impl.name, "sweep_filter_c")) &&
+          preset.m > 256) {
+        continue;
+      }
       const std::string name = absl::StrCat("topk/", preset.name, "/", impl.name);
       if (!filter.empty() && name.find(filter) == std::string::npos) continue;
       auto c = MakeCase(preset, impl, seed);

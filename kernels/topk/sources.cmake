@@ -10,6 +10,7 @@ target_sources(attn_kernels_reference PRIVATE
 )
 if(ATTND_GPU_ENABLED)  # stream.cu is CUDA-only inside (thread-block clusters on sm_90)
   target_sources(attn_kernels PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/filter.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/stream.cu
   )

@@ -12,6 +12,7 @@
 #include "kernels/topk/gpu/launch.h"
 #endif
 #if defined(ATTND_GPU_CUDA)
+#include "kernels/topk/gpu/filter.h"
 #include "kernels/topk/gpu/stream.h"
 #endif
 
@@ -193,8 +194,11 @@ WorkCount Count(const Params& p) {
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-    // Reads each logit once; every shape on devices with its shared memory (sm_80 and up).
-    GpuImpl("stream", gpu::SupportsStream, gpu::LaunchTopkStream),
+    // Reads each logit once, a floor from a sample filtering it into shared memory; rows up to
+    // the columns whose bitmaps fit the device's shared memory (~600K on sm_90).
+    GpuImpl("filter", gpu::SupportsFilter, gpu::LaunchTopkFilter),
+        // Reads each logit once; every shape on devices with its shared memory (sm_80 and up).
+        GpuImpl("stream", gpu::SupportsStream, gpu::LaunchTopkStream),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
         GpuImpl("simt", SupportsSimt, gpu::LaunchTopkSimt),

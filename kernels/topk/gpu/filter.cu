@@ -1,0 +1,638 @@
+// The threshold-filter GPU top-k (CUDA); docs/KERNELS.md "Top-k, threshold filter". Per row
+// (per CTA of the row's cluster, on its segment of the window):
+//   1. Floor: windows longer than the buffer histogram the level-0 digits of a sample (each
+//      thread's first 16-byte group, summed over the cluster through DSMEM) and take the bin
+//      holding a rank that very likely leaves >= k window entries at or above it; else the floor
+//      is the lowest selectable value.
+//   2. Filter: one read of the segment, 16 bytes per thread per load; logits >= floor are
+//      appended, unordered, as (key, column) to a shared-memory buffer: one warp scan and one
+//      shared atomic per warp and chunk. The count keeps growing past the buffer (overflow).
+//   3. The leader CTA gathers the cluster's candidates (DSMEM stores), runs the radix select
+//      (radix.h levels) on them and marks the chosen columns in two bitmaps (above / at the
+//      threshold); a scan over the bitmaps writes ascending columns, ties to the lowest columns.
+// When the candidates overflow the buffer, or a speculative floor left fewer than k, the leader
+// runs the same select on the window itself (re-read from L2/HBM, one pass per level) instead:
+// slower, exact. Entries dropped by the floor all lie below >= k kept entries, so the buffer
+// holds the window's top k whenever it is used. CUDA only: compiles to nothing in HIP builds.
+#if defined(ATTND_GPU_CUDA)
+
+#include <stdint.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "kernels/common/gpu/convert.cuh"
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/topk/gpu/filter.h"
+#include "kernels/topk/gpu/filter_plan.h"
+#include "kernels/topk/gpu/radix.h"
+#include "kernels/topk/gpu/row_args.h"
+#include "kernels/topk/gpu/stream_block.cuh"
+#include "kernels/topk/gpu/stream_plan.h"
+
+namespace attnd::kernels::topk::gpu {
+namespace {
+
+namespace vendor = ::attnd::gpu;
+using radix::Threshold;
+
+constexpr uint32_t kNanBits = 0xffffffffu;  // columns outside the window: key 0, never admitted
+constexpr int kBins = radix::kBins;
+constexpr int kMaxCluster = 8;  // portable cluster sizes
+constexpr int kV = 4;           // 16-byte groups per thread per chunk
+
+struct FilterArgs : RowArgs {
+  uint32_t cluster = 1;  // CTAs per row; the launch's cluster dimension
+  bool speculate = true;
+  bool prefetch = true;
+};
+
+template <int kThreads>
+struct Header {
+  static constexpr int kSlotWords = ScanShape<kThreads, 2>::kSlotWords;
+  uint32_t hist[kBins];
+  uint32_t scan[2 * kSlotWords];
+  uint32_t choice[3];  // Choose's answer: bin, keys above it, its count
+  uint32_t count;      // entries appended to the buffer this row (may pass kFilterCapacity)
+};
+
+template <int kThreads>
+constexpr uint32_t HeaderBytes() {
+  return static_cast<uint32_t>((sizeof(Header<kThreads>) + 15) / 16 * 16);
+}
+
+template <int kThreads>
+struct Cta {
+  Header<kThreads>* h;
+  uint2* entries;         // kFilterCapacity (key, column) pairs; keys selectable
+  uint32_t* above;        // bitmap words of the window's columns: chosen above the threshold
+  uint32_t* at;           // ... and at it (the first t.need of them in column order are chosen)
+  uint32_t bitmap_words;  // words of each bitmap
+  ScanSlots slots;
+  uint32_t rank;     // in the cluster
+  uint32_t cluster;  // CTAs per row
+};
+
+using RowSpan = RowSpanOf<int64_t>;
+
+// ---- Reading a window.
+
+// A part of row `row`'s window as 16-byte groups (stream_plan.h PlanSegment).
+struct Segment {
+  const uint32_t* row;  // column 0 of the row
+  const uint4* groups;  // group 0 (16-byte aligned; only groups inside the window are read)
+  SegmentPlan plan;
+  int64_t begin, end;  // the window's columns
+};
+
+__device__ __forceinline__ Segment MakeSegment(const FilterArgs& a, int64_t row, const RowSpan& w,
+                                               uint32_t rank, uint32_t parts) {
+  Segment s;
+  s.row = a.logits + row * a.logits_ld;
+  s.begin = w.begin;
+  s.end = w.begin + w.len;
+  const uint32_t misalign =
+      static_cast<uint32_t>(reinterpret_cast<uintptr_t>(s.row + w.begin) / sizeof(uint32_t)) &
+      (kGroupElems - 1);
+  s.plan = PlanSegment(w.begin, w.len, misalign, rank, parts);
+  // Group 0's address without pointer arithmetic below the row (first_col may be < 0).
+  s.groups = reinterpret_cast<const uint4*>(reinterpret_cast<uintptr_t>(s.row) +
+                                            s.plan.first_col * sizeof(uint32_t));
+  return s;
+}
+
+// Group g as four f32 bit patterns, kNanBits outside the window or past the segment.
+__device__ __forceinline__ uint4 LoadGroupChecked(const Segment& s, uint32_t g) {
+  uint4 v = make_uint4(kNanBits, kNanBits, kNanBits, kNanBits);
+  if (g >= s.plan.group_hi) return v;
+  if (g >= s.plan.full_lo && g < s.plan.full_hi) return __ldg(s.groups + g);
+  const int64_t col = s.plan.first_col + static_cast<int64_t>(kGroupElems) * g;
+  uint32_t e[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int64_t c = col + q;
+    e[q] = (c >= s.begin && c < s.end) ? __ldg(s.row + c) : kNanBits;
+  }
+  return make_uint4(e[0], e[1], e[2], e[3]);
+}
+
+// Groups base + v * kThreads + thread of the chunk at `base`; chunks wholly inside the window and
+// the segment load unchecked.
+template <int kThreads>
+__device__ __forceinline__ void LoadChunk(const Segment& s, uint32_t base, uint4 (&bits)[kV]) {
+  constexpr uint32_t kStep = kThreads * kV;
+  const uint32_t hi = min(s.plan.full_hi, s.plan.group_hi);
+  if (base >= s.plan.full_lo && base < hi && hi - base >= kStep) {  // the same in every thread
+#pragma unroll
+    for (int v = 0; v < kV; ++v) bits[v] = __ldg(s.groups + base + v * kThreads + threadIdx.x);
+  } else {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) bits[v] = LoadGroupChecked(s, base + v * kThreads + threadIdx.x);
+  }
+}
+
+// Asks L2 for the segment's whole groups (a hint: sm_90 bulk prefetch, nothing elsewhere).
+__device__ __forceinline__ void PrefetchSegment(const Segment& s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t lo = max(s.plan.full_lo, s.plan.group_lo);
+  const uint32_t hi = min(s.plan.full_hi, s.plan.group_hi);
+  if (lo >= hi) return;
+  const uint64_t bytes = static_cast<uint64_t>(hi - lo) * sizeof(uint4);
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s.groups + lo),
+               "r"(static_cast<uint32_t>(min(bytes, uint64_t{1} << 30)))
+               : "memory");
+#else
+  static_cast<void>(s);
+#endif
+}
+
+__device__ __forceinline__ uint32_t Elem(const uint4& g, int q) {
+  return q == 0 ? g.x : (q == 1 ? g.y : (q == 2 ? g.z : g.w));
+}
+
+// Calls f(key, column) for every column of the segment (keys of columns outside it are 0), each
+// thread for its own groups.
+template <int kThreads, class F>
+__device__ __forceinline__ void ForEachInSegment(const Segment& s, F&& f) {
+  constexpr uint32_t kStep = kThreads * kV;
+#pragma unroll 1
+  for (uint32_t g = s.plan.group_lo; g < s.plan.group_hi; g += kStep) {
+    uint4 bits[kV];
+    LoadChunk<kThreads>(s, g, bits);
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const int32_t col =
+          static_cast<int32_t>(s.plan.first_col + kGroupElems * (g + v * kThreads + threadIdx.x));
+#pragma unroll
+      for (int q = 0; q < 4; ++q) f(radix::KeyOfBits(Elem(bits[v], q)), col + q);
+    }
+  }
+}
+
+// ---- Cluster helpers.
+
+template <class T>
+__device__ __forceinline__ T* MapToRankMutable(T* p, uint32_t rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t out;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
+  return reinterpret_cast<T*>(out);
+#else
+  static_cast<void>(rank);
+  return p;
+#endif
+}
+
+// ---- Filtering a chunk into the buffer.
+
+// Appends the chunk's logits >= floor to the buffer (any order; positions past kFilterCapacity
+// are counted, not written). No barrier.
+template <int kThreads>
+__device__ __forceinline__ void AppendChunk(Cta<kThreads>& cta, const Segment& s, uint32_t base,
+                                            const uint4 (&bits)[kV], float floor) {
+  uint32_t take = 0;  // bit 4v + q: element q of group v
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      // NaN never passes; -inf lies below every floor.
+      take |= vendor::BitsToFloat(Elem(bits[v], q)) >= floor ? 1u << (4 * v + q) : 0u;
+    }
+  }
+  if (!__any_sync(kFullMask, take != 0)) return;  // warp-uniform
+  const uint32_t mine = static_cast<uint32_t>(__popc(take));
+  const uint32_t incl = WarpInclusiveSum(mine);
+  uint32_t pos = 0;
+  if (LaneOf() == kLanes - 1) pos = atomicAdd(&cta.h->count, incl);
+  pos = __shfl_sync(kFullMask, pos, kLanes - 1) + incl - mine;
+  if (take == 0) return;
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    const int32_t col =
+        static_cast<int32_t>(s.plan.first_col + kGroupElems * (base + v * kThreads + threadIdx.x));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if ((take >> (4 * v + q)) & 1u) {
+        if (pos < kFilterCapacity) {
+          cta.entries[pos] =
+              make_uint2(radix::KeyOfBits(Elem(bits[v], q)), static_cast<uint32_t>(col + q));
+        }
+        ++pos;
+      }
+    }
+  }
+}
+
+// ---- Histograms and the radix select.
+
+template <int kThreads>
+__device__ __forceinline__ void ClearHist(Cta<kThreads>& cta) {
+  for (int i = threadIdx.x; i < kBins; i += kThreads) cta.h->hist[i] = 0u;
+}
+
+struct Choice {
+  uint32_t bin = 0, above = 0, count = 0;  // the bin holding rank `need`, keys above it, its size
+  uint32_t total = 0;                      // keys in the histogram
+  bool found = false;                      // total >= need
+};
+
+// Walks the histogram (summed over the cluster's first `ranks` CTAs through DSMEM) from the top
+// bin down to the one holding the need-th largest key (need >= 1). Thread t owns kBins / kThreads
+// bins from the top. Call after a barrier that completes every histogram read (a cluster barrier
+// when ranks > 1); returns after a block barrier, so the histogram may be cleared next.
+template <int kThreads>
+__device__ Choice Choose(Cta<kThreads>& cta, uint32_t need, uint32_t ranks) {
+  constexpr int kPer = kBins / kThreads;
+  static_assert(kBins % kThreads == 0 && kPer >= 1, "whole bins per thread");
+  const int low = kBins - (static_cast<int>(threadIdx.x) + 1) * kPer;  // my bins [low, low + kPer)
+  uint32_t c[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) c[j] = cta.h->hist[low + j];
+  for (uint32_t r = 0; r < ranks; ++r) {
+    if (r == cta.rank) continue;
+    const uint32_t* remote = MapToRank(cta.h->hist, r);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) c[j] += remote[low + j];
+  }
+  uint32_t sum[1] = {0};
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) sum[0] += c[j];
+  uint32_t above[1], total[1];
+  BlockExclusiveScan<kThreads, 1>(sum, above, total, cta.slots.Next());
+  if (above[0] < need && need - above[0] <= sum[0]) {  // exactly one thread
+    uint32_t acc = above[0];
+#pragma unroll
+    for (int j = kPer - 1; j >= 0; --j) {
+      if (radix::HoldsRank(acc, c[j], need)) {
+        cta.h->choice[0] = static_cast<uint32_t>(low + j);
+        cta.h->choice[1] = acc;
+        cta.h->choice[2] = c[j];
+      }
+      acc += c[j];
+    }
+  }
+  __syncthreads();
+  Choice ch;
+  ch.total = total[0];
+  ch.found = total[0] >= need;
+  if (ch.found) {
+    ch.bin = cta.h->choice[0];
+    ch.above = cta.h->choice[1];
+    ch.count = cta.h->choice[2];
+  }
+  return ch;
+}
+
+// The radix walk for the k best keys that `each(f)` presents (f(key, column) per key, each thread
+// its own share; keys below kMinSelectableKey are never counted): the threshold the ordered write
+// applies (radix::AllSelectable when there are at most k). Also clears the bitmaps (before its
+// first barrier).
+template <int kThreads, class Each>
+__device__ Threshold RadixSelect(Cta<kThreads>& cta, uint32_t k, Each each) {
+  for (uint32_t i = threadIdx.x; i < 2 * cta.bitmap_words; i += kThreads) cta.above[i] = 0u;
+  Threshold t = radix::Start(k);
+#pragma unroll 1
+  for (int level = 0; level < radix::kLevels; ++level) {
+    ClearHist(cta);
+    __syncthreads();
+    each([&](uint32_t key, int32_t) {
+      if (radix::InLevel(key, level, t)) atomicAdd(&cta.h->hist[radix::Digit(key, level)], 1u);
+    });
+    __syncthreads();
+    const Choice c = Choose(cta, t.need, 1);
+    if (level == 0 && c.total <= k) return radix::AllSelectable();
+    t = radix::Refine(t, level, c.bin, c.above);
+    if (c.count == t.need) break;  // the bin is taken whole
+  }
+  return t;
+}
+
+// Marks the keys `each` presents that t chooses outright (above) or may choose (at, when the
+// threshold still needs ties), by window-relative column. Ends with a block barrier.
+template <int kThreads, class Each>
+__device__ void MarkChosen(Cta<kThreads>& cta, const Threshold& t, int64_t begin, Each each) {
+  each([&](uint32_t key, int32_t col) {
+    const bool is_above = radix::AboveThreshold(t, key);
+    const bool is_at =
+        !is_above && t.need > 0 && key >= radix::kMinSelectableKey && radix::AtThreshold(t, key);
+    if (is_above || is_at) {
+      const uint32_t rel = static_cast<uint32_t>(col - begin);
+      atomicOr((is_above ? cta.above : cta.at) + (rel >> 5), 1u << (rel & 31u));
+    }
+  });
+  __syncthreads();
+}
+
+// Writes row `row`'s output from the bitmaps: chosen columns ascending (radix::OutputPosition),
+// then -1 / -inf padding to k.
+template <int kThreads>
+__device__ void WriteRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, const RowSpan& w,
+                         const Threshold& t) {
+  const uint32_t words = (w.len + 31u) / 32u;
+  const uint32_t per = (words + kThreads - 1) / kThreads;
+  const uint32_t w0 = min(words, threadIdx.x * per);
+  const uint32_t w1 = min(words, w0 + per);
+  uint32_t cnt[2] = {0u, 0u};
+  for (uint32_t x = w0; x < w1; ++x) {
+    cnt[0] += static_cast<uint32_t>(__popc(cta.above[x]));
+    cnt[1] += static_cast<uint32_t>(__popc(cta.at[x]));
+  }
+  uint32_t excl[2], total[2];
+  BlockExclusiveScan<kThreads, 2>(cnt, excl, total, cta.slots.Next());
+  RowDest out = RowDest::Of(a, row);
+  if (a.row_start_base) out.origin = static_cast<int32_t>(w.begin);
+  const uint32_t* src = a.logits + row * a.logits_ld;
+  uint32_t g = excl[0], e = excl[1];
+  for (uint32_t x = w0; x < w1; ++x) {
+    const uint32_t above = cta.above[x], at = cta.at[x];
+    uint32_t m = above | at;
+    while (m != 0u) {
+      const int bit = __ffs(static_cast<int>(m)) - 1;
+      m &= m - 1u;
+      const bool is_above = (above >> bit) & 1u;
+      if (radix::IsChosen(t, is_above, !is_above, e)) {
+        const uint32_t pos = radix::OutputPosition(t, g, e);
+        const int32_t col = static_cast<int32_t>(w.begin + 32 * static_cast<int64_t>(x) + bit);
+        if (pos < a.k) out.Write(pos, col, out.values != nullptr ? __ldg(src + col) : 0u);
+      }
+      g += is_above ? 1u : 0u;
+      e += is_above ? 0u : 1u;
+    }
+  }
+  const uint32_t chosen = total[0] + min(total[1], t.need);
+  for (uint32_t j = min(chosen, a.k) + threadIdx.x; j < a.k; j += kThreads) out.PadOne(j);
+}
+
+// ---- One row.
+
+// Selects and writes one non-empty window. Every CTA of the cluster calls it; non-leaders return
+// once their candidates are in the leader's buffer. Prefetches this CTA's segment of `next_row`
+// (when < rows) into L2 once its own reads are done.
+template <int kThreads>
+__device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, const RowSpan& w,
+                          int64_t next_row) {
+  constexpr uint32_t kStep = kThreads * kV;
+  const bool clustered = cta.cluster > 1;
+  const Segment seg = MakeSegment(a, row, w, cta.rank, cta.cluster);
+  uint32_t spec_rank = 0;
+  if (a.speculate && w.len > kFilterCapacity) {
+    const uint32_t misalign = static_cast<uint32_t>(w.begin - seg.plan.first_col);
+    spec_rank = FloorRank(
+        a.k, SampleColumns(w.len, misalign, cta.cluster, /*chunk_groups=*/kThreads), w.len);
+  }
+  uint4 cur[kV];
+  uint32_t g = seg.plan.group_lo;
+  LoadChunk<kThreads>(seg, g, cur);
+  float floor = vendor::BitsToFloat(kMinSelectableBits);
+  bool speculated = false;
+  if (spec_rank > 0) {  // cluster-uniform
+    // The sample: each thread's first group (the first kThreads groups of each segment).
+    ClearHist(cta);
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t key = radix::KeyOfBits(Elem(cur[0], q));
+      if (key >= radix::kMinSelectableKey) atomicAdd(&cta.h->hist[radix::Digit(key, 0)], 1u);
+    }
+    if (clustered) {
+      ClusterSync();
+    } else {
+      __syncthreads();
+    }
+    const Choice c = Choose(cta, spec_rank, cta.cluster);
+    if (c.found) {
+      speculated = true;
+      floor = vendor::BitsToFloat(AdmitBits(c.bin << radix::DigitShift(0)));
+    }
+  }
+  AppendChunk<kThreads>(cta, seg, g, cur, floor);
+#pragma unroll 1
+  for (g += kStep; g < seg.plan.group_hi; g += kStep) {
+    LoadChunk<kThreads>(seg, g, cur);
+    AppendChunk<kThreads>(cta, seg, g, cur, floor);
+  }
+  __syncthreads();  // the count and the entries are complete
+  if (a.prefetch && threadIdx.x == 0 && next_row < a.rows) {
+    PrefetchSegment(
+        MakeSegment(a, next_row, LoadWindowAs<RowSpan>(a, next_row), cta.rank, cta.cluster));
+  }
+  const uint32_t mine = cta.h->count;
+  uint32_t offset = 0, total = mine;
+  if (clustered) {
+    ClusterSync();  // every CTA's count is final
+    total = 0;
+    for (uint32_t r = 0; r < cta.cluster; ++r) {
+      const uint32_t n = r == cta.rank ? mine : *MapToRank(&cta.h->count, r);
+      offset += r < cta.rank ? n : 0u;
+      total += n;  // <= the window's length: no wrap
+    }
+  }
+  // The buffer path needs every candidate kept and, under a speculative floor, at least k of them.
+  const bool buffered = total <= kFilterCapacity && (!speculated || total >= a.k);
+  if (clustered) {
+    if (buffered && cta.rank != 0) {
+      uint2* dst = MapToRankMutable(cta.entries, 0) + offset;
+      for (uint32_t i = threadIdx.x; i < mine; i += kThreads) dst[i] = cta.entries[i];
+    }
+    ClusterSync();  // the leader's buffer is complete; nobody reads another CTA past here
+    if (cta.rank != 0) return;
+  }
+  Threshold t;
+  if (buffered) {
+    auto each = [&](auto&& f) {
+      for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+        const uint2 e = cta.entries[i];
+        f(e.x, static_cast<int32_t>(e.y));
+      }
+    };
+    t = RadixSelect(cta, a.k, each);
+    MarkChosen(cta, t, w.begin, each);
+  } else {  // exact, from the window itself
+    const Segment whole = MakeSegment(a, row, w, 0, 1);
+    auto each = [&](auto&& f) { ForEachInSegment<kThreads>(whole, f); };
+    t = RadixSelect(cta, a.k, each);
+    MarkChosen(cta, t, w.begin, each);
+  }
+  WriteRow(cta, a, row, w, t);
+}
+
+// Two 512-thread CTAs per SM (64 registers, ~80 KB of shared memory at N = 32K: one CTA's selects
+// overlap the other's loads) or one of 1024 for rows that fit one wave.
+template <int kThreads>
+constexpr int MinBlocksPerSm() {
+  return kThreads >= 1024 ? 1 : 2;
+}
+
+template <int kThreads>
+__global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), 0)
+    TopkFilterKernel(const FilterArgs a, const uint32_t bitmap_words) {
+  extern __shared__ uint4 smem[];
+  Cta<kThreads> cta;
+  char* base = reinterpret_cast<char*>(smem);
+  cta.h = reinterpret_cast<Header<kThreads>*>(base);
+  cta.entries = reinterpret_cast<uint2*>(base + HeaderBytes<kThreads>());
+  cta.above = reinterpret_cast<uint32_t*>(cta.entries + kFilterCapacity);
+  cta.at = cta.above + bitmap_words;
+  cta.bitmap_words = bitmap_words;
+  cta.slots = ScanSlots{cta.h->scan, Header<kThreads>::kSlotWords, 0};
+  cta.cluster = a.cluster;
+  cta.rank = blockIdx.x % a.cluster;
+  if (threadIdx.x == 0) cta.h->count = 0u;
+  __syncthreads();
+  const int64_t clusters = gridDim.x / a.cluster;
+  int64_t row = blockIdx.x / a.cluster;
+  if (a.prefetch && threadIdx.x == 0 && row < a.rows) {
+    PrefetchSegment(MakeSegment(a, row, LoadWindowAs<RowSpan>(a, row), cta.rank, cta.cluster));
+  }
+  for (; row < a.rows; row += clusters) {
+    const RowSpan w = LoadWindowAs<RowSpan>(a, row);  // the same in every CTA of the cluster
+    if (w.len > 0) {
+      SelectRow<kThreads>(cta, a, row, w, row + clusters);
+    } else if (cta.rank == 0) {
+      const RowDest out = RowDest::Of(a, row);
+      for (uint32_t j = threadIdx.x; j < a.k; j += kThreads) out.PadOne(j);
+    }
+    // Every reader of this row's count is past the cluster barriers (or the block's).
+    if (threadIdx.x == 0) cta.h->count = 0u;
+    __syncthreads();
+  }
+}
+
+// ---- Host side.
+
+template <int kThreads>
+const void* KernelOf() {
+  return reinterpret_cast<const void*>(&TopkFilterKernel<kThreads>);
+}
+
+// Resident clusters of `cluster` CTAs of the kernel (0 when none fit); cached.
+int MaxActiveClusters(const void* kernel, int threads, int smem, int cluster) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::tuple<const void*, int, int, int>, int>();
+  int device = 0;
+  if (vendor::GetDevice(&device) != vendor::kSuccess) return 0;
+  const auto key = std::make_tuple(kernel, device, cluster, smem);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster), 1, 1);
+  config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+    static_cast<void>(vendor::GetLastError());
+    n = 0;
+  }
+  (*cache)[key] = n;
+  return n;
+}
+
+template <int kThreads>
+vendor::Error Launch(const FilterArgs& base, const FilterConfig& config, vendor::Stream stream) {
+  const void* kernel = KernelOf<kThreads>();
+  const uint32_t words = FilterBitmapWords(base.cols);
+  const int smem = static_cast<int>(FilterSmemBytes(HeaderBytes<kThreads>(), base.cols));
+  vendor::DeviceFacts d;
+  if (!vendor::CurrentDeviceFacts(&d)) return cudaErrorNoDevice;
+  if (smem > d.smem_optin) return cudaErrorInvalidConfiguration;
+  const int per_sm = vendor::BlocksPerSm(kernel, kThreads, smem);  // also allows the smem
+  if (per_sm == 0) return cudaErrorInvalidConfiguration;
+  const int64_t resident = static_cast<int64_t>(per_sm) * d.sm_count;
+  int cluster = config.cluster;
+  if (cluster == 0) {
+    cluster = d.cc_major >= 9 ? ClusterSizeFor(base.rows, base.cols, d.sm_count, kMaxCluster) : 1;
+  }
+  if (cluster != 1 && cluster != 2 && cluster != 4 && cluster != 8) return cudaErrorInvalidValue;
+  if (cluster > 1 && d.cc_major < 9) return cudaErrorNotSupported;
+  FilterArgs a = base;
+  a.cluster = static_cast<uint32_t>(cluster);
+  a.speculate = config.speculate;
+  a.prefetch = config.prefetch;
+  if (cluster == 1) {
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.rows, resident));
+    TopkFilterKernel<kThreads><<<grid, kThreads, smem, stream>>>(a, words);
+    return vendor::GetLastError();
+  }
+  const int clusters = MaxActiveClusters(kernel, kThreads, smem, cluster);
+  if (clusters == 0) return cudaErrorInvalidConfiguration;
+  cudaLaunchConfig_t launch = {};
+  launch.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(a.rows, clusters) * cluster), 1, 1);
+  launch.blockDim = dim3(kThreads, 1, 1);
+  launch.dynamicSmemBytes = static_cast<size_t>(smem);
+  launch.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  launch.attrs = attr;
+  launch.numAttrs = 1;
+  return cudaLaunchKernelEx(&launch, TopkFilterKernel<kThreads>, a, words);
+}
+
+}  // namespace
+
+bool SupportsFilter(const Params& p, std::string* why) {
+  vendor::DeviceFacts d;
+  if (!vendor::CurrentDeviceFacts(&d)) {
+    if (why != nullptr) *why = "no GPU device";
+    return false;
+  }
+  // Rows past one wave go to cuda_stream, which measured faster there (4096 x 32768 causal:
+  // 317.7 against 349.7 µs on the H200, docs/BENCHMARKS.md "Top-k: the threshold filter").
+  const int64_t rows = p.logits.present() ? p.logits.dim(0) : 0;
+  if (rows > d.sm_count) {
+    if (why != nullptr) {
+      *why = std::to_string(rows) + " rows are more than one wave of " +
+             std::to_string(d.sm_count) + " SMs (cuda_stream runs those)";
+    }
+    return false;
+  }
+  const int64_t cols = p.logits.present() ? p.logits.dim(1) : 0;
+  const int64_t smem = FilterSmemBytes(std::max(HeaderBytes<512>(), HeaderBytes<1024>()), cols);
+  if (smem > d.smem_optin) {
+    if (why != nullptr) {
+      *why = "needs " + std::to_string(smem) + " bytes of shared memory per block for " +
+             std::to_string(cols) + " columns, the device allows " + std::to_string(d.smem_optin);
+    }
+    return false;
+  }
+  return true;
+}
+
+vendor::Error LaunchTopkFilterWith(const Params& p, const FilterConfig& config,
+                                   vendor::Stream stream) {
+  FilterArgs a;
+  static_cast<RowArgs&>(a) = MakeRowArgs(p);
+  if (a.rows == 0) return vendor::kSuccess;  // an empty grid is a launch error
+  int threads = config.threads;
+  if (threads == 0) {  // rows that fit one wave: the wider CTA shortens each row's chain of steps
+    vendor::DeviceFacts d;
+    threads = vendor::CurrentDeviceFacts(&d) && a.rows <= d.sm_count ? 1024 : 512;
+  }
+  switch (threads) {
+    case 512: return Launch<512>(a, config, stream);
+    case 1024: return Launch<1024>(a, config, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+vendor::Error LaunchTopkFilter(const Params& p, vendor::Stream stream) {
+  return LaunchTopkFilterWith(p, FilterConfig{}, stream);
+}
+
+}  // namespace attnd::kernels::topk::gpu
+
+#endif  // defined(ATTND_GPU_CUDA)

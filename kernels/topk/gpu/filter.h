@@ -1,0 +1,34 @@
+// The threshold-filter GPU top-k (filter.cu, CUDA): each window is read once from HBM with
+// 16-byte loads; the logits at or above a floor taken from a sample of the window go to a
+// candidate buffer in shared memory (unordered, one shared atomic per warp and chunk); an exact
+// radix select on the buffer and an ordered write through per-column bitmaps give exactly the CPU
+// implementation's output. Persistent CTAs over rows; a thread-block cluster per row (sm_90, the
+// candidates gathered into the leader CTA through DSMEM) when rows are few. Capture-safe
+// launchers. docs/KERNELS.md "Top-k, threshold filter".
+//   if (gpu::SupportsFilter(p, &why)) GPU_RETURN_IF_ERROR(gpu::LaunchTopkFilter(p, stream));
+#pragma once
+
+#include <string>
+
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/topk/params.h"
+
+namespace attnd::kernels::topk::gpu {
+
+// Launch choices; 0 picks the default for the shape and device. Tests and benchmarks force them.
+struct FilterConfig {
+  int threads = 0;        // 512 or 1024 per CTA
+  int cluster = 0;        // CTAs per row: 1, 2, 4 or 8 (2+ needs sm_90)
+  bool speculate = true;  // off: windows longer than the buffer take the exact re-reading path
+  bool prefetch = true;   // bulk-prefetch each CTA's next segment into L2 (sm_90)
+};
+
+// True when the device can run the kernel for p's column count (CUDA, shared memory for the
+// buffer and two bitmaps of N bits per block); every validated Params is then supported.
+bool SupportsFilter(const Params& p, std::string* why);
+
+::attnd::gpu::Error LaunchTopkFilter(const Params& p, ::attnd::gpu::Stream stream);
+::attnd::gpu::Error LaunchTopkFilterWith(const Params& p, const FilterConfig& config,
+                                         ::attnd::gpu::Stream stream);
+
+}  // namespace attnd::kernels::topk::gpu
