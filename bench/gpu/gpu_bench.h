@@ -2,7 +2,7 @@
 // implementation, FLOP/byte counts, a capture-safe launch); the runner captures 10 launches in a
 // graph, warms up, times >= 50 replays with events (median per launch), warm and cold (a 512 MiB
 // write between replays, outside the timing), and prints one JSON line per measurement (with the
-// precision that ran, for the attention ops).
+// precision that ran, for the ops that have the option).
 //   ATTND_REGISTER_GPU_BENCH(sparse_mla, MakeSparseMlaCases);
 #pragma once
 
@@ -49,8 +49,9 @@ struct GpuBenchCase {
   std::string op;      // e.g. "sparse_mla"
   std::string preset;  // e.g. "deepseek_prefill_t4096_h128_d576_k2048"
   std::string impl;    // implementation name
-  // The attention ops' Params::precision ("fast" / "high", kernels/common/precision.h); empty
-  // for the other ops. Part of the case's name: "op/preset/impl/precision".
+  // Params::precision of the attention ops and indexer_logits ("fast" / "high",
+  // kernels/common/precision.h); empty for the other ops. Part of the case's name:
+  // "op/preset/impl/precision".
   std::string precision;
   kernels::WorkCount work;
   PeakKind peak = PeakKind::kBf16;  // which compute ceiling pct_peak_flops refers to
@@ -76,7 +77,7 @@ inline bool MayMatch(const std::string& name, const std::string& filter) {
   return false;
 }
 
-// Both precisions of the attention ops, FAST (the default) first.
+// Both precisions of the ops that have the option, FAST first.
 inline constexpr kernels::Precision kBenchPrecisions[] = {kernels::Precision::kFast,
                                                           kernels::Precision::kHigh};
 const std::vector<std::pair<std::string, GpuBenchFactory>>& GpuBenches();

@@ -1,6 +1,7 @@
 // GPU benchmark cases of indexer_logits (prefill) and indexer_logits_paged (decode): the
 // DeepSeek-V3.2 (H64) and GLM-5 (H32) presets of docs/BENCHMARKS.md "Anchors and ceilings" with
-// causal windows as DeepGEMM's benchmark sets them (ks = 0, ke = N − M + i + 1), clean_logits on.
+// causal windows as DeepGEMM's benchmark sets them (ks = 0, ke = N − M + i + 1), clean_logits on;
+// the prefill cases in each precision an implementation runs ("op/preset/impl/precision").
 // FLOPs = 2·H·D·valid pairs and logical bytes are computed on the host from the shapes (Count
 // would read device data).
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -31,36 +34,58 @@ bool Wanted(const std::string& filter, const std::string& op, const std::string&
             const std::vector<std::string>& impls) {
   if (filter.empty()) return true;
   for (const auto& impl : impls) {
-    if (absl::StrCat(op, "/", preset, "/", impl).find(filter) != std::string::npos) return true;
+    if (MayMatch(absl::StrCat(op, "/", preset, "/", impl), filter)) return true;
   }
   return false;
 }
 
-// The SIMT path is a portable fallback (~30× slower at these shapes): timed on the small presets
-// only, so a full run stays short.
+// Whether Params has the `precision` option (indexer_logits; the paged indexer runs HIGH only).
+template <class Params, class = void>
+struct HasPrecision : std::false_type {};
 template <class Params>
-void AddCases(const std::string& op, const std::string& preset, const Params& p,
+struct HasPrecision<Params, std::void_t<decltype(std::declval<Params&>().precision)>>
+    : std::true_type {};
+
+// Each implementation in each precision it supports (indexer_logits: cuda_wgmma FAST only,
+// cuda_mma and cuda_simt both, the same kernel: their FAST is HIGH's exact sums); the precision
+// is the JSON line's "precision" and the name's last part. The SIMT path is a portable fallback
+// (~30× slower at these shapes): timed on the small presets only, so a full run stays short.
+template <class Params>
+void AddCases(const std::string& op, const std::string& preset, const Params& base,
               const WorkCount& work, bool with_simt, const std::shared_ptr<DeviceArena>& arena,
               const std::vector<kernels::Impl<Params>>& impls, std::vector<GpuBenchCase>* out) {
-  for (const char* name : {"cuda_mma", "cuda_simt"}) {
+  std::vector<Params> variants;
+  if constexpr (HasPrecision<Params>::value) {
+    for (const kernels::Precision precision : kBenchPrecisions) {
+      variants.push_back(base);
+      variants.back().precision = precision;
+    }
+  } else {
+    variants.push_back(base);
+  }
+  for (const char* name : {"cuda_wgmma", "cuda_mma", "cuda_simt"}) {
     if (std::string(name) == "cuda_simt" && !with_simt) continue;
     const kernels::Impl<Params>* impl = FindImpl(impls, name);
-    std::string why;
-    if (impl == nullptr || (impl->supports && !impl->supports(p, &why))) continue;
-    GpuBenchCase c;
-    c.op = op;
-    c.preset = preset;
-    c.impl = name;
-    c.work = work;
-    c.peak = PeakKind::kFp8;
-    c.arena = arena;
-    c.launch = [impl, p](gpu::Stream stream) {
-      kernels::ExecContext ctx;
-      ctx.backend = kernels::Backend::kCuda;
-      ctx.stream = stream;
-      return impl->run(p, ctx);
-    };
-    out->push_back(std::move(c));
+    if (impl == nullptr) continue;
+    for (const Params& p : variants) {
+      std::string why;
+      if (impl->supports && !impl->supports(p, &why)) continue;
+      GpuBenchCase c;
+      c.op = op;
+      c.preset = preset;
+      c.impl = name;
+      if constexpr (HasPrecision<Params>::value) c.precision = kernels::PrecisionName(p.precision);
+      c.work = work;
+      c.peak = PeakKind::kFp8;
+      c.arena = arena;
+      c.launch = [impl, p](gpu::Stream stream) {
+        kernels::ExecContext ctx;
+        ctx.backend = kernels::Backend::kCuda;
+        ctx.stream = stream;
+        return impl->run(p, ctx);
+      };
+      out->push_back(std::move(c));
+    }
   }
 }
 
@@ -83,7 +108,9 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& fi
     const std::string preset =
         absl::StrCat(s.model, "_h", s.heads, "_m", s.m, "_n", s.n, "_causal");
     const bool small = s.n <= 4096;
-    if (!Wanted(filter, "indexer_logits", preset, {"cuda_mma", "cuda_simt"})) continue;
+    if (!Wanted(filter, "indexer_logits", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"})) {
+      continue;
+    }
     auto arena = std::make_shared<DeviceArena>();
     std::vector<int32_t> ks(s.m, 0), ke(s.m);
     for (int64_t i = 0; i < s.m; ++i) ke[i] = static_cast<int32_t>(s.n - s.m + i + 1);

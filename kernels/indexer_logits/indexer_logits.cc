@@ -40,6 +40,7 @@ absl::Status Validate(const Params& p) {
   ATTND_RETURN_IF_ERROR(CheckTensor(p.ks, "ks", DType::kI32, {m}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.ke, "ke", DType::kI32, {m}));
   ATTND_RETURN_IF_ERROR(CheckTensor(p.logits, "logits", DType::kF32, {m, n}));
+  ATTND_RETURN_IF_ERROR(CheckPrecision(p.precision));
   return absl::OkStatus();
 }
 
@@ -62,11 +63,14 @@ WorkCount Count(const Params& p) {
 }
 
 // GPU implementations first (dispatch picks by backend, then by Supports). They read ks/ke on
-// the device only; nothing here calls Count (it reads ks/ke on the host).
+// the device only; nothing here calls Count (it reads ks/ke on the host). cuda_wgmma runs FAST
+// only and refuses HIGH, so FAST picks it on sm_90 and HIGH falls through to cuda_mma; the others
+// run both precisions the same way (exact products summed in f32: HIGH meets FAST's bound).
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>>{
-      ATTND_IF_CUDA(GpuImpl("mma", gpu::MmaSupports, gpu::LaunchMma))    //
-      ATTND_IF_GPU(GpuImpl("simt", gpu::SimtSupports, gpu::LaunchSimt))  //
+      ATTND_IF_CUDA(GpuImpl("wgmma", gpu::WgmmaSupports, gpu::LaunchWgmma))  //
+      ATTND_IF_CUDA(GpuImpl("mma", gpu::MmaSupports, gpu::LaunchMma))        //
+      ATTND_IF_GPU(GpuImpl("simt", gpu::SimtSupports, gpu::LaunchSimt))      //
       CpuImpl(RunCpu)};
   return *impls;
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/precision.h"
 #include "kernels/common/tensor.h"
 
 namespace attnd::kernels::indexer_logits {
@@ -27,6 +28,10 @@ struct Params : WithTensors<Params> {
   // true: every column of [0, N) outside row m's window is written -inf. false: those columns
   // are left untouched (bit for bit). Columns [N, ld) are never touched.
   bool clean_logits = true;
+  // Numerics (docs/ACCURACY.md "Indexer logits"). kHigh, the default (DESIGN.md §2's contract):
+  // exact fp8 products summed in f32. kFast, opt-in: FP8 tensor-core accumulation (14
+  // significant bits per k32 step, truncated; cuda_wgmma), with its own, wider bound.
+  Precision precision = Precision::kHigh;
 
   // Output.
   Tensor logits;  // f32 [M, N]; row stride ld >= N (m·ld is 64-bit: it passes 2^31 in real use)

@@ -1,11 +1,13 @@
-// Every implementation of indexer_logits against the fp64 reference on fresh random data: the six
-// window modes with and without clean_logits (also at the tensor-core shapes), the head counts and
-// head dims, padded strides, long rows and row offsets past 2^31 elements.
+// Every implementation of indexer_logits, in each precision it supports, against the fp64
+// reference on fresh random data: the six window modes with and without clean_logits (also at the
+// tensor-core shapes), the head counts and head dims, padded strides, long rows and row offsets
+// past 2^31 elements.
 #include "kernels/indexer_logits/indexer_logits.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <iostream>
 #include <ostream>
 #include <random>
 #include <string>
@@ -56,8 +58,9 @@ struct Problem {
     }
   }
 
-  Params params(bool clean) {
+  Params params(bool clean, Precision precision = Precision::kHigh) {
     Params p;
+    p.precision = precision;
     p.q = q.tensor();
     p.k = k.tensor();
     p.k_scale = k_scale.tensor();
@@ -69,14 +72,21 @@ struct Problem {
     return p;
   }
 
-  // Runs every implementation and checks each against the reference; returns the runs.
+  // Runs every implementation in each precision it supports and checks each against the
+  // reference with that precision's bound; returns the fewest runs of a precision.
   int RunAndCheck(bool clean) {
-    const Params p = params(clean);
-    EXPECT_TRUE(Validate(p).ok()) << Validate(p);
-    const RefLogits ref = Reference(p);
-    return RunEachImpl(Implementations(), p, {&logits}, [&](const std::string& impl) {
-      ExpectLogits(logits.tensor(), ref, ToleranceFor(shape.heads, shape.dim), impl);
-    });
+    const RefLogits ref = Reference(params(clean));
+    int runs = INT_MAX;
+    for (const Precision precision : testing::kPrecisions) {
+      const Params p = params(clean, precision);
+      EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+      const testing::LogitsTolerance tol = ToleranceFor(shape.heads, shape.dim, precision);
+      runs = std::min(
+          runs, RunEachImpl(Implementations(), p, {&logits}, [&](const std::string& impl) {
+            ExpectLogits(logits.tensor(), ref, tol, impl + " (" + PrecisionName(precision) + ")");
+          }));
+    }
+    return runs;
   }
 
   Shape shape;
@@ -255,6 +265,117 @@ INSTANTIATE_TEST_SUITE_P(IndexerLogitsOdd, HeadShapeTest,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// The Hopper kernel's (cuda_wgmma) edges at its shapes (H 32 / 64, D 128; every other
+// implementation runs them too): query blocks of 8 (H64) / 16 (H32) rows with a partial last
+// block (at H64 its second consumer warpgroup has no row), 64-key tiles with a partial last tile,
+// windows that start and end mid-tile or on tile edges, single keys, empty rows, and whole tiles
+// between the windows of one block that no row sees (filled, never computed).
+class WgmmaEdgeTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
+
+TEST_P(WgmmaEdgeTest, TilesAndWindows) {
+  const auto [heads, clean] = GetParam();
+  auto rng = MakeRng();
+  const Shape shape{19, 64 * 9 + 13, heads, 128, 16};
+  Problem prob(shape, rng);
+  std::vector<int64_t> ks(shape.m), ke(shape.m);
+  for (int64_t i = 0; i < shape.m; ++i) {
+    switch (i % 5) {
+      case 0: ks[i] = 100, ke[i] = 100 - i; break;  // empty (ke <= ks)
+      case 1: ks[i] = 5, ke[i] = 70; break;         // tiles 0-1, both ends mid-tile
+      case 2: ks[i] = 450, ke[i] = shape.n; break;  // tiles 7-9, the last one partial
+      case 3: ks[i] = 130, ke[i] = 131; break;      // one key, mid-tile
+      case 4: ks[i] = 64, ke[i] = 128; break;       // exactly tile 1
+    }
+  }
+  prob.SetWindows(ks, ke);
+  EXPECT_GE(prob.RunAndCheck(clean), 1);
+}
+
+// Few rows against many keys: the keys are cut into chunks (one CTA each), windows cross chunk
+// edges, and one row sees only the last key.
+TEST_P(WgmmaEdgeTest, KeyChunks) {
+  const auto [heads, clean] = GetParam();
+  auto rng = MakeRng();
+  const Shape shape{3, 64 * 70 + 5, heads, 128};
+  Problem prob(shape, rng);
+  prob.SetWindows({0, 1007, shape.n - 1}, {shape.n, 3009, shape.n});
+  EXPECT_GE(prob.RunAndCheck(clean), 1);
+}
+
+// Causal rows over several blocks (the longest-first order) with a partial last block.
+TEST_P(WgmmaEdgeTest, Causal) {
+  const auto [heads, clean] = GetParam();
+  auto rng = MakeRng();
+  const Shape shape{70, 1000, heads, 128};
+  Problem prob(shape, rng);
+  std::vector<int64_t> ks, ke;
+  MakeWindows(Mode::kCausal, shape.m, shape.n, rng, &ks, &ke);
+  prob.SetWindows(ks, ke);
+  EXPECT_GE(prob.RunAndCheck(clean), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(IndexerLogits, WgmmaEdgeTest,
+                         ::testing::Combine(::testing::Values(32, 64), ::testing::Bool()),
+                         [](const auto& info) {
+                           return "H" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_Clean" : "_NoClean");
+                         });
+
+const Impl<Params>* FindImpl(const std::string& name) {
+  for (const auto& impl : Implementations()) {
+    if (impl.name == name) return &impl;
+  }
+  return nullptr;
+}
+
+// cuda_wgmma refuses the shapes it has no kernel for, with a reason (dispatch then picks another
+// implementation, which still runs them).
+TEST(IndexerLogits, WgmmaRefusesOtherShapes) {
+  const Impl<Params>* wgmma = FindImpl("cuda_wgmma");
+  if (wgmma == nullptr) GTEST_SKIP() << "no cuda_wgmma in this build";
+  auto rng = MakeRng();
+  for (const Shape& shape : {Shape{5, 100, 16, 128}, Shape{5, 100, 64, 64}, Shape{5, 100, 128, 128},
+                             Shape{5, 100, 33, 128}}) {
+    Problem prob(shape, rng);
+    prob.SetWindows(std::vector<int64_t>(shape.m, 0), std::vector<int64_t>(shape.m, 77));
+    std::string why;
+    EXPECT_FALSE(wgmma->supports(prob.params(true, Precision::kFast), &why))
+        << shape.heads << " " << shape.dim;
+    EXPECT_FALSE(why.empty());
+    EXPECT_EQ(why.find("precision"), std::string::npos) << why;
+    EXPECT_GE(prob.RunAndCheck(/*clean=*/true), 1);
+  }
+}
+
+// cuda_wgmma runs FAST only: at its own shape it refuses HIGH naming the precision, so dispatch
+// gives HIGH to cuda_mma and FAST to cuda_wgmma (on a compute capability 9.0 device). M = 0 keeps
+// Supports from encoding tensor maps over host memory.
+TEST(IndexerLogits, DispatchPicksByPrecision) {
+  const Impl<Params>* wgmma = FindImpl("cuda_wgmma");
+  if (wgmma == nullptr) GTEST_SKIP() << "no cuda_wgmma in this build";
+  auto rng = MakeRng();
+  Problem prob({0, 100, 64, 128}, rng);
+  std::string why;
+  EXPECT_FALSE(wgmma->supports(prob.params(true, Precision::kHigh), &why));
+  EXPECT_NE(why.find("precision"), std::string::npos) << why;
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  ExecContext ctx;
+  ctx.backend = testing::GpuBackend();
+  why.clear();
+  const Impl<Params>* high = SelectImpl(Implementations(), prob.params(true), ctx, &why);
+  ASSERT_NE(high, nullptr) << why;
+  EXPECT_NE(high->name, "cuda_wgmma");
+  why.clear();
+  const bool fast_ok = wgmma->supports(prob.params(true, Precision::kFast), &why);
+  const Impl<Params>* fast =
+      SelectImpl(Implementations(), prob.params(true, Precision::kFast), ctx, &why);
+  ASSERT_NE(fast, nullptr) << why;
+  if (fast_ok) {  // a Hopper (sm_90) device
+    EXPECT_EQ(fast->name, "cuda_wgmma");
+  }
+  std::cout << "HIGH runs " << high->name << ", FAST runs " << fast->name << "\n";
+}
+
 // Every leading stride padded by an odd amount; the padding must stay untouched.
 TEST(IndexerLogits, PaddedStrides) {
   auto rng = MakeRng();
@@ -325,11 +446,15 @@ TEST(IndexerLogits, OffsetsPast2To31Elements) {
     }
   };
   poison();
-  const int runs = RunEachImpl(Implementations(), p, {}, [&](const std::string& impl) {
-    ExpectLogits(p.logits, ref, ToleranceFor(heads, dim), impl, /*padding_poisoned=*/false);
-    poison();
-  });
-  EXPECT_GE(runs, 1);
+  for (const Precision precision : testing::kPrecisions) {
+    p.precision = precision;
+    const int runs = RunEachImpl(Implementations(), p, {}, [&](const std::string& impl) {
+      ExpectLogits(p.logits, ref, ToleranceFor(heads, dim, precision),
+                   impl + " (" + PrecisionName(precision) + ")", /*padding_poisoned=*/false);
+      poison();
+    });
+    EXPECT_GE(runs, 1);
+  }
 }
 
 // Count: FLOPs from the valid pairs only; bytes with and without the -inf fill.
@@ -355,11 +480,19 @@ TEST(IndexerLogits, RunValidatesThenDispatches) {
   std::string impl;
   ASSERT_TRUE(indexer_logits::Run(prob.params(true), ctx, &impl).ok());
   EXPECT_EQ(impl, "cpu");
+  ASSERT_TRUE(indexer_logits::Run(prob.params(true, Precision::kFast), ctx, &impl).ok());
+  EXPECT_EQ(impl, "cpu");
   Params bad = prob.params(true);
   bad.ke = Tensor();
   testing::PoisonNaN(prob.logits);
   const absl::Status status = indexer_logits::Run(bad, ctx, &impl);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(testing::IsPoisonF32(prob.logits.data<float>()[0])) << "ran despite bad params";
+  Params bad_precision = prob.params(true);
+  bad_precision.precision = static_cast<Precision>(7);  // a cast from untrusted input
+  const absl::Status refused = indexer_logits::Run(bad_precision, ctx, &impl);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("precision"), std::string::npos) << refused;
   EXPECT_TRUE(testing::IsPoisonF32(prob.logits.data<float>()[0])) << "ran despite bad params";
 }
 

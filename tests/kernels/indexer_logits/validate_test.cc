@@ -83,6 +83,8 @@ std::vector<Mutation> Mutations() {
       {"logits_ld_short", [](Params& p) { p.logits.strides[0] = kN - 1; }, "logits:"},
       {"logits_last_dim_strided", [](Params& p) { p.logits.strides[1] = 2; }, "logits:"},
       {"logits_null", [](Params& p) { p.logits.data = nullptr; }, "logits:"},
+      {"precision_out_of_enum", [](Params& p) { p.precision = static_cast<Precision>(2); },
+       "precision:"},
   };
 }
 
@@ -103,6 +105,10 @@ TEST(IndexerLogitsValidate, RejectsEachMalformedInput) {
   valid.ke = ke.tensor();
   valid.logits = logits.tensor();
   ASSERT_TRUE(Validate(valid).ok()) << Validate(valid);
+  EXPECT_EQ(valid.precision, Precision::kHigh);  // DESIGN.md §2's exact contract by default
+  Params fast = valid;
+  fast.precision = Precision::kFast;
+  EXPECT_TRUE(Validate(fast).ok()) << Validate(fast);
   for (const Mutation& mutation : Mutations()) {
     SCOPED_TRACE(mutation.name);
     Params p = valid;

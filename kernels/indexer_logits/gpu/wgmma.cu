@@ -1,0 +1,151 @@
+// The prefill operator's Hopper kernel (wgmma.cuh): instantiations for H {32, 64} at D 128, the
+// Supports rules, the tensor maps and the launcher. CUDA only; the kernels trap off sm_90a.
+#if defined(ATTND_GPU_CUDA)
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/tma.h"
+#include "kernels/common/supports.h"
+#include "kernels/indexer_logits/gpu/launch.h"
+#include "kernels/indexer_logits/gpu/prefill_problem.h"
+#include "kernels/indexer_logits/gpu/wgmma.cuh"
+
+namespace attnd::kernels::indexer_logits::gpu {
+namespace {
+
+constexpr int kWgmmaDim = 128;
+
+// A u8 tensor map of `rank` (2 or 3) dimensions over `base`: dims innermost first, the byte
+// strides of dims 1.., the box; 128-byte swizzle, 256-byte L2 promotion, out-of-range elements
+// read as zeros. False with the reason when the driver refuses it.
+bool EncodeU8Map(CUtensorMap* map, int rank, const void* base, const cuuint64_t* dims,
+                 const cuuint64_t* strides, const cuuint32_t* box, std::string* why) {
+  const ::attnd::gpu::TensorMapEncodeTiledFn encode = ::attnd::gpu::TensorMapEncodeTiled();
+  if (encode == nullptr) return Refuse(why, "the driver has no cuTensorMapEncodeTiled");
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  auto run = [&] {
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<cuuint32_t>(rank),
+                  const_cast<void*>(base), dims, strides, box, element_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  // The driver call needs a current context (as in tma.h's EncodeBf16Map3d): make the runtime's
+  // primary context current on this thread once per device, and once more after a refusal for
+  // want of one.
+  thread_local int context_device = -1;
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess && device != context_device &&
+      cudaSetDevice(device) == cudaSuccess) {
+    context_device = device;
+  }
+  CUresult r = run();
+  if (r == CUDA_ERROR_INVALID_CONTEXT && cudaSetDevice(device) == cudaSuccess) r = run();
+  static_cast<void>(cudaGetLastError());
+  if (r != CUDA_SUCCESS) {
+    return Refuse(why, "cuTensorMapEncodeTiled refused the tensor (error ", static_cast<int>(r),
+                  ")");
+  }
+  return true;
+}
+
+// q [M, H, 128] as {128 bytes, H, M} with boxes of 128 × H × (256 / H) (one consumer's block),
+// k [N, 128] as {128 bytes, N} with boxes of 128 × 64 (one tile). A dimension of size 1 gets the
+// packed stride (its own is meaningless).
+bool EncodeMaps(const Params& p, WgmmaIndexerArgs* args, std::string* why) {
+  const uint64_t m = static_cast<uint64_t>(p.q.dim(0)), h = static_cast<uint64_t>(p.q.dim(1));
+  const uint64_t n = static_cast<uint64_t>(p.k.dim(0));
+  const uint64_t q_head = static_cast<uint64_t>(p.q.stride(1));
+  const uint64_t q_row = m > 1 ? static_cast<uint64_t>(p.q.stride(0)) : q_head * h;
+  const cuuint64_t q_dims[3] = {kWgmmaDim, h, m};
+  const cuuint64_t q_strides[2] = {q_head, q_row};
+  const cuuint32_t q_box[3] = {kWgmmaDim, static_cast<cuuint32_t>(h),
+                               static_cast<cuuint32_t>(256 / h)};
+  if (!EncodeU8Map(&args->q_map, 3, p.q.data, q_dims, q_strides, q_box, why)) return false;
+  const cuuint64_t k_dims[2] = {kWgmmaDim, n};
+  const cuuint64_t k_strides[1] = {n > 1 ? static_cast<uint64_t>(p.k.stride(0)) : kWgmmaDim};
+  const cuuint32_t k_box[2] = {kWgmmaDim, static_cast<cuuint32_t>(kWgmmaBlockN)};
+  return EncodeU8Map(&args->k_map, 2, p.k.data, k_dims, k_strides, k_box, why);
+}
+
+// Query blocks of 2·256/H rows; keys cut into chunks (multiples of the 64-key tile) only when
+// there are fewer than two blocks per SM (one CTA per SM: shared memory and registers).
+IndexerProblem SplitWgmma(const Params& p) {
+  IndexerProblem x = MakePrefillProblem(p);
+  ChooseSplit(&x, 2 * 256 / x.heads, kWgmmaBlockN,
+              int64_t{2} * ::attnd::gpu::CurrentDeviceSmCount());
+  return x;
+}
+
+template <int kHeads>
+::attnd::gpu::Error LaunchInstance(const WgmmaIndexerArgs& args, ::attnd::gpu::Stream stream) {
+  using T = WgmmaIndexerTile<kHeads>;
+  const auto kernel = IndexerWgmmaKernel<kHeads>;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kernel<<<static_cast<unsigned>(GridCtas(args.p)), T::kThreads, T::kSmemBytes, stream>>>(args);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool WgmmaSupports(const Params& p, std::string* why) {
+  // The fp8 wgmma accumulates in 14 significant bits (docs/ACCURACY.md "Indexer logits, FAST"):
+  // only FAST's bound admits that.
+  if (p.precision != Precision::kFast) {
+    return Refuse(why, "runs precision fast only (fp8 tensor-core accumulation), call asks for ",
+                  PrecisionName(p.precision));
+  }
+  const int64_t m = p.q.dim(0), h = p.q.dim(1), d = p.q.dim(2), n = p.k.dim(0);
+  if (h != 32 && h != 64) return Refuse(why, "H is ", h, ", want 32 or 64");
+  if (d != kWgmmaDim) return Refuse(why, "D is ", d, ", want ", kWgmmaDim);
+  ::attnd::gpu::DeviceFacts facts;
+  if (!::attnd::gpu::CurrentDeviceFacts(&facts)) return Refuse(why, "no usable CUDA device");
+  if (facts.cc_major != 9 || facts.cc_minor != 0) {
+    return Refuse(why, "needs compute capability 9.0 (sm_90a wgmma, TMA), device has ",
+                  facts.cc_major, ".", facts.cc_minor);
+  }
+  if (!Aligned(p.q.data, 16) || p.q.stride(0) % 16 != 0 || p.q.stride(1) % 16 != 0 ||
+      !Aligned(p.k.data, 16) || p.k.stride(0) % 16 != 0) {
+    return Refuse(why, "q and k must be 16-byte aligned (pointers and row strides: TMA)");
+  }
+  if (!Aligned(p.k_scale.data, 4)) return Refuse(why, "k_scale must be 4-byte aligned");
+  // TMA coordinates are 32-bit: query rows up to M + 15, key rows up to N + 63.
+  if (m > kMaxInt32 - 16 || n > kMaxInt32 - kWgmmaBlockN) {
+    return Refuse(why, "M ", m, " or N ", n, " too large for 32-bit TMA coordinates");
+  }
+  const int smem = h == 32 ? WgmmaIndexerTile<32>::kSmemBytes : WgmmaIndexerTile<64>::kSmemBytes;
+  if (facts.smem_optin < smem) {
+    return Refuse(why, "needs ", smem, " bytes of shared memory per block, device allows ",
+                  facts.smem_optin);
+  }
+  if (m > 0 && n > 0) {
+    WgmmaIndexerArgs args;
+    if (!EncodeMaps(p, &args, why)) return false;
+    if (GridCtas(SplitWgmma(p)) >= kMaxGridCtas) {
+      return Refuse(why, "grid does not fit one dimension");
+    }
+  }
+  return true;
+}
+
+::attnd::gpu::Error LaunchWgmma(const Params& p, ::attnd::gpu::Stream stream) {
+  if (p.q.dim(0) == 0 || p.k.dim(0) == 0) return cudaSuccess;
+  WgmmaIndexerArgs args;
+  if (!EncodeMaps(p, &args, nullptr)) return cudaErrorInvalidValue;  // refused by WgmmaSupports
+  args.p = SplitWgmma(p);
+  switch (args.p.heads) {
+    case 32: return LaunchInstance<32>(args, stream);
+    case 64: return LaunchInstance<64>(args, stream);
+  }
+  return cudaErrorInvalidValue;  // refused by WgmmaSupports
+}
+
+}  // namespace attnd::kernels::indexer_logits::gpu
+
+#endif  // defined(ATTND_GPU_CUDA)

@@ -1,0 +1,344 @@
+// The Hopper prefill indexer kernel (CUDA sm_90a: TMA, fp8 wgmma, mbarriers, setmaxnreg;
+// docs/KERNELS.md "Prefill indexer on Hopper (cuda_wgmma)"). H in {32, 64}, D = 128.
+//
+// CTA = 2·256/H queries (8 at H64, 16 at H32) × one key chunk (common.cuh DecodeBlock, longest
+// causal rows first), three warpgroups:
+//   WG2 (producer)  thread 0 of warp 0: TMA of the CTA's q (two boxes of 256 (query, head) rows ×
+//                   128 bytes, one per consumer) and a stream of 64-key tiles of k (64 rows × 128
+//                   bytes) through kStages stages with full (transaction count) / empty (one
+//                   arrival per consumer warp) mbarriers. Warps 1-3: the −inf fill (clean_logits)
+//                   of every tile of the chunk that no row of the CTA sees, overlapped with the
+//                   MMA work.
+//   WG0, WG1        S = K·Qᵀ for the tile (m64n256k32 e4m3, four k-steps over D = 128, both
+//   (consumers)     operands K-major in shared memory): the 64 keys are the MMA's M, the
+//                   warpgroup's 256 (query, head) columns its N (4 queries at H64, 8 at H32: the
+//                   H32 block needs no padding). A thread holds, for its keys 16·warp + lane/4
+//                   (+8), 64 columns: Σ_h w·relu(s) is an in-register FFMA loop per query, then a
+//                   quad transpose-sum over the four lanes of the row; × k_scale; stored with
+//                   the window test (value inside, −inf outside when clean). The two consumers
+//                   share each k tile and take turns issuing (named barriers), so one's epilogue
+//                   runs under the other's MMA.
+// Only tiles that some row of the CTA sees are loaded (TileRanges: the same list for every role);
+// the windows are clipped to the chunk first, so a tile belongs to exactly one of "computed"
+// (consumers write all its columns of the CTA's rows) or "filled" (WG2 warps 1-3, clean only).
+// Output offsets are 64-bit; TMA coordinates 32-bit (WgmmaSupports bounds M and N).
+#pragma once
+
+#if !defined(ATTND_GPU_CUDA)
+#error "kernels/indexer_logits/gpu/wgmma.cuh is CUDA-only"
+#endif
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/common/gpu/wgmma_fp8.cuh"
+#include "kernels/common/math.h"
+#include "kernels/indexer_logits/gpu/common.cuh"
+#include "kernels/indexer_logits/gpu/problem.h"
+
+namespace attnd::kernels::indexer_logits::gpu {
+
+// The kernel's argument block: the two tensor maps (u8, 128-byte swizzle) and the problem.
+struct WgmmaIndexerArgs {
+  CUtensorMap q_map;  // q as {128 bytes, H, M}: boxes of 128 × H × (256 / H)
+  CUtensorMap k_map;  // k as {128 bytes, N}: boxes of 128 × 64
+  IndexerProblem p;
+};
+
+template <int kHeads>
+struct WgmmaIndexerTile {
+  static_assert(kHeads == 32 || kHeads == 64, "the wgmma indexer needs H in {32, 64}");
+  static constexpr int kThreads = 384;  // WG0, WG1 consumers; WG2 producer and filler
+  static constexpr int kDim = 128;      // head dim: one 128-byte swizzled row per (query, head)
+  static constexpr int kColumns = 256;  // (query, head) columns of a consumer: the wgmma N
+  static constexpr int kWgQueries = kColumns / kHeads;  // 4 (H64) or 8 (H32)
+  static constexpr int kQueries = 2 * kWgQueries;       // per CTA
+  static constexpr int kOut = kWgQueries / 4;  // queries per row a lane stores (quad transpose)
+  static constexpr int kBlockN = 64;           // keys per tile: the wgmma M
+  static constexpr int kStages = 8;
+  static constexpr int kSteps = kDim / 32;                // k32 steps
+  static constexpr uint32_t kQWgBytes = kColumns * kDim;  // 32 KiB
+  static constexpr uint32_t kTileBytes = kBlockN * kDim;  // 8 KiB
+  // Shared memory (bytes; q boxes and tiles 1024-byte aligned): q of WG0, WG1 | k stages |
+  // mbarriers q_full, full[kStages], empty[kStages] | row windows lo[kQueries], hi[kQueries].
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKOffset = 2 * kQWgBytes;
+  static constexpr uint32_t kBarOffset = kKOffset + kStages * kTileBytes;
+  static constexpr uint32_t kLoOffset = kBarOffset + (1 + 2 * kStages) * 8;
+  static constexpr uint32_t kHiOffset = kLoOffset + kQueries * 4;
+  // The needed tiles as sorted disjoint ranges [range_lo, range_hi) of tile indices, and their
+  // count (at most one range per row).
+  static constexpr uint32_t kRangeLoOffset = kHiOffset + kQueries * 4;
+  static constexpr uint32_t kRangeHiOffset = kRangeLoOffset + kQueries * 4;
+  static constexpr uint32_t kRangeCountOffset = kRangeHiOffset + kQueries * 4;
+  static constexpr int kSmemBytes = static_cast<int>(kRangeCountOffset + 4);
+  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+  static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "register budget (65536 / 128)");
+  static_assert(kHeads % 8 == 0 && kWgQueries % 4 == 0, "whole queries per 8-column group");
+};
+
+// Named barriers of the consumers: WG0's issue turn (kIndexerBarTurn0), WG1's (+ 1).
+inline constexpr uint32_t kIndexerBarTurn0 = 1;
+inline constexpr int64_t kWgmmaBlockN = 64;
+
+// The tiles the CTA computes: tile t (keys [64t, 64t + 64)) is needed when some row's window
+// (clipped to the chunk) meets it, i.e. t in [lo / 64, ceil(hi / 64)) for a non-empty window.
+// One thread merges those per-row tile ranges into sorted disjoint ranges in shared memory; every
+// role then walks them with a TileCursor, reading shared memory only when it crosses a range end.
+struct TileRanges {
+  const int32_t* lo;  // [count], sorted by lo, disjoint and non-adjacent
+  const int32_t* hi;
+  int count;
+};
+
+// Builds the ranges of the rows' windows lo[r], hi[r] (r < rows; empty ones lo == hi). One thread.
+__device__ __forceinline__ void BuildTileRanges(const int32_t* lo, const int32_t* hi, int rows,
+                                                int32_t* range_lo, int32_t* range_hi,
+                                                int32_t* range_count) {
+  int n = 0;
+  for (int r = 0; r < rows; ++r) {  // insertion by first tile
+    if (lo[r] >= hi[r]) continue;
+    const int32_t a = lo[r] / static_cast<int32_t>(kWgmmaBlockN);
+    const int32_t b = (hi[r] - 1) / static_cast<int32_t>(kWgmmaBlockN) + 1;
+    int k = n++;
+    for (; k > 0 && range_lo[k - 1] > a; --k) {
+      range_lo[k] = range_lo[k - 1];
+      range_hi[k] = range_hi[k - 1];
+    }
+    range_lo[k] = a;
+    range_hi[k] = b;
+  }
+  int m = 0;
+  for (int k = 0; k < n; ++k) {  // merge overlapping and adjacent ranges
+    if (m > 0 && range_lo[k] <= range_hi[m - 1]) {
+      range_hi[m - 1] = range_hi[k] > range_hi[m - 1] ? range_hi[k] : range_hi[m - 1];
+    } else {
+      range_lo[m] = range_lo[k];
+      range_hi[m] = range_hi[k];
+      ++m;
+    }
+  }
+  *range_count = m;
+}
+
+// Walks the needed tiles in order: tile() is the current one, done() past the last.
+class TileCursor {
+ public:
+  __device__ __forceinline__ explicit TileCursor(const TileRanges& r)
+      : r_(r), range_(0), tile_(r.count > 0 ? r.lo[0] : 0), end_(r.count > 0 ? r.hi[0] : 0) {}
+  __device__ __forceinline__ bool done() const { return range_ >= r_.count; }
+  __device__ __forceinline__ int32_t tile() const { return tile_; }
+  __device__ __forceinline__ void Advance() {
+    if (++tile_ < end_) return;
+    if (++range_ < r_.count) {
+      tile_ = r_.lo[range_];
+      end_ = r_.hi[range_];
+    }
+  }
+
+ private:
+  TileRanges r_;
+  int range_;
+  int32_t tile_, end_;
+};
+
+template <int kHeads>
+__global__ void __launch_bounds__(384, 1)
+    IndexerWgmmaKernel(const __grid_constant__ WgmmaIndexerArgs args) {
+#if ATTND_SM90A
+  using T = WgmmaIndexerTile<kHeads>;
+  using namespace ::attnd::gpu::wgmma;
+  const IndexerProblem& p = args.p;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = SmemAddr(smem);
+  if ((base & (kSwizzleAtomBytes - 1)) != 0) __trap();  // swizzle atoms need 1024-B alignment
+
+  const int tid = threadIdx.x;
+  const BlockWork w = DecodeBlock</*kLongestFirst=*/true>(p);
+  const uint32_t q_full = base + T::kBarOffset;
+  const uint32_t full = q_full + 8, empty = full + 8 * T::kStages;  // + 8·stage
+  int32_t* lo = reinterpret_cast<int32_t*>(smem + T::kLoOffset);
+  int32_t* hi = reinterpret_cast<int32_t*>(smem + T::kHiOffset);
+  if (tid < T::kQueries) {  // row windows, clipped to the chunk [c0, c1) (c1 <= N < 2^31)
+    int64_t l = 0, h = 0;
+    if (tid < w.count) {
+      RowWindow</*kPaged=*/false>(p, w.group, w.first + tid, &l, &h);
+      l = l > w.c0 ? l : w.c0;
+      h = h < w.c1 ? h : w.c1;
+    }
+    if (h <= l) l = h = 0;
+    lo[tid] = static_cast<int32_t>(l);
+    hi[tid] = static_cast<int32_t>(h);
+  }
+  int32_t* range_lo = reinterpret_cast<int32_t*>(smem + T::kRangeLoOffset);
+  int32_t* range_hi = reinterpret_cast<int32_t*>(smem + T::kRangeHiOffset);
+  int32_t* range_count = reinterpret_cast<int32_t*>(smem + T::kRangeCountOffset);
+  if (tid == 0) {
+    MbarInit(q_full, 1);
+    for (int s = 0; s < T::kStages; ++s) {
+      MbarInit(full + 8 * s, 1);
+      MbarInit(empty + 8 * s, T::kEmptyCount);
+    }
+    FenceMbarInit();
+  }
+  __syncthreads();  // windows written
+  if (tid == 0) BuildTileRanges(lo, hi, T::kQueries, range_lo, range_hi, range_count);
+  __syncthreads();  // ranges written
+  const TileRanges ranges{range_lo, range_hi, *range_count};
+  // The chunk's tiles [t_chunk0, t_chunk1) (c1 <= N < 2^31 - 64: 32-bit tile indices).
+  const int32_t t_chunk0 = static_cast<int32_t>(w.c0 / kWgmmaBlockN);
+  const int32_t t_chunk1 = static_cast<int32_t>((w.c1 + kWgmmaBlockN - 1) / kWgmmaBlockN);
+  const int64_t row0 = w.group * p.rows_per_group + w.first;  // the CTA's first output row
+
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
+  if (wg == 2) {
+    SetMaxRegsDec<T::kProducerRegs>();
+    const int ptid = tid - 256;
+    if (ptid == 0) {
+      // ---- Producer: q once (before the first tile), then the needed tiles in order.
+      PrefetchTensorMap(&args.q_map);
+      PrefetchTensorMap(&args.k_map);
+      uint32_t i = 0;
+      for (TileCursor c(ranges); !c.done(); c.Advance(), ++i) {
+        if (i == 0) {
+          MbarArriveExpectTx(q_full, 2 * T::kQWgBytes);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {  // rows past M are zero-filled by the TMA
+            TmaLoad3d(base + T::kQOffset + half * T::kQWgBytes, &args.q_map, q_full, 0, 0,
+                      static_cast<int32_t>(w.first + half * T::kWgQueries));
+          }
+        }
+        const uint32_t s = i % T::kStages;
+        // Stage s last held tile i - kStages: completion (i / kStages) - 1 of its empty barrier.
+        if (i >= T::kStages) MbarWait(empty + 8 * s, ((i / T::kStages) - 1) & 1);
+        MbarArriveExpectTx(full + 8 * s, T::kTileBytes);
+        TmaLoad2d(base + T::kKOffset + s * T::kTileBytes, &args.k_map, full + 8 * s, 0,
+                  c.tile() * static_cast<int32_t>(kWgmmaBlockN));  // keys past N: zeros
+      }
+    } else if (ptid >= 32 && p.clean) {
+      // ---- Filler (warps 1-3): −inf on the CTA's rows over every tile of the chunk that no
+      // row sees (the consumers never touch those).
+      const int lane = ptid % 32;
+      for (int gap = 0; gap <= ranges.count; ++gap) {  // before each range, and after the last
+        const int32_t g0 = gap == 0 ? t_chunk0 : ranges.hi[gap - 1];
+        const int32_t g1 = gap < ranges.count ? ranges.lo[gap] : t_chunk1;
+        for (int32_t t = g0 + (ptid / 32 - 1); t < g1; t += 3) {
+          const int64_t k0 = int64_t{t} * kWgmmaBlockN;
+          const int64_t k1 = k0 + kWgmmaBlockN < w.c1 ? k0 + kWgmmaBlockN : w.c1;
+          for (int r = 0; r < w.count; ++r) {
+            float* row = p.logits + (row0 + r) * p.ld;
+            for (int64_t c = k0 + lane; c < k1; c += 32) row[c] = kNegInf;
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: warpgroup wg owns the CTA's queries [q0, q0 + kWgQueries); warp `warp`
+  // the tile's keys 16·warp + lane/4 and + 8; lane quad position t4 the columns 8j + 2·t4 + e.
+  SetMaxRegsInc<T::kConsumerRegs>();
+  const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  const int q0 = wg * T::kWgQueries;
+  // The weights of this thread's 64 columns (0 for queries past the block: their q is zero).
+  float wt[32][2];
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int column = 8 * j + 2 * t4 + e;
+      const int query = q0 + column / kHeads, head = column % kHeads;
+      wt[j][e] = query < w.count ? p.weights[(row0 + query) * p.weights_stride + head] : 0.0f;
+    }
+  }
+  // The queries whose logits this lane stores (the quad transpose-sum leaves query 4u + t4 of
+  // each group of four in lane t4), their windows within the chunk.
+  int32_t out_lo[T::kOut], out_hi[T::kOut];
+  bool out_ok[T::kOut];
+#pragma unroll
+  for (int u = 0; u < T::kOut; ++u) {
+    const int query = q0 + 4 * u + t4;
+    out_ok[u] = query < w.count;
+    out_lo[u] = lo[query];
+    out_hi[u] = hi[query];
+  }
+
+  const uint64_t q_desc = SmemDescKMajor(base + T::kQOffset + wg * T::kQWgBytes);
+  float acc[128];  // S: keys 16·warp + g (+8) × this thread's 64 columns (accumulator layout)
+  TileCursor cursor(ranges);
+  // Issue turns: WG0 first; each hands the turn to the other after issuing. Arrivals balance
+  // the syncs: WG1 gives the first turn and does not hand back after its last tile.
+  if (wg == 1 && !cursor.done()) NamedBarArrive(kIndexerBarTurn0, 256);
+  for (uint32_t i = 0; !cursor.done(); ++i) {
+    const uint32_t s = i % T::kStages;
+    const int32_t t = cursor.tile();
+    cursor.Advance();
+    if (i == 0) MbarWait(q_full, 0);
+    MbarWait(full + 8 * s, (i / T::kStages) & 1);
+    NamedBarSync(kIndexerBarTurn0 + wg, 256);
+    WgmmaFence();
+    uint64_t k_desc = SmemDescKMajor(base + T::kKOffset + s * T::kTileBytes), qd = q_desc;
+#pragma unroll
+    for (int kk = 0; kk < T::kSteps; ++kk) {
+      // One live descriptor pair (the compiler would otherwise keep every step's in registers).
+      asm volatile("" : "+l"(k_desc), "+l"(qd));
+      WgmmaFp8<256>::Run(acc, k_desc, qd, kk > 0);
+      k_desc = DescAdvance(k_desc, 32);  // next k32 step: 32 bytes on, inside the swizzle atom
+      qd = DescAdvance(qd, 32);
+    }
+    WgmmaCommit();
+    if (wg == 0 || !cursor.done()) NamedBarArrive(kIndexerBarTurn0 + (wg ^ 1), 256);
+
+    const int64_t key0 = int64_t{t} * kWgmmaBlockN + 16 * warp + g;  // and key0 + 8
+    float scale[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int64_t key = key0 + 8 * rr;
+      scale[rr] = key < w.c1 ? __ldg(p.k_scale + key) : 0.0f;
+    }
+    WgmmaWait<0>();
+    FenceAccumulators(acc);
+    __syncwarp();
+    if (lane == 0) MbarArrive(empty + 8 * s);  // this warp's share of the tile is read
+
+    // Σ_h w·relu(s) per (key, query) over this thread's columns of the query ...
+    float part[2][T::kWgQueries];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+#pragma unroll
+      for (int u = 0; u < T::kWgQueries; ++u) part[rr][u] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int query = j / (kHeads / 8);  // columns 8j .. 8j + 7 belong to one query
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        part[rr][query] = fmaf(wt[j][0], fmaxf(acc[4 * j + 2 * rr], 0.0f), part[rr][query]);
+        part[rr][query] = fmaf(wt[j][1], fmaxf(acc[4 * j + 2 * rr + 1], 0.0f), part[rr][query]);
+      }
+    }
+    // ... then over the quad (all H heads), times the key's scale, stored.
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int64_t key = key0 + 8 * rr;
+#pragma unroll
+      for (int u = 0; u < T::kOut; ++u) {
+        const float v = QuadTransposeSum(&part[rr][4 * u], t4);
+        if (!out_ok[u] || key >= w.c1) continue;
+        float* out = p.logits + (row0 + q0 + 4 * u + t4) * p.ld + key;
+        if (key >= out_lo[u] && key < out_hi[u]) {
+          *out = v * scale[rr];
+        } else if (p.clean) {
+          *out = kNegInf;
+        }
+      }
+    }
+  }
+#else
+  __trap();  // sm_90a only: WgmmaSupports refuses other devices
+#endif
+}
+
+}  // namespace attnd::kernels::indexer_logits::gpu
