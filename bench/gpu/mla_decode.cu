@@ -129,51 +129,64 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
           if (ctx == 4096) impls.push_back("cuda_simt");  // the portable path, at the short context
           bool wanted = false;
           for (const std::string& impl : impls) {
-            wanted |= MayMatch(absl::StrCat("mla_decode/", preset, "/", impl), filter);
+            wanted |= MayMatch(absl::StrCat("mla_decode/", preset, "/", impl), filter) ||
+                      MayMatch(absl::StrCat("mla_decode/", preset, "_invariant/", impl), filter);
           }
           if (!wanted) continue;
           auto cache = CacheFor(&caches, batch, ctx, fp8, &seed);
           if (!cache.ok()) return cache.status();
           auto call = MakeCall(**cache, batch, ctx, heads, fp8, ++seed);
           if (!call.ok()) return absl::ResourceExhaustedError(preset);
-          const mla_decode::Params& p = call->p;
           const auto& arena = call->arena;
           const kernels::WorkCount& work = call->work;
-          for (const std::string& name : impls) {
-            const auto* impl = FindImpl(mla_decode::Implementations(), name);
-            std::string why;
-            if (name == "cuda_wgmma" && impl != nullptr && !impl->supports(p, &why)) continue;
-            if (impl == nullptr || !impl->supports(p, &why)) {
-              return absl::FailedPreconditionError(absl::StrCat(preset, " ", name, ": ", why));
-            }
-            const int64_t ws_bytes = impl->workspace ? impl->workspace(p) : 0;
-            void* ws = nullptr;
-            if (ws_bytes > 0) {
-              auto w = arena->Alloc(ws_bytes);
-              if (!w.ok()) return w.status();
-              ws = *w;
-            }
-            for (const kernels::Precision precision : kBenchPrecisions) {
-              GpuBenchCase c;
-              c.op = "mla_decode";
-              c.preset = preset;
-              c.impl = name;
-              c.precision = kernels::PrecisionName(precision);
-              c.work = work;
-              c.peak = PeakKind::kBf16;
-              c.arena = arena;
-              auto keep_cache = (*cache)->arena;
-              mla_decode::Params pp = p;
-              pp.precision = precision;
-              c.launch = [impl, pp, ws, ws_bytes, keep_cache](gpu::Stream stream) {
-                ExecContext ctx;
-                ctx.backend = kernels::Backend::kCuda;
-                ctx.stream = stream;
-                ctx.workspace = ws;
-                ctx.workspace_bytes = ws_bytes;
-                return impl->run(pp, ctx);
-              };
-              cases.push_back(std::move(c));
+          // The batch-invariant plan beside the default one (preset "<shape>_invariant"; docs/
+          // BENCHMARKS.md "Batch invariance"): the compute-bound B32 H128 32K and the
+          // launch-bound B1 H128 4K shapes, bf16 cache.
+          const bool with_invariant =
+              !fp8 && heads == 128 &&
+              ((batch == 32 && ctx == 32768) || (batch == 1 && ctx == 4096));
+          for (const bool invariant : {false, true}) {
+            if (invariant && !with_invariant) continue;
+            const std::string case_preset = invariant ? preset + "_invariant" : preset;
+            for (const std::string& name : impls) {
+              if (!MayMatch(absl::StrCat("mla_decode/", case_preset, "/", name), filter)) continue;
+              const auto* impl = FindImpl(mla_decode::Implementations(), name);
+              mla_decode::Params p = call->p;
+              p.batch_invariant = invariant;
+              std::string why;
+              if (name == "cuda_wgmma" && impl != nullptr && !impl->supports(p, &why)) continue;
+              if (impl == nullptr || !impl->supports(p, &why)) {
+                return absl::FailedPreconditionError(absl::StrCat(preset, " ", name, ": ", why));
+              }
+              const int64_t ws_bytes = impl->workspace ? impl->workspace(p) : 0;
+              void* ws = nullptr;
+              if (ws_bytes > 0) {
+                auto w = arena->Alloc(ws_bytes);
+                if (!w.ok()) return w.status();
+                ws = *w;
+              }
+              for (const kernels::Precision precision : kBenchPrecisions) {
+                GpuBenchCase c;
+                c.op = "mla_decode";
+                c.preset = case_preset;
+                c.impl = name;
+                c.precision = kernels::PrecisionName(precision);
+                c.work = work;
+                c.peak = PeakKind::kBf16;
+                c.arena = arena;
+                auto keep_cache = (*cache)->arena;
+                mla_decode::Params pp = p;
+                pp.precision = precision;
+                c.launch = [impl, pp, ws, ws_bytes, keep_cache](gpu::Stream stream) {
+                  ExecContext ctx;
+                  ctx.backend = kernels::Backend::kCuda;
+                  ctx.stream = stream;
+                  ctx.workspace = ws;
+                  ctx.workspace_bytes = ws_bytes;
+                  return impl->run(pp, ctx);
+                };
+                cases.push_back(std::move(c));
+              }
             }
           }
         }

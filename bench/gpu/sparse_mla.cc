@@ -34,6 +34,9 @@ struct Preset {
   int64_t t, s, h, d_qk, k;
   bool simt;         // also time the portable SIMT kernel (slow on the big prefill shapes)
   bool fp8 = false;  // the FP8 KV cache (u8 [S, 656]) instead of bf16
+  // Params::batch_invariant (docs/BENCHMARKS.md "Batch invariance"): "<shape>_invariant"
+  // beside the same shape without it, to measure the option's cost.
+  bool batch_invariant = false;
 };
 
 constexpr Preset kPresets[] = {
@@ -68,6 +71,10 @@ constexpr Preset kPresets[] = {
      false, true},
     {"deepseek_decode_b128_s4194304_h64_d576_k2048_fp8kv", 128, 128 * 32768, 64, 576, 2048, false,
      true},
+    {"deepseek_decode_b128_s4194304_h128_d576_k2048_fp8kv_invariant", 128, 128 * 32768, 128, 576,
+     2048, false, true, true},
+    {"deepseek_decode_b1_s32768_h128_d576_k2048_fp8kv_invariant", 1, 32768, 128, 576, 2048, false,
+     true, true},
 };
 
 // One KV pool per (S, d_qk, format), shared by the presets and implementations that use it.
@@ -134,6 +141,7 @@ absl::StatusOr<Call> MakeCall(const Preset& preset, uint64_t seed, KvPools* pool
   p.out = kernels::MakeTensor(*out, DType::kBF16, {t, h, sparse_mla::kDimV});
   p.lse = kernels::MakeTensor(*lse, DType::kF32, {t, h});
   p.sm_scale = 1.0f / 24.0f;  // 1/sqrt(576)
+  p.batch_invariant = preset.batch_invariant;
   if (absl::Status st = sparse_mla::Validate(p); !st.ok()) return st;
   c.work = sparse_mla::CountSlots(p);  // shapes only: every slot counts
   c.keep.push_back(kv->arena);

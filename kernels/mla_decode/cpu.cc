@@ -18,6 +18,7 @@
 #include "kernels/common/fp8.h"
 #include "kernels/common/math.h"
 #include "kernels/common/thread_pool.h"
+#include "kernels/mla_decode/invariant_plan.h"
 #include "kernels/mla_decode/mla_decode.h"
 
 namespace attnd::kernels::mla_decode::internal {
@@ -35,6 +36,7 @@ struct Plan {
   int64_t num_blocks = 0;  // row blocks per request
   int64_t block_rows = 0;  // rows per block (the last may have fewer)
   int64_t splits = 1;      // token ranges per (request, block)
+  bool invariant = false;  // splits of fixed size (invariant_plan.h), not even shares
 };
 
 Plan MakePlan(const Params& p, const ExecContext& ctx) {
@@ -44,6 +46,17 @@ Plan MakePlan(const Params& p, const ExecContext& ctx) {
   plan.block_rows = plan.num_blocks == 0 ? 0 : CeilDiv(plan.rows, plan.num_blocks);
   const int64_t threads = ctx.pool == nullptr ? 1 : ctx.pool->num_threads();
   const int64_t items = p.q.dim(0) * plan.num_blocks;
+  if (p.batch_invariant) {
+    // Each request's context in InvariantSplitTiles' fixed-size ranges (docs/KERNELS.md "Batch
+    // invariance"); enough splits for the longest request. One split writes the rows directly,
+    // which the combine of one non-empty split reproduces exactly (weight 1).
+    for (int64_t b = 0; b < p.q.dim(0); ++b) {
+      plan.splits =
+          std::max(plan.splits, InvariantSplitsOfRequest(ClampedSeqlen(p, b), kTileTokens));
+    }
+    plan.invariant = true;
+    return plan;
+  }
   if (threads > 1 && items > 0 && items < 4 * threads) {
     int64_t max_seqlen = 0;
     for (int64_t b = 0; b < p.q.dim(0); ++b) max_seqlen = std::max(max_seqlen, ClampedSeqlen(p, b));
@@ -232,8 +245,13 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
       const int64_t nr = block_range(blk, &r0);
       const int64_t seqlen = ClampedSeqlen(p, b);
       const int64_t chunk = CeilDiv(CeilDiv(seqlen, splits), kTileTokens) * kTileTokens;
-      const int64_t begin = std::min(seqlen, split * chunk);
-      const int64_t end = std::min(seqlen, begin + chunk);
+      int64_t begin = std::min(seqlen, split * chunk);
+      int64_t end = std::min(seqlen, begin + chunk);
+      if (plan.invariant) {
+        const TileSpan span = InvariantSplitTiles(seqlen, seqlen, split, kTileTokens);
+        begin = span.begin;
+        end = span.end;
+      }
       if (begin >= end) continue;  // an empty split issues no loads; its m stays -inf
       AttendBlock(p, b, r0, nr, begin, end, s);
       std::copy(s.o.begin(), s.o.begin() + nr * kDv, part_o.begin() + item * br * kDv);

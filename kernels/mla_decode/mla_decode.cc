@@ -59,8 +59,14 @@ int64_t GpuWorkspace(const Params& p) {
 
 template <gpu::GpuKernel kKernel>
 absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
-  const int splits = gpu::SplitsThatFit(p, gpu::GpuSplits(p, kKernel),
-                                        ctx.workspace == nullptr ? 0 : ctx.workspace_bytes);
+  const int64_t bytes = ctx.workspace == nullptr ? 0 : ctx.workspace_bytes;
+  const int planned = gpu::GpuSplits(p, kKernel);
+  const int splits = gpu::SplitsThatFit(p, planned, bytes);
+  if (p.batch_invariant && splits != planned) {  // fewer splits would change the result
+    return absl::ResourceExhaustedError(
+        absl::StrCat("workspace: batch_invariant needs ", gpu::SplitWorkspaceBytes(p, planned),
+                     " bytes for its ", planned, " splits, got ", bytes));
+  }
   const auto stream = static_cast<::attnd::gpu::Stream>(ctx.stream);
 #if defined(ATTND_GPU_CUDA)
   if constexpr (kKernel == gpu::GpuKernel::kMma) {

@@ -45,6 +45,10 @@ struct Params : WithTensors<Params> {
   bool causal = false;
   // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
   Precision precision = Precision::kFast;
+  // Each request's out and lse bitwise the same whatever else is in the call (docs/KERNELS.md
+  // "Batch invariance"): its split plan comes from its own context length only. False: the
+  // fastest plan.
+  bool batch_invariant = false;
 
   bool kv_is_fp8() const { return kv_cache.dtype == DType::kU8; }
 

@@ -333,7 +333,10 @@ absl::Status RunCpu(const Params& p, const ExecContext& ctx) {
   const int64_t t_count = p.q.dim(0), h = p.q.dim(1), d_qk = p.q.dim(2);
   if (t_count == 0) return absl::OkStatus();
   const int threads = ctx.pool != nullptr ? ctx.pool->num_threads() : 1;
-  const int64_t block = HeadBlock(t_count, h, threads);
+  // batch_invariant: the head block from H alone (not from T and the threads), so a token's
+  // items are cut alike whatever else is in the call (docs/KERNELS.md "Batch invariance").
+  const int64_t block =
+      p.batch_invariant ? std::min(h, kMaxHeadBlock) : HeadBlock(t_count, h, threads);
   const int64_t blocks = CeilDiv(h, block);
   ParallelFor(ctx.pool, t_count * blocks, 1, [&](int64_t begin, int64_t end) {
     Scratch sc(block, d_qk);

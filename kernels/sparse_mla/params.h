@@ -66,6 +66,10 @@ struct Params : WithTensors<Params> {
   float sm_scale = 0;  // softmax scale (> 0, finite) on q·k
   // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
   Precision precision = Precision::kFast;
+  // Each token's out and lse bitwise the same whatever else is in the call (docs/KERNELS.md
+  // "Batch invariance"): its split plan comes from its own selection only, and implementations
+  // whose result can depend on neighbouring tokens refuse it. False: the fastest plan.
+  bool batch_invariant = false;
 
   // Outputs (owned by the caller).
   Tensor out;  // bf16 [T, H, 512]: softmax-weighted V; 0 for a token with no valid slot

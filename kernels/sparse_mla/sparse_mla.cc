@@ -117,7 +117,13 @@ Impl<Params> KernelImpl(absl::string_view kind, gpu::GpuKernel kernel) {
       [kernel](const Params& p, std::string* why) { return gpu::GpuSupports(kernel, p, why); },
       [kernel](const Params& p, const ExecContext& ctx) -> absl::Status {
         const int64_t bytes = ctx.workspace != nullptr ? ctx.workspace_bytes : 0;
-        const int splits = gpu::SplitsThatFit(p, gpu::GpuSplits(p, kernel), bytes);
+        const int planned = gpu::GpuSplits(p, kernel);
+        const int splits = gpu::SplitsThatFit(p, planned, bytes);
+        if (p.batch_invariant && splits != planned) {  // fewer splits would change the result
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "workspace: batch_invariant needs ", gpu::SplitWorkspaceBytes(p, planned),
+              " bytes for its ", planned, " splits, got ", bytes));
+        }
         const auto stream = static_cast<::attnd::gpu::Stream>(ctx.stream);
 #if defined(ATTND_GPU_CUDA)
         if (kernel == gpu::GpuKernel::kWgmma) {

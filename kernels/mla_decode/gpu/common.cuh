@@ -9,6 +9,7 @@
 #include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/common/math.h"
+#include "kernels/mla_decode/invariant_plan.h"
 
 namespace attnd::kernels::mla_decode::gpu {
 
@@ -53,6 +54,9 @@ struct DecodeArgs {
   // the L2 for the next block's rows a block ahead (as the sparse one does; docs/BENCHMARKS.md
   // "Sparse MLA on Hopper"). The other kernels ignore it.
   bool prefetch_l2;
+  // Params::batch_invariant: each request's splits are InvariantSplitTiles' fixed-size ranges
+  // of its own context (trailing splits empty), not `splits` even shares.
+  bool invariant_splits;
 };
 
 // One CTA's share: rows [row0, row0 + nrows) of request b, positions [begin, end) of the
@@ -83,6 +87,12 @@ __device__ __forceinline__ WorkItem DecodeWorkItem(const DecodeArgs& a, int64_t 
   const int32_t last_token = (w.row0 + w.nrows - 1) / a.heads;
   int64_t limit = w.seqlen;
   if (a.causal) limit = Max64(w.seqlen - a.s_q + last_token + 1, 0);
+  if (a.invariant_splits) {
+    const TileSpan s = InvariantSplitTiles(w.seqlen, limit, w.split, block_n);
+    w.begin = s.begin;
+    w.end = s.end;
+    return w;
+  }
   const int64_t tiles = (limit + block_n - 1) / block_n;
   const int64_t per_split = (tiles + a.splits - 1) / a.splits;
   w.begin = Min64(w.split * per_split, tiles) * block_n;

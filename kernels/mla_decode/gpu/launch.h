@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/mla_decode/invariant_plan.h"
 #include "kernels/mla_decode/params.h"
 
 namespace attnd::kernels::mla_decode::gpu {
@@ -24,6 +25,7 @@ enum class GpuKernel {
 };
 
 inline constexpr int kMaxSplits = 128;
+static_assert(kInvariantMaxSplits == kMaxSplits, "invariant_plan.h caps splits alike");
 
 // Whether `kernel` can run `p` on the current device; otherwise false with the reason.
 // kSimt: any validated call with B · row blocks · splits < 2^31 and s_q · H < 2^31.
@@ -41,6 +43,8 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why);
 // ceil(slots / items); at most kMaxSplits and at most capacity / (2 tiles) so a split of a full
 // context has at least two tiles. Each request's actual tiles are shared evenly on the device;
 // splits left without tiles issue no loads and leave LSE -inf for the combine.
+// With p.batch_invariant: InvariantGridSplitsFor(capacity, tile) (invariant_plan.h), at least
+// 2, whatever B and the device; GpuSupports then also wants B · row blocks · splits < 2^31.
 int GpuSplits(const Params& p, GpuKernel kernel);
 
 // Workspace bytes for `splits` (0 when splits == 1): partial O f32 [splits, B, s_q·H, 512] and

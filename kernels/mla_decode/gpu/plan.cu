@@ -90,6 +90,7 @@ DecodeArgs MakeDecodeArgs(const Params& p, int block_m, int splits, void* worksp
   a.causal = p.causal ? 1 : 0;
   a.scale_log2 = p.sm_scale * kLog2e;
   a.exact_p = p.precision == Precision::kHigh;
+  a.invariant_splits = p.batch_invariant;
   if (splits > 1) {
     a.partial_o = static_cast<float*>(workspace);
     a.partial_lse = a.partial_o + static_cast<int64_t>(splits) * p.q.dim(0) * Rows(p) * kDimV;
@@ -142,6 +143,14 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   if (items > kMaxInt32 / 2) {
     return Refuse(why, "B x row blocks is ", items, ", want < 2^30");
   }
+  if (p.batch_invariant) {  // the invariant plan splits however many items there are
+    const int64_t splits =
+        InvariantGridSplitsFor(std::min<int64_t>(Capacity(p), kMaxInt32), shape.block_n);
+    if (items * splits > kMaxInt32) {
+      return Refuse(why, "batch_invariant: B x row blocks x splits is ", items * splits,
+                    ", want < 2^31");
+    }
+  }
   return true;
 }
 
@@ -150,6 +159,9 @@ int GpuSplits(const Params& p, GpuKernel kernel) {
   if (!::attnd::gpu::CurrentDeviceFacts(&d)) return 1;
   const KernelShape shape = ShapeOf(kernel, p);
   if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return 1;
+  if (p.batch_invariant) {  // the request's own length only (invariant_plan.h)
+    return InvariantGridSplitsFor(std::min<int64_t>(Capacity(p), kMaxInt32), shape.block_n);
+  }
   const int64_t items = WorkItems(p, shape.block_m);
   const int64_t slots = static_cast<int64_t>(d.sm_count) * shape.blocks_per_sm;
   if (items == 0 || items >= slots) return 1;

@@ -9,12 +9,14 @@
 #include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/common/math.h"
+#include "kernels/sparse_mla/invariant_plan.h"
 #include "kernels/sparse_mla/params.h"
 
 namespace attnd::kernels::sparse_mla::gpu {
 
 // Split ranges are whole 64-slot blocks (the tensor-core kernel's KV tile; two SIMT chunks).
 inline constexpr int kSplitAlign = 64;
+static_assert(kInvariantBlockSlots == kSplitAlign, "invariant splits are whole split blocks");
 
 // Pointers and strides (elements) of one call, as the kernels see them.
 struct KernelArgs {
@@ -63,6 +65,9 @@ struct KernelArgs {
   // and every code is multiplied by kv_scale; 0 for the other formats. Only the SIMT kernel
   // reads it (GpuSupports refuses it for the others).
   float kv_scale;
+  // Params::batch_invariant with the table form: each token's splits are InvariantSplitSpan's
+  // fixed-size ranges of its own row (trailing splits empty), not `splits` even shares.
+  bool invariant_splits;
 };
 
 // Whether this CTA's kernel was chosen (a.gate, above); uniform over the CTA.
@@ -79,7 +84,8 @@ struct SlotRange {
 // Clamps every untrusted value: topk_length to [0, K]; a CSR row to [clamp(indptr[t], 0, nnz),
 // clamp(indptr[t+1], that, nnz)) so a malformed indptr (the CPU refuses it) reads only inside
 // indices and gives an empty or shortened row. The row is cut into `splits` ranges of whole
-// kSplitAlign-slot blocks; trailing splits may be empty.
+// kSplitAlign-slot blocks (with invariant_splits: InvariantSplitSpan's, from the row's own
+// length); trailing splits may be empty.
 __device__ __forceinline__ SlotRange SplitSlots(const KernelArgs& a, int64_t t, int split) {
   const int32_t* slots;
   int64_t len;
@@ -94,6 +100,10 @@ __device__ __forceinline__ SlotRange SplitSlots(const KernelArgs& a, int64_t t, 
     if (a.topk_length != nullptr) {
       len = min(max(static_cast<int64_t>(a.topk_length[t]), int64_t{0}), a.width);
     }
+  }
+  if (a.invariant_splits) {
+    const SlotSpan s = InvariantSplitSpan(len, split);
+    return {slots, s.begin, s.end};
   }
   const int64_t blocks = (len + kSplitAlign - 1) / kSplitAlign;
   const int64_t per_split = (blocks + a.splits - 1) / a.splits;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/sparse_mla/invariant_plan.h"
 #include "kernels/sparse_mla/params.h"
 
 namespace attnd::kernels::sparse_mla::gpu {
@@ -24,13 +25,15 @@ enum class GpuKernel {
 };
 
 inline constexpr int kMaxSplits = 32;
+static_assert(kInvariantMaxSplits == kMaxSplits, "invariant_plan.h caps splits alike");
 
 // Whether `kernel` can run `p` on the current device; otherwise false with the reason.
 // Both need q and kv 16-byte aligned (base and leading strides multiples of 8 elements; an FP8
 // cache's row stride a multiple of 16 bytes) and out 4-byte aligned (even strides);
-// T·ceil(H / heads per CTA) < 2^31. kMma also needs compute capability >= 8.0 and its shared
-// memory (up to 226 KiB at H > 32, d_qk 576) per block. kSimt, kMma and kWgmma read either KV
-// format.
+// T·ceil(H / heads per CTA) < 2^31. kMmaLowH refuses p.batch_invariant (a token's result
+// depends on the neighbours it is stacked with). kMma also needs compute capability >= 8.0 and its
+// shared memory (up to 226 KiB at H > 32, d_qk 576) per block. kSimt, kMma and kWgmma read either
+// KV format.
 bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why);
 
 // Split-K count for `p` on the current device: 1 when the (token, head block) work items
@@ -38,6 +41,8 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why);
 // per SM; the fewest splits s whose waves are at least 3/4 full (items·s >= 0.75·slots·
 // ceil(items·s / slots)), at most kMaxSplits and at most half the 64-slot blocks of the widest
 // row (K for a table, nnz for CSR) so every split has at least two blocks of work.
+// With p.batch_invariant: InvariantGridSplits(p) (invariant_plan.h), from K alone, for every
+// kernel; the device, T and H play no part.
 int GpuSplits(const Params& p, GpuKernel kernel);
 
 // Workspace bytes for `splits` (0 when splits == 1): partial O f32 [splits, T, H, 512] and

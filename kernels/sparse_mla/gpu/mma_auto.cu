@@ -12,6 +12,7 @@
 
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/common/math.h"
+#include "kernels/common/supports.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
 #include "kernels/sparse_mla/gpu/launch.h"
 #include "kernels/sparse_mla/gpu/mma_lowh.cuh"
@@ -202,6 +203,10 @@ void LowhGroup(int64_t heads, int* tokens, int* block_n) {
 }  // namespace
 
 bool MmaAutoSupports(const Params& p, std::string* why) {
+  if (p.batch_invariant) {
+    return Refuse(why,
+                  "batch_invariant: chooses its kernel from a sample of the neighbouring tokens");
+  }
   return GpuSupports(GpuKernel::kMmaLowH, p, why) && GpuSupports(GpuKernel::kMma, p, why);
 }
 

@@ -52,6 +52,7 @@ KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
   a.splits = splits;
   a.scale_log2 = p.sm_scale * kLog2e;
   a.exact_p = p.precision == Precision::kHigh;
+  a.invariant_splits = p.batch_invariant && !p.is_csr();  // CSR: one split (invariant_plan.h)
   if (splits > 1) {
     a.partial_o = static_cast<float*>(workspace);
     a.partial_lse = a.partial_o + static_cast<int64_t>(splits) * p.q.dim(0) * p.q.dim(1) * kDimV;
@@ -83,6 +84,11 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   }
   if (p.q.dim(0) > kMaxInt32) return Refuse(why, "q: more than 2^31 - 1 tokens");
   if (kernel == GpuKernel::kMmaLowH) {
+    if (p.batch_invariant) {
+      return Refuse(why,
+                    "batch_invariant: stacks neighbouring tokens into one CTA over the union "
+                    "of their rows, so a token's result depends on its neighbours");
+    }
 #if defined(ATTND_GPU_CUDA)
     return MmaLowhSupports(p, why);
 #else
@@ -123,6 +129,7 @@ int SplitsForItems(const Params& p, int64_t items, int64_t slots) {
 }
 
 int GpuSplits(const Params& p, GpuKernel kernel) {
+  if (p.batch_invariant) return InvariantGridSplits(p);  // the token's own length only
 #if defined(ATTND_GPU_CUDA)
   if (kernel == GpuKernel::kMmaLowH) return MmaLowhSplits(p);
 #endif
