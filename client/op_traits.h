@@ -18,7 +18,8 @@ namespace attnd::client {
 template <class Params>
 struct OpTraits;
 
-// The attention ops' `precision` field: every request names the one its params ask for.
+// The `precision` field (attention ops, indexer_logits): every request names the one its params
+// ask for (so the server's default for UNSPECIFIED never applies to a C++ client's call).
 inline v1::Precision PrecisionField(kernels::Precision p) {
   return p == kernels::Precision::kHigh ? v1::PRECISION_HIGH : v1::PRECISION_FAST;
 }
@@ -48,7 +49,10 @@ template <>
 struct OpTraits<kernels::indexer_logits::Params> {
   ATTND_CLIENT_OP_COMMON(kernels::indexer_logits::Params, "indexer_logits", IndexerLogits,
                          indexer_logits)
-  static void SetScalars(const Params& p, Request* r) { r->set_clean_logits(p.clean_logits); }
+  static void SetScalars(const Params& p, Request* r) {
+    r->set_clean_logits(p.clean_logits);
+    r->set_precision(PrecisionField(p.precision));
+  }
 };
 
 template <>
@@ -82,6 +86,7 @@ struct OpTraits<kernels::sparse_mla::Params> {
   static void SetScalars(const Params& p, Request* r) {
     r->set_sm_scale(p.sm_scale);
     r->set_precision(PrecisionField(p.precision));
+    r->set_batch_invariant(p.batch_invariant);
     r->set_kv_layout(CacheLayoutField(p.kv_layout));
     r->set_kv_scale(p.kv_scale);
   }
@@ -94,6 +99,7 @@ struct OpTraits<kernels::mla_decode::Params> {
     r->set_sm_scale(p.sm_scale);
     r->set_causal(p.causal);
     r->set_precision(PrecisionField(p.precision));
+    r->set_batch_invariant(p.batch_invariant);
     r->set_kv_cache_layout(CacheLayoutField(p.kv_cache_layout));
     r->set_kv_scale(p.kv_scale);
   }
@@ -116,6 +122,7 @@ struct OpTraits<kernels::dsa::Params> {
     r->set_topk(p.topk);
     r->set_sm_scale(p.sm_scale);
     r->set_precision(PrecisionField(p.precision));
+    r->set_batch_invariant(p.batch_invariant);
     r->set_kv_layout(CacheLayoutField(p.kv_layout));
     r->set_kv_scale(p.kv_scale);
     if (p.paged()) {  // the paged form's scalars (docs/CONTRACTS.md "dsa_attention")

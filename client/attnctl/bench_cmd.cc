@@ -196,6 +196,9 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
   if (o.precision.has_value()) {
     if (absl::Status s = c.SetPrecision(*o.precision); !s.ok()) return Fail(o, s, kExitUsage);
   }
+  if (o.batch_invariant) {
+    if (absl::Status s = c.SetBatchInvariant(true); !s.ok()) return Fail(o, s, kExitUsage);
+  }
   CallSetup setup;
   // With --ring the region also holds the ring (kRingEntries slots).
   constexpr uint32_t kRingEntries = 1024;

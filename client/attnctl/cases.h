@@ -62,9 +62,12 @@ class OpCase {
   // Fresh output buffers (poisoned): in `outputs` when given, else on the heap.
   virtual absl::StatusOr<std::unique_ptr<RemoteCall>> NewRemoteCall(
       client::HostRegion* outputs) = 0;
-  // The precision of `out` the remote and the local call ask for (the attention ops);
+  // The precision the remote and the local call ask for (the attention ops, indexer_logits);
   // INVALID_ARGUMENT for an op without the option.
   virtual absl::Status SetPrecision(kernels::Precision precision) = 0;
+  // Sets batch_invariant on the remote and the local call (sparse_mla, mla_decode,
+  // dsa_attention); INVALID_ARGUMENT for an op without the option.
+  virtual absl::Status SetBatchInvariant(bool batch_invariant) = 0;
   // Runs the op locally (kernels' CPU implementation) on the same inputs.
   virtual absl::Status RunLocal(kernels::ThreadPool* pool) = 0;
   // The remote outputs of `call` (after Run returned `result`) against the local ones.

@@ -27,8 +27,11 @@ struct CtlOptions {
   bool json = false;
   std::string preset = "tiny";
   Dims set;  // --set overrides of the preset's dims
-  // --precision of the attention ops' out; unset: the op's default (FAST).
+  // --precision (attention ops' out, indexer_logits' logits); unset: the op's default (FAST for
+  // attention, HIGH for indexer_logits).
   std::optional<kernels::Precision> precision;
+  // --batch_invariant (sparse_mla, mla_decode, dsa_attention).
+  bool batch_invariant = false;
   bool regions = false;  // tensors in a host region (zero copy) instead of inline
   bool session = false;  // calls on a Session stream instead of unary RPCs
   // bench: each call stream-ordered (ready word already reached, done words in the region): the

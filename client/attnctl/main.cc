@@ -44,8 +44,13 @@ ABSL_FLAG(std::string, set, "",
           "shows each op's dims).");
 ABSL_FLAG(std::string, precision, "",
           "run/bench of sparse_mla, mla_decode, mla_prefill, dsa_attention: the precision of out, "
-          "fast (P rounded to bf16 before P·V, the default) or high (P as bf16 hi + lo); "
-          "docs/ACCURACY.md.");
+          "fast (P rounded to bf16 before P·V, the default) or high (P as bf16 hi + lo); of "
+          "indexer_logits: high (exact fp8 products summed in f32, the default) or fast (FP8 "
+          "tensor-core accumulation, the fp8 wgmma kernel on Hopper); docs/ACCURACY.md.");
+ABSL_FLAG(bool, batch_invariant, false,
+          "run/bench of sparse_mla, mla_decode, dsa_attention: each token's (mla_decode: each "
+          "request's) out and lse bitwise the same whatever else is in the batch (a split plan "
+          "from its own length; slower); docs/KERNELS.md \"Batch invariance\".");
 ABSL_FLAG(bool, regions, false,
           "run/bench: place inputs and outputs in a POSIX shared-memory host region registered "
           "with the daemon (zero copy; needs attnd --allow-client-shm) instead of inline bytes. "
@@ -152,6 +157,7 @@ int Main(int argc, char** argv) {
                     absl::StrCat("--precision: '", precision, "', want fast or high")),
                 kExitUsage);
   }
+  o.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   if (o.seed == 0) {
     std::random_device rd;
     o.seed = ((static_cast<uint64_t>(rd()) << 32) ^ rd()) | 1;

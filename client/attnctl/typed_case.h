@@ -24,12 +24,19 @@ namespace attnd::attnctl {
 
 enum class CheckKind { kFloat, kFloatRows, kIndexRows };
 
-// Whether P has the attention ops' `precision` option.
+// Whether P has the `precision` option (the attention ops, indexer_logits).
 template <class P, class = void>
 struct HasPrecisionOption : std::false_type {};
 template <class P>
 struct HasPrecisionOption<P, std::void_t<decltype(std::declval<P&>().precision)>> : std::true_type {
 };
+
+// Whether P has the `batch_invariant` option (sparse_mla, mla_decode, dsa).
+template <class P, class = void>
+struct HasBatchInvariantOption : std::false_type {};
+template <class P>
+struct HasBatchInvariantOption<P, std::void_t<decltype(std::declval<P&>().batch_invariant)>>
+    : std::true_type {};
 
 template <class P>
 struct CaseBuilder {
@@ -44,6 +51,9 @@ struct CaseBuilder {
   std::string shape;
   P p;  // inputs filled; outputs present with their layout (data ignored)
   std::vector<client::HostArray> storage;
+  // Outputs whose FAST result is held to a wider tolerance than their dtype's (indexer_logits'
+  // logits: FP8 tensor-core accumulation), used when the case runs precision FAST.
+  std::map<std::string, Tolerance> fast_tolerances;
 };
 
 // Allocates every present output of `p` anew (heap into `storage`, or `region`) and poisons it.
@@ -114,7 +124,8 @@ class TypedCase final : public OpCase {
         base_(b.p),
         storage_(std::move(b.storage)),
         local_fn_(std::move(local)),
-        kinds_(std::move(kinds)) {}
+        kinds_(std::move(kinds)),
+        fast_tolerances_(std::move(b.fast_tolerances)) {}
 
   const std::string& op() const override { return op_; }
   const std::string& shape() const override { return shape_; }
@@ -143,7 +154,19 @@ class TypedCase final : public OpCase {
       return absl::OkStatus();
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("--precision: ", op_, " has no precision option (attention ops only)"));
+          absl::StrCat("--precision: ", op_,
+                       " has no precision option (attention ops and indexer_logits only)"));
+    }
+  }
+
+  absl::Status SetBatchInvariant(bool batch_invariant) override {
+    if constexpr (HasBatchInvariantOption<P>::value) {
+      base_.batch_invariant = batch_invariant;
+      return absl::OkStatus();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--batch_invariant: ", op_,
+          " has no batch_invariant option (sparse_mla, mla_decode, dsa_attention only)"));
     }
   }
 
@@ -189,7 +212,13 @@ class TypedCase final : public OpCase {
       }
       auto it = kinds_.find(name);
       const CheckKind kind = it == kinds_.end() ? CheckKind::kFloat : it->second;
-      const Tolerance& tol = ref.dtype == kernels::DType::kBF16 ? kBf16Tolerance : kF32Tolerance;
+      Tolerance tol = ref.dtype == kernels::DType::kBF16 ? kBf16Tolerance : kF32Tolerance;
+      if constexpr (HasPrecisionOption<P>::value) {
+        const auto fast = fast_tolerances_.find(name);
+        if (base_.precision == kernels::Precision::kFast && fast != fast_tolerances_.end()) {
+          tol = fast->second;
+        }
+      }
       if (kind == CheckKind::kIndexRows) {
         checks.push_back(CompareIndexRows(name, g, ref));
       } else if (kind == CheckKind::kFloatRows) {
@@ -208,6 +237,7 @@ class TypedCase final : public OpCase {
   std::vector<client::HostArray> storage_;
   LocalFn local_fn_;
   std::map<std::string, CheckKind> kinds_;
+  std::map<std::string, Tolerance> fast_tolerances_;
   P local_;
   std::vector<client::HostArray> local_storage_;
 };

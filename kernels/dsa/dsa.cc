@@ -243,6 +243,9 @@ indexer_logits::Params IndexerStep(const Params& p, int64_t t0, int64_t count,
   ip.ks = Rows(p.ks, t0, count);
   ip.ke = Rows(p.ke, t0, count);
   ip.clean_logits = true;
+  // HIGH: the fused op's `precision` is its attention output's; the indexer keeps the exact sums
+  // (docs/ACCURACY.md "Indexer logits, FAST", "Ops that take the indexer without the option").
+  ip.precision = Precision::kHigh;
   ip.logits = logits;
   return ip;
 }
@@ -268,6 +271,7 @@ sparse_mla::Params SparseMlaStep(const Params& p, int64_t t0, int64_t count,
   sp.indices = indices;
   sp.sm_scale = p.sm_scale;
   sp.precision = p.precision;
+  sp.batch_invariant = p.batch_invariant;
   sp.out = Rows(p.out, t0, count);
   sp.lse = Rows(p.lse, t0, count);
   return sp;

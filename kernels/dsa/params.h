@@ -62,6 +62,9 @@ struct Params : WithTensors<Params> {
   float sm_scale = 0;  // softmax scale (> 0, finite)
   // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
   Precision precision = Precision::kFast;
+  // The sparse MLA step's batch-invariant plan (sparse_mla::Params::batch_invariant): each
+  // token's out and lse bitwise the same whatever else is in the call.
+  bool batch_invariant = false;
 
   // Scratch, optional: f32 [T, N] (row stride >= N). Present: the call leaves the cleaned
   // indexer logits there (-inf outside each window). Absent: the CPU implementation allocates

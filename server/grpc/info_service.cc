@@ -51,6 +51,7 @@ grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext*
     for (const std::string& impl : h->Implementations()) op->add_implementations(impl);
     op->set_fast_paths(h->FastPaths());
     for (const v1::Precision precision : h->Precisions()) op->add_precisions(precision);
+    op->set_batch_invariant(h->BatchInvariant());
     for (const ops::CacheLayoutField& f : h->CacheLayouts()) {
       v1::CacheLayoutInfo* info = op->add_cache_layouts();
       info->set_field(f.field);

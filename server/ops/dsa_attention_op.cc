@@ -26,6 +26,7 @@ struct DsaAttentionTraits {
     if (r.topk() != 0) p->topk = r.topk();  // 0: the model's 2048
     p->sm_scale = r.sm_scale();
     if (absl::Status s = PrecisionFromProto(r.precision(), &p->precision); !s.ok()) return s;
+    p->batch_invariant = r.batch_invariant();
     p->kv_layout = CacheLayoutFromProto(r.kv_layout());
     p->kv_scale = r.kv_scale();
     if (r.index_block_size() != 0) p->index_block_size = r.index_block_size();  // 0: 64

@@ -21,6 +21,7 @@ struct MlaDecodeTraits {
     p->sm_scale = r.sm_scale();
     p->causal = r.causal();
     if (absl::Status s = PrecisionFromProto(r.precision(), &p->precision); !s.ok()) return s;
+    p->batch_invariant = r.batch_invariant();
     p->kv_cache_layout = CacheLayoutFromProto(r.kv_cache_layout());
     p->kv_scale = r.kv_scale();
     return absl::OkStatus();

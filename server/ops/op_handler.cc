@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
+#include "kernels/common/status_details.h"
 #include "server/regions/registry.h"
 
 namespace attnd::server::ops {
@@ -108,15 +109,18 @@ absl::Status ReadCallOptions(const google::protobuf::Message& request, std::stri
   return absl::OkStatus();
 }
 
-absl::Status PrecisionFromProto(int value, kernels::Precision* out) {
+absl::Status PrecisionFromProto(int value, kernels::Precision* out,
+                                kernels::Precision unspecified) {
   switch (value) {
-    case v1::PRECISION_UNSPECIFIED:
+    case v1::PRECISION_UNSPECIFIED: *out = unspecified; return absl::OkStatus();
     case v1::PRECISION_FAST: *out = kernels::Precision::kFast; return absl::OkStatus();
     case v1::PRECISION_HIGH: *out = kernels::Precision::kHigh; return absl::OkStatus();
     default: break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "precision: is ", value, ", want PRECISION_FAST (1), PRECISION_HIGH (2) or unspecified (0)"));
+  return kernels::InvalidField(
+      "precision",
+      absl::StrCat("precision: is ", value,
+                   ", want PRECISION_FAST (1), PRECISION_HIGH (2) or unspecified (0)"));
 }
 
 v1::Precision PrecisionToProto(kernels::Precision p) {

@@ -43,18 +43,27 @@ const char* OpRpc(OpId id);   // "IndexerLogits", ...: the RPC name
 absl::Status ReadCallOptions(const google::protobuf::Message& request, std::string* ready_event,
                              std::string* device_uuid);
 
-// An attention request's `precision` field (proto Precision, its raw value) into *out:
-// UNSPECIFIED and FAST give kFast, HIGH kHigh; any other value (proto3 enums are open)
-// INVALID_ARGUMENT, *out unchanged.
-absl::Status PrecisionFromProto(int value, kernels::Precision* out);
+// A request's `precision` field (proto Precision, its raw value) into *out: FAST gives kFast,
+// HIGH kHigh, UNSPECIFIED the op's default `unspecified` (kFast for the attention ops, kHigh for
+// IndexerLogits); any other value (proto3 enums are open) INVALID_ARGUMENT naming the field,
+// *out unchanged.
+absl::Status PrecisionFromProto(int value, kernels::Precision* out,
+                                kernels::Precision unspecified = kernels::Precision::kFast);
 v1::Precision PrecisionToProto(kernels::Precision p);
 
-// Whether an op's Params has the `precision` option (the attention ops).
+// Whether an op's Params has the `precision` option (the attention ops, indexer_logits).
 template <class Params, class = void>
 struct HasPrecision : std::false_type {};
 template <class Params>
 struct HasPrecision<Params, std::void_t<decltype(std::declval<Params&>().precision)>>
     : std::is_same<decltype(std::declval<Params&>().precision), kernels::Precision> {};
+
+// Whether an op's Params has the `batch_invariant` option (sparse_mla, mla_decode, dsa).
+template <class Params, class = void>
+struct HasBatchInvariant : std::false_type {};
+template <class Params>
+struct HasBatchInvariant<Params, std::void_t<decltype(std::declval<Params&>().batch_invariant)>>
+    : std::is_same<decltype(std::declval<Params&>().batch_invariant), bool> {};
 
 // A request's cache layout field (proto CacheLayout, its raw value) as the kernels' enum; the
 // op's Validate refuses a value outside the enum (proto3 enums are open) naming the field.
@@ -97,9 +106,11 @@ class PreparedCall : public engine::OpCall {
   virtual kernels::WorkCount Count() const = 0;
   // "exact" or "upper_bound" (what Count() reports).
   virtual const char* count_basis() const = 0;
-  // The precision of `out` this call runs (every implementation runs the requested one), or
-  // UNSPECIFIED for an op without the option.
+  // The precision this call runs (of `out`, or of indexer_logits' logits; dispatch picks an
+  // implementation that runs the requested one), or UNSPECIFIED for an op without the option.
   virtual v1::Precision precision() const { return v1::PRECISION_UNSPECIFIED; }
+  // Whether this call asked for batch_invariant (false for an op without the option).
+  virtual bool batch_invariant() const { return false; }
   CallTensors& call_tensors() { return tensors_; }
   // Reads the request's ready_event and device_uuid (ReadCallOptions).
   absl::Status ReadOptions(const google::protobuf::Message& request) {
@@ -137,6 +148,8 @@ class OpHandler {
   virtual std::string FastPaths() const = 0;
   // The precisions a request may ask for (GetInfo); empty for ops without the option.
   virtual std::vector<v1::Precision> Precisions() const { return {}; }
+  // Whether requests may ask for batch_invariant (GetInfo).
+  virtual bool BatchInvariant() const { return false; }
   // The named layouts of the op's cache tensors (GetInfo); empty for ops without one.
   virtual std::vector<CacheLayoutField> CacheLayouts() const { return {}; }
   // Resolves `request`'s tensors (this op's request message), allocates inline outputs in
@@ -226,6 +239,7 @@ class TypedOpHandler : public OpHandler {
     if constexpr (HasPrecision<Params>::value) return {v1::PRECISION_FAST, v1::PRECISION_HIGH};
     return {};
   }
+  bool BatchInvariant() const override { return HasBatchInvariant<Params>::value; }
   std::vector<CacheLayoutField> CacheLayouts() const override {
     return CacheLayoutsOf<Traits>::Get();
   }
@@ -324,6 +338,10 @@ class TypedOpHandler : public OpHandler {
     v1::Precision precision() const override {
       if constexpr (HasPrecision<Params>::value) return PrecisionToProto(params.precision);
       return v1::PRECISION_UNSPECIFIED;
+    }
+    bool batch_invariant() const override {
+      if constexpr (HasBatchInvariant<Params>::value) return params.batch_invariant;
+      return false;
     }
 
     // Whether every tensor Count reads is host-readable (none lives in a device region).

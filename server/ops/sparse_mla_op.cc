@@ -20,6 +20,7 @@ struct SparseMlaTraits {
   static absl::Status SetScalars(const Request& r, Params* p) {
     p->sm_scale = r.sm_scale();
     if (absl::Status s = PrecisionFromProto(r.precision(), &p->precision); !s.ok()) return s;
+    p->batch_invariant = r.batch_invariant();
     p->kv_layout = CacheLayoutFromProto(r.kv_layout());
     p->kv_scale = r.kv_scale();
     return absl::OkStatus();

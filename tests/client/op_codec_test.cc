@@ -87,6 +87,18 @@ TEST(OpCodecTest, AttentionRequestsCarryThePrecision) {
   EXPECT_EQ(dsa_req.precision(), v1::PRECISION_HIGH);
 }
 
+// indexer_logits requests name their precision too: HIGH by default, FAST when asked for.
+TEST(OpCodecTest, IndexerLogitsRequestsCarryThePrecision) {
+  kernels::indexer_logits::Params p;
+  v1::IndexerLogitsRequest high;
+  OpTraits<kernels::indexer_logits::Params>::SetScalars(p, &high);
+  EXPECT_EQ(high.precision(), v1::PRECISION_HIGH);
+  p.precision = kernels::Precision::kFast;
+  v1::IndexerLogitsRequest fast;
+  OpTraits<kernels::indexer_logits::Params>::SetScalars(p, &fast);
+  EXPECT_EQ(fast.precision(), v1::PRECISION_FAST);
+}
+
 TEST(OpCodecTest, OutputsInARegionArePlacedThere) {
   SparseMlaFixture f;
   RegionTable table;

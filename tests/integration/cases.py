@@ -49,7 +49,7 @@ def _i32(values):
     return np.asarray(values, dtype=np.int32)
 
 
-def indexer_logits(rng, m=24, heads=32, dim=128, n=300):
+def indexer_logits(rng, m=24, heads=32, dim=128, n=300, precision=None):
     q, k = _fp8(rng, (m, heads, dim)), _fp8(rng, (n, dim))
     k_scale = rng.uniform(0.5, 2.0, n).astype(np.float32)
     weights = rng.standard_normal((m, heads)).astype(np.float32)
@@ -72,7 +72,10 @@ def indexer_logits(rng, m=24, heads=32, dim=128, n=300):
 
     def check(out):
         want = ref.indexer_logits(q, k, k_scale, weights, ks, ke)
-        ref.assert_f32_close("logits", out["logits"], want)
+        magnitude = ref.indexer_logits_magnitude(q, k, k_scale, weights)
+        ref.assert_indexer_logits_close(
+            "logits", out["logits"], want, magnitude, heads, dim, precision
+        )
 
     return Case(
         "indexer_logits",
@@ -85,7 +88,7 @@ def indexer_logits(rng, m=24, heads=32, dim=128, n=300):
             "ks": "i32",
             "ke": "i32",
         },
-        {},
+        _precision(precision),
         {"logits": ("f32", (m, n))},
         check,
     )
@@ -247,7 +250,8 @@ def per_tensor_fp8_cache(rng, shape, scale):
 
 
 def _precision(precision):
-    """The `precision` scalar of an attention case: none (the daemon's default, fast) or given."""
+    """The `precision` scalar of a case: none (the daemon's default: fast for attention, high for
+    indexer_logits) or given."""
     return {} if precision is None else {"precision": precision}
 
 

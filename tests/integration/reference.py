@@ -43,6 +43,17 @@ def indexer_logits(q, k, k_scale, weights, ks, ke, clean_logits=True, logits=Non
     return out
 
 
+def indexer_logits_magnitude(q, k, k_scale, weights):
+    """sum_h |w[m,h]| sum_d |q[m,h,d] k[n,d]| |k_scale[n]| [M, N]: the scale of the indexer's
+    error bounds (docs/ACCURACY.md "Indexer logits")."""
+    qf, kf = np.abs(fp8(q)), np.abs(fp8(k))
+    abs_dots = np.einsum("mhd,nd->mhn", qf, kf)
+    return (
+        np.einsum("mhn,mh->mn", abs_dots, np.abs(weights.astype(np.float64)))
+        * np.abs(k_scale.astype(np.float64))[None, :]
+    )
+
+
 def paged_keys(kv_cache, block, head_dim, block_size):
     """(keys fp64 [block_size, D], scales fp64 [block_size]) of one cache block."""
     row = kv_cache[block]
@@ -338,6 +349,37 @@ def assert_f32_close(name, got, ref, rtol=F32_RTOL):
     if err.size and not (err <= bound).all():
         i = int(np.argmax(err - bound))
         raise AssertionError(f"{name}: element {i}: got {g[i]!r}, reference {r[i]!r}")
+
+
+def indexer_fast_bound(heads, dim):
+    """FAST's closed-form bound on an indexer logit as a multiple of its magnitude
+    (docs/ACCURACY.md "Indexer logits, FAST"): ((1 + 34u + 33u^2)^ceil(D/32) - 1)(1 + (H + 4)
+    2^-24) + (H + 4) 2^-24 with u = 2^-12."""
+    u, f32 = 2.0**-12, (heads + 4) * 2.0**-24
+    acc = (1 + 34 * u + 33 * u * u) ** ((dim + 31) // 32) - 1
+    return acc * (1 + f32) + f32
+
+
+def assert_indexer_logits_close(name, got, ref, magnitude, heads, dim, precision):
+    """Indexer logits in `precision` ("high", "fast"; None: the default, high): HIGH as
+    assert_f32_close; FAST within the closed-form bound times the magnitude per element and
+    ||got - ref|| / ||ref|| <= ceil(D/32) 2^-13 (docs/ACCURACY.md)."""
+    if precision != "fast":
+        assert_f32_close(name, got, ref)
+        return
+    got = np.asarray(got, dtype=np.float64)
+    assert got.shape == ref.shape, f"{name}: shape {got.shape}, want {ref.shape}"
+    finite = _check_inf(name, got, ref)
+    g, r = got[finite], ref[finite]
+    err = np.abs(g - r)
+    bound = indexer_fast_bound(heads, dim) * magnitude[finite]
+    if err.size and not (err <= bound).all():
+        i = int(np.argmax(err - bound))
+        raise AssertionError(f"{name} (fast): element {i}: got {g[i]!r}, reference {r[i]!r}")
+    norm = np.linalg.norm(r)
+    if norm > 0:
+        rel = np.linalg.norm(g - r) / norm
+        assert rel <= ((dim + 31) // 32) * 2.0**-13, f"{name} (fast): relative norm error {rel}"
 
 
 def assert_true_topk(name, chosen, scores, k, lo, hi, tol):

@@ -76,6 +76,18 @@ def test_run_over_tcp_with_a_bigger_preset(attnctl, daemon):
     assert out["pass"] is True, out
 
 
+@pytest.mark.parametrize("mode", ["inline", "regions"])
+def test_run_paged_dsa_attention(attnctl, daemon, built_ops, mode):
+    """The paged decode form (one block table for both caches, next_n 2) against the CPU."""
+    if "dsa_attention" not in built_ops:
+        pytest.skip("dsa_attention is not built into this attnd")
+    out = run(
+        attnctl, daemon.unix_target, "run", "dsa_attention", "--preset=paged_tiny", *MODES[mode]
+    )
+    assert out["pass"] is True and out["op"] == "dsa_attention", out
+    assert any(c["name"] == "indices" for c in out["checks"]), out
+
+
 def test_admin_commands(attnctl, daemon, client):
     info = run(attnctl, daemon.unix_target, "info")
     assert "cpu" in json.dumps(info)

@@ -14,6 +14,8 @@ from daemon import wait_until
 ALL_OPS = list(cases.MAKERS)
 VARIANTS = [
     ("indexer_logits", {}),
+    ("indexer_logits", {"precision": "fast"}),
+    ("indexer_logits", {"precision": "high"}),
     ("indexer_logits_paged", {}),
     ("topk", {}),
     ("topk", {"fused": True}),
@@ -49,6 +51,14 @@ VARIANTS = [
     ("mla_prefill", {"precision": "high"}),
     ("dsa_attention", {"precision": "high"}),
 ]
+# The ops with a `precision` option and what it defaults to (docs/ACCURACY.md).
+PRECISION_DEFAULTS = {
+    "indexer_logits": "high",
+    "sparse_mla": "fast",
+    "mla_decode": "fast",
+    "mla_prefill": "fast",
+    "dsa_attention": "fast",
+}
 IDS = [op + "".join(f"-{k}={v}" for k, v in kw.items()) for op, kw in VARIANTS]
 
 
@@ -69,8 +79,8 @@ def test_info_describes_ops_and_limits(client, built_ops):
     assert {"indexer_logits", "topk", "sparse_mla", "mla_decode", "mla_prefill"} <= built_ops
     for op in info.ops:
         assert op.rpc == ac.OPS[op.name].rpc and list(op.implementations), op
-        attention = op.name in ("sparse_mla", "mla_decode", "mla_prefill", "dsa_attention")
-        want = [ac.pb.PRECISION_FAST, ac.pb.PRECISION_HIGH] if attention else []
+        precisions = op.name in PRECISION_DEFAULTS
+        want = [ac.pb.PRECISION_FAST, ac.pb.PRECISION_HIGH] if precisions else []
         assert list(op.precisions) == want, op
     assert info.limits.allow_client_shm and info.limits.device_handle_bytes == 64
     assert info.devices and info.devices[0].cores >= 1
@@ -86,9 +96,8 @@ def test_inline(client, built_ops, rng, op, kwargs):
     assert result.stats.copied_bytes_in == inline_in
     assert result.stats.copied_bytes_out > 0 and result.stats.impl
     assert result.stats.compute_seconds > 0 and result.stats.request_id > 0
-    # The precision that ran: the one asked for, fast by default; none for the other ops.
-    attention = op in ("sparse_mla", "mla_decode", "mla_prefill", "dsa_attention")
-    assert result.precision == (kwargs.get("precision", "fast") if attention else None)
+    # The precision that ran: the one asked for, else the op's default; none for the other ops.
+    assert result.precision == kwargs.get("precision", PRECISION_DEFAULTS.get(op))
 
 
 @pytest.mark.parametrize("op,kwargs", VARIANTS, ids=IDS)

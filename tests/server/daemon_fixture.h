@@ -1,6 +1,6 @@
 // The fixture of the in-process daemon tests: an attnd (Daemon) on a temporary unix socket and
 // TCP port 0, a generated stub on the socket, and a SparseMla case with its expected result from
-// the kernel run locally.
+// the kernel run locally (and an IndexerLogits case).
 #pragma once
 
 #include <sys/stat.h>
@@ -19,6 +19,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kernels/dsa/dsa.h"
+#include "kernels/indexer_logits/indexer_logits.h"
 #include "kernels/sparse_mla/sparse_mla.h"
 #include "server/main/daemon.h"
 #include "tests/harness/harness.h"
@@ -56,6 +57,57 @@ inline v1::Tensor RegionTensor(const HostTensor& h, v1::DType dtype, ScopedShm& 
   t.mutable_region()->set_offset(offset);
   return t;
 }
+
+// An IndexerLogits case at the model's fast shape (H 64, D 128; causal windows): its inline
+// request in a precision and its logits run locally on the CPU.
+struct IndexerCase {
+  static constexpr int64_t kM = 9, kN = 200, kHeads = 64, kDim = 128;
+  IndexerCase() {
+    std::mt19937_64 rng = attnd::testing::MakeRng();
+    attnd::testing::FillNormal(q, rng, 1.0);
+    attnd::testing::FillNormal(k, rng, 1.0);
+    attnd::testing::FillUniform(k_scale, rng, 0.01, 0.1);
+    attnd::testing::FillNormal(weights, rng, 1.0);
+    for (int64_t i = 0; i < kM; ++i) {
+      ks.data<int32_t>()[i] = 0;
+      ke.data<int32_t>()[i] = static_cast<int32_t>(kN - kM + i + 1);
+    }
+  }
+  v1::IndexerLogitsRequest Request(v1::Precision precision) const {
+    v1::IndexerLogitsRequest req;
+    *req.mutable_q() = InlineTensor(q, v1::DTYPE_FP8_E4M3);
+    *req.mutable_k() = InlineTensor(k, v1::DTYPE_FP8_E4M3);
+    *req.mutable_k_scale() = InlineTensor(k_scale, v1::DTYPE_F32);
+    *req.mutable_weights() = InlineTensor(weights, v1::DTYPE_F32);
+    *req.mutable_ks() = InlineTensor(ks, v1::DTYPE_I32);
+    *req.mutable_ke() = InlineTensor(ke, v1::DTYPE_I32);
+    req.set_precision(precision);
+    return req;
+  }
+  // The CPU implementation's logits in `precision`.
+  HostTensor Local(kernels::Precision precision) const {
+    HostTensor logits = HostTensor::Dense(DType::kF32, {kM, kN});
+    kernels::indexer_logits::Params p;
+    p.q = q.tensor();
+    p.k = k.tensor();
+    p.k_scale = k_scale.tensor();
+    p.weights = weights.tensor();
+    p.ks = ks.tensor();
+    p.ke = ke.tensor();
+    p.precision = precision;
+    p.logits = logits.tensor();
+    kernels::ExecContext ctx;
+    ctx.pool = attnd::testing::TestPool();
+    EXPECT_TRUE(kernels::indexer_logits::Run(p, ctx).ok());
+    return logits;
+  }
+  HostTensor q = HostTensor::Dense(DType::kFp8E4M3, {kM, kHeads, kDim});
+  HostTensor k = HostTensor::Dense(DType::kFp8E4M3, {kN, kDim});
+  HostTensor k_scale = HostTensor::Dense(DType::kF32, {kN});
+  HostTensor weights = HostTensor::Dense(DType::kF32, {kM, kHeads});
+  HostTensor ks = HostTensor::Dense(DType::kI32, {kM});
+  HostTensor ke = HostTensor::Dense(DType::kI32, {kM});
+};
 
 class DaemonTest : public ::testing::Test {
  protected:

@@ -136,14 +136,83 @@ TEST_F(DaemonTest, PrecisionFieldSelectsAndReportsTheNumerics) {
   v1::GetInfoResponse info;
   ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
   for (const auto& op : info.ops()) {
-    const bool attention = op.name() == "sparse_mla" || op.name() == "mla_decode" ||
-                           op.name() == "mla_prefill" || op.name() == "dsa_attention";
-    ASSERT_EQ(op.precisions_size(), attention ? 2 : 0) << op.name();
-    if (attention) {
+    const bool option = op.name() == "sparse_mla" || op.name() == "mla_decode" ||
+                        op.name() == "mla_prefill" || op.name() == "dsa_attention" ||
+                        op.name() == "indexer_logits";
+    ASSERT_EQ(op.precisions_size(), option ? 2 : 0) << op.name();
+    if (option) {
       EXPECT_EQ(op.precisions(0), v1::PRECISION_FAST) << op.name();
       EXPECT_EQ(op.precisions(1), v1::PRECISION_HIGH) << op.name();
     }
   }
+}
+
+// batch_invariant: the request's field reaches the op's params (CallStats echoes the params'
+// value, and the out is bit for bit a local run with the option), and GetInfo lists the option
+// for sparse_mla, mla_decode and dsa_attention only.
+TEST_F(DaemonTest, BatchInvariantFieldReachesTheParams) {
+  HostTensor inv_out = HostTensor::Dense(DType::kBF16, {kT, kH, 512});
+  HostTensor inv_lse = HostTensor::Dense(DType::kF32, {kT, kH});
+  kernels::sparse_mla::Params p;
+  p.q = q_.tensor();
+  p.kv = kv_.tensor();
+  p.indices = indices_.tensor();
+  p.sm_scale = kScale;
+  p.batch_invariant = true;
+  p.out = inv_out.tensor();
+  p.lse = inv_lse.tensor();
+  kernels::ExecContext local;
+  local.pool = attnd::testing::TestPool();
+  ASSERT_TRUE(kernels::sparse_mla::Run(p, local).ok());
+  for (const bool invariant : {false, true}) {
+    v1::SparseMlaRequest req = InlineRequest();
+    req.set_batch_invariant(invariant);
+    grpc::ClientContext ctx;
+    v1::SparseMlaResponse reply;
+    const grpc::Status s = stub_->SparseMla(&ctx, req, &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(reply.stats().batch_invariant(), invariant);
+    if (invariant) {
+      ASSERT_EQ(reply.out().inline_data().size(), SpanBytes(inv_out));
+      EXPECT_EQ(std::memcmp(reply.out().inline_data().data(), inv_out.raw(), SpanBytes(inv_out)),
+                0);
+    }
+  }
+  grpc::ClientContext ctx;
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok());
+  for (const auto& op : info.ops()) {
+    const bool option =
+        op.name() == "sparse_mla" || op.name() == "mla_decode" || op.name() == "dsa_attention";
+    EXPECT_EQ(op.batch_invariant(), option) << op.name();
+  }
+}
+
+// IndexerLogits' precision: unset runs HIGH (DESIGN.md §2's exact contract), FAST is opt-in and
+// reported; on the CPU both are the exact f32 sums, bit for bit the local run; a value outside
+// the enum is refused naming the field.
+TEST_F(DaemonTest, IndexerLogitsPrecisionDefaultsToHighAndFastIsReported) {
+  const IndexerCase c;
+  const HostTensor want = c.Local(kernels::Precision::kHigh);
+  for (const v1::Precision precision :
+       {v1::PRECISION_UNSPECIFIED, v1::PRECISION_HIGH, v1::PRECISION_FAST}) {
+    SCOPED_TRACE(v1::Precision_Name(precision));
+    grpc::ClientContext ctx;
+    v1::IndexerLogitsResponse reply;
+    const grpc::Status s = stub_->IndexerLogits(&ctx, c.Request(precision), &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(reply.stats().precision(),
+              precision == v1::PRECISION_FAST ? v1::PRECISION_FAST : v1::PRECISION_HIGH);
+    EXPECT_EQ(reply.stats().impl(), "cpu");
+    ASSERT_EQ(reply.logits().inline_data().size(), SpanBytes(want));
+    EXPECT_EQ(std::memcmp(reply.logits().inline_data().data(), want.raw(), SpanBytes(want)), 0);
+  }
+  grpc::ClientContext ctx;
+  v1::IndexerLogitsResponse reply;
+  const grpc::Status s =
+      stub_->IndexerLogits(&ctx, c.Request(static_cast<v1::Precision>(7)), &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().rfind("precision:", 0), 0u) << s.error_message();
 }
 
 TEST_F(DaemonTest, SparseMlaThroughRegionsCopiesNothing) {

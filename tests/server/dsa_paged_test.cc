@@ -4,6 +4,7 @@
 // (checked against the kernel run locally on the same inputs), kv_scale with the per-tensor FP8
 // MLA cache too; mixed or incomplete forms are INVALID_ARGUMENT naming the field; GetInfo-level
 // FLOPs follow the visible lengths.
+#include <climits>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -110,6 +111,27 @@ TEST_F(DsaPagedDaemonTest, PerTensorFp8KvWithKvScale) {
   }
 }
 
+// Speculative decoding with 3 draft tokens (next_n 4) over hostile data the kernel masks or
+// clamps rather than refuses: index table ids out of the pool, a negative kv table id, a
+// context past the table, one shorter than next_n and one at INT32_MIN.
+TEST_F(DsaPagedDaemonTest, NextN4HostileTablesAndLengths) {
+  std::mt19937_64 rng = attnd::testing::MakeRng();
+  PagedDsaSpec spec;
+  spec.batch = 4;
+  spec.next_n = 4;
+  spec.fp8_kv = true;
+  spec.separate_kv_table = true;
+  spec.kv_block_size = 8;
+  spec.kv_blocks = 70;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({9000, 2, 100, INT32_MIN});
+  c.SetIndexBlock(0, 2, -3);
+  c.SetIndexBlock(2, 1, INT32_MAX);
+  c.SetKvBlock(0, 7, -1);
+  c.SetKvBlock(2, 0, 1 << 20);
+  ExpectDaemonMatchesKernel(c);
+}
+
 TEST_F(DsaPagedDaemonTest, MixedOrIncompleteFormsAreInvalidArgument) {
   std::mt19937_64 rng = attnd::testing::MakeRng();
   PagedDsaCase c(PagedDsaSpec{}, rng);
@@ -126,6 +148,10 @@ TEST_F(DsaPagedDaemonTest, MixedOrIncompleteFormsAreInvalidArgument) {
        [](kernels::dsa::Params& p, const kernels::Tensor&) { p.index_block_table = {}; }},
       {"kv_block_stride",
        [](kernels::dsa::Params& p, const kernels::Tensor&) { p.kv_block_stride = 5; }},
+      {"index_q", [](kernels::dsa::Params& p, const kernels::Tensor&) { p.index_q.rank = 3; }},
+      {"topk", [](kernels::dsa::Params& p, const kernels::Tensor&) { p.topk = 4097; }},
+      {"index_block_size",
+       [](kernels::dsa::Params& p, const kernels::Tensor&) { p.index_block_size = -64; }},
   };
   for (const Case& k : cases) {
     kernels::dsa::Params p = c.MakeParams();

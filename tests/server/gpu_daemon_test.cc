@@ -156,6 +156,48 @@ TEST_F(GpuDaemonTest, SparseMlaInlineRunsOnTheGpuAndReplaysItsGraph) {
             std::string::npos);
 }
 
+// IndexerLogits: unset runs HIGH (cuda_mma at this shape) and FAST the fp8 wgmma kernel on a
+// compute capability 9.0 device; each reply names the precision that ran, and FAST's logits are
+// within its relative L2 bound (ceil(D/32)·2^-13, docs/ACCURACY.md) of the CPU's exact ones.
+TEST_F(GpuDaemonTest, IndexerLogitsFastRunsTheTensorCoreKernel) {
+  grpc::ClientContext info_ctx;
+  v1::GetInfoResponse info;
+  ASSERT_TRUE(stub_->GetInfo(&info_ctx, v1::GetInfoRequest(), &info).ok());
+  const bool hopper = info.backend() == "cuda" && info.devices(0).arch() == "9.0";
+  const IndexerCase c;
+  const HostTensor want = c.Local(kernels::Precision::kHigh);
+  for (const v1::Precision precision : {v1::PRECISION_UNSPECIFIED, v1::PRECISION_FAST}) {
+    SCOPED_TRACE(v1::Precision_Name(precision));
+    grpc::ClientContext ctx;
+    v1::IndexerLogitsResponse reply;
+    const grpc::Status s = stub_->IndexerLogits(&ctx, c.Request(precision), &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    const bool fast = precision == v1::PRECISION_FAST;
+    EXPECT_EQ(reply.stats().precision(), fast ? v1::PRECISION_FAST : v1::PRECISION_HIGH);
+    EXPECT_NE(reply.stats().impl(), "cpu");
+    if (hopper) {
+      EXPECT_EQ(reply.stats().impl() == "cuda_wgmma", fast) << reply.stats().impl();
+    } else {
+      EXPECT_NE(reply.stats().impl(), "cuda_wgmma");
+    }
+    ASSERT_EQ(reply.logits().inline_data().size(), SpanBytes(want));
+    const auto* got = reinterpret_cast<const float*>(reply.logits().inline_data().data());
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < IndexerCase::kM * IndexerCase::kN; ++i) {
+      const double w = want.data<float>()[i];
+      if (std::isinf(w)) {
+        EXPECT_EQ(got[i], w) << "element " << i;
+        continue;
+      }
+      ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
+      err += (got[i] - w) * (got[i] - w);
+      norm += w * w;
+    }
+    const double bound = fast ? ((IndexerCase::kDim + 31) / 32) * std::ldexp(1.0, -13) : 1e-5;
+    EXPECT_LE(std::sqrt(err / norm), bound);
+  }
+}
+
 TEST_F(GpuDaemonTest, HostRegionsAreDmaCopies) {
   ScopedShm shm(8 << 20);
   ASSERT_TRUE(shm.ok());

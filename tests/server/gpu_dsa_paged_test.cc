@@ -64,21 +64,9 @@ class GpuDsaPagedTest : public DaemonTest {
   }
 };
 
-TEST_F(GpuDsaPagedTest, OneGraphMatchesTheCpuKernel) {
-  std::mt19937_64 rng = attnd::testing::MakeRng();
-  PagedDsaSpec spec;  // DeepSeek-V3.2's indexer and FP8 cache at a small size
-  spec.batch = 4;
-  spec.next_n = 2;
-  spec.index_heads = 64;
-  spec.heads = 64;
-  spec.fp8_kv = true;
-  spec.index_block_size = 64;
-  spec.max_blocks = 4;
-  spec.index_blocks = 20;
-  spec.topk = 128;
-  spec.per_token_lens = true;
-  PagedDsaCase c(spec, rng);
-  c.SetContexts({200, 1, 256, 90});
+// The daemon's reply to c (sent twice: a capture, then a replay) against the CPU kernel run here.
+void ExpectOneGraphMatchesTheCpuKernel(v1::Attention::Stub* stub, PagedDsaCase& c) {
+  const PagedDsaSpec& spec = c.spec();
   const kernels::dsa::Params p = c.MakeParams();
   kernels::ExecContext ctx;
   ctx.pool = attnd::testing::TestPool();
@@ -90,7 +78,7 @@ TEST_F(GpuDsaPagedTest, OneGraphMatchesTheCpuKernel) {
     SCOPED_TRACE("call " + std::to_string(call));
     grpc::ClientContext cctx;
     v1::DsaAttentionResponse reply;
-    const grpc::Status s = stub_->DsaAttention(&cctx, request, &reply);
+    const grpc::Status s = stub->DsaAttention(&cctx, request, &reply);
     ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_NE(reply.stats().impl(), "cpu");
     EXPECT_EQ(reply.stats().graph(), call == 0 ? "capture" : "hit");
@@ -132,6 +120,47 @@ TEST_F(GpuDsaPagedTest, OneGraphMatchesTheCpuKernel) {
       }
     }
   }
+}
+
+TEST_F(GpuDsaPagedTest, OneGraphMatchesTheCpuKernel) {
+  std::mt19937_64 rng = attnd::testing::MakeRng();
+  PagedDsaSpec spec;  // DeepSeek-V3.2's indexer and FP8 cache at a small size
+  spec.batch = 4;
+  spec.next_n = 2;
+  spec.index_heads = 64;
+  spec.heads = 64;
+  spec.fp8_kv = true;
+  spec.index_block_size = 64;
+  spec.max_blocks = 4;
+  spec.index_blocks = 20;
+  spec.topk = 128;
+  spec.per_token_lens = true;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({200, 1, 256, 90});
+  ExpectOneGraphMatchesTheCpuKernel(stub_.get(), c);
+}
+
+// next_n 4 with [B] lengths (one shorter than next_n, one past the table), H128, bf16 KV over a
+// separate page-32 table with an interleaved pool, an index table id out of the pool.
+TEST_F(GpuDsaPagedTest, NextN4SeparateTableOneGraphMatchesTheCpuKernel) {
+  std::mt19937_64 rng = attnd::testing::MakeRng();
+  PagedDsaSpec spec;
+  spec.batch = 3;
+  spec.next_n = 4;
+  spec.index_heads = 64;
+  spec.heads = 128;
+  spec.index_block_size = 64;
+  spec.max_blocks = 4;
+  spec.index_blocks = 16;
+  spec.topk = 128;
+  spec.separate_kv_table = true;
+  spec.kv_block_size = 32;
+  spec.kv_block_stride = 40;
+  spec.kv_blocks = 30;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({3, 9000, 150});
+  c.SetIndexBlock(2, 1, -1);
+  ExpectOneGraphMatchesTheCpuKernel(stub_.get(), c);
 }
 
 }  // namespace

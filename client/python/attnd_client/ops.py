@@ -48,7 +48,7 @@ OPS = {
             {"q": FP8, "k": FP8, "k_scale": F32, "weights": F32, "ks": I32, "ke": I32},
             {"logits": F32},
             (),
-            ("clean_logits",),
+            ("clean_logits", "precision"),
         ),
         OpSpec(
             "indexer_logits_paged",
@@ -88,7 +88,7 @@ OPS = {
             {"q": BF16, "kv": (BF16, U8), "indices": I32, "indptr": I32, "topk_length": I32},
             {"out": BF16, "lse": F32},
             (),
-            ("sm_scale", "precision", "kv_layout", "kv_scale"),
+            ("sm_scale", "precision", "batch_invariant", "kv_layout", "kv_scale"),
         ),
         # kv_cache: bf16, or uint8 e4m3 codes with kv_scale (the per-tensor FP8 cache).
         OpSpec(
@@ -99,7 +99,7 @@ OPS = {
             {"q": BF16, "kv_cache": (BF16, U8), "block_table": I32, "cache_seqlens": I32},
             {"out": BF16, "lse": F32},
             (),
-            ("sm_scale", "causal", "precision", "kv_cache_layout", "kv_scale"),
+            ("sm_scale", "causal", "precision", "batch_invariant", "kv_cache_layout", "kv_scale"),
         ),
         OpSpec(
             "mla_prefill",
@@ -137,6 +137,7 @@ OPS = {
                 "topk",
                 "sm_scale",
                 "precision",
+                "batch_invariant",
                 "kv_layout",
                 "kv_scale",
                 "index_block_size",
@@ -157,8 +158,9 @@ for _name, _spec in list(OPS.items()):
     OPS[_name] = _spec._replace(scalars=_spec.scalars + _extra)
 
 
-# The attention ops' `precision` argument (docs/ACCURACY.md): "fast" rounds P to bf16 before
-# P·V (the server's default), "high" keeps P as bf16 hi + lo.
+# The `precision` argument (docs/ACCURACY.md). Attention ops: "fast" rounds P to bf16 before
+# P·V (the server's default), "high" keeps P as bf16 hi + lo. indexer_logits: "high" sums exact
+# fp8 products in f32 (the server's default), "fast" opts into FP8 tensor-core accumulation.
 PRECISIONS = {"fast": pb.PRECISION_FAST, "high": pb.PRECISION_HIGH}
 
 
@@ -247,8 +249,10 @@ class OpResult:
         self.op = op
         self.response = response
         self.stats = response.stats
-        # The precision of out that ran ("fast" / "high"; None for ops without the option).
+        # The precision that ran ("fast" / "high"; None for ops without the option).
         self.precision = precision_name(response.stats.precision)
+        # Whether the call ran the batch-invariant plan (False for ops without the option).
+        self.batch_invariant = response.stats.batch_invariant
         self.outputs = outputs
         for name, value in outputs.items():
             setattr(self, name, value)
@@ -353,11 +357,15 @@ class OpCalls(Generic[R]):
         ks: TensorArg,
         ke: TensorArg,
         clean_logits: bool | None = None,
+        precision: str | None = None,
         logits: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
     ) -> R:
-        """logits[m,n] = sum_h relu(q[m,h].k[n]) k_scale[n] weights[m,h] on row m's window."""
+        """logits[m,n] = sum_h relu(q[m,h].k[n]) k_scale[n] weights[m,h] on row m's window.
+        precision: "high" (None: the default; exact fp8 products summed in f32) or "fast" (FP8
+        tensor-core accumulation, DeepGEMM's numerics: the fp8 wgmma kernel on Hopper; its bound
+        in docs/ACCURACY.md)."""
         return self.call("indexer_logits", **_arguments(locals()))
 
     def indexer_logits_paged(
@@ -421,6 +429,7 @@ class OpCalls(Generic[R]):
         indptr: TensorArg | None = None,
         topk_length: TensorArg | None = None,
         precision: str | None = None,
+        batch_invariant: bool | None = None,
         kv_layout: str | int | None = None,
         kv_scale: float | None = None,
         out: OutputArg = None,
@@ -434,7 +443,8 @@ class OpCalls(Generic[R]):
         codes, vLLM's kv_cache_dtype "fp8") with kv_scale, the layer's k_scale (value = code x
         kv_scale). precision: "fast" (None: the default) or "high". kv_layout: "BF16_576",
         "BF16_512", "FLASHMLA_FP8_656", "FP8_576_PER_TENSOR", "FP8_512_PER_TENSOR" (None:
-        inferred from kv)."""
+        inferred from kv). batch_invariant=True: each token's out and lse are bitwise the same
+        whatever else is in the call (slower; docs/KERNELS.md "Batch invariance")."""
         return self.call("sparse_mla", **_arguments(locals()))
 
     def mla_decode(
@@ -447,6 +457,7 @@ class OpCalls(Generic[R]):
         sm_scale: float,
         causal: bool | None = None,
         precision: str | None = None,
+        batch_invariant: bool | None = None,
         kv_cache_layout: str | int | None = None,
         kv_scale: float | None = None,
         out: OutputArg = None,
@@ -458,7 +469,8 @@ class OpCalls(Generic[R]):
         page_size, d_qk], or the per-tensor FP8 cache as uint8 e4m3 codes of that shape with
         kv_scale (vLLM's kv_cache_dtype "fp8": value = code x kv_scale). precision: "fast" (None:
         the default) or "high". kv_cache_layout: "BF16_576", "BF16_512", "FP8_576_PER_TENSOR" or
-        "FP8_512_PER_TENSOR" (None: inferred)."""
+        "FP8_512_PER_TENSOR" (None: inferred). batch_invariant=True: each request's out and lse
+        are bitwise the same whatever else is in the call (docs/KERNELS.md "Batch invariance")."""
         return self.call("mla_decode", **_arguments(locals()))
 
     def mla_prefill(
@@ -503,6 +515,7 @@ class OpCalls(Generic[R]):
         index_cache_layout: str | int | None = None,
         topk: int | None = None,
         precision: str | None = None,
+        batch_invariant: bool | None = None,
         kv_layout: str | int | None = None,
         kv_scale: float | None = None,
         out: OutputArg = None,
@@ -517,7 +530,8 @@ class OpCalls(Generic[R]):
         the per-tensor FP8 cache as uint8 e4m3 codes [N, d_qk] with kv_scale, the layer's k_scale
         (vLLM's kv_cache_dtype "fp8": value = code x kv_scale; either form). indices=True /
         logits=True (or a placement) also return the chosen rows / the cleaned indexer logits.
-        precision: "fast" (None: the default) or "high". kv_layout as in sparse_mla.
+        precision: "fast" (None: the default) or "high". kv_layout and batch_invariant as in
+        sparse_mla.
 
         Gathered form: index_k, index_k_scale, ks, ke. Paged form (decode; docs/CONTRACTS.md
         "dsa_attention"): index_q [B, next_n, H_i, D_i], index_cache (uint8 block rows, as

@@ -150,6 +150,14 @@ void PagedDsaCase::SetTokenLength(int64_t b, int64_t j, int32_t length) {
   context_lens_.data<int32_t>()[b * context_lens_.tensor().stride(0) + j] = length;
 }
 
+void PagedDsaCase::SetIndexBlock(int64_t b, int64_t i, int32_t id) {
+  index_table_.data<int32_t>()[b * index_table_.tensor().stride(0) + i] = id;
+}
+
+void PagedDsaCase::SetKvBlock(int64_t b, int64_t i, int32_t id) {
+  kv_table_.data<int32_t>()[b * kv_table_.tensor().stride(0) + i] = id;
+}
+
 kernels::dsa::Params PagedDsaCase::MakeParams() {
   kernels::dsa::Params p;
   p.index_q = index_q_.tensor();

@@ -55,6 +55,10 @@ class PagedDsaCase {
   // contexts[b] − next_n + j + 1 positions unless SetTokenLength overrides it.
   void SetContexts(const std::vector<int64_t>& contexts);
   void SetTokenLength(int64_t b, int64_t j, int32_t length);  // per_token_lens only
+  // Overwrites entry i of request b's row in the index table / the separate kv table (hostile
+  // ids: negative, past the pool), after SetContexts.
+  void SetIndexBlock(int64_t b, int64_t i, int32_t id);
+  void SetKvBlock(int64_t b, int64_t i, int32_t id);  // separate_kv_table only
   kernels::dsa::Params MakeParams();
   std::vector<HostTensor*> Outputs();  // out, lse, indices, logits (those present)
 

@@ -275,6 +275,28 @@ const std::vector<Mutation>& PagedMutations() {
        [](Params& p) { p.kv_layout = kernels::CacheLayout::kFlashMlaFp8_656; }, "kv_layout"},
       {"topk 0", [](Params& p) { p.topk = 0; }, "topk"},
       {"sm_scale 0", [](Params& p) { p.sm_scale = 0.0f; }, "sm_scale"},
+      // Strides and the shared B / T.
+      {"index_block_table column stride 2", [](Params& p) { p.index_block_table.strides[1] = 2; },
+       "index_block_table"},
+      {"index_block_table rows overlap", [](Params& p) { p.index_block_table.strides[0] = 1; },
+       "index_block_table"},
+      {"kv_block_table column stride 2", [](Params& p) { p.kv_block_table.strides[1] = 2; },
+       "kv_block_table"},
+      {"context_lens column stride 2", [](Params& p) { p.context_lens.strides[1] = 2; },
+       "context_lens"},
+      {"index_q heads overlap", [](Params& p) { p.index_q.strides[2] = 1; }, "index_q"},
+      {"index_cache byte stride 2", [](Params& p) { p.index_cache.strides[1] = 2; }, "index_cache"},
+      {"kv rows overlap", [](Params& p) { p.kv.strides[0] = 8; }, "kv"},
+      {"q last stride 2", [](Params& p) { p.q.strides[2] = 2; }, "q"},
+      {"out last stride 2", [](Params& p) { p.out.strides[2] = 2; }, "out"},
+      {"index_q B+1 (the tables' B)", [](Params& p) { p.index_q.shape[0] += 1; },
+       "index_block_table"},
+      {"index_q next_n 1 (T = B·next_n of the others)", [](Params& p) { p.index_q.shape[1] = 1; },
+       "index_weights"},
+      {"kv d_qk 512 with q 576", [](Params& p) { p.kv.shape[1] = 512; }, "kv"},
+      {"topk 4097", [](Params& p) { p.topk = 4097; }, "topk"},
+      {"sm_scale NaN", [](Params& p) { p.sm_scale = std::numeric_limits<float>::quiet_NaN(); },
+       "sm_scale"},
   };
   return *rows;
 }

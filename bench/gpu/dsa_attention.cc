@@ -1,0 +1,169 @@
+// GPU benchmarks of the fused DSA layer (dsa_attention), paged decode form: DeepSeek-V3.2's
+// indexer (H_i 64, D_i 128, block 64) and sparse MLA (H 128, d_qk 576, top-2048) over B requests
+// of a 32K context, one block table for both caches (as vLLM and SGLang keep them), each
+// request's blocks drawn from a shuffled pool (a fragmented cache). The MLA cache is the FP8
+// 656-byte rows (or bf16 where the preset says so). The whole call runs as served: Validate, the
+// first GPU implementation that supports it, its workspace, every step on one stream.
+// FLOPs and logical bytes: dsa::Count on a host copy of context_lens (every token sees its full
+// context − next_n + j + 1 positions). Both precisions (FAST, HIGH).
+//   attn_gpu_bench --filter=dsa_attention/decode_b128
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/gpu/gpu_bench.h"
+#include "kernels/common/status.h"
+#include "kernels/common/tensor.h"
+#include "kernels/dsa/dsa.h"
+#include "kernels/sparse_mla/params.h"
+
+namespace attnd::bench {
+namespace {
+
+using kernels::DType;
+using kernels::MakeTensor;
+namespace dsa = kernels::dsa;
+namespace sparse_mla = kernels::sparse_mla;
+
+constexpr int64_t kIndexDim = 128;
+constexpr int64_t kBlockSize = 64;
+// Fill byte of the f32 scales (indexer cache, FP8 MLA rows) and the bf16 rope: 0x3c3c3c3c is
+// 0.0115 as f32, 0x3c3c 0.0115 as bf16 (finite, non-zero; random bytes could be huge).
+constexpr int kScaleByte = 0x3c;
+
+struct Preset {
+  const char* name;
+  int64_t batch, context, next_n, index_heads, heads, d_qk, topk;
+  bool fp8_kv;
+};
+
+constexpr Preset kPresets[] = {
+    {"decode_b128_ctx32768_next1_hi64_h128_d576_k2048_fp8kv", 128, 32768, 1, 64, 128, 576, 2048,
+     true},
+    {"decode_b128_ctx32768_next2_hi64_h128_d576_k2048_fp8kv", 128, 32768, 2, 64, 128, 576, 2048,
+     true},
+    {"decode_b128_ctx32768_next1_hi64_h128_d576_k2048_bf16kv", 128, 32768, 1, 64, 128, 576, 2048,
+     false},
+    {"decode_b64_ctx32768_next1_hi64_h128_d576_k2048_fp8kv", 64, 32768, 1, 64, 128, 576, 2048,
+     true},
+};
+
+absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
+  std::vector<GpuBenchCase> cases;
+  uint64_t seed = 301;
+  std::mt19937_64 rng(11);
+  for (const Preset& s : kPresets) {
+    bool wanted = false;
+    for (const kernels::Precision precision : kBenchPrecisions) {
+      wanted = wanted ||
+               MayMatch(absl::StrCat("dsa_attention/", s.name, "/", kernels::GpuImplName("steps"),
+                                     "/", kernels::PrecisionName(precision)),
+                        filter);
+    }
+    if (!wanted) continue;
+    const int64_t max_blocks = s.context / kBlockSize, pages = s.batch * max_blocks;
+    const int64_t t = s.batch * s.next_n, index_block_bytes = kBlockSize * (kIndexDim + 4);
+    const int64_t kv_rows = pages * kBlockSize;
+    std::vector<int32_t> table(static_cast<size_t>(pages));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<int32_t> contexts(static_cast<size_t>(s.batch), static_cast<int32_t>(s.context));
+
+    auto arena = std::make_shared<DeviceArena>();
+    auto index_q = arena->Random(DType::kFp8E4M3, t * s.index_heads * kIndexDim, 1.0f, seed++);
+    auto weights = arena->Random(DType::kF32, t * s.index_heads, 1.0f, seed++);
+    auto index_cache = arena->Random(DType::kFp8E4M3, pages * index_block_bytes, 1.0f, seed++);
+    auto table_d = arena->Upload(table.data(), 4 * pages);
+    auto contexts_d = arena->Upload(contexts.data(), 4 * s.batch);
+    auto q = arena->Random(DType::kBF16, t * s.heads * s.d_qk, 1.0f, seed++);
+    auto kv = s.fp8_kv
+                  ? arena->Random(DType::kFp8E4M3, kv_rows * sparse_mla::kFp8RowBytes, 1.0f, seed++)
+                  : arena->Random(DType::kBF16, kv_rows * s.d_qk, 1.0f, seed++);
+    auto out = arena->Alloc(t * s.heads * sparse_mla::kDimV * 2);
+    auto lse = arena->Alloc(t * s.heads * 4);
+    for (const auto* r :
+         {&index_q, &weights, &index_cache, &table_d, &contexts_d, &q, &kv, &out, &lse}) {
+      if (!r->ok()) return r->status();
+    }
+    // The scales after each index block's keys; the FP8 rows' scales and rope.
+    GPU_RETURN_IF_ERROR(cudaMemset2D(static_cast<char*>(*index_cache) + kBlockSize * kIndexDim,
+                                     static_cast<size_t>(index_block_bytes), kScaleByte,
+                                     static_cast<size_t>(kBlockSize * 4),
+                                     static_cast<size_t>(pages)));
+    if (s.fp8_kv) {
+      GPU_RETURN_IF_ERROR(
+          cudaMemset2D(static_cast<char*>(*kv) + sparse_mla::kFp8ScaleOffset,
+                       static_cast<size_t>(sparse_mla::kFp8RowBytes), kScaleByte,
+                       static_cast<size_t>(sparse_mla::kFp8RowBytes - sparse_mla::kFp8ScaleOffset),
+                       static_cast<size_t>(kv_rows)));
+    }
+    GPU_RETURN_IF_ERROR(cudaDeviceSynchronize());
+
+    dsa::Params p;
+    p.index_q =
+        MakeTensor(*index_q, DType::kFp8E4M3, {s.batch, s.next_n, s.index_heads, kIndexDim});
+    p.index_weights = MakeTensor(*weights, DType::kF32, {t, s.index_heads});
+    p.index_cache = MakeTensor(*index_cache, DType::kU8, {pages, index_block_bytes});
+    p.index_block_size = kBlockSize;
+    p.index_block_table = MakeTensor(*table_d, DType::kI32, {s.batch, max_blocks});
+    p.context_lens = MakeTensor(*contexts_d, DType::kI32, {s.batch});
+    p.topk = s.topk;
+    p.q = MakeTensor(*q, DType::kBF16, {t, s.heads, s.d_qk});
+    p.kv = s.fp8_kv ? MakeTensor(*kv, DType::kU8, {kv_rows, sparse_mla::kFp8RowBytes})
+                    : MakeTensor(*kv, DType::kBF16, {kv_rows, s.d_qk});
+    p.sm_scale = 1.0f / 24.0f;  // 1/sqrt(576)
+    p.out = MakeTensor(*out, DType::kBF16, {t, s.heads, sparse_mla::kDimV});
+    p.lse = MakeTensor(*lse, DType::kF32, {t, s.heads});
+    ATTND_RETURN_IF_ERROR(dsa::Validate(p));
+    dsa::Params host = p;  // Count reads context_lens: the host copy
+    host.context_lens = MakeTensor(contexts.data(), DType::kI32, {s.batch});
+    const kernels::WorkCount work = dsa::Count(host);
+
+    for (const kernels::Precision precision : kBenchPrecisions) {
+      p.precision = precision;
+      kernels::ExecContext query;
+      query.backend = kernels::kGpuBackend;
+      std::string why;
+      const kernels::Impl<dsa::Params>* impl =
+          kernels::SelectImpl(dsa::Implementations(), p, query, &why);
+      if (impl == nullptr) {
+        return absl::UnimplementedError(absl::StrCat("dsa_attention/", s.name, ": ", why));
+      }
+      const int64_t workspace_bytes = impl->workspace ? impl->workspace(p) : 0;
+      void* workspace = nullptr;
+      if (workspace_bytes > 0) {
+        auto ws = arena->Alloc(workspace_bytes);
+        if (!ws.ok()) return ws.status();
+        workspace = *ws;
+      }
+      GpuBenchCase c;
+      c.op = "dsa_attention";
+      c.preset = s.name;
+      c.impl = impl->name;
+      c.precision = kernels::PrecisionName(precision);
+      c.work = work;
+      c.peak = PeakKind::kBf16;
+      c.arena = arena;
+      c.launch = [impl, p, workspace, workspace_bytes](gpu::Stream stream) {
+        kernels::ExecContext ctx;
+        ctx.backend = impl->backend;
+        ctx.stream = stream;
+        ctx.workspace = workspace;
+        ctx.workspace_bytes = workspace_bytes;
+        return impl->run(p, ctx);
+      };
+      cases.push_back(std::move(c));
+    }
+  }
+  return cases;
+}
+
+}  // namespace
+}  // namespace attnd::bench
+
+ATTND_REGISTER_GPU_BENCH(dsa_attention, attnd::bench::MakeCases);
