@@ -39,14 +39,14 @@ bool Wanted(const std::string& filter, const std::string& op, const std::string&
   return false;
 }
 
-// Whether Params has the `precision` option (indexer_logits; the paged indexer runs HIGH only).
+// Whether Params has the `precision` option (both indexer ops have it now; kept generic).
 template <class Params, class = void>
 struct HasPrecision : std::false_type {};
 template <class Params>
 struct HasPrecision<Params, std::void_t<decltype(std::declval<Params&>().precision)>>
     : std::true_type {};
 
-// Each implementation in each precision it supports (indexer_logits: cuda_wgmma FAST only,
+// Each implementation in each precision it supports (both ops: cuda_wgmma FAST only,
 // cuda_mma and cuda_simt both, the same kernel: their FAST is HIGH's exact sums); the precision
 // is the JSON line's "precision" and the name's last part. The SIMT path is a portable fallback
 // (~30× slower at these shapes): timed on the small presets only, so a full run stays short.
@@ -164,7 +164,9 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filt
   for (const PagedPreset& s : kPresets) {
     const std::string preset = absl::StrCat("deepseek_v32_h", s.heads, "_b", s.batch, "_ctx",
                                             s.context, "_next", s.next_n);
-    if (!Wanted(filter, "indexer_logits_paged", preset, {"cuda_mma", "cuda_simt"})) continue;
+    if (!Wanted(filter, "indexer_logits_paged", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"})) {
+      continue;
+    }
     const int64_t max_blocks = s.context / kBlockSize, pages = s.batch * max_blocks;
     const int64_t rows = s.batch * s.next_n, block_bytes = kBlockSize * (kDim + 4);
     // Each request gets its own pages in shuffled order (a fragmented cache).

@@ -24,8 +24,8 @@ struct RefLogits {
   // any f32 evaluation order makes (sum of |terms| of every rounded sum).
   std::vector<double> magnitude;
   // Precision::kFast's bound on |logit − value| where kValue (docs/ACCURACY.md "Indexer logits,
-  // FAST"), from the data: FastLogitBound over the heads' FastDotErrorBound. Empty when the
-  // reference does not compute it (indexer_logits_paged runs HIGH only).
+  // FAST"), from the data: FastLogitBound over the heads' FastDotErrorBound (both indexer ops'
+  // references fill it).
   std::vector<double> fast_bound;
 };
 

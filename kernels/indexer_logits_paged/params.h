@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/common/cache_layout.h"
+#include "kernels/common/precision.h"
 #include "kernels/common/tensor.h"
 
 namespace attnd::kernels::indexer_logits_paged {
@@ -53,6 +54,9 @@ struct Params : WithTensors<Params> {
   //                   order along j: varlen verification pads with shorter or empty rows).
   Tensor context_lens;  // i32 [batch] or [batch, next_n]
   Tensor weights;       // f32 [batch·next_n, H]; row stride >= H
+  // Numerics (indexer_logits::Params::precision, docs/ACCURACY.md "Indexer logits"): kHigh the
+  // exact-contract f32 bound, kFast the FP8 tensor-core accumulator's derived bound (opt-in).
+  Precision precision = Precision::kHigh;
 
   // Output. Row b·next_n + j (new token j of request b) sees positions [0, L) with
   //   L = clamp(ctx(b, j), 0, min(N, max_blocks·block_size)),

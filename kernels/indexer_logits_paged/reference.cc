@@ -20,9 +20,10 @@ RefLogits Reference(const Params& p) {
   ref.expect.assign(total, RefLogits::kNegInf);
   ref.value.assign(total, 0.0);
   ref.magnitude.assign(total, 0.0);
+  ref.fast_bound.assign(total, 0.0);
   const uint8_t* cache = p.kv_cache.ptr<const uint8_t>();
   const bool shuffled = p.kv_cache_layout == CacheLayout::kIndexerAiterShuffle16;
-  std::vector<double> key(static_cast<size_t>(dim));
+  std::vector<double> key(static_cast<size_t>(dim)), products(static_cast<size_t>(dim));
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t j = 0; j < next_n; ++j) {
       const int64_t row = b * next_n + j;
@@ -50,22 +51,25 @@ RefLogits Reference(const Params& p) {
         float scale_f32;
         std::memcpy(&scale_f32, block + bs * dim + slot * 4, sizeof scale_f32);
         const double scale = scale_f32;
-        double sum = 0, magnitude = 0;
+        double sum = 0, magnitude = 0, acc_bound = 0;
         for (int64_t h = 0; h < heads; ++h) {
           double dot = 0, abs_dot = 0;
           for (int64_t d = 0; d < dim; ++d) {
-            const double prod = RefLoad(p.q, {b, j, h, d}) * key[d];
-            dot += prod;
-            abs_dot += std::fabs(prod);
+            products[d] = RefLoad(p.q, {b, j, h, d}) * key[d];
+            dot += products[d];
+            abs_dot += std::fabs(products[d]);
           }
           const double w = RefLoad(p.weights, {row, h});
           sum += std::max(dot, 0.0) * scale * w;
           magnitude += abs_dot * std::fabs(scale * w);
+          acc_bound +=
+              indexer_logits::FastDotErrorBound(products.data(), dim) * std::fabs(scale * w);
         }
         const size_t at = static_cast<size_t>(row * n_count + n);
         ref.expect[at] = RefLogits::kValue;
         ref.value[at] = sum;
         ref.magnitude[at] = magnitude;
+        ref.fast_bound[at] = indexer_logits::FastLogitBound(magnitude, acc_bound, heads);
       }
     }
   }

@@ -10,8 +10,9 @@ namespace attnd::kernels::indexer_logits_paged {
 
 using indexer_logits::RefLogits;
 
-// Row b·next_n + j: kValue at positions n < L (params.h) whose page id is in range, kNegInf at
-// every other column of [0, N) (masked positions included). Reads only p's inputs.
+// Row b·next_n + j: kValue at positions n < L (params.h) whose page id is in range (with
+// magnitude and FAST's fast_bound, as indexer_logits::Reference), kNegInf at every other column
+// of [0, N) (masked positions included). Reads only p's inputs (not p.precision).
 RefLogits Reference(const Params& p);
 
 }  // namespace attnd::kernels::indexer_logits_paged

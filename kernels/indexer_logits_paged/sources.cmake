@@ -8,6 +8,7 @@ if(ATTND_GPU_ENABLED)
   target_sources(attn_kernels PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma.cu
   )
 endif()
 target_sources(attn_kernels_reference PRIVATE

@@ -1,7 +1,8 @@
 // Hopper (sm_90a) FP8 additions to the warpgroup PTX layer of wgmma.cuh, CUDA-only: e4m3 x e4m3
 // -> f32 wgmma m64nNk32 (N = 64, 128, 256; both operands from shared-memory descriptors, which
-// for fp8 must be K-major) and a 2-D TMA tile load. Descriptors, fences, commit / wait, mbarriers
-// and the rest come from wgmma.cuh; everything here compiles only where ATTND_SM90A is 1.
+// for fp8 must be K-major), a 2-D TMA tile load and a plain bulk copy. Descriptors, fences, commit
+// / wait, mbarriers and the rest come from wgmma.cuh; everything here compiles only where
+// ATTND_SM90A is 1.
 //   WgmmaFence();
 //   for (int kk = 0; kk < 4; ++kk)  // k = 128 fp8 values = four k32 steps, 32 bytes apart
 //     WgmmaFp8<256>::Run(d, DescAdvance(da, 32 * kk), DescAdvance(db, 32 * kk), kk > 0);
@@ -85,6 +86,18 @@ __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const void* tensor_map, 
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(tensor_map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// ---- Bulk copy (non-tensor), global -> shared ----
+// Copies `bytes` (a multiple of 16) from `src` (16-byte aligned, global) to shared memory at
+// `dst` (16-byte aligned); the bytes complete on the transaction count of `bar`.
+__device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes,
+                                         uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
 

@@ -20,38 +20,7 @@ namespace {
 
 constexpr int kWgmmaDim = 128;
 
-// A u8 tensor map of `rank` (2 or 3) dimensions over `base`: dims innermost first, the byte
-// strides of dims 1.., the box; 128-byte swizzle, 256-byte L2 promotion, out-of-range elements
-// read as zeros. False with the reason when the driver refuses it.
-bool EncodeU8Map(CUtensorMap* map, int rank, const void* base, const cuuint64_t* dims,
-                 const cuuint64_t* strides, const cuuint32_t* box, std::string* why) {
-  const ::attnd::gpu::TensorMapEncodeTiledFn encode = ::attnd::gpu::TensorMapEncodeTiled();
-  if (encode == nullptr) return Refuse(why, "the driver has no cuTensorMapEncodeTiled");
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  auto run = [&] {
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<cuuint32_t>(rank),
-                  const_cast<void*>(base), dims, strides, box, element_strides,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  };
-  // The driver call needs a current context (as in tma.h's EncodeBf16Map3d): make the runtime's
-  // primary context current on this thread once per device, and once more after a refusal for
-  // want of one.
-  thread_local int context_device = -1;
-  int device = 0;
-  if (cudaGetDevice(&device) == cudaSuccess && device != context_device &&
-      cudaSetDevice(device) == cudaSuccess) {
-    context_device = device;
-  }
-  CUresult r = run();
-  if (r == CUDA_ERROR_INVALID_CONTEXT && cudaSetDevice(device) == cudaSuccess) r = run();
-  static_cast<void>(cudaGetLastError());
-  if (r != CUDA_SUCCESS) {
-    return Refuse(why, "cuTensorMapEncodeTiled refused the tensor (error ", static_cast<int>(r),
-                  ")");
-  }
-  return true;
-}
+using ::attnd::gpu::EncodeU8Map;
 
 // q [M, H, 128] as {128 bytes, H, M} with boxes of 128 × H × (256 / H) (one consumer's block),
 // k [N, 128] as {128 bytes, N} with boxes of 128 × 64 (one tile). A dimension of size 1 gets the

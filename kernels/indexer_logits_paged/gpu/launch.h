@@ -23,6 +23,12 @@ bool SimtSupports(const Params& p, std::string* why);
 // bytes), at least one cache block, block_size < 2^31, compute capability >= 8.0.
 bool MmaSupports(const Params& p, std::string* why);
 ::attnd::gpu::Error LaunchMma(const Params& p, ::attnd::gpu::Stream stream);
+
+// The Hopper fp8 wgmma kernel (docs/KERNELS.md "Paged indexer on Hopper"): precision FAST only,
+// kv_cache in the blocks layout with block_size 64, H in {32, 64}, D 128, q and kv_cache 16-B
+// aligned (pointers and strides), 1 to 2^31 - 1 cache blocks, compute capability 9.0.
+bool WgmmaSupports(const Params& p, std::string* why);
+::attnd::gpu::Error LaunchWgmma(const Params& p, ::attnd::gpu::Stream stream);
 #endif
 
 }  // namespace attnd::kernels::indexer_logits_paged::gpu

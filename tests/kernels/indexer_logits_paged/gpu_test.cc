@@ -1,10 +1,14 @@
 // GPU-only cases of indexer_logits_paged (skipped without a GPU): the block table read only below
 // each context, checked against a device allocation that ends right after the last request's
 // used entries, so compute-sanitizer (memcheck) reports any later read; the ROCm frontends'
-// caches on the GPU implementations alone.
+// caches on the GPU implementations alone; the Hopper kernel (cuda_wgmma, FAST) on its own at
+// every wgmma width, with masked pages, many key chunks, per-token lengths and padded strides.
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -23,6 +27,17 @@ namespace {
 using testing::MakeRng;
 
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
+
+// Each GPU implementation of this build in each precision (unsupported pairs are skipped by
+// the callers through Supports).
+std::vector<std::pair<Impl<Params>, Precision>> GpuRuns() {
+  std::vector<std::pair<Impl<Params>, Precision>> runs;
+  for (const auto& impl : Implementations()) {
+    if (impl.backend != testing::GpuBackend()) continue;
+    for (const Precision precision : testing::kPrecisions) runs.emplace_back(impl, precision);
+  }
+  return runs;
+}
 
 // A device buffer of exactly `bytes` (no slack: memcheck flags a read past it).
 class TightDeviceBuffer {
@@ -45,10 +60,10 @@ class TightDeviceBuffer {
 TEST(IndexerLogitsPagedGpu, ReadsBlockTableOnlyBelowContext) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
   auto rng = MakeRng();
-  const PagedShape shape{3, 2, 32, 64, 64, 8, 12, 512};
+  const PagedShape shape{3, 2, 32, 128, 64, 8, 12, 512};  // D 128: cuda_wgmma's shape too
   PagedProblem prob(shape, rng);
   prob.SetContexts({130, 150, 192});
-  const Params host = prob.params();
+  Params host = prob.params();
   const int64_t used = 3, table_ints = (shape.batch - 1) * shape.max_blocks + used;
   TightDeviceBuffer table(4 * table_ints);
   ASSERT_NE(table.data(), nullptr);
@@ -59,11 +74,11 @@ TEST(IndexerLogitsPagedGpu, ReadsBlockTableOnlyBelowContext) {
             ::attnd::gpu::kSuccess);  // before the mirrors' streams read it
   const RefLogits ref = Reference(host);
   int runs = 0;
-  for (const auto& impl : Implementations()) {
-    if (impl.backend != testing::GpuBackend()) continue;
+  for (const auto& [impl, precision] : GpuRuns()) {
+    host.precision = precision;
     std::string why;
     if (impl.supports && !impl.supports(host, &why)) continue;
-    SCOPED_TRACE("implementation " + impl.name);
+    SCOPED_TRACE("implementation " + impl.name + " (" + PrecisionName(precision) + ")");
     testing::PoisonNaN(prob.logits);
     testing::DeviceMirror mirror;
     Params device = host;
@@ -79,12 +94,119 @@ TEST(IndexerLogitsPagedGpu, ReadsBlockTableOnlyBelowContext) {
     ASSERT_TRUE(status.ok()) << status;
     ASSERT_TRUE(mirror.CopyBack(device.logits, host.logits).ok());
     ASSERT_TRUE(mirror.Synchronize().ok());
-    testing::ExpectLogits(host.logits, ref, testing::ToleranceFor(shape.heads, shape.dim),
-                          impl.name);
+    testing::ExpectLogits(host.logits, ref,
+                          testing::ToleranceFor(shape.heads, shape.dim, precision), impl.name);
     ++runs;
   }
-  EXPECT_GE(runs, 1);
+  EXPECT_GE(runs, 3);  // cuda_mma and cuda_simt (HIGH); cuda_wgmma too on compute capability 9.0
 }
+
+#if defined(ATTND_GPU_CUDA)
+// cuda_wgmma (the Hopper kernel) alone in FAST on `prob`; skips off compute capability 9.0. Fails
+// when it refuses the params for any other reason.
+void ExpectWgmmaRuns(PagedProblem& prob, const Params& p) {
+  std::string why;
+  const bool ran = prob.RunOne(p, "cuda_wgmma", Precision::kFast, &why);
+  if (!ran && why.find("compute capability") != std::string::npos) {
+    GTEST_SKIP() << why;
+  }
+  EXPECT_TRUE(ran) << why;
+}
+
+class WgmmaShapeTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+// next_n 1 to 5 × H 32 / 64 (wgmma N 64, 128 and 256, and next_n past one block's queries):
+// contexts 0, 1, 63, 64, 65, one past the table (clamped), and ragged ones, N 1600 (not a
+// multiple of 64), pages shuffled over a pool.
+TEST_P(WgmmaShapeTest, MatchesReference) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  const auto [next_n, heads] = GetParam();
+  auto rng = MakeRng();
+  PagedProblem prob({9, next_n, heads, 128, 64, 24, 260, 1600}, rng);
+  std::uniform_int_distribution<int64_t> len(2, 1599);
+  prob.SetContexts({0, 1, 63, 64, 65, 2000, len(rng), len(rng), 1600});
+  ExpectWgmmaRuns(prob, prob.params());
+}
+
+INSTANTIATE_TEST_SUITE_P(IndexerLogitsPagedGpu, WgmmaShapeTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5),
+                                            ::testing::Values(32, 64)),
+                         [](const auto& info) {
+                           return "NextN" + std::to_string(std::get<0>(info.param)) + "_H" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// Masked pages inside the windows (ids -1, num_blocks, INT32_MAX, INT32_MIN; a run of two):
+// -inf there, never read; the rest of each row as usual. One request with a long context and a
+// short N split into many key chunks (one page each at the extreme).
+TEST(IndexerLogitsPagedGpu, WgmmaMaskedPagesAndChunks) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  auto rng = MakeRng();
+  {
+    PagedProblem prob({3, 2, 64, 128, 64, 12, 40, 768}, rng);
+    prob.SetContexts({768, 700, 300});
+    int32_t* table = prob.block_table.data<int32_t>();
+    const int64_t ts = prob.block_table.tensor().stride(0);
+    table[0 * ts + 0] = -1;
+    table[0 * ts + 5] = 40;
+    table[0 * ts + 6] = INT32_MAX;
+    table[1 * ts + 10] = INT32_MIN;
+    table[2 * ts + 4] = -3;  // the last, partial page of request 2
+    ExpectWgmmaRuns(prob, prob.params());
+  }
+  for (const int64_t cols : {int64_t{64}, int64_t{4096}, int64_t{20000}}) {
+    SCOPED_TRACE("N " + std::to_string(cols));
+    PagedProblem prob({1, 1, 64, 128, 64, (cols + 63) / 64, (cols + 63) / 64, cols}, rng);
+    prob.SetContexts({cols - 3});
+    ExpectWgmmaRuns(prob, prob.params());
+  }
+}
+
+// Per-token lengths in any order along next_n, padded strides (multiples of 16 bytes, as TMA
+// needs), and a logits row stride past N whose padding must stay poisoned.
+TEST(IndexerLogitsPagedGpu, WgmmaTokenLengthsAndPaddedStrides) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  auto rng = MakeRng();
+  PagedProblem prob({3, 4, 32, 128, 64, 10, 30, 640, 16}, rng);
+  prob.SetTokenLengths({{640, 0, 65, 64}, {1, 2, 3, 4}, {300, 129, 600, 0}}, /*row_pad=*/3);
+  ExpectWgmmaRuns(prob, prob.params());
+}
+
+// HIGH is refused naming the precision, so dispatch gives FAST to cuda_wgmma and HIGH to the
+// exact kernels; other refusals name their field.
+TEST(IndexerLogitsPagedGpu, WgmmaRunsFastOnly) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  auto rng = MakeRng();
+  PagedProblem prob({2, 1, 64, 128, 64, 4, 8, 256}, rng);
+  prob.SetContexts({256, 100});
+  Params p = prob.params();
+  std::string why;
+  p.precision = Precision::kHigh;
+  EXPECT_FALSE(gpu::WgmmaSupports(p, &why));
+  EXPECT_NE(why.find("precision"), std::string::npos) << why;
+  p.precision = Precision::kFast;
+  why.clear();
+  if (!gpu::WgmmaSupports(p, &why)) {
+    ASSERT_NE(why.find("compute capability"), std::string::npos) << why;
+    GTEST_SKIP() << why;
+  }
+  ExecContext ctx;
+  ctx.backend = testing::GpuBackend();
+  const Impl<Params>* fast = SelectImpl(Implementations(), p, ctx, &why);
+  ASSERT_NE(fast, nullptr) << why;
+  EXPECT_EQ(fast->name, "cuda_wgmma");
+  p.precision = Precision::kHigh;
+  const Impl<Params>* high = SelectImpl(Implementations(), p, ctx, &why);
+  ASSERT_NE(high, nullptr) << why;
+  EXPECT_EQ(high->name, "cuda_mma");
+  p.precision = Precision::kFast;
+  Params other = p;
+  other.block_size = 32;
+  why.clear();
+  EXPECT_FALSE(gpu::WgmmaSupports(other, &why));
+  EXPECT_NE(why.find("block_size"), std::string::npos) << why;
+}
+#endif
 
 // The ROCm caches (frontend_caches.h) on the GPU implementations alone: AITER's shuffled layout
 // runs on the portable kernel (the CUDA tensor-core kernel refuses it: not an H200 layout), and

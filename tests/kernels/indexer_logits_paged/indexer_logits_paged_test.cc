@@ -230,23 +230,27 @@ TEST(IndexerLogitsPaged, ReadsBlockTableOnlyBelowContext) {
   EXPECT_GE(prob.RunAndCheck(p, CpuImplementations()), 1);
 }
 
-// kv_cache of 520,000 blocks (4.4 GB, reserved not committed): pages past 2^31 and 2^32 bytes;
-// logits row stride 2^32 + 48 elements. 32-bit offsets, signed or not, go wrong.
-TEST(IndexerLogitsPaged, OffsetsPast2To31Elements) {
+// kv_cache of 520,000 blocks (reserved, not committed: 2.3 GB at D 64, 4.4 GB at D 128, the
+// shape of the Hopper kernel, H 64): pages past 2^31 bytes (and past 2^32 at D 128); logits row
+// stride 2^32 + 48 elements. 32-bit offsets, signed or not, go wrong. Both precisions.
+class OffsetsTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(OffsetsTest, PastTwoTo31Elements) {
+  const int64_t dim = GetParam(), heads = dim == 128 ? 64 : 32;
   auto rng = MakeRng();
-  const PagedShape shape{1, 2, 32, 64, 64, 4, 520000, 256};
+  const PagedShape shape{1, 2, heads, dim, 64, 4, 520000, 256};
   const int64_t block_bytes = PagedProblem::BlockBytes(shape), n = shape.cols;
   const int64_t ld = (int64_t{1} << 32) + 48;
   // The Problem's own cache is small; only its q, weights and table are used.
-  PagedProblem prob({1, 2, 32, 64, 64, 4, 1, n}, rng);
+  PagedProblem prob({1, 2, heads, dim, 64, 4, 1, n}, rng);
   MappedRegion cache(static_cast<size_t>(shape.num_blocks * block_bytes));
   MappedRegion out(static_cast<size_t>((ld + n) * 4));
   if (cache.data() == nullptr || out.data() == nullptr) {  // strict overcommit (mode 2)
     GTEST_SKIP() << "this machine refuses to reserve 21 GB of address space";
   }
-  const int32_t pages[4] = {519999, 3, 254300,
-                            510000};  // 254300 · 8448 > 2^31, 510000 · 8448 > 2^32
-  for (int32_t pg : pages) FillCacheBlock(cache.data() + pg * block_bytes, 64, 64, rng);
+  // 254300 · 8448 > 2^31 and 510000 · 8448 > 2^32 (D 128); 510000 · 4352 > 2^31 (D 64).
+  const int32_t pages[4] = {519999, 3, 254300, 510000};
+  for (int32_t pg : pages) FillCacheBlock(cache.data() + pg * block_bytes, 64, dim, rng);
   prob.SetContexts({250});
   std::memcpy(prob.block_table.data<int32_t>(), pages, sizeof pages);
 
@@ -261,14 +265,21 @@ TEST(IndexerLogitsPaged, OffsetsPast2To31Elements) {
     for (int64_t r = 0; r < 2; ++r)
       std::fill_n(p.logits.ptr<float>() + r * ld, n, one.data<float>()[0]);
   };
-  poison();
-  const int runs = testing::RunEachImpl(Implementations(), p, {}, [&](const std::string& impl) {
-    testing::ExpectLogits(p.logits, ref, testing::ToleranceFor(32, 64), impl,
-                          /*padding_poisoned=*/false);
+  for (const Precision precision : testing::kPrecisions) {
+    p.precision = precision;
     poison();
-  });
-  EXPECT_GE(runs, 1);
+    const int runs = testing::RunEachImpl(Implementations(), p, {}, [&](const std::string& impl) {
+      testing::ExpectLogits(p.logits, ref, testing::ToleranceFor(heads, dim, precision),
+                            impl + " (" + PrecisionName(precision) + ")",
+                            /*padding_poisoned=*/false);
+      poison();
+    });
+    EXPECT_GE(runs, 1);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(IndexerLogitsPaged, OffsetsTest, ::testing::Values(64, 128),
+                         [](const auto& info) { return "D" + std::to_string(info.param); });
 
 // Count: FLOPs over the visible pairs; bytes with keys read once per request.
 TEST(IndexerLogitsPaged, CountsVisiblePairs) {

@@ -120,17 +120,46 @@ struct PagedProblem {
     return p;
   }
 
-  // Runs every implementation (or those of `impls`) and checks each against the reference;
-  // returns the runs.
+  // Runs every implementation (or those of `impls`) in each precision it supports (p's own
+  // precision is replaced) and checks each against the reference with that precision's bound;
+  // returns the fewest runs of a precision (HIGH always has one: the CPU; FAST too, as every
+  // HIGH-capable implementation meets FAST's looser bound).
   int RunAndCheck() { return RunAndCheck(params()); }
   int RunAndCheck(const Params& p) { return RunAndCheck(p, Implementations()); }
-  int RunAndCheck(const Params& p, const std::vector<Impl<Params>>& impls) {
+  int RunAndCheck(Params p, const std::vector<Impl<Params>>& impls) {
     EXPECT_TRUE(Validate(p).ok()) << Validate(p);
     const RefLogits ref = Reference(p);
-    return testing::RunEachImpl(impls, p, {&logits}, [&](const std::string& impl) {
-      testing::ExpectLogits(logits.tensor(), ref, testing::ToleranceFor(shape.heads, shape.dim),
-                            impl);
-    });
+    int fewest = -1;
+    for (const Precision precision : testing::kPrecisions) {
+      p.precision = precision;
+      const testing::LogitsTolerance tol = testing::ToleranceFor(shape.heads, shape.dim, precision);
+      const int runs = testing::RunEachImpl(impls, p, {&logits}, [&](const std::string& impl) {
+        testing::ExpectLogits(logits.tensor(), ref, tol,
+                              impl + " (" + PrecisionName(precision) + ")");
+      });
+      fewest = fewest < 0 || runs < fewest ? runs : fewest;
+    }
+    return fewest;
+  }
+
+  // Runs the implementation named `name` alone in `precision`; false when it refuses p (the
+  // reason in *why). Checks as RunAndCheck.
+  bool RunOne(Params p, const std::string& name, Precision precision, std::string* why) {
+    p.precision = precision;
+    for (const auto& impl : Implementations()) {
+      if (impl.name != name) continue;
+      if (impl.supports && !impl.supports(p, why)) return false;
+      const RefLogits ref = Reference(p);
+      const int runs = testing::RunEachImpl(
+          std::vector<Impl<Params>>{impl}, p, {&logits}, [&](const std::string& what) {
+            testing::ExpectLogits(logits.tensor(), ref,
+                                  testing::ToleranceFor(shape.heads, shape.dim, precision),
+                                  what + " (" + PrecisionName(precision) + ")");
+          });
+      return runs == 1;
+    }
+    *why = "no implementation named " + name;
+    return false;
   }
 
   PagedShape shape;

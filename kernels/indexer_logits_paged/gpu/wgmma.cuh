@@ -1,0 +1,299 @@
+// The Hopper paged (decode) indexer kernel (CUDA sm_90a: TMA, fp8 wgmma, mbarriers, setmaxnreg;
+// docs/KERNELS.md "Paged indexer on Hopper (cuda_wgmma)"). H in {32, 64}, D = 128, block_size 64
+// in the blocks layout, precision FAST.
+//
+// CTA = one query block of a request (kQueries = kColumns / H of its next_n tokens) × one key
+// chunk (a run of whole 64-token pages), three warpgroups:
+//   WG2 (producer)  thread 0 of warp 0: for each page of the chunk that some row sees, reads its
+//                   id from the block table (once) into the stage's slot and, when it is a valid
+//                   page, a TMA of its 64 keys (64 rows × 128 bytes, 128-byte swizzle) and a bulk
+//                   copy of their 64 scales into the stage; a masked page only arrives.
+//                   Warps 1-3: −inf on the chunk's columns past the computed pages (no row of
+//                   the block sees them).
+//   WG0, WG1        take the pages alternately (page i of the chunk goes to WG i % 2), so one's
+//   (consumers)     epilogue runs under the other's MMA: S = K·Qᵀ for the page (m64nNk32 e4m3,
+//                   N = kColumns = the block's (query, head) pairs, four k-steps over D = 128,
+//                   both operands K-major in shared memory); a thread holds keys 16·warp + lane/4
+//                   (+8) × kColumns / 4 columns: Σ_h w·relu(s) per query in registers, the sum
+//                   over the lane quad, × the key's scale (from the stage), stored inside the
+//                   row's window and −inf past it (or everywhere on a masked page).
+// q is copied into shared memory by every thread before the roles split (swizzled by hand, rows
+// of queries past the block zero), so no q tensor map is needed and a request's block never
+// reads another request's q. Output offsets are 64-bit; the TMA page coordinate is 32-bit.
+#pragma once
+
+#if !defined(ATTND_GPU_CUDA)
+#error "kernels/indexer_logits_paged/gpu/wgmma.cuh is CUDA-only"
+#endif
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/common/gpu/wgmma_fp8.cuh"
+#include "kernels/common/math.h"
+#include "kernels/indexer_logits/gpu/common.cuh"
+#include "kernels/indexer_logits/gpu/problem.h"
+
+namespace attnd::kernels::indexer_logits_paged::gpu {
+
+using indexer_logits::gpu::IndexerProblem;
+
+// The kernel's argument block: the cache's tensor map (u8 {128 bytes, 64 slots, pages}, boxes
+// of one page's keys, 128-byte swizzle) and the problem.
+struct WgmmaPagedArgs {
+  CUtensorMap k_map;
+  IndexerProblem p;
+};
+
+inline constexpr int kWgmmaPagedDim = 128;       // head dim: one swizzled 128-byte row
+inline constexpr int64_t kWgmmaPagedBlock = 64;  // tokens per page = keys per tile (wgmma M)
+
+template <int kHeads, int kColumns>
+struct WgmmaPagedTile {
+  static_assert(kHeads == 32 || kHeads == 64, "the paged wgmma indexer needs H in {32, 64}");
+  static_assert(kColumns == 64 || kColumns == 128 || kColumns == 256, "wgmma N in {64,128,256}");
+  static_assert(kColumns % kHeads == 0, "whole queries per block");
+  static constexpr int kThreads = 384;                // WG0, WG1 consumers; WG2 producer and filler
+  static constexpr int kQueries = kColumns / kHeads;  // query rows per CTA (1 to 8)
+  static constexpr int kGroups = kColumns / 8;        // 8-column groups (j) of the accumulator
+  // Queries whose logits a lane stores: with four or more, query 4v + t4 of each group of four
+  // (the quad transpose-sum leaves it in lane t4); with fewer, query t4 in lanes t4 < kQueries.
+  static constexpr int kOut = kQueries >= 4 ? kQueries / 4 : 1;
+  static constexpr int kStages = 12;
+  static constexpr int kSteps = kWgmmaPagedDim / 32;  // k32 steps
+  static constexpr uint32_t kQBytes = kColumns * kWgmmaPagedDim;
+  static constexpr uint32_t kTileBytes = kWgmmaPagedBlock * kWgmmaPagedDim;  // 8 KiB
+  static constexpr uint32_t kScaleBytes = kWgmmaPagedBlock * 4;  // the page's 64 f32 scales
+  // Shared memory (bytes; q and tiles 1024-byte aligned): q | k stages | scale stages |
+  // mbarriers full[kStages], empty[kStages] | page id per stage.
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKOffset = kQBytes;
+  static constexpr uint32_t kScaleOffset = kKOffset + kStages * kTileBytes;
+  static constexpr uint32_t kBarOffset = kScaleOffset + kStages * kScaleBytes;
+  static constexpr uint32_t kPageOffset = kBarOffset + 2 * kStages * 8;
+  static constexpr int kSmemBytes = static_cast<int>(kPageOffset + kStages * 4);
+  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+  static constexpr uint32_t kEmptyCount = 4;  // one arrival per warp of the page's consumer
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "register budget (65536 / 128)");
+  static_assert(kStages % 2 == 0, "a stage always serves the same consumer");
+};
+
+// Σ over the lane quad of v[0..kN) for kN in {1, 2}: every lane of the quad ends with the sums.
+template <int kN>
+__device__ __forceinline__ void QuadSum(float (&v)[kN]) {
+#pragma unroll
+  for (int u = 0; u < kN; ++u) {
+    v[u] += ::attnd::gpu::ShflXor(v[u], 1);
+    v[u] += ::attnd::gpu::ShflXor(v[u], 2);
+  }
+}
+
+// v[u] for a lane-dependent u < kN without a local-memory array (kN in {1, 2}).
+template <int kN>
+__device__ __forceinline__ float SelectQuery(const float (&v)[kN], int u) {
+  float r = v[0];
+#pragma unroll
+  for (int i = 1; i < kN; ++i) r = u == i ? v[i] : r;
+  return r;
+}
+
+template <int kHeads, int kColumns>
+__global__ void __launch_bounds__(384, 1)
+    IndexerPagedWgmmaKernel(const __grid_constant__ WgmmaPagedArgs args) {
+#if ATTND_SM90A
+  using T = WgmmaPagedTile<kHeads, kColumns>;
+  using namespace ::attnd::gpu::wgmma;
+  using indexer_logits::gpu::BlockWork;
+  using indexer_logits::gpu::DecodeBlock;
+  using indexer_logits::gpu::RowWindow;
+  const IndexerProblem& p = args.p;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = SmemAddr(smem);
+  if ((base & (kSwizzleAtomBytes - 1)) != 0) __trap();  // swizzle atoms need 1024-B alignment
+
+  const int tid = threadIdx.x;
+  const BlockWork w = DecodeBlock</*kLongestFirst=*/false>(p);
+  const uint32_t full = base + T::kBarOffset, empty = full + 8 * T::kStages;  // + 8·stage
+  int32_t* stage_page = reinterpret_cast<int32_t*>(smem + T::kPageOffset);
+  if (tid == 0) {
+    for (int s = 0; s < T::kStages; ++s) {
+      MbarInit(full + 8 * s, 1);
+      MbarInit(empty + 8 * s, T::kEmptyCount);
+    }
+    FenceMbarInit();
+  }
+  // q of the block's queries into shared memory, K-major with the 128-byte swizzle: column
+  // c = u·H + h (query u, head h) is row c; its 16-byte chunk k sits at chunk k ^ (c % 8).
+  // Queries past the block are zero (their weights are zero too).
+  for (int i = tid; i < kColumns * 8; i += T::kThreads) {
+    const int c = i / 8, k = i % 8, u = c / kHeads, h = c % kHeads;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (u < w.count) {
+      v = *reinterpret_cast<const uint4*>(p.q + w.group * p.q_group_stride +
+                                          (w.first + u) * p.q_row_stride + h * p.q_head_stride +
+                                          16 * k);
+    }
+    *reinterpret_cast<uint4*>(smem + T::kQOffset + SwizzledOffset(c, k)) = v;
+  }
+  FenceProxyAsync();  // the generic stores above before wgmma's async-proxy reads
+  // Each row's window [0, len) (clamped, never trusted), and the block's longest within the
+  // chunk: pages [c0 / 64, ceil(min(c1, longest) / 64)) are computed, the rest filled.
+  int64_t longest = 0;
+#pragma unroll
+  for (int u = 0; u < T::kQueries; ++u) {
+    int64_t lo = 0, hi = 0;
+    if (u < w.count) RowWindow</*kPaged=*/true>(p, w.group, w.first + u, &lo, &hi);
+    longest = hi > longest ? hi : longest;
+  }
+  const int64_t end = longest < w.c1 ? longest : w.c1;  // keys [c0, end) are computed
+  // Pages of the chunk (c0 is a multiple of 64; c1 <= N < 2^31).
+  const int32_t page0 = static_cast<int32_t>(w.c0 / kWgmmaPagedBlock);
+  const int32_t n_pages =
+      end > w.c0 ? static_cast<int32_t>((end - w.c0 + kWgmmaPagedBlock - 1) / kWgmmaPagedBlock) : 0;
+  const int64_t row0 = w.group * p.rows_per_group + w.first;  // the CTA's first output row
+  __syncthreads();                                            // barriers initialised, q stored
+
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
+  if (wg == 2) {
+    SetMaxRegsDec<T::kProducerRegs>();
+    const int ptid = tid - 256;
+    if (ptid == 0) {
+      // ---- Producer: the chunk's needed pages in order.
+      PrefetchTensorMap(&args.k_map);
+      const int32_t* table = p.block_table + w.group * p.table_stride;
+      for (int32_t i = 0; i < n_pages; ++i) {
+        const int32_t s = i % T::kStages;
+        // Stage s last held page i - kStages: completion (i / kStages) - 1 of its empty barrier.
+        if (i >= T::kStages) MbarWait(empty + 8 * s, ((i / T::kStages) - 1) & 1);
+        const int64_t page = table[page0 + i];  // untrusted: masked unless in [0, num_pages)
+        const bool valid = page >= 0 && page < p.num_pages;
+        stage_page[s] = valid ? static_cast<int32_t>(page) : -1;
+        if (valid) {
+          MbarArriveExpectTx(full + 8 * s, T::kTileBytes + T::kScaleBytes);
+          TmaLoad3d(base + T::kKOffset + s * T::kTileBytes, &args.k_map, full + 8 * s, 0, 0,
+                    static_cast<int32_t>(page));
+          // The scales right after the page's keys (16-byte aligned: Supports), a bulk copy on
+          // the same barrier, so the epilogue never waits on a global load.
+          BulkLoad(base + T::kScaleOffset + s * T::kScaleBytes,
+                   p.cache + page * p.cache_stride + kWgmmaPagedBlock * kWgmmaPagedDim,
+                   T::kScaleBytes, full + 8 * s);
+        } else {
+          MbarArrive(full + 8 * s);  // nothing to load; the consumer writes −inf
+        }
+      }
+    } else if (ptid >= 32) {
+      // ---- Filler (warps 1-3): −inf on the block's rows over [max(c0, longest), c1).
+      const int64_t paged_end = w.c0 + int64_t{n_pages} * kWgmmaPagedBlock;  // consumers' part
+      const int64_t f0 = paged_end < w.c1 ? paged_end : w.c1;
+      for (int u = 0; u < w.count; ++u) {
+        float* row = p.logits + (row0 + u) * p.ld;
+        for (int64_t c = f0 + (ptid - 32); c < w.c1; c += 96) row[c] = kNegInf;
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: warpgroup wg owns pages i ≡ wg (mod 2) of the chunk; warp `warp` the page's
+  // keys 16·warp + lane/4 and + 8; lane quad position t4 the columns 8j + 2·t4 + e.
+  SetMaxRegsInc<T::kConsumerRegs>();
+  const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  // The weights of this thread's columns (0 for queries past the block: their q is zero).
+  float wt[T::kGroups][2];
+#pragma unroll
+  for (int j = 0; j < T::kGroups; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int column = 8 * j + 2 * t4 + e;
+      const int u = column / kHeads, head = column % kHeads;
+      wt[j][e] = u < w.count ? p.weights[(row0 + u) * p.weights_stride + head] : 0.0f;
+    }
+  }
+  // The windows' ends of the queries this lane stores (0: none, or not a query of the block).
+  int64_t out_len[T::kOut];
+#pragma unroll
+  for (int v = 0; v < T::kOut; ++v) {
+    const int u = T::kQueries >= 4 ? 4 * v + t4 : t4;
+    int64_t lo = 0, hi = 0;
+    if (u < T::kQueries && u < w.count)
+      RowWindow</*kPaged=*/true>(p, w.group, w.first + u, &lo, &hi);
+    out_len[v] = hi;
+  }
+  const uint64_t q_desc = SmemDescKMajor(base + T::kQOffset);
+  float acc[kColumns / 2];  // S: keys 16·warp + g (+8) × this thread's columns
+  for (int32_t i = wg; i < n_pages; i += 2) {
+    const int32_t s = i % T::kStages;
+    MbarWait(full + 8 * s, (i / T::kStages) & 1);
+    const int32_t page = stage_page[s];
+    const int64_t key_base = w.c0 + int64_t{i} * kWgmmaPagedBlock;  // the page's first key
+    // Only a CTA-uniform page id (read once by the producer) decides the MMA.
+    const bool valid = __shfl_sync(0xffffffffu, page, 0) >= 0;
+    float scale[2] = {0.0f, 0.0f};
+    if (valid) {
+      WgmmaFence();
+      uint64_t k_desc = SmemDescKMajor(base + T::kKOffset + s * T::kTileBytes), qd = q_desc;
+#pragma unroll
+      for (int kk = 0; kk < T::kSteps; ++kk) {
+        asm volatile("" : "+l"(k_desc), "+l"(qd));  // one live descriptor pair
+        WgmmaFp8<kColumns>::Run(acc, k_desc, qd, kk > 0);
+        k_desc = DescAdvance(k_desc, 32);  // next k32 step: 32 bytes on, inside the swizzle atom
+        qd = DescAdvance(qd, 32);
+      }
+      WgmmaCommit();
+      const float* scales =
+          reinterpret_cast<const float*>(smem + T::kScaleOffset + s * T::kScaleBytes);
+      scale[0] = scales[16 * warp + g];
+      scale[1] = scales[16 * warp + g + 8];
+      WgmmaWait<0>();
+      FenceAccumulators(acc);
+    }
+    __syncwarp();
+    if (lane == 0) MbarArrive(empty + 8 * s);  // this warp's share of the page is read
+
+    // Σ_h w·relu(s) per (key, query) over this thread's columns, then over the quad.
+    float part[2][T::kQueries];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+#pragma unroll
+      for (int u = 0; u < T::kQueries; ++u) part[rr][u] = 0.0f;
+    }
+    if (valid) {
+#pragma unroll
+      for (int j = 0; j < T::kGroups; ++j) {
+        const int u = j / (kHeads / 8);  // columns 8j .. 8j + 7 belong to one query
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          part[rr][u] = fmaf(wt[j][0], fmaxf(acc[4 * j + 2 * rr], 0.0f), part[rr][u]);
+          part[rr][u] = fmaf(wt[j][1], fmaxf(acc[4 * j + 2 * rr + 1], 0.0f), part[rr][u]);
+        }
+      }
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int64_t key = key_base + 16 * warp + g + 8 * rr;
+      if (key >= w.c1) continue;
+      if constexpr (T::kQueries >= 4) {
+        // Query 4v + t4 of each group of four ends in lane t4.
+#pragma unroll
+        for (int v = 0; v < T::kQueries / 4; ++v) {
+          const float sum = indexer_logits::gpu::QuadTransposeSum(&part[rr][4 * v], t4);
+          const int u = 4 * v + t4;
+          if (u >= w.count) continue;
+          p.logits[(row0 + u) * p.ld + key] = valid && key < out_len[v] ? sum * scale[rr] : kNegInf;
+        }
+      } else {
+        QuadSum<T::kQueries>(part[rr]);
+        const int u = t4;  // lane t4 of the quad stores query t4
+        if (u < T::kQueries && u < w.count) {
+          p.logits[(row0 + u) * p.ld + key] =
+              valid && key < out_len[0] ? SelectQuery(part[rr], u) * scale[rr] : kNegInf;
+        }
+      }
+    }
+  }
+#else
+  __trap();  // sm_90a only: WgmmaSupports refuses other devices
+#endif
+}
+
+}  // namespace attnd::kernels::indexer_logits_paged::gpu
