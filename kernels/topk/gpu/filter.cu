@@ -42,8 +42,11 @@ using radix::Threshold;
 
 constexpr uint32_t kNanBits = 0xffffffffu;  // columns outside the window: key 0, never admitted
 constexpr int kBins = radix::kBins;
-constexpr int kMaxCluster = 8;  // portable cluster sizes
-constexpr int kV = 4;           // 16-byte groups per thread per chunk
+// The largest cluster the default picks (8, the portable limit, stays forceable): one
+// 131072-column row measured 20.0 µs with 4 CTAs against 22.2 with 8 on the H200
+// (docs/BENCHMARKS.md "Top-k: cuda_filter").
+constexpr int kMaxDefaultCluster = 4;
+constexpr int kV = 4;  // 16-byte groups per thread per chunk
 
 struct FilterArgs : RowArgs {
   uint32_t cluster = 1;  // CTAs per row; the launch's cluster dimension
@@ -552,7 +555,8 @@ vendor::Error Launch(const FilterArgs& base, const FilterConfig& config, vendor:
   const int64_t resident = static_cast<int64_t>(per_sm) * d.sm_count;
   int cluster = config.cluster;
   if (cluster == 0) {
-    cluster = d.cc_major >= 9 ? ClusterSizeFor(base.rows, base.cols, d.sm_count, kMaxCluster) : 1;
+    cluster =
+        d.cc_major >= 9 ? ClusterSizeFor(base.rows, base.cols, d.sm_count, kMaxDefaultCluster) : 1;
   }
   if (cluster != 1 && cluster != 2 && cluster != 4 && cluster != 8) return cudaErrorInvalidValue;
   if (cluster > 1 && d.cc_major < 9) return cudaErrorNotSupported;
@@ -584,6 +588,11 @@ vendor::Error Launch(const FilterArgs& base, const FilterConfig& config, vendor:
 
 }  // namespace
 
+bool FilterTakesRows(int64_t rows) {
+  vendor::DeviceFacts d;
+  return vendor::CurrentDeviceFacts(&d) && rows <= d.sm_count;
+}
+
 bool SupportsFilter(const Params& p, std::string* why) {
   vendor::DeviceFacts d;
   if (!vendor::CurrentDeviceFacts(&d)) {
@@ -593,7 +602,7 @@ bool SupportsFilter(const Params& p, std::string* why) {
   // Rows past one wave go to cuda_stream, which measured faster there (4096 x 32768 causal:
   // 317.7 against 349.7 µs on the H200, docs/BENCHMARKS.md "Top-k: the threshold filter").
   const int64_t rows = p.logits.present() ? p.logits.dim(0) : 0;
-  if (rows > d.sm_count) {
+  if (!FilterTakesRows(rows)) {
     if (why != nullptr) {
       *why = std::to_string(rows) + " rows are more than one wave of " +
              std::to_string(d.sm_count) + " SMs (cuda_stream runs those)";

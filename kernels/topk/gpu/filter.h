@@ -8,6 +8,7 @@
 //   if (gpu::SupportsFilter(p, &why)) GPU_RETURN_IF_ERROR(gpu::LaunchTopkFilter(p, stream));
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/common/gpu/vendor.h"
@@ -22,6 +23,10 @@ struct FilterConfig {
   bool speculate = true;  // off: windows longer than the buffer take the exact re-reading path
   bool prefetch = true;   // bulk-prefetch each CTA's next segment into L2 (sm_90)
 };
+
+// Whether the filter takes `rows` rows on the current device: at most one wave (one row per SM);
+// more go to cuda_stream, which measured faster there. SupportsFilter refuses the rest with it.
+bool FilterTakesRows(int64_t rows);
 
 // True when the device can run the kernel for p's column count (CUDA, shared memory for the
 // buffer and two bitmaps of N bits per block); every validated Params is then supported.
