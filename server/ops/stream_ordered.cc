@@ -549,6 +549,8 @@ void StreamOrderedRunner::CompleteDevice(std::unique_ptr<Entry> entry, absl::Sta
       rec.work_count = entry->device_call->count_basis();
     }
     metrics_->RecordCall(rec);
+    // The captured graph's outcome (hit, capture, update), as the blocking path records it.
+    if (!result.graph.empty()) metrics_->RecordGraph(result.graph);
   }
   if (!status.ok()) {
     Log(LogLevel::kWarning,

@@ -3,8 +3,9 @@
 // behind a ready word runs only once the word is reached and then stores done; a chain of calls
 // runs without the host synchronising; the watchdog's cancel + release skips the op and stores
 // the failure bit; signal words in device memory; another queue's calls complete while one waits;
-// an inline input is staged at accept; a kernel launched for the first time while a call waits
-// runs (eager module loading); unpinning host memory does not wait for a pending call.
+// an inline input is staged at accept; a queue's calls share its workspace (graph hits); a kernel
+// launched for the first time while a call waits runs (eager module loading); unpinning host
+// memory does not wait for a pending call.
 #include <cuda.h>  // driver API types only: cuStreamWaitValue64 comes through the runtime
 #include <cuda_runtime.h>
 
@@ -96,6 +97,37 @@ class CopyCall : public OpCall {
   std::vector<TensorUse> uses_;
   std::string none_;
   const uint64_t bytes_;
+};
+
+// out = in through the call's workspace (two copies): a workspace of `workspace` bytes >= bytes.
+class WorkspaceCopyCall : public CopyCall {
+ public:
+  WorkspaceCopyCall(const std::string& uuid, void* in, void* out, uint64_t bytes,
+                    uint64_t workspace)
+      : CopyCall(uuid, in, out, bytes, nullptr), bytes_(bytes), workspace_(workspace) {}
+  std::string LaunchKey() const override { return "wscopy|" + std::to_string(bytes_); }
+  absl::Status Select(const kernels::ExecContext&, const std::vector<void*>&, std::string* impl,
+                      int64_t* workspace) override {
+    *impl = "cuda_copy";
+    *workspace = static_cast<int64_t>(workspace_);
+    return absl::OkStatus();
+  }
+  absl::Status Run(const kernels::ExecContext& ctx, const std::vector<void*>& data,
+                   std::string* impl) override {
+    *impl = "cuda_copy";
+    const auto s = static_cast<cudaStream_t>(ctx.stream);
+    if (ctx.workspace == nullptr || ctx.workspace_bytes < static_cast<int64_t>(workspace_) ||
+        cudaMemcpyAsync(ctx.workspace, data[0], bytes_, cudaMemcpyDeviceToDevice, s) !=
+            cudaSuccess ||
+        cudaMemcpyAsync(data[1], ctx.workspace, bytes_, cudaMemcpyDeviceToDevice, s) !=
+            cudaSuccess) {
+      return absl::InternalError("workspace copy");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const uint64_t bytes_, workspace_;
 };
 
 struct Buffer {
@@ -300,6 +332,62 @@ TEST_F(GpuOrderedTest, RunsOnlyAfterReadyThenStoresDoneAndChainsWithoutTheHost) 
   StepResult hit;
   chain[2]->Result(&hit);
   EXPECT_EQ(hit.graph, "hit");
+}
+
+// A queue's calls share one workspace (docs/SERVICE.md "One workspace per queue"): calls that
+// repeat keep their launch key, so only the first captures a graph, even when pool blocks come
+// and go between them; a call needing more replaces the block while earlier calls still hold the
+// old one, and every call's output is right.
+TEST_F(GpuOrderedTest, CallsOfAQueueShareItsWorkspaceSoTheirGraphRepeats) {
+  auto q = backend_->NewOrderedQueue();
+  ASSERT_NE(q, nullptr);
+  const uint64_t n = kMiB;
+  Buffer in(n), out(n), in_big(2 * n), out_big(2 * n);
+  in.Fill(3);
+  in_big.Fill(4);
+  out.Fill(0xff);
+  out_big.Fill(0xff);
+  WorkspaceCopyCall call(uuid_, in.p, out.p, n, n);
+  WorkspaceCopyCall big(uuid_, in_big.p, out_big.p, 2 * n, 2 * n);
+  HostWords words;
+  std::vector<std::unique_ptr<DeviceOrderedCall>> calls;
+  for (uint64_t v = 1; v <= 3; ++v) {  // all three enqueued before any runs
+    auto c = q->Enqueue(call, words.Signal(0, v), words.Signal(1, v));
+    ASSERT_TRUE(c.ok()) << c.status();
+    calls.push_back(*std::move(c));
+  }
+  auto c_big = q->Enqueue(big, words.Signal(0, 4), words.Signal(1, 4));  // a larger workspace
+  ASSERT_TRUE(c_big.ok()) << c_big.status();
+  calls.push_back(*std::move(c_big));
+  words.Set(0, 4);
+  for (auto& c : calls) ASSERT_EQ(Await(*c), DeviceCallState::kRan);
+  EXPECT_TRUE(All(out.Read(), 3));
+  EXPECT_TRUE(All(out_big.Read(), 4));
+  std::vector<std::string> graphs;
+  for (auto& c : calls) {
+    StepResult r;
+    c->Result(&r);
+    graphs.push_back(r.graph);
+  }
+  EXPECT_EQ(graphs, (std::vector<std::string>{"capture", "hit", "hit", "capture"}));
+  calls.clear();  // completed: the calls' references go
+
+  // After the calls completed and their blocks were released, with another pool block taken in
+  // between: the queue's (larger) workspace is the same for the next two calls.
+  absl::StatusOr<PoolBlock> other = backend_->device(0).pool().Allocate(n);
+  ASSERT_TRUE(other.ok()) << other.status();
+  out.Fill(0xff);
+  for (uint64_t v = 5; v <= 6; ++v) {
+    auto c = q->Enqueue(call, words.Signal(0, v), words.Signal(1, v));
+    ASSERT_TRUE(c.ok()) << c.status();
+    calls.push_back(*std::move(c));
+  }
+  words.Set(0, 6);
+  for (auto& c : calls) ASSERT_EQ(Await(*c), DeviceCallState::kRan);
+  EXPECT_TRUE(All(out.Read(), 3));
+  StepResult second;
+  calls[1]->Result(&second);
+  EXPECT_EQ(second.graph, "hit");
 }
 
 TEST_F(GpuOrderedTest, WatchdogCancelAndReleaseSkipTheOpAndSetTheFailureBit) {

@@ -351,6 +351,27 @@ struct QueueStream {
   int ordinal = -1;
   int lane = -1;  // -1: a stream of its own
   cudaStream_t stream = nullptr;
+
+  // The queue's op workspace, reused by every call (docs/SERVICE.md "Stream-ordered calls on a
+  // CUDA device": one workspace per queue). Calls on one stream run in order, so each may use it
+  // whole; a call holds a reference until it completes, so a larger replacement never frees a
+  // block that enqueued work still uses. A stable address keeps the call's graph key, and so its
+  // captured graph, the same from one call to the next.
+  absl::StatusOr<std::shared_ptr<PoolBlock> > Workspace(MemoryPool& pool, int64_t bytes) {
+    absl::MutexLock lock(&mu);
+    if (workspace != nullptr && &pool == workspace_pool &&
+        workspace->size() >= static_cast<uint64_t>(bytes)) {
+      return workspace;
+    }
+    absl::StatusOr<PoolBlock> block = pool.Allocate(static_cast<uint64_t>(bytes));
+    if (!block.ok()) return block.status();
+    workspace = std::make_shared<PoolBlock>(*std::move(block));
+    workspace_pool = &pool;
+    return workspace;
+  }
+  absl::Mutex mu;
+  std::shared_ptr<PoolBlock> workspace ABSL_GUARDED_BY(mu);
+  const MemoryPool* workspace_pool ABSL_GUARDED_BY(mu) = nullptr;
   ~QueueStream() {
     if (lane >= 0) {
       rt->GiveLane(ordinal, lane);
@@ -398,7 +419,7 @@ class GpuOrderedCall : public DeviceOrderedCall {
     }
     readbacks_.clear();
     staged_.clear();
-    workspace_.Reset();
+    workspace_.reset();  // the queue's block: freed once the queue and its calls let go
     return state_;
   }
 
@@ -447,7 +468,7 @@ class GpuOrderedCall : public DeviceOrderedCall {
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
   cudaEvent_t complete_ = nullptr;
-  PoolBlock workspace_;
+  std::shared_ptr<PoolBlock> workspace_;  // the queue's (QueueStream::Workspace)
   std::vector<Staged> staged_;
   std::vector<Readback> readbacks_;
   StepResult result_;
@@ -518,10 +539,11 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
     int64_t workspace_bytes = 0;
     ATTND_RETURN_IF_ERROR(call.Select(ctx, data, &impl, &workspace_bytes));
     if (workspace_bytes > 0) {
-      absl::StatusOr<PoolBlock> ws = device.pool().Allocate(static_cast<uint64_t>(workspace_bytes));
+      absl::StatusOr<std::shared_ptr<PoolBlock> > ws =
+          (*qs)->Workspace(device.pool(), workspace_bytes);
       if (!ws.ok()) return ws.status();
       c->workspace_ = *std::move(ws);
-      ctx.workspace = c->workspace_.data();
+      ctx.workspace = c->workspace_->data();
       ctx.workspace_bytes = workspace_bytes;
     }
     // Readbacks of the work count's index tensors: async copies into pinned staging, moved to
