@@ -18,8 +18,9 @@ namespace attnd::client {
 template <class Params>
 struct OpTraits;
 
-// The `precision` field (attention ops, indexer_logits): every request names the one its params
-// ask for (so the server's default for UNSPECIFIED never applies to a C++ client's call).
+// The `precision` field (attention ops, the indexer ops; dsa_attention's index_precision too):
+// every request names the one its params ask for (so the server's default for UNSPECIFIED never
+// applies to a C++ client's call).
 inline v1::Precision PrecisionField(kernels::Precision p) {
   return p == kernels::Precision::kHigh ? v1::PRECISION_HIGH : v1::PRECISION_FAST;
 }
@@ -62,6 +63,7 @@ struct OpTraits<kernels::indexer_logits_paged::Params> {
   static void SetScalars(const Params& p, Request* r) {
     r->set_block_size(p.block_size);
     r->set_kv_cache_layout(CacheLayoutField(p.kv_cache_layout));
+    r->set_precision(PrecisionField(p.precision));
     if (p.logits.present()) r->set_max_context_len(p.logits.dim(1));
   }
 };
@@ -122,6 +124,7 @@ struct OpTraits<kernels::dsa::Params> {
     r->set_topk(p.topk);
     r->set_sm_scale(p.sm_scale);
     r->set_precision(PrecisionField(p.precision));
+    r->set_index_precision(PrecisionField(p.index_precision));
     r->set_batch_invariant(p.batch_invariant);
     r->set_kv_layout(CacheLayoutField(p.kv_layout));
     r->set_kv_scale(p.kv_scale);

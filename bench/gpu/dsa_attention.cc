@@ -5,7 +5,8 @@
 // 656-byte rows (or bf16 where the preset says so). The whole call runs as served: Validate, the
 // first GPU implementation that supports it, its workspace, every step on one stream.
 // FLOPs and logical bytes: dsa::Count on a host copy of context_lens (every token sees its full
-// context − next_n + j + 1 positions). Both precisions (FAST, HIGH).
+// context − next_n + j + 1 positions). Both precisions (FAST, HIGH) with the exact indexer, and
+// FAST with the FAST indexer (index_precision, presets ending "_idxfast").
 //   attn_gpu_bench --filter=dsa_attention/decode_b128
 #include <algorithm>
 #include <cstdint>
@@ -124,8 +125,20 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
     host.context_lens = MakeTensor(contexts.data(), DType::kI32, {s.batch});
     const kernels::WorkCount work = dsa::Count(host);
 
+    // Both output precisions with the exact indexer (the default), and FAST with the FAST
+    // indexer too (index_precision; the preset named "..._idxfast").
+    struct Variant {
+      kernels::Precision precision, index_precision;
+    };
+    std::vector<Variant> variants;
     for (const kernels::Precision precision : kBenchPrecisions) {
+      variants.push_back({precision, kernels::Precision::kHigh});
+    }
+    variants.push_back({kernels::Precision::kFast, kernels::Precision::kFast});
+    for (const Variant& v : variants) {
+      const kernels::Precision precision = v.precision;
       p.precision = precision;
+      p.index_precision = v.index_precision;
       kernels::ExecContext query;
       query.backend = kernels::kGpuBackend;
       std::string why;
@@ -143,7 +156,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
       }
       GpuBenchCase c;
       c.op = "dsa_attention";
-      c.preset = s.name;
+      c.preset = v.index_precision == kernels::Precision::kFast ? absl::StrCat(s.name, "_idxfast")
+                                                                : std::string(s.name);
       c.impl = impl->name;
       c.precision = kernels::PrecisionName(precision);
       c.work = work;

@@ -196,6 +196,11 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
   if (o.precision.has_value()) {
     if (absl::Status s = c.SetPrecision(*o.precision); !s.ok()) return Fail(o, s, kExitUsage);
   }
+  if (o.index_precision.has_value()) {
+    if (absl::Status s = c.SetIndexPrecision(*o.index_precision); !s.ok()) {
+      return Fail(o, s, kExitUsage);
+    }
+  }
   if (o.batch_invariant) {
     if (absl::Status s = c.SetBatchInvariant(true); !s.ok()) return Fail(o, s, kExitUsage);
   }

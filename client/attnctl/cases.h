@@ -62,9 +62,12 @@ class OpCase {
   // Fresh output buffers (poisoned): in `outputs` when given, else on the heap.
   virtual absl::StatusOr<std::unique_ptr<RemoteCall>> NewRemoteCall(
       client::HostRegion* outputs) = 0;
-  // The precision the remote and the local call ask for (the attention ops, indexer_logits);
-  // INVALID_ARGUMENT for an op without the option.
+  // The precision the remote and the local call ask for (the attention ops, indexer_logits,
+  // indexer_logits_paged); INVALID_ARGUMENT for an op without the option.
   virtual absl::Status SetPrecision(kernels::Precision precision) = 0;
+  // The precision of the indexer step the remote and the local call ask for (dsa_attention);
+  // INVALID_ARGUMENT for an op without the option.
+  virtual absl::Status SetIndexPrecision(kernels::Precision precision) = 0;
   // Sets batch_invariant on the remote and the local call (sparse_mla, mla_decode,
   // dsa_attention); INVALID_ARGUMENT for an op without the option.
   virtual absl::Status SetBatchInvariant(bool batch_invariant) = 0;

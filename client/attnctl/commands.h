@@ -27,9 +27,11 @@ struct CtlOptions {
   bool json = false;
   std::string preset = "tiny";
   Dims set;  // --set overrides of the preset's dims
-  // --precision (attention ops' out, indexer_logits' logits); unset: the op's default (FAST for
-  // attention, HIGH for indexer_logits).
+  // --precision (attention ops' out, the indexer ops' logits); unset: the op's default (FAST for
+  // attention, HIGH for indexer_logits and indexer_logits_paged).
   std::optional<kernels::Precision> precision;
+  // --index_precision (dsa_attention's indexer step); unset: the op's default (HIGH).
+  std::optional<kernels::Precision> index_precision;
   // --batch_invariant (sparse_mla, mla_decode, dsa_attention).
   bool batch_invariant = false;
   bool regions = false;  // tensors in a host region (zero copy) instead of inline

@@ -45,8 +45,13 @@ ABSL_FLAG(std::string, set, "",
 ABSL_FLAG(std::string, precision, "",
           "run/bench of sparse_mla, mla_decode, mla_prefill, dsa_attention: the precision of out, "
           "fast (P rounded to bf16 before P·V, the default) or high (P as bf16 hi + lo); of "
-          "indexer_logits: high (exact fp8 products summed in f32, the default) or fast (FP8 "
-          "tensor-core accumulation, the fp8 wgmma kernel on Hopper); docs/ACCURACY.md.");
+          "indexer_logits, indexer_logits_paged: high (exact fp8 products summed in f32, the "
+          "default) or fast (FP8 tensor-core accumulation, the fp8 wgmma kernel on Hopper); "
+          "docs/ACCURACY.md.");
+ABSL_FLAG(std::string, index_precision, "",
+          "run/bench of dsa_attention: the precision of its indexer step, high (exact fp8 "
+          "products summed in f32, the default) or fast (FP8 tensor-core accumulation); "
+          "--precision stays the attention output's; docs/ACCURACY.md.");
 ABSL_FLAG(bool, batch_invariant, false,
           "run/bench of sparse_mla, mla_decode, dsa_attention: each token's (mla_decode: each "
           "request's) out and lse bitwise the same whatever else is in the batch (a split plan "
@@ -155,6 +160,16 @@ int Main(int argc, char** argv) {
     return Fail(o,
                 absl::InvalidArgumentError(
                     absl::StrCat("--precision: '", precision, "', want fast or high")),
+                kExitUsage);
+  }
+  if (const std::string precision = absl::GetFlag(FLAGS_index_precision); precision == "fast") {
+    o.index_precision = kernels::Precision::kFast;
+  } else if (precision == "high") {
+    o.index_precision = kernels::Precision::kHigh;
+  } else if (!precision.empty()) {
+    return Fail(o,
+                absl::InvalidArgumentError(
+                    absl::StrCat("--index_precision: '", precision, "', want fast or high")),
                 kExitUsage);
   }
   o.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);

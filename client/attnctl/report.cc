@@ -44,6 +44,9 @@ std::string StatsJson(const v1::CallStats& s) {
   JsonObject j;
   j.Add("request_id", s.request_id()).Add("impl", s.impl());
   if (s.precision() != v1::PRECISION_UNSPECIFIED) j.Add("precision", PrecisionText(s.precision()));
+  if (s.index_precision() != v1::PRECISION_UNSPECIFIED) {
+    j.Add("index_precision", PrecisionText(s.index_precision()));
+  }
   if (s.batch_invariant()) j.AddRaw("batch_invariant", "true");
   j.Add("queue_us", s.queue_seconds() * 1e6).Add("compute_us", s.compute_seconds() * 1e6);
   j.Add("total_us", s.total_seconds() * 1e6).Add("flops", s.flops());
@@ -96,6 +99,10 @@ std::string PrecisionText(v1::Precision p) {
 
 std::string StatsText(const v1::CallStats& s, double round_trip_seconds) {
   std::string precision = PrecisionText(s.precision());
+  if (s.index_precision() != v1::PRECISION_UNSPECIFIED) {
+    absl::StrAppend(&precision, precision.empty() ? "" : ", ", "indexer ",
+                    PrecisionText(s.index_precision()));
+  }
   if (s.batch_invariant()) precision += precision.empty() ? "batch-invariant" : ", batch-invariant";
   return absl::StrFormat(
       "server: impl %s%s, queue %s, compute %s, total %s; %.2f GFLOP/s, %.2f GB/s; "

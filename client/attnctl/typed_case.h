@@ -24,12 +24,19 @@ namespace attnd::attnctl {
 
 enum class CheckKind { kFloat, kFloatRows, kIndexRows };
 
-// Whether P has the `precision` option (the attention ops, indexer_logits).
+// Whether P has the `precision` option (the attention ops, the indexer ops).
 template <class P, class = void>
 struct HasPrecisionOption : std::false_type {};
 template <class P>
 struct HasPrecisionOption<P, std::void_t<decltype(std::declval<P&>().precision)>> : std::true_type {
 };
+
+// Whether P has the `index_precision` option (dsa: its indexer step's).
+template <class P, class = void>
+struct HasIndexPrecisionOption : std::false_type {};
+template <class P>
+struct HasIndexPrecisionOption<P, std::void_t<decltype(std::declval<P&>().index_precision)>>
+    : std::true_type {};
 
 // Whether P has the `batch_invariant` option (sparse_mla, mla_decode, dsa).
 template <class P, class = void>
@@ -51,7 +58,7 @@ struct CaseBuilder {
   std::string shape;
   P p;  // inputs filled; outputs present with their layout (data ignored)
   std::vector<client::HostArray> storage;
-  // Outputs whose FAST result is held to a wider tolerance than their dtype's (indexer_logits'
+  // Outputs whose FAST result is held to a wider tolerance than their dtype's (the indexer ops'
   // logits: FP8 tensor-core accumulation), used when the case runs precision FAST.
   std::map<std::string, Tolerance> fast_tolerances;
 };
@@ -153,9 +160,20 @@ class TypedCase final : public OpCase {
       base_.precision = precision;
       return absl::OkStatus();
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--precision: ", op_,
-                       " has no precision option (attention ops and indexer_logits only)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--precision: ", op_,
+          " has no precision option (attention ops, indexer_logits and indexer_logits_paged "
+          "only)"));
+    }
+  }
+
+  absl::Status SetIndexPrecision(kernels::Precision precision) override {
+    if constexpr (HasIndexPrecisionOption<P>::value) {
+      base_.index_precision = precision;
+      return absl::OkStatus();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--index_precision: ", op_, " has no index_precision option (dsa_attention only)"));
     }
   }
 

@@ -196,6 +196,7 @@ indexer_logits_paged::Params PagedIndexerStep(const Params& p, int64_t t0, int64
   ip.block_table = Rows(p.index_block_table, b0, requests);
   ip.context_lens = Rows(p.context_lens, b0, requests);
   ip.weights = Rows(p.index_weights, t0, count);
+  ip.precision = p.index_precision;
   ip.logits = logits;
   return ip;
 }
@@ -243,9 +244,9 @@ indexer_logits::Params IndexerStep(const Params& p, int64_t t0, int64_t count,
   ip.ks = Rows(p.ks, t0, count);
   ip.ke = Rows(p.ke, t0, count);
   ip.clean_logits = true;
-  // HIGH: the fused op's `precision` is its attention output's; the indexer keeps the exact sums
-  // (docs/ACCURACY.md "Indexer logits, FAST", "Ops that take the indexer without the option").
-  ip.precision = Precision::kHigh;
+  // The fused op's `precision` is its attention output's; the indexer runs index_precision
+  // (HIGH unless FAST is asked for; docs/ACCURACY.md "Indexer logits, FAST").
+  ip.precision = p.index_precision;
   ip.logits = logits;
   return ip;
 }
@@ -278,6 +279,12 @@ sparse_mla::Params SparseMlaStep(const Params& p, int64_t t0, int64_t count,
 }
 
 absl::Status Validate(const Params& p) {
+  // Both forms' indexer step; named here, as the steps name it `precision` (the output's).
+  if (!CheckPrecision(p.index_precision).ok()) {
+    return InvalidField("index_precision",
+                        absl::StrCat("index_precision: is ", static_cast<int>(p.index_precision),
+                                     ", want fast (0) or high (1)"));
+  }
   if (p.paged()) return ValidatePaged(p);
   const std::pair<const char*, const Tensor*> paged_only[] = {
       {"index_block_table", &p.index_block_table},

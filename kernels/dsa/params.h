@@ -62,6 +62,10 @@ struct Params : WithTensors<Params> {
   float sm_scale = 0;  // softmax scale (> 0, finite)
   // Numerics of out (kernels/common/precision.h): kFast rounds P to bf16 before P·V.
   Precision precision = Precision::kFast;
+  // Numerics of the indexer step (indexer_logits / indexer_logits_paged `precision`; docs/
+  // ACCURACY.md "Indexer logits"): kHigh the exact f32 sums, kFast the FP8 tensor-core
+  // accumulation (opt-in). `precision` above stays the attention output's.
+  Precision index_precision = Precision::kHigh;
   // The sparse MLA step's batch-invariant plan (sparse_mla::Params::batch_invariant): each
   // token's out and lse bitwise the same whatever else is in the call.
   bool batch_invariant = false;

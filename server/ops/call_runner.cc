@@ -83,9 +83,11 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
   rec.op = OpName(state->id);
   kernels::WorkCount work;
   v1::Precision precision = v1::PRECISION_UNSPECIFIED;
+  v1::Precision index_precision = v1::PRECISION_UNSPECIFIED;
   bool batch_invariant = false;
   if (state->call != nullptr) {
     precision = state->call->precision();
+    index_precision = state->call->index_precision();
     batch_invariant = state->call->batch_invariant();
     // A host region truncated under the call gave it zero pages: its result is not the client's.
     if (status.ok()) status = state->call->call_tensors().CheckRegions();
@@ -137,6 +139,7 @@ void CallRunner::Finish(std::shared_ptr<State> state, absl::Status status,
     stats->set_count_readback_bytes(rec.count_readback);
     stats->set_work_count(rec.work_count);
     stats->set_precision(precision);
+    stats->set_index_precision(index_precision);
     stats->set_batch_invariant(batch_invariant);
     if (outcome != nullptr) {
       stats->set_device_uuid(outcome->device);

@@ -26,6 +26,12 @@ struct DsaAttentionTraits {
     if (r.topk() != 0) p->topk = r.topk();  // 0: the model's 2048
     p->sm_scale = r.sm_scale();
     if (absl::Status s = PrecisionFromProto(r.precision(), &p->precision); !s.ok()) return s;
+    // The indexer step's: UNSPECIFIED is HIGH, as IndexerLogits' precision; FAST is opt-in.
+    if (absl::Status s = PrecisionFromProto(r.index_precision(), &p->index_precision,
+                                            kernels::Precision::kHigh, "index_precision");
+        !s.ok()) {
+      return s;
+    }
     p->batch_invariant = r.batch_invariant();
     p->kv_layout = CacheLayoutFromProto(r.kv_layout());
     p->kv_scale = r.kv_scale();

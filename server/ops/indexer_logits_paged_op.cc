@@ -1,5 +1,6 @@
 // IndexerLogitsPaged: q, kv_cache, block_table, context_lens, weights from the request; logits
-// derived as f32 [B·next_n, N] with N = max_context_len, or max_blocks·block_size when 0.
+// derived as f32 [B·next_n, N] with N = max_context_len, or max_blocks·block_size when 0;
+// precision HIGH unless FAST is asked for.
 #include "server/ops/op_handler.h"
 
 #include "kernels/indexer_logits_paged/indexer_logits_paged.h"
@@ -15,7 +16,8 @@ struct IndexerLogitsPagedTraits {
   using Response = v1::IndexerLogitsPagedResponse;
   static constexpr OpId kId = OpId::kIndexerLogitsPaged;
   static constexpr const char* kFastPaths =
-      "H in {32, 64}, D = 128, block_size 64 (vLLM's paged fp8 cache), next_n >= 1";
+      "H in {32, 64}, D = 128, block_size 64 (precision FAST: the fp8 wgmma kernel on sm_90); any "
+      "H <= 128 runs";
 
   static absl::Status SetScalars(const Request& r, Params* p) {
     if (r.has_clean_logits() && !r.clean_logits()) {
@@ -33,7 +35,9 @@ struct IndexerLogitsPagedTraits {
           absl::StrCat("max_context_len is ", r.max_context_len(), ", want >= 0"));
     }
     p->kv_cache_layout = CacheLayoutFromProto(r.kv_cache_layout());
-    return absl::OkStatus();
+    // UNSPECIFIED is HIGH here, as for IndexerLogits (docs/ACCURACY.md "Indexer logits, HIGH");
+    // FAST is opt-in.
+    return PrecisionFromProto(r.precision(), &p->precision, kernels::Precision::kHigh);
   }
   static std::vector<CacheLayoutField> CacheLayouts() {
     const auto& uses = op::kKvCacheLayouts;

@@ -109,8 +109,8 @@ absl::Status ReadCallOptions(const google::protobuf::Message& request, std::stri
   return absl::OkStatus();
 }
 
-absl::Status PrecisionFromProto(int value, kernels::Precision* out,
-                                kernels::Precision unspecified) {
+absl::Status PrecisionFromProto(int value, kernels::Precision* out, kernels::Precision unspecified,
+                                absl::string_view field) {
   switch (value) {
     case v1::PRECISION_UNSPECIFIED: *out = unspecified; return absl::OkStatus();
     case v1::PRECISION_FAST: *out = kernels::Precision::kFast; return absl::OkStatus();
@@ -118,9 +118,8 @@ absl::Status PrecisionFromProto(int value, kernels::Precision* out,
     default: break;
   }
   return kernels::InvalidField(
-      "precision",
-      absl::StrCat("precision: is ", value,
-                   ", want PRECISION_FAST (1), PRECISION_HIGH (2) or unspecified (0)"));
+      field, absl::StrCat(field, ": is ", value,
+                          ", want PRECISION_FAST (1), PRECISION_HIGH (2) or unspecified (0)"));
 }
 
 v1::Precision PrecisionToProto(kernels::Precision p) {

@@ -45,18 +45,26 @@ absl::Status ReadCallOptions(const google::protobuf::Message& request, std::stri
 
 // A request's `precision` field (proto Precision, its raw value) into *out: FAST gives kFast,
 // HIGH kHigh, UNSPECIFIED the op's default `unspecified` (kFast for the attention ops, kHigh for
-// IndexerLogits); any other value (proto3 enums are open) INVALID_ARGUMENT naming the field,
-// *out unchanged.
+// the indexer ops); any other value (proto3 enums are open) INVALID_ARGUMENT naming the field
+// (`field`: DsaAttention's index_precision passes its own name), *out unchanged.
 absl::Status PrecisionFromProto(int value, kernels::Precision* out,
-                                kernels::Precision unspecified = kernels::Precision::kFast);
+                                kernels::Precision unspecified = kernels::Precision::kFast,
+                                absl::string_view field = "precision");
 v1::Precision PrecisionToProto(kernels::Precision p);
 
-// Whether an op's Params has the `precision` option (the attention ops, indexer_logits).
+// Whether an op's Params has the `precision` option (the attention ops, the indexer ops).
 template <class Params, class = void>
 struct HasPrecision : std::false_type {};
 template <class Params>
 struct HasPrecision<Params, std::void_t<decltype(std::declval<Params&>().precision)>>
     : std::is_same<decltype(std::declval<Params&>().precision), kernels::Precision> {};
+
+// Whether an op's Params has the `index_precision` option (dsa: its indexer step's).
+template <class Params, class = void>
+struct HasIndexPrecision : std::false_type {};
+template <class Params>
+struct HasIndexPrecision<Params, std::void_t<decltype(std::declval<Params&>().index_precision)>>
+    : std::is_same<decltype(std::declval<Params&>().index_precision), kernels::Precision> {};
 
 // Whether an op's Params has the `batch_invariant` option (sparse_mla, mla_decode, dsa).
 template <class Params, class = void>
@@ -106,9 +114,12 @@ class PreparedCall : public engine::OpCall {
   virtual kernels::WorkCount Count() const = 0;
   // "exact" or "upper_bound" (what Count() reports).
   virtual const char* count_basis() const = 0;
-  // The precision this call runs (of `out`, or of indexer_logits' logits; dispatch picks an
+  // The precision this call runs (of `out`, or of the indexer ops' logits; dispatch picks an
   // implementation that runs the requested one), or UNSPECIFIED for an op without the option.
   virtual v1::Precision precision() const { return v1::PRECISION_UNSPECIFIED; }
+  // The precision of this call's indexer step (dsa_attention's index_precision), or UNSPECIFIED
+  // for an op without the option.
+  virtual v1::Precision index_precision() const { return v1::PRECISION_UNSPECIFIED; }
   // Whether this call asked for batch_invariant (false for an op without the option).
   virtual bool batch_invariant() const { return false; }
   CallTensors& call_tensors() { return tensors_; }
@@ -337,6 +348,12 @@ class TypedOpHandler : public OpHandler {
     const char* count_basis() const override { return count_bound_ ? "upper_bound" : "exact"; }
     v1::Precision precision() const override {
       if constexpr (HasPrecision<Params>::value) return PrecisionToProto(params.precision);
+      return v1::PRECISION_UNSPECIFIED;
+    }
+    v1::Precision index_precision() const override {
+      if constexpr (HasIndexPrecision<Params>::value) {
+        return PrecisionToProto(params.index_precision);
+      }
       return v1::PRECISION_UNSPECIFIED;
     }
     bool batch_invariant() const override {

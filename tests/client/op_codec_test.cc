@@ -99,6 +99,38 @@ TEST(OpCodecTest, IndexerLogitsRequestsCarryThePrecision) {
   EXPECT_EQ(fast.precision(), v1::PRECISION_FAST);
 }
 
+// indexer_logits_paged's precision and dsa_attention's index_precision travel like
+// indexer_logits' precision: HIGH by default, FAST when asked for, through the wire format;
+// dsa_attention's precision (of out) stays apart from its index_precision.
+TEST(OpCodecTest, IndexerPrecisionsRoundTrip) {
+  kernels::indexer_logits_paged::Params paged;
+  for (const kernels::Precision precision :
+       {kernels::Precision::kHigh, kernels::Precision::kFast}) {
+    paged.precision = precision;
+    v1::IndexerLogitsPagedRequest sent, got;
+    OpTraits<kernels::indexer_logits_paged::Params>::SetScalars(paged, &sent);
+    ASSERT_TRUE(got.ParseFromString(sent.SerializeAsString()));
+    EXPECT_EQ(got.precision(), PrecisionField(precision));
+  }
+  v1::IndexerLogitsPagedRequest paged_default;
+  OpTraits<kernels::indexer_logits_paged::Params>::SetScalars(
+      kernels::indexer_logits_paged::Params{}, &paged_default);
+  EXPECT_EQ(paged_default.precision(), v1::PRECISION_HIGH);
+
+  kernels::dsa::Params dsa;
+  v1::DsaAttentionRequest dsa_default;
+  OpTraits<kernels::dsa::Params>::SetScalars(dsa, &dsa_default);
+  EXPECT_EQ(dsa_default.index_precision(), v1::PRECISION_HIGH);
+  EXPECT_EQ(dsa_default.precision(), v1::PRECISION_FAST);
+  dsa.index_precision = kernels::Precision::kFast;
+  dsa.precision = kernels::Precision::kHigh;
+  v1::DsaAttentionRequest sent, got;
+  OpTraits<kernels::dsa::Params>::SetScalars(dsa, &sent);
+  ASSERT_TRUE(got.ParseFromString(sent.SerializeAsString()));
+  EXPECT_EQ(got.index_precision(), v1::PRECISION_FAST);
+  EXPECT_EQ(got.precision(), v1::PRECISION_HIGH);
+}
+
 TEST(OpCodecTest, OutputsInARegionArePlacedThere) {
   SparseMlaFixture f;
   RegionTable table;

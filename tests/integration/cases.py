@@ -104,6 +104,7 @@ def indexer_logits_paged(
     max_blocks=5,
     num_blocks=17,
     per_token=False,
+    precision=None,
 ):
     q = _fp8(rng, (batch, next_n, heads, dim))
     kv_cache = np.empty((num_blocks, block_size * (dim + 4)), dtype=np.uint8)
@@ -134,8 +135,12 @@ def indexer_logits_paged(
     n = max_blocks * block_size
 
     def check(out):
-        want = ref.indexer_logits_paged(q, kv_cache, block_table, context_lens, weights, block_size)
-        ref.assert_f32_close("logits", out["logits"], want)
+        args = (q, kv_cache, block_table, context_lens, weights, block_size)
+        want = ref.indexer_logits_paged(*args)
+        magnitude = ref.indexer_logits_paged(*args, magnitude=True)
+        ref.assert_indexer_logits_close(
+            "logits", out["logits"], want, magnitude, heads, dim, precision
+        )
 
     return Case(
         "indexer_logits_paged",
@@ -147,7 +152,7 @@ def indexer_logits_paged(
             "context_lens": "i32",
             "weights": "f32",
         },
-        {"block_size": block_size},
+        {"block_size": block_size, **_precision(precision)},
         {"logits": ("f32", (batch * next_n, n))},
         check,
     )
@@ -249,10 +254,20 @@ def per_tensor_fp8_cache(rng, shape, scale):
     return to_fp8_e4m3(quotient)
 
 
-def _precision(precision):
-    """The `precision` scalar of a case: none (the daemon's default: fast for attention, high for
-    indexer_logits) or given."""
-    return {} if precision is None else {"precision": precision}
+def _precision(precision, name="precision"):
+    """The `precision` scalar (or dsa_attention's `index_precision`) of a case: none (the
+    daemon's default: fast for attention, high for the indexer) or given."""
+    return {} if precision is None else {name: precision}
+
+
+def _topk_tolerance(scores, magnitude, heads, dim, index_precision):
+    """How far below the k-th best logit a chosen one may lie: 1e-4 of the largest |logit| (the
+    f32 sums), or with index_precision "fast" FAST's closed-form bound on the largest magnitude
+    (docs/ACCURACY.md "Indexer logits, FAST")."""
+    tol = 1e-4 * np.max(np.abs(scores[np.isfinite(scores)]))
+    if index_precision == "fast":
+        tol += ref.indexer_fast_bound(heads, dim) * np.max(magnitude[np.isfinite(magnitude)])
+    return tol
 
 
 def sparse_mla(
@@ -392,7 +407,7 @@ def mla_prefill(
 
 
 def _dsa_attention_paged(
-    rng, heads_idx, dim_idx, topk_k, heads, d_qk, kv_format, precision, **paged
+    rng, heads_idx, dim_idx, topk_k, heads, d_qk, kv_format, precision, index_precision, **paged
 ):
     """The paged form (docs/CONTRACTS.md "dsa_attention", "Paged form"): B requests of next_n
     tokens over an indexer cache in block rows and an MLA pool of rows (kv_format as
@@ -438,10 +453,10 @@ def _dsa_attention_paged(
     scale = float(1.0 / np.sqrt(d_qk))
 
     def check(out):
-        scores = ref.indexer_logits_paged(
-            index_q, index_cache, index_block_table, context_lens, index_weights, block_size
-        )
-        tol = 1e-4 * np.max(np.abs(scores[np.isfinite(scores)]))
+        args = (index_q, index_cache, index_block_table, context_lens, index_weights, block_size)
+        scores = ref.indexer_logits_paged(*args)
+        magnitude = ref.indexer_logits_paged(*args, magnitude=True)
+        tol = _topk_tolerance(scores, magnitude, heads_idx, dim_idx, index_precision)
         chosen = out["indices"]
         for t in range(tokens):
             b = t // next_n
@@ -462,7 +477,9 @@ def _dsa_attention_paged(
         )
         ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
         ref.assert_lse_close("lse", out["lse"], want_lse)
-        ref.assert_f32_close("logits", out["logits"], scores)
+        ref.assert_indexer_logits_close(
+            "logits", out["logits"], scores, magnitude, heads_idx, dim_idx, index_precision
+        )
 
     input_dtypes = {
         "index_q": "fp8_e4m3",
@@ -479,7 +496,13 @@ def _dsa_attention_paged(
         "dsa_attention",
         inputs,
         input_dtypes,
-        {"topk": topk_k, "sm_scale": scale, **scalars, **_precision(precision)},
+        {
+            "topk": topk_k,
+            "sm_scale": scale,
+            **scalars,
+            **_precision(precision),
+            **_precision(index_precision, "index_precision"),
+        },
         {
             "out": ("bf16", (tokens, heads, 512)),
             "lse": ("f32", (tokens, heads)),
@@ -513,6 +536,7 @@ def dsa_attention(
     d_qk=576,
     kv_format="bf16",
     precision=None,
+    index_precision=None,
     paged=False,
     **paged_options,
 ):
@@ -526,6 +550,7 @@ def dsa_attention(
             d_qk,
             kv_format,
             precision,
+            index_precision,
             **paged_options,
         )
     index_q, index_k = _fp8(rng, (tokens, heads_idx, dim_idx)), _fp8(rng, (rows, dim_idx))
@@ -550,7 +575,8 @@ def dsa_attention(
 
     def check(out):
         scores = ref.indexer_logits(index_q, index_k, index_k_scale, index_weights, ks, ke)
-        tol = 1e-4 * np.max(np.abs(scores[np.isfinite(scores)]))
+        magnitude = ref.indexer_logits_magnitude(index_q, index_k, index_k_scale, index_weights)
+        tol = _topk_tolerance(scores, magnitude, heads_idx, dim_idx, index_precision)
         chosen = out["indices"]
         for t in range(tokens):
             ref.assert_true_topk(
@@ -568,7 +594,9 @@ def dsa_attention(
         )
         ref.assert_attention_close("out", out["out"], want_out, want_abs[0], precision)
         ref.assert_lse_close("lse", out["lse"], want_lse)
-        ref.assert_f32_close("logits", out["logits"], scores)
+        ref.assert_indexer_logits_close(
+            "logits", out["logits"], scores, magnitude, heads_idx, dim_idx, index_precision
+        )
 
     return Case(
         "dsa_attention",
@@ -588,6 +616,7 @@ def dsa_attention(
             "sm_scale": scale,
             **({} if kv_scale is None else {"kv_scale": kv_scale}),
             **_precision(precision),
+            **_precision(index_precision, "index_precision"),
         },
         {
             "out": ("bf16", (tokens, heads, 512)),

@@ -63,11 +63,13 @@ def paged_keys(kv_cache, block, head_dim, block_size):
 
 
 def indexer_logits_paged(
-    q, kv_cache, block_table, context_lens, weights, block_size, max_context_len=0
+    q, kv_cache, block_table, context_lens, weights, block_size, max_context_len=0, magnitude=False
 ):
-    """q fp8 [B,next_n,H,D], kv_cache u8 [blocks, bs*(D+4)]: logits [B*next_n, N]."""
+    """q fp8 [B,next_n,H,D], kv_cache u8 [blocks, bs*(D+4)]: logits [B*next_n, N]. magnitude:
+    instead sum_h |w| sum_d |q k| |scale| at the same positions (-inf elsewhere), the scale of the
+    error bounds (as indexer_logits_magnitude)."""
     batch, next_n, _, head_dim = q.shape
-    qf = fp8(q)
+    qf = np.abs(fp8(q)) if magnitude else fp8(q)
     max_blocks = block_table.shape[1]
     n = max_context_len or max_blocks * block_size
     out = np.full((batch * next_n, n), -np.inf)
@@ -87,8 +89,12 @@ def indexer_logits_paged(
                     continue
                 keys, scales = paged_keys(kv_cache, block, head_dim, block_size)
                 key, scale = keys[pos % block_size], scales[pos % block_size]
+                w = weights[row].astype(np.float64)
+                if magnitude:
+                    out[row, pos] = float((qf[b, j] @ np.abs(key)) @ np.abs(w)) * abs(scale)
+                    continue
                 s = np.maximum(qf[b, j] @ key, 0.0)
-                out[row, pos] = float(s @ weights[row].astype(np.float64)) * scale
+                out[row, pos] = float(s @ w) * scale
     return out
 
 

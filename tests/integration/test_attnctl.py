@@ -88,6 +88,48 @@ def test_run_paged_dsa_attention(attnctl, daemon, built_ops, mode):
     assert any(c["name"] == "indices" for c in out["checks"]), out
 
 
+@pytest.mark.parametrize(
+    "op,args,field,want",
+    [
+        ("indexer_logits_paged", ["--precision=fast"], "precision", "fast"),
+        ("indexer_logits_paged", [], "precision", "high"),
+        ("dsa_attention", ["--index-precision=fast"], "index_precision", "fast"),
+        (
+            "dsa_attention",
+            ["--preset=paged_tiny", "--index_precision=fast"],
+            "index_precision",
+            "fast",
+        ),
+        ("dsa_attention", [], "index_precision", "high"),
+    ],
+)
+def test_run_indexer_precisions(attnctl, daemon, built_ops, op, args, field, want):
+    """indexer_logits_paged's --precision and dsa_attention's --index-precision reach the call
+    (the reply's stats name what ran; unset: high) and the check passes against the CPU."""
+    if op not in built_ops:
+        pytest.skip(f"{op} is not built into this attnd")
+    out = run(attnctl, daemon.unix_target, "run", op, *args)
+    assert out["pass"] is True and out["stats"][field] == want, out
+    if op == "dsa_attention":
+        assert out["stats"]["precision"] == "fast", out  # the attention output's, unchanged
+
+
+def test_index_precision_is_refused_elsewhere(attnctl, daemon):
+    out = run(
+        attnctl,
+        daemon.unix_target,
+        "run",
+        "sparse_mla",
+        "--index-precision=fast",
+        check_exit=2,
+    )
+    assert "index_precision" in out["error"], out
+    out = run(
+        attnctl, daemon.unix_target, "run", "dsa_attention", "--index-precision=slow", check_exit=2
+    )
+    assert "index_precision" in out["error"], out
+
+
 def test_admin_commands(attnctl, daemon, client):
     info = run(attnctl, daemon.unix_target, "info")
     assert "cpu" in json.dumps(info)

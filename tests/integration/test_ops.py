@@ -24,6 +24,8 @@ VARIANTS = [
     ("topk", {"row_start": True, "fused": True, "request_map": "req_ids"}),
     ("topk", {"fused": True, "request_map": "cu"}),
     ("indexer_logits_paged", {"per_token": True}),
+    ("indexer_logits_paged", {"precision": "fast"}),
+    ("indexer_logits_paged", {"per_token": True, "precision": "high"}),
     ("sparse_mla", {}),
     ("sparse_mla", {"form": "csr"}),
     ("sparse_mla", {"form": "topk_length"}),
@@ -50,10 +52,14 @@ VARIANTS = [
     ("mla_decode", {"precision": "high"}),
     ("mla_prefill", {"precision": "high"}),
     ("dsa_attention", {"precision": "high"}),
+    ("dsa_attention", {"index_precision": "fast"}),
+    ("dsa_attention", {"paged": True, "index_precision": "fast"}),
+    ("dsa_attention", {"paged": True, "next_n": 1, "index_precision": "high", "precision": "high"}),
 ]
 # The ops with a `precision` option and what it defaults to (docs/ACCURACY.md).
 PRECISION_DEFAULTS = {
     "indexer_logits": "high",
+    "indexer_logits_paged": "high",
     "sparse_mla": "fast",
     "mla_decode": "fast",
     "mla_prefill": "fast",
@@ -98,6 +104,9 @@ def test_inline(client, built_ops, rng, op, kwargs):
     assert result.stats.compute_seconds > 0 and result.stats.request_id > 0
     # The precision that ran: the one asked for, else the op's default; none for the other ops.
     assert result.precision == kwargs.get("precision", PRECISION_DEFAULTS.get(op))
+    # dsa_attention's indexer step: high unless fast is asked for; none for the other ops.
+    default_index = "high" if op == "dsa_attention" else None
+    assert result.index_precision == kwargs.get("index_precision", default_index)
 
 
 @pytest.mark.parametrize("op,kwargs", VARIANTS, ids=IDS)

@@ -87,13 +87,15 @@ TEST_F(DaemonTest, SparseMlaInlineMatchesTheKernel) {
 
 // The precision field: unset runs FAST (what the fixture's local run used), HIGH runs the kernel's
 // HIGH numerics (bit for bit the local HIGH run, which differs from FAST), CallStats names what
-// ran, GetInfo lists both for the attention ops only, and a value outside the enum is refused.
+// ran (index_precision, DsaAttention's, stays UNSPECIFIED), GetInfo lists both for the attention
+// and indexer ops only, and a value outside the enum is refused.
 TEST_F(DaemonTest, PrecisionFieldSelectsAndReportsTheNumerics) {
   {
     grpc::ClientContext ctx;
     v1::SparseMlaResponse reply;
     ASSERT_TRUE(stub_->SparseMla(&ctx, InlineRequest(), &reply).ok());
     EXPECT_EQ(reply.stats().precision(), v1::PRECISION_FAST);
+    EXPECT_EQ(reply.stats().index_precision(), v1::PRECISION_UNSPECIFIED);
   }
   HostTensor high_out = HostTensor::Dense(DType::kBF16, {kT, kH, 512});
   HostTensor high_lse = HostTensor::Dense(DType::kF32, {kT, kH});
@@ -138,7 +140,7 @@ TEST_F(DaemonTest, PrecisionFieldSelectsAndReportsTheNumerics) {
   for (const auto& op : info.ops()) {
     const bool option = op.name() == "sparse_mla" || op.name() == "mla_decode" ||
                         op.name() == "mla_prefill" || op.name() == "dsa_attention" ||
-                        op.name() == "indexer_logits";
+                        op.name() == "indexer_logits" || op.name() == "indexer_logits_paged";
     ASSERT_EQ(op.precisions_size(), option ? 2 : 0) << op.name();
     if (option) {
       EXPECT_EQ(op.precisions(0), v1::PRECISION_FAST) << op.name();
@@ -358,6 +360,7 @@ TEST_F(DaemonTest, DsaAttentionInlineMatchesTheKernel) {
   EXPECT_FALSE(reply.has_logits());
   EXPECT_GT(reply.stats().flops(), 0);
   EXPECT_EQ(reply.stats().precision(), v1::PRECISION_FAST);
+  EXPECT_EQ(reply.stats().index_precision(), v1::PRECISION_HIGH);  // unset: the exact indexer
 }
 
 // GET http://<address>/metrics over a plain socket; empty on failure.

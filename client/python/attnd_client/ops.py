@@ -58,7 +58,7 @@ OPS = {
             {"q": FP8, "kv_cache": U8, "block_table": I32, "context_lens": I32, "weights": F32},
             {"logits": F32},
             (),
-            ("clean_logits", "max_context_len", "block_size", "kv_cache_layout"),
+            ("clean_logits", "max_context_len", "block_size", "kv_cache_layout", "precision"),
         ),
         OpSpec(
             "topk",
@@ -137,6 +137,7 @@ OPS = {
                 "topk",
                 "sm_scale",
                 "precision",
+                "index_precision",
                 "batch_invariant",
                 "kv_layout",
                 "kv_scale",
@@ -159,8 +160,9 @@ for _name, _spec in list(OPS.items()):
 
 
 # The `precision` argument (docs/ACCURACY.md). Attention ops: "fast" rounds P to bf16 before
-# P·V (the server's default), "high" keeps P as bf16 hi + lo. indexer_logits: "high" sums exact
-# fp8 products in f32 (the server's default), "fast" opts into FP8 tensor-core accumulation.
+# P·V (the server's default), "high" keeps P as bf16 hi + lo. indexer_logits,
+# indexer_logits_paged and dsa_attention's `index_precision`: "high" sums exact fp8 products in
+# f32 (the server's default), "fast" opts into FP8 tensor-core accumulation.
 PRECISIONS = {"fast": pb.PRECISION_FAST, "high": pb.PRECISION_HIGH}
 
 
@@ -251,6 +253,9 @@ class OpResult:
         self.stats = response.stats
         # The precision that ran ("fast" / "high"; None for ops without the option).
         self.precision = precision_name(response.stats.precision)
+        # dsa_attention: the precision its indexer step ran ("fast" / "high"; None for other
+        # ops).
+        self.index_precision = precision_name(response.stats.index_precision)
         # Whether the call ran the batch-invariant plan (False for ops without the option).
         self.batch_invariant = response.stats.batch_invariant
         self.outputs = outputs
@@ -296,7 +301,7 @@ def _build_request(
     for name in op_spec.scalars:
         value = kwargs.get(name)
         if value is not None:
-            if name == "precision":
+            if name in ("precision", "index_precision"):
                 value = precision_value(value)
             elif name == "index_base":
                 value = index_base_value(value)
@@ -380,6 +385,7 @@ class OpCalls(Generic[R]):
         block_size: int | None = None,
         clean_logits: bool | None = None,
         kv_cache_layout: str | int | None = None,
+        precision: str | None = None,
         logits: OutputArg = None,
         timeout: float | None = None,
         **options: Any,
@@ -388,7 +394,8 @@ class OpCalls(Generic[R]):
         kv_cache_layout: "INDEXER_FP8_BLOCKS" or None (the same: each block's keys, then their
         f32 scales; at block_size 1 also vLLM's NORMAL and SGLang's HIP cache on ROCm), or
         "INDEXER_AITER_SHUFFLE_16" (vLLM's / AITER's SHUFFLE cache on ROCm: the keys in 16-token x
-        16-byte tiles; block_size a multiple of 16; must be named)."""
+        16-byte tiles; block_size a multiple of 16; must be named). precision as in
+        indexer_logits: "high" (None: the default) or "fast" (the fp8 wgmma kernel on Hopper)."""
         return self.call("indexer_logits_paged", **_arguments(locals()))
 
     def topk(
@@ -515,6 +522,7 @@ class OpCalls(Generic[R]):
         index_cache_layout: str | int | None = None,
         topk: int | None = None,
         precision: str | None = None,
+        index_precision: str | None = None,
         batch_invariant: bool | None = None,
         kv_layout: str | int | None = None,
         kv_scale: float | None = None,
@@ -530,8 +538,9 @@ class OpCalls(Generic[R]):
         the per-tensor FP8 cache as uint8 e4m3 codes [N, d_qk] with kv_scale, the layer's k_scale
         (vLLM's kv_cache_dtype "fp8": value = code x kv_scale; either form). indices=True /
         logits=True (or a placement) also return the chosen rows / the cleaned indexer logits.
-        precision: "fast" (None: the default) or "high". kv_layout and batch_invariant as in
-        sparse_mla.
+        precision (of out): "fast" (None: the default) or "high". index_precision (the indexer
+        step's, as indexer_logits' precision): "high" (None: the default) or "fast". kv_layout
+        and batch_invariant as in sparse_mla.
 
         Gathered form: index_k, index_k_scale, ks, ke. Paged form (decode; docs/CONTRACTS.md
         "dsa_attention"): index_q [B, next_n, H_i, D_i], index_cache (uint8 block rows, as

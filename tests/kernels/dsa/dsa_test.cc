@@ -37,8 +37,9 @@ constexpr Tolerance kLseTol{1e-5, 1e-4, 0.0};
 std::vector<uint8_t> Bits(const HostTensor& t) { return {t.raw(), t.raw() + t.bytes()}; }
 
 // The chosen rows of every token must be: ascending, then -1; inside the window; min(k, window)
-// of them; and no row left out may beat a chosen one by more than both logits' f32 error bound,
-// (D_i + H_i + 4)·2^-24·magnitude (the indexer's own test derives it).
+// of them; and no row left out may beat a chosen one by more than both logits' error bound: the
+// f32 bound (D_i + H_i + 4)·2^-24·magnitude (the indexer's own test derives it), or with
+// index_precision FAST the FP8 accumulator's (RefLogits::fast_bound; docs/ACCURACY.md).
 void ExpectTrueTopk(const Params& p, const HostTensor& indices) {
   const int64_t t_count = p.index_q.dim(0), n = p.index_k.dim(0), k = p.topk;
   HostTensor scratch = HostTensor::Dense(DType::kF32, {t_count, n});
@@ -70,7 +71,8 @@ void ExpectTrueTopk(const Params& p, const HostTensor& indices) {
     double highest_other = -std::numeric_limits<double>::infinity();
     for (int64_t col = begin; col < end; ++col) {
       const size_t at = static_cast<size_t>(t * n + col);
-      const double tol = bound * ref.magnitude[at];
+      const double tol = p.index_precision == kernels::Precision::kFast ? ref.fast_bound[at]
+                                                                        : bound * ref.magnitude[at];
       if (chosen.count(col)) {
         lowest_chosen = std::min(lowest_chosen, ref.value[at] + tol);
       } else {
@@ -100,9 +102,12 @@ kernels::sparse_mla::Reference StepReference(const Params& p, const HostTensor& 
 // Runs every implementation on c in both precisions and checks the selection and the attention
 // output: the CPU against the exact-decode reference; the GPU ones too, or, with gpu_on_rounded_kv
 // (a per-tensor FP8 cache whose scale is not a power of two), against the reference on the
-// bf16-rounded cache.
-void ExpectMatchesReferenceSteps(DsaCase& c, bool gpu_on_rounded_kv = false) {
+// bf16-rounded cache. index_precision: the indexer step's (its selection checked against that
+// precision's bound).
+void ExpectMatchesReferenceSteps(DsaCase& c, bool gpu_on_rounded_kv = false,
+                                 kernels::Precision index_precision = kernels::Precision::kHigh) {
   Params p = c.MakeParams();
+  p.index_precision = index_precision;
   ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
   for (const kernels::Precision precision : kPrecisions) {
     p.precision = precision;
@@ -315,6 +320,39 @@ TEST(Dsa, FusedEqualsTheThreeStepsRunSeparately) {
     EXPECT_EQ(Bits(c.out()), Bits(out));
     EXPECT_EQ(Bits(c.lse()), Bits(lse));
   }
+}
+
+// index_precision FAST at the FP8 indexer kernel's shape (H_i 64, D_i 128): every
+// implementation's selection within FAST's bound and its out / lse within the attention bounds.
+// The CPU implementation runs a FAST indexer as the exact sums (docs/ACCURACY.md "Indexer logits,
+// FAST"), so its FAST call is bit for bit its HIGH one; the fused op's `precision` is untouched.
+TEST(Dsa, IndexPrecisionFastRunsAndValidates) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.index_heads = 64;
+  spec.with_logits = true;
+  DsaCase c(spec, rng);
+  c.SetWindow(2, 30, 30);  // an empty window
+  ExpectMatchesReferenceSteps(c, /*gpu_on_rounded_kv=*/false, kernels::Precision::kFast);
+
+  Params p = c.MakeParams();
+  p.index_precision = kernels::Precision::kFast;
+  ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
+  EXPECT_EQ(kernels::dsa::IndexerStep(p, 0, spec.t, p.logits).precision, kernels::Precision::kFast);
+  EXPECT_EQ(kernels::dsa::SparseMlaStep(p, 0, spec.t, p.indices).precision, p.precision);
+  kernels::ExecContext ctx;
+  ctx.pool = TestPool();
+  std::map<kernels::Precision, std::vector<std::vector<uint8_t>>> bits;
+  for (const kernels::Precision index_precision : kPrecisions) {
+    p.index_precision = index_precision;
+    for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+    std::string impl;
+    ASSERT_TRUE(kernels::dsa::Run(p, ctx, &impl).ok());
+    EXPECT_EQ(impl, "cpu");
+    ExpectTrueTopk(p, c.indices());
+    bits[index_precision] = {Bits(c.logits()), Bits(c.indices()), Bits(c.out()), Bits(c.lse())};
+  }
+  EXPECT_EQ(bits[kernels::Precision::kFast], bits[kernels::Precision::kHigh]);
 }
 
 TEST(Dsa, SmallScratchBlocksGiveTheSameBits) {

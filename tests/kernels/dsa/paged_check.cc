@@ -88,7 +88,8 @@ void ExpectPagedTopk(const Params& p, const HostTensor& indices) {
     for (int64_t pos = 0; pos < visible; ++pos) {
       const size_t at = static_cast<size_t>(row * n + pos);
       if (ref.expect[at] != RefLogits::kValue) continue;
-      const double tol = bound * ref.magnitude[at];
+      const double tol = p.index_precision == kernels::Precision::kFast ? ref.fast_bound[at]
+                                                                        : bound * ref.magnitude[at];
       if (next < chosen.size() && chosen[next] == pos) {
         lowest_chosen = std::min(lowest_chosen, ref.value[at] + tol);
         ++next;
@@ -100,8 +101,10 @@ void ExpectPagedTopk(const Params& p, const HostTensor& indices) {
   }
 }
 
-void ExpectMatchesReference(PagedDsaCase& c, bool gpu_on_rounded_kv) {
+void ExpectMatchesReference(PagedDsaCase& c, bool gpu_on_rounded_kv,
+                            kernels::Precision index_precision) {
   Params p = c.MakeParams();
+  p.index_precision = index_precision;
   ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
   for (const kernels::Precision precision : kPrecisions) {
     p.precision = precision;

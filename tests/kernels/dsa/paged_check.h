@@ -25,16 +25,18 @@ std::vector<uint8_t> Bits(const HostTensor& t);
 int64_t ExpectedLength(const kernels::dsa::Params& p, int64_t b, int64_t j);
 
 // Every token's indices: the kv rows of a true top-k of its eligible positions (visible, and in
-// an index block whose id is in range of index_cache; within both logits' f32 bound),
-// min(k, eligible) of them in ascending position order, then -1. A visible position the
-// reference masks must sit in a block whose id is out of range.
+// an index block whose id is in range of index_cache; within both logits' f32 bound, or FAST's
+// bound with index_precision FAST), min(k, eligible) of them in ascending position order, then
+// -1. A visible position the reference masks must sit in a block whose id is out of range.
 void ExpectPagedTopk(const kernels::dsa::Params& p, const HostTensor& indices);
 
 // Every implementation in both precisions: selection (ExpectPagedTopk), then out / lse against
 // sparse MLA's fp64 reference on the rows chosen; empty windows give out 0 and lse -inf.
 // gpu_on_rounded_kv: the GPU implementations against the reference on the bf16-rounded copy of
 // a per-tensor FP8 cache (a scale that is not a power of two; docs/ACCURACY.md); the CPU always
-// against the exact decode.
-void ExpectMatchesReference(PagedDsaCase& c, bool gpu_on_rounded_kv = false);
+// against the exact decode. index_precision: the indexer step's (its selection checked against
+// that precision's bound).
+void ExpectMatchesReference(PagedDsaCase& c, bool gpu_on_rounded_kv = false,
+                            kernels::Precision index_precision = kernels::Precision::kHigh);
 
 }  // namespace attnd::testing

@@ -186,6 +186,43 @@ TEST(PagedDsa, CallerLogitsAreCleanedPerToken) {
   }
 }
 
+// index_precision FAST through the paged indexer at the FP8 kernel's shape (H_i 64, D_i 128,
+// block 64), next_n 2: every implementation's selection within FAST's bound and its out / lse
+// within the attention bounds. The CPU implementation runs a FAST indexer as the exact sums
+// (docs/ACCURACY.md "Indexer logits, FAST"), so its FAST call is bit for bit its HIGH one.
+TEST(PagedDsa, IndexPrecisionFastRunsAndValidates) {
+  std::mt19937_64 rng = MakeRng();
+  PagedDsaSpec spec;
+  spec.next_n = 2;
+  spec.index_heads = 64;
+  spec.index_block_size = 64;
+  spec.max_blocks = 3;
+  spec.index_blocks = 12;
+  spec.with_logits = true;
+  PagedDsaCase c(spec, rng);
+  c.SetContexts({150, 1, 192});  // token 0 of request 1 sees nothing
+  ExpectMatchesReference(c, /*gpu_on_rounded_kv=*/false, kernels::Precision::kFast);
+
+  Params p = c.MakeParams();
+  p.index_precision = kernels::Precision::kFast;
+  ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
+  EXPECT_EQ(kernels::dsa::PagedIndexerStep(p, 0, c.t(), p.logits).precision,
+            kernels::Precision::kFast);
+  kernels::ExecContext ctx;
+  ctx.pool = TestPool();
+  std::map<kernels::Precision, std::vector<std::vector<uint8_t>>> bits;
+  for (const kernels::Precision index_precision : kPrecisions) {
+    p.index_precision = index_precision;
+    for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+    std::string impl;
+    ASSERT_TRUE(kernels::dsa::Run(p, ctx, &impl).ok());
+    EXPECT_EQ(impl, "cpu");
+    ExpectPagedTopk(p, c.indices());
+    bits[index_precision] = {Bits(c.logits()), Bits(c.indices()), Bits(c.out()), Bits(c.lse())};
+  }
+  EXPECT_EQ(bits[kernels::Precision::kFast], bits[kernels::Precision::kHigh]);
+}
+
 // Blocks of whole requests: 1 and 2 requests' logits per block give the bits of one block.
 TEST(PagedDsa, SmallScratchBlocksGiveTheSameBits) {
   std::mt19937_64 rng = MakeRng();

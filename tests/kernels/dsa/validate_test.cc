@@ -72,6 +72,9 @@ const std::vector<Mutation>& Mutations() {
       {"sm_scale 0", [](Params& p) { p.sm_scale = 0.0f; }, "sm_scale"},
       {"sm_scale NaN", [](Params& p) { p.sm_scale = std::numeric_limits<float>::quiet_NaN(); },
        "sm_scale"},
+      {"index_precision 7",
+       [](Params& p) { p.index_precision = static_cast<kernels::Precision>(7); },
+       "index_precision"},
       {"logits N+1",
        [](Params& p) {
          p.logits = kernels::MakeTensor(dummy_f32, DType::kF32, {p.q.dim(0), p.kv.dim(0) + 1});
@@ -297,6 +300,9 @@ const std::vector<Mutation>& PagedMutations() {
       {"topk 4097", [](Params& p) { p.topk = 4097; }, "topk"},
       {"sm_scale NaN", [](Params& p) { p.sm_scale = std::numeric_limits<float>::quiet_NaN(); },
        "sm_scale"},
+      {"index_precision 7",
+       [](Params& p) { p.index_precision = static_cast<kernels::Precision>(7); },
+       "index_precision"},
   };
   return *rows;
 }
