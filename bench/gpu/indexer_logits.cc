@@ -157,7 +157,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filt
       {64, 64, 32768, 1}, {64, 128, 32768, 1}, {64, 64, 32768, 2}, {64, 128, 32768, 2},
       {64, 64, 32768, 4}, {64, 128, 32768, 4}, {32, 64, 32768, 1}, {32, 128, 32768, 1},
       {32, 64, 32768, 2}, {32, 128, 32768, 2}, {32, 64, 32768, 4}, {32, 128, 32768, 4}};
-  const std::vector<kernels::Impl<ilp::Params>> impls = ilp::Implementations();
+  // A reference to the static list: the cases keep pointers into it until they run.
+  const std::vector<kernels::Impl<ilp::Params>>& impls = ilp::Implementations();
   std::vector<GpuBenchCase> cases;
   uint64_t seed = 101;
   std::mt19937_64 rng(7);

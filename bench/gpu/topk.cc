@@ -69,10 +69,10 @@ const std::vector<kernels::Impl<topk::Params>>& SweepImpls() {
       topk::gpu::FilterConfig config;
     };
     const FilterVariant filter_variants[] = {
-        {"t512", {512, 0, true, true}},      {"t1024", {1024, 0, true, true}},
-        {"noprefetch", {0, 0, true, false}}, {"c1", {1024, 1, true, true}},
-        {"c2", {1024, 2, true, true}},       {"c4", {1024, 4, true, true}},
-        {"c8", {1024, 8, true, true}},
+        {"t512", {512, 0, true, false}},  {"t1024", {1024, 0, true, false}},
+        {"prefetch", {0, 0, true, true}}, {"noprefetch", {0, 0, true, false}},
+        {"c1", {1024, 1, true, false}},   {"c2", {1024, 2, true, false}},
+        {"c4", {1024, 4, true, false}},   {"c8", {1024, 8, true, false}},
     };
     for (const FilterVariant& var : filter_variants) {
       const topk::gpu::FilterConfig config = var.config;

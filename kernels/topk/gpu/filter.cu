@@ -51,7 +51,7 @@ constexpr int kV = 4;  // 16-byte groups per thread per chunk
 struct FilterArgs : RowArgs {
   uint32_t cluster = 1;  // CTAs per row; the launch's cluster dimension
   bool speculate = true;
-  bool prefetch = true;
+  bool prefetch = false;
 };
 
 template <int kThreads>

@@ -21,7 +21,9 @@ struct FilterConfig {
   int threads = 0;        // 512 or 1024 per CTA
   int cluster = 0;        // CTAs per row: 1, 2, 4 or 8 (2+ needs sm_90)
   bool speculate = true;  // off: windows longer than the buffer take the exact re-reading path
-  bool prefetch = true;   // bulk-prefetch each CTA's next segment into L2 (sm_90)
+  // Bulk-prefetch each CTA's next segment into L2 (sm_90). Off by default: measured slower or
+  // equal on every preset (docs/BENCHMARKS.md "H200 runs of 2026-12-03, 13:39 UTC").
+  bool prefetch = false;
 };
 
 // Whether the filter takes `rows` rows on the current device: at most one wave (one row per SM);
