@@ -60,7 +60,7 @@ struct WgmmaPagedTile {
   // Queries whose logits a lane stores: with four or more, query 4v + t4 of each group of four
   // (the quad transpose-sum leaves it in lane t4); with fewer, query t4 in lanes t4 < kQueries.
   static constexpr int kOut = kQueries >= 4 ? kQueries / 4 : 1;
-  static constexpr int kStages = 12;
+  static constexpr int kStages = 16;
   static constexpr int kSteps = kWgmmaPagedDim / 32;  // k32 steps
   static constexpr uint32_t kQBytes = kColumns * kWgmmaPagedDim;
   static constexpr uint32_t kTileBytes = kWgmmaPagedBlock * kWgmmaPagedDim;  // 8 KiB

@@ -44,7 +44,7 @@ constexpr uint32_t kNanBits = 0xffffffffu;  // columns outside the window: key 0
 constexpr int kBins = radix::kBins;
 // The largest cluster the default picks (8, the portable limit, stays forceable): one
 // 131072-column row measured 20.0 µs with 4 CTAs against 22.2 with 8 on the H200
-// (docs/BENCHMARKS.md "Top-k: cuda_filter").
+// (docs/KERNELS.md "Top-k, threshold filter").
 constexpr int kMaxDefaultCluster = 4;
 constexpr int kV = 4;  // 16-byte groups per thread per chunk
 

@@ -21,8 +21,8 @@ struct FilterConfig {
   int threads = 0;        // 512 or 1024 per CTA
   int cluster = 0;        // CTAs per row: 1, 2, 4 or 8 (2+ needs sm_90)
   bool speculate = true;  // off: windows longer than the buffer take the exact re-reading path
-  // Bulk-prefetch each CTA's next segment into L2 (sm_90). Off by default: measured slower or
-  // equal on every preset (docs/BENCHMARKS.md "H200 runs of 2026-12-03, 13:39 UTC").
+  // Bulk-prefetch each CTA's next segment into L2 (sm_90). Off by default: slower at 4096 ×
+  // 65536, within noise elsewhere (docs/KERNELS.md "Top-k, threshold filter").
   bool prefetch = false;
 };
 
