@@ -51,7 +51,8 @@ IndexerProblem SplitWgmma(const Params& p, int columns) {
   x.queries_per_block = columns / x.heads;
   x.blocks_per_group = CeilDiv(x.rows_per_group, int64_t{x.queries_per_block});
   const int64_t blocks = x.num_groups * x.blocks_per_group;
-  const int64_t sms = ::attnd::gpu::CurrentDeviceSmCount();
+  // CTA slots: kCtasPerSm per SM (two at N 64).
+  const int64_t sms = ::attnd::gpu::CurrentDeviceSmCount() * (columns == 64 ? 2 : 1);
   const int64_t max_chunks = CeilDiv(x.num_cols, kWgmmaPagedBlock);  // one page at least
   int64_t best = 1;
   double best_cost = 0;
@@ -75,8 +76,12 @@ template <int kHeads, int kColumns>
 ::attnd::gpu::Error LaunchInstance(const WgmmaPagedArgs& args, ::attnd::gpu::Stream stream) {
   using T = WgmmaPagedTile<kHeads, kColumns>;
   const auto kernel = IndexerPagedWgmmaKernel<kHeads, kColumns>;
-  const cudaError_t e =
+  cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  // All of the unified L1 / shared storage as shared memory, so that kCtasPerSm CTAs fit.
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
   kernel<<<static_cast<unsigned>(GridCtas(args.p)), T::kThreads, T::kSmemBytes, stream>>>(args);
   return cudaGetLastError();

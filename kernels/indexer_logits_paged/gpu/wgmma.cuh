@@ -60,7 +60,11 @@ struct WgmmaPagedTile {
   // Queries whose logits a lane stores: with four or more, query 4v + t4 of each group of four
   // (the quad transpose-sum leaves it in lane t4); with fewer, query t4 in lanes t4 < kQueries.
   static constexpr int kOut = kQueries >= 4 ? kQueries / 4 : 1;
-  static constexpr int kStages = 16;
+  // N 64 (one token of H64, or of H32 padded): two CTAs per SM (more pages in flight per SM,
+  // every SM busy at B128: docs/KERNELS.md "Paged indexer on Hopper"), 12 stages each and no
+  // register reallocation (the whole kernel fits 80 registers); wider N: one CTA, 16 stages.
+  static constexpr int kCtasPerSm = kColumns == 64 ? 2 : 1;
+  static constexpr int kStages = kCtasPerSm == 2 ? 12 : 16;
   static constexpr int kSteps = kWgmmaPagedDim / 32;  // k32 steps
   static constexpr uint32_t kQBytes = kColumns * kWgmmaPagedDim;
   static constexpr uint32_t kTileBytes = kWgmmaPagedBlock * kWgmmaPagedDim;  // 8 KiB
@@ -99,7 +103,7 @@ __device__ __forceinline__ float SelectQuery(const float (&v)[kN], int u) {
 }
 
 template <int kHeads, int kColumns>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(384, (kColumns == 64 ? 2 : 1))
     IndexerPagedWgmmaKernel(const __grid_constant__ WgmmaPagedArgs args) {
 #if ATTND_SM90A
   using T = WgmmaPagedTile<kHeads, kColumns>;
@@ -156,7 +160,7 @@ __global__ void __launch_bounds__(384, 1)
 
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
   if (wg == 2) {
-    SetMaxRegsDec<T::kProducerRegs>();
+    if constexpr (T::kCtasPerSm == 1) SetMaxRegsDec<T::kProducerRegs>();
     const int ptid = tid - 256;
     if (ptid == 0) {
       // ---- Producer: the chunk's needed pages in order.
@@ -196,7 +200,7 @@ __global__ void __launch_bounds__(384, 1)
 
   // ---- Consumers: warpgroup wg owns pages i ≡ wg (mod 2) of the chunk; warp `warp` the page's
   // keys 16·warp + lane/4 and + 8; lane quad position t4 the columns 8j + 2·t4 + e.
-  SetMaxRegsInc<T::kConsumerRegs>();
+  if constexpr (T::kCtasPerSm == 1) SetMaxRegsInc<T::kConsumerRegs>();
   const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   // The weights of this thread's columns (0 for queries past the block: their q is zero).
   float wt[T::kGroups][2];
