@@ -117,6 +117,25 @@ __device__ __forceinline__ bool LocateKey(const IndexerProblem& p, int64_t group
   return true;
 }
 
+// Σ_h w·relu(s) of a thread's share of one wgmma accumulator tile (keys on M, (query, head)
+// columns on N; both Hopper indexer kernels): acc[4j + 2·rr + e] is key row rr (0: lane/4,
+// 1: + 8) and column 8j + 2·(lane % 4) + e, whose weight is wt[j][e]; columns 8j .. 8j + 7 are
+// one query's heads, so query j / (kHeads / 8). Adds into part[rr][query] (zeroed by the caller).
+template <int kHeads, int kGroups, int kQueries>
+__device__ __forceinline__ void AddWeightedRelu(const float (&acc)[4 * kGroups],
+                                                const float (&wt)[kGroups][2],
+                                                float (&part)[2][kQueries]) {
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    const int query = j / (kHeads / 8);
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      part[rr][query] = fmaf(wt[j][0], fmaxf(acc[4 * j + 2 * rr], 0.0f), part[rr][query]);
+      part[rr][query] = fmaf(wt[j][1], fmaxf(acc[4 * j + 2 * rr + 1], 0.0f), part[rr][query]);
+    }
+  }
+}
+
 // Lane t of each group of four ends with Σ over the four lanes of v[t] (3 shuffles instead of
 // the 8 of four separate reductions). lane_in_quad = lane % 4.
 __device__ __forceinline__ float QuadTransposeSum(const float v[4], int lane_in_quad) {

@@ -14,6 +14,7 @@
 #include "kernels/indexer_logits/gpu/launch.h"
 #include "kernels/indexer_logits/gpu/prefill_problem.h"
 #include "kernels/indexer_logits/gpu/wgmma.cuh"
+#include "kernels/indexer_logits/gpu/wgmma_supports.h"
 
 namespace attnd::kernels::indexer_logits::gpu {
 namespace {
@@ -64,21 +65,11 @@ template <int kHeads>
 }  // namespace
 
 bool WgmmaSupports(const Params& p, std::string* why) {
-  // The fp8 wgmma accumulates in 14 significant bits (docs/ACCURACY.md "Indexer logits, FAST"):
-  // only FAST's bound admits that.
-  if (p.precision != Precision::kFast) {
-    return Refuse(why, "runs precision fast only (fp8 tensor-core accumulation), call asks for ",
-                  PrecisionName(p.precision));
-  }
+  ::attnd::gpu::DeviceFacts facts;
+  if (!SupportsFp8WgmmaIndexer(p.precision, &facts, why)) return false;
   const int64_t m = p.q.dim(0), h = p.q.dim(1), d = p.q.dim(2), n = p.k.dim(0);
   if (h != 32 && h != 64) return Refuse(why, "H is ", h, ", want 32 or 64");
   if (d != kWgmmaDim) return Refuse(why, "D is ", d, ", want ", kWgmmaDim);
-  ::attnd::gpu::DeviceFacts facts;
-  if (!::attnd::gpu::CurrentDeviceFacts(&facts)) return Refuse(why, "no usable CUDA device");
-  if (facts.cc_major != 9 || facts.cc_minor != 0) {
-    return Refuse(why, "needs compute capability 9.0 (sm_90a wgmma, TMA), device has ",
-                  facts.cc_major, ".", facts.cc_minor);
-  }
   if (!Aligned(p.q.data, 16) || p.q.stride(0) % 16 != 0 || p.q.stride(1) % 16 != 0 ||
       !Aligned(p.k.data, 16) || p.k.stride(0) % 16 != 0) {
     return Refuse(why, "q and k must be 16-byte aligned (pointers and row strides: TMA)");

@@ -310,15 +310,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int u = 0; u < T::kWgQueries; ++u) part[rr][u] = 0.0f;
     }
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int query = j / (kHeads / 8);  // columns 8j .. 8j + 7 belong to one query
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        part[rr][query] = fmaf(wt[j][0], fmaxf(acc[4 * j + 2 * rr], 0.0f), part[rr][query]);
-        part[rr][query] = fmaf(wt[j][1], fmaxf(acc[4 * j + 2 * rr + 1], 0.0f), part[rr][query]);
-      }
-    }
+    AddWeightedRelu<kHeads, 32, T::kWgQueries>(acc, wt, part);
     // ... then over the quad (all H heads), times the key's scale, stored.
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {

@@ -12,6 +12,7 @@
 #include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/gpu/tma.h"
 #include "kernels/common/supports.h"
+#include "kernels/indexer_logits/gpu/wgmma_supports.h"
 #include "kernels/indexer_logits_paged/gpu/launch.h"
 #include "kernels/indexer_logits_paged/gpu/paged_problem.h"
 #include "kernels/indexer_logits_paged/gpu/wgmma.cuh"
@@ -92,12 +93,8 @@ bool Empty(const Params& p) { return p.q.dim(0) == 0 || p.logits.dim(1) == 0; }
 }  // namespace
 
 bool WgmmaSupports(const Params& p, std::string* why) {
-  // The fp8 wgmma accumulates in 14 significant bits (docs/ACCURACY.md "Indexer logits, FAST"):
-  // only FAST's bound admits that.
-  if (p.precision != Precision::kFast) {
-    return Refuse(why, "runs precision fast only (fp8 tensor-core accumulation), call asks for ",
-                  PrecisionName(p.precision));
-  }
+  ::attnd::gpu::DeviceFacts facts;
+  if (!indexer_logits::gpu::SupportsFp8WgmmaIndexer(p.precision, &facts, why)) return false;
   const int64_t h = p.q.dim(2), d = p.q.dim(3);
   if (KeyTileTokens(p.kv_cache_layout) != 1) {
     return Refuse(why, "kv_cache_layout is ", CacheLayoutName(p.kv_cache_layout),
@@ -107,12 +104,6 @@ bool WgmmaSupports(const Params& p, std::string* why) {
   if (d != kWgmmaPagedDim) return Refuse(why, "D is ", d, ", want ", kWgmmaPagedDim);
   if (p.block_size != kWgmmaPagedBlock) {
     return Refuse(why, "block_size is ", p.block_size, ", want ", kWgmmaPagedBlock);
-  }
-  ::attnd::gpu::DeviceFacts facts;
-  if (!::attnd::gpu::CurrentDeviceFacts(&facts)) return Refuse(why, "no usable CUDA device");
-  if (facts.cc_major != 9 || facts.cc_minor != 0) {
-    return Refuse(why, "needs compute capability 9.0 (sm_90a wgmma, TMA), device has ",
-                  facts.cc_major, ".", facts.cc_minor);
   }
   if (!Aligned(p.q.data, 16) || p.q.stride(0) % 16 != 0 || p.q.stride(1) % 16 != 0 ||
       p.q.stride(2) % 16 != 0 || !Aligned(p.kv_cache.data, 16) || p.kv_cache.stride(0) % 16 != 0) {

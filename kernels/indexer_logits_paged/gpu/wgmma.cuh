@@ -261,17 +261,7 @@ __global__ void __launch_bounds__(384, (kColumns == 64 ? 2 : 1))
 #pragma unroll
       for (int u = 0; u < T::kQueries; ++u) part[rr][u] = 0.0f;
     }
-    if (valid) {
-#pragma unroll
-      for (int j = 0; j < T::kGroups; ++j) {
-        const int u = j / (kHeads / 8);  // columns 8j .. 8j + 7 belong to one query
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          part[rr][u] = fmaf(wt[j][0], fmaxf(acc[4 * j + 2 * rr], 0.0f), part[rr][u]);
-          part[rr][u] = fmaf(wt[j][1], fmaxf(acc[4 * j + 2 * rr + 1], 0.0f), part[rr][u]);
-        }
-      }
-    }
+    if (valid) indexer_logits::gpu::AddWeightedRelu<kHeads, T::kGroups, T::kQueries>(acc, wt, part);
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       const int64_t key = key_base + 16 * warp + g + 8 * rr;

@@ -22,6 +22,7 @@
 #include "tests/harness/fp8_kv.h"
 #include "tests/harness/harness.h"
 #include "tests/kernels/dsa/dsa_case.h"
+#include "tests/kernels/dsa/paged_check.h"
 
 namespace attnd::testing {
 namespace {
@@ -33,8 +34,6 @@ using kernels::dsa::Params;
 // HIGH's; FAST's adds bf16 P's error (ExpectAttentionOut, harness.h).
 constexpr Tolerance kOutTol{4e-3, 2e-5, 4e-3};
 constexpr Tolerance kLseTol{1e-5, 1e-4, 0.0};
-
-std::vector<uint8_t> Bits(const HostTensor& t) { return {t.raw(), t.raw() + t.bytes()}; }
 
 // The chosen rows of every token must be: ascending, then -1; inside the window; min(k, window)
 // of them; and no row left out may beat a chosen one by more than both logits' error bound: the
@@ -340,19 +339,9 @@ TEST(Dsa, IndexPrecisionFastRunsAndValidates) {
   ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
   EXPECT_EQ(kernels::dsa::IndexerStep(p, 0, spec.t, p.logits).precision, kernels::Precision::kFast);
   EXPECT_EQ(kernels::dsa::SparseMlaStep(p, 0, spec.t, p.indices).precision, p.precision);
-  kernels::ExecContext ctx;
-  ctx.pool = TestPool();
-  std::map<kernels::Precision, std::vector<std::vector<uint8_t>>> bits;
-  for (const kernels::Precision index_precision : kPrecisions) {
-    p.index_precision = index_precision;
-    for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
-    std::string impl;
-    ASSERT_TRUE(kernels::dsa::Run(p, ctx, &impl).ok());
-    EXPECT_EQ(impl, "cpu");
-    ExpectTrueTopk(p, c.indices());
-    bits[index_precision] = {Bits(c.logits()), Bits(c.indices()), Bits(c.out()), Bits(c.lse())};
-  }
-  EXPECT_EQ(bits[kernels::Precision::kFast], bits[kernels::Precision::kHigh]);
+  ExpectCpuIndexPrecisionsAgree(
+      p, c.Outputs(), {&c.logits(), &c.indices(), &c.out(), &c.lse()},
+      [&](const kernels::dsa::Params& q) { ExpectTrueTopk(q, c.indices()); });
 }
 
 TEST(Dsa, SmallScratchBlocksGiveTheSameBits) {

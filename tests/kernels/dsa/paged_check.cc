@@ -21,6 +21,24 @@ using RefLogits = kernels::indexer_logits::RefLogits;
 
 std::vector<uint8_t> Bits(const HostTensor& t) { return {t.raw(), t.raw() + t.bytes()}; }
 
+void ExpectCpuIndexPrecisionsAgree(Params p, const std::vector<HostTensor*>& outputs,
+                                   const std::vector<const HostTensor*>& compared,
+                                   const std::function<void(const Params&)>& check) {
+  kernels::ExecContext ctx;
+  ctx.pool = TestPool();
+  std::map<kernels::Precision, std::vector<std::vector<uint8_t>>> bits;
+  for (const kernels::Precision index_precision : kPrecisions) {
+    p.index_precision = index_precision;
+    for (HostTensor* o : outputs) PoisonNaN(*o);
+    std::string impl;
+    ASSERT_TRUE(kernels::dsa::Run(p, ctx, &impl).ok());
+    EXPECT_EQ(impl, "cpu");
+    check(p);
+    for (const HostTensor* t : compared) bits[index_precision].push_back(Bits(*t));
+  }
+  EXPECT_EQ(bits[kernels::Precision::kFast], bits[kernels::Precision::kHigh]);
+}
+
 int64_t ExpectedLength(const Params& p, int64_t b, int64_t j) {
   const int64_t next_n = p.index_q.dim(1), n = kernels::dsa::LogitsColumns(p);
   const int32_t* lens = p.context_lens.ptr<const int32_t>();

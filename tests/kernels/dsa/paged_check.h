@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/dsa/params.h"
@@ -19,6 +20,13 @@ inline constexpr Tolerance kPagedOutTol{4e-3, 2e-5, 4e-3};
 inline constexpr Tolerance kPagedLseTol{1e-5, 1e-4, 0.0};
 
 std::vector<uint8_t> Bits(const HostTensor& t);
+
+// Runs p on the CPU implementation once per index precision (`outputs` poisoned first), calls
+// check(p) after each run, and expects the same bytes of `compared` from both: the CPU runs a
+// FAST indexer as its exact sums (docs/ACCURACY.md "Indexer logits, FAST"). Both forms.
+void ExpectCpuIndexPrecisionsAgree(kernels::dsa::Params p, const std::vector<HostTensor*>& outputs,
+                                   const std::vector<const HostTensor*>& compared,
+                                   const std::function<void(const kernels::dsa::Params&)>& check);
 
 // Token j of request b's visible positions, from context_lens as the contract states it
 // (clamped to [0, N] and to the index table).

@@ -208,19 +208,8 @@ TEST(PagedDsa, IndexPrecisionFastRunsAndValidates) {
   ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
   EXPECT_EQ(kernels::dsa::PagedIndexerStep(p, 0, c.t(), p.logits).precision,
             kernels::Precision::kFast);
-  kernels::ExecContext ctx;
-  ctx.pool = TestPool();
-  std::map<kernels::Precision, std::vector<std::vector<uint8_t>>> bits;
-  for (const kernels::Precision index_precision : kPrecisions) {
-    p.index_precision = index_precision;
-    for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
-    std::string impl;
-    ASSERT_TRUE(kernels::dsa::Run(p, ctx, &impl).ok());
-    EXPECT_EQ(impl, "cpu");
-    ExpectPagedTopk(p, c.indices());
-    bits[index_precision] = {Bits(c.logits()), Bits(c.indices()), Bits(c.out()), Bits(c.lse())};
-  }
-  EXPECT_EQ(bits[kernels::Precision::kFast], bits[kernels::Precision::kHigh]);
+  ExpectCpuIndexPrecisionsAgree(p, c.Outputs(), {&c.logits(), &c.indices(), &c.out(), &c.lse()},
+                                [&](const Params& q) { ExpectPagedTopk(q, c.indices()); });
 }
 
 // Blocks of whole requests: 1 and 2 requests' logits per block give the bits of one block.
