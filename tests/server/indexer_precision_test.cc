@@ -30,15 +30,7 @@ std::vector<uint8_t> Bits(const HostTensor& t) { return {t.raw(), t.raw() + t.by
 
 // A paged DSA case at the FAST indexer kernel's shape (H_i 64, D_i 128, block 64), next_n 2;
 // with SetContexts(&c), request 1's first token sees nothing.
-PagedDsaSpec PagedSpec() {
-  PagedDsaSpec spec;
-  spec.next_n = 2;
-  spec.index_heads = 64;
-  spec.index_block_size = 64;
-  spec.max_blocks = 3;
-  spec.index_blocks = 12;
-  return spec;
-}
+PagedDsaSpec PagedSpec() { return attnd::testing::FastIndexerSpec(); }
 void SetContexts(PagedDsaCase* c) { c->SetContexts({150, 1, 192}); }
 
 class IndexerPrecisionDaemonTest : public DaemonTest {};

@@ -45,6 +45,18 @@ struct PagedDsaSpec {
   int64_t pad = 0;  // extra elements on leading strides (index_q, index_cache, tables, q, kv, …)
 };
 
+// The paged indexer's Hopper kernel shape (H_i 64, D_i 128, block 64) at next_n 2, three
+// requests of up to three blocks: the spec of the index_precision FAST cases.
+inline PagedDsaSpec FastIndexerSpec() {
+  PagedDsaSpec spec;
+  spec.next_n = 2;
+  spec.index_heads = 64;
+  spec.index_block_size = 64;
+  spec.max_blocks = 3;
+  spec.index_blocks = 12;
+  return spec;
+}
+
 class PagedDsaCase {
  public:
   PagedDsaCase(const PagedDsaSpec& spec, std::mt19937_64& rng);

@@ -192,12 +192,7 @@ TEST(PagedDsa, CallerLogitsAreCleanedPerToken) {
 // (docs/ACCURACY.md "Indexer logits, FAST"), so its FAST call is bit for bit its HIGH one.
 TEST(PagedDsa, IndexPrecisionFastRunsAndValidates) {
   std::mt19937_64 rng = MakeRng();
-  PagedDsaSpec spec;
-  spec.next_n = 2;
-  spec.index_heads = 64;
-  spec.index_block_size = 64;
-  spec.max_blocks = 3;
-  spec.index_blocks = 12;
+  PagedDsaSpec spec = FastIndexerSpec();
   spec.with_logits = true;
   PagedDsaCase c(spec, rng);
   c.SetContexts({150, 1, 192});  // token 0 of request 1 sees nothing
