@@ -184,7 +184,8 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
 }
 
 ::attnd::gpu::Error LaunchDecode(const Params& p, const KernelShape& shape, int splits,
-                                 void* workspace, ::attnd::gpu::Stream stream) {
+                                 void* workspace, ::attnd::gpu::Stream stream,
+                                 const void* second_arg) {
   if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return ::attnd::gpu::kErrorInvalidValue;
   if (splits < 1 || splits > kMaxSplits) return ::attnd::gpu::kErrorInvalidValue;
   if (splits > 1 && (workspace == nullptr || !Aligned(workspace, 16))) {
@@ -194,7 +195,7 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
   if (grid == 0) return ::attnd::gpu::kSuccess;
   if (grid > kMaxInt32) return ::attnd::gpu::kErrorInvalidValue;
   DecodeArgs a = MakeDecodeArgs(p, shape.block_m, splits, workspace);
-  void* args[] = {&a};
+  void* args[] = {&a, const_cast<void*>(second_arg)};  // the kernel reads what it declares
   ::attnd::gpu::Error e =
       ::attnd::gpu::LaunchKernel(shape.kernel, dim3(static_cast<unsigned>(grid)),
                                  dim3(shape.threads), args, shape.smem_bytes, stream);

@@ -40,7 +40,9 @@ int64_t WorkItems(const Params& p, int block_m);
 ::attnd::gpu::Error LaunchMlaDecodeCombine(const DecodeArgs& a, ::attnd::gpu::Stream stream);
 
 // Launches `shape.kernel` over B · row blocks · splits CTAs, then the combine when split.
+// `second_arg`: the kernel's second parameter when it has one (the TMA kernel's tensor map).
 ::attnd::gpu::Error LaunchDecode(const Params& p, const KernelShape& shape, int splits,
-                                 void* workspace, ::attnd::gpu::Stream stream);
+                                 void* workspace, ::attnd::gpu::Stream stream,
+                                 const void* second_arg = nullptr);
 
 }  // namespace attnd::kernels::mla_decode::gpu

@@ -15,6 +15,7 @@
 #error "kernels/mla_decode/gpu/wgmma.cuh is CUDA-only"
 #endif
 
+#include <cuda.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -35,6 +36,7 @@ struct PagedRows {
   using Args = DecodeArgs;
   using Row = int64_t;  // element offset of the position's cache row, -1: masked
   using Work = WorkItem;
+  static constexpr bool kTmaPages = false;
   static __device__ __forceinline__ Work Begin(const Args& a) {
     return DecodeWorkItem(a, blockIdx.x, kWgmmaBlockN);
   }
@@ -108,18 +110,63 @@ struct PagedRows {
   }
 };
 
+// PagedRows with whole pages by TMA (page size 64; docs/KERNELS.md "Dense MLA decode by TMA"):
+// the kernel's tensor map is the cache as [num_pages][64][d_qk] bf16 with its strides, boxes of
+// 64 columns x 64 slots x 1 page, 128-byte swizzle (the stage's layout), out-of-range boxes read
+// as zeros. A block that is one whole page of valid positions (block_begin 64-aligned, all 64
+// positions before the work item's end) comes as kSlabs boxes at (64·slab, 0, page id); an id
+// outside [0, num_pages) is sent as -1, a box wholly out of range, so the stage is zeros and
+// its validity bits are 0, as the cp.async fill leaves a masked row. Other blocks (the split's
+// last, partial one; a work item not 64-aligned) take the cp.async fill.
+struct PagedRowsTma : PagedRows {
+  static constexpr bool kTmaPages = true;
+  static __device__ __forceinline__ bool WholePageBlock(const Args& a, const Work& w,
+                                                        int64_t block_begin) {
+    const int64_t pos = w.begin + block_begin;
+    return a.page_size == 64 && (pos & 63) == 0 && pos + 64 <= w.end;
+  }
+  // One thread: the validity bits, the expect-tx arrival on `full_bar` for the whole stage, then
+  // the boxes (their bytes complete the barrier's transaction count).
+  static __device__ __forceinline__ void TmaBlock(const Args& a, const Work& w, int64_t block_begin,
+                                                  const void* kv_map, uint32_t stage_addr,
+                                                  int slabs, uint32_t slab_bytes, uint32_t full_bar,
+                                                  uint8_t* mask) {
+#if ATTND_SM90A  // the wgmma PTX layer is sm_90a-only (WgmmaAttention traps elsewhere)
+    using namespace ::attnd::gpu::wgmma;
+    const int64_t page = (w.begin + block_begin) >> 6;  // < max_pages: pos + 64 <= end <= capacity
+    const int64_t id = a.block_table[w.b * a.table_stride_b + page * a.table_stride_page];
+    const bool valid = id >= 0 && id < a.num_pages;
+    *reinterpret_cast<uint64_t*>(mask) = valid ? ~uint64_t{0} : uint64_t{0};
+    MbarArriveExpectTx(full_bar, static_cast<uint32_t>(slabs) * slab_bytes);
+    const int32_t c2 = valid ? static_cast<int32_t>(id) : -1;  // num_pages < 2^31 (host check)
+    for (int sl = 0; sl < slabs; ++sl) {
+      TmaLoad3d(stage_addr + static_cast<uint32_t>(sl) * slab_bytes, kv_map, full_bar, 64 * sl, 0,
+                c2);
+    }
+#endif
+  }
+};
+
 // kExactP: Precision::kHigh (P hi + lo); false: kFast (bf16 P).
 template <int kDqk, bool kExactP>
 __global__ void __launch_bounds__(384, 1) MlaDecodeWgmmaKernel(const DecodeArgs a) {
   ::attnd::kernels::sparse_mla::gpu::WgmmaAttention<kDqk, kExactP, false, PagedRows>(a);
 }
-
+// The same with whole pages by TMA through `kv_map` (PagedRowsTma).
 template <int kDqk, bool kExactP>
+__global__ void __launch_bounds__(384, 1)
+    MlaDecodeWgmmaTmaKernel(const DecodeArgs a, const __grid_constant__ CUtensorMap kv_map) {
+  ::attnd::kernels::sparse_mla::gpu::WgmmaAttention<kDqk, kExactP, false, PagedRowsTma>(a, &kv_map);
+}
+
+// kTma: MlaDecodeWgmmaTmaKernel (launched with its tensor map as the second argument).
+template <int kDqk, bool kExactP, bool kTma>
 KernelShape WgmmaDecodeShape() {
   using Tile = ::attnd::kernels::sparse_mla::gpu::WgmmaTile<kDqk>;
   static_assert(Tile::kBlockM == kWgmmaBlockM && Tile::kBlockN == kWgmmaBlockN, "tile shape");
   KernelShape s;
-  s.kernel = reinterpret_cast<const void*>(&MlaDecodeWgmmaKernel<kDqk, kExactP>);
+  s.kernel = kTma ? reinterpret_cast<const void*>(&MlaDecodeWgmmaTmaKernel<kDqk, kExactP>)
+                  : reinterpret_cast<const void*>(&MlaDecodeWgmmaKernel<kDqk, kExactP>);
   s.block_m = kWgmmaBlockM;
   s.block_n = kWgmmaBlockN;
   s.threads = Tile::kThreads;
@@ -128,9 +175,11 @@ KernelShape WgmmaDecodeShape() {
   return s;
 }
 
-// Both precisions of one d_qk.
-#define ATTND_MLA_DECODE_WGMMA_INSTANCE(EXTERN, D)         \
-  EXTERN template KernelShape WgmmaDecodeShape<D, true>(); \
-  EXTERN template KernelShape WgmmaDecodeShape<D, false>();
+// Both precisions of one d_qk, with and without TMA.
+#define ATTND_MLA_DECODE_WGMMA_INSTANCE(EXTERN, D)                 \
+  EXTERN template KernelShape WgmmaDecodeShape<D, true, false>();  \
+  EXTERN template KernelShape WgmmaDecodeShape<D, false, false>(); \
+  EXTERN template KernelShape WgmmaDecodeShape<D, true, true>();   \
+  EXTERN template KernelShape WgmmaDecodeShape<D, false, true>();
 
 }  // namespace attnd::kernels::mla_decode::gpu

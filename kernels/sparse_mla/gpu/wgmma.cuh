@@ -220,10 +220,12 @@ __device__ __forceinline__ void StoreO(const KernelArgs& a, const float (&o)[128
 // and the stride between its rows; Src::LoadRow(a, w, block_begin, r) row block_begin + r of
 // the work item as a handle (< 0: masked; it never reads past the work item's end);
 // Src::RowPtr(a, row, col) column col of the handle's bf16 row; Src::PrefetchL2(a) whether to
-// prefetch the next block's rows to L2; Src::StoreO / StoreLse the epilogue of block row r. kFp8 is
-// SparseRows only.
+// prefetch the next block's rows to L2; Src::StoreO / StoreLse the epilogue of block row r;
+// Src::kTmaPages whether whole-page blocks come by TMA through `kv_map` (Src::WholePageBlock /
+// TmaBlock: mla_decode's PagedRowsTma). kFp8 is SparseRows only.
 template <int kDqk, bool kExactP, bool kFp8, class Src>
-__device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a) {
+__device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
+                                               const void* kv_map = nullptr) {
   static_assert(!kFp8 || kDqk == kFp8DimQk, "the FP8 cache has d_qk 576");
 #if ATTND_SM90A
   using Tile = WgmmaTile<kDqk>;
@@ -363,55 +365,110 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a) {
       }
     } else {
       typename Src::Row kv_rows[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) kv_rows[i] = Src::LoadRow(a, w, 0, rows[i]);
-      for (int b = 0; b < n_blocks; ++b) {
-        const int stage = b & 1;
-        if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
-        uint32_t bits = 0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t vote = __ballot_sync(0xffffffffu, kv_rows[i] >= 0);
-#pragma unroll
-          for (int sub = 0; sub < 4; ++sub) bits |= ((vote >> (8 * sub)) & 1u) << (4 * i + sub);
-        }
-        if (lane == 0) {
-          *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
-              static_cast<uint16_t>(bits);
-        }
-        const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t off = stage_off + SwizzledOffset(rows[i], chunk);
-          if (kv_rows[i] >= 0) {
-            const uint16_t* src = Src::RowPtr(a, kv_rows[i], chunk * 8);
-#pragma unroll
-            for (int s = 0; s < Tile::kSlabs; ++s) {
-              CpAsync16(base + off + s * Tile::kSlabBytes, src + s * 64, 16);
+      if constexpr (Src::kTmaPages) {
+        // Whole-page blocks by TMA (Src::TmaBlock: one thread, kSlabs boxes of 64 rows x 64
+        // columns, an out-of-range page id read as zeros); a block that is not one whole page
+        // (the split's partial last block) by cp.async as below. Either way the stage's full
+        // barrier takes 256 arrivals: for TMA thread 0's expect-tx arrival and 255 others.
+        for (int b = 0; b < n_blocks; ++b) {
+          const int stage = b & 1;
+          if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
+          const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
+          const int64_t block_begin = int64_t{Tile::kBlockN} * b;
+          if (Src::WholePageBlock(a, w, block_begin)) {
+            if (p == 0) {
+              Src::TmaBlock(a, w, block_begin, kv_map, base + stage_off, Tile::kSlabs,
+                            Tile::kSlabBytes, full_bar + 8 * stage,
+                            smem + Tile::kMaskOffset + 8 * stage);
             }
-          } else {
-#pragma unroll
-            for (int s = 0; s < Tile::kSlabs; ++s) {
-              *reinterpret_cast<uint4*>(smem + off + s * Tile::kSlabBytes) = make_uint4(0, 0, 0, 0);
-            }
+            MbarArrive(full_bar + 8 * stage);
+            if (p != 0) MbarArrive(full_bar + 8 * stage);
+            continue;
           }
-        }
-        CpAsyncArriveNoinc(full_bar + 8 * stage);
-        MbarArrive(full_bar + 8 * stage);
-        if (b + 1 < n_blocks) {
+          uint32_t bits = 0;
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            kv_rows[i] = Src::LoadRow(a, w, int64_t{Tile::kBlockN} * (b + 1), rows[i]);
+            kv_rows[i] = Src::LoadRow(a, w, block_begin, rows[i]);
+            const uint32_t vote = __ballot_sync(0xffffffffu, kv_rows[i] >= 0);
+#pragma unroll
+            for (int sub = 0; sub < 4; ++sub) bits |= ((vote >> (8 * sub)) & 1u) << (4 * i + sub);
           }
-          // Pools larger than the L2 (a.prefetch_l2): block b + 1's rows into L2 (one thread
-          // per row) while its stage is still in use, so its cp.async wait on L2, not HBM.
-          // It pays on BF16 decode and not on the FP8 path, which does not do it
-          // (docs/BENCHMARKS.md "Sparse MLA on Hopper").
-          if (Src::PrefetchL2(a) && chunk == 0) {
+          if (lane == 0) {
+            *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
+                static_cast<uint16_t>(bits);
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t off = stage_off + SwizzledOffset(rows[i], chunk);
+            if (kv_rows[i] >= 0) {
+              const uint16_t* src = Src::RowPtr(a, kv_rows[i], chunk * 8);
+#pragma unroll
+              for (int sl = 0; sl < Tile::kSlabs; ++sl) {
+                CpAsync16(base + off + sl * Tile::kSlabBytes, src + sl * 64, 16);
+              }
+            } else {
+#pragma unroll
+              for (int sl = 0; sl < Tile::kSlabs; ++sl) {
+                *reinterpret_cast<uint4*>(smem + off + sl * Tile::kSlabBytes) =
+                    make_uint4(0, 0, 0, 0);
+              }
+            }
+          }
+          CpAsyncArriveNoinc(full_bar + 8 * stage);
+          MbarArrive(full_bar + 8 * stage);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) kv_rows[i] = Src::LoadRow(a, w, 0, rows[i]);
+        for (int b = 0; b < n_blocks; ++b) {
+          const int stage = b & 1;
+          if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
+          uint32_t bits = 0;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t vote = __ballot_sync(0xffffffffu, kv_rows[i] >= 0);
+#pragma unroll
+            for (int sub = 0; sub < 4; ++sub) bits |= ((vote >> (8 * sub)) & 1u) << (4 * i + sub);
+          }
+          if (lane == 0) {
+            *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
+                static_cast<uint16_t>(bits);
+          }
+          const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t off = stage_off + SwizzledOffset(rows[i], chunk);
+            if (kv_rows[i] >= 0) {
+              const uint16_t* src = Src::RowPtr(a, kv_rows[i], chunk * 8);
+#pragma unroll
+              for (int s = 0; s < Tile::kSlabs; ++s) {
+                CpAsync16(base + off + s * Tile::kSlabBytes, src + s * 64, 16);
+              }
+            } else {
+#pragma unroll
+              for (int s = 0; s < Tile::kSlabs; ++s) {
+                *reinterpret_cast<uint4*>(smem + off + s * Tile::kSlabBytes) =
+                    make_uint4(0, 0, 0, 0);
+              }
+            }
+          }
+          CpAsyncArriveNoinc(full_bar + 8 * stage);
+          MbarArrive(full_bar + 8 * stage);
+          if (b + 1 < n_blocks) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              if (kv_rows[i] >= 0) {
-                PrefetchL2(Src::RowPtr(a, kv_rows[i], 0), static_cast<uint32_t>(2 * kDqk));
+              kv_rows[i] = Src::LoadRow(a, w, int64_t{Tile::kBlockN} * (b + 1), rows[i]);
+            }
+            // Pools larger than the L2 (a.prefetch_l2): block b + 1's rows into L2 (one thread
+            // per row) while its stage is still in use, so its cp.async wait on L2, not HBM.
+            // It pays on BF16 decode and not on the FP8 path, which does not do it
+            // (docs/BENCHMARKS.md "Sparse MLA on Hopper").
+            if (Src::PrefetchL2(a) && chunk == 0) {
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                if (kv_rows[i] >= 0) {
+                  PrefetchL2(Src::RowPtr(a, kv_rows[i], 0), static_cast<uint32_t>(2 * kDqk));
+                }
               }
             }
           }
@@ -613,7 +670,8 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a) {
 // split; rows from t's index list (SplitSlots, LoadRow: masked when out of [0, S)).
 struct SparseRows {
   using Args = KernelArgs;
-  using Row = int32_t;  // KV row, -1: masked
+  using Row = int32_t;                      // KV row, -1: masked
+  static constexpr bool kTmaPages = false;  // rows from an index list: no TMA
   struct Work {
     int64_t t;
     int h0, split;
