@@ -365,6 +365,43 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
       }
     } else {
       typename Src::Row kv_rows[4];
+      // The block whose rows are in kv_rows into `stage` (`load(i)` first sets kv_rows[i] where
+      // the caller has not): its validity bits, each valid row by cp.async (completing on the
+      // full barrier: noinc), a masked row as zeros; then every thread's arrival (256 with the
+      // cp.async ones).
+      auto fill_stage = [&](int stage, auto&& load) {
+        uint32_t bits = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          load(i);
+          const uint32_t vote = __ballot_sync(0xffffffffu, kv_rows[i] >= 0);
+#pragma unroll
+          for (int sub = 0; sub < 4; ++sub) bits |= ((vote >> (8 * sub)) & 1u) << (4 * i + sub);
+        }
+        if (lane == 0) {
+          *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
+              static_cast<uint16_t>(bits);
+        }
+        const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t off = stage_off + SwizzledOffset(rows[i], chunk);
+          if (kv_rows[i] >= 0) {
+            const uint16_t* src = Src::RowPtr(a, kv_rows[i], chunk * 8);
+#pragma unroll
+            for (int s = 0; s < Tile::kSlabs; ++s) {
+              CpAsync16(base + off + s * Tile::kSlabBytes, src + s * 64, 16);
+            }
+          } else {
+#pragma unroll
+            for (int s = 0; s < Tile::kSlabs; ++s) {
+              *reinterpret_cast<uint4*>(smem + off + s * Tile::kSlabBytes) = make_uint4(0, 0, 0, 0);
+            }
+          }
+        }
+        CpAsyncArriveNoinc(full_bar + 8 * stage);
+        MbarArrive(full_bar + 8 * stage);
+      };
       if constexpr (Src::kTmaPages) {
         // Whole-page blocks by TMA (Src::TmaBlock: one thread, kSlabs boxes of 64 rows x 64
         // columns, an out-of-range page id read as zeros); a block that is not one whole page
@@ -385,37 +422,7 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
             if (p != 0) MbarArrive(full_bar + 8 * stage);
             continue;
           }
-          uint32_t bits = 0;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            kv_rows[i] = Src::LoadRow(a, w, block_begin, rows[i]);
-            const uint32_t vote = __ballot_sync(0xffffffffu, kv_rows[i] >= 0);
-#pragma unroll
-            for (int sub = 0; sub < 4; ++sub) bits |= ((vote >> (8 * sub)) & 1u) << (4 * i + sub);
-          }
-          if (lane == 0) {
-            *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
-                static_cast<uint16_t>(bits);
-          }
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t off = stage_off + SwizzledOffset(rows[i], chunk);
-            if (kv_rows[i] >= 0) {
-              const uint16_t* src = Src::RowPtr(a, kv_rows[i], chunk * 8);
-#pragma unroll
-              for (int sl = 0; sl < Tile::kSlabs; ++sl) {
-                CpAsync16(base + off + sl * Tile::kSlabBytes, src + sl * 64, 16);
-              }
-            } else {
-#pragma unroll
-              for (int sl = 0; sl < Tile::kSlabs; ++sl) {
-                *reinterpret_cast<uint4*>(smem + off + sl * Tile::kSlabBytes) =
-                    make_uint4(0, 0, 0, 0);
-              }
-            }
-          }
-          CpAsyncArriveNoinc(full_bar + 8 * stage);
-          MbarArrive(full_bar + 8 * stage);
+          fill_stage(stage, [&](int i) { kv_rows[i] = Src::LoadRow(a, w, block_begin, rows[i]); });
         }
       } else {
 #pragma unroll
@@ -423,37 +430,7 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
         for (int b = 0; b < n_blocks; ++b) {
           const int stage = b & 1;
           if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
-          uint32_t bits = 0;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t vote = __ballot_sync(0xffffffffu, kv_rows[i] >= 0);
-#pragma unroll
-            for (int sub = 0; sub < 4; ++sub) bits |= ((vote >> (8 * sub)) & 1u) << (4 * i + sub);
-          }
-          if (lane == 0) {
-            *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
-                static_cast<uint16_t>(bits);
-          }
-          const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t off = stage_off + SwizzledOffset(rows[i], chunk);
-            if (kv_rows[i] >= 0) {
-              const uint16_t* src = Src::RowPtr(a, kv_rows[i], chunk * 8);
-#pragma unroll
-              for (int s = 0; s < Tile::kSlabs; ++s) {
-                CpAsync16(base + off + s * Tile::kSlabBytes, src + s * 64, 16);
-              }
-            } else {
-#pragma unroll
-              for (int s = 0; s < Tile::kSlabs; ++s) {
-                *reinterpret_cast<uint4*>(smem + off + s * Tile::kSlabBytes) =
-                    make_uint4(0, 0, 0, 0);
-              }
-            }
-          }
-          CpAsyncArriveNoinc(full_bar + 8 * stage);
-          MbarArrive(full_bar + 8 * stage);
+          fill_stage(stage, [](int) {});  // kv_rows loaded a block ahead (below)
           if (b + 1 < n_blocks) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
