@@ -49,7 +49,21 @@ __global__ void FillIntKernel(int32_t* out, int64_t n, int32_t lo, uint32_t span
   }
 }
 
+__global__ void FillRows32Kernel(char* base, int64_t pitch, int64_t words, int64_t rows,
+                                 uint32_t value) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < words * rows;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    reinterpret_cast<uint32_t*>(base + (i / words) * pitch)[i % words] = value;
+  }
+}
+
 }  // namespace
+
+gpu::Error LaunchFillRows32(void* base, int64_t pitch, int64_t words, int64_t rows, uint32_t value,
+                            gpu::Stream stream) {
+  FillRows32Kernel<<<1024, 256, 0, stream>>>(static_cast<char*>(base), pitch, words, rows, value);
+  return gpu::GetLastError();
+}
 
 gpu::Error LaunchFill(void* out, int dtype, int64_t n, float scale, uint64_t seed,
                       gpu::Stream stream) {

@@ -1,11 +1,12 @@
 // GPU benchmarks of sparse MLA, the shapes of docs/BENCHMARKS.md "Anchors and ceilings": DeepSeek
 // prefill T4096 S32K H128 d576 K2048, GLM prefill T2048 S32K H64 and H16 d512 K2048, and decode
 // B 1 / 32 / 64 / 128 x next_n 1 and 2 (T = B·next_n) at H128 d576 K2048 over a pool of B x 32K
-// rows, with a bf16 KV cache and with the FP8 cache (656-byte rows). Indices are uniform in
-// [0, S); FLOPs count every slot (FlashMLA's count: 2·T·H·K·(d_qk + 512)), logical bytes as
-// sparse_mla::Count with E = T·K (2·d_qk or 656 bytes per row). Counts come from the shapes
-// (CountSlots), never from device data. Presets share one KV pool per (S, format). Each preset
-// and implementation runs in both precisions (FAST, HIGH: the JSON line's "precision").
+// rows, with a bf16 KV cache and with the FP8 cache (656-byte rows; scales 2^-7, one preset with
+// f32 scales that are not bf16 values). Indices are uniform in [0, S); FLOPs count every slot
+// (FlashMLA's count: 2·T·H·K·(d_qk + 512)), logical bytes as sparse_mla::Count with E = T·K
+// (2·d_qk or 656 bytes per row). Counts come from the shapes (CountSlots), never from device
+// data. Presets share one KV pool per (S, format, scale kind). Each preset and implementation
+// runs in both precisions (FAST, HIGH: the JSON line's "precision").
 // The split-K sweep (op sparse_mla_splits, below) runs only when --filter names it.
 #include "kernels/sparse_mla/sparse_mla.h"
 
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/gpu/fill.h"
 #include "bench/gpu/gpu_bench.h"
 #include "kernels/sparse_mla/gpu/launch.h"
 
@@ -37,6 +39,10 @@ struct Preset {
   // Params::batch_invariant (docs/BENCHMARKS.md "Batch invariance"): "<shape>_invariant"
   // beside the same shape without it, to measure the option's cost.
   bool batch_invariant = false;
+  // FP8 scales: powers of two (false; FlashMLA's quantiser rounds its scales up to one, and
+  // they take the Hopper kernel's integer decode) or an f32 that is not a bf16
+  // ("<shape>_f32scales": the general conversion path).
+  bool f32_scales = false;
 };
 
 constexpr Preset kPresets[] = {
@@ -75,19 +81,26 @@ constexpr Preset kPresets[] = {
      2048, false, true, true},
     {"deepseek_decode_b1_s32768_h128_d576_k2048_fp8kv_invariant", 1, 32768, 128, 576, 2048, false,
      true, true},
+    {"deepseek_decode_b128_s4194304_h128_d576_k2048_fp8kv_f32scales", 128, 128 * 32768, 128, 576,
+     2048, false, true, false, true},
 };
 
-// One KV pool per (S, d_qk, format), shared by the presets and implementations that use it.
+// One KV pool per (S, d_qk, format, FP8 scale kind), shared by the presets and implementations
+// that use it.
 struct KvPool {
   std::shared_ptr<DeviceArena> arena;
   void* data = nullptr;
 };
-using KvPools = std::map<std::tuple<int64_t, int64_t, bool>, KvPool>;
+using KvPools = std::map<std::tuple<int64_t, int64_t, bool, bool>, KvPool>;
 
-// The pool of `preset`: random bf16, or FP8 rows of random e4m3 codes (never NaN) whose scales
-// and rope bytes are all 0x3c (f32 scales 0.0115, bf16 rope 0.0115: finite, non-zero).
+// f32 2^-7: the FP8 rows' scales unless the preset asks for f32 ones.
+constexpr uint32_t kPow2ScaleBits = 0x3c000000u;
+
+// The pool of `preset`: random bf16, or FP8 rows of random e4m3 codes (never NaN) whose rope
+// bytes are all 0x3c (bf16 0.0115: finite, non-zero) and whose scales are 2^-7 or, for
+// f32_scales, 0x3c3c3c3c (0.0115, not a bf16).
 absl::StatusOr<KvPool> PoolFor(const Preset& preset, KvPools* pools, uint64_t seed) {
-  const auto key = std::make_tuple(preset.s, preset.d_qk, preset.fp8);
+  const auto key = std::make_tuple(preset.s, preset.d_qk, preset.fp8, preset.f32_scales);
   if (auto it = pools->find(key); it != pools->end()) return it->second;
   KvPool pool;
   pool.arena = std::make_shared<DeviceArena>();
@@ -99,6 +112,12 @@ absl::StatusOr<KvPool> PoolFor(const Preset& preset, KvPools* pools, uint64_t se
     GPU_RETURN_IF_ERROR(cudaMemset2D(
         static_cast<char*>(*kv) + sparse_mla::kFp8ScaleOffset, static_cast<size_t>(row), 0x3c,
         static_cast<size_t>(row - sparse_mla::kFp8ScaleOffset), static_cast<size_t>(s)));
+    if (!preset.f32_scales) {
+      GPU_RETURN_IF_ERROR(
+          LaunchFillRows32(static_cast<char*>(*kv) + sparse_mla::kFp8ScaleOffset, row,
+                           sparse_mla::kFp8RopeOffset / 4 - sparse_mla::kFp8ScaleOffset / 4, s,
+                           kPow2ScaleBits, nullptr));
+    }
     GPU_RETURN_IF_ERROR(cudaDeviceSynchronize());
     pool.data = *kv;
   } else {
