@@ -14,6 +14,10 @@
 //                   chain otherwise: bit for bit fp8_kv.cuh's result) and st.shared into the
 //                   same swizzled stage; the bf16 rope goes by cp.async. Then
 //                   fence.proxy.async and a cp.async and a plain mbarrier arrive per thread.
+//                   With H a multiple of 128 the launcher makes each token's two head groups
+//                   a cluster of two CTAs that split every block's dequantisation: each
+//                   stores its rows into both stages (st.async to the peer) and loads them
+//                   through a rolling pipeline (docs/KERNELS.md "FP8 cache in CTA pairs").
 //   WG0 (softmax)   S = Q·Kᵀ (m64n64k16, A = Q and B = K from shared memory), masks invalid
 //                   slots to -inf, online softmax in log2 units (exp2 with sm_scale·log2e folded,
 //                   running max from -1e30), P in bf16: HIGH as hi + lo (|P - hi - lo| <=
@@ -243,16 +247,32 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
   const uint32_t full_bar = base + Tile::kBarOffset;  // + 8·stage
   const uint32_t empty_bar = full_bar + 16;           // + 8·stage
   const uint32_t q_bar = full_bar + 32;
+  // FP8 in CTA pairs (launched as clusters of two: the token's two 64-head groups; without a
+  // cluster `pair` is 1): each CTA dequantises half of every block's rows into its own stage and,
+  // by st.async, into its peer's (completing on the peer's full barrier), and the peer's
+  // consumers also release this CTA's stages (empty barriers count both CTAs' warps).
+  uint32_t pair = 1, rank = 0, peer_base = 0;
+  if constexpr (kFp8) {
+    pair = ClusterNumCtas();
+    if (pair == 2) {
+      rank = ClusterCtaRank();
+      peer_base = MapShared(base, rank ^ 1u);
+    }
+  }
   if (tid == 0) {
     constexpr uint32_t kFull = kFp8 ? Tile::kFullCountFp8 : Tile::kFullCount;
     MbarInit(full_bar, kFull);
     MbarInit(full_bar + 8, kFull);
-    MbarInit(empty_bar, Tile::kEmptyCount);
-    MbarInit(empty_bar + 8, Tile::kEmptyCount);
+    MbarInit(empty_bar, pair * Tile::kEmptyCount);
+    MbarInit(empty_bar + 8, pair * Tile::kEmptyCount);
     MbarInit(q_bar, Tile::kQCount);
     FenceMbarInit();
   }
-  __syncthreads();
+  if (pair == 2) {
+    ClusterSync();  // the peer's barriers are initialised before any remote operation
+  } else {
+    __syncthreads();
+  }
 
   if (wg == 2) {
     // ---- Producer: thread (warp pw, lane) fills 16-byte chunk lane % 8 of every slab of rows
@@ -262,7 +282,10 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
     int rows[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) rows[i] = pw * 16 + 4 * i + (lane >> 3);
-    if (n_blocks == 0) return;
+    if (n_blocks == 0) {  // both CTAs of a pair have the same blocks
+      if (pair == 2) ClusterSync();
+      return;
+    }
     const uint16_t* q_tok = Src::QueryBase(a, w);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -280,8 +303,10 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
       // 16c..16c+15: slab c / 4, 16-byte chunks 2(c % 4) and + 1) with its tile's scale
       // (c / 8; wgmma_internal::DequantFp8x16Int); the rope is copied by cp.async. Odd slabs
       // store their high chunk first: the 8 lanes of a store phase then hit 8 distinct bank
-      // groups.
+      // groups. In a pair, CTA `rank` dequantises rows pw·16 + 8·rank + i (i < 8) and stores
+      // each chunk into both CTAs' stages; its thread 0 expects the peer's bytes.
       const SlotRange& range = w.range;
+      constexpr uint32_t kPeerBytes = 4 * 8 * kDimV * 2;  // 4 warps x 8 rows x 512 bf16
       constexpr int kRound = Tile::kFp8RoundRows;
       static_assert(16 % kRound == 0, "rounds split a warp's 16 rows");
       const int slab = lane >> 2;
@@ -297,72 +322,188 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
         const int64_t i = range.begin + int64_t{Tile::kBlockN} * b + pw * 16 + lane;
         return lane < 16 ? LoadRow(a, range, i) : int32_t{-1};
       };
-      int32_t kv_row = load_row(0);
-      for (int b = 0; b < n_blocks; ++b) {
-        const int stage = b & 1;
-        const int32_t cur_row = kv_row;
-        if (b + 1 < n_blocks) kv_row = load_row(b + 1);  // in flight under this block's gather
-        const uint32_t bits = __ballot_sync(0xffffffffu, cur_row >= 0) & 0xffffu;
-        const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
-#pragma unroll 1
-        for (int first = 0; first < 16; first += kRound) {
-          uint4 codes[kRound];
-          uint32_t scales[kRound];
+      if (pair == 2) {
+        const int first_begin = 8 * static_cast<int>(rank), first_end = first_begin + 8;
+        // Lane l < 16's address of row pw·16 + l of a block whose rows `rows` holds (null: masked,
+        // or no such block).
+        auto row_ptr = [&](int32_t rows) {
+          return rows >= 0 ? a.kv_fp8 + static_cast<int64_t>(rows) * a.kv_fp8_stride
+                           : static_cast<const uint8_t*>(nullptr);
+        };
+        // Code chunk and scale of row first + i of the block whose row addresses `ptrs` holds
+        // (zeros for a null address: it reads nothing). The shuffles do not depend on the
+        // dequantisation, so they are issued ahead of it.
+        uint4 codes[kRound];
+        uint32_t scales[kRound];
+        auto load_codes = [&](const uint8_t* ptrs, int first, int i) {
+          const uint8_t* src = reinterpret_cast<const uint8_t*>(
+              __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(ptrs), first + i));
+          if (src != nullptr) {  // warp-uniform
+            codes[i] = wgmma_internal::LdgNc16(src + code_byte);
+            scales[i] = wgmma_internal::LdgNc4(src + scale_byte);
+          } else {
+            codes[i] = make_uint4(0, 0, 0, 0);
+            scales[i] = 0;
+          }
+        };
+        // A rolling pipeline of kRound rows: as row i of a round is dequantised, row i of the
+        // next round (this block's, or the next block's first) is loaded in its registers, so
+        // the loads of a round are in flight under the dequantisation of the previous one and
+        // under the wait for the next stage. Row indices are loaded two blocks ahead.
+        const int rounds = (first_end - first_begin) / kRound;
+        int32_t rows_cur = load_row(0);
+        int32_t rows_next = n_blocks > 1 ? load_row(1) : int32_t{-1};
+        {
+          const uint8_t* ptrs = row_ptr(rows_cur);
 #pragma unroll
-          for (int i = 0; i < kRound; ++i) {
-            const int32_t row = __shfl_sync(0xffffffffu, cur_row, first + i);
-            if (row >= 0) {  // warp-uniform; a masked row reads nothing and stores zeros
-              const uint8_t* src = a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride;
-              codes[i] = wgmma_internal::LdgNc16(src + code_byte);
-              scales[i] = wgmma_internal::LdgNc4(src + scale_byte);
+          for (int i = 0; i < kRound; ++i) load_codes(ptrs, first_begin, i);
+        }
+        for (int b = 0; b < n_blocks; ++b) {
+          const int stage = b & 1;
+          const int32_t rows_after = b + 2 < n_blocks ? load_row(b + 2) : int32_t{-1};
+          const uint32_t bits = __ballot_sync(0xffffffffu, rows_cur >= 0) & 0xffffu;
+          const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
+          const uint32_t peer_full = peer_base + (full_bar - base) + 8 * stage;
+          if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
+          if (lane == 0) {
+            *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
+                static_cast<uint16_t>(bits);
+          }
+          // The rope (bf16 already) by cp.async straight to slab 8: lane l copies chunk l % 8 of
+          // rows 4i + l / 8 (zeros for a masked row); they complete on the full barrier.
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int j = 4 * i + lane / 8;
+            const int32_t row = __shfl_sync(0xffffffffu, rows_cur, j);
+            const uint32_t dst =
+                stage_off + rope_off + SwizzledOffset(static_cast<uint32_t>(pw * 16 + j), lane & 7);
+            if (row >= 0) {
+              CpAsync16(base + dst,
+                        a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride + rope_src_byte, 16);
             } else {
-              codes[i] = make_uint4(0, 0, 0, 0);
-              scales[i] = 0;
+              *reinterpret_cast<uint4*>(smem + dst) = make_uint4(0, 0, 0, 0);
             }
           }
-          if (first == 0) {  // the first round's loads are in flight while the stage drains
-            if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
-            if (lane == 0) {
-              *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
-                  static_cast<uint16_t>(bits);
-            }
-            // The rope (bf16 already) by cp.async straight to slab 8: lane l copies chunk l % 8
-            // of rows 4i + l / 8 (zeros for a masked row); they complete on the full barrier.
+          const uint8_t* ptrs_cur = row_ptr(rows_cur);
+          const uint8_t* ptrs_next = row_ptr(rows_next);
+#pragma unroll 1
+          for (int r = 0; r < rounds; ++r) {
+            const int first = first_begin + kRound * r;
+            const bool same_block = r + 1 < rounds;
+            // The next round's rows: null addresses after the last block (nothing is read).
+            const uint8_t* next_ptrs = same_block ? ptrs_cur : ptrs_next;
+            const int next_first = same_block ? first + kRound : first_begin;
+            // Rows first + i (a multiple of 8 plus i: swizzle phase i) of this warp's slab rows.
+            const uint32_t row_base =
+                stage_off + slab_off + static_cast<uint32_t>(pw * 16 + first) * kSwizzleRowBytes;
+            // Dequantise every row of the round, loading the next round's row i as row i is
+            // done. Odd-slab lanes swap their code halves, so the first store always takes the
+            // first result.
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int j = 4 * i + lane / 8;
-              const int32_t row = __shfl_sync(0xffffffffu, cur_row, j);
-              const uint32_t dst = stage_off + rope_off +
-                                   SwizzledOffset(static_cast<uint32_t>(pw * 16 + j), lane & 7);
-              if (row >= 0) {
-                CpAsync16(base + dst,
-                          a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride + rope_src_byte,
-                          16);
+            for (int i = 0; i < kRound; ++i) {
+              const uint4 c =
+                  swap ? make_uint4(codes[i].z, codes[i].w, codes[i].x, codes[i].y) : codes[i];
+              uint4 d0, d1;
+              // Power-of-two-like scales (what quantisers write): the integer decode and a
+              // bf16x2 multiply per pair; else fp8_kv.cuh's cvt chain (the same bits where both
+              // apply). Decided per row: a row's vote waits for that row's loads only.
+              if (__all_sync(0xffffffffu, wgmma_internal::Bf16ScaleFastPath(scales[i]))) {
+                wgmma_internal::DequantFp8x16Int(c, scales[i], &d0, &d1);
               } else {
-                *reinterpret_cast<uint4*>(smem + dst) = make_uint4(0, 0, 0, 0);
+                DequantFp8x16(c, ::attnd::gpu::BitsToFloat(scales[i]), &d0, &d1);
+              }
+              load_codes(next_ptrs, next_first, i);
+              const uint32_t off0 = row_base + SwizzledOffset(i, chunk_first);
+              const uint32_t off1 = row_base + SwizzledOffset(i, chunk_first ^ 1u);
+              *reinterpret_cast<uint4*>(smem + off0) = d0;
+              *reinterpret_cast<uint4*>(smem + off1) = d1;
+              StAsync16(peer_base + off0, d0, peer_full);
+              StAsync16(peer_base + off1, d1, peer_full);
+            }
+          }
+          CpAsyncArriveNoinc(full_bar + 8 * stage);  // the rope copies
+          FenceProxyAsync();  // the generic stores before the consumers' wgmma reads
+          if (p == 0) {
+            MbarArriveExpectTx(full_bar + 8 * stage, kPeerBytes);  // the peer's rows
+          } else {
+            MbarArrive(full_bar + 8 * stage);
+          }
+          rows_cur = rows_next;
+          rows_next = rows_after;
+        }
+      } else {
+        // One CTA per token and split: two rounds of kRound rows per block; a round's loads are
+        // issued before the stage's wait (first round) or right after the previous round's
+        // stores. (The rolling pipeline above measured slower here: docs/KERNELS.md.)
+        int32_t kv_row = load_row(0);
+        for (int b = 0; b < n_blocks; ++b) {
+          const int stage = b & 1;
+          const int32_t cur_row = kv_row;
+          if (b + 1 < n_blocks) kv_row = load_row(b + 1);  // in flight under this block's gather
+          const uint32_t bits = __ballot_sync(0xffffffffu, cur_row >= 0) & 0xffffu;
+          const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
+#pragma unroll 1
+          for (int first = 0; first < 16; first += kRound) {
+            uint4 codes[kRound];
+            uint32_t scales[kRound];
+#pragma unroll
+            for (int i = 0; i < kRound; ++i) {
+              const int32_t row = __shfl_sync(0xffffffffu, cur_row, first + i);
+              if (row >= 0) {  // warp-uniform; a masked row reads nothing and stores zeros
+                const uint8_t* src = a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride;
+                codes[i] = wgmma_internal::LdgNc16(src + code_byte);
+                scales[i] = wgmma_internal::LdgNc4(src + scale_byte);
+              } else {
+                codes[i] = make_uint4(0, 0, 0, 0);
+                scales[i] = 0;
               }
             }
-          }
+            if (first == 0) {  // the first round's loads are in flight while the stage drains
+              if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
+              if (lane == 0) {
+                *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
+                    static_cast<uint16_t>(bits);
+              }
+              // The rope (bf16 already) by cp.async straight to slab 8: lane l copies chunk l % 8
+              // of rows 4i + l / 8 (zeros for a masked row); they complete on the full barrier.
 #pragma unroll
-          for (int i = 0; i < kRound; ++i) {
-            const uint32_t row = static_cast<uint32_t>(pw * 16 + first + i);
-            uint4 lo, hi;
-            // Power-of-two-like scales (what quantisers write): the integer decode and a
-            // bf16x2 multiply.
-            if (__all_sync(0xffffffffu, wgmma_internal::Bf16ScaleFastPath(scales[i]))) {
-              wgmma_internal::DequantFp8x16Int(codes[i], scales[i], &lo, &hi);
-            } else {  // other scales (any f32, inf or NaN): fp8_kv.cuh's cvt chain
-              DequantFp8x16(codes[i], ::attnd::gpu::BitsToFloat(scales[i]), &lo, &hi);
+              for (int i = 0; i < 4; ++i) {
+                const int j = 4 * i + lane / 8;
+                const int32_t row = __shfl_sync(0xffffffffu, cur_row, j);
+                const uint32_t dst = stage_off + rope_off +
+                                     SwizzledOffset(static_cast<uint32_t>(pw * 16 + j), lane & 7);
+                if (row >= 0) {
+                  CpAsync16(base + dst,
+                            a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride + rope_src_byte,
+                            16);
+                } else {
+                  *reinterpret_cast<uint4*>(smem + dst) = make_uint4(0, 0, 0, 0);
+                }
+              }
             }
-            uint8_t* dst = smem + stage_off + slab_off;
-            *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first)) = swap ? hi : lo;
-            *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first ^ 1u)) = swap ? lo : hi;
+#pragma unroll
+            for (int i = 0; i < kRound; ++i) {
+              const uint32_t row = static_cast<uint32_t>(pw * 16 + first + i);
+              uint4 lo, hi;
+              // Power-of-two-like scales (what quantisers write): the integer decode and a
+              // bf16x2 multiply.
+              if (__all_sync(0xffffffffu, wgmma_internal::Bf16ScaleFastPath(scales[i]))) {
+                wgmma_internal::DequantFp8x16Int(codes[i], scales[i], &lo, &hi);
+              } else {  // other scales (any f32, inf or NaN): fp8_kv.cuh's cvt chain
+                DequantFp8x16(codes[i], ::attnd::gpu::BitsToFloat(scales[i]), &lo, &hi);
+              }
+              uint8_t* dst = smem + stage_off + slab_off;
+              *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first)) = swap ? hi : lo;
+              *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first ^ 1u)) =
+                  swap ? lo : hi;
+            }
           }
+          CpAsyncArriveNoinc(full_bar + 8 * stage);  // the rope copies
+          FenceProxyAsync();  // the generic stores before the consumers' wgmma reads
+          MbarArrive(full_bar + 8 * stage);
         }
-        CpAsyncArriveNoinc(full_bar + 8 * stage);  // the rope copies
-        FenceProxyAsync();  // the generic stores before the consumers' wgmma reads
-        MbarArrive(full_bar + 8 * stage);
       }
+      if (pair == 2) ClusterSync();  // the peer's last arrivals on this CTA's barriers
     } else {
       typename Src::Row kv_rows[4];
       // The block whose rows are in kv_rows into `stage` (`load(i)` first sets kv_rows[i] where
@@ -555,7 +696,10 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
         issue_pv(stage ^ 1);
         WgmmaWait<0>();
         FenceAccumulators(o);
-        if (lane == 0) MbarArrive(empty_bar + 8 * (stage ^ 1));
+        if (lane == 0) {
+          MbarArrive(empty_bar + 8 * (stage ^ 1));
+          if (pair == 2) MbarArriveRemote(peer_base + (empty_bar - base) + 8 * (stage ^ 1));
+        }
         MbarWait(full_bar + 8 * stage, (b >> 1) & 1);
         FenceProxyAsync();
         WgmmaFence();
@@ -632,12 +776,16 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
       WgmmaCommit();
       WgmmaWait<0>();
       FenceAccumulators(o);
-      if (lane == 0) MbarArrive(empty_bar + 8 * stage);
+      if (lane == 0) {
+        MbarArrive(empty_bar + 8 * stage);
+        if (pair == 2) MbarArriveRemote(peer_base + (empty_bar - base) + 8 * stage);
+      }
     }
     NamedBarSync(kBarStats, 256);
     const float l[2] = {sum_s[r0], sum_s[r0 + 8]};
     Src::StoreO(a, w, o, r0, kDimV / 2 + 2 * (lane % 4), l);
   }
+  if (pair == 2) ClusterSync();  // the producer's matching sync is at the end of its loop
 #else
   __trap();  // sm_90a only: GpuSupports refuses other devices
 #endif
@@ -701,8 +849,26 @@ template <int kDqk, bool kExactP = true, bool kFp8 = false>
   const void* fn = reinterpret_cast<const void*>(&SparseMlaWgmmaKernel<kDqk, kExactP, kFp8>);
   const ::attnd::gpu::Error e = ::attnd::gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
   if (e != ::attnd::gpu::kSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * (a.heads / Tile::kBlockM)),
+  const int groups = a.heads / Tile::kBlockM;
+  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
                   static_cast<unsigned>(a.splits));
+  if (kFp8 && groups % 2 == 0) {
+    // The FP8 cache in CTA pairs: blockIdx.x 2i and 2i + 1 are one token's neighbouring head
+    // groups (WgmmaAttention's `pair`).
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(Tile::kThreads, 1, 1);
+    config.dynamicSmemBytes = static_cast<size_t>(Tile::kSmemBytes);
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, SparseMlaWgmmaKernel<kDqk, kExactP, kFp8>, a);
+  }
   SparseMlaWgmmaKernel<kDqk, kExactP, kFp8><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
   return ::attnd::gpu::GetLastError();
 }

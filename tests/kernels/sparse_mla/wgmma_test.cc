@@ -227,7 +227,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SparseMlaWgmmaShapes,
                          });
 
 // The FP8 cache (power-of-two scales: the reference decodes exactly what the kernel computes,
-// so the bf16 bounds hold unchanged) at H 64 / 128.
+// so the bf16 bounds hold unchanged) at H 64 (one CTA per token and split) and 128 (the kernel
+// runs the token's two head groups as a CTA pair).
 class SparseMlaWgmmaFp8 : public ::testing::TestWithParam<int64_t> {
  protected:
   SparseMlaSpec Spec() const {
