@@ -442,15 +442,19 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
           if (b + 1 < n_blocks) kv_row = load_row(b + 1);  // in flight under this block's gather
           const uint32_t bits = __ballot_sync(0xffffffffu, cur_row >= 0) & 0xffffu;
           const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
+          // Lane l < 16's address of row pw·16 + l (null: masked), shuffled to the warp per row.
+          const uint8_t* ptrs = cur_row >= 0
+                                    ? a.kv_fp8 + static_cast<int64_t>(cur_row) * a.kv_fp8_stride
+                                    : static_cast<const uint8_t*>(nullptr);
 #pragma unroll 1
           for (int first = 0; first < 16; first += kRound) {
             uint4 codes[kRound];
             uint32_t scales[kRound];
 #pragma unroll
             for (int i = 0; i < kRound; ++i) {
-              const int32_t row = __shfl_sync(0xffffffffu, cur_row, first + i);
-              if (row >= 0) {  // warp-uniform; a masked row reads nothing and stores zeros
-                const uint8_t* src = a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride;
+              const uint8_t* src = reinterpret_cast<const uint8_t*>(
+                  __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(ptrs), first + i));
+              if (src != nullptr) {  // warp-uniform; a masked row reads nothing, stores zeros
                 codes[i] = wgmma_internal::LdgNc16(src + code_byte);
                 scales[i] = wgmma_internal::LdgNc4(src + scale_byte);
               } else {
@@ -481,21 +485,24 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
                 }
               }
             }
+            // Rows first + i (first a multiple of 8: swizzle phase i) of this warp's slab rows;
+            // odd-slab lanes swap their code halves, so the first store takes the first result.
+            const uint32_t row_base =
+                stage_off + slab_off + static_cast<uint32_t>(pw * 16 + first) * kSwizzleRowBytes;
 #pragma unroll
             for (int i = 0; i < kRound; ++i) {
-              const uint32_t row = static_cast<uint32_t>(pw * 16 + first + i);
-              uint4 lo, hi;
+              const uint4 c =
+                  swap ? make_uint4(codes[i].z, codes[i].w, codes[i].x, codes[i].y) : codes[i];
+              uint4 d0, d1;
               // Power-of-two-like scales (what quantisers write): the integer decode and a
               // bf16x2 multiply.
               if (__all_sync(0xffffffffu, wgmma_internal::Bf16ScaleFastPath(scales[i]))) {
-                wgmma_internal::DequantFp8x16Int(codes[i], scales[i], &lo, &hi);
+                wgmma_internal::DequantFp8x16Int(c, scales[i], &d0, &d1);
               } else {  // other scales (any f32, inf or NaN): fp8_kv.cuh's cvt chain
-                DequantFp8x16(codes[i], ::attnd::gpu::BitsToFloat(scales[i]), &lo, &hi);
+                DequantFp8x16(c, ::attnd::gpu::BitsToFloat(scales[i]), &d0, &d1);
               }
-              uint8_t* dst = smem + stage_off + slab_off;
-              *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first)) = swap ? hi : lo;
-              *reinterpret_cast<uint4*>(dst + SwizzledOffset(row, chunk_first ^ 1u)) =
-                  swap ? lo : hi;
+              *reinterpret_cast<uint4*>(smem + row_base + SwizzledOffset(i, chunk_first)) = d0;
+              *reinterpret_cast<uint4*>(smem + row_base + SwizzledOffset(i, chunk_first ^ 1u)) = d1;
             }
           }
           CpAsyncArriveNoinc(full_bar + 8 * stage);  // the rope copies
