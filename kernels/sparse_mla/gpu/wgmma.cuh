@@ -322,30 +322,80 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
         const int64_t i = range.begin + int64_t{Tile::kBlockN} * b + pw * 16 + lane;
         return lane < 16 ? LoadRow(a, range, i) : int32_t{-1};
       };
+      // Lane l < 16's address of row pw·16 + l of a block whose rows `rows` holds (null: masked,
+      // or no such block).
+      auto row_ptr = [&](int32_t rows) {
+        return rows >= 0 ? a.kv_fp8 + static_cast<int64_t>(rows) * a.kv_fp8_stride
+                         : static_cast<const uint8_t*>(nullptr);
+      };
+      // Code chunk and scale of row first + i of the block whose row addresses `ptrs` holds
+      // (zeros for a null address: it reads nothing). The shuffles do not depend on the
+      // dequantisation, so they are issued ahead of it.
+      uint4 codes[kRound];
+      uint32_t scales[kRound];
+      auto load_codes = [&](const uint8_t* ptrs, int first, int i) {
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(ptrs), first + i));
+        if (src != nullptr) {  // warp-uniform
+          codes[i] = wgmma_internal::LdgNc16(src + code_byte);
+          scales[i] = wgmma_internal::LdgNc4(src + scale_byte);
+        } else {
+          codes[i] = make_uint4(0, 0, 0, 0);
+          scales[i] = 0;
+        }
+      };
+      // The block's validity bits (from `bits`) and its rope (bf16 already) by cp.async straight
+      // to slab 8: lane l copies chunk l % 8 of rows 4i + l / 8 (zeros for a masked row); they
+      // complete on the full barrier.
+      auto mask_and_rope = [&](int stage, uint32_t stage_off, int32_t rows, uint32_t bits) {
+        if (lane == 0) {
+          *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
+              static_cast<uint16_t>(bits);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = 4 * i + lane / 8;
+          const int32_t row = __shfl_sync(0xffffffffu, rows, j);
+          const uint32_t dst =
+              stage_off + rope_off + SwizzledOffset(static_cast<uint32_t>(pw * 16 + j), lane & 7);
+          if (row >= 0) {
+            CpAsync16(base + dst,
+                      a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride + rope_src_byte, 16);
+          } else {
+            *reinterpret_cast<uint4*>(smem + dst) = make_uint4(0, 0, 0, 0);
+          }
+        }
+      };
+      // Row i of the loaded round as the two bf16 chunks its lane stores first and second:
+      // odd-slab lanes swap their code halves, so the first store always takes the first
+      // result. Power-of-two-like scales (what quantisers write): the integer decode and a
+      // bf16x2 multiply per pair; else fp8_kv.cuh's cvt chain (the same bits where both apply).
+      // Decided per row: a row's vote waits for that row's loads only.
+      auto dequant = [&](int i, uint4* d0, uint4* d1) {
+        const uint4 c =
+            swap ? make_uint4(codes[i].z, codes[i].w, codes[i].x, codes[i].y) : codes[i];
+        if (__all_sync(0xffffffffu, wgmma_internal::Bf16ScaleFastPath(scales[i]))) {
+          wgmma_internal::DequantFp8x16Int(c, scales[i], d0, d1);
+        } else {
+          DequantFp8x16(c, ::attnd::gpu::BitsToFloat(scales[i]), d0, d1);
+        }
+      };
+      // Rows first + i (i < kRound; first a multiple of 8, so row i has swizzle phase i) of the
+      // stage at `stage_off`: each row's two chunks and their offsets to `put(i, off0, d0, off1,
+      // d1)` (off0: the chunk this lane stores first).
+      auto dequant_round = [&](uint32_t stage_off, int first, auto&& put) {
+        const uint32_t row_base =
+            stage_off + slab_off + static_cast<uint32_t>(pw * 16 + first) * kSwizzleRowBytes;
+#pragma unroll
+        for (int i = 0; i < kRound; ++i) {
+          uint4 d0, d1;
+          dequant(i, &d0, &d1);
+          put(i, row_base + SwizzledOffset(i, chunk_first), d0,
+              row_base + SwizzledOffset(i, chunk_first ^ 1u), d1);
+        }
+      };
       if (pair == 2) {
         const int first_begin = 8 * static_cast<int>(rank), first_end = first_begin + 8;
-        // Lane l < 16's address of row pw·16 + l of a block whose rows `rows` holds (null: masked,
-        // or no such block).
-        auto row_ptr = [&](int32_t rows) {
-          return rows >= 0 ? a.kv_fp8 + static_cast<int64_t>(rows) * a.kv_fp8_stride
-                           : static_cast<const uint8_t*>(nullptr);
-        };
-        // Code chunk and scale of row first + i of the block whose row addresses `ptrs` holds
-        // (zeros for a null address: it reads nothing). The shuffles do not depend on the
-        // dequantisation, so they are issued ahead of it.
-        uint4 codes[kRound];
-        uint32_t scales[kRound];
-        auto load_codes = [&](const uint8_t* ptrs, int first, int i) {
-          const uint8_t* src = reinterpret_cast<const uint8_t*>(
-              __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(ptrs), first + i));
-          if (src != nullptr) {  // warp-uniform
-            codes[i] = wgmma_internal::LdgNc16(src + code_byte);
-            scales[i] = wgmma_internal::LdgNc4(src + scale_byte);
-          } else {
-            codes[i] = make_uint4(0, 0, 0, 0);
-            scales[i] = 0;
-          }
-        };
         // A rolling pipeline of kRound rows: as row i of a round is dequantised, row i of the
         // next round (this block's, or the next block's first) is loaded in its registers, so
         // the loads of a round are in flight under the dequantisation of the previous one and
@@ -365,25 +415,7 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
           const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
           const uint32_t peer_full = peer_base + (full_bar - base) + 8 * stage;
           if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
-          if (lane == 0) {
-            *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
-                static_cast<uint16_t>(bits);
-          }
-          // The rope (bf16 already) by cp.async straight to slab 8: lane l copies chunk l % 8 of
-          // rows 4i + l / 8 (zeros for a masked row); they complete on the full barrier.
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int j = 4 * i + lane / 8;
-            const int32_t row = __shfl_sync(0xffffffffu, rows_cur, j);
-            const uint32_t dst =
-                stage_off + rope_off + SwizzledOffset(static_cast<uint32_t>(pw * 16 + j), lane & 7);
-            if (row >= 0) {
-              CpAsync16(base + dst,
-                        a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride + rope_src_byte, 16);
-            } else {
-              *reinterpret_cast<uint4*>(smem + dst) = make_uint4(0, 0, 0, 0);
-            }
-          }
+          mask_and_rope(stage, stage_off, rows_cur, bits);
           const uint8_t* ptrs_cur = row_ptr(rows_cur);
           const uint8_t* ptrs_next = row_ptr(rows_next);
 #pragma unroll 1
@@ -393,33 +425,16 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
             // The next round's rows: null addresses after the last block (nothing is read).
             const uint8_t* next_ptrs = same_block ? ptrs_cur : ptrs_next;
             const int next_first = same_block ? first + kRound : first_begin;
-            // Rows first + i (a multiple of 8 plus i: swizzle phase i) of this warp's slab rows.
-            const uint32_t row_base =
-                stage_off + slab_off + static_cast<uint32_t>(pw * 16 + first) * kSwizzleRowBytes;
             // Dequantise every row of the round, loading the next round's row i as row i is
-            // done. Odd-slab lanes swap their code halves, so the first store always takes the
-            // first result.
-#pragma unroll
-            for (int i = 0; i < kRound; ++i) {
-              const uint4 c =
-                  swap ? make_uint4(codes[i].z, codes[i].w, codes[i].x, codes[i].y) : codes[i];
-              uint4 d0, d1;
-              // Power-of-two-like scales (what quantisers write): the integer decode and a
-              // bf16x2 multiply per pair; else fp8_kv.cuh's cvt chain (the same bits where both
-              // apply). Decided per row: a row's vote waits for that row's loads only.
-              if (__all_sync(0xffffffffu, wgmma_internal::Bf16ScaleFastPath(scales[i]))) {
-                wgmma_internal::DequantFp8x16Int(c, scales[i], &d0, &d1);
-              } else {
-                DequantFp8x16(c, ::attnd::gpu::BitsToFloat(scales[i]), &d0, &d1);
-              }
-              load_codes(next_ptrs, next_first, i);
-              const uint32_t off0 = row_base + SwizzledOffset(i, chunk_first);
-              const uint32_t off1 = row_base + SwizzledOffset(i, chunk_first ^ 1u);
-              *reinterpret_cast<uint4*>(smem + off0) = d0;
-              *reinterpret_cast<uint4*>(smem + off1) = d1;
-              StAsync16(peer_base + off0, d0, peer_full);
-              StAsync16(peer_base + off1, d1, peer_full);
-            }
+            // done; both CTAs' stages take the chunks.
+            dequant_round(stage_off, first,
+                          [&](int i, uint32_t off0, uint4 d0, uint32_t off1, uint4 d1) {
+                            load_codes(next_ptrs, next_first, i);
+                            *reinterpret_cast<uint4*>(smem + off0) = d0;
+                            *reinterpret_cast<uint4*>(smem + off1) = d1;
+                            StAsync16(peer_base + off0, d0, peer_full);
+                            StAsync16(peer_base + off1, d1, peer_full);
+                          });
           }
           CpAsyncArriveNoinc(full_bar + 8 * stage);  // the rope copies
           FenceProxyAsync();  // the generic stores before the consumers' wgmma reads
@@ -442,68 +457,20 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
           if (b + 1 < n_blocks) kv_row = load_row(b + 1);  // in flight under this block's gather
           const uint32_t bits = __ballot_sync(0xffffffffu, cur_row >= 0) & 0xffffu;
           const uint32_t stage_off = Tile::kKvOffset + stage * Tile::kStageBytes;
-          // Lane l < 16's address of row pw·16 + l (null: masked), shuffled to the warp per row.
-          const uint8_t* ptrs = cur_row >= 0
-                                    ? a.kv_fp8 + static_cast<int64_t>(cur_row) * a.kv_fp8_stride
-                                    : static_cast<const uint8_t*>(nullptr);
+          const uint8_t* ptrs = row_ptr(cur_row);
 #pragma unroll 1
           for (int first = 0; first < 16; first += kRound) {
-            uint4 codes[kRound];
-            uint32_t scales[kRound];
 #pragma unroll
-            for (int i = 0; i < kRound; ++i) {
-              const uint8_t* src = reinterpret_cast<const uint8_t*>(
-                  __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(ptrs), first + i));
-              if (src != nullptr) {  // warp-uniform; a masked row reads nothing, stores zeros
-                codes[i] = wgmma_internal::LdgNc16(src + code_byte);
-                scales[i] = wgmma_internal::LdgNc4(src + scale_byte);
-              } else {
-                codes[i] = make_uint4(0, 0, 0, 0);
-                scales[i] = 0;
-              }
-            }
+            for (int i = 0; i < kRound; ++i) load_codes(ptrs, first, i);
             if (first == 0) {  // the first round's loads are in flight while the stage drains
               if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
-              if (lane == 0) {
-                *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 * stage + 2 * pw) =
-                    static_cast<uint16_t>(bits);
-              }
-              // The rope (bf16 already) by cp.async straight to slab 8: lane l copies chunk l % 8
-              // of rows 4i + l / 8 (zeros for a masked row); they complete on the full barrier.
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                const int j = 4 * i + lane / 8;
-                const int32_t row = __shfl_sync(0xffffffffu, cur_row, j);
-                const uint32_t dst = stage_off + rope_off +
-                                     SwizzledOffset(static_cast<uint32_t>(pw * 16 + j), lane & 7);
-                if (row >= 0) {
-                  CpAsync16(base + dst,
-                            a.kv_fp8 + static_cast<int64_t>(row) * a.kv_fp8_stride + rope_src_byte,
-                            16);
-                } else {
-                  *reinterpret_cast<uint4*>(smem + dst) = make_uint4(0, 0, 0, 0);
-                }
-              }
+              mask_and_rope(stage, stage_off, cur_row, bits);
             }
-            // Rows first + i (first a multiple of 8: swizzle phase i) of this warp's slab rows;
-            // odd-slab lanes swap their code halves, so the first store takes the first result.
-            const uint32_t row_base =
-                stage_off + slab_off + static_cast<uint32_t>(pw * 16 + first) * kSwizzleRowBytes;
-#pragma unroll
-            for (int i = 0; i < kRound; ++i) {
-              const uint4 c =
-                  swap ? make_uint4(codes[i].z, codes[i].w, codes[i].x, codes[i].y) : codes[i];
-              uint4 d0, d1;
-              // Power-of-two-like scales (what quantisers write): the integer decode and a
-              // bf16x2 multiply.
-              if (__all_sync(0xffffffffu, wgmma_internal::Bf16ScaleFastPath(scales[i]))) {
-                wgmma_internal::DequantFp8x16Int(c, scales[i], &d0, &d1);
-              } else {  // other scales (any f32, inf or NaN): fp8_kv.cuh's cvt chain
-                DequantFp8x16(c, ::attnd::gpu::BitsToFloat(scales[i]), &d0, &d1);
-              }
-              *reinterpret_cast<uint4*>(smem + row_base + SwizzledOffset(i, chunk_first)) = d0;
-              *reinterpret_cast<uint4*>(smem + row_base + SwizzledOffset(i, chunk_first ^ 1u)) = d1;
-            }
+            dequant_round(stage_off, first,
+                          [&](int, uint32_t off0, uint4 d0, uint32_t off1, uint4 d1) {
+                            *reinterpret_cast<uint4*>(smem + off0) = d0;
+                            *reinterpret_cast<uint4*>(smem + off1) = d1;
+                          });
           }
           CpAsyncArriveNoinc(full_bar + 8 * stage);  // the rope copies
           FenceProxyAsync();  // the generic stores before the consumers' wgmma reads
