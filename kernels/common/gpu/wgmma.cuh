@@ -1,10 +1,11 @@
 // Hopper (sm_90a) PTX layer for warpgroup kernels, CUDA-only: shared-memory matrix descriptors
 // (128-byte swizzle, K-major and MN-major), bf16 wgmma m64nNk16 (N = 64, 128, 256; A from shared
 // memory or registers) with f32 accumulators, wgmma fence / commit / wait and accumulator fences,
-// mbarriers, 16-byte cp.async with zero fill and mbarrier completion, 3-D TMA tile loads, cluster
-// ranks, DSMEM stores (st.async) and remote mbarrier arrivals, named barriers, setmaxnreg and the
-// generic -> async proxy fence. Everything that needs sm_90a compiles only where ATTND_SM90A is 1
-// (the build also embeds compute_80 PTX, whose kernels must trap there).
+// mbarriers, 16-byte cp.async with zero fill and mbarrier completion, 3-D TMA tile loads, DSMEM
+// stores (st.async) and remote mbarrier arrivals (cluster.cuh has the cluster ranks, barrier and
+// address mapping), named barriers, setmaxnreg and the generic -> async proxy fence. Everything
+// that needs sm_90a compiles only where ATTND_SM90A is 1 (the build also embeds compute_80 PTX,
+// whose kernels must trap there).
 //   const uint64_t da = SmemDescKMajor(q_tile), db = SmemDescKMajor(k_tile);
 //   WgmmaFence();  Wgmma<64, WgmmaA::kSmem>::Run<false>(s, da, db, /*accumulate=*/false);
 //   WgmmaCommit();  WgmmaWait<0>();  FenceAccumulators(s);
@@ -15,6 +16,8 @@
 #endif
 
 #include <stdint.h>
+
+#include "kernels/common/gpu/cluster.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define ATTND_SM90A 1
@@ -290,31 +293,7 @@ __device__ __forceinline__ void PrefetchL2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 }
 
-// ---- Thread-block clusters (a launch without a cluster is a cluster of one CTA) ----
-__device__ __forceinline__ uint32_t ClusterCtaRank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t ClusterNumCtas() {
-  uint32_t n;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
-  return n;
-}
-// The shared::cluster address of this CTA's shared-memory address `addr` in CTA `rank`.
-__device__ __forceinline__ uint32_t MapShared(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-// Every thread of every CTA of the cluster (warps converged): release this thread's earlier
-// accesses, acquire the others'. Also a barrier for the CTA's own threads.
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n"
-      "barrier.cluster.wait.acquire.aligned;\n" ::
-          : "memory");
-}
+// ---- DSMEM stores and remote mbarriers (addresses from cluster.cuh's MapShared) ----
 // 16 bytes to `dst` in another CTA's shared memory (a MapShared address); the store completes
 // 16 bytes of the transaction count of that CTA's mbarrier `bar` (also a MapShared address),
 // whose waiters then see the bytes.

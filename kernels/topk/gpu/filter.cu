@@ -176,20 +176,6 @@ __device__ __forceinline__ void ForEachInSegment(const Segment& s, F&& f) {
   }
 }
 
-// ---- Cluster helpers.
-
-template <class T>
-__device__ __forceinline__ T* MapToRankMutable(T* p, uint32_t rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint64_t out;
-  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
-  return reinterpret_cast<T*>(out);
-#else
-  static_cast<void>(rank);
-  return p;
-#endif
-}
-
 // ---- Filtering a chunk into the buffer.
 
 // Appends the chunk's logits >= floor to the buffer (any order; positions past kFilterCapacity
@@ -438,7 +424,7 @@ __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, 
   const bool buffered = total <= kFilterCapacity && (!speculated || total >= a.k);
   if (clustered) {
     if (buffered && cta.rank != 0) {
-      uint2* dst = MapToRankMutable(cta.entries, 0) + offset;
+      uint2* dst = MapToRank(cta.entries, 0) + offset;
       for (uint32_t i = threadIdx.x; i < mine; i += kThreads) dst[i] = cta.entries[i];
     }
     ClusterSync();  // the leader's buffer is complete; nobody reads another CTA past here

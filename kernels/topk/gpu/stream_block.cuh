@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "kernels/common/gpu/cluster.cuh"
 #include "kernels/common/gpu/vendor.h"
 
 namespace attnd::kernels::topk::gpu {
@@ -118,33 +119,8 @@ __device__ __forceinline__ void BlockFieldScan(uint32_t packed, uint32_t (&start
   *total = base;
 }
 
-// ---- Thread-block clusters (sm_90). Elsewhere a cluster is one CTA: the barrier is the block's
-// and the mapping is the identity; launchers never ask for more there.
-
-// Barrier over every thread of every CTA of the cluster, ordering shared-memory (and DSMEM)
-// accesses before it with those after it. Every thread must call it.
-__device__ __forceinline__ void ClusterSync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n"
-      "barrier.cluster.wait.acquire.aligned;\n" ::
-          : "memory");
-#else
-  __syncthreads();
-#endif
-}
-
-// The address of the same shared-memory object in the cluster's CTA `rank` (generic address).
-template <class T>
-__device__ __forceinline__ const T* MapToRank(const T* p, uint32_t rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint64_t out;
-  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
-  return reinterpret_cast<const T*>(out);
-#else
-  static_cast<void>(rank);
-  return p;
-#endif
-}
+// Thread-block clusters: kernels/common/gpu/cluster.cuh.
+using ::attnd::gpu::ClusterSync;
+using ::attnd::gpu::MapToRank;
 
 }  // namespace attnd::kernels::topk::gpu
