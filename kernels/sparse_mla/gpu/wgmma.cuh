@@ -234,6 +234,8 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
 #if ATTND_SM90A
   using Tile = WgmmaTile<kDqk>;
   using namespace ::attnd::gpu::wgmma;
+  using ::attnd::gpu::ClusterCtaRank, ::attnd::gpu::ClusterNumCtas, ::attnd::gpu::ClusterSync,
+      ::attnd::gpu::MapShared;
   using wgmma_internal::OpaqueDescriptors;
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t base = SmemAddr(smem);
@@ -395,18 +397,18 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
         }
       };
       if (pair == 2) {
-        const int first_begin = 8 * static_cast<int>(rank), first_end = first_begin + 8;
-        // A rolling pipeline of kRound rows: as row i of a round is dequantised, row i of the
-        // next round (this block's, or the next block's first) is loaded in its registers, so
-        // the loads of a round are in flight under the dequantisation of the previous one and
+        // This CTA's rows of each warp's 16: one round of kRound (= 8) per block.
+        static_assert(kRound == 8, "a pair splits each warp's 16 rows into two rounds");
+        const int first = kRound * static_cast<int>(rank);
+        // A rolling pipeline: as row i of a block is dequantised, row i of the next block is
+        // loaded into its registers, so the loads are in flight under the dequantisation and
         // under the wait for the next stage. Row indices are loaded two blocks ahead.
-        const int rounds = (first_end - first_begin) / kRound;
         int32_t rows_cur = load_row(0);
         int32_t rows_next = n_blocks > 1 ? load_row(1) : int32_t{-1};
         {
           const uint8_t* ptrs = row_ptr(rows_cur);
 #pragma unroll
-          for (int i = 0; i < kRound; ++i) load_codes(ptrs, first_begin, i);
+          for (int i = 0; i < kRound; ++i) load_codes(ptrs, first, i);
         }
         for (int b = 0; b < n_blocks; ++b) {
           const int stage = b & 1;
@@ -416,26 +418,17 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
           const uint32_t peer_full = peer_base + (full_bar - base) + 8 * stage;
           if (b >= 2) MbarWait(empty_bar + 8 * stage, ((b >> 1) - 1) & 1);
           mask_and_rope(stage, stage_off, rows_cur, bits);
-          const uint8_t* ptrs_cur = row_ptr(rows_cur);
-          const uint8_t* ptrs_next = row_ptr(rows_next);
-#pragma unroll 1
-          for (int r = 0; r < rounds; ++r) {
-            const int first = first_begin + kRound * r;
-            const bool same_block = r + 1 < rounds;
-            // The next round's rows: null addresses after the last block (nothing is read).
-            const uint8_t* next_ptrs = same_block ? ptrs_cur : ptrs_next;
-            const int next_first = same_block ? first + kRound : first_begin;
-            // Dequantise every row of the round, loading the next round's row i as row i is
-            // done; both CTAs' stages take the chunks.
-            dequant_round(stage_off, first,
-                          [&](int i, uint32_t off0, uint4 d0, uint32_t off1, uint4 d1) {
-                            load_codes(next_ptrs, next_first, i);
-                            *reinterpret_cast<uint4*>(smem + off0) = d0;
-                            *reinterpret_cast<uint4*>(smem + off1) = d1;
-                            StAsync16(peer_base + off0, d0, peer_full);
-                            StAsync16(peer_base + off1, d1, peer_full);
-                          });
-          }
+          // The next block's rows: null addresses after the last block (nothing is read).
+          const uint8_t* next_ptrs = row_ptr(rows_next);
+          // Both CTAs' stages take the chunks.
+          dequant_round(stage_off, first,
+                        [&](int i, uint32_t off0, uint4 d0, uint32_t off1, uint4 d1) {
+                          load_codes(next_ptrs, first, i);
+                          *reinterpret_cast<uint4*>(smem + off0) = d0;
+                          *reinterpret_cast<uint4*>(smem + off1) = d1;
+                          StAsync16(peer_base + off0, d0, peer_full);
+                          StAsync16(peer_base + off1, d1, peer_full);
+                        });
           CpAsyncArriveNoinc(full_bar + 8 * stage);  // the rope copies
           FenceProxyAsync();  // the generic stores before the consumers' wgmma reads
           if (p == 0) {
