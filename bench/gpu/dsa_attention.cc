@@ -34,11 +34,9 @@ namespace sparse_mla = kernels::sparse_mla;
 
 constexpr int64_t kIndexDim = 128;
 constexpr int64_t kBlockSize = 64;
-// Fill byte of the indexer cache's f32 scales and the bf16 rope: 0x3c3c3c3c is 0.0115 as f32,
-// 0x3c3c 0.0115 as bf16 (finite, non-zero; random bytes could be huge).
+// Fill byte of the indexer cache's f32 scales: 0x3c3c3c3c is 0.0115 (finite, non-zero; random
+// bytes could be huge). The FP8 MLA rows' tails: LaunchFp8MlaRowTails.
 constexpr int kScaleByte = 0x3c;
-// The FP8 MLA rows' scales: f32 2^-7 (quantisers write powers of two).
-constexpr uint32_t kPow2ScaleBits = 0x3c000000u;
 
 struct Preset {
   const char* name;
@@ -100,15 +98,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
                                      static_cast<size_t>(kBlockSize * 4),
                                      static_cast<size_t>(pages)));
     if (s.fp8_kv) {
-      GPU_RETURN_IF_ERROR(
-          cudaMemset2D(static_cast<char*>(*kv) + sparse_mla::kFp8ScaleOffset,
-                       static_cast<size_t>(sparse_mla::kFp8RowBytes), kScaleByte,
-                       static_cast<size_t>(sparse_mla::kFp8RowBytes - sparse_mla::kFp8ScaleOffset),
-                       static_cast<size_t>(kv_rows)));
-      GPU_RETURN_IF_ERROR(LaunchFillRows32(
-          static_cast<char*>(*kv) + sparse_mla::kFp8ScaleOffset, sparse_mla::kFp8RowBytes,
-          sparse_mla::kFp8RopeOffset / 4 - sparse_mla::kFp8ScaleOffset / 4, kv_rows, kPow2ScaleBits,
-          nullptr));
+      GPU_RETURN_IF_ERROR(LaunchFp8MlaRowTails(*kv, kv_rows, /*f32_scales=*/false, nullptr));
     }
     GPU_RETURN_IF_ERROR(cudaDeviceSynchronize());
 

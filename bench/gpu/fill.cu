@@ -3,9 +3,12 @@
 
 #include "bench/gpu/fill.h"
 #include "kernels/common/gpu/convert.cuh"
+#include "kernels/sparse_mla/params.h"
 
 namespace attnd::bench {
 namespace {
+
+namespace sparse_mla = kernels::sparse_mla;
 
 __device__ __forceinline__ uint32_t Hash(uint64_t x) {
   x ^= x >> 33;
@@ -49,19 +52,25 @@ __global__ void FillIntKernel(int32_t* out, int64_t n, int32_t lo, uint32_t span
   }
 }
 
-__global__ void FillRows32Kernel(char* base, int64_t pitch, int64_t words, int64_t rows,
-                                 uint32_t value) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < words * rows;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    reinterpret_cast<uint32_t*>(base + (i / words) * pitch)[i % words] = value;
+constexpr int64_t kFp8TailWords = (sparse_mla::kFp8RowBytes - sparse_mla::kFp8ScaleOffset) / 4;
+constexpr int64_t kFp8ScaleWords = (sparse_mla::kFp8RopeOffset - sparse_mla::kFp8ScaleOffset) / 4;
+static_assert(sparse_mla::kFp8RowBytes % 4 == 0 && sparse_mla::kFp8ScaleOffset % 4 == 0,
+              "32-bit words");
+
+__global__ void Fp8MlaRowTailsKernel(char* kv, int64_t rows, bool f32_scales) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < rows * kFp8TailWords; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t w = i % kFp8TailWords;
+    uint32_t* tail = reinterpret_cast<uint32_t*>(
+        kv + (i / kFp8TailWords) * sparse_mla::kFp8RowBytes + sparse_mla::kFp8ScaleOffset);
+    tail[w] = w < kFp8ScaleWords && !f32_scales ? 0x3c000000u : 0x3c3c3c3cu;
   }
 }
 
 }  // namespace
 
-gpu::Error LaunchFillRows32(void* base, int64_t pitch, int64_t words, int64_t rows, uint32_t value,
-                            gpu::Stream stream) {
-  FillRows32Kernel<<<1024, 256, 0, stream>>>(static_cast<char*>(base), pitch, words, rows, value);
+gpu::Error LaunchFp8MlaRowTails(void* kv, int64_t rows, bool f32_scales, gpu::Stream stream) {
+  Fp8MlaRowTailsKernel<<<1024, 256, 0, stream>>>(static_cast<char*>(kv), rows, f32_scales);
   return gpu::GetLastError();
 }
 

@@ -93,12 +93,8 @@ struct KvPool {
 };
 using KvPools = std::map<std::tuple<int64_t, int64_t, bool, bool>, KvPool>;
 
-// f32 2^-7: the FP8 rows' scales unless the preset asks for f32 ones.
-constexpr uint32_t kPow2ScaleBits = 0x3c000000u;
-
-// The pool of `preset`: random bf16, or FP8 rows of random e4m3 codes (never NaN) whose rope
-// bytes are all 0x3c (bf16 0.0115: finite, non-zero) and whose scales are 2^-7 or, for
-// f32_scales, 0x3c3c3c3c (0.0115, not a bf16).
+// The pool of `preset`: random bf16, or FP8 rows of random e4m3 codes (never NaN) with the
+// tails of LaunchFp8MlaRowTails (scales 2^-7, or f32 ones for f32_scales).
 absl::StatusOr<KvPool> PoolFor(const Preset& preset, KvPools* pools, uint64_t seed) {
   const auto key = std::make_tuple(preset.s, preset.d_qk, preset.fp8, preset.f32_scales);
   if (auto it = pools->find(key); it != pools->end()) return it->second;
@@ -109,15 +105,7 @@ absl::StatusOr<KvPool> PoolFor(const Preset& preset, KvPools* pools, uint64_t se
     const int64_t row = sparse_mla::kFp8RowBytes;
     auto kv = pool.arena->Random(DType::kFp8E4M3, s * row, 1.0f, seed);
     if (!kv.ok()) return kv.status();
-    GPU_RETURN_IF_ERROR(cudaMemset2D(
-        static_cast<char*>(*kv) + sparse_mla::kFp8ScaleOffset, static_cast<size_t>(row), 0x3c,
-        static_cast<size_t>(row - sparse_mla::kFp8ScaleOffset), static_cast<size_t>(s)));
-    if (!preset.f32_scales) {
-      GPU_RETURN_IF_ERROR(
-          LaunchFillRows32(static_cast<char*>(*kv) + sparse_mla::kFp8ScaleOffset, row,
-                           sparse_mla::kFp8RopeOffset / 4 - sparse_mla::kFp8ScaleOffset / 4, s,
-                           kPow2ScaleBits, nullptr));
-    }
+    GPU_RETURN_IF_ERROR(LaunchFp8MlaRowTails(*kv, s, preset.f32_scales, nullptr));
     GPU_RETURN_IF_ERROR(cudaDeviceSynchronize());
     pool.data = *kv;
   } else {
