@@ -21,11 +21,11 @@ fi
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
-# The daemon, the CLI, the GPU benchmarks (decode_step_cpp too) and every test binary, flattened into bin/, stripped
+# The daemon, the CLI, the GPU benchmarks (decode_step_cpp and handoff_probe too) and every test binary, flattened into bin/, stripped
 # (the device tool carries at most 64 MiB).
 while IFS= read -r -d '' f; do
   case "$(basename "$f")" in
-    attnd|attnctl|attn_gpu_bench|decode_step_cpp|*_test) ;;
+    attnd|attnctl|attn_gpu_bench|decode_step_cpp|handoff_probe|*_test) ;;
     *) continue ;;
   esac
   if [ -n "${ATTND_BUNDLE_ONLY:-}" ] && [[ " $ATTND_BUNDLE_ONLY " != *" $(basename "$f") "* ]]; then

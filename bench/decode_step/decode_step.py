@@ -28,6 +28,7 @@ path refuses it: the line then records the refusal).
 from __future__ import annotations
 
 import argparse
+import bisect
 import ctypes
 import datetime
 import itertools
@@ -117,6 +118,41 @@ class Inproc:
         ]
         self.fn = f
         self.err = ctypes.create_string_buffer(1024)
+        st = getattr(self.lib, "attnd_inproc_stamp", None)
+        if st is not None:
+            st.restype = ctypes.c_int64
+            st.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self.stamp_fn = st
+        cap = getattr(self.lib, "attnd_inproc_capture", None)
+        if cap is not None:
+            cap.restype = ctypes.c_int64
+            cap.argtypes = [
+                ctypes.POINTER(InprocShape),
+                ctypes.POINTER(InprocPointers),
+                ctypes.c_void_p,
+                ctypes.c_int64,
+                ctypes.c_int64,
+                ctypes.c_char_p,
+                ctypes.c_int64,
+            ]
+            self.lib.attnd_inproc_launch.restype = ctypes.c_int64
+            self.lib.attnd_inproc_launch.argtypes = [ctypes.c_int64, ctypes.c_void_p]
+        self.capture_fn = cap
+
+    def capture(self, shape, ptrs, workspace: int, nbytes: int, form: int) -> int:
+        """A CUDA graph of the call (form 0: its launches; 1: the daemon's gate/IF/done form)."""
+        if self.capture_fn is None:
+            raise RuntimeError("this libattnd_inproc.so has no attnd_inproc_capture")
+        h = self.capture_fn(
+            ctypes.byref(shape), ctypes.byref(ptrs), workspace, nbytes, form, self.err, 1024
+        )
+        if h < 0:
+            raise RuntimeError(f"attnd_inproc_capture: {self.err.value.decode()}")
+        return h
+
+    def launch(self, handle: int, stream: int) -> None:
+        if self.lib.attnd_inproc_launch(handle, stream) != 0:
+            raise RuntimeError("attnd_inproc_launch failed")
 
     def call(self, shape, ptrs, stream: int, workspace: int | None, nbytes: int) -> int:
         r = self.fn(
@@ -479,6 +515,79 @@ def sync(cuda: bool) -> None:
         torch.cuda.synchronize()
 
 
+class Tracer:
+    """--trace: %globaltimer stamps (libattnd_inproc.so's attnd_inproc_stamp) at four points of
+    every layer of the measured steps, on the stream: s0 before the producer, s1 after it (before
+    the ready write or the in-process call), s2 after the done wait (or the call), s3 after the
+    consumer. The stamps are kernels of their own, so a traced run's step time is not the
+    benchmark's figure."""
+
+    POINTS = 4
+
+    def __init__(self, lib: Inproc, steps: int, layers: int) -> None:
+        self.lib, self.layers = lib, layers
+        self.buf = torch.zeros(steps * layers * self.POINTS, dtype=torch.int64, device="cuda")
+        self.step: int | None = None  # the measured step being run (None: warm-up)
+        self.stream = torch.cuda.current_stream().cuda_stream
+
+    def stamp(self, layer: int, point: int) -> None:
+        if self.step is None:
+            return
+        i = (self.step * self.layers + layer) * self.POINTS + point
+        if self.lib.stamp_fn(self.buf.data_ptr() + 8 * i, self.stream) != 0:
+            raise RuntimeError("attnd_inproc_stamp failed")
+
+    def summary(self, daemon_trace: str | None, first_ns: int | None) -> dict:
+        """Medians (µs) of the layer's segments; with the daemon's trace (ATTND_ORDERED_TRACE),
+        the attnd segment split at the daemon's stamps (each daemon call matched to the layer
+        whose [s1, s2] holds its gate stamp)."""
+        t = self.buf.view(-1, self.layers, self.POINTS).cpu().tolist()
+        seg: dict[str, list[float]] = {
+            k: [] for k in ("producer", "attn", "consumer", "between_layers", "layer")
+        }
+        spans = []
+        for step in t:
+            for layer, (s0, s1, s2, s3) in enumerate(step):
+                seg["producer"].append((s1 - s0) / 1e3)
+                seg["attn"].append((s2 - s1) / 1e3)
+                seg["consumer"].append((s3 - s2) / 1e3)
+                seg["layer"].append((s3 - s0) / 1e3)
+                if layer + 1 < len(step):
+                    seg["between_layers"].append((step[layer + 1][0] - s3) / 1e3)
+                spans.append((s1, s2))
+        out = {f"{k}_us_p50": statistics.median(v) for k, v in seg.items() if v}
+        if daemon_trace:
+            calls = []
+            with open(daemon_trace) as f:
+                for line in f:
+                    try:
+                        d = json.loads(line)
+                    except ValueError:
+                        continue
+                    if d.get("gate_ns") and (first_ns is None or d["gate_ns"] >= first_ns):
+                        calls.append(d)
+            calls.sort(key=lambda d: d["gate_ns"])
+            gates = [d["gate_ns"] for d in calls]
+            parts: dict[str, list[float]] = {
+                k: []
+                for k in ("ready_to_wait_end", "wait_end_to_gate", "gate_to_done", "done_to_s2")
+            }
+
+            for s1, s2 in spans:
+                j = bisect.bisect_left(gates, s1)
+                if j >= len(calls) or gates[j] > s2:
+                    continue
+                d = calls[j]
+                if d.get("wait_ns"):
+                    parts["ready_to_wait_end"].append((d["wait_ns"] - s1) / 1e3)
+                    parts["wait_end_to_gate"].append((d["gate_ns"] - d["wait_ns"]) / 1e3)
+                parts["gate_to_done"].append((d["done_ns"] - d["gate_ns"]) / 1e3)
+                parts["done_to_s2"].append((s2 - d["done_ns"]) / 1e3)
+            out["daemon_calls_matched"] = len(parts["gate_to_done"])
+            out.update({f"{k}_us_p50": statistics.median(v) for k, v in parts.items() if v})
+        return out
+
+
 class Runner:
     def __init__(self, a, model: Model, client: ac.Client) -> None:
         self.a, self.m, self.client = a, model, client
@@ -486,6 +595,7 @@ class Runner:
         self.seq = 0  # the last signal value used (values grow across passes)
         self.stuck = False  # a stream-ordered run's stream did not get on (_await)
         self.unstick = None  # forces the run's done words (set during a stream-ordered run)
+        self.tracer: Tracer | None = None  # --trace: set around a traced run
 
     def _await(self, event: torch.cuda.Event | None) -> None:
         """Polls `event` (sleeping, so the GIL is free) until the stream passed it. Past
@@ -531,6 +641,8 @@ class Runner:
         wall = time.perf_counter()
         for i in range(a.steps):
             self.seq += 1
+            if self.tracer is not None:
+                self.tracer.step = i
             timer.start(i)
             for layer in range(m.layers):
                 cpu_ns += layer_fn(layer, self.seq)
@@ -539,6 +651,8 @@ class Runner:
             self._step_end(ends)
         self._await(ends[-1] if ends else None)
         sync(self.cuda)
+        if self.tracer is not None:
+            self.tracer.step = None
         wall = time.perf_counter() - wall
         times = timer.step_us()
         result = {
@@ -551,20 +665,42 @@ class Runner:
         result.update(daemon_times(before, scrape(a.metrics)))
         return result
 
-    def inproc(self, lib: Inproc) -> dict:
+    def inproc(self, lib: Inproc, form: str = "stream") -> dict:
+        """The in-process chain: the call's launches on the stream (form "stream"), or each
+        layer's call captured once into a CUDA graph ("graph") or into the daemon's
+        device-ordered form ("cond"), launched per layer."""
         m = self.m
         stream = torch.cuda.current_stream().cuda_stream
         shape = m.inproc_shape()
         ptrs = [m.inproc_ptrs(layer) for layer in range(m.layers)]
         need = lib.call(shape, ptrs[0], stream, None, 0)
         ws = torch.empty(max(need, 1), dtype=torch.uint8, device="cuda")
+        graphs: list[int] = []
+        if form != "stream":
+            code = {"graph": 0, "cond": 1, "cond_empty": 2, "cond_child": 3, "cond_memset_out": 4}[
+                form
+            ]
+            graphs = [lib.capture(shape, p, ws.data_ptr(), need, code) for p in ptrs]
+
+        tr = self.tracer
 
         def layer_fn(layer: int, _n: int) -> int:
+            if tr:
+                tr.stamp(layer, 0)
             m.produce(layer)
+            if tr:
+                tr.stamp(layer, 1)
             t0 = time.thread_time_ns()
-            lib.call(shape, ptrs[layer], stream, ws.data_ptr(), need)
+            if graphs:
+                lib.launch(graphs[layer], stream)
+            else:
+                lib.call(shape, ptrs[layer], stream, ws.data_ptr(), need)
             t1 = time.thread_time_ns()
+            if tr:
+                tr.stamp(layer, 2)
             m.consume(layer)
+            if tr:
+                tr.stamp(layer, 3)
             return t1 - t0
 
         r = self._loop(layer_fn)
@@ -614,8 +750,14 @@ class Runner:
                 ring = self._open_ring(ring_region, entries, words.region)
             self.seq = max(self.seq, max(words.value(i) for i in range(2 * m.layers)))
 
+            tr = self.tracer
+
             def layer_fn(layer: int, n: int) -> int:
+                if tr:
+                    tr.stamp(layer, 0)
                 m.produce(layer)
+                if tr:
+                    tr.stamp(layer, 1)
                 t0 = time.thread_time_ns()
                 r_off, d_off = words.offset(ready[layer]), words.offset(done[layer])
                 if ring is not None:
@@ -631,7 +773,11 @@ class Runner:
                 words.write(ready[layer], n, stream)
                 words.wait(done[layer], n, stream)
                 t1 = time.thread_time_ns()
+                if tr:
+                    tr.stamp(layer, 2)
                 m.consume(layer)
+                if tr:
+                    tr.stamp(layer, 3)
                 return t1 - t0
 
             finished = threading.Event()
@@ -746,6 +892,12 @@ class Runner:
         }
 
 
+def write_trace(path: str, line: dict) -> None:
+    print("  trace: " + json.dumps(line), flush=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", required=True)
@@ -778,6 +930,27 @@ def main() -> int:
     )  # fmt: skip
     p.add_argument("--commit")
     p.add_argument("--seed", type=int, default=20261202)
+    p.add_argument(
+        "--trace",
+        help="also run every CUDA configuration once more with %%globaltimer stamps around each "
+        "layer's parts (needs --inproc) and append its segment medians here as JSON lines",
+    )
+    p.add_argument(
+        "--inproc-forms",
+        nargs="*",
+        default=[],
+        choices=("graph", "cond", "cond_empty", "cond_child", "cond_memset_out"),
+        help="more in-process chains, a line each (path inproc_<form>): each layer's call "
+        "captured into a CUDA graph (graph), into the daemon's device-ordered form (cond), the "
+        "same with an empty conditional body and the op after it (cond_empty), with the op "
+        "a child graph in the body (cond_child), or with the op's memsets moved before the gate "
+        "(cond_memset_out)",
+    )
+    p.add_argument(
+        "--daemon-trace",
+        help="the file the daemon writes its device-ordered call trace to (ATTND_ORDERED_TRACE, "
+        "same host): --trace then splits the attnd segment at the daemon's stamps",
+    )
     a = p.parse_args()
     if a.tiny:
         a.heads, a.ctx, a.index_heads, a.topk, a.block_size = 16, 256, 8, 64, 16
@@ -828,6 +1001,40 @@ def main() -> int:
                     baseline, rc = {}, 1
                     sync(cuda)
                     print(common_error, flush=True)
+            for form in a.inproc_forms if lib is not None and baseline else []:
+                line = dict(common, preset=preset, batch=batch, path=f"inproc_{form}")
+                try:
+                    r = runner.inproc(lib, form)
+                    line.update(step_us=r["step_us"], baseline_step_us=baseline["step_us"])
+                    line["added_us_per_layer"] = (r["step_us"] - baseline["step_us"]) / a.layers
+                except Exception as e:
+                    traceback.print_exc()
+                    line["error"] = f"{type(e).__name__}: {e}"[:300]
+                    sync(cuda)
+                print(json.dumps(line), flush=True)
+                with open(a.out, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+                if a.trace and lib.stamp_fn is not None and not line.get("error"):
+                    runner.tracer = Tracer(lib, a.steps, model.layers)
+                    try:
+                        runner.inproc(lib, form)
+                        summary = runner.tracer.summary(None, None)
+                    finally:
+                        runner.tracer = None
+                    write_trace(
+                        a.trace, dict(common, preset=preset, path=f"inproc_{form}", **summary)
+                    )
+            traced = bool(a.trace and lib is not None and lib.stamp_fn is not None)
+            if a.trace and not traced:
+                print("  --trace needs --inproc with attnd_inproc_stamp: not traced", flush=True)
+            if traced and baseline:
+                runner.tracer = Tracer(lib, a.steps, model.layers)
+                try:
+                    runner.inproc(lib)
+                    summary = runner.tracer.summary(None, None)
+                finally:
+                    runner.tracer = None
+                write_trace(a.trace, dict(common, preset=preset, path="inproc", **summary))
             # Device signal words last: a daemon that mishandles them costs the least there.
             configs = [
                 (path, sig)
@@ -878,6 +1085,23 @@ def main() -> int:
                 print(json.dumps(line), flush=True)
                 with open(a.out, "a") as f:
                     f.write(json.dumps(line) + "\n")
+                if traced and path == "stream_ordered" and not line.get("error"):
+                    runner.tracer = Tracer(lib, steps, model.layers)
+                    try:
+                        r = runner.stream_ordered(sig, a.submit)
+                        first = int(runner.tracer.buf.view(-1, 4)[:, 0].min().item())
+                        summary = runner.tracer.summary(a.daemon_trace, first)
+                        summary["step_us"] = r["step_us"]
+                    except Exception as e:
+                        traceback.print_exc()
+                        summary = {"error": f"{type(e).__name__}: {e}"[:300]}
+                        sync(cuda)
+                    finally:
+                        runner.tracer = None
+                    write_trace(
+                        a.trace,
+                        dict(common, preset=preset, path=path, signals=sig, **summary),
+                    )
             model.close()
             del runner, model
             if cuda:

@@ -10,3 +10,10 @@ add_executable(decode_step_cpp
 target_link_libraries(decode_step_cpp PRIVATE attn_client attn_kernels CUDA::cudart)
 attnd_target_defaults(decode_step_cpp)
 attnd_cuda_flags(decode_step_cpp)
+
+# handoff_probe: the GPU-timeline cost of handing work between two processes (handoff_probe.cu,
+# docs/BENCHMARKS.md "Cross-process hand-off on the GPU timeline"); CUDA runtime only.
+add_executable(handoff_probe ${CMAKE_CURRENT_LIST_DIR}/handoff_probe.cu)
+target_link_libraries(handoff_probe PRIVATE CUDA::cudart)
+attnd_target_defaults(handoff_probe)
+attnd_cuda_flags(handoff_probe)

@@ -26,24 +26,41 @@ inline constexpr uint32_t kStateSkipped = 2;
 // (docs/SERVICE.md "Failure bit").
 inline constexpr uint64_t kFailureBit = 1ull << 62;
 
-// The per-call words the gate and done kernels read (one 64-byte slot per pending call).
+// The per-call words the gate and done kernels read (one 64-byte slot per pending call). The
+// *_ns stamps are %globaltimer readings (one clock for every context on the GPU) for the daemon's
+// trace of device-ordered calls (docs/OPERATIONS.md "Tracing stream-ordered calls").
 struct CallWords {
   uint32_t control;  // kControlRun / kControlCancel (host writes)
   uint32_t state;    // kState* (the gate writes)
-  uint64_t pad[7];
+  uint64_t scratch;  // the done store of a call that has no done word
+  uint64_t gate_ns;  // when the gate began (the gate writes)
+  uint64_t done_ns;  // just before the done store (the done kernel writes)
+  uint64_t wait_ns;  // right after the ready wait ended (LaunchStamp; only when tracing)
+  uint64_t pad[3];
 };
+static_assert(sizeof(CallWords) == 64, "one cache line per call");
 
 // __global__ void gate(cudaGraphConditionalHandle handle, CallWords* words): one thread.
-// Reads words->control (volatile); sets the conditional to 1 (run) unless cancelled, then
-// stores words->state = kStateRan / kStateSkipped with a system-scope fence before it.
+// Stores words->gate_ns, reads words->control (volatile); sets the conditional to 1 (run)
+// unless cancelled, then stores words->state = kStateRan / kStateSkipped with a system-scope
+// fence before it.
 const void* GateKernel();
-// __global__ void done(unsigned long long* done, unsigned long long value, const CallWords* words):
-// one thread, __threadfence_system() and then a volatile store of value (kStateRan) or
-// value | kFailureBit (anything else) into *done.
+// __global__ void done(unsigned long long* done, unsigned long long value, CallWords* words):
+// one thread, stores words->done_ns, __threadfence_system() and then a volatile store of value
+// (kStateRan) or value | kFailureBit (anything else) into *done.
 const void* DoneKernel();
 // Enqueues one thread doing atomicMax(word, value) on `stream` (the watchdog's release of a
 // device-region ready word).
 cudaError_t LaunchRaise(unsigned long long* word, unsigned long long value, cudaStream_t stream);
+// Replaces every memset node of `graph` (not of graphs nested in it) by a kernel node doing the
+// same stores (height rows of width elements of 1, 2 or 4 bytes, rows pitch bytes apart), with
+// the same dependencies. A memset node in a conditional body costs ~20 µs of device time per
+// launch where the kernel costs none (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
+// cudaErrorNotSupported for another element size.
+cudaError_t MemsetsToFills(cudaGraph_t graph);
+// Enqueues one thread storing %globaltimer (ns) into *at on `stream` (traces: the daemon's and
+// the decode-step benchmark's, on one clock).
+cudaError_t LaunchStamp(unsigned long long* at, cudaStream_t stream);
 
 }  // namespace attnd::kernels::ordered
 #endif

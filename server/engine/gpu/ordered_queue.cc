@@ -1,6 +1,7 @@
 #include "server/engine/gpu/ordered_queue.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -90,6 +91,18 @@ class OrderedRuntime {
       for (Lane& l : lanes) (void)cudaStreamDestroy(l.stream);
     }
     (void)cudaFreeHost(host_words_);
+    if (trace_ != nullptr) std::fclose(trace_);
+  }
+
+  // The trace of device-ordered calls (ATTND_ORDERED_TRACE; docs/OPERATIONS.md "Tracing
+  // stream-ordered calls"): one JSON line per call that left the device, appended to `file`.
+  void SetTrace(std::FILE* file) { trace_ = file; }
+  bool tracing() const { return trace_ != nullptr; }
+  void Trace(const std::string& line) ABSL_LOCKS_EXCLUDED(trace_mu_) {
+    absl::MutexLock lock(&trace_mu_);
+    std::fputs(line.c_str(), trace_);
+    std::fputc('\n', trace_);
+    std::fflush(trace_);
   }
 
   // Creates, on device `ordinal` (current) and right after its worker streams, the daemon's
@@ -314,8 +327,12 @@ class OrderedRuntime {
           absl::StrCat(call.op(), ": its launches cannot be captured into a conditional body (",
                        cudaGetErrorString(end), ")"));
     }
+    // A memset node in a conditional body costs ~20 µs of device time per launch, a kernel node
+    // doing the same stores none (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
+    ATTND_RETURN_IF_ERROR(
+        Cuda(ko::MemsetsToFills(body), "replacing the body's memset nodes by fill kernels"));
     unsigned long long zero = 0;
-    void* done_ptr = &words->pad[0];
+    void* done_ptr = &words->scratch;
     void* done_args[] = {&done_ptr, &zero, &words};
     cudaKernelNodeParams dp = KernelParams(ko::DoneKernel(), done_args);
     ATTND_RETURN_IF_ERROR(
@@ -326,6 +343,8 @@ class OrderedRuntime {
 
   GpuBackend* const backend_;
   const WaitValue64Fn wait_;
+  std::FILE* trace_ = nullptr;  // set once, before any queue exists
+  absl::Mutex trace_mu_;
   ko::CallWords* const host_words_;
   ko::CallWords* const device_words_;
   SlotTable slots_;
@@ -406,7 +425,8 @@ class GpuOrderedCall : public DeviceOrderedCall {
       state_ = DeviceCallState::kFailed;
       return state_;
     }
-    const uint32_t s = __atomic_load_n(&rt_->host_words(slot_)->state, __ATOMIC_ACQUIRE);
+    const ko::CallWords* w = rt_->host_words(slot_);
+    const uint32_t s = __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
     state_ = s == ko::kStateRan ? DeviceCallState::kRan : DeviceCallState::kSkipped;
     if (state_ == DeviceCallState::kRan) {
       float ms = 0;
@@ -416,6 +436,16 @@ class GpuOrderedCall : public DeviceOrderedCall {
         (void)cudaGetLastError();
       }
       for (const Readback& r : readbacks_) std::memcpy(r.to, r.block.data(), r.n);
+    }
+    if (rt_->tracing()) {
+      rt_->Trace(
+          absl::StrCat("{\"op\":\"", op_, "\",\"slot\":", slot_,
+                       ",\"ready\":", ready_.present ? ready_.value : 0, ",\"done\":", done_value_,
+                       ",\"state\":\"", state_ == DeviceCallState::kRan ? "ran" : "skipped",
+                       "\",\"wait_ns\":", __atomic_load_n(&w->wait_ns, __ATOMIC_ACQUIRE),
+                       ",\"gate_ns\":", __atomic_load_n(&w->gate_ns, __ATOMIC_ACQUIRE),
+                       ",\"done_ns\":", __atomic_load_n(&w->done_ns, __ATOMIC_ACQUIRE),
+                       ",\"compute_us\":", absl::ToDoubleMicroseconds(result_.compute), "}"));
     }
     readbacks_.clear();
     staged_.clear();
@@ -464,6 +494,7 @@ class GpuOrderedCall : public DeviceOrderedCall {
   const size_t slot_;
   bool slot_taken_ = true;
   DeviceSignal ready_;
+  uint64_t done_value_ = 0;
   std::string op_;
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
@@ -505,6 +536,9 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
     c->result_.device = device.uuid();
     ko::CallWords* w = rt_->host_words(*slot);
     __atomic_store_n(&w->control, ko::kControlRun, __ATOMIC_RELAXED);
+    for (uint64_t* stamp : {&w->gate_ns, &w->done_ns, &w->wait_ns}) {
+      __atomic_store_n(stamp, uint64_t{0}, __ATOMIC_RELAXED);
+    }
     __atomic_store_n(&w->state, ko::kStateNotGated, __ATOMIC_RELEASE);
 
     kernels::ExecContext ctx;
@@ -576,7 +610,7 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
         return absl::FailedPreconditionError("the ready word's host region is not pinned");
       }
     }
-    void* done_address = &rt_->device_words(*slot)->pad[0];  // no done: a daemon scratch word
+    void* done_address = &rt_->device_words(*slot)->scratch;  // no done: a daemon scratch word
     if (done.present) {
       done_address = done.device_address;
       if (done_address == nullptr) {
@@ -587,6 +621,7 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
       }
     }
     c->ready_ = r;
+    c->done_value_ = done.present ? done.value : 0;
     std::string outcome;
     ATTND_RETURN_IF_ERROR(rt_->Ensure(call, ctx, data, key, &impl, &outcome));
     for (const GpuOrderedCall::Staged& st : c->staged_) {
@@ -605,6 +640,12 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
         return absl::InternalError(
             absl::StrCat("cuStreamWaitValue64 on the ready word failed (CUresult ", cr, ")"));
       }
+    }
+    if (rt_->tracing()) {
+      ATTND_RETURN_IF_ERROR(Cuda(
+          ko::LaunchStamp(reinterpret_cast<unsigned long long*>(&rt_->device_words(*slot)->wait_ns),
+                          stream),
+          "stamping the end of the ready wait (trace)"));
     }
     ATTND_RETURN_IF_ERROR(Cuda(cudaEventRecord(c->start_, stream), "recording the start event"));
     std::string unused;
@@ -704,6 +745,15 @@ std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
   auto rt = std::make_shared<OrderedRuntime>(backend, reinterpret_cast<WaitValue64Fn>(fn),
                                              static_cast<ko::CallWords*>(host),
                                              static_cast<ko::CallWords*>(device));
+  if (const char* path = std::getenv("ATTND_ORDERED_TRACE"); path != nullptr && *path != '\0') {
+    std::FILE* f = std::fopen(path, "a");
+    if (f == nullptr) {
+      if (log) log(absl::StrCat("ATTND_ORDERED_TRACE: cannot open ", path, ": no trace"));
+    } else {
+      rt->SetTrace(f);
+      if (log) log(absl::StrCat("tracing device-ordered calls into ", path));
+    }
+  }
   // Lanes: the hardware queues left after the worker streams and the watchdog, capture and
   // readback streams (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
   int connections = 8;  // CUDA's default

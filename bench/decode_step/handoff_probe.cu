@@ -1,0 +1,721 @@
+// handoff_probe: how long the GPU takes to hand work from one process to another and back
+// (docs/BENCHMARKS.md "Cross-process hand-off on the GPU timeline"). Two processes (this one, the
+// "frontend" A, and a forked "daemon" B) each run `--iters` iterations enqueued ahead of the GPU:
+//   A: work(a_us) · stamp A1 · signal(ready = i) · wait(done >= i) · stamp A2
+//   B: wait(ready >= i) · stamp B0 · [body: work(b_us) in `--kernels` kernels] · stamp B1 ·
+//      signal(done = i)
+// Stamps are %globaltimer (one clock for the whole GPU), so B0 − A1 is the A→B hand-off and
+// A2 − B1 the B→A one, each including one tiny kernel launch (the "local" row: two stamps back to
+// back in one stream). Every mode of signalling and waiting is run:
+//   signal  memop: cuStreamWriteValue64 · kernel: one thread, __threadfence_system + volatile store
+//   wait    memop: cuStreamWaitValue64 (GEQ) · spin: one warp polling the word (with a timeout)
+//   word    host: one page of shared memory mapped into both contexts · device: cudaMalloc by A,
+//           opened by B through CUDA IPC
+// and B's body as plain launches, one graph, or the daemon's form [gate kernel → conditional IF
+// body → done kernel] (server/engine/gpu/ordered_queue.cc). One JSON line per mode to --out;
+// a table on stdout. Run it twice, with and without MPS (nvidia-cuda-mps-control -d).
+//   handoff_probe --iters 300 --a-us 20 --b-us 100 --kernels 4 --out probe.jsonl
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using WaitFn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+using WriteFn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+
+constexpr int kMaxIters = 4096;
+constexpr uint64_t kSpinTimeoutNs = 2000000000ull;  // 2 s: a lost signal ends the spin
+
+#define CHECK(x)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::_Exit(2);                                                                          \
+    }                                                                                         \
+  } while (0)
+
+__device__ uint64_t Now() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void Stamp(uint64_t* at) { *at = Now(); }
+
+// Every thread of every block busy until `ns` after its block began (a stand-in for real work
+// that fills the GPU).
+__global__ void Work(uint64_t ns) {
+  __shared__ uint64_t t0;
+  if (threadIdx.x == 0) t0 = Now();
+  __syncthreads();
+  while (Now() - t0 < ns) {
+  }
+}
+
+// Work of other shapes, for the graph-form experiment's body kinds: a block of 200 KiB of dynamic
+// shared memory, clusters of two, a 1 KiB parameter block.
+__global__ void WorkSmem(uint64_t ns) {
+  extern __shared__ unsigned char smem[];
+  __shared__ uint64_t t0;
+  if (threadIdx.x == 0) t0 = Now();
+  smem[threadIdx.x] = static_cast<unsigned char>(threadIdx.x);
+  __syncthreads();
+  while (Now() - t0 < ns) {
+  }
+  if (smem[(threadIdx.x + 1) % blockDim.x] == 255 && t0 == 0) smem[0] = 1;
+}
+__global__ void __cluster_dims__(2, 1, 1) WorkCluster(uint64_t ns) {
+  __shared__ uint64_t t0;
+  if (threadIdx.x == 0) t0 = Now();
+  __syncthreads();
+  while (Now() - t0 < ns) {
+  }
+}
+struct BigParams {
+  uint64_t ns;
+  uint64_t pad[127];
+};
+__global__ void WorkParams(const __grid_constant__ BigParams p) {
+  __shared__ uint64_t t0;
+  if (threadIdx.x == 0) t0 = Now();
+  __syncthreads();
+  while (Now() - t0 < p.ns + p.pad[threadIdx.x % 127] * 0) {
+  }
+}
+
+constexpr int kSmemBytes = 200 * 1024;
+
+// Distinct kernel functions (a body of different kernels, as an op's), each of them writing
+// `bytes` of global memory when asked.
+template <int I>
+__global__ void WorkDistinct(uint64_t ns, uint4* out, uint64_t n16) {
+  __shared__ uint64_t t0;
+  if (threadIdx.x == 0) t0 = Now();
+  __syncthreads();
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n16;
+       i += uint64_t{gridDim.x} * blockDim.x) {
+    out[i] = make_uint4(I, static_cast<unsigned>(i), 0, 0);
+  }
+  while (Now() - t0 < ns) {
+  }
+}
+constexpr uint64_t kWriteBytes = 16ull << 20;
+
+// One body kernel of kind `kind` (plain, smem, cluster, params; memset: a 4 KiB memset and a
+// plain kernel).
+void BodyKernel(const char* kind, int sms, uint64_t ns, cudaStream_t st, void* scratch, int j,
+                uint4* big) {
+  const std::string k = kind;
+  if (k == "carveout" || k == "carveout_fixed") {  // smem 169 / 82 / 225 / 1 KiB in turn
+    const int bytes[] = {169 * 1024, 82 * 1024, 225 * 1024, 1024};
+    WorkSmem<<<sms, 128, bytes[j % 4], st>>>(ns);
+    return;
+  }
+  if (k == "distinct" || k == "writes" || k == "distinct_writes") {
+    const uint64_t n16 = k == "distinct" ? 0 : kWriteBytes / 16;
+    uint4* out = big + (j % 4) * (kWriteBytes / 16);
+    if (k == "writes") {
+      WorkDistinct<0><<<sms, 128, 0, st>>>(ns, out, n16);
+      return;
+    }
+    switch (j % 4) {
+      case 0: WorkDistinct<0><<<sms, 128, 0, st>>>(ns, out, n16); break;
+      case 1: WorkDistinct<1><<<sms, 128, 0, st>>>(ns, out, n16); break;
+      case 2: WorkDistinct<2><<<sms, 128, 0, st>>>(ns, out, n16); break;
+      default: WorkDistinct<3><<<sms, 128, 0, st>>>(ns, out, n16); break;
+    }
+    return;
+  }
+  if (k == "smem") {
+    WorkSmem<<<sms, 128, kSmemBytes, st>>>(ns);
+  } else if (k == "cluster") {
+    WorkCluster<<<sms / 2 * 2, 128, 0, st>>>(ns);
+  } else if (k == "params") {
+    BigParams p{};
+    p.ns = ns;
+    WorkParams<<<sms, 128, 0, st>>>(p);
+  } else {
+    if (k == "memset") CHECK(cudaMemsetAsync(scratch, 0, 4096, st));
+    Work<<<sms, 128, 0, st>>>(ns);
+  }
+}
+
+__global__ void SpinWait(const unsigned long long* word, unsigned long long value,
+                         unsigned int* timeouts) {
+  if (threadIdx.x != 0) return;
+  const uint64_t t0 = Now();
+  while (*reinterpret_cast<const volatile unsigned long long*>(word) < value) {
+    if (Now() - t0 > kSpinTimeoutNs) {
+      atomicAdd(timeouts, 1u);
+      return;
+    }
+  }
+}
+
+__global__ void KernelSignal(unsigned long long* word, unsigned long long value) {
+  __threadfence_system();
+  *reinterpret_cast<volatile unsigned long long*>(word) = value;
+  __threadfence_system();
+}
+
+__global__ void Gate(cudaGraphConditionalHandle h, const unsigned int* control) {
+  cudaGraphSetConditional(h, *reinterpret_cast<const volatile unsigned int*>(control) == 0 ? 1 : 0);
+  __threadfence_system();
+}
+
+// The daemon's gate and done kernels as they are (kernels/common/gpu/ordered_gate.cu): the
+// control and state words in `words` (mapped host memory or device memory).
+__global__ void DaemonGate(cudaGraphConditionalHandle h, unsigned int* words, int cond) {
+  const unsigned int control = *reinterpret_cast<volatile unsigned int*>(&words[0]);
+  const bool run = control != 1;
+  if (cond) cudaGraphSetConditional(h, run ? 1u : 0u);
+  __threadfence_system();
+  *reinterpret_cast<volatile unsigned int*>(&words[1]) = run ? 1 : 2;
+  __threadfence_system();
+}
+__global__ void DaemonDone(unsigned long long* done, unsigned long long value,
+                           const unsigned int* words) {
+  const unsigned int state = *reinterpret_cast<const volatile unsigned int*>(&words[1]);
+  __threadfence_system();
+  *reinterpret_cast<volatile unsigned long long*>(done) = state == 1 ? value : (value | 1ull << 62);
+  __threadfence_system();
+}
+
+struct Shared {  // the page both processes map
+  unsigned long long ready;
+  unsigned long long pad0[7];
+  unsigned long long done;
+  unsigned long long pad1[7];
+  unsigned int control;  // the gate's (always "run")
+  unsigned int pad2[15];
+  cudaIpcMemHandle_t words_handle;  // A's device words (ready at 0, done at 64 bytes)
+  uint64_t b_stamps[2 * kMaxIters];
+};
+
+// The page's size rounded up to whole pages (cudaHostRegister pins whole pages).
+constexpr size_t kShared = (sizeof(Shared) + 4095) / 4096 * 4096;
+
+struct Mode {
+  const char* signal;  // memop | kernel
+  const char* wait;    // memop | spin
+  const char* word;    // host | device
+  const char* body;    // plain | graph | cond
+};
+
+struct Args {
+  int iters = 300;
+  int warmup = 20;
+  double a_us = 20;
+  double b_us = 100;
+  int kernels = 4;
+  const char* out = nullptr;
+  const char* label = "";
+  bool graph_cost = false;  // --graph-cost 1: the in-process graph-form experiment only
+};
+
+struct Side {
+  WaitFn wait = nullptr;
+  WriteFn write = nullptr;
+  cudaStream_t stream = nullptr;
+  int sms = 0;
+  unsigned int* timeouts = nullptr;
+  uint64_t* stamps = nullptr;  // device, 2 per iteration
+};
+
+void Signal(const Side& s, const Mode& m, unsigned long long* word, unsigned long long v) {
+  if (std::strcmp(m.signal, "memop") == 0) {
+    if (s.write(reinterpret_cast<CUstream>(s.stream), reinterpret_cast<CUdeviceptr>(word), v, 0) !=
+        CUDA_SUCCESS) {
+      std::fprintf(stderr, "cuStreamWriteValue64 failed\n");
+      std::_Exit(2);
+    }
+  } else {
+    KernelSignal<<<1, 1, 0, s.stream>>>(word, v);
+  }
+}
+
+void Wait(const Side& s, const Mode& m, unsigned long long* word, unsigned long long v) {
+  if (std::strcmp(m.wait, "memop") == 0) {
+    if (s.wait(reinterpret_cast<CUstream>(s.stream), reinterpret_cast<CUdeviceptr>(word), v,
+               CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+      std::fprintf(stderr, "cuStreamWaitValue64 failed\n");
+      std::_Exit(2);
+    }
+  } else {
+    SpinWait<<<1, 32, 0, s.stream>>>(word, v, s.timeouts);
+  }
+}
+
+void Body(const Side& s, const Args& a, cudaStream_t st) {
+  const uint64_t ns = static_cast<uint64_t>(a.b_us * 1000.0 / a.kernels);
+  for (int k = 0; k < a.kernels; ++k) Work<<<s.sms, 128, 0, st>>>(ns);
+}
+
+// B's graph for one iteration's body: plain (the kernels) or the daemon's form.
+cudaGraphExec_t BodyGraph(const Side& s, const Args& a, bool cond, const unsigned int* control) {
+  cudaGraph_t g = nullptr;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaStream_t cap = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+  cudaGraph_t target = g;
+  cudaGraphNode_t cnode = nullptr;
+  cudaGraphNode_t gate = nullptr;
+  cudaGraphConditionalHandle h = 0;
+  if (cond) {
+    CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, 0));
+    cudaKernelNodeParams gp{};
+    const unsigned int* c = control;
+    void* gargs[] = {&h, &c};
+    gp.func = reinterpret_cast<void*>(&Gate);
+    gp.gridDim = dim3(1);
+    gp.blockDim = dim3(1);
+    gp.kernelParams = gargs;
+    CHECK(cudaGraphAddKernelNode(&gate, g, nullptr, 0, &gp));
+    cudaGraphNodeParams cp{};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = h;
+    cp.conditional.type = cudaGraphCondTypeIf;
+    cp.conditional.size = 1;
+    CHECK(cudaGraphAddNode(&cnode, g, &gate, nullptr, 1, &cp));
+    target = cp.conditional.phGraph_out[0];
+  }
+  CHECK(cudaStreamBeginCaptureToGraph(cap, target, nullptr, nullptr, 0,
+                                      cudaStreamCaptureModeThreadLocal));
+  Body(s, a, cap);
+  cudaGraph_t captured = nullptr;
+  CHECK(cudaStreamEndCapture(cap, &captured));
+  if (cond) {  // a trailing one-thread node, as the daemon's done kernel
+    cudaKernelNodeParams dp{};
+    uint64_t* at = s.stamps + 2 * kMaxIters;  // scratch
+    void* dargs[] = {&at};
+    dp.func = reinterpret_cast<void*>(&Stamp);
+    dp.gridDim = dim3(1);
+    dp.blockDim = dim3(1);
+    dp.kernelParams = dargs;
+    cudaGraphNode_t dn = nullptr;
+    CHECK(cudaGraphAddKernelNode(&dn, g, &cnode, 1, &dp));
+  }
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  CHECK(cudaStreamDestroy(cap));
+  return exec;
+}
+
+void SetupSide(Side* s) {
+  s->wait = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  void* f = nullptr;
+  CHECK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &f, 12000, cudaEnableDefault, &q));
+  s->wait = reinterpret_cast<WaitFn>(f);
+  CHECK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &f, 12000, cudaEnableDefault, &q));
+  s->write = reinterpret_cast<WriteFn>(f);
+  CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  CHECK(cudaDeviceGetAttribute(&s->sms, cudaDevAttrMultiProcessorCount, 0));
+  CHECK(cudaMalloc(&s->timeouts, sizeof(unsigned int)));
+  CHECK(cudaMemset(s->timeouts, 0, sizeof(unsigned int)));
+  CHECK(cudaMalloc(&s->stamps, (2 * kMaxIters + 1) * sizeof(uint64_t)));
+}
+
+// One pipe each way: a byte is "go" for the next step.
+struct Pipes {
+  int a2b[2];
+  int b2a[2];
+};
+void Send(int fd) {
+  char c = 1;
+  if (write(fd, &c, 1) != 1) std::_Exit(3);
+}
+void Recv(int fd) {
+  char c = 0;
+  if (read(fd, &c, 1) != 1) std::_Exit(3);
+}
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+const Mode kModes[] = {
+    {"memop", "memop", "host", "plain"},   {"memop", "memop", "device", "plain"},
+    {"kernel", "memop", "host", "plain"},  {"kernel", "memop", "device", "plain"},
+    {"memop", "spin", "host", "plain"},    {"memop", "spin", "device", "plain"},
+    {"kernel", "spin", "host", "plain"},   {"kernel", "spin", "device", "plain"},
+    {"memop", "memop", "device", "graph"}, {"memop", "memop", "device", "cond"},
+    {"kernel", "memop", "device", "cond"}, {"kernel", "spin", "device", "cond"},
+};
+
+// The daemon side: runs every mode in step with A.
+void RunB(Shared* sh, const Pipes& p, const Args& a) {
+  Side s;
+  SetupSide(&s);
+  CHECK(cudaHostRegister(sh, kShared, cudaHostRegisterMapped | cudaHostRegisterPortable));
+  Shared* dsh = nullptr;
+  CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dsh), sh, 0));
+  Recv(p.a2b[0]);  // A's IPC handle is in the page
+  void* dwords = nullptr;
+  CHECK(cudaIpcOpenMemHandle(&dwords, sh->words_handle, cudaIpcMemLazyEnablePeerAccess));
+  const int n = a.warmup + a.iters;
+  for (const Mode& m : kModes) {
+    const bool host = std::strcmp(m.word, "host") == 0;
+    auto* ready = host ? &dsh->ready : static_cast<unsigned long long*>(dwords);
+    auto* done = host ? &dsh->done : static_cast<unsigned long long*>(dwords) + 8;
+    cudaGraphExec_t exec = nullptr;
+    if (std::strcmp(m.body, "plain") != 0) {
+      exec = BodyGraph(s, a, std::strcmp(m.body, "cond") == 0, &dsh->control);
+    }
+    CHECK(cudaDeviceSynchronize());
+    Send(p.b2a[1]);  // B ready for the mode
+    Recv(p.a2b[0]);  // words reset: go
+    for (int i = 0; i < n; ++i) {
+      const auto v = static_cast<unsigned long long>(i + 1);
+      Wait(s, m, ready, v);
+      Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i);
+      if (exec != nullptr) {
+        CHECK(cudaGraphLaunch(exec, s.stream));
+      } else {
+        Body(s, a, s.stream);
+      }
+      Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i + 1);
+      Signal(s, m, done, v);
+    }
+    CHECK(cudaStreamSynchronize(s.stream));
+    CHECK(cudaMemcpy(sh->b_stamps, s.stamps, 2 * n * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    if (exec != nullptr) CHECK(cudaGraphExecDestroy(exec));
+    Send(p.b2a[1]);  // stamps in the page
+  }
+  unsigned int to = 0;
+  CHECK(cudaMemcpy(&to, s.timeouts, sizeof(to), cudaMemcpyDeviceToHost));
+  if (to != 0) std::fprintf(stderr, "B: %u spin waits timed out\n", to);
+  CHECK(cudaIpcCloseMemHandle(dwords));
+}
+
+int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
+  Side s;
+  SetupSide(&s);
+  CHECK(cudaHostRegister(sh, kShared, cudaHostRegisterMapped | cudaHostRegisterPortable));
+  Shared* dsh = nullptr;
+  CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dsh), sh, 0));
+  unsigned long long* dwords = nullptr;
+  CHECK(cudaMalloc(&dwords, 4096));
+  CHECK(cudaIpcGetMemHandle(&sh->words_handle, dwords));
+  Send(p.a2b[1]);
+  const int n = a.warmup + a.iters;
+  std::vector<uint64_t> as(2 * n);
+  FILE* out = a.out != nullptr ? std::fopen(a.out, "a") : nullptr;
+
+  // Local: two stamps back to back, and a stamp after work (the kernel-launch floor).
+  {
+    for (int i = 0; i < n; ++i) {
+      Work<<<s.sms, 128, 0, s.stream>>>(static_cast<uint64_t>(a.a_us * 1000));
+      Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i);
+      Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i + 1);
+    }
+    CHECK(cudaStreamSynchronize(s.stream));
+    CHECK(cudaMemcpy(as.data(), s.stamps, 2 * n * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    std::vector<double> d;
+    for (int i = a.warmup; i < n; ++i) d.push_back((as[2 * i + 1] - as[2 * i]) * 1e-3);
+    std::printf("%-32s stamp->stamp p50 %.2f us p90 %.2f\n", "local", Pct(d, 0.5), Pct(d, 0.9));
+    if (out) {
+      std::fprintf(out,
+                   "{\"op\":\"handoff_probe\",\"label\":\"%s\",\"mode\":\"local\","
+                   "\"stamp_to_stamp_us_p50\":%.3f,\"p90\":%.3f}\n",
+                   a.label, Pct(d, 0.5), Pct(d, 0.9));
+    }
+  }
+
+  std::printf("%-32s %9s %9s %9s %9s %9s\n", "signal/wait/word/body", "A->B p50", "p90", "B->A p50",
+              "p90", "iter p50");
+  for (const Mode& m : kModes) {
+    const bool host = std::strcmp(m.word, "host") == 0;
+    auto* ready = host ? &dsh->ready : dwords;
+    auto* done = host ? &dsh->done : dwords + 8;
+    Recv(p.b2a[0]);  // B ready
+    sh->ready = 0;
+    sh->done = 0;
+    sh->control = 0;
+    CHECK(cudaMemset(dwords, 0, 4096));
+    CHECK(cudaDeviceSynchronize());
+    Send(p.a2b[1]);
+    for (int i = 0; i < n; ++i) {
+      const auto v = static_cast<unsigned long long>(i + 1);
+      Work<<<s.sms, 128, 0, s.stream>>>(static_cast<uint64_t>(a.a_us * 1000));
+      Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i);
+      Signal(s, m, ready, v);
+      Wait(s, m, done, v);
+      Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i + 1);
+    }
+    CHECK(cudaStreamSynchronize(s.stream));
+    CHECK(cudaMemcpy(as.data(), s.stamps, 2 * n * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    Recv(p.b2a[0]);  // B's stamps are in the page
+    std::vector<double> ab, ba, it;
+    for (int i = a.warmup; i < n; ++i) {
+      const double a1 = as[2 * i], a2 = as[2 * i + 1];
+      const double b0 = sh->b_stamps[2 * i], b1 = sh->b_stamps[2 * i + 1];
+      ab.push_back((b0 - a1) * 1e-3);
+      ba.push_back((a2 - b1) * 1e-3);
+      if (i > a.warmup) it.push_back((a2 - static_cast<double>(as[2 * i - 1])) * 1e-3);
+    }
+    char name[64];
+    std::snprintf(name, sizeof(name), "%s/%s/%s/%s", m.signal, m.wait, m.word, m.body);
+    std::printf("%-32s %9.2f %9.2f %9.2f %9.2f %9.2f\n", name, Pct(ab, 0.5), Pct(ab, 0.9),
+                Pct(ba, 0.5), Pct(ba, 0.9), Pct(it, 0.5));
+    std::fflush(stdout);
+    if (out) {
+      std::fprintf(out,
+                   "{\"op\":\"handoff_probe\",\"label\":\"%s\",\"signal\":\"%s\",\"wait\":\"%s\","
+                   "\"word\":\"%s\",\"body\":\"%s\",\"iters\":%d,\"a_us\":%.1f,\"b_us\":%.1f,"
+                   "\"kernels\":%d,\"a_to_b_us_p50\":%.3f,\"a_to_b_us_p90\":%.3f,"
+                   "\"b_to_a_us_p50\":%.3f,\"b_to_a_us_p90\":%.3f,\"iter_us_p50\":%.3f}\n",
+                   a.label, m.signal, m.wait, m.word, m.body, a.iters, a.a_us, a.b_us, a.kernels,
+                   Pct(ab, 0.5), Pct(ab, 0.9), Pct(ba, 0.5), Pct(ba, 0.9), Pct(it, 0.5));
+    }
+  }
+  unsigned int to = 0;
+  CHECK(cudaMemcpy(&to, s.timeouts, sizeof(to), cudaMemcpyDeviceToHost));
+  if (to != 0) std::fprintf(stderr, "A: %u spin waits timed out\n", to);
+  if (out) std::fclose(out);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 && to == 0 ? 0 : 1;
+}
+
+// The in-process cost of the daemon's graph form (no second process): per iteration, a stamp,
+// the body of `k` kernels (each `us` of work over every SM) in one of these forms, a stamp:
+//   stream       the kernels launched one by one
+//   graph        one graph of the kernels
+//   gated        [gate → kernels → done] without a conditional (the two tiny kernels' cost)
+//   cond_host    [gate → IF{kernels} → done], control and state words in mapped host memory
+//                (the daemon's form), with the daemon's two cudaGraphExecKernelNodeSetParams
+//                before every launch
+//   cond_dev     the same with the words in device memory, no SetParams
+//   cond_child   the IF body a child-graph node holding the kernels (host words)
+// Every iteration is enqueued ahead of the GPU; p50 of (stamp after − stamp before) is printed.
+int GraphCost(const Args& a) {
+  Side s;
+  SetupSide(&s);
+  unsigned int* hwords = nullptr;
+  CHECK(cudaHostAlloc(&hwords, 4096, cudaHostAllocMapped));
+  std::memset(hwords, 0, 4096);
+  unsigned int* hwords_dev = nullptr;
+  CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&hwords_dev), hwords, 0));
+  unsigned int* dwords = nullptr;
+  CHECK(cudaMalloc(&dwords, 4096));
+  CHECK(cudaMemset(dwords, 0, 4096));
+  unsigned long long* done = nullptr;
+  CHECK(cudaMalloc(&done, 64));
+  FILE* out = a.out != nullptr ? std::fopen(a.out, "a") : nullptr;
+  const int n = a.warmup + a.iters;
+  std::vector<uint64_t> st(2 * n);
+  const char* forms[] = {"stream", "graph", "gated", "cond_host", "cond_dev", "cond_child"};
+  std::printf("%-8s %-12s %4s %10s %10s %10s\n", "kind", "form", "k", "p50 us", "p90 us",
+              "over graph");
+  CHECK(cudaFuncSetAttribute(WorkSmem, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
+  void* scratch = nullptr;
+  CHECK(cudaMalloc(&scratch, 4096));
+  uint4* big = nullptr;
+  CHECK(cudaMalloc(&big, 4 * kWriteBytes));
+  const char* kinds[] = {"plain", "carveout", "carveout_fixed"};
+  for (const char* kind : kinds)
+    for (int k : {1, 4, 8}) {
+      if (k != 4) continue;
+      const uint64_t ns = static_cast<uint64_t>(a.b_us * 1000.0);
+      if (std::string(kind) == "carveout_fixed") {  // every kernel prefers the most shared memory
+        for (const void* f :
+             {reinterpret_cast<const void*>(&WorkSmem), reinterpret_cast<const void*>(&DaemonGate),
+              reinterpret_cast<const void*>(&DaemonDone), reinterpret_cast<const void*>(&Stamp)}) {
+          CHECK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        }
+      }
+      double graph_p50 = 0;
+      for (const char* form : forms) {
+        const std::string f = form;
+        cudaGraphExec_t exec = nullptr;
+        cudaGraphNode_t gate = nullptr, dn = nullptr;
+        cudaGraphConditionalHandle h = 0;
+        unsigned int* words = f == "cond_dev" ? dwords : hwords_dev;
+        int cond = f.rfind("cond", 0) == 0 ? 1 : 0;
+        if (f != "stream") {
+          cudaGraph_t g = nullptr;
+          CHECK(cudaGraphCreate(&g, 0));
+          cudaGraph_t target = g;
+          cudaGraphNode_t cnode = nullptr;
+          cudaStream_t cap = nullptr;
+          CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+          if (f != "graph") {
+            if (cond) CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, 0));
+            cudaKernelNodeParams gp{};
+            void* gargs[] = {&h, &words, &cond};
+            gp.func = reinterpret_cast<void*>(&DaemonGate);
+            gp.gridDim = dim3(1);
+            gp.blockDim = dim3(1);
+            gp.kernelParams = gargs;
+            CHECK(cudaGraphAddKernelNode(&gate, g, nullptr, 0, &gp));
+            cnode = gate;
+            if (cond) {
+              cudaGraphNodeParams cp{};
+              cp.type = cudaGraphNodeTypeConditional;
+              cp.conditional.handle = h;
+              cp.conditional.type = cudaGraphCondTypeIf;
+              cp.conditional.size = 1;
+              CHECK(cudaGraphAddNode(&cnode, g, &gate, nullptr, 1, &cp));
+              target = cp.conditional.phGraph_out[0];
+            }
+          }
+          cudaGraph_t body = target;
+          if (f == "cond_child") CHECK(cudaGraphCreate(&body, 0));
+          if (f == "gated") {  // the kernels after the gate, in the same graph
+            CHECK(cudaStreamBeginCaptureToGraph(cap, g, &gate, nullptr, 1,
+                                                cudaStreamCaptureModeThreadLocal));
+          } else {
+            CHECK(cudaStreamBeginCaptureToGraph(cap, body, nullptr, nullptr, 0,
+                                                cudaStreamCaptureModeThreadLocal));
+          }
+          for (int i = 0; i < k; ++i) BodyKernel(kind, s.sms, ns, cap, scratch, i, big);
+          cudaGraph_t captured = nullptr;
+          CHECK(cudaStreamEndCapture(cap, &captured));
+          if (f == "cond_child") {
+            cudaGraphNode_t child = nullptr;
+            CHECK(cudaGraphAddChildGraphNode(&child, target, nullptr, 0, body));
+          }
+          if (f != "graph") {
+            std::vector<cudaGraphNode_t> leaves;
+            if (f == "gated") {
+              size_t count = 0;
+              CHECK(cudaGraphGetNodes(g, nullptr, &count));
+              std::vector<cudaGraphNode_t> all(count);
+              CHECK(cudaGraphGetNodes(g, all.data(), &count));
+              for (cudaGraphNode_t x : all) {
+                size_t outs = 0;
+                CHECK(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &outs));
+                if (outs == 0) leaves.push_back(x);
+              }
+            } else {
+              leaves.push_back(cnode);
+            }
+            unsigned long long v = 1;
+            void* dargs[] = {&done, &v, &words};
+            cudaKernelNodeParams dp{};
+            dp.func = reinterpret_cast<void*>(&DaemonDone);
+            dp.gridDim = dim3(1);
+            dp.blockDim = dim3(1);
+            dp.kernelParams = dargs;
+            CHECK(cudaGraphAddKernelNode(&dn, g, leaves.data(), leaves.size(), &dp));
+          }
+          CHECK(cudaGraphInstantiate(&exec, g, 0));
+          CHECK(cudaStreamDestroy(cap));
+        }
+        for (int i = 0; i < n; ++i) {
+          Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i);
+          if (exec == nullptr) {
+            for (int j = 0; j < k; ++j) BodyKernel(kind, s.sms, ns, s.stream, scratch, j, big);
+          } else {
+            if (f == "cond_host") {  // the daemon's per-launch parameter updates
+              cudaKernelNodeParams gp{};
+              void* gargs[] = {&h, &words, &cond};
+              gp.func = reinterpret_cast<void*>(&DaemonGate);
+              gp.gridDim = dim3(1);
+              gp.blockDim = dim3(1);
+              gp.kernelParams = gargs;
+              CHECK(cudaGraphExecKernelNodeSetParams(exec, gate, &gp));
+              unsigned long long v = static_cast<unsigned long long>(i + 1);
+              void* dargs[] = {&done, &v, &words};
+              cudaKernelNodeParams dp = gp;
+              dp.func = reinterpret_cast<void*>(&DaemonDone);
+              dp.kernelParams = dargs;
+              CHECK(cudaGraphExecKernelNodeSetParams(exec, dn, &dp));
+            }
+            CHECK(cudaGraphLaunch(exec, s.stream));
+          }
+          Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i + 1);
+        }
+        CHECK(cudaStreamSynchronize(s.stream));
+        CHECK(cudaMemcpy(st.data(), s.stamps, 2 * n * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+        std::vector<double> d;
+        for (int i = a.warmup; i < n; ++i) d.push_back((st[2 * i + 1] - st[2 * i]) * 1e-3);
+        const double p50 = Pct(d, 0.5);
+        if (f == "graph") graph_p50 = p50;
+        std::printf("%-8s %-12s %4d %10.2f %10.2f %10.2f\n", kind, form, k, p50, Pct(d, 0.9),
+                    f == "stream" ? 0.0 : p50 - graph_p50);
+        std::fflush(stdout);
+        if (out) {
+          std::fprintf(out,
+                       "{\"op\":\"handoff_probe_graph_cost\",\"label\":\"%s\",\"kind\":\"%s\","
+                       "\"form\":\"%s\","
+                       "\"kernels\":%d,\"kernel_us\":%.1f,\"iters\":%d,\"us_p50\":%.3f,"
+                       "\"us_p90\":%.3f}\n",
+                       a.label, kind, form, k, a.b_us, a.iters, p50, Pct(d, 0.9));
+        }
+        if (exec != nullptr) CHECK(cudaGraphExecDestroy(exec));
+      }
+    }
+  if (out) std::fclose(out);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (v == nullptr) {
+      std::fprintf(stderr, "%s needs a value\n", k.c_str());
+      return 2;
+    }
+    if (k == "--iters") {
+      a.iters = std::atoi(v);
+    } else if (k == "--warmup") {
+      a.warmup = std::atoi(v);
+    } else if (k == "--a-us") {
+      a.a_us = std::atof(v);
+    } else if (k == "--b-us") {
+      a.b_us = std::atof(v);
+    } else if (k == "--kernels") {
+      a.kernels = std::atoi(v);
+    } else if (k == "--out") {
+      a.out = v;
+    } else if (k == "--label") {
+      a.label = v;
+    } else if (k == "--graph-cost") {
+      a.graph_cost = std::atoi(v) != 0;
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      return 2;
+    }
+    ++i;
+  }
+  if (a.iters < 1 || a.warmup < 0 || a.iters + a.warmup > kMaxIters || a.kernels < 1 ||
+      a.a_us < 0 || a.b_us < 0) {
+    std::fprintf(stderr, "bad arguments (iters + warmup <= %d, kernels >= 1)\n", kMaxIters);
+    return 2;
+  }
+  if (a.graph_cost) return GraphCost(a);
+  void* page = mmap(nullptr, kShared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) return 2;
+  auto* sh = static_cast<Shared*>(page);
+  std::memset(sh, 0, sizeof(Shared));
+  Pipes p;
+  if (pipe(p.a2b) != 0 || pipe(p.b2a) != 0) return 2;
+  const pid_t child = fork();  // before either side touches CUDA
+  if (child < 0) return 2;
+  if (child == 0) {
+    RunB(sh, p, a);
+    std::_Exit(0);
+  }
+  return RunA(sh, p, a, child);
+}
