@@ -936,6 +936,12 @@ def main() -> int:
         "layer's parts (needs --inproc) and append its segment medians here as JSON lines",
     )
     p.add_argument(
+        "--torch-stream",
+        choices=("default", "new"),
+        default="default",
+        help="the frontend's stream: torch's default (the legacy default stream) or a new one",
+    )
+    p.add_argument(
         "--inproc-forms",
         nargs="*",
         default=[],
@@ -957,6 +963,10 @@ def main() -> int:
         a.layers, a.steps, a.warmup, a.blocking_steps = min(a.layers, 4), 3, 1, 2
         a.batch = sorted({min(b, 2 + (b > 64)) for b in a.batch})
     cuda = a.device == "cuda"
+    if cuda and a.torch_stream == "new":
+        # Every chain (in process and through attnd) on a stream of its own instead of the
+        # legacy default stream, which synchronises with the process's other blocking streams.
+        torch.cuda.set_stream(torch.cuda.Stream())
     lib = Inproc(a.inproc) if a.inproc and cuda else None
     rc = 0
     with ac.Client(a.target, timeout=600) as client:
@@ -983,6 +993,7 @@ def main() -> int:
             "topk": a.topk,
             "kv": "fp8_656",
             "next_n": 1,
+            "torch_stream": a.torch_stream,
         }
         for batch in a.batch:
             ctx = f"{a.ctx // 1024}k" if a.ctx % 1024 == 0 else str(a.ctx)

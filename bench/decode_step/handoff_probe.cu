@@ -15,6 +15,8 @@
 // body → done kernel] (server/engine/gpu/ordered_queue.cc). One JSON line per mode to --out;
 // a table on stdout. Run it twice, with and without MPS (nvidia-cuda-mps-control -d).
 //   handoff_probe --iters 300 --a-us 20 --b-us 100 --kernels 4 --out probe.jsonl
+// --graph-cost 1 runs the in-process experiment on the graph form instead (GraphCost below):
+//   handoff_probe --graph-cost 1 --iters 200 --b-us 5 --out graph_cost.jsonl
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <sys/mman.h>
@@ -503,7 +505,12 @@ int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
 //                before every launch
 //   cond_dev     the same with the words in device memory, no SetParams
 //   cond_child   the IF body a child-graph node holding the kernels (host words)
-// Every iteration is enqueued ahead of the GPU; p50 of (stamp after − stamp before) is printed.
+// for bodies of `k` kernels of each kind (BodyKernel: plain; 200 KiB of shared memory; clusters
+// of two; a 1 KiB parameter block; a 4 KiB memset before each kernel; four distinct kernel
+// functions; kernels writing 16 MiB each; both; kernels of 169 / 82 / 225 / 1 KiB of shared
+// memory in turn, without and with the most-shared-memory carveout preference); k 1, 4, 8 and 16
+// for plain, 4 for the others. Every iteration is enqueued ahead of the GPU; p50 of (stamp after
+// − stamp before) is printed.
 int GraphCost(const Args& a) {
   Side s;
   SetupSide(&s);
@@ -528,10 +535,12 @@ int GraphCost(const Args& a) {
   CHECK(cudaMalloc(&scratch, 4096));
   uint4* big = nullptr;
   CHECK(cudaMalloc(&big, 4 * kWriteBytes));
-  const char* kinds[] = {"plain", "carveout", "carveout_fixed"};
+  // carveout_fixed last: it sets a lasting attribute on the kernels.
+  const char* kinds[] = {"plain",    "smem",   "cluster",         "params",   "memset",
+                         "distinct", "writes", "distinct_writes", "carveout", "carveout_fixed"};
   for (const char* kind : kinds)
-    for (int k : {1, 4, 8}) {
-      if (k != 4) continue;
+    for (int k : {1, 4, 8, 16}) {
+      if (std::string(kind) != "plain" && k != 4) continue;
       const uint64_t ns = static_cast<uint64_t>(a.b_us * 1000.0);
       if (std::string(kind) == "carveout_fixed") {  // every kernel prefers the most shared memory
         for (const void* f :
