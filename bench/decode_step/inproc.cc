@@ -12,13 +12,11 @@
 //   rc    = attnd_inproc_launch(h, stream)
 // The call captured once into a CUDA graph (its pointers fixed), as a serving engine that captures
 // its decode step would run it: form 0 the op's launches alone; form 1 the daemon's
-// device-ordered form around them (gate kernel → conditional IF body, memset nodes made fill
-// kernels → done kernel, the call words in mapped host memory; server/engine/gpu/
-// ordered_queue.cc), with no wait and no signal;
-// form 2 the same gate, an empty IF body and the op after it (what the conditional costs without
-// the op inside); form 3 the IF body one child-graph node holding the op, its memset nodes kept
-// (the daemon's form before the fill kernels); form 4 the op in the IF body with its memset nodes
-// moved before the gate.
+// device-ordered form around them (gate kernel → conditional IF body → done kernel, the call words
+// in mapped host memory; server/engine/gpu/ ordered_queue.cc), with no wait and no signal; form 2
+// the same gate, an empty IF body and the op after it (what the conditional costs without the op
+// inside); form 3 the IF body one child-graph node holding the op; form 4 the op in the IF body
+// with its memset nodes moved before the gate.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -192,9 +190,6 @@ int64_t attnd_inproc_capture(const AttndInprocShape* s, const AttndInprocPointer
     } else {
       ok = cuda(end, "end capture");
     }
-  }
-  if (ok && form == 1) {  // as the daemon builds it (server/engine/gpu/ordered_queue.cc)
-    ok = cuda(ko::MemsetsToFills(body), "memsets to fill kernels");
   }
   if (ok && form == 4) {  // the body's memset nodes moved before the gate
     size_t count = 0;

@@ -137,7 +137,7 @@ void ExpectClose(const std::vector<double>& got, const std::vector<double>& ref,
 // fp64 reference in either precision (docs/ACCURACY.md):
 //   kHigh: `high` (each op's ExpectClose tolerance, within |got − ref| ≤ 4e-3·|ref| + 2e-5);
 //   kFast: |got − ref| ≤ 2^-8·|ref| + 2^-8·ref_abs + 1e-5 per element and ‖got − ref‖ / ‖ref‖ ≤
-//          4e-3, where ref_abs = Σ_j p_j·|v_j| / l is the reference's weighted |V|. Rounding each
+//          4e-3 + 2^-8·‖ref_abs‖ / ‖ref‖, where ref_abs = Σ_j p_j·|v_j| / l is the reference's weighted |V|. Rounding each
 //          p_j to bf16 (unit roundoff 2^-9) moves Σ_j p_j·v_j by at most 2^-9·Σ_j p_j·|v_j|, the
 //          final bf16 rounding of out costs at most 2^-9·|out|, f32 accumulation and exp2 far
 //          less; each term is taken at 2^-8, twice its bound. l is summed from the unrounded P

@@ -5,7 +5,7 @@
 // the failure bit; signal words in device memory; another queue's calls complete while one waits;
 // an inline input is staged at accept; a queue's calls share its workspace (graph hits); a kernel
 // launched for the first time while a call waits runs (eager module loading); unpinning host
-// memory does not wait for a pending call; the op's memsets run as fill kernels.
+// memory does not wait for a pending call; the op's memsets run only after ready.
 #include <cuda.h>  // driver API types only: cuStreamWaitValue64 comes through the runtime
 #include <cuda_runtime.h>
 
@@ -131,8 +131,8 @@ class WorkspaceCopyCall : public CopyCall {
 };
 
 // A memset 1D of `a` bytes at out + 3, then a 2D memset of rows of `width` bytes `pitch` apart
-// after them, then a copy of in into the last row's neighbour: the op's memset nodes become fill
-// kernels in the conditional body, with their order kept.
+// after them, then a copy of in into the first row's neighbour: memset nodes in the conditional
+// body, in order.
 class MemsetCall : public CopyCall {
  public:
   static constexpr uint64_t kA = 1001, kPitch = 256, kWidth = 77, kHeight = 5;
@@ -615,10 +615,9 @@ TEST_F(GpuOrderedTest, InlineInputsAreStagedAtAccept) {
   EXPECT_EQ(r.copied_h2d, n);
 }
 
-// The op's memsets run as fill kernels in the conditional body (docs/SERVICE.md "Stream-ordered
-// calls on a CUDA device"): only after ready, every byte as the memsets would leave it, the
-// bytes around untouched, and a cancelled call stores nothing.
-TEST_F(GpuOrderedTest, MemsetsOfTheOpRunAsFillKernelsAfterReady) {
+// The op's memsets run in the conditional body: only after ready, every byte as the memsets
+// would leave it, the bytes around untouched, and a cancelled call stores nothing.
+TEST_F(GpuOrderedTest, MemsetsOfTheOpRunOnlyAfterReady) {
   auto q = backend_->NewOrderedQueue();
   ASSERT_NE(q, nullptr);
   const uint64_t n = 4096;
@@ -653,79 +652,6 @@ TEST_F(GpuOrderedTest, MemsetsOfTheOpRunAsFillKernelsAfterReady) {
   ASSERT_EQ(Await(**skipped), DeviceCallState::kSkipped);
   EXPECT_EQ(words.Get(1), 3u | kFail);
   EXPECT_TRUE(All(out.Read(), 0xee)) << "a cancelled call's fills ran";
-}
-
-// MemsetsToFills on a graph of its own: memset nodes of 1-, 2- and 4-byte elements (2D, pitched)
-// between two kernels' worth of dependencies become kernel nodes that store the same bytes.
-TEST_F(GpuOrderedTest, MemsetsToFillsStoresWhatTheMemsetsWould) {
-  const uint64_t n = 1 << 16;
-  Buffer a(n), b(n);
-  a.Fill(0x11);
-  cudaGraph_t g = nullptr;
-  ASSERT_EQ(cudaGraphCreate(&g, 0), cudaSuccess);
-  // a -> b copy first; then memsets into b that overwrite parts of it; the later ones depend on
-  // the earlier ones (the 4-byte one writes over the 1-byte one's head).
-  cudaMemcpy3DParms cp{};
-  cp.srcPtr = make_cudaPitchedPtr(a.p, n, n, 1);
-  cp.dstPtr = make_cudaPitchedPtr(b.p, n, n, 1);
-  cp.extent = make_cudaExtent(n, 1, 1);
-  cp.kind = cudaMemcpyDeviceToDevice;
-  cudaGraphNode_t copy = nullptr;
-  ASSERT_EQ(cudaGraphAddMemcpyNode(&copy, g, nullptr, 0, &cp), cudaSuccess);
-  struct Set {
-    uint64_t offset, pitch, width, height;
-    unsigned value, element;
-  };
-  const Set sets[] = {{100, 0, 999, 1, 0xab, 1},
-                      {4096, 1024, 100, 7, 0xbeef, 2},
-                      {96, 0, 8, 1, 0xdeadbeef, 4},
-                      {20000, 4000, 333, 3, 0x01020304, 4}};
-  cudaGraphNode_t prev = copy;
-  for (const Set& st : sets) {
-    cudaMemsetParams m{};
-    m.dst = static_cast<unsigned char*>(b.p) + st.offset;
-    m.pitch = st.pitch;
-    m.value = st.value;
-    m.elementSize = st.element;
-    m.width = st.width;
-    m.height = st.height;
-    cudaGraphNode_t node = nullptr;
-    ASSERT_EQ(cudaGraphAddMemsetNode(&node, g, &prev, 1, &m), cudaSuccess);
-    prev = node;
-  }
-  ASSERT_EQ(kernels::ordered::MemsetsToFills(g), cudaSuccess);
-  size_t count = 0;
-  ASSERT_EQ(cudaGraphGetNodes(g, nullptr, &count), cudaSuccess);
-  std::vector<cudaGraphNode_t> nodes(count);
-  ASSERT_EQ(cudaGraphGetNodes(g, nodes.data(), &count), cudaSuccess);
-  ASSERT_EQ(count, 5u);
-  for (cudaGraphNode_t node : nodes) {
-    cudaGraphNodeType t{};
-    ASSERT_EQ(cudaGraphNodeGetType(node, &t), cudaSuccess);
-    EXPECT_NE(t, cudaGraphNodeTypeMemset);
-  }
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
-  cudaStream_t s = TestStreamOf(kCopyStream);
-  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  std::vector<unsigned char> want(n, 0x11);
-  for (const Set& st : sets) {
-    for (uint64_t r = 0; r < st.height; ++r) {
-      for (uint64_t e = 0; e < st.width; ++e) {
-        for (unsigned k = 0; k < st.element; ++k) {
-          want[st.offset + r * st.pitch + e * st.element + k] =
-              static_cast<unsigned char>(st.value >> (8 * k));
-        }
-      }
-    }
-  }
-  const std::vector<unsigned char> got = b.Read();
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad += got[i] != want[i];
-  EXPECT_EQ(bad, 0u);
-  (void)cudaGraphExecDestroy(exec);
-  (void)cudaGraphDestroy(g);
 }
 
 }  // namespace

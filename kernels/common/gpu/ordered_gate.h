@@ -52,12 +52,6 @@ const void* DoneKernel();
 // Enqueues one thread doing atomicMax(word, value) on `stream` (the watchdog's release of a
 // device-region ready word).
 cudaError_t LaunchRaise(unsigned long long* word, unsigned long long value, cudaStream_t stream);
-// Replaces every memset node of `graph` (not of graphs nested in it) by a kernel node doing the
-// same stores (height rows of width elements of 1, 2 or 4 bytes, rows pitch bytes apart), with
-// the same dependencies. A memset node in a conditional body costs ~20 µs of device time per
-// launch where the kernel costs none (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
-// cudaErrorNotSupported for another element size.
-cudaError_t MemsetsToFills(cudaGraph_t graph);
 // Enqueues one thread storing %globaltimer (ns) into *at on `stream` (traces: the daemon's and
 // the decode-step benchmark's, on one clock).
 cudaError_t LaunchStamp(unsigned long long* at, cudaStream_t stream);

@@ -327,10 +327,6 @@ class OrderedRuntime {
           absl::StrCat(call.op(), ": its launches cannot be captured into a conditional body (",
                        cudaGetErrorString(end), ")"));
     }
-    // A memset node in a conditional body costs ~20 µs of device time per launch, a kernel node
-    // doing the same stores none (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
-    ATTND_RETURN_IF_ERROR(
-        Cuda(ko::MemsetsToFills(body), "replacing the body's memset nodes by fill kernels"));
     unsigned long long zero = 0;
     void* done_ptr = &words->scratch;
     void* done_args[] = {&done_ptr, &zero, &words};
