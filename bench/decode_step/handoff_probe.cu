@@ -265,6 +265,18 @@ void Body(const Side& s, const Args& a, cudaStream_t st) {
   for (int k = 0; k < a.kernels; ++k) Work<<<s.sms, 128, 0, st>>>(ns);
 }
 
+// An IF node on handle `h` after `after` in `g`; returns its body.
+cudaGraph_t AddIf(cudaGraph_t g, cudaGraphNode_t after, cudaGraphConditionalHandle h,
+                  cudaGraphNode_t* node) {
+  cudaGraphNodeParams cp{};
+  cp.type = cudaGraphNodeTypeConditional;
+  cp.conditional.handle = h;
+  cp.conditional.type = cudaGraphCondTypeIf;
+  cp.conditional.size = 1;
+  CHECK(cudaGraphAddNode(node, g, &after, nullptr, 1, &cp));
+  return cp.conditional.phGraph_out[0];
+}
+
 // B's graph for one iteration's body: plain (the kernels) or the daemon's form.
 cudaGraphExec_t BodyGraph(const Side& s, const Args& a, bool cond, const unsigned int* control) {
   cudaGraph_t g = nullptr;
@@ -285,13 +297,7 @@ cudaGraphExec_t BodyGraph(const Side& s, const Args& a, bool cond, const unsigne
     gp.blockDim = dim3(1);
     gp.kernelParams = gargs;
     CHECK(cudaGraphAddKernelNode(&gate, g, nullptr, 0, &gp));
-    cudaGraphNodeParams cp{};
-    cp.type = cudaGraphNodeTypeConditional;
-    cp.conditional.handle = h;
-    cp.conditional.type = cudaGraphCondTypeIf;
-    cp.conditional.size = 1;
-    CHECK(cudaGraphAddNode(&cnode, g, &gate, nullptr, 1, &cp));
-    target = cp.conditional.phGraph_out[0];
+    target = AddIf(g, gate, h, &cnode);
   }
   CHECK(cudaStreamBeginCaptureToGraph(cap, target, nullptr, nullptr, 0,
                                       cudaStreamCaptureModeThreadLocal));
@@ -575,13 +581,7 @@ int GraphCost(const Args& a) {
             CHECK(cudaGraphAddKernelNode(&gate, g, nullptr, 0, &gp));
             cnode = gate;
             if (cond) {
-              cudaGraphNodeParams cp{};
-              cp.type = cudaGraphNodeTypeConditional;
-              cp.conditional.handle = h;
-              cp.conditional.type = cudaGraphCondTypeIf;
-              cp.conditional.size = 1;
-              CHECK(cudaGraphAddNode(&cnode, g, &gate, nullptr, 1, &cp));
-              target = cp.conditional.phGraph_out[0];
+              target = AddIf(g, gate, h, &cnode);
             }
           }
           cudaGraph_t body = target;
