@@ -136,12 +136,13 @@ void ExpectClose(const std::vector<double>& got, const std::vector<double>& ref,
 // The bound on an attention op's `out` (sparse_mla, mla_decode, mla_prefill, dsa) against the
 // fp64 reference in either precision (docs/ACCURACY.md):
 //   kHigh: `high` (each op's ExpectClose tolerance, within |got − ref| ≤ 4e-3·|ref| + 2e-5);
-//   kFast: |got − ref| ≤ 2^-8·|ref| + 2^-8·ref_abs + 1e-5 per element and ‖got − ref‖ / ‖ref‖ ≤
-//          4e-3 + 2^-8·‖ref_abs‖ / ‖ref‖, where ref_abs = Σ_j p_j·|v_j| / l is the reference's weighted |V|. Rounding each
-//          p_j to bf16 (unit roundoff 2^-9) moves Σ_j p_j·v_j by at most 2^-9·Σ_j p_j·|v_j|, the
-//          final bf16 rounding of out costs at most 2^-9·|out|, f32 accumulation and exp2 far
-//          less; each term is taken at 2^-8, twice its bound. l is summed from the unrounded P
-//          in every implementation, so it adds no term.
+//   kFast: |got − ref| ≤ 2^-8·|ref| + 2^-8·ref_abs + 1e-5 per element and
+//          ‖got − ref‖ / ‖ref‖ ≤ 4e-3 + 2^-8·‖ref_abs‖ / ‖ref‖, where ref_abs = Σ_j p_j·|v_j| / l
+//          is the reference's weighted |V|. Rounding each p_j to bf16 (unit roundoff 2^-9) moves
+//          Σ_j p_j·v_j by at most 2^-9·Σ_j p_j·|v_j|, the final bf16 rounding of out costs at
+//          most 2^-9·|out|, f32 accumulation and exp2 far less; each term is taken at 2^-8, twice
+//          its bound. l is summed from the unrounded P in every implementation, so it adds no
+//          term.
 inline constexpr double kFastOutRel = 1.0 / 256;       // × |ref|
 inline constexpr double kFastOutWeighted = 1.0 / 256;  // × ref_abs
 inline constexpr double kFastOutAtol = 1e-5;
