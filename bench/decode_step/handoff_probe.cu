@@ -265,6 +265,17 @@ void Body(const Side& s, const Args& a, cudaStream_t st) {
   for (int k = 0; k < a.kernels; ++k) Work<<<s.sms, 128, 0, st>>>(ns);
 }
 
+// A kernel node's parameters: `fn` on one thread with `args`.
+template <class Kernel>
+cudaKernelNodeParams OneThread(Kernel* fn, void** args) {
+  cudaKernelNodeParams p{};
+  p.func = reinterpret_cast<void*>(fn);
+  p.gridDim = dim3(1);
+  p.blockDim = dim3(1);
+  p.kernelParams = args;
+  return p;
+}
+
 // An IF node on handle `h` after `after` in `g`; returns its body.
 cudaGraph_t AddIf(cudaGraph_t g, cudaGraphNode_t after, cudaGraphConditionalHandle h,
                   cudaGraphNode_t* node) {
@@ -289,13 +300,9 @@ cudaGraphExec_t BodyGraph(const Side& s, const Args& a, bool cond, const unsigne
   cudaGraphConditionalHandle h = 0;
   if (cond) {
     CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, 0));
-    cudaKernelNodeParams gp{};
     const unsigned int* c = control;
     void* gargs[] = {&h, &c};
-    gp.func = reinterpret_cast<void*>(&Gate);
-    gp.gridDim = dim3(1);
-    gp.blockDim = dim3(1);
-    gp.kernelParams = gargs;
+    const cudaKernelNodeParams gp = OneThread(&Gate, gargs);
     CHECK(cudaGraphAddKernelNode(&gate, g, nullptr, 0, &gp));
     target = AddIf(g, gate, h, &cnode);
   }
@@ -305,13 +312,9 @@ cudaGraphExec_t BodyGraph(const Side& s, const Args& a, bool cond, const unsigne
   cudaGraph_t captured = nullptr;
   CHECK(cudaStreamEndCapture(cap, &captured));
   if (cond) {  // a trailing one-thread node, as the daemon's done kernel
-    cudaKernelNodeParams dp{};
     uint64_t* at = s.stamps + 2 * kMaxIters;  // scratch
     void* dargs[] = {&at};
-    dp.func = reinterpret_cast<void*>(&Stamp);
-    dp.gridDim = dim3(1);
-    dp.blockDim = dim3(1);
-    dp.kernelParams = dargs;
+    const cudaKernelNodeParams dp = OneThread(&Stamp, dargs);
     cudaGraphNode_t dn = nullptr;
     CHECK(cudaGraphAddKernelNode(&dn, g, &cnode, 1, &dp));
   }
@@ -572,12 +575,8 @@ int GraphCost(const Args& a) {
           CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
           if (f != "graph") {
             if (cond) CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, 0));
-            cudaKernelNodeParams gp{};
             void* gargs[] = {&h, &words, &cond};
-            gp.func = reinterpret_cast<void*>(&DaemonGate);
-            gp.gridDim = dim3(1);
-            gp.blockDim = dim3(1);
-            gp.kernelParams = gargs;
+            const cudaKernelNodeParams gp = OneThread(&DaemonGate, gargs);
             CHECK(cudaGraphAddKernelNode(&gate, g, nullptr, 0, &gp));
             cnode = gate;
             if (cond) {
@@ -617,11 +616,7 @@ int GraphCost(const Args& a) {
             }
             unsigned long long v = 1;
             void* dargs[] = {&done, &v, &words};
-            cudaKernelNodeParams dp{};
-            dp.func = reinterpret_cast<void*>(&DaemonDone);
-            dp.gridDim = dim3(1);
-            dp.blockDim = dim3(1);
-            dp.kernelParams = dargs;
+            const cudaKernelNodeParams dp = OneThread(&DaemonDone, dargs);
             CHECK(cudaGraphAddKernelNode(&dn, g, leaves.data(), leaves.size(), &dp));
           }
           CHECK(cudaGraphInstantiate(&exec, g, 0));
@@ -633,18 +628,12 @@ int GraphCost(const Args& a) {
             for (int j = 0; j < k; ++j) BodyKernel(kind, s.sms, ns, s.stream, scratch, j, big);
           } else {
             if (f == "cond_host") {  // the daemon's per-launch parameter updates
-              cudaKernelNodeParams gp{};
               void* gargs[] = {&h, &words, &cond};
-              gp.func = reinterpret_cast<void*>(&DaemonGate);
-              gp.gridDim = dim3(1);
-              gp.blockDim = dim3(1);
-              gp.kernelParams = gargs;
+              const cudaKernelNodeParams gp = OneThread(&DaemonGate, gargs);
               CHECK(cudaGraphExecKernelNodeSetParams(exec, gate, &gp));
               unsigned long long v = static_cast<unsigned long long>(i + 1);
               void* dargs[] = {&done, &v, &words};
-              cudaKernelNodeParams dp = gp;
-              dp.func = reinterpret_cast<void*>(&DaemonDone);
-              dp.kernelParams = dargs;
+              const cudaKernelNodeParams dp = OneThread(&DaemonDone, dargs);
               CHECK(cudaGraphExecKernelNodeSetParams(exec, dn, &dp));
             }
             CHECK(cudaGraphLaunch(exec, s.stream));
