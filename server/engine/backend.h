@@ -68,13 +68,16 @@ struct JobStep {
 
 struct StepResult {
   std::string impl;
-  // Device time of the op's launches (GPU events), or host wall time on the CPU backend.
+  // Device time of the op's launches (GPU events; device-ordered calls: the gate's and the done
+  // kernel's %globaltimer stamps), or host wall time on the CPU backend.
   absl::Duration compute = absl::ZeroDuration();
   uint64_t copied_h2d = 0;      // bytes DMA'd host -> device (inline staging, host regions)
   uint64_t copied_d2h = 0;      // bytes DMA'd device -> host
   uint64_t count_readback = 0;  // device-region bytes read back for the work count
   std::string device;           // the device that ran it (UUID; "cpu-0")
   std::string graph;            // "hit" | "update" | "capture" when a graph ran; empty otherwise
+  int pre_memsets = 0;          // device-ordered: workspace memsets enqueued before the ready wait
+  std::string gate;             // device-ordered with a ready word: "spin" | "wait"; else empty
 };
 
 struct DeviceDescription {

@@ -485,12 +485,9 @@ void StreamOrderedRunner::PollDeviceLocked(
       }
       if (e->watchdog.has_value() && !e->released && !gated && front) {
         e->released = true;
-        if (absl::Status r = e->device->Release(); !r.ok()) {
-          Log(LogLevel::kError, "watchdog could not release a device-ordered call's wait",
-              {{"req", e->ctx.request_id}, {"error", r.message()}});
-        }
-        // Later calls waiting on the same word for a value the raise reached are released
-        // too: they are cancelled as well, never run on inputs that may not be ready.
+        // Later calls waiting on the same word for a value the raise reaches are released too:
+        // they are cancelled as well, never run on inputs that may not be ready. Cancelled
+        // before the raise, so no gate of theirs can see the raised word without the cancel.
         if (e->ready) {
           for (size_t j = i + 1; j < q->entries_.size() && q->entries_[j]->device != nullptr; ++j) {
             Entry* l = q->entries_[j].get();
@@ -503,6 +500,10 @@ void StreamOrderedRunner::PollDeviceLocked(
                 "earlier call of its queue that timed out");
             l->device->SetCancel();
           }
+        }
+        if (absl::Status r = e->device->Release(); !r.ok()) {
+          Log(LogLevel::kError, "watchdog could not release a device-ordered call's wait",
+              {{"req", e->ctx.request_id}, {"error", r.message()}});
         }
       }
       front = front && gated;

@@ -154,6 +154,44 @@ class MemsetCall : public CopyCall {
   }
 };
 
+// MemsetCall's pattern in the call's workspace (the 1D memset of `value`), then in's 16 bytes
+// after the first 2D row and the whole workspace's first `bytes` copied to out: the memsets lead
+// the op and write only the workspace, so they leave the conditional body.
+class WorkspaceMemsetCall : public CopyCall {
+ public:
+  WorkspaceMemsetCall(const std::string& uuid, void* in, void* out, uint64_t bytes, int value)
+      : CopyCall(uuid, in, out, bytes, nullptr), bytes_(bytes), value_(value) {}
+  std::string LaunchKey() const override {
+    return "wsmemset|" + std::to_string(bytes_) + "|" + std::to_string(value_);
+  }
+  absl::Status Select(const kernels::ExecContext&, const std::vector<void*>&, std::string* impl,
+                      int64_t* workspace) override {
+    *impl = "cuda_memset";
+    *workspace = static_cast<int64_t>(bytes_);
+    return absl::OkStatus();
+  }
+  absl::Status Run(const kernels::ExecContext& ctx, const std::vector<void*>& data,
+                   std::string* impl) override {
+    *impl = "cuda_memset";
+    const auto s = static_cast<cudaStream_t>(ctx.stream);
+    auto* ws = static_cast<unsigned char*>(ctx.workspace);
+    if (ws == nullptr || ctx.workspace_bytes < static_cast<int64_t>(bytes_) ||
+        cudaMemsetAsync(ws + 3, value_, MemsetCall::kA, s) != cudaSuccess ||
+        cudaMemset2DAsync(ws + 2048, MemsetCall::kPitch, 0x33, MemsetCall::kWidth,
+                          MemsetCall::kHeight, s) != cudaSuccess ||
+        cudaMemcpyAsync(ws + 2048 + MemsetCall::kWidth, data[0], 16, cudaMemcpyDeviceToDevice, s) !=
+            cudaSuccess ||
+        cudaMemcpyAsync(data[1], ws, bytes_, cudaMemcpyDeviceToDevice, s) != cudaSuccess) {
+      return absl::InternalError("workspace memset");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const uint64_t bytes_;
+  const int value_;
+};
+
 struct Buffer {
   explicit Buffer(uint64_t n) : bytes(n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
   ~Buffer() { (void)cudaFree(p); }
@@ -333,6 +371,8 @@ TEST_F(GpuOrderedTest, RunsOnlyAfterReadyThenStoresDoneAndChainsWithoutTheHost) 
   (*c)->Result(&r);
   EXPECT_EQ(r.graph, "capture");
   EXPECT_EQ(r.count_readback, n);
+  EXPECT_GT(r.compute, absl::ZeroDuration()) << "the gate's and done kernel's stamps";
+  EXPECT_LT(r.compute, absl::Seconds(1));
   EXPECT_TRUE(All(readback, 9));
 
   // A chain: three calls behind ready values 4..6, each storing its own done value; the host
@@ -633,6 +673,9 @@ TEST_F(GpuOrderedTest, MemsetsOfTheOpRunOnlyAfterReady) {
   words.Set(0, 2);
   ASSERT_EQ(Await(**c), DeviceCallState::kRan);
   EXPECT_EQ(words.Get(1), 2u);
+  StepResult sr;
+  (*c)->Result(&sr);
+  EXPECT_EQ(sr.pre_memsets, 0) << "memsets of an output left the body";
   std::vector<unsigned char> want(n, 0xee);
   std::fill_n(want.begin() + 3, MemsetCall::kA, 0x5a);
   for (uint64_t r = 0; r < MemsetCall::kHeight; ++r) {
@@ -652,6 +695,62 @@ TEST_F(GpuOrderedTest, MemsetsOfTheOpRunOnlyAfterReady) {
   ASSERT_EQ(Await(**skipped), DeviceCallState::kSkipped);
   EXPECT_EQ(words.Get(1), 3u | kFail);
   EXPECT_TRUE(All(out.Read(), 0xee)) << "a cancelled call's fills ran";
+}
+
+// The op's leading workspace memsets run before the ready wait, in lane order: a later call's
+// memsets wait for the earlier call that reads the workspace, whatever the later ready word says;
+// a cancelled call still stores nothing outside the workspace.
+TEST_F(GpuOrderedTest, WorkspaceMemsetsRunBeforeTheWaitInLaneOrder) {
+  auto q = backend_->NewOrderedQueue();
+  ASSERT_NE(q, nullptr);
+  const uint64_t n = 4096;
+  Buffer in(16), out1(n), out2(n), out3(n);
+  in.Fill(7);
+  for (Buffer* b : {&out1, &out2, &out3}) b->Fill(0xee);  // poison
+  WorkspaceMemsetCall first(uuid_, in.p, out1.p, n, 0x5a), second(uuid_, in.p, out2.p, n, 0x77);
+  HostWords words;
+  auto c1 = q->Enqueue(first, words.Signal(0, 1), words.Signal(1, 1));
+  ASSERT_TRUE(c1.ok()) << c1.status();
+  auto c2 = q->Enqueue(second, words.Signal(2, 1), words.Signal(3, 1));
+  ASSERT_TRUE(c2.ok()) << c2.status();
+  words.Set(2, 1);  // the second call's ready word first: it still runs after the first
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(All(out1.Read(), 0xee)) << "the first call ran before its ready word";
+  EXPECT_TRUE(All(out2.Read(), 0xee)) << "the second call ran before the first";
+  words.Set(0, 1);
+  ASSERT_EQ(Await(**c1), DeviceCallState::kRan);
+  ASSERT_EQ(Await(**c2), DeviceCallState::kRan);
+  EXPECT_EQ(words.Get(1), 1u);
+  EXPECT_EQ(words.Get(3), 1u);
+  for (auto* c : {&c1, &c2}) {
+    StepResult r;
+    (**c)->Result(&r);
+    EXPECT_EQ(r.pre_memsets, 2) << "both leading workspace memsets leave the body";
+  }
+  // Only the bytes the op defines: the memsets' and the copy's (the rest of the workspace is
+  // whatever the pool held).
+  auto check = [&](const std::vector<unsigned char>& got, int value) {
+    size_t bad = 0;
+    for (uint64_t i = 3; i < 3 + MemsetCall::kA; ++i) bad += got[i] != value;
+    for (uint64_t r = 0; r < MemsetCall::kHeight; ++r) {
+      for (uint64_t i = 0; i < MemsetCall::kWidth; ++i) {
+        bad += got[2048 + r * MemsetCall::kPitch + i] != 0x33;
+      }
+    }
+    for (uint64_t i = 0; i < 16; ++i) bad += got[2048 + MemsetCall::kWidth + i] != 7;
+    return bad;
+  };
+  EXPECT_EQ(check(out1.Read(), 0x5a), 0u) << "the first call saw the second call's memsets";
+  EXPECT_EQ(check(out2.Read(), 0x77), 0u);
+
+  WorkspaceMemsetCall third(uuid_, in.p, out3.p, n, 0x21);
+  auto skipped = q->Enqueue(third, words.Signal(4, 1), words.Signal(5, 1));
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  (*skipped)->SetCancel();
+  ASSERT_TRUE((*skipped)->Release().ok());
+  ASSERT_EQ(Await(**skipped), DeviceCallState::kSkipped);
+  EXPECT_EQ(words.Get(5), 1u | kFail);
+  EXPECT_TRUE(All(out3.Read(), 0xee)) << "a cancelled call wrote its output";
 }
 
 }  // namespace

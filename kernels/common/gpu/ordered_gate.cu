@@ -10,19 +10,31 @@ __device__ unsigned long long GlobalTimer() {
   return t;
 }
 
-__global__ void Gate(cudaGraphConditionalHandle handle, CallWords* words) {
+__global__ void Gate(cudaGraphConditionalHandle handle, CallWords* words, uint32_t* mirror,
+                     const unsigned long long* ready, unsigned long long value,
+                     unsigned int sleep_ns) {
+  if (ready != nullptr) {
+    while (*reinterpret_cast<const volatile unsigned long long*>(ready) < value) {
+      __nanosleep(sleep_ns);
+    }
+    // The producer's writes came before its ready store: the op's kernels, after this one,
+    // read them.
+    __threadfence_system();
+    *reinterpret_cast<volatile unsigned long long*>(&words->wait_ns) = GlobalTimer();
+  }
   *reinterpret_cast<volatile unsigned long long*>(&words->gate_ns) = GlobalTimer();
   const uint32_t control = *reinterpret_cast<volatile uint32_t*>(&words->control);
   const bool run = control != kControlCancel;
   cudaGraphSetConditional(handle, run ? 1u : 0u);
-  __threadfence_system();
-  *reinterpret_cast<volatile uint32_t*>(&words->state) = run ? kStateRan : kStateSkipped;
-  __threadfence_system();
+  const uint32_t state = run ? kStateRan : kStateSkipped;
+  *reinterpret_cast<volatile uint32_t*>(mirror) = state;
+  *reinterpret_cast<volatile uint32_t*>(&words->state) = state;
 }
 
-__global__ void Done(unsigned long long* done, unsigned long long value, CallWords* words) {
+__global__ void Done(unsigned long long* done, unsigned long long value, CallWords* words,
+                     const uint32_t* mirror) {
   *reinterpret_cast<volatile unsigned long long*>(&words->done_ns) = GlobalTimer();
-  const uint32_t state = *reinterpret_cast<const volatile uint32_t*>(&words->state);
+  const uint32_t state = *reinterpret_cast<const volatile uint32_t*>(mirror);
   // The op's writes (the conditional body ran before this node) become visible to other
   // processes and devices before `done` does.
   __threadfence_system();

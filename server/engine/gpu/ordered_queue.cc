@@ -57,15 +57,59 @@ absl::Status Cuda(cudaError_t e, absl::string_view what) {
   return GpuStatus(e, what);
 }
 
-// One cached executable parent graph: [gate] → [IF body = the op] → [done].
+// One cached executable parent graph: [gate] → [IF body = the op] → [done], and the op's
+// workspace memsets taken out of the body: enqueued before the ready wait (docs/SERVICE.md
+// "Workspace memsets before the wait").
 struct OrderedGraph {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   cudaGraphNode_t gate = nullptr;
   cudaGraphNode_t done = nullptr;
   cudaGraphConditionalHandle handle = 0;
+  std::vector<cudaMemsetParams> pre;
   uint64_t last_use = 0;
 };
+
+// Moves the body's leading byte memsets that write only inside [workspace, +bytes) into *pre, in
+// order: each a root of the body (nothing of the op before it) whose every byte lies in the
+// queue's workspace. The rest of the body keeps its order; a memset after any other node stays.
+absl::Status HoistWorkspaceMemsets(cudaGraph_t body, const void* workspace, int64_t bytes,
+                                   std::vector<cudaMemsetParams>* pre) {
+  if (workspace == nullptr || bytes <= 0) return absl::OkStatus();
+  const auto lo = reinterpret_cast<uintptr_t>(workspace);
+  const uintptr_t hi = lo + static_cast<uintptr_t>(bytes);
+  for (;;) {
+    size_t n = 0;
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetRootNodes(body, nullptr, &n), "listing the body"));
+    if (n != 1) return absl::OkStatus();  // an empty body, or branches: left as captured
+    cudaGraphNode_t root = nullptr;
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetRootNodes(body, &root, &n), "listing the body"));
+    cudaGraphNodeType type;
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphNodeGetType(root, &type), "reading a body node"));
+    if (type != cudaGraphNodeTypeMemset) return absl::OkStatus();
+    cudaMemsetParams m{};
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphMemsetNodeGetParams(root, &m), "reading a memset"));
+    if (m.elementSize != 1 || m.width == 0 || m.height == 0) return absl::OkStatus();
+    const auto dst = reinterpret_cast<uintptr_t>(m.dst);
+    if (m.height > 1 && m.pitch < m.width) return absl::OkStatus();
+    const uintptr_t span = (m.height - 1) * m.pitch + m.width;
+    if (dst < lo || dst > hi || span > hi - dst) return absl::OkStatus();
+    pre->push_back(m);
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphDestroyNode(root), "taking a memset out of the body"));
+  }
+}
+
+// Enqueues the memsets of HoistWorkspaceMemsets on `stream`.
+absl::Status EnqueueMemsets(const std::vector<cudaMemsetParams>& pre, cudaStream_t stream) {
+  for (const cudaMemsetParams& m : pre) {
+    const int value = static_cast<int>(m.value & 0xff);
+    const cudaError_t e = m.height == 1
+                              ? cudaMemsetAsync(m.dst, value, m.width, stream)
+                              : cudaMemset2DAsync(m.dst, m.pitch, value, m.width, m.height, stream);
+    ATTND_RETURN_IF_ERROR(Cuda(e, "enqueueing a workspace memset"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -90,6 +134,10 @@ class OrderedRuntime {
     for (auto& [ordinal, lanes] : lanes_) {
       for (Lane& l : lanes) (void)cudaStreamDestroy(l.stream);
     }
+    for (auto& [ordinal, m] : mirrors_) {
+      (void)cudaSetDevice(ordinal);
+      (void)cudaFree(m);
+    }
     (void)cudaFreeHost(host_words_);
     if (trace_ != nullptr) std::fclose(trace_);
   }
@@ -97,6 +145,19 @@ class OrderedRuntime {
   // The trace of device-ordered calls (ATTND_ORDERED_TRACE; docs/OPERATIONS.md "Tracing
   // stream-ordered calls"): one JSON line per call that left the device, appended to `file`.
   void SetTrace(std::FILE* file) { trace_ = file; }
+  // ATTND_ORDERED_KEEP_MEMSETS=1: workspace memsets stay in the conditional body (the form before
+  // docs/SERVICE.md "Workspace memsets before the wait"; for A/B measurements). Set once, before
+  // any queue exists.
+  void KeepMemsets() { keep_memsets_ = true; }
+  // ATTND_ORDERED_GATE=spin|wait: the gate's form for every call (default: spin under MPS, the
+  // stream's wait otherwise; docs/SERVICE.md "The gate's two forms"). Set once, before any queue.
+  enum class GateForm { kAuto, kWait, kSpin };
+  void SetGateForm(GateForm f) { gate_form_ = f; }
+  // ATTND_ORDERED_SPIN_NS: the spin form's sleep between two loads of the ready word.
+  void SetSpinSleep(unsigned int ns) { spin_sleep_ns_ = ns; }
+  bool SpinGate(bool mps) const {
+    return gate_form_ == GateForm::kSpin || (gate_form_ == GateForm::kAuto && mps);
+  }
   bool tracing() const { return trace_ != nullptr; }
   void Trace(const std::string& line) ABSL_LOCKS_EXCLUDED(trace_mu_) {
     absl::MutexLock lock(&trace_mu_);
@@ -192,12 +253,17 @@ class OrderedRuntime {
   // "capture". FAILED_PRECONDITION when the op's launches cannot be captured.
   // Builds the cached graph of `key` when it is missing (before anything of the call is
   // enqueued: a capture that fails leaves the stream untouched). *outcome: "hit" or "capture".
+  // *pre: the graph's workspace memsets, for the caller to enqueue before the ready wait.
   absl::Status Ensure(OpCall& call, const kernels::ExecContext& ctx, const std::vector<void*>& data,
-                      const std::string& key, std::string* impl, std::string* outcome)
-      ABSL_LOCKS_EXCLUDED(mu_) {
+                      const std::string& key, std::string* impl, std::string* outcome,
+                      std::vector<cudaMemsetParams>* pre) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     *outcome = "hit";
-    if (graphs_.count(key) != 0) return absl::OkStatus();
+    auto it = graphs_.find(key);
+    if (it != graphs_.end()) {
+      *pre = it->second.pre;
+      return absl::OkStatus();
+    }
     if (graphs_.size() >= kGraphs) Evict();
     OrderedGraph g;
     bool refused = false;  // the op's own refusal (bad arguments): the call's answer
@@ -211,16 +277,20 @@ class OrderedRuntime {
           absl::StrCat(call.op(), ": no device-ordered graph: ", built.message()));
     }
     g.last_use = ++clock_;
+    *pre = g.pre;
     graphs_.emplace(key, g);
     *outcome = "capture";
     return absl::OkStatus();
   }
 
+  // `spin`: the ready word the gate spins on (the spin form; nullptr: the stream waited).
   absl::Status Launch(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
                       const std::string& key, size_t slot, void* done, uint64_t done_value,
-                      cudaStream_t stream, std::string* impl, std::string* outcome)
-      ABSL_LOCKS_EXCLUDED(mu_) {
+                      const void* spin, uint64_t spin_value, cudaStream_t stream, std::string* impl,
+                      std::string* outcome) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
+    absl::StatusOr<uint32_t*> mirrors = Mirrors(ctx.device);
+    if (!mirrors.ok()) return mirrors.status();
     auto it = graphs_.find(key);
     *outcome = "hit";
     if (it == graphs_.end()) {  // evicted since Ensure by another queue's calls
@@ -238,12 +308,16 @@ class OrderedRuntime {
     OrderedGraph& g = it->second;
     g.last_use = ++clock_;
     ko::CallWords* words = device_words(slot);
+    uint32_t* mirror = *mirrors + slot;
     cudaGraphConditionalHandle handle = g.handle;
-    void* gate_args[] = {&handle, &words};
+    const void* ready = spin;
+    unsigned long long ready_value = spin_value;
+    unsigned int sleep_ns = spin_sleep_ns_;
+    void* gate_args[] = {&handle, &words, &mirror, &ready, &ready_value, &sleep_ns};
     cudaKernelNodeParams gp = KernelParams(ko::GateKernel(), gate_args);
     unsigned long long done_ull = done_value;
     void* done_ptr = done;
-    void* done_args[] = {&done_ptr, &done_ull, &words};
+    void* done_args[] = {&done_ptr, &done_ull, &words, &mirror};
     cudaKernelNodeParams dp = KernelParams(ko::DoneKernel(), done_args);
     // Only future launches see the new parameters: launches already enqueued keep theirs
     // (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
@@ -285,6 +359,18 @@ class OrderedRuntime {
     }
   }
 
+  // Device `ordinal`'s copies of the calls' state words (one per slot, device memory: the done
+  // kernel reads its call's there, not across the bus). Made on first use, the device current.
+  absl::StatusOr<uint32_t*> Mirrors(int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = mirrors_.find(ordinal);
+    if (it != mirrors_.end()) return it->second;
+    void* m = nullptr;
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaMalloc(&m, kSlots * sizeof(uint32_t)), "allocating the gate's state words"));
+    mirrors_[ordinal] = static_cast<uint32_t*>(m);
+    return static_cast<uint32_t*>(m);
+  }
+
   absl::Status Build(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
                      OrderedGraph* g, std::string* impl, bool* refused)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -292,8 +378,14 @@ class OrderedRuntime {
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphConditionalHandleCreate(&g->handle, g->graph, 0, 0),
                                "creating a conditional handle"));
     ko::CallWords* words = device_words(0);
+    absl::StatusOr<uint32_t*> mirrors = Mirrors(ctx.device);
+    if (!mirrors.ok()) return mirrors.status();
+    uint32_t* mirror = *mirrors;
+    const void* ready = nullptr;
+    unsigned long long ready_value = 0;
+    unsigned int sleep_ns = 0;
     cudaGraphConditionalHandle handle = g->handle;
-    void* gate_args[] = {&handle, &words};
+    void* gate_args[] = {&handle, &words, &mirror, &ready, &ready_value, &sleep_ns};
     cudaKernelNodeParams gp = KernelParams(ko::GateKernel(), gate_args);
     ATTND_RETURN_IF_ERROR(
         Cuda(cudaGraphAddKernelNode(&g->gate, g->graph, nullptr, 0, &gp), "adding the gate"));
@@ -327,9 +419,13 @@ class OrderedRuntime {
           absl::StrCat(call.op(), ": its launches cannot be captured into a conditional body (",
                        cudaGetErrorString(end), ")"));
     }
+    if (!keep_memsets_) {
+      ATTND_RETURN_IF_ERROR(
+          HoistWorkspaceMemsets(body, ctx.workspace, ctx.workspace_bytes, &g->pre));
+    }
     unsigned long long zero = 0;
     void* done_ptr = &words->scratch;
-    void* done_args[] = {&done_ptr, &zero, &words};
+    void* done_args[] = {&done_ptr, &zero, &words, &mirror};
     cudaKernelNodeParams dp = KernelParams(ko::DoneKernel(), done_args);
     ATTND_RETURN_IF_ERROR(
         Cuda(cudaGraphAddKernelNode(&g->done, g->graph, &cond, 1, &dp), "adding the done store"));
@@ -339,7 +435,10 @@ class OrderedRuntime {
 
   GpuBackend* const backend_;
   const WaitValue64Fn wait_;
-  std::FILE* trace_ = nullptr;  // set once, before any queue exists
+  std::FILE* trace_ = nullptr;            // set once, before any queue exists
+  bool keep_memsets_ = false;             // set once, before any queue exists
+  GateForm gate_form_ = GateForm::kAuto;  // set once, before any queue exists
+  unsigned int spin_sleep_ns_ = 64;       // set once, before any queue exists
   absl::Mutex trace_mu_;
   ko::CallWords* const host_words_;
   ko::CallWords* const device_words_;
@@ -350,6 +449,7 @@ class OrderedRuntime {
   std::map<int, cudaStream_t> capture_streams_ ABSL_GUARDED_BY(mu_);
   std::map<int, cudaStream_t> watchdog_streams_ ABSL_GUARDED_BY(mu_);
   std::map<int, cudaStream_t> readback_streams_ ABSL_GUARDED_BY(mu_);
+  std::map<int, uint32_t*> mirrors_ ABSL_GUARDED_BY(mu_);
   struct Lane {
     cudaStream_t stream = nullptr;
     int queues = 0;
@@ -403,7 +503,7 @@ class GpuOrderedCall : public DeviceOrderedCall {
       : rt_(std::move(rt)), qs_(std::move(qs)), slot_(slot) {}
   ~GpuOrderedCall() override {
     // Only after Poll() left kPending (or nothing was enqueued): the slot and blocks are free.
-    for (cudaEvent_t e : {start_, stop_, complete_}) {
+    for (cudaEvent_t e : {stop_, complete_}) {
       if (e != nullptr) (void)cudaEventDestroy(e);
     }
     if (slot_taken_) rt_->slots().Give(slot_);
@@ -425,23 +525,25 @@ class GpuOrderedCall : public DeviceOrderedCall {
     const uint32_t s = __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
     state_ = s == ko::kStateRan ? DeviceCallState::kRan : DeviceCallState::kSkipped;
     if (state_ == DeviceCallState::kRan) {
-      float ms = 0;
-      if (cudaEventElapsedTime(&ms, start_, stop_) == cudaSuccess) {
-        result_.compute = absl::Microseconds(static_cast<double>(ms) * 1e3);
-      } else {
-        (void)cudaGetLastError();
+      // %globaltimer from the gate's start to the done kernel's store: the op and the
+      // conditional node around it (docs/SERVICE.md "Timestamps").
+      const uint64_t gate_ns = __atomic_load_n(&w->gate_ns, __ATOMIC_ACQUIRE);
+      const uint64_t done_ns = __atomic_load_n(&w->done_ns, __ATOMIC_ACQUIRE);
+      if (gate_ns != 0 && done_ns >= gate_ns) {
+        result_.compute = absl::Nanoseconds(static_cast<int64_t>(done_ns - gate_ns));
       }
       for (const Readback& r : readbacks_) std::memcpy(r.to, r.block.data(), r.n);
     }
     if (rt_->tracing()) {
-      rt_->Trace(
-          absl::StrCat("{\"op\":\"", op_, "\",\"slot\":", slot_,
-                       ",\"ready\":", ready_.present ? ready_.value : 0, ",\"done\":", done_value_,
-                       ",\"state\":\"", state_ == DeviceCallState::kRan ? "ran" : "skipped",
-                       "\",\"wait_ns\":", __atomic_load_n(&w->wait_ns, __ATOMIC_ACQUIRE),
-                       ",\"gate_ns\":", __atomic_load_n(&w->gate_ns, __ATOMIC_ACQUIRE),
-                       ",\"done_ns\":", __atomic_load_n(&w->done_ns, __ATOMIC_ACQUIRE),
-                       ",\"compute_us\":", absl::ToDoubleMicroseconds(result_.compute), "}"));
+      rt_->Trace(absl::StrCat(
+          "{\"op\":\"", op_, "\",\"slot\":", slot_,
+          ",\"ready\":", ready_.present ? ready_.value : 0, ",\"done\":", done_value_,
+          ",\"state\":\"", state_ == DeviceCallState::kRan ? "ran" : "skipped",
+          "\",\"wait_ns\":", __atomic_load_n(&w->wait_ns, __ATOMIC_ACQUIRE),
+          ",\"gate_ns\":", __atomic_load_n(&w->gate_ns, __ATOMIC_ACQUIRE),
+          ",\"done_ns\":", __atomic_load_n(&w->done_ns, __ATOMIC_ACQUIRE),
+          ",\"compute_us\":", absl::ToDoubleMicroseconds(result_.compute),
+          ",\"pre_memsets\":", result_.pre_memsets, ",\"gate\":\"", result_.gate, "\"}"));
     }
     readbacks_.clear();
     staged_.clear();
@@ -492,8 +594,7 @@ class GpuOrderedCall : public DeviceOrderedCall {
   DeviceSignal ready_;
   uint64_t done_value_ = 0;
   std::string op_;
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
+  cudaEvent_t stop_ = nullptr;  // only with readbacks: the op's end, for the readback stream
   cudaEvent_t complete_ = nullptr;
   std::shared_ptr<PoolBlock> workspace_;  // the queue's (QueueStream::Workspace)
   std::vector<Staged> staged_;
@@ -592,9 +693,7 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
     for (void* p : data) absl::StrAppend(&key, "|", reinterpret_cast<uintptr_t>(p));
     absl::StrAppend(&key, "|", reinterpret_cast<uintptr_t>(ctx.workspace));
 
-    for (cudaEvent_t* e : {&c->start_, &c->stop_}) {
-      ATTND_RETURN_IF_ERROR(Cuda(cudaEventCreate(e), "creating a timing event"));
-    }
+    // No timing events on the lane: the op's time is the gate's and the done kernel's stamps.
     ATTND_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&c->complete_, cudaEventDisableTiming),
                                "creating the completion event"));
 
@@ -619,7 +718,12 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
     c->ready_ = r;
     c->done_value_ = done.present ? done.value : 0;
     std::string outcome;
-    ATTND_RETURN_IF_ERROR(rt_->Ensure(call, ctx, data, key, &impl, &outcome));
+    std::vector<cudaMemsetParams> pre;
+    ATTND_RETURN_IF_ERROR(rt_->Ensure(call, ctx, data, key, &impl, &outcome, &pre));
+    // The op's workspace memsets: the queue's workspace is its calls' alone and the lane runs
+    // them in order, so these wait only for the previous call, never for ready.
+    ATTND_RETURN_IF_ERROR(EnqueueMemsets(pre, stream));
+    c->result_.pre_memsets = static_cast<int>(pre.size());
     for (const GpuOrderedCall::Staged& st : c->staged_) {
       ATTND_RETURN_IF_ERROR(Cuda(
           cudaMemcpyAsync(st.device.data(), st.host.data(), st.n, cudaMemcpyHostToDevice, stream),
@@ -628,7 +732,11 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
     if (!call.ready_event().empty()) {
       ATTND_RETURN_IF_ERROR(device.events().Wait(call.ready_event(), stream));
     }
-    if (r.present) {
+    // The gate's spin form under MPS, the stream's wait otherwise (docs/SERVICE.md "The gate's
+    // two forms").
+    const bool spin = r.present && rt_->SpinGate(device.description().mps);
+    c->result_.gate = !r.present ? "" : spin ? "spin" : "wait";
+    if (r.present && !spin) {
       const CUresult cr = rt_->wait()(reinterpret_cast<CUstream>(stream),
                                       reinterpret_cast<CUdeviceptr>(r.device_address), r.value,
                                       CU_STREAM_WAIT_VALUE_GEQ);
@@ -637,21 +745,23 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
             absl::StrCat("cuStreamWaitValue64 on the ready word failed (CUresult ", cr, ")"));
       }
     }
-    if (rt_->tracing()) {
+    if (rt_->tracing() && !spin) {
       ATTND_RETURN_IF_ERROR(Cuda(
           ko::LaunchStamp(reinterpret_cast<unsigned long long*>(&rt_->device_words(*slot)->wait_ns),
                           stream),
           "stamping the end of the ready wait (trace)"));
     }
-    ATTND_RETURN_IF_ERROR(Cuda(cudaEventRecord(c->start_, stream), "recording the start event"));
     std::string unused;
-    ATTND_RETURN_IF_ERROR(rt_->Launch(call, ctx, data, key, *slot, done_address,
-                                      done.present ? done.value : 0, stream, &impl, &unused));
-    ATTND_RETURN_IF_ERROR(Cuda(cudaEventRecord(c->stop_, stream), "recording the stop event"));
+    ATTND_RETURN_IF_ERROR(
+        rt_->Launch(call, ctx, data, key, *slot, done_address, done.present ? done.value : 0,
+                    spin ? r.device_address : nullptr, spin ? r.value : 0, stream, &impl, &unused));
     // The readback copies run on the device's readback stream after the op (stop_), so the
     // lane's next call need not wait for them; the completion event follows them there.
     cudaStream_t tail = stream;
     if (!c->readbacks_.empty()) {
+      ATTND_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&c->stop_, cudaEventDisableTiming),
+                                 "creating the readback's event"));
+      ATTND_RETURN_IF_ERROR(Cuda(cudaEventRecord(c->stop_, stream), "recording the stop event"));
       absl::StatusOr<cudaStream_t> rs = rt_->ReadbackStream(device.ordinal());
       if (!rs.ok()) return rs.status();
       tail = *rs;
@@ -749,6 +859,30 @@ std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
       rt->SetTrace(f);
       if (log) log(absl::StrCat("tracing device-ordered calls into ", path));
     }
+  }
+  if (const char* form = std::getenv("ATTND_ORDERED_GATE"); form != nullptr && *form != '\0') {
+    const std::string f(form);
+    if (f == "spin" || f == "wait") {
+      rt->SetGateForm(f == "spin" ? OrderedRuntime::GateForm::kSpin
+                                  : OrderedRuntime::GateForm::kWait);
+      if (log) log(absl::StrCat("ATTND_ORDERED_GATE=", f, ": every gate in that form"));
+    } else if (log) {
+      log(absl::StrCat("ATTND_ORDERED_GATE=", f, " is neither spin nor wait: ignored"));
+    }
+  }
+  if (const char* ns = std::getenv("ATTND_ORDERED_SPIN_NS"); ns != nullptr && *ns != '\0') {
+    unsigned int v = 0;
+    if (absl::SimpleAtoi(ns, &v) && v <= 100000) {
+      rt->SetSpinSleep(v);
+      if (log) log(absl::StrCat("ATTND_ORDERED_SPIN_NS=", v, ": the spin form's sleep"));
+    } else if (log) {
+      log(absl::StrCat("ATTND_ORDERED_SPIN_NS=", ns, " is not 0..100000: ignored"));
+    }
+  }
+  if (const char* keep = std::getenv("ATTND_ORDERED_KEEP_MEMSETS");
+      keep != nullptr && std::string(keep) == "1") {
+    rt->KeepMemsets();
+    if (log) log("ATTND_ORDERED_KEEP_MEMSETS=1: workspace memsets stay in the conditional body");
   }
   // Lanes: the hardware queues left after the worker streams and the watchdog, capture and
   // readback streams (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
