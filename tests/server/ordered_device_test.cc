@@ -85,6 +85,9 @@ TEST(SlotTable, HandsOutEachSlotOnce) {
 struct FakeWork {
   engine::DeviceSignal ready, done;
   std::atomic<bool> cancel{false}, released{false}, gated{false}, finished{false};
+  // Cancel came while the ready word was still below the call's value (a real gate could not
+  // yet have seen the word reached).
+  std::atomic<bool> cancel_before_ready{false};
   std::atomic<int> result{static_cast<int>(DeviceCallState::kPending)};
 };
 
@@ -152,7 +155,12 @@ class FakeCall : public engine::DeviceOrderedCall {
                         : DeviceCallState::kPending;
   }
   bool Gated() const override { return w_->gated; }
-  void SetCancel() override { w_->cancel = true; }
+  void SetCancel() override {
+    if (w_->ready.present && LoadWord(w_->ready.device_address) < w_->ready.value) {
+      w_->cancel_before_ready = true;
+    }
+    w_->cancel = true;
+  }
   absl::Status Release() override {
     w_->released = true;
     if (w_->ready.present) RaiseWord(w_->ready.device_address, w_->ready.value);
@@ -359,6 +367,7 @@ TEST_F(OrderedRunnerTest, WatchdogCancelsThenRaisesReadyAndLaterCallsKeepTheirDe
   }
   const auto all = device_.all();
   EXPECT_TRUE(all[0]->cancel && all[0]->released);
+  EXPECT_TRUE(all[1]->cancel_before_ready) << "call 1 was cancelled only after the raise";
   EXPECT_EQ(*Word(0), 4u);  // the watchdog raised the caller's ready word to the value
   EXPECT_EQ(*Word(10), 1u | ops::kSignalFailureBit);
   EXPECT_EQ(*Word(11), 2u | ops::kSignalFailureBit);
