@@ -13,6 +13,7 @@ __device__ unsigned long long GlobalTimer() {
 __global__ void Gate(cudaGraphConditionalHandle handle, CallWords* words, uint32_t* mirror,
                      const unsigned long long* ready, unsigned long long value,
                      unsigned int sleep_ns) {
+  unsigned long long waited = 0;
   if (ready != nullptr) {
     while (*reinterpret_cast<const volatile unsigned long long*>(ready) < value) {
       __nanosleep(sleep_ns);
@@ -20,27 +21,31 @@ __global__ void Gate(cudaGraphConditionalHandle handle, CallWords* words, uint32
     // The producer's writes came before its ready store: the op's kernels, after this one,
     // read them.
     __threadfence_system();
-    *reinterpret_cast<volatile unsigned long long*>(&words->wait_ns) = GlobalTimer();
+    waited = GlobalTimer();
   }
-  *reinterpret_cast<volatile unsigned long long*>(&words->gate_ns) = GlobalTimer();
+  const unsigned long long gate_ns = GlobalTimer();
+  // The decision first; the stamps and the host's state word (posted writes) after it.
   const uint32_t control = *reinterpret_cast<volatile uint32_t*>(&words->control);
   const bool run = control != kControlCancel;
   cudaGraphSetConditional(handle, run ? 1u : 0u);
   const uint32_t state = run ? kStateRan : kStateSkipped;
   *reinterpret_cast<volatile uint32_t*>(mirror) = state;
   *reinterpret_cast<volatile uint32_t*>(&words->state) = state;
+  if (ready != nullptr) *reinterpret_cast<volatile unsigned long long*>(&words->wait_ns) = waited;
+  *reinterpret_cast<volatile unsigned long long*>(&words->gate_ns) = gate_ns;
 }
 
 __global__ void Done(unsigned long long* done, unsigned long long value, CallWords* words,
                      const uint32_t* mirror) {
-  *reinterpret_cast<volatile unsigned long long*>(&words->done_ns) = GlobalTimer();
+  const unsigned long long done_ns = GlobalTimer();
   const uint32_t state = *reinterpret_cast<const volatile uint32_t*>(mirror);
   // The op's writes (the conditional body ran before this node) become visible to other
   // processes and devices before `done` does.
   __threadfence_system();
   *reinterpret_cast<volatile unsigned long long*>(done) =
       state == kStateRan ? value : (value | kFailureBit);
-  __threadfence_system();
+  // The stamp (a write across the bus to the host's slot) after the store, off its path.
+  *reinterpret_cast<volatile unsigned long long*>(&words->done_ns) = done_ns;
 }
 
 __global__ void Raise(unsigned long long* word, unsigned long long value) {

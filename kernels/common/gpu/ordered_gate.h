@@ -44,15 +44,16 @@ static_assert(sizeof(CallWords) == 64, "one cache line per call");
 //                      const unsigned long long* ready, unsigned long long value,
 //                      unsigned int sleep_ns): one thread.
 // With `ready` (the spin form, docs/SERVICE.md "The gate's two forms"): spins (volatile loads,
-// __nanosleep(sleep_ns) between them) until *ready >= value, stores words->wait_ns and fences. Then
-// stores words->gate_ns, reads words->control (volatile); sets the conditional to 1 (run) unless
-// cancelled; stores the state (kStateRan / kStateSkipped) into *mirror (device memory, for the
-// done kernel) and words->state (for the host).
+// __nanosleep(sleep_ns) between them) until *ready >= value and fences. Then reads
+// words->control (volatile), sets the conditional to 1 (run) unless cancelled, stores the state
+// (kStateRan / kStateSkipped) into *mirror (device memory, for the done kernel) and words->state
+// (for the host), and last the stamps taken before: words->wait_ns (spin form: when the word was
+// seen) and words->gate_ns (before the decision).
 const void* GateKernel();
 // __global__ void done(unsigned long long* done, unsigned long long value, CallWords* words,
-//                      const uint32_t* mirror): one thread, stores words->done_ns, reads the
-// gate's *mirror, __threadfence_system() and then a volatile store of value (kStateRan) or
-// value | kFailureBit (anything else) into *done.
+//                      const uint32_t* mirror): one thread: reads the gate's *mirror,
+// __threadfence_system(), a volatile store of value (kStateRan) or value | kFailureBit (anything
+// else) into *done, and then words->done_ns (taken at its start).
 const void* DoneKernel();
 // Enqueues one thread doing atomicMax(word, value) on `stream` (the watchdog's release of a
 // device-region ready word).
