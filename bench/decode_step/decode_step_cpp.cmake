@@ -14,6 +14,9 @@ attnd_cuda_flags(decode_step_cpp)
 # handoff_probe: the GPU-timeline cost of handing work between two processes (handoff_probe.cu,
 # docs/BENCHMARKS.md "Cross-process hand-off on the GPU timeline"); CUDA runtime only.
 add_executable(handoff_probe ${CMAKE_CURRENT_LIST_DIR}/handoff_probe.cu)
+# The tail form launches a graph from the device: relocatable device code (CMake links
+# cudadevrt for it).
+set_target_properties(handoff_probe PROPERTIES CUDA_SEPARABLE_COMPILATION ON)
 target_link_libraries(handoff_probe PRIVATE CUDA::cudart)
 attnd_target_defaults(handoff_probe)
 attnd_cuda_flags(handoff_probe)

@@ -195,6 +195,22 @@ __global__ void DaemonDone(unsigned long long* done, unsigned long long value,
   __threadfence_system();
 }
 
+// The tail form's gate: reads control like DaemonGate, writes the state word, and then either
+// tail-launches the body (a device-launchable graph of the kernels and DaemonDone) or, cancelled,
+// stores done = value | 2^62 itself. The stream goes on once the tail launch has run.
+__global__ void TailGate(cudaGraphExec_t body, unsigned int* words, unsigned long long* done,
+                         unsigned long long value, unsigned int* errors) {
+  const unsigned int control = *reinterpret_cast<volatile unsigned int*>(&words[0]);
+  const bool run = control != 1;
+  *reinterpret_cast<volatile unsigned int*>(&words[1]) = run ? 1 : 2;
+  if (run) {
+    if (cudaGraphLaunch(body, cudaStreamGraphTailLaunch) != cudaSuccess) atomicAdd(errors, 1u);
+  } else {
+    __threadfence_system();
+    *reinterpret_cast<volatile unsigned long long*>(done) = value | (1ull << 62);
+  }
+}
+
 struct Shared {  // the page both processes map
   unsigned long long ready;
   unsigned long long pad0[7];
@@ -514,6 +530,8 @@ int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
 //                before every launch
 //   cond_dev     the same with the words in device memory, no SetParams
 //   cond_child   the IF body a child-graph node holding the kernels (host words)
+//   tail         [TailGate], which tail-launches a device-launchable graph [kernels → done]
+//                (no conditional node; host words)
 // for bodies of `k` kernels of each kind (BodyKernel: plain; 200 KiB of shared memory; clusters
 // of two; a 1 KiB parameter block; a 4 KiB memset before each kernel; four distinct kernel
 // functions; kernels writing 16 MiB each; both; kernels of 169 / 82 / 225 / 1 KiB of shared
@@ -536,7 +554,10 @@ int GraphCost(const Args& a) {
   FILE* out = a.out != nullptr ? std::fopen(a.out, "a") : nullptr;
   const int n = a.warmup + a.iters;
   std::vector<uint64_t> st(2 * n);
-  const char* forms[] = {"stream", "graph", "gated", "cond_host", "cond_dev", "cond_child"};
+  const char* forms[] = {"stream", "graph", "gated", "cond_host", "cond_dev", "cond_child", "tail"};
+  unsigned int* errors = nullptr;
+  CHECK(cudaMalloc(&errors, sizeof(unsigned int)));
+  CHECK(cudaMemset(errors, 0, sizeof(unsigned int)));
   std::printf("%-8s %-12s %4s %10s %10s %10s\n", "kind", "form", "k", "p50 us", "p90 us",
               "over graph");
   CHECK(cudaFuncSetAttribute(WorkSmem, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
@@ -561,12 +582,48 @@ int GraphCost(const Args& a) {
       double graph_p50 = 0;
       for (const char* form : forms) {
         const std::string f = form;
-        cudaGraphExec_t exec = nullptr;
+        cudaGraphExec_t exec = nullptr, tail_body = nullptr;
         cudaGraphNode_t gate = nullptr, dn = nullptr;
         cudaGraphConditionalHandle h = 0;
         unsigned int* words = f == "cond_dev" ? dwords : hwords_dev;
         int cond = f.rfind("cond", 0) == 0 ? 1 : 0;
-        if (f != "stream") {
+        if (f == "tail") {
+          // The body: the kernels then DaemonDone, instantiated for device launch and uploaded.
+          cudaGraph_t body = nullptr;
+          CHECK(cudaGraphCreate(&body, 0));
+          cudaStream_t cap = nullptr;
+          CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+          CHECK(cudaStreamBeginCaptureToGraph(cap, body, nullptr, nullptr, 0,
+                                              cudaStreamCaptureModeThreadLocal));
+          for (int i = 0; i < k; ++i) BodyKernel(kind, s.sms, ns, cap, scratch, i, big);
+          unsigned long long v = 1;
+          DaemonDone<<<1, 1, 0, cap>>>(done, v, words);
+          cudaGraph_t captured = nullptr;
+          CHECK(cudaStreamEndCapture(cap, &captured));
+          const cudaError_t ie =
+              cudaGraphInstantiate(&tail_body, body, cudaGraphInstantiateFlagDeviceLaunch);
+          if (ie != cudaSuccess) {
+            std::printf("%-8s %-12s %4d  not instantiable for device launch: %s\n", kind, form, k,
+                        cudaGetErrorString(ie));
+            (void)cudaGetLastError();
+            CHECK(cudaStreamDestroy(cap));
+            continue;
+          }
+          CHECK(cudaGraphUpload(tail_body, cap));
+          CHECK(cudaStreamSynchronize(cap));
+          // The parent: the gate alone, itself device-launchable (a kernel that launches a graph
+          // runs in a graph).
+          cudaGraph_t g = nullptr;
+          CHECK(cudaGraphCreate(&g, 0));
+          unsigned long long value = 1;
+          void* targs[] = {&tail_body, &words, &done, &value, &errors};
+          const cudaKernelNodeParams tp = OneThread(&TailGate, targs);
+          CHECK(cudaGraphAddKernelNode(&gate, g, nullptr, 0, &tp));
+          CHECK(cudaGraphInstantiate(&exec, g, cudaGraphInstantiateFlagDeviceLaunch));
+          CHECK(cudaGraphUpload(exec, cap));
+          CHECK(cudaStreamSynchronize(cap));
+          CHECK(cudaStreamDestroy(cap));
+        } else if (f != "stream") {
           cudaGraph_t g = nullptr;
           CHECK(cudaGraphCreate(&g, 0));
           cudaGraph_t target = g;
@@ -658,10 +715,14 @@ int GraphCost(const Args& a) {
                        a.label, kind, form, k, a.b_us, a.iters, p50, Pct(d, 0.9));
         }
         if (exec != nullptr) CHECK(cudaGraphExecDestroy(exec));
+        if (tail_body != nullptr) CHECK(cudaGraphExecDestroy(tail_body));
       }
     }
+  unsigned int tail_errors = 0;
+  CHECK(cudaMemcpy(&tail_errors, errors, sizeof(tail_errors), cudaMemcpyDeviceToHost));
+  if (tail_errors != 0) std::printf("tail: %u device-side launches failed\n", tail_errors);
   if (out) std::fclose(out);
-  return 0;
+  return tail_errors == 0 ? 0 : 1;
 }
 
 }  // namespace
