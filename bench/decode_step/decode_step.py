@@ -234,11 +234,10 @@ class DeviceWords:
     storage's region through DeviceRegionCache.region_slice, which takes any dtype); the caller's
     stream writes and waits on them at their device addresses (cuda_signals.StreamMemOps)."""
 
-    def __init__(self, client: ac.Client, count: int, spin: bool = False) -> None:
+    def __init__(self, client: ac.Client, count: int) -> None:
         from attnd_client.cuda_signals import StreamMemOps
 
         self.ops = StreamMemOps()
-        self.spin = spin  # waits as StreamMemOps.spin_wait kernels (--frontend-wait spin)
         self.stride = WORD_SPACING // 8  # int64 elements from one word to the next
         self.buf = torch.zeros(count * self.stride, dtype=torch.int64, device="cuda")
         # Registers the storage and synchronises once: the zeros are in place before the
@@ -273,18 +272,14 @@ class DeviceWords:
         self.ops.write(self.ptr + i * WORD_SPACING, value, stream)
 
     def wait(self, i: int, value: int, stream: int) -> None:
-        if self.spin:
-            self.ops.spin_wait(self.ptr + i * WORD_SPACING, value, stream)
-        else:
-            self.ops.wait(self.ptr + i * WORD_SPACING, value, stream)
+        self.ops.wait(self.ptr + i * WORD_SPACING, value, stream)
 
 
 class HostWords:
     """Signal words in a host region; on CUDA the stream writes and waits them (StreamSignals),
     on the CPU the thread does."""
 
-    def __init__(self, client: ac.Client, count: int, cuda: bool, spin: bool = False) -> None:
-        self.spin = None
+    def __init__(self, client: ac.Client, count: int, cuda: bool) -> None:
         self.host = client.create_host_region(
             f"ds-signals-{os.getpid()}-{next(_names)}", count * WORD_SPACING
         )
@@ -292,11 +287,9 @@ class HostWords:
         self.words = [SignalWord(self.host, i * WORD_SPACING) for i in range(count)]
         self.cuda = None
         if cuda:
-            from attnd_client.cuda_signals import StreamMemOps, StreamSignals
+            from attnd_client.cuda_signals import StreamSignals
 
             self.cuda = StreamSignals(self.host)
-            if spin:
-                self.spin = StreamMemOps()
 
     def offset(self, i: int) -> int:
         return self.words[i].offset
@@ -323,9 +316,7 @@ class HostWords:
             self.words[i].set(value)
 
     def wait(self, i: int, value: int, stream: int) -> None:
-        if self.cuda is not None and self.spin is not None:
-            self.spin.spin_wait(self.cuda.device_address(self.words[i]), value, stream)
-        elif self.cuda is not None:
+        if self.cuda is not None:
             self.cuda.wait(self.words[i], value, stream)
         else:
             self.words[i].wait(value, timeout=600)
@@ -738,9 +729,9 @@ class Runner:
     def stream_ordered(self, signals: str, submit: str) -> dict:
         m, client = self.m, self.client
         words = (
-            DeviceWords(client, 2 * m.layers, spin=self.a.frontend_wait == "spin")
+            DeviceWords(client, 2 * m.layers)
             if signals == "device"
-            else HostWords(client, 2 * m.layers, self.cuda, spin=self.a.frontend_wait == "spin")
+            else HostWords(client, 2 * m.layers, self.cuda)
         )
         ready = list(range(0, 2 * m.layers, 2))
         done = list(range(1, 2 * m.layers, 2))
@@ -962,13 +953,6 @@ def main() -> int:
         "(cond_memset_out)",
     )
     p.add_argument(
-        "--frontend-wait",
-        choices=("memop", "spin"),
-        default="memop",
-        help="how the frontend's stream waits for a done word: cuStreamWaitValue64 (memop) or a "
-        "one-thread kernel loading the word (cuda_signals.StreamMemOps.spin_wait; under MPS only)",
-    )
-    p.add_argument(
         "--daemon-trace",
         help="the file the daemon writes its device-ordered call trace to (ATTND_ORDERED_TRACE, "
         "same host): --trace then splits the attnd segment at the daemon's stamps",
@@ -1010,7 +994,6 @@ def main() -> int:
             "kv": "fp8_656",
             "next_n": 1,
             "torch_stream": a.torch_stream,
-            "frontend_wait": a.frontend_wait,
         }
         for batch in a.batch:
             ctx = f"{a.ctx // 1024}k" if a.ctx % 1024 == 0 else str(a.ctx)

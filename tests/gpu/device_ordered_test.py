@@ -16,8 +16,6 @@ metrics' attnd_stream_ordered_calls_total{event="device"} must count them.
   (c) signal words in host regions (a) and in device regions (c);
   (d) a caller chain captured into a CUDA graph (q update, write ready, wait done, copy out)
       replayed several times with a daemon call enqueued before each replay.
-  (e) (c) with the caller's stream waiting for done through cuda_signals.StreamMemOps.spin_wait
-      (a one-thread kernel loading the word) instead of cuStreamWaitValue64.
 
     PYTHONPATH=bundle/python python3 device_ordered_test.py --target unix:/tmp/x/attnd.sock \\
         --metrics http://127.0.0.1:9464/metrics
@@ -160,15 +158,9 @@ def run_ordering(client, url, checks, drv):
     region.close()
 
 
-def run_device_words(client, url, checks, drv, spin=False):
-    """(c): ready and done in a device region (a torch tensor registered as one). spin: the
-    frontend's stream waits for done with cuda_signals.StreamMemOps.spin_wait (a kernel loading
-    the word) instead of cuStreamWaitValue64."""
-    from attnd_client.cuda_signals import StreamMemOps
+def run_device_words(client, url, checks, drv):
+    """(c): ready and done in a device region (a torch tensor registered as one)."""
     from attnd_client.stream_ordered import Signal
-
-    case = "(e) spin wait" if spin else "(c) device words"
-    ops = StreamMemOps() if spin else None
 
     args = inputs()
     words = torch.zeros(16, dtype=torch.uint8, device=DEV)  # two u64 words (attnd has no i64)
@@ -190,19 +182,16 @@ def run_device_words(client, url, checks, drv, spin=False):
             **args,
         )
         drv.write(ptr, n, stream.cuda_stream)
-        if ops is not None:
-            ops.spin_wait(ptr + 8, n, stream.cuda_stream)
-        else:
-            drv.wait(ptr + 8, n, stream.cuda_stream)
+        drv.wait(ptr + 8, n, stream.cuda_stream)
         outs.append(args["out"].clone())
     torch.cuda.synchronize()
     word = int(words.view(torch.int64)[1].item()) & ((1 << 64) - 1)
-    checks.expect(word == steps, f"{case}: done {word:#x}, want {steps}")
+    checks.expect(word == steps, f"(c) device words: done {word:#x}, want {steps}")
     for n in range(steps):
         ref = ref_sparse_mla(qs[n], args["kv"], args["indices"], args["sm_scale"])
-        checks.close(outs[n], ref, f"{case} step {n + 1} out")
+        checks.close(outs[n], ref, f"(c) device words step {n + 1} out")
     got = device_count(url) - before
-    checks.expect(got >= steps, f"{case}: device-path calls counted: {got}, want >= {steps}")
+    checks.expect(got >= steps, f"(c) device-path calls counted: {got}, want >= {steps}")
 
 
 def run_watchdog(client, other, url, checks, drv):
@@ -327,7 +316,6 @@ def main():
             ("device words", lambda: run_device_words(client, a.metrics, checks, drv)),
             ("watchdog", lambda: run_watchdog(client, other, a.metrics, checks, drv)),
             ("graph chain", lambda: run_graph_chain(client, a.metrics, checks, drv)),
-            ("spin wait", lambda: run_device_words(client, a.metrics, checks, drv, spin=True)),
         ):
             print(f"== {name}", flush=True)
             try:

@@ -75,48 +75,6 @@ class _Driver:
         self.wait.argtypes = [vp, u64, u64, uint]
         for f in (self.register, self.unregister, self.device_pointer, self.write, self.wait):
             f.restype = ctypes.c_int
-        # The spin wait's kernel (StreamMemOps.spin_wait): a module from PTX text, per context.
-        self.ctx_current = _symbol(lib, "cuCtxGetCurrent")
-        self.ctx_current.argtypes = [ctypes.POINTER(vp)]
-        self.module_load = _symbol(lib, "cuModuleLoadData")
-        self.module_load.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
-        self.module_function = _symbol(lib, "cuModuleGetFunction")
-        self.module_function.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
-        self.launch = _symbol(lib, "cuLaunchKernel")
-        self.launch.argtypes = [vp, uint, uint, uint, uint, uint, uint, uint, vp,
-                                ctypes.POINTER(vp), ctypes.POINTER(vp)]  # fmt: skip
-        for f in (self.ctx_current, self.module_load, self.module_function, self.launch):
-            f.restype = ctypes.c_int
-
-
-# One thread loads the word (volatile) until (int64)(word - value) >= 0, the driver's
-# CU_STREAM_WAIT_VALUE_GEQ compare, sleeping `sleep` ns between loads; then a system fence, so
-# that the stream's later kernels read what the writer made visible before the word.
-_SPIN_PTX = b"""
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry attnd_spin_wait(.param .u64 p_word, .param .u64 p_value, .param .u32 p_sleep)
-{
-  .reg .pred %p;
-  .reg .b32 %s;
-  .reg .b64 %a, %v, %w, %d;
-  ld.param.u64 %a, [p_word];
-  ld.param.u64 %v, [p_value];
-  ld.param.u32 %s, [p_sleep];
-  cvta.to.global.u64 %a, %a;
-SPIN:
-  ld.volatile.global.u64 %w, [%a];
-  sub.s64 %d, %w, %v;
-  setp.ge.s64 %p, %d, 0;
-  @%p bra DONE;
-  nanosleep.u32 %s;
-  bra.uni SPIN;
-DONE:
-  membar.sys;
-  ret;
-}
-"""
 
 
 def _check(result: int, what: str) -> None:
@@ -136,7 +94,6 @@ class StreamMemOps:
 
     def __init__(self, driver: _Driver | None = None) -> None:
         self._driver = driver or _Driver(_load_driver())
-        self._spin: dict[int, ctypes.c_void_p] = {}  # context -> the spin kernel
 
     def write(self, address: int, value: int, stream: int) -> None:
         """Enqueues `*address = value` (u64) on `stream` after a memory barrier, as
@@ -156,40 +113,6 @@ class StreamMemOps:
                 ctypes.c_void_p(stream), int(address), int(value), CU_STREAM_WAIT_VALUE_GEQ
             ),
             "cuStreamWaitValue64",
-        )
-
-    def spin_wait(self, address: int, value: int, stream: int, sleep_ns: int = 64) -> None:
-        """The same wait as `wait`, as a one-thread kernel on `stream` that loads the word until
-        it is reached (compared as `wait` does). Under MPS, where the daemon's kernels and this
-        process's share the GPU, the stream goes on sooner after the word arrives than after
-        cuStreamWaitValue64 (docs/SERVICE.md "The gate's two forms" measures both). Without MPS
-        the contexts time-slice the GPU and a spinning kernel holds it from the daemon's for a
-        whole slice: use `wait` there. The kernel's module is loaded once per CUDA context."""
-        ctx = ctypes.c_void_p()
-        _check(self._driver.ctx_current(ctypes.byref(ctx)), "cuCtxGetCurrent")
-        if not ctx.value:
-            raise CudaDriverError("spin_wait: no CUDA context is current on this thread")
-        fn = self._spin.get(ctx.value)
-        if fn is None:
-            module = ctypes.c_void_p()
-            _check(self._driver.module_load(ctypes.byref(module), _SPIN_PTX), "cuModuleLoadData")
-            fn = ctypes.c_void_p()
-            _check(
-                self._driver.module_function(ctypes.byref(fn), module, b"attnd_spin_wait"),
-                "cuModuleGetFunction",
-            )
-            self._spin[ctx.value] = fn
-        word = ctypes.c_uint64(int(address))
-        target = ctypes.c_uint64(int(value) & ((1 << 64) - 1))
-        sleep = ctypes.c_uint32(int(sleep_ns))
-        params = (ctypes.c_void_p * 3)(
-            ctypes.cast(ctypes.byref(word), ctypes.c_void_p),
-            ctypes.cast(ctypes.byref(target), ctypes.c_void_p),
-            ctypes.cast(ctypes.byref(sleep), ctypes.c_void_p),
-        )
-        _check(
-            self._driver.launch(fn, 1, 1, 1, 1, 1, 1, 0, ctypes.c_void_p(stream), params, None),
-            "cuLaunchKernel (spin wait)",
         )
 
 
