@@ -116,7 +116,7 @@ class WorkspaceCopyCall : public CopyCall {
                    std::string* impl) override {
     *impl = "cuda_copy";
     const auto s = static_cast<cudaStream_t>(ctx.stream);
-    if (ctx.workspace == nullptr || ctx.workspace_bytes < static_cast<int64_t>(workspace_) ||
+    if (!HasWorkspace(ctx) ||
         cudaMemcpyAsync(ctx.workspace, data[0], bytes_, cudaMemcpyDeviceToDevice, s) !=
             cudaSuccess ||
         cudaMemcpyAsync(data[1], ctx.workspace, bytes_, cudaMemcpyDeviceToDevice, s) !=
@@ -124,6 +124,11 @@ class WorkspaceCopyCall : public CopyCall {
       return absl::InternalError("workspace copy");
     }
     return absl::OkStatus();
+  }
+
+ protected:
+  bool HasWorkspace(const kernels::ExecContext& ctx) const {
+    return ctx.workspace != nullptr && ctx.workspace_bytes >= static_cast<int64_t>(workspace_);
   }
 
  private:
@@ -157,26 +162,19 @@ class MemsetCall : public CopyCall {
 // MemsetCall's pattern in the call's workspace (the 1D memset of `value`), then in's 16 bytes
 // after the first 2D row and the whole workspace's first `bytes` copied to out: the memsets lead
 // the op and write only the workspace, so they leave the conditional body.
-class WorkspaceMemsetCall : public CopyCall {
+class WorkspaceMemsetCall : public WorkspaceCopyCall {
  public:
   WorkspaceMemsetCall(const std::string& uuid, void* in, void* out, uint64_t bytes, int value)
-      : CopyCall(uuid, in, out, bytes, nullptr), bytes_(bytes), value_(value) {}
+      : WorkspaceCopyCall(uuid, in, out, bytes, bytes), bytes_(bytes), value_(value) {}
   std::string LaunchKey() const override {
     return "wsmemset|" + std::to_string(bytes_) + "|" + std::to_string(value_);
-  }
-  absl::Status Select(const kernels::ExecContext&, const std::vector<void*>&, std::string* impl,
-                      int64_t* workspace) override {
-    *impl = "cuda_memset";
-    *workspace = static_cast<int64_t>(bytes_);
-    return absl::OkStatus();
   }
   absl::Status Run(const kernels::ExecContext& ctx, const std::vector<void*>& data,
                    std::string* impl) override {
     *impl = "cuda_memset";
     const auto s = static_cast<cudaStream_t>(ctx.stream);
     auto* ws = static_cast<unsigned char*>(ctx.workspace);
-    if (ws == nullptr || ctx.workspace_bytes < static_cast<int64_t>(bytes_) ||
-        cudaMemsetAsync(ws + 3, value_, MemsetCall::kA, s) != cudaSuccess ||
+    if (!HasWorkspace(ctx) || cudaMemsetAsync(ws + 3, value_, MemsetCall::kA, s) != cudaSuccess ||
         cudaMemset2DAsync(ws + 2048, MemsetCall::kPitch, 0x33, MemsetCall::kWidth,
                           MemsetCall::kHeight, s) != cudaSuccess ||
         cudaMemcpyAsync(ws + 2048 + MemsetCall::kWidth, data[0], 16, cudaMemcpyDeviceToDevice, s) !=
