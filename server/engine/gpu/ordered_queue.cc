@@ -892,13 +892,19 @@ std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
     if (absl::SimpleAtoi(env, &v) && v > 0) connections = v;
   }
   const int lanes = std::max(1, connections - std::max(backend->streams_per_device(), 1) - 3);
-  for (const ServedDevice& d : backend->served()) {
+  for (size_t i = 0; i < backend->served().size(); ++i) {
+    const ServedDevice& d = backend->served()[i];
     if (cudaSetDevice(d.ordinal) != cudaSuccess) {
       (void)cudaGetLastError();
       continue;
     }
     if (absl::Status st = rt->CreateLanes(d.ordinal, lanes); !st.ok()) {
       if (log) log(absl::StrCat("device-ordered lanes on ", d.uuid, ": ", st.message()));
+    }
+    if (log) {  // docs/SERVICE.md "The gate's two forms"
+      const bool mps = backend->device(i).description().mps;
+      log(absl::StrCat("device-ordered gate on ", d.uuid, ": ", rt->SpinGate(mps) ? "spin" : "wait",
+                       mps ? " (MPS on)" : " (MPS off)"));
     }
   }
   if (log) {
