@@ -525,7 +525,7 @@ class GpuOrderedCall : public DeviceOrderedCall {
     const uint32_t s = __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
     state_ = s == ko::kStateRan ? DeviceCallState::kRan : DeviceCallState::kSkipped;
     if (state_ == DeviceCallState::kRan) {
-      // %globaltimer from the gate's start to the done kernel's store: the op and the
+      // %globaltimer from the gate's decision to the done kernel's start: the op and the
       // conditional node around it (docs/SERVICE.md "Timestamps").
       const uint64_t gate_ns = __atomic_load_n(&w->gate_ns, __ATOMIC_ACQUIRE);
       const uint64_t done_ns = __atomic_load_n(&w->done_ns, __ATOMIC_ACQUIRE);
