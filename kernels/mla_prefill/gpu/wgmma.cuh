@@ -303,6 +303,20 @@ __global__ void __launch_bounds__(384, 1)
     };
     // P (f32 in sc) as the A fragments of P·V: k-step kk is accumulator registers 8kk .. 8kk + 7.
     auto pack_p = [&]() { WgmmaPackP<8, kExactP>(sc, p_hi, p_lo); };
+    // O (everything before the last softmax's tile) rescaled to that softmax's running max. Done
+    // after Q·Kᵀ of the next tile is issued and before the P·V that adds to O, as
+    // FlashAttention-3 does, so the tensor cores work while it runs and nothing but the P packing
+    // sits between a P·V's completion and the next issue (docs/KERNELS.md "MLA prefill on
+    // Hopper"). After tile 0, O is zero and alpha is 0.
+    auto rescale_o = [&](const float(&al)[2]) {
+#pragma unroll
+      for (int i = 0; i < kDv / 8; ++i) {
+        o[4 * i + 0] *= al[0];
+        o[4 * i + 1] *= al[0];
+        o[4 * i + 2] *= al[1];
+        o[4 * i + 3] *= al[1];
+      }
+    };
     // Waits for V of tile j; where the tile crosses the sequence's last key, both consumers zero
     // the rows past it (generic stores, then the proxy fence) and meet before either reads them.
     auto wait_v = [&](int j) {
@@ -360,6 +374,8 @@ __global__ void __launch_bounds__(384, 1)
       begin_turn();
       WgmmaFence();
       issue_qk(st);
+      rescale_o(alpha);  // under Q·Kᵀ of tile j; P·V of tile j - 2 completed last iteration
+      WgmmaFence();
       issue_pv(st ^ 1, half_tile(j - 1));
       end_turn();
       WgmmaWait<1>();  // Q·Kᵀ of tile j (committed first) is complete
@@ -377,17 +393,11 @@ __global__ void __launch_bounds__(384, 1)
         if constexpr (kExactP) FenceRegisters(p_lo[kk]);
       }
       if (lane == 0) MbarArrive(v_empty + 8 * (st ^ 1));
-#pragma unroll
-      for (int i = 0; i < kDv / 8; ++i) {
-        o[4 * i + 0] *= alpha[0];
-        o[4 * i + 1] *= alpha[0];
-        o[4 * i + 2] *= alpha[1];
-        o[4 * i + 3] *= alpha[1];
-      }
       pack_p();
     }
     wait_v(n_tiles - 1);
     begin_turn();
+    rescale_o(alpha);
     WgmmaFence();
     issue_pv((g + n_tiles - 1) & 1, half_tile(n_tiles - 1));
     end_turn();
