@@ -307,7 +307,8 @@ __global__ void __launch_bounds__(384, 1)
     // after Q·Kᵀ of the next tile is issued and before the P·V that adds to O, as
     // FlashAttention-3 does, so the tensor cores work while it runs and nothing but the P packing
     // sits between a P·V's completion and the next issue (docs/KERNELS.md "MLA prefill on
-    // Hopper"). After tile 0, O is zero and alpha is 0.
+    // Hopper"). After tile 0, O is still zero, so that first factor (0, or 1 for a row that saw
+    // no key yet) leaves it zero.
     auto rescale_o = [&](const float(&al)[2]) {
 #pragma unroll
       for (int i = 0; i < kDv / 8; ++i) {
