@@ -31,6 +31,11 @@ struct ConnectOptions {
   std::string tls_server_name;
   // Connect eagerly and fail with UNAVAILABLE when not connected within this; zero: lazily.
   absl::Duration connect_timeout = absl::Seconds(10);
+  // How long a blocking call (the operators' unary RPCs, GetInfo, RunPrepared) polls for its
+  // reply on the calling thread before it sleeps (client/polled_unary.h). Polling saves the
+  // wake-up of a sleeping caller, at the cost of a busy core while it waits; zero (the
+  // default) never polls. Session calls have their own (SessionOptions::wait_spin).
+  absl::Duration wait_spin = absl::ZeroDuration();
 };
 
 // Builds the channel and, with a connect_timeout, waits until it is connected. INVALID_ARGUMENT

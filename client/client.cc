@@ -1,9 +1,11 @@
 #include "client/client.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "client/polled_unary.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -64,17 +66,26 @@ void SetTimeout(grpc::ClientContext* ctx, absl::Duration timeout) {
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ConnectOptions& options) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(options);
   if (!channel.ok()) return channel.status();
-  return std::make_unique<Client>(*std::move(channel));
+  return std::make_unique<Client>(*std::move(channel), options.wait_spin);
 }
 
-Client::Client(std::shared_ptr<grpc::Channel> channel)
-    : channel_(std::move(channel)), stub_(v1::Attention::NewStub(channel_)) {}
+Client::Client(std::shared_ptr<grpc::Channel> channel, absl::Duration wait_spin)
+    : channel_(std::move(channel)),
+      wait_spin_(std::max(wait_spin, absl::ZeroDuration())),
+      stub_(v1::Attention::NewStub(channel_)) {}
 
 absl::StatusOr<v1::GetInfoResponse> Client::GetInfo(absl::Duration timeout) {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout);
   v1::GetInfoResponse response;
-  grpc::Status s = stub_->GetInfo(&ctx, v1::GetInfoRequest(), &response);
+  const v1::GetInfoRequest request;
+  grpc::Status s = wait_spin_ > absl::ZeroDuration()
+                       ? PolledUnary(
+                             [&](grpc::CompletionQueue* cq) {
+                               return stub_->PrepareAsyncGetInfo(&ctx, request, cq);
+                             },
+                             &response, wait_spin_)
+                       : stub_->GetInfo(&ctx, request, &response);
   if (!s.ok()) return FromGrpcStatus(s, "GetInfo");
   return response;
 }
@@ -150,7 +161,13 @@ absl::StatusOr<CallResult> Client::Call(const Params& p, const CallOptions& opti
   SetTimeout(&ctx, options.timeout);
   if (options.request_id != 0) ctx.AddMetadata("x-request-id", absl::StrCat(options.request_id));
   const Clock::time_point start = Clock::now();
-  grpc::Status s = Traits::Unary(stub_.get(), &ctx, request, &response);
+  grpc::Status s = wait_spin_ > absl::ZeroDuration()
+                       ? PolledUnary(
+                             [&](grpc::CompletionQueue* cq) {
+                               return Traits::PrepareAsync(stub_.get(), &ctx, request, cq);
+                             },
+                             &response, wait_spin_)
+                       : Traits::Unary(stub_.get(), &ctx, request, &response);
   const Clock::time_point end = Clock::now();
   if (!s.ok()) return FromGrpcStatus(s, Traits::kRpc);
   CallResult result;

@@ -31,7 +31,9 @@ const char* HealthStatusName(HealthStatus s);  // "SERVING", ...
 class Client {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ConnectOptions& options);
-  explicit Client(std::shared_ptr<grpc::Channel> channel);
+  // `wait_spin`: ConnectOptions::wait_spin.
+  explicit Client(std::shared_ptr<grpc::Channel> channel,
+                  absl::Duration wait_spin = absl::ZeroDuration());
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
@@ -72,9 +74,11 @@ class Client {
   const RegionTable& regions() const { return regions_; }
   v1::Attention::Stub* stub() { return stub_.get(); }
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  absl::Duration wait_spin() const { return wait_spin_; }
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
+  const absl::Duration wait_spin_;
   std::unique_ptr<v1::Attention::Stub> stub_;
   RegionTable regions_;
 };

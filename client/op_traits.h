@@ -38,6 +38,11 @@ inline v1::Precision PrecisionField(kernels::Precision p) {
   static grpc::Status Unary(v1::Attention::Stub* stub, grpc::ClientContext* ctx, const Request& r, \
                             Response* out) {                                                       \
     return stub->Rpc(ctx, r, out);                                                                 \
+  }                                                                                                \
+  static std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> PrepareAsync(                  \
+      v1::Attention::Stub* stub, grpc::ClientContext* ctx, const Request& r,                       \
+      grpc::CompletionQueue* cq) {                                                                 \
+    return stub->PrepareAsync##Rpc(ctx, r, cq);                                                    \
   }
 
 // A cache tensor's named layout (docs/CONTRACTS.md "Named layouts"): the params' value as the

@@ -1,6 +1,8 @@
 #include "client/session.h"
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -23,6 +25,8 @@ struct Session::Pending::Slot {
   absl::Status status ABSL_GUARDED_BY(mu);  // of the stream, when it ended before the reply
   v1::SessionResponse response ABSL_GUARDED_BY(mu);
   Clock::time_point received ABSL_GUARDED_BY(mu);
+  // `done`, readable without the lock: Pending::Wait polls it before it sleeps (wait_spin).
+  std::atomic<bool> arrived{false};
 
   void Complete(v1::SessionResponse r, absl::Status s) ABSL_LOCKS_EXCLUDED(mu) {
     const Clock::time_point now = Clock::now();
@@ -32,6 +36,7 @@ struct Session::Pending::Slot {
     status = std::move(s);
     received = now;
     done = true;
+    arrived.store(true, std::memory_order_release);
   }
 };
 
@@ -84,6 +89,7 @@ std::shared_ptr<Session::Pending::Slot> Session::AddSlot(uint64_t id) {
     slot->done = true;
     slot->status =
         end_status_.ok() ? absl::UnavailableError("Session: the stream has ended") : end_status_;
+    slot->arrived.store(true, std::memory_order_release);
     return slot;
   }
   slots_[id] = slot;
@@ -172,6 +178,17 @@ uint64_t Session::Pending::request_id() const { return slot_ ? slot_->id : 0; }
 absl::StatusOr<CallResult> Session::Pending::Wait() {
   if (!slot_) return absl::FailedPreconditionError("Session: Wait on an empty Pending");
   std::shared_ptr<Slot> slot = std::move(slot_);
+  if (spin_ > absl::ZeroDuration()) {
+    // Poll first (SessionOptions::wait_spin); the lock below then finds the reply in place.
+    const Clock::time_point until = Clock::now() + absl::ToChronoNanoseconds(spin_);
+    while (!slot->arrived.load(std::memory_order_acquire) && Clock::now() < until) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#else
+      std::this_thread::yield();
+#endif
+    }
+  }
   absl::ReleasableMutexLock lock(&slot->mu);
   if (wait_limit_ == absl::InfiniteDuration()) {
     slot->mu.Await(absl::Condition(&slot->done));
@@ -234,6 +251,7 @@ absl::StatusOr<Session::Pending> Session::Start(const Params& p, const CallOptio
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat(Traits::kRpc, ": ", s.message()));
     return s;
   };
+  pending.spin_ = options_.wait_spin;
   pending.slot_ = AddSlot(id);
   pending.slot_->sent = Clock::now();
   if (absl::Status s = Write(request); !s.ok()) {

@@ -34,6 +34,11 @@ struct SessionOptions {
   // How long Close() waits for outstanding replies and the daemon's final status before it
   // cancels the stream.
   absl::Duration close_timeout = absl::Seconds(60);
+  // How long Pending::Wait polls for the reply on the calling thread before it sleeps. The
+  // stream's reader thread receives every reply; a caller that sleeps is woken by it, which on
+  // some hosts costs tens of µs per call (docs/BENCHMARKS.md). Polling keeps one core busy for
+  // up to this long per wait; zero (the default) never polls.
+  absl::Duration wait_spin = absl::ZeroDuration();
 };
 
 // Thread-safe: calls may be started and waited for from many threads.
@@ -88,6 +93,7 @@ class Session {
     Session* session_ = nullptr;
     std::shared_ptr<Slot> slot_;
     absl::Duration wait_limit_ = absl::InfiniteDuration();
+    absl::Duration spin_ = absl::ZeroDuration();
     std::function<absl::Status(const v1::SessionResponse&, CallResult*)> apply_;
   };
 

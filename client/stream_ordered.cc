@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/channel.h"
+#include "client/polled_unary.h"
 #include "google/protobuf/descriptor.h"
 
 namespace attnd::client {
@@ -87,7 +88,13 @@ absl::StatusOr<v1::CallStats> RunPrepared(Client* client, uint64_t call_id,
   v1::RunPreparedResponse response;
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout);
-  grpc::Status s = client->stub()->RunPrepared(&ctx, request, &response);
+  grpc::Status s = client->wait_spin() > absl::ZeroDuration()
+                       ? PolledUnary(
+                             [&](grpc::CompletionQueue* cq) {
+                               return client->stub()->PrepareAsyncRunPrepared(&ctx, request, cq);
+                             },
+                             &response, client->wait_spin())
+                       : client->stub()->RunPrepared(&ctx, request, &response);
   if (!s.ok()) return FromGrpcStatus(s, "RunPrepared");
   return response.stats();
 }

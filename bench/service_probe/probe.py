@@ -22,6 +22,7 @@ import threading
 import time
 import traceback
 
+import grpc
 import numpy as np
 
 import attnd_client as ac
@@ -78,6 +79,7 @@ def timed_calls(caller, a, iters, warmup, gap):
     for _ in range(warmup):
         caller(a)
     wall, comp, total, graphs, counts, readback, impl = [], [], [], {}, set(), 0, ""
+    prep, queue, run = [], [], []
     for _ in range(iters):
         if gap:
             time.sleep(gap)
@@ -87,6 +89,9 @@ def timed_calls(caller, a, iters, warmup, gap):
         wall.append(t1 - t0)
         comp.append(st.compute_seconds)
         total.append(st.total_seconds)
+        prep.append(st.prepare_seconds)
+        queue.append(st.queue_seconds)
+        run.append(st.run_seconds)
         graphs[st.graph or "-"] = graphs.get(st.graph or "-", 0) + 1
         counts.add(st.work_count)
         readback = max(readback, st.count_readback_bytes)
@@ -101,6 +106,9 @@ def timed_calls(caller, a, iters, warmup, gap):
         wall_p50_us=us(pct(wall, 50)),
         wall_p90_us=us(pct(wall, 90)),
         server_total_p50_us=us(pct(total, 50)),
+        server_prepare_p50_us=us(pct(prep, 50)),
+        server_queue_p50_us=us(pct(queue, 50)),
+        server_run_p50_us=us(pct(run, 50)),
         overhead_p50_us=us(pct([w - c for w, c in zip(wall, comp, strict=True)], 50)),
         transport_overhead_p50_us=us(pct([w - t for w, t in zip(wall, total, strict=True)], 50)),
         overhead_p90_us=us(pct([w - c for w, c in zip(wall, comp, strict=True)], 90)),
@@ -228,23 +236,103 @@ def part_small(args, client, rows, tf):
             api="session",
             **r,
         )
+    # Where the Python client's time goes: building the request alone (tensor references,
+    # device-region look-ups and the one synchronize per device), and the stub call alone on a
+    # request built once (gRPC and the daemon, no client code around it).
+    spec = ac.ops.spec("sparse_mla")
     for _ in range(args.warmup):
-        client.info()
-    rt = []
+        request, sinks = ac.ops.build_request(spec, client._codec, a)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        request, sinks = ac.ops.build_request(spec, client._codec, a)
+    build_us = (time.perf_counter() - t0) / n * 1e6
+    method = getattr(client._stub, spec.rpc)
+    for _ in range(args.warmup):
+        method(request)
+    wall, comp, total = [], [], []
     for _ in range(n):
         t0 = time.perf_counter()
-        client.info()
-        rt.append(time.perf_counter() - t0)
+        response = method(request)
+        wall.append(time.perf_counter() - t0)
+        comp.append(response.stats.compute_seconds)
+        total.append(response.stats.total_seconds)
     rows.add(
-        op="get_info",
-        probe="small",
-        preset="-",
+        op="sparse_mla",
+        probe="small_parts",
+        preset=preset_of(shape),
         path="blocking",
         api="unary",
-        round_trip_p50_us=us(pct(rt, 50)),
-        round_trip_p90_us=us(pct(rt, 90)),
+        build_request_us=round(build_us, 2),
+        stub_call_wall_p50_us=us(pct(wall, 50)),
+        stub_call_compute_p50_us=us(pct(comp, 50)),
+        stub_call_server_total_p50_us=us(pct(total, 50)),
+        stub_call_wall_minus_total_p50_us=us(
+            pct([w - t for w, t in zip(wall, total, strict=True)], 50)
+        ),
+        grpcio=grpc.__version__,
+        python=sys.version.split()[0],
         iters=n,
     )
+    # The prepared form of the same call, blocking (RunPrepared without signals): no request
+    # to build on the client, nothing to resolve or validate in the daemon.
+    try:
+        call_id = client.prepare_call("sparse_mla", **a)
+        r = timed_calls(lambda x: client.run_prepared(call_id), a, n, args.warmup, 0.0)
+        rows.add(
+            op="sparse_mla",
+            probe="small",
+            preset=preset_of(shape),
+            path="blocking",
+            api="unary",
+            prepared=True,
+            **r,
+        )
+        client.release_call(call_id)
+        with client.session("h4-probe-prepared") as s:
+            call_id = s.prepare_call("sparse_mla", **a)
+            r = timed_calls(lambda x: s.run_prepared(call_id).result(), a, n, args.warmup, 0.0)
+            rows.add(
+                op="sparse_mla",
+                probe="small",
+                preset=preset_of(shape),
+                path="blocking",
+                api="session",
+                prepared=True,
+                **r,
+            )
+    except ac.AttndError as e:
+        rows.add(op="sparse_mla", probe="small", prepared=True, error=f"{e.code.name}: {e}")
+    # GetInfo on this client's channel, then on channels with fewer client filters (the
+    # channel arguments a frontend may pass through Client(options=...)).
+    variants = [
+        ("default", None),
+        ("no_retries", [("grpc.enable_retries", 0)]),
+    ]
+    for name, options in variants:
+        c = client if options is None else ac.Client(args.target, options=options, timeout=60)
+        try:
+            for _ in range(args.warmup):
+                c.info()
+            rt = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                c.info()
+                rt.append(time.perf_counter() - t0)
+        finally:
+            if c is not client:
+                c.close()
+        rows.add(
+            op="get_info",
+            probe="small",
+            preset="-",
+            path="blocking",
+            api="unary",
+            channel=name,
+            grpcio=grpc.__version__,
+            round_trip_p50_us=us(pct(rt, 50)),
+            round_trip_p90_us=us(pct(rt, 90)),
+            iters=n,
+        )
 
 
 def part_cpu(args, client, rows, tf):

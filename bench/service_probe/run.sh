@@ -10,13 +10,19 @@
 #    (sampled, read-only) and after.
 # 2. Blocking overhead of a tiny call (C++ attnctl unary + Session, Python), GetInfo round trip.
 # 3. Caller CPU per stream-ordered prepared call: RunPrepared RPC vs submission ring (C++, Python).
+# 4. The blocking forms again with the caller polling for its reply (attnctl --wait-spin) and with
+#    a daemon whose workers poll their queue (--worker-spin=1ms): every thread wake-up of a small
+#    call removed that a flag can remove (docs/LATENCY.md).
 # Results: OUT/*.jsonl, OUT/summary.md (tables), logs. Budget: about 150 s; steps are time-boxed.
+# PROBE_PARTS (default gap,small,cpu) picks the Python parts; without gap the graphs-off pass is
+# skipped too.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 BUNDLE="$(cd "${1:?usage: gpu.sh BUNDLE_DIR OUT_DIR [--cpu]}" && pwd)"
 OUT="${2:?usage: gpu.sh BUNDLE_DIR OUT_DIR [--cpu]}"
 MODE="${3:-gpu}"
+PARTS="${PROBE_PARTS:-gap,small,cpu}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -117,7 +123,7 @@ if attnd_start "$OUT/attnd-graphs-on.log" "${flags[@]}"; then
   DEVICE_NAME="$(LD_LIBRARY_PATH="$LIBS" "$ATTNCTL" --target="$ATTND_TARGET" --json info 2> /dev/null |
     "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin)["devices"]; print(d[0]["name"] if d else "cpu")' 2> /dev/null)"
   log "device: $DEVICE_NAME"
-  probe on gap,small,cpu "$(($(left) > 75 ? 75 : $(left)))"
+  probe on "$PARTS" "$(($(left) > 75 ? 75 : $(left)))"
   smi "after the probes (graphs on)"
   N=1000
   [ "$DEVICE" = cpu ] && N=300
@@ -127,6 +133,14 @@ if attnd_start "$OUT/attnd-graphs-on.log" "${flags[@]}"; then
   ctl small 20 bench sparse_mla --preset=tiny --regions --requests=$N --warmup=50
   ctl small 20 bench sparse_mla --preset=tiny --regions --session --requests=$N --warmup=50
   ctl small 20 bench sparse_mla --preset=tiny --requests=$N --warmup=50
+  ctl small 20 bench sparse_mla --preset=tiny --regions --prepared --requests=$N --warmup=50
+  log "attnctl small blocking calls, the caller polling (--wait-spin=2ms)"
+  ctl small_spin 20 ping --requests=$N --warmup=50 --wait-spin=2ms
+  for api in "" --session --prepared; do
+    # shellcheck disable=SC2086  # $api: one flag or none
+    ctl small_spin 20 bench sparse_mla --preset=tiny --regions $api --requests=$N --warmup=50 \
+      --wait-spin=2ms
+  done
   log "attnctl caller CPU: RunPrepared RPC vs ring"
   for op in sparse_mla topk; do
     ctl caller_cpu 25 bench $op --preset=tiny --regions --stream-ordered --prepared \
@@ -140,8 +154,30 @@ else
   log "attnd did not start (graphs on)"
 fi
 
+# --- daemon, graphs on, workers polling their queue for 1 ms: the small calls again
+if [ "$(left)" -gt 25 ]; then
+  GRAPHS=on
+  flags=("${DFLAGS[@]}" --worker-spin=1ms)
+  [ "$DEVICE" = cuda ] && flags+=(--graphs=true)
+  log "starting attnd (${flags[*]})"
+  if attnd_start "$OUT/attnd-worker-spin.log" "${flags[@]}"; then
+    N=1000
+    [ "$DEVICE" = cpu ] && N=300
+    for spin in 0 2ms; do
+      ctl worker_spin 20 ping --requests=$N --warmup=50 --wait-spin=$spin
+      for api in "" --session --prepared; do
+        # shellcheck disable=SC2086  # $api: one flag or none
+        ctl worker_spin 20 bench sparse_mla --preset=tiny --regions $api --requests=$N \
+          --warmup=50 --wait-spin=$spin
+      done
+    done
+    probe worker_spin small "$(($(left) > 40 ? 40 : $(left)))"
+    attnd_stop
+  fi
+fi
+
 # --- daemon, graphs off: the gap probe again
-if [ "$DEVICE" = cuda ] && [ "$(left)" -gt 25 ]; then
+if [ "$DEVICE" = cuda ] && [[ "$PARTS" == *gap* ]] && [ "$(left)" -gt 25 ]; then
   GRAPHS=off
   log "starting attnd (graphs off)"
   if attnd_start "$OUT/attnd-graphs-off.log" "${DFLAGS[@]}" --graphs=false; then

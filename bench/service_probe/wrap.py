@@ -82,38 +82,61 @@ def summary(out_dir):
             )
     print("\n## Blocking-form overhead, small call (wall − compute), GetInfo\n")
     print(
-        "| client | op | api | wall p50 / p90 µs | compute p50 µs | overhead p50 / p90 µs "
-        "| wall − server total p50 µs |"
+        "wall: the caller's wall around one call; daemon: `--worker-spin` (0 or 1 ms); caller "
+        "polls: attnctl `--wait-spin=2ms`; caller CPU: every thread of the client process.\n"
     )
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| client | daemon spin | caller polls | op | api | prepared | wall p50 / p90 µs "
+        "| compute p50 µs | overhead p50 / p90 µs | wall − server total p50 µs | caller CPU µs |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for _name, r in rows:
-        if r.get("probe") == "small":
+        if r.get("probe") in ("small", "small_parts"):
+            spin = "1 ms" if r.get("graphs") == "worker_spin" else "0"
             if "error" in r:
-                print(f"| python | {r.get('op')} | error: {r['error']} | | | | |")
+                print(f"| python | {spin} | no | {r.get('op')} | error: {r['error']} | | | | | | |")
+            elif r.get("probe") == "small_parts":
+                print(
+                    f"| python | {spin} | no | sparse_mla parts: build_request "
+                    f"{f(r.get('build_request_us'))} µs; stub call on a built request | unary | "
+                    f"no | {f(r.get('stub_call_wall_p50_us'))} / - | "
+                    f"{f(r.get('stub_call_compute_p50_us'))} | - | "
+                    f"{f(r.get('stub_call_wall_minus_total_p50_us'))} | - |"
+                )
             elif r.get("op") == "get_info":
                 print(
-                    f"| python | GetInfo | unary | {f(r['round_trip_p50_us'])} / "
-                    f"{f(r['round_trip_p90_us'])} | - | - | - |"
+                    f"| python | {spin} | no | GetInfo (channel {r.get('channel', 'default')}, "
+                    f"grpcio {r.get('grpcio', '?')}) | unary | - | "
+                    f"{f(r['round_trip_p50_us'])} / {f(r['round_trip_p90_us'])} | - | - | - | - |"
                 )
             else:
                 print(
-                    f"| python | {r['op']} {r['preset']} | {r['api']} | {f(r['wall_p50_us'])} / "
+                    f"| python | {spin} | no | {r['op']} {r['preset']} | {r['api']} | "
+                    f"{'yes' if r.get('prepared') else 'no'} | {f(r['wall_p50_us'])} / "
                     f"{f(r['wall_p90_us'])} | {f(r['compute_p50_us'])} | "
                     f"{f(r['overhead_p50_us'])} / {f(r['overhead_p90_us'])} | "
-                    f"{f(r.get('transport_overhead_p50_us'))} |"
+                    f"{f(r.get('transport_overhead_p50_us'))} | - |"
                 )
     for name, r in rows:
-        if name.startswith("attnctl") and r.get("h4_probe") in ("small", "ping"):
+        tag = r.get("h4_probe")
+        if name.startswith("attnctl") and tag in ("small", "ping", "small_spin", "worker_spin"):
+            args = r.get("args", "")
+            spin = "1 ms" if tag == "worker_spin" else "0"
+            polls = "yes" if "--wait-spin=2ms" in args else "no"
             if r.get("command") == "ping":
                 print(
-                    f"| cpp | GetInfo (ping) | unary | {f(r.get('p50_us'))} / {f(r.get('p90_us'))} | - | - | - |"
+                    f"| cpp | {spin} | {polls} | GetInfo (ping) | unary | - | "
+                    f"{f(r.get('p50_us'))} / {f(r.get('p90_us'))} | - | - | - | - |"
                 )
             else:
                 print(
-                    f"| cpp | {r.get('op')} {r.get('preset')} ({r.get('transport')}) | {r.get('api')} | "
+                    f"| cpp | {spin} | {polls} | {r.get('op')} {r.get('preset')} "
+                    f"({r.get('transport')}) | {r.get('api')} | "
+                    f"{'yes' if r.get('prepared') else 'no'} | "
                     f"{f(r.get('p50_us'))} / {f(r.get('p90_us'))} | "
                     f"{f(r.get('server_compute_p50_us'))} | {f(r.get('overhead_p50_us'))} / "
-                    f"{f(r.get('overhead_p90_us'))} | {f(r.get('transport_overhead_p50_us'))} |"
+                    f"{f(r.get('overhead_p90_us'))} | {f(r.get('transport_overhead_p50_us'))} | "
+                    f"{f(r.get('caller_cpu_us_per_call'))} |"
                 )
     print("\n## Caller CPU per stream-ordered prepared call\n")
     print("| client | op | submit | calls | caller CPU µs/call | submit wall µs/call | error |")

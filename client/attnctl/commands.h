@@ -36,6 +36,8 @@ struct CtlOptions {
   bool batch_invariant = false;
   bool regions = false;  // tensors in a host region (zero copy) instead of inline
   bool session = false;  // calls on a Session stream instead of unary RPCs
+  // --wait_spin: a Session caller polls this long for its reply before it sleeps.
+  absl::Duration wait_spin = absl::ZeroDuration();
   // bench: each call stream-ordered (ready word already reached, done words in the region): the
   // caller only enqueues, and the figures are the caller's CPU and wall per enqueue.
   bool stream_ordered = false;

@@ -63,6 +63,10 @@ ABSL_FLAG(bool, regions, false,
 ABSL_FLAG(bool, session, false,
           "run/bench: send calls on one Session stream (lease + pipelining) instead of unary "
           "RPCs.");
+ABSL_FLAG(absl::Duration, wait_spin, absl::ZeroDuration(),
+          "run/bench/ping: how long a waiting caller polls for its reply before it sleeps "
+          "(client::ConnectOptions::wait_spin for unary calls, SessionOptions::wait_spin on a "
+          "Session; 0..10ms; keeps a core busy meanwhile).");
 ABSL_FLAG(bool, stream_ordered, false,
           "bench: stream-ordered calls (needs --regions, --concurrency=1): the caller only "
           "enqueues; reports its CPU and wall per call, then waits for the last done word.");
@@ -139,6 +143,11 @@ int Main(int argc, char** argv) {
   o.prepared = absl::GetFlag(FLAGS_prepared);
   o.ring = absl::GetFlag(FLAGS_ring);
   o.session = absl::GetFlag(FLAGS_session);
+  o.wait_spin = absl::GetFlag(FLAGS_wait_spin);
+  o.connect.wait_spin = o.wait_spin;
+  if (o.wait_spin < absl::ZeroDuration() || o.wait_spin > absl::Milliseconds(10)) {
+    return Fail(o, absl::InvalidArgumentError("--wait_spin must be in 0..10ms"), kExitUsage);
+  }
   o.requests = absl::GetFlag(FLAGS_requests);
   o.concurrency = absl::GetFlag(FLAGS_concurrency);
   o.warmup = absl::GetFlag(FLAGS_warmup);

@@ -15,6 +15,7 @@ absl::Status CallSetup::Connect(const CtlOptions& o, uint64_t region_bytes) {
   if (o.session || o.regions) {
     client::SessionOptions so;
     so.client_name = o.client_name;
+    so.wait_spin = o.wait_spin;
     absl::StatusOr<std::unique_ptr<client::Session>> s = client::Session::Open(client.get(), so);
     if (!s.ok()) return s.status();
     session = *std::move(s);

@@ -17,6 +17,7 @@
 #include "client/error_details.h"
 #include "client/host_region.h"
 #include "client/session.h"
+#include "client/stream_ordered.h"
 #include "gtest/gtest.h"
 #include "kernels/common/bf16.h"
 #include "kernels/sparse_mla/sparse_mla.h"
@@ -270,6 +271,78 @@ TEST_F(ClientDaemonTest, SessionCallsFailCleanlyAfterTheDaemonStops) {
   absl::StatusOr<CallResult> r = (*session)->Call(p);
   EXPECT_FALSE(r.ok());
   session->reset();  // must not hang
+}
+
+// wait_spin (client/polled_unary.h, SessionOptions::wait_spin): the same replies, statuses and
+// deadlines as the blocking waits, both while polling (a spin longer than the call) and after
+// falling back to a blocking wait (a spin far shorter than the call).
+TEST_F(ClientDaemonTest, PollingCallersGetTheSameRepliesStatusesAndDeadlines) {
+  for (const absl::Duration spin : {absl::Milliseconds(50), absl::Nanoseconds(1)}) {
+    SCOPED_TRACE(absl::FormatDuration(spin));
+    ConnectOptions o;
+    o.target = "unix:" + dir_ + "/attnd.sock";
+    o.wait_spin = spin;
+    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    Client* client = c->get();
+    EXPECT_EQ(client->wait_spin(), spin);
+    absl::StatusOr<v1::GetInfoResponse> info = client->GetInfo();
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->backend(), "cpu");
+
+    sparse_mla::Params p = MakeSparseMla(HeapAlloc(), 21);
+    absl::StatusOr<CallResult> r = client->SparseMla(p);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_GT(r->round_trip_seconds, 0);
+    ExpectMatchesLocal(p);
+
+    sparse_mla::Params bad = MakeSparseMla(HeapAlloc(), 22);
+    bad.q.shape[2] = 575;
+    bad.q.strides[1] = 575;
+    bad.q.strides[0] = 8 * 575;
+    r = client->SparseMla(bad);
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find("q: dim 2 is 575"), absl::string_view::npos) << r.status();
+    ASSERT_EQ(ErrorDetailsOf(r.status()).field_violations.size(), 1u) << r.status();
+
+    // A deadline that has passed before the reply can come: DEADLINE_EXCEEDED, not a hang.
+    CallOptions late;
+    late.timeout = absl::Nanoseconds(1);
+    r = client->SparseMla(MakeSparseMla(HeapAlloc(), 23), late);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+
+    // A prepared call run blocking (RunPrepared polls too), and a Session that polls.
+    SessionOptions so;
+    so.wait_spin = spin;
+    absl::StatusOr<std::unique_ptr<Session>> session = Session::Open(client, so);
+    ASSERT_TRUE(session.ok()) << session.status();
+    HostRegionOptions ro;
+    ro.bytes = 4 << 20;
+    ro.lease_id = (*session)->lease_id();
+    absl::StatusOr<std::unique_ptr<HostRegion>> region = HostRegion::Create(client, ro);
+    ASSERT_TRUE(region.ok()) << region.status();
+    sparse_mla::Params in_region = MakeSparseMla(RegionAlloc(region->get()), 24);
+    absl::StatusOr<uint64_t> id = PrepareCall(client, in_region, (*session)->lease_id());
+    ASSERT_TRUE(id.ok()) << id.status();
+    absl::StatusOr<v1::CallStats> ran = RunPrepared(client, *id, std::nullopt, std::nullopt);
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    EXPECT_EQ(ran->copied_bytes_in(), 0u);
+    ExpectMatchesLocal(in_region);
+    EXPECT_EQ(RunPrepared(client, *id + 1000, std::nullopt, std::nullopt).status().code(),
+              absl::StatusCode::kNotFound);
+
+    sparse_mla::Params q = MakeSparseMla(RegionAlloc(region->get()), 25);
+    r = (*session)->Call(q);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectMatchesLocal(q);
+    r = (*session)->Call(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_TRUE((*session)->Close().ok());
+    // After the stream ended a call fails at once, polling or not.
+    r = (*session)->Call(q);
+    EXPECT_FALSE(r.ok());
+    EXPECT_TRUE((*region)->Close().ok());
+  }
 }
 
 }  // namespace
