@@ -83,7 +83,7 @@ if [ "$DEVICE" = cuda ]; then
 fi
 
 # --- 1a. the kernel benchmark's figure (graph replays of 10 launches, warm and cold)
-if [ "$DEVICE" = cuda ]; then
+if [ "$DEVICE" = cuda ] && [[ "$PARTS" == *gap* ]]; then
   log "attn_gpu_bench sparse_mla decode B64 (S 2M) cuda_wgmma"
   LD_LIBRARY_PATH="$LIBS" timeout 40 "$BUNDLE/bin/attn_gpu_bench" \
     --filter=sparse_mla/deepseek_decode_b64_s2097152_h128_d576_k2048/cuda_wgmma \
