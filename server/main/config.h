@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,9 @@
 #include "absl/time/time.h"
 
 namespace attnd::server {
+
+// --worker-spin=auto with a GPU backend (docs/FLAGS.md; measured in docs/BENCHMARKS.md).
+inline constexpr absl::Duration kGpuWorkerSpin = absl::Milliseconds(1);
 
 struct DaemonConfig {
   // gRPC addresses; empty: the default socket (DefaultSocketTarget, common/default_socket.h).
@@ -28,8 +32,9 @@ struct DaemonConfig {
   int queue_capacity = 256;
   int workers = 2;
   int cpu_threads = 0;  // 0 = every core
-  // How long an idle worker polls for the next call before it sleeps (docs/FLAGS.md).
-  absl::Duration worker_spin = absl::ZeroDuration();
+  // How long an idle worker polls for the next call before it sleeps (docs/FLAGS.md); unset:
+  // kGpuWorkerSpin with a GPU backend, zero with the CPU backend.
+  std::optional<absl::Duration> worker_spin;
   absl::Duration drain_timeout = absl::Seconds(30);
   // The longest a stream-ordered call waits for its ready word (docs/SERVICE.md "Stream-ordered
   // calls and prepared calls").

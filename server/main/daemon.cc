@@ -143,7 +143,10 @@ absl::Status Daemon::Start() {
   engine::Scheduler::Options sopt;
   sopt.queue_capacity = config_.queue_capacity;
   sopt.workers = config_.workers;
-  sopt.spin = config_.worker_spin;
+  // Auto: polling with a GPU backend, where a call's own work is short next to the wake-up it
+  // saves; not with the CPU backend, whose pool would lose the polling core to it.
+  worker_spin_ = config_.worker_spin.value_or(use_gpu ? kGpuWorkerSpin : absl::ZeroDuration());
+  sopt.spin = worker_spin_;
   sopt.on_load = [m](int queued, int running) { m->SetQueueLoad(queued, running); };
   scheduler_ = std::make_unique<engine::Scheduler>(sopt, backend_.get());
   metrics_->SetQueueLimits(scheduler_->capacity(), std::max(1, scheduler_->workers()));
@@ -198,7 +201,7 @@ absl::Status Daemon::Start() {
        {"devices", static_cast<int64_t>(backend_->Devices().size())},
        {"cpu_threads", threads},
        {"workers", config_.workers},
-       {"worker_spin", absl::FormatDuration(config_.worker_spin)},
+       {"worker_spin", absl::FormatDuration(worker_spin_)},
        {"queue_capacity", config_.queue_capacity},
        {"allow_client_shm", config_.allow_client_shm}});
   return WriteReadyFile();

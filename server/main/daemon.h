@@ -101,6 +101,7 @@ class Daemon {
   std::vector<std::string> grpc_addresses_;
   std::vector<std::string> unix_paths_;
   std::string metrics_address_;
+  absl::Duration worker_spin_;  // the scheduler's, --worker-spin resolved (auto by backend)
   bool started_ = false;
   bool stopped_ = false;
 

@@ -40,10 +40,11 @@ ABSL_FLAG(int, queue_capacity, 256,
           "Operator calls that may wait for a worker; beyond it calls fail RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, workers, 2, "Scheduler worker threads (calls running at once).");
 ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU backend's pool; 0 = every core.");
-ABSL_FLAG(absl::Duration, worker_spin, absl::ZeroDuration(),
+ABSL_FLAG(std::string, worker_spin, "auto",
           "How long a worker that finished a call keeps polling for the next one before it "
-          "sleeps (at most 10ms; 0 = never): a call arriving meanwhile starts without a thread "
-          "wake-up, for one core kept busy that long after each call.");
+          "sleeps (a duration, at most 10ms; 0 = never; auto = 1ms with a GPU backend, 0 with "
+          "the CPU backend): a call arriving meanwhile starts without a thread wake-up, for one "
+          "core kept busy that long after each call.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT: how long in-flight calls may take to finish before they are "
           "cancelled (health reports NOT_SERVING meanwhile); then attnd exits 0.");
@@ -112,7 +113,8 @@ absl::Status CheckConfig(const DaemonConfig& c) {
   if (c.cpu_threads < 0 || c.cpu_threads > 4096) {
     return absl::InvalidArgumentError("--cpu-threads must be in 0..4096");
   }
-  if (c.worker_spin < absl::ZeroDuration() || c.worker_spin > absl::Milliseconds(10)) {
+  if (c.worker_spin.has_value() &&
+      (*c.worker_spin < absl::ZeroDuration() || *c.worker_spin > absl::Milliseconds(10))) {
     return absl::InvalidArgumentError("--worker-spin must be in 0..10ms");
   }
   if (c.drain_timeout < absl::ZeroDuration()) {
@@ -211,7 +213,14 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   c.workers = absl::GetFlag(FLAGS_workers);
   c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
-  c.worker_spin = absl::GetFlag(FLAGS_worker_spin);
+  if (const std::string spin = absl::GetFlag(FLAGS_worker_spin); spin != "auto") {
+    absl::Duration d;
+    if (!absl::ParseDuration(spin, &d)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--worker-spin='", spin, "': want auto or a duration (e.g. 500us, 1ms, 0)"));
+    }
+    c.worker_spin = d;
+  }
   c.signal_timeout = absl::GetFlag(FLAGS_signal_timeout);
   c.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (absl::Status s =

@@ -4,8 +4,10 @@ are refused, and attnd exits 0 removing its socket and ready file; a drain timeo
 still queued and stops what is running (a hard limit); a second signal exits at once."""
 
 import os
+import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -146,3 +148,26 @@ def test_second_signal_exits_at_once(make_daemon):
     assert d.wait(60) == 1
     for f in futures:
         f.exception(timeout=60)
+
+
+def test_worker_spin_flag(attnd_bin, make_daemon, tmp_path):
+    """--worker-spin: auto (the default) is 0 on the CPU backend, a duration is taken as given,
+    anything else stops attnd at start (exit 2) with the flag named."""
+
+    def serving_spin(d):
+        line = next(x for x in d.log().splitlines() if "attnd serving" in x)
+        return re.search(r"worker_spin=(\S+)", line).group(1)
+
+    assert serving_spin(make_daemon("--workers=1", "--cpu-threads=1")) == "0"
+    d = make_daemon("--workers=1", "--cpu-threads=1", "--worker-spin=250us")
+    assert serving_spin(d) == "250us"
+    assert d.client().health() == "SERVING"
+    sock = f"unix:{tmp_path}/s.sock"
+    for value in ("fast", "20ms", "-1ms"):
+        p = subprocess.run(
+            [attnd_bin, f"--listen={sock}", "--metrics-listen=", f"--worker-spin={value}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert p.returncode == 2 and "--worker-spin" in p.stderr, (value, p.returncode, p.stderr)
