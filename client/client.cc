@@ -134,6 +134,15 @@ absl::Status Client::RegisterHostRegion(const v1::RegisterHostRegionRequest& req
   return FromGrpcStatus(stub_->RegisterHostRegion(&ctx, request, &response), "RegisterHostRegion");
 }
 
+absl::Status Client::RegisterDeviceRegion(const v1::RegisterDeviceRegionRequest& request,
+                                          absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout);
+  v1::RegisterRegionResponse response;
+  return FromGrpcStatus(stub_->RegisterDeviceRegion(&ctx, request, &response),
+                        "RegisterDeviceRegion");
+}
+
 absl::StatusOr<std::vector<std::string>> Client::UnregisterRegion(const std::string& name,
                                                                   const std::string& lease_id,
                                                                   absl::Duration timeout) {

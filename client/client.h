@@ -45,6 +45,10 @@ class Client {
       absl::Duration timeout = kDefaultAdminTimeout);
   absl::Status RegisterHostRegion(const v1::RegisterHostRegionRequest& request,
                                   absl::Duration timeout = kDefaultAdminTimeout);
+  // The raw RPC; DeviceRegion (device_region.h) registers through it and adds the range to
+  // regions().
+  absl::Status RegisterDeviceRegion(const v1::RegisterDeviceRegionRequest& request,
+                                    absl::Duration timeout = kDefaultAdminTimeout);
   // Empty name: every region of `lease_id` (or every unleased one). Returns the removed names.
   absl::StatusOr<std::vector<std::string>> UnregisterRegion(
       const std::string& name, const std::string& lease_id = "",

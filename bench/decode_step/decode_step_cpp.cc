@@ -71,6 +71,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/decode_step/decode_step_kernels.h"
 #include "client/client.h"
+#include "client/device_region.h"
 #include "client/host_region.h"
 #include "client/session.h"
 #include "client/stream_ordered.h"
@@ -147,7 +148,7 @@ struct Buffer {
   std::string region;
   char* base = nullptr;
   uint64_t size = 0;
-  bool registered = false;
+  std::shared_ptr<client::DeviceRegion> registered = nullptr;  // once registered
 };
 
 struct Model {
@@ -313,31 +314,28 @@ absl::Status RegisterModel(client::Client* client, const std::string& device_uui
   for (Buffer& b : m->buffers) {
     cudaIpcMemHandle_t handle;
     DS_CUDA(cudaIpcGetMemHandle(&handle, b.base));
-    v1::RegisterDeviceRegionRequest req;
-    req.set_name(b.region);
-    req.set_raw_handle(std::string(reinterpret_cast<const char*>(&handle), sizeof handle));
-    req.set_device_uuid(device_uuid);
-    req.set_offset(0);
-    req.set_byte_size(b.size);
-    v1::RegisterRegionResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    const grpc::Status s = client->stub()->RegisterDeviceRegion(&ctx, req, &resp);
-    if (!s.ok())
-      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                          absl::StrCat("RegisterDeviceRegion ", b.region, ": ", s.error_message()));
-    b.registered = true;
-    client->regions().Add(b.region, b.base, b.size);
+    client::DeviceRegionOptions o;
+    o.name = b.region;
+    o.raw_handle.assign(reinterpret_cast<const char*>(&handle), sizeof handle);
+    o.device_uuid = device_uuid;
+    o.allocation = b.base;
+    o.bytes = b.size;
+    o.timeout = absl::Seconds(60);
+    absl::StatusOr<std::unique_ptr<client::DeviceRegion>> r =
+        client::DeviceRegion::Register(client, o);
+    if (!r.ok()) {
+      return absl::Status(r.status().code(), absl::StrCat("RegisterDeviceRegion ", b.region, ": ",
+                                                          r.status().message()));
+    }
+    b.registered = *std::move(r);
   }
   return absl::OkStatus();
 }
 
-void ReleaseModel(client::Client* client, Model* m) {
+void ReleaseModel(client::Client* /*client*/, Model* m) {
   for (Buffer& b : m->buffers) {
-    if (b.registered) {
-      (void)client->UnregisterRegion(b.region);
-      client->regions().Remove(b.base);
-    }
+    if (b.registered != nullptr) (void)b.registered->Close();
+    b.registered.reset();
     cudaFree(b.base);
   }
   m->buffers.clear();

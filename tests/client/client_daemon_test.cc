@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/device_region.h"
 #include "client/error_details.h"
 #include "client/host_region.h"
 #include "client/session.h"
@@ -271,6 +272,44 @@ TEST_F(ClientDaemonTest, SessionCallsFailCleanlyAfterTheDaemonStops) {
   absl::StatusOr<CallResult> r = (*session)->Call(p);
   EXPECT_FALSE(r.ok());
   session->reset();  // must not hang
+}
+
+// DeviceRegion's own checks (nothing is sent) and a daemon without a GPU backend refusing the
+// registration: no region is left behind, in the daemon or in the client's table.
+TEST_F(ClientDaemonTest, DeviceRegionRefusalsLeaveNothingBehind) {
+  alignas(64) static char fake[4096];
+  DeviceRegionOptions o;
+  o.raw_handle = std::string(64, '\x01');
+  o.device_uuid = "GPU-00000000-0000-0000-0000-000000000000";
+  o.allocation = fake;
+  o.bytes = sizeof fake;
+  DeviceRegionOptions bad = o;
+  bad.raw_handle = std::string(63, '\x01');
+  EXPECT_EQ(DeviceRegion::Register(client_.get(), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = o;
+  bad.allocation = nullptr;
+  EXPECT_EQ(DeviceRegion::Register(client_.get(), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = o;
+  bad.bytes = 0;
+  EXPECT_EQ(DeviceRegion::Register(client_.get(), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = o;
+  bad.offset = UINT64_MAX - 8;
+  EXPECT_EQ(DeviceRegion::Register(client_.get(), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DeviceRegion::Register(nullptr, o).status().code(), absl::StatusCode::kInvalidArgument);
+
+  absl::StatusOr<std::unique_ptr<DeviceRegion>> r = DeviceRegion::Register(client_.get(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().code(), absl::StatusCode::kOk);
+  EXPECT_NE(r.status().message().find("RegisterDeviceRegion"), absl::string_view::npos)
+      << r.status();
+  EXPECT_EQ(client_->regions().size(), 0u);
+  absl::StatusOr<v1::ListRegionsResponse> list = client_->ListRegions();
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->regions_size(), 0);
 }
 
 // wait_spin (client/polled_unary.h, SessionOptions::wait_spin): the same replies, statuses and
