@@ -344,11 +344,34 @@ TEST_F(ClientDaemonTest, PollingCallersGetTheSameRepliesStatusesAndDeadlines) {
     EXPECT_NE(r.status().message().find("q: dim 2 is 575"), absl::string_view::npos) << r.status();
     ASSERT_EQ(ErrorDetailsOf(r.status()).field_violations.size(), 1u) << r.status();
 
-    // A deadline that has passed before the reply can come: DEADLINE_EXCEEDED, not a hang.
-    CallOptions late;
-    late.timeout = absl::Nanoseconds(1);
-    r = client->SparseMla(MakeSparseMla(HeapAlloc(), 23), late);
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+    // A deadline far shorter than the call (a long context on the CPU backend, ~0.1-1 s):
+    // DEADLINE_EXCEEDED, not a hang and not a reply.
+    {
+      std::mt19937_64 rng(23);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      constexpr int64_t kT = 64, kH = 64, kS = 8192, kK = 2048;
+      sparse_mla::Params slow;
+      auto alloc = HeapAlloc();
+      slow.q = alloc(DType::kBF16, {kT, kH, 576});
+      slow.kv = alloc(DType::kBF16, {kS, 576});
+      slow.indices = alloc(DType::kI32, {kT, kK});
+      for (int64_t i = 0; i < kT * kH * 576; ++i) {
+        slow.q.ptr<uint16_t>()[i] = kernels::FloatToBf16(normal(rng));
+      }
+      for (int64_t i = 0; i < kS * 576; ++i) {
+        slow.kv.ptr<uint16_t>()[i] = kernels::FloatToBf16(normal(rng));
+      }
+      for (int64_t i = 0; i < kT * kK; ++i) {
+        slow.indices.ptr<int32_t>()[i] = static_cast<int32_t>((i * 7919) % kS);
+      }
+      slow.sm_scale = 1.0f / std::sqrt(576.0f);
+      slow.out = alloc(DType::kBF16, {kT, kH, 512});
+      slow.lse = alloc(DType::kF32, {kT, kH});
+      CallOptions late;
+      late.timeout = absl::Milliseconds(2);
+      r = client->SparseMla(slow, late);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+    }
 
     // A prepared call run blocking (RunPrepared polls too), and a Session that polls.
     SessionOptions so;
