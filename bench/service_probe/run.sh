@@ -129,7 +129,7 @@ if attnd_start "$OUT/attnd-graphs-on.log" "${flags[@]}"; then
   [ "$DEVICE" = cpu ] && N=300
   log "attnctl ping / small blocking calls"
   ctl ping 20 ping --requests=$N --warmup=50
-  # A tiny SparseMla: host region (the C++ client has no device regions) and inline.
+  # A tiny SparseMla: host region (attnctl allocates no device memory) and inline.
   ctl small 20 bench sparse_mla --preset=tiny --regions --requests=$N --warmup=50
   ctl small 20 bench sparse_mla --preset=tiny --regions --session --requests=$N --warmup=50
   ctl small 20 bench sparse_mla --preset=tiny --requests=$N --warmup=50
