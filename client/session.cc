@@ -1,5 +1,6 @@
 #include "client/session.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -180,7 +181,8 @@ absl::StatusOr<CallResult> Session::Pending::Wait() {
   std::shared_ptr<Slot> slot = std::move(slot_);
   if (spin_ > absl::ZeroDuration()) {
     // Poll first (SessionOptions::wait_spin); the lock below then finds the reply in place.
-    const Clock::time_point until = Clock::now() + absl::ToChronoNanoseconds(spin_);
+    const Clock::time_point until =
+        Clock::now() + absl::ToChronoNanoseconds(std::min(spin_, wait_limit_));
     while (!slot->arrived.load(std::memory_order_acquire) && Clock::now() < until) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
