@@ -94,6 +94,8 @@ TEST(TopKRowSelect, KthLargestKeyMatchesSort) {
 }
 
 // The CPU implementation's documented order: ascending columns; ties go to the lowest columns.
+// Ties are equal keys: +0 sorts above -0 (row_select.h), so the reference orders by key, not by
+// float comparison (which calls ±0 equal; std::round makes both here).
 TEST(TopKRowSelect, AscendingColumnsLowestTies) {
   auto rng = MakeRng();
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -104,8 +106,8 @@ TEST(TopKRowSelect, AscendingColumnsLowestTies) {
     RowSelector sel;
     const int64_t count = sel.Select(row.data(), lo, hi, k);
     ASSERT_EQ(count, k);
-    std::vector<std::pair<float, int64_t>> want;  // by value desc, then column asc
-    for (int64_t i = lo; i < hi; ++i) want.emplace_back(row[static_cast<size_t>(i)], i);
+    std::vector<std::pair<uint32_t, int64_t>> want;  // by key desc, then column asc
+    for (int64_t i = lo; i < hi; ++i) want.emplace_back(LogitKey(row[static_cast<size_t>(i)]), i);
     std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : a.second < b.second;
     });
