@@ -222,20 +222,22 @@ def part_small(args, client, rows, tf):
     a = sparse_args(tf, shape, None)
     tf.sync()
     n = args.iters
-    r = timed_calls(lambda x: client.call("sparse_mla", **x).stats, a, n, args.warmup, 0.0)
-    rows.add(
-        op="sparse_mla", probe="small", preset=preset_of(shape), path="blocking", api="unary", **r
-    )
-    with client.session("h4-probe") as s:
-        r = timed_calls(lambda x: s.call("sparse_mla", **x).stats, a, n, args.warmup, 0.0)
+
+    def small(api, caller, **extra):
+        r = timed_calls(caller, a, n, args.warmup, 0.0)
         rows.add(
             op="sparse_mla",
             probe="small",
             preset=preset_of(shape),
             path="blocking",
-            api="session",
+            api=api,
+            **extra,
             **r,
         )
+
+    small("unary", lambda x: client.call("sparse_mla", **x).stats)
+    with client.session("h4-probe") as s:
+        small("session", lambda x: s.call("sparse_mla", **x).stats)
     # Where the Python client's time goes: building the request alone (tensor references,
     # device-region look-ups and the one synchronize per device), and the stub call alone on a
     # request built once (gRPC and the daemon, no client code around it).
@@ -273,33 +275,16 @@ def part_small(args, client, rows, tf):
         python=sys.version.split()[0],
         iters=n,
     )
-    # The prepared form of the same call, blocking (RunPrepared without signals): no request
-    # to build on the client, nothing to resolve or validate in the daemon.
+    # The prepared form of the same call, blocking (RunPrepared without signals): no request to
+    # build on the client and only the call id sent (the daemon still resolves and checks the
+    # tensors on every run).
     try:
         call_id = client.prepare_call("sparse_mla", **a)
-        r = timed_calls(lambda x: client.run_prepared(call_id), a, n, args.warmup, 0.0)
-        rows.add(
-            op="sparse_mla",
-            probe="small",
-            preset=preset_of(shape),
-            path="blocking",
-            api="unary",
-            prepared=True,
-            **r,
-        )
+        small("unary", lambda x: client.run_prepared(call_id), prepared=True)
         client.release_call(call_id)
         with client.session("h4-probe-prepared") as s:
             call_id = s.prepare_call("sparse_mla", **a)
-            r = timed_calls(lambda x: s.run_prepared(call_id).result(), a, n, args.warmup, 0.0)
-            rows.add(
-                op="sparse_mla",
-                probe="small",
-                preset=preset_of(shape),
-                path="blocking",
-                api="session",
-                prepared=True,
-                **r,
-            )
+            small("session", lambda x: s.run_prepared(call_id).result(), prepared=True)
     except ac.AttndError as e:
         rows.add(op="sparse_mla", probe="small", prepared=True, error=f"{e.code.name}: {e}")
     # GetInfo on this client's channel, then on channels with fewer client filters (the
