@@ -22,6 +22,7 @@ AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {
                                                        metrics, options);
   ops::SubmissionRingTable::Options ring_options;
   ring_options.device_signals = options.backend != nullptr;
+  ring_options.spin = deps_.ring_spin;
   rings_ = std::make_unique<ops::SubmissionRingTable>(deps_.registry, metrics, ring_options);
 }
 

@@ -18,6 +18,27 @@ namespace L = ring_layout;
 constexpr size_t kClosedKept = 4096;
 thread_local bool in_poller = false;
 
+// A spin-wait hint to the core (lets a sibling hyper-thread run; saves power).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Counts a thread that wants the table's locks for its lifetime (Options::spin).
+class LockerMark {
+ public:
+  explicit LockerMark(std::atomic<int>* n) : n_(n) { n_->fetch_add(1); }
+  ~LockerMark() { n_->fetch_sub(1); }
+  LockerMark(const LockerMark&) = delete;
+  LockerMark& operator=(const LockerMark&) = delete;
+
+ private:
+  std::atomic<int>* n_;
+};
+
 uint64_t LoadAcquire(const char* p) {
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_ACQUIRE);
 }
@@ -67,6 +88,7 @@ SubmissionRingTable::SubmissionRingTable(const regions::RegionRegistry* registry
 SubmissionRingTable::~SubmissionRingTable() {
   std::vector<std::shared_ptr<Ring>> all;
   {
+    LockerMark mark(&lockers_);
     absl::MutexLock lock(&mu_);
     stop_ = true;
     wake_.SignalAll();
@@ -130,6 +152,7 @@ absl::StatusOr<uint64_t> SubmissionRingTable::Open(Spec spec) {
   ring->ready.mutable_slice()->set_region(ring->signal_name);
   ring->done.mutable_slice()->set_region(ring->signal_name);
   ring->spec = std::move(spec);
+  LockerMark mark(&lockers_);
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::UnavailableError("attnd is shutting down");
   size_t& count = per_owner_[ring->spec.owner];
@@ -157,6 +180,7 @@ absl::StatusOr<uint64_t> SubmissionRingTable::Open(Spec spec) {
 
 absl::Status SubmissionRingTable::Close(const std::string& owner, uint64_t id) {
   {
+    LockerMark mark(&lockers_);
     absl::MutexLock lock(&mu_);
     auto it = rings_.find(id);
     if (it == rings_.end() || it->second->spec.owner != owner) {
@@ -198,6 +222,7 @@ std::string SubmissionRingTable::closed_reason(const std::string& owner, uint64_
 
 void SubmissionRingTable::CloseMatching(const std::function<bool(const Ring&)>& match,
                                         const std::string& why, uint64_t state) {
+  LockerMark mark(&lockers_);
   std::vector<std::shared_ptr<Ring>> closing;
   {
     absl::MutexLock lock(&mu_);
@@ -364,6 +389,9 @@ void SubmissionRingTable::PollerLoop() {
   in_poller = true;
   absl::Duration interval = options_.poll;
   const absl::Duration max_interval = std::max(options_.poll, absl::Microseconds(500));
+  const bool spins = options_.spin > absl::ZeroDuration();
+  absl::Time spin_until = absl::InfinitePast();
+  std::vector<std::shared_ptr<Ring>> sweep;
   absl::MutexLock lock(&mu_);
   while (!stop_) {
     if (rings_.empty() && deferred_.empty()) {
@@ -371,7 +399,6 @@ void SubmissionRingTable::PollerLoop() {
       interval = options_.poll;
       continue;
     }
-    std::vector<std::shared_ptr<Ring>> sweep;
     sweep.reserve(rings_.size());
     for (auto& [id, r] : rings_) sweep.push_back(r);
     mu_.Unlock();
@@ -405,8 +432,20 @@ void SubmissionRingTable::PollerLoop() {
       deferred.clear();
       mu_.Lock();
     }
+    if (stop_) break;
     interval = progress ? options_.poll : std::min(interval * 2, max_interval);
-    if (!stop_) wake_.WaitWithTimeout(&mu_, interval);
+    if (spins) {
+      const absl::Time now = absl::Now();
+      if (progress) spin_until = now + options_.spin;
+      if (now < spin_until && lockers_.load(std::memory_order_relaxed) == 0) {
+        // Spinning: the next sweep at once, the locks left free for a moment in between.
+        mu_.Unlock();
+        for (int i = 0; i < 32; ++i) CpuRelax();
+        mu_.Lock();
+        continue;
+      }
+    }
+    wake_.WaitWithTimeout(&mu_, interval);
   }
 }
 

@@ -8,6 +8,7 @@
 //   rings.Close(owner, id);  // polling stopped and the ring's pins released on return
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -59,6 +60,10 @@ class SubmissionRingTable {
     size_t max_per_owner = 64;  // RESOURCE_EXHAUSTED beyond it
     // The poller's interval after progress, doubling to 500 µs while no ring has new entries.
     absl::Duration poll = absl::Microseconds(50);
+    // After a sweep that took an entry the poller sweeps again without sleeping for this long
+    // (docs/LATENCY.md "Blocking calls through a ring"): a caller that submits its next call
+    // within it is served without the poll interval's wait. Zero: never.
+    absl::Duration spin = absl::ZeroDuration();
     // The least time between two log lines about one ring's bad entries.
     absl::Duration log_interval = absl::Seconds(10);
     // CUDA backend: the signal region may be a device region, its words then served by the
@@ -137,6 +142,9 @@ class SubmissionRingTable {
   absl::Mutex sweep_mu_;
   // Rings closed from the poller thread itself, shut down at the end of its sweep.
   std::vector<std::shared_ptr<Ring>> deferred_ ABSL_GUARDED_BY(mu_);
+  // Open and CloseMatching calls waiting for the locks: a spinning poller sleeps (one poll
+  // interval) instead of taking the locks straight back.
+  std::atomic<int> lockers_{0};
   std::thread poller_;
 };
 
