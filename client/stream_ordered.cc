@@ -1,5 +1,6 @@
 #include "client/stream_ordered.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -11,6 +12,15 @@
 
 namespace attnd::client {
 namespace {
+
+// A spin-wait hint to the core (lets a sibling hyper-thread run).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 
 // The PrepareCallRequest field that holds `Request` (its oneof member of that message type).
 template <class Request>
@@ -113,9 +123,21 @@ uint64_t LoadSignal(const uint64_t* word) { return __atomic_load_n(word, __ATOMI
 
 void StoreSignal(uint64_t* word, uint64_t v) { __atomic_store_n(word, v, __ATOMIC_RELEASE); }
 
-absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
+absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::Duration timeout,
+                                    absl::Duration spin) {
+  return internal::WaitSignalUnless(word, value, timeout, spin, nullptr);
+}
+
+namespace internal {
+
+absl::StatusOr<uint64_t> WaitSignalUnless(const uint64_t* word, uint64_t value,
+                                          absl::Duration timeout, absl::Duration spin,
+                                          const std::function<bool()>& give_up) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  const absl::Time spin_until = start + std::min(spin, timeout);
+  bool spinning = spin > absl::ZeroDuration();
+  for (uint64_t i = 1;; ++i) {
     const uint64_t v = LoadSignal(word);
     if ((v & ~kSignalFailureBit) >= value) {
       if (v & kSignalFailureBit) {
@@ -124,13 +146,22 @@ absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::
       }
       return v;
     }
+    if (spinning) {
+      CpuRelax();
+      if (i % 64 != 0) continue;
+      spinning = absl::Now() < spin_until;
+      continue;
+    }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("signal word is ", v, ", not ", value,
                                                       " after ", absl::FormatDuration(timeout)));
     }
+    if (give_up && give_up()) return absl::CancelledError("given up");
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
+
+}  // namespace internal
 
 #define ATTND_CLIENT_STREAM_ORDERED(ParamsT)                                                       \
   template absl::StatusOr<uint64_t> Enqueue(Client*, const ParamsT&, const std::optional<Signal>&, \

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -66,7 +67,17 @@ uint64_t LoadSignal(const uint64_t* word);     // atomic acquire load
 void StoreSignal(uint64_t* word, uint64_t v);  // atomic release store
 // Waits until *word's value (the failure bit aside) >= value: the word. ABORTED when it then
 // carries the failure bit (an earlier call's failure does not end the wait), DEADLINE_EXCEEDED
-// after `timeout`. docs/SERVICE.md "Failure bit".
-absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::Duration timeout);
+// after `timeout`. docs/SERVICE.md "Failure bit". It polls the word without sleeping for `spin`
+// (one core busy; a done word comes within a microsecond or so of the daemon's store), then
+// sleeps ~20 µs between looks.
+absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::Duration timeout,
+                                    absl::Duration spin = absl::ZeroDuration());
+
+namespace internal {
+// WaitSignal that also ends, CANCELLED, once `give_up` (asked between sleeps) says true.
+absl::StatusOr<uint64_t> WaitSignalUnless(const uint64_t* word, uint64_t value,
+                                          absl::Duration timeout, absl::Duration spin,
+                                          const std::function<bool()>& give_up);
+}  // namespace internal
 
 }  // namespace attnd::client

@@ -1,9 +1,13 @@
 #include "client/submission_ring.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/channel.h"
+#include "client/stream_ordered.h"
 
 namespace attnd::client {
 namespace {
@@ -55,6 +59,8 @@ absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
   std::unique_ptr<SubmissionRing> ring(new SubmissionRing());
   ring->client_ = client;
   ring->base_ = region.data() + offset;
+  ring->signals_ = (signals != nullptr ? signals : &region)->data();
+  ring->signals_bytes_ = (signals != nullptr ? signals : &region)->size();
   ring->ring_id_ = response.ring_id();
   ring->entries_ = entries;
   ring->open_ = true;
@@ -77,6 +83,8 @@ absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
   std::unique_ptr<SubmissionRing> ring(new SubmissionRing());
   ring->session_ = session;
   ring->base_ = region.data() + offset;
+  ring->signals_ = (signals != nullptr ? signals : &region)->data();
+  ring->signals_bytes_ = (signals != nullptr ? signals : &region)->size();
   ring->ring_id_ = reply->open_ring().ring_id();
   ring->entries_ = entries;
   ring->open_ = true;
@@ -105,6 +113,45 @@ absl::StatusCode SubmissionRing::Submit(uint64_t call_id, uint64_t ready_offset,
   ++head_;
   StoreRelease(base_ + L::kHead, head_);
   return absl::StatusCode::kOk;
+}
+
+absl::StatusOr<uint64_t> SubmissionRing::Call(uint64_t call_id, uint64_t ready_offset,
+                                              uint64_t ready_value, uint64_t done_offset,
+                                              uint64_t done_value, absl::Duration timeout,
+                                              absl::Duration spin) {
+  if (done_offset > signals_bytes_ || signals_bytes_ - done_offset < sizeof(uint64_t) ||
+      (reinterpret_cast<uintptr_t>(signals_) + done_offset) % alignof(uint64_t) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SubmissionRing::Call: done_offset ", done_offset,
+        " is not an 8-byte aligned word inside the signal region (", signals_bytes_, " bytes)"));
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusCode code;
+  while ((code = Submit(call_id, ready_offset, ready_value, done_offset, done_value)) ==
+         absl::StatusCode::kResourceExhausted) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("SubmissionRing::Call: the ring stayed full for ",
+                       absl::FormatDuration(timeout), " (the daemon took no entry)"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  if (code != absl::StatusCode::kOk) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("SubmissionRing::Call: ring ", ring_id_, " was ",
+                     state() == L::kErrored ? "errored" : "closed", " by the daemon"));
+  }
+  const uint64_t seq = head_;  // this entry is taken once the daemon's tail reaches it
+  const uint64_t* word = reinterpret_cast<const uint64_t*>(signals_ + done_offset);
+  absl::StatusOr<uint64_t> v = internal::WaitSignalUnless(
+      word, done_value, std::max(deadline - absl::Now(), absl::ZeroDuration()), spin,
+      [this, seq] { return state() != L::kOpen && taken() < seq; });
+  if (v.status().code() == absl::StatusCode::kCancelled) {
+    return absl::FailedPreconditionError(absl::StrCat("SubmissionRing::Call: ring ", ring_id_,
+                                                      " was closed or errored by the "
+                                                      "daemon before it took the entry"));
+  }
+  return v;
 }
 
 absl::Status SubmissionRing::Close() {

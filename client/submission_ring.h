@@ -6,6 +6,8 @@
 //   ATTND_ASSIGN_OR_RETURN(auto ring, SubmissionRing::Open(client, *region, 0, 256));
 //   if (ring->Submit(call, kReadyAt, 1, kDoneAt, 1) == absl::StatusCode::kResourceExhausted) ...
 //   WaitSignal(done_word, 1, absl::Seconds(5));  // the failure bit as for RunPrepared
+//   ring->Call(call, SubmissionRing::kNoReady, 0, kDoneAt, 2, absl::Seconds(5),
+//   absl::Milliseconds(1));
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,8 @@ namespace ring_layout {
 inline constexpr uint64_t kHead = 0;     // u64, written by the client
 inline constexpr uint64_t kTail = 64;    // u64, written by the daemon
 inline constexpr uint64_t kState = 128;  // u64, written by the daemon: 0 open, 1 closed, 2 errored
+inline constexpr uint64_t kOpen = 0;
+inline constexpr uint64_t kErrored = 2;
 inline constexpr uint64_t kHeaderBytes = 192;
 inline constexpr uint64_t kEntryBytes = 64;
 inline constexpr uint64_t kFlagReady = 1;
@@ -67,6 +71,18 @@ class SubmissionRing {
   absl::StatusCode Submit(uint64_t call_id, uint64_t ready_offset, uint64_t ready_value,
                           uint64_t done_offset, uint64_t done_value);
 
+  // A blocking call through the ring (docs/SERVICE.md "Blocking calls through a ring"): Submit
+  // (retried while the ring is full), then waits until the done word at `done_offset` of the
+  // signal region reaches done_value, polling it without sleeping for `spin` first (one core
+  // busy meanwhile), then every ~20 µs. The word's value; ABORTED when it carries the failure
+  // bit, DEADLINE_EXCEEDED after `timeout` (the call may still run later), FAILED_PRECONDITION
+  // when the ring is closed or errored before the entry was taken, INVALID_ARGUMENT for a done
+  // word outside the signal region or not 8-byte aligned. The done word must be this caller's
+  // own, below done_value when called (values count up). No RPC, no allocation.
+  absl::StatusOr<uint64_t> Call(uint64_t call_id, uint64_t ready_offset, uint64_t ready_value,
+                                uint64_t done_offset, uint64_t done_value, absl::Duration timeout,
+                                absl::Duration spin = absl::ZeroDuration());
+
   // CloseRing (or the Session's close_ring); idempotent. Entries already taken still run.
   absl::Status Close();
 
@@ -81,6 +97,8 @@ class SubmissionRing {
   Client* client_ = nullptr;
   Session* session_ = nullptr;  // set: opened on this Session
   char* base_ = nullptr;
+  char* signals_ = nullptr;  // the signal region's first byte
+  uint64_t signals_bytes_ = 0;
   uint64_t ring_id_ = 0;
   uint32_t entries_ = 0;
   uint64_t head_ = 0;

@@ -519,3 +519,57 @@ def test_late_unregistration_spares_a_region_registered_again(client, rng):
         ring.close()
     finally:
         old.close(unregister=False)
+
+
+@pytest.mark.parametrize("api", ["unary", "session"])
+def test_ring_call_blocks_until_its_outputs_are_complete(client, rng, api):
+    """SubmissionRing.call (docs/SERVICE.md "Blocking calls through a ring"): each call returns
+    once its done word is stored, its poisoned outputs then matching the fp64 reference, with and
+    without spinning; an unknown call is ABORTED, an unreached ready word DEADLINE_EXCEEDED
+    (outputs untouched; the call runs once the word comes), a word of another region a
+    ValueError, a closed ring FAILED_PRECONDITION."""
+    case = make_case("sparse_mla", rng)
+    with client.session("ring-call") as s:
+        owner = s if api == "session" else client
+        region = s.create_host_region("ring-call-data", region_bytes(case) + 4096)
+        ring_region = s.create_host_region("ring-call-slots", 1 << 16)
+        ready, done, other = SignalWord(region), SignalWord(region), SignalWord(region)
+        views = {k: region.put(a, case.input_dtypes[k]) for k, a in case.inputs.items()}
+        views.update({k: region.array(d, sh) for k, (d, sh) in case.outputs.items()})
+        args, outs, _ = stage(region, case, views)
+        call_id = (
+            s.prepare_call("sparse_mla", **args)
+            if api == "session"
+            else client.prepare_call("sparse_mla", lease_id=s.lease_id, **args)
+        )
+        ring = owner.open_ring(ring_region, offset=0, entries=4, signals=region)
+        for value in range(1, 11):  # around the ring twice, half of them spinning
+            for name, (dtype, _) in case.outputs.items():
+                outs[name][...] = POISON[dtype]
+            assert poisoned(case, outs)
+            spin = 0.002 if value % 2 else 0.0
+            assert ring.call(call_id, done, value, timeout=20, spin=spin) == value
+            case.check(outs)
+        with pytest.raises(AttndError) as e:
+            ring.call(call_id + 999, other, 1, timeout=20)
+        assert e.value.code == grpc.StatusCode.ABORTED
+        for name, (dtype, _) in case.outputs.items():
+            outs[name][...] = POISON[dtype]
+        with pytest.raises(AttndError) as e:
+            ring.call(call_id, done, 11, ready=ready, ready_value=3, timeout=0.05, spin=0.001)
+        assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        time.sleep(0.05)
+        assert poisoned(case, outs) and done.get() == 10
+        ready.set(3)
+        assert done.wait(11, timeout=20) == 11
+        case.check(outs)
+        elsewhere = client.create_host_region("ring-call-elsewhere", 4096)
+        try:
+            with pytest.raises(ValueError):
+                ring.call(call_id, SignalWord(elsewhere), 1, timeout=1)
+        finally:
+            elsewhere.close()
+        ring.close()
+        with pytest.raises(AttndError) as e:
+            ring.call(call_id, done, 12, timeout=20)
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION

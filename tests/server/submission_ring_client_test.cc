@@ -1,9 +1,14 @@
 // The C++ client's SubmissionRing (client/submission_ring.h) against an in-process CPU attnd:
 // prepared calls submitted through the ring run in order (NaN-poisoned outputs stay poisoned
 // until the first call's ready word comes), every done word is stored, a full ring answers
-// RESOURCE_EXHAUSTED and a closed one FAILED_PRECONDITION.
+// RESOURCE_EXHAUSTED and a closed one FAILED_PRECONDITION; a blocking Call through the ring
+// returns once its done word is stored (its outputs complete), also with the daemon's poller
+// spinning (DaemonConfig::worker_spin), and refuses what it cannot wait for.
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "client/client.h"
 #include "client/host_region.h"
@@ -185,6 +190,118 @@ TEST_F(SubmissionRingClientTest, RingOnASessionEndsWithIt) {
   EXPECT_EQ((*ring)->Submit(call_, client::SubmissionRing::kNoReady, 0, Offset(1), 9),
             absl::StatusCode::kFailedPrecondition);
   ring->reset();  // its CloseRing on the ended Session fails quietly
+}
+
+// SubmissionRing::Call: each call's outputs are complete when it returns (poisoned before),
+// its errors are the done word's (failure bit, deadline) or the ring's (closed).
+TEST_F(SubmissionRingClientTest, CallWaitsForItsDoneWord) {
+  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> ring =
+      client::SubmissionRing::Open(client_.get(), *ring_region_, 0, 4, region_.get());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  for (const absl::Duration spin : {absl::ZeroDuration(), absl::Milliseconds(2)}) {
+    for (uint64_t v = 1; v <= 12; ++v) {  // three times around the ring
+      Poison();
+      const uint64_t value = (spin > absl::ZeroDuration() ? 100 : 0) + v;
+      absl::StatusOr<uint64_t> d = (*ring)->Call(call_, client::SubmissionRing::kNoReady, 0,
+                                                 Offset(1), value, absl::Seconds(10), spin);
+      ASSERT_TRUE(d.ok()) << v << ": " << d.status();
+      EXPECT_EQ(*d, value);
+      EXPECT_TRUE(Matches()) << "outputs complete when Call returns, call " << v;
+    }
+  }
+  // A ready word not reached: DEADLINE_EXCEEDED with the outputs untouched; once the word comes
+  // the call runs (its done word tells).
+  Poison();
+  absl::StatusOr<uint64_t> late = (*ring)->Call(call_, Offset(0), 5, Offset(2), 1,
+                                                absl::Milliseconds(30), absl::Milliseconds(1));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+  EXPECT_TRUE(Poisoned());
+  client::StoreSignal(words_, 5);
+  ASSERT_TRUE(client::WaitSignal(words_ + 2, 1, absl::Seconds(10)).ok());
+  EXPECT_TRUE(Matches());
+  // An unknown call: ABORTED (the failure bit).
+  absl::StatusOr<uint64_t> unknown = (*ring)->Call(call_ + 77, client::SubmissionRing::kNoReady, 0,
+                                                   Offset(3), 1, absl::Seconds(10));
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kAborted) << unknown.status();
+  // Done words the client cannot read are refused before anything is submitted.
+  const uint64_t before = (*ring)->submitted();
+  for (const uint64_t bad : {region_->size(), region_->size() - 4, uint64_t{12}, ~uint64_t{0}}) {
+    absl::StatusOr<uint64_t> r =
+        (*ring)->Call(call_, client::SubmissionRing::kNoReady, 0, bad, 1, absl::Seconds(1));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad << ": " << r.status();
+  }
+  EXPECT_EQ((*ring)->submitted(), before);
+  // A closed ring: FAILED_PRECONDITION at once.
+  ASSERT_TRUE((*ring)->Close().ok());
+  absl::StatusOr<uint64_t> closed =
+      (*ring)->Call(call_, client::SubmissionRing::kNoReady, 0, Offset(1), 50, absl::Seconds(10));
+  EXPECT_EQ(closed.status().code(), absl::StatusCode::kFailedPrecondition) << closed.status();
+}
+
+TEST_F(SubmissionRingClientTest, WaitSignalSpinsThenHonoursItsTimeout) {
+  client::StoreSignal(words_ + 4, 0);
+  for (const absl::Duration spin : {absl::Milliseconds(1), absl::Seconds(10)}) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<uint64_t> r = client::WaitSignal(words_ + 4, 1, absl::Milliseconds(20), spin);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "a spin longer than the timeout";
+  }
+  std::thread store([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    client::StoreSignal(words_ + 4, 3);
+  });
+  absl::StatusOr<uint64_t> r =
+      client::WaitSignal(words_ + 4, 2, absl::Seconds(10), absl::Milliseconds(50));
+  store.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, 3u);
+}
+
+// The same daemon with its poller (and workers) polling after each call (--worker-spin).
+class SpinningRingClientTest : public SubmissionRingClientTest {
+ protected:
+  void Configure(DaemonConfig* config) override { config->worker_spin = absl::Milliseconds(2); }
+};
+
+TEST_F(SpinningRingClientTest, CallsAndRingChangesWhileThePollerSpins) {
+  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> ring =
+      client::SubmissionRing::Open(client_.get(), *ring_region_, 0, 8, region_.get());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  // Another thread opens and closes rings of its own while this one keeps the poller busy: the
+  // table's changes must get through a poller that sweeps without sleeping.
+  std::atomic<bool> stop{false};
+  std::atomic<int> changes{0};
+  absl::Duration slowest;
+  std::thread other([&] {
+    uint64_t offset = 4096;
+    while (!stop.load()) {
+      const absl::Time t0 = absl::Now();
+      absl::StatusOr<std::unique_ptr<client::SubmissionRing>> r =
+          client::SubmissionRing::Open(client_.get(), *ring_region_, offset, 4, region_.get());
+      if (!r.ok() || !(*r)->Close().ok()) break;
+      slowest = std::max(slowest, absl::Now() - t0);
+      changes.fetch_add(1);
+      offset = offset == 4096 ? 8192 : 4096;
+    }
+  });
+  for (uint64_t v = 1; v <= 300; ++v) {
+    if (v % 50 == 1) Poison();
+    absl::StatusOr<uint64_t> d =
+        (*ring)->Call(call_, client::SubmissionRing::kNoReady, 0, Offset(1), v, absl::Seconds(10),
+                      absl::Milliseconds(1));
+    ASSERT_TRUE(d.ok()) << v << ": " << d.status();
+    if (v % 50 == 1) {
+      EXPECT_TRUE(Matches()) << v;
+    }
+  }
+  // Opens and closes go on after the calls too (the poller spins up to 2 ms past the last).
+  const int during = changes.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  stop.store(true);
+  other.join();
+  EXPECT_GT(during, 0) << "no ring opened and closed while the poller was busy";
+  EXPECT_LT(slowest, absl::Seconds(5));
+  EXPECT_TRUE((*ring)->Close().ok());
 }
 
 }  // namespace

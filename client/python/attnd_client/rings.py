@@ -19,6 +19,7 @@ offer: use the C++ client on them.
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
@@ -27,6 +28,7 @@ from .errors import AttndError
 
 if TYPE_CHECKING:
     from .regions import HostRegion
+    from .stream_ordered import SignalWord
 
 # The layout, in u64 words from the ring's offset (docs/SERVICE.md "Submission rings").
 HEAD, TAIL, STATE = 0, 8, 16  # bytes 0, 64, 128: each on its own 64-byte line
@@ -35,6 +37,10 @@ SEQ, CALL_ID, READY_OFFSET, READY_VALUE, DONE_OFFSET, DONE_VALUE, FLAGS = range(
 FLAG_READY = 1
 STATE_OPEN, STATE_CLOSED, STATE_ERRORED = 0, 1, 2
 MAX_ENTRIES = 4096
+
+
+class GaveUp(Exception):
+    """SignalWord.wait ended by its give_up (SubmissionRing.call: the entry will never run)."""
 
 
 def ring_bytes(entries: int) -> int:
@@ -52,7 +58,13 @@ class SubmissionRing:
     """The client's side of an open ring. submit() is for one thread at a time."""
 
     def __init__(
-        self, owner: RingOwner, ring_id: int, region: HostRegion, offset: int, entries: int
+        self,
+        owner: RingOwner,
+        ring_id: int,
+        region: HostRegion,
+        offset: int,
+        entries: int,
+        signals: HostRegion | None = None,
     ) -> None:
         buffer = region.shm.buffer
         if buffer is None:
@@ -66,6 +78,7 @@ class SubmissionRing:
         self._words = (ctypes.c_uint64 * (nbytes // 8)).from_buffer(buffer[start : start + nbytes])
         self._head = 0
         self._open = True
+        self.signals = signals if signals is not None else region  # where entries' words lie
 
     def submit(
         self,
@@ -108,6 +121,56 @@ class SubmissionRing:
         self._head = head
         w[HEAD] = head
         return True
+
+    def call(
+        self,
+        call_id: int,
+        done: SignalWord,
+        done_value: int,
+        ready: SignalWord | None = None,
+        ready_value: int = 0,
+        timeout: float | None = None,
+        spin: float = 0.0,
+    ) -> int:
+        """A blocking call through the ring (docs/SERVICE.md "Blocking calls through a ring"):
+        submits prepared call `call_id` (retried while the ring is full) and waits until `done`
+        (a word of the ring's signal region that only this caller uses, below done_value now)
+        reaches done_value, polling it without sleeping for `spin` seconds first (a core busy
+        meanwhile). The word's value; AttndError ABORTED when it carries FAILURE_BIT,
+        DEADLINE_EXCEEDED after `timeout` seconds (the call may still run later),
+        FAILED_PRECONDITION when the ring is closed or errored before the daemon took the entry.
+        No RPC per call; nothing synchronises the caller's GPU stream: its inputs must be in
+        place (or `ready` reached) when it runs."""
+        for word, name in ((done, "done"), (ready, "ready")):
+            if word is not None and word.region.name != self.signals.name:
+                raise ValueError(
+                    f"{name}: word of region {word.region.name!r}, not of the ring's signal "
+                    f"region {self.signals.name!r}"
+                )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ready_offset = None if ready is None else ready.offset
+        while not self.submit(call_id, ready_offset, ready_value, done.offset, done_value):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise AttndError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"submission ring {self.ring_id} stayed full for {timeout} s",
+                )
+            time.sleep(20e-6)
+        seq = self._head
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        def gone() -> bool:
+            # Closed or errored before the daemon took the entry: it will never run.
+            return int(self._words[STATE]) != STATE_OPEN and int(self._words[TAIL]) < seq
+
+        try:
+            return done.wait(done_value, timeout=left, spin=spin, give_up=gone)
+        except GaveUp:
+            raise AttndError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"submission ring {self.ring_id} was closed or errored before the daemon took "
+                "the entry",
+            ) from None
 
     @property
     def submitted(self) -> int:

@@ -391,7 +391,9 @@ class Session(_ops.OpCalls[_ops.OpResult]):
         the session's ordered queue and are cancelled with the stream."""
         request = _rings.open_request(region, offset, entries, signals, "")
         response = self._send(pb.SessionRequest(open_ring=request)).result(timeout)
-        return _rings.SubmissionRing(self, response.open_ring.ring_id, region, offset, entries)
+        return _rings.SubmissionRing(
+            self, response.open_ring.ring_id, region, offset, entries, signals
+        )
 
     def close_ring(self, ring_id: int, timeout: float | None = 60.0) -> None:
         message = pb.SessionRequest(close_ring=pb.CloseRingRequest(ring_id=ring_id))

@@ -77,15 +77,27 @@ class SignalWord:
     def get(self) -> int:
         return int(self._word[0])
 
-    def wait(self, value: int, timeout: float | None = None, poll: float = 50e-6) -> int:
+    def wait(
+        self,
+        value: int,
+        timeout: float | None = None,
+        poll: float = 50e-6,
+        spin: float = 0.0,
+        give_up: Callable[[], bool] | None = None,
+    ) -> int:
         """Waits until the word's value (FAILURE_BIT aside) is >= `value`: the word. AttndError
         ABORTED when it carries FAILURE_BIT then (a call at `value` or later failed), or
         DEADLINE_EXCEEDED when `timeout` seconds pass first. An earlier call's failure (the bit
         with a lower value) does not end the wait, unlike a GPU stream's wait on the word
-        (docs/SERVICE.md "Failure bit")."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        (docs/SERVICE.md "Failure bit"). It looks without sleeping for the first `spin` seconds
+        (a core busy), then every `poll` seconds; `give_up` (asked between sleeps) ends the wait
+        with rings.GaveUp when it says True."""
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        spin_until = start + spin if deadline is None else min(start + spin, deadline)
+        word = self._word
         while True:
-            got = self.get()
+            got = int(word[0])
             if got & ~FAILURE_BIT >= value:
                 if got & FAILURE_BIT:
                     raise AttndError(
@@ -94,12 +106,17 @@ class SignalWord:
                         f"(done = {got & ~FAILURE_BIT} | FAILURE_BIT)",
                     )
                 return got
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now < spin_until:
+                continue
+            if deadline is not None and now >= deadline:
                 raise AttndError(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"signal word {self.region.name}+{self.offset}: {got} < {value} after "
                     f"{timeout} s",
                 )
+            if give_up is not None and give_up():
+                raise _rings.GaveUp()
             time.sleep(poll)
 
 
@@ -230,7 +247,7 @@ class StreamOrderedClient:
             response = self._stub.OpenRing(request, timeout=self._timeout(timeout))
         except grpc.RpcError as e:
             raise AttndError.from_rpc_error(e) from None
-        return _rings.SubmissionRing(self, response.ring_id, region, offset, entries)
+        return _rings.SubmissionRing(self, response.ring_id, region, offset, entries, signals)
 
     def close_ring(self, ring_id: int, timeout: float | None = None) -> None:
         try:
