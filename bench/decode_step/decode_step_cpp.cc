@@ -15,7 +15,10 @@
 //   blocking        per layer: synchronise the stream, the blocking call, consume. --blocking-via
 //                   (one line each): session (DsaAttention on one Session: its stream, no per-call
 //                   RPC set-up), unary (the DsaAttention RPC), prepared (RunPrepared of a call
-//                   prepared once, without signals: only the call id travels).
+//                   prepared once, without signals: only the call id travels), ring (the
+//                   prepared call through a submission ring, SubmissionRing::Call: no RPC per
+//                   call; the thread waits for the done word in a host region, polling it for
+//                   --wait-spin first; these lines carry no daemon CallStats).
 // The caller never runs more than two steps ahead of its stream (as the Python frontend: the end
 // of step i-1 is awaited, by polling, before step i+1 starts), so a full launch queue never
 // blocks it inside a measured call. The baseline: the same chain with the DSA kernels launched in
@@ -27,7 +30,8 @@
 // call. Blocking lines also carry the daemon's CallStats (p50 of compute, total, added) and the
 // client's wall time per call, so the line itself says where a layer's time goes.
 //   decode_step_cpp --target=unix:/tmp/a.sock --out=r.jsonl [--batch=64,128] [--submit=ring|rpc]
-//     [--paths=stream_ordered,blocking] [--blocking-via=session,unary,prepared]
+//     [--paths=stream_ordered,blocking] [--blocking-via=session,unary,prepared,ring]
+//     [--wait-spin=2000 (µs; blocking via ring)]
 //     [--regions=per_kind|one] [--layers=61] [--steps=30] [--warmup=3] [--blocking-steps=5]
 //     [--ctx=32768] [--heads=128] [--topk=2048] [--signals=host,device] [--stream-timeout=60]
 //     [--commit=SHA] [--mps=auto|true|false] [--no-baseline] [--inline-lse] [--tiny]
@@ -105,7 +109,8 @@ struct Options {
   std::vector<int64_t> batch = {64, 128};
   std::vector<std::string> paths = {"stream_ordered", "blocking"};
   std::vector<std::string> signals = {"host"};          // and/or "device"
-  std::vector<std::string> blocking_via = {"session"};  // and/or "unary", "prepared"
+  std::vector<std::string> blocking_via = {"session"};  // and/or "unary", "prepared", "ring"
+  int64_t wait_spin_us = 2000;                          // blocking via ring: poll before sleeping
   std::string submit = "ring", regions = "per_kind";    // or "one"
   double stream_timeout = 60;                           // seconds a stream may stall
   int64_t layers = 61, steps = 30, warmup = 3, blocking_steps = 5;
@@ -647,6 +652,26 @@ std::string Check(const Model& m, const Inproc* ip, client::Client* client, cuda
                       ", \"check_lse_max_abs\": ", J(lse_max_abs));
 }
 
+// A submission ring of at least 2 · layers entries in a host region of its own, its signal words
+// in `words`.
+absl::Status OpenRing(client::Client* client, const Model& m, const Words& words,
+                      std::unique_ptr<client::HostRegion>* ring_region,
+                      std::unique_ptr<client::SubmissionRing>* ring) {
+  uint32_t entries = 64;
+  while (entries < 2 * m.layers) entries *= 2;
+  client::HostRegionOptions ho;
+  ho.bytes = client::ring_layout::Bytes(entries);
+  ho.name = absl::StrCat("ds-cpp-ring-", getpid(), "-", m.batch);
+  absl::StatusOr<std::unique_ptr<client::HostRegion>> r = client::HostRegion::Create(client, ho);
+  if (!r.ok()) return r.status();
+  *ring_region = std::move(*r);
+  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> opened =
+      client::SubmissionRing::Open(client, **ring_region, 0, entries, words.region.get());
+  if (!opened.ok()) return opened.status();
+  *ring = std::move(*opened);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* client, Model* m,
                                             const StreamOps& ops, const std::string& signals,
                                             uint64_t* seq, cudaStream_t stream,
@@ -671,24 +696,10 @@ absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* cl
   std::unique_ptr<client::HostRegion> ring_region;
   std::unique_ptr<client::SubmissionRing> ring;
   if (o.submit == "ring") {
-    uint32_t entries = 64;
-    while (entries < 2 * m->layers) entries *= 2;
-    client::HostRegionOptions ho;
-    ho.bytes = client::ring_layout::Bytes(entries);
-    ho.name = absl::StrCat("ds-cpp-ring-", getpid(), "-", m->batch);
-    absl::StatusOr<std::unique_ptr<client::HostRegion>> r = client::HostRegion::Create(client, ho);
-    if (!r.ok()) {
+    if (absl::Status s = OpenRing(client, *m, words, &ring_region, &ring); !s.ok()) {
       release();
-      return r.status();
+      return s;
     }
-    ring_region = std::move(*r);
-    absl::StatusOr<std::unique_ptr<client::SubmissionRing>> opened =
-        client::SubmissionRing::Open(client, *ring_region, 0, entries, words.region.get());
-    if (!opened.ok()) {
-      release();
-      return opened.status();
-    }
-    ring = std::move(*opened);
   }
   // Frees a stalled stream: UNSTICK into every done word (host words from here; device words by a
   // stream write on a side stream, not behind the stuck wait).
@@ -765,8 +776,9 @@ double P50(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// The blocking form, `via` a Session, the unary RPC, or RunPrepared of calls prepared once.
-// extra: the daemon's CallStats (p50 over the measured calls) and the client's wall time per call.
+// The blocking form, `via` a Session, the unary RPC, RunPrepared of calls prepared once, or those
+// through a submission ring (SubmissionRing::Call). extra: the daemon's CallStats (p50 over the
+// measured calls; none through the ring) and the client's wall time per call.
 absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client, Model* m,
                                        const std::string& via, uint64_t* seq, cudaStream_t stream,
                                        std::string* extra) {
@@ -777,7 +789,11 @@ absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client,
   }
   std::unique_ptr<client::Session> session;
   std::vector<uint64_t> ids;
+  Words words;  // via ring: the done words
+  std::unique_ptr<client::HostRegion> ring_region;
+  std::unique_ptr<client::SubmissionRing> ring;
   auto release = [&] {
+    if (ring != nullptr) (void)ring->Close();
     for (uint64_t id : ids) (void)client::ReleaseCall(client, id);
     if (session != nullptr) (void)session->Close();
   };
@@ -785,7 +801,7 @@ absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client,
     absl::StatusOr<std::unique_ptr<client::Session>> s = client::Session::Open(client);
     if (!s.ok()) return s.status();
     session = std::move(*s);
-  } else if (via == "prepared") {
+  } else if (via == "prepared" || via == "ring") {
     for (int64_t l = 0; l < m->layers; ++l) {
       absl::StatusOr<uint64_t> id = client::PrepareCall(client, params[l]);
       if (!id.ok()) {
@@ -793,6 +809,14 @@ absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client,
         return id.status();
       }
       ids.push_back(*id);
+    }
+  }
+  if (via == "ring") {
+    absl::Status s = MakeWords(client, *m, "host", &words);
+    if (s.ok()) s = OpenRing(client, *m, words, &ring_region, &ring);
+    if (!s.ok()) {
+      release();
+      return s;
     }
   }
   std::vector<v1::CallStats> stats;
@@ -804,7 +828,16 @@ absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client,
     DS_CUDA(cudaStreamSynchronize(stream));  // the blocking form: inputs complete first
     const auto w0 = std::chrono::steady_clock::now();
     absl::StatusOr<v1::CallStats> s;
-    if (session != nullptr) {
+    if (ring != nullptr) {
+      // The done word of layer l counts the calls made of it: 1, 2, ...
+      const uint64_t value = client::LoadSignal(reinterpret_cast<const uint64_t*>(
+                                 words.host + (2 * l + 1) * Words::kSpacing)) +
+                             1;
+      absl::StatusOr<uint64_t> d =
+          ring->Call(ids[l], client::SubmissionRing::kNoReady, 0, words.Offset(2 * l + 1), value,
+                     absl::Seconds(o.stream_timeout), absl::Microseconds(o.wait_spin_us));
+      s = d.ok() ? absl::StatusOr<v1::CallStats>(v1::CallStats()) : d.status();
+    } else if (session != nullptr) {
       absl::StatusOr<client::CallResult> r = session->Call(params[l]);
       s = r.ok() ? absl::StatusOr<v1::CallStats>(std::move(r->stats)) : r.status();
     } else if (!ids.empty()) {
@@ -827,6 +860,12 @@ absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client,
   // The measured calls: the last blocking_steps · layers.
   const size_t measured = std::min<size_t>(stats.size(), o.blocking_steps * m->layers);
   std::vector<double> compute, total, added, wall, client_added;
+  if (ring != nullptr) {  // no CallStats: the client's wall per call only
+    for (size_t i = stats.size() - measured; i < stats.size(); ++i) wall.push_back(wall_us[i]);
+    *extra = absl::StrCat(", \"client_wall_us_per_call_p50\": ", J(P50(wall)),
+                          ", \"wait_spin_us\": ", o.wait_spin_us);
+    return r;
+  }
   uint64_t copied = 0, readback = 0;
   std::map<std::string, int64_t> graphs;
   for (size_t i = stats.size() - measured; i < stats.size(); ++i) {
@@ -889,6 +928,8 @@ int Main(int argc, char** argv) {
       o.regions = v;
     else if (k == "--blocking-via")
       o.blocking_via = absl::StrSplit(v, ',');
+    else if (k == "--wait-spin")
+      ok = num(&o.wait_spin_us) && o.wait_spin_us >= 0 && o.wait_spin_us <= 100000;
     else if (k == "--stream-timeout")
       ok = absl::SimpleAtod(v, &o.stream_timeout) && o.stream_timeout > 0;
     else if (k == "--batch")
@@ -923,7 +964,7 @@ int Main(int argc, char** argv) {
     for (const std::string& path : o.paths)
       ok = ok && (path == "stream_ordered" || path == "blocking");
     for (const std::string& via : o.blocking_via)
-      ok = ok && (via == "session" || via == "unary" || via == "prepared");
+      ok = ok && (via == "session" || via == "unary" || via == "prepared" || via == "ring");
     if (!ok || (o.submit != "ring" && o.submit != "rpc") ||
         (o.regions != "per_kind" && o.regions != "one")) {
       std::cerr << "decode_step_cpp: bad argument '" << a << "' (see the file's header)\n";

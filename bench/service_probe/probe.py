@@ -287,6 +287,7 @@ def part_small(args, client, rows, tf):
             small("session", lambda x: s.run_prepared(call_id).result(), prepared=True)
     except ac.AttndError as e:
         rows.add(op="sparse_mla", probe="small", prepared=True, error=f"{e.code.name}: {e}")
+    ring_waited(args, client, rows, a, shape)
     # GetInfo on this client's channel, then on channels with fewer client filters (the
     # channel arguments a frontend may pass through Client(options=...)).
     variants = [
@@ -318,6 +319,60 @@ def part_small(args, client, rows, tf):
             round_trip_p90_us=us(pct(rt, 90)),
             iters=n,
         )
+
+
+def ring_waited(args, client, rows, a, shape):
+    """The same call blocking through a submission ring (docs/SERVICE.md "Blocking calls through
+    a ring"): SubmissionRing.call per call, no RPC; the caller waits for its done word asleep
+    (poll 50 µs) or polling it for 2 ms. The compute subtracted is the p50 of blocking
+    run_prepared calls of the same prepared call, made first."""
+    n = args.iters
+    words = client.create_host_region("h4-ring-words", 4096)
+    slots = client.create_host_region("h4-ring-slots", 1 << 16)
+    try:
+        call_id = client.prepare_call("sparse_mla", **a)
+        comp = [client.run_prepared(call_id).compute_seconds for _ in range(max(20, args.warmup))]
+        compute = pct(comp, 50)
+        done = ac.SignalWord(words)
+        ring = client.open_ring(slots, offset=0, entries=64, signals=words)
+        value = 0
+        for spin in (0.0, 0.002):
+            for _ in range(args.warmup):
+                value += 1
+                ring.call(call_id, done, value, timeout=60, spin=spin)
+            wall = []
+            c0 = time.process_time()
+            for _ in range(n):
+                value += 1
+                t0 = time.perf_counter()
+                ring.call(call_id, done, value, timeout=60, spin=spin)
+                wall.append(time.perf_counter() - t0)
+            cpu = (time.process_time() - c0) / n
+            rows.add(
+                op="sparse_mla",
+                probe="small",
+                preset=preset_of(shape),
+                path="blocking",
+                api="unary",
+                prepared=True,
+                submit="ring_wait",
+                wait_spin_ms=spin * 1e3,
+                compute_from="blocking_run_prepared_p50",
+                compute_p50_us=us(compute),
+                wall_p50_us=us(pct(wall, 50)),
+                wall_p90_us=us(pct(wall, 90)),
+                overhead_p50_us=us(pct(wall, 50) - compute),
+                overhead_p90_us=us(pct(wall, 90) - compute),
+                caller_cpu_us_per_call=us(cpu),
+                iters=n,
+            )
+        ring.close()
+        client.release_call(call_id)
+    except ac.AttndError as e:
+        rows.add(op="sparse_mla", probe="small", submit="ring_wait", error=f"{e.code.name}: {e}")
+    finally:
+        words.close()
+        slots.close()
 
 
 def part_cpu(args, client, rows, tf):

@@ -116,7 +116,9 @@ ctl() {  # ctl TAG TIMEOUT ATTNCTL-ARGS... -> one wrapped JSON line in attnctl.j
 
 # --- daemon, graphs on: every probe
 GRAPHS=on
-flags=("${DFLAGS[@]}")
+# Workers asleep between calls (--worker-spin=0: not the GPU default, auto = 1 ms), as in the
+# earlier probes; the polling pass is below.
+flags=("${DFLAGS[@]}" --worker-spin=0)
 [ "$DEVICE" = cuda ] && flags+=(--graphs=true)
 log "starting attnd (${flags[*]})"
 if attnd_start "$OUT/attnd-graphs-on.log" "${flags[@]}"; then
@@ -134,6 +136,9 @@ if attnd_start "$OUT/attnd-graphs-on.log" "${flags[@]}"; then
   ctl small 20 bench sparse_mla --preset=tiny --regions --session --requests=$N --warmup=50
   ctl small 20 bench sparse_mla --preset=tiny --requests=$N --warmup=50
   ctl small 20 bench sparse_mla --preset=tiny --regions --prepared --requests=$N --warmup=50
+  # Blocking through a submission ring: no RPC per call (docs/SERVICE.md).
+  ctl small 20 bench sparse_mla --preset=tiny --regions --stream-ordered --prepared --ring \
+    --ring-wait --requests=$N --warmup=50
   log "attnctl small blocking calls, the caller polling (--wait-spin=2ms)"
   ctl small_spin 20 ping --requests=$N --warmup=50 --wait-spin=2ms
   for api in "" --session --prepared; do
@@ -141,6 +146,8 @@ if attnd_start "$OUT/attnd-graphs-on.log" "${flags[@]}"; then
     ctl small_spin 20 bench sparse_mla --preset=tiny --regions $api --requests=$N --warmup=50 \
       --wait-spin=2ms
   done
+  ctl small_spin 20 bench sparse_mla --preset=tiny --regions --stream-ordered --prepared --ring \
+    --ring-wait --requests=$N --warmup=50 --wait-spin=2ms
   log "attnctl caller CPU: RunPrepared RPC vs ring"
   for op in sparse_mla topk; do
     ctl caller_cpu 25 bench $op --preset=tiny --regions --stream-ordered --prepared \
@@ -170,6 +177,8 @@ if [ "$(left)" -gt 25 ]; then
         ctl worker_spin 20 bench sparse_mla --preset=tiny --regions $api --requests=$N \
           --warmup=50 --wait-spin=$spin
       done
+      ctl worker_spin 20 bench sparse_mla --preset=tiny --regions --stream-ordered --prepared \
+        --ring --ring-wait --requests=$N --warmup=50 --wait-spin=$spin
     done
     probe worker_spin small "$(($(left) > 40 ? 40 : $(left)))"
     attnd_stop
@@ -180,7 +189,7 @@ fi
 if [ "$DEVICE" = cuda ] && [[ "$PARTS" == *gap* ]] && [ "$(left)" -gt 25 ]; then
   GRAPHS=off
   log "starting attnd (graphs off)"
-  if attnd_start "$OUT/attnd-graphs-off.log" "${DFLAGS[@]}" --graphs=false; then
+  if attnd_start "$OUT/attnd-graphs-off.log" "${DFLAGS[@]}" --worker-spin=0 --graphs=false; then
     probe off gap "$(($(left) > 60 ? 60 : $(left)))"
     attnd_stop
   fi

@@ -28,7 +28,7 @@ def wrap(out, pairs):
     with open(out, "a") as f:
         f.write(json.dumps(doc) + "\n")
     keys = (
-        "command", "op", "api", "path", "prepared", "ring", "p50_us", "p90_us",
+        "command", "op", "api", "path", "prepared", "ring", "ring_wait", "p50_us", "p90_us",
         "server_compute_p50_us", "overhead_p50_us", "overhead_p90_us", "caller_cpu_us_per_call",
         "calls_wall_s", "requests", "errors", "first_error", "error",
     )  # fmt: skip
@@ -109,6 +109,15 @@ def summary(out_dir):
                     f"grpcio {r.get('grpcio', '?')}) | unary | - | "
                     f"{f(r['round_trip_p50_us'])} / {f(r['round_trip_p90_us'])} | - | - | - | - |"
                 )
+            elif r.get("submit") == "ring_wait":
+                polls = "yes" if r.get("wait_spin_ms") else "no"
+                print(
+                    f"| python | {spin} | {polls} | {r['op']} {r['preset']} | {r['api']} | "
+                    f"ring, waited | {f(r['wall_p50_us'])} / {f(r['wall_p90_us'])} | "
+                    f"{f(r['compute_p50_us'])} (blocking calls) | "
+                    f"{f(r['overhead_p50_us'])} / {f(r['overhead_p90_us'])} | - | "
+                    f"{f(r.get('caller_cpu_us_per_call'))} |"
+                )
             else:
                 print(
                     f"| python | {spin} | no | {r['op']} {r['preset']} | {r['api']} | "
@@ -132,10 +141,11 @@ def summary(out_dir):
                 print(
                     f"| cpp | {spin} | {polls} | {r.get('op')} {r.get('preset')} "
                     f"({r.get('transport')}) | {r.get('api')} | "
-                    f"{'yes' if r.get('prepared') else 'no'} | "
+                    f"{'ring, waited' if r.get('ring_wait') else 'yes' if r.get('prepared') else 'no'} | "
                     f"{f(r.get('p50_us'))} / {f(r.get('p90_us'))} | "
-                    f"{f(r.get('server_compute_p50_us'))} | {f(r.get('overhead_p50_us'))} / "
-                    f"{f(r.get('overhead_p90_us'))} | {f(r.get('transport_overhead_p50_us'))} | "
+                    f"{f(r.get('server_compute_p50_us'))}{' (blocking calls)' if r.get('ring_wait') else ''} | "
+                    f"{f(r.get('overhead_p50_us'))} / {f(r.get('overhead_p90_us'))} | "
+                    f"{'-' if r.get('ring_wait') else f(r.get('transport_overhead_p50_us'))} | "
                     f"{f(r.get('caller_cpu_us_per_call'))} |"
                 )
     print("\n## Caller CPU per stream-ordered prepared call\n")

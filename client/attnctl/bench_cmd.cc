@@ -194,6 +194,9 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     return Fail(o, absl::InvalidArgumentError("--ring needs --stream_ordered and --prepared"),
                 kExitUsage);
   }
+  if (o.ring_wait && !o.ring) {
+    return Fail(o, absl::InvalidArgumentError("--ring_wait needs --ring"), kExitUsage);
+  }
   absl::StatusOr<std::unique_ptr<OpCase>> made = MakeOpCase(op, o.preset, o.set, o.seed);
   if (!made.ok()) return Fail(o, made.status(), kExitUsage);
   OpCase& c = **made;
@@ -272,6 +275,22 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     if (!id.ok()) return Fail(o, id.status(), ServiceExit(id.status()));
     call_id = *id;
   }
+  // --ring_wait: the compute of a blocking run of the same prepared call (p50), the part of a
+  // waited ring call's round trip that is not overhead.
+  double calibrated_compute = 0;
+  int64_t calibration_calls = 0;
+  if (o.ring_wait) {
+    std::vector<double> computes;
+    calibration_calls = std::max<int64_t>(o.warmup, 20);
+    for (int64_t i = 0; i < calibration_calls; ++i) {
+      absl::StatusOr<v1::CallStats> s =
+          client::RunPrepared(setup.client.get(), call_id, std::nullopt, std::nullopt, o.timeout);
+      if (!s.ok()) return Fail(o, s.status(), ServiceExit(s.status()));
+      computes.push_back(s->compute_seconds());
+    }
+    std::sort(computes.begin(), computes.end());
+    calibrated_compute = computes[computes.size() / 2];
+  }
   // --ring: one ring in the region; a run is a Submit (retried while the ring is full).
   std::unique_ptr<client::SubmissionRing> ring;
   if (o.ring) {
@@ -288,6 +307,17 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
   }
   auto submit = [&](int64_t i) -> absl::StatusOr<client::CallResult> {
     const Clock::time_point t0 = Clock::now();
+    if (o.ring_wait) {
+      // Inputs in place already: no ready word. Its done word counts up as for the others.
+      absl::StatusOr<uint64_t> v =
+          ring->Call(call_id, client::SubmissionRing::kNoReady, 0, done_signal.offset,
+                     static_cast<uint64_t>(i + 1), o.timeout, o.wait_spin);
+      if (!v.ok()) return v.status();
+      client::CallResult r;
+      r.stats.set_compute_seconds(calibrated_compute);
+      r.round_trip_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      return r;
+    }
     absl::StatusCode code;
     while ((code = ring->Submit(call_id, ready_signal.offset, 1, done_signal.offset,
                                 static_cast<uint64_t>(i + 1))) ==
@@ -419,8 +449,13 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     j.Add("throughput_rps", throughput);
     // path: "stream_ordered" (round trips are the enqueue RPCs; the server's figures of such
     // a reply are zero) or "blocking".
-    j.Add("path", o.stream_ordered ? "stream_ordered" : "blocking").Add("prepared", o.prepared);
-    j.Add("ring", o.ring);
+    // --ring_wait: "blocking" (each call waited for), its compute from the calibration calls.
+    j.Add("path", o.stream_ordered && !o.ring_wait ? "stream_ordered" : "blocking");
+    j.Add("prepared", o.prepared).Add("ring", o.ring).Add("ring_wait", o.ring_wait);
+    if (o.ring_wait) {
+      j.Add("compute_from", "blocking_run_prepared_p50");
+      j.Add("calibration_calls", calibration_calls);
+    }
     j.Add("caller_cpu_us_per_call", cpu_per_call * 1e6).Add("calls_wall_s", calls_wall);
     j.Add("median_us", Median(rt) * 1e6).Add("p50_us", Percentile(rt, 50) * 1e6);
     j.Add("p90_us", Percentile(rt, 90) * 1e6).Add("p99_us", Percentile(rt, 99) * 1e6);
@@ -454,15 +489,16 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     }
     std::printf("%s\n", j.str().c_str());
   } else {
-    std::printf("%s %s (%s) via %s, %s %s%s: %lld requests, concurrency %d, %lld errors%s%s\n",
-                op.c_str(), o.preset.c_str(), c.shape().c_str(), o.connect.target.c_str(),
-                transport.c_str(), o.session ? "session" : "unary",
-                o.ring       ? " prepared stream-ordered via a submission ring"
-                : o.prepared ? (o.stream_ordered ? " prepared stream-ordered" : " prepared")
-                             : (o.stream_ordered ? " stream-ordered" : ""),
-                static_cast<long long>(o.requests), o.concurrency,
-                static_cast<long long>(errors.load()), first_error.empty() ? "" : ": ",
-                first_error.c_str());
+    std::printf(
+        "%s %s (%s) via %s, %s %s%s: %lld requests, concurrency %d, %lld errors%s%s\n", op.c_str(),
+        o.preset.c_str(), c.shape().c_str(), o.connect.target.c_str(), transport.c_str(),
+        o.session ? "session" : "unary",
+        o.ring_wait  ? " prepared, blocking via a submission ring (each done word waited for)"
+        : o.ring     ? " prepared stream-ordered via a submission ring"
+        : o.prepared ? (o.stream_ordered ? " prepared stream-ordered" : " prepared")
+                     : (o.stream_ordered ? " stream-ordered" : ""),
+        static_cast<long long>(o.requests), o.concurrency, static_cast<long long>(errors.load()),
+        first_error.empty() ? "" : ": ", first_error.c_str());
     std::printf(
         "  round trip  p50 %s  p90 %s  p99 %s  (min %s, max %s; the caller's wall; "
         "the RPC alone p50 %s)\n",
@@ -485,7 +521,10 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
                 FormatSeconds(Percentile(oh, 99)).c_str());
     std::printf("  caller      %s of CPU per call (every thread of this process)%s\n",
                 FormatSeconds(cpu_per_call).c_str(),
-                o.stream_ordered
+                o.ring_wait ? absl::StrCat("; compute: p50 of ", calibration_calls,
+                                           " blocking RunPrepared calls made first")
+                                  .c_str()
+                : o.stream_ordered
                     ? absl::StrCat(o.ring ? "; ring: round trips are the Submits, "
                                           : "; stream-ordered: round trips are the enqueues, ",
                                    FormatSeconds(calls_wall), " to enqueue all")

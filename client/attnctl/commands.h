@@ -47,6 +47,9 @@ struct CtlOptions {
   // bench (with stream_ordered and prepared): every measured run submitted through a shared
   // memory submission ring (client/submission_ring.h) instead of a RunPrepared RPC.
   bool ring = false;
+  // bench (with ring): each run waits for its done word (a blocking call through the ring); the
+  // compute subtracted is the p50 of blocking RunPrepared calls made before.
+  bool ring_wait = false;
   int64_t requests = 100;  // bench
   int concurrency = 1;     // bench
   int64_t warmup = 5;      // bench

@@ -76,6 +76,10 @@ ABSL_FLAG(bool, prepared, false,
 ABSL_FLAG(bool, ring, false,
           "bench (with --stream_ordered --prepared): submit every run through a shared-memory "
           "submission ring (OpenRing once) instead of a RunPrepared RPC.");
+ABSL_FLAG(bool, ring_wait, false,
+          "bench (with --ring): wait for each call's done word before the next (polling it for "
+          "--wait_spin first): a blocking call through the ring, no RPC per call. Its compute "
+          "is the p50 of blocking RunPrepared calls made first (at least 20).");
 ABSL_FLAG(int64_t, requests, 100, "bench, ping: measured requests (after the warm-up).");
 ABSL_FLAG(int, concurrency, 1, "bench: calls in flight at once (one thread each).");
 ABSL_FLAG(int64_t, warmup, 5, "bench, ping: unmeasured calls first.");
@@ -142,6 +146,7 @@ int Main(int argc, char** argv) {
   o.stream_ordered = absl::GetFlag(FLAGS_stream_ordered);
   o.prepared = absl::GetFlag(FLAGS_prepared);
   o.ring = absl::GetFlag(FLAGS_ring);
+  o.ring_wait = absl::GetFlag(FLAGS_ring_wait);
   o.session = absl::GetFlag(FLAGS_session);
   o.wait_spin = absl::GetFlag(FLAGS_wait_spin);
   o.connect.wait_spin = o.wait_spin;

@@ -204,3 +204,19 @@ def test_bench_prepared_stream_ordered(attnctl, daemon, ring):
 
 def test_bench_ring_needs_prepared_stream_ordered(attnctl, daemon):
     run(attnctl, daemon.unix_target, "bench", "topk", "--regions", "--ring", check_exit=2)
+    run(attnctl, daemon.unix_target, "bench", "topk", "--regions", "--ring_wait", check_exit=2)
+
+
+def test_bench_ring_wait_is_a_blocking_call(attnctl, daemon):
+    """bench --ring --ring_wait: each call waited for through its done word; the overhead
+    subtracts the compute of blocking RunPrepared calls made first."""
+    args = ["bench", "sparse_mla", "--regions", "--stream_ordered", "--prepared", "--ring"]
+    out = run(attnctl, daemon.unix_target, *args, "--ring_wait", "--requests=50", "--wait_spin=1ms")
+    assert out["errors"] == 0 and out["first_error"] == "", out
+    assert out["path"] == "blocking" and out["ring"] is True and out["ring_wait"] is True, out
+    assert out["compute_from"] == "blocking_run_prepared_p50", out
+    assert out["calibration_calls"] >= 20, out
+    assert out["server_compute_p50_us"] > 0, out
+    assert out["p50_us"] > out["server_compute_p50_us"], out
+    assert out["overhead_p50_us"] == pytest.approx(out["p50_us"] - out["server_compute_p50_us"])
+    assert out["verified"] is True, out
