@@ -13,7 +13,10 @@ Paths:
                   its done word waited on by torch's current stream (cuStreamWriteValue64 /
                   cuStreamWaitValue64), value = the step number; nothing synchronises in the loop.
   blocking        the blocking DsaAttention call per layer as a client makes it today (the
-                  client synchronises the device, the daemon answers when the op is over).
+                  client synchronises the device, the daemon answers when the op is over);
+                  with --blocking-via ring instead (or as well) the device synchronised, then
+                  the layer's prepared call through a submission ring, waited for by its done
+                  word (SubmissionRing.call, polling it for --wait-spin seconds first).
 Signal words (--signals): "host" (a host region, also mapped into this process's CUDA context)
 or "device" (a CUDA buffer registered as a device region; a daemon without the device-side wait
 path refuses it: the line then records the refusal).
@@ -726,6 +729,51 @@ class Runner:
         r["daemon_added_us_per_call_p50"] = statistics.median(stats[-m.layers * self.a.steps :])
         return r
 
+    def blocking_ring(self, spin: float) -> dict:
+        """The blocking form through a submission ring (docs/SERVICE.md "Blocking calls
+        through a ring"): per layer the stream is synchronised (inputs complete, as a blocking
+        client does), the layer's prepared call goes through the ring and the thread waits for
+        its done word (polling it for `spin` seconds first), then the consumer runs."""
+        m, client = self.m, self.client
+        words = HostWords(client, m.layers, False)
+        ids = [
+            client.prepare_call("dsa_attention", timeout=600, **m.args(layer))
+            for layer in range(m.layers)
+        ]
+        entries = 1 << max(6, (2 * m.layers - 1).bit_length())
+        ring_region = client.create_host_region(
+            f"ds-ring-{os.getpid()}-{next(_names)}", ring_bytes(entries)
+        )
+        ring = None
+        try:
+            ring = client.open_ring(ring_region, 0, entries, signals=words.host)
+            counts = [0] * m.layers
+            wall: list[float] = []
+
+            def layer_fn(layer: int, _n: int) -> int:
+                m.produce(layer)
+                t0 = time.thread_time_ns()
+                sync(self.cuda)
+                w0 = time.perf_counter()
+                counts[layer] += 1
+                ring.call(ids[layer], words.words[layer], counts[layer], timeout=600, spin=spin)
+                wall.append((time.perf_counter() - w0) * 1e6)
+                t1 = time.thread_time_ns()
+                m.consume(layer)
+                return t1 - t0
+
+            r = self._loop(layer_fn)
+            r["client_wall_us_per_call_p50"] = statistics.median(wall[-m.layers * self.a.steps :])
+            r["wait_spin_us"] = spin * 1e6
+            return r
+        finally:
+            if ring is not None:
+                ring.close()
+            ring_region.close()
+            for call_id in ids:
+                client.release_call(call_id)
+            words.close()
+
     def stream_ordered(self, signals: str, submit: str) -> dict:
         m, client = self.m, self.client
         words = (
@@ -911,6 +959,15 @@ def main() -> int:
     )  # fmt: skip
     p.add_argument("--signals", nargs="+", default=["host"], choices=("host", "device"))
     p.add_argument("--submit", choices=("ring", "rpc"), default="ring")
+    p.add_argument(
+        "--blocking-via", nargs="+", default=["call"], choices=("call", "ring"),
+        help="blocking path: the DsaAttention call, and/or the prepared call through a "
+        "submission ring waited for by its done word (SubmissionRing.call)",
+    )  # fmt: skip
+    p.add_argument(
+        "--wait-spin", type=float, default=2e-3,
+        help="blocking via ring: seconds the caller polls its done word before sleeping",
+    )  # fmt: skip
     p.add_argument("--inproc", help="libattnd_inproc.so (CUDA): the in-process baseline")
     p.add_argument("--layers", type=int, default=61)
     p.add_argument("--steps", type=int, default=30)
@@ -1047,15 +1104,17 @@ def main() -> int:
                     runner.tracer = None
                 write_trace(a.trace, dict(common, preset=preset, path="inproc", **summary))
             # Device signal words last: a daemon that mishandles them costs the least there.
+            # (path, signals or the blocking form)
             configs = [
                 (path, sig)
                 for path in a.paths
-                for sig in (a.signals if path != "blocking" else [""])
+                for sig in (a.signals if path != "blocking" else a.blocking_via)
             ]
             configs.sort(key=lambda c: c[1] == "device")
             for path, sig in configs:
                 line = dict(common, preset=preset, batch=batch, path=path)
-                line["signals"] = sig or None
+                line["signals"] = sig if path != "blocking" else None
+                line["blocking_via"] = sig if path == "blocking" else None
                 # Every line has the measured fields; a failed configuration keeps them null.
                 line["step_us"] = line["caller_cpu_us_per_call"] = None
                 steps = a.steps if path == "stream_ordered" else a.blocking_steps
@@ -1065,7 +1124,9 @@ def main() -> int:
                 try:
                     if sig == "device" and not cuda:
                         raise NotImplementedError("device signals need CUDA")
-                    if path == "blocking":
+                    if path == "blocking" and sig == "ring":
+                        r = runner.blocking_ring(a.wait_spin)
+                    elif path == "blocking":
                         r = runner.blocking()
                     else:
                         r = runner.stream_ordered(sig, a.submit)

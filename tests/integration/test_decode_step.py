@@ -81,3 +81,34 @@ def test_decode_step_device_signals_line_on_cpu(daemon, tmp_path):
     assert "device signals need CUDA" in device["error"]
     assert device["step_us"] is None and device["caller_cpu_us_per_call"] is None
     assert device["added_us_per_layer"] is None
+
+
+def test_decode_step_blocking_via_ring_on_cpu(daemon, tmp_path):
+    """--blocking-via call ring: the blocking path as DsaAttention calls and as prepared calls
+    through a submission ring waited for by their done words (SubmissionRing.call); both lines
+    have every field, no error, and an out equal to a blocking call's bitwise."""
+    python = _torch_python()
+    if python is None:
+        pytest.skip("no python with torch (set ATTND_TORCH_PYTHON)")
+    out = tmp_path / "decode_step.jsonl"
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    proc = subprocess.run(
+        [python, SCRIPT, "--target", daemon.unix_target, "--device", "cpu", "--tiny",
+         "--batch", "64", "--paths", "blocking", "--blocking-via", "call", "ring",
+         "--wait-spin", "0.0005", "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    lines = [json.loads(s) for s in out.read_text().splitlines()]
+    assert [(x["path"], x["blocking_via"]) for x in lines] == [
+        ("blocking", "call"),
+        ("blocking", "ring"),
+    ]
+    for line in lines:
+        missing = [f for f in FIELDS if f not in line]
+        assert not missing, f"{line['blocking_via']}: missing {missing}"
+        assert "error" not in line, line["error"]
+        assert line["check"] == "bitwise", line
+        assert line["step_us"] > 0 and line["caller_cpu_us_per_call"] > 0
+    assert lines[1]["client_wall_us_per_call_p50"] > 0
+    assert lines[1]["wait_spin_us"] == pytest.approx(500)
