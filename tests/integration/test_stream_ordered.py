@@ -573,3 +573,42 @@ def test_ring_call_blocks_until_its_outputs_are_complete(client, rng, api):
         with pytest.raises(AttndError) as e:
             ring.call(call_id, done, 12, timeout=20)
         assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+@pytest.mark.parametrize("api", ["unary", "session"])
+def test_ring_caller_runs_prepared_calls_blocking(client, rng, api):
+    """Client.ring_caller / Session.ring_caller (rings.RingCaller): run() returns with the call's
+    outputs in place (poisoned before each), a failed call is ABORTED and the caller goes on;
+    closed, run() is FAILED_PRECONDITION and its region is gone from the daemon."""
+    case = make_case("sparse_mla", rng)
+    with client.session("ring-caller") as s:
+        owner = s if api == "session" else client
+        region = s.create_host_region("ring-caller-data", region_bytes(case) + 4096)
+        views = {k: region.put(a, case.input_dtypes[k]) for k, a in case.inputs.items()}
+        views.update({k: region.array(d, sh) for k, (d, sh) in case.outputs.items()})
+        args, outs, _ = stage(region, case, views)
+        call_id = owner.prepare_call("sparse_mla", **args)
+        with pytest.raises(ValueError):
+            owner.ring_caller(entries=3)
+        caller = owner.ring_caller(entries=2, spin=0.001 if api == "unary" else 0.0)
+        caller_region = caller.region.name
+        assert caller_region in {r.name for r in client.list_regions()}
+        for _ in range(5):  # around its two slots twice
+            for name, (dtype, _) in case.outputs.items():
+                outs[name][...] = POISON[dtype]
+            caller.run(call_id, timeout=20)
+            case.check(outs)
+        with pytest.raises(AttndError) as e:
+            caller.run(call_id + 999, timeout=20)
+        assert e.value.code == grpc.StatusCode.ABORTED
+        for name, (dtype, _) in case.outputs.items():
+            outs[name][...] = POISON[dtype]
+        caller.run(call_id, timeout=20)
+        case.check(outs)
+        assert caller.calls == 7
+        caller.close()
+        caller.close()
+        with pytest.raises(AttndError) as e:
+            caller.run(call_id)
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert caller_region not in {r.name for r in client.list_regions()}

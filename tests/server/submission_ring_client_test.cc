@@ -12,6 +12,7 @@
 
 #include "client/client.h"
 #include "client/host_region.h"
+#include "client/ring_caller.h"
 #include "client/session.h"
 #include "client/stream_ordered.h"
 #include "client/submission_ring.h"
@@ -302,6 +303,62 @@ TEST_F(SpinningRingClientTest, CallsAndRingChangesWhileThePollerSpins) {
   EXPECT_GT(during, 0) << "no ring opened and closed while the poller was busy";
   EXPECT_LT(slowest, absl::Seconds(5));
   EXPECT_TRUE((*ring)->Close().ok());
+}
+
+TEST_F(SubmissionRingClientTest, RingCallerRunsPreparedCallsBlocking) {
+  for (const uint32_t bad : {0u, 3u, 8192u}) {
+    client::RingCallerOptions o;
+    o.entries = bad;
+    EXPECT_EQ(client::RingCaller::Open(client_.get(), o).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  client::RingCallerOptions o;
+  o.entries = 4;
+  absl::StatusOr<std::unique_ptr<client::RingCaller>> caller =
+      client::RingCaller::Open(client_.get(), o);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  for (int i = 0; i < 10; ++i) {  // around its four slots more than twice
+    Poison();
+    absl::Status s = (*caller)->Run(call_, absl::Seconds(10));
+    ASSERT_TRUE(s.ok()) << i << ": " << s;
+    EXPECT_TRUE(Matches()) << "outputs in place when Run returns, run " << i;
+  }
+  // A failed call is ABORTED; the caller goes on.
+  EXPECT_EQ((*caller)->Run(call_ + 55, absl::Seconds(10)).code(), absl::StatusCode::kAborted);
+  Poison();
+  ASSERT_TRUE((*caller)->Run(call_, absl::Seconds(10)).ok());
+  EXPECT_TRUE(Matches());
+  EXPECT_EQ((*caller)->calls(), 12u);
+  EXPECT_TRUE((*caller)->Close().ok());
+  EXPECT_TRUE((*caller)->Close().ok());  // idempotent
+  EXPECT_EQ((*caller)->Run(call_).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SubmissionRingClientTest, RingCallerOnASessionEndsWithItsLease) {
+  absl::StatusOr<std::unique_ptr<client::Session>> session =
+      client::Session::Open(client_.get(), {});
+  ASSERT_TRUE(session.ok()) << session.status();
+  client::RingCallerOptions o;
+  o.session = session->get();
+  o.spin = absl::ZeroDuration();  // sleeping between looks works too
+  absl::StatusOr<std::unique_ptr<client::RingCaller>> caller =
+      client::RingCaller::Open(client_.get(), o);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  for (int i = 0; i < 3; ++i) {
+    Poison();
+    ASSERT_TRUE((*caller)->Run(call_, absl::Seconds(10)).ok()) << i;
+    EXPECT_TRUE(Matches()) << i;
+  }
+  // The Session ends: its lease takes the ring (and the caller's region) with it.
+  ASSERT_TRUE((*session)->Close().ok());
+  absl::Status after = absl::OkStatus();
+  for (int i = 0; i < 5000 && after.ok(); ++i) {  // the daemon ends the lease after the status
+    after = (*caller)->Run(call_, absl::Seconds(10));
+    if (after.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(after.code(), absl::StatusCode::kFailedPrecondition) << after;
+  caller->reset();  // its CloseRing and unregistration on the ended lease fail quietly
 }
 
 }  // namespace

@@ -4,7 +4,8 @@ regions (POSIX shm), sessions (a lease and pipelined calls), health, info, torch
 torch is importable (CUDA tensors become device regions), DLPack tensors, ml_dtypes arrays when
 ml_dtypes is installed, an asyncio client (aio.AsyncClient), and stream-ordered and prepared
 calls (stream_ordered: Signal, SignalWord; Client.enqueue / prepare_call / run_prepared) and
-submission rings (rings.SubmissionRing: Client.open_ring / Session.open_ring).
+submission rings (rings.SubmissionRing: Client.open_ring / Session.open_ring) and blocking calls
+through one (rings.RingCaller: Client.ring_caller / Session.ring_caller).
 
     import attnd_client as ac
     with ac.Client("unix:/tmp/attnd.sock") as client:
@@ -24,7 +25,7 @@ from .dtypes import from_bf16, from_fp8_e4m3, to_bf16, to_fp8_e4m3
 from .errors import AttndError, ErrorDetails, FieldViolation
 from .ops import OPS, OpResult
 from .regions import HostRegion, ShmObject
-from .rings import SubmissionRing
+from .rings import RingCaller, SubmissionRing
 from .session import Session, SessionCall
 from .stream_ordered import FAILURE_BIT, CallFailure, Signal, SignalWord
 from .tensors import Placement, RegionRef, Typed, typed
@@ -47,6 +48,7 @@ __all__ = [
     "SessionCall",
     "Signal",
     "SignalWord",
+    "RingCaller",
     "SubmissionRing",
     "ShmObject",
     "Typed",

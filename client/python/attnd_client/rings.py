@@ -19,6 +19,8 @@ offer: use the C++ client on them.
 from __future__ import annotations
 
 import ctypes
+import itertools
+import os
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -193,6 +195,76 @@ class SubmissionRing:
             self.owner.close_ring(self.ring_id, timeout)
 
     def __enter__(self) -> SubmissionRing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_caller_names = itertools.count()
+
+
+class RingCaller:
+    """Blocking calls through a submission ring of the caller's own (docs/SERVICE.md "Blocking
+    calls through a ring"): one host region holding a ring and a done word, set up once (two
+    RPCs); run() then runs a prepared call and returns once it is over (its outputs in place),
+    with no RPC per call. One thread at a time.
+
+        caller = client.ring_caller()             # or session.ring_caller(): the Session's queue
+        call_id = client.prepare_call("sparse_mla", **tensors_in_regions)
+        caller.run(call_id)                       # as client.run_prepared(call_id), no RPC
+        caller.close()
+
+    run() polls the done word without sleeping for `spin` seconds (a core busy meanwhile), then
+    every 50 µs. Nothing synchronises the caller's GPU stream: the inputs must be complete."""
+
+    def __init__(self, owner: Any, entries: int = 16, spin: float = 5e-4, timeout: float = 60.0):
+        from .stream_ordered import SignalWord
+
+        if entries < 1 or entries > MAX_ENTRIES or entries & (entries - 1):
+            raise ValueError(f"entries: {entries} is not a power of two from 1 to {MAX_ENTRIES}")
+        if spin < 0:
+            raise ValueError("spin must be >= 0")
+        self.spin = float(spin)
+        self.calls = 0  # run() calls so far (the done word's latest value)
+        name = f"ring-caller-{os.getpid()}-{next(_caller_names)}"
+        self.region = owner.create_host_region(name, ring_bytes(entries) + 64)
+        try:
+            self.ring = owner.open_ring(self.region, offset=0, entries=entries, timeout=timeout)
+            self.done = SignalWord(self.region, ring_bytes(entries))
+        except BaseException:
+            self.region.close()
+            raise
+
+    def run(self, call_id: int, timeout: float | None = None) -> None:
+        """Runs prepared call `call_id` once the caller's earlier calls on the same ordered queue
+        are over and waits for it. AttndError ABORTED when it failed, DEADLINE_EXCEEDED after
+        `timeout` seconds (it may still run: the next run() waits behind it),
+        FAILED_PRECONDITION when the ring was closed (e.g. its Session ended)."""
+        if self.ring is None:
+            raise AttndError(grpc.StatusCode.FAILED_PRECONDITION, "RingCaller: closed")
+        # Each run waits for a value of its own: a call that timed out and ends later cannot end
+        # a later run's wait.
+        self.calls += 1
+        self.ring.call(call_id, self.done, self.calls, timeout=timeout, spin=self.spin)
+
+    def close(self) -> None:
+        """Closes the ring, then unregisters the region (idempotent; errors of an ended
+        Session's lease are ignored)."""
+        if self.ring is not None:
+            ring, self.ring = self.ring, None
+            try:
+                ring.close()
+            except AttndError:
+                pass  # the lease that held it has ended
+        if self.region is not None:
+            region, self.region = self.region, None
+            try:
+                region.close()
+            except AttndError:
+                pass
+
+    def __enter__(self) -> RingCaller:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,62 @@
+#include "client/ring_caller.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace attnd::client {
+
+absl::StatusOr<std::unique_ptr<RingCaller>> RingCaller::Open(Client* client,
+                                                             RingCallerOptions options) {
+  const uint32_t n = options.entries;
+  if (n == 0 || n > ring_layout::kMaxEntries || (n & (n - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RingCaller: entries ", n, " is not a power of two from 1 to ", ring_layout::kMaxEntries));
+  }
+  if (options.spin < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("RingCaller: spin must be >= 0");
+  }
+  std::unique_ptr<RingCaller> caller(new RingCaller());
+  caller->spin_ = options.spin;
+  HostRegionOptions ro;
+  ro.bytes = ring_layout::Bytes(n) + 64;  // the ring, then its done word on a line of its own
+  ro.timeout = options.timeout;
+  if (options.session != nullptr) ro.lease_id = options.session->lease_id();
+  absl::StatusOr<std::unique_ptr<HostRegion>> region = HostRegion::Create(client, ro);
+  if (!region.ok()) return region.status();
+  caller->region_ = *std::move(region);
+  caller->done_offset_ = ring_layout::Bytes(n);
+  absl::StatusOr<std::unique_ptr<SubmissionRing>> ring =
+      options.session != nullptr
+          ? SubmissionRing::Open(options.session, *caller->region_, 0, n, nullptr, options.timeout)
+          : SubmissionRing::Open(client, *caller->region_, 0, n, nullptr, "", options.timeout);
+  if (!ring.ok()) return ring.status();  // the region goes with `caller`
+  caller->ring_ = *std::move(ring);
+  return caller;
+}
+
+RingCaller::~RingCaller() { Close().IgnoreError(); }
+
+absl::Status RingCaller::Run(uint64_t call_id, absl::Duration timeout) {
+  if (ring_ == nullptr) return absl::FailedPreconditionError("RingCaller: closed");
+  // The done word only grows: each Run waits for a value of its own, so a call that timed out
+  // earlier and finishes later cannot end a later Run's wait.
+  ++value_;
+  return ring_->Call(call_id, SubmissionRing::kNoReady, 0, done_offset_, value_, timeout, spin_)
+      .status();
+}
+
+absl::Status RingCaller::Close() {
+  absl::Status s;
+  if (ring_ != nullptr) {
+    s.Update(ring_->Close());
+    ring_.reset();
+  }
+  if (region_ != nullptr) {
+    s.Update(region_->Close());
+    region_.reset();
+  }
+  return s;
+}
+
+}  // namespace attnd::client
