@@ -13,6 +13,42 @@
 
 namespace attnd::server::ops {
 
+namespace {
+
+bool NamesHostRegionAt(const google::protobuf::Message& m, const regions::RegionRegistry* registry,
+                       const std::string& owner, int depth) {
+  if (m.GetDescriptor() == v1::Tensor::descriptor()) {
+    const auto& t = static_cast<const v1::Tensor&>(m);
+    if (!t.has_region()) return false;
+    absl::StatusOr<regions::RegionPin> pin = registry->Acquire(owner, t.region().region());
+    return pin.ok() && (*pin)->kind() == regions::RegionKind::kHost;
+  }
+  if (depth > 8) return false;  // op requests nest a level or two
+  const google::protobuf::Reflection* r = m.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    if (f->is_repeated()) {
+      for (int i = 0; i < r->FieldSize(m, f); ++i) {
+        if (NamesHostRegionAt(r->GetRepeatedMessage(m, f, i), registry, owner, depth + 1)) {
+          return true;
+        }
+      }
+    } else if (NamesHostRegionAt(r->GetMessage(m, f), registry, owner, depth + 1)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool NamesHostRegion(const google::protobuf::Message& request,
+                     const regions::RegionRegistry* registry, const std::string& owner) {
+  return NamesHostRegionAt(request, registry, owner, 0);
+}
+
 // ---- SignalWord ----
 
 absl::StatusOr<SignalWord> SignalWord::Resolve(const regions::RegionRegistry* registry,
@@ -351,7 +387,9 @@ absl::Status StreamOrderedRunner::Enqueue(const std::shared_ptr<Queue>& queue, S
   prep.max_inline_bytes = 0;  // no inline outputs
   prep.memory = entry->ctx.memory.get();
   prep.owner = entry->ctx.owner;
-  if (device_capable) {
+  // A host-region tensor rules the device path out: no resolution here to find that out (the
+  // host path resolves the call when it starts).
+  if (device_capable && !NamesHostRegion(*entry->request, registry_, entry->ctx.owner)) {
     // Resolved and validated now: the device path keeps this call (its pins) until it is over.
     const OpHandler* handler = ops_->Find(s.id);
     entry->response = NewOpResponse(s.id);

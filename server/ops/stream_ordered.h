@@ -114,6 +114,13 @@ absl::Status CheckCall(const OpTable& ops, OpId id, const google::protobuf::Mess
                        const PrepareOptions& options, Placement placement,
                        std::vector<std::string>* regions = nullptr);
 
+// True when a tensor of `request` (nested messages included) lies in a host region of
+// `owner`'s. Such a call cannot take the CUDA device path (engine::DevicePathEligible), so Enqueue
+// does not resolve it a first time to find that out. Unknown regions count as not host (the
+// resolution that follows reports them).
+bool NamesHostRegion(const google::protobuf::Message& request,
+                     const regions::RegionRegistry* registry, const std::string& owner);
+
 class StreamOrderedRunner {
  public:
   struct Options {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/ops/stream_ordered.h"
 #include "tests/server/daemon_fixture.h"
+#include "tests/server/fake_device_opener.h"
 
 namespace attnd::server::testing {
 namespace {
@@ -110,6 +111,60 @@ class StreamOrderedTest : public DaemonTest {
 
   ScopedShm shm_{2 << 20};
 };
+
+// Enqueue skips the device path's first resolution for calls naming a host region
+// (ops::NamesHostRegion): every tensor field is looked at, nested messages too, and only the
+// caller's own host regions count.
+TEST(NamesHostRegionTest, FindsTheCallersHostRegionTensorsOnly) {
+  ScopedShm shm(1 << 16);
+  ASSERT_TRUE(shm.ok());
+  regions::RegionRegistry::Options ro;
+  ro.allow_client_shm = true;
+  ro.device_opener = std::make_shared<FakeDeviceOpener>(1 << 20);
+  regions::RegionRegistry registry(ro);
+  regions::HostRegionSpec host;
+  host.name = "h";
+  host.key = shm.key();
+  host.byte_size = shm.size();
+  host.owner = "uid:a";
+  ASSERT_TRUE(registry.RegisterHost(host).ok());
+  host.name = "theirs";
+  host.owner = "uid:b";
+  ASSERT_TRUE(registry.RegisterHost(host).ok());
+  regions::DeviceRegionSpec dev;
+  dev.name = "d";
+  dev.raw_handle = std::string(regions::kDeviceHandleBytes, 'h');
+  dev.byte_size = 1 << 20;
+  dev.owner = "uid:a";
+  ASSERT_TRUE(registry.RegisterDevice(dev).ok());
+  auto in = [](v1::Tensor* t, const std::string& region) {
+    t->set_dtype(v1::DTYPE_BF16);
+    t->add_shape(4);
+    t->mutable_region()->set_region(region);
+  };
+  v1::SparseMlaRequest req;
+  in(req.mutable_q(), "d");
+  in(req.mutable_kv(), "d");
+  in(req.mutable_indices(), "d");
+  in(req.mutable_out(), "d");
+  req.mutable_lse()->set_dtype(v1::DTYPE_F32);
+  req.mutable_lse()->set_inline_data(std::string(16, '\0'));
+  EXPECT_FALSE(ops::NamesHostRegion(req, &registry, "uid:a")) << "device regions and inline";
+  in(req.mutable_kv(), "nowhere");
+  EXPECT_FALSE(ops::NamesHostRegion(req, &registry, "uid:a")) << "unknown: left to Prepare";
+  in(req.mutable_kv(), "theirs");
+  EXPECT_FALSE(ops::NamesHostRegion(req, &registry, "uid:a")) << "another owner's region";
+  // A host-region signal word is not a tensor: the device path takes host words.
+  req.mutable_done()->mutable_slice()->set_region("h");
+  EXPECT_FALSE(ops::NamesHostRegion(req, &registry, "uid:a"));
+  in(req.mutable_out(), "h");
+  EXPECT_TRUE(ops::NamesHostRegion(req, &registry, "uid:a")) << "out in a host region";
+  v1::PrepareCallRequest nested;
+  *nested.mutable_sparse_mla() = req;
+  EXPECT_TRUE(ops::NamesHostRegion(nested, &registry, "uid:a")) << "inside a nested message";
+  in(nested.mutable_sparse_mla()->mutable_out(), "d");
+  EXPECT_FALSE(ops::NamesHostRegion(nested, &registry, "uid:a"));
+}
 
 TEST_F(StreamOrderedTest, UnaryCallRunsOnlyAfterReadyAndStoresDone) {
   v1::SparseMlaRequest req = RegionRequest();
