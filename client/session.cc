@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/error_details.h"
+#include "common/cpu_relax.h"
 
 namespace attnd::client {
 namespace {
@@ -184,11 +185,7 @@ absl::StatusOr<CallResult> Session::Pending::Wait() {
     const Clock::time_point until =
         Clock::now() + absl::ToChronoNanoseconds(std::min(spin_, wait_limit_));
     while (!slot->arrived.load(std::memory_order_acquire) && Clock::now() < until) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#else
-      std::this_thread::yield();
-#endif
+      attnd::CpuRelax();
     }
   }
   absl::ReleasableMutexLock lock(&slot->mu);

@@ -8,19 +8,11 @@
 #include "absl/time/clock.h"
 #include "client/channel.h"
 #include "client/polled_unary.h"
+#include "common/cpu_relax.h"
 #include "google/protobuf/descriptor.h"
 
 namespace attnd::client {
 namespace {
-
-// A spin-wait hint to the core (lets a sibling hyper-thread run).
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 // The PrepareCallRequest field that holds `Request` (its oneof member of that message type).
 template <class Request>
@@ -147,7 +139,7 @@ absl::StatusOr<uint64_t> WaitSignalUnless(const uint64_t* word, uint64_t value,
       return v;
     }
     if (spinning) {
-      CpuRelax();
+      attnd::CpuRelax();
       if (i % 64 != 0) continue;
       spinning = absl::Now() < spin_until;
       continue;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/cpu_relax.h"
 
 namespace attnd::server::engine {
 namespace {
@@ -15,15 +16,6 @@ absl::Status ShuttingDown() { return absl::UnavailableError("attnd is shutting d
 // that deadline (counted from the request's arrival, later than its sending): a cancellation seen
 // this close to the deadline is taken for the deadline (docs/SERVICE.md "Status codes").
 constexpr absl::Duration kDeadlineSkew = absl::Seconds(1);
-
-// A spin-wait hint to the core (lets a sibling hyper-thread run; saves power).
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 }  // namespace
 
@@ -273,7 +265,7 @@ void Scheduler::SpinForWork() {
   if (idle) {
     const absl::Time until = absl::Now() + options_.spin;
     for (int i = 1; wakeups_.load() == seen; ++i) {
-      CpuRelax();
+      attnd::CpuRelax();
       if (i % 64 == 0 && absl::Now() >= until) break;
     }
   }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/cpu_relax.h"
 #include "server/common/log.h"
 #include "server/ops/stream_ordered.h"
 
@@ -17,15 +18,6 @@ namespace L = ring_layout;
 
 constexpr size_t kClosedKept = 4096;
 thread_local bool in_poller = false;
-
-// A spin-wait hint to the core (lets a sibling hyper-thread run; saves power).
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 // Counts a thread that wants the table's locks for its lifetime (Options::spin).
 class LockerMark {
@@ -440,7 +432,7 @@ void SubmissionRingTable::PollerLoop() {
       if (now < spin_until && lockers_.load(std::memory_order_relaxed) == 0) {
         // Spinning: the next sweep at once, the locks left free for a moment in between.
         mu_.Unlock();
-        for (int i = 0; i < 32; ++i) CpuRelax();
+        for (int i = 0; i < 32; ++i) attnd::CpuRelax();
         mu_.Lock();
         continue;
       }

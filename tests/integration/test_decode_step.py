@@ -31,8 +31,9 @@ def _torch_python():
     return sys.executable
 
 
-@pytest.mark.parametrize("submit", ["ring", "rpc"])
-def test_decode_step_cpu_smoke(daemon, tmp_path, submit):
+def _run(daemon, tmp_path, *args):
+    """Runs the script on the CPU daemon at the tiny shape with `args`; its JSON lines (the test
+    is skipped without a python with torch, failed when the script exits non-zero)."""
     python = _torch_python()
     if python is None:
         pytest.skip("no python with torch (set ATTND_TORCH_PYTHON)")
@@ -40,11 +41,16 @@ def test_decode_step_cpu_smoke(daemon, tmp_path, submit):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
     proc = subprocess.run(
         [python, SCRIPT, "--target", daemon.unix_target, "--device", "cpu", "--tiny",
-         "--batch", "64", "--submit", submit, "--out", str(out)],
+         "--batch", "64", *args, "--out", str(out)],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    lines = [json.loads(s) for s in out.read_text().splitlines()]
+    return [json.loads(s) for s in out.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("submit", ["ring", "rpc"])
+def test_decode_step_cpu_smoke(daemon, tmp_path, submit):
+    lines = _run(daemon, tmp_path, "--submit", submit)
     assert [x["path"] for x in lines] == ["stream_ordered", "blocking"]
     for line in lines:
         missing = [f for f in FIELDS if f not in line]
@@ -59,19 +65,7 @@ def test_decode_step_cpu_smoke(daemon, tmp_path, submit):
 def test_decode_step_device_signals_line_on_cpu(daemon, tmp_path):
     """--signals device on a CPU frontend is refused before any call, as a line that still has
     every field (the measured ones null) after the host-signal and blocking lines; exit 0."""
-    python = _torch_python()
-    if python is None:
-        pytest.skip("no python with torch (set ATTND_TORCH_PYTHON)")
-    out = tmp_path / "decode_step.jsonl"
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
-    proc = subprocess.run(
-        [python, SCRIPT, "--target", daemon.unix_target, "--device", "cpu", "--tiny",
-         "--batch", "64", "--paths", "stream_ordered", "--signals", "device", "host",
-         "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    lines = [json.loads(s) for s in out.read_text().splitlines()]
+    lines = _run(daemon, tmp_path, "--paths", "stream_ordered", "--signals", "device", "host")
     assert [x["signals"] for x in lines] == ["host", "device"], "device words last"
     for line in lines:
         missing = [f for f in FIELDS if f not in line]
@@ -87,19 +81,10 @@ def test_decode_step_blocking_via_ring_on_cpu(daemon, tmp_path):
     """--blocking-via call ring: the blocking path as DsaAttention calls and as prepared calls
     through a submission ring waited for by their done words (SubmissionRing.call); both lines
     have every field, no error, and an out equal to a blocking call's bitwise."""
-    python = _torch_python()
-    if python is None:
-        pytest.skip("no python with torch (set ATTND_TORCH_PYTHON)")
-    out = tmp_path / "decode_step.jsonl"
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
-    proc = subprocess.run(
-        [python, SCRIPT, "--target", daemon.unix_target, "--device", "cpu", "--tiny",
-         "--batch", "64", "--paths", "blocking", "--blocking-via", "call", "ring",
-         "--wait-spin", "0.0005", "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=300,
+    lines = _run(
+        daemon, tmp_path, "--paths", "blocking", "--blocking-via", "call", "ring",
+        "--wait-spin", "0.0005",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    lines = [json.loads(s) for s in out.read_text().splitlines()]
     assert [(x["path"], x["blocking_via"]) for x in lines] == [
         ("blocking", "call"),
         ("blocking", "ring"),
