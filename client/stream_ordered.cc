@@ -124,7 +124,7 @@ namespace internal {
 
 absl::StatusOr<uint64_t> WaitSignalUnless(const uint64_t* word, uint64_t value,
                                           absl::Duration timeout, absl::Duration spin,
-                                          const std::function<bool()>& give_up) {
+                                          const std::function<absl::Status()>& check) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout;
   const absl::Time spin_until = start + std::min(spin, timeout);
@@ -148,7 +148,9 @@ absl::StatusOr<uint64_t> WaitSignalUnless(const uint64_t* word, uint64_t value,
       return absl::DeadlineExceededError(absl::StrCat("signal word is ", v, ", not ", value,
                                                       " after ", absl::FormatDuration(timeout)));
     }
-    if (give_up && give_up()) return absl::CancelledError("given up");
+    if (check) {
+      if (absl::Status c = check(); !c.ok()) return c;
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }

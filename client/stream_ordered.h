@@ -74,10 +74,10 @@ absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::
                                     absl::Duration spin = absl::ZeroDuration());
 
 namespace internal {
-// WaitSignal that also ends, CANCELLED, once `give_up` (asked between sleeps) says true.
+// WaitSignal that also ends with `check`'s status once it is not OK (asked between sleeps).
 absl::StatusOr<uint64_t> WaitSignalUnless(const uint64_t* word, uint64_t value,
                                           absl::Duration timeout, absl::Duration spin,
-                                          const std::function<bool()>& give_up);
+                                          const std::function<absl::Status()>& check);
 }  // namespace internal
 
 }  // namespace attnd::client

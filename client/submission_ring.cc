@@ -143,15 +143,31 @@ absl::StatusOr<uint64_t> SubmissionRing::Call(uint64_t call_id, uint64_t ready_o
   }
   const uint64_t seq = head_;  // this entry is taken once the daemon's tail reaches it
   const uint64_t* word = reinterpret_cast<const uint64_t*>(signals_ + done_offset);
-  absl::StatusOr<uint64_t> v = internal::WaitSignalUnless(
-      word, done_value, std::max(deadline - absl::Now(), absl::ZeroDuration()), spin,
-      [this, seq] { return state() != L::kOpen && taken() < seq; });
-  if (v.status().code() == absl::StatusCode::kCancelled) {
-    return absl::FailedPreconditionError(absl::StrCat("SubmissionRing::Call: ring ", ring_id_,
-                                                      " was closed or errored by the "
-                                                      "daemon before it took the entry"));
-  }
-  return v;
+  auto check = [&]() -> absl::Status {
+    const uint64_t st = state();
+    if (st != L::kOpen && taken() < seq) {
+      return absl::FailedPreconditionError(absl::StrCat("SubmissionRing::Call: ring ", ring_id_,
+                                                        " was closed or errored by the daemon "
+                                                        "before it took the entry"));
+    }
+    // A daemon that never beats (an older one) leaves the word at 0: no liveness check then.
+    // The beat seen last and when it moved are the ring's, kept across calls: a call made after
+    // the daemon died fails after one silence, not one per call.
+    const uint64_t b = beat();
+    const absl::Time now = absl::Now();
+    if (b != beat_seen_ || beat_moved_ == absl::InfinitePast()) {
+      beat_seen_ = b;
+      beat_moved_ = now;
+    } else if (st == L::kOpen && b != 0 && now - beat_moved_ > L::kDaemonSilence) {
+      return absl::UnavailableError(
+          absl::StrCat("SubmissionRing::Call: the daemon has not polled ring ", ring_id_, " for ",
+                       absl::FormatDuration(now - beat_moved_), " (it exited or hangs); done word ",
+                       LoadSignal(reinterpret_cast<const uint64_t*>(signals_ + done_offset))));
+    }
+    return absl::OkStatus();
+  };
+  return internal::WaitSignalUnless(
+      word, done_value, std::max(deadline - absl::Now(), absl::ZeroDuration()), spin, check);
 }
 
 absl::Status SubmissionRing::Close() {
@@ -173,5 +189,6 @@ absl::Status SubmissionRing::Close() {
 
 uint64_t SubmissionRing::taken() const { return LoadAcquire(base_ + L::kTail); }
 uint64_t SubmissionRing::state() const { return LoadAcquire(base_ + L::kState); }
+uint64_t SubmissionRing::beat() const { return LoadAcquire(base_ + L::kBeat); }
 
 }  // namespace attnd::client

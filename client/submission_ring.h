@@ -28,8 +28,12 @@ namespace ring_layout {
 inline constexpr uint64_t kHead = 0;     // u64, written by the client
 inline constexpr uint64_t kTail = 64;    // u64, written by the daemon
 inline constexpr uint64_t kState = 128;  // u64, written by the daemon: 0 open, 1 closed, 2 errored
+inline constexpr uint64_t kBeat = 136;   // u64, written by the daemon's poller at least every ms
 inline constexpr uint64_t kOpen = 0;
 inline constexpr uint64_t kErrored = 2;
+// Call: an open ring whose beat word has moved once and then stands still this long means the
+// daemon is gone (UNAVAILABLE).
+inline constexpr absl::Duration kDaemonSilence = absl::Seconds(3);
 inline constexpr uint64_t kHeaderBytes = 192;
 inline constexpr uint64_t kEntryBytes = 64;
 inline constexpr uint64_t kFlagReady = 1;
@@ -76,7 +80,9 @@ class SubmissionRing {
   // signal region reaches done_value, polling it without sleeping for `spin` first (one core
   // busy meanwhile), then every ~20 µs. The word's value; ABORTED when it carries the failure
   // bit, DEADLINE_EXCEEDED after `timeout` (the call may still run later), FAILED_PRECONDITION
-  // when the ring is closed or errored before the entry was taken, INVALID_ARGUMENT for a done
+  // when the ring is closed or errored before the entry was taken, UNAVAILABLE when the daemon
+  // stopped polling the open ring (its beat word still for ring_layout::kDaemonSilence: it
+  // exited or hangs), INVALID_ARGUMENT for a done
   // word outside the signal region or not 8-byte aligned. The done word must be this caller's
   // own, below done_value when called (values count up). No RPC, no allocation.
   absl::StatusOr<uint64_t> Call(uint64_t call_id, uint64_t ready_offset, uint64_t ready_value,
@@ -91,6 +97,7 @@ class SubmissionRing {
   uint64_t submitted() const { return head_; }
   uint64_t taken() const;  // the daemon's tail
   uint64_t state() const;  // ring_layout's state word
+  uint64_t beat() const;   // ring_layout's beat word
 
  private:
   SubmissionRing() = default;
@@ -103,6 +110,9 @@ class SubmissionRing {
   uint32_t entries_ = 0;
   uint64_t head_ = 0;
   bool open_ = false;
+  // Call's liveness check: the beat word as last seen, and when it last moved.
+  uint64_t beat_seen_ = 0;
+  absl::Time beat_moved_ = absl::InfinitePast();
   absl::Duration timeout_;
 };
 

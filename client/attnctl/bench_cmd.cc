@@ -383,6 +383,9 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
           done.fetch_add(1);
           if (!r.ok()) {
             errors.fetch_add(1);
+            // The daemon is gone (a ring call saw it stop polling, or the channel failed):
+            // no more calls.
+            if (r.status().code() == absl::StatusCode::kUnavailable) next.store(o.requests);
             absl::MutexLock lock(&error_mu);
             if (first_error.empty()) first_error = r.status().ToString();
             continue;

@@ -65,6 +65,8 @@ struct SubmissionRingTable::Ring {
   // Poller only (under sweep_mu_):
   v1::Signal ready, done;  // reused for every entry (the region name set once)
   absl::Time last_log = absl::InfinitePast();
+  absl::Time last_beat = absl::InfinitePast();
+  uint64_t beats = 0;
   int64_t unlogged = 0;
   std::string error;  // why Poll errored the ring
   bool shut = false;  // pins released: never touched again
@@ -155,6 +157,7 @@ absl::StatusOr<uint64_t> SubmissionRingTable::Open(Spec spec) {
   ++count;
   // A fresh header before the poller can see the ring.
   StoreRelease(ring->base + L::kState, L::kOpen);
+  StoreRelease(ring->base + L::kBeat, 0);
   StoreRelease(ring->base + L::kTail, 0);
   StoreRelease(ring->base + L::kHead, 0);
   ring->id = next_id_++;
@@ -298,10 +301,14 @@ void SubmissionRingTable::Reject(Ring& ring, uint64_t seq, const char* result, c
   ring.unlogged = 0;
 }
 
-bool SubmissionRingTable::Poll(Ring& ring) {
+bool SubmissionRingTable::Poll(Ring& ring, absl::Time now) {
   if (ring.ring_pin->truncated() || ring.signal_pin->truncated()) {
     ring.error = "a region it uses lost pages: its shm object was truncated while registered";
     return false;
+  }
+  if (now - ring.last_beat >= L::kBeatPeriod) {
+    StoreRelease(ring.base + L::kBeat, ++ring.beats);
+    ring.last_beat = now;
   }
   const uint64_t entries = ring.spec.entries;
   const uint64_t head = LoadAcquire(ring.base + L::kHead);
@@ -398,10 +405,11 @@ void SubmissionRingTable::PollerLoop() {
     std::set<uint64_t> errored;
     {
       absl::MutexLock s(&sweep_mu_);
+      const absl::Time now = absl::Now();
       for (const std::shared_ptr<Ring>& r : sweep) {
         if (r->shut) continue;  // closed since the snapshot: its memory may be gone
         const uint64_t before = r->tail;
-        if (!Poll(*r)) {
+        if (!Poll(*r, now)) {
           errored.insert(r->id);
         } else if (r->tail != before) {
           progress = true;

@@ -34,6 +34,9 @@ namespace ring_layout {
 inline constexpr uint64_t kHead = 0;     // u64, client: entries submitted so far
 inline constexpr uint64_t kTail = 64;    // u64, daemon: entries taken so far
 inline constexpr uint64_t kState = 128;  // u64, daemon: kOpen, kClosed or kErrored
+// u64, daemon: advanced by the poller at least every kBeatPeriod while it polls the ring (0 until
+// its first look): a waiting client that sees it stand still for seconds knows the daemon is gone.
+inline constexpr uint64_t kBeat = 136;
 inline constexpr uint64_t kHeaderBytes = 192;
 inline constexpr uint64_t kEntryBytes = 64;
 // Within an entry:
@@ -49,6 +52,7 @@ inline constexpr uint64_t kOpen = 0;
 inline constexpr uint64_t kClosed = 1;
 inline constexpr uint64_t kErrored = 2;
 inline constexpr uint32_t kMaxEntries = 4096;
+inline constexpr absl::Duration kBeatPeriod = absl::Milliseconds(1);
 inline constexpr uint64_t Bytes(uint32_t entries) {
   return kHeaderBytes + kEntryBytes * static_cast<uint64_t>(entries);
 }
@@ -116,8 +120,9 @@ class SubmissionRingTable {
  private:
   struct Ring;
   void PollerLoop();
-  // Takes the ring's new entries; false when the ring errored (then closed by the caller).
-  bool Poll(Ring& ring);
+  // Takes the ring's new entries (and advances its beat word, `now` the sweep's time); false
+  // when the ring errored (then closed by the caller).
+  bool Poll(Ring& ring, absl::Time now);
   void Reject(Ring& ring, uint64_t seq, const char* result, const uint64_t* entry,
               const absl::Status& why);
   // Removes the rings matching `match` from the table and shuts them down.

@@ -11,6 +11,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import grpc
@@ -612,3 +613,54 @@ def test_ring_caller_runs_prepared_calls_blocking(client, rng, api):
             caller.run(call_id)
         assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
         assert caller_region not in {r.name for r in client.list_regions()}
+
+
+def test_ring_calls_see_a_killed_daemon(make_daemon, attnctl_bin, rng):
+    """A blocking call through a ring whose daemon dies without a word (SIGKILL: no close, no
+    failure bit) ends UNAVAILABLE once the ring's beat word has stood still for a few seconds
+    (docs/SERVICE.md "Blocking calls through a ring"), from Python (SubmissionRing.call waiting
+    on an unreached ready word) and from C++ (attnctl bench --ring_wait, which then stops)."""
+    d = make_daemon()
+    c = d.client()
+    case = make_case("sparse_mla", rng)
+    region = c.create_host_region("ring-kill", region_bytes(case) + 4096)
+    slots = c.create_host_region("ring-kill-slots", 1 << 16)
+    args, _, _ = stage(region, case)
+    call_id = c.prepare_call("sparse_mla", **args)
+    ready, done = SignalWord(region), SignalWord(region)
+    ring = c.open_ring(slots, entries=4, signals=region)
+    wait_until(lambda: ring.beat != 0, what="the poller's first beat")
+    killer = threading.Timer(0.5, d.signal, (signal.SIGKILL,))
+    killer.start()
+    t0 = time.monotonic()
+    with pytest.raises(AttndError) as e:
+        ring.call(call_id, done, 1, ready=ready, ready_value=1, timeout=60, spin=0.001)
+    elapsed = time.monotonic() - t0
+    killer.join()
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE, e.value
+    assert "has not polled" in str(e.value)
+    assert 3.0 <= elapsed < 20, elapsed
+    d.wait(30)
+    if attnctl_bin is None:
+        return
+    d2 = make_daemon()
+    proc = subprocess.Popen(
+        [attnctl_bin, f"--target={d2.unix_target}", "--json", "--progress=false", "bench",
+         "topk", "--regions", "--stream_ordered", "--prepared", "--ring", "--ring_wait",
+         "--requests=100000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(1.5)  # warm-up, calibration, then ring calls
+        assert proc.poll() is None, proc.communicate()
+        d2.signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0, out + err
+    line = json.loads(out.strip().splitlines()[-1])
+    assert line["errors"] >= 1, line
+    assert "UNAVAILABLE" in line["first_error"] and "has not polled" in line["first_error"], line
+    d2.wait(30)

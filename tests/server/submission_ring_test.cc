@@ -548,6 +548,28 @@ TEST_F(SubmissionRingTest, CloseStopsPollingAndTakenEntriesStillRun) {
   EXPECT_EQ(Word(DoneAt(1)).load(), 0u);
 }
 
+TEST_F(SubmissionRingTest, TheBeatWordMovesWhileTheRingIsPolledOnly) {
+  // A stale beat from before: OpenRing resets it.
+  Word(kRing + L::kBeat).store(777, std::memory_order_release);
+  uint64_t ring = 0;
+  ASSERT_TRUE(OpenRing(stub_.get(), "r", kRing, 16, &ring).ok());
+  uint64_t first = 0;
+  for (int i = 0; i < 5000 && (first == 0 || first == 777); ++i) {
+    std::this_thread::sleep_for(milliseconds(1));
+    first = Word(kRing + L::kBeat).load(std::memory_order_acquire);
+  }
+  ASSERT_NE(first, 0u);
+  ASSERT_LT(first, 777u) << "counted from 0 again";
+  std::this_thread::sleep_for(milliseconds(30));
+  const uint64_t later = Word(kRing + L::kBeat).load();
+  EXPECT_GT(later, first) << "at least every " << L::kBeatPeriod << " while the poller backs off";
+  EXPECT_LT(later, 1000u) << "not faster than every " << L::kBeatPeriod;
+  ASSERT_TRUE(CloseRing(stub_.get(), ring).ok());
+  const uint64_t closed = Word(kRing + L::kBeat).load();
+  std::this_thread::sleep_for(milliseconds(30));
+  EXPECT_EQ(Word(kRing + L::kBeat).load(), closed) << "no beat once the ring is closed";
+}
+
 TEST_F(SubmissionRingTest, UnregisteringItsRegionClosesTheRing) {
   ScopedShm other(1 << 20);
   ASSERT_TRUE(other.ok());

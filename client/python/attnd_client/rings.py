@@ -34,15 +34,15 @@ if TYPE_CHECKING:
 
 # The layout, in u64 words from the ring's offset (docs/SERVICE.md "Submission rings").
 HEAD, TAIL, STATE = 0, 8, 16  # bytes 0, 64, 128: each on its own 64-byte line
+BEAT = 17  # byte 136: the daemon's poller advances it at least every millisecond
+# call(): an open ring whose beat has moved once and then stands still this long (seconds) means
+# the daemon is gone.
+DAEMON_SILENCE = 3.0
 HEADER_WORDS, ENTRY_WORDS = 24, 8  # 192 and 64 bytes
 SEQ, CALL_ID, READY_OFFSET, READY_VALUE, DONE_OFFSET, DONE_VALUE, FLAGS = range(7)
 FLAG_READY = 1
 STATE_OPEN, STATE_CLOSED, STATE_ERRORED = 0, 1, 2
 MAX_ENTRIES = 4096
-
-
-class GaveUp(Exception):
-    """SignalWord.wait ended by its give_up (SubmissionRing.call: the entry will never run)."""
 
 
 def ring_bytes(entries: int) -> int:
@@ -80,6 +80,7 @@ class SubmissionRing:
         self._words = (ctypes.c_uint64 * (nbytes // 8)).from_buffer(buffer[start : start + nbytes])
         self._head = 0
         self._open = True
+        self._beat: list[Any] = [0, None]  # call(): the beat word as last seen, when it moved
         self.signals = signals if signals is not None else region  # where entries' words lie
 
     def submit(
@@ -140,8 +141,9 @@ class SubmissionRing:
         reaches done_value, polling it without sleeping for `spin` seconds first (a core busy
         meanwhile). The word's value; AttndError ABORTED when it carries FAILURE_BIT,
         DEADLINE_EXCEEDED after `timeout` seconds (the call may still run later),
-        FAILED_PRECONDITION when the ring is closed or errored before the daemon took the entry.
-        No RPC per call; nothing synchronises the caller's GPU stream: its inputs must be in
+        FAILED_PRECONDITION when the ring is closed or errored before the daemon took the entry,
+        UNAVAILABLE when the daemon stopped polling the open ring (its beat word still for
+        DAEMON_SILENCE seconds: it exited or hangs). No RPC per call; nothing synchronises the caller's GPU stream: its inputs must be in
         place (or `ready` reached) when it runs."""
         for word, name in ((done, "done"), (ready, "ready")):
             if word is not None and word.region.name != self.signals.name:
@@ -160,19 +162,29 @@ class SubmissionRing:
             time.sleep(20e-6)
         seq = self._head
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        w = self._words
+        beat = self._beat  # the ring's: the last beat seen and when it moved, across calls
 
-        def gone() -> bool:
-            # Closed or errored before the daemon took the entry: it will never run.
-            return int(self._words[STATE]) != STATE_OPEN and int(self._words[TAIL]) < seq
+        def check() -> None:
+            state = int(w[STATE])
+            if state != STATE_OPEN and int(w[TAIL]) < seq:
+                raise AttndError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"submission ring {self.ring_id} was closed or errored before the daemon "
+                    "took the entry",
+                )
+            # A daemon that never beats (an older one) leaves the word at 0: no check then.
+            now, b = time.monotonic(), int(w[BEAT])
+            if b != beat[0] or beat[1] is None:
+                beat[0], beat[1] = b, now
+            elif state == STATE_OPEN and b and now - beat[1] > DAEMON_SILENCE:
+                raise AttndError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the daemon has not polled submission ring {self.ring_id} for "
+                    f"{now - beat[1]:.1f} s (it exited or hangs); done word {done.get()}",
+                )
 
-        try:
-            return done.wait(done_value, timeout=left, spin=spin, give_up=gone)
-        except GaveUp:
-            raise AttndError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"submission ring {self.ring_id} was closed or errored before the daemon took "
-                "the entry",
-            ) from None
+        return done.wait(done_value, timeout=left, spin=spin, check=check)
 
     @property
     def submitted(self) -> int:
@@ -182,6 +194,11 @@ class SubmissionRing:
     def taken(self) -> int:
         """Entries the daemon has taken off the ring (its tail word)."""
         return int(self._words[TAIL])
+
+    @property
+    def beat(self) -> int:
+        """The daemon's beat word: advanced while its poller polls this ring (0 before)."""
+        return int(self._words[BEAT])
 
     @property
     def state(self) -> int:

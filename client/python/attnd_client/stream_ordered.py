@@ -83,15 +83,15 @@ class SignalWord:
         timeout: float | None = None,
         poll: float = 50e-6,
         spin: float = 0.0,
-        give_up: Callable[[], bool] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> int:
         """Waits until the word's value (FAILURE_BIT aside) is >= `value`: the word. AttndError
         ABORTED when it carries FAILURE_BIT then (a call at `value` or later failed), or
         DEADLINE_EXCEEDED when `timeout` seconds pass first. An earlier call's failure (the bit
         with a lower value) does not end the wait, unlike a GPU stream's wait on the word
         (docs/SERVICE.md "Failure bit"). It looks without sleeping for the first `spin` seconds
-        (a core busy), then every `poll` seconds; `give_up` (asked between sleeps) ends the wait
-        with rings.GaveUp when it says True."""
+        (a core busy), then every `poll` seconds; `check` (called between sleeps) may end the
+        wait by raising."""
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         spin_until = start + spin if deadline is None else min(start + spin, deadline)
@@ -115,8 +115,8 @@ class SignalWord:
                     f"signal word {self.region.name}+{self.offset}: {got} < {value} after "
                     f"{timeout} s",
                 )
-            if give_up is not None and give_up():
-                raise _rings.GaveUp()
+            if check is not None:
+                check()
             time.sleep(poll)
 
 
