@@ -5,6 +5,7 @@ never signals gets the failure bit and an asynchronous failure while another cli
 completes its calls, a killed client's prepared calls and regions go with its lease, prepared
 calls run many times over new data, and hostile signals and call ids are refused."""
 
+import ctypes
 import json
 import os
 import select
@@ -664,3 +665,51 @@ def test_ring_calls_see_a_killed_daemon(make_daemon, attnctl_bin, rng):
     assert line["errors"] >= 1, line
     assert "UNAVAILABLE" in line["first_error"] and "has not polled" in line["first_error"], line
     d2.wait(30)
+
+
+def test_ring_caller_with_a_stream_waits_for_the_streams_ready_word(client, rng):
+    """RingCaller.run(call_id, stream=...): the stream writes the caller's ready word (through
+    the CUDA driver: a fake here that records the write and lands it `delay` later, as a busy
+    stream would) and the daemon runs the call only once it sees that value: outputs stay
+    poisoned until then, and are the reference's when run() returns. No synchronize."""
+    case = make_case("sparse_mla", rng)
+    region = client.create_host_region("ring-caller-stream", region_bytes(case) + 4096)
+    try:
+        views = {k: region.put(a, case.input_dtypes[k]) for k, a in case.inputs.items()}
+        views.update({k: region.array(d, sh) for k, (d, sh) in case.outputs.items()})
+        args, outs, _ = stage(region, case, views)
+        call_id = client.prepare_call("sparse_mla", **args)
+        driver = FakeDriver()
+        landed = []
+
+        def write(stream, address, value, flags):
+            driver.calls.append(("write", stream.value, address, value, flags))
+            host = address - FakeDriver.DEVICE_BASE + driver.registered[0]
+
+            def land():
+                assert poisoned(case, outs), "the call ran before its ready word"
+                ctypes.c_uint64.from_address(host).value = value
+                landed.append(value)
+
+            threading.Timer(0.2, land).start()
+            return 0
+
+        driver.write = write
+        with client.ring_caller(entries=4, driver=driver) as caller:
+            for n in (1, 2):
+                for name, (dtype, _) in case.outputs.items():
+                    outs[name][...] = POISON[dtype]
+                t0 = time.monotonic()
+                caller.run(call_id, timeout=20, stream=0x5EED)
+                assert time.monotonic() - t0 >= 0.2
+                assert landed == list(range(1, n + 1))
+                case.check(outs)
+            writes = [c for c in driver.calls if c[0] == "write"]
+            assert [(c[1], c[3]) for c in writes] == [(0x5EED, 1), (0x5EED, 2)]
+            assert writes[0][2] == FakeDriver.DEVICE_BASE + (
+                caller.region.address + caller.ready.offset - driver.registered[0]
+            )
+        assert driver.calls[-1][0] == "unregister"
+        client.release_call(call_id)
+    finally:
+        region.close()

@@ -223,19 +223,31 @@ _caller_names = itertools.count()
 
 class RingCaller:
     """Blocking calls through a submission ring of the caller's own (docs/SERVICE.md "Blocking
-    calls through a ring"): one host region holding a ring and a done word, set up once (two
-    RPCs); run() then runs a prepared call and returns once it is over (its outputs in place),
-    with no RPC per call. One thread at a time.
+    calls through a ring"): one host region holding a ring, a done word and a ready word, set up
+    once (two RPCs); run() then runs a prepared call and returns once it is over (its outputs in
+    place), with no RPC per call. One thread at a time.
 
         caller = client.ring_caller()             # or session.ring_caller(): the Session's queue
         call_id = client.prepare_call("sparse_mla", **tensors_in_regions)
         caller.run(call_id)                       # as client.run_prepared(call_id), no RPC
+        caller.run(call_id, stream=torch.cuda.current_stream().cuda_stream)  # no synchronize
         caller.close()
 
     run() polls the done word without sleeping for `spin` seconds (a core busy meanwhile), then
-    every 50 µs. Nothing synchronises the caller's GPU stream: the inputs must be complete."""
+    every 50 µs. Without `stream` nothing synchronises the caller's GPU work: its inputs must be
+    complete. With `stream` (a CUstream handle) that stream writes the ready word after what it
+    has queued (cuda_signals.StreamSignals; the region is registered with CUDA on first use) and
+    the daemon starts the call when it sees it: the thread still waits for the call, never for
+    the whole device."""
 
-    def __init__(self, owner: Any, entries: int = 16, spin: float = 5e-4, timeout: float = 60.0):
+    def __init__(
+        self,
+        owner: Any,
+        entries: int = 16,
+        spin: float = 5e-4,
+        timeout: float = 60.0,
+        driver: Any = None,
+    ):
         from .stream_ordered import SignalWord
 
         if entries < 1 or entries > MAX_ENTRIES or entries & (entries - 1):
@@ -243,27 +255,43 @@ class RingCaller:
         if spin < 0:
             raise ValueError("spin must be >= 0")
         self.spin = float(spin)
-        self.calls = 0  # run() calls so far (the done word's latest value)
+        self.calls = 0  # run() calls so far (the done and ready words' latest value)
+        self._driver = driver  # cuda_signals' driver (tests); None: libcuda when first needed
+        self._signals: Any = None
         name = f"ring-caller-{os.getpid()}-{next(_caller_names)}"
-        self.region = owner.create_host_region(name, ring_bytes(entries) + 64)
+        words = ring_bytes(entries)
+        self.region = owner.create_host_region(name, words + 128)
         try:
             self.ring = owner.open_ring(self.region, offset=0, entries=entries, timeout=timeout)
-            self.done = SignalWord(self.region, ring_bytes(entries))
+            self.done = SignalWord(self.region, words)  # each word on a line of its own
+            self.ready = SignalWord(self.region, words + 64)
         except BaseException:
             self.region.close()
             raise
 
-    def run(self, call_id: int, timeout: float | None = None) -> None:
+    def run(self, call_id: int, timeout: float | None = None, stream: int | None = None) -> None:
         """Runs prepared call `call_id` once the caller's earlier calls on the same ordered queue
-        are over and waits for it. AttndError ABORTED when it failed, DEADLINE_EXCEEDED after
-        `timeout` seconds (it may still run: the next run() waits behind it),
-        FAILED_PRECONDITION when the ring was closed (e.g. its Session ended)."""
+        are over (and, with `stream`, once that stream has run what it has queued so far) and
+        waits for it. AttndError ABORTED when it failed, DEADLINE_EXCEEDED after `timeout`
+        seconds (it may still run: the next run() waits behind it), FAILED_PRECONDITION when
+        the ring was closed (e.g. its Session ended), UNAVAILABLE when the daemon is gone."""
         if self.ring is None:
             raise AttndError(grpc.StatusCode.FAILED_PRECONDITION, "RingCaller: closed")
-        # Each run waits for a value of its own: a call that timed out and ends later cannot end
+        # Each run waits for values of its own: a call that timed out and ends later cannot end
         # a later run's wait.
         self.calls += 1
-        self.ring.call(call_id, self.done, self.calls, timeout=timeout, spin=self.spin)
+        n = self.calls
+        if stream is None:
+            self.ring.call(call_id, self.done, n, timeout=timeout, spin=self.spin)
+            return
+        if self._signals is None:
+            from .cuda_signals import StreamSignals
+
+            self._signals = StreamSignals(self.region, driver=self._driver)
+        self._signals.write(self.ready, n, int(stream))
+        self.ring.call(
+            call_id, self.done, n, ready=self.ready, ready_value=n, timeout=timeout, spin=self.spin
+        )
 
     def close(self) -> None:
         """Closes the ring, then unregisters the region (idempotent; errors of an ended
@@ -274,6 +302,9 @@ class RingCaller:
                 ring.close()
             except AttndError:
                 pass  # the lease that held it has ended
+        if self._signals is not None:
+            signals, self._signals = self._signals, None
+            signals.close()
         if self.region is not None:
             region, self.region = self.region, None
             try:
