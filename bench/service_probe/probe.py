@@ -287,7 +287,7 @@ def part_small(args, client, rows, tf):
             small("session", lambda x: s.run_prepared(call_id).result(), prepared=True)
     except ac.AttndError as e:
         rows.add(op="sparse_mla", probe="small", prepared=True, error=f"{e.code.name}: {e}")
-    ring_waited(args, client, rows, a, shape)
+    ring_waited(args, client, rows, a, shape, tf)
     # GetInfo on this client's channel, then on channels with fewer client filters (the
     # channel arguments a frontend may pass through Client(options=...)).
     variants = [
@@ -321,7 +321,7 @@ def part_small(args, client, rows, tf):
         )
 
 
-def ring_waited(args, client, rows, a, shape):
+def ring_waited(args, client, rows, a, shape, tf):
     """The same call blocking through a submission ring (docs/SERVICE.md "Blocking calls through
     a ring"): SubmissionRing.call per call, no RPC; the caller waits for its done word asleep
     (poll 50 µs) or polling it for 2 ms. The compute subtracted is the p50 of blocking
@@ -367,9 +367,42 @@ def ring_waited(args, client, rows, a, shape):
                 iters=n,
             )
         ring.close()
+        if args.device == "cuda":
+            # RingCaller.run(stream=...): the caller's stream writes the ready word, nothing
+            # synchronises; the thread polls the done word for 2 ms.
+            stream = tf.torch.cuda.current_stream().cuda_stream
+            with client.ring_caller(entries=64, spin=0.002) as caller:
+                for _ in range(args.warmup):
+                    caller.run(call_id, timeout=60, stream=stream)
+                wall = []
+                c0 = time.process_time()
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    caller.run(call_id, timeout=60, stream=stream)
+                    wall.append(time.perf_counter() - t0)
+                cpu = (time.process_time() - c0) / n
+            rows.add(
+                op="sparse_mla",
+                probe="small",
+                preset=preset_of(shape),
+                path="blocking",
+                api="unary",
+                prepared=True,
+                submit="ring_caller_stream",
+                wait_spin_ms=2.0,
+                compute_from="blocking_run_prepared_p50",
+                compute_p50_us=us(compute),
+                wall_p50_us=us(pct(wall, 50)),
+                wall_p90_us=us(pct(wall, 90)),
+                overhead_p50_us=us(pct(wall, 50) - compute),
+                overhead_p90_us=us(pct(wall, 90) - compute),
+                caller_cpu_us_per_call=us(cpu),
+                iters=n,
+            )
         client.release_call(call_id)
-    except ac.AttndError as e:
-        rows.add(op="sparse_mla", probe="small", submit="ring_wait", error=f"{e.code.name}: {e}")
+    except (ac.AttndError, RuntimeError) as e:
+        error = f"{e.code.name}: {e}" if isinstance(e, ac.AttndError) else repr(e)
+        rows.add(op="sparse_mla", probe="small", submit="ring_wait", error=error)
     finally:
         words.close()
         slots.close()

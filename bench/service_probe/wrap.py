@@ -109,11 +109,12 @@ def summary(out_dir):
                     f"grpcio {r.get('grpcio', '?')}) | unary | - | "
                     f"{f(r['round_trip_p50_us'])} / {f(r['round_trip_p90_us'])} | - | - | - | - |"
                 )
-            elif r.get("submit") == "ring_wait":
+            elif r.get("submit") in ("ring_wait", "ring_caller_stream"):
                 polls = "yes" if r.get("wait_spin_ms") else "no"
+                form = "ring, waited" if r["submit"] == "ring_wait" else "ring caller, stream"
                 print(
                     f"| python | {spin} | {polls} | {r['op']} {r['preset']} | {r['api']} | "
-                    f"ring, waited | {f(r['wall_p50_us'])} / {f(r['wall_p90_us'])} | "
+                    f"{form} | {f(r['wall_p50_us'])} / {f(r['wall_p90_us'])} | "
                     f"{f(r['compute_p50_us'])} (blocking calls) | "
                     f"{f(r['overhead_p50_us'])} / {f(r['overhead_p90_us'])} | - | "
                     f"{f(r.get('caller_cpu_us_per_call'))} |"
