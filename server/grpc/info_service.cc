@@ -10,6 +10,7 @@ AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {
   prepared_ = std::make_unique<ops::PreparedCallTable>(metrics, ops::PreparedCallTable::Options{});
   ops::StreamOrderedRunner::Options options;
   options.signal_timeout = deps_.signal_timeout;
+  options.spin = deps_.poll_spin;
   // CUDA: calls whose tensors all lie in device regions are enqueued wholly on the device
   // (docs/SERVICE.md "Stream-ordered calls on a CUDA device").
   if (deps_.backend != nullptr && deps_.backend->kind() == kernels::Backend::kCuda) {
@@ -22,7 +23,7 @@ AttentionService::AttentionService(ServiceDeps deps) : deps_(std::move(deps)) {
                                                        metrics, options);
   ops::SubmissionRingTable::Options ring_options;
   ring_options.device_signals = options.backend != nullptr;
-  ring_options.spin = deps_.ring_spin;
+  ring_options.spin = deps_.poll_spin;
   rings_ = std::make_unique<ops::SubmissionRingTable>(deps_.registry, metrics, ring_options);
 }
 

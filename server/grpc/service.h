@@ -56,8 +56,9 @@ struct ServiceDeps {
   ServiceLimits limits;
   // The longest a stream-ordered call waits for its ready word (--signal-timeout).
   absl::Duration signal_timeout = absl::Seconds(60);
-  // How long the submission-ring poller keeps polling after it took an entry (--worker-spin).
-  absl::Duration ring_spin = absl::ZeroDuration();
+  // How long the submission-ring poller keeps polling after it took an entry, and the
+  // stream-ordered waiter after a call was queued or started (--worker-spin).
+  absl::Duration poll_spin = absl::ZeroDuration();
 };
 
 // Every unary method raw (grpc::ByteBuffer in and out; UnaryCall parses), Session typed.

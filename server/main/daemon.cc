@@ -171,7 +171,7 @@ absl::Status Daemon::Start() {
   deps.call_memory = call_memory_.get();
   deps.peers = peers_.get();
   deps.signal_timeout = config_.signal_timeout;
-  deps.ring_spin = worker_spin_;
+  deps.poll_spin = worker_spin_;
   deps.limits.max_message_bytes = static_cast<uint64_t>(config_.max_message_bytes);
   deps.limits.queue_capacity = config_.queue_capacity;
   deps.limits.workers = config_.workers;

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/cpu_relax.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "server/common/log.h"
@@ -453,6 +454,7 @@ absl::Status StreamOrderedRunner::Enqueue(const std::shared_ptr<Queue>& queue, S
     active_.insert(queue);
     ++pending_;
     if (on_device) ++device_pending_;
+    queued_ = true;
     wake_.Signal();
     if (metrics_ != nullptr && on_device) metrics_->RecordStreamOrdered("device");
   }
@@ -705,6 +707,8 @@ void StreamOrderedRunner::Complete(std::unique_ptr<Entry> entry, absl::Status st
 void StreamOrderedRunner::WaiterLoop() {
   absl::Duration interval = options_.poll;
   const absl::Duration max_interval = std::max(options_.poll, absl::Microseconds(500));
+  const bool spins = options_.spin > absl::ZeroDuration();
+  absl::Time spin_until = absl::InfinitePast();
   absl::MutexLock lock(&mu_);
   while (!stop_) {
     if (pending_ - running_ <= 0 && device_pending_ == 0) {
@@ -713,6 +717,10 @@ void StreamOrderedRunner::WaiterLoop() {
       continue;
     }
     const absl::Time now = absl::Now();
+    if (queued_) {
+      queued_ = false;
+      if (spins) spin_until = now + options_.spin;
+    }
     const bool expired = runner_->scheduler()->drain_expired();
     struct Failure {
       std::unique_ptr<Entry> entry;
@@ -789,6 +797,17 @@ void StreamOrderedRunner::WaiterLoop() {
     interval = progress ? options_.poll : std::min(interval * 2, max_interval);
     // Device calls pending: their events are queried every poll..100 µs.
     if (device_pending_ > 0) interval = std::min(interval, std::max(options_.poll, kDevicePoll));
+    if (spins) {
+      if (progress) spin_until = now + options_.spin;
+      // Host-path calls waiting for their ready word: look again at once, the lock left free
+      // for a moment in between (device-path calls are polled at their own interval).
+      if (!stop_ && pending_ - running_ - device_pending_ > 0 && absl::Now() < spin_until) {
+        mu_.Unlock();
+        for (int i = 0; i < 32; ++i) attnd::CpuRelax();
+        mu_.Lock();
+        continue;
+      }
+    }
     wake_.WaitWithTimeout(&mu_, interval);
   }
 }

@@ -129,6 +129,10 @@ class StreamOrderedRunner {
     absl::Duration signal_timeout = absl::Seconds(60);
     // How often the waiter polls ready words, deadlines and cancellation while calls wait.
     absl::Duration poll = absl::Microseconds(50);
+    // After a call is queued or one starts, the waiter polls again without sleeping for this
+    // long while host-path calls wait (docs/LATENCY.md "Blocking calls through a ring"): a ready
+    // word stored meanwhile starts its call at once. Zero: never.
+    absl::Duration spin = absl::ZeroDuration();
     size_t max_pending_per_queue = 4096;  // RESOURCE_EXHAUSTED beyond it
     // The backend whose NewOrderedQueue() serves calls whose tensors all lie in device regions
     // wholly on the device (docs/SERVICE.md "Stream-ordered calls on a CUDA device"); null, or
@@ -210,6 +214,7 @@ class StreamOrderedRunner {
   int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t device_pending_ ABSL_GUARDED_BY(mu_) = 0;  // entries on a device stream
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool queued_ ABSL_GUARDED_BY(mu_) = false;  // a call was queued since the waiter last looked
   std::thread waiter_;
 };
 

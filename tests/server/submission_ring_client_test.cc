@@ -305,6 +305,30 @@ TEST_F(SpinningRingClientTest, CallsAndRingChangesWhileThePollerSpins) {
   EXPECT_TRUE((*ring)->Close().ok());
 }
 
+TEST_F(SpinningRingClientTest, ReadyWordsStoredWhileTheWaiterSpins) {
+  // The stream-ordered waiter polls without sleeping after a call is queued: a ready word
+  // stored a little later (within and past its spin) starts the call, never earlier.
+  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> ring =
+      client::SubmissionRing::Open(client_.get(), *ring_region_, 0, 8, region_.get());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  for (const int delay_us : {300, 5000}) {
+    for (uint64_t v = 1; v <= 5; ++v) {
+      const uint64_t value = (delay_us == 300 ? 0 : 100) + v;
+      Poison();
+      std::thread store([this, delay_us, value] {
+        std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+        ASSERT_TRUE(Poisoned()) << "ran before its ready word";
+        client::StoreSignal(words_, value);
+      });
+      absl::StatusOr<uint64_t> d = (*ring)->Call(call_, Offset(0), value, Offset(1), value,
+                                                 absl::Seconds(10), absl::Milliseconds(1));
+      store.join();
+      ASSERT_TRUE(d.ok()) << delay_us << " " << v << ": " << d.status();
+      EXPECT_TRUE(Matches()) << delay_us << " " << v;
+    }
+  }
+}
+
 TEST_F(SubmissionRingClientTest, RingCallerRunsPreparedCallsBlocking) {
   for (const uint32_t bad : {0u, 3u, 8192u}) {
     client::RingCallerOptions o;
