@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<RingCaller>> RingCaller::Open(Client* client,
   std::unique_ptr<RingCaller> caller(new RingCaller());
   caller->spin_ = options.spin;
   HostRegionOptions ro;
-  ro.bytes = ring_layout::Bytes(n) + 64;  // the ring, then its done word on a line of its own
+  ro.bytes = ring_layout::Bytes(n) + 128;  // the ring, then done and ready on lines of their own
   ro.timeout = options.timeout;
   if (options.session != nullptr) ro.lease_id = options.session->lease_id();
   absl::StatusOr<std::unique_ptr<HostRegion>> region = HostRegion::Create(client, ro);
@@ -44,6 +44,19 @@ absl::Status RingCaller::Run(uint64_t call_id, absl::Duration timeout) {
   ++value_;
   return ring_->Call(call_id, SubmissionRing::kNoReady, 0, done_offset_, value_, timeout, spin_)
       .status();
+}
+
+absl::Status RingCaller::RunAfter(
+    uint64_t call_id,
+    const std::function<absl::Status(uint64_t* word, uint64_t value)>& enqueue_ready,
+    absl::Duration timeout) {
+  if (ring_ == nullptr) return absl::FailedPreconditionError("RingCaller: closed");
+  const uint64_t ready_offset = done_offset_ + 64;
+  const uint64_t value = value_ + 1;  // ready and done count this caller's calls alike
+  uint64_t* word = reinterpret_cast<uint64_t*>(region_->data() + ready_offset);
+  if (absl::Status s = enqueue_ready(word, value); !s.ok()) return s;
+  value_ = value;
+  return ring_->Call(call_id, ready_offset, value, done_offset_, value, timeout, spin_).status();
 }
 
 absl::Status RingCaller::Close() {

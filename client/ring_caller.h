@@ -1,5 +1,6 @@
 // Blocking calls through a submission ring of the caller's own (docs/SERVICE.md "Blocking calls
-// through a ring"): Open sets up one host region holding a ring and a done word (two RPCs); Run
+// through a ring"): Open sets up one host region holding a ring, a done and a ready word (two
+// RPCs); Run
 // then runs a prepared call and returns once it is over (its outputs in place), with no RPC per
 // call. One thread at a time (the ring has one producer).
 //   ATTND_ASSIGN_OR_RETURN(std::unique_ptr<RingCaller> caller, RingCaller::Open(client.get()));
@@ -8,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -33,7 +35,7 @@ struct RingCallerOptions {
 
 class RingCaller {
  public:
-  // Creates the region (ring_layout::Bytes(entries) + 64 bytes), opens the ring in it.
+  // Creates the region (ring_layout::Bytes(entries) + 128 bytes), opens the ring in it.
   static absl::StatusOr<std::unique_ptr<RingCaller>> Open(Client* client,
                                                           RingCallerOptions options = {});
   ~RingCaller();  // Close(), errors ignored
@@ -47,6 +49,20 @@ class RingCaller {
   // behind it), FAILED_PRECONDITION when the ring was closed (e.g. its lease ended).
   absl::Status Run(uint64_t call_id, absl::Duration timeout = absl::InfiniteDuration());
 
+  // As Run, but the call also waits for the caller's ready word: `enqueue_ready(word, value)`
+  // must arrange for *word = value once the call's inputs are complete (e.g. a
+  // cuStreamWriteValue64 on the producing stream at the word's device address, the region
+  // registered with the GPU runtime through region()), so the thread never synchronises the
+  // device; an error from it is returned and nothing is submitted.
+  absl::Status RunAfter(
+      uint64_t call_id,
+      const std::function<absl::Status(uint64_t* word, uint64_t value)>& enqueue_ready,
+      absl::Duration timeout = absl::InfiniteDuration());
+
+  // The caller's region (the ring, the done word, the ready word): for a GPU runtime
+  // registration of its pages.
+  const HostRegion& region() const { return *region_; }
+
   // Closes the ring, then unregisters the region; idempotent.
   absl::Status Close();
 
@@ -56,8 +72,8 @@ class RingCaller {
   RingCaller() = default;
   std::unique_ptr<HostRegion> region_;
   std::unique_ptr<SubmissionRing> ring_;
-  uint64_t done_offset_ = 0;
-  uint64_t value_ = 0;  // the done word's value of the latest Run
+  uint64_t done_offset_ = 0;  // the done word, then the ready word 64 bytes on
+  uint64_t value_ = 0;        // the done word's value of the latest Run
   absl::Duration spin_;
 };
 

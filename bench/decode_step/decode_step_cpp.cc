@@ -18,7 +18,9 @@
 //                   prepared once, without signals: only the call id travels), ring (the
 //                   prepared call through a submission ring, SubmissionRing::Call: no RPC per
 //                   call; the thread waits for the done word in a host region, polling it for
-//                   --wait-spin first; these lines carry no daemon CallStats).
+//                   --wait-spin first; these lines carry no daemon CallStats), ring_stream (a
+//                   RingCaller: the stream writes the call's ready word after the producer and
+//                   the thread waits for the done word without synchronising the stream).
 // The caller never runs more than two steps ahead of its stream (as the Python frontend: the end
 // of step i-1 is awaited, by polling, before step i+1 starts), so a full launch queue never
 // blocks it inside a measured call. The baseline: the same chain with the DSA kernels launched in
@@ -30,7 +32,7 @@
 // call. Blocking lines also carry the daemon's CallStats (p50 of compute, total, added) and the
 // client's wall time per call, so the line itself says where a layer's time goes.
 //   decode_step_cpp --target=unix:/tmp/a.sock --out=r.jsonl [--batch=64,128] [--submit=ring|rpc]
-//     [--paths=stream_ordered,blocking] [--blocking-via=session,unary,prepared,ring]
+//     [--paths=stream_ordered,blocking] [--blocking-via=session,unary,prepared,ring,ring_stream]
 //     [--wait-spin=2000 (µs; blocking via ring)]
 //     [--regions=per_kind|one] [--layers=61] [--steps=30] [--warmup=3] [--blocking-steps=5]
 //     [--ctx=32768] [--heads=128] [--topk=2048] [--signals=host,device] [--stream-timeout=60]
@@ -77,6 +79,7 @@
 #include "client/client.h"
 #include "client/device_region.h"
 #include "client/host_region.h"
+#include "client/ring_caller.h"
 #include "client/session.h"
 #include "client/stream_ordered.h"
 #include "client/submission_ring.h"
@@ -780,8 +783,8 @@ double P50(std::vector<double> v) {
 // through a submission ring (SubmissionRing::Call). extra: the daemon's CallStats (p50 over the
 // measured calls; none through the ring) and the client's wall time per call.
 absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client, Model* m,
-                                       const std::string& via, uint64_t* seq, cudaStream_t stream,
-                                       std::string* extra) {
+                                       const StreamOps& ops, const std::string& via, uint64_t* seq,
+                                       cudaStream_t stream, std::string* extra) {
   std::vector<dsa::Params> params;
   for (int64_t l = 0; l < m->layers; ++l) {
     params.push_back(m->Params(l));
@@ -792,7 +795,12 @@ absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client,
   Words words;  // via ring: the done words
   std::unique_ptr<client::HostRegion> ring_region;
   std::unique_ptr<client::SubmissionRing> ring;
+  std::unique_ptr<client::RingCaller> caller;  // via ring_stream
+  CUdeviceptr ready_device = 0;                // its ready word, mapped into this context
+  bool caller_registered = false;
   auto release = [&] {
+    if (caller_registered) cudaHostUnregister(caller->region().data());
+    if (caller != nullptr) (void)caller->Close();
     if (ring != nullptr) (void)ring->Close();
     for (uint64_t id : ids) (void)client::ReleaseCall(client, id);
     if (session != nullptr) (void)session->Close();
@@ -801,7 +809,7 @@ absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client,
     absl::StatusOr<std::unique_ptr<client::Session>> s = client::Session::Open(client);
     if (!s.ok()) return s.status();
     session = std::move(*s);
-  } else if (via == "prepared" || via == "ring") {
+  } else if (via == "prepared" || via == "ring" || via == "ring_stream") {
     for (int64_t l = 0; l < m->layers; ++l) {
       absl::StatusOr<uint64_t> id = client::PrepareCall(client, params[l]);
       if (!id.ok()) {
@@ -819,16 +827,57 @@ absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client,
       return s;
     }
   }
+  if (via == "ring_stream") {
+    client::RingCallerOptions co;
+    co.entries = 64;
+    co.spin = absl::Microseconds(o.wait_spin_us);
+    absl::StatusOr<std::unique_ptr<client::RingCaller>> opened =
+        client::RingCaller::Open(client, co);
+    absl::Status s = opened.status();
+    if (s.ok()) {
+      caller = std::move(*opened);
+      const client::HostRegion& r = caller->region();
+      cudaError_t e =
+          cudaHostRegister(r.data(), r.size(), cudaHostRegisterPortable | cudaHostRegisterMapped);
+      void* dp = nullptr;
+      if (e == cudaSuccess) {
+        caller_registered = true;
+        e = cudaHostGetDevicePointer(&dp, r.data(), 0);
+      }
+      if (e != cudaSuccess) s = absl::InternalError(cudaGetErrorString(e));
+      ready_device = reinterpret_cast<CUdeviceptr>(dp);
+    }
+    if (!s.ok()) {
+      release();
+      return s;
+    }
+  }
   std::vector<v1::CallStats> stats;
   std::vector<double> wall_us;
   auto layer = [&](int64_t l, uint64_t) -> absl::StatusOr<double> {
     Produce(m->Q(l), m->q_base, m->acc, m->t * m->heads, m->d_qk, m->Iq(l), m->iq_base,
             m->IqBytes(), stream);
     const double t0 = ThreadCpuNs();
-    DS_CUDA(cudaStreamSynchronize(stream));  // the blocking form: inputs complete first
+    // The blocking form: inputs complete first (ring_stream: the stream writes the ready word
+    // after the producer instead, nothing synchronises).
+    if (caller == nullptr) DS_CUDA(cudaStreamSynchronize(stream));
     const auto w0 = std::chrono::steady_clock::now();
     absl::StatusOr<v1::CallStats> s;
-    if (ring != nullptr) {
+    if (caller != nullptr) {
+      const char* base = caller->region().data();
+      absl::Status r = caller->RunAfter(
+          ids[l],
+          [&](uint64_t* word, uint64_t value) -> absl::Status {
+            const CUdeviceptr at = ready_device + (reinterpret_cast<char*>(word) - base);
+            const CUresult cr = ops.write(reinterpret_cast<CUstream>(stream), at, value,
+                                          CU_STREAM_WRITE_VALUE_DEFAULT);
+            return cr == CUDA_SUCCESS
+                       ? absl::OkStatus()
+                       : absl::InternalError(absl::StrCat("cuStreamWriteValue64: ", cr));
+          },
+          absl::Seconds(o.stream_timeout));
+      s = r.ok() ? absl::StatusOr<v1::CallStats>(v1::CallStats()) : r;
+    } else if (ring != nullptr) {
       // The done word of layer l counts the calls made of it: 1, 2, ...
       const uint64_t value = client::LoadSignal(reinterpret_cast<const uint64_t*>(
                                  words.host + (2 * l + 1) * Words::kSpacing)) +
@@ -860,7 +909,7 @@ absl::StatusOr<LoopResult> RunBlocking(const Options& o, client::Client* client,
   // The measured calls: the last blocking_steps · layers.
   const size_t measured = std::min<size_t>(stats.size(), o.blocking_steps * m->layers);
   std::vector<double> compute, total, added, wall, client_added;
-  if (ring != nullptr) {  // no CallStats: the client's wall per call only
+  if (ring != nullptr || caller != nullptr) {  // no CallStats: the client's wall per call only
     for (size_t i = stats.size() - measured; i < stats.size(); ++i) wall.push_back(wall_us[i]);
     *extra = absl::StrCat(", \"client_wall_us_per_call_p50\": ", J(P50(wall)),
                           ", \"wait_spin_us\": ", o.wait_spin_us);
@@ -964,7 +1013,8 @@ int Main(int argc, char** argv) {
     for (const std::string& path : o.paths)
       ok = ok && (path == "stream_ordered" || path == "blocking");
     for (const std::string& via : o.blocking_via)
-      ok = ok && (via == "session" || via == "unary" || via == "prepared" || via == "ring");
+      ok = ok && (via == "session" || via == "unary" || via == "prepared" || via == "ring" ||
+                  via == "ring_stream");
     if (!ok || (o.submit != "ring" && o.submit != "rpc") ||
         (o.regions != "per_kind" && o.regions != "one")) {
       std::cerr << "decode_step_cpp: bad argument '" << a << "' (see the file's header)\n";
@@ -1068,7 +1118,7 @@ int Main(int argc, char** argv) {
       cudaStreamSynchronize(stream);
       std::string extra;
       absl::StatusOr<LoopResult> r =
-          path == "blocking" ? RunBlocking(o, client, &m, via, &seq, stream, &extra)
+          path == "blocking" ? RunBlocking(o, client, &m, ops, via, &seq, stream, &extra)
                              : RunStreamOrdered(o, client, &m, ops, sig, &seq, stream, &extra);
       std::ostringstream line;
       line << "{\"op\": \"decode_step\", \"preset\": " << Q(preset)

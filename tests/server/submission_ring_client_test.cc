@@ -359,6 +359,45 @@ TEST_F(SubmissionRingClientTest, RingCallerRunsPreparedCallsBlocking) {
   EXPECT_EQ((*caller)->Run(call_).code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(SubmissionRingClientTest, RingCallerRunAfterWaitsForTheReadyWord) {
+  absl::StatusOr<std::unique_ptr<client::RingCaller>> caller =
+      client::RingCaller::Open(client_.get(), {});
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  ASSERT_TRUE((*caller)->Run(call_, absl::Seconds(10)).ok());  // Run and RunAfter mix
+  for (int i = 0; i < 3; ++i) {
+    Poison();
+    std::thread producer;
+    uint64_t* seen = nullptr;
+    absl::Status s = (*caller)->RunAfter(
+        call_,
+        [&](uint64_t* word, uint64_t value) {
+          seen = word;
+          EXPECT_TRUE((*caller)->region().Contains(word, 8));
+          // A "stream" that gets to the write 20 ms later.
+          producer = std::thread([this, word, value] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            EXPECT_TRUE(Poisoned()) << "ran before its ready word";
+            client::StoreSignal(word, value);
+          });
+          return absl::OkStatus();
+        },
+        absl::Seconds(10));
+    producer.join();
+    ASSERT_TRUE(s.ok()) << i << ": " << s;
+    EXPECT_NE(seen, nullptr);
+    EXPECT_TRUE(Matches()) << i;
+  }
+  EXPECT_EQ((*caller)->calls(), 4u);
+  // The callback's error is the call's; nothing was submitted.
+  EXPECT_EQ(
+      (*caller)
+          ->RunAfter(call_, [](uint64_t*, uint64_t) { return absl::InternalError("no stream"); })
+          .code(),
+      absl::StatusCode::kInternal);
+  EXPECT_EQ((*caller)->calls(), 4u);
+  ASSERT_TRUE((*caller)->Run(call_, absl::Seconds(10)).ok());
+}
+
 TEST_F(SubmissionRingClientTest, RingCallerOnASessionEndsWithItsLease) {
   absl::StatusOr<std::unique_ptr<client::Session>> session =
       client::Session::Open(client_.get(), {});
