@@ -336,6 +336,9 @@ bool SubmissionRingTable::Poll(Ring& ring, absl::Time now) {
     e.done_value = LoadRelaxed(slot + L::kDoneValue);
     e.flags = LoadRelaxed(slot + L::kFlags);
     ring.tail = n + 1;
+    // The slot is free for the client again, before the entry's call can end: a client that
+    // sees its done word finds the tail past the entry.
+    StoreRelease(ring.base + L::kTail, ring.tail);
     const uint64_t done[2] = {e.done_offset, e.done_value};
     absl::Status bad;
     if (e.seq != n + 1) {
@@ -378,8 +381,6 @@ bool SubmissionRingTable::Poll(Ring& ring, absl::Time now) {
         Reject(ring, n + 1, invalid ? "invalid" : "rejected", done, s);
       }
     }
-    // The slot is free for the client again.
-    StoreRelease(ring.base + L::kTail, ring.tail);
   }
   return true;
 }
