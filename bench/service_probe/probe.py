@@ -324,81 +324,65 @@ def part_small(args, client, rows, tf):
 def ring_waited(args, client, rows, a, shape, tf):
     """The same call blocking through a submission ring (docs/SERVICE.md "Blocking calls through
     a ring"): SubmissionRing.call per call, no RPC; the caller waits for its done word asleep
-    (poll 50 µs) or polling it for 2 ms. The compute subtracted is the p50 of blocking
-    run_prepared calls of the same prepared call, made first."""
+    (poll 50 µs) or polling it for 2 ms; on CUDA also a RingCaller whose ready word the caller's
+    stream writes (run(stream=...): nothing synchronises). The compute subtracted is the p50 of
+    blocking run_prepared calls of the same prepared call, made first."""
     n = args.iters
     words = client.create_host_region("h4-ring-words", 4096)
     slots = client.create_host_region("h4-ring-slots", 1 << 16)
+
+    def measure(call, submit, spin):
+        for _ in range(args.warmup):
+            call()
+        wall = []
+        c0 = time.process_time()
+        for _ in range(n):
+            t0 = time.perf_counter()
+            call()
+            wall.append(time.perf_counter() - t0)
+        cpu = (time.process_time() - c0) / n
+        rows.add(
+            op="sparse_mla",
+            probe="small",
+            preset=preset_of(shape),
+            path="blocking",
+            api="unary",
+            prepared=True,
+            submit=submit,
+            wait_spin_ms=spin * 1e3,
+            compute_from="blocking_run_prepared_p50",
+            compute_p50_us=us(compute),
+            wall_p50_us=us(pct(wall, 50)),
+            wall_p90_us=us(pct(wall, 90)),
+            overhead_p50_us=us(pct(wall, 50) - compute),
+            overhead_p90_us=us(pct(wall, 90) - compute),
+            caller_cpu_us_per_call=us(cpu),
+            iters=n,
+        )
+
     try:
         call_id = client.prepare_call("sparse_mla", **a)
         comp = [client.run_prepared(call_id).compute_seconds for _ in range(max(20, args.warmup))]
         compute = pct(comp, 50)
         done = ac.SignalWord(words)
         ring = client.open_ring(slots, offset=0, entries=64, signals=words)
-        value = 0
+        value = [0]
+
+        def ring_call(spin):
+            value[0] += 1
+            ring.call(call_id, done, value[0], timeout=60, spin=spin)
+
         for spin in (0.0, 0.002):
-            for _ in range(args.warmup):
-                value += 1
-                ring.call(call_id, done, value, timeout=60, spin=spin)
-            wall = []
-            c0 = time.process_time()
-            for _ in range(n):
-                value += 1
-                t0 = time.perf_counter()
-                ring.call(call_id, done, value, timeout=60, spin=spin)
-                wall.append(time.perf_counter() - t0)
-            cpu = (time.process_time() - c0) / n
-            rows.add(
-                op="sparse_mla",
-                probe="small",
-                preset=preset_of(shape),
-                path="blocking",
-                api="unary",
-                prepared=True,
-                submit="ring_wait",
-                wait_spin_ms=spin * 1e3,
-                compute_from="blocking_run_prepared_p50",
-                compute_p50_us=us(compute),
-                wall_p50_us=us(pct(wall, 50)),
-                wall_p90_us=us(pct(wall, 90)),
-                overhead_p50_us=us(pct(wall, 50) - compute),
-                overhead_p90_us=us(pct(wall, 90) - compute),
-                caller_cpu_us_per_call=us(cpu),
-                iters=n,
-            )
+            measure(lambda spin=spin: ring_call(spin), "ring_wait", spin)
         ring.close()
         if args.device == "cuda":
-            # RingCaller.run(stream=...): the caller's stream writes the ready word, nothing
-            # synchronises; the thread polls the done word for 2 ms.
             stream = tf.torch.cuda.current_stream().cuda_stream
             with client.ring_caller(entries=64, spin=0.002) as caller:
-                for _ in range(args.warmup):
-                    caller.run(call_id, timeout=60, stream=stream)
-                wall = []
-                c0 = time.process_time()
-                for _ in range(n):
-                    t0 = time.perf_counter()
-                    caller.run(call_id, timeout=60, stream=stream)
-                    wall.append(time.perf_counter() - t0)
-                cpu = (time.process_time() - c0) / n
-            rows.add(
-                op="sparse_mla",
-                probe="small",
-                preset=preset_of(shape),
-                path="blocking",
-                api="unary",
-                prepared=True,
-                submit="ring_caller_stream",
-                wait_spin_ms=2.0,
-                compute_from="blocking_run_prepared_p50",
-                compute_p50_us=us(compute),
-                wall_p50_us=us(pct(wall, 50)),
-                wall_p90_us=us(pct(wall, 90)),
-                overhead_p50_us=us(pct(wall, 50) - compute),
-                overhead_p90_us=us(pct(wall, 90) - compute),
-                caller_cpu_us_per_call=us(cpu),
-                iters=n,
-            )
+                measure(
+                    lambda: caller.run(call_id, timeout=60, stream=stream),
+                    "ring_caller_stream",
+                    0.002,
+                )
         client.release_call(call_id)
     except (ac.AttndError, RuntimeError) as e:
         error = f"{e.code.name}: {e}" if isinstance(e, ac.AttndError) else repr(e)
