@@ -795,7 +795,9 @@ class Runner:
                 ring_region = client.create_host_region(
                     f"ds-ring-{os.getpid()}-{next(_names)}", ring_bytes(entries)
                 )
-                ring = self._open_ring(ring_region, entries, words.region)
+                ring = self._open_ring(
+                    ring_region, entries, words.region, getattr(words, "host", None)
+                )
             self.seq = max(self.seq, max(words.value(i) for i in range(2 * m.layers)))
 
             tr = self.tracer
@@ -889,7 +891,7 @@ class Runner:
                 client.release_call(call_id)
             words.close()
 
-    def _open_ring(self, region, entries: int, signal_region: str):
+    def _open_ring(self, region, entries: int, signal_region: str, signal_host=None):
         from attnd_client._proto import pb
         from attnd_client.rings import SubmissionRing
 
@@ -902,7 +904,9 @@ class Runner:
             response = self.client._stub.OpenRing(request, timeout=60)
         except grpc.RpcError as e:
             raise AttndError.from_rpc_error(e) from None
-        return SubmissionRing(self.client, response.ring_id, region, 0, entries)
+        # signal_host: the words' HostRegion when they are host words (SubmissionRing.call
+        # checks words against it); device words have none.
+        return SubmissionRing(self.client, response.ring_id, region, 0, entries, signal_host)
 
     def check(self, lib: Inproc | None) -> dict:
         """The last layer's out (left by the measured path) against the baseline's kernels on
