@@ -263,11 +263,13 @@ void Scheduler::SpinForWork() {
     seen = wakeups_.load();
   }
   if (idle) {
-    const absl::Time until = absl::Now() + options_.spin;
+    const absl::Time start = absl::Now();
+    const absl::Time until = start + options_.spin;
     for (int i = 1; wakeups_.load() == seen; ++i) {
       attnd::CpuRelax();
       if (i % 64 == 0 && absl::Now() >= until) break;
     }
+    if (options_.on_spin) options_.on_spin(absl::ToDoubleSeconds(absl::Now() - start));
   }
   spinning_.store(false);
 }

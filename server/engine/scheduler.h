@@ -68,6 +68,8 @@ class Scheduler {
     // (the attnd_queue_depth / attnd_workers_busy gauges), in order, under the scheduler's lock:
     // it must be quick and must not call back into the scheduler.
     std::function<void(int queued, int running)> on_load;
+    // Called after each spin (Options::spin) with the seconds it lasted; may be null.
+    std::function<void(double seconds)> on_spin;
     // How often the watchdog polls the `cancelled` of queued and running jobs (deadlines are
     // met to the watchdog's wake-up, not polled).
     absl::Duration cancel_poll = absl::Milliseconds(20);

@@ -148,6 +148,7 @@ absl::Status Daemon::Start() {
   worker_spin_ = config_.worker_spin.value_or(use_gpu ? kGpuWorkerSpin : absl::ZeroDuration());
   sopt.spin = worker_spin_;
   sopt.on_load = [m](int queued, int running) { m->SetQueueLoad(queued, running); };
+  sopt.on_spin = [m](double seconds) { m->AddPollSpin("worker", seconds); };
   scheduler_ = std::make_unique<engine::Scheduler>(sopt, backend_.get());
   metrics_->SetQueueLimits(scheduler_->capacity(), std::max(1, scheduler_->workers()));
 

@@ -197,6 +197,16 @@ Metrics::Metrics(prometheus::Registry* registry, absl::string_view version,
                 .Help("Submission rings (OpenRing) open now.")
                 .Register(*registry)
                 .Add({});
+  auto& spin = prometheus::BuildCounter()
+                   .Name("attnd_poll_spin_seconds_total")
+                   .Help(
+                       "Seconds daemon threads spent polling without sleeping (--worker-spin), "
+                       "by thread: worker, ring (the submission-ring poller), waiter (the "
+                       "stream-ordered waiter).")
+                   .Register(*registry);
+  spin_worker_ = &spin.Add({{"thread", "worker"}});
+  spin_ring_ = &spin.Add({{"thread", "ring"}});
+  spin_waiter_ = &spin.Add({{"thread", "waiter"}});
   absl::MutexLock lock(&mu_);
   for (const std::string& op : ops) {
     ForOp(op);
@@ -273,6 +283,14 @@ void Metrics::RecordGraph(absl::string_view result) {
 
 void Metrics::RecordStreamOrdered(absl::string_view event) {
   stream_ordered_->Add({{"event", std::string(event)}}).Increment();
+}
+
+void Metrics::AddPollSpin(absl::string_view thread, double seconds) {
+  prometheus::Counter* c = thread == "worker"   ? spin_worker_
+                           : thread == "ring"   ? spin_ring_
+                           : thread == "waiter" ? spin_waiter_
+                                                : nullptr;
+  if (c != nullptr && seconds > 0) c->Increment(seconds);
 }
 
 void Metrics::RecordRingEntry(absl::string_view result) {

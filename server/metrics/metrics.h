@@ -89,6 +89,10 @@ class Metrics {
   // (attnd_submission_rings).
   void RecordRingEntry(absl::string_view result);
   void SetSubmissionRings(int64_t open) { rings_->Set(static_cast<double>(open)); }
+  // Seconds a daemon thread spent polling without sleeping (--worker-spin), by thread: "worker"
+  // (a scheduler worker waiting for a call), "ring" (the submission-ring poller), "waiter" (the
+  // stream-ordered waiter) (attnd_poll_spin_seconds_total). Another name is ignored.
+  void AddPollSpin(absl::string_view thread, double seconds);
 
  private:
   struct OpMetrics {
@@ -141,6 +145,9 @@ class Metrics {
   prometheus::Gauge* prepared_calls_ = nullptr;
   prometheus::Family<prometheus::Counter>* ring_entries_ = nullptr;
   prometheus::Gauge* rings_ = nullptr;
+  prometheus::Counter* spin_worker_ = nullptr;
+  prometheus::Counter* spin_ring_ = nullptr;
+  prometheus::Counter* spin_waiter_ = nullptr;
 
   absl::Mutex mu_;
   std::map<std::string, OpMetrics> ops_ ABSL_GUARDED_BY(mu_);

@@ -709,9 +709,18 @@ void StreamOrderedRunner::WaiterLoop() {
   const absl::Duration max_interval = std::max(options_.poll, absl::Microseconds(500));
   const bool spins = options_.spin > absl::ZeroDuration();
   absl::Time spin_until = absl::InfinitePast();
+  absl::Time spin_started = absl::InfinitePast();  // the current stretch of spinning
+  auto spin_ended = [&]() {
+    if (spin_started == absl::InfinitePast()) return;
+    if (metrics_ != nullptr) {
+      metrics_->AddPollSpin("waiter", absl::ToDoubleSeconds(absl::Now() - spin_started));
+    }
+    spin_started = absl::InfinitePast();
+  };
   absl::MutexLock lock(&mu_);
   while (!stop_) {
     if (pending_ - running_ <= 0 && device_pending_ == 0) {
+      spin_ended();
       wake_.Wait(&mu_);
       interval = options_.poll;
       continue;
@@ -802,14 +811,17 @@ void StreamOrderedRunner::WaiterLoop() {
       // Host-path calls waiting for their ready word: look again at once, the lock left free
       // for a moment in between (device-path calls are polled at their own interval).
       if (!stop_ && pending_ - running_ - device_pending_ > 0 && absl::Now() < spin_until) {
+        if (spin_started == absl::InfinitePast()) spin_started = absl::Now();
         mu_.Unlock();
         for (int i = 0; i < 32; ++i) attnd::CpuRelax();
         mu_.Lock();
         continue;
       }
     }
+    spin_ended();
     wake_.WaitWithTimeout(&mu_, interval);
   }
+  spin_ended();
 }
 
 }  // namespace attnd::server::ops

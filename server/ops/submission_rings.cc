@@ -391,6 +391,13 @@ void SubmissionRingTable::PollerLoop() {
   const absl::Duration max_interval = std::max(options_.poll, absl::Microseconds(500));
   const bool spins = options_.spin > absl::ZeroDuration();
   absl::Time spin_until = absl::InfinitePast();
+  absl::Time spin_started = absl::InfinitePast();  // the current stretch of spinning
+  auto spin_ended = [&](absl::Time now) {
+    if (spin_started == absl::InfinitePast()) return;
+    if (metrics_ != nullptr)
+      metrics_->AddPollSpin("ring", absl::ToDoubleSeconds(now - spin_started));
+    spin_started = absl::InfinitePast();
+  };
   std::vector<std::shared_ptr<Ring>> sweep;
   absl::MutexLock lock(&mu_);
   while (!stop_) {
@@ -440,14 +447,17 @@ void SubmissionRingTable::PollerLoop() {
       if (progress) spin_until = now + options_.spin;
       if (now < spin_until && lockers_.load(std::memory_order_relaxed) == 0) {
         // Spinning: the next sweep at once, the locks left free for a moment in between.
+        if (spin_started == absl::InfinitePast()) spin_started = now;
         mu_.Unlock();
         for (int i = 0; i < 32; ++i) attnd::CpuRelax();
         mu_.Lock();
         continue;
       }
     }
+    spin_ended(absl::Now());
     wake_.WaitWithTimeout(&mu_, interval);
   }
+  spin_ended(absl::Now());
 }
 
 }  // namespace attnd::server::ops

@@ -717,3 +717,30 @@ def test_ring_caller_with_a_stream_waits_for_the_streams_ready_word(client, rng)
         client.release_call(call_id)
     finally:
         region.close()
+
+
+def test_poll_spin_seconds_count_each_polling_thread(make_daemon, daemon, rng):
+    """attnd_poll_spin_seconds_total{thread}: zero on a daemon that does not poll (the CPU
+    default); with --worker-spin=1ms, ring calls make the worker and the ring poller spin and a
+    call whose ready word comes later makes the waiter spin (docs/SERVICE.md "Metrics")."""
+    quiet = parse_metrics(daemon.scrape())
+    for thread in ("worker", "ring", "waiter"):
+        assert sample(quiet, "attnd_poll_spin_seconds_total", thread=thread) == 0, thread
+    d = make_daemon("--worker-spin=1ms")
+    c = d.client()
+    case = make_case("sparse_mla", rng)
+    region = c.create_host_region("spin-metrics", region_bytes(case) + 4096)
+    args, _, _ = stage(region, case)
+    call_id = c.prepare_call("sparse_mla", **args)
+    with c.ring_caller(entries=4, spin=0.0) as caller:
+        for _ in range(20):
+            caller.run(call_id, timeout=60)
+    slots = c.create_host_region("spin-metrics-ring", 1 << 16)
+    ring = c.open_ring(slots, entries=4, signals=region)
+    ready, done = SignalWord(region), SignalWord(region)
+    threading.Timer(0.05, ready.set, (1,)).start()
+    ring.call(call_id, done, 1, ready=ready, ready_value=1, timeout=60)
+    ring.close()
+    samples = parse_metrics(d.scrape())
+    for thread in ("worker", "ring", "waiter"):
+        assert sample(samples, "attnd_poll_spin_seconds_total", thread=thread) > 0, thread
