@@ -118,6 +118,7 @@ int InfoCommand(const CtlOptions& o) {
     limits.Add("workers", l.workers()).Add("cpu_threads", l.cpu_threads());
     limits.Add("allow_client_shm", l.allow_client_shm()).Add("max_rank", l.max_rank());
     limits.Add("device_handle_bytes", uint64_t{l.device_handle_bytes()});
+    limits.Add("worker_spin_ns", l.worker_spin_ns());
     JsonObject j;
     j.Add("target", o.connect.target).Add("version", info->version());
     j.Add("backend", info->backend()).AddRaw("devices", JsonArray(devices));
@@ -160,9 +161,10 @@ int InfoCommand(const CtlOptions& o) {
   }
   std::printf(
       "limits  max message %llu B, queue %d, workers %d, cpu threads %d, "
-      "client shm %s, max rank %d\n",
+      "client shm %s, max rank %d, worker spin %s\n",
       static_cast<unsigned long long>(l.max_message_bytes()), l.queue_capacity(), l.workers(),
-      l.cpu_threads(), l.allow_client_shm() ? "allowed" : "off", l.max_rank());
+      l.cpu_threads(), l.allow_client_shm() ? "allowed" : "off", l.max_rank(),
+      absl::FormatDuration(absl::Nanoseconds(l.worker_spin_ns())).c_str());
   return kExitOk;
 }
 

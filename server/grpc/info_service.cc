@@ -75,6 +75,8 @@ grpc::ServerUnaryReactor* AttentionService::GetInfo(grpc::CallbackServerContext*
   limits->set_pool_bytes_per_device(deps_.limits.pool_bytes_per_device);
   limits->set_graphs(deps_.limits.graphs);
   limits->set_streams_per_device(deps_.limits.streams_per_device);
+  limits->set_worker_spin_ns(
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(deps_.limits.worker_spin)));
   call->Reply(absl::OkStatus());
   return call;
 }

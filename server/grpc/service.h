@@ -39,6 +39,7 @@ struct ServiceLimits {
   uint64_t pool_bytes_per_device = 0;  // GPU backends
   bool graphs = false;
   int streams_per_device = 0;
+  absl::Duration worker_spin = absl::ZeroDuration();  // --worker-spin resolved
 };
 
 // Everything the service uses; borrowed, must outlive the service (and the grpc::Server).

@@ -173,6 +173,7 @@ absl::Status Daemon::Start() {
   deps.peers = peers_.get();
   deps.signal_timeout = config_.signal_timeout;
   deps.poll_spin = worker_spin_;
+  deps.limits.worker_spin = worker_spin_;
   deps.limits.max_message_bytes = static_cast<uint64_t>(config_.max_message_bytes);
   deps.limits.queue_capacity = config_.queue_capacity;
   deps.limits.workers = config_.workers;

@@ -151,17 +151,21 @@ def test_second_signal_exits_at_once(make_daemon):
 
 
 def test_worker_spin_flag(attnd_bin, make_daemon, tmp_path):
-    """--worker-spin: auto (the default) is 0 on the CPU backend, a duration is taken as given,
-    anything else stops attnd at start (exit 2) with the flag named."""
+    """--worker-spin: auto (the default) is 0 on the CPU backend, a duration is taken as given
+    (the log and GetInfo's limits.worker_spin_ns say which), anything else stops attnd at start
+    (exit 2) with the flag named."""
 
     def serving_spin(d):
         line = next(x for x in d.log().splitlines() if "attnd serving" in x)
         return re.search(r"worker_spin=(\S+)", line).group(1)
 
-    assert serving_spin(make_daemon("--workers=1", "--cpu-threads=1")) == "0"
+    quiet = make_daemon("--workers=1", "--cpu-threads=1")
+    assert serving_spin(quiet) == "0"
+    assert quiet.client().info().limits.worker_spin_ns == 0
     d = make_daemon("--workers=1", "--cpu-threads=1", "--worker-spin=250us")
     assert serving_spin(d) == "250us"
     assert d.client().health() == "SERVING"
+    assert d.client().info().limits.worker_spin_ns == 250_000  # GetInfo says it too
     sock = f"unix:{tmp_path}/s.sock"
     for value in ("fast", "20ms", "-1ms"):
         p = subprocess.run(
