@@ -35,7 +35,7 @@ grpc::ServerUnaryReactor* AttentionService::RunOp(ops::OpId id, grpc::CallbackSe
     const v1::Signal* done = ops::FindSignal(*request_copy, "done");
     const std::string key = absl::StrCat(cc.owner, " ", ctx->peer());
     call->Reply(EnqueueStreamOrdered(stream()->KeyedQueue(key), id, std::move(request_copy), ready,
-                                     done, /*validated=*/false, std::move(cc), nullptr,
+                                     done, /*prepared=*/nullptr, std::move(cc), nullptr,
                                      call->response()->mutable_stats()));
     return call;
   }

@@ -50,7 +50,7 @@ absl::StatusOr<std::pair<ops::OpId, const google::protobuf::Message*>> PreparedO
 absl::Status AttentionService::EnqueueStreamOrdered(
     const std::shared_ptr<ops::StreamOrderedRunner::Queue>& queue, ops::OpId id,
     std::shared_ptr<const google::protobuf::Message> request, const v1::Signal* ready,
-    const v1::Signal* done, bool validated, ops::CallContext ctx,
+    const v1::Signal* done, const ops::PreparedCallEntry* prepared, ops::CallContext ctx,
     std::function<void(absl::Status)> finished, v1::CallStats* stats) {
   if (ctx.request_id == 0) ctx.request_id = deps_.runner->NewRequestId();
   const uint64_t request_id = ctx.request_id;
@@ -60,7 +60,9 @@ absl::Status AttentionService::EnqueueStreamOrdered(
   s.ready = ready;
   s.done = done;
   s.ctx = std::move(ctx);
-  s.validated = validated;
+  // A prepared call was validated, and its regions' kinds looked at, when it was prepared.
+  s.validated = prepared != nullptr;
+  if (prepared != nullptr) s.names_host_region = prepared->names_host_region;
   s.finished = std::move(finished);
   absl::Status status = stream_->Enqueue(queue, std::move(s));
   if (status.ok() && stats != nullptr) {
@@ -94,6 +96,7 @@ absl::StatusOr<uint64_t> AttentionService::Prepare(
   absl::Status c = ops::CheckCall(*deps_.ops, op->first, *copy, prep, ops::Placement::kAllInRegions,
                                   &entry.regions);
   if (!c.ok()) return c;
+  entry.names_host_region = ops::NamesHostRegion(*copy, deps_.registry, caller.owner);
   entry.owner = caller.owner;
   entry.lease = lease;
   entry.op = op->first;
@@ -181,11 +184,11 @@ grpc::ServerUnaryReactor* AttentionService::RunPrepared(grpc::CallbackServerCont
   cc.memory = NewCallMemory(ctx->peer());
   if (request.has_ready() || request.has_done()) {
     // Answered at once: nothing may refer to the gRPC call afterwards.
-    call->Reply(EnqueueStreamOrdered(
-        stream_->KeyedQueue(absl::StrCat(owner, " ", ctx->peer())), (*entry)->op, (*entry)->request,
-        request.has_ready() ? &request.ready() : nullptr,
-        request.has_done() ? &request.done() : nullptr,
-        /*validated=*/true, std::move(cc), nullptr, call->response()->mutable_stats()));
+    call->Reply(EnqueueStreamOrdered(stream_->KeyedQueue(absl::StrCat(owner, " ", ctx->peer())),
+                                     (*entry)->op, (*entry)->request,
+                                     request.has_ready() ? &request.ready() : nullptr,
+                                     request.has_done() ? &request.done() : nullptr, entry->get(),
+                                     std::move(cc), nullptr, call->response()->mutable_stats()));
     return call;
   }
   cc.cancelled = [ctx] { return ctx->IsCancelled(); };

@@ -41,7 +41,7 @@ absl::StatusOr<v1::OpenRingResponse> AttentionService::OpenRingFor(
     cc.owner = owner;
     cc.memory = NewCallMemory(t.grpc_peer);
     return EnqueueStreamOrdered(t.queue, (*entry)->op, (*entry)->request, ready, &done,
-                                /*validated=*/true, std::move(cc), nullptr, nullptr);
+                                entry->get(), std::move(cc), nullptr, nullptr);
   };
   absl::StatusOr<uint64_t> id = rings_->Open(std::move(spec));
   if (!id.ok()) return id.status();

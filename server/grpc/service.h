@@ -168,8 +168,8 @@ class AttentionService final : public RawUnaryAttentionService {
   absl::Status EnqueueStreamOrdered(const std::shared_ptr<ops::StreamOrderedRunner::Queue>& queue,
                                     ops::OpId id,
                                     std::shared_ptr<const google::protobuf::Message> request,
-                                    const v1::Signal* ready, const v1::Signal* done, bool validated,
-                                    ops::CallContext ctx,
+                                    const v1::Signal* ready, const v1::Signal* done,
+                                    const ops::PreparedCallEntry* prepared, ops::CallContext ctx,
                                     std::function<void(absl::Status)> finished,
                                     v1::CallStats* stats);
   // PrepareCall's body: validates the op request (every tensor in a region) in `caller`'s

@@ -297,7 +297,7 @@ class SessionReactor final : public SessionReactorBase {
       StreamOrdered(id, request, response,
                     std::shared_ptr<const google::protobuf::Message>(request, &op_request),
                     ops::FindSignal(op_request, "ready"), ops::FindSignal(op_request, "done"),
-                    /*validated=*/false, MutableStats(op_response));
+                    /*prepared=*/nullptr, MutableStats(op_response));
       return true;
     }
     auto cancelled = std::make_shared<std::atomic<bool>>(false);
@@ -359,8 +359,9 @@ class SessionReactor final : public SessionReactorBase {
   void StreamOrdered(ops::OpId id, std::shared_ptr<v1::SessionRequest> request,
                      std::shared_ptr<v1::SessionResponse> response,
                      std::shared_ptr<const google::protobuf::Message> op_request,
-                     const v1::Signal* ready, const v1::Signal* done, bool validated,
-                     v1::CallStats* stats) ABSL_LOCKS_EXCLUDED(mu_) {
+                     const v1::Signal* ready, const v1::Signal* done,
+                     const ops::PreparedCallEntry* prepared, v1::CallStats* stats)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     auto cancelled = std::make_shared<std::atomic<bool>>(false);
     const uint64_t client_id = request->request_id();
     std::shared_ptr<ops::StreamOrderedRunner::Queue> queue;
@@ -380,7 +381,7 @@ class SessionReactor final : public SessionReactorBase {
     cc.request_id = deps_.runner->NewRequestId();
     const uint64_t server_id = cc.request_id;
     absl::Status s = service_->EnqueueStreamOrdered(
-        queue, id, std::move(op_request), ready, done, validated, std::move(cc),
+        queue, id, std::move(op_request), ready, done, prepared, std::move(cc),
         [this, id, client_id, server_id, cancelled](absl::Status status) {
           if (!status.ok()) {
             auto failed = std::make_shared<v1::SessionResponse>();
@@ -425,7 +426,7 @@ class SessionReactor final : public SessionReactorBase {
     if (run.has_ready() || run.has_done()) {
       StreamOrdered((*entry)->op, request, response, (*entry)->request,
                     run.has_ready() ? &run.ready() : nullptr,
-                    run.has_done() ? &run.done() : nullptr, /*validated=*/true, stats);
+                    run.has_done() ? &run.done() : nullptr, entry->get(), stats);
       return;
     }
     // Blocking, like the op's own call: the reply carries its stats.

@@ -33,6 +33,9 @@ struct PreparedCallEntry {
   OpId op = OpId::kSparseMla;
   std::shared_ptr<const google::protobuf::Message> request;  // the op request, all in regions
   std::vector<std::string> regions;                          // the region names it uses
+  // A tensor lies in a host region (so the CUDA device path is out): fixed for the call's life,
+  // which ends when one of its regions goes.
+  bool names_host_region = false;
 };
 
 class PreparedCallTable {

@@ -390,7 +390,12 @@ absl::Status StreamOrderedRunner::Enqueue(const std::shared_ptr<Queue>& queue, S
   prep.owner = entry->ctx.owner;
   // A host-region tensor rules the device path out: no resolution here to find that out (the
   // host path resolves the call when it starts).
-  if (device_capable && !NamesHostRegion(*entry->request, registry_, entry->ctx.owner)) {
+  const auto names_host_region = [&] {
+    return s.names_host_region.has_value()
+               ? *s.names_host_region
+               : NamesHostRegion(*entry->request, registry_, entry->ctx.owner);
+  };
+  if (device_capable && !names_host_region()) {
     // Resolved and validated now: the device path keeps this call (its pins) until it is over.
     const OpHandler* handler = ops_->Find(s.id);
     entry->response = NewOpResponse(s.id);

@@ -168,6 +168,9 @@ class StreamOrderedRunner {
     CallContext ctx;                    // request_id must be set (CallRunner::NewRequestId)
     // Skip the dry run (a prepared call, validated when it was prepared).
     bool validated = false;
+    // Whether a tensor lies in a host region, when known (a prepared call's); unset: Enqueue looks
+    // (NamesHostRegion) on a backend with the device path.
+    std::optional<bool> names_host_region;
     // Called exactly once when the call is over (done stored): OK, or why it failed. On any
     // thread (the waiter, a scheduler worker). Not called when Enqueue fails.
     std::function<void(absl::Status)> finished;

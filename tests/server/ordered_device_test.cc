@@ -12,6 +12,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -286,10 +287,12 @@ class OrderedRunnerTest : public ::testing::Test {
   // Enqueues `req`; its outcome lands in statuses_[index] when it is over.
   absl::Status Enqueue(const std::shared_ptr<ops::StreamOrderedRunner::Queue>& q,
                        std::shared_ptr<v1::SparseMlaRequest> req, int index,
-                       absl::Duration deadline = absl::Seconds(20)) {
+                       absl::Duration deadline = absl::Seconds(20),
+                       std::optional<bool> names_host_region = std::nullopt) {
     ops::StreamOrderedRunner::Submission s;
     s.id = ops::OpId::kSparseMla;
     s.request = req;
+    s.names_host_region = names_host_region;
     s.ready = ops::FindSignal(*req, "ready");
     s.done = ops::FindSignal(*req, "done");
     s.ctx.request_id = runner_->NewRequestId();
@@ -443,6 +446,19 @@ TEST_F(OrderedRunnerTest, InlineInputsTakeTheDevicePathHostRegionsDoNot) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("device region"), std::string::npos) << s;
   EXPECT_EQ(device_.all().size(), 1u);
+}
+
+TEST_F(OrderedRunnerTest, AKnownHostRegionFlagIsTakenAsGiven) {
+  // A prepared call says whether it names a host region (known since PrepareCall): Enqueue
+  // takes that instead of looking at the request's regions.
+  auto q = stream_->NewQueue("session test");
+  const absl::Status s = Enqueue(q, Request(0, 1, 10, 1), 0, absl::Seconds(20), true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;  // device words, host path
+  EXPECT_EQ(device_.all().size(), 0u);
+  ASSERT_TRUE(Enqueue(q, Request(1, 1, 11, 1), 1, absl::Seconds(20), false).ok());
+  EXPECT_EQ(device_.all().size(), 1u);
+  __atomic_store_n(Word(1), 1, __ATOMIC_RELEASE);
+  EXPECT_TRUE(AwaitDone(1));
 }
 
 TEST_F(OrderedRunnerTest, EndingTheRunnerCancelsPendingDeviceCalls) {
