@@ -179,7 +179,9 @@ __device__ __forceinline__ void ForEachInSegment(const Segment& s, F&& f) {
 // ---- Filtering a chunk into the buffer.
 
 // Appends the chunk's logits >= floor to the buffer (any order; positions past kFilterCapacity
-// are counted, not written). No barrier.
+// are counted, not written). No barrier. When the warp's entries all fit (the usual case), each
+// element is one predicated shared store, no branch: per-element branches made this the
+// kernel's largest block of instructions (docs/KERNELS.md "Top-k, threshold filter").
 template <int kThreads>
 __device__ __forceinline__ void AppendChunk(Cta<kThreads>& cta, const Segment& s, uint32_t base,
                                             const uint4 (&bits)[kV], float floor) {
@@ -199,6 +201,29 @@ __device__ __forceinline__ void AppendChunk(Cta<kThreads>& cta, const Segment& s
   if (LaneOf() == kLanes - 1) pos = atomicAdd(&cta.h->count, incl);
   pos = __shfl_sync(kFullMask, pos, kLanes - 1) + incl - mine;
   if (take == 0) return;
+  if (pos + mine <= kFilterCapacity) {
+    // An admitted logit is never NaN, so its key is radix::KeyOfBits' sign-flip map alone.
+    const uint32_t entries = static_cast<uint32_t>(__cvta_generic_to_shared(cta.entries));
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      const uint32_t col = static_cast<uint32_t>(
+          s.plan.first_col + kGroupElems * (base + v * kThreads + threadIdx.x));
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint32_t bits_q = Elem(bits[v], q);
+        const uint32_t key =
+            bits_q ^ (static_cast<uint32_t>(static_cast<int32_t>(bits_q) >> 31) | 0x80000000u);
+        const uint32_t t = (take >> (4 * v + q)) & 1u;
+        asm volatile(
+            "{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n"
+            " @p st.shared.v2.u32 [%1], {%2, %3};\n}\n" ::"r"(t),
+            "r"(entries + 8u * pos), "r"(key), "r"(col + q)
+            : "memory");
+        pos += t;
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
     const int32_t col =
@@ -574,9 +599,10 @@ vendor::Error Launch(const FilterArgs& base, const FilterConfig& config, vendor:
 
 }  // namespace
 
-bool FilterTakesRows(int64_t rows) {
+bool FilterTakesShape(int64_t rows, int64_t cols) {
   vendor::DeviceFacts d;
-  return vendor::CurrentDeviceFacts(&d) && rows <= d.sm_count;
+  return vendor::CurrentDeviceFacts(&d) &&
+         (rows <= d.sm_count || cols > static_cast<int64_t>(kFilterCapacity));
 }
 
 bool SupportsFilter(const Params& p, std::string* why) {
@@ -585,17 +611,20 @@ bool SupportsFilter(const Params& p, std::string* why) {
     if (why != nullptr) *why = "no GPU device";
     return false;
   }
-  // Rows past one wave go to cuda_stream, which measured faster there (4096 x 32768 causal:
-  // 317.7 against 349.7 µs on the H200, docs/BENCHMARKS.md "Top-k: the threshold filter").
+  // More rows than one wave with rows no longer than the buffer (every logit admitted, no
+  // sampled floor) go to cuda_stream: measured there, the filter was not (docs/KERNELS.md
+  // "Top-k, threshold filter"). Longer rows, past one wave, measured faster here.
   const int64_t rows = p.logits.present() ? p.logits.dim(0) : 0;
-  if (!FilterTakesRows(rows)) {
+  const int64_t cols = p.logits.present() ? p.logits.dim(1) : 0;
+  if (!FilterTakesShape(rows, cols)) {
     if (why != nullptr) {
-      *why = std::to_string(rows) + " rows are more than one wave of " +
-             std::to_string(d.sm_count) + " SMs (cuda_stream runs those)";
+      *why = std::to_string(rows) + " rows of " + std::to_string(cols) +
+             " columns: more rows than one wave of " + std::to_string(d.sm_count) +
+             " SMs and rows no longer than the " + std::to_string(kFilterCapacity) +
+             "-entry buffer (cuda_stream runs those)";
     }
     return false;
   }
-  const int64_t cols = p.logits.present() ? p.logits.dim(1) : 0;
   const int64_t smem = FilterSmemBytes(std::max(HeaderBytes<512>(), HeaderBytes<1024>()), cols);
   if (smem > d.smem_optin) {
     if (why != nullptr) {

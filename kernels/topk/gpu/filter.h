@@ -26,9 +26,10 @@ struct FilterConfig {
   bool prefetch = false;
 };
 
-// Whether the filter takes `rows` rows on the current device: at most one wave (one row per SM);
-// more go to cuda_stream, which measured faster there. SupportsFilter refuses the rest with it.
-bool FilterTakesRows(int64_t rows);
+// Whether the filter takes `rows` rows of `cols` columns on the current device: at most one wave
+// (one row per SM), or rows longer than the candidate buffer (a sampled floor); more rows of at
+// most kFilterCapacity columns go to cuda_stream. SupportsFilter refuses the rest with it.
+bool FilterTakesShape(int64_t rows, int64_t cols);
 
 // True when the device can run the kernel for p's column count (CUDA, shared memory for the
 // buffer and two bitmaps of N bits per block); every validated Params is then supported.
