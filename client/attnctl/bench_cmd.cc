@@ -455,6 +455,7 @@ int BenchCommand(const CtlOptions& o, const std::string& op_arg) {
     // --ring_wait: "blocking" (each call waited for), its compute from the calibration calls.
     j.Add("path", o.stream_ordered && !o.ring_wait ? "stream_ordered" : "blocking");
     j.Add("prepared", o.prepared).Add("ring", o.ring).Add("ring_wait", o.ring_wait);
+    j.Add("wait_spin_us", absl::ToDoubleMicroseconds(o.wait_spin));
     if (o.ring_wait) {
       j.Add("compute_from", "blocking_run_prepared_p50");
       j.Add("calibration_calls", calibration_calls);

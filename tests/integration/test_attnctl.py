@@ -214,6 +214,7 @@ def test_bench_ring_wait_is_a_blocking_call(attnctl, daemon):
     out = run(attnctl, daemon.unix_target, *args, "--ring_wait", "--requests=50", "--wait_spin=1ms")
     assert out["errors"] == 0 and out["first_error"] == "", out
     assert out["path"] == "blocking" and out["ring"] is True and out["ring_wait"] is True, out
+    assert out["wait_spin_us"] == 1000, out
     assert out["compute_from"] == "blocking_run_prepared_p50", out
     assert out["calibration_calls"] >= 20, out
     assert out["server_compute_p50_us"] > 0, out
