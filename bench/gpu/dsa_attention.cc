@@ -1,13 +1,18 @@
-// GPU benchmarks of the fused DSA layer (dsa_attention), paged decode form: DeepSeek-V3.2's
-// indexer (H_i 64, D_i 128, block 64) and sparse MLA (H 128, d_qk 576, top-2048) over B requests
-// of a 32K context, one block table for both caches (as vLLM and SGLang keep them), each
-// request's blocks drawn from a shuffled pool (a fragmented cache). The MLA cache is the FP8
-// 656-byte rows (or bf16 where the preset says so). The whole call runs as served: Validate, the
-// first GPU implementation that supports it, its workspace, every step on one stream.
-// FLOPs and logical bytes: dsa::Count on a host copy of context_lens (every token sees its full
-// context − next_n + j + 1 positions). Both precisions (FAST, HIGH) with the exact indexer, and
+// GPU benchmarks of the fused DSA layer (dsa_attention): DeepSeek-V3.2's indexer (H_i 64, D_i
+// 128) and sparse MLA (H 128, d_qk 576, top-2048).
+// - Paged decode form ("decode_*"): B requests of a 32K context, block 64, one block table for
+//   both caches (as vLLM and SGLang keep them), each request's blocks drawn from a shuffled pool
+//   (a fragmented cache); the MLA cache is the FP8 656-byte rows (or bf16 where the preset says
+//   so). FLOPs and logical bytes: dsa::Count on a host copy of context_lens (every token sees its
+//   full context − next_n + j + 1 positions).
+// - Gathered prefill form ("prefill_*"): T prompt tokens after P = N − T cached ones, causal
+//   windows ks = 0, ke = P + t + 1 (issue 13's whole layer: T 4096 over N 32K, bf16 cache).
+//   dsa::Count on host copies of ks / ke.
+// The whole call runs as served: Validate, the first GPU implementation that supports it, its
+// workspace, every step on one stream. Both precisions (FAST, HIGH) with the exact indexer, and
 // FAST with the FAST indexer (index_precision, presets ending "_idxfast").
 //   attn_gpu_bench --filter=dsa_attention/decode_b128
+//   attn_gpu_bench --filter=dsa_attention/prefill_t4096
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -55,19 +60,130 @@ constexpr Preset kPresets[] = {
      true},
 };
 
+struct PrefillPreset {
+  const char* name;
+  int64_t tokens, context, index_heads, heads, d_qk, topk;
+};
+
+constexpr PrefillPreset kPrefillPresets[] = {
+    {"prefill_t4096_s32768_hi64_h128_d576_k2048_bf16kv", 4096, 32768, 64, 128, 576, 2048},
+};
+
+bool Wanted(const char* name, const std::string& filter) {
+  for (const kernels::Precision precision : kBenchPrecisions) {
+    if (MayMatch(absl::StrCat("dsa_attention/", name, "/", kernels::GpuImplName("steps"), "/",
+                              kernels::PrecisionName(precision)),
+                 filter)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The cases of one preset's Params: both output precisions with the exact indexer (the default),
+// and FAST with the FAST indexer too (index_precision; the preset named "..._idxfast").
+absl::Status AddVariants(const char* name, dsa::Params p, const kernels::WorkCount& work,
+                         const std::shared_ptr<DeviceArena>& arena,
+                         std::vector<GpuBenchCase>* cases) {
+  struct Variant {
+    kernels::Precision precision, index_precision;
+  };
+  std::vector<Variant> variants;
+  for (const kernels::Precision precision : kBenchPrecisions) {
+    variants.push_back({precision, kernels::Precision::kHigh});
+  }
+  variants.push_back({kernels::Precision::kFast, kernels::Precision::kFast});
+  for (const Variant& v : variants) {
+    const kernels::Precision precision = v.precision;
+    p.precision = precision;
+    p.index_precision = v.index_precision;
+    kernels::ExecContext query;
+    query.backend = kernels::kGpuBackend;
+    std::string why;
+    const kernels::Impl<dsa::Params>* impl =
+        kernels::SelectImpl(dsa::Implementations(), p, query, &why);
+    if (impl == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("dsa_attention/", name, ": ", why));
+    }
+    const int64_t workspace_bytes = impl->workspace ? impl->workspace(p) : 0;
+    void* workspace = nullptr;
+    if (workspace_bytes > 0) {
+      auto ws = arena->Alloc(workspace_bytes);
+      if (!ws.ok()) return ws.status();
+      workspace = *ws;
+    }
+    GpuBenchCase c;
+    c.op = "dsa_attention";
+    c.preset = v.index_precision == kernels::Precision::kFast ? absl::StrCat(name, "_idxfast")
+                                                              : std::string(name);
+    c.impl = impl->name;
+    c.precision = kernels::PrecisionName(precision);
+    c.work = work;
+    c.peak = PeakKind::kBf16;
+    c.arena = arena;
+    c.launch = [impl, p, workspace, workspace_bytes](gpu::Stream stream) {
+      kernels::ExecContext ctx;
+      ctx.backend = impl->backend;
+      ctx.stream = stream;
+      ctx.workspace = workspace;
+      ctx.workspace_bytes = workspace_bytes;
+      return impl->run(p, ctx);
+    };
+    cases->push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddPrefillCases(const PrefillPreset& s, uint64_t* seed,
+                             std::vector<GpuBenchCase>* cases) {
+  const int64_t t = s.tokens, n = s.context, cached = s.context - s.tokens;
+  std::vector<int32_t> ks(static_cast<size_t>(t), 0), ke(static_cast<size_t>(t));
+  for (int64_t i = 0; i < t; ++i) ke[static_cast<size_t>(i)] = static_cast<int32_t>(cached + i + 1);
+  auto arena = std::make_shared<DeviceArena>();
+  auto index_q = arena->Random(DType::kFp8E4M3, t * s.index_heads * kIndexDim, 1.0f, (*seed)++);
+  auto weights = arena->Random(DType::kF32, t * s.index_heads, 1.0f, (*seed)++);
+  auto index_k = arena->Random(DType::kFp8E4M3, n * kIndexDim, 1.0f, (*seed)++);
+  auto index_k_scale = arena->Random(DType::kF32, n, 1.0f, (*seed)++);
+  auto ks_d = arena->Upload(ks.data(), 4 * t);
+  auto ke_d = arena->Upload(ke.data(), 4 * t);
+  auto q = arena->Random(DType::kBF16, t * s.heads * s.d_qk, 1.0f, (*seed)++);
+  auto kv = arena->Random(DType::kBF16, n * s.d_qk, 1.0f, (*seed)++);
+  auto out = arena->Alloc(t * s.heads * sparse_mla::kDimV * 2);
+  auto lse = arena->Alloc(t * s.heads * 4);
+  for (const auto* r :
+       {&index_q, &weights, &index_k, &index_k_scale, &ks_d, &ke_d, &q, &kv, &out, &lse}) {
+    if (!r->ok()) return r->status();
+  }
+  GPU_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  dsa::Params p;
+  p.index_q = MakeTensor(*index_q, DType::kFp8E4M3, {t, s.index_heads, kIndexDim});
+  p.index_k = MakeTensor(*index_k, DType::kFp8E4M3, {n, kIndexDim});
+  p.index_k_scale = MakeTensor(*index_k_scale, DType::kF32, {n});
+  p.index_weights = MakeTensor(*weights, DType::kF32, {t, s.index_heads});
+  p.ks = MakeTensor(*ks_d, DType::kI32, {t});
+  p.ke = MakeTensor(*ke_d, DType::kI32, {t});
+  p.topk = s.topk;
+  p.q = MakeTensor(*q, DType::kBF16, {t, s.heads, s.d_qk});
+  p.kv = MakeTensor(*kv, DType::kBF16, {n, s.d_qk});
+  p.sm_scale = 1.0f / 24.0f;  // 1/sqrt(576)
+  p.out = MakeTensor(*out, DType::kBF16, {t, s.heads, sparse_mla::kDimV});
+  p.lse = MakeTensor(*lse, DType::kF32, {t, s.heads});
+  ATTND_RETURN_IF_ERROR(dsa::Validate(p));
+  dsa::Params host = p;  // Count reads ks / ke: the host copies
+  host.ks = MakeTensor(ks.data(), DType::kI32, {t});
+  host.ke = MakeTensor(ke.data(), DType::kI32, {t});
+  return AddVariants(s.name, p, dsa::Count(host), arena, cases);
+}
+
 absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
   std::vector<GpuBenchCase> cases;
   uint64_t seed = 301;
   std::mt19937_64 rng(11);
+  for (const PrefillPreset& s : kPrefillPresets) {
+    if (Wanted(s.name, filter)) ATTND_RETURN_IF_ERROR(AddPrefillCases(s, &seed, &cases));
+  }
   for (const Preset& s : kPresets) {
-    bool wanted = false;
-    for (const kernels::Precision precision : kBenchPrecisions) {
-      wanted = wanted ||
-               MayMatch(absl::StrCat("dsa_attention/", s.name, "/", kernels::GpuImplName("steps"),
-                                     "/", kernels::PrecisionName(precision)),
-                        filter);
-    }
-    if (!wanted) continue;
+    if (!Wanted(s.name, filter)) continue;
     const int64_t max_blocks = s.context / kBlockSize, pages = s.batch * max_blocks;
     const int64_t t = s.batch * s.next_n, index_block_bytes = kBlockSize * (kIndexDim + 4);
     const int64_t kv_rows = pages * kBlockSize;
@@ -122,54 +238,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
     host.context_lens = MakeTensor(contexts.data(), DType::kI32, {s.batch});
     const kernels::WorkCount work = dsa::Count(host);
 
-    // Both output precisions with the exact indexer (the default), and FAST with the FAST
-    // indexer too (index_precision; the preset named "..._idxfast").
-    struct Variant {
-      kernels::Precision precision, index_precision;
-    };
-    std::vector<Variant> variants;
-    for (const kernels::Precision precision : kBenchPrecisions) {
-      variants.push_back({precision, kernels::Precision::kHigh});
-    }
-    variants.push_back({kernels::Precision::kFast, kernels::Precision::kFast});
-    for (const Variant& v : variants) {
-      const kernels::Precision precision = v.precision;
-      p.precision = precision;
-      p.index_precision = v.index_precision;
-      kernels::ExecContext query;
-      query.backend = kernels::kGpuBackend;
-      std::string why;
-      const kernels::Impl<dsa::Params>* impl =
-          kernels::SelectImpl(dsa::Implementations(), p, query, &why);
-      if (impl == nullptr) {
-        return absl::UnimplementedError(absl::StrCat("dsa_attention/", s.name, ": ", why));
-      }
-      const int64_t workspace_bytes = impl->workspace ? impl->workspace(p) : 0;
-      void* workspace = nullptr;
-      if (workspace_bytes > 0) {
-        auto ws = arena->Alloc(workspace_bytes);
-        if (!ws.ok()) return ws.status();
-        workspace = *ws;
-      }
-      GpuBenchCase c;
-      c.op = "dsa_attention";
-      c.preset = v.index_precision == kernels::Precision::kFast ? absl::StrCat(s.name, "_idxfast")
-                                                                : std::string(s.name);
-      c.impl = impl->name;
-      c.precision = kernels::PrecisionName(precision);
-      c.work = work;
-      c.peak = PeakKind::kBf16;
-      c.arena = arena;
-      c.launch = [impl, p, workspace, workspace_bytes](gpu::Stream stream) {
-        kernels::ExecContext ctx;
-        ctx.backend = impl->backend;
-        ctx.stream = stream;
-        ctx.workspace = workspace;
-        ctx.workspace_bytes = workspace_bytes;
-        return impl->run(p, ctx);
-      };
-      cases.push_back(std::move(c));
-    }
+    ATTND_RETURN_IF_ERROR(AddVariants(s.name, p, work, arena, &cases));
   }
   return cases;
 }
