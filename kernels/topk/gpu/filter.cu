@@ -61,6 +61,12 @@ struct Header {
   uint32_t scan[2 * kSlotWords];
   uint32_t choice[3];  // Choose's answer: bin, keys above it, its count
   uint32_t count;      // entries appended to the buffer this row (may pass kFilterCapacity)
+  uint32_t range[2];   // the buffered keys' min and max (KeyRange; reset with count)
+  // FittedSelect's last bin when it holds few keys: the keys, their number, and the answer
+  // (the need-th largest key, how many keys equal to it are taken).
+  uint32_t few[kLanes];
+  uint32_t few_count;
+  uint32_t few_choice[2];
 };
 
 template <int kThreads>
@@ -325,6 +331,100 @@ __device__ Threshold RadixSelect(Cta<kThreads>& cta, uint32_t k, Each each) {
   return t;
 }
 
+// The buffer's smallest and largest key (total >= 1 entries), block-wide: each warp's extremes
+// into the header's range (reset to [~0, 0] with the count), then a block barrier.
+template <int kThreads>
+__device__ void KeyRange(Cta<kThreads>& cta, uint32_t total, uint32_t* lo, uint32_t* hi) {
+  uint32_t mn = 0xffffffffu, mx = 0u;
+  for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+    const uint32_t key = cta.entries[i].x;
+    mn = min(mn, key);
+    mx = max(mx, key);
+  }
+#pragma unroll
+  for (int d = kLanes / 2; d >= 1; d /= 2) {
+    mn = min(mn, __shfl_xor_sync(kFullMask, mn, d));
+    mx = max(mx, __shfl_xor_sync(kFullMask, mx, d));
+  }
+  if (LaneOf() == 0) {
+    atomicMin(&cta.h->range[0], mn);
+    atomicMax(&cta.h->range[1], mx);
+  }
+  __syncthreads();
+  *lo = cta.h->range[0];
+  *hi = cta.h->range[1];
+}
+
+// The radix walk over the buffer's `total` (> k) keys with digits fitted to their range [lo,
+// hi]: the first level's shift is the smallest that puts the whole range in kBins bins, each
+// later one takes the next 11 bits below, and once the threshold bin holds at most kLanes keys
+// one warp ranks them exactly (threshold at shift 0). The buffered path only (every key
+// selectable); the same thresholds as RadixSelect, usually after one level instead of three
+// (docs/KERNELS.md "Top-k, threshold filter"). Also clears the bitmaps (before its first
+// barrier).
+template <int kThreads>
+__device__ Threshold FittedSelect(Cta<kThreads>& cta, uint32_t k, uint32_t total, uint32_t lo,
+                                  uint32_t hi) {
+  for (uint32_t i = threadIdx.x; i < 2 * cta.bitmap_words; i += kThreads) cta.above[i] = 0u;
+  int s = 0;
+  while ((hi >> s) - (lo >> s) >= static_cast<uint32_t>(kBins)) ++s;
+  uint32_t base = lo >> s;
+  Threshold t = radix::Start(k);
+  bool first = true;
+  uint32_t in_prefix = 0;  // later levels count the keys with key >> in_shift == in_prefix
+  int in_shift = 0;
+#pragma unroll 1
+  for (;;) {
+    ClearHist(cta);
+    if (threadIdx.x == 0) cta.h->few_count = 0u;
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+      const uint32_t key = cta.entries[i].x;
+      if (first || (key >> in_shift) == in_prefix) atomicAdd(&cta.h->hist[(key >> s) - base], 1u);
+    }
+    __syncthreads();
+    const Choice c = Choose(cta, t.need, 1);  // found: need <= the keys counted
+    t.prefix = base + c.bin;
+    t.shift = s;
+    t.need -= c.above;
+    if (c.count == t.need || s == 0) return t;  // the bin whole, or single keys
+    if (c.count <= static_cast<uint32_t>(kLanes)) {
+      for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+        const uint32_t key = cta.entries[i].x;
+        if ((key >> s) == t.prefix) cta.h->few[atomicAdd(&cta.h->few_count, 1u)] = key;
+      }
+      __syncthreads();
+      if (WarpOf() == 0) {
+        const uint32_t n = cta.h->few_count;
+        const int lane = LaneOf();
+        const uint32_t key = static_cast<uint32_t>(lane) < n ? cta.h->few[lane] : 0u;
+        uint32_t greater = 0, equal = 0;
+        for (uint32_t j = 0; j < n; ++j) {
+          const uint32_t other = __shfl_sync(kFullMask, key, static_cast<int>(j));
+          greater += other > key ? 1u : 0u;
+          equal += other == key ? 1u : 0u;
+        }
+        // The need-th largest: lanes holding an equal key write the same answer.
+        if (static_cast<uint32_t>(lane) < n && greater < t.need && t.need <= greater + equal) {
+          cta.h->few_choice[0] = key;
+          cta.h->few_choice[1] = t.need - greater;
+        }
+      }
+      __syncthreads();
+      t.prefix = cta.h->few_choice[0];
+      t.shift = 0;
+      t.need = cta.h->few_choice[1];
+      return t;
+    }
+    first = false;
+    in_prefix = t.prefix;
+    in_shift = s;
+    const int next = s > 11 ? s - 11 : 0;
+    base = t.prefix << (s - next);
+    s = next;
+  }
+}
+
 // Marks the keys `each` presents that t chooses outright (above) or may choose (at, when the
 // threshold still needs ties), by window-relative column. Ends with a block barrier.
 template <int kThreads, class Each>
@@ -463,7 +563,15 @@ __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, 
         f(e.x, static_cast<int32_t>(e.y));
       }
     };
-    t = RadixSelect(cta, a.k, each);
+    if (total > a.k) {
+      uint32_t lo, hi;
+      KeyRange(cta, total, &lo, &hi);
+      t = FittedSelect(cta, a.k, total, lo, hi);
+    } else {
+      for (uint32_t i = threadIdx.x; i < 2 * cta.bitmap_words; i += kThreads) cta.above[i] = 0u;
+      __syncthreads();
+      t = radix::AllSelectable();
+    }
     MarkChosen(cta, t, w.begin, each);
   } else {  // exact, from the window itself
     const Segment whole = MakeSegment(a, row, w, 0, 1);
@@ -495,7 +603,11 @@ __global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), 0)
   cta.slots = ScanSlots{cta.h->scan, Header<kThreads>::kSlotWords, 0};
   cta.cluster = a.cluster;
   cta.rank = blockIdx.x % a.cluster;
-  if (threadIdx.x == 0) cta.h->count = 0u;
+  if (threadIdx.x == 0) {
+    cta.h->count = 0u;
+    cta.h->range[0] = 0xffffffffu;
+    cta.h->range[1] = 0u;
+  }
   __syncthreads();
   const int64_t clusters = gridDim.x / a.cluster;
   int64_t row = blockIdx.x / a.cluster;
@@ -510,8 +622,12 @@ __global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), 0)
       const RowDest out = RowDest::Of(a, row);
       for (uint32_t j = threadIdx.x; j < a.k; j += kThreads) out.PadOne(j);
     }
-    // Every reader of this row's count is past the cluster barriers (or the block's).
-    if (threadIdx.x == 0) cta.h->count = 0u;
+    // Every reader of this row's count and range is past the cluster barriers (or the block's).
+    if (threadIdx.x == 0) {
+      cta.h->count = 0u;
+      cta.h->range[0] = 0xffffffffu;
+      cta.h->range[1] = 0u;
+    }
     __syncthreads();
   }
 }
