@@ -212,8 +212,8 @@ __device__ __forceinline__ void AppendChunk(Cta<kThreads>& cta, const Segment& s
     const uint32_t entries = static_cast<uint32_t>(__cvta_generic_to_shared(cta.entries));
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
-      const uint32_t col = static_cast<uint32_t>(
-          s.plan.first_col + kGroupElems * (base + v * kThreads + threadIdx.x));
+      const uint32_t col = static_cast<uint32_t>(s.plan.first_col +
+                                                 kGroupElems * (base + v * kThreads + threadIdx.x));
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const uint32_t bits_q = Elem(bits[v], q);
