@@ -105,13 +105,8 @@ absl::Status AddVariants(const char* name, dsa::Params p, const kernels::WorkCou
     if (impl == nullptr) {
       return absl::UnimplementedError(absl::StrCat("dsa_attention/", name, ": ", why));
     }
-    const int64_t workspace_bytes = impl->workspace ? impl->workspace(p) : 0;
-    void* workspace = nullptr;
-    if (workspace_bytes > 0) {
-      auto ws = arena->Alloc(workspace_bytes);
-      if (!ws.ok()) return ws.status();
-      workspace = *ws;
-    }
+    const absl::StatusOr<Workspace> ws = WorkspaceFor(*impl, p, *arena);
+    if (!ws.ok()) return ws.status();
     GpuBenchCase c;
     c.op = "dsa_attention";
     c.preset = v.index_precision == kernels::Precision::kFast ? absl::StrCat(name, "_idxfast")
@@ -121,14 +116,7 @@ absl::Status AddVariants(const char* name, dsa::Params p, const kernels::WorkCou
     c.work = work;
     c.peak = PeakKind::kBf16;
     c.arena = arena;
-    c.launch = [impl, p, workspace, workspace_bytes](gpu::Stream stream) {
-      kernels::ExecContext ctx;
-      ctx.backend = impl->backend;
-      ctx.stream = stream;
-      ctx.workspace = workspace;
-      ctx.workspace_bytes = workspace_bytes;
-      return impl->run(p, ctx);
-    };
+    c.launch = [impl, p, w = *ws](gpu::Stream stream) { return RunImpl(*impl, p, w, stream); };
     cases->push_back(std::move(c));
   }
   return absl::OkStatus();

@@ -93,6 +93,38 @@ const kernels::Impl<Params>* FindImpl(const std::vector<kernels::Impl<Params>>& 
   return nullptr;
 }
 
+// A case's workspace: what the implementation asks for on its Params, from the case's arena
+// (none when it asks for none).
+struct Workspace {
+  void* ptr = nullptr;
+  int64_t bytes = 0;
+};
+
+template <class Params>
+absl::StatusOr<Workspace> WorkspaceFor(const kernels::Impl<Params>& impl, const Params& p,
+                                       DeviceArena& arena) {
+  Workspace w;
+  w.bytes = impl.workspace ? impl.workspace(p) : 0;
+  if (w.bytes > 0) {
+    absl::StatusOr<void*> ptr = arena.Alloc(w.bytes);
+    if (!ptr.ok()) return ptr.status();
+    w.ptr = *ptr;
+  }
+  return w;
+}
+
+// One run of `impl` on p on the bench's stream with workspace w: the body of a case's launch.
+template <class Params>
+absl::Status RunImpl(const kernels::Impl<Params>& impl, const Params& p, const Workspace& w,
+                     gpu::Stream stream) {
+  kernels::ExecContext ctx;
+  ctx.backend = impl.backend;
+  ctx.stream = stream;
+  ctx.workspace = w.ptr;
+  ctx.workspace_bytes = w.bytes;
+  return impl.run(p, ctx);
+}
+
 }  // namespace attnd::bench
 
 #define ATTND_REGISTER_GPU_BENCH(op, factory) \

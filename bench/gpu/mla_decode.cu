@@ -28,7 +28,6 @@ namespace attnd::bench {
 namespace {
 
 using kernels::DType;
-using kernels::ExecContext;
 namespace mla_decode = kernels::mla_decode;
 
 constexpr int64_t kPage = 64, kDqk = 576;
@@ -158,13 +157,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
               if (impl == nullptr || !impl->supports(p, &why)) {
                 return absl::FailedPreconditionError(absl::StrCat(preset, " ", name, ": ", why));
               }
-              const int64_t ws_bytes = impl->workspace ? impl->workspace(p) : 0;
-              void* ws = nullptr;
-              if (ws_bytes > 0) {
-                auto w = arena->Alloc(ws_bytes);
-                if (!w.ok()) return w.status();
-                ws = *w;
-              }
+              const absl::StatusOr<Workspace> ws = WorkspaceFor(*impl, p, *arena);
+              if (!ws.ok()) return ws.status();
               for (const kernels::Precision precision : kBenchPrecisions) {
                 GpuBenchCase c;
                 c.op = "mla_decode";
@@ -177,13 +171,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
                 auto keep_cache = (*cache)->arena;
                 mla_decode::Params pp = p;
                 pp.precision = precision;
-                c.launch = [impl, pp, ws, ws_bytes, keep_cache](gpu::Stream stream) {
-                  ExecContext ctx;
-                  ctx.backend = kernels::Backend::kCuda;
-                  ctx.stream = stream;
-                  ctx.workspace = ws;
-                  ctx.workspace_bytes = ws_bytes;
-                  return impl->run(pp, ctx);
+                c.launch = [impl, pp, w = *ws, keep_cache](gpu::Stream stream) {
+                  return RunImpl(*impl, pp, w, stream);
                 };
                 cases.push_back(std::move(c));
               }

@@ -15,7 +15,6 @@ namespace attnd::bench {
 namespace {
 
 using kernels::DType;
-using kernels::ExecContext;
 namespace mla_prefill = kernels::mla_prefill;
 
 constexpr int64_t kHeads = 128, kDqk = 192, kDv = 128;
@@ -64,8 +63,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
       if (impl == nullptr || !impl->supports(p, &why)) {
         return absl::FailedPreconditionError(absl::StrCat(preset, " ", name, ": ", why));
       }
-      const int64_t ws_bytes = impl->workspace ? impl->workspace(p) : 0;
-      auto ws = arena->Alloc(ws_bytes);
+      const absl::StatusOr<Workspace> ws = WorkspaceFor(*impl, p, *arena);
       if (!ws.ok()) return ws.status();
       for (const kernels::Precision precision : kBenchPrecisions) {
         GpuBenchCase c;
@@ -76,16 +74,10 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
         c.work = work;
         c.peak = PeakKind::kBf16;
         c.arena = arena;
-        void* workspace = *ws;
         mla_prefill::Params pp = p;
         pp.precision = precision;
-        c.launch = [impl, pp, workspace, ws_bytes](gpu::Stream stream) {
-          ExecContext ctx;
-          ctx.backend = kernels::Backend::kCuda;
-          ctx.stream = stream;
-          ctx.workspace = workspace;
-          ctx.workspace_bytes = ws_bytes;
-          return impl->run(pp, ctx);
+        c.launch = [impl, pp, w = *ws](gpu::Stream stream) {
+          return RunImpl(*impl, pp, w, stream);
         };
         cases.push_back(std::move(c));
       }

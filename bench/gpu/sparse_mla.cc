@@ -165,13 +165,8 @@ absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
   if (impl.supports && !impl.supports(call.p, &why)) {
     return absl::UnimplementedError(absl::StrCat(impl.name, ": ", why));
   }
-  const int64_t workspace_bytes = impl.workspace ? impl.workspace(call.p) : 0;
-  void* workspace = nullptr;
-  if (workspace_bytes > 0) {
-    auto ws = call.arena->Alloc(workspace_bytes);
-    if (!ws.ok()) return ws.status();
-    workspace = *ws;
-  }
+  const absl::StatusOr<Workspace> ws = WorkspaceFor(impl, call.p, *call.arena);
+  if (!ws.ok()) return ws.status();
   GpuBenchCase c;
   c.op = "sparse_mla";
   c.preset = preset;
@@ -182,13 +177,8 @@ absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
   c.arena = call.arena;
   const kernels::Impl<sparse_mla::Params>* run = &impl;
   // The launch holds the shared pools' arenas (alive as long as the case).
-  c.launch = [p = call.p, run, workspace, workspace_bytes, keep = call.keep](gpu::Stream stream) {
-    kernels::ExecContext ctx;
-    ctx.backend = run->backend;
-    ctx.stream = stream;
-    ctx.workspace = workspace;
-    ctx.workspace_bytes = workspace_bytes;
-    return run->run(p, ctx);
+  c.launch = [p = call.p, run, w = *ws, keep = call.keep](gpu::Stream stream) {
+    return RunImpl(*run, p, w, stream);
   };
   return c;
 }
