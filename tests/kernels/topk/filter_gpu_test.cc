@@ -311,6 +311,47 @@ TEST_F(TopKFilterGpu, RequestMapAndBlockStride) {
   }
 }
 
+// Rows shaped for each way the select on the buffer (FittedSelect) can end, in windows buffered
+// whole (8000 columns) and floored from a sample (40000): the threshold bin taken whole (k equal
+// large values), a last bin of at most 32 keys ranked by one warp with ties at the threshold, a
+// first-level bin of thousands of keys (one huge value widens the range) that needs a second
+// level before the warp, and a bin of 100 equal keys that walks down to single keys (shift 0).
+// Positions are shuffled so a sample sees each kind of value.
+TEST_F(TopKFilterGpu, FittedSelectLevels) {
+  auto rng = MakeRng();
+  for (int64_t n : {int64_t{8000}, int64_t{40000}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    const int64_t k = 2048;
+    TopKCase c(4, n, k, WindowForm::kLengths, /*with_values=*/true);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<int64_t> cols(static_cast<size_t>(n));
+    for (int64_t r = 0; r < 4; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        cols[static_cast<size_t>(j)] = j;
+        c.Logit(r, j) = normal(rng) - 4.0f;  // below every planted value
+      }
+      std::shuffle(cols.begin(), cols.end(), rng);
+      auto plant = [&](int64_t i, float v) { c.Logit(r, cols[static_cast<size_t>(i)]) = v; };
+      if (r == 0) {  // exactly k equal values: their bin is taken whole
+        for (int64_t i = 0; i < k; ++i) plant(i, 5.0f);
+      } else if (r == 1) {  // k - 8 distinct large values, then 20 ties of which 8 are taken
+        for (int64_t i = 0; i < k - 8; ++i) plant(i, 100.0f + 0.001f * static_cast<float>(i));
+        for (int64_t i = 0; i < 20; ++i) plant(k - 8 + i, 50.0f);
+      } else if (r == 2) {  // one huge value; 3000 values 100 ulps apart just above 1
+        plant(0, 1e30f);
+        for (int64_t i = 1; i <= 3000; ++i) {
+          plant(i, std::nextafter(1.0f, 2.0f) + 100.0f * static_cast<float>(i) * 1.1920929e-7f);
+        }
+      } else {  // k - 52 distinct large values, then 100 equal ones of which 52 are taken
+        for (int64_t i = 0; i < k - 52; ++i) plant(i, 10.0f + 0.01f * static_cast<float>(i));
+        for (int64_t i = 0; i < 100; ++i) plant(k - 52 + i, 7.0f);
+      }
+    }
+    c.SetFullWindows();
+    ExpectEveryConfigEqualsCpu(c);
+  }
+}
+
 // Windows around the buffer's size (buffered whole up to 8192 columns, floored from 8193), rows
 // whose selectable entries fit the buffer although the window does not (the floor-less path
 // without speculation), and a window whose floor leaves exactly k.
