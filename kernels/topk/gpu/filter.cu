@@ -7,13 +7,15 @@
 //   2. Filter: one read of the segment, 16 bytes per thread per load; logits >= floor are
 //      appended, unordered, as (key, column) to a shared-memory buffer: one warp scan and one
 //      shared atomic per warp and chunk. The count keeps growing past the buffer (overflow).
-//   3. The leader CTA gathers the cluster's candidates (DSMEM stores), runs the radix select
-//      (radix.h levels) on them and marks the chosen columns in two bitmaps (above / at the
-//      threshold); a scan over the bitmaps writes ascending columns, ties to the lowest columns.
+//   3. The leader CTA gathers the cluster's candidates (DSMEM stores), runs a radix select on
+//      them with digits fitted to their key range (FittedSelect; a warp ranks the last few keys)
+//      and marks the chosen columns in two bitmaps (above / at the threshold); a scan over the
+//      bitmaps writes ascending columns, ties to the lowest columns.
 // When the candidates overflow the buffer, or a speculative floor left fewer than k, the leader
-// runs the same select on the window itself (re-read from L2/HBM, one pass per level) instead:
-// slower, exact. Entries dropped by the floor all lie below >= k kept entries, so the buffer
-// holds the window's top k whenever it is used. CUDA only: compiles to nothing in HIP builds.
+// runs the fixed-digit select (RadixSelect, radix.h levels) on the window itself (re-read from
+// L2/HBM, one pass per level) instead: slower, exact. Entries dropped by the floor all lie below
+// >= k kept entries, so the buffer holds the window's top k whenever it is used. CUDA only:
+// compiles to nothing in HIP builds.
 #if defined(ATTND_GPU_CUDA)
 
 #include <stdint.h>
