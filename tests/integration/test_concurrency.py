@@ -192,6 +192,9 @@ def long_call(make_daemon):
     slow = SlowCall(c, "long", seconds=8.0, max_tokens=2048)
     if slow.expected_seconds < 3.0:
         pytest.skip(f"the slow call computes for {slow.expected_seconds:.1f} s only here")
+    # The calibration calls' worker reports idle only after their replies: the tests' "busy"
+    # must be their own call's.
+    wait_until(lambda: busy(d) == 0, interval=0.02, what="the calibration calls off the worker")
     yield d, c, slow
     slow.close()
 

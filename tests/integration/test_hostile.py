@@ -518,6 +518,15 @@ def test_not_serving_visible_while_draining(make_daemon):
         # ~0.4 ms on the H200); the stream-ordered variant below holds the drain on every backend.
         pytest.skip("needs a call that holds a worker for seconds: CPU daemon only")
     slow = SlowCall(c, "drain-busy", seconds=3.0)
+    # The calibration calls' worker reports idle only after their replies (and their pins go
+    # with them): wait for both, so what is counted below is the slow call's.
+    wait_until(
+        lambda: (
+            sample(parse_metrics(d.scrape()), "attnd_workers_busy") == 0 and slow.in_flight() == 0
+        ),
+        interval=0.02,
+        what="the calibration calls finished",
+    )
     running = slow.submit(timeout=300)
     wait_until(lambda: slow.in_flight() > 0, what="a call in flight")
     # Running on the worker, not only resolving its regions: the drain then has work to wait for.

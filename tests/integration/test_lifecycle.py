@@ -107,6 +107,13 @@ def test_drain_timeout_is_a_hard_limit(make_daemon):
     slow = SlowCall(c, "hard-drain", seconds=10.0, max_tokens=2048)
     if slow.expected_seconds < 6.0:
         pytest.skip(f"the slow call computes for {slow.expected_seconds:.1f} s only here")
+    # The calibration calls' worker reports idle only after their replies: wait for it, so the
+    # busy worker below is the slow call's.
+    wait_until(
+        lambda: sample(parse_metrics(d.scrape()), "attnd_workers_busy") == 0,
+        interval=0.02,
+        what="the calibration calls off the worker",
+    )
     running = slow.submit(timeout=300)
     wait_until(
         lambda: sample(parse_metrics(d.scrape()), "attnd_workers_busy") >= 1,
