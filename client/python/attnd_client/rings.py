@@ -221,6 +221,18 @@ class SubmissionRing:
 _caller_names = itertools.count()
 
 
+class RingCallerFactory:
+    """ring_caller() for the objects a RingCaller runs on (the Client, through
+    stream_ordered.StreamOrderedClient, and a Session): each provides the open_ring / prepared-call
+    methods RingCaller uses."""
+
+    def ring_caller(self, entries: int = 16, spin: float = 5e-4, driver: Any = None) -> RingCaller:
+        """Blocking calls through a submission ring of their own (RingCaller): a region and a
+        ring set up here, then caller.run(call_id) per call without an RPC. `driver`:
+        cuda_signals' CUDA driver for run(stream=...) (tests; None: libcuda)."""
+        return RingCaller(self, entries=entries, spin=spin, driver=driver)
+
+
 class RingCaller:
     """Blocking calls through a submission ring of the caller's own (docs/SERVICE.md "Blocking
     calls through a ring"): one host region holding a ring, a done word and a ready word, set up

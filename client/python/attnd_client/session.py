@@ -90,7 +90,7 @@ class SessionCall(Generic[_T]):
             )
 
 
-class Session(_ops.OpCalls[_ops.OpResult]):
+class Session(_ops.OpCalls[_ops.OpResult], _rings.RingCallerFactory):
     def __init__(
         self,
         client: Client,
@@ -394,14 +394,6 @@ class Session(_ops.OpCalls[_ops.OpResult]):
         return _rings.SubmissionRing(
             self, response.open_ring.ring_id, region, offset, entries, signals
         )
-
-    def ring_caller(
-        self, entries: int = 16, spin: float = 5e-4, driver: Any = None
-    ) -> _rings.RingCaller:
-        """Blocking calls through a submission ring of their own (rings.RingCaller): a region
-        and a ring set up here, then caller.run(call_id) per call without an RPC. `driver`:
-        cuda_signals' CUDA driver for run(stream=...) (tests; None: libcuda)."""
-        return _rings.RingCaller(self, entries=entries, spin=spin, driver=driver)
 
     def close_ring(self, ring_id: int, timeout: float | None = 60.0) -> None:
         message = pb.SessionRequest(close_ring=pb.CloseRingRequest(ring_id=ring_id))

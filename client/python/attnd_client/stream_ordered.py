@@ -171,7 +171,7 @@ def run_request(call_id: int, ready: Signal | None, done: Signal | None) -> pb.R
     return request
 
 
-class StreamOrderedClient:
+class StreamOrderedClient(_rings.RingCallerFactory):
     """Client methods (mixed into Client): unary stream-ordered and prepared calls. Unary
     stream-ordered calls are ordered per connection (this Client's channel)."""
 
@@ -248,14 +248,6 @@ class StreamOrderedClient:
         except grpc.RpcError as e:
             raise AttndError.from_rpc_error(e) from None
         return _rings.SubmissionRing(self, response.ring_id, region, offset, entries, signals)
-
-    def ring_caller(
-        self, entries: int = 16, spin: float = 5e-4, driver: Any = None
-    ) -> _rings.RingCaller:
-        """Blocking calls through a submission ring of their own (rings.RingCaller): a region
-        and a ring set up here, then caller.run(call_id) per call without an RPC. `driver`:
-        cuda_signals' CUDA driver for run(stream=...) (tests; None: libcuda)."""
-        return _rings.RingCaller(self, entries=entries, spin=spin, driver=driver)
 
     def close_ring(self, ring_id: int, timeout: float | None = None) -> None:
         try:
