@@ -69,6 +69,7 @@ const std::vector<kernels::Impl<topk::Params>>& SweepImpls() {
       topk::gpu::FilterConfig config;
     };
     const FilterVariant filter_variants[] = {
+        {"t256", {256, 0, true, false}},  {"t256_coarse", {256, 0, true, false, false}},
         {"t512", {512, 0, true, false}},  {"t1024", {1024, 0, true, false}},
         {"prefetch", {0, 0, true, true}}, {"noprefetch", {0, 0, true, false}},
         {"c1", {1024, 1, true, false}},   {"c2", {1024, 2, true, false}},

@@ -54,6 +54,7 @@ struct FilterArgs : RowArgs {
   uint32_t cluster = 1;  // CTAs per row; the launch's cluster dimension
   bool speculate = true;
   bool prefetch = false;
+  bool fine_floor = false;  // 256-thread single-CTA rows refine the sampled floor (FilterConfig)
 };
 
 template <int kThreads>
@@ -62,7 +63,7 @@ struct Header {
   uint32_t hist[kBins];
   uint32_t scan[2 * kSlotWords];
   uint32_t choice[3];  // Choose's answer: bin, keys above it, its count
-  uint32_t count;      // entries appended to the buffer this row (may pass kFilterCapacity)
+  uint32_t count;      // entries appended to the buffer this row (may pass the capacity)
   uint32_t range[2];   // the buffered keys' min and max (KeyRange; reset with count)
   // FittedSelect's last bin when it holds few keys: the keys, their number, and the answer
   // (the need-th largest key, how many keys equal to it are taken).
@@ -79,7 +80,7 @@ constexpr uint32_t HeaderBytes() {
 template <int kThreads>
 struct Cta {
   Header<kThreads>* h;
-  uint2* entries;         // kFilterCapacity (key, column) pairs; keys selectable
+  uint2* entries;         // FilterCapacity(kThreads) (key, column) pairs; keys selectable
   uint32_t* above;        // bitmap words of the window's columns: chosen above the threshold
   uint32_t* at;           // ... and at it (the first t.need of them in column order are chosen)
   uint32_t bitmap_words;  // words of each bitmap
@@ -186,8 +187,8 @@ __device__ __forceinline__ void ForEachInSegment(const Segment& s, F&& f) {
 
 // ---- Filtering a chunk into the buffer.
 
-// Appends the chunk's logits >= floor to the buffer (any order; positions past kFilterCapacity
-// are counted, not written). No barrier. When the warp's entries all fit (the usual case), each
+// Appends the chunk's logits >= floor to the buffer (any order; positions past its capacity are
+// counted, not written). No barrier. When the warp's entries all fit (the usual case), each
 // element is one predicated shared store, no branch: per-element branches made this the
 // kernel's largest block of instructions (docs/KERNELS.md "Top-k, threshold filter").
 template <int kThreads>
@@ -209,7 +210,8 @@ __device__ __forceinline__ void AppendChunk(Cta<kThreads>& cta, const Segment& s
   if (LaneOf() == kLanes - 1) pos = atomicAdd(&cta.h->count, incl);
   pos = __shfl_sync(kFullMask, pos, kLanes - 1) + incl - mine;
   if (take == 0) return;
-  if (pos + mine <= kFilterCapacity) {
+  constexpr uint32_t kCapacity = FilterCapacity(kThreads);
+  if (pos + mine <= kCapacity) {
     // An admitted logit is never NaN, so its key is radix::KeyOfBits' sign-flip map alone.
     const uint32_t entries = static_cast<uint32_t>(__cvta_generic_to_shared(cta.entries));
 #pragma unroll
@@ -239,7 +241,7 @@ __device__ __forceinline__ void AppendChunk(Cta<kThreads>& cta, const Segment& s
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       if ((take >> (4 * v + q)) & 1u) {
-        if (pos < kFilterCapacity) {
+        if (pos < kCapacity) {
           cta.entries[pos] =
               make_uint2(radix::KeyOfBits(Elem(bits[v], q)), static_cast<uint32_t>(col + q));
         }
@@ -492,10 +494,11 @@ template <int kThreads>
 __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, const RowSpan& w,
                           int64_t next_row) {
   constexpr uint32_t kStep = kThreads * kV;
+  constexpr uint32_t kCapacity = FilterCapacity(kThreads);
   const bool clustered = cta.cluster > 1;
   const Segment seg = MakeSegment(a, row, w, cta.rank, cta.cluster);
   uint32_t spec_rank = 0;
-  if (a.speculate && w.len > kFilterCapacity) {
+  if (a.speculate && w.len > kCapacity) {
     const uint32_t misalign = static_cast<uint32_t>(w.begin - seg.plan.first_col);
     spec_rank = FloorRank(
         a.k, SampleColumns(w.len, misalign, cta.cluster, /*chunk_groups=*/kThreads), w.len);
@@ -522,7 +525,25 @@ __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, 
     const Choice c = Choose(cta, spec_rank, cta.cluster);
     if (c.found) {
       speculated = true;
-      floor = vendor::BitsToFloat(AdmitBits(c.bin << radix::DigitShift(0)));
+      uint32_t floor_key = c.bin << radix::DigitShift(0);
+      if (kThreads == 256 && a.fine_floor && !clustered) {
+        // The sample's keys in that bin by their level-1 digit (Choose ended with a barrier
+        // after its last histogram read): the floor becomes the lower edge of the level-1 bin
+        // holding the same rank, 2^-11 of the level-0 bin's width.
+        ClearHist(cta);
+        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint32_t key = radix::KeyOfBits(Elem(cur[0], q));
+          if (key >= radix::kMinSelectableKey && radix::Digit(key, 0) == c.bin) {
+            atomicAdd(&cta.h->hist[radix::Digit(key, 1)], 1u);
+          }
+        }
+        __syncthreads();
+        const Choice f = Choose(cta, spec_rank - c.above, 1);  // found: the rank is in the bin
+        floor_key |= f.bin << radix::DigitShift(1);
+      }
+      floor = vendor::BitsToFloat(AdmitBits(floor_key));
     }
   }
   AppendChunk<kThreads>(cta, seg, g, cur, floor);
@@ -548,7 +569,7 @@ __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, 
     }
   }
   // The buffer path needs every candidate kept and, under a speculative floor, at least k of them.
-  const bool buffered = total <= kFilterCapacity && (!speculated || total >= a.k);
+  const bool buffered = total <= kCapacity && (!speculated || total >= a.k);
   if (clustered) {
     if (buffered && cta.rank != 0) {
       uint2* dst = MapToRank(cta.entries, 0) + offset;
@@ -584,11 +605,12 @@ __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, 
   WriteRow(cta, a, row, w, t);
 }
 
-// Two 512-thread CTAs per SM (64 registers, ~80 KB of shared memory at N = 32K: one CTA's selects
-// overlap the other's loads) or one of 1024 for rows that fit one wave.
+// Four 256-thread CTAs per SM (64 registers, ~50 KB of shared memory at N = 32K with the smaller
+// buffer), two of 512 (~80 KB at N = 32K: one CTA's selects overlap the other's loads), or one of
+// 1024 for rows that fit one wave.
 template <int kThreads>
 constexpr int MinBlocksPerSm() {
-  return kThreads >= 1024 ? 1 : 2;
+  return kThreads >= 1024 ? 1 : (kThreads >= 512 ? 2 : 4);
 }
 
 template <int kThreads>
@@ -599,7 +621,7 @@ __global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), 0)
   char* base = reinterpret_cast<char*>(smem);
   cta.h = reinterpret_cast<Header<kThreads>*>(base);
   cta.entries = reinterpret_cast<uint2*>(base + HeaderBytes<kThreads>());
-  cta.above = reinterpret_cast<uint32_t*>(cta.entries + kFilterCapacity);
+  cta.above = reinterpret_cast<uint32_t*>(cta.entries + FilterCapacity(kThreads));
   cta.at = cta.above + bitmap_words;
   cta.bitmap_words = bitmap_words;
   cta.slots = ScanSlots{cta.h->scan, Header<kThreads>::kSlotWords, 0};
@@ -675,7 +697,8 @@ template <int kThreads>
 vendor::Error Launch(const FilterArgs& base, const FilterConfig& config, vendor::Stream stream) {
   const void* kernel = KernelOf<kThreads>();
   const uint32_t words = FilterBitmapWords(base.cols);
-  const int smem = static_cast<int>(FilterSmemBytes(HeaderBytes<kThreads>(), base.cols));
+  const int smem = static_cast<int>(
+      FilterSmemBytes(HeaderBytes<kThreads>(), base.cols, FilterCapacity(kThreads)));
   vendor::DeviceFacts d;
   if (!vendor::CurrentDeviceFacts(&d)) return cudaErrorNoDevice;
   if (smem > d.smem_optin) return cudaErrorInvalidConfiguration;
@@ -693,6 +716,7 @@ vendor::Error Launch(const FilterArgs& base, const FilterConfig& config, vendor:
   a.cluster = static_cast<uint32_t>(cluster);
   a.speculate = config.speculate;
   a.prefetch = config.prefetch;
+  a.fine_floor = config.fine_floor;
   if (cluster == 1) {
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.rows, resident));
     TopkFilterKernel<kThreads><<<grid, kThreads, smem, stream>>>(a, words);
@@ -713,6 +737,16 @@ vendor::Error Launch(const FilterArgs& base, const FilterConfig& config, vendor:
   launch.attrs = attr;
   launch.numAttrs = 1;
   return cudaLaunchKernelEx(&launch, TopkFilterKernel<kThreads>, a, words);
+}
+
+// Rows past one wave take four 256-thread CTAs per SM when k leaves the smaller buffer room for
+// the floor's margin and four fit an SM at this column count (measured: 4096 × 32768 causal 304 →
+// 262 µs; at 65536 columns, three per SM, 456 → 465, so not there).
+bool UseSmallCtas(const FilterArgs& a) {
+  if (2 * a.k + 512 > kFilterCapacitySmall) return false;
+  const int smem =
+      static_cast<int>(FilterSmemBytes(HeaderBytes<256>(), a.cols, FilterCapacity(256)));
+  return vendor::BlocksPerSm(KernelOf<256>(), 256, smem) >= MinBlocksPerSm<256>();
 }
 
 }  // namespace
@@ -760,11 +794,16 @@ vendor::Error LaunchTopkFilterWith(const Params& p, const FilterConfig& config,
   static_cast<RowArgs&>(a) = MakeRowArgs(p);
   if (a.rows == 0) return vendor::kSuccess;  // an empty grid is a launch error
   int threads = config.threads;
-  if (threads == 0) {  // rows that fit one wave: the wider CTA shortens each row's chain of steps
+  if (threads == 0) {
+    // Rows that fit one wave: the wider CTA shortens each row's chain of steps. More rows: four
+    // 256-thread CTAs per SM overlap more rows than two of 512, when k leaves the smaller buffer
+    // room for the floor's margin (docs/KERNELS.md "Top-k, threshold filter").
     vendor::DeviceFacts d;
-    threads = vendor::CurrentDeviceFacts(&d) && a.rows <= d.sm_count ? 1024 : 512;
+    const bool one_wave = vendor::CurrentDeviceFacts(&d) && a.rows <= d.sm_count;
+    threads = one_wave ? 1024 : (UseSmallCtas(a) ? 256 : 512);
   }
   switch (threads) {
+    case 256: return Launch<256>(a, config, stream);
     case 512: return Launch<512>(a, config, stream);
     case 1024: return Launch<1024>(a, config, stream);
     default: return cudaErrorInvalidValue;

@@ -18,12 +18,17 @@ namespace attnd::kernels::topk::gpu {
 
 // Launch choices; 0 picks the default for the shape and device. Tests and benchmarks force them.
 struct FilterConfig {
-  int threads = 0;        // 512 or 1024 per CTA
+  int threads = 0;        // 256, 512 or 1024 per CTA (0: 1024 for one wave, else 256 for k <= 2048)
   int cluster = 0;        // CTAs per row: 1, 2, 4 or 8 (2+ needs sm_90)
   bool speculate = true;  // off: windows longer than the buffer take the exact re-reading path
   // Bulk-prefetch each CTA's next segment into L2 (sm_90). Off by default: slower at 4096 ×
   // 65536, within noise elsewhere (docs/KERNELS.md "Top-k, threshold filter").
   bool prefetch = false;
+  // 256-thread CTAs on rows of their own refine the sampled floor from its level-0 bin to a
+  // level-1 bin (two more barriers per row; a floor near the sample's rank instead of up to a
+  // quarter octave below it, which their smaller buffer needs). Off only to measure or test it;
+  // the wider CTAs never refine (docs/KERNELS.md "Top-k, threshold filter").
+  bool fine_floor = true;
 };
 
 // Whether the filter takes `rows` rows of `cols` columns on the current device: at most one wave

@@ -15,6 +15,15 @@ namespace attnd::kernels::topk::gpu {
 // long are buffered whole; longer ones get a floor from a sample. Room for k <= kMaxK (4096)
 // plus the floor's margin and its bin (docs/KERNELS.md "Top-k, threshold filter").
 inline constexpr uint32_t kFilterCapacity = 8192;
+// The buffer of the 256-thread CTA, four of which share an SM at N <= 32K (rows past one wave):
+// room for k = 2048 plus the margin of a floor refined to the sample's rank (FineFloor in
+// filter.cu), not for k = 4096 (a row that overflows takes the exact path).
+inline constexpr uint32_t kFilterCapacitySmall = 4608;
+
+// The buffer of a `threads`-thread CTA.
+ATTND_TOPK_HD constexpr uint32_t FilterCapacity(int threads) {
+  return threads <= 256 ? kFilterCapacitySmall : kFilterCapacity;
+}
 
 // -FLT_MAX: the floor that admits every selectable logit.
 inline constexpr uint32_t kMinSelectableBits = 0xff7fffffu;
@@ -38,9 +47,11 @@ ATTND_TOPK_HD uint32_t FilterBitmapWords(int64_t cols) {
   return static_cast<uint32_t>((cols + 31) / 32);
 }
 
-// Dynamic shared memory of one CTA: the header, the buffer and two column bitmaps.
-ATTND_TOPK_HD int64_t FilterSmemBytes(uint32_t header_bytes, int64_t cols) {
-  return static_cast<int64_t>(header_bytes) + 8 * static_cast<int64_t>(kFilterCapacity) +
+// Dynamic shared memory of one CTA: the header, a buffer of `capacity` entries and two column
+// bitmaps.
+ATTND_TOPK_HD int64_t FilterSmemBytes(uint32_t header_bytes, int64_t cols,
+                                      uint32_t capacity = kFilterCapacity) {
+  return static_cast<int64_t>(header_bytes) + 8 * static_cast<int64_t>(capacity) +
          8 * static_cast<int64_t>(FilterBitmapWords(cols));
 }
 

@@ -1,6 +1,8 @@
 // The threshold-filter GPU top-k (kernels/topk/gpu/filter.cu) under every launch choice it has:
-// 512- and 1024-thread CTAs, clusters of 1, 2, 4 and 8 CTAs per row, the sampled floor on and off
-// (off, windows longer than the buffer take the exact re-reading path), the L2 prefetch off. Each
+// 256-, 512- and 1024-thread CTAs (the 256-thread one with the smaller buffer), clusters of 1, 2, 4
+// and 8 CTAs per row, the sampled floor on and off (off, windows longer than the buffer take the
+// exact re-reading path), the 256-thread CTA's floor refined to a level-1 bin or not, the L2
+// prefetch off. Each
 // must write exactly the CPU implementation's output (bytes of indices and values, ascending
 // columns, ties to the lowest columns, -1 / -inf padding): long rows (256K), k = 4096, few and
 // many rows, windows, ties and specials, a floor that leaves fewer than k (the fallback), buffer
@@ -40,13 +42,14 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 std::string Name(const gpu::FilterConfig& c) {
   return "t" + std::to_string(c.threads) + "_c" + std::to_string(c.cluster) +
-         (c.speculate ? "_spec" : "_nospec") + (c.prefetch ? "" : "_noprefetch");
+         (c.speculate ? "_spec" : "_nospec") + (c.prefetch ? "" : "_noprefetch") +
+         (c.fine_floor ? "" : "_coarse");
 }
 
 // Every forced launch choice.
 std::vector<gpu::FilterConfig> AllConfigs() {
   std::vector<gpu::FilterConfig> out;
-  for (int threads : {512, 1024}) {
+  for (int threads : {256, 512, 1024}) {
     for (int cluster : {1, 2, 4, 8}) {
       for (bool speculate : {true, false}) {
         gpu::FilterConfig c;
@@ -62,6 +65,14 @@ std::vector<gpu::FilterConfig> AllConfigs() {
     c.threads = threads;
     c.cluster = threads == 512 ? 1 : 8;
     c.prefetch = false;
+    out.push_back(c);
+  }
+  for (bool speculate : {true, false}) {  // 256 threads, the floor at the sample's level-0 bin
+    gpu::FilterConfig c;
+    c.threads = 256;
+    c.cluster = 1;
+    c.speculate = speculate;
+    c.fine_floor = false;
     out.push_back(c);
   }
   return out;
@@ -352,13 +363,14 @@ TEST_F(TopKFilterGpu, FittedSelectLevels) {
   }
 }
 
-// Windows around the buffer's size (buffered whole up to 8192 columns, floored from 8193), rows
-// whose selectable entries fit the buffer although the window does not (the floor-less path
-// without speculation), and a window whose floor leaves exactly k.
+// Windows around the buffers' sizes (buffered whole up to 8192 columns, floored from 8193; 4608
+// and 4609 in the 256-thread CTA), rows whose selectable entries fit the buffer although the
+// window does not (the floor-less path without speculation), and a window whose floor leaves
+// exactly k.
 TEST_F(TopKFilterGpu, BufferEdges) {
   auto rng = MakeRng();
   const int64_t n = 8192 * 3 + 5, k = 2048;
-  TopKCase c(7, n, k, WindowForm::kKsKe, /*with_values=*/true, /*logits_ld=*/n + 2);
+  TopKCase c(10, n, k, WindowForm::kKsKe, /*with_values=*/true, /*logits_ld=*/n + 2);
   testing::FillNormal(c.logits, rng, 1.0);
   for (int64_t j = 0; j < n; ++j) {  // row 4: 3000 selectable among -inf
     if (j % 8 != 0) c.Logit(4, j) = -kInf;
@@ -371,6 +383,9 @@ TEST_F(TopKFilterGpu, BufferEdges) {
   c.SetWindow(4, 0, n);
   c.SetWindow(5, 0, n);
   c.SetWindow(6, 7, 7 + k);
+  c.SetWindow(7, 0, 4608);
+  c.SetWindow(8, 1, 4610);
+  c.SetWindow(9, 3, 3 + 4607);
   ExpectEveryConfigEqualsCpu(c);
 }
 

@@ -44,6 +44,10 @@ TEST(TopKFilterPlan, SharedMemoryFitsTheH200UpTo256KColumns) {
   // Two 512-thread CTAs per SM at 32K and 64K columns (228 KB per SM, 1 KB reserved per CTA).
   EXPECT_LE(2 * (gpu::FilterSmemBytes(9216, 65536) + 1024), 233472);
   EXPECT_GE(gpu::kFilterCapacity, static_cast<uint32_t>(2 * kMaxK));
+  // Four 256-thread CTAs per SM at 32K columns with the smaller buffer.
+  EXPECT_LE(4 * (gpu::FilterSmemBytes(8704, 32768, gpu::FilterCapacity(256)) + 1024), 233472);
+  EXPECT_EQ(gpu::FilterCapacity(512), gpu::kFilterCapacity);
+  EXPECT_EQ(gpu::FilterCapacity(1024), gpu::kFilterCapacity);
 }
 
 }  // namespace
