@@ -17,6 +17,9 @@
 # sanitize: compute-sanitizer memcheck over each op's test binary (the cases past 2^31 elements
 # excluded: too slow under the tool), ATTND_SANITIZE_TIMEOUT seconds each (default 300); not in
 # `all`.
+# ATTND_SUITE_TESTS="dsa_test topk_test ...": tests and sanitize run only these binaries (a name
+# not in the bundle fails the run), so a suite longer than one device call can be split over
+# several; each binary's wall seconds go to OUT_DIR/tests-times.txt.
 # ATTND_MPS=1: everything runs under one MPS server (docs/OPERATIONS.md "MPS"): a control daemon
 # (nvidia-cuda-mps-control -d) with its pipe and log directories in a temporary folder, exported
 # as CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY so attnd and the test clients reach it,
@@ -83,15 +86,33 @@ case "${ATTND_MPS:-}" in
     exit 2
     ;;
 esac
+# The test binaries to run: ATTND_SUITE_TESTS's names, else every bin/*_test.
+test_binaries() {
+  if [ -z "${ATTND_SUITE_TESTS:-}" ]; then
+    for t in "$HERE"/bin/*_test; do [ -e "$t" ] && echo "$t"; done
+    return 0
+  fi
+  local name
+  for name in $ATTND_SUITE_TESTS; do echo "$HERE/bin/$name"; done
+}
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
-  for t in "$HERE"/bin/*_test; do
+  : > "$OUT/tests-times.txt"
+  mapfile -t tests < <(test_binaries)
+  for t in "${tests[@]}"; do
     name="$(basename "$t")"
     echo "== $name"
+    if [ ! -x "$t" ]; then
+      rc=1
+      echo "FAILED: $name is not in the bundle's bin/"
+      continue
+    fi
+    start=$SECONDS
     if ! "$t" ${FILTER:+--gtest_filter="$FILTER"} --gtest_brief=1 > "$OUT/$name.log" 2>&1; then
       rc=1
       echo "FAILED: $name (see $name.log)"
       grep -E "^\[  FAILED|Failure|error" "$OUT/$name.log" | head -20
     fi
+    echo "$name $((SECONDS - start)) s" >> "$OUT/tests-times.txt"
     tail -3 "$OUT/$name.log"
   done
 fi
@@ -119,9 +140,15 @@ if [ "$WHAT" = integration ]; then
 fi
 if [ "$WHAT" = sanitize ]; then
   SAN="$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")"
-  for t in "$HERE"/bin/*_test; do
+  mapfile -t tests < <(test_binaries)
+  for t in "${tests[@]}"; do
     name="$(basename "$t")"
     case "$name" in common_test|server_test|gpu_runtime_test) continue ;; esac
+    if [ ! -x "$t" ]; then
+      rc=1
+      echo "FAILED: $name is not in the bundle's bin/"
+      continue
+    fi
     echo "== memcheck $name"
     timeout "${ATTND_SANITIZE_TIMEOUT:-300}" "$SAN" --tool memcheck --error-exitcode 99 \
       "$t" --gtest_filter="${FILTER:-*}:-*2To31*" --gtest_brief=1 > "$OUT/memcheck-$name.log" 2>&1

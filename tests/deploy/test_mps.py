@@ -2,7 +2,8 @@
 entrypoint deploy/docker/attnd-mps.sh and scripts/run-gpu-suite.sh ATTND_MPS=1 run against a
 fake nvidia-cuda-mps-control (a shell script keeping the control daemon's state in its pipe
 directory) and a fake attnd; overlays/nvidia-mps renders with the MPS wiring; build.sh stages
-the script into the cuda image only; the Docker line of docs/OPERATIONS.md "MPS" holds."""
+the script into the cuda image only; the Docker line of docs/OPERATIONS.md "MPS" holds. Also the
+suite's ATTND_SUITE_TESTS (a subset of the bundle's test binaries, each one's seconds recorded)."""
 
 import os
 import re
@@ -173,6 +174,38 @@ def test_gpu_suite_quits_mps_when_a_test_fails(fake):
     )
     assert r.returncode == 1, r.stdout + r.stderr
     assert events()[-1] == "control quit"
+
+
+def test_gpu_suite_runs_only_the_named_test_binaries(fake):
+    env, events, tmp = fake
+    bundle = tmp / "bundle"
+    (bundle / "bin").mkdir(parents=True)
+    os.symlink(SUITE, bundle / "run-gpu-suite.sh")
+    for name in ("a_test", "b_test", "c_test"):
+        (bundle / "bin" / name).write_text(f'#!/bin/sh\necho "ran {name}" >> "$FAKE_LOG"\n')
+        (bundle / "bin" / name).chmod(0o755)
+
+    def run(names, out):
+        env["ATTND_SUITE_TESTS"] = names
+        return subprocess.run(
+            ["bash", str(bundle / "run-gpu-suite.sh"), str(out), "tests"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    r = run("c_test a_test", tmp / "out1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [e for e in events() if e.startswith("ran ")] == ["ran c_test", "ran a_test"]
+    times = (tmp / "out1" / "tests-times.txt").read_text().splitlines()
+    assert [t.split()[0] for t in times] == ["c_test", "a_test"], times
+    assert all(re.fullmatch(r"\S+ \d+ s", t) for t in times), times
+
+    r = run("b_test missing_test", tmp / "out2")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAILED: missing_test is not in the bundle's bin/" in r.stdout
+    assert events()[-1] == "ran b_test"
 
 
 def render(overlay):
