@@ -29,7 +29,8 @@ void StoreRelease(char* p, uint64_t v) {
 namespace {
 
 absl::StatusOr<v1::OpenRingRequest> OpenRequest(const HostRegion& region, uint64_t offset,
-                                                uint32_t entries, const HostRegion* signals) {
+                                                uint32_t entries,
+                                                const std::string& signal_region) {
   if (offset > region.size() || region.size() - offset < L::Bytes(entries)) {
     return absl::InvalidArgumentError(absl::StrCat("SubmissionRing: ", L::Bytes(entries),
                                                    " bytes at ", offset, " are past the end of '",
@@ -39,29 +40,57 @@ absl::StatusOr<v1::OpenRingRequest> OpenRequest(const HostRegion& region, uint64
   request.set_region(region.name());
   request.set_offset(offset);
   request.set_entries(entries);
-  if (signals != nullptr) request.set_signal_region(signals->name());
+  request.set_signal_region(signal_region);  // empty: the ring's own region
   return request;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
-    Client* client, const HostRegion& region, uint64_t offset, uint32_t entries,
-    const HostRegion* signals, const std::string& lease_id, absl::Duration timeout) {
-  absl::StatusOr<v1::OpenRingRequest> request = OpenRequest(region, offset, entries, signals);
+// The signal words: where this process reads them (null for a device region), their size and
+// the region's name.
+struct SubmissionRing::Signals {
+  char* data = nullptr;
+  uint64_t bytes = 0;
+  std::string name;
+  static Signals Of(const HostRegion& region, const HostRegion* signals) {
+    const HostRegion& r = signals != nullptr ? *signals : region;
+    return Signals{r.data(), r.size(), signals != nullptr ? signals->name() : ""};
+  }
+  static Signals Of(const DeviceRegion& signals) { return Signals{nullptr, 0, signals.name()}; }
+};
+
+absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::OpenOn(
+    Client* client, Session* session, const HostRegion& region, uint64_t offset, uint32_t entries,
+    const Signals& signals, const std::string& lease_id, absl::Duration timeout) {
+  absl::StatusOr<v1::OpenRingRequest> request = OpenRequest(region, offset, entries, signals.name);
   if (!request.ok()) return request.status();
-  request->set_lease_id(lease_id);
-  v1::OpenRingResponse response;
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout);
-  grpc::Status s = client->stub()->OpenRing(&ctx, *request, &response);
-  if (!s.ok()) return FromGrpcStatus(s, "OpenRing");
+  uint64_t ring_id = 0;
+  if (session != nullptr) {
+    v1::SessionRequest message;
+    *message.mutable_open_ring() = *std::move(request);
+    absl::StatusOr<v1::SessionResponse> reply = session->Exchange(std::move(message), timeout);
+    if (!reply.ok()) {
+      return absl::Status(reply.status().code(),
+                          absl::StrCat("OpenRing: ", reply.status().message()));
+    }
+    ring_id = reply->open_ring().ring_id();
+  } else {
+    request->set_lease_id(lease_id);
+    v1::OpenRingResponse response;
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, timeout);
+    grpc::Status s = client->stub()->OpenRing(&ctx, *request, &response);
+    if (!s.ok()) return FromGrpcStatus(s, "OpenRing");
+    ring_id = response.ring_id();
+  }
   std::unique_ptr<SubmissionRing> ring(new SubmissionRing());
   ring->client_ = client;
+  ring->session_ = session;
   ring->base_ = region.data() + offset;
-  ring->signals_ = (signals != nullptr ? signals : &region)->data();
-  ring->signals_bytes_ = (signals != nullptr ? signals : &region)->size();
-  ring->ring_id_ = response.ring_id();
+  ring->signals_ = signals.data;
+  ring->signals_bytes_ = signals.bytes;
+  ring->signal_region_ = signals.name.empty() ? region.name() : signals.name;
+  ring->ring_id_ = ring_id;
   ring->entries_ = entries;
   ring->open_ = true;
   ring->timeout_ = timeout;
@@ -69,27 +98,29 @@ absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
 }
 
 absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
+    Client* client, const HostRegion& region, uint64_t offset, uint32_t entries,
+    const HostRegion* signals, const std::string& lease_id, absl::Duration timeout) {
+  return OpenOn(client, nullptr, region, offset, entries, Signals::Of(region, signals), lease_id,
+                timeout);
+}
+
+absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
     Session* session, const HostRegion& region, uint64_t offset, uint32_t entries,
     const HostRegion* signals, absl::Duration timeout) {
-  absl::StatusOr<v1::OpenRingRequest> request = OpenRequest(region, offset, entries, signals);
-  if (!request.ok()) return request.status();
-  v1::SessionRequest message;
-  *message.mutable_open_ring() = *std::move(request);
-  absl::StatusOr<v1::SessionResponse> reply = session->Exchange(std::move(message), timeout);
-  if (!reply.ok()) {
-    return absl::Status(reply.status().code(),
-                        absl::StrCat("OpenRing: ", reply.status().message()));
-  }
-  std::unique_ptr<SubmissionRing> ring(new SubmissionRing());
-  ring->session_ = session;
-  ring->base_ = region.data() + offset;
-  ring->signals_ = (signals != nullptr ? signals : &region)->data();
-  ring->signals_bytes_ = (signals != nullptr ? signals : &region)->size();
-  ring->ring_id_ = reply->open_ring().ring_id();
-  ring->entries_ = entries;
-  ring->open_ = true;
-  ring->timeout_ = timeout;
-  return ring;
+  return OpenOn(nullptr, session, region, offset, entries, Signals::Of(region, signals), "",
+                timeout);
+}
+
+absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
+    Client* client, const HostRegion& region, uint64_t offset, uint32_t entries,
+    const DeviceRegion& signals, const std::string& lease_id, absl::Duration timeout) {
+  return OpenOn(client, nullptr, region, offset, entries, Signals::Of(signals), lease_id, timeout);
+}
+
+absl::StatusOr<std::unique_ptr<SubmissionRing>> SubmissionRing::Open(
+    Session* session, const HostRegion& region, uint64_t offset, uint32_t entries,
+    const DeviceRegion& signals, absl::Duration timeout) {
+  return OpenOn(nullptr, session, region, offset, entries, Signals::Of(signals), "", timeout);
 }
 
 SubmissionRing::~SubmissionRing() { Close().IgnoreError(); }
@@ -119,6 +150,13 @@ absl::StatusOr<uint64_t> SubmissionRing::Call(uint64_t call_id, uint64_t ready_o
                                               uint64_t ready_value, uint64_t done_offset,
                                               uint64_t done_value, absl::Duration timeout,
                                               absl::Duration spin) {
+  if (signals_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("SubmissionRing::Call: ring ", ring_id_,
+                     "'s signal words are in device region '", signal_region_,
+                     "', which this process cannot poll: Submit, and wait for the done word "
+                     "on a stream (stream_ordered.h)"));
+  }
   if (done_offset > signals_bytes_ || signals_bytes_ - done_offset < sizeof(uint64_t) ||
       (reinterpret_cast<uintptr_t>(signals_) + done_offset) % alignof(uint64_t) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

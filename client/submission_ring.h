@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/device_region.h"
 #include "client/host_region.h"
 #include "client/session.h"
 
@@ -62,6 +63,17 @@ class SubmissionRing {
   static absl::StatusOr<std::unique_ptr<SubmissionRing>> Open(
       Session* session, const HostRegion& region, uint64_t offset, uint32_t entries,
       const HostRegion* signals = nullptr, absl::Duration timeout = kDefaultAdminTimeout);
+  // Both forms with the entries' signal words in a device region (a daemon that waits on device
+  // words, docs/SERVICE.md "Submission rings"): the caller's stream writes the ready words and
+  // waits for the done words (stream_ordered.h). Submit only: Call refuses with
+  // FAILED_PRECONDITION, as this process cannot poll device memory.
+  static absl::StatusOr<std::unique_ptr<SubmissionRing>> Open(
+      Client* client, const HostRegion& region, uint64_t offset, uint32_t entries,
+      const DeviceRegion& signals, const std::string& lease_id = "",
+      absl::Duration timeout = kDefaultAdminTimeout);
+  static absl::StatusOr<std::unique_ptr<SubmissionRing>> Open(
+      Session* session, const HostRegion& region, uint64_t offset, uint32_t entries,
+      const DeviceRegion& signals, absl::Duration timeout = kDefaultAdminTimeout);
   ~SubmissionRing();  // Close(), errors ignored
   SubmissionRing(const SubmissionRing&) = delete;
   SubmissionRing& operator=(const SubmissionRing&) = delete;
@@ -83,8 +95,9 @@ class SubmissionRing {
   // when the ring is closed or errored before the entry was taken, UNAVAILABLE when the daemon
   // stopped polling the open ring (its beat word still for ring_layout::kDaemonSilence: it
   // exited or hangs), INVALID_ARGUMENT for a done
-  // word outside the signal region or not 8-byte aligned. The done word must be this caller's
-  // own, below done_value when called (values count up). No RPC, no allocation.
+  // word outside the signal region or not 8-byte aligned, FAILED_PRECONDITION for a ring whose
+  // signal words are in a device region. The done word must be this caller's own, below
+  // done_value when called (values count up). No RPC, no allocation.
   absl::StatusOr<uint64_t> Call(uint64_t call_id, uint64_t ready_offset, uint64_t ready_value,
                                 uint64_t done_offset, uint64_t done_value, absl::Duration timeout,
                                 absl::Duration spin = absl::ZeroDuration());
@@ -101,11 +114,16 @@ class SubmissionRing {
 
  private:
   SubmissionRing() = default;
+  struct Signals;
+  static absl::StatusOr<std::unique_ptr<SubmissionRing>> OpenOn(
+      Client* client, Session* session, const HostRegion& region, uint64_t offset, uint32_t entries,
+      const Signals& signals, const std::string& lease_id, absl::Duration timeout);
   Client* client_ = nullptr;
   Session* session_ = nullptr;  // set: opened on this Session
   char* base_ = nullptr;
-  char* signals_ = nullptr;  // the signal region's first byte
+  char* signals_ = nullptr;  // the signal region's first byte; null: a device region
   uint64_t signals_bytes_ = 0;
+  std::string signal_region_;
   uint64_t ring_id_ = 0;
   uint32_t entries_ = 0;
   uint64_t head_ = 0;

@@ -47,11 +47,9 @@ import time
 import traceback
 import urllib.request
 
-import grpc
 import torch
 
 import attnd_client as ac
-from attnd_client.errors import AttndError
 from attnd_client.rings import ring_bytes
 from attnd_client.stream_ordered import FAILURE_BIT, Signal, SignalWord
 
@@ -795,8 +793,11 @@ class Runner:
                 ring_region = client.create_host_region(
                     f"ds-ring-{os.getpid()}-{next(_names)}", ring_bytes(entries)
                 )
-                ring = self._open_ring(
-                    ring_region, entries, words.region, getattr(words, "host", None)
+                # The words' HostRegion when they are host words (SubmissionRing.call checks
+                # words against it), else the device region's name.
+                host = getattr(words, "host", None)
+                ring = client.open_ring(
+                    ring_region, 0, entries, signals=host if host is not None else words.region
                 )
             self.seq = max(self.seq, max(words.value(i) for i in range(2 * m.layers)))
 
@@ -890,23 +891,6 @@ class Runner:
             for call_id in ids:
                 client.release_call(call_id)
             words.close()
-
-    def _open_ring(self, region, entries: int, signal_region: str, signal_host=None):
-        from attnd_client._proto import pb
-        from attnd_client.rings import SubmissionRing
-
-        # Client.open_ring takes a HostRegion for the signal words; these may be a device
-        # region's, so the request is made here.
-        request = pb.OpenRingRequest(
-            region=region.name, offset=0, entries=entries, signal_region=signal_region
-        )
-        try:
-            response = self.client._stub.OpenRing(request, timeout=60)
-        except grpc.RpcError as e:
-            raise AttndError.from_rpc_error(e) from None
-        # signal_host: the words' HostRegion when they are host words (SubmissionRing.call
-        # checks words against it); device words have none.
-        return SubmissionRing(self.client, response.ring_id, region, 0, entries, signal_host)
 
     def check(self, lib: Inproc | None) -> dict:
         """The last layer's out (left by the measured path) against the baseline's kernels on

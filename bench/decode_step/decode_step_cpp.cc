@@ -38,7 +38,8 @@
 //     [--ctx=32768] [--heads=128] [--topk=2048] [--signals=host,device] [--stream-timeout=60]
 //     [--commit=SHA] [--mps=auto|true|false] [--no-baseline] [--inline-lse] [--tiny]
 // --signals=device puts the words in a device region (a daemon without the device-side wait
-// refuses them: the line records the error; a submission ring takes host words only). A stream
+// refuses them: the line records the error; with --submit=ring the ring is opened over that
+// device region, SubmissionRing::Open's DeviceRegion form). A stream
 // that stalls past --stream-timeout seconds (done words never written) has UNSTICK stored into
 // its done words so that it goes on; the line then records the error. --inline-lse: blocking
 // calls leave lse out, so that it comes back inline in each reply (the form of commit 8e55a36,
@@ -668,8 +669,16 @@ absl::Status OpenRing(client::Client* client, const Model& m, const Words& words
   absl::StatusOr<std::unique_ptr<client::HostRegion>> r = client::HostRegion::Create(client, ho);
   if (!r.ok()) return r.status();
   *ring_region = std::move(*r);
-  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> opened =
-      client::SubmissionRing::Open(client, **ring_region, 0, entries, words.region.get());
+  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> opened;
+  if (words.region != nullptr) {
+    opened = client::SubmissionRing::Open(client, **ring_region, 0, entries, words.region.get());
+  } else {  // device words: the region registered over the words' buffer
+    const Buffer* b = m.Holding(m.words);
+    if (b == nullptr || b->registered == nullptr) {
+      return absl::InternalError("the device signal words lie in no registered region");
+    }
+    opened = client::SubmissionRing::Open(client, **ring_region, 0, entries, *b->registered);
+  }
   if (!opened.ok()) return opened.status();
   *ring = std::move(*opened);
   return absl::OkStatus();
@@ -681,9 +690,6 @@ absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* cl
                                             std::string* extra) {
   Words words;
   DS_OK(MakeWords(client, *m, signals, &words));
-  if (o.submit == "ring" && words.region == nullptr) {
-    return absl::InvalidArgumentError("a submission ring takes host signal words (--submit=rpc)");
-  }
   std::vector<uint64_t> ids;
   auto release = [&] {
     for (uint64_t id : ids) (void)client::ReleaseCall(client, id);

@@ -480,6 +480,40 @@ def test_ring_runs_prepared_calls_in_order(client, rng, api):
         assert e.value.code == grpc.StatusCode.NOT_FOUND
 
 
+def test_ring_with_signal_words_in_a_region_named_at_open(client, rng):
+    """open_ring(signals=<a region's name>): the form for signal words in a device region,
+    which the caller's stream writes and waits on. The entries' words lie in the named region
+    (here a host region, so that the CPU daemon can serve it and the test can read it): submit()
+    runs the call and its done word is stored there; call() refuses, since this process does not
+    poll that region; an unknown name is refused at open, naming the field."""
+    case = make_case("sparse_mla", rng)
+    data = client.create_host_region("named-signals-data", region_bytes(case) + 4096)
+    words = client.create_host_region("named-signals-words", 4096)
+    slots = client.create_host_region("named-signals-ring", 1 << 16)
+    try:
+        args, outs, _ = stage(data, case)
+        call_id = client.prepare_call("sparse_mla", **args)
+        ring = client.open_ring(slots, offset=64, entries=4, signals=words.name)
+        assert ring.signals is None and ring.signal_name == words.name
+        ready, done = SignalWord(words), SignalWord(words)
+        assert ring.submit(call_id, ready.offset, 1, done.offset, 5)
+        time.sleep(0.2)
+        assert done.get() == 0 and poisoned(case, outs), "ran before its ready word"
+        ready.set(1)
+        assert done.wait(5, timeout=20) == 5
+        case.check(outs)
+        with pytest.raises(ValueError, match="does not poll"):
+            ring.call(call_id, done, 6, timeout=5)
+        ring.close()
+        with pytest.raises(AttndError) as e:
+            client.open_ring(slots, offset=64, entries=4, signals="no-such-region")
+        assert "signal_region" in str(e.value), e.value
+        client.release_call(call_id)
+    finally:
+        for r in (slots, words, data):
+            r.close()
+
+
 def test_late_unregistration_spares_a_region_registered_again(client, rng):
     """Unregistering a region frees its name at once but completes only when the calls pinning
     it end (here: a pending stream-ordered call whose signal words lie in it). A ring and a

@@ -66,7 +66,7 @@ class SubmissionRing:
         region: HostRegion,
         offset: int,
         entries: int,
-        signals: HostRegion | None = None,
+        signals: HostRegion | str | None = None,
     ) -> None:
         buffer = region.shm.buffer
         if buffer is None:
@@ -81,7 +81,15 @@ class SubmissionRing:
         self._head = 0
         self._open = True
         self._beat: list[Any] = [0, None]  # call(): the beat word as last seen, when it moved
-        self.signals = signals if signals is not None else region  # where entries' words lie
+        # Where entries' words lie: a host region of this client's (polled by call()), or a
+        # region named by `signal_name` only (a device region: the caller's stream writes ready
+        # and waits for done; call() refuses).
+        if isinstance(signals, str):
+            self.signals: HostRegion | None = None
+            self.signal_name = signals
+        else:
+            self.signals = signals if signals is not None else region
+            self.signal_name = self.signals.name
 
     def submit(
         self,
@@ -145,11 +153,17 @@ class SubmissionRing:
         UNAVAILABLE when the daemon stopped polling the open ring (its beat word still for
         DAEMON_SILENCE seconds: it exited or hangs). No RPC per call; nothing synchronises the caller's GPU stream: its inputs must be in
         place (or `ready` reached) when it runs."""
+        if self.signals is None:
+            raise ValueError(
+                f"submission ring {self.ring_id}: its signal words are in region "
+                f"{self.signal_name!r}, which this process does not poll: submit(), and wait for "
+                "the done word on a stream (cuda_signals)"
+            )
         for word, name in ((done, "done"), (ready, "ready")):
-            if word is not None and word.region.name != self.signals.name:
+            if word is not None and word.region.name != self.signal_name:
                 raise ValueError(
                     f"{name}: word of region {word.region.name!r}, not of the ring's signal "
-                    f"region {self.signals.name!r}"
+                    f"region {self.signal_name!r}"
                 )
         deadline = None if timeout is None else time.monotonic() + timeout
         ready_offset = None if ready is None else ready.offset
@@ -332,7 +346,7 @@ class RingCaller:
 
 
 def open_request(
-    region: HostRegion, offset: int, entries: int, signals: HostRegion | None, lease_id: str
+    region: HostRegion, offset: int, entries: int, signals: HostRegion | str | None, lease_id: str
 ) -> Any:
     from ._proto import pb
 
@@ -346,5 +360,5 @@ def open_request(
         region=region.name,
         offset=offset,
         entries=entries,
-        signal_region=signals.name if signals is not None else "",
+        signal_region=signals if isinstance(signals, str) else (signals.name if signals else ""),
     )

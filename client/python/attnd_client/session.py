@@ -384,11 +384,12 @@ class Session(_ops.OpCalls[_ops.OpResult], _rings.RingCallerFactory):
         region: HostRegion,
         offset: int = 0,
         entries: int = 256,
-        signals: HostRegion | None = None,
+        signals: HostRegion | str | None = None,
         timeout: float = 60.0,
     ) -> _rings.SubmissionRing:
         """Opens a submission ring under this session's lease (rings.py): its entries run on
-        the session's ordered queue and are cancelled with the stream."""
+        the session's ordered queue and are cancelled with the stream. `signals` as in
+        Client.open_ring."""
         request = _rings.open_request(region, offset, entries, signals, "")
         response = self._send(pb.SessionRequest(open_ring=request)).result(timeout)
         return _rings.SubmissionRing(

@@ -235,13 +235,16 @@ class StreamOrderedClient(_rings.RingCallerFactory):
         region: HostRegion,
         offset: int = 0,
         entries: int = 256,
-        signals: HostRegion | None = None,
+        signals: HostRegion | str | None = None,
         lease_id: str = "",
         timeout: float | None = None,
     ) -> _rings.SubmissionRing:
         """Opens a submission ring of `entries` slots (a power of two up to 4096) at `offset`
         (a multiple of 64) in `region`; its entries' ready and done words lie in `signals`
-        (None: `region`). Entries run on this connection's ordered queue (rings.py)."""
+        (None: `region`), or in the registered region of that name (a str: typically a device
+        region, whose words the caller's stream writes and waits on; SubmissionRing.call then
+        refuses, as this process cannot poll them). Entries run on this connection's ordered
+        queue (rings.py)."""
         request = _rings.open_request(region, offset, entries, signals, lease_id)
         try:
             response = self._stub.OpenRing(request, timeout=self._timeout(timeout))
