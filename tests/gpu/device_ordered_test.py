@@ -15,7 +15,10 @@ metrics' attnd_stream_ordered_calls_total{event="device"} must count them.
       complete;
   (c) signal words in host regions (a) and in device regions (c);
   (d) a caller chain captured into a CUDA graph (q update, write ready, wait done, copy out)
-      replayed several times with a daemon call enqueued before each replay.
+      replayed several times with a daemon call enqueued before each replay;
+  (e) a prepared call run through a submission ring whose signal words lie in a device region
+      (open_ring(signals=<the region's name>)): no RPC per step, the same per-step checks as
+      (c), and the ring's blocking call() refuses (this process cannot poll device words).
 
     PYTHONPATH=bundle/python python3 device_ordered_test.py --target unix:/tmp/x/attnd.sock \\
         --metrics http://127.0.0.1:9464/metrics
@@ -194,6 +197,52 @@ def run_device_words(client, url, checks, drv):
     checks.expect(got >= steps, f"(c) device-path calls counted: {got}, want >= {steps}")
 
 
+def run_ring_device_words(client, url, checks, drv):
+    """(e): a prepared call submitted through a ring with device-region signal words."""
+    from attnd_client.rings import ring_bytes
+    from attnd_client.stream_ordered import SignalWord
+
+    args = inputs()
+    words = torch.zeros(16, dtype=torch.uint8, device=DEV)  # ready, done
+    ref_words = client._device_region(words)
+    base = ref_words.offset
+    call_id = client.prepare_call("sparse_mla", **args)
+    slots = client.create_host_region("e-ring-slots", ring_bytes(64))
+    ring = client.open_ring(slots, 0, 64, signals=ref_words.region)
+    stream = torch.cuda.current_stream()
+    ptr = words.data_ptr()
+    steps, qs, outs = 3, [], []
+    torch.cuda.synchronize()
+    before = device_count(url)
+    try:
+        for n in range(1, steps + 1):
+            torch.cuda._sleep(10_000_000)
+            args["q"].copy_(torch.randn_like(args["q"], dtype=torch.float32).bfloat16())
+            qs.append(args["q"].clone())
+            while not ring.submit(call_id, base, n, base + 8, n):
+                time.sleep(50e-6)
+            drv.write(ptr, n, stream.cuda_stream)
+            drv.wait(ptr + 8, n, stream.cuda_stream)
+            outs.append(args["out"].clone())
+        torch.cuda.synchronize()
+        word = int(words.view(torch.int64)[1].item()) & ((1 << 64) - 1)
+        checks.expect(word == steps, f"(e) ring, device words: done {word:#x}, want {steps}")
+        for n in range(steps):
+            ref = ref_sparse_mla(qs[n], args["kv"], args["indices"], args["sm_scale"])
+            checks.close(outs[n], ref, f"(e) ring step {n + 1} out")
+        got = device_count(url) - before
+        checks.expect(got >= steps, f"(e) device-path calls counted: {got}, want >= {steps}")
+        try:
+            ring.call(call_id, SignalWord(slots), 1, timeout=1)
+            checks.expect(False, "(e) ring.call with device words raised nothing")
+        except ValueError as e:
+            checks.expect("does not poll" in str(e), f"(e) ring.call refused: {e}")
+    finally:
+        ring.close()
+        client.release_call(call_id)
+        slots.close()
+
+
 def run_watchdog(client, other, url, checks, drv):
     """(b): ready never comes -> failure bit at the deadline; another connection keeps going."""
     from attnd_client.cuda_signals import StreamSignals
@@ -316,6 +365,7 @@ def main():
             ("device words", lambda: run_device_words(client, a.metrics, checks, drv)),
             ("watchdog", lambda: run_watchdog(client, other, a.metrics, checks, drv)),
             ("graph chain", lambda: run_graph_chain(client, a.metrics, checks, drv)),
+            ("ring, device words", lambda: run_ring_device_words(client, a.metrics, checks, drv)),
         ):
             print(f"== {name}", flush=True)
             try:
