@@ -161,84 +161,79 @@ def run_ordering(client, url, checks, drv):
     region.close()
 
 
-def run_device_words(client, url, checks, drv):
-    """(c): ready and done in a device region (a torch tensor registered as one)."""
-    from attnd_client.stream_ordered import Signal
-
-    args = inputs()
+def device_word_steps(client, url, checks, drv, args, label, submit, steps=3):
+    """The steps of (c) and (e): ready and done in a device region (a torch tensor registered
+    as one); per step the caller's stream produces q behind a GPU busy-wait, `submit(region,
+    ready_offset, done_offset, n)` queues the daemon's call, the stream writes ready = n, waits
+    for done >= n and copies out; then each copy against its step's fp64 reference."""
     words = torch.zeros(16, dtype=torch.uint8, device=DEV)  # two u64 words (attnd has no i64)
     ref_words = client._device_region(words)
     base = ref_words.offset
     stream = torch.cuda.current_stream()
     ptr = words.data_ptr()
-    steps, qs, outs = 3, [], []
+    qs, outs = [], []
     torch.cuda.synchronize()
     before = device_count(url)
     for n in range(1, steps + 1):
         torch.cuda._sleep(10_000_000)
         args["q"].copy_(torch.randn_like(args["q"], dtype=torch.float32).bfloat16())
         qs.append(args["q"].clone())
-        client.enqueue(
-            "sparse_mla",
-            ready=Signal(ref_words.region, base, n),
-            done=Signal(ref_words.region, base + 8, n),
-            **args,
-        )
+        submit(ref_words.region, base, base + 8, n)
         drv.write(ptr, n, stream.cuda_stream)
         drv.wait(ptr + 8, n, stream.cuda_stream)
         outs.append(args["out"].clone())
     torch.cuda.synchronize()
     word = int(words.view(torch.int64)[1].item()) & ((1 << 64) - 1)
-    checks.expect(word == steps, f"(c) device words: done {word:#x}, want {steps}")
+    checks.expect(word == steps, f"{label}: done {word:#x}, want {steps}")
     for n in range(steps):
         ref = ref_sparse_mla(qs[n], args["kv"], args["indices"], args["sm_scale"])
-        checks.close(outs[n], ref, f"(c) device words step {n + 1} out")
+        checks.close(outs[n], ref, f"{label} step {n + 1} out")
     got = device_count(url) - before
-    checks.expect(got >= steps, f"(c) device-path calls counted: {got}, want >= {steps}")
+    checks.expect(got >= steps, f"{label}: device-path calls counted: {got}, want >= {steps}")
+
+
+def run_device_words(client, url, checks, drv):
+    """(c): ready and done in a device region, each call enqueued by an RPC."""
+    from attnd_client.stream_ordered import Signal
+
+    args = inputs()
+
+    def submit(region, ready_at, done_at, n):
+        client.enqueue(
+            "sparse_mla", ready=Signal(region, ready_at, n), done=Signal(region, done_at, n), **args
+        )
+
+    device_word_steps(client, url, checks, drv, args, "(c) device words", submit)
 
 
 def run_ring_device_words(client, url, checks, drv):
-    """(e): a prepared call submitted through a ring with device-region signal words."""
+    """(e): a prepared call submitted through a ring whose signal words lie in a device region
+    (open_ring(signals=<its name>)); the ring's blocking call() refuses such a ring."""
     from attnd_client.rings import ring_bytes
     from attnd_client.stream_ordered import SignalWord
 
     args = inputs()
-    words = torch.zeros(16, dtype=torch.uint8, device=DEV)  # ready, done
-    ref_words = client._device_region(words)
-    base = ref_words.offset
     call_id = client.prepare_call("sparse_mla", **args)
     slots = client.create_host_region("e-ring-slots", ring_bytes(64))
-    ring = client.open_ring(slots, 0, 64, signals=ref_words.region)
-    stream = torch.cuda.current_stream()
-    ptr = words.data_ptr()
-    steps, qs, outs = 3, [], []
-    torch.cuda.synchronize()
-    before = device_count(url)
+    ring = None
+
+    def submit(region, ready_at, done_at, n):
+        nonlocal ring
+        if ring is None:
+            ring = client.open_ring(slots, 0, 64, signals=region)
+        while not ring.submit(call_id, ready_at, n, done_at, n):
+            time.sleep(50e-6)
+
     try:
-        for n in range(1, steps + 1):
-            torch.cuda._sleep(10_000_000)
-            args["q"].copy_(torch.randn_like(args["q"], dtype=torch.float32).bfloat16())
-            qs.append(args["q"].clone())
-            while not ring.submit(call_id, base, n, base + 8, n):
-                time.sleep(50e-6)
-            drv.write(ptr, n, stream.cuda_stream)
-            drv.wait(ptr + 8, n, stream.cuda_stream)
-            outs.append(args["out"].clone())
-        torch.cuda.synchronize()
-        word = int(words.view(torch.int64)[1].item()) & ((1 << 64) - 1)
-        checks.expect(word == steps, f"(e) ring, device words: done {word:#x}, want {steps}")
-        for n in range(steps):
-            ref = ref_sparse_mla(qs[n], args["kv"], args["indices"], args["sm_scale"])
-            checks.close(outs[n], ref, f"(e) ring step {n + 1} out")
-        got = device_count(url) - before
-        checks.expect(got >= steps, f"(e) device-path calls counted: {got}, want >= {steps}")
+        device_word_steps(client, url, checks, drv, args, "(e) ring, device words", submit)
         try:
             ring.call(call_id, SignalWord(slots), 1, timeout=1)
             checks.expect(False, "(e) ring.call with device words raised nothing")
         except ValueError as e:
             checks.expect("does not poll" in str(e), f"(e) ring.call refused: {e}")
     finally:
-        ring.close()
+        if ring is not None:
+            ring.close()
         client.release_call(call_id)
         slots.close()
 
