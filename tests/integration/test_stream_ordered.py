@@ -508,6 +508,8 @@ def test_ring_with_signal_words_in_a_region_named_at_open(client, rng):
         with pytest.raises(AttndError) as e:
             client.open_ring(slots, offset=64, entries=4, signals="no-such-region")
         assert "signal_region" in str(e.value), e.value
+        with pytest.raises(ValueError, match="empty region name"):
+            client.open_ring(slots, offset=64, entries=4, signals="")
         client.release_call(call_id)
     finally:
         for r in (slots, words, data):

@@ -84,12 +84,10 @@ class SubmissionRing:
         # Where entries' words lie: a host region of this client's (polled by call()), or a
         # region named by `signal_name` only (a device region: the caller's stream writes ready
         # and waits for done; call() refuses).
-        if isinstance(signals, str):
-            self.signals: HostRegion | None = None
-            self.signal_name = signals
-        else:
-            self.signals = signals if signals is not None else region
-            self.signal_name = self.signals.name
+        self.signal_name = signals_name(region, signals)
+        self.signals: HostRegion | None = (
+            None if isinstance(signals, str) else (signals if signals is not None else region)
+        )
 
     def submit(
         self,
@@ -355,10 +353,20 @@ def open_request(
             f"region {region.name!r}: a ring of {entries} entries ({ring_bytes(entries)} bytes) "
             f"at offset {offset} does not fit in {region.byte_size}"
         )
+    if isinstance(signals, str) and not signals:
+        raise ValueError("signals: an empty region name (None: the ring's own region)")
     return pb.OpenRingRequest(
         lease_id=lease_id,
         region=region.name,
         offset=offset,
         entries=entries,
-        signal_region=signals if isinstance(signals, str) else (signals.name if signals else ""),
+        signal_region=signals_name(region, signals),
     )
+
+
+def signals_name(region: HostRegion, signals: HostRegion | str | None) -> str:
+    """The name of the region holding a ring's signal words: `signals` given by name or as a
+    HostRegion, else the ring's own `region`."""
+    if isinstance(signals, str):
+        return signals
+    return (signals if signals is not None else region).name
