@@ -8,10 +8,12 @@ baseline. One JSON line per configuration goes to --out.
 
 Paths:
   stream_ordered  each layer is a prepared call (PrepareCall once, every tensor in a region
-                  registered once), run per step through a submission ring (--submit ring) or
-                  RunPrepared with signals (--submit rpc); the layer's ready word is written and
-                  its done word waited on by torch's current stream (cuStreamWriteValue64 /
-                  cuStreamWaitValue64), value = the step number; nothing synchronises in the loop.
+                  registered once), run per step through a submission ring (--submit ring),
+                  RunPrepared with signals (--submit rpc) or the client's OrderedCaller (--submit
+                  ordered: one caller.call per layer, the bookkeeping the library's); the
+                  layer's ready word is written and its done word waited on by torch's current
+                  stream (cuStreamWriteValue64 / cuStreamWaitValue64), value = the step number;
+                  nothing synchronises in the loop.
   blocking        the blocking DsaAttention call per layer as a client makes it today (the
                   client synchronises the device, the daemon answers when the op is over);
                   with --blocking-via ring instead (or as well) the device synchronised, then
@@ -772,7 +774,71 @@ class Runner:
                 client.release_call(call_id)
             words.close()
 
+    def ordered_caller(self) -> dict:
+        """The stream-ordered path through the client library's OrderedCaller (--submit
+        ordered): per layer one caller.call(...) with the layer's torch tensors on the current
+        stream (its prepared call made on the first step and cached by the tensors' regions,
+        host-region signal words). The caller CPU per call is the library's whole cost."""
+        m, client = self.m, self.client
+        stream = torch.cuda.current_stream().cuda_stream if self.cuda else None
+        caller = client.ordered_caller(depth=4 * m.layers, timeout=self.a.stream_timeout)
+        tr = self.tracer
+
+        def layer_fn(layer: int, n: int) -> int:
+            if tr:
+                tr.stamp(layer, 0)
+            m.produce(layer)
+            if tr:
+                tr.stamp(layer, 1)
+            if stream is None:
+                sync(self.cuda)  # host-ordered on a CPU daemon: the inputs must be in place
+            t0 = time.thread_time_ns()
+            caller.call("dsa_attention", stream=stream, **m.args(layer))
+            t1 = time.thread_time_ns()
+            if stream is None:
+                caller.wait()
+            if tr:
+                tr.stamp(layer, 2)
+            m.consume(layer)
+            if tr:
+                tr.stamp(layer, 3)
+            return t1 - t0
+
+        finished = threading.Event()
+        stuck: list[float] = []
+
+        def watchdog() -> None:
+            # A call the daemon never ends would hold the stream: after the deadline release
+            # every done word (UNSTICK reads back as a failure).
+            if finished.wait(2 * self.a.stream_timeout):
+                return
+            stuck.append(time.monotonic())
+            while not finished.wait(0.05):
+                for word in caller._done:
+                    word.set(UNSTICK)
+
+        guard = threading.Thread(target=watchdog, daemon=True)
+        guard.start()
+        try:
+            r = self._loop(layer_fn)
+            caller.wait()
+        finally:
+            finished.set()
+            guard.join()
+            prepares = caller.prepares
+            caller.close()
+        if stuck:
+            raise TimeoutError(f"the stream stalled (--stream-timeout {self.a.stream_timeout} s)")
+        r["failed_layers"] = 0  # wait() raised otherwise
+        r["done_words_ok"] = True
+        r["prepares"] = prepares
+        return r
+
     def stream_ordered(self, signals: str, submit: str) -> dict:
+        if submit == "ordered":
+            if signals != "host":
+                raise NotImplementedError("--submit ordered: host signal words only")
+            return self.ordered_caller()
         m, client = self.m, self.client
         words = (
             DeviceWords(client, 2 * m.layers)
@@ -946,7 +1012,11 @@ def main() -> int:
         choices=("stream_ordered", "blocking"),
     )  # fmt: skip
     p.add_argument("--signals", nargs="+", default=["host"], choices=("host", "device"))
-    p.add_argument("--submit", choices=("ring", "rpc"), default="ring")
+    p.add_argument(
+        "--submit", choices=("ring", "rpc", "ordered"), default="ring",
+        help="stream_ordered path: a hand-written ring, RunPrepared RPCs, or the client's "
+        "OrderedCaller (caller.call per layer; host words)",
+    )  # fmt: skip
     p.add_argument(
         "--blocking-via", nargs="+", default=["call"], choices=("call", "ring"),
         help="blocking path: the DsaAttention call, and/or the prepared call through a "

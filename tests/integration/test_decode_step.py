@@ -1,6 +1,6 @@
 """The decode-step benchmark's Python parts (bench/decode_step/decode_step.py) against the CPU
-daemon at a tiny shape: the stream-ordered path through a submission ring and through
-RunPrepared with signals, and the blocking path, each writing its JSON line with the fields
+daemon at a tiny shape: the stream-ordered path through a submission ring, through
+RunPrepared with signals and through the client's OrderedCaller, and the blocking path, each writing its JSON line with the fields
 docs/BENCHMARKS.md "Decode step" lists and an out that matches a blocking call bitwise. The
 script needs torch: it runs under ATTND_TORCH_PYTHON (a python with torch), else under this
 python when it has torch, else the test is skipped (CI's python3 has no torch)."""
@@ -48,7 +48,7 @@ def _run(daemon, tmp_path, *args):
     return [json.loads(s) for s in out.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("submit", ["ring", "rpc"])
+@pytest.mark.parametrize("submit", ["ring", "rpc", "ordered"])
 def test_decode_step_cpu_smoke(daemon, tmp_path, submit):
     lines = _run(daemon, tmp_path, "--submit", submit)
     assert [x["path"] for x in lines] == ["stream_ordered", "blocking"]

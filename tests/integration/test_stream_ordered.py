@@ -5,6 +5,7 @@ never signals gets the failure bit and an asynchronous failure while another cli
 completes its calls, a killed client's prepared calls and regions go with its lease, prepared
 calls run many times over new data, and hostile signals and call ids are refused."""
 
+import contextlib
 import ctypes
 import json
 import os
@@ -780,3 +781,210 @@ def test_poll_spin_seconds_count_each_polling_thread(make_daemon, daemon, rng):
     samples = parse_metrics(d.scrape())
     for thread in ("worker", "ring", "waiter"):
         assert sample(samples, "attnd_poll_spin_seconds_total", thread=thread) > 0, thread
+
+
+# ---- OrderedCaller (attnd_client.ordered): stream-ordered calls with the bookkeeping done ----
+
+
+def staged_cases(owner, name, rng, n, **kwargs):
+    """A host region of `owner` and n sparse_mla cases of one shape staged in it, each in its
+    own part: (region, cases, arguments, outputs)."""
+    cases = [make_case("sparse_mla", rng, **kwargs) for _ in range(n)]
+    region = owner.create_host_region(name, sum(region_bytes(c) for c in cases) + 4096)
+    argss, outss = [], []
+    for case in cases:
+        views = {k: region.put(a, case.input_dtypes[k]) for k, a in case.inputs.items()}
+        views.update({k: region.array(d, sh) for k, (d, sh) in case.outputs.items()})
+        args, outs, _ = stage(region, case, views)
+        argss.append(args)
+        outss.append(outs)
+    return region, cases, argss, outss
+
+
+def deferred_driver():
+    """A FakeDriver whose stream writes are recorded, not stored: land(k) stores the k-th one,
+    as a stream reaching that point would."""
+    driver = FakeDriver()
+    writes = []
+
+    def write(stream, address, value, flags):
+        driver.calls.append(("write", stream.value, address, value, flags))
+        writes.append((address - FakeDriver.DEVICE_BASE + driver.registered[0], value))
+        return 0
+
+    def land(k):
+        host, value = writes[k]
+        ctypes.c_uint64.from_address(host).value = value
+
+    driver.write = write
+    return driver, land
+
+
+@pytest.mark.parametrize("api", ["unary", "session"])
+def test_ordered_caller_runs_calls_in_order_and_prepares_once(client, rng, api):
+    """OrderedCaller.call without a stream (host-ordered): every call returns at once, the calls
+    run in order on the caller's queue, wait() returns once all are over, each output matches
+    the fp64 reference; the same arguments again use the cached prepared call (no PrepareCall),
+    with new data written in place; depth 2 makes calls reuse done words (call() waits for the
+    oldest); close() releases the prepared calls and the region."""
+    with client.session("ordered") as s:
+        owner = s if api == "session" else client
+        region, cases, argss, outss = staged_cases(owner, "ordered-data", rng, 3)
+        with owner.ordered_caller(entries=4, depth=2, timeout=30) as caller:
+            numbers = [caller.call("sparse_mla", **args) for args in argss]
+            assert numbers == [1, 2, 3]
+            caller.wait(timeout=30)
+            assert caller.pending == 0 and caller.prepares == 3 and caller.prepared == 3
+            for case, outs in zip(cases, outss, strict=True):
+                case.check(outs)
+            for _ in range(2):
+                for i, args in enumerate(argss):
+                    case = make_case("sparse_mla", rng)  # same shapes, new data in place
+                    for name, array in case.inputs.items():
+                        args[name][...] = array
+                    for name, (dtype, _) in case.outputs.items():
+                        outss[i][name][...] = POISON[dtype]
+                    cases[i] = case
+                    caller.call("sparse_mla", **args)
+                caller.wait(timeout=30)
+                for case, outs in zip(cases, outss, strict=True):
+                    case.check(outs)
+            assert caller.prepares == 3, "the same arguments prepared again"
+            assert caller.calls == 9 and caller.retired == 9
+            ids = [entry[0] for entry in caller._prepared.values()]
+        for call_id in ids:  # released at close
+            with pytest.raises(AttndError) as e:
+                owner.run_prepared(call_id) if api == "unary" else s.run_prepared(call_id).result(
+                    30
+                )
+            assert e.value.code == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(AttndError) as e:
+            caller.call("sparse_mla", **argss[0])
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        region.close()
+
+
+def test_ordered_caller_with_a_stream_waits_for_its_ready_word(client, rng):
+    """With a stream the caller's stream writes the ready word (a fake CUDA driver records the
+    write; the test lands it, as the stream reaching that point would) and waits for the call's
+    own done word: nothing runs before its ready word, a later call's word releases the earlier
+    calls too (values grow), and the waits name each call's done word with its number."""
+    region, cases, argss, outss = staged_cases(client, "ordered-stream", rng, 2)
+    try:
+        driver, land = deferred_driver()
+        caller = client.ordered_caller(entries=4, depth=4, timeout=30, driver=driver)
+        try:
+            assert caller.call("sparse_mla", stream=0x5EED, **argss[0]) == 1
+            assert caller.call("sparse_mla", stream=0x5EED, **argss[1]) == 2
+            time.sleep(0.2)
+            assert all(poisoned(c, o) for c, o in zip(cases, outss, strict=True))
+            assert caller.pending == 2
+            land(1)  # the stream passed both producers: ready = 2
+            caller.wait(timeout=30)
+            for case, outs in zip(cases, outss, strict=True):
+                case.check(outs)
+            ops = [(c[0], c[1], c[3]) for c in driver.calls if c[0] in ("write", "wait")]
+            assert ops == [
+                ("write", 0x5EED, 1),
+                ("wait", 0x5EED, 1),
+                ("write", 0x5EED, 2),
+                ("wait", 0x5EED, 2),
+            ]
+            waits = [c[2] for c in driver.calls if c[0] == "wait"]
+            base = FakeDriver.DEVICE_BASE + caller.region.address - driver.registered[0]
+            assert waits == [base + caller._done[1].offset, base + caller._done[2].offset]
+        finally:
+            caller.close()
+        assert driver.calls[-1][0] == "unregister"
+    finally:
+        region.close()
+
+
+def test_ordered_caller_reports_a_failed_call_once(client, rng):
+    """A call that fails when it runs (a CSR indptr made to end past the indices after the call
+    was prepared: the daemon checks index data at every run) stores the failure bit; the next
+    call() raises ABORTED naming it and is not made; the arguments' prepared call is dropped
+    and made again, and calls go on. Arguments outside every region are refused by
+    PrepareCall (INVALID_ARGUMENT); an argument of no tensor kind by the caller (TypeError)."""
+    region, cases, argss, outss = staged_cases(client, "ordered-fail", rng, 1, form="csr")
+    try:
+        args = argss[0]
+        with client.ordered_caller(entries=4, depth=4, timeout=30) as caller:
+            caller.call("sparse_mla", **args)
+            caller.wait(timeout=30)
+            cases[0].check(outss[0])
+            good = args["indptr"].copy()
+            args["indptr"][-1] = 1 << 30
+            caller.call("sparse_mla", **args)
+            with pytest.raises(AttndError) as e:
+                caller.wait(timeout=30)
+            assert e.value.code == grpc.StatusCode.ABORTED
+            assert "call 2 (sparse_mla) failed" in str(e.value), e.value
+            caller.check()  # reported once
+            assert caller.prepared == 0, "the failed call's prepared call was kept"
+            args["indptr"][...] = good
+            caller.call("sparse_mla", **args)
+            caller.call("sparse_mla", **args)
+            caller.wait(timeout=30)
+            cases[0].check(outss[0])
+            assert caller.prepares == 2
+            assert not caller._dropped, "the failed call's prepared call was not released"
+            # Reported by the next call() when nobody waited.
+            args["indptr"][-1] = 1 << 30
+            caller.call("sparse_mla", **args)
+            wait_until(lambda: caller.pending == 0, 20)
+            args["indptr"][...] = good
+            with pytest.raises(AttndError) as e:
+                caller.call("sparse_mla", **args)
+            assert e.value.code == grpc.StatusCode.ABORTED
+            assert caller.calls == 5, "a call was made after an unreported failure"
+            inline = dict(args, q=np.array(args["q"]))
+            with pytest.raises(AttndError) as e:
+                caller.call("sparse_mla", **inline)
+            assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            with pytest.raises(TypeError, match="'q' is a list"):
+                caller.call("sparse_mla", **dict(args, q=[1, 2]))
+            assert caller.calls == 5
+    finally:
+        region.close()
+
+
+def test_ordered_caller_evicts_prepared_calls(client, rng):
+    """max_prepared bounds the cache: a new argument set past it releases the least recently
+    used prepared call (after its last call is over) and every output is still right."""
+    region, cases, argss, outss = staged_cases(client, "ordered-evict", rng, 3)
+    try:
+        with client.ordered_caller(entries=4, depth=8, max_prepared=2, timeout=30) as caller:
+            for args in argss + argss:
+                caller.call("sparse_mla", **args)
+            caller.wait(timeout=30)
+            assert caller.prepared == 2 and caller.prepares == 6
+            for case, outs in zip(cases, outss, strict=True):
+                case.check(outs)
+    finally:
+        region.close()
+
+
+def test_ordered_caller_sees_a_killed_daemon(make_daemon, rng):
+    """A daemon killed (SIGKILL) while a stream-ordered call waits for its ready word: wait()
+    raises UNAVAILABLE once the ring's beat has stood still for a few seconds, and stores the
+    failure bit in the pending call's done word, which releases a stream waiting on it."""
+    d = make_daemon()
+    c = d.client()
+    region, _, argss, _ = staged_cases(c, "ordered-kill", rng, 1)
+    driver, _ = deferred_driver()
+    caller = c.ordered_caller(entries=4, depth=4, timeout=60, driver=driver)
+    caller.call("sparse_mla", stream=7, **argss[0])
+    wait_until(lambda: caller.ring.beat != 0, what="the poller's first beat")
+    d.signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(AttndError) as e:
+        caller.wait(timeout=60)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE, e.value
+    assert 2.5 <= time.monotonic() - t0 < 20
+    assert caller._done[1].get() == 1 | FAILURE_BIT
+    assert caller.pending == 0
+    d.wait(30)
+    for closer in (caller.close, region.close, c.close):
+        with contextlib.suppress(Exception):
+            closer()

@@ -4,8 +4,10 @@ regions (POSIX shm), sessions (a lease and pipelined calls), health, info, torch
 torch is importable (CUDA tensors become device regions), DLPack tensors, ml_dtypes arrays when
 ml_dtypes is installed, an asyncio client (aio.AsyncClient), and stream-ordered and prepared
 calls (stream_ordered: Signal, SignalWord; Client.enqueue / prepare_call / run_prepared) and
-submission rings (rings.SubmissionRing: Client.open_ring / Session.open_ring) and blocking calls
-through one (rings.RingCaller: Client.ring_caller / Session.ring_caller).
+submission rings (rings.SubmissionRing: Client.open_ring / Session.open_ring), blocking calls
+through one (rings.RingCaller: Client.ring_caller / Session.ring_caller) and stream-ordered calls
+with the bookkeeping done (ordered.OrderedCaller: Client.ordered_caller /
+Session.ordered_caller).
 
     import attnd_client as ac
     with ac.Client("unix:/tmp/attnd.sock") as client:
@@ -24,6 +26,7 @@ from .client import Client, OpFuture
 from .dtypes import from_bf16, from_fp8_e4m3, to_bf16, to_fp8_e4m3
 from .errors import AttndError, ErrorDetails, FieldViolation
 from .ops import OPS, OpResult
+from .ordered import OrderedCaller
 from .regions import HostRegion, ShmObject
 from .rings import RingCaller, SubmissionRing
 from .session import Session, SessionCall
@@ -42,6 +45,7 @@ __all__ = [
     "OPS",
     "OpFuture",
     "OpResult",
+    "OrderedCaller",
     "Placement",
     "RegionRef",
     "Session",

@@ -244,6 +244,15 @@ class RingCallerFactory:
         cuda_signals' CUDA driver for run(stream=...) (tests; None: libcuda)."""
         return RingCaller(self, entries=entries, spin=spin, driver=driver)
 
+    def ordered_caller(self, **options: Any) -> Any:
+        """Stream-ordered calls with the bookkeeping done (ordered.OrderedCaller: prepared calls
+        cached by their arguments, a ring, ready and done words the caller's CUDA stream writes
+        and waits on); `options` are OrderedCaller's (entries, depth, max_prepared, timeout,
+        spin, driver)."""
+        from .ordered import OrderedCaller
+
+        return OrderedCaller(self, **options)
+
 
 class RingCaller:
     """Blocking calls through a submission ring of the caller's own (docs/SERVICE.md "Blocking

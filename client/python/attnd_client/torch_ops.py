@@ -29,6 +29,7 @@ import torch
 from . import dtypes, torch_support
 from . import ops as _ops
 from .aio import AsyncClient
+from .ordered import OrderedCaller
 from .tensors import typed
 
 if not hasattr(torch.library, "custom_op") or not hasattr(torch.library, "register_fake"):
@@ -47,14 +48,25 @@ DEFAULT_INDEX_BLOCK_SIZE = 64  # dsa_attention's index_block_size when unset
 
 _lock = threading.Lock()
 _bound: _ops.OpCalls[_ops.OpResult] | None = None
+_ordered: OrderedCaller | None = None  # bind(..., ordered=True)
 
 
-def bind(target: _ops.OpCalls[_ops.OpResult] | None) -> _ops.OpCalls[_ops.OpResult] | None:
+def bind(
+    target: _ops.OpCalls[_ops.OpResult] | None, ordered: bool = False, **caller_options: Any
+) -> _ops.OpCalls[_ops.OpResult] | None:
     """Makes `target` (a Client or a Session) the one every attnd op of this process calls, and
     returns the previous binding; None unbinds. Thread-safe; a call already running keeps the
     client it started with. TypeError for anything else (an aio.AsyncClient cannot serve a
-    synchronous op)."""
-    global _bound
+    synchronous op).
+
+    ordered=True: an op whose tensors are all CUDA tensors runs stream-ordered on the current
+    torch stream of its tensors' device, through an ordered.OrderedCaller of `target` (made
+    here; `caller_options` are its options): it returns once the call is queued, with no
+    synchronize and no RPC after the first call with the same tensors, and the stream's later
+    work sees the outputs. A failure is raised by a later op or by synchronize(). Ops with CPU
+    tensors stay blocking. The previous binding's ordered caller is closed (after its calls are
+    over)."""
+    global _bound, _ordered
     if target is not None and (
         not isinstance(target, _ops.OpCalls) or isinstance(target, AsyncClient)
     ):
@@ -62,8 +74,14 @@ def bind(target: _ops.OpCalls[_ops.OpResult] | None) -> _ops.OpCalls[_ops.OpResu
             f"attnd_client.torch_ops.bind: want an attnd_client.Client or Session, "
             f"got {type(target).__name__}"
         )
+    if caller_options and not ordered:
+        raise TypeError(f"bind: options {sorted(caller_options)} need ordered=True")
+    caller = target.ordered_caller(**caller_options) if ordered and target is not None else None
     with _lock:
         previous, _bound = _bound, target
+        old, _ordered = _ordered, caller
+    if old is not None:
+        old.close()  # raises an unreported failure of its calls, after the new binding is made
     return previous
 
 
@@ -76,6 +94,21 @@ def bound() -> _ops.OpCalls[_ops.OpResult] | None:
     """The bound Client or Session (None when unbound)."""
     with _lock:
         return _bound
+
+
+def ordered_caller() -> OrderedCaller | None:
+    """The ordered caller of the binding (bind(..., ordered=True)), else None."""
+    with _lock:
+        return _ordered
+
+
+def synchronize(timeout: float | None = None) -> None:
+    """Waits on the host until every stream-ordered op call made so far is over and raises the
+    first failure among them (AttndError ABORTED); a no-op without an ordered binding. It does
+    not synchronise the device: the caller's streams may still have work queued."""
+    caller = ordered_caller()
+    if caller is not None:
+        caller.wait(timeout=timeout)
 
 
 def _client(op: str) -> _ops.OpCalls[_ops.OpResult]:
@@ -108,13 +141,17 @@ def _field_dtype(tensor: torch.Tensor, want: str | tuple[str, ...]) -> str:
     return dtypes.field_dtype(want, have) or have
 
 
+def _on_cuda(tensor: torch.Tensor) -> bool:
+    return bool(tensor.is_cuda)
+
+
 def _arg(tensor: torch.Tensor | None, want: str | tuple[str, ...]) -> Any:
     """A tensor as the client's argument: a CUDA tensor as it is (a device region; viewed as the
     field's dtype when only the name differs), a CPU one as typed(NumPy view, field dtype)."""
     if tensor is None:
         return None
     dtype = _field_dtype(tensor, want)
-    if tensor.is_cuda:
+    if _on_cuda(tensor):
         if dtype != torch_support.attnd_dtype(tensor.dtype):
             tensor = tensor.view(_TORCH_DTYPES[dtype])
         return tensor
@@ -124,15 +161,24 @@ def _arg(tensor: torch.Tensor | None, want: str | tuple[str, ...]) -> Any:
 
 def _call(op: str, arguments: dict[str, Any]) -> None:
     """Runs op `op` on the bound client with an op's arguments by name (tensors for the fields
-    of ops.OPS, the rest scalars; None: unset); its outputs land in the output tensors given."""
+    of ops.OPS, the rest scalars; None: unset); its outputs land in the output tensors given:
+    stream-ordered on the current stream when the binding is ordered and every tensor is a CUDA
+    tensor, else blocking."""
     spec = _ops.spec(op)
     fields = {**spec.inputs, **spec.outputs}
+    target = _client(op)
+    caller = ordered_caller()
+    tensors = [v for n, v in arguments.items() if n in fields and v is not None]
     call = {
         name: _arg(value, fields[name]) if name in fields else value
         for name, value in arguments.items()
         if value is not None
     }
-    _client(op).call(op, **call)
+    if caller is not None and tensors and all(_on_cuda(t) for t in tensors):
+        stream = torch.cuda.current_stream(tensors[0].device)
+        caller.call(op, stream=stream.cuda_stream, **call)
+        return
+    target.call(op, **call)
 
 
 # ---- checks shared by the fake and the real implementations ----
@@ -399,8 +445,9 @@ MUTATES = {
 
 def _custom_op(name: str) -> Callable[[Callable[..., None]], Any]:
     """torch.library.custom_op for attnd::<name> with its stated schema; tagged
-    cudagraph_unsafe where torch has the tag (the call synchronises the device and waits on an
-    RPC, which a CUDA graph capture cannot hold)."""
+    cudagraph_unsafe where torch has the tag (a blocking call synchronises the device and waits
+    on an RPC, which a CUDA graph capture cannot hold; an ordered call writes its ring entry from
+    the host at each call, which a replay would not repeat)."""
     kwargs: dict[str, Any] = {"mutates_args": MUTATES[name], "schema": SCHEMAS[name]}
     unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
     if unsafe is not None and "tags" in inspect.signature(torch.library.custom_op).parameters:

@@ -92,10 +92,13 @@ def client(daemon):
     return c
 
 
-@pytest.fixture
-def bound(client):
-    previous = torch_ops.bind(client)
+@pytest.fixture(params=["blocking", "ordered"])
+def bound(client, request):
+    """The client bound both ways: CUDA tensors then run blocking, or stream-ordered on the
+    current stream (bind(..., ordered=True); CPU tensors run blocking either way)."""
+    previous = torch_ops.bind(client, ordered=request.param == "ordered")
     yield client
+    torch_ops.synchronize(timeout=60)  # an ordered call's failure fails the test
     torch_ops.bind(previous)
 
 
@@ -377,3 +380,70 @@ def test_cuda_outputs_are_written_in_place(bound, rng):
     case.check(host(outputs))
     res = bound.mla_decode(**tensors, **outputs, **scalars)
     assert res.stats.copied_bytes_in == 0 and res.stats.copied_bytes_out == 0
+
+
+# ---- bind(..., ordered=True): CUDA calls stream-ordered on the current stream ----
+
+
+class FakeOrderedCaller:
+    """Records what torch_ops hands an ordered caller."""
+
+    def __init__(self, **options):
+        self.options = options
+        self.calls = []
+        self.waits = []
+        self.closed = False
+
+    def call(self, op, stream=None, **arguments):
+        self.calls.append((op, stream, arguments))
+        return len(self.calls)
+
+    def wait(self, n=None, timeout=None):
+        self.waits.append(timeout)
+
+    def close(self):
+        self.closed = True
+
+
+def test_ordered_binding_sends_cuda_calls_to_its_caller(client, rng, monkeypatch):
+    """bind(client, ordered=True, **options) makes the client's ordered caller with those
+    options; an op whose tensors are all CUDA tensors (faked here: torch_ops' CUDA test and the
+    current stream are patched) goes to the caller with the current stream's handle and the
+    tensors themselves, not to the blocking call; CPU tensors still run blocking (checked against
+    the reference); synchronize() waits on the caller; rebinding closes it; options without
+    ordered=True are refused."""
+    made = []
+
+    def factory(**options):
+        made.append(FakeOrderedCaller(**options))
+        return made[-1]
+
+    monkeypatch.setattr(client, "ordered_caller", factory, raising=False)
+    with pytest.raises(TypeError, match="need ordered=True"):
+        torch_ops.bind(client, depth=8)
+    previous = torch_ops.bind(client, ordered=True, depth=8)
+    try:
+        fake = made[0]
+        assert fake.options == {"depth": 8} and torch_ops.ordered_caller() is fake
+        case, tensors, scalars = torch_case("sparse_mla", rng, "cpu", {})
+        outputs = poisoned(case, "cpu")
+        torch.ops.attnd.sparse_mla(**tensors, **outputs, **scalars)
+        case.check(host(outputs))  # CPU tensors: the blocking call
+        assert fake.calls == []
+        monkeypatch.setattr(torch_ops, "_on_cuda", lambda t: True)
+        monkeypatch.setattr(
+            torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0x77})
+        )
+        outputs = poisoned(case, "cpu")
+        torch.ops.attnd.sparse_mla(**tensors, **outputs, **scalars)
+        assert len(fake.calls) == 1
+        op, stream, arguments = fake.calls[0]
+        assert op == "sparse_mla" and stream == 0x77
+        assert arguments["q"] is tensors["q"] and arguments["out"] is outputs["out"]
+        assert arguments["sm_scale"] == scalars["sm_scale"]
+        assert torch.isnan(outputs["out"].float()).all(), "the blocking call ran too"
+        torch_ops.synchronize(timeout=5)
+        assert fake.waits == [5]
+    finally:
+        torch_ops.bind(previous)
+    assert made[0].closed and torch_ops.ordered_caller() is None
