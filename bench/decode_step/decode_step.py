@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import ctypes
 import datetime
 import itertools
@@ -48,6 +49,7 @@ import threading
 import time
 import traceback
 import urllib.request
+from collections.abc import Callable
 
 import torch
 
@@ -626,6 +628,52 @@ class Runner:
         if len(ends) >= 2:
             self._await(ends[-2])
 
+    def _layer(self, layer: int, call: Callable[[int], None]) -> int:
+        """One layer: the producer, `call(layer)` (its thread CPU time is returned: the
+        caller's CPU per call), the consumer; stamped around each part when traced."""
+        tr, m = self.tracer, self.m
+        if tr:
+            tr.stamp(layer, 0)
+        m.produce(layer)
+        if tr:
+            tr.stamp(layer, 1)
+        t0 = time.thread_time_ns()
+        call(layer)
+        t1 = time.thread_time_ns()
+        if tr:
+            tr.stamp(layer, 2)
+        m.consume(layer)
+        if tr:
+            tr.stamp(layer, 3)
+        return t1 - t0
+
+    def _watched_loop(self, layer_fn, force: Callable[[], None]) -> tuple[dict, bool]:
+        """_loop(layer_fn) under a watchdog: the daemon never answering (a refused device word,
+        a lost call) would leave the stream waiting forever and the loop blocked in a launch,
+        so past twice --stream-timeout `force()` (storing UNSTICK into the done words) runs
+        every 50 ms until the loop ends, as it does from _await once a step is late. (result,
+        whether the run stalled)."""
+        finished = threading.Event()
+        stuck: list[float] = []
+
+        def watchdog() -> None:
+            if finished.wait(2 * self.a.stream_timeout):  # the whole run
+                return
+            stuck.append(time.monotonic())
+            while not finished.wait(0.05):
+                force()
+
+        guard = threading.Thread(target=watchdog, daemon=True)
+        guard.start()
+        self.stuck, self.unstick = False, force
+        try:
+            r = self._loop(layer_fn)
+        finally:
+            finished.set()
+            guard.join()
+            self.unstick = None
+        return r, bool(stuck) or self.stuck
+
     def _loop(self, layer_fn) -> dict:
         """Warm-up steps, a wait for the stream, then the measured steps: no synchronise; the
         thread runs at most two steps ahead of the stream (_step_end)."""
@@ -685,28 +733,13 @@ class Runner:
             ]
             graphs = [lib.capture(shape, p, ws.data_ptr(), need, code) for p in ptrs]
 
-        tr = self.tracer
-
-        def layer_fn(layer: int, _n: int) -> int:
-            if tr:
-                tr.stamp(layer, 0)
-            m.produce(layer)
-            if tr:
-                tr.stamp(layer, 1)
-            t0 = time.thread_time_ns()
+        def launch(layer: int) -> None:
             if graphs:
                 lib.launch(graphs[layer], stream)
             else:
                 lib.call(shape, ptrs[layer], stream, ws.data_ptr(), need)
-            t1 = time.thread_time_ns()
-            if tr:
-                tr.stamp(layer, 2)
-            m.consume(layer)
-            if tr:
-                tr.stamp(layer, 3)
-            return t1 - t0
 
-        r = self._loop(layer_fn)
+        r = self._loop(lambda layer, _n: self._layer(layer, launch))
         r["workspace_bytes"] = need
         return r
 
@@ -778,55 +811,35 @@ class Runner:
         """The stream-ordered path through the client library's OrderedCaller (--submit
         ordered): per layer one caller.call(...) with the layer's torch tensors on the current
         stream (its prepared call made on the first step and cached by the tensors' regions,
-        host-region signal words). The caller CPU per call is the library's whole cost."""
+        host-region signal words). The caller CPU per call is the library's whole cost (on a
+        CPU daemon the call is host-ordered and waited for in the layer)."""
         m, client = self.m, self.client
         stream = torch.cuda.current_stream().cuda_stream if self.cuda else None
         caller = client.ordered_caller(depth=4 * m.layers, timeout=self.a.stream_timeout)
-        tr = self.tracer
 
-        def layer_fn(layer: int, n: int) -> int:
-            if tr:
-                tr.stamp(layer, 0)
-            m.produce(layer)
-            if tr:
-                tr.stamp(layer, 1)
-            if stream is None:
-                sync(self.cuda)  # host-ordered on a CPU daemon: the inputs must be in place
-            t0 = time.thread_time_ns()
+        def call(layer: int) -> None:
             caller.call("dsa_attention", stream=stream, **m.args(layer))
-            t1 = time.thread_time_ns()
             if stream is None:
                 caller.wait()
-            if tr:
-                tr.stamp(layer, 2)
-            m.consume(layer)
-            if tr:
-                tr.stamp(layer, 3)
-            return t1 - t0
 
-        finished = threading.Event()
-        stuck: list[float] = []
+        def force() -> None:
+            for word in caller._done:  # UNSTICK reads back as a failure
+                word.set(UNSTICK)
 
-        def watchdog() -> None:
-            # A call the daemon never ends would hold the stream: after the deadline release
-            # every done word (UNSTICK reads back as a failure).
-            if finished.wait(2 * self.a.stream_timeout):
-                return
-            stuck.append(time.monotonic())
-            while not finished.wait(0.05):
-                for word in caller._done:
-                    word.set(UNSTICK)
-
-        guard = threading.Thread(target=watchdog, daemon=True)
-        guard.start()
+        stuck = True
         try:
-            r = self._loop(layer_fn)
-            caller.wait()
+            r, stuck = self._watched_loop(lambda layer, _n: self._layer(layer, call), force)
+            if not stuck:
+                caller.wait()
         finally:
-            finished.set()
-            guard.join()
             prepares = caller.prepares
-            caller.close()
+            if stuck:
+                with caller._lock:
+                    caller._abort_pending()  # their words as failed: close() need not wait
+                with contextlib.suppress(ac.AttndError):
+                    caller.close()
+            else:
+                caller.close()
         if stuck:
             raise TimeoutError(f"the stream stalled (--stream-timeout {self.a.stream_timeout} s)")
         r["failed_layers"] = 0  # wait() raised otherwise
@@ -867,15 +880,7 @@ class Runner:
                 )
             self.seq = max(self.seq, max(words.value(i) for i in range(2 * m.layers)))
 
-            tr = self.tracer
-
-            def layer_fn(layer: int, n: int) -> int:
-                if tr:
-                    tr.stamp(layer, 0)
-                m.produce(layer)
-                if tr:
-                    tr.stamp(layer, 1)
-                t0 = time.thread_time_ns()
+            def submit_layer(layer: int, n: int) -> None:
                 r_off, d_off = words.offset(ready[layer]), words.offset(done[layer])
                 if ring is not None:
                     while not ring.submit(ids[layer], r_off, n, d_off, n):
@@ -889,16 +894,7 @@ class Runner:
                     )
                 words.write(ready[layer], n, stream)
                 words.wait(done[layer], n, stream)
-                t1 = time.thread_time_ns()
-                if tr:
-                    tr.stamp(layer, 2)
-                m.consume(layer)
-                if tr:
-                    tr.stamp(layer, 3)
-                return t1 - t0
 
-            finished = threading.Event()
-            stuck: list[float] = []
             side = torch.cuda.Stream() if self.cuda else None
             forced: list[list[int]] = []  # the done words as the first forcing found them
             force_lock = threading.Lock()
@@ -909,26 +905,10 @@ class Runner:
                         forced.append(words.peek(done, side))
                     words.unstick(done, side)
 
-            def watchdog() -> None:
-                # The daemon never answering (a refused device word, a lost call) would leave
-                # the stream waiting forever and the loop blocked in a launch: after the
-                # deadline keep storing UNSTICK into the done words until the loop ends.
-                if finished.wait(2 * self.a.stream_timeout):  # the whole run
-                    return
-                stuck.append(time.monotonic())
-                while not finished.wait(0.05):
-                    force()
-
-            guard = threading.Thread(target=watchdog, daemon=True)
-            guard.start()
-            self.stuck, self.unstick = False, force
-            try:
-                r = self._loop(layer_fn)
-            finally:
-                finished.set()
-                guard.join()
-                self.unstick = None
-            if stuck or self.stuck:
+            r, stuck = self._watched_loop(
+                lambda layer, n: self._layer(layer, lambda _: submit_layer(layer, n)), force
+            )
+            if stuck:
                 seen = forced[0] if forced else []
                 failed = [v for v in seen if v & FAILURE_BIT]
                 rest = [v for v in seen if not v & FAILURE_BIT]

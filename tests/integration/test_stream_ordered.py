@@ -416,25 +416,18 @@ def test_ring_runs_prepared_calls_in_order(client, rng, api):
     set every output stays poisoned and no done word is stored; then every call runs in order
     and matches the fp64 reference."""
     n = 5
-    cases = [make_case("sparse_mla", rng) for _ in range(n)]
-    size = sum(region_bytes(c) for c in cases) + 4096
     with client.session("ring-order") as s:
         owner = s if api == "session" else client
-        region = s.create_host_region("ring-data", size)
+        region, cases, argss, staged = staged_cases(s, "ring-data", rng, n)
         ring_region = s.create_host_region("ring-slots", 1 << 16)
         ready = SignalWord(region)
         dones = [SignalWord(region) for _ in cases]
-        staged, call_ids = [], []
-        for case in cases:
-            views = {k: region.put(a, case.input_dtypes[k]) for k, a in case.inputs.items()}
-            views.update({k: region.array(d, sh) for k, (d, sh) in case.outputs.items()})
-            args, outs, _ = stage(region, case, views)
-            staged.append(outs)
-            call_ids.append(
-                s.prepare_call("sparse_mla", **args)
-                if api == "session"
-                else client.prepare_call("sparse_mla", lease_id=s.lease_id, **args)
-            )
+        call_ids = [
+            s.prepare_call("sparse_mla", **args)
+            if api == "session"
+            else client.prepare_call("sparse_mla", lease_id=s.lease_id, **args)
+            for args in argss
+        ]
         ring = owner.open_ring(ring_region, offset=64, entries=4, signals=region)
         full = 0
         for i, call_id in enumerate(call_ids):
