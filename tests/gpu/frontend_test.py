@@ -3,8 +3,9 @@
 on the GPU, registers them with a running attnd as device regions through their storages' CUDA
 IPC handles, calls SparseMla, MlaDecode, IndexerLogits and DsaAttention with every input and
 output in device regions, runs a stream-ordered SparseMla chain whose signals its own CUDA
-stream writes and waits on, and checks the results against the same formulas written out in
-PyTorch (float64 on the GPU). /metrics must show zero tensor bytes copied for these calls.
+stream writes and waits on (by hand, through the client's OrderedCaller, and through the
+attnd::sparse_mla torch op bound ordered), and checks the results against the same formulas
+written out in PyTorch (float64 on the GPU). /metrics must show zero tensor bytes copied for these calls.
 
     PYTHONPATH=bundle/python python3 frontend_test.py --target unix:/tmp/x/attnd.sock \\
         --metrics http://127.0.0.1:9464/metrics [--json out.json]
@@ -278,6 +279,74 @@ def run_stream_ordered(client, checks):
     region.close()
 
 
+def run_ordered_caller(client, checks):
+    """The chain of run_stream_ordered through the client's OrderedCaller (one caller.call per
+    step on torch's current stream: one PrepareCall, then no RPC), then through the
+    attnd::sparse_mla torch op with torch_ops.bind(client, ordered=True). Each step's q comes
+    behind a GPU busy-wait; each step's copy of `out`, taken on the stream right after the
+    call, must match its own q's reference (a copy taken before the daemon wrote `out` would be
+    NaN or the previous step's)."""
+    import attnd_client.torch_ops as attnd_ops
+
+    t, h, d_qk, s, k = 16, 64, 576, 4096, 256
+    scale = 1 / math.sqrt(d_qk)
+    q = torch.randn(t, h, d_qk, device=DEV).bfloat16()
+    kv = torch.randn(s, d_qk, device=DEV).bfloat16()
+    indices = torch.randint(0, s, (t, k), dtype=torch.int32, device=DEV)
+    out, lse = nan_like((t, h, 512), torch.bfloat16), nan_like((t, h), torch.float32)
+    stream = torch.cuda.current_stream()
+    steps = 4
+    torch.cuda.synchronize()
+
+    def step(call):
+        torch.cuda._sleep(20_000_000)  # the GPU busy for milliseconds before q is ready
+        q.copy_(torch.randn(t, h, d_qk, device=DEV).bfloat16())
+        start = time.perf_counter()
+        call()
+        us = (time.perf_counter() - start) * 1e6
+        return q.clone(), out.clone(), us
+
+    runs = {}
+    with client.ordered_caller() as caller:
+        runs["OrderedCaller"] = [
+            step(
+                lambda: caller.call(
+                    "sparse_mla",
+                    stream=stream,
+                    q=q,
+                    kv=kv,
+                    indices=indices,
+                    sm_scale=scale,
+                    out=out,
+                    lse=lse,
+                )
+            )
+            for _ in range(steps)
+        ]
+        caller.wait(timeout=60)
+        checks.expect(caller.prepares == 1, f"OrderedCaller: {caller.prepares} PrepareCalls")
+    previous = attnd_ops.bind(client, ordered=True)
+    try:
+        runs["torch op, ordered"] = [
+            step(lambda: torch.ops.attnd.sparse_mla(q, kv, indices, scale, out, lse))
+            for _ in range(steps)
+        ]
+        prepares = attnd_ops.ordered_caller().prepares
+        attnd_ops.synchronize(timeout=60)
+        checks.expect(prepares == 1, f"torch op, ordered: {prepares} PrepareCalls")
+    finally:
+        attnd_ops.bind(previous)
+    torch.cuda.synchronize()
+    for name, run in runs.items():
+        for n, (q_n, out_n, _) in enumerate(run):
+            ref_out, _ = ref_sparse_mla(q_n, kv, indices, scale)
+            checks.close(out_n, ref_out, f"{name} step {n + 1} out", 1e-2, 2e-2, 2e-2)
+        us = sorted(u for _, _, u in run[1:])  # the first call prepares
+        key = "ordered_caller_us_p50" if name == "OrderedCaller" else "torch_op_ordered_us_p50"
+        checks.report[key] = us[len(us) // 2]
+        print(f"  {name}: caller CPU per call after the first {[round(u, 1) for u in us]} us")
+
+
 def run_mla_decode(client, checks):
     b, s_q, h, d_qk, page, max_pages, pages = 4, 2, 16, 576, 64, 24, 128
     q = torch.randn(b, s_q, h, d_qk, device=DEV).bfloat16()
@@ -466,6 +535,7 @@ def main():
             ("IndexerLogits", run_indexer_logits),
             ("DsaAttention", run_dsa_attention),
             ("StreamOrdered", run_stream_ordered),
+            ("OrderedCaller", run_ordered_caller),
         ):
             print(f"== {name}", flush=True)
             try:
