@@ -981,3 +981,26 @@ def test_ordered_caller_sees_a_killed_daemon(make_daemon, rng):
     for closer in (caller.close, region.close, c.close):
         with contextlib.suppress(Exception):
             closer()
+
+
+def test_ordered_caller_of_an_ended_session(client, rng):
+    """An ordered caller opened on a Session: once the Session ends, its ring is closed with the
+    lease, so the next call() raises FAILED_PRECONDITION without queuing anything, and close()
+    still returns quietly (the ring and the region went with the lease)."""
+    s = client.session("ordered-ends")
+    region, cases, argss, outss = staged_cases(s, "ordered-ends", rng, 1)
+    caller = s.ordered_caller(entries=4, depth=4, timeout=30)
+    caller.call("sparse_mla", **argss[0])
+    caller.wait(timeout=30)
+    cases[0].check(outss[0])
+    s.close()
+    wait_until(lambda: caller.ring.state != 0, 10, what="the ring closed with the lease")
+    with pytest.raises(AttndError) as e:
+        caller.call("sparse_mla", **argss[0])
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION, e.value
+    assert caller.calls == 1
+    caller.close()
+    caller.close()  # idempotent
+    with pytest.raises(AttndError) as e:
+        caller.call("sparse_mla", **argss[0])
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION and "closed" in str(e.value)
