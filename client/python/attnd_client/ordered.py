@@ -299,9 +299,11 @@ class OrderedCaller:
             )
         if type(value).__module__.startswith("torch") and hasattr(value, "data_ptr"):
             held.append(value)  # a CPU tensor (in a host region, or PrepareCall refuses it)
+            address = int(value.data_ptr())
             return (
                 "cpu",
-                int(value.data_ptr()),
+                self._host_region(address, value.numel() * value.element_size()),
+                address,
                 tuple(value.shape),
                 tuple(value.stride()),
                 str(value.dtype),
@@ -309,12 +311,22 @@ class OrderedCaller:
         if isinstance(value, np.ndarray):
             held.append(value)
             address = int(value.__array_interface__["data"][0])
-            return ("array", address, value.shape, value.strides, value.dtype.str)
+            region = self._host_region(address, value.nbytes)
+            return ("array", region, address, value.shape, value.strides, value.dtype.str)
         raise TypeError(
             f"ordered caller: argument {name!r} is a {type(value).__name__}; a prepared call "
             "takes tensors in regions (CUDA tensors, arrays or RegionRefs in host regions) and "
             "scalars"
         )
+
+    def _host_region(self, address: int, nbytes: int) -> str | None:
+        """The name of the client's host region holding [address, +nbytes), so that memory of a
+        region registered again elsewhere gets a prepared call of its own (None: in no region,
+        which PrepareCall refuses)."""
+        client = getattr(self.owner, "client", self.owner)
+        find = getattr(client, "_find_region", None)
+        found = find(address, max(nbytes, 1)) if find is not None else None
+        return None if found is None else found[0]
 
     def _device_regions(self) -> Any:
         owner = self.owner
