@@ -9,24 +9,8 @@
 #include "client/channel.h"
 #include "client/polled_unary.h"
 #include "common/cpu_relax.h"
-#include "google/protobuf/descriptor.h"
 
 namespace attnd::client {
-namespace {
-
-// The PrepareCallRequest field that holds `Request` (its oneof member of that message type).
-template <class Request>
-Request* PreparedField(v1::PrepareCallRequest* r) {
-  const google::protobuf::Descriptor* d = v1::PrepareCallRequest::descriptor();
-  for (int i = 0; i < d->field_count(); ++i) {
-    if (d->field(i)->message_type() == Request::descriptor()) {
-      return static_cast<Request*>(r->GetReflection()->MutableMessage(r, d->field(i)));
-    }
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 v1::Signal ToProto(const Signal& s) {
   v1::Signal out;
@@ -66,11 +50,18 @@ absl::StatusOr<uint64_t> PrepareCall(Client* client, const Params& p, const std:
   using Traits = OpTraits<Params>;
   v1::PrepareCallRequest request;
   request.set_lease_id(lease_id);
-  typename Traits::Request* op = PreparedField<typename Traits::Request>(&request);
+  typename Traits::Request* op = internal::PreparedField<typename Traits::Request>(&request);
   if (op == nullptr) return absl::InternalError("PrepareCall: no field for this op");
   if (absl::Status s = BuildRequest(p, &client->regions(), /*inline_only=*/false, op); !s.ok()) {
     return s;
   }
+  return internal::PrepareCallRpc(client, request, timeout);
+}
+
+namespace internal {
+
+absl::StatusOr<uint64_t> PrepareCallRpc(Client* client, const v1::PrepareCallRequest& request,
+                                        absl::Duration timeout) {
   v1::PrepareCallResponse response;
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout);
@@ -78,6 +69,8 @@ absl::StatusOr<uint64_t> PrepareCall(Client* client, const Params& p, const std:
   if (!s.ok()) return FromGrpcStatus(s, "PrepareCall");
   return response.call_id();
 }
+
+}  // namespace internal
 
 absl::StatusOr<v1::CallStats> RunPrepared(Client* client, uint64_t call_id,
                                           const std::optional<Signal>& ready,

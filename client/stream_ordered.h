@@ -23,6 +23,7 @@
 #include "attnd/v1/attention.pb.h"
 #include "client/client.h"
 #include "client/op_codec.h"
+#include "google/protobuf/descriptor.h"
 
 namespace attnd::client {
 
@@ -74,6 +75,22 @@ absl::StatusOr<uint64_t> WaitSignal(const uint64_t* word, uint64_t value, absl::
                                     absl::Duration spin = absl::ZeroDuration());
 
 namespace internal {
+
+// The PrepareCallRequest field that holds `Request` (its oneof member of that message type).
+template <class Request>
+Request* PreparedField(v1::PrepareCallRequest* r) {
+  const google::protobuf::Descriptor* d = v1::PrepareCallRequest::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    if (d->field(i)->message_type() == Request::descriptor()) {
+      return static_cast<Request*>(r->GetReflection()->MutableMessage(r, d->field(i)));
+    }
+  }
+  return nullptr;
+}
+
+// The PrepareCall RPC of a request built already: its call id.
+absl::StatusOr<uint64_t> PrepareCallRpc(Client* client, const v1::PrepareCallRequest& request,
+                                        absl::Duration timeout);
 // WaitSignal that also ends with `check`'s status once it is not OK (asked between sleeps).
 absl::StatusOr<uint64_t> WaitSignalUnless(const uint64_t* word, uint64_t value,
                                           absl::Duration timeout, absl::Duration spin,

@@ -823,8 +823,7 @@ class Runner:
                 caller.wait()
 
         def force() -> None:
-            for word in caller._done:  # UNSTICK reads back as a failure
-                word.set(UNSTICK)
+            caller.abort()  # the pending calls' done words get the failure bit: the stream goes on
 
         stuck = True
         try:
@@ -834,8 +833,7 @@ class Runner:
         finally:
             prepares = caller.prepares
             if stuck:
-                with caller._lock:
-                    caller._abort_pending()  # their words as failed: close() need not wait
+                caller.abort()  # their words as failed: close() need not wait
                 with contextlib.suppress(ac.AttndError):
                     caller.close()
             else:

@@ -8,7 +8,9 @@
 //
 // Paths (one JSON line each, client "cpp", to --out):
 //   stream_ordered  each layer is a prepared call; per layer: submit it (submission ring, or
-//                   RunPrepared with signals: --submit rpc), then on this process's stream
+//                   RunPrepared with signals: --submit rpc; or --submit ordered: one
+//                   client::OrderedCaller::Call per layer, the bookkeeping the client's), then
+//                   on this process's stream
 //                   cuStreamWriteValue64 (ready = step) and cuStreamWaitValue64 (done >= step) on
 //                   words of a host region mapped into the CUDA context; nothing synchronises
 //                   inside the step.
@@ -31,7 +33,8 @@
 // submission and its two stream operations (blocking: around the synchronise and the call), per
 // call. Blocking lines also carry the daemon's CallStats (p50 of compute, total, added) and the
 // client's wall time per call, so the line itself says where a layer's time goes.
-//   decode_step_cpp --target=unix:/tmp/a.sock --out=r.jsonl [--batch=64,128] [--submit=ring|rpc]
+//   decode_step_cpp --target=unix:/tmp/a.sock --out=r.jsonl [--batch=64,128]
+//     [--submit=ring|rpc|ordered]
 //     [--paths=stream_ordered,blocking] [--blocking-via=session,unary,prepared,ring,ring_stream]
 //     [--wait-spin=2000 (µs; blocking via ring)]
 //     [--regions=per_kind|one] [--layers=61] [--steps=30] [--warmup=3] [--blocking-steps=5]
@@ -80,6 +83,7 @@
 #include "client/client.h"
 #include "client/device_region.h"
 #include "client/host_region.h"
+#include "client/ordered_caller.h"
 #include "client/ring_caller.h"
 #include "client/session.h"
 #include "client/stream_ordered.h"
@@ -779,6 +783,68 @@ absl::StatusOr<LoopResult> RunStreamOrdered(const Options& o, client::Client* cl
   return r;
 }
 
+// --submit=ordered: the stream-ordered path through client::OrderedCaller, one Call per layer
+// (its prepared call made on the first step and kept; the ready and done words in the caller's
+// own region, registered mapped with CUDA; the stream hooks are the two stream memory
+// operations at the words' device addresses). The caller CPU per call is the client's whole
+// cost: the request encoded and looked up, the ring entry, the two stream operations.
+absl::StatusOr<LoopResult> RunOrderedCaller(const Options& o, client::Client* client, Model* m,
+                                            const StreamOps& ops, uint64_t* seq,
+                                            cudaStream_t stream, std::string* extra) {
+  client::OrderedCallerOptions co;
+  co.depth = static_cast<uint32_t>(std::min<int64_t>(4096, 4 * m->layers));
+  co.timeout = absl::Seconds(o.stream_timeout);
+  absl::StatusOr<std::unique_ptr<client::OrderedCaller>> opened =
+      client::OrderedCaller::Open(client, co);
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<client::OrderedCaller> caller = std::move(*opened);
+  const client::HostRegion& r = caller->region();
+  DS_CUDA(cudaHostRegister(r.data(), r.size(), cudaHostRegisterPortable | cudaHostRegisterMapped));
+  void* dp = nullptr;
+  if (const cudaError_t e = cudaHostGetDevicePointer(&dp, r.data(), 0); e != cudaSuccess) {
+    cudaHostUnregister(r.data());
+    return absl::InternalError(absl::StrCat("cudaHostGetDevicePointer: ", cudaGetErrorString(e)));
+  }
+  const CUdeviceptr device = reinterpret_cast<CUdeviceptr>(dp);
+  const char* base = r.data();
+  auto op = [&](bool write, uint64_t* word, uint64_t value) -> absl::Status {
+    const CUdeviceptr at = device + (reinterpret_cast<char*>(word) - base);
+    const CUresult cr =
+        write ? ops.write(reinterpret_cast<CUstream>(stream), at, value,
+                          CU_STREAM_WRITE_VALUE_DEFAULT)
+              : ops.wait(reinterpret_cast<CUstream>(stream), at, value, CU_STREAM_WAIT_VALUE_GEQ);
+    return cr == CUDA_SUCCESS ? absl::OkStatus()
+                              : absl::InternalError(absl::StrCat("stream memory operation: ", cr));
+  };
+  client::StreamHooks hooks;
+  hooks.write = [&](uint64_t* word, uint64_t value) { return op(true, word, value); };
+  hooks.wait = [&](uint64_t* word, uint64_t value) { return op(false, word, value); };
+  auto layer = [&](int64_t l, uint64_t) -> absl::StatusOr<double> {
+    Produce(m->Q(l), m->q_base, m->acc, m->t * m->heads, m->d_qk, m->Iq(l), m->iq_base,
+            m->IqBytes(), stream);
+    const double t0 = ThreadCpuNs();
+    absl::StatusOr<uint64_t> n = caller->Call(m->Params(l), &hooks);
+    const double t1 = ThreadCpuNs();
+    if (!n.ok()) return n.status();
+    Consume(m->acc, m->Out(l), m->OutElems(), stream);
+    return t1 - t0;
+  };
+  // A stalled stream: the pending calls' done words get the failure bit (they go on).
+  absl::StatusOr<LoopResult> res =
+      Loop(o, o.steps, m, seq, stream, layer, [&] { caller->Abort(); });
+  absl::Status waited =
+      caller->Wait(client::OrderedCaller::kLatest, absl::Seconds(o.stream_timeout));
+  if (!waited.ok()) caller->Abort();
+  cudaStreamSynchronize(stream);  // past its last wait before the words are unmapped
+  cudaHostUnregister(r.data());
+  *extra = absl::StrCat(", \"prepares\": ", caller->prepares(),
+                        ", \"done_words_ok\": ", waited.ok() ? "true" : "false");
+  absl::Status closed = caller->Close();
+  if (res.ok() && !waited.ok()) return waited;
+  if (res.ok() && !closed.ok()) return closed;
+  return res;
+}
+
 double P50(std::vector<double> v) {
   if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
@@ -1021,7 +1087,7 @@ int Main(int argc, char** argv) {
     for (const std::string& via : o.blocking_via)
       ok = ok && (via == "session" || via == "unary" || via == "prepared" || via == "ring" ||
                   via == "ring_stream");
-    if (!ok || (o.submit != "ring" && o.submit != "rpc") ||
+    if (!ok || (o.submit != "ring" && o.submit != "rpc" && o.submit != "ordered") ||
         (o.regions != "per_kind" && o.regions != "one")) {
       std::cerr << "decode_step_cpp: bad argument '" << a << "' (see the file's header)\n";
       return 2;
@@ -1124,8 +1190,11 @@ int Main(int argc, char** argv) {
       cudaStreamSynchronize(stream);
       std::string extra;
       absl::StatusOr<LoopResult> r =
-          path == "blocking" ? RunBlocking(o, client, &m, ops, via, &seq, stream, &extra)
-                             : RunStreamOrdered(o, client, &m, ops, sig, &seq, stream, &extra);
+          path == "blocking"      ? RunBlocking(o, client, &m, ops, via, &seq, stream, &extra)
+          : o.submit != "ordered" ? RunStreamOrdered(o, client, &m, ops, sig, &seq, stream, &extra)
+          : sig == "host"         ? RunOrderedCaller(o, client, &m, ops, &seq, stream, &extra)
+                                  : absl::StatusOr<LoopResult>(absl::InvalidArgumentError(
+                                        "--submit=ordered: host signal words only"));
       std::ostringstream line;
       line << "{\"op\": \"decode_step\", \"preset\": " << Q(preset)
            << ", \"client\": \"cpp\", \"mps\": " << (mps ? "true" : "false")

@@ -1004,3 +1004,26 @@ def test_ordered_caller_of_an_ended_session(client, rng):
     with pytest.raises(AttndError) as e:
         caller.call("sparse_mla", **argss[0])
     assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION and "closed" in str(e.value)
+
+
+def test_ordered_caller_abort_releases_its_pending_calls(client, rng):
+    """abort(): the pending calls' done words get the failure bit from the caller (a stream
+    waiting on them would go on), so they count as over and failed: check() raises ABORTED
+    once. The daemon's entry still waits for its ready word; once that comes it runs."""
+    region, _, argss, _ = staged_cases(client, "ordered-abort", rng, 1)
+    driver, land = deferred_driver()
+    try:
+        with client.ordered_caller(entries=4, depth=4, timeout=30, driver=driver) as caller:
+            caller.call("sparse_mla", stream=3, **argss[0])
+            time.sleep(0.05)
+            assert caller.pending == 1
+            caller.abort()
+            assert caller.pending == 0 and caller._done[1].get() == 1 | FAILURE_BIT
+            with pytest.raises(AttndError) as e:
+                caller.check()
+            assert e.value.code == grpc.StatusCode.ABORTED
+            caller.check()
+            land(0)  # the ready word: the daemon's entry runs and stores done = 1 again
+            wait_until(lambda: caller._done[1].get() == 1, 20, what="the daemon's done store")
+    finally:
+        region.close()

@@ -9,9 +9,12 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "client/client.h"
 #include "client/host_region.h"
+#include "client/ordered_caller.h"
 #include "client/ring_caller.h"
 #include "client/session.h"
 #include "client/stream_ordered.h"
@@ -422,6 +425,170 @@ TEST_F(SubmissionRingClientTest, RingCallerOnASessionEndsWithItsLease) {
   }
   EXPECT_EQ(after.code(), absl::StatusCode::kFailedPrecondition) << after;
   caller->reset();  // its CloseRing and unregistration on the ended lease fail quietly
+}
+
+TEST_F(SubmissionRingClientTest, OrderedCallerRunsCallsAndPreparesOnce) {
+  for (const auto& [entries, depth, prepared] :
+       {std::tuple{3u, 4u, 4u}, std::tuple{4u, 0u, 4u}, std::tuple{4u, 4u, 0u},
+        std::tuple{4u, 5000u, 4u}}) {
+    client::OrderedCallerOptions o;
+    o.entries = entries;
+    o.depth = depth;
+    o.max_prepared = prepared;
+    EXPECT_EQ(client::OrderedCaller::Open(client_.get(), o).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << entries << " " << depth << " " << prepared;
+  }
+  client::OrderedCallerOptions o;
+  o.entries = 4;
+  o.depth = 2;  // every other call reuses a done word: Call waits for the oldest
+  absl::StatusOr<std::unique_ptr<client::OrderedCaller>> caller =
+      client::OrderedCaller::Open(client_.get(), o);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  for (int i = 0; i < 10; ++i) {
+    Poison();
+    absl::StatusOr<uint64_t> n = (*caller)->Call(p_);
+    ASSERT_TRUE(n.ok()) << i << ": " << n.status();
+    EXPECT_EQ(*n, static_cast<uint64_t>(i + 1));
+    ASSERT_TRUE((*caller)->Wait(*n, absl::Seconds(10)).ok()) << i;
+    EXPECT_TRUE(Matches()) << "outputs in place once Wait returns, call " << i;
+  }
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE((*caller)->Call(p_).ok()) << i;  // back to back
+  ASSERT_TRUE((*caller)->Wait().ok());
+  EXPECT_TRUE(Matches());
+  EXPECT_EQ((*caller)->prepares(), 1u) << "the same request prepared again";
+  EXPECT_EQ((*caller)->retired(), 16u);
+  EXPECT_EQ((*caller)->pending(), 0u);
+  const std::vector<uint64_t> ids = (*caller)->prepared_ids();
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_TRUE((*caller)->Close().ok());
+  EXPECT_TRUE((*caller)->Close().ok());  // idempotent
+  EXPECT_EQ(client::RunPrepared(client_.get(), ids[0]).status().code(), absl::StatusCode::kNotFound)
+      << "released at Close";
+  EXPECT_EQ((*caller)->Call(p_).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SubmissionRingClientTest, OrderedCallerWithStreamHooks) {
+  absl::StatusOr<std::unique_ptr<client::OrderedCaller>> caller =
+      client::OrderedCaller::Open(client_.get(), {});
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  std::vector<std::pair<uint64_t*, uint64_t>> writes, waits;
+  std::vector<std::thread> producers;
+  client::StreamHooks hooks;
+  hooks.write = [&](uint64_t* word, uint64_t value) {
+    writes.emplace_back(word, value);
+    EXPECT_TRUE((*caller)->region().Contains(word, 8));
+    // A "stream" that gets to the write 20 ms later.
+    producers.emplace_back([this, word, value] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_TRUE(Poisoned()) << "ran before its ready word";
+      client::StoreSignal(word, value);
+    });
+    return absl::OkStatus();
+  };
+  hooks.wait = [&](uint64_t* word, uint64_t value) {
+    waits.emplace_back(word, value);
+    EXPECT_TRUE((*caller)->region().Contains(word, 8));
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < 3; ++i) {
+    Poison();
+    absl::StatusOr<uint64_t> n = (*caller)->Call(p_, &hooks);
+    ASSERT_TRUE(n.ok()) << n.status();
+    ASSERT_TRUE((*caller)->Wait(*n, absl::Seconds(10)).ok());
+    EXPECT_TRUE(Matches()) << i;
+    // The wait hook names the call's own done word, stored with its number.
+    ASSERT_EQ(waits.size(), static_cast<size_t>(i + 1));
+    EXPECT_EQ(waits.back().second, *n);
+    EXPECT_EQ(client::LoadSignal(waits.back().first), *n);
+  }
+  for (std::thread& t : producers) t.join();
+  ASSERT_EQ(writes.size(), 3u);
+  EXPECT_EQ(writes[0].first, writes[2].first) << "one ready word, its value growing";
+  EXPECT_EQ(writes[2].second, 3u);
+  EXPECT_NE(waits[0].first, waits[1].first) << "a done word per pending call";
+  // A stream that has not got to the write: Abort gives up on the call (its done word gets the
+  // failure bit, so a stream waiting on it goes on) and it is reported failed, once.
+  uint64_t* ready_word = writes[0].first;
+  client::StreamHooks stalled = hooks;
+  stalled.write = [](uint64_t*, uint64_t) { return absl::OkStatus(); };
+  absl::StatusOr<uint64_t> n = (*caller)->Call(p_, &stalled);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ((*caller)->pending(), 1u);
+  (*caller)->Abort();
+  EXPECT_EQ((*caller)->pending(), 0u);
+  EXPECT_EQ(client::LoadSignal(waits.back().first), *n | client::kSignalFailureBit);
+  EXPECT_EQ((*caller)->Check().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE((*caller)->Check().ok());
+  client::StoreSignal(ready_word, *n);  // the daemon's entry runs once its ready word comes
+  for (int i = 0; i < 10000 && client::LoadSignal(waits.back().first) != *n; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(client::LoadSignal(waits.back().first), *n);
+  // A hook's error is the call's; nothing was submitted.
+  client::StreamHooks broken = hooks;
+  broken.write = [](uint64_t*, uint64_t) { return absl::InternalError("no stream"); };
+  EXPECT_EQ((*caller)->Call(p_, &broken).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ((*caller)->calls(), 4u);
+}
+
+TEST_F(SubmissionRingClientTest, OrderedCallerReportsAFailedCallOnce) {
+  absl::StatusOr<std::unique_ptr<client::OrderedCaller>> caller =
+      client::OrderedCaller::Open(client_.get(), {});
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  ASSERT_TRUE((*caller)->Call(p_).ok());
+  ASSERT_TRUE((*caller)->Wait().ok());
+  // Its prepared call released behind its back: the next entry is refused (the failure bit).
+  ASSERT_TRUE(client::ReleaseCall(client_.get(), (*caller)->prepared_ids()[0]).ok());
+  ASSERT_TRUE((*caller)->Call(p_).ok());
+  absl::Status failed = (*caller)->Wait(client::OrderedCaller::kLatest, absl::Seconds(10));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kAborted) << failed;
+  EXPECT_NE(failed.message().find("call 2 (SparseMlaRequest) failed"), std::string::npos) << failed;
+  EXPECT_TRUE((*caller)->Check().ok()) << "reported once";
+  EXPECT_EQ((*caller)->prepared(), 0u) << "the failed request's call is made anew";
+  Poison();
+  ASSERT_TRUE((*caller)->Call(p_).ok());
+  ASSERT_TRUE((*caller)->Wait().ok());
+  EXPECT_TRUE(Matches());
+  EXPECT_EQ((*caller)->prepares(), 2u);
+  // A failure nobody waited for is reported by the next Call, which is not made.
+  ASSERT_TRUE(client::ReleaseCall(client_.get(), (*caller)->prepared_ids()[0]).ok());
+  ASSERT_TRUE((*caller)->Call(p_).ok());
+  for (int i = 0; i < 10000 && (*caller)->pending() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ((*caller)->Call(p_).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*caller)->calls(), 4u);
+  // A tensor outside every region: PrepareCall refuses it.
+  kernels::sparse_mla::Params outside = p_;
+  std::vector<uint8_t> heap(SpanBytes(q_));
+  outside.q.data = heap.data();
+  EXPECT_EQ((*caller)->Call(outside).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*caller)->Close().ok());
+}
+
+TEST_F(SubmissionRingClientTest, OrderedCallerOnASessionEndsWithItsLease) {
+  absl::StatusOr<std::unique_ptr<client::Session>> session =
+      client::Session::Open(client_.get(), {});
+  ASSERT_TRUE(session.ok()) << session.status();
+  client::OrderedCallerOptions o;
+  o.session = session->get();
+  absl::StatusOr<std::unique_ptr<client::OrderedCaller>> caller =
+      client::OrderedCaller::Open(client_.get(), o);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  Poison();
+  ASSERT_TRUE((*caller)->Call(p_).ok());
+  ASSERT_TRUE((*caller)->Wait(client::OrderedCaller::kLatest, absl::Seconds(10)).ok());
+  EXPECT_TRUE(Matches());
+  ASSERT_TRUE((*session)->Close().ok());
+  absl::Status after = absl::OkStatus();
+  for (int i = 0; i < 5000 && after.ok(); ++i) {  // the daemon ends the lease after the status
+    absl::StatusOr<uint64_t> n = (*caller)->Call(p_);
+    after = n.ok() ? (*caller)->Wait(*n, absl::Seconds(10)) : n.status();
+    if (after.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(after.code(), absl::StatusCode::kFailedPrecondition) << after;
+  EXPECT_TRUE((*caller)->Close().ok());  // the ring and region went with the lease: quietly
 }
 
 }  // namespace

@@ -191,6 +191,14 @@ class OrderedCaller:
             self._poll()
             self._raise_failures()
 
+    def abort(self) -> None:
+        """Gives up on the pending calls: stores the failure bit into their done words (a stream
+        waiting on one goes on; their outputs are undefined), so they are reported as failed.
+        For a daemon that will not end them (it hangs); wait() does it itself when the daemon is
+        gone."""
+        with self._lock:
+            self._abort_pending()
+
     @property
     def pending(self) -> int:
         """Calls submitted whose done word has not been seen yet."""
