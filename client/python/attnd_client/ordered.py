@@ -286,6 +286,19 @@ class OrderedCaller:
         return tuple(parts), held
 
     def _part(self, name: str, value: Any, held: list[Any]) -> Any:
+        if type(value) is np.ndarray:  # the common host form first
+            held.append(value)
+            interface = value.__array_interface__
+            address = int(interface["data"][0])
+            region = self._host_region(address, value.nbytes)
+            return (
+                "array",
+                region,
+                address,
+                value.shape,
+                interface["strides"],
+                interface["typestr"],
+            )
         if isinstance(value, (bool, int, float, str)):
             return (type(value).__name__, value)
         if isinstance(value, np.generic):
