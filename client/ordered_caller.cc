@@ -45,19 +45,13 @@ absl::StatusOr<std::unique_ptr<OrderedCaller>> OrderedCaller::Open(Client* clien
   caller->client_ = client;
   caller->options_ = options;
   caller->ready_offset_ = ring_layout::Bytes(n);
-  HostRegionOptions ro;
-  ro.bytes = caller->ready_offset_ + kWordBytes * (1 + static_cast<uint64_t>(options.depth));
-  ro.timeout = options.timeout;
-  if (options.session != nullptr) ro.lease_id = options.session->lease_id();
-  absl::StatusOr<std::unique_ptr<HostRegion>> region = HostRegion::Create(client, ro);
-  if (!region.ok()) return region.status();
-  caller->region_ = *std::move(region);
-  absl::StatusOr<std::unique_ptr<SubmissionRing>> ring =
-      options.session != nullptr
-          ? SubmissionRing::Open(options.session, *caller->region_, 0, n, nullptr, options.timeout)
-          : SubmissionRing::Open(client, *caller->region_, 0, n, nullptr, "", options.timeout);
-  if (!ring.ok()) return ring.status();  // the region goes with `caller`
-  caller->ring_ = *std::move(ring);
+  if (absl::Status s = internal::OpenOwnRing(
+          client, options.session,
+          caller->ready_offset_ + kWordBytes * (1 + static_cast<uint64_t>(options.depth)), n,
+          options.timeout, &caller->region_, &caller->ring_);
+      !s.ok()) {
+    return s;
+  }
   return caller;
 }
 

@@ -18,20 +18,13 @@ absl::StatusOr<std::unique_ptr<RingCaller>> RingCaller::Open(Client* client,
   }
   std::unique_ptr<RingCaller> caller(new RingCaller());
   caller->spin_ = options.spin;
-  HostRegionOptions ro;
-  ro.bytes = ring_layout::Bytes(n) + 128;  // the ring, then done and ready on lines of their own
-  ro.timeout = options.timeout;
-  if (options.session != nullptr) ro.lease_id = options.session->lease_id();
-  absl::StatusOr<std::unique_ptr<HostRegion>> region = HostRegion::Create(client, ro);
-  if (!region.ok()) return region.status();
-  caller->region_ = *std::move(region);
   caller->done_offset_ = ring_layout::Bytes(n);
-  absl::StatusOr<std::unique_ptr<SubmissionRing>> ring =
-      options.session != nullptr
-          ? SubmissionRing::Open(options.session, *caller->region_, 0, n, nullptr, options.timeout)
-          : SubmissionRing::Open(client, *caller->region_, 0, n, nullptr, "", options.timeout);
-  if (!ring.ok()) return ring.status();  // the region goes with `caller`
-  caller->ring_ = *std::move(ring);
+  // The ring, then done and ready on lines of their own.
+  if (absl::Status s = internal::OpenOwnRing(client, options.session, ring_layout::Bytes(n) + 128,
+                                             n, options.timeout, &caller->region_, &caller->ring_);
+      !s.ok()) {
+    return s;
+  }
   return caller;
 }
 

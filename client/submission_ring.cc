@@ -229,4 +229,26 @@ uint64_t SubmissionRing::taken() const { return LoadAcquire(base_ + L::kTail); }
 uint64_t SubmissionRing::state() const { return LoadAcquire(base_ + L::kState); }
 uint64_t SubmissionRing::beat() const { return LoadAcquire(base_ + L::kBeat); }
 
+namespace internal {
+
+absl::Status OpenOwnRing(Client* client, Session* session, uint64_t bytes, uint32_t entries,
+                         absl::Duration timeout, std::unique_ptr<HostRegion>* region,
+                         std::unique_ptr<SubmissionRing>* ring) {
+  HostRegionOptions ro;
+  ro.bytes = bytes;
+  ro.timeout = timeout;
+  if (session != nullptr) ro.lease_id = session->lease_id();
+  absl::StatusOr<std::unique_ptr<HostRegion>> r = HostRegion::Create(client, ro);
+  if (!r.ok()) return r.status();
+  *region = *std::move(r);
+  absl::StatusOr<std::unique_ptr<SubmissionRing>> opened =
+      session != nullptr ? SubmissionRing::Open(session, **region, 0, entries, nullptr, timeout)
+                         : SubmissionRing::Open(client, **region, 0, entries, nullptr, "", timeout);
+  if (!opened.ok()) return opened.status();  // the region goes with its owner
+  *ring = *std::move(opened);
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
 }  // namespace attnd::client

@@ -134,4 +134,15 @@ class SubmissionRing {
   absl::Duration timeout_;
 };
 
+namespace internal {
+
+// A host region of `bytes` bytes of this client's (under `session`'s lease when set) with a ring
+// of `entries` slots at its start whose signal words lie in the same region (opened on the
+// Session when set): what RingCaller and OrderedCaller keep.
+absl::Status OpenOwnRing(Client* client, Session* session, uint64_t bytes, uint32_t entries,
+                         absl::Duration timeout, std::unique_ptr<HostRegion>* region,
+                         std::unique_ptr<SubmissionRing>* ring);
+
+}  // namespace internal
+
 }  // namespace attnd::client

@@ -231,6 +231,17 @@ def run_sparse_mla(client, checks):
         checks.expect(graph == "", f"sparse_mla: graph {graph!r} with --graphs=false, want ''")
 
 
+def chain_inputs():
+    """The stream-ordered chains' SparseMla (T 16, H 64, d_qk 576, S 4096, K 256): (t, h, d_qk,
+    scale, q, kv, indices, out, lse), the outputs NaN-poisoned."""
+    t, h, d_qk, s, k = 16, 64, 576, 4096, 256
+    q = torch.randn(t, h, d_qk, device=DEV).bfloat16()
+    kv = torch.randn(s, d_qk, device=DEV).bfloat16()
+    indices = torch.randint(0, s, (t, k), dtype=torch.int32, device=DEV)
+    out, lse = nan_like((t, h, 512), torch.bfloat16), nan_like((t, h), torch.float32)
+    return t, h, d_qk, 1 / math.sqrt(d_qk), q, kv, indices, out, lse
+
+
 def run_stream_ordered(client, checks):
     """A stream-ordered SparseMla chain driven by the caller's own CUDA stream: each step's q is
     produced on torch's current stream behind a GPU busy-wait (so the daemon must wait for it),
@@ -241,12 +252,7 @@ def run_stream_ordered(client, checks):
     from attnd_client.cuda_signals import StreamSignals
     from attnd_client.stream_ordered import FAILURE_BIT, SignalWord
 
-    t, h, d_qk, s, k = 16, 64, 576, 4096, 256
-    scale = 1 / math.sqrt(d_qk)
-    q = torch.randn(t, h, d_qk, device=DEV).bfloat16()
-    kv = torch.randn(s, d_qk, device=DEV).bfloat16()
-    indices = torch.randint(0, s, (t, k), dtype=torch.int32, device=DEV)
-    out, lse = nan_like((t, h, 512), torch.bfloat16), nan_like((t, h), torch.float32)
+    t, h, d_qk, scale, q, kv, indices, out, lse = chain_inputs()
     args = dict(q=q, kv=kv, indices=indices, sm_scale=scale, out=out, lse=lse)
     client.sparse_mla(timeout=300, **args)  # registers the device regions once
     region = client.create_host_region(f"signals-{id(q)}", 4096)
@@ -288,12 +294,7 @@ def run_ordered_caller(client, checks):
     NaN or the previous step's)."""
     import attnd_client.torch_ops as attnd_ops
 
-    t, h, d_qk, s, k = 16, 64, 576, 4096, 256
-    scale = 1 / math.sqrt(d_qk)
-    q = torch.randn(t, h, d_qk, device=DEV).bfloat16()
-    kv = torch.randn(s, d_qk, device=DEV).bfloat16()
-    indices = torch.randint(0, s, (t, k), dtype=torch.int32, device=DEV)
-    out, lse = nan_like((t, h, 512), torch.bfloat16), nan_like((t, h), torch.float32)
+    t, h, d_qk, scale, q, kv, indices, out, lse = chain_inputs()
     stream = torch.cuda.current_stream()
     steps = 4
     torch.cuda.synchronize()
@@ -308,20 +309,9 @@ def run_ordered_caller(client, checks):
 
     runs = {}
     with client.ordered_caller() as caller:
+        args = dict(q=q, kv=kv, indices=indices, sm_scale=scale, out=out, lse=lse)
         runs["OrderedCaller"] = [
-            step(
-                lambda: caller.call(
-                    "sparse_mla",
-                    stream=stream,
-                    q=q,
-                    kv=kv,
-                    indices=indices,
-                    sm_scale=scale,
-                    out=out,
-                    lse=lse,
-                )
-            )
-            for _ in range(steps)
+            step(lambda: caller.call("sparse_mla", stream=stream, **args)) for _ in range(steps)
         ]
         caller.wait(timeout=60)
         checks.expect(caller.prepares == 1, f"OrderedCaller: {caller.prepares} PrepareCalls")
