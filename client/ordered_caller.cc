@@ -101,8 +101,11 @@ absl::StatusOr<uint64_t> OrderedCaller::Submit(
   } else {
     while (prepared_.size() >= options_.max_prepared) {
       auto oldest = prepared_.find(lru_.front());
-      if (oldest->second.last > retired_) {
-        if (absl::Status s = WaitRetired(oldest->second.last, options_.timeout); !s.ok()) return s;
+      // Its last call, or the latest submitted one: `last` may name a call whose hook or ring
+      // refused it, whose number the next call takes.
+      const uint64_t last = std::min(oldest->second.last, calls_);
+      if (last > retired_) {
+        if (absl::Status s = WaitRetired(last, options_.timeout); !s.ok()) return s;
       }
       Release(oldest->second.call_id);
       prepared_.erase(oldest);

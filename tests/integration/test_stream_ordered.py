@@ -1027,3 +1027,31 @@ def test_ordered_caller_abort_releases_its_pending_calls(client, rng):
             wait_until(lambda: caller._done[1].get() == 1, 20, what="the daemon's done store")
     finally:
         region.close()
+
+
+def test_ordered_caller_eviction_after_a_refused_stream_write(client, rng):
+    """A call whose stream write fails is never submitted, and the next call takes its number:
+    evicting its prepared call (max_prepared 1, a new argument set next) must not wait for that
+    number (it would until the timeout). The failed call raises the driver's error."""
+    from attnd_client.cuda_signals import CudaDriverError
+
+    region, cases, argss, outss = staged_cases(client, "ordered-refused", rng, 1)
+    driver = FakeDriver()
+    driver.write = lambda *a: 1  # CUDA_ERROR_INVALID_VALUE
+    try:
+        with client.ordered_caller(
+            entries=4, depth=4, max_prepared=1, timeout=5, driver=driver
+        ) as caller:
+            caller.call("sparse_mla", **argss[0])
+            caller.wait(timeout=30)
+            with pytest.raises(CudaDriverError):
+                caller.call("sparse_mla", stream=9, **argss[0])
+            assert caller.calls == 1
+            other = dict(argss[0], sm_scale=argss[0]["sm_scale"] * 0.5)
+            t0 = time.monotonic()
+            assert caller.call("sparse_mla", **other) == 2
+            assert time.monotonic() - t0 < 2, "the eviction waited for a call never made"
+            caller.wait(timeout=30)
+            assert caller.prepares == 2 and caller.prepared == 1
+    finally:
+        region.close()

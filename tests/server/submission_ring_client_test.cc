@@ -567,6 +567,34 @@ TEST_F(SubmissionRingClientTest, OrderedCallerReportsAFailedCallOnce) {
   EXPECT_TRUE((*caller)->Close().ok());
 }
 
+TEST_F(SubmissionRingClientTest, OrderedCallerEvictsAfterARefusedStreamWrite) {
+  // A call whose write hook fails is never submitted and the next call takes its number:
+  // evicting its prepared call (max_prepared 1, another request next) must not wait for it.
+  client::OrderedCallerOptions o;
+  o.max_prepared = 1;
+  o.timeout = absl::Seconds(5);
+  absl::StatusOr<std::unique_ptr<client::OrderedCaller>> caller =
+      client::OrderedCaller::Open(client_.get(), o);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  ASSERT_TRUE((*caller)->Call(p_).ok());
+  ASSERT_TRUE((*caller)->Wait().ok());
+  client::StreamHooks refused;
+  refused.write = [](uint64_t*, uint64_t) { return absl::UnavailableError("no stream"); };
+  refused.wait = [](uint64_t*, uint64_t) { return absl::OkStatus(); };
+  EXPECT_EQ((*caller)->Call(p_, &refused).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*caller)->calls(), 1u);
+  kernels::sparse_mla::Params other = p_;
+  other.sm_scale = p_.sm_scale * 0.5f;  // another request: the first one is evicted
+  const absl::Time start = absl::Now();
+  absl::StatusOr<uint64_t> n = (*caller)->Call(other);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 2u);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2)) << "the eviction waited for a call never made";
+  EXPECT_TRUE((*caller)->Wait().ok());
+  EXPECT_EQ((*caller)->prepares(), 2u);
+  EXPECT_EQ((*caller)->prepared(), 1u);
+}
+
 TEST_F(SubmissionRingClientTest, OrderedCallerOnASessionEndsWithItsLease) {
   absl::StatusOr<std::unique_ptr<client::Session>> session =
       client::Session::Open(client_.get(), {});

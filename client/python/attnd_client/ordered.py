@@ -362,6 +362,9 @@ class OrderedCaller:
             return entry[0]
         while len(self._prepared) >= self.max_prepared:
             _, (old_id, last) = next(iter(self._prepared.items()))
+            # Its last call, or the latest submitted one: `last` may name a call that was never
+            # submitted (a stream or ring error), whose number the next call takes.
+            last = min(last, self.calls)
             if last > self.retired:
                 self._wait_retired(last, self.timeout)
             self._prepared.popitem(last=False)
