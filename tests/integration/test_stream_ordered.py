@@ -1055,3 +1055,41 @@ def test_ordered_caller_eviction_after_a_refused_stream_write(client, rng):
             assert caller.prepares == 2 and caller.prepared == 1
     finally:
         region.close()
+
+
+def test_ordered_caller_keeps_a_call_prepared_after_an_older_failure(client, rng):
+    """Two queued calls of one argument set fail, the first seen before the second runs: the
+    set is prepared anew in between, and the second failure (of the old prepared call) must
+    not drop the new one. Ready words are landed one at a time through a fake driver."""
+    region, cases, argss, outss = staged_cases(client, "ordered-older", rng, 1, form="csr")
+    args = argss[0]
+    driver, land = deferred_driver()
+    try:
+        with client.ordered_caller(entries=8, depth=8, timeout=30, driver=driver) as caller:
+            good = args["indptr"].copy()
+            caller.call("sparse_mla", stream=5, **args)  # 1 (PrepareCall checks indptr)
+            caller.call("sparse_mla", stream=5, **args)  # 2
+            args["indptr"][-1] = 1 << 30  # both fail when they run
+            land(0)  # ready = 1: call 1 runs and fails; call 2 waits
+            wait_until(lambda: caller.pending == 1, 20, what="call 1 over")
+            with pytest.raises(AttndError, match="call 1 "):
+                caller.call("sparse_mla", stream=5, **args)
+            assert caller.prepared == 0 and caller.prepares == 1
+            args["indptr"][...] = good
+            caller.call("sparse_mla", stream=5, **args)  # 3: prepared anew
+            assert caller.prepares == 2
+            args["indptr"][-1] = 1 << 30
+            land(1)  # ready = 2: call 2 (the old prepared call) runs and fails
+            wait_until(lambda: caller.pending == 1, 20, what="call 2 over")
+            with pytest.raises(AttndError, match="call 2 "):
+                caller.check()
+            assert caller.prepared == 1, "the old call's failure dropped the new one"
+            args["indptr"][...] = good
+            land(2)  # ready = 3
+            caller.wait(timeout=30)
+            cases[0].check(outss[0])
+            caller.call("sparse_mla", **args)
+            caller.wait(timeout=30)
+            assert caller.prepares == 2
+    finally:
+        region.close()

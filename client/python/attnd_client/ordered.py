@@ -105,7 +105,7 @@ class OrderedCaller:
         self._driver = driver
         self._signals: Any = None  # cuda_signals.StreamSignals, made on the first stream call
         self._used_streams = False
-        # Pending calls, oldest first: (n, op, key, the objects held for it).
+        # Pending calls, oldest first: (n, op, (key, call id), the objects held for it).
         self._pending: collections.deque[tuple[int, str, Any, list[Any]]] = collections.deque()
         self._prepared: collections.OrderedDict[Any, list[int]] = collections.OrderedDict()
         self._failures: list[tuple[int, str]] = []
@@ -164,7 +164,7 @@ class OrderedCaller:
                     )
                 time.sleep(20e-6)
             self.calls = n
-            self._pending.append((n, op, key, held))
+            self._pending.append((n, op, (key, call_id), held))
             if handle is not None:
                 self._used_streams = True
                 signals.wait(done, n, handle)
@@ -394,7 +394,7 @@ class OrderedCaller:
         queue end in order; a refused entry may end earlier and waits for its turn here)."""
         pending = self._pending
         while pending:
-            n, op, key, _ = pending[0]
+            n, op, (key, call_id), _ = pending[0]
             got = self._done[n % self.depth].get()
             if got & ~FAILURE_BIT != n:
                 return
@@ -406,8 +406,9 @@ class OrderedCaller:
                 # again under its name): the next call with these arguments prepares anew. It is
                 # released once its calls still queued are over (released now, an entry the
                 # daemon has not taken yet would be refused).
-                entry = self._prepared.pop(key, None)
-                if entry is not None:
+                entry = self._prepared.get(key)
+                if entry is not None and entry[0] == call_id:  # not one made since
+                    del self._prepared[key]
                     self._dropped.append((entry[0], entry[1]))
 
     def _raise_failures(self) -> None:
