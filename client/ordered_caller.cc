@@ -212,7 +212,6 @@ absl::Status OrderedCaller::WaitRetired(uint64_t n, absl::Duration timeout) {
   const absl::Time deadline =
       timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : start + timeout;
   const absl::Time spin_until = start + options_.spin;
-  beat_moved_ = absl::InfinitePast();
   for (uint64_t i = 0;; ++i) {
     Poll();
     if (retired_ >= n) return absl::OkStatus();
@@ -244,17 +243,12 @@ absl::Status OrderedCaller::CheckRing(absl::Time now) {
                      state == ring_layout::kErrored ? "errored" : "closed", " with ",
                      ring_->submitted() - taken, " entries not taken"));
   }
-  const uint64_t beat = ring_->beat();
-  if (beat != beat_seen_ || beat_moved_ == absl::InfinitePast()) {
-    beat_seen_ = beat;
-    beat_moved_ = now;
-  } else if (state == ring_layout::kOpen && beat != 0 &&
-             now - beat_moved_ > ring_layout::kDaemonSilence) {
+  if (const std::optional<absl::Duration> silent = ring_->Silence(now)) {
     const size_t failed = pending_.size();
     AbortPending(0);
     return absl::UnavailableError(
         absl::StrCat("OrderedCaller: the daemon has not polled ring ", ring_->ring_id(), " for ",
-                     absl::FormatDuration(now - beat_moved_), " (it exited or hangs); ", failed,
+                     absl::FormatDuration(*silent), " (it exited or hangs); ", failed,
                      " pending calls failed here"));
   }
   return absl::OkStatus();

@@ -153,9 +153,6 @@ class OrderedCaller {
   std::list<std::string> lru_;  // least recently used first
   std::vector<std::pair<uint64_t, const std::string*>> failures_;
   std::vector<std::pair<uint64_t, uint64_t>> dropped_;  // (call id, its last call) to release
-  // CheckRing: the beat word as last seen, and when it moved.
-  uint64_t beat_seen_ = 0;
-  absl::Time beat_moved_ = absl::InfinitePast();
 };
 
 }  // namespace attnd::client

@@ -188,18 +188,10 @@ absl::StatusOr<uint64_t> SubmissionRing::Call(uint64_t call_id, uint64_t ready_o
                                                         " was closed or errored by the daemon "
                                                         "before it took the entry"));
     }
-    // A daemon that never beats (an older one) leaves the word at 0: no liveness check then.
-    // The beat seen last and when it moved are the ring's, kept across calls: a call made after
-    // the daemon died fails after one silence, not one per call.
-    const uint64_t b = beat();
-    const absl::Time now = absl::Now();
-    if (b != beat_seen_ || beat_moved_ == absl::InfinitePast()) {
-      beat_seen_ = b;
-      beat_moved_ = now;
-    } else if (st == L::kOpen && b != 0 && now - beat_moved_ > L::kDaemonSilence) {
+    if (const std::optional<absl::Duration> silent = Silence(absl::Now())) {
       return absl::UnavailableError(
           absl::StrCat("SubmissionRing::Call: the daemon has not polled ring ", ring_id_, " for ",
-                       absl::FormatDuration(now - beat_moved_), " (it exited or hangs); done word ",
+                       absl::FormatDuration(*silent), " (it exited or hangs); done word ",
                        LoadSignal(reinterpret_cast<const uint64_t*>(signals_ + done_offset))));
     }
     return absl::OkStatus();
@@ -228,6 +220,19 @@ absl::Status SubmissionRing::Close() {
 uint64_t SubmissionRing::taken() const { return LoadAcquire(base_ + L::kTail); }
 uint64_t SubmissionRing::state() const { return LoadAcquire(base_ + L::kState); }
 uint64_t SubmissionRing::beat() const { return LoadAcquire(base_ + L::kBeat); }
+
+std::optional<absl::Duration> SubmissionRing::Silence(absl::Time now) {
+  const uint64_t b = beat();
+  if (b != beat_seen_ || beat_moved_ == absl::InfinitePast()) {
+    beat_seen_ = b;
+    beat_moved_ = now;
+    return std::nullopt;
+  }
+  if (state() == L::kOpen && b != 0 && now - beat_moved_ > L::kDaemonSilence) {
+    return now - beat_moved_;
+  }
+  return std::nullopt;
+}
 
 namespace internal {
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -111,6 +112,12 @@ class SubmissionRing {
   uint64_t taken() const;  // the daemon's tail
   uint64_t state() const;  // ring_layout's state word
   uint64_t beat() const;   // ring_layout's beat word
+  // How long the daemon has not polled this open ring, once that is past
+  // ring_layout::kDaemonSilence (it exited or hangs); nullopt otherwise. The beat seen last and
+  // when it moved are the ring's, kept across calls: after the daemon died, the first look that
+  // comes one silence after the last move reports it. A daemon that never beats (an older one)
+  // leaves the word at 0 and is never reported.
+  std::optional<absl::Duration> Silence(absl::Time now);
 
  private:
   SubmissionRing() = default;
@@ -128,7 +135,7 @@ class SubmissionRing {
   uint32_t entries_ = 0;
   uint64_t head_ = 0;
   bool open_ = false;
-  // Call's liveness check: the beat word as last seen, and when it last moved.
+  // Silence(): the beat word as last seen, and when it last moved.
   uint64_t beat_seen_ = 0;
   absl::Time beat_moved_ = absl::InfinitePast();
   absl::Duration timeout_;

@@ -140,15 +140,14 @@ class OrderedCaller:
             self._poll()
             self._raise_failures()
             handle = None if stream is None else _stream_handle(stream)
-            # The caller's stream orders the inputs: CUDA tensors are named (and registered on
-            # first use) without a synchronise.
+            # The caller's stream orders the inputs: CUDA tensors are named (registered on first
+            # use) and prepared without a synchronise.
             with ordered_by_ready():
                 key, held = self._key(op, arguments)
-            n = self.calls + 1
-            if n > self.depth:
-                self._wait_retired(n - self.depth, self.timeout)  # word n % depth is free
-                self._raise_failures()
-            with ordered_by_ready():
+                n = self.calls + 1
+                if n > self.depth:
+                    self._wait_retired(n - self.depth, self.timeout)  # word n % depth is free
+                    self._raise_failures()
                 call_id = self._prepared_call(op, key, arguments, n)
             done = self._done[n % self.depth]
             if handle is not None:
@@ -427,7 +426,6 @@ class OrderedCaller:
         start = time.monotonic()
         deadline, spin_until = start + timeout, start + self.spin
         ring = self.ring
-        beat = [-1, start]  # the beat word as last seen, and when it moved
         while True:
             self._poll()
             if self.retired >= n:
@@ -436,7 +434,7 @@ class OrderedCaller:
             if now < spin_until:
                 continue
             if ring is not None:
-                self._check_daemon(ring, beat, now)
+                self._check_daemon(ring, now)
             if now >= deadline:
                 raise AttndError(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -445,7 +443,7 @@ class OrderedCaller:
                 )
             time.sleep(50e-6)
 
-    def _check_daemon(self, ring: _rings.SubmissionRing, beat: list[Any], now: float) -> None:
+    def _check_daemon(self, ring: _rings.SubmissionRing, now: float) -> None:
         """Raises (after failing the calls that cannot end) when the ring was closed or errored
         with entries not taken, or when the daemon stopped polling it."""
         state, taken = ring.state, ring.taken
@@ -457,16 +455,14 @@ class OrderedCaller:
                 f"{'errored' if state == _rings.STATE_ERRORED else 'closed'} with "
                 f"{ring.submitted - taken} entries not taken",
             )
-        b = ring.beat
-        if b != beat[0]:
-            beat[0], beat[1] = b, now
-        elif state == _rings.STATE_OPEN and b and now - beat[1] > _rings.DAEMON_SILENCE:
+        silent = ring.silence(now)
+        if silent is not None:
+            failed = len(self._pending)
             self._abort_pending()
             raise AttndError(
                 grpc.StatusCode.UNAVAILABLE,
                 f"ordered caller: the daemon has not polled ring {ring.ring_id} for "
-                f"{now - beat[1]:.1f} s (it exited or hangs); {len(self._pending)} calls "
-                "failed here",
+                f"{silent:.1f} s (it exited or hangs); {failed} pending calls failed here",
             )
 
     def _abort_pending(self, after: int = 0) -> None:

@@ -80,7 +80,7 @@ class SubmissionRing:
         self._words = (ctypes.c_uint64 * (nbytes // 8)).from_buffer(buffer[start : start + nbytes])
         self._head = 0
         self._open = True
-        self._beat: list[Any] = [0, None]  # call(): the beat word as last seen, when it moved
+        self._beat: list[Any] = [0, None]  # silence(): the beat word as last seen, when it moved
         # Where entries' words lie: a host region of this client's (polled by call()), or a
         # region named by `signal_name` only (a device region: the caller's stream writes ready
         # and waits for done; call() refuses).
@@ -175,7 +175,6 @@ class SubmissionRing:
         seq = self._head
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         w = self._words
-        beat = self._beat  # the ring's: the last beat seen and when it moved, across calls
 
         def check() -> None:
             state = int(w[STATE])
@@ -185,18 +184,29 @@ class SubmissionRing:
                     f"submission ring {self.ring_id} was closed or errored before the daemon "
                     "took the entry",
                 )
-            # A daemon that never beats (an older one) leaves the word at 0: no check then.
-            now, b = time.monotonic(), int(w[BEAT])
-            if b != beat[0] or beat[1] is None:
-                beat[0], beat[1] = b, now
-            elif state == STATE_OPEN and b and now - beat[1] > DAEMON_SILENCE:
+            silent = self.silence()
+            if silent is not None:
                 raise AttndError(
                     grpc.StatusCode.UNAVAILABLE,
                     f"the daemon has not polled submission ring {self.ring_id} for "
-                    f"{now - beat[1]:.1f} s (it exited or hangs); done word {done.get()}",
+                    f"{silent:.1f} s (it exited or hangs); done word {done.get()}",
                 )
 
         return done.wait(done_value, timeout=left, spin=spin, check=check)
+
+    def silence(self, now: float | None = None) -> float | None:
+        """Seconds the daemon has not polled this open ring, once past DAEMON_SILENCE (it exited
+        or hangs); None otherwise. The beat seen last and when it moved are the ring's, kept
+        across calls: after the daemon died, the first look one silence after the last move
+        reports it. A daemon that never beats (an older one) leaves the word at 0: never."""
+        now = time.monotonic() if now is None else now
+        b, beat = int(self._words[BEAT]), self._beat
+        if b != beat[0] or beat[1] is None:
+            beat[0], beat[1] = b, now
+            return None
+        if self._words[STATE] == STATE_OPEN and b and now - beat[1] > DAEMON_SILENCE:
+            return now - beat[1]
+        return None
 
     @property
     def submitted(self) -> int:
