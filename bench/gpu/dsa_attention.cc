@@ -117,7 +117,18 @@ absl::Status AddVariants(const char* name, dsa::Params p, const kernels::WorkCou
     c.peak = PeakKind::kBf16;
     c.arena = arena;
     c.launch = [impl, p, w = *ws](gpu::Stream stream) { return RunImpl(*impl, p, w, stream); };
-    cases->push_back(std::move(c));
+    cases->push_back(c);
+    // The candidate form of the indexer → top-k pair where it takes the call (FAST indexer,
+    // gathered form; docs/KERNELS.md "Indexer → top-k candidates"), beside the default.
+    const kernels::Impl<dsa::Params>* fused =
+        FindImpl(dsa::Implementations(), kernels::GpuImplName("fused_topk"));
+    if (fused != nullptr && fused != impl && fused->supports(p, &why)) {
+      const absl::StatusOr<Workspace> fws = WorkspaceFor(*fused, p, *arena);
+      if (!fws.ok()) return fws.status();
+      c.impl = fused->name;
+      c.launch = [fused, p, w = *fws](gpu::Stream stream) { return RunImpl(*fused, p, w, stream); };
+      cases->push_back(std::move(c));
+    }
   }
   return absl::OkStatus();
 }

@@ -15,10 +15,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/gpu_bench.h"
+#include "kernels/common/gpu/runtime.h"
 #include "kernels/common/status.h"
 #include "kernels/common/tensor.h"
+#include "kernels/indexer_logits/gpu/launch.h"
 #include "kernels/indexer_logits/indexer_logits.h"
 #include "kernels/indexer_logits_paged/indexer_logits_paged.h"
+#include "kernels/topk/gpu/filter.h"
+#include "kernels/topk/topk.h"
 
 namespace attnd::bench {
 namespace {
@@ -89,6 +93,90 @@ void AddCases(const std::string& op, const std::string& preset, const Params& ba
   }
 }
 
+// The prefill indexer followed by top-2048 over its rows, FAST (op "indexer_topk", issue 13's
+// fused pair; docs/KERNELS.md "Indexer → top-k candidates"): "cuda_unfused" is the wgmma indexer
+// writing the logits, then the top-k the dispatcher picks reading them; "cuda_fused" the same
+// indexer writing each row's candidates (no logits), then the select on them. The work is the
+// indexer's (the FLOPs of its valid pairs).
+absl::Status AddIndexerTopkCases(const std::string& preset, kernels::indexer_logits::Params p,
+                                 const WorkCount& work, const std::shared_ptr<DeviceArena>& arena,
+                                 std::vector<GpuBenchCase>* out) {
+  namespace il = kernels::indexer_logits;
+  namespace tk = kernels::topk;
+  constexpr int64_t kTopk = 2048;
+  const int64_t m = p.q.dim(0), n = p.k.dim(0);
+  p.precision = kernels::Precision::kFast;
+  std::string why;
+  if (!il::gpu::WgmmaSupports(p, &why)) return absl::OkStatus();  // no Hopper device
+  auto indices = arena->Alloc(4 * m * kTopk);
+  auto entries = arena->Alloc(8 * m * n);
+  auto counts = arena->Alloc(4 * m);
+  auto floors = arena->Alloc(4 * m);
+  for (const auto* r : {&indices, &entries, &counts, &floors}) {
+    if (!r->ok()) return r->status();
+  }
+  tk::Params tp;
+  tp.logits = p.logits;
+  tp.ks = p.ks;
+  tp.ke = p.ke;
+  tp.k = kTopk;
+  tp.indices = MakeTensor(*indices, DType::kI32, {m, kTopk});
+  ATTND_RETURN_IF_ERROR(tk::Validate(tp));
+  const kernels::Impl<tk::Params>* topk = nullptr;
+  {
+    kernels::ExecContext query;
+    query.backend = kernels::Backend::kCuda;
+    topk = kernels::SelectImpl(tk::Implementations(), tp, query, &why);
+  }
+  if (topk == nullptr) return absl::UnimplementedError(absl::StrCat("indexer_topk: ", why));
+  const absl::StatusOr<Workspace> topk_ws = WorkspaceFor(*topk, tp, *arena);
+  if (!topk_ws.ok()) return topk_ws.status();
+  const kernels::Impl<il::Params>* wgmma = FindImpl(il::Implementations(), "cuda_wgmma");
+  if (wgmma == nullptr) return absl::OkStatus();
+  GpuBenchCase unfused;
+  unfused.op = "indexer_topk";
+  unfused.preset = preset + "_k2048";
+  unfused.impl = "cuda_unfused";
+  unfused.precision = kernels::PrecisionName(p.precision);
+  unfused.work = work;
+  unfused.peak = PeakKind::kFp8;
+  unfused.arena = arena;
+  unfused.launch = [wgmma, topk, p, tp, w = *topk_ws](gpu::Stream stream) {
+    kernels::ExecContext ctx;
+    ctx.backend = kernels::Backend::kCuda;
+    ctx.stream = stream;
+    ATTND_RETURN_IF_ERROR(wgmma->run(p, ctx));
+    return RunImpl(*topk, tp, w, stream);
+  };
+  out->push_back(unfused);
+  il::Params fp = p;
+  fp.logits = kernels::Tensor{};
+  if (!il::gpu::WgmmaCandidatesSupports(fp, kTopk, &why) ||
+      !tk::gpu::SupportsTopkFromCandidates(tp, &why)) {
+    return absl::UnimplementedError(absl::StrCat("indexer_topk/cuda_fused: ", why));
+  }
+  il::gpu::WgmmaCandidates c;
+  c.entries = static_cast<uint32_t*>(*entries);
+  c.ld = n;
+  c.counts = static_cast<uint32_t*>(*counts);
+  c.floors = static_cast<uint32_t*>(*floors);
+  c.k = kTopk;
+  tk::gpu::TopkCandidateRows rows;
+  rows.entries = c.entries;
+  rows.ld = c.ld;
+  rows.counts = c.counts;
+  rows.floors = c.floors;
+  GpuBenchCase fused = unfused;
+  fused.impl = "cuda_fused";
+  fused.launch = [fp, tp, c, rows](gpu::Stream stream) -> absl::Status {
+    GPU_RETURN_IF_ERROR(il::gpu::LaunchWgmmaCandidates(fp, c, stream));
+    GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, rows, stream));
+    return absl::OkStatus();
+  };
+  out->push_back(std::move(fused));
+  return absl::OkStatus();
+}
+
 struct PrefillPreset {
   const char* model;
   int64_t heads, m, n;
@@ -108,7 +196,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& fi
     const std::string preset =
         absl::StrCat(s.model, "_h", s.heads, "_m", s.m, "_n", s.n, "_causal");
     const bool small = s.n <= 4096;
-    if (!Wanted(filter, "indexer_logits", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"})) {
+    if (!Wanted(filter, "indexer_logits", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"}) &&
+        !Wanted(filter, "indexer_topk", preset + "_k2048", {"cuda_unfused", "cuda_fused"})) {
       continue;
     }
     auto arena = std::make_shared<DeviceArena>();
@@ -143,6 +232,9 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& fi
                  4.0 * static_cast<double>(s.m * s.heads) + 8.0 * static_cast<double>(s.m) +
                  4.0 * static_cast<double>(s.m * s.n);
     AddCases("indexer_logits", preset, p, work, small, arena, il::Implementations(), &cases);
+    if (s.heads == 64) {
+      ATTND_RETURN_IF_ERROR(AddIndexerTopkCases(preset, p, work, arena, &cases));
+    }
   }
   return cases;
 }

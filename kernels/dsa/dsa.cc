@@ -406,6 +406,9 @@ const std::vector<Impl<Params>>& Implementations() {
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
     GpuImpl<Params>("steps", GpuSupports, RunGpu, GpuWorkspaceBytes),
 #endif
+#if defined(ATTND_GPU_CUDA)
+        GpuImpl<Params>("fused_topk", FusedTopkSupports, RunFusedTopk, FusedTopkWorkspaceBytes),
+#endif
         CpuImpl(RunCpu),
   };
   return *impls;

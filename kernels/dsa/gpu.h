@@ -27,4 +27,17 @@ int64_t GpuWorkspaceBytes(const Params& p);
 // Validated params on the device; ctx.workspace holds GpuWorkspaceBytes(p) bytes.
 absl::Status RunGpu(const Params& p, const ExecContext& ctx);
 
+#if defined(ATTND_GPU_CUDA)
+// The indexer → top-k candidate form ("cuda_fused_topk"; docs/KERNELS.md "Indexer → top-k
+// candidates"): the gathered form with index_precision FAST, H_idx 64, no logits asked for. Per
+// block of token rows the FP8 wgmma indexer writes each row's top-k candidates instead of its
+// logits, one select kernel picks the k from them (the filter's output on the same logits),
+// then sparse MLA. Listed after cuda_steps, so it runs only when asked for by name (tests,
+// benchmarks) until it is measured faster.
+inline constexpr int64_t kGpuCandidateScratchBytes = int64_t{512} << 20;
+bool FusedTopkSupports(const Params& p, std::string* why);
+int64_t FusedTopkWorkspaceBytes(const Params& p);
+absl::Status RunFusedTopk(const Params& p, const ExecContext& ctx);
+#endif
+
 }  // namespace attnd::kernels::dsa

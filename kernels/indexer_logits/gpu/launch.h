@@ -25,6 +25,24 @@ bool SimtSupports(const Params& p, std::string* why);
 bool WgmmaSupports(const Params& p, std::string* why);
 ::attnd::gpu::Error LaunchWgmma(const Params& p, ::attnd::gpu::Stream stream);
 
+// The same kernel's top-k candidate form (docs/KERNELS.md "Indexer → top-k candidates"): instead
+// of (or, with p.logits present, as well as) the logits, each row's logits that may be among its
+// k largest go to the row's candidates, (key, column) u32 pairs in radix.h's key order: row r's
+// at entries + 2·r·ld, their number in counts[r] (<= the row's window), and a floor key in
+// floors[r] such that every entry of the row's top k is a candidate with key >= it. ld must be at
+// least N (nothing is dropped). kernels/topk/gpu/filter.h LaunchTopkFromCandidates selects from
+// them. H 64 only (the per-query histograms), besides WgmmaSupports' rules.
+struct WgmmaCandidates {
+  uint32_t* entries = nullptr;
+  int64_t ld = 0;  // pairs per row
+  uint32_t* counts = nullptr;
+  uint32_t* floors = nullptr;
+  uint32_t k = 0;
+};
+bool WgmmaCandidatesSupports(const Params& p, int64_t k, std::string* why);
+::attnd::gpu::Error LaunchWgmmaCandidates(const Params& p, const WgmmaCandidates& c,
+                                          ::attnd::gpu::Stream stream);
+
 // The tensor-core kernel (fp8 converted to f16 exactly, f32 accumulation: both precisions): H in
 // {32, 64}, D in {64, 128}, q and k 16-B aligned (pointers and strides, bytes), k_scale 4-B
 // aligned, a device of compute capability >= 8.0.

@@ -51,14 +51,15 @@ IndexerProblem SplitWgmma(const Params& p) {
   return x;
 }
 
-template <int kHeads>
+template <int kHeads, bool kFused = false>
 ::attnd::gpu::Error LaunchInstance(const WgmmaIndexerArgs& args, ::attnd::gpu::Stream stream) {
   using T = WgmmaIndexerTile<kHeads>;
-  const auto kernel = IndexerWgmmaKernel<kHeads>;
+  const auto kernel = IndexerWgmmaKernel<kHeads, kFused>;
+  const int smem = kFused ? T::kSmemBytesFused : T::kSmemBytes;
   const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  kernel<<<static_cast<unsigned>(GridCtas(args.p)), T::kThreads, T::kSmemBytes, stream>>>(args);
+  kernel<<<static_cast<unsigned>(GridCtas(args.p)), T::kThreads, smem, stream>>>(args);
   return cudaGetLastError();
 }
 
@@ -100,10 +101,52 @@ bool WgmmaSupports(const Params& p, std::string* why) {
   if (!EncodeMaps(p, &args, nullptr)) return cudaErrorInvalidValue;  // refused by WgmmaSupports
   args.p = SplitWgmma(p);
   switch (args.p.heads) {
-    case 32: return LaunchInstance<32>(args, stream);
-    case 64: return LaunchInstance<64>(args, stream);
+    case 32: return LaunchInstance<32, false>(args, stream);
+    case 64: return LaunchInstance<64, false>(args, stream);
   }
   return cudaErrorInvalidValue;  // refused by WgmmaSupports
+}
+
+bool WgmmaCandidatesSupports(const Params& p, int64_t k, std::string* why) {
+  if (!WgmmaSupports(p, why)) return false;
+  if (p.q.dim(1) != 64) return Refuse(why, "the candidate form needs H 64, have ", p.q.dim(1));
+  if (k < 1 || k > kMaxInt32) return Refuse(why, "k is ", k, ", want 1 to 2^31 - 1");
+  ::attnd::gpu::DeviceFacts facts;
+  if (!::attnd::gpu::CurrentDeviceFacts(&facts) ||
+      facts.smem_optin < WgmmaIndexerTile<64>::kSmemBytesFused) {
+    return Refuse(why, "the candidate form needs ", WgmmaIndexerTile<64>::kSmemBytesFused,
+                  " bytes of shared memory per block");
+  }
+  const int64_t m = p.q.dim(0);
+  if (m > 0 && CeilDiv(m, int64_t{2} * 256 / 64) >= kMaxGridCtas) {
+    return Refuse(why, "grid does not fit one dimension");
+  }
+  return true;
+}
+
+::attnd::gpu::Error LaunchWgmmaCandidates(const Params& p, const WgmmaCandidates& c,
+                                          ::attnd::gpu::Stream stream) {
+  const int64_t m = p.q.dim(0), n = p.k.dim(0);
+  if (m == 0) return cudaSuccess;
+  if (c.ld < n || c.k == 0) return cudaErrorInvalidValue;  // a row's candidates must all fit
+  WgmmaIndexerArgs args;
+  if (n == 0) {  // nothing to read: every row has no candidates
+    const cudaError_t e = cudaMemsetAsync(c.counts, 0, static_cast<size_t>(m) * 4, stream);
+    if (e != cudaSuccess) return e;
+    return cudaMemsetAsync(c.floors, 0, static_cast<size_t>(m) * 4, stream);
+  }
+  if (!EncodeMaps(p, &args, nullptr)) return cudaErrorInvalidValue;  // refused by Supports
+  args.p = MakePrefillProblem(p);
+  if (!p.logits.present()) args.p.logits = nullptr;  // candidates only
+  // One key chunk per row: a CTA sees its rows' whole windows (their floors and counts).
+  ChooseSplit(&args.p, 2 * 256 / args.p.heads, kWgmmaBlockN, /*target_ctas=*/0);
+  args.cand.entries = reinterpret_cast<uint2*>(c.entries);
+  args.cand.ld = c.ld;
+  args.cand.counts = c.counts;
+  args.cand.floors = c.floors;
+  args.cand.k = c.k;
+  if (args.p.heads != 64) return cudaErrorInvalidValue;  // refused by Supports
+  return LaunchInstance<64, true>(args, stream);
 }
 
 }  // namespace attnd::kernels::indexer_logits::gpu

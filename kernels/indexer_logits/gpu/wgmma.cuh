@@ -39,11 +39,24 @@
 
 namespace attnd::kernels::indexer_logits::gpu {
 
+// Where the top-k candidate form (kFused) puts each row's candidates (docs/KERNELS.md "Indexer
+// → top-k candidates"): row r's (key, column) pairs at entries + r·ld (keys radix.h's
+// order-preserving map), their number in counts[r], and the row's final floor key in floors[r]
+// (every top-k entry of the row is a candidate at or above it).
+struct WgmmaCandidateOut {
+  uint2* entries = nullptr;
+  int64_t ld = 0;  // pairs per row: at least the longest window, so nothing is ever dropped
+  uint32_t* counts = nullptr;
+  uint32_t* floors = nullptr;
+  uint32_t k = 0;
+};
+
 // The kernel's argument block: the two tensor maps (u8, 128-byte swizzle) and the problem.
 struct WgmmaIndexerArgs {
   CUtensorMap q_map;  // q as {128 bytes, H, M}: boxes of 128 × H × (256 / H)
   CUtensorMap k_map;  // k as {128 bytes, N}: boxes of 128 × 64
   IndexerProblem p;
+  WgmmaCandidateOut cand;  // the candidate form only
 };
 
 template <int kHeads>
@@ -73,14 +86,27 @@ struct WgmmaIndexerTile {
   static constexpr uint32_t kRangeHiOffset = kRangeLoOffset + kQueries * 4;
   static constexpr uint32_t kRangeCountOffset = kRangeHiOffset + kQueries * 4;
   static constexpr int kSmemBytes = static_cast<int>(kRangeCountOffset + 4);
+  // The candidate form adds, per query of the CTA: a histogram of its candidates' level-0 key
+  // digits (kCandBins u32), its candidate count and its running floor key.
+  static constexpr int kCandBins = 2048;  // radix.h level 0: key >> 21
+  static constexpr uint32_t kHistOffset = (kRangeCountOffset + 4 + 15) / 16 * 16;
+  static constexpr uint32_t kCountOffset = kHistOffset + kQueries * kCandBins * 4;
+  static constexpr uint32_t kFloorOffset = kCountOffset + kQueries * 4;
+  static constexpr int kSmemBytesFused = static_cast<int>(kFloorOffset + kQueries * 4);
+  // The candidate form refreshes each query's floor every kFloorEvery tiles.
+  static constexpr uint32_t kFloorEvery = 8;
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "register budget (65536 / 128)");
   static_assert(kHeads % 8 == 0 && kWgQueries % 4 == 0, "whole queries per 8-column group");
 };
 
-// Named barriers of the consumers: WG0's issue turn (kIndexerBarTurn0), WG1's (+ 1).
+// Named barriers of the consumers: WG0's issue turn (kIndexerBarTurn0), WG1's (+ 1); the
+// candidate form's end of a warpgroup's tiles (kIndexerBarDone0 + wg, 128 threads).
 inline constexpr uint32_t kIndexerBarTurn0 = 1;
+inline constexpr uint32_t kIndexerBarDone0 = 3;
+// Keys (radix.h's map) at or above this are selectable: -FLT_MAX and up.
+inline constexpr uint32_t kCandMinKey = 0x00800000u;
 inline constexpr int64_t kWgmmaBlockN = 64;
 
 // The tiles the CTA computes: tile t (keys [64t, 64t + 64)) is needed when some row's window
@@ -144,7 +170,115 @@ class TileCursor {
   int32_t tile_, end_;
 };
 
-template <int kHeads>
+// The candidate form's floor of one query (docs/KERNELS.md "Indexer → top-k candidates"): the
+// lower edge of the highest level-0 bin b such that the candidates in bins >= b number at least
+// k, read from its histogram `hist` (kBins bins) by one warp; 0 when the candidates number fewer
+// than k. Other warps may add to the histogram meanwhile: every count read is at most the true
+// one, so the floor is never above the one the complete histogram gives (never too high).
+template <int kBins>
+__device__ __forceinline__ uint32_t CandidateFloor(const uint32_t* hist, uint32_t k, int lane) {
+  static_assert(kBins % 32 == 0, "whole bins per lane");
+  constexpr int kPer = kBins / 32;
+  const volatile uint32_t* h = hist;
+  const int top = kBins - kPer * lane;  // this lane's bins [top - kPer, top); lane 0 the highest
+  uint32_t sum = 0;
+  for (int b = top - 1; b >= top - kPer; --b) sum += h[b];
+  uint32_t incl = sum;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += y;
+  }
+  const uint32_t excl = incl - sum;
+  uint32_t bin = 0;
+  if (excl < k && k <= incl) {  // at most one lane
+    uint32_t acc = excl;
+    for (int b = top - 1; b >= top - kPer; --b) {
+      acc += h[b];
+      if (acc >= k) {
+        bin = static_cast<uint32_t>(b);
+        break;
+      }
+    }
+  }
+  bin = __reduce_max_sync(0xffffffffu, bin);
+  return bin << 21;
+}
+
+// The candidate form's append (docs/KERNELS.md "Indexer → top-k candidates"): this lane's
+// values val[rr][u] (key key0 + 8·rr of CTA query q0 + 4u + t4) that lie in the query's window
+// and are at or above its floor go to the row's candidates, at positions from one shared
+// atomic per (warp, query) (the eight lanes of a query scan their counts), and into the query's
+// histogram. Called by the whole warp.
+template <class T>
+__device__ __forceinline__ void AppendCandidates(uint8_t* smem, const WgmmaCandidateOut& cand,
+                                                 const float (&val)[2][T::kOut], int64_t key0,
+                                                 int64_t c1, const int32_t (&lo)[T::kOut],
+                                                 const int32_t (&hi)[T::kOut],
+                                                 const bool (&ok)[T::kOut], int64_t row0, int q0,
+                                                 int lane, int t4) {
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + T::kHistOffset);
+  uint32_t* count = reinterpret_cast<uint32_t*>(smem + T::kCountOffset);
+  const volatile uint32_t* floors =
+      reinterpret_cast<const volatile uint32_t*>(smem + T::kFloorOffset);
+#pragma unroll
+  for (int u = 0; u < T::kOut; ++u) {
+    const int query = q0 + 4 * u + t4;
+    const uint32_t floor = ok[u] ? floors[query] : 0xffffffffu;
+    uint32_t key[2];
+    bool take[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int64_t col = key0 + 8 * rr;
+      const uint32_t bits = __float_as_uint(val[rr][u]);
+      // radix.h KeyOfBits: order-preserving, NaN to 0 (never at or above a floor).
+      uint32_t k = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+      k = k > 0xff800000u ? 0u : k;
+      key[rr] = k;
+      take[rr] = ok[u] && col < c1 && col >= lo[u] && col < hi[u] && k >= floor;
+    }
+    const uint32_t mine = static_cast<uint32_t>(take[0]) + static_cast<uint32_t>(take[1]);
+    // Inclusive sum over the lanes of this query (lanes t4, t4 + 4, ..., t4 + 28).
+    uint32_t incl = mine;
+#pragma unroll
+    for (int d = 4; d < 32; d *= 2) {
+      const uint32_t y = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += y;
+    }
+    const int leader = 28 + t4;
+    const uint32_t total = __shfl_sync(0xffffffffu, incl, leader);
+    uint32_t base = 0;
+    if (lane == leader && total > 0) base = atomicAdd(count + query, total);
+    base = __shfl_sync(0xffffffffu, base, leader);
+    uint32_t pos = base + incl - mine;
+    uint2* row = cand.entries + (row0 + query) * cand.ld;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      if (!take[rr]) continue;
+      if (static_cast<int64_t>(pos) < cand.ld) {
+        row[pos] = make_uint2(key[rr], static_cast<uint32_t>(key0 + 8 * rr));
+      }
+      ++pos;
+      atomicAdd(hist + query * T::kCandBins + (key[rr] >> 21), 1u);
+    }
+  }
+}
+
+// Raises the floors of this warp's queries (q0 + warp, + 4, ...) from their histograms. Only
+// this warp writes them; readers see the old or the new floor, both safe (CandidateFloor).
+template <class T>
+__device__ __forceinline__ void RefreshFloors(uint8_t* smem, uint32_t k, int q0, int warp,
+                                              int lane) {
+  const uint32_t* hist = reinterpret_cast<const uint32_t*>(smem + T::kHistOffset);
+  volatile uint32_t* floors = reinterpret_cast<volatile uint32_t*>(smem + T::kFloorOffset);
+  for (int query = q0 + warp; query < q0 + T::kWgQueries; query += 4) {
+    const uint32_t f = CandidateFloor<T::kCandBins>(hist + query * T::kCandBins, k, lane);
+    if (lane == 0 && f > floors[query]) floors[query] = f;
+  }
+}
+
+// kFused: the candidate form (H 64, one key chunk per row; args.cand), else the logits only.
+template <int kHeads, bool kFused>
 __global__ void __launch_bounds__(384, 1)
     IndexerWgmmaKernel(const __grid_constant__ WgmmaIndexerArgs args) {
 #if ATTND_SM90A
@@ -171,6 +305,15 @@ __global__ void __launch_bounds__(384, 1)
     if (h <= l) l = h = 0;
     lo[tid] = static_cast<int32_t>(l);
     hi[tid] = static_cast<int32_t>(h);
+  }
+  if constexpr (kFused) {
+    static_assert(kHeads == 64, "the candidate form's histograms fit shared memory at H 64 only");
+    uint32_t* hist = reinterpret_cast<uint32_t*>(smem + T::kHistOffset);
+    for (int i = tid; i < T::kQueries * T::kCandBins; i += T::kThreads) hist[i] = 0u;
+    if (tid < T::kQueries) {
+      reinterpret_cast<uint32_t*>(smem + T::kCountOffset)[tid] = 0u;
+      reinterpret_cast<uint32_t*>(smem + T::kFloorOffset)[tid] = kCandMinKey;
+    }
   }
   int32_t* range_lo = reinterpret_cast<int32_t*>(smem + T::kRangeLoOffset);
   int32_t* range_hi = reinterpret_cast<int32_t*>(smem + T::kRangeHiOffset);
@@ -217,7 +360,7 @@ __global__ void __launch_bounds__(384, 1)
         TmaLoad2d(base + T::kKOffset + s * T::kTileBytes, &args.k_map, full + 8 * s, 0,
                   c.tile() * static_cast<int32_t>(kWgmmaBlockN));  // keys past N: zeros
       }
-    } else if (ptid >= 32 && p.clean) {
+    } else if (ptid >= 32 && p.clean && (!kFused || p.logits != nullptr)) {
       // ---- Filler (warps 1-3): −inf on the CTA's rows over every tile of the chunk that no
       // row sees (the consumers never touch those).
       const int lane = ptid % 32;
@@ -312,19 +455,58 @@ __global__ void __launch_bounds__(384, 1)
     }
     AddWeightedRelu<kHeads, 32, T::kWgQueries>(acc, wt, part);
     // ... then over the quad (all H heads), times the key's scale, stored.
+    if constexpr (!kFused) {
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const int64_t key = key0 + 8 * rr;
+      for (int rr = 0; rr < 2; ++rr) {
+        const int64_t key = key0 + 8 * rr;
 #pragma unroll
-      for (int u = 0; u < T::kOut; ++u) {
-        const float v = QuadTransposeSum(&part[rr][4 * u], t4);
-        if (!out_ok[u] || key >= w.c1) continue;
-        float* out = p.logits + (row0 + q0 + 4 * u + t4) * p.ld + key;
-        if (key >= out_lo[u] && key < out_hi[u]) {
-          *out = v * scale[rr];
-        } else if (p.clean) {
-          *out = kNegInf;
+        for (int u = 0; u < T::kOut; ++u) {
+          const float v = QuadTransposeSum(&part[rr][4 * u], t4);
+          if (!out_ok[u] || key >= w.c1) continue;
+          float* out = p.logits + (row0 + q0 + 4 * u + t4) * p.ld + key;
+          if (key >= out_lo[u] && key < out_hi[u]) {
+            *out = v * scale[rr];
+          } else if (p.clean) {
+            *out = kNegInf;
+          }
         }
+      }
+    } else {
+      // The same values; the logits only when asked for, then the candidates.
+      float val[2][T::kOut];
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int64_t key = key0 + 8 * rr;
+#pragma unroll
+        for (int u = 0; u < T::kOut; ++u) {
+          const float v = QuadTransposeSum(&part[rr][4 * u], t4);
+          val[rr][u] = v * scale[rr];
+          if (p.logits == nullptr || !out_ok[u] || key >= w.c1) continue;
+          float* out = p.logits + (row0 + q0 + 4 * u + t4) * p.ld + key;
+          if (key >= out_lo[u] && key < out_hi[u]) {
+            *out = val[rr][u];
+          } else if (p.clean) {
+            *out = kNegInf;
+          }
+        }
+      }
+      AppendCandidates<T>(smem, args.cand, val, key0, w.c1, out_lo, out_hi, out_ok, row0, q0, lane,
+                          t4);
+      if (i % T::kFloorEvery == T::kFloorEvery - 1)
+        RefreshFloors<T>(smem, args.cand.k, q0, warp, lane);
+    }
+  }
+  if constexpr (kFused) {
+    // Every append and histogram count of this warpgroup's queries is in: the final floors.
+    NamedBarSync(kIndexerBarDone0 + wg, 128);
+    const uint32_t* hist = reinterpret_cast<const uint32_t*>(smem + T::kHistOffset);
+    const uint32_t* count = reinterpret_cast<const uint32_t*>(smem + T::kCountOffset);
+    for (int query = q0 + warp; query < q0 + T::kWgQueries; query += 4) {
+      const uint32_t f =
+          CandidateFloor<T::kCandBins>(hist + query * T::kCandBins, args.cand.k, lane);
+      if (lane == 0 && query < w.count) {
+        args.cand.counts[row0 + query] = count[query];
+        args.cand.floors[row0 + query] = f > kCandMinKey ? f : kCandMinKey;
       }
     }
   }

@@ -448,7 +448,7 @@ __device__ void MarkChosen(Cta<kThreads>& cta, const Threshold& t, int64_t begin
 // Writes row `row`'s output from the bitmaps: chosen columns ascending (radix::OutputPosition),
 // then -1 / -inf padding to k.
 template <int kThreads>
-__device__ void WriteRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, const RowSpan& w,
+__device__ void WriteRow(Cta<kThreads>& cta, const RowArgs& a, int64_t row, const RowSpan& w,
                          const Threshold& t) {
   const uint32_t words = (w.len + 31u) / 32u;
   const uint32_t per = (words + kThreads - 1) / kThreads;
@@ -656,6 +656,111 @@ __global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), 0)
   }
 }
 
+// ---- Selecting from an indexer's candidates (docs/KERNELS.md "Indexer → top-k candidates").
+
+struct CandidateArgs : RowArgs {
+  const uint2* entries = nullptr;  // row r's (key, column) pairs at entries + r·entries_ld
+  int64_t entries_ld = 0;
+  const uint32_t* counts = nullptr;
+  const uint32_t* floors = nullptr;
+};
+
+// Selects and writes one non-empty window from its candidates: those at or above the row's
+// floor (and inside the window: the window is read again here, so a candidate outside it is
+// ignored, never marked) go to the buffer and the select runs there, as the filter's buffered
+// path does; when they overflow it, the radix walk runs on the candidate list itself (global
+// memory, one pass per level). Every entry of the window's top k is such a candidate (the
+// indexer's floors: docs/KERNELS.md), so the output is the filter's.
+template <int kThreads>
+__device__ void SelectCandidateRow(Cta<kThreads>& cta, const CandidateArgs& a, int64_t row,
+                                   const RowSpan& w) {
+  constexpr uint32_t kCapacity = FilterCapacity(kThreads);
+  const uint2* src = a.entries + row * a.entries_ld;
+  const uint32_t ld = static_cast<uint32_t>(a.entries_ld);
+  const uint32_t n = min(a.counts[row], ld);
+  const uint32_t floor = max(a.floors[row], radix::kMinSelectableKey);
+  const uint32_t begin = static_cast<uint32_t>(w.begin), len = w.len;
+  auto admitted = [&](const uint2& e) {
+    return e.x >= floor && e.y - begin < len;  // unsigned: columns below begin wrap past len
+  };
+  // The buffer: candidates appended unordered (one shared atomic per warp and pass).
+  for (uint32_t base = 0; base < n; base += kThreads) {
+    const uint32_t i = base + threadIdx.x;
+    uint2 e = make_uint2(0u, 0u);
+    const bool take = i < n && admitted(e = src[i]);
+    const uint32_t ballot = __ballot_sync(kFullMask, take);
+    if (ballot == 0u) continue;  // warp-uniform
+    uint32_t pos = 0;
+    if (LaneOf() == 0) pos = atomicAdd(&cta.h->count, static_cast<uint32_t>(__popc(ballot)));
+    pos = __shfl_sync(kFullMask, pos, 0) +
+          static_cast<uint32_t>(__popc(ballot & ((1u << LaneOf()) - 1u)));
+    if (take && pos < kCapacity) cta.entries[pos] = e;
+  }
+  __syncthreads();  // the count and the entries are complete
+  const uint32_t total = cta.h->count;
+  Threshold t;
+  if (total <= kCapacity) {
+    auto each = [&](auto&& f) {
+      for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+        const uint2 e = cta.entries[i];
+        f(e.x, static_cast<int32_t>(e.y));
+      }
+    };
+    if (total > a.k) {
+      uint32_t lo, hi;
+      KeyRange(cta, total, &lo, &hi);
+      t = FittedSelect(cta, a.k, total, lo, hi);
+    } else {
+      for (uint32_t i = threadIdx.x; i < 2 * cta.bitmap_words; i += kThreads) cta.above[i] = 0u;
+      __syncthreads();
+      t = radix::AllSelectable();
+    }
+    MarkChosen(cta, t, w.begin, each);
+  } else {  // exact, over the candidate list
+    auto each = [&](auto&& f) {
+      for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+        const uint2 e = src[i];
+        if (admitted(e)) f(e.x, static_cast<int32_t>(e.y));
+      }
+    };
+    t = RadixSelect(cta, a.k, each);
+    MarkChosen(cta, t, w.begin, each);
+  }
+  WriteRow(cta, a, row, w, t);
+}
+
+template <int kThreads>
+__global__ void ATTND_LAUNCH_BOUNDS(kThreads, MinBlocksPerSm<kThreads>(), 0)
+    TopkCandidatesKernel(const CandidateArgs a, const uint32_t bitmap_words) {
+  extern __shared__ uint4 smem[];
+  Cta<kThreads> cta;
+  char* base = reinterpret_cast<char*>(smem);
+  cta.h = reinterpret_cast<Header<kThreads>*>(base);
+  cta.entries = reinterpret_cast<uint2*>(base + HeaderBytes<kThreads>());
+  cta.above = reinterpret_cast<uint32_t*>(cta.entries + FilterCapacity(kThreads));
+  cta.at = cta.above + bitmap_words;
+  cta.bitmap_words = bitmap_words;
+  cta.slots = ScanSlots{cta.h->scan, Header<kThreads>::kSlotWords, 0};
+  cta.cluster = 1;
+  cta.rank = 0;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    if (threadIdx.x == 0) {
+      cta.h->count = 0u;
+      cta.h->range[0] = 0xffffffffu;
+      cta.h->range[1] = 0u;
+    }
+    __syncthreads();  // also: every reader of the previous row's state is done
+    const RowSpan w = LoadWindowAs<RowSpan>(a, row);
+    if (w.len > 0) {
+      SelectCandidateRow<kThreads>(cta, a, row, w);
+    } else {
+      const RowDest out = RowDest::Of(a, row);
+      for (uint32_t j = threadIdx.x; j < a.k; j += kThreads) out.PadOne(j);
+    }
+    __syncthreads();
+  }
+}
+
 // ---- Host side.
 
 template <int kThreads>
@@ -808,6 +913,54 @@ vendor::Error LaunchTopkFilterWith(const Params& p, const FilterConfig& config,
     case 1024: return Launch<1024>(a, config, stream);
     default: return cudaErrorInvalidValue;
   }
+}
+
+bool SupportsTopkFromCandidates(const Params& p, std::string* why) {
+  if (p.values.present()) {
+    if (why != nullptr) *why = "values are not kept with the candidates";
+    return false;
+  }
+  vendor::DeviceFacts d;
+  if (!vendor::CurrentDeviceFacts(&d)) {
+    if (why != nullptr) *why = "no GPU device";
+    return false;
+  }
+  const int64_t cols = p.logits.present() ? p.logits.dim(1) : 0;
+  const int64_t smem = FilterSmemBytes(HeaderBytes<512>(), cols, FilterCapacity(512));
+  if (smem > d.smem_optin) {
+    if (why != nullptr) {
+      *why = "needs " + std::to_string(smem) + " bytes of shared memory per block for " +
+             std::to_string(cols) + " columns, the device allows " + std::to_string(d.smem_optin);
+    }
+    return false;
+  }
+  return true;
+}
+
+vendor::Error LaunchTopkFromCandidates(const Params& p, const TopkCandidateRows& c,
+                                       vendor::Stream stream) {
+  CandidateArgs a;
+  static_cast<RowArgs&>(a) = MakeRowArgs(p);
+  if (a.rows == 0) return vendor::kSuccess;
+  if (a.values != nullptr || c.ld < a.cols || c.ld > 0xffffffffLL) return cudaErrorInvalidValue;
+  a.entries = reinterpret_cast<const uint2*>(c.entries);
+  a.entries_ld = c.ld;
+  a.counts = c.counts;
+  a.floors = c.floors;
+  constexpr int kThreads = 512;
+  const void* kernel = reinterpret_cast<const void*>(&TopkCandidatesKernel<kThreads>);
+  const uint32_t words = FilterBitmapWords(a.cols);
+  const int smem =
+      static_cast<int>(FilterSmemBytes(HeaderBytes<kThreads>(), a.cols, FilterCapacity(kThreads)));
+  vendor::DeviceFacts d;
+  if (!vendor::CurrentDeviceFacts(&d)) return cudaErrorNoDevice;
+  if (smem > d.smem_optin) return cudaErrorInvalidConfiguration;
+  const int per_sm = vendor::BlocksPerSm(kernel, kThreads, smem);  // also allows the smem
+  if (per_sm == 0) return cudaErrorInvalidConfiguration;
+  const int64_t resident = static_cast<int64_t>(per_sm) * d.sm_count;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.rows, resident));
+  TopkCandidatesKernel<kThreads><<<grid, kThreads, smem, stream>>>(a, words);
+  return vendor::GetLastError();
 }
 
 vendor::Error LaunchTopkFilter(const Params& p, vendor::Stream stream) {

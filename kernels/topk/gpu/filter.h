@@ -41,6 +41,23 @@ bool FilterTakesShape(int64_t rows, int64_t cols);
 bool SupportsFilter(const Params& p, std::string* why);
 
 ::attnd::gpu::Error LaunchTopkFilter(const Params& p, ::attnd::gpu::Stream stream);
+
+// The select of the indexer → top-k candidate form (docs/KERNELS.md "Indexer → top-k
+// candidates"): row r's candidates are counts[r] (key, column) u32 pairs at entries + 2·r·ld
+// (keys radix.h's order-preserving map), every entry of the row's top k among those with key >=
+// floors[r] (kernels/indexer_logits/gpu/launch.h LaunchWgmmaCandidates writes them). p is the
+// top-k call the candidates stand in for: p.logits gives the shape only (its data is not read),
+// its windows (ks / ke or lengths) are read again, and its output is exactly what the filter
+// gives on those logits. values must be absent; ld >= p.logits.dim(1).
+struct TopkCandidateRows {
+  const uint32_t* entries = nullptr;
+  int64_t ld = 0;  // pairs per row
+  const uint32_t* counts = nullptr;
+  const uint32_t* floors = nullptr;
+};
+bool SupportsTopkFromCandidates(const Params& p, std::string* why);
+::attnd::gpu::Error LaunchTopkFromCandidates(const Params& p, const TopkCandidateRows& c,
+                                             ::attnd::gpu::Stream stream);
 ::attnd::gpu::Error LaunchTopkFilterWith(const Params& p, const FilterConfig& config,
                                          ::attnd::gpu::Stream stream);
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -404,6 +405,103 @@ TEST(Dsa, IndicesAndLseOutputsOptional) {
       kernels::dsa::Implementations(), bare.MakeParams(), bare.Outputs(),
       [&](const std::string& impl) { EXPECT_EQ(Bits(bare.out()), full_out[impl]) << impl; });
   EXPECT_GE(runs, 1);
+}
+
+// cuda_fused_topk (the indexer writes each row's top-k candidates, one select picks from them;
+// docs/KERNELS.md "Indexer → top-k candidates") against cuda_steps on the same call: both run
+// the FP8 wgmma indexer (index_precision FAST), so the logits the steps' top-k reads are the
+// values the candidates come from, and the selection, out and lse must be the same bytes.
+// `edit` changes the call's host inputs first (ties, specials); without it the fused selection
+// is also checked against the fp64 reference logits. Skips without a CUDA device or when the
+// fused form does not take the call.
+void ExpectFusedTopkEqualsSteps(DsaCase& c, const std::function<void(Params&)>& edit = {}) {
+  Params p = c.MakeParams();
+  p.index_precision = kernels::Precision::kFast;
+  if (edit) edit(p);
+  ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
+  const std::string fused = "cuda_fused_topk", steps = "cuda_steps";  // CUDA builds only
+  for (const kernels::Precision precision : kPrecisions) {
+    SCOPED_TRACE(kernels::PrecisionName(precision));
+    p.precision = precision;
+    std::map<std::string, std::vector<std::vector<uint8_t>>> got;
+    RunEachImpl(kernels::dsa::Implementations(), p, c.Outputs(), [&](const std::string& impl) {
+      got[impl] = {Bits(c.indices()), Bits(c.out()), Bits(c.lse())};
+      if (impl == fused && !edit) ExpectTrueTopk(p, c.indices());
+    });
+    if (got.count(fused) == 0) {
+      std::string why;
+      for (const auto& impl : kernels::dsa::Implementations()) {
+        if (impl.name == fused && impl.supports) impl.supports(p, &why);
+      }
+      GTEST_SKIP() << fused << " did not run (no CUDA device, or: " << why << ")";
+    }
+    ASSERT_EQ(got.count(steps), 1u);
+    EXPECT_EQ(got[fused][0], got[steps][0]) << "indices";
+    EXPECT_EQ(got[fused][1], got[steps][1]) << "out";
+    EXPECT_EQ(got[fused][2], got[steps][2]) << "lse";
+  }
+}
+
+// Rows long enough for the running floors to rise (over 8 tiles of 64 keys), a partial query
+// block (37 rows), and every window shape: causal, empty, shorter than k, clamped at both ends,
+// reversed, starting inside the row.
+TEST(Dsa, FusedTopkEqualsStepsOnEveryWindowShape) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.t = 37;
+  spec.prefix = 3000;
+  spec.index_heads = 64;
+  spec.topk = 256;
+  spec.heads = 16;
+  DsaCase c(spec, rng);
+  c.SetWindow(1, 40, 40);                                 // empty
+  c.SetWindow(2, 100, 150);                               // shorter than k
+  c.SetWindow(3, -5, static_cast<int32_t>(c.n()) + 100);  // clamped
+  c.SetWindow(4, 2500, 1000);                             // reversed: empty
+  c.SetWindow(5, 1000, 2500);                             // inside the row
+  c.SetWindow(36, 0, static_cast<int32_t>(c.n()));        // the whole row
+  ExpectFusedTopkEqualsSteps(c);
+}
+
+// Ties and specials from the key scales: a run of zero scales (logits ±0, many equal), a NaN
+// scale and infinite ones (logits NaN or ±inf: NaN and -inf never selected).
+TEST(Dsa, FusedTopkEqualsStepsWithTiesAndSpecials) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.t = 16;
+  spec.prefix = 2000;
+  spec.index_heads = 64;
+  spec.topk = 512;
+  DsaCase c(spec, rng);
+  ExpectFusedTopkEqualsSteps(c, [](Params& p) {
+    float* scale = p.index_k_scale.ptr<float>();
+    for (int64_t n = 200; n < 1400; ++n) scale[n] = 0.0f;
+    scale[1500] = std::numeric_limits<float>::quiet_NaN();
+    scale[1501] = std::numeric_limits<float>::infinity();
+    scale[1502] = -std::numeric_limits<float>::infinity();
+  });
+}
+
+// Every key the same (each row's logits all equal): no floor ever leaves fewer candidates than
+// the window, so rows longer than the select's 8192-entry buffer take its exact path over the
+// candidate list.
+TEST(Dsa, FusedTopkEqualsStepsWhenCandidatesOverflowTheBuffer) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.t = 9;
+  spec.prefix = 9000;
+  spec.index_heads = 64;
+  spec.topk = 2048;
+  DsaCase c(spec, rng);
+  ExpectFusedTopkEqualsSteps(c, [](Params& p) {
+    uint8_t* k = p.index_k.ptr<uint8_t>();
+    const int64_t stride = p.index_k.stride(0), dim = p.index_k.dim(1);
+    float* scale = p.index_k_scale.ptr<float>();
+    for (int64_t n = 1; n < p.index_k.dim(0); ++n) {
+      std::memcpy(k + n * stride, k, static_cast<size_t>(dim));
+      scale[n] = scale[0];
+    }
+  });
 }
 
 TEST(Dsa, ZeroTokensIsANoOp) {
