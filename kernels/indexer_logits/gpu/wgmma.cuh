@@ -36,6 +36,7 @@
 #include "kernels/common/math.h"
 #include "kernels/indexer_logits/gpu/common.cuh"
 #include "kernels/indexer_logits/gpu/problem.h"
+#include "kernels/topk/gpu/candidates.h"
 
 namespace attnd::kernels::indexer_logits::gpu {
 
@@ -88,13 +89,13 @@ struct WgmmaIndexerTile {
   static constexpr int kSmemBytes = static_cast<int>(kRangeCountOffset + 4);
   // The candidate form adds, per query of the CTA: a histogram of its candidates' level-0 key
   // digits (kCandBins u32), its candidate count and its running floor key.
-  static constexpr int kCandBins = 2048;  // radix.h level 0: key >> 21
+  static constexpr int kCandBins = ::attnd::kernels::topk::gpu::kCandidateBins;
   static constexpr uint32_t kHistOffset = (kRangeCountOffset + 4 + 15) / 16 * 16;
   static constexpr uint32_t kCountOffset = kHistOffset + kQueries * kCandBins * 4;
   static constexpr uint32_t kFloorOffset = kCountOffset + kQueries * 4;
   static constexpr int kSmemBytesFused = static_cast<int>(kFloorOffset + kQueries * 4);
   // The candidate form refreshes each query's floor every kFloorEvery tiles.
-  static constexpr uint32_t kFloorEvery = 8;
+  static constexpr uint32_t kFloorEvery = ::attnd::kernels::topk::gpu::kCandidateFloorEvery;
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "register budget (65536 / 128)");
@@ -173,8 +174,9 @@ class TileCursor {
 // The candidate form's floor of one query (docs/KERNELS.md "Indexer → top-k candidates"): the
 // lower edge of the highest level-0 bin b such that the candidates in bins >= b number at least
 // k, read from its histogram `hist` (kBins bins) by one warp; 0 when the candidates number fewer
-// than k. Other warps may add to the histogram meanwhile: every count read is at most the true
-// one, so the floor is never above the one the complete histogram gives (never too high).
+// than k (topk/gpu/candidates.h CandidateFloorKey, serially). Other warps may add to the histogram
+// meanwhile: every count read is at most the true one, so the floor is never above the one the
+// complete histogram gives (never too high).
 template <int kBins>
 __device__ __forceinline__ uint32_t CandidateFloor(const uint32_t* hist, uint32_t k, int lane) {
   static_assert(kBins % 32 == 0, "whole bins per lane");
@@ -202,7 +204,7 @@ __device__ __forceinline__ uint32_t CandidateFloor(const uint32_t* hist, uint32_
     }
   }
   bin = __reduce_max_sync(0xffffffffu, bin);
-  return bin << 21;
+  return bin << ::attnd::kernels::topk::gpu::kCandidateShift;
 }
 
 // The candidate form's append (docs/KERNELS.md "Indexer → top-k candidates"): this lane's
@@ -259,7 +261,9 @@ __device__ __forceinline__ void AppendCandidates(uint8_t* smem, const WgmmaCandi
         row[pos] = make_uint2(key[rr], static_cast<uint32_t>(key0 + 8 * rr));
       }
       ++pos;
-      atomicAdd(hist + query * T::kCandBins + (key[rr] >> 21), 1u);
+      atomicAdd(
+          hist + query * T::kCandBins + (key[rr] >> ::attnd::kernels::topk::gpu::kCandidateShift),
+          1u);
     }
   }
 }
