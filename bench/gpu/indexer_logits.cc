@@ -173,6 +173,16 @@ absl::Status AddIndexerTopkCases(const std::string& preset, kernels::indexer_log
     GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, rows, stream));
     return absl::OkStatus();
   };
+  out->push_back(fused);
+  // The select's CTA size forced the other way (the default takes 256 threads at k 2048).
+  tk::gpu::TopkCandidateRows wide = rows;
+  wide.threads = 512;
+  fused.impl = "cuda_fused_t512";
+  fused.launch = [fp, tp, c, wide](gpu::Stream stream) -> absl::Status {
+    GPU_RETURN_IF_ERROR(il::gpu::LaunchWgmmaCandidates(fp, c, stream));
+    GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, wide, stream));
+    return absl::OkStatus();
+  };
   out->push_back(std::move(fused));
   return absl::OkStatus();
 }
@@ -197,7 +207,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& fi
         absl::StrCat(s.model, "_h", s.heads, "_m", s.m, "_n", s.n, "_causal");
     const bool small = s.n <= 4096;
     if (!Wanted(filter, "indexer_logits", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"}) &&
-        !Wanted(filter, "indexer_topk", preset + "_k2048", {"cuda_unfused", "cuda_fused"})) {
+        !Wanted(filter, "indexer_topk", preset + "_k2048",
+                {"cuda_unfused", "cuda_fused", "cuda_fused_t512"})) {
       continue;
     }
     auto arena = std::make_shared<DeviceArena>();

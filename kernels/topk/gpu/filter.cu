@@ -937,17 +937,10 @@ bool SupportsTopkFromCandidates(const Params& p, std::string* why) {
   return true;
 }
 
-vendor::Error LaunchTopkFromCandidates(const Params& p, const TopkCandidateRows& c,
-                                       vendor::Stream stream) {
-  CandidateArgs a;
-  static_cast<RowArgs&>(a) = MakeRowArgs(p);
-  if (a.rows == 0) return vendor::kSuccess;
-  if (a.values != nullptr || c.ld < a.cols || c.ld > 0xffffffffLL) return cudaErrorInvalidValue;
-  a.entries = reinterpret_cast<const uint2*>(c.entries);
-  a.entries_ld = c.ld;
-  a.counts = c.counts;
-  a.floors = c.floors;
-  constexpr int kThreads = 512;
+namespace {
+
+template <int kThreads>
+vendor::Error LaunchCandidates(const CandidateArgs& a, vendor::Stream stream) {
   const void* kernel = reinterpret_cast<const void*>(&TopkCandidatesKernel<kThreads>);
   const uint32_t words = FilterBitmapWords(a.cols);
   const int smem =
@@ -961,6 +954,37 @@ vendor::Error LaunchTopkFromCandidates(const Params& p, const TopkCandidateRows&
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.rows, resident));
   TopkCandidatesKernel<kThreads><<<grid, kThreads, smem, stream>>>(a, words);
   return vendor::GetLastError();
+}
+
+}  // namespace
+
+vendor::Error LaunchTopkFromCandidates(const Params& p, const TopkCandidateRows& c,
+                                       vendor::Stream stream) {
+  CandidateArgs a;
+  static_cast<RowArgs&>(a) = MakeRowArgs(p);
+  if (a.rows == 0) return vendor::kSuccess;
+  if (a.values != nullptr || c.ld < a.cols || c.ld > 0xffffffffLL) return cudaErrorInvalidValue;
+  a.entries = reinterpret_cast<const uint2*>(c.entries);
+  a.entries_ld = c.ld;
+  a.counts = c.counts;
+  a.floors = c.floors;
+  int threads = c.threads;
+  if (threads == 0) {
+    // As the filter past one wave: four 256-thread CTAs per SM when k leaves their smaller
+    // buffer room for the floor's bin (docs/KERNELS.md "Top-k, threshold filter").
+    const int smem =
+        static_cast<int>(FilterSmemBytes(HeaderBytes<256>(), a.cols, FilterCapacity(256)));
+    const bool small =
+        2 * a.k + 512 <= kFilterCapacitySmall &&
+        vendor::BlocksPerSm(reinterpret_cast<const void*>(&TopkCandidatesKernel<256>), 256, smem) >=
+            MinBlocksPerSm<256>();
+    threads = small ? 256 : 512;
+  }
+  switch (threads) {
+    case 256: return LaunchCandidates<256>(a, stream);
+    case 512: return LaunchCandidates<512>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 vendor::Error LaunchTopkFilter(const Params& p, vendor::Stream stream) {

@@ -54,6 +54,9 @@ struct TopkCandidateRows {
   int64_t ld = 0;  // pairs per row
   const uint32_t* counts = nullptr;
   const uint32_t* floors = nullptr;
+  // Threads per CTA, 256 (four per SM, a 4608-entry buffer) or 512 (two, 8192); 0: 256 when k
+  // <= 2048 and four fit an SM at this column count, as the filter chooses past one wave.
+  int threads = 0;
 };
 bool SupportsTopkFromCandidates(const Params& p, std::string* why);
 ::attnd::gpu::Error LaunchTopkFromCandidates(const Params& p, const TopkCandidateRows& c,

@@ -482,6 +482,20 @@ TEST(Dsa, FusedTopkEqualsStepsWithTiesAndSpecials) {
   });
 }
 
+// k past 2048: the select takes its 512-thread CTAs (the 8192-entry buffer); k near the window.
+TEST(Dsa, FusedTopkEqualsStepsWithTheWideSelect) {
+  std::mt19937_64 rng = MakeRng();
+  DsaSpec spec;
+  spec.t = 11;
+  spec.prefix = 5000;
+  spec.index_heads = 64;
+  spec.topk = 3000;
+  DsaCase c(spec, rng);
+  c.SetWindow(3, 0, 2999);    // one shorter than k
+  c.SetWindow(4, 100, 3100);  // exactly k
+  ExpectFusedTopkEqualsSteps(c);
+}
+
 // Every key the same (each row's logits all equal): no floor ever leaves fewer candidates than
 // the window, so rows longer than the select's 8192-entry buffer take its exact path over the
 // candidate list.
