@@ -488,6 +488,73 @@ def run_refusals(client, checks):
             )
 
 
+def run_vllm_device_decode(client, args, checks):
+    """The vLLM plugin's fused decode kept on the GPU (attnd_vllm.calls.run_dsa_decode's device
+    form: vLLM-shaped CUDA tensors as device regions, the kv rows -> positions step in torch)
+    against its host path on NumPy copies of the same tensors: the same topk_indices_buffer,
+    out and lse bytes; the device form copies no tensor bytes (/metrics)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    try:
+        from attnd_vllm import calls
+    except ImportError as e:
+        checks.expect(False, f"vLLM device form: attnd_vllm not importable ({e})")
+        return
+    b, next_n, h_i, h, bs, per, topk = 4, 2, 64, 16, 64, 6, 128
+    num_blocks, t = b * per + 2, b * next_n
+    seq = torch.randint(200, per * bs, (b,), dtype=torch.int32, device=DEV)
+    seq2d = seq[:, None] - next_n + torch.arange(next_n, dtype=torch.int32, device=DEV) + 1
+    table = torch.randperm(num_blocks, device=DEV)[: b * per].view(b, per).to(torch.int32)
+    table = torch.cat([table, torch.zeros(b, 1, dtype=torch.int32, device=DEV)], 1)
+    icache = torch.randint(0, 256, (num_blocks, bs, 132), dtype=torch.uint8, device=DEV)
+    flat = icache.view(num_blocks, bs * 132)
+    keys = flat[:, : bs * 128]
+    keys[(keys & 0x7F) == 0x7F] = 0  # no NaN codes
+    scales = torch.rand(num_blocks, bs, device=DEV) * 0.1 + 0.01
+    flat[:, bs * 128 :] = scales.view(torch.uint8).view(num_blocks, bs * 4)
+    mcache = torch.randn(num_blocks, bs, 576, device=DEV).to(torch.bfloat16)
+    q_fp8 = fp8((t, h_i, 128))
+    weights = torch.randn(t, h_i, device=DEV)
+    q = torch.randn(t, h, 576, device=DEV).to(torch.bfloat16)
+    lens = torch.full((b,), next_n, dtype=torch.int32, device=DEV)
+
+    def step_of(tensor):
+        decode = SimpleNamespace(
+            block_table=tensor(table),
+            seq_lens=tensor(seq2d),
+            decode_lens=tensor(lens),
+            requires_padding=False,
+        )
+        md = SimpleNamespace(decode=decode, num_prefills=0, num_decodes=b, num_decode_tokens=t)
+        return calls.DecodeStep(md, tensor(q_fp8), tensor(weights), tensor(icache), t, 128, topk)
+
+    def host(x):
+        if x.dtype in (torch.bfloat16, torch.float8_e4m3fn):
+            raw = x.view(torch.int16 if x.dtype == torch.bfloat16 else torch.uint8)
+            a = raw.cpu().numpy()
+            return a.view(np.uint16) if x.dtype == torch.bfloat16 else a
+        return x.cpu().numpy()
+
+    buf = torch.full((t + 2, topk), 12345, dtype=torch.int32, device=DEV)
+    torch.cuda.synchronize()
+    before = scrape(args.metrics)
+    out, lse = calls.run_dsa_decode(client, step_of(lambda x: x), q, mcache, 0.07, buf)
+    torch.cuda.synchronize()
+    after = scrape(args.metrics)
+    checks.expect(out.is_cuda and lse.is_cuda, "vLLM device form: out / lse on the GPU")
+    for d in DIRECTIONS:
+        delta = copied(after, d) - copied(before, d)
+        checks.expect(delta == 0, f"vLLM device form: {delta:.0f} bytes copied ({d}), want 0")
+    hbuf = np.full((t + 2, topk), 12345, np.int32)
+    hout, hlse = calls.run_dsa_decode(client, step_of(host), host(q), host(mcache), 0.07, hbuf)
+    checks.expect((buf.cpu().numpy() == hbuf).all(), "vLLM device form: topk_indices_buffer")
+    checks.expect((host(out) == ac.dtypes.as_raw(hout)).all(), "vLLM device form: out bytes")
+    checks.expect((lse.cpu().numpy() == hlse).all(), "vLLM device form: lse")
+    checks.expect((hbuf[:t] >= 0).sum() > 0, "vLLM device form: positions chosen")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--target", required=True, help="attnd address, e.g. unix:/tmp/attnd.sock")
@@ -548,6 +615,12 @@ def main():
         print(f"  {len(regions)} device regions registered")
         print("== refusals")
         run_refusals(client, checks)
+        print("== vLLM device form", flush=True)
+        try:
+            run_vllm_device_decode(client, args, checks)
+        except Exception as e:  # one failed check; the report still comes
+            traceback.print_exc()
+            checks.expect(False, f"vLLM device form: {type(e).__name__}: {e}")
     checks.report["failures"] = checks.failures
     if args.json:
         with open(args.json, "w") as f:

@@ -30,7 +30,9 @@ attnd_start "$OUT/frontend-attnd.log" --backend=cuda --pool-bytes="${ATTND_POOL_
 
 GRAPHS=on
 case " ${ATTND_ARGS:-} " in *" --graphs=false "*|*" --nographs "*) GRAPHS=off ;; esac
-PYTHONPATH="$ATTND_BUNDLE/python${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$HERE/frontend_test.py" \
+# The vLLM plugin's package too (its device-form case; it imports no vLLM).
+PYTHONPATH="$ATTND_BUNDLE/python:$ATTND_BUNDLE/integration/client/python_vllm${PYTHONPATH:+:$PYTHONPATH}" \
+  "$PYTHON" "$HERE/frontend_test.py" \
   --target "$ATTND_TARGET" --metrics "$ATTND_METRICS_URL" --json "$OUT/frontend.json" \
   --graphs "$GRAPHS" \
   2>&1 | tee "$OUT/frontend.log"

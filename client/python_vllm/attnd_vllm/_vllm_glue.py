@@ -187,8 +187,8 @@ class AttndSparseMLAImpl(FlashMLASparseImpl):
                 self.softmax_scale,
                 k_scale,
             )
-        if not mapping.is_torch(q):
-            return out, lse
+        if not mapping.is_torch(q) or mapping.is_torch(out):
+            return out, lse  # the device form's tensors are on q's device already
         import torch
 
         out_t = torch.from_numpy(mapping.host(out).copy()).view(torch.bfloat16).to(q.device)

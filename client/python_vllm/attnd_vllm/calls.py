@@ -246,7 +246,28 @@ def run_dsa_decode(
     step.num_tokens, padding, get out 0 and lse -inf). Rows [0, step.num_tokens) of
     topk_indices_buffer get the chosen positions inside each request (-1 padded), as
     run_indexer writes them. k_scale: the layer's, for the per-tensor "fp8" MLA cache (required
-    there). ValueError for a cache the paged form does not take."""
+    there). ValueError for a cache the paged form does not take.
+
+    When every tensor of the step is a torch tensor on q's device and its decodes are even
+    (mapping.dsa_decode_device), nothing goes through the host: the outputs are torch tensors
+    on that device placed in the call (device regions for CUDA tensors), and the kv rows ->
+    positions step runs there (run_dsa_decode_device)."""
+    device = mapping.dsa_decode_device(
+        step.metadata.decode,
+        step.q_fp8,
+        step.weights,
+        step.kv_cache,
+        q,
+        mla_cache,
+        step.num_tokens,
+        step.head_dim,
+        step.topk_tokens,
+        sm_scale,
+        step.index_layout,
+        k_scale=k_scale,
+    )
+    if device is not None and mapping.is_torch(topk_indices_buffer):
+        return run_dsa_decode_device(client, device, q, step.num_tokens, topk_indices_buffer)
     call = mapping.dsa_decode(
         step.metadata.decode,
         step.q_fp8,
@@ -273,6 +294,35 @@ def run_dsa_decode(
     if extra > 0:
         out = np.concatenate([out, np.zeros((extra, *out.shape[1:]), out.dtype)])
         lse = np.concatenate([lse, np.full((extra, *lse.shape[1:]), -np.inf, lse.dtype)])
+    return out, lse
+
+
+def run_dsa_decode_device(
+    client: Any, call: mapping.DsaDecodeDevice, q: Any, num_tokens: int, topk_indices_buffer: Any
+) -> tuple[Any, Any]:
+    """run_dsa_decode's device form: the call's outputs allocated on q's device (out bf16
+    [rows of q, H, 512], lse f32 [rows of q, H], the kv rows i32 [num_tokens, topk]) and placed
+    in it, rows past num_tokens set to out 0 / lse -inf, then the kv rows turned into positions
+    and written into topk_indices_buffer's rows [0, num_tokens) on that device. Returns (out,
+    lse) as tensors."""
+    import torch
+
+    rows, heads = int(q.shape[0]), int(q.shape[1])
+    topk = int(call.dsa_attention["topk"])
+    out = torch.empty((rows, heads, 512), dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty((rows, heads), dtype=torch.float32, device=q.device)
+    kv_rows = torch.empty((num_tokens, topk), dtype=torch.int32, device=q.device)
+    client.dsa_attention(
+        **call.dsa_attention, out=out[:num_tokens], lse=lse[:num_tokens], indices=kv_rows
+    )
+    if rows > num_tokens:
+        out[num_tokens:].zero_()
+        lse[num_tokens:].fill_(float("-inf"))
+    positions = mapping.kv_rows_to_positions_device(call, kv_rows)
+    buffer = topk_indices_buffer
+    buffer[:num_tokens] = -1
+    width = min(topk, int(buffer.shape[1]))
+    buffer[:num_tokens, :width] = positions[:, :width].to(device=buffer.device, dtype=buffer.dtype)
     return out, lse
 
 
@@ -328,10 +378,21 @@ def run_decode_step(
 
 def _into(dst: Any, values: Any) -> Any:
     """values copied into dst (NumPy, or torch on any device: bf16 bits viewed as bf16), or
-    values themselves when dst is None."""
-    values = as_raw(np.asarray(values))
+    values themselves when dst is None. Torch values (the device form) are copied on their
+    device into a torch dst of the same dtype."""
     if dst is None:
-        return values
+        return values if mapping.is_torch(values) else as_raw(np.asarray(values))
+    if mapping.is_torch(values) and mapping.is_torch(dst) and dst.dtype == values.dtype:
+        dst.copy_(values.reshape(dst.shape))
+        return dst
+    if mapping.is_torch(values):
+        if str(values.dtype) == "torch.bfloat16":  # no NumPy bf16: its bits
+            import torch
+
+            values = values.view(torch.int16)
+        values = mapping.host(values)
+        values = values.view(np.uint16) if values.dtype == np.int16 else values
+    values = as_raw(np.asarray(values))
     if mapping.is_torch(dst):
         import torch
 

@@ -417,6 +417,121 @@ def kv_rows_to_positions(call: DsaDecodeCall, kv_rows: Any) -> np.ndarray:
     return pos.astype(np.int32)
 
 
+# ---- the fused decode on the tensors' own device ----
+
+
+class DsaDecodeDevice(NamedTuple):
+    """The fused decode call with every tensor left where vLLM keeps it (dsa_decode_device)."""
+
+    dsa_attention: dict[str, Any]  # client.dsa_attention(**...), outputs not yet placed
+    batch: int  # B
+    next_n: int
+    block_table: Any  # i32 [B, max_blocks] tensor, shared by both caches
+    block_size: int
+    blocks: Any  # i64 [B] tensor: the table entries each request's longest row can reach
+
+
+def dsa_decode_device(
+    decode: Any,
+    q_fp8: Any,
+    weights: Any,
+    index_cache: Any,
+    q: Any,
+    mla_cache: Any,
+    num_decode_tokens: int,
+    head_dim: int,
+    topk_tokens: int,
+    sm_scale: float,
+    index_layout: str = INDEXER_BLOCKS,
+    k_scale: float | None = None,
+) -> DsaDecodeDevice | None:
+    """dsa_decode for a step whose tensors (q, weights, both caches, block_table, seq_lens,
+    decode_lens) are torch tensors on one device and whose decodes are even (not
+    requires_padding, tokens = B * next_n): the same fields, with nothing read on the host —
+    block_table and seq_lens go as the tensors they are (int32), shapes give B and next_n, and
+    the lengths kv_rows_to_positions_device needs are computed on the device. None when the step
+    needs the host path (dsa_decode); ValueError as dsa_decode's."""
+    meta = (decode.block_table, decode.seq_lens, decode.decode_lens)
+    tensors = (q_fp8, weights, index_cache, q, mla_cache, *meta)
+    if not all(is_torch(t) for t in tensors):
+        return None
+    device = q.device
+    if any(t.device != device for t in tensors) or getattr(decode, "requires_padding", False):
+        return None
+    import torch
+
+    batch = int(decode.decode_lens.shape[0])
+    seq = decode.seq_lens[:batch]
+    if seq.dim() == 2:
+        next_n = int(seq.shape[1])
+    else:
+        next_n = num_decode_tokens // max(batch, 1)
+    if batch == 0 or next_n < 1 or batch * next_n != num_decode_tokens:
+        return None
+    cache, block_size = indexer_cache_rows(index_cache, head_dim)
+    index_layout = _check_indexer_layout(index_layout, block_size, head_dim)
+    kv, kv_block_size = mla_cache_rows(mla_cache)
+    kv_layout = mla_cache_layout(kv)
+    kv_scale = _kv_scale(kv_layout, k_scale)
+    if kv_block_size != block_size:
+        raise ValueError(
+            f"mla kv_cache block size {kv_block_size} != indexer cache block size {block_size}: "
+            "one block table cannot address both"
+        )
+    table = decode.block_table[:batch].to(torch.int32)
+    seq = seq.to(torch.int32)
+    t = num_decode_tokens
+    fields = {
+        "index_q": q_fp8[:t].reshape(batch, next_n, *q_fp8.shape[1:]),
+        "index_weights": weights[:t],
+        "index_cache": cache,
+        "index_cache_layout": index_layout,
+        "index_block_size": block_size,
+        "index_block_table": table,
+        "context_lens": seq,
+        "topk": int(topk_tokens),
+        "q": q[:t],
+        "kv": kv,
+        "kv_layout": kv_layout,
+        "sm_scale": float(sm_scale),
+    }
+    if kv_scale is not None:
+        fields["kv_scale"] = kv_scale
+    # Each row's length (docs/CONTRACTS.md "dsa_attention", "Paged form"), and the table entries
+    # the longest row of a request reaches: what kv_rows_to_positions searches.
+    lengths = seq.to(torch.int64)
+    if lengths.dim() == 1:
+        j = torch.arange(next_n, device=device, dtype=torch.int64)
+        lengths = lengths[:, None] - next_n + j[None, :] + 1
+    longest = lengths.clamp(min=0).reshape(batch, next_n).amax(dim=1)
+    blocks = torch.div(longest + block_size - 1, block_size, rounding_mode="floor")
+    blocks = blocks.clamp(max=int(table.shape[1]))
+    return DsaDecodeDevice(fields, batch, next_n, table, block_size, blocks)
+
+
+def kv_rows_to_positions_device(call: DsaDecodeDevice, kv_rows: Any) -> Any:
+    """kv_rows_to_positions on the kv rows' device (torch ops, nothing read on the host): the
+    chosen kv rows [B * next_n, topk] -> positions inside each row's request, -1 padded, i32.
+    The same answer: only a request's reachable table entries are searched, a repeated page
+    reads back as its first entry's position."""
+    import torch
+
+    table = call.block_table.to(torch.int64)
+    batch, width = int(table.shape[0]), int(table.shape[1])
+    rows = kv_rows.to(torch.int64).reshape(batch, -1)
+    if width == 0:
+        return torch.full_like(kv_rows, -1, dtype=torch.int32)
+    bs = call.block_size
+    reach = torch.arange(width, device=table.device)[None, :] < call.blocks[:, None]
+    never = torch.iinfo(torch.int64).max  # past every page: unreachable entries never match
+    ordered, order = torch.sort(torch.where(reach, table, never), dim=1, stable=True)
+    page = torch.div(rows, bs, rounding_mode="floor")
+    k = torch.searchsorted(ordered, page).clamp(max=width - 1)
+    hit = (rows >= 0) & (torch.gather(ordered, 1, k) == page)
+    pos = torch.where(hit, torch.gather(order, 1, k) * bs + rows % bs, -1)
+    return pos.reshape(kv_rows.shape).to(torch.int32)
+
+
 # ---- sparse MLA ----
 
 

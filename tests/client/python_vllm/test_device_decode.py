@@ -1,0 +1,170 @@
+"""The fused decode kept on the tensors' own device (mapping.dsa_decode_device,
+calls.run_dsa_decode_device): with vLLM's tensors as torch tensors the step reads nothing on the
+host and gives the host path's bytes. Here the tensors are CPU torch tensors against the CPU
+attnd (the same code runs on CUDA tensors, placed as device regions: tests/gpu); skipped without
+torch (CI has none)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from attnd_vllm import calls, mapping
+from test_fixtures import (
+    FUSED_OPS,
+    POISON,
+    Recording,
+    decode_step,
+    fill_mla_cache,
+    make_decode_batch,
+    run_step,
+)
+
+import attnd_client as ac
+
+torch = pytest.importorskip("torch")
+
+
+def as_torch(x, kind=None):
+    """A NumPy array as the torch tensor vLLM would hold: bf16 from uint16 bits, fp8 codes as
+    float8_e4m3fn, anything else as is."""
+    if kind == "bf16":
+        return torch.from_numpy(np.ascontiguousarray(x).view(np.int16)).view(torch.bfloat16)
+    if kind == "fp8":
+        return torch.from_numpy(np.ascontiguousarray(x)).view(torch.float8_e4m3fn)
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def bits(t):
+    """A torch tensor's values as a NumPy array (bf16 as its uint16 bits)."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def torch_step(step, cache):
+    """The DecodeStep with vLLM's torch tensors (metadata included)."""
+    dec = step.metadata.decode
+    decode = SimpleNamespace(
+        block_table=as_torch(dec.block_table),
+        seq_lens=as_torch(dec.seq_lens),
+        decode_lens=as_torch(dec.decode_lens),
+        requires_padding=dec.requires_padding,
+    )
+    metadata = SimpleNamespace(**{**vars(step.metadata), "decode": decode})
+    return step._replace(
+        metadata=metadata,
+        q_fp8=as_torch(np.asarray(ac.dtypes.as_raw(np.asarray(step.q_fp8))), "fp8"),
+        weights=as_torch(step.weights),
+        kv_cache=as_torch(cache),
+    )
+
+
+def no_host_reads(monkeypatch):
+    """mapping.host raises: the device form must not read any tensor on the host."""
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the device form read a tensor on the host")
+
+    monkeypatch.setattr(mapping, "host", refuse)
+
+
+@pytest.mark.parametrize(
+    "decode_q_lens", [(1, 1, 1), (2, 2, 2), (2, 1, 2)], ids=["next_n1", "next_n2", "uneven2"]
+)
+@pytest.mark.parametrize("mla_cache", ["fp8_ds_mla", "bf16", "fp8"])
+def test_device_form_gives_the_host_forms_bytes(client, rng, decode_q_lens, mla_cache, monkeypatch):
+    """The same step through run_decode_step with NumPy inputs (the host path) and with torch
+    tensors: the same buffer rows, out and lse bytes, one dsa_attention call each; even steps
+    read nothing on the host (uneven ones take the host path with torch tensors)."""
+    batch = make_decode_batch(rng, decode_q_lens)
+    step, cache = decode_step(rng, batch)
+    mcache, k_scale = fill_mla_cache(rng, batch, mla_cache)
+    buf, out, lse, q, sm_scale, ops = run_step(client, rng, batch, step, mcache, k_scale, "fused")
+    assert ops == FUSED_OPS
+
+    tstep = torch_step(step, cache)
+    tq = as_torch(q, "bf16")
+    tcache = as_torch(mcache, "bf16" if mcache.dtype == np.uint16 else None)
+    tbuf = torch.full((batch.num_tokens + 2, step.topk_tokens), POISON, dtype=torch.int32)
+    even = not tstep.metadata.decode.requires_padding
+    if even:
+        no_host_reads(monkeypatch)
+    rec = Recording(client)
+    got_out, got_lse = calls.run_decode_step(
+        rec,
+        tstep,
+        tq,
+        tcache,
+        sm_scale,
+        tbuf,
+        as_torch(batch.req_id_per_token),
+        as_torch(batch.block_table),
+        k_scale,
+        mode="fused",
+    )
+    monkeypatch.undo()
+    assert rec.ops == FUSED_OPS
+    # The device form returns tensors on q's device; the host path attnd_client's arrays.
+    assert mapping.is_torch(got_out) == even and mapping.is_torch(got_lse) == even
+    np.testing.assert_array_equal(tbuf.numpy(), buf)
+    np.testing.assert_array_equal(bits(got_out) if even else ac.dtypes.as_raw(got_out), out)
+    np.testing.assert_array_equal(got_lse.numpy() if even else got_lse, lse)
+
+
+def test_positions_on_the_device_match_the_host(rng):
+    """kv_rows_to_positions_device against kv_rows_to_positions on random tables with repeated
+    and negative pages, rows on unreachable entries, -1 padding, 1-D and 2-D lengths."""
+    for _ in range(40):
+        batch, next_n, width, bs, topk = (
+            int(rng.integers(1, 6)),
+            int(rng.integers(1, 4)),
+            int(rng.integers(0, 7)),
+            int(rng.choice([1, 4, 64])),
+            int(rng.integers(1, 9)),
+        )
+        table = rng.integers(-1, 6, (batch, width)).astype(np.int32)
+        two_d = bool(rng.integers(0, 2))
+        seq = rng.integers(-3, width * bs + 5, (batch, next_n) if two_d else batch).astype(np.int32)
+        pages = rng.integers(-1, 7, (batch * next_n, topk))
+        kv_rows = np.where(pages >= 0, pages * bs + rng.integers(0, bs, pages.shape), -1)
+        kv_rows = kv_rows.astype(np.int32)
+        if two_d:
+            lengths = np.clip(seq.astype(np.int64).reshape(-1), 0, None)
+        else:
+            j = np.arange(next_n)
+            lengths = np.clip(seq.astype(np.int64)[:, None] - next_n + j + 1, 0, None).reshape(-1)
+        host_call = mapping.DsaDecodeCall({}, np.arange(batch * next_n), table, bs, lengths)
+        want = mapping.kv_rows_to_positions(host_call, kv_rows)
+        t = torch.from_numpy(seq)
+        lengths_t = t.to(torch.int64)
+        if not two_d:
+            lengths_t = lengths_t[:, None] - next_n + torch.arange(next_n)[None, :] + 1
+        longest = lengths_t.clamp(min=0).reshape(batch, next_n).amax(dim=1)
+        blocks = torch.div(longest + bs - 1, bs, rounding_mode="floor").clamp(max=width)
+        dev_call = mapping.DsaDecodeDevice({}, batch, next_n, torch.from_numpy(table), bs, blocks)
+        got = mapping.kv_rows_to_positions_device(dev_call, torch.from_numpy(kv_rows))
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_device_form_declines_what_needs_the_host(rng):
+    """Mixed tensors (a NumPy block table), uneven decodes, and a token count that is not
+    B * next_n take the host path (None)."""
+    batch = make_decode_batch(rng, (1, 1))
+    step, cache = decode_step(rng, batch)
+    mcache, _ = fill_mla_cache(rng, batch, "bf16")
+    tstep = torch_step(step, cache)
+    q = torch.zeros((batch.num_tokens, 8, 576), dtype=torch.bfloat16)
+    kv = as_torch(mcache, "bf16")
+
+    def form(decode, tokens=batch.num_tokens):
+        return mapping.dsa_decode_device(
+            decode, tstep.q_fp8, tstep.weights, tstep.kv_cache, q, kv, tokens, 128, 16, 0.1
+        )
+
+    dec = tstep.metadata.decode
+    assert form(dec) is not None
+    assert form(SimpleNamespace(**{**vars(dec), "block_table": dec.block_table.numpy()})) is None
+    assert form(SimpleNamespace(**{**vars(dec), "requires_padding": True})) is None
+    one_d = SimpleNamespace(**{**vars(dec), "seq_lens": dec.seq_lens[:, 0]})
+    assert form(one_d) is not None
+    assert form(one_d, tokens=batch.num_tokens + 1) is None
