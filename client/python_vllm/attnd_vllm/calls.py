@@ -88,7 +88,9 @@ def get_client(target: str | None = None) -> Any:
 
 
 def close_clients() -> None:
-    """Closes the clients get_client() created."""
+    """Closes the ordered callers and the clients get_client() created."""
+    while _ordered:
+        _ordered.popitem()[1][1].close()
     while _clients:
         _clients.popitem()[1].close()
 
@@ -297,6 +299,28 @@ def run_dsa_decode(
     return out, lse
 
 
+# ATTND_VLLM_ORDERED=1: the device form's call runs stream-ordered (docs/VLLM.md "Decode").
+_ordered: dict[int, tuple[Any, Any]] = {}  # id(client) -> (client, its OrderedCaller)
+
+
+def ordered_enabled() -> bool:
+    """Whether $ATTND_VLLM_ORDERED asks for stream-ordered decode calls ("1"; read per step;
+    anything but "0", "1" or unset is a ValueError)."""
+    value = (os.environ.get("ATTND_VLLM_ORDERED") or "0").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"ATTND_VLLM_ORDERED={value!r}; want 0 or 1")
+    return value == "1"
+
+
+def ordered_caller(client: Any) -> Any:
+    """The OrderedCaller of `client` (attnd_client "Ordered callers"), made on first use and kept
+    for the process: its prepared calls are cached by the tensors' regions, shapes and scalars."""
+    known = _ordered.get(id(client))
+    if known is None or known[0] is not client:
+        known = _ordered[id(client)] = (client, client.ordered_caller())
+    return known[1]
+
+
 def run_dsa_decode_device(
     client: Any, call: mapping.DsaDecodeDevice, q: Any, num_tokens: int, topk_indices_buffer: Any
 ) -> tuple[Any, Any]:
@@ -312,9 +336,14 @@ def run_dsa_decode_device(
     out = torch.empty((rows, heads, 512), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((rows, heads), dtype=torch.float32, device=q.device)
     kv_rows = torch.empty((num_tokens, topk), dtype=torch.int32, device=q.device)
-    client.dsa_attention(
-        **call.dsa_attention, out=out[:num_tokens], lse=lse[:num_tokens], indices=kv_rows
-    )
+    outputs = {"out": out[:num_tokens], "lse": lse[:num_tokens], "indices": kv_rows}
+    if ordered_enabled() and q.is_cuda:
+        # Stream-ordered on the current stream of q's device: queued, not waited for; the
+        # torch work below and vLLM's after it run once the call's done word is stored.
+        stream = torch.cuda.current_stream(q.device)
+        ordered_caller(client).call("dsa_attention", stream=stream, **call.dsa_attention, **outputs)
+    else:
+        client.dsa_attention(**call.dsa_attention, **outputs)
     if rows > num_tokens:
         out[num_tokens:].zero_()
         lse[num_tokens:].fill_(float("-inf"))

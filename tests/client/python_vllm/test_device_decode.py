@@ -168,3 +168,31 @@ def test_device_form_declines_what_needs_the_host(rng):
     one_d = SimpleNamespace(**{**vars(dec), "seq_lens": dec.seq_lens[:, 0]})
     assert form(one_d) is not None
     assert form(one_d, tokens=batch.num_tokens + 1) is None
+
+
+def test_ordered_setting(client, rng, monkeypatch):
+    """ATTND_VLLM_ORDERED: "1" asks for the stream-ordered call, which needs CUDA tensors, so CPU
+    tensors keep the blocking call (the same bytes); a value other than 0 / 1 is refused."""
+    batch = make_decode_batch(rng, (1, 1))
+    step, cache = decode_step(rng, batch)
+    mcache, _ = fill_mla_cache(rng, batch, "bf16")
+    q = ac.to_bf16(rng.normal(size=(batch.num_tokens, 8, 576)).astype(np.float32))
+    got = []
+    for value in ("0", "1"):
+        monkeypatch.setenv("ATTND_VLLM_ORDERED", value)
+        assert calls.ordered_enabled() == (value == "1")
+        tbuf = torch.full((batch.num_tokens, step.topk_tokens), POISON, dtype=torch.int32)
+        out, lse = calls.run_dsa_decode(
+            client,
+            torch_step(step, cache),
+            as_torch(q, "bf16"),
+            as_torch(mcache, "bf16"),
+            0.05,
+            tbuf,
+        )
+        got.append((tbuf.numpy().copy(), bits(out).copy(), lse.numpy().copy()))
+    for a, b in zip(*got, strict=True):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setenv("ATTND_VLLM_ORDERED", "yes")
+    with pytest.raises(ValueError, match="ATTND_VLLM_ORDERED"):
+        calls.ordered_enabled()
