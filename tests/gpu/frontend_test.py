@@ -493,6 +493,7 @@ def run_vllm_device_decode(client, args, checks):
     form: vLLM-shaped CUDA tensors as device regions, the kv rows -> positions step in torch)
     against its host path on NumPy copies of the same tensors: the same topk_indices_buffer,
     out and lse bytes; the device form copies no tensor bytes (/metrics)."""
+    import os
     from types import SimpleNamespace
 
     import numpy as np
@@ -553,6 +554,63 @@ def run_vllm_device_decode(client, args, checks):
     checks.expect((host(out) == ac.dtypes.as_raw(hout)).all(), "vLLM device form: out bytes")
     checks.expect((lse.cpu().numpy() == hlse).all(), "vLLM device form: lse")
     checks.expect((hbuf[:t] >= 0).sum() > 0, "vLLM device form: positions chosen")
+    # Stream-ordered (ATTND_VLLM_ORDERED=1): queued on torch's current stream, the positions
+    # mapped after the done wait on that stream; the same bytes once the stream is synchronised.
+    os.environ["ATTND_VLLM_ORDERED"] = "1"
+    try:
+        for rep in range(3):
+            obuf = torch.full((t + 2, topk), 12345, dtype=torch.int32, device=DEV)
+            oout, olse = calls.run_dsa_decode(client, step_of(lambda x: x), q, mcache, 0.07, obuf)
+            torch.cuda.synchronize()
+            what = f"vLLM device form, ordered, call {rep}"
+            checks.expect((obuf.cpu().numpy() == hbuf).all(), f"{what}: topk_indices_buffer")
+            checks.expect((host(oout) == ac.dtypes.as_raw(hout)).all(), f"{what}: out bytes")
+            checks.expect((olse.cpu().numpy() == hlse).all(), f"{what}: lse")
+        calls.ordered_caller(client).wait(timeout=30)
+    finally:
+        os.environ.pop("ATTND_VLLM_ORDERED", None)
+
+    # A prefill chunk of two requests through run_indexer, then sparse MLA over the positions it
+    # wrote (the split path's forward_mqa): device form against host form, the same bytes.
+    seqs, rows_q = [300, 420], [40, 25]
+    cu = torch.tensor([0, seqs[0], sum(seqs)], dtype=torch.int32, device=DEV)
+    ks = torch.cat([torch.full((n,), int(cu[r]), dtype=torch.int32) for r, n in enumerate(rows_q)])
+    ke = torch.cat(
+        [
+            int(cu[r]) + seqs[r] - n + torch.arange(n, dtype=torch.int32) + 1
+            for r, n in enumerate(rows_q)
+        ]
+    )
+    chunk = SimpleNamespace(
+        block_table=table[:2],
+        local_cu_seq_lens=cu,
+        cu_seqlen_ks=ks.to(DEV),
+        cu_seqlen_ke=ke.to(DEV),
+        token_start=0,
+        token_end=sum(rows_q),
+        total_seq_lens=sum(seqs),
+    )
+    tp = sum(rows_q)
+    pq, pw = fp8((tp, h_i, 128)), torch.randn(tp, h_i, device=DEV)
+    md = SimpleNamespace(num_prefills=2, num_decodes=0, prefill=SimpleNamespace(chunks=[chunk]))
+    pbuf = torch.full((tp, topk), 12345, dtype=torch.int32, device=DEV)
+    calls.run_indexer(client, md, pq, pw, icache, 128, topk, pbuf)
+    hchunk = SimpleNamespace(
+        **{k: host(v) if torch.is_tensor(v) else v for k, v in vars(chunk).items()}
+    )
+    hmd = SimpleNamespace(num_prefills=2, num_decodes=0, prefill=SimpleNamespace(chunks=[hchunk]))
+    hpbuf = np.full((tp, topk), 12345, np.int32)
+    calls.run_indexer(client, hmd, host(pq), host(pw), host(icache), 128, topk, hpbuf)
+    checks.expect((pbuf.cpu().numpy() == hpbuf).all(), "vLLM device form: prefill top-k")
+    req = torch.cat([torch.full((n,), r, dtype=torch.int32) for r, n in enumerate(rows_q)])
+    pq2 = torch.randn(tp, h, 576, device=DEV).to(torch.bfloat16)
+    sout, slse = calls.run_sparse_mla(client, pq2, mcache, pbuf, req.to(DEV), table[:2], 0.07)
+    hsout, hslse = calls.run_sparse_mla(
+        client, host(pq2), host(mcache), hpbuf, host(req), host(table[:2]), 0.07
+    )
+    checks.expect(sout.is_cuda, "vLLM device form: sparse MLA out on the GPU")
+    checks.expect((host(sout) == ac.dtypes.as_raw(hsout)).all(), "vLLM device form: sparse out")
+    checks.expect((slse.cpu().numpy() == hslse).all(), "vLLM device form: sparse lse")
 
 
 def main():

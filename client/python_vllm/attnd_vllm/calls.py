@@ -123,12 +123,26 @@ def run_indexer(
     topk_indices_buffer are set to -1, then each prefill chunk's and the decode tokens' top-k
     positions (inside their request) are written. `metadata` has the attributes of vLLM's
     DeepseekV32IndexerMetadata (num_prefills, num_decodes, num_decode_tokens, prefill.chunks,
-    decode); index_layout is the indexer cache's (mapping.indexer_layout). Returns the buffer."""
+    decode); index_layout is the indexer cache's (mapping.indexer_layout). A prefill chunk whose
+    tensors all lie on one torch device runs there (_prefill_chunk_on_device). Returns the
+    buffer."""
     if num_tokens is None:
         num_tokens = int(q_fp8.shape[0])
     topk_indices_buffer[:num_tokens] = -1
     if getattr(metadata, "num_prefills", 0) > 0:
         for chunk in metadata.prefill.chunks:
+            if _prefill_chunk_on_device(
+                client,
+                chunk,
+                q_fp8,
+                weights,
+                kv_cache,
+                head_dim,
+                topk_tokens,
+                topk_indices_buffer,
+                index_layout,
+            ):
+                continue
             call = mapping.indexer_prefill_chunk(
                 chunk, q_fp8, weights, kv_cache, head_dim, topk_tokens, index_layout
             )
@@ -159,6 +173,58 @@ def run_indexer(
     return topk_indices_buffer
 
 
+def _prefill_chunk_on_device(
+    client: Any,
+    chunk: Any,
+    q_fp8: Any,
+    weights: Any,
+    kv_cache: Any,
+    head_dim: int,
+    topk_tokens: int,
+    topk_indices_buffer: Any,
+    index_layout: str,
+) -> bool:
+    """One prefill chunk of run_indexer on its tensors' device, when they all lie on one
+    (docs/VLLM.md "On the tensors' own device"): the keys gathered there
+    (mapping.gather_indexer_k_device), the logits placed in a tensor there and read in place by
+    the top-k, the indices written into the buffer there. False (nothing done) when the chunk
+    needs the host form. Reads on the host only the chunk's key count, when vLLM's metadata
+    does not carry it (total_seq_lens)."""
+    cu = mapping._chunk_attr(chunk, "local_cu_seq_lens", "cu_seq_lens")
+    tensors = (q_fp8, weights, kv_cache, chunk.block_table, cu, chunk.cu_seqlen_ks)
+    if not mapping.on_one_device(*tensors, chunk.cu_seqlen_ke, topk_indices_buffer):
+        return False
+    import torch
+
+    start, end = int(chunk.token_start), int(chunk.token_end)
+    total = getattr(chunk, "total_seq_lens", None)
+    total = int(total) if total is not None else int(cu[-1])
+    if end <= start or total == 0:
+        return True  # no rows, or no keys: the rows stay -1, as vLLM leaves them
+    dev = q_fp8.device
+    k, k_scale = mapping.gather_indexer_k_device(
+        kv_cache, chunk.block_table, cu, head_dim, total, index_layout
+    )
+    ks = chunk.cu_seqlen_ks.to(torch.int32)
+    ke = chunk.cu_seqlen_ke.to(torch.int32)
+    logits = torch.empty((end - start, total), dtype=torch.float32, device=dev)
+    client.indexer_logits(
+        q=q_fp8[start:end],
+        k=k,
+        k_scale=k_scale,
+        weights=weights[start:end],
+        ks=ks,
+        ke=ke,
+        clean_logits=True,
+        logits=logits,
+    )
+    indices = torch.empty((end - start, topk_tokens), dtype=torch.int32, device=dev)
+    client.topk(logits=logits, ks=ks, ke=ke, k=topk_tokens, index_base="row_start", indices=indices)
+    width = min(topk_tokens, int(topk_indices_buffer.shape[1]))
+    topk_indices_buffer[start:end, :width] = indices[:, :width].to(topk_indices_buffer.dtype)
+    return True
+
+
 def run_sparse_mla(
     client: Any,
     q: Any,
@@ -170,8 +236,34 @@ def run_sparse_mla(
     k_scale: float | None = None,
 ) -> tuple[Any, Any]:
     """Sparse MLA of q [T, H, d_qk] over vLLM's paged cache at the top-k positions: (out bf16
-    [T, H, 512], lse f32 [T, H]) as attnd_client returns them (uint16 bits / float32 arrays).
-    k_scale: the layer's, for the per-tensor "fp8" cache."""
+    [T, H, 512], lse f32 [T, H]) as attnd_client returns them (uint16 bits / float32 arrays),
+    or, when every tensor is a torch tensor on one device, as tensors on that device (the
+    positions turned into slots there). k_scale: the layer's, for the per-tensor "fp8" cache."""
+    if mapping.on_one_device(q, kv_cache, topk_positions, req_id_per_token, block_table):
+        # The device form (docs/VLLM.md "On the tensors' own device"): slots made and outputs
+        # placed on the tensors' device.
+        import torch
+
+        kv, block_size = mapping.mla_cache_rows(kv_cache)
+        t, heads = int(q.shape[0]), int(q.shape[1])
+        slots = mapping.request_positions_to_slots_device(
+            req_id_per_token, block_table, topk_positions[:t], block_size
+        )
+        layout = mapping.mla_cache_layout(kv)
+        out = torch.empty((t, heads, 512), dtype=torch.bfloat16, device=q.device)
+        lse = torch.empty((t, heads), dtype=torch.float32, device=q.device)
+        fields = {
+            "q": q,
+            "kv": kv,
+            "kv_layout": layout,
+            "indices": slots,
+            "sm_scale": float(sm_scale),
+        }
+        kv_scale = mapping._kv_scale(layout, k_scale)
+        if kv_scale is not None:
+            fields["kv_scale"] = kv_scale
+        client.sparse_mla(**fields, out=out, lse=lse)
+        return out, lse
     fields = mapping.sparse_mla(
         q, kv_cache, topk_positions, req_id_per_token, block_table, sm_scale, k_scale
     )

@@ -166,6 +166,83 @@ def gather_indexer_k(
     return k, scale
 
 
+def on_one_device(*tensors: Any) -> bool:
+    """Whether every argument is a torch tensor and all lie on one device (the device forms:
+    docs/VLLM.md "On the tensors' own device")."""
+    if not tensors or not all(is_torch(t) for t in tensors):
+        return False
+    device = tensors[0].device
+    return all(t.device == device for t in tensors)
+
+
+def gather_indexer_k_device(
+    kv_cache: Any,
+    block_table: Any,
+    cu_seq_lens: Any,
+    head_dim: int,
+    total: int,
+    layout: str = INDEXER_BLOCKS,
+) -> tuple[Any, Any]:
+    """gather_indexer_k with torch ops on the cache's device, nothing read on the host: `total`
+    (= cu_seq_lens[-1]) sizes the result. A row whose block-table column or block id lies
+    outside the table or the cache (garbage metadata) gets zero codes and a zero scale instead
+    of an out-of-range read."""
+    import torch
+
+    rows, block_size = indexer_cache_rows(kv_cache, head_dim)
+    _check_indexer_layout(layout, block_size, head_dim)
+    dev = rows.device
+    rows = rows.view(torch.uint8)
+    cu = cu_seq_lens.to(torch.int64)
+    table = block_table.to(torch.int64)
+    i = torch.arange(total, device=dev)
+    req = torch.searchsorted(cu[1:].contiguous(), i, right=True).clamp(
+        max=max(table.shape[0] - 1, 0)
+    )
+    n = i - cu[req]
+    col = torch.div(n, block_size, rounding_mode="floor")
+    ok = (n >= 0) & (col < table.shape[1]) & (table.shape[0] > 0)
+    block = table[req, col.clamp(0, max(table.shape[1] - 1, 0))] if table.numel() else n * 0
+    ok &= (block >= 0) & (block < rows.shape[0])
+    block = torch.where(ok, block, 0)
+    off = torch.where(ok, n % block_size, 0)
+    d = torch.arange(head_dim, device=dev)
+    t = off[:, None]
+    if layout == INDEXER_BLOCKS:
+        where_codes = t * head_dim + d
+    else:
+        tile = SHUFFLE_TILE
+        where_codes = (
+            (t // tile) * tile * head_dim + (d // tile) * tile * tile + (t % tile) * tile + d % tile
+        )
+    k = torch.where(ok[:, None], rows[block[:, None], where_codes], 0)
+    sb = block_size * head_dim + 4 * t + torch.arange(4, device=dev)
+    scale = rows[block[:, None], sb].contiguous().view(torch.float32)[:, 0]
+    return k, torch.where(ok, scale, 0.0)
+
+
+def request_positions_to_slots_device(
+    req_id_per_token: Any, block_table: Any, positions: Any, block_size: int
+) -> Any:
+    """request_positions_to_slots with torch ops on the tensors' device, nothing read on the
+    host; a token whose request id lies outside the table (garbage metadata) gets -1 slots."""
+    import torch
+
+    pos = positions.to(torch.int64)
+    t = int(pos.shape[0])
+    table = block_table.to(torch.int64)
+    req = req_id_per_token[:t].to(torch.int64)
+    if table.shape[0] == 0 or table.shape[1] == 0:
+        return torch.full(pos.shape, -1, dtype=torch.int32, device=pos.device)
+    req_ok = (req >= 0) & (req < table.shape[0])
+    blk = torch.where(pos >= 0, torch.div(pos, block_size, rounding_mode="floor"), -1)
+    ok = (pos >= 0) & (blk < table.shape[1]) & req_ok[:, None]
+    page = table[req.clamp(0, table.shape[0] - 1)[:, None], blk.clamp(0, table.shape[1] - 1)]
+    slots = torch.where(ok, page * block_size + pos % block_size, -1)
+    good = (slots >= 0) & (slots <= torch.iinfo(torch.int32).max)
+    return torch.where(good, slots, -1).to(torch.int32)
+
+
 class PrefillChunkCalls(NamedTuple):
     """attnd's two calls for one vLLM indexer prefill chunk, and where the result goes."""
 

@@ -196,3 +196,125 @@ def test_ordered_setting(client, rng, monkeypatch):
     monkeypatch.setenv("ATTND_VLLM_ORDERED", "yes")
     with pytest.raises(ValueError, match="ATTND_VLLM_ORDERED"):
         calls.ordered_enabled()
+
+
+# ---- prefill chunks and sparse MLA on the tensors' device ----
+
+
+def torch_metadata(md):
+    """vLLM's indexer metadata with its chunks' and decode part's arrays as torch tensors."""
+
+    def conv(ns):
+        return SimpleNamespace(
+            **{k: as_torch(v) if isinstance(v, np.ndarray) else v for k, v in vars(ns).items()}
+        )
+
+    fields = dict(vars(md))
+    if getattr(md, "prefill", None) is not None:
+        fields["prefill"] = SimpleNamespace(
+            **{**vars(md.prefill), "chunks": [conv(c) for c in md.prefill.chunks]}
+        )
+    if getattr(md, "decode", None) is not None:
+        fields["decode"] = conv(md.decode)
+    return SimpleNamespace(**fields)
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["blocks", "shuffled"])
+@pytest.mark.parametrize("mla_cache", ["fp8_ds_mla", "bf16", "fp8"])
+def test_prefill_and_sparse_mla_on_the_device(client, rng, shuffle, mla_cache, monkeypatch):
+    """Prefill chunks through run_indexer and the sparse MLA over the positions it wrote, with
+    NumPy inputs (the host form) and with torch tensors (the device form: the keys gathered, the
+    logits left for the top-k and the slots made on the tensors' device; no host read): the same
+    buffer, out and lse bytes."""
+    from test_fixtures import make_batch
+    from vllm_layout import write_indexer_k
+
+    prefill_q_lens = [int(rng.integers(3, 40)) for _ in range(3)]
+    batch = make_batch(rng, (), prefill_q_lens)
+    md = batch.indexer_metadata(chunk_reqs=[1, 2])
+    cache = rng.integers(0, 256, (batch.num_blocks, 64, 132), dtype=np.uint8)
+    cached = batch.all_slots()
+    k = rng.normal(size=(len(cached), 128)).astype(np.float32)
+    write_indexer_k(cache, k, cached[:, 2], 128, ue8m0=True, shuffle=shuffle)
+    layout = mapping.INDEXER_SHUFFLE if shuffle else mapping.INDEXER_BLOCKS
+    heads_idx, topk = int(rng.choice([4, 64])), int(rng.integers(20, 90))
+    q_fp8 = ac.to_fp8_e4m3(rng.normal(scale=2.0, size=(batch.num_tokens, heads_idx, 128)))
+    weights = rng.normal(size=(batch.num_tokens, heads_idx)).astype(np.float32)
+    buf = np.full((batch.num_tokens + 3, topk), POISON, np.int32)
+    calls.run_indexer(client, md, q_fp8, weights, cache, 128, topk, buf, index_layout=layout)
+    mcache, k_scale = fill_mla_cache(rng, batch, mla_cache)
+    heads = int(rng.choice([8, 16]))
+    q = ac.to_bf16(rng.normal(size=(batch.num_tokens, heads, 576)).astype(np.float32))
+    out, lse = calls.run_sparse_mla(
+        client, q, mcache, buf, batch.req_id_per_token, batch.block_table, 0.05, k_scale
+    )
+
+    tbuf = torch.full(buf.shape, POISON, dtype=torch.int32)
+    no_host_reads(monkeypatch)
+    tmd = torch_metadata(md)
+    for chunk in tmd.prefill.chunks:  # vLLM's chunks carry their key count
+        chunk.total_seq_lens = int(chunk.local_cu_seq_lens[-1])
+    calls.run_indexer(
+        client,
+        tmd,
+        as_torch(np.asarray(ac.dtypes.as_raw(np.asarray(q_fp8))), "fp8"),
+        as_torch(weights),
+        as_torch(cache),
+        128,
+        topk,
+        tbuf,
+        index_layout=layout,
+    )
+    tout, tlse = calls.run_sparse_mla(
+        client,
+        as_torch(q, "bf16"),
+        as_torch(mcache, "bf16" if mcache.dtype == np.uint16 else None),
+        tbuf,
+        as_torch(batch.req_id_per_token),
+        as_torch(batch.block_table),
+        0.05,
+        k_scale,
+    )
+    monkeypatch.undo()
+    np.testing.assert_array_equal(tbuf.numpy(), buf)
+    np.testing.assert_array_equal(bits(tout), ac.dtypes.as_raw(out))
+    np.testing.assert_array_equal(tlse.numpy(), lse)
+
+
+def test_device_gathers_and_slots_match_the_host(rng):
+    """gather_indexer_k_device and request_positions_to_slots_device against the host forms on
+    valid metadata; on garbage (block ids past the cache, negative ones, request ids past the
+    table) they answer zeros / -1 instead of reading out of range."""
+    for shuffle in (False, True):
+        layout = mapping.INDEXER_SHUFFLE if shuffle else mapping.INDEXER_BLOCKS
+        cache = rng.integers(0, 256, (9, 64, 132), dtype=np.uint8)
+        table = rng.permutation(9)[:8].reshape(2, 4).astype(np.int32)
+        cu = np.array([0, 150, 150 + 200], np.int32)
+        want = mapping.gather_indexer_k(cache, table, cu, 128, layout)
+        got = mapping.gather_indexer_k_device(
+            as_torch(cache), as_torch(table), as_torch(cu), 128, int(cu[-1]), layout
+        )
+        np.testing.assert_array_equal(got[0].numpy(), want[0])
+        np.testing.assert_array_equal(got[1].numpy().view(np.uint32), want[1].view(np.uint32))
+        bad = table.copy()
+        bad[0, 1], bad[1, 0] = 99, -3
+        k, s = mapping.gather_indexer_k_device(
+            as_torch(cache), as_torch(bad), as_torch(cu), 128, int(cu[-1]), layout
+        )
+        assert (k[64:128] == 0).all() and (s[64:128] == 0).all()
+        assert (k[150:214] == 0).all() and (s[150:214] == 0).all()
+        np.testing.assert_array_equal(k[:64].numpy(), want[0][:64])
+    table = rng.integers(0, 50, (3, 4)).astype(np.int32)
+    req = np.array([0, 0, 1, 2], np.int32)
+    pos = rng.integers(-1, 4 * 16 + 20, (4, 9)).astype(np.int32)
+    want = mapping.request_positions_to_slots(req, table, pos, 16)
+    got = mapping.request_positions_to_slots_device(
+        as_torch(req), as_torch(table), as_torch(pos), 16
+    )
+    np.testing.assert_array_equal(got.numpy(), want)
+    bad_req = np.array([0, 7, -1, 2], np.int32)
+    got = mapping.request_positions_to_slots_device(
+        as_torch(bad_req), as_torch(table), as_torch(pos), 16
+    ).numpy()
+    assert (got[1] == -1).all() and (got[2] == -1).all()
+    np.testing.assert_array_equal(got[[0, 3]], want[[0, 3]])
