@@ -156,6 +156,19 @@ def run_indexer(
             _store(topk_indices_buffer, rows, np.asarray(res.indices))
     num_decode_tokens = int(getattr(metadata, "num_decode_tokens", 0))
     if getattr(metadata, "num_decodes", 0) > 0 and num_decode_tokens > 0:
+        device = mapping.indexer_decode_device(
+            metadata.decode,
+            q_fp8,
+            weights,
+            kv_cache,
+            num_decode_tokens,
+            head_dim,
+            topk_tokens,
+            index_layout,
+        )
+        if device is not None and mapping.is_torch(topk_indices_buffer):
+            _decode_on_device(client, device, topk_tokens, topk_indices_buffer)
+            return topk_indices_buffer
         call = mapping.indexer_decode(
             metadata.decode,
             q_fp8,
@@ -223,6 +236,23 @@ def _prefill_chunk_on_device(
     width = min(topk_tokens, int(topk_indices_buffer.shape[1]))
     topk_indices_buffer[start:end, :width] = indices[:, :width].to(topk_indices_buffer.dtype)
     return True
+
+
+def _decode_on_device(
+    client: Any, call: mapping.IndexerDecodeDevice, topk_tokens: int, topk_indices_buffer: Any
+) -> None:
+    """run_indexer's decode tokens on their device (docs/VLLM.md "On the tensors' own
+    device"): the paged logits placed in a tensor there and read in place by the top-k, whose
+    indices (positions inside each request) go into the buffer's rows there."""
+    import torch
+
+    dev = call.indexer_logits_paged["q"].device
+    logits = torch.empty((call.rows, call.columns), dtype=torch.float32, device=dev)
+    client.indexer_logits_paged(**call.indexer_logits_paged, logits=logits)
+    indices = torch.empty((call.rows, topk_tokens), dtype=torch.int32, device=dev)
+    client.topk(logits=logits, **call.topk, indices=indices)
+    width = min(topk_tokens, int(topk_indices_buffer.shape[1]))
+    topk_indices_buffer[: call.rows, :width] = indices[:, :width].to(topk_indices_buffer.dtype)
 
 
 def run_sparse_mla(

@@ -528,23 +528,12 @@ def dsa_decode_device(
     block_table and seq_lens go as the tensors they are (int32), shapes give B and next_n, and
     the lengths kv_rows_to_positions_device needs are computed on the device. None when the step
     needs the host path (dsa_decode); ValueError as dsa_decode's."""
-    meta = (decode.block_table, decode.seq_lens, decode.decode_lens)
-    tensors = (q_fp8, weights, index_cache, q, mla_cache, *meta)
-    if not all(is_torch(t) for t in tensors):
-        return None
-    device = q.device
-    if any(t.device != device for t in tensors) or getattr(decode, "requires_padding", False):
+    shape = _even_decode(decode, num_decode_tokens, q_fp8, weights, index_cache, q, mla_cache)
+    if shape is None:
         return None
     import torch
 
-    batch = int(decode.decode_lens.shape[0])
-    seq = decode.seq_lens[:batch]
-    if seq.dim() == 2:
-        next_n = int(seq.shape[1])
-    else:
-        next_n = num_decode_tokens // max(batch, 1)
-    if batch == 0 or next_n < 1 or batch * next_n != num_decode_tokens:
-        return None
+    batch, next_n = shape
     cache, block_size = indexer_cache_rows(index_cache, head_dim)
     index_layout = _check_indexer_layout(index_layout, block_size, head_dim)
     kv, kv_block_size = mla_cache_rows(mla_cache)
@@ -556,7 +545,7 @@ def dsa_decode_device(
             "one block table cannot address both"
         )
     table = decode.block_table[:batch].to(torch.int32)
-    seq = seq.to(torch.int32)
+    seq = decode.seq_lens[:batch].to(torch.int32)
     t = num_decode_tokens
     fields = {
         "index_q": q_fp8[:t].reshape(batch, next_n, *q_fp8.shape[1:]),
@@ -574,16 +563,85 @@ def dsa_decode_device(
     }
     if kv_scale is not None:
         fields["kv_scale"] = kv_scale
-    # Each row's length (docs/CONTRACTS.md "dsa_attention", "Paged form"), and the table entries
-    # the longest row of a request reaches: what kv_rows_to_positions searches.
-    lengths = seq.to(torch.int64)
-    if lengths.dim() == 1:
-        j = torch.arange(next_n, device=device, dtype=torch.int64)
-        lengths = lengths[:, None] - next_n + j[None, :] + 1
-    longest = lengths.clamp(min=0).reshape(batch, next_n).amax(dim=1)
+    # The table entries the longest row of a request reaches (its length: docs/CONTRACTS.md
+    # "dsa_attention", "Paged form"): what kv_rows_to_positions searches.
+    longest = _row_lengths_device(seq, next_n).amax(dim=1)
     blocks = torch.div(longest + block_size - 1, block_size, rounding_mode="floor")
     blocks = blocks.clamp(max=int(table.shape[1]))
     return DsaDecodeDevice(fields, batch, next_n, table, block_size, blocks)
+
+
+def _even_decode(decode: Any, num_decode_tokens: int, *tensors: Any) -> tuple[int, int] | None:
+    """(B, next_n) of a decode whose tensors all lie on one torch device and whose decodes are
+    even (not requires_padding, tokens = B * next_n), from shapes alone; None otherwise."""
+    meta = (decode.block_table, decode.seq_lens, decode.decode_lens)
+    if not on_one_device(*tensors, *meta) or getattr(decode, "requires_padding", False):
+        return None
+    batch = int(decode.decode_lens.shape[0])
+    seq = decode.seq_lens
+    next_n = int(seq.shape[1]) if seq.dim() == 2 else num_decode_tokens // max(batch, 1)
+    if batch == 0 or next_n < 1 or batch * next_n != num_decode_tokens:
+        return None
+    return batch, next_n
+
+
+def _row_lengths_device(seq: Any, next_n: int) -> Any:
+    """Each decode row's length as i64 [B, next_n] from seq_lens [B, next_n] (per token) or [B]
+    (token j sees L - next_n + j + 1), clamped at 0: decode_rows' lengths, on the device."""
+    import torch
+
+    lengths = seq.to(torch.int64)
+    if lengths.dim() == 1:
+        j = torch.arange(next_n, device=seq.device, dtype=torch.int64)
+        lengths = lengths[:, None] - next_n + j[None, :] + 1
+    return lengths.clamp(min=0).reshape(-1, next_n)
+
+
+class IndexerDecodeDevice(NamedTuple):
+    """indexer_decode's two calls with every tensor left on its device (indexer_decode_device)."""
+
+    indexer_logits_paged: dict[str, Any]  # without logits: the caller places them
+    topk: dict[str, Any]  # without logits and indices: the caller places them
+    rows: int  # B * next_n, in token order
+    columns: int  # the logits' width: max_blocks * block_size, as the inline reply has
+
+
+def indexer_decode_device(
+    decode: Any,
+    q_fp8: Any,
+    weights: Any,
+    kv_cache: Any,
+    num_decode_tokens: int,
+    head_dim: int,
+    topk_tokens: int,
+    layout: str = INDEXER_BLOCKS,
+) -> IndexerDecodeDevice | None:
+    """indexer_decode for a decode whose tensors all lie on one torch device and whose decodes
+    are even: the same calls, nothing read on the host (the top-k's per-row lengths computed on
+    the device). None when it needs the host form."""
+    shape = _even_decode(decode, num_decode_tokens, q_fp8, weights, kv_cache)
+    if shape is None:
+        return None
+    import torch
+
+    batch, next_n = shape
+    cache, block_size = indexer_cache_rows(kv_cache, head_dim)
+    table = decode.block_table[:batch].to(torch.int32)
+    seq = decode.seq_lens[:batch].to(torch.int32)
+    t = num_decode_tokens
+    paged = {
+        "q": q_fp8[:t].reshape(batch, next_n, *q_fp8.shape[1:]),
+        "kv_cache": cache,
+        "kv_cache_layout": _check_indexer_layout(layout, block_size, head_dim),
+        "block_size": block_size,
+        "block_table": table,
+        "context_lens": seq,
+        "weights": weights[:t],
+    }
+    lengths = _row_lengths_device(seq, next_n).reshape(-1)
+    lengths = lengths.clamp(max=torch.iinfo(torch.int32).max).to(torch.int32)
+    topk = {"lengths": lengths, "k": topk_tokens}
+    return IndexerDecodeDevice(paged, topk, t, int(table.shape[1]) * block_size)
 
 
 def kv_rows_to_positions_device(call: DsaDecodeDevice, kv_rows: Any) -> Any:

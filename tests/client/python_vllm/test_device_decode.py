@@ -12,6 +12,7 @@ from attnd_vllm import calls, mapping
 from test_fixtures import (
     FUSED_OPS,
     POISON,
+    SPLIT_OPS,
     Recording,
     decode_step,
     fill_mla_cache,
@@ -72,15 +73,19 @@ def no_host_reads(monkeypatch):
     "decode_q_lens", [(1, 1, 1), (2, 2, 2), (2, 1, 2)], ids=["next_n1", "next_n2", "uneven2"]
 )
 @pytest.mark.parametrize("mla_cache", ["fp8_ds_mla", "bf16", "fp8"])
-def test_device_form_gives_the_host_forms_bytes(client, rng, decode_q_lens, mla_cache, monkeypatch):
+@pytest.mark.parametrize("mode", ["fused", "split"])
+def test_device_form_gives_the_host_forms_bytes(
+    client, rng, decode_q_lens, mla_cache, mode, monkeypatch
+):
     """The same step through run_decode_step with NumPy inputs (the host path) and with torch
-    tensors: the same buffer rows, out and lse bytes, one dsa_attention call each; even steps
-    read nothing on the host (uneven ones take the host path with torch tensors)."""
+    tensors: the same buffer rows, out and lse bytes, through the same calls (one dsa_attention,
+    or the three of "split"); even steps read nothing on the host (uneven ones take the host
+    path with torch tensors)."""
     batch = make_decode_batch(rng, decode_q_lens)
     step, cache = decode_step(rng, batch)
     mcache, k_scale = fill_mla_cache(rng, batch, mla_cache)
-    buf, out, lse, q, sm_scale, ops = run_step(client, rng, batch, step, mcache, k_scale, "fused")
-    assert ops == FUSED_OPS
+    buf, out, lse, q, sm_scale, ops = run_step(client, rng, batch, step, mcache, k_scale, mode)
+    assert ops == (FUSED_OPS if mode == "fused" else SPLIT_OPS)
 
     tstep = torch_step(step, cache)
     tq = as_torch(q, "bf16")
@@ -100,15 +105,17 @@ def test_device_form_gives_the_host_forms_bytes(client, rng, decode_q_lens, mla_
         as_torch(batch.req_id_per_token),
         as_torch(batch.block_table),
         k_scale,
-        mode="fused",
+        mode=mode,
     )
     monkeypatch.undo()
-    assert rec.ops == FUSED_OPS
-    # The device form returns tensors on q's device; the host path attnd_client's arrays.
-    assert mapping.is_torch(got_out) == even and mapping.is_torch(got_lse) == even
+    assert rec.ops == ops
+    # The device forms return tensors on q's device, the host path attnd_client's arrays (the
+    # split path's sparse MLA takes its device form even when the indexer could not).
+    on_device = even or mode == "split"
+    assert mapping.is_torch(got_out) == on_device and mapping.is_torch(got_lse) == on_device
     np.testing.assert_array_equal(tbuf.numpy(), buf)
-    np.testing.assert_array_equal(bits(got_out) if even else ac.dtypes.as_raw(got_out), out)
-    np.testing.assert_array_equal(got_lse.numpy() if even else got_lse, lse)
+    np.testing.assert_array_equal(bits(got_out) if on_device else ac.dtypes.as_raw(got_out), out)
+    np.testing.assert_array_equal(got_lse.numpy() if on_device else got_lse, lse)
 
 
 def test_positions_on_the_device_match_the_host(rng):
