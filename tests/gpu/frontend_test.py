@@ -570,6 +570,25 @@ def run_vllm_device_decode(client, args, checks):
     finally:
         os.environ.pop("ATTND_VLLM_ORDERED", None)
 
+    # The split decode's indexer (run_indexer on the decode tokens): the paged logits left on
+    # the GPU for the top-k; the same buffer as the host form's.
+    dmd = step_of(lambda x: x).metadata
+    sbuf = torch.full((t + 2, topk), 12345, dtype=torch.int32, device=DEV)
+    calls.run_indexer(client, dmd, q_fp8, weights, icache, 128, topk, sbuf, num_tokens=t)
+    hsbuf = np.full((t + 2, topk), 12345, np.int32)
+    calls.run_indexer(
+        client,
+        step_of(host).metadata,
+        host(q_fp8),
+        host(weights),
+        host(icache),
+        128,
+        topk,
+        hsbuf,
+        num_tokens=t,
+    )
+    checks.expect((sbuf.cpu().numpy() == hsbuf).all(), "vLLM device form: split decode top-k")
+
     # A prefill chunk of two requests through run_indexer, then sparse MLA over the positions it
     # wrote (the split path's forward_mqa): device form against host form, the same bytes.
     seqs, rows_q = [300, 420], [40, 25]
