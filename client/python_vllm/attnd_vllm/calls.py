@@ -156,7 +156,7 @@ def run_indexer(
             _store(topk_indices_buffer, rows, np.asarray(res.indices))
     num_decode_tokens = int(getattr(metadata, "num_decode_tokens", 0))
     if getattr(metadata, "num_decodes", 0) > 0 and num_decode_tokens > 0:
-        device = mapping.indexer_decode_device(
+        args = (
             metadata.decode,
             q_fp8,
             weights,
@@ -166,19 +166,11 @@ def run_indexer(
             topk_tokens,
             index_layout,
         )
+        device = mapping.indexer_decode_device(*args)
         if device is not None and mapping.is_torch(topk_indices_buffer):
             _decode_on_device(client, device, topk_tokens, topk_indices_buffer)
             return topk_indices_buffer
-        call = mapping.indexer_decode(
-            metadata.decode,
-            q_fp8,
-            weights,
-            kv_cache,
-            num_decode_tokens,
-            head_dim,
-            topk_tokens,
-            index_layout,
-        )
+        call = mapping.indexer_decode(*args)
         logits = client.indexer_logits_paged(**call.indexer_logits_paged).logits
         res = client.topk(logits=logits, **call.topk)
         indices = np.asarray(res.indices)[call.token_rows]
@@ -376,7 +368,7 @@ def run_dsa_decode(
     (mapping.dsa_decode_device), nothing goes through the host: the outputs are torch tensors
     on that device placed in the call (device regions for CUDA tensors), and the kv rows ->
     positions step runs there (run_dsa_decode_device)."""
-    device = mapping.dsa_decode_device(
+    args = (
         step.metadata.decode,
         step.q_fp8,
         step.weights,
@@ -388,24 +380,11 @@ def run_dsa_decode(
         step.topk_tokens,
         sm_scale,
         step.index_layout,
-        k_scale=k_scale,
     )
+    device = mapping.dsa_decode_device(*args, k_scale=k_scale)
     if device is not None and mapping.is_torch(topk_indices_buffer):
         return run_dsa_decode_device(client, device, q, step.num_tokens, topk_indices_buffer)
-    call = mapping.dsa_decode(
-        step.metadata.decode,
-        step.q_fp8,
-        step.weights,
-        step.kv_cache,
-        q,
-        mla_cache,
-        step.num_tokens,
-        step.head_dim,
-        step.topk_tokens,
-        sm_scale,
-        step.index_layout,
-        k_scale=k_scale,
-    )
+    call = mapping.dsa_decode(*args, k_scale=k_scale)
     res = client.dsa_attention(**call.dsa_attention)
     out, lse = np.asarray(res.out), np.asarray(res.lse)
     positions = mapping.kv_rows_to_positions(call, res.indices)

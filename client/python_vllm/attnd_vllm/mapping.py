@@ -411,6 +411,25 @@ class DsaDecodeCall(NamedTuple):
     lengths: np.ndarray  # i32 [B * next_n]: the rows' lengths (bounds the table entries read)
 
 
+def _dsa_caches(
+    index_cache: Any, mla_cache: Any, head_dim: int, index_layout: str, k_scale: float | None
+) -> tuple[Any, int, str, Any, str, float | None]:
+    """Both caches of a paged dsa_attention call as attnd views: (index rows, block size, index
+    layout, kv rows, kv layout, kv_scale or None). ValueError for a cache the paged form does not
+    take, the per-tensor "fp8" MLA cache without k_scale, or caches of different block sizes."""
+    cache, block_size = indexer_cache_rows(index_cache, head_dim)
+    index_layout = _check_indexer_layout(index_layout, block_size, head_dim)
+    kv, kv_block_size = mla_cache_rows(mla_cache)
+    kv_layout = mla_cache_layout(kv)
+    kv_scale = _kv_scale(kv_layout, k_scale)
+    if kv_block_size != block_size:
+        raise ValueError(
+            f"mla kv_cache block size {kv_block_size} != indexer cache block size {block_size}: "
+            "one block table cannot address both"
+        )
+    return cache, block_size, index_layout, kv, kv_layout, kv_scale
+
+
 def dsa_decode(
     decode: Any,
     q_fp8: Any,
@@ -435,16 +454,9 @@ def dsa_decode(
     sizes."""
     rows = decode_rows(decode, num_decode_tokens)
     index_q, w, mla_q = _decode_inputs(rows, num_decode_tokens, q_fp8, weights, q)
-    cache, block_size = indexer_cache_rows(index_cache, head_dim)
-    index_layout = _check_indexer_layout(index_layout, block_size, head_dim)
-    kv, kv_block_size = mla_cache_rows(mla_cache)
-    kv_layout = mla_cache_layout(kv)
-    kv_scale = _kv_scale(kv_layout, k_scale)
-    if kv_block_size != block_size:
-        raise ValueError(
-            f"mla kv_cache block size {kv_block_size} != indexer cache block size {block_size}: "
-            "one block table cannot address both"
-        )
+    cache, block_size, index_layout, kv, kv_layout, kv_scale = _dsa_caches(
+        index_cache, mla_cache, head_dim, index_layout, k_scale
+    )
     table = host(decode.block_table, np.int32)[: rows.batch]
     fields = {
         "index_q": index_q.reshape(rows.batch, rows.next_n, *index_q.shape[1:]),
@@ -534,16 +546,9 @@ def dsa_decode_device(
     import torch
 
     batch, next_n = shape
-    cache, block_size = indexer_cache_rows(index_cache, head_dim)
-    index_layout = _check_indexer_layout(index_layout, block_size, head_dim)
-    kv, kv_block_size = mla_cache_rows(mla_cache)
-    kv_layout = mla_cache_layout(kv)
-    kv_scale = _kv_scale(kv_layout, k_scale)
-    if kv_block_size != block_size:
-        raise ValueError(
-            f"mla kv_cache block size {kv_block_size} != indexer cache block size {block_size}: "
-            "one block table cannot address both"
-        )
+    cache, block_size, index_layout, kv, kv_layout, kv_scale = _dsa_caches(
+        index_cache, mla_cache, head_dim, index_layout, k_scale
+    )
     table = decode.block_table[:batch].to(torch.int32)
     seq = decode.seq_lens[:batch].to(torch.int32)
     t = num_decode_tokens

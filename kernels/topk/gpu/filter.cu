@@ -699,6 +699,9 @@ __device__ void SelectCandidateRow(Cta<kThreads>& cta, const CandidateArgs& a, i
   __syncthreads();  // the count and the entries are complete
   const uint32_t total = cta.h->count;
   Threshold t;
+  // The same buffered path as SelectRow's, written out again on purpose: folding both into one
+  // helper renumbers the filter kernels' PTX registers, which has moved this kernel's SASS and
+  // time by ~5 % before (docs/KERNELS.md "Top-k, threshold filter"), so it waits for a device.
   if (total <= kCapacity) {
     auto each = [&](auto&& f) {
       for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
