@@ -521,15 +521,19 @@ def run_vllm_device_decode(client, args, checks):
     q = torch.randn(t, h, 576, device=DEV).to(torch.bfloat16)
     lens = torch.full((b,), next_n, dtype=torch.int32, device=DEV)
 
-    def step_of(tensor):
+    def step_of(tensor, draft=None):
+        # draft: uneven draft counts per request (requires_padding; t = their sum), else even.
+        n_tok = t if draft is None else int(sum(draft))
         decode = SimpleNamespace(
             block_table=tensor(table),
             seq_lens=tensor(seq2d),
-            decode_lens=tensor(lens),
-            requires_padding=False,
+            decode_lens=tensor(lens if draft is None else torch.tensor(draft, device=DEV)),
+            requires_padding=draft is not None,
         )
-        md = SimpleNamespace(decode=decode, num_prefills=0, num_decodes=b, num_decode_tokens=t)
-        return calls.DecodeStep(md, tensor(q_fp8), tensor(weights), tensor(icache), t, 128, topk)
+        md = SimpleNamespace(decode=decode, num_prefills=0, num_decodes=b, num_decode_tokens=n_tok)
+        return calls.DecodeStep(
+            md, tensor(q_fp8[:n_tok]), tensor(weights[:n_tok]), tensor(icache), n_tok, 128, topk
+        )
 
     def host(x):
         if x.dtype in (torch.bfloat16, torch.float8_e4m3fn):
@@ -569,6 +573,21 @@ def run_vllm_device_decode(client, args, checks):
         calls.ordered_caller(client).wait(timeout=30)
     finally:
         os.environ.pop("ATTND_VLLM_ORDERED", None)
+
+    # Uneven draft counts (requires_padding), packed into [B, next_n] rows on the device.
+    draft = [2, 1, 2, 2]
+    tu = sum(draft)
+    ubuf = torch.full((tu + 2, topk), 12345, dtype=torch.int32, device=DEV)
+    uout, ulse = calls.run_dsa_decode(
+        client, step_of(lambda x: x, draft), q[:tu], mcache, 0.07, ubuf
+    )
+    hubuf = np.full((tu + 2, topk), 12345, np.int32)
+    huout, hulse = calls.run_dsa_decode(
+        client, step_of(host, draft), host(q[:tu]), host(mcache), 0.07, hubuf
+    )
+    checks.expect((ubuf.cpu().numpy() == hubuf).all(), "vLLM device form, uneven: buffer")
+    checks.expect((host(uout) == ac.dtypes.as_raw(huout)).all(), "vLLM device form, uneven: out")
+    checks.expect((ulse.cpu().numpy() == hulse).all(), "vLLM device form, uneven: lse")
 
     # The split decode's indexer (run_indexer on the decode tokens): the paged logits left on
     # the GPU for the top-k; the same buffer as the host form's.

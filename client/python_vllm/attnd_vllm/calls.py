@@ -243,8 +243,11 @@ def _decode_on_device(
     client.indexer_logits_paged(**call.indexer_logits_paged, logits=logits)
     indices = torch.empty((call.rows, topk_tokens), dtype=torch.int32, device=dev)
     client.topk(logits=logits, **call.topk, indices=indices)
+    if call.shape is not None:
+        indices = mapping._unpack(call.shape, indices)  # token order (uneven decodes packed)
     width = min(topk_tokens, int(topk_indices_buffer.shape[1]))
-    topk_indices_buffer[: call.rows, :width] = indices[:, :width].to(topk_indices_buffer.dtype)
+    rows = int(indices.shape[0])
+    topk_indices_buffer[:rows, :width] = indices[:, :width].to(topk_indices_buffer.dtype)
 
 
 def run_sparse_mla(
@@ -436,8 +439,15 @@ def run_dsa_decode_device(
     topk = int(call.dsa_attention["topk"])
     out = torch.empty((rows, heads, 512), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((rows, heads), dtype=torch.float32, device=q.device)
-    kv_rows = torch.empty((num_tokens, topk), dtype=torch.int32, device=q.device)
-    outputs = {"out": out[:num_tokens], "lse": lse[:num_tokens], "indices": kv_rows}
+    packed = call.shape is not None and call.shape.token_rows is not None
+    call_rows = call.batch * call.next_n
+    if packed:  # uneven decodes: the call's rows [B * next_n], back in token order below
+        out_c = torch.empty((call_rows, heads, 512), dtype=torch.bfloat16, device=q.device)
+        lse_c = torch.empty((call_rows, heads), dtype=torch.float32, device=q.device)
+    else:
+        out_c, lse_c = out[:num_tokens], lse[:num_tokens]
+    kv_rows = torch.empty((call_rows, topk), dtype=torch.int32, device=q.device)
+    outputs = {"out": out_c, "lse": lse_c, "indices": kv_rows}
     if ordered_enabled() and q.is_cuda:
         # Stream-ordered on the current stream of q's device: queued, not waited for; the
         # torch work below and vLLM's after it run once the call's done word is stored.
@@ -445,10 +455,15 @@ def run_dsa_decode_device(
         ordered_caller(client).call("dsa_attention", stream=stream, **call.dsa_attention, **outputs)
     else:
         client.dsa_attention(**call.dsa_attention, **outputs)
+    if packed:
+        out[:num_tokens] = mapping._unpack(call.shape, out_c)
+        lse[:num_tokens] = mapping._unpack(call.shape, lse_c)
     if rows > num_tokens:
         out[num_tokens:].zero_()
         lse[num_tokens:].fill_(float("-inf"))
     positions = mapping.kv_rows_to_positions_device(call, kv_rows)
+    if packed:
+        positions = mapping._unpack(call.shape, positions)
     buffer = topk_indices_buffer
     buffer[:num_tokens] = -1
     width = min(topk, int(buffer.shape[1]))

@@ -518,6 +518,7 @@ class DsaDecodeDevice(NamedTuple):
     block_table: Any  # i32 [B, max_blocks] tensor, shared by both caches
     block_size: int
     blocks: Any  # i64 [B] tensor: the table entries each request's longest row can reach
+    shape: Any = None  # DecodeShape: the rows of the tokens (uneven decodes are packed)
 
 
 def dsa_decode_device(
@@ -540,28 +541,28 @@ def dsa_decode_device(
     block_table and seq_lens go as the tensors they are (int32), shapes give B and next_n, and
     the lengths kv_rows_to_positions_device needs are computed on the device. None when the step
     needs the host path (dsa_decode); ValueError as dsa_decode's."""
-    shape = _even_decode(decode, num_decode_tokens, q_fp8, weights, index_cache, q, mla_cache)
+    shape = _decode_shape(decode, num_decode_tokens, q_fp8, weights, index_cache, q, mla_cache)
     if shape is None:
         return None
     import torch
 
-    batch, next_n = shape
+    batch, next_n = shape.batch, shape.next_n
     cache, block_size, index_layout, kv, kv_layout, kv_scale = _dsa_caches(
         index_cache, mla_cache, head_dim, index_layout, k_scale
     )
     table = decode.block_table[:batch].to(torch.int32)
-    seq = decode.seq_lens[:batch].to(torch.int32)
+    seq = _context_lens_device(decode, shape)
     t = num_decode_tokens
     fields = {
-        "index_q": q_fp8[:t].reshape(batch, next_n, *q_fp8.shape[1:]),
-        "index_weights": weights[:t],
+        "index_q": _pack(shape, q_fp8[:t]).reshape(batch, next_n, *q_fp8.shape[1:]),
+        "index_weights": _pack(shape, weights[:t]),
         "index_cache": cache,
         "index_cache_layout": index_layout,
         "index_block_size": block_size,
         "index_block_table": table,
         "context_lens": seq,
         "topk": int(topk_tokens),
-        "q": q[:t],
+        "q": _pack(shape, q[:t]),
         "kv": kv,
         "kv_layout": kv_layout,
         "sm_scale": float(sm_scale),
@@ -570,24 +571,77 @@ def dsa_decode_device(
         fields["kv_scale"] = kv_scale
     # The table entries the longest row of a request reaches (its length: docs/CONTRACTS.md
     # "dsa_attention", "Paged form"): what kv_rows_to_positions searches.
-    longest = _row_lengths_device(seq, next_n).amax(dim=1)
+    longest = _row_lengths_device(seq, next_n).amax(dim=1)  # seq: unused rows already 0
     blocks = torch.div(longest + block_size - 1, block_size, rounding_mode="floor")
     blocks = blocks.clamp(max=int(table.shape[1]))
-    return DsaDecodeDevice(fields, batch, next_n, table, block_size, blocks)
+    return DsaDecodeDevice(fields, batch, next_n, table, block_size, blocks, shape)
 
 
-def _even_decode(decode: Any, num_decode_tokens: int, *tensors: Any) -> tuple[int, int] | None:
-    """(B, next_n) of a decode whose tensors all lie on one torch device and whose decodes are
-    even (not requires_padding, tokens = B * next_n), from shapes alone; None otherwise."""
+class DecodeShape(NamedTuple):
+    """Where a decode step's tokens go in attnd's [B, next_n] rows, on the tensors' device."""
+
+    batch: int  # B
+    next_n: int
+    token_rows: Any  # None (even: token t is row t), or i64 [tokens]: the row of each token
+    source: Any  # None, or i64 [B * next_n]: the token each row packs (clamped; see `used`)
+    used: Any  # None, or bool [B * next_n]: the rows a token fills
+
+
+def _decode_shape(decode: Any, num_decode_tokens: int, *tensors: Any) -> DecodeShape | None:
+    """The rows of a decode whose tensors all lie on one torch device, nothing read on the host:
+    even decodes (not requires_padding, tokens = B * next_n) from shapes alone; uneven ones
+    (requires_padding) when seq_lens is per token [B, next_n] (next_n from its shape), each
+    request's tokens packed into its first decode_lens rows as decode_rows packs them, with
+    every index clamped (decode_lens that do not add up give rows of zeros, never an
+    out-of-range index). None otherwise (the host form)."""
     meta = (decode.block_table, decode.seq_lens, decode.decode_lens)
-    if not on_one_device(*tensors, *meta) or getattr(decode, "requires_padding", False):
+    if not on_one_device(*tensors, *meta):
         return None
     batch = int(decode.decode_lens.shape[0])
     seq = decode.seq_lens
-    next_n = int(seq.shape[1]) if seq.dim() == 2 else num_decode_tokens // max(batch, 1)
-    if batch == 0 or next_n < 1 or batch * next_n != num_decode_tokens:
+    t = num_decode_tokens
+    if not getattr(decode, "requires_padding", False):
+        next_n = int(seq.shape[1]) if seq.dim() == 2 else t // max(batch, 1)
+        if batch == 0 or next_n < 1 or batch * next_n != t:
+            return None
+        return DecodeShape(batch, next_n, None, None, None)
+    if seq.dim() != 2 or batch == 0 or int(seq.shape[1]) < 1 or t < 1:
         return None
-    return batch, next_n
+    import torch
+
+    next_n, dev = int(seq.shape[1]), seq.device
+    lens = decode.decode_lens[:batch].to(torch.int64).clamp(0, next_n)
+    ends = torch.cumsum(lens, 0)
+    starts = ends - lens
+    j = torch.arange(next_n, device=dev, dtype=torch.int64)
+    token = starts[:, None] + j[None, :]
+    used = ((j[None, :] < lens[:, None]) & (token < t)).reshape(-1)
+    source = token.clamp(0, t - 1).reshape(-1)
+    tok = torch.arange(t, device=dev, dtype=torch.int64)
+    b = torch.searchsorted(ends, tok, right=True).clamp(max=batch - 1)
+    rows = (b * next_n + tok - starts[b]).clamp(0, batch * next_n - 1)
+    return DecodeShape(batch, next_n, rows, source, used)
+
+
+def _pack(shape: DecodeShape, x: Any) -> Any:
+    """x [tokens, ...] in the shape's rows [B * next_n, ...] (zeros in rows no token fills), as
+    pack_rows packs it; x itself when the decode is even."""
+    if shape.token_rows is None:
+        return x
+    import torch
+
+    src = x.view(torch.uint8) if x.element_size() == 1 else x
+    packed = src.index_select(0, shape.source)
+    mask = shape.used.reshape(-1, *([1] * (packed.dim() - 1)))
+    packed = torch.where(mask, packed, torch.zeros((), dtype=packed.dtype, device=packed.device))
+    return packed.view(x.dtype) if src is not x else packed
+
+
+def _unpack(shape: DecodeShape, x: Any) -> Any:
+    """Rows [B * next_n, ...] back in token order [tokens, ...] (x itself when even)."""
+    if shape.token_rows is None:
+        return x
+    return x.index_select(0, shape.token_rows)
 
 
 def _row_lengths_device(seq: Any, next_n: int) -> Any:
@@ -602,13 +656,27 @@ def _row_lengths_device(seq: Any, next_n: int) -> Any:
     return lengths.clamp(min=0).reshape(-1, next_n)
 
 
+def _context_lens_device(decode: Any, shape: DecodeShape) -> Any:
+    """context_lens of the call, i32: vLLM's seq_lens as given when even; packed decodes send
+    [B, next_n] with the rows no token fills set to 0, as dsa_decode does."""
+    import torch
+
+    seq = decode.seq_lens[: shape.batch].to(torch.int32)
+    if shape.token_rows is None:
+        return seq
+    lengths = seq.to(torch.int64).clamp(0, torch.iinfo(torch.int32).max).reshape(-1)
+    lengths = torch.where(shape.used, lengths, 0).to(torch.int32)
+    return lengths.reshape(shape.batch, shape.next_n)
+
+
 class IndexerDecodeDevice(NamedTuple):
     """indexer_decode's two calls with every tensor left on its device (indexer_decode_device)."""
 
     indexer_logits_paged: dict[str, Any]  # without logits: the caller places them
     topk: dict[str, Any]  # without logits and indices: the caller places them
-    rows: int  # B * next_n, in token order
+    rows: int  # B * next_n
     columns: int  # the logits' width: max_blocks * block_size, as the inline reply has
+    shape: Any = None  # DecodeShape: the rows of the tokens (uneven decodes are packed)
 
 
 def indexer_decode_device(
@@ -624,29 +692,31 @@ def indexer_decode_device(
     """indexer_decode for a decode whose tensors all lie on one torch device and whose decodes
     are even: the same calls, nothing read on the host (the top-k's per-row lengths computed on
     the device). None when it needs the host form."""
-    shape = _even_decode(decode, num_decode_tokens, q_fp8, weights, kv_cache)
+    shape = _decode_shape(decode, num_decode_tokens, q_fp8, weights, kv_cache)
     if shape is None:
         return None
     import torch
 
-    batch, next_n = shape
+    batch, next_n = shape.batch, shape.next_n
     cache, block_size = indexer_cache_rows(kv_cache, head_dim)
     table = decode.block_table[:batch].to(torch.int32)
-    seq = decode.seq_lens[:batch].to(torch.int32)
+    seq = decode.seq_lens[:batch].to(torch.int32)  # as given, as indexer_decode sends it
     t = num_decode_tokens
     paged = {
-        "q": q_fp8[:t].reshape(batch, next_n, *q_fp8.shape[1:]),
+        "q": _pack(shape, q_fp8[:t]).reshape(batch, next_n, *q_fp8.shape[1:]),
         "kv_cache": cache,
         "kv_cache_layout": _check_indexer_layout(layout, block_size, head_dim),
         "block_size": block_size,
         "block_table": table,
         "context_lens": seq,
-        "weights": weights[:t],
+        "weights": _pack(shape, weights[:t]),
     }
     lengths = _row_lengths_device(seq, next_n).reshape(-1)
+    if shape.used is not None:  # rows no token fills: length 0 (decode_rows)
+        lengths = torch.where(shape.used, lengths, 0)
     lengths = lengths.clamp(max=torch.iinfo(torch.int32).max).to(torch.int32)
     topk = {"lengths": lengths, "k": topk_tokens}
-    return IndexerDecodeDevice(paged, topk, t, int(table.shape[1]) * block_size)
+    return IndexerDecodeDevice(paged, topk, batch * next_n, int(table.shape[1]) * block_size, shape)
 
 
 def kv_rows_to_positions_device(call: DsaDecodeDevice, kv_rows: Any) -> Any:

@@ -79,8 +79,8 @@ def test_device_form_gives_the_host_forms_bytes(
 ):
     """The same step through run_decode_step with NumPy inputs (the host path) and with torch
     tensors: the same buffer rows, out and lse bytes, through the same calls (one dsa_attention,
-    or the three of "split"); even steps read nothing on the host (uneven ones take the host
-    path with torch tensors)."""
+    or the three of "split"), and nothing read on the host (uneven draft counts included: the
+    fixtures' seq_lens are per token)."""
     batch = make_decode_batch(rng, decode_q_lens)
     step, cache = decode_step(rng, batch)
     mcache, k_scale = fill_mla_cache(rng, batch, mla_cache)
@@ -91,9 +91,9 @@ def test_device_form_gives_the_host_forms_bytes(
     tq = as_torch(q, "bf16")
     tcache = as_torch(mcache, "bf16" if mcache.dtype == np.uint16 else None)
     tbuf = torch.full((batch.num_tokens + 2, step.topk_tokens), POISON, dtype=torch.int32)
-    even = not tstep.metadata.decode.requires_padding
-    if even:
-        no_host_reads(monkeypatch)
+    # vLLM's per-token seq_lens [B, next_n] (the fixtures'): even and uneven decodes alike stay
+    # on the device (uneven ones packed there).
+    no_host_reads(monkeypatch)
     rec = Recording(client)
     got_out, got_lse = calls.run_decode_step(
         rec,
@@ -109,13 +109,10 @@ def test_device_form_gives_the_host_forms_bytes(
     )
     monkeypatch.undo()
     assert rec.ops == ops
-    # The device forms return tensors on q's device, the host path attnd_client's arrays (the
-    # split path's sparse MLA takes its device form even when the indexer could not).
-    on_device = even or mode == "split"
-    assert mapping.is_torch(got_out) == on_device and mapping.is_torch(got_lse) == on_device
+    assert mapping.is_torch(got_out) and mapping.is_torch(got_lse)
     np.testing.assert_array_equal(tbuf.numpy(), buf)
-    np.testing.assert_array_equal(bits(got_out) if on_device else ac.dtypes.as_raw(got_out), out)
-    np.testing.assert_array_equal(got_lse.numpy() if on_device else got_lse, lse)
+    np.testing.assert_array_equal(bits(got_out), out)
+    np.testing.assert_array_equal(got_lse.numpy(), lse)
 
 
 def test_positions_on_the_device_match_the_host(rng):
@@ -154,8 +151,8 @@ def test_positions_on_the_device_match_the_host(rng):
 
 
 def test_device_form_declines_what_needs_the_host(rng):
-    """Mixed tensors (a NumPy block table), uneven decodes, and a token count that is not
-    B * next_n take the host path (None)."""
+    """Mixed tensors (a NumPy block table), uneven decodes with [B] seq_lens, and an even
+    decode whose token count is not B * next_n take the host path (None)."""
     batch = make_decode_batch(rng, (1, 1))
     step, cache = decode_step(rng, batch)
     mcache, _ = fill_mla_cache(rng, batch, "bf16")
@@ -171,10 +168,12 @@ def test_device_form_declines_what_needs_the_host(rng):
     dec = tstep.metadata.decode
     assert form(dec) is not None
     assert form(SimpleNamespace(**{**vars(dec), "block_table": dec.block_table.numpy()})) is None
-    assert form(SimpleNamespace(**{**vars(dec), "requires_padding": True})) is None
+    # Uneven: packed on the device with per-token seq_lens; [B] seq_lens need the host.
+    assert form(SimpleNamespace(**{**vars(dec), "requires_padding": True})) is not None
     one_d = SimpleNamespace(**{**vars(dec), "seq_lens": dec.seq_lens[:, 0]})
     assert form(one_d) is not None
     assert form(one_d, tokens=batch.num_tokens + 1) is None
+    assert form(SimpleNamespace(**{**vars(one_d), "requires_padding": True})) is None
 
 
 def test_ordered_setting(client, rng, monkeypatch):
@@ -325,3 +324,26 @@ def test_device_gathers_and_slots_match_the_host(rng):
     ).numpy()
     assert (got[1] == -1).all() and (got[2] == -1).all()
     np.testing.assert_array_equal(got[[0, 3]], want[[0, 3]])
+
+
+def test_packing_of_garbage_decode_lens_stays_in_range():
+    """Uneven decodes packed on the device with decode_lens that do not fit (too long, negative,
+    not adding up to the tokens): every index clamped, rows and sources in range, no error."""
+    t, next_n = 5, 3
+    seq = torch.full((3, next_n), 7, dtype=torch.int32)
+    for lens in ([9, -2, 4], [0, 0, 0], [3, 3, 3], [1, 1, 1]):
+        decode = SimpleNamespace(
+            block_table=torch.zeros((3, 2), dtype=torch.int32),
+            seq_lens=seq,
+            decode_lens=torch.tensor(lens, dtype=torch.int32),
+            requires_padding=True,
+        )
+        shape = mapping._decode_shape(decode, t, torch.zeros(t, 4))
+        assert shape is not None and shape.batch == 3 and shape.next_n == next_n
+        assert 0 <= int(shape.token_rows.min()) and int(shape.token_rows.max()) < 3 * next_n
+        assert 0 <= int(shape.source.min()) and int(shape.source.max()) < t
+        x = torch.arange(t * 4, dtype=torch.float32).reshape(t, 4)
+        packed = mapping._pack(shape, x)
+        assert packed.shape == (3 * next_n, 4)
+        assert (packed[~shape.used] == 0).all()
+        assert mapping._unpack(shape, packed).shape == (t, 4)
