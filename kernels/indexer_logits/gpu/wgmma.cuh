@@ -476,7 +476,8 @@ __global__ void __launch_bounds__(384, 1)
         }
       }
     } else {
-      // The same values; the logits only when asked for, then the candidates.
+      // The same values; the logits only when asked for, then the candidates. (The logits
+      // form's loop above is left as it was, so that its PTX stays what was measured.)
       float val[2][T::kOut];
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
