@@ -161,7 +161,7 @@ absl::Status OrderedCaller::Check() {
 absl::Status OrderedCaller::Close() {
   if (ring_ == nullptr) return absl::OkStatus();
   absl::Status s = WaitRetired(calls_, options_.timeout);
-  if (!s.ok()) AbortPending(0);
+  if (!s.ok()) AbortPending(0, /*reported=*/true);
   ring_->Close().IgnoreError();  // a Session's lease may have taken it already
   ring_.reset();
   for (const auto& [key, prepared] : prepared_) Release(prepared.call_id);
@@ -237,7 +237,7 @@ absl::Status OrderedCaller::CheckRing(absl::Time now) {
   const uint64_t state = ring_->state();
   const uint64_t taken = ring_->taken();
   if (state != ring_layout::kOpen && taken < ring_->submitted()) {
-    AbortPending(taken);
+    AbortPending(taken, /*reported=*/true);
     return absl::FailedPreconditionError(
         absl::StrCat("OrderedCaller: ring ", ring_->ring_id(), " was ",
                      state == ring_layout::kErrored ? "errored" : "closed", " with ",
@@ -245,7 +245,7 @@ absl::Status OrderedCaller::CheckRing(absl::Time now) {
   }
   if (const std::optional<absl::Duration> silent = ring_->Silence(now)) {
     const size_t failed = pending_.size();
-    AbortPending(0);
+    AbortPending(0, /*reported=*/true);
     return absl::UnavailableError(
         absl::StrCat("OrderedCaller: the daemon has not polled ring ", ring_->ring_id(), " for ",
                      absl::FormatDuration(*silent), " (it exited or hangs); ", failed,
@@ -254,14 +254,27 @@ absl::Status OrderedCaller::CheckRing(absl::Time now) {
   return absl::OkStatus();
 }
 
-void OrderedCaller::AbortPending(uint64_t after) {
+void OrderedCaller::AbortPending(uint64_t after, bool reported) {
   // Call n is the ring's entry n - 1 (the ring is this caller's own).
+  std::vector<uint64_t> aborted;
   for (const Pending& p : pending_) {
     if (p.n <= after) continue;
     uint64_t* word = Word(DoneOffset(p.n));
-    if ((LoadSignal(word) & ~kSignalFailureBit) != p.n) StoreSignal(word, p.n | kSignalFailureBit);
+    if ((LoadSignal(word) & ~kSignalFailureBit) != p.n) {
+      StoreSignal(word, p.n | kSignalFailureBit);
+      aborted.push_back(p.n);
+    }
   }
   Poll();
+  if (!reported || aborted.empty()) return;
+  // Failed here, and reported by the caller's status: not once more by TakeFailures. Failures
+  // the daemon stored itself stay.
+  failures_.erase(std::remove_if(failures_.begin(), failures_.end(),
+                                 [&](const auto& f) {
+                                   return std::find(aborted.begin(), aborted.end(), f.first) !=
+                                          aborted.end();
+                                 }),
+                  failures_.end());
 }
 
 void OrderedCaller::Release(uint64_t call_id) {

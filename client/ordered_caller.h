@@ -134,7 +134,10 @@ class OrderedCaller {
   absl::Status TakeFailures();
   absl::Status WaitRetired(uint64_t n, absl::Duration timeout);
   absl::Status CheckRing(absl::Time now);
-  void AbortPending(uint64_t after);
+  // Stores the failure bit into the done words of the pending calls past the first `after`
+  // ring entries. `reported`: the status the caller returns next reports them (the ring closed
+  // under them, the daemon silent, a failed close), so they are not reported again as ABORTED.
+  void AbortPending(uint64_t after, bool reported = false);
   void Release(uint64_t call_id);
   void ReleaseDropped(bool everything);
   uint64_t DoneOffset(uint64_t n) const;

@@ -224,7 +224,7 @@ class OrderedCaller:
                 self._wait_retired(self.calls, self.timeout if timeout is None else timeout)
             except AttndError as e:
                 error = e
-                self._abort_pending()
+                self._abort_pending(reported=True)
             ring, self.ring = self.ring, None
             try:
                 ring.close()
@@ -448,7 +448,7 @@ class OrderedCaller:
         with entries not taken, or when the daemon stopped polling it."""
         state, taken = ring.state, ring.taken
         if state != _rings.STATE_OPEN and taken < ring.submitted:
-            self._abort_pending(after=taken)
+            self._abort_pending(after=taken, reported=True)
             raise AttndError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"ordered caller: ring {ring.ring_id} was "
@@ -458,20 +458,26 @@ class OrderedCaller:
         silent = ring.silence(now)
         if silent is not None:
             failed = len(self._pending)
-            self._abort_pending()
+            self._abort_pending(reported=True)
             raise AttndError(
                 grpc.StatusCode.UNAVAILABLE,
                 f"ordered caller: the daemon has not polled ring {ring.ring_id} for "
                 f"{silent:.1f} s (it exited or hangs); {failed} pending calls failed here",
             )
 
-    def _abort_pending(self, after: int = 0) -> None:
+    def _abort_pending(self, after: int = 0, reported: bool = False) -> None:
         """Stores the failure bit into the done words of the pending calls whose ring entry is
         not among the first `after` (the ring is this caller's own: call n is entry n - 1):
-        the daemon will not store them, and a stream waiting on one would hang."""
+        the daemon will not store them, and a stream waiting on one would hang. `reported`: the
+        error raised next reports them (the ring closed under them, the daemon silent, a failed
+        close), so they are not raised again as ABORTED; failures the daemon stored stay."""
+        aborted = set()
         for n, _, _, _ in self._pending:
             if n > after:
                 word = self._done[n % self.depth]
                 if word.get() & ~FAILURE_BIT != n:
                     word.set(n | FAILURE_BIT)
+                    aborted.add(n)
         self._poll()
+        if reported and aborted:
+            self._failures = [f for f in self._failures if f[0] not in aborted]
