@@ -47,8 +47,11 @@ if ! cmake -S . -B "$BUILD_DIR" -G Ninja "${cmake_args[@]}" >"$BUILD_DIR/hip-che
   exit 1
 fi
 # Objects built by an earlier toolchain are rebuilt (CMake does not track the compiler's files).
+# Only the build folder's object files go: the "clean" target would also delete the outputs that
+# this build writes into the source tree (client/python/attnd_client/_gen/, the Python stubs
+# every build folder shares), and the Python tests would then fail to import.
 if ! cmp -s "$TOOLCHAIN/stamp" "$BUILD_DIR/hip-toolchain.stamp"; then
-  cmake --build "$BUILD_DIR" --target clean >/dev/null
+  find "$BUILD_DIR" -name '*.o' -type f -delete
   cp "$TOOLCHAIN/stamp" "$BUILD_DIR/hip-toolchain.stamp"
 fi
 if ! nice -n 10 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}"; then
