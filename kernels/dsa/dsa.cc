@@ -52,11 +52,6 @@ absl::Status Rename(absl::Status s,
 // Validation stands in for internally allocated scratch with a view that is never read.
 alignas(64) char placeholder[64];
 
-absl::Status InStep(const char* step, absl::Status s) {
-  if (s.ok()) return s;
-  return WithPrefix(s, absl::StrCat(step, ": "));
-}
-
 // The paged form: each step's constraints under this op's names, plus what only the fused call
 // has (both forms' tensors mixed, the shared token count T = B·next_n).
 absl::Status ValidatePaged(const Params& p) {
@@ -214,6 +209,11 @@ topk::Params PagedTopkStep(const Params& p, int64_t t0, int64_t count, const Ten
   tp.rows_per_request = next_n;
   tp.indices = indices;
   return tp;
+}
+
+absl::Status InStep(const char* step, absl::Status s) {
+  if (s.ok()) return s;
+  return WithPrefix(s, absl::StrCat(step, ": "));
 }
 
 absl::Status RunBlock(const Params& p, int64_t t0, int64_t count, const BlockScratch& scratch,

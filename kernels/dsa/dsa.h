@@ -76,6 +76,8 @@ struct BlockScratch {
 // CPU and GPU implementations.
 absl::Status RunBlock(const Params& p, int64_t t0, int64_t count, const BlockScratch& scratch,
                       const ExecContext& ctx);
+// A step's status with the step's name in front of its message (payloads kept); OK as is.
+absl::Status InStep(const char* step, absl::Status s);
 
 const std::vector<Impl<Params>>& Implementations();
 

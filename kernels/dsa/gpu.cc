@@ -6,7 +6,6 @@
 #include "kernels/common/gpu/runtime.h"
 #include "kernels/common/math.h"
 #include "kernels/common/status.h"
-#include "kernels/common/status_details.h"
 #include "kernels/common/supports.h"
 #include "kernels/dsa/dsa.h"
 #include "kernels/indexer_logits/indexer_logits.h"
@@ -195,11 +194,6 @@ topk::Params FusedTopkStep(const Params& p, int64_t t0, int64_t count, const Ten
       p, t0, count,
       MakeTensor(placeholder, DType::kF32, {count, std::max<int64_t>(LogitsColumns(p), 1)}),
       indices);
-}
-
-absl::Status InStep(const char* step, absl::Status s) {
-  if (s.ok()) return s;
-  return WithPrefix(s, absl::StrCat(step, ": "));
 }
 
 Tensor IndicesView(const Params& p, int64_t t0, int64_t count, char* scratch) {

@@ -801,6 +801,18 @@ int MaxActiveClusters(const void* kernel, int threads, int smem, int cluster) {
   return n;
 }
 
+// The device's facts and how many CTAs of `kernel` (`threads` threads, `smem` bytes of dynamic
+// shared memory, which this also allows) fit it at once; an error when none does.
+vendor::Error Resident(const void* kernel, int threads, int smem, vendor::DeviceFacts* d,
+                       int64_t* resident) {
+  if (!vendor::CurrentDeviceFacts(d)) return cudaErrorNoDevice;
+  if (smem > d->smem_optin) return cudaErrorInvalidConfiguration;
+  const int per_sm = vendor::BlocksPerSm(kernel, threads, smem);
+  if (per_sm == 0) return cudaErrorInvalidConfiguration;
+  *resident = static_cast<int64_t>(per_sm) * d->sm_count;
+  return vendor::kSuccess;
+}
+
 template <int kThreads>
 vendor::Error Launch(const FilterArgs& base, const FilterConfig& config, vendor::Stream stream) {
   const void* kernel = KernelOf<kThreads>();
@@ -808,11 +820,11 @@ vendor::Error Launch(const FilterArgs& base, const FilterConfig& config, vendor:
   const int smem = static_cast<int>(
       FilterSmemBytes(HeaderBytes<kThreads>(), base.cols, FilterCapacity(kThreads)));
   vendor::DeviceFacts d;
-  if (!vendor::CurrentDeviceFacts(&d)) return cudaErrorNoDevice;
-  if (smem > d.smem_optin) return cudaErrorInvalidConfiguration;
-  const int per_sm = vendor::BlocksPerSm(kernel, kThreads, smem);  // also allows the smem
-  if (per_sm == 0) return cudaErrorInvalidConfiguration;
-  const int64_t resident = static_cast<int64_t>(per_sm) * d.sm_count;
+  int64_t resident = 0;
+  if (const vendor::Error e = Resident(kernel, kThreads, smem, &d, &resident);
+      e != vendor::kSuccess) {
+    return e;
+  }
   int cluster = config.cluster;
   if (cluster == 0) {
     cluster =
@@ -949,11 +961,11 @@ vendor::Error LaunchCandidates(const CandidateArgs& a, vendor::Stream stream) {
   const int smem =
       static_cast<int>(FilterSmemBytes(HeaderBytes<kThreads>(), a.cols, FilterCapacity(kThreads)));
   vendor::DeviceFacts d;
-  if (!vendor::CurrentDeviceFacts(&d)) return cudaErrorNoDevice;
-  if (smem > d.smem_optin) return cudaErrorInvalidConfiguration;
-  const int per_sm = vendor::BlocksPerSm(kernel, kThreads, smem);  // also allows the smem
-  if (per_sm == 0) return cudaErrorInvalidConfiguration;
-  const int64_t resident = static_cast<int64_t>(per_sm) * d.sm_count;
+  int64_t resident = 0;
+  if (const vendor::Error e = Resident(kernel, kThreads, smem, &d, &resident);
+      e != vendor::kSuccess) {
+    return e;
+  }
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.rows, resident));
   TopkCandidatesKernel<kThreads><<<grid, kThreads, smem, stream>>>(a, words);
   return vendor::GetLastError();
