@@ -243,8 +243,7 @@ def _decode_on_device(
     client.indexer_logits_paged(**call.indexer_logits_paged, logits=logits)
     indices = torch.empty((call.rows, topk_tokens), dtype=torch.int32, device=dev)
     client.topk(logits=logits, **call.topk, indices=indices)
-    if call.shape is not None:
-        indices = mapping._unpack(call.shape, indices)  # token order (uneven decodes packed)
+    indices = mapping._unpack(call.shape, indices)  # token order (uneven decodes packed)
     width = min(topk_tokens, int(topk_indices_buffer.shape[1]))
     rows = int(indices.shape[0])
     topk_indices_buffer[:rows, :width] = indices[:, :width].to(topk_indices_buffer.dtype)
@@ -439,7 +438,7 @@ def run_dsa_decode_device(
     topk = int(call.dsa_attention["topk"])
     out = torch.empty((rows, heads, 512), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((rows, heads), dtype=torch.float32, device=q.device)
-    packed = call.shape is not None and call.shape.token_rows is not None
+    packed = call.shape.token_rows is not None
     call_rows = call.batch * call.next_n
     if packed:  # uneven decodes: the call's rows [B * next_n], back in token order below
         out_c = torch.empty((call_rows, heads, 512), dtype=torch.bfloat16, device=q.device)

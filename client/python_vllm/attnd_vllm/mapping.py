@@ -518,7 +518,7 @@ class DsaDecodeDevice(NamedTuple):
     block_table: Any  # i32 [B, max_blocks] tensor, shared by both caches
     block_size: int
     blocks: Any  # i64 [B] tensor: the table entries each request's longest row can reach
-    shape: Any = None  # DecodeShape: the rows of the tokens (uneven decodes are packed)
+    shape: Any  # DecodeShape: the rows of the tokens (uneven decodes are packed)
 
 
 def dsa_decode_device(
@@ -676,7 +676,7 @@ class IndexerDecodeDevice(NamedTuple):
     topk: dict[str, Any]  # without logits and indices: the caller places them
     rows: int  # B * next_n
     columns: int  # the logits' width: max_blocks * block_size, as the inline reply has
-    shape: Any = None  # DecodeShape: the rows of the tokens (uneven decodes are packed)
+    shape: Any  # DecodeShape: the rows of the tokens (uneven decodes are packed)
 
 
 def indexer_decode_device(

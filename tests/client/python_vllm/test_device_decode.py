@@ -145,7 +145,10 @@ def test_positions_on_the_device_match_the_host(rng):
             lengths_t = lengths_t[:, None] - next_n + torch.arange(next_n)[None, :] + 1
         longest = lengths_t.clamp(min=0).reshape(batch, next_n).amax(dim=1)
         blocks = torch.div(longest + bs - 1, bs, rounding_mode="floor").clamp(max=width)
-        dev_call = mapping.DsaDecodeDevice({}, batch, next_n, torch.from_numpy(table), bs, blocks)
+        even = mapping.DecodeShape(batch, next_n, None, None, None)
+        dev_call = mapping.DsaDecodeDevice(
+            {}, batch, next_n, torch.from_numpy(table), bs, blocks, even
+        )
         got = mapping.kv_rows_to_positions_device(dev_call, torch.from_numpy(kv_rows))
         np.testing.assert_array_equal(got.numpy(), want)
 
