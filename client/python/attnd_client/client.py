@@ -12,7 +12,6 @@ Thread-safe: calls may be made from many threads at once.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -346,23 +345,27 @@ class Client(StreamOrderedClient, _ops.OpCalls[_ops.OpResult]):
         return None
 
     def device_regions(
-        self, keep_alive: bool = False, max_regions: int | None = None
+        self, keep_alive: bool | None = None, max_regions: int | None = None
     ) -> DeviceRegionCache:
         """The cache of the device regions of this client's CUDA tensors (torch_support.
         DeviceRegionCache: storages held weakly, a dead one's region unregistered on the next
-        call; keep_alive=True pins them until close()), made with these options on first use
-        (a CUDA tensor argument makes it with the defaults); ValueError if it exists with
-        others."""
+        call; keep_alive=True pins them until close()), made on first use with the options
+        given (defaults keep_alive=False, max_regions=DEFAULT_MAX_REGIONS; a CUDA tensor
+        argument makes it with the defaults). Later calls return it; ValueError when an option
+        given differs from the one it was made with (an option left None matches any)."""
         from .torch_support import DEFAULT_MAX_REGIONS, DeviceRegionCache
 
-        limit = DEFAULT_MAX_REGIONS if max_regions is None else max_regions
         with self._lock:
             if self._device_regions is None:
                 self._device_regions = DeviceRegionCache(
-                    self, keep_alive=keep_alive, max_regions=limit
+                    self,
+                    keep_alive=bool(keep_alive),
+                    max_regions=DEFAULT_MAX_REGIONS if max_regions is None else max_regions,
                 )
             cache = self._device_regions
-        if (cache.keep_alive, cache.max_regions) != (keep_alive, limit):
+        if (keep_alive is not None and cache.keep_alive != keep_alive) or (
+            max_regions is not None and cache.max_regions != max_regions
+        ):
             raise ValueError(
                 f"the device region cache exists with keep_alive={cache.keep_alive}, "
                 f"max_regions={cache.max_regions}"
@@ -373,9 +376,7 @@ class Client(StreamOrderedClient, _ops.OpCalls[_ops.OpResult]):
         with self._lock:
             cache = self._device_regions
         if cache is None:
-            with contextlib.suppress(ValueError):  # made by another thread meanwhile
-                self.device_regions()
-            cache = self._device_regions
+            cache = self.device_regions()
         assert cache is not None
         return cache.ref(tensor)
 

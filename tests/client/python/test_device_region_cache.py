@@ -301,8 +301,13 @@ def test_client_device_regions_options():
         cache = client.device_regions(keep_alive=True, max_regions=8)
         assert cache.keep_alive and cache.max_regions == 8
         assert client.device_regions(keep_alive=True, max_regions=8) is cache
+        # No options: whatever exists (an ordered caller's lookup); one option given must match.
+        assert client.device_regions() is cache
+        assert client.device_regions(keep_alive=True) is cache
         with pytest.raises(ValueError, match="keep_alive=True"):
-            client.device_regions()
+            client.device_regions(keep_alive=False)
+        with pytest.raises(ValueError, match="max_regions=8"):
+            client.device_regions(max_regions=9)
     finally:
         client.close()
     fresh = ac.Client("unix:/nonexistent/attnd.sock")
