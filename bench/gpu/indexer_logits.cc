@@ -183,7 +183,20 @@ absl::Status AddIndexerTopkCases(const std::string& preset, kernels::indexer_log
     GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, wide, stream));
     return absl::OkStatus();
   };
-  out->push_back(std::move(fused));
+  out->push_back(fused);
+  // The floors raised every 2 and every 4 tiles instead of the default 8 (fewer candidates for
+  // more consumer time).
+  for (const uint32_t every : {2u, 4u}) {
+    il::gpu::WgmmaCandidates often = c;
+    often.floor_every = every;
+    fused.impl = absl::StrCat("cuda_fused_f", every);
+    fused.launch = [fp, tp, often, rows](gpu::Stream stream) -> absl::Status {
+      GPU_RETURN_IF_ERROR(il::gpu::LaunchWgmmaCandidates(fp, often, stream));
+      GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, rows, stream));
+      return absl::OkStatus();
+    };
+    out->push_back(fused);
+  }
   return absl::OkStatus();
 }
 
@@ -207,8 +220,9 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& fi
         absl::StrCat(s.model, "_h", s.heads, "_m", s.m, "_n", s.n, "_causal");
     const bool small = s.n <= 4096;
     if (!Wanted(filter, "indexer_logits", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"}) &&
-        !Wanted(filter, "indexer_topk", preset + "_k2048",
-                {"cuda_unfused", "cuda_fused", "cuda_fused_t512"})) {
+        !Wanted(
+            filter, "indexer_topk", preset + "_k2048",
+            {"cuda_unfused", "cuda_fused", "cuda_fused_t512", "cuda_fused_f2", "cuda_fused_f4"})) {
       continue;
     }
     auto arena = std::make_shared<DeviceArena>();

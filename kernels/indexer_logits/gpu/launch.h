@@ -38,6 +38,10 @@ struct WgmmaCandidates {
   uint32_t* counts = nullptr;
   uint32_t* floors = nullptr;
   uint32_t k = 0;
+  // Tiles between two raises of a row's floor, 1 to 64; 0: the default (topk/gpu/candidates.h
+  // kCandidateFloorEvery). Any value keeps every top-k entry; it trades the consumers' time
+  // against the number of candidates.
+  uint32_t floor_every = 0;
 };
 bool WgmmaCandidatesSupports(const Params& p, int64_t k, std::string* why);
 ::attnd::gpu::Error LaunchWgmmaCandidates(const Params& p, const WgmmaCandidates& c,

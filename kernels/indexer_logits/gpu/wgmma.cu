@@ -128,7 +128,7 @@ bool WgmmaCandidatesSupports(const Params& p, int64_t k, std::string* why) {
                                           ::attnd::gpu::Stream stream) {
   const int64_t m = p.q.dim(0), n = p.k.dim(0);
   if (m == 0) return cudaSuccess;
-  if (c.ld < n || c.k == 0) return cudaErrorInvalidValue;  // a row's candidates must all fit
+  if (c.ld < n || c.k == 0 || c.floor_every > 64) return cudaErrorInvalidValue;
   WgmmaIndexerArgs args;
   if (n == 0) {  // nothing to read: every row has no candidates
     const cudaError_t e = cudaMemsetAsync(c.counts, 0, static_cast<size_t>(m) * 4, stream);
@@ -145,6 +145,8 @@ bool WgmmaCandidatesSupports(const Params& p, int64_t k, std::string* why) {
   args.cand.counts = c.counts;
   args.cand.floors = c.floors;
   args.cand.k = c.k;
+  args.cand.floor_every =
+      c.floor_every != 0 ? c.floor_every : ::attnd::kernels::topk::gpu::kCandidateFloorEvery;
   if (args.p.heads != 64) return cudaErrorInvalidValue;  // refused by Supports
   return LaunchInstance<64, true>(args, stream);
 }

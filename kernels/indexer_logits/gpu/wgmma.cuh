@@ -50,6 +50,7 @@ struct WgmmaCandidateOut {
   uint32_t* counts = nullptr;
   uint32_t* floors = nullptr;
   uint32_t k = 0;
+  uint32_t floor_every = 0;  // tiles between two floor raises (>= 1)
 };
 
 // The kernel's argument block: the two tensor maps (u8, 128-byte swizzle) and the problem.
@@ -94,8 +95,6 @@ struct WgmmaIndexerTile {
   static constexpr uint32_t kCountOffset = kHistOffset + kQueries * kCandBins * 4;
   static constexpr uint32_t kFloorOffset = kCountOffset + kQueries * 4;
   static constexpr int kSmemBytesFused = static_cast<int>(kFloorOffset + kQueries * 4);
-  // The candidate form refreshes each query's floor every kFloorEvery tiles.
-  static constexpr uint32_t kFloorEvery = ::attnd::kernels::topk::gpu::kCandidateFloorEvery;
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "register budget (65536 / 128)");
@@ -179,32 +178,49 @@ class TileCursor {
 // complete histogram gives (never too high).
 template <int kBins>
 __device__ __forceinline__ uint32_t CandidateFloor(const uint32_t* hist, uint32_t k, int lane) {
-  static_assert(kBins % 32 == 0, "whole bins per lane");
+  static_assert(kBins % 64 == 0, "whole, even bin counts per lane");
   constexpr int kPer = kBins / 32;
   const volatile uint32_t* h = hist;
   const int top = kBins - kPer * lane;  // this lane's bins [top - kPer, top); lane 0 the highest
+  // Pass 1: each lane sums its own bins, visited in an order rotated by the lane so that the 32
+  // lanes' reads of one step fall in 32 different banks (docs/KERNELS.md "Indexer → top-k
+  // candidates": the floor refresh is on the consumers' path).
   uint32_t sum = 0;
-  for (int b = top - 1; b >= top - kPer; --b) sum += h[b];
+#pragma unroll 8
+  for (int j = 0; j < kPer; ++j) sum += h[top - 1 - ((j + lane) & (kPer - 1))];
   uint32_t incl = sum;
 #pragma unroll
   for (int d = 1; d < 32; d *= 2) {
     const uint32_t y = __shfl_up_sync(0xffffffffu, incl, d);
     if (lane >= d) incl += y;
   }
-  const uint32_t excl = incl - sum;
-  uint32_t bin = 0;
-  if (excl < k && k <= incl) {  // at most one lane
-    uint32_t acc = excl;
-    for (int b = top - 1; b >= top - kPer; --b) {
-      acc += h[b];
-      if (acc >= k) {
-        bin = static_cast<uint32_t>(b);
-        break;
-      }
+  // The lane whose bins hold the k-th candidate from the top, if any.
+  const uint32_t cross = __ballot_sync(0xffffffffu, incl - sum < k && k <= incl);
+  if (cross == 0u) return 0u;
+  const int owner = __ffs(cross) - 1;
+  uint32_t acc = __shfl_sync(0xffffffffu, incl - sum, owner);  // candidates in higher lanes' bins
+  // Pass 2: the whole warp reads the owner's bins from the top, 32 adjacent ones per step. A
+  // count read now is at least the one pass 1 read, so the crossing lies in these bins; every
+  // count read is still at most the true one.
+  const int owner_top = kBins - kPer * owner;
+  for (int c = 0; c < kPer / 32; ++c) {
+    const int b = owner_top - 1 - 32 * c - lane;
+    const uint32_t n = h[b];
+    uint32_t run = n;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const uint32_t y = __shfl_up_sync(0xffffffffu, run, d);
+      if (lane >= d) run += y;
     }
+    const uint32_t hit = __ballot_sync(0xffffffffu, acc + run >= k);
+    if (hit != 0u) {
+      const int at = owner_top - 1 - 32 * c - (__ffs(hit) - 1);
+      return static_cast<uint32_t>(at) << ::attnd::kernels::topk::gpu::kCandidateShift;
+    }
+    acc += __shfl_sync(0xffffffffu, run, 31);
   }
-  bin = __reduce_max_sync(0xffffffffu, bin);
-  return bin << ::attnd::kernels::topk::gpu::kCandidateShift;
+  // Unreachable (the counts only grow); the safe answer.
+  return 0u;
 }
 
 // The candidate form's append (docs/KERNELS.md "Indexer → top-k candidates"): this lane's
@@ -415,6 +431,7 @@ __global__ void __launch_bounds__(384, 1)
   const uint64_t q_desc = SmemDescKMajor(base + T::kQOffset + wg * T::kQWgBytes);
   float acc[128];  // S: keys 16·warp + g (+8) × this thread's 64 columns (accumulator layout)
   TileCursor cursor(ranges);
+  uint32_t since_floor = 0;  // the candidate form: tiles since this warp's last floor raise
   // Issue turns: WG0 first; each hands the turn to the other after issuing. Arrivals balance
   // the syncs: WG1 gives the first turn and does not hand back after its last tile.
   if (wg == 1 && !cursor.done()) NamedBarArrive(kIndexerBarTurn0, 256);
@@ -497,8 +514,10 @@ __global__ void __launch_bounds__(384, 1)
       }
       AppendCandidates<T>(smem, args.cand, val, key0, w.c1, out_lo, out_hi, out_ok, row0, q0, lane,
                           t4);
-      if (i % T::kFloorEvery == T::kFloorEvery - 1)
+      if (++since_floor == args.cand.floor_every) {
+        since_floor = 0;
         RefreshFloors<T>(smem, args.cand.k, q0, warp, lane);
+      }
     }
   }
   if constexpr (kFused) {

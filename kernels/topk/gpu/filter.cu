@@ -683,18 +683,28 @@ __device__ void SelectCandidateRow(Cta<kThreads>& cta, const CandidateArgs& a, i
   auto admitted = [&](const uint2& e) {
     return e.x >= floor && e.y - begin < len;  // unsigned: columns below begin wrap past len
   };
-  // The buffer: candidates appended unordered (one shared atomic per warp and pass).
-  for (uint32_t base = 0; base < n; base += kThreads) {
-    const uint32_t i = base + threadIdx.x;
-    uint2 e = make_uint2(0u, 0u);
-    const bool take = i < n && admitted(e = src[i]);
-    const uint32_t ballot = __ballot_sync(kFullMask, take);
-    if (ballot == 0u) continue;  // warp-uniform
-    uint32_t pos = 0;
-    if (LaneOf() == 0) pos = atomicAdd(&cta.h->count, static_cast<uint32_t>(__popc(ballot)));
-    pos = __shfl_sync(kFullMask, pos, 0) +
-          static_cast<uint32_t>(__popc(ballot & ((1u << LaneOf()) - 1u)));
-    if (take && pos < kCapacity) cta.entries[pos] = e;
+  // The buffer: candidates appended unordered (one shared atomic per warp and pass). Each
+  // thread has kLoads pairs in flight before it looks at any (the loop is otherwise bound by
+  // the load latency: docs/KERNELS.md "Indexer → top-k candidates").
+  constexpr uint32_t kLoads = 8;
+  for (uint32_t base = 0; base < n; base += kThreads * kLoads) {
+    uint2 e[kLoads];
+#pragma unroll
+    for (uint32_t j = 0; j < kLoads; ++j) {
+      const uint32_t i = base + j * kThreads + threadIdx.x;
+      e[j] = i < n ? src[i] : make_uint2(0u, 0u);
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < kLoads; ++j) {
+      const bool take = base + j * kThreads + threadIdx.x < n && admitted(e[j]);
+      const uint32_t ballot = __ballot_sync(kFullMask, take);
+      if (ballot == 0u) continue;  // warp-uniform
+      uint32_t pos = 0;
+      if (LaneOf() == 0) pos = atomicAdd(&cta.h->count, static_cast<uint32_t>(__popc(ballot)));
+      pos = __shfl_sync(kFullMask, pos, 0) +
+            static_cast<uint32_t>(__popc(ballot & ((1u << LaneOf()) - 1u)));
+      if (take && pos < kCapacity) cta.entries[pos] = e[j];
+    }
   }
   __syncthreads();  // the count and the entries are complete
   const uint32_t total = cta.h->count;
@@ -978,7 +988,8 @@ vendor::Error LaunchTopkFromCandidates(const Params& p, const TopkCandidateRows&
   CandidateArgs a;
   static_cast<RowArgs&>(a) = MakeRowArgs(p);
   if (a.rows == 0) return vendor::kSuccess;
-  if (a.values != nullptr || c.ld < a.cols || c.ld > 0xffffffffLL) return cudaErrorInvalidValue;
+  // ld < 2^31: the select's 32-bit indices past a row's count never wrap.
+  if (a.values != nullptr || c.ld < a.cols || c.ld > 0x7fffffffLL) return cudaErrorInvalidValue;
   a.entries = reinterpret_cast<const uint2*>(c.entries);
   a.entries_ld = c.ld;
   a.counts = c.counts;

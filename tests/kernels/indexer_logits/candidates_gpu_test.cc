@@ -40,7 +40,8 @@ uint32_t KeyOf(float v) {
   return topk::gpu::radix::KeyOfBits(bits);
 }
 
-void CheckCandidates(int64_t m, int64_t n, int64_t topk_k, uint64_t salt) {
+void CheckCandidates(int64_t m, int64_t n, int64_t topk_k, uint64_t salt,
+                     uint32_t floor_every = 0) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
   auto rng = testing::MakeRng();
   rng.discard(salt);
@@ -106,6 +107,7 @@ void CheckCandidates(int64_t m, int64_t n, int64_t topk_k, uint64_t salt) {
   c.counts = static_cast<uint32_t*>(counts);
   c.floors = static_cast<uint32_t*>(floors);
   c.k = static_cast<uint32_t>(topk_k);
+  c.floor_every = floor_every;
   Params fused = device;
   fused.logits = Tensor{};
   ASSERT_TRUE(gpu::WgmmaCandidatesSupports(fused, topk_k, &why)) << why;
@@ -207,6 +209,13 @@ void CheckCandidates(int64_t m, int64_t n, int64_t topk_k, uint64_t salt) {
 TEST(IndexerCandidatesGpu, EveryTopkEntryIsACandidateK256) { CheckCandidates(37, 3000, 256, 1); }
 TEST(IndexerCandidatesGpu, EveryTopkEntryIsACandidateK2048) { CheckCandidates(20, 9000, 2048, 2); }
 TEST(IndexerCandidatesGpu, EveryTopkEntryIsACandidateK3000) { CheckCandidates(11, 5000, 3000, 3); }
+// The floors raised after every tile (the most reads racing the appends) and every 64.
+TEST(IndexerCandidatesGpu, EveryTopkEntryIsACandidateFloorEveryTile) {
+  CheckCandidates(37, 6000, 256, 4, 1);
+}
+TEST(IndexerCandidatesGpu, EveryTopkEntryIsACandidateFloorEvery64Tiles) {
+  CheckCandidates(20, 9000, 2048, 5, 64);
+}
 
 #else
 
