@@ -69,12 +69,18 @@ constexpr PrefillPreset kPrefillPresets[] = {
     {"prefill_t4096_s32768_hi64_h128_d576_k2048_bf16kv", 4096, 32768, 64, 128, 576, 2048},
 };
 
+// Whether the filter may name one of the preset's cases: either preset name (the FAST-indexer
+// variant's ends "_idxfast"), either implementation, either precision.
 bool Wanted(const char* name, const std::string& filter) {
-  for (const kernels::Precision precision : kBenchPrecisions) {
-    if (MayMatch(absl::StrCat("dsa_attention/", name, "/", kernels::GpuImplName("steps"), "/",
-                              kernels::PrecisionName(precision)),
-                 filter)) {
-      return true;
+  for (const char* suffix : {"", "_idxfast"}) {
+    for (const char* impl : {"steps", "fused_topk"}) {
+      for (const kernels::Precision precision : kBenchPrecisions) {
+        if (MayMatch(absl::StrCat("dsa_attention/", name, suffix, "/", kernels::GpuImplName(impl),
+                                  "/", kernels::PrecisionName(precision)),
+                     filter)) {
+          return true;
+        }
+      }
     }
   }
   return false;
