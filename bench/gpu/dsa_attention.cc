@@ -69,14 +69,17 @@ constexpr PrefillPreset kPrefillPresets[] = {
     {"prefill_t4096_s32768_hi64_h128_d576_k2048_bf16kv", 4096, 32768, 64, 128, 576, 2048},
 };
 
-// Whether the filter may name one of the preset's cases: either preset name (the FAST-indexer
-// variant's ends "_idxfast"), either implementation, either precision.
+// The name of a preset's variant with the FAST indexer is the preset's with this appended.
+constexpr char kIdxFastSuffix[] = "_idxfast";
+
+// Whether the filter may name one of the preset's cases: either preset name, any of the op's
+// implementations, either precision.
 bool Wanted(const char* name, const std::string& filter) {
-  for (const char* suffix : {"", "_idxfast"}) {
-    for (const char* impl : {"steps", "fused_topk"}) {
+  for (const char* suffix : {"", kIdxFastSuffix}) {
+    for (const kernels::Impl<dsa::Params>& impl : dsa::Implementations()) {
       for (const kernels::Precision precision : kBenchPrecisions) {
-        if (MayMatch(absl::StrCat("dsa_attention/", name, suffix, "/", kernels::GpuImplName(impl),
-                                  "/", kernels::PrecisionName(precision)),
+        if (MayMatch(absl::StrCat("dsa_attention/", name, suffix, "/", impl.name, "/",
+                                  kernels::PrecisionName(precision)),
                      filter)) {
           return true;
         }
@@ -115,7 +118,7 @@ absl::Status AddVariants(const char* name, dsa::Params p, const kernels::WorkCou
     if (!ws.ok()) return ws.status();
     GpuBenchCase c;
     c.op = "dsa_attention";
-    c.preset = v.index_precision == kernels::Precision::kFast ? absl::StrCat(name, "_idxfast")
+    c.preset = v.index_precision == kernels::Precision::kFast ? absl::StrCat(name, kIdxFastSuffix)
                                                               : std::string(name);
     c.impl = impl->name;
     c.precision = kernels::PrecisionName(precision);
