@@ -816,9 +816,26 @@ class Runner:
         m, client = self.m, self.client
         stream = torch.cuda.current_stream().cuda_stream if self.cuda else None
         caller = client.ordered_caller(depth=4 * m.layers, timeout=self.a.stream_timeout)
+        # Each layer's tensors are built once (the static buffers a graph-replaying engine
+        # holds), as the ring and rpc paths' call ids are: the figure is the library's cost.
+        # The per-call cost of building them (m.args: five tensor views) is reported apart.
+        args = [m.args(layer) for layer in range(m.layers)]
+        t0 = time.thread_time_ns()
+        for layer in range(m.layers):
+            m.args(layer)
+        args_ns = (time.thread_time_ns() - t0) / m.layers
+        profile = None
+        if self.a.profile_calls:
+            import cProfile
+
+            profile = cProfile.Profile()
 
         def call(layer: int) -> None:
-            caller.call("dsa_attention", stream=stream, **m.args(layer))
+            if profile is not None:
+                profile.enable()
+            caller.call("dsa_attention", stream=stream, **args[layer])
+            if profile is not None:
+                profile.disable()
             if stream is None:
                 caller.wait()
 
@@ -843,6 +860,17 @@ class Runner:
         r["failed_layers"] = 0  # wait() raised otherwise
         r["done_words_ok"] = True
         r["prepares"] = prepares
+        r["arguments"] = "prebuilt"
+        r["args_cpu_us_per_call"] = args_ns / 1e3
+        if profile is not None:
+            import io
+            import pstats
+
+            text = io.StringIO()
+            pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(30)
+            with open(self.a.profile_calls, "a") as f:
+                f.write(f"# decode_step ordered caller, batch {m.batch}, warm-up included\n")
+                f.write(text.getvalue())
         return r
 
     def stream_ordered(self, signals: str, submit: str) -> dict:
@@ -1023,6 +1051,11 @@ def main() -> int:
     )  # fmt: skip
     p.add_argument("--commit")
     p.add_argument("--seed", type=int, default=20261202)
+    p.add_argument(
+        "--profile-calls",
+        help="--submit ordered: profile the caller.call()s (cProfile, warm-up steps included) "
+        "and append the 30 costliest functions here",
+    )
     p.add_argument(
         "--trace",
         help="also run every CUDA configuration once more with %%globaltimer stamps around each "

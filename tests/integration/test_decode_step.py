@@ -62,6 +62,22 @@ def test_decode_step_cpu_smoke(daemon, tmp_path, submit):
     assert lines[0]["done_words_ok"] and lines[0]["signals"] == "host"
 
 
+def test_decode_step_ordered_profile_on_cpu(daemon, tmp_path):
+    """--submit ordered with --profile-calls: the line says its arguments were built once per
+    layer and what building them per call costs, and the profile names the library's call."""
+    profile = tmp_path / "profile.txt"
+    lines = _run(
+        daemon, tmp_path, "--submit", "ordered", "--paths", "stream_ordered",
+        "--profile-calls", str(profile),
+    )  # fmt: skip
+    (line,) = lines
+    assert "error" not in line and line["check"] == "bitwise", line
+    assert line["arguments"] == "prebuilt" and line["args_cpu_us_per_call"] > 0
+    text = profile.read_text()
+    assert "# decode_step ordered caller, batch" in text
+    assert "ordered.py" in text and "(call)" in text, text[:2000]
+
+
 def test_decode_step_device_signals_line_on_cpu(daemon, tmp_path):
     """--signals device on a CPU frontend is refused before any call, as a line that still has
     every field (the measured ones null) after the host-signal and blocking lines; exit 0."""

@@ -260,7 +260,10 @@ class _Entry:
         return bool(self.pinned) or any(r() is not None for _, r in self.users)
 
     def holds(self, storage: Any) -> bool:
-        return any(r() is storage for _, r in self.users)
+        for _, r in self.users:
+            if r() is storage:
+                return True
+        return False
 
 
 class DeviceRegionCache:
@@ -352,6 +355,18 @@ class DeviceRegionCache:
         read them; later calls never do (they may run in a stream-ordered loop)."""
         entry = self._entry(tensor, first_use_only=True)
         return entry.name, tensor.storage_offset() * tensor.element_size()
+
+    def known_name(self, tensor: torch.Tensor) -> str | None:
+        """The region name of a CUDA tensor's storage when that storage is registered already,
+        else None (then region_slice() registers it). No lock, RPC, synchronise or collect():
+        for a per-call path that calls collect() once itself (OrderedCaller). Identity-checked
+        as region_slice() is: a dead storage's entry never answers for a new storage that took
+        its id."""
+        storage = tensor.untyped_storage()
+        entry = self._by_storage.get(id(storage))
+        if entry is None or self._by_key.get(entry.key) is not entry or not entry.holds(storage):
+            return None
+        return entry.name
 
     def signal(self, word: torch.Tensor, value: int) -> Signal:
         """The Signal (for ready= / done=, docs/SERVICE.md "Stream-ordered calls and prepared

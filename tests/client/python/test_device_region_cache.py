@@ -316,3 +316,67 @@ def test_client_device_regions_options():
         assert not cache.keep_alive and cache.max_regions == torch_support.DEFAULT_MAX_REGIONS
     finally:
         fresh.close()
+
+
+def test_known_name_answers_only_for_registered_live_storages():
+    cache, reg, sharer, syncs = make()
+    base = torch.zeros(64)
+    assert cache.known_name(base) is None, "not registered yet"
+    name, offset = cache.region_slice(base[8:])
+    assert offset == 8 * 4
+    assert cache.known_name(base[3:]) == name, "a view of a registered storage"
+    calls = sharer.calls
+    for n in range(20):  # a dead storage's id may come back: never answered for the new one
+        t = torch.zeros(8 + n)
+        assert cache.known_name(t) is None
+        cache.ref(t)
+        assert cache.known_name(t) == reg.registered[-1]["name"]
+        del t
+    assert sharer.calls == calls + 20
+    cache.clear()
+    assert cache.known_name(base) is None, "cleared"
+
+
+class _Owner:
+    def __init__(self, cache):
+        self.cache = cache
+
+    def device_regions(self):
+        return self.cache
+
+
+def _keyer(monkeypatch, cache):
+    """An OrderedCaller's key function over `cache` with CPU tensors standing in for CUDA."""
+    from attnd_client import ordered
+
+    monkeypatch.setattr(ordered, "_is_cuda_tensor", lambda v: isinstance(v, torch.Tensor))
+    caller = ordered.OrderedCaller.__new__(ordered.OrderedCaller)
+    caller.owner = _Owner(cache)
+    return lambda **arguments: caller._key("op", arguments)
+
+
+def test_ordered_caller_key_of_cuda_tensors(monkeypatch):
+    """The key an OrderedCaller caches prepared calls under: equal for fresh views of the same
+    bytes, different whenever the region, offset, shape, strides or dtype differ, and a dead
+    storage's region is unregistered on the next call (once per call, not per tensor)."""
+    cache, reg, _, _ = make()
+    key = _keyer(monkeypatch, cache)
+    q = torch.zeros(4, 8, 16, dtype=torch.bfloat16)
+    out = torch.zeros(4, 8, 16, dtype=torch.bfloat16)
+    k0, held = key(q=q[1], out=out[1], scale=0.5)
+    assert len(held) == 2 and held[0] is not q  # the views themselves are held
+    assert key(q=q[1], out=out[1], scale=0.5)[0] == k0, "fresh views, the same bytes"
+    assert key(out=out[1], q=q[1], scale=0.5)[0] == k0, "argument order does not matter"
+    assert len(reg.registered) == 2
+    assert key(q=q[2], out=out[1], scale=0.5)[0] != k0, "another offset"
+    assert key(q=q[1], out=out[1], scale=0.25)[0] != k0, "another scalar"
+    assert key(q=q[1].view(torch.int16), out=out[1], scale=0.5)[0] != k0, "another dtype"
+    assert key(q=q[1].t(), out=out[1], scale=0.5)[0] != k0, "other strides"
+    assert key(q=q[1][:4], out=out[1], scale=0.5)[0] != k0, "another shape"
+    # A new storage in a new region: another key; the dead one is unregistered next call.
+    k1 = key(q=q[1], out=torch.zeros(8, 16, dtype=torch.bfloat16), scale=0.5)[0]
+    assert k1 != k0 and len(reg.registered) == 3
+    assert reg.unregistered == []
+    key(q=q[1], out=out[1], scale=0.5)
+    assert reg.unregistered == [reg.registered[2]["name"]]
+    assert key(q=q[1], out=out[1], scale=0.5)[0] == k0
