@@ -9,6 +9,9 @@ dsa_attention plus its scalars), the cache look-ups, the pending-call records �
 call, ring write or RPC in it. Thread CPU time (time.thread_time_ns) per call.caller.call(),
 61 layers a step, median and p90 over --steps steps after 5 warm-up steps; the arguments either
 built per call (five per-layer views, as bench/decode_step builds them) or once per layer.
+Form "torch_op": the same call made as `torch.ops.attnd.dsa_attention(**arguments)` with the
+ordered binding (attnd_client.torch_ops: the dispatcher, the op's checks, the version bumps,
+then the same caller.call), arguments built once per layer.
     /work/venv-torch/bin/python bench/ordered_caller_keys.py [--steps 100] [--out FILE]
 """
 
@@ -119,7 +122,7 @@ def main():
     )
     shared = dict(
         kv=torch.empty(4096, 656, dtype=torch.uint8),
-        index_cache=torch.empty(4096 * 64 * 132, dtype=torch.uint8),
+        index_cache=torch.empty(4096, 64 * 132, dtype=torch.uint8),
         index_block_table=torch.empty(T, 512, dtype=torch.int32),
         context_lens=torch.empty(T, dtype=torch.int32),
     )
@@ -136,10 +139,24 @@ def main():
     prebuilt = [args(layer) for layer in range(L)]
     c = caller(4 * L)
 
-    def step(per_call, times):
+    from attnd_client import torch_ops
+
+    torch_ops._bound, torch_ops._ordered = c.owner, c  # bind(..., ordered=True) without a daemon
+    torch_ops._on_cuda = lambda tensor: True
+    stream = type("Stream", (), {"cuda_stream": 1})()
+    torch.cuda.current_stream = lambda device=None: stream
+
+    def step(form, times):
         for layer in range(L):
             t0 = time.thread_time_ns()
-            c.call("dsa_attention", stream=1, **(args(layer) if per_call else prebuilt[layer]))
+            if form == "torch_op":
+                torch.ops.attnd.dsa_attention(**prebuilt[layer])
+            else:
+                c.call(
+                    "dsa_attention",
+                    stream=1,
+                    **(args(layer) if form == "per_call" else prebuilt[layer]),
+                )
             times.append(time.thread_time_ns() - t0)
         for n, *_ in c._pending:  # the "GPU" ends the step's calls
             c._done[n % c.depth].value = n
@@ -148,19 +165,21 @@ def main():
         ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    print("| arguments | caller CPU µs p50 | p90 |\n|---|---|---|")
-    for per_call in (True, False):
+    print("| form | caller CPU µs p50 | p90 |\n|---|---|---|")
+    for form in ("per_call", "prebuilt", "torch_op"):
         for _ in range(5):
-            step(per_call, [])
+            step(form, [])
         times = []
         for _ in range(a.steps):
-            step(per_call, times)
+            step(form, times)
         times.sort()
         line = {
             "op": "ordered_caller_cpu",
             "preset": "dsa_attention_paged",
-            "form": "ordered_caller_cuda_standin",
-            "arguments": "per_call" if per_call else "prebuilt",
+            "form": "torch_op_cuda_standin"
+            if form == "torch_op"
+            else "ordered_caller_cuda_standin",
+            "arguments": "per_call" if form == "per_call" else "prebuilt",
             "client": "python",
             "calls": len(times),
             "caller_cpu_us_p50": round(statistics.median(times) / 1e3, 2),
@@ -173,9 +192,7 @@ def main():
             "device": "cpu (stand-ins)",
             "torch": torch.__version__,
         }
-        print(
-            f"| {line['arguments']} | {line['caller_cpu_us_p50']} | {line['caller_cpu_us_p90']} |"
-        )
+        print(f"| {form} | {line['caller_cpu_us_p50']} | {line['caller_cpu_us_p90']} |")
         if a.out:
             with open(a.out, "a") as f:
                 f.write(json.dumps(line) + "\n")

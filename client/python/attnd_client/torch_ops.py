@@ -18,7 +18,6 @@ typed call (ops.OpCalls): CPU tensors travel as their NumPy views, CUDA tensors 
 
 from __future__ import annotations
 
-import inspect
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -145,18 +144,29 @@ def _on_cuda(tensor: torch.Tensor) -> bool:
     return bool(tensor.is_cuda)
 
 
+# (torch dtype, field dtypes) -> the torch dtype a CUDA tensor is viewed as for the field, or
+# None when it goes as it is: filled on first use (the per-call path of every op looks it up).
+_VIEW_AS: dict[tuple[torch.dtype, str | tuple[str, ...]], torch.dtype | None] = {}
+
+
 def _arg(tensor: torch.Tensor | None, want: str | tuple[str, ...]) -> Any:
     """A tensor as the client's argument: a CUDA tensor as it is (a device region; viewed as the
     field's dtype when only the name differs), a CPU one as typed(NumPy view, field dtype)."""
     if tensor is None:
         return None
-    dtype = _field_dtype(tensor, want)
     if _on_cuda(tensor):
-        if dtype != torch_support.attnd_dtype(tensor.dtype):
-            tensor = tensor.view(_TORCH_DTYPES[dtype])
-        return tensor
+        key = (tensor.dtype, want)
+        if key not in _VIEW_AS:
+            dtype = _field_dtype(tensor, want)
+            same = dtype == torch_support.attnd_dtype(tensor.dtype)
+            _VIEW_AS[key] = None if same else _TORCH_DTYPES[dtype]
+        view = _VIEW_AS[key]
+        return tensor if view is None else tensor.view(view)
     array, _ = torch_support.cpu_numpy(tensor)
-    return typed(array, dtype)
+    return typed(array, _field_dtype(tensor, want))
+
+
+_FIELDS: dict[str, dict[str, Any]] = {}  # op -> its tensor fields (inputs and outputs) by name
 
 
 def _call(op: str, arguments: dict[str, Any]) -> None:
@@ -164,8 +174,10 @@ def _call(op: str, arguments: dict[str, Any]) -> None:
     of ops.OPS, the rest scalars; None: unset); its outputs land in the output tensors given:
     stream-ordered on the current stream when the binding is ordered and every tensor is a CUDA
     tensor, else blocking."""
-    spec = _ops.spec(op)
-    fields = {**spec.inputs, **spec.outputs}
+    fields = _FIELDS.get(op)
+    if fields is None:
+        spec = _ops.spec(op)
+        fields = _FIELDS.setdefault(op, {**spec.inputs, **spec.outputs})
     target = _client(op)
     caller = ordered_caller()
     tensors = [v for n, v in arguments.items() if n in fields and v is not None]
@@ -177,8 +189,13 @@ def _call(op: str, arguments: dict[str, Any]) -> None:
     if caller is not None and tensors and all(_on_cuda(t) for t in tensors):
         stream = torch.cuda.current_stream(tensors[0].device)
         caller.call(op, stream=stream.cuda_stream, **call)
-        return
-    target.call(op, **call)
+    else:
+        target.call(op, **call)
+    # The outputs were written in place (or will be, on the stream): their version counters
+    # say so, as torch's own in-place ops' do (tensors made under inference_mode have none).
+    torch.autograd.graph.increment_version(
+        [arguments[name] for name in MUTATES[op] if arguments.get(name) is not None]
+    )
 
 
 # ---- checks shared by the fake and the real implementations ----
@@ -443,16 +460,31 @@ MUTATES = {
 }
 
 
-def _custom_op(name: str) -> Callable[[Callable[..., None]], Any]:
-    """torch.library.custom_op for attnd::<name> with its stated schema; tagged
-    cudagraph_unsafe where torch has the tag (a blocking call synchronises the device and waits
-    on an RPC, which a CUDA graph capture cannot hold; an ordered call writes its ring entry from
-    the host at each call, which a replay would not repeat)."""
-    kwargs: dict[str, Any] = {"mutates_args": MUTATES[name], "schema": SCHEMAS[name]}
-    unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
-    if unsafe is not None and "tags" in inspect.signature(torch.library.custom_op).parameters:
-        kwargs["tags"] = (unsafe,)
-    return torch.library.custom_op(f"{NAMESPACE}::{name}", **kwargs)
+# The ops are defined on a torch.library.Library with a CPU and a CUDA kernel each, not with
+# torch.library.custom_op: custom_op's Python layers (autograd, ADInplaceOrView, backend
+# dispatch) walk the schema once per mutated argument on every call, ~160 µs for dsa_attention
+# on the development VM against ~10 µs of our own checks and call (docs/BENCHMARKS.md "The torch
+# ops' own cost"). The dispatcher's C++ fallbacks do what those layers did for an op without
+# autograd: bump the version counters of the mutated outputs, refuse nothing.
+_LIBRARY = torch.library.Library(NAMESPACE, "DEF")  # held for the process: it owns the schemas
+
+
+def _custom_op(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Defines attnd::<name> with its stated schema and `fn` as its CPU and CUDA kernel (kept
+    from dynamo, as custom_op keeps its kernels: a compiled graph calls it, never traces it);
+    tagged cudagraph_unsafe where torch has the tag (a blocking call synchronises the device
+    and waits on an RPC, which a CUDA graph capture cannot hold; an ordered call writes its ring
+    entry from the host at each call, which a replay would not repeat)."""
+
+    def define(fn: Callable[..., None]) -> Callable[..., None]:
+        unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
+        _LIBRARY.define(name + SCHEMAS[name], tags=() if unsafe is None else (unsafe,))
+        kernel = torch._dynamo.disable(fn)
+        for key in ("CPU", "CUDA"):
+            _LIBRARY.impl(name, kernel, key)
+        return fn
+
+    return define
 
 
 # The real implementations check as the fake ones do, then call the bound client with their
@@ -527,9 +559,12 @@ def _dsa_attention(
 
 
 # The fake implementations: the checks (same signatures as the ops), no daemon, return None.
-_mla_decode.register_fake(_check_mla_decode)
-_sparse_mla.register_fake(_check_sparse_mla)
-_dsa_attention.register_fake(_check_dsa_attention)
+for _name, _fake in (
+    ("mla_decode", _check_mla_decode),
+    ("sparse_mla", _check_sparse_mla),
+    ("dsa_attention", _check_dsa_attention),
+):
+    torch.library.register_fake(f"{NAMESPACE}::{_name}", _fake, lib=_LIBRARY)
 
 
 # ---- functional forms: allocate the outputs, call the mutating op ----

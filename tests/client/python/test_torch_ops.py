@@ -205,6 +205,9 @@ def test_schemas_are_registered():
         types = {a.name: str(a.type) for a in schema.arguments}
         assert types["sm_scale"] == "float" and types["precision"] == "Optional[str]"
         assert types.get("kv_scale") == "Optional[float]"
+        unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
+        if unsafe is not None:
+            assert unsafe in getattr(torch.ops.attnd, op).default.tags, op
     types = {a.name: str(a.type) for a in torch.ops.attnd.mla_decode.default._schema.arguments}
     assert types["causal"] == "bool" and types["kv_cache_layout"] == "Optional[str]"
     dsa = {a.name: str(a.type) for a in torch.ops.attnd.dsa_attention.default._schema.arguments}
@@ -275,6 +278,23 @@ def test_fake_checks_shapes_and_dtypes(rng):
 
 
 # ---- against the daemon ----
+
+
+@pytest.mark.parametrize("op,kwargs", [VARIANTS[0], VARIANTS[3], VARIANTS[7]], ids=OPS)
+def test_eager_call_writes_outputs_and_bumps_their_versions(bound, rng, op, kwargs):
+    """An eager call writes its outputs in place and bumps their version counters, as torch's
+    own in-place ops do (the ops are Library kernels, not custom_op's layers, which did it
+    before); under inference_mode (no version counters) it runs too."""
+    case, tensors, scalars = torch_case(op, rng, "cpu", kwargs)
+    outputs = poisoned(case, "cpu")
+    before = {name: t._version for name, t in outputs.items()}
+    getattr(torch.ops.attnd, op)(**tensors, **outputs, **scalars)
+    case.check(host(outputs))
+    assert all(t._version > before[name] for name, t in outputs.items()), before
+    with torch.inference_mode():
+        outputs = poisoned(case, "cpu")
+        getattr(torch.ops.attnd, op)(**tensors, **outputs, **scalars)
+    case.check(host(outputs))
 
 
 @pytest.mark.parametrize("op,kwargs", [VARIANTS[0], VARIANTS[3], VARIANTS[7]], ids=OPS)
