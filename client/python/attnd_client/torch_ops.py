@@ -31,9 +31,9 @@ from .aio import AsyncClient
 from .ordered import OrderedCaller
 from .tensors import typed
 
-if not hasattr(torch.library, "custom_op") or not hasattr(torch.library, "register_fake"):
+if not hasattr(torch.library, "register_fake"):
     raise ImportError(
-        f"attnd_client.torch_ops needs torch >= 2.4 (torch.library.custom_op); this is "
+        f"attnd_client.torch_ops needs torch >= 2.4 (torch.library.register_fake); this is "
         f"torch {torch.__version__}"
     )
 
