@@ -96,8 +96,9 @@ void AddCases(const std::string& op, const std::string& preset, const Params& ba
 // The prefill indexer followed by top-2048 over its rows, FAST (op "indexer_topk", issue 13's
 // fused pair; docs/KERNELS.md "Indexer → top-k candidates"): "cuda_unfused" is the wgmma indexer
 // writing the logits, then the top-k the dispatcher picks reading them; "cuda_fused" the same
-// indexer writing each row's candidates (no logits), then the select on them. The work is the
-// indexer's (the FLOPs of its valid pairs).
+// indexer writing each row's candidates (no logits), then the select on them ("cuda_fused_hw":
+// the appends on the producer warpgroup's helper warps). The work is the indexer's (the FLOPs of
+// its valid pairs).
 absl::Status AddIndexerTopkCases(const std::string& preset, kernels::indexer_logits::Params p,
                                  const WorkCount& work, const std::shared_ptr<DeviceArena>& arena,
                                  std::vector<GpuBenchCase>* out) {
@@ -184,6 +185,16 @@ absl::Status AddIndexerTopkCases(const std::string& preset, kernels::indexer_log
     return absl::OkStatus();
   };
   out->push_back(fused);
+  // The appends, histograms and floors on the producer warpgroup's helper warps.
+  il::gpu::WgmmaCandidates helped = c;
+  helped.helpers = true;
+  fused.impl = "cuda_fused_hw";
+  fused.launch = [fp, tp, helped, rows](gpu::Stream stream) -> absl::Status {
+    GPU_RETURN_IF_ERROR(il::gpu::LaunchWgmmaCandidates(fp, helped, stream));
+    GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, rows, stream));
+    return absl::OkStatus();
+  };
+  out->push_back(fused);
   // The floors raised every 2 and every 4 tiles instead of the default 8 (fewer candidates for
   // more consumer time).
   for (const uint32_t every : {2u, 4u}) {
@@ -220,9 +231,9 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& fi
         absl::StrCat(s.model, "_h", s.heads, "_m", s.m, "_n", s.n, "_causal");
     const bool small = s.n <= 4096;
     if (!Wanted(filter, "indexer_logits", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"}) &&
-        !Wanted(
-            filter, "indexer_topk", preset + "_k2048",
-            {"cuda_unfused", "cuda_fused", "cuda_fused_t512", "cuda_fused_f2", "cuda_fused_f4"})) {
+        !Wanted(filter, "indexer_topk", preset + "_k2048",
+                {"cuda_unfused", "cuda_fused", "cuda_fused_t512", "cuda_fused_hw", "cuda_fused_f2",
+                 "cuda_fused_f4"})) {
       continue;
     }
     auto arena = std::make_shared<DeviceArena>();

@@ -42,6 +42,11 @@ struct WgmmaCandidates {
   // kCandidateFloorEvery). Any value keeps every top-k entry; it trades the consumers' time
   // against the number of candidates.
   uint32_t floor_every = 0;
+  // The appends, histograms and floors on the producer warpgroup's three idle warps, fed the
+  // tiles' values through shared memory, instead of on the consumers (docs/KERNELS.md "Indexer
+  // → top-k candidates"). Every top-k entry is a candidate either way; which others are, and
+  // their order in a row, may differ.
+  bool helpers = false;
 };
 bool WgmmaCandidatesSupports(const Params& p, int64_t k, std::string* why);
 ::attnd::gpu::Error LaunchWgmmaCandidates(const Params& p, const WgmmaCandidates& c,

@@ -51,11 +51,11 @@ IndexerProblem SplitWgmma(const Params& p) {
   return x;
 }
 
-template <int kHeads, bool kFused = false>
+template <int kHeads, bool kFused = false, bool kHelpers = false>
 ::attnd::gpu::Error LaunchInstance(const WgmmaIndexerArgs& args, ::attnd::gpu::Stream stream) {
   using T = WgmmaIndexerTile<kHeads>;
-  const auto kernel = IndexerWgmmaKernel<kHeads, kFused>;
-  const int smem = kFused ? T::kSmemBytesFused : T::kSmemBytes;
+  const auto kernel = IndexerWgmmaKernel<kHeads, kFused, kHelpers>;
+  const int smem = kHelpers ? T::kSmemBytesHelpers : kFused ? T::kSmemBytesFused : T::kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
@@ -112,10 +112,11 @@ bool WgmmaCandidatesSupports(const Params& p, int64_t k, std::string* why) {
   if (p.q.dim(1) != 64) return Refuse(why, "the candidate form needs H 64, have ", p.q.dim(1));
   if (k < 1 || k > kMaxInt32) return Refuse(why, "k is ", k, ", want 1 to 2^31 - 1");
   ::attnd::gpu::DeviceFacts facts;
-  if (!::attnd::gpu::CurrentDeviceFacts(&facts) ||
-      facts.smem_optin < WgmmaIndexerTile<64>::kSmemBytesFused) {
-    return Refuse(why, "the candidate form needs ", WgmmaIndexerTile<64>::kSmemBytesFused,
-                  " bytes of shared memory per block");
+  // Either form of the epilogue (WgmmaCandidates::helpers) may be asked for: the larger one.
+  constexpr int kSmem = WgmmaIndexerTile<64>::kSmemBytesHelpers;
+  static_assert(kSmem >= WgmmaIndexerTile<64>::kSmemBytesFused, "the helpers' stages add to it");
+  if (!::attnd::gpu::CurrentDeviceFacts(&facts) || facts.smem_optin < kSmem) {
+    return Refuse(why, "the candidate form needs ", kSmem, " bytes of shared memory per block");
   }
   const int64_t m = p.q.dim(0);
   if (m > 0 && CeilDiv(m, int64_t{2} * 256 / 64) >= kMaxGridCtas) {
@@ -148,6 +149,7 @@ bool WgmmaCandidatesSupports(const Params& p, int64_t k, std::string* why) {
   args.cand.floor_every =
       c.floor_every != 0 ? c.floor_every : ::attnd::kernels::topk::gpu::kCandidateFloorEvery;
   if (args.p.heads != 64) return cudaErrorInvalidValue;  // refused by Supports
+  if (c.helpers) return LaunchInstance<64, true, true>(args, stream);
   return LaunchInstance<64, true>(args, stream);
 }
 

@@ -95,9 +95,25 @@ struct WgmmaIndexerTile {
   static constexpr uint32_t kCountOffset = kHistOffset + kQueries * kCandBins * 4;
   static constexpr uint32_t kFloorOffset = kCountOffset + kQueries * 4;
   static constexpr int kSmemBytesFused = static_cast<int>(kFloorOffset + kQueries * 4);
+  // The candidate form with helper warps (kHelpers): each tile's values, [kQueries][kValueLd]
+  // f32 (padded: the 4 queries × 8 keys a consumer warp stores fall in 32 banks), pass through
+  // kValueStages stages to WG2's warps 1-3, which append the candidates and keep the
+  // histograms and floors, one warp per query; vfull[s] (all 256 consumer threads arrive) and
+  // vempty[s] (all 96 helper threads arrive) after the values.
+  static constexpr int kValueStages = 4;
+  static constexpr int kValueLd = kBlockN + 8;
+  static constexpr int kHelperWarps = 3;
+  static constexpr uint32_t kHelperThreads = 32 * kHelperWarps;
+  static constexpr uint32_t kValueOffset =
+      (static_cast<uint32_t>(kSmemBytesFused) + 127) / 128 * 128;
+  static constexpr uint32_t kValueBytes = kQueries * kValueLd * 4;
+  static constexpr uint32_t kVBarOffset = kValueOffset + kValueStages * kValueBytes;
+  static constexpr int kSmemBytesHelpers = static_cast<int>(kVBarOffset + 2 * kValueStages * 8);
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "register budget (65536 / 128)");
+  static constexpr int kHelperRegs = 64;  // WG2 with the helper warps: the whole budget
+  static_assert(kHelperRegs + 2 * kConsumerRegs <= 512, "register budget (65536 / 128)");
   static_assert(kHeads % 8 == 0 && kWgQueries % 4 == 0, "whole queries per 8-column group");
 };
 
@@ -297,8 +313,132 @@ __device__ __forceinline__ void RefreshFloors(uint8_t* smem, uint32_t k, int q0,
   }
 }
 
-// kFused: the candidate form (H 64, one key chunk per row; args.cand), else the logits only.
-template <int kHeads, bool kFused>
+// The filler (WG2 warps 1-3): −inf on the CTA's rows over every tile of the chunk that no row
+// sees (the consumers never touch those).
+__device__ __forceinline__ void FillUnseenTiles(const IndexerProblem& p, const TileRanges& ranges,
+                                                int32_t t_chunk0, int32_t t_chunk1, int64_t c1,
+                                                int count, int64_t row0, int ptid) {
+  const int lane = ptid % 32;
+  for (int gap = 0; gap <= ranges.count; ++gap) {  // before each range, and after the last
+    const int32_t g0 = gap == 0 ? t_chunk0 : ranges.hi[gap - 1];
+    const int32_t g1 = gap < ranges.count ? ranges.lo[gap] : t_chunk1;
+    for (int32_t t = g0 + (ptid / 32 - 1); t < g1; t += 3) {
+      const int64_t k0 = int64_t{t} * kWgmmaBlockN;
+      const int64_t k1 = k0 + kWgmmaBlockN < c1 ? k0 + kWgmmaBlockN : c1;
+      for (int r = 0; r < count; ++r) {
+        float* row = p.logits + (row0 + r) * p.ld;
+        for (int64_t c = k0 + lane; c < k1; c += 32) row[c] = kNegInf;
+      }
+    }
+  }
+}
+
+// The candidate form's helper warps (kHelpers; docs/KERNELS.md "Indexer → top-k candidates"):
+// helper warp hw (0-2) owns the CTA's queries hw, hw + 3, hw + 6. Per tile, in the consumers'
+// order, it reads the tile's values of its queries from the value stage (lane: keys lane and
+// lane + 32), appends those in the query's window at or above the query's floor to the row's
+// candidates, and releases the stage: the warp is the only writer of its queries' counts,
+// histograms and floors, so positions come from two ballots (no atomics, contiguous stores),
+// the histogram takes one add per distinct bin, and its floor reads are exact. Every
+// `floor_every` tiles it raises its queries' floors; after the last tile it writes their
+// counts and final floors.
+template <class T>
+__device__ __forceinline__ void CandidateHelpers(uint8_t* smem, uint32_t base,
+                                                 const WgmmaCandidateOut& cand,
+                                                 const TileRanges& ranges, const int32_t* lo,
+                                                 const int32_t* hi, int count_rows, int64_t c1,
+                                                 int64_t row0, int hw, int lane) {
+  using namespace ::attnd::gpu::wgmma;
+  constexpr int kMine = (T::kQueries + T::kHelperWarps - 1) / T::kHelperWarps;
+  constexpr int kShift = ::attnd::kernels::topk::gpu::kCandidateShift;
+  const uint32_t vfull = base + T::kVBarOffset, vempty = vfull + 8 * T::kValueStages;
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + T::kHistOffset);
+  // Per owned query: its floor and candidate count (registers); its window is read from shared
+  // memory when used (the warpgroup's register budget is 64).
+  const int owned = count_rows < T::kQueries ? count_rows : T::kQueries;
+  uint32_t floor[kMine], count[kMine];
+#pragma unroll
+  for (int j = 0; j < kMine; ++j) {
+    floor[j] = kCandMinKey;
+    count[j] = 0u;
+  }
+  const uint32_t below = (1u << lane) - 1u;
+  uint32_t since_floor = 0;
+  TileCursor cursor(ranges);
+  for (uint32_t i = 0; !cursor.done(); ++i) {
+    const int32_t t = cursor.tile();
+    cursor.Advance();
+    const uint32_t vs = i % T::kValueStages;
+    MbarWait(vfull + 8 * vs, (i / T::kValueStages) & 1);
+    const float* vb = reinterpret_cast<const float*>(smem + T::kValueOffset + vs * T::kValueBytes);
+    const int64_t key0 = int64_t{t} * kWgmmaBlockN;
+#pragma unroll
+    for (int j = 0; j < kMine; ++j) {
+      const int query = hw + T::kHelperWarps * j;
+      if (query >= owned) continue;  // warp-uniform
+      const int32_t qlo = lo[query], qhi = hi[query];
+      uint32_t key[2], mask[2];
+      bool take[2];
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int64_t col = key0 + lane + 32 * rr;
+        const uint32_t bits = __float_as_uint(vb[query * T::kValueLd + lane + 32 * rr]);
+        // radix.h KeyOfBits: order-preserving, NaN to 0 (never at or above a floor).
+        uint32_t k = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+        k = k > 0xff800000u ? 0u : k;
+        key[rr] = k;
+        take[rr] = col < c1 && col >= qlo && col < qhi && k >= floor[j];
+        mask[rr] = __ballot_sync(0xffffffffu, take[rr]);
+      }
+      uint2* row = cand.entries + (row0 + query) * cand.ld;
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const uint32_t pos = count[j] + (rr == 0 ? 0u : static_cast<uint32_t>(__popc(mask[0]))) +
+                             static_cast<uint32_t>(__popc(mask[rr] & below));
+        if (take[rr]) {
+          if (static_cast<int64_t>(pos) < cand.ld) {
+            row[pos] = make_uint2(key[rr], static_cast<uint32_t>(key0 + lane + 32 * rr));
+          }
+          // One add per distinct bin among the lanes that take a value.
+          const uint32_t bin = key[rr] >> kShift;
+          const uint32_t same = __match_any_sync(mask[rr], bin);
+          if (lane == __ffs(same) - 1) {
+            atomicAdd(hist + query * T::kCandBins + bin, static_cast<uint32_t>(__popc(same)));
+          }
+        }
+      }
+      count[j] += static_cast<uint32_t>(__popc(mask[0]) + __popc(mask[1]));
+    }
+    MbarArrive(vempty + 8 * vs);  // the stage is read: the consumers may refill it
+    if (++since_floor == cand.floor_every) {
+      since_floor = 0;
+      __syncwarp();  // this warp's histogram adds are visible to its lanes
+#pragma unroll
+      for (int j = 0; j < kMine; ++j) {
+        const int query = hw + T::kHelperWarps * j;
+        if (query >= owned) continue;
+        const uint32_t f = CandidateFloor<T::kCandBins>(hist + query * T::kCandBins, cand.k, lane);
+        floor[j] = f > floor[j] ? f : floor[j];
+      }
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < kMine; ++j) {
+    const int query = hw + T::kHelperWarps * j;
+    if (query >= owned) continue;
+    const uint32_t f = CandidateFloor<T::kCandBins>(hist + query * T::kCandBins, cand.k, lane);
+    if (lane == 0) {
+      cand.counts[row0 + query] = count[j];
+      cand.floors[row0 + query] = f > kCandMinKey ? f : kCandMinKey;
+    }
+  }
+}
+
+// kFused: the candidate form (H 64, one key chunk per row; args.cand), else the logits only;
+// kHelpers (with kFused): its appends, histograms and floors on WG2's warps 1-3
+// (CandidateHelpers) instead of the consumers.
+template <int kHeads, bool kFused, bool kHelpers = false>
 __global__ void __launch_bounds__(384, 1)
     IndexerWgmmaKernel(const __grid_constant__ WgmmaIndexerArgs args) {
 #if ATTND_SM90A
@@ -344,6 +484,12 @@ __global__ void __launch_bounds__(384, 1)
       MbarInit(full + 8 * s, 1);
       MbarInit(empty + 8 * s, T::kEmptyCount);
     }
+    if constexpr (kHelpers) {
+      for (int s = 0; s < T::kValueStages; ++s) {
+        MbarInit(base + T::kVBarOffset + 8 * s, 256);
+        MbarInit(base + T::kVBarOffset + 8 * (T::kValueStages + s), T::kHelperThreads);
+      }
+    }
     FenceMbarInit();
   }
   __syncthreads();  // windows written
@@ -357,7 +503,7 @@ __global__ void __launch_bounds__(384, 1)
 
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
   if (wg == 2) {
-    SetMaxRegsDec<T::kProducerRegs>();
+    SetMaxRegsDec<kHelpers ? T::kHelperRegs : T::kProducerRegs>();
     const int ptid = tid - 256;
     if (ptid == 0) {
       // ---- Producer: q once (before the first tile), then the needed tiles in order.
@@ -380,22 +526,18 @@ __global__ void __launch_bounds__(384, 1)
         TmaLoad2d(base + T::kKOffset + s * T::kTileBytes, &args.k_map, full + 8 * s, 0,
                   c.tile() * static_cast<int32_t>(kWgmmaBlockN));  // keys past N: zeros
       }
-    } else if (ptid >= 32 && p.clean && (!kFused || p.logits != nullptr)) {
-      // ---- Filler (warps 1-3): −inf on the CTA's rows over every tile of the chunk that no
-      // row sees (the consumers never touch those).
-      const int lane = ptid % 32;
-      for (int gap = 0; gap <= ranges.count; ++gap) {  // before each range, and after the last
-        const int32_t g0 = gap == 0 ? t_chunk0 : ranges.hi[gap - 1];
-        const int32_t g1 = gap < ranges.count ? ranges.lo[gap] : t_chunk1;
-        for (int32_t t = g0 + (ptid / 32 - 1); t < g1; t += 3) {
-          const int64_t k0 = int64_t{t} * kWgmmaBlockN;
-          const int64_t k1 = k0 + kWgmmaBlockN < w.c1 ? k0 + kWgmmaBlockN : w.c1;
-          for (int r = 0; r < w.count; ++r) {
-            float* row = p.logits + (row0 + r) * p.ld;
-            for (int64_t c = k0 + lane; c < k1; c += 32) row[c] = kNegInf;
-          }
+    } else if constexpr (kHelpers) {
+      if (ptid >= 32) {
+        // ---- Warps 1-3: the filler when the logits are asked for, then the candidates.
+        if (p.clean && p.logits != nullptr) {
+          FillUnseenTiles(p, ranges, t_chunk0, t_chunk1, w.c1, w.count, row0, ptid);
         }
+        CandidateHelpers<T>(smem, base, args.cand, ranges, lo, hi, w.count, w.c1, row0,
+                            ptid / 32 - 1, ptid % 32);
       }
+    } else if (ptid >= 32 && p.clean && (!kFused || p.logits != nullptr)) {
+      // ---- Filler (warps 1-3).
+      FillUnseenTiles(p, ranges, t_chunk0, t_chunk1, w.c1, w.count, row0, ptid);
     }
     return;
   }
@@ -431,7 +573,8 @@ __global__ void __launch_bounds__(384, 1)
   const uint64_t q_desc = SmemDescKMajor(base + T::kQOffset + wg * T::kQWgBytes);
   float acc[128];  // S: keys 16·warp + g (+8) × this thread's 64 columns (accumulator layout)
   TileCursor cursor(ranges);
-  uint32_t since_floor = 0;  // the candidate form: tiles since this warp's last floor raise
+  // The candidate form without helpers: tiles since this warp's last floor raise.
+  [[maybe_unused]] uint32_t since_floor = 0;
   // Issue turns: WG0 first; each hands the turn to the other after issuing. Arrivals balance
   // the syncs: WG1 gives the first turn and does not hand back after its last tile.
   if (wg == 1 && !cursor.done()) NamedBarArrive(kIndexerBarTurn0, 256);
@@ -512,15 +655,33 @@ __global__ void __launch_bounds__(384, 1)
           }
         }
       }
-      AppendCandidates<T>(smem, args.cand, val, key0, w.c1, out_lo, out_hi, out_ok, row0, q0, lane,
-                          t4);
-      if (++since_floor == args.cand.floor_every) {
-        since_floor = 0;
-        RefreshFloors<T>(smem, args.cand.k, q0, warp, lane);
+      if constexpr (kHelpers) {
+        // The values go to the helper warps through value stage i % kValueStages.
+        const uint32_t vs = i % T::kValueStages;
+        const uint32_t vbar = base + T::kVBarOffset + 8 * vs;
+        if (i >= T::kValueStages) {  // its last tile, i - kValueStages, read by the helpers
+          MbarWait(vbar + 8 * T::kValueStages, ((i / T::kValueStages) - 1) & 1);
+        }
+        float* vb = reinterpret_cast<float*>(smem + T::kValueOffset + vs * T::kValueBytes);
+#pragma unroll
+        for (int u = 0; u < T::kOut; ++u) {
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            vb[(q0 + 4 * u + t4) * T::kValueLd + 16 * warp + g + 8 * rr] = val[rr][u];
+          }
+        }
+        MbarArrive(vbar);
+      } else {
+        AppendCandidates<T>(smem, args.cand, val, key0, w.c1, out_lo, out_hi, out_ok, row0, q0,
+                            lane, t4);
+        if (++since_floor == args.cand.floor_every) {
+          since_floor = 0;
+          RefreshFloors<T>(smem, args.cand.k, q0, warp, lane);
+        }
       }
     }
   }
-  if constexpr (kFused) {
+  if constexpr (kFused && !kHelpers) {
     // Every append and histogram count of this warpgroup's queries is in: the final floors.
     NamedBarSync(kIndexerBarDone0 + wg, 128);
     const uint32_t* hist = reinterpret_cast<const uint32_t*>(smem + T::kHistOffset);

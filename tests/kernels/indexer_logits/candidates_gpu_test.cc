@@ -40,8 +40,8 @@ uint32_t KeyOf(float v) {
   return topk::gpu::radix::KeyOfBits(bits);
 }
 
-void CheckCandidates(int64_t m, int64_t n, int64_t topk_k, uint64_t salt,
-                     uint32_t floor_every = 0) {
+void CheckCandidates(int64_t m, int64_t n, int64_t topk_k, uint64_t salt, uint32_t floor_every = 0,
+                     bool helpers = false) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
   auto rng = testing::MakeRng();
   rng.discard(salt);
@@ -108,6 +108,7 @@ void CheckCandidates(int64_t m, int64_t n, int64_t topk_k, uint64_t salt,
   c.floors = static_cast<uint32_t*>(floors);
   c.k = static_cast<uint32_t>(topk_k);
   c.floor_every = floor_every;
+  c.helpers = helpers;
   Params fused = device;
   fused.logits = Tensor{};
   ASSERT_TRUE(gpu::WgmmaCandidatesSupports(fused, topk_k, &why)) << why;
@@ -215,6 +216,18 @@ TEST(IndexerCandidatesGpu, EveryTopkEntryIsACandidateFloorEveryTile) {
 }
 TEST(IndexerCandidatesGpu, EveryTopkEntryIsACandidateFloorEvery64Tiles) {
   CheckCandidates(20, 9000, 2048, 5, 64);
+}
+// The appends on the producer warpgroup's helper warps (WgmmaCandidates::helpers): the same
+// checks, also with the floors raised after every tile and with the logits asked for (the
+// filler runs before the helpers' loop: the `both` launch).
+TEST(IndexerCandidatesGpu, HelpersEveryTopkEntryIsACandidateK256) {
+  CheckCandidates(37, 3000, 256, 6, 0, true);
+}
+TEST(IndexerCandidatesGpu, HelpersEveryTopkEntryIsACandidateK2048) {
+  CheckCandidates(20, 9000, 2048, 7, 0, true);
+}
+TEST(IndexerCandidatesGpu, HelpersEveryTopkEntryIsACandidateK3000FloorEveryTile) {
+  CheckCandidates(11, 5000, 3000, 8, 1, true);
 }
 
 #else
