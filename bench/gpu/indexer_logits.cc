@@ -167,46 +167,33 @@ absl::Status AddIndexerTopkCases(const std::string& preset, kernels::indexer_log
   rows.ld = c.ld;
   rows.counts = c.counts;
   rows.floors = c.floors;
-  GpuBenchCase fused = unfused;
-  fused.impl = "cuda_fused";
-  fused.launch = [fp, tp, c, rows](gpu::Stream stream) -> absl::Status {
-    GPU_RETURN_IF_ERROR(il::gpu::LaunchWgmmaCandidates(fp, c, stream));
-    GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, rows, stream));
-    return absl::OkStatus();
+  // One case per form of the pair: the candidate launch options and the select's rows.
+  const auto add = [&](std::string impl, const il::gpu::WgmmaCandidates& cand,
+                       const tk::gpu::TopkCandidateRows& select) {
+    GpuBenchCase fused = unfused;
+    fused.impl = std::move(impl);
+    fused.launch = [fp, tp, cand, select](gpu::Stream stream) -> absl::Status {
+      GPU_RETURN_IF_ERROR(il::gpu::LaunchWgmmaCandidates(fp, cand, stream));
+      GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, select, stream));
+      return absl::OkStatus();
+    };
+    out->push_back(std::move(fused));
   };
-  out->push_back(fused);
+  add("cuda_fused", c, rows);
   // The select's CTA size forced the other way (the default takes 256 threads at k 2048).
   tk::gpu::TopkCandidateRows wide = rows;
   wide.threads = 512;
-  fused.impl = "cuda_fused_t512";
-  fused.launch = [fp, tp, c, wide](gpu::Stream stream) -> absl::Status {
-    GPU_RETURN_IF_ERROR(il::gpu::LaunchWgmmaCandidates(fp, c, stream));
-    GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, wide, stream));
-    return absl::OkStatus();
-  };
-  out->push_back(fused);
+  add("cuda_fused_t512", c, wide);
   // The appends, histograms and floors on the producer warpgroup's helper warps.
   il::gpu::WgmmaCandidates helped = c;
   helped.helpers = true;
-  fused.impl = "cuda_fused_hw";
-  fused.launch = [fp, tp, helped, rows](gpu::Stream stream) -> absl::Status {
-    GPU_RETURN_IF_ERROR(il::gpu::LaunchWgmmaCandidates(fp, helped, stream));
-    GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, rows, stream));
-    return absl::OkStatus();
-  };
-  out->push_back(fused);
+  add("cuda_fused_hw", helped, rows);
   // The floors raised every 2 and every 4 tiles instead of the default 8 (fewer candidates for
   // more consumer time).
   for (const uint32_t every : {2u, 4u}) {
     il::gpu::WgmmaCandidates often = c;
     often.floor_every = every;
-    fused.impl = absl::StrCat("cuda_fused_f", every);
-    fused.launch = [fp, tp, often, rows](gpu::Stream stream) -> absl::Status {
-      GPU_RETURN_IF_ERROR(il::gpu::LaunchWgmmaCandidates(fp, often, stream));
-      GPU_RETURN_IF_ERROR(tk::gpu::LaunchTopkFromCandidates(tp, rows, stream));
-      return absl::OkStatus();
-    };
-    out->push_back(fused);
+    add(absl::StrCat("cuda_fused_f", every), often, rows);
   }
   return absl::OkStatus();
 }
