@@ -425,6 +425,44 @@ class FakeOrderedCaller:
         self.closed = True
 
 
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="torch without float8_e4m3fn")
+def test_ordered_binding_views_cuda_tensors_as_their_fields(client, rng, monkeypatch):
+    """A CUDA tensor whose dtype only names its field's bytes differently goes to the ordered
+    caller as a view of the field's dtype (the same memory): uint8 index_q codes as
+    float8_e4m3fn, a float8_e4m3fn per-tensor cache as uint8; a float8_e4m3fn index_q (its
+    field's own dtype) goes as the tensor itself. Faked CUDA as in the test below; the view choice is cached per
+    (dtype, field), so it is checked twice, both ways round."""
+    made = []
+    monkeypatch.setattr(
+        client, "ordered_caller", lambda **o: made.append(FakeOrderedCaller(**o)) or made[-1],
+        raising=False,
+    )  # fmt: skip
+    previous = torch_ops.bind(client, ordered=True)
+    try:
+        monkeypatch.setattr(torch_ops, "_on_cuda", lambda t: True)
+        monkeypatch.setattr(
+            torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 1})
+        )
+        op, kwargs = VARIANTS[9]  # paged, per-tensor FP8 cache as float8_e4m3fn
+        case, tensors, scalars = torch_case(op, rng, "cpu", kwargs)
+        outputs = poisoned(case, "cpu")
+        fp8 = tensors["index_q"]
+        assert fp8.dtype == torch.float8_e4m3fn and tensors["kv"].dtype == torch.float8_e4m3fn
+        as_codes = dict(tensors, index_q=fp8.view(torch.uint8))
+        for args in (as_codes, tensors, as_codes, tensors):
+            torch.ops.attnd.dsa_attention(**args, **outputs, **scalars)
+            _, _, sent = made[0].calls[-1]
+            assert sent["index_q"].dtype == torch.float8_e4m3fn
+            assert sent["index_q"].data_ptr() == fp8.data_ptr()
+            assert (sent["index_q"] is args["index_q"]) == (args is tensors)
+            assert sent["kv"].dtype == torch.uint8
+            assert sent["kv"].data_ptr() == tensors["kv"].data_ptr()
+            assert sent["q"] is tensors["q"] and sent["out"] is outputs["out"]
+        assert len(made[0].calls) == 4
+    finally:
+        torch_ops.bind(previous)
+
+
 def test_ordered_binding_sends_cuda_calls_to_its_caller(client, rng, monkeypatch):
     """bind(client, ordered=True, **options) makes the client's ordered caller with those
     options; an op whose tensors are all CUDA tensors (faked here: torch_ops' CUDA test and the
