@@ -189,11 +189,13 @@ absl::Status AddIndexerTopkCases(const std::string& preset, kernels::indexer_log
   helped.helpers = true;
   add("cuda_fused_hw", helped, rows);
   // The floors raised every 2 and every 4 tiles instead of the default 8 (fewer candidates for
-  // more consumer time).
+  // more consumer time; with helpers, for more helper time).
   for (const uint32_t every : {2u, 4u}) {
     il::gpu::WgmmaCandidates often = c;
     often.floor_every = every;
     add(absl::StrCat("cuda_fused_f", every), often, rows);
+    often.helpers = true;
+    add(absl::StrCat("cuda_fused_hw_f", every), often, rows);
   }
   return absl::OkStatus();
 }
@@ -220,7 +222,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& fi
     if (!Wanted(filter, "indexer_logits", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"}) &&
         !Wanted(filter, "indexer_topk", preset + "_k2048",
                 {"cuda_unfused", "cuda_fused", "cuda_fused_t512", "cuda_fused_hw", "cuda_fused_f2",
-                 "cuda_fused_f4"})) {
+                 "cuda_fused_f4", "cuda_fused_hw_f2", "cuda_fused_hw_f4"})) {
       continue;
     }
     auto arena = std::make_shared<DeviceArena>();
