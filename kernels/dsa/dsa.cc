@@ -408,6 +408,8 @@ const std::vector<Impl<Params>>& Implementations() {
 #endif
 #if defined(ATTND_GPU_CUDA)
         GpuImpl<Params>("fused_topk", FusedTopkSupports, RunFusedTopk, FusedTopkWorkspaceBytes),
+        GpuImpl<Params>("fused_topk_hw", FusedTopkSupports, RunFusedTopkHelpers,
+                        FusedTopkWorkspaceBytes),
 #endif
         CpuImpl(RunCpu),
   };

@@ -236,7 +236,9 @@ int64_t FusedTopkWorkspaceBytes(const Params& p) {
                              SparseMlaStep(p, 0, count, IndicesView(p, 0, count, placeholder))));
 }
 
-absl::Status RunFusedTopk(const Params& p, const ExecContext& ctx) {
+namespace {
+
+absl::Status RunFusedTopkWith(const Params& p, const ExecContext& ctx, bool helpers) {
   const int64_t t = TokenRows(p);
   if (t == 0) return absl::OkStatus();
   const FusedLayout l = MakeFusedLayout(p);
@@ -265,6 +267,7 @@ absl::Status RunFusedTopk(const Params& p, const ExecContext& ctx) {
     c.counts = counts;
     c.floors = floors;
     c.k = static_cast<uint32_t>(p.topk);
+    c.helpers = helpers;
     ATTND_RETURN_IF_ERROR(InStep("indexer_logits", [&]() -> absl::Status {
       GPU_RETURN_IF_ERROR(indexer_logits::gpu::LaunchWgmmaCandidates(
           IndexerStep(p, t0, count, Tensor{}), c, stream));
@@ -284,6 +287,16 @@ absl::Status RunFusedTopk(const Params& p, const ExecContext& ctx) {
         InStep("sparse_mla", sparse_mla::Run(SparseMlaStep(p, t0, count, idx), step_ctx)));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunFusedTopk(const Params& p, const ExecContext& ctx) {
+  return RunFusedTopkWith(p, ctx, /*helpers=*/false);
+}
+
+absl::Status RunFusedTopkHelpers(const Params& p, const ExecContext& ctx) {
+  return RunFusedTopkWith(p, ctx, /*helpers=*/true);
 }
 
 #endif  // defined(ATTND_GPU_CUDA)

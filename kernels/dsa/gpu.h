@@ -38,6 +38,9 @@ inline constexpr int64_t kGpuCandidateScratchBytes = int64_t{512} << 20;
 bool FusedTopkSupports(const Params& p, std::string* why);
 int64_t FusedTopkWorkspaceBytes(const Params& p);
 absl::Status RunFusedTopk(const Params& p, const ExecContext& ctx);
+// The same with the candidate appends on the indexer's helper warps ("cuda_fused_topk_hw";
+// indexer_logits::gpu::WgmmaCandidates::helpers), listed after it: by name only until measured.
+absl::Status RunFusedTopkHelpers(const Params& p, const ExecContext& ctx);
 #endif
 
 }  // namespace attnd::kernels::dsa

@@ -419,26 +419,32 @@ void ExpectFusedTopkEqualsSteps(DsaCase& c, const std::function<void(Params&)>& 
   p.index_precision = kernels::Precision::kFast;
   if (edit) edit(p);
   ASSERT_TRUE(kernels::dsa::Validate(p).ok()) << kernels::dsa::Validate(p);
-  const std::string fused = "cuda_fused_topk", steps = "cuda_steps";  // CUDA builds only
+  // Both forms of the candidate epilogue: on the consumers and on the helper warps.
+  const std::string steps = "cuda_steps";  // CUDA builds only
+  const std::vector<std::string> fused_forms = {"cuda_fused_topk", "cuda_fused_topk_hw"};
   for (const kernels::Precision precision : kPrecisions) {
     SCOPED_TRACE(kernels::PrecisionName(precision));
     p.precision = precision;
     std::map<std::string, std::vector<std::vector<uint8_t>>> got;
     RunEachImpl(kernels::dsa::Implementations(), p, c.Outputs(), [&](const std::string& impl) {
       got[impl] = {Bits(c.indices()), Bits(c.out()), Bits(c.lse())};
-      if (impl == fused && !edit) ExpectTrueTopk(p, c.indices());
+      const bool fused = impl == fused_forms[0] || impl == fused_forms[1];
+      if (fused && !edit) ExpectTrueTopk(p, c.indices());
     });
-    if (got.count(fused) == 0) {
-      std::string why;
-      for (const auto& impl : kernels::dsa::Implementations()) {
-        if (impl.name == fused && impl.supports) impl.supports(p, &why);
+    for (const std::string& fused : fused_forms) {
+      SCOPED_TRACE(fused);
+      if (got.count(fused) == 0) {
+        std::string why;
+        for (const auto& impl : kernels::dsa::Implementations()) {
+          if (impl.name == fused && impl.supports) impl.supports(p, &why);
+        }
+        GTEST_SKIP() << fused << " did not run (no CUDA device, or: " << why << ")";
       }
-      GTEST_SKIP() << fused << " did not run (no CUDA device, or: " << why << ")";
+      ASSERT_EQ(got.count(steps), 1u);
+      EXPECT_EQ(got[fused][0], got[steps][0]) << "indices";
+      EXPECT_EQ(got[fused][1], got[steps][1]) << "out";
+      EXPECT_EQ(got[fused][2], got[steps][2]) << "lse";
     }
-    ASSERT_EQ(got.count(steps), 1u);
-    EXPECT_EQ(got[fused][0], got[steps][0]) << "indices";
-    EXPECT_EQ(got[fused][1], got[steps][1]) << "out";
-    EXPECT_EQ(got[fused][2], got[steps][2]) << "lse";
   }
 }
 
