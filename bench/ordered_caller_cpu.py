@@ -47,6 +47,19 @@ def staged(client, name, case):
     return region, args
 
 
+def host_fields(device):
+    """The fields naming where a line was measured."""
+    return {"host": platform.node(), "cpus": os.cpu_count(), "device": device}
+
+
+def emit(line, row, out):
+    """Prints the table row `row` and appends `line` as a JSON line to `out` (when given)."""
+    print(row)
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 def measure(call, calls, settle):
     """Thread CPU ns of each call (after `calls // 10` warm-up calls); `settle()` every 256."""
     for _ in range(max(1, calls // 10)):
@@ -138,14 +151,10 @@ def main():
             "caller_cpu_us_p90": round(us[int(0.9 * len(us))], 2),
             "commit": commit,
             "date": date,
-            "host": platform.node(),
-            "cpus": os.cpu_count(),
-            "device": "cpu",
+            **host_fields("cpu"),
         }
-        print(f"| {preset} | {form} | {line['caller_cpu_us_p50']} | {line['caller_cpu_us_p90']} |")
-        if a.out:
-            with open(a.out, "a") as f:
-                f.write(json.dumps(line) + "\n")
+        p50, p90 = line["caller_cpu_us_p50"], line["caller_cpu_us_p90"]
+        emit(line, f"| {preset} | {form} | {p50} | {p90} |", a.out)
 
 
 if __name__ == "__main__":

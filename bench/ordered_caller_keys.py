@@ -18,9 +18,7 @@ then the same caller.call), arguments built once per layer.
 import argparse
 import collections
 import datetime
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -34,6 +32,9 @@ sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 
 from attnd_client import ordered  # noqa: E402
 from attnd_client.torch_support import DeviceRegionCache  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ordered_caller_cpu import emit, host_fields  # noqa: E402
 
 
 class Registrar:
@@ -187,15 +188,10 @@ def main():
             "prepares": c.prepares,
             "commit": commit,
             "date": date,
-            "host": platform.node(),
-            "cpus": os.cpu_count(),
-            "device": "cpu (stand-ins)",
+            **host_fields("cpu (stand-ins)"),
             "torch": torch.__version__,
         }
-        print(f"| {form} | {line['caller_cpu_us_p50']} | {line['caller_cpu_us_p90']} |")
-        if a.out:
-            with open(a.out, "a") as f:
-                f.write(json.dumps(line) + "\n")
+        emit(line, f"| {form} | {line['caller_cpu_us_p50']} | {line['caller_cpu_us_p90']} |", a.out)
 
 
 if __name__ == "__main__":
