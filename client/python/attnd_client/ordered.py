@@ -288,23 +288,7 @@ class OrderedCaller:
                 if regions is None:
                     regions = self._device_regions()
                     regions.collect()
-                held.append(value)
-                region = regions.known_name(value)
-                if region is None:
-                    region = regions.region_slice(value)[0]
-                # The region and the address fix the offset (a registration's storage starts
-                # at one address); torch.Size and torch.dtype hash as they are.
-                parts.append(
-                    (
-                        name,
-                        "cuda",
-                        region,
-                        value.data_ptr(),
-                        value.shape,
-                        value.stride(),
-                        value.dtype,
-                    )
-                )
+                parts.append((name, self._cuda_part(regions, value, held)))
                 continue
             parts.append((name, self._part(name, value, held)))
         return tuple(parts), held
@@ -331,17 +315,8 @@ class OrderedCaller:
             return ("ref", value.region, value.dtype, value.shape, value.offset, value.strides)
         if isinstance(value, Typed):
             return ("typed", self._part(name, value.array, held), value.dtype, value.inline)
-        if _is_cuda_tensor(value):
-            held.append(value)
-            region, offset = self._device_regions().region_slice(value)
-            return (
-                "cuda",
-                region,
-                offset,
-                tuple(value.shape),
-                tuple(value.stride()),
-                str(value.dtype),
-            )
+        if _is_cuda_tensor(value):  # inside a Typed; _key takes the top-level ones itself
+            return self._cuda_part(self._device_regions(), value, held)
         if type(value).__module__.startswith("torch") and hasattr(value, "data_ptr"):
             held.append(value)  # a CPU tensor (in a host region, or PrepareCall refuses it)
             address = int(value.data_ptr())
@@ -363,6 +338,18 @@ class OrderedCaller:
             "takes tensors in regions (CUDA tensors, arrays or RegionRefs in host regions) and "
             "scalars"
         )
+
+    @staticmethod
+    def _cuda_part(regions: Any, value: Any, held: list[Any]) -> Any:
+        """A CUDA tensor's part of the key: the region of its storage (from the cache without a
+        lock when registered already) and its address, which with the region fix the offset (a
+        registration's storage starts at one address), shape, strides and dtype (torch.Size and
+        torch.dtype hash as they are)."""
+        held.append(value)
+        region = regions.known_name(value)
+        if region is None:
+            region = regions.region_slice(value)[0]
+        return ("cuda", region, value.data_ptr(), value.shape, value.stride(), value.dtype)
 
     def _host_region(self, address: int, nbytes: int) -> str | None:
         """The name of the client's host region holding [address, +nbytes), so that memory of a

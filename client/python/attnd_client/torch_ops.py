@@ -469,7 +469,7 @@ MUTATES = {
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")  # held for the process: it owns the schemas
 
 
-def _custom_op(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def _define_op(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Defines attnd::<name> with its stated schema and `fn` as its CPU and CUDA kernel (kept
     from dynamo, as custom_op keeps its kernels: a compiled graph calls it, never traces it);
     tagged cudagraph_unsafe where torch has the tag (a blocking call synchronises the device
@@ -491,7 +491,7 @@ def _custom_op(name: str) -> Callable[[Callable[..., None]], Callable[..., None]
 # arguments (locals() on entry: the tensors by field name, then the scalars).
 
 
-@_custom_op("mla_decode")
+@_define_op("mla_decode")
 def _mla_decode(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -510,7 +510,7 @@ def _mla_decode(
     _call("mla_decode", arguments)
 
 
-@_custom_op("sparse_mla")
+@_define_op("sparse_mla")
 def _sparse_mla(
     q: torch.Tensor,
     kv: torch.Tensor,
@@ -529,7 +529,7 @@ def _sparse_mla(
     _call("sparse_mla", arguments)
 
 
-@_custom_op("dsa_attention")
+@_define_op("dsa_attention")
 def _dsa_attention(
     index_q: torch.Tensor,
     index_weights: torch.Tensor,
