@@ -67,7 +67,8 @@ void AddCases(const std::string& op, const std::string& preset, const Params& ba
   } else {
     variants.push_back(base);
   }
-  for (const char* name : {"cuda_wgmma", "cuda_mma", "cuda_simt"}) {
+  // cuda_wgmma2p: the paged operator's opt-in form (FindImpl finds it there only).
+  for (const char* name : {"cuda_wgmma", "cuda_wgmma2p", "cuda_mma", "cuda_simt"}) {
     if (std::string(name) == "cuda_simt" && !with_simt) continue;
     const kernels::Impl<Params>* impl = FindImpl(impls, name);
     if (impl == nullptr) continue;
@@ -282,7 +283,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filt
   for (const PagedPreset& s : kPresets) {
     const std::string preset = absl::StrCat("deepseek_v32_h", s.heads, "_b", s.batch, "_ctx",
                                             s.context, "_next", s.next_n);
-    if (!Wanted(filter, "indexer_logits_paged", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"})) {
+    if (!Wanted(filter, "indexer_logits_paged", preset,
+                {"cuda_wgmma", "cuda_wgmma2p", "cuda_mma", "cuda_simt"})) {
       continue;
     }
     const int64_t max_blocks = s.context / kBlockSize, pages = s.batch * max_blocks;

@@ -29,6 +29,9 @@ bool MmaSupports(const Params& p, std::string* why);
 // aligned (pointers and strides), 1 to 2^31 - 1 cache blocks, compute capability 9.0.
 bool WgmmaSupports(const Params& p, std::string* why);
 ::attnd::gpu::Error LaunchWgmma(const Params& p, ::attnd::gpu::Stream stream);
+// The same kernel with one producer thread per consumer warpgroup (`cuda_wgmma2p`, opt-in until
+// measured faster: docs/KERNELS.md "Paged indexer on Hopper"); WgmmaSupports' rules.
+::attnd::gpu::Error LaunchWgmma2p(const Params& p, ::attnd::gpu::Stream stream);
 #endif
 
 }  // namespace attnd::kernels::indexer_logits_paged::gpu

@@ -73,10 +73,10 @@ IndexerProblem SplitWgmma(const Params& p, int columns) {
   return x;
 }
 
-template <int kHeads, int kColumns>
+template <int kHeads, int kColumns, bool kTwoProducers>
 ::attnd::gpu::Error LaunchInstance(const WgmmaPagedArgs& args, ::attnd::gpu::Stream stream) {
   using T = WgmmaPagedTile<kHeads, kColumns>;
-  const auto kernel = IndexerPagedWgmmaKernel<kHeads, kColumns>;
+  const auto kernel = IndexerPagedWgmmaKernel<kHeads, kColumns, kTwoProducers>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -134,20 +134,33 @@ bool WgmmaSupports(const Params& p, std::string* why) {
   return true;
 }
 
-::attnd::gpu::Error LaunchWgmma(const Params& p, ::attnd::gpu::Stream stream) {
+namespace {
+
+template <bool kTwoProducers>
+::attnd::gpu::Error LaunchForm(const Params& p, ::attnd::gpu::Stream stream) {
   if (Empty(p)) return cudaSuccess;
   WgmmaPagedArgs args;
   if (!EncodeCacheMap(p, &args, nullptr)) return cudaErrorInvalidValue;  // refused by Supports
   const int columns = Columns(p.q.dim(2), p.q.dim(1));
   args.p = SplitWgmma(p, columns);
   switch (args.p.heads * 1000 + columns) {
-    case 32064: return LaunchInstance<32, 64>(args, stream);
-    case 32128: return LaunchInstance<32, 128>(args, stream);
-    case 64064: return LaunchInstance<64, 64>(args, stream);
-    case 64128: return LaunchInstance<64, 128>(args, stream);
-    case 64256: return LaunchInstance<64, 256>(args, stream);
+    case 32064: return LaunchInstance<32, 64, kTwoProducers>(args, stream);
+    case 32128: return LaunchInstance<32, 128, kTwoProducers>(args, stream);
+    case 64064: return LaunchInstance<64, 64, kTwoProducers>(args, stream);
+    case 64128: return LaunchInstance<64, 128, kTwoProducers>(args, stream);
+    case 64256: return LaunchInstance<64, 256, kTwoProducers>(args, stream);
   }
   return cudaErrorInvalidValue;  // refused by WgmmaSupports
+}
+
+}  // namespace
+
+::attnd::gpu::Error LaunchWgmma(const Params& p, ::attnd::gpu::Stream stream) {
+  return LaunchForm<false>(p, stream);
+}
+
+::attnd::gpu::Error LaunchWgmma2p(const Params& p, ::attnd::gpu::Stream stream) {
+  return LaunchForm<true>(p, stream);
 }
 
 }  // namespace attnd::kernels::indexer_logits_paged::gpu

@@ -9,7 +9,8 @@
 //                   page, a TMA of its 64 keys (64 rows × 128 bytes, 128-byte swizzle) and a bulk
 //                   copy of their 64 scales into the stage; a masked page only arrives.
 //                   Warps 1-3: −inf on the chunk's columns past the computed pages (no row of
-//                   the block sees them).
+//                   the block sees them). kTwoProducers: lanes 0 of warps 0 and 1 load the even
+//                   and the odd pages, warps 2-3 fill.
 //   WG0, WG1        take the pages alternately (page i of the chunk goes to WG i % 2), so one's
 //   (consumers)     epilogue runs under the other's MMA: S = K·Qᵀ for the page (m64nNk32 e4m3,
 //                   N = kColumns = the block's (query, head) pairs, four k-steps over D = 128,
@@ -102,7 +103,11 @@ __device__ __forceinline__ float SelectQuery(const float (&v)[kN], int u) {
   return r;
 }
 
-template <int kHeads, int kColumns>
+// kTwoProducers (the opt-in `cuda_wgmma2p` form, docs/KERNELS.md "Paged indexer on Hopper"):
+// lane 0 of WG2 warp 0 loads the even pages and lane 0 of warp 1 the odd ones, so each consumer's
+// stages are refilled by a producer of its own (one slow page no longer holds up the other
+// consumer's refills); warps 2-3 fill.
+template <int kHeads, int kColumns, bool kTwoProducers = false>
 __global__ void __launch_bounds__(384, (kColumns == 64 ? 2 : 1))
     IndexerPagedWgmmaKernel(const __grid_constant__ WgmmaPagedArgs args) {
 #if ATTND_SM90A
@@ -162,11 +167,15 @@ __global__ void __launch_bounds__(384, (kColumns == 64 ? 2 : 1))
   if (wg == 2) {
     if constexpr (T::kCtasPerSm == 1) SetMaxRegsDec<T::kProducerRegs>();
     const int ptid = tid - 256;
-    if (ptid == 0) {
+    // One producer (every page) or, kTwoProducers, two: lanes 0 of warps 0 and 1, each taking
+    // the pages ≡ its warp (mod 2), i.e. the pages of one consumer (an even stage count keeps
+    // stage parity = page parity, so each stage has one producer).
+    constexpr int kProducers = kTwoProducers ? 2 : 1;
+    if (kTwoProducers ? (ptid == 0 || ptid == 32) : ptid == 0) {
       // ---- Producer: the chunk's needed pages in order.
       PrefetchTensorMap(&args.k_map);
       const int32_t* table = p.block_table + w.group * p.table_stride;
-      for (int32_t i = 0; i < n_pages; ++i) {
+      for (int32_t i = kTwoProducers ? ptid / 32 : 0; i < n_pages; i += kProducers) {
         const int32_t s = i % T::kStages;
         // Stage s last held page i - kStages: completion (i / kStages) - 1 of its empty barrier.
         if (i >= T::kStages) MbarWait(empty + 8 * s, ((i / T::kStages) - 1) & 1);
@@ -186,13 +195,15 @@ __global__ void __launch_bounds__(384, (kColumns == 64 ? 2 : 1))
           MbarArrive(full + 8 * s);  // nothing to load; the consumer writes −inf
         }
       }
-    } else if (ptid >= 32) {
-      // ---- Filler (warps 1-3): −inf on the block's rows over [max(c0, longest), c1).
+    } else if (ptid >= 32 * kProducers) {
+      // ---- Filler (the warps after the producers'): −inf on the block's rows over
+      // [max(c0, longest), c1).
+      constexpr int kFillers = 128 - 32 * kProducers;
       const int64_t paged_end = w.c0 + int64_t{n_pages} * kWgmmaPagedBlock;  // consumers' part
       const int64_t f0 = paged_end < w.c1 ? paged_end : w.c1;
       for (int u = 0; u < w.count; ++u) {
         float* row = p.logits + (row0 + u) * p.ld;
-        for (int64_t c = f0 + (ptid - 32); c < w.c1; c += 96) row[c] = kNegInf;
+        for (int64_t c = f0 + (ptid - 32 * kProducers); c < w.c1; c += kFillers) row[c] = kNegInf;
       }
     }
     return;

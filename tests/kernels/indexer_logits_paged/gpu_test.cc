@@ -102,15 +102,18 @@ TEST(IndexerLogitsPagedGpu, ReadsBlockTableOnlyBelowContext) {
 }
 
 #if defined(ATTND_GPU_CUDA)
-// cuda_wgmma (the Hopper kernel) alone in FAST on `prob`; skips off compute capability 9.0. Fails
-// when it refuses the params for any other reason.
+// The Hopper kernel in FAST on `prob`, in each of its forms (cuda_wgmma, and cuda_wgmma2p with a
+// producer per consumer), each against the reference on poisoned logits; skips off compute
+// capability 9.0. Fails when a form refuses the params for any other reason.
 void ExpectWgmmaRuns(PagedProblem& prob, const Params& p) {
-  std::string why;
-  const bool ran = prob.RunOne(p, "cuda_wgmma", Precision::kFast, &why);
-  if (!ran && why.find("compute capability") != std::string::npos) {
-    GTEST_SKIP() << why;
+  for (const char* name : {"cuda_wgmma", "cuda_wgmma2p"}) {
+    std::string why;
+    const bool ran = prob.RunOne(p, name, Precision::kFast, &why);
+    if (!ran && why.find("compute capability") != std::string::npos) {
+      GTEST_SKIP() << why;
+    }
+    EXPECT_TRUE(ran) << name << ": " << why;
   }
-  EXPECT_TRUE(ran) << why;
 }
 
 class WgmmaShapeTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
