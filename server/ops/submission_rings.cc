@@ -68,8 +68,9 @@ struct SubmissionRingTable::Ring {
   absl::Time last_beat = absl::InfinitePast();
   uint64_t beats = 0;
   int64_t unlogged = 0;
-  std::string error;  // why Poll errored the ring
-  bool shut = false;  // pins released: never touched again
+  std::string error;    // why Poll errored the ring
+  bool shut = false;    // pins released: never touched again
+  bool unshut = false;  // under mu_: removed from rings_, counted in unshut_ until shut down
 };
 
 SubmissionRingTable::SubmissionRingTable(const regions::RegionRegistry* registry,
@@ -190,6 +191,16 @@ void SubmissionRingTable::DropLease(const std::string& lease) {
   if (lease.empty()) return;
   CloseMatching([&lease](const Ring& r) { return r.spec.lease == lease; },
                 absl::StrCat("its lease ", lease, " ended"), L::kClosed);
+  if (in_poller) return;  // the poller shuts its own closed rings down after this
+  // A ring the poller closed just before (errored, or closed inside a sweep) is out of rings_
+  // but may still pin its regions until the poller shuts it down: wait for that.
+  absl::MutexLock lock(&mu_);
+  if (!mu_.AwaitWithTimeout(absl::Condition(
+                                +[](int64_t* unshut) { return *unshut == 0; }, &unshut_),
+                            absl::Seconds(10))) {
+    Log(LogLevel::kWarning, "submission rings still shutting down after 10 s",
+        {{"lease", lease}, {"rings", unshut_}});
+  }
 }
 
 void SubmissionRingTable::DropRegions(const std::string& owner,
@@ -233,6 +244,8 @@ void SubmissionRingTable::CloseMatching(const std::function<bool(const Ring&)>& 
       while (closed_.size() > kClosedKept) closed_.erase(closed_.begin());
       Log(state == L::kErrored ? LogLevel::kWarning : LogLevel::kDebug, "submission ring closed",
           {{"ring", r.id}, {"owner", r.spec.owner}, {"why", state == L::kErrored ? r.error : why}});
+      r.unshut = true;
+      ++unshut_;
       closing.push_back(it->second);
       it = rings_.erase(it);
     }
@@ -250,6 +263,7 @@ void SubmissionRingTable::Shutdown(const std::vector<std::shared_ptr<Ring>>& rin
   // Dropping a region's last pin may complete an unregistration on this thread, and its callback
   // may close rings (and so come back here): the pins are released after sweep_mu_.
   std::vector<regions::RegionPin> released;
+  std::vector<Ring*> shut;  // by this call
   {
     absl::MutexLock sweep(&sweep_mu_);
     for (const std::shared_ptr<Ring>& r : rings) {
@@ -261,9 +275,16 @@ void SubmissionRingTable::Shutdown(const std::vector<std::shared_ptr<Ring>>& rin
       released.push_back(std::move(r->signal_pin));
       r->ring_pin = regions::RegionPin();
       r->signal_pin = regions::RegionPin();
+      shut.push_back(r.get());
     }
   }
   released.clear();
+  absl::MutexLock lock(&mu_);
+  for (Ring* r : shut) {
+    if (!r->unshut) continue;
+    r->unshut = false;
+    --unshut_;
+  }
 }
 
 void SubmissionRingTable::ReportLocked() {

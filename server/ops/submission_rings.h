@@ -109,7 +109,9 @@ class SubmissionRingTable {
   // sweep). Entries already queued still run.
   absl::Status Close(const std::string& owner, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Closes every ring of `lease` / every ring of `owner` whose ring or signal region is one of
-  // `regions` (unregistered).
+  // `regions` (unregistered). DropLease returns (outside the poller thread) once every ring
+  // closed so far is shut down, those the poller closed itself included (an errored ring, or one
+  // closed inside a sweep), so the lease's regions hold no ring's pin when it closes.
   void DropLease(const std::string& lease) ABSL_LOCKS_EXCLUDED(mu_);
   void DropRegions(const std::string& owner, const std::vector<std::string>& regions)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -147,6 +149,8 @@ class SubmissionRingTable {
   absl::Mutex sweep_mu_;
   // Rings closed from the poller thread itself, shut down at the end of its sweep.
   std::vector<std::shared_ptr<Ring>> deferred_ ABSL_GUARDED_BY(mu_);
+  // Rings removed from rings_ whose shutdown has not finished (DropLease waits for none).
+  int64_t unshut_ ABSL_GUARDED_BY(mu_) = 0;
   // Open and CloseMatching calls waiting for the locks: a spinning poller sleeps (one poll
   // interval) instead of taking the locks straight back.
   std::atomic<int> lockers_{0};

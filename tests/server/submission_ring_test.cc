@@ -426,6 +426,61 @@ TEST(SubmissionRingTableTest, RingsPerOwnerAreBoundedAndGoWithTheirLease) {
   EXPECT_TRUE(table.Open(spec(8192, "")).ok());
 }
 
+// A ring the poller closed itself (here inside a sweep, as an unregistration completing on the
+// poller thread does) is out of the table before its pins are released at the sweep's end:
+// DropLease, which the service calls as a lease ends, returns only once that ring is shut down
+// too, so the lease's regions are unpinned (and unmapped) when the lease closes. Before, it
+// returned at once and the region stayed mapped until the poller got round to it (a session
+// fuzz input found it under load: "nothing mapped once the session closed").
+TEST(SubmissionRingTableTest, DropLeaseWaitsForRingsThePollerClosed) {
+  ScopedShm shm(1 << 20);
+  ASSERT_TRUE(shm.ok());
+  regions::RegionRegistry::Options ro;
+  ro.allow_client_shm = true;
+  regions::RegionRegistry registry(ro);
+  regions::HostRegionSpec region;
+  region.name = "s";
+  region.key = shm.key();
+  region.byte_size = shm.size();
+  region.owner = "uid:a";
+  ASSERT_TRUE(registry.RegisterHost(region).ok());
+  ops::SubmissionRingTable table(&registry, nullptr, {});
+  std::atomic<bool> closed_in_sweep{false};
+  ops::SubmissionRingTable::Spec spec;
+  spec.owner = "uid:a";
+  spec.lease = "lease-1";
+  spec.region = "s";
+  spec.offset = 0;
+  spec.entries = 4;
+  spec.submit = [&](uint64_t, const v1::Signal*, const v1::Signal&) -> absl::Status {
+    table.DropRegions("uid:a", {"s"});  // closed inside the sweep: shut down at its end
+    closed_in_sweep.store(true);
+    std::this_thread::sleep_for(milliseconds(50));  // the sweep goes on a while
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(table.Open(spec).ok());
+  auto word = [&](uint64_t off) -> std::atomic<uint64_t>& {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(shm.data() + off);
+  };
+  word(L::kHeaderBytes + L::kCallId).store(1);
+  word(L::kHeaderBytes + L::kDoneOffset).store(4096);
+  word(L::kHeaderBytes + L::kDoneValue).store(1);
+  word(L::kHeaderBytes + L::kSeq).store(1, std::memory_order_release);
+  word(L::kHead).store(1, std::memory_order_release);
+  for (int i = 0; i < 5000 && !closed_in_sweep.load(); ++i) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  ASSERT_TRUE(closed_in_sweep.load());
+  EXPECT_EQ(table.open(), 0);  // out of the table already, its pins not yet released
+  table.DropLease("lease-1");
+  EXPECT_EQ(word(L::kState).load(), L::kClosed) << "shut down before DropLease returned";
+  bool unpinned = false;
+  ASSERT_TRUE(
+      registry.UnregisterAsync("uid:a", "s", "", [&](std::vector<std::string>) { unpinned = true; })
+          .ok());
+  EXPECT_TRUE(unpinned) << "no pin left: the region went at once";
+}
+
 TEST_F(SubmissionRingTest, OpenRefusesBadRings) {
   uint64_t id = 0;
   EXPECT_EQ(OpenRing(stub_.get(), "r", kRing, 3, &id).error_code(),
