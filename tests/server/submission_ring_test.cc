@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
+#include <memory>
 #include <random>
 #include <thread>
 #include <tuple>
@@ -311,23 +313,30 @@ TEST_F(SubmissionRingTest, EntriesWithValuesFromTheFailureBitUpAreRefused) {
   EXPECT_TRUE(CloseRing(stub_.get(), ring).ok());
 }
 
+// A registry (client shm allowed) with `shm` registered as region "s" of each of `owners`.
+std::unique_ptr<regions::RegionRegistry> RegistryWith(const ScopedShm& shm,
+                                                      std::initializer_list<const char*> owners) {
+  regions::RegionRegistry::Options ro;
+  ro.allow_client_shm = true;
+  auto registry = std::make_unique<regions::RegionRegistry>(ro);
+  for (const char* owner : owners) {
+    regions::HostRegionSpec spec;
+    spec.name = "s";
+    spec.key = shm.key();
+    spec.byte_size = shm.size();
+    spec.owner = owner;
+    EXPECT_TRUE(registry->RegisterHost(spec).ok());
+  }
+  return registry;
+}
+
 // The ring table alone, with two owners of one object: a ring's submitter finds calls in its
 // owner's namespace only (as the service's does, PreparedCallTable::Find), so another owner's
 // call id is refused like an unknown one; the failure bit goes to the entry's done word.
 TEST(SubmissionRingTableTest, ForeignCallIdIsRefusedAndOwnersAreSeparate) {
   ScopedShm shm(1 << 20);
   ASSERT_TRUE(shm.ok());
-  regions::RegionRegistry::Options ro;
-  ro.allow_client_shm = true;
-  regions::RegionRegistry registry(ro);
-  for (const char* owner : {"uid:a", "uid:b"}) {
-    regions::HostRegionSpec spec;
-    spec.name = "s";
-    spec.key = shm.key();
-    spec.byte_size = shm.size();
-    spec.owner = owner;
-    ASSERT_TRUE(registry.RegisterHost(spec).ok());
-  }
+  const auto registry = RegistryWith(shm, {"uid:a", "uid:b"});
   ops::PreparedCallTable calls(nullptr, {});
   ops::PreparedCallEntry theirs;
   theirs.owner = "uid:b";
@@ -337,7 +346,7 @@ TEST(SubmissionRingTableTest, ForeignCallIdIsRefusedAndOwnersAreSeparate) {
   const uint64_t own = *calls.Add(std::move(mine));
   std::vector<uint64_t> submitted;
   absl::Mutex mu;
-  ops::SubmissionRingTable table(&registry, nullptr, {});
+  ops::SubmissionRingTable table(registry.get(), nullptr, {});
   ops::SubmissionRingTable::Spec spec;
   spec.owner = "uid:a";
   spec.region = "s";
@@ -390,18 +399,10 @@ TEST(SubmissionRingTableTest, ForeignCallIdIsRefusedAndOwnersAreSeparate) {
 TEST(SubmissionRingTableTest, RingsPerOwnerAreBoundedAndGoWithTheirLease) {
   ScopedShm shm(1 << 20);
   ASSERT_TRUE(shm.ok());
-  regions::RegionRegistry::Options ro;
-  ro.allow_client_shm = true;
-  regions::RegionRegistry registry(ro);
-  regions::HostRegionSpec region;
-  region.name = "s";
-  region.key = shm.key();
-  region.byte_size = shm.size();
-  region.owner = "uid:a";
-  ASSERT_TRUE(registry.RegisterHost(region).ok());
+  const auto registry = RegistryWith(shm, {"uid:a"});
   ops::SubmissionRingTable::Options options;
   options.max_per_owner = 2;
-  ops::SubmissionRingTable table(&registry, nullptr, options);
+  ops::SubmissionRingTable table(registry.get(), nullptr, options);
   auto spec = [](uint64_t offset, const std::string& lease) {
     ops::SubmissionRingTable::Spec s;
     s.owner = "uid:a";
@@ -435,16 +436,8 @@ TEST(SubmissionRingTableTest, RingsPerOwnerAreBoundedAndGoWithTheirLease) {
 TEST(SubmissionRingTableTest, DropLeaseWaitsForRingsThePollerClosed) {
   ScopedShm shm(1 << 20);
   ASSERT_TRUE(shm.ok());
-  regions::RegionRegistry::Options ro;
-  ro.allow_client_shm = true;
-  regions::RegionRegistry registry(ro);
-  regions::HostRegionSpec region;
-  region.name = "s";
-  region.key = shm.key();
-  region.byte_size = shm.size();
-  region.owner = "uid:a";
-  ASSERT_TRUE(registry.RegisterHost(region).ok());
-  ops::SubmissionRingTable table(&registry, nullptr, {});
+  const auto registry = RegistryWith(shm, {"uid:a"});
+  ops::SubmissionRingTable table(registry.get(), nullptr, {});
   std::atomic<bool> closed_in_sweep{false};
   ops::SubmissionRingTable::Spec spec;
   spec.owner = "uid:a";
@@ -476,7 +469,8 @@ TEST(SubmissionRingTableTest, DropLeaseWaitsForRingsThePollerClosed) {
   EXPECT_EQ(word(L::kState).load(), L::kClosed) << "shut down before DropLease returned";
   bool unpinned = false;
   ASSERT_TRUE(
-      registry.UnregisterAsync("uid:a", "s", "", [&](std::vector<std::string>) { unpinned = true; })
+      registry
+          ->UnregisterAsync("uid:a", "s", "", [&](std::vector<std::string>) { unpinned = true; })
           .ok());
   EXPECT_TRUE(unpinned) << "no pin left: the region went at once";
 }
