@@ -34,6 +34,12 @@ using kernels::WorkCount;
 constexpr int64_t kDim = 128;
 constexpr int64_t kBlockSize = 64;
 
+// The GPU implementations a case runs, in order (cuda_wgmma2p: the paged operator's opt-in form;
+// FindImpl finds it there only).
+std::vector<std::string> GpuImpls() {
+  return {"cuda_wgmma", "cuda_wgmma2p", "cuda_mma", "cuda_simt"};
+}
+
 bool Wanted(const std::string& filter, const std::string& op, const std::string& preset,
             const std::vector<std::string>& impls) {
   if (filter.empty()) return true;
@@ -67,9 +73,8 @@ void AddCases(const std::string& op, const std::string& preset, const Params& ba
   } else {
     variants.push_back(base);
   }
-  // cuda_wgmma2p: the paged operator's opt-in form (FindImpl finds it there only).
-  for (const char* name : {"cuda_wgmma", "cuda_wgmma2p", "cuda_mma", "cuda_simt"}) {
-    if (std::string(name) == "cuda_simt" && !with_simt) continue;
+  for (const std::string& name : GpuImpls()) {
+    if (name == "cuda_simt" && !with_simt) continue;
     const kernels::Impl<Params>* impl = FindImpl(impls, name);
     if (impl == nullptr) continue;
     for (const Params& p : variants) {
@@ -220,7 +225,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& fi
     const std::string preset =
         absl::StrCat(s.model, "_h", s.heads, "_m", s.m, "_n", s.n, "_causal");
     const bool small = s.n <= 4096;
-    if (!Wanted(filter, "indexer_logits", preset, {"cuda_wgmma", "cuda_mma", "cuda_simt"}) &&
+    if (!Wanted(filter, "indexer_logits", preset, GpuImpls()) &&
         !Wanted(filter, "indexer_topk", preset + "_k2048",
                 {"cuda_unfused", "cuda_fused", "cuda_fused_t512", "cuda_fused_hw", "cuda_fused_f2",
                  "cuda_fused_f4", "cuda_fused_hw_f2", "cuda_fused_hw_f4"})) {
@@ -286,8 +291,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filt
   for (const PagedPreset& s : kPresets) {
     const std::string preset = absl::StrCat("deepseek_v32_h", s.heads, "_b", s.batch, "_ctx",
                                             s.context, "_next", s.next_n);
-    if (!Wanted(filter, "indexer_logits_paged", preset,
-                {"cuda_wgmma", "cuda_wgmma2p", "cuda_mma", "cuda_simt"})) {
+    if (!Wanted(filter, "indexer_logits_paged", preset, GpuImpls())) {
       continue;
     }
     const int64_t max_blocks = s.context / kBlockSize, pages = s.batch * max_blocks;

@@ -68,9 +68,8 @@ struct SubmissionRingTable::Ring {
   absl::Time last_beat = absl::InfinitePast();
   uint64_t beats = 0;
   int64_t unlogged = 0;
-  std::string error;    // why Poll errored the ring
-  bool shut = false;    // pins released: never touched again
-  bool unshut = false;  // under mu_: removed from rings_, counted in unshut_ until shut down
+  std::string error;  // why Poll errored the ring
+  bool shut = false;  // pins released: never touched again
 };
 
 SubmissionRingTable::SubmissionRingTable(const regions::RegionRegistry* registry,
@@ -92,6 +91,7 @@ SubmissionRingTable::~SubmissionRingTable() {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, r] : rings_) all.push_back(r);
+    unshut_ += static_cast<int64_t>(rings_.size());  // Shutdown counts every ring it shuts
     for (auto& r : deferred_) all.push_back(r);
     rings_.clear();
     deferred_.clear();
@@ -244,7 +244,6 @@ void SubmissionRingTable::CloseMatching(const std::function<bool(const Ring&)>& 
       while (closed_.size() > kClosedKept) closed_.erase(closed_.begin());
       Log(state == L::kErrored ? LogLevel::kWarning : LogLevel::kDebug, "submission ring closed",
           {{"ring", r.id}, {"owner", r.spec.owner}, {"why", state == L::kErrored ? r.error : why}});
-      r.unshut = true;
       ++unshut_;
       closing.push_back(it->second);
       it = rings_.erase(it);
@@ -263,7 +262,7 @@ void SubmissionRingTable::Shutdown(const std::vector<std::shared_ptr<Ring>>& rin
   // Dropping a region's last pin may complete an unregistration on this thread, and its callback
   // may close rings (and so come back here): the pins are released after sweep_mu_.
   std::vector<regions::RegionPin> released;
-  std::vector<Ring*> shut;  // by this call
+  int64_t shut = 0;  // rings shut down by this call
   {
     absl::MutexLock sweep(&sweep_mu_);
     for (const std::shared_ptr<Ring>& r : rings) {
@@ -275,16 +274,12 @@ void SubmissionRingTable::Shutdown(const std::vector<std::shared_ptr<Ring>>& rin
       released.push_back(std::move(r->signal_pin));
       r->ring_pin = regions::RegionPin();
       r->signal_pin = regions::RegionPin();
-      shut.push_back(r.get());
+      ++shut;
     }
   }
   released.clear();
   absl::MutexLock lock(&mu_);
-  for (Ring* r : shut) {
-    if (!r->unshut) continue;
-    r->unshut = false;
-    --unshut_;
-  }
+  unshut_ -= shut;
 }
 
 void SubmissionRingTable::ReportLocked() {

@@ -149,7 +149,9 @@ class SubmissionRingTable {
   absl::Mutex sweep_mu_;
   // Rings closed from the poller thread itself, shut down at the end of its sweep.
   std::vector<std::shared_ptr<Ring>> deferred_ ABSL_GUARDED_BY(mu_);
-  // Rings removed from rings_ whose shutdown has not finished (DropLease waits for none).
+  // Rings out of rings_ (closed, or the table ending) whose shutdown has not finished: every
+  // ring is counted once as it leaves rings_ and uncounted by the Shutdown that shuts it
+  // (DropLease waits for none).
   int64_t unshut_ ABSL_GUARDED_BY(mu_) = 0;
   // Open and CloseMatching calls waiting for the locks: a spinning poller sleeps (one poll
   // interval) instead of taking the locks straight back.
