@@ -24,7 +24,9 @@ import time
 import numpy as np
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+# After PYTHONPATH: a device bundle's client (bundle/python, with its generated stubs) wins
+# over the repository's, which has them only where they were built.
+sys.path.append(os.path.join(ROOT, "client", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))  # daemon.py, cases.py
 
 from attnd_client.rings import ring_bytes  # noqa: E402

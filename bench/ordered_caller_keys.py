@@ -13,6 +13,7 @@ Form "torch_op": the same call made as `torch.ops.attnd.dsa_attention(**argument
 ordered binding (attnd_client.torch_ops: the dispatcher, the op's checks, the version bumps,
 then the same caller.call), arguments built once per layer.
     /work/venv-torch/bin/python bench/ordered_caller_keys.py [--steps 100] [--out FILE]
+    # on a GPU host from a device bundle: PYTHONPATH=bundle/python python3 bench/ordered_caller_keys.py
 """
 
 import argparse
@@ -28,7 +29,9 @@ import time
 import torch
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+# After PYTHONPATH: a device bundle's client (bundle/python, with its generated stubs) wins
+# over the repository's, which has them only where they were built.
+sys.path.append(os.path.join(ROOT, "client", "python"))
 
 from attnd_client import ordered  # noqa: E402
 from attnd_client.torch_support import DeviceRegionCache  # noqa: E402
