@@ -218,7 +218,9 @@ int main(int argc, char** argv) {
       for (auto [cache, us] : {std::pair<const char*, double>{"warm", warm}, {"cold", cold}}) {
         const std::string line = Json(c, cache, us, o, device, date, err);
         std::cout << line << std::endl;
-        if (out.is_open()) out << line << "\n";
+        // Flushed per line: a run killed in a later case (a hang, a call's time limit) keeps
+        // what it measured.
+        if (out.is_open()) out << line << std::endl;
         if (!s.ok()) break;
       }
     }
