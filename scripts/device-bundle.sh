@@ -7,7 +7,10 @@
 #   # on the GPU host, from the repo root:  bundle/run-gpu-suite.sh OUT_DIR
 # Environment: ATTND_CUDA_BUILD_DIR (default build-cuda); ATTND_BUNDLE_SKIP_BUILD=1 bundles what
 # that folder already holds; ATTND_BUNDLE_ONLY="sparse_mla_test attn_gpu_bench" bundles only
-# those executables (a smaller, quicker transfer while iterating on one kernel).
+# those executables (a smaller, quicker transfer while iterating on one kernel). Every test
+# binary links all kernels (~30 MB each stripped): the whole bundle's .tar.xz is ~65 MB, so a
+# transport limited to 64 MiB takes a subset, e.g. ATTND_BUNDLE_ONLY="attnd attnctl
+# attn_gpu_bench dsa_test libattnd_inproc.so" (~29 MB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE="${1:-bundle}"
