@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "kernels/common/thread_pool.h"
 #include "server/engine/backend.h"
 
@@ -27,7 +28,11 @@ struct GpuBackendOptions {
   bool device_ordered = true;
   size_t graph_cache_capacity = 512;   // executable graphs kept per device (LRU)
   size_t event_cache_capacity = 1024;  // opened IPC ready events kept per device (LRU)
-  std::vector<std::string> devices;    // UUIDs or ordinals to serve; empty = all visible
+  // A blocking call's synchronise (the daemon's own launches, no client ready event) that has
+  // waited this long marks its device lost as stalled (docs/SERVICE.md "A stalled device");
+  // zero: not watched.
+  absl::Duration stall_timeout = absl::Minutes(5);
+  std::vector<std::string> devices;  // UUIDs or ordinals to serve; empty = all visible
   // Runs calls whose op has no GPU implementation (and whose tensors are all host-resident) on
   // the CPU; null = no fallback (UNIMPLEMENTED). Not owned; must outlive the backend.
   kernels::ThreadPool* cpu_pool = nullptr;

@@ -52,6 +52,8 @@ struct DaemonConfig {
   bool graphs = true;                   // capture and replay launch sequences as graphs
   std::vector<std::string> devices;     // UUIDs or ordinals to serve; empty = every visible GPU
   int streams_per_device = 4;
+  // A blocking call's synchronise that waits this long marks the device stalled; 0: off.
+  absl::Duration device_stall_timeout = absl::Minutes(5);
 };
 
 // "8GiB", "512MiB", "1.5GiB", "64KB", "1048576": bytes (binary Ki/Mi/Gi/Ti, decimal K/M/G/T with

@@ -105,6 +105,7 @@ absl::Status Daemon::Start() {
     gopt.pool_bytes = static_cast<uint64_t>(config_.pool_bytes);
     gopt.staging_bytes = static_cast<uint64_t>(config_.staging_bytes);
     gopt.streams_per_device = config_.streams_per_device;
+    gopt.stall_timeout = config_.device_stall_timeout;
     gopt.graphs = config_.graphs;
     gopt.devices = config_.devices;
     gopt.cpu_pool = pool_.get();

@@ -83,6 +83,11 @@ ABSL_FLAG(std::string, devices, "",
 ABSL_FLAG(int, streams_per_device, 4,
           "GPU backends: streams per device; independent calls on one device overlap up to this "
           "many (and up to --workers).");
+ABSL_FLAG(absl::Duration, device_stall_timeout, absl::Minutes(5),
+          "GPU backends: a blocking call whose synchronise (the daemon's own launches, no client "
+          "ready event) has waited this long marks its device lost as stalled: health turns "
+          "NOT_SERVING and later calls on it fail UNAVAILABLE until attnd restarts. 0 = off; at "
+          "most 24h.");
 
 namespace attnd::server {
 
@@ -136,6 +141,9 @@ absl::Status CheckConfig(const DaemonConfig& c) {
   if (c.staging_bytes < 0) return absl::InvalidArgumentError("--staging-bytes must be >= 0");
   if (c.streams_per_device < 1 || c.streams_per_device > 64) {
     return absl::InvalidArgumentError("--streams-per-device must be in 1..64");
+  }
+  if (c.device_stall_timeout < absl::ZeroDuration() || c.device_stall_timeout > absl::Hours(24)) {
+    return absl::InvalidArgumentError("--device-stall-timeout must be >= 0 and at most 24h");
   }
   for (const std::string& d : c.devices) {
     if (d.empty()) return absl::InvalidArgumentError("--devices: empty entry");
@@ -249,6 +257,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
     c.devices.emplace_back(absl::StripAsciiWhitespace(d));
   }
   c.streams_per_device = absl::GetFlag(FLAGS_streams_per_device);
+  c.device_stall_timeout = absl::GetFlag(FLAGS_device_stall_timeout);
   if (absl::Status s = CheckConfig(c); !s.ok()) return s;
   return c;
 }

@@ -37,6 +37,13 @@ TEST(CheckConfigTest, GpuFlags) {
   c.streams_per_device = 65;
   EXPECT_FALSE(CheckConfig(c).ok());
   c = DaemonConfig();
+  c.device_stall_timeout = absl::ZeroDuration();  // off
+  EXPECT_TRUE(CheckConfig(c).ok());
+  c.device_stall_timeout = -absl::Seconds(1);
+  EXPECT_FALSE(CheckConfig(c).ok());
+  c.device_stall_timeout = absl::Hours(25);
+  EXPECT_FALSE(CheckConfig(c).ok());
+  c = DaemonConfig();
   c.devices = {"GPU-x", ""};
   EXPECT_FALSE(CheckConfig(c).ok());
   c = DaemonConfig();

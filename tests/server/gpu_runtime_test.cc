@@ -8,13 +8,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "kernels/common/gpu/runtime.h"
 #include "server/engine/gpu/device.h"
@@ -194,6 +199,90 @@ GpuBackendOptions SmallOptions() {
   o.streams_per_device = 2;
   o.devices = {"0"};
   return o;
+}
+
+// A host function on the stream that returns once *released is true: the stream, and a
+// synchronise of it, wait until then.
+void HoldStream(void* released) {
+  auto* flag = static_cast<std::atomic<bool>*>(released);
+  while (!flag->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// --device-stall-timeout (docs/SERVICE.md "A stalled device"): a synchronise that waits past the
+// limit marks the device lost (health's callback runs, later calls fail UNAVAILABLE naming the
+// stall); the waiting call itself completes once its stream moves again.
+TEST(GpuBackendTest, AStalledSynchroniseMarksTheDeviceLost) {
+  SKIP_WITHOUT_GPU();
+  GpuBackendOptions o = SmallOptions();
+  o.stall_timeout = absl::Milliseconds(300);
+  auto backend = GpuBackend::Create(o);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  absl::Mutex mu;
+  std::vector<std::string> reports;
+  (*backend)->SetDeviceLostCallback([&](const std::string& device, const std::string& why) {
+    absl::MutexLock lock(&mu);
+    reports.push_back(device + ": " + why);
+  });
+  std::atomic<bool> released{false};
+  std::thread releaser([&] {
+    // Lets the stream go once the stall is reported (or after 30 s, and the test fails).
+    for (int i = 0; i < 3000 && (*backend)->LostDevices().empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    released = true;
+  });
+  StepResult r;
+  const absl::Status held = (*backend)->Run(
+      "held",
+      [&](const kernels::ExecContext& ctx, std::string*) -> absl::Status {
+        GPU_RETURN_IF_ERROR(
+            gpu::LaunchHostFunc(static_cast<gpu::Stream>(ctx.stream), &HoldStream, &released));
+        return absl::OkStatus();
+      },
+      &r);
+  releaser.join();
+  EXPECT_TRUE(held.ok()) << held;
+  ASSERT_EQ((*backend)->LostDevices().size(), 1u);
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(reports.size(), 1u);
+    EXPECT_NE(reports[0].find("stalled"), std::string::npos) << reports[0];
+    EXPECT_NE(reports[0].find("--device-stall-timeout"), std::string::npos) << reports[0];
+  }
+  std::vector<unsigned char> in(4096, 1), out(4096, 0);
+  CopyCall call(in.size(), 0);
+  call.uses[0].host = in.data();
+  call.uses[1].host = out.data();
+  StepResult again;
+  const absl::Status later = (*backend)->RunCall(call, &again);
+  EXPECT_EQ(later.code(), absl::StatusCode::kUnavailable) << later;
+  EXPECT_NE(later.message().find("stalled"), std::string::npos) << later;
+}
+
+// Without a limit nothing is watched: the same hold, released after 500 ms, loses nothing.
+TEST(GpuBackendTest, AnUnwatchedLongSynchroniseLosesNothing) {
+  SKIP_WITHOUT_GPU();
+  GpuBackendOptions o = SmallOptions();
+  o.stall_timeout = absl::ZeroDuration();
+  auto backend = GpuBackend::Create(o);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::atomic<bool> released{false};
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    released = true;
+  });
+  StepResult r;
+  const absl::Status held = (*backend)->Run(
+      "held",
+      [&](const kernels::ExecContext& ctx, std::string*) -> absl::Status {
+        GPU_RETURN_IF_ERROR(
+            gpu::LaunchHostFunc(static_cast<gpu::Stream>(ctx.stream), &HoldStream, &released));
+        return absl::OkStatus();
+      },
+      &r);
+  releaser.join();
+  EXPECT_TRUE(held.ok()) << held;
+  EXPECT_TRUE((*backend)->LostDevices().empty());
 }
 
 TEST(GpuBackendTest, InlineTensorsAreStagedAndComeBack) {

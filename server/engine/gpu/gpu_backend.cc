@@ -127,6 +127,12 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendO
   if (options.device_ordered) {
     b->ordered_ = MakeOrderedRuntime(raw, [raw](const std::string& m) { raw->Log(2, m); });
   }
+  if (options.stall_timeout > absl::ZeroDuration()) {
+    b->stall_watch_ = std::make_unique<StallWatch>(
+        options.stall_timeout, [raw](int device, const std::string& what, absl::Duration waited) {
+          raw->OnStall(device, what, waited);
+        });
+  }
   for (const auto& d : b->devices_) {
     b->PublishPools(*d);
     b->Log(1, absl::StrCat("serving ", d->uuid(), " (", d->description().name, ", ordinal ",
@@ -141,6 +147,7 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const GpuBackendO
 }
 
 GpuBackend::~GpuBackend() {
+  stall_watch_.reset();  // its thread reports through devices_
   ordered_.reset();
   // Unpins and IPC closes of regions already gone run before the devices' memory goes (regions
   // still registered keep the teardown thread alive themselves).
@@ -164,6 +171,26 @@ kernels::Backend GpuBackend::kind() const {
 
 void GpuBackend::Log(int level, const std::string& message) const {
   if (options_.on_log) options_.on_log(level, message);
+}
+
+StallWatch::Token GpuBackend::WatchSync(const GpuDevice& device, std::string what) {
+  if (stall_watch_ == nullptr) return {};
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (devices_[i].get() == &device)
+      return stall_watch_->Begin(static_cast<int>(i), std::move(what));
+  }
+  return {};
+}
+
+void GpuBackend::OnStall(int device_index, const std::string& what, absl::Duration waited) {
+  GpuDevice& device = *devices_[static_cast<size_t>(device_index)];
+  const std::string why =
+      absl::StrCat("stalled: ", what, " has waited ", absl::FormatDuration(waited),
+                   " for the device (--device-stall-timeout ",
+                   absl::FormatDuration(options_.stall_timeout), ")");
+  device.MarkLost(absl::UnavailableError(why));
+  Log(3, absl::StrCat(device.uuid(), " ", why));
+  ReportDeviceLost(device.uuid(), why);
 }
 
 void GpuBackend::PublishPools(const GpuDevice& device) const {
@@ -204,7 +231,9 @@ absl::Status GpuBackend::Run(absl::string_view /*op*/, const StepFn& step, StepR
   result->device = device.uuid();
   const absl::Time start = absl::Now();
   absl::Status s = step(ctx, &result->impl);
+  StallWatch::Token watched = WatchSync(device, "a step's synchronise");
   absl::Status synced = GpuStatus(gpu::StreamSynchronize(lease.stream()), "running the step");
+  watched.End();
   result->compute += absl::Now() - start;
   if (synced.code() == absl::StatusCode::kUnavailable) {
     device.MarkLost(synced);
@@ -289,8 +318,17 @@ absl::Status GpuBackend::RunOnDevice(GpuDevice& device, OpCall& call, StepResult
       device.graphs().Launch(call, ctx, placement.data(), key, pointers, &impl, &graph));
   ATTND_GPU_STATUS(gpu::EventRecord(lease.stop(), stream), "recording the stop event");
   ATTND_RETURN_IF_ERROR(placement.Collect(call.tensors()));
-  ATTND_GPU_STATUS(gpu::StreamSynchronize(stream),
-                   absl::StrCat("running ", call.op(), " (", impl, ") on ", device.uuid()));
+  {
+    // Watched only without a client's ready event: the stream then holds the daemon's own
+    // work alone, whose time does not depend on a client.
+    StallWatch::Token watched;
+    if (call.ready_event().empty()) {
+      watched =
+          WatchSync(device, absl::StrCat("the synchronise after ", call.op(), " (", impl, ")"));
+    }
+    ATTND_GPU_STATUS(gpu::StreamSynchronize(stream),
+                     absl::StrCat("running ", call.op(), " (", impl, ") on ", device.uuid()));
+  }
   // Stopped during the launches (a multi-launch op stops launching; what was enqueued ran): the
   // outputs are incomplete.
   if (stop != nullptr && stop->stopped()) return stop->status("while running");

@@ -21,6 +21,7 @@
 #include "server/engine/gpu/ordered_queue.h"
 #include "server/engine/gpu_backend_factory.h"
 #include "server/engine/memory_pool.h"
+#include "server/engine/stall_watch.h"
 
 namespace attnd::server::engine::gpu_rt {
 
@@ -63,6 +64,9 @@ class GpuBackend : public Backend {
   absl::Status RunOnCpu(OpCall& call, StepResult* result, const StopToken* stop);
   void PublishPools(const GpuDevice& device) const;
   void Log(int level, const std::string& message) const;
+  // A watched synchronise of `device` (what: the log's words); an empty token when unwatched.
+  StallWatch::Token WatchSync(const GpuDevice& device, std::string what);
+  void OnStall(int device_index, const std::string& what, absl::Duration waited);
 
   const GpuBackendOptions options_;
   std::vector<std::unique_ptr<GpuDevice>> devices_;
@@ -73,6 +77,8 @@ class GpuBackend : public Backend {
   std::shared_ptr<HostRegionPinner> pinner_;
   std::shared_ptr<OrderedRuntime> ordered_;  // null: stream-ordered calls take the host path
   std::unique_ptr<CpuBackend> cpu_;          // fallback for ops without a GPU implementation
+  // Watches blocking calls' synchronises (null: --device-stall-timeout=0); destroyed first.
+  std::unique_ptr<StallWatch> stall_watch_;
 };
 
 }  // namespace attnd::server::engine::gpu_rt

@@ -50,6 +50,11 @@ inline Error MemsetAsync(void* p, int value, size_t n, Stream s) {
 inline Error StreamCreate(Stream* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
 inline Error StreamDestroy(Stream s) { return cudaStreamDestroy(s); }
 inline Error StreamSynchronize(Stream s) { return cudaStreamSynchronize(s); }
+// fn(data) on a runtime thread once the stream's earlier work is done; the stream's later work
+// waits for it to return. fn must not call the runtime.
+inline Error LaunchHostFunc(Stream s, void (*fn)(void*), void* data) {
+  return cudaLaunchHostFunc(s, fn, data);
+}
 inline Error StreamWaitEvent(Stream s, Event e) { return cudaStreamWaitEvent(s, e, 0); }
 inline Error EventCreate(Event* e) { return cudaEventCreate(e); }
 inline Error EventCreateInterprocess(Event* e) {

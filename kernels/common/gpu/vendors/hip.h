@@ -50,6 +50,10 @@ inline Error MemsetAsync(void* p, int value, size_t n, Stream s) {
 inline Error StreamCreate(Stream* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
 inline Error StreamDestroy(Stream s) { return hipStreamDestroy(s); }
 inline Error StreamSynchronize(Stream s) { return hipStreamSynchronize(s); }
+// fn(data) on a runtime thread once the stream's earlier work is done (vendors/cuda.h).
+inline Error LaunchHostFunc(Stream s, void (*fn)(void*), void* data) {
+  return hipLaunchHostFunc(s, fn, data);
+}
 inline Error StreamWaitEvent(Stream s, Event e) { return hipStreamWaitEvent(s, e, 0); }
 inline Error EventCreate(Event* e) { return hipEventCreate(e); }
 inline Error EventCreateInterprocess(Event* e) {
