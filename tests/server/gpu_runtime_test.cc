@@ -208,14 +208,31 @@ void HoldStream(void* released) {
   while (!flag->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
+// A closure step on the first device whose stream is held (HoldStream) until *released.
+absl::Status RunHeldStep(GpuBackend& backend, std::atomic<bool>* released) {
+  StepResult r;
+  return backend.Run(
+      "held",
+      [released](const kernels::ExecContext& ctx, std::string*) -> absl::Status {
+        GPU_RETURN_IF_ERROR(
+            gpu::LaunchHostFunc(static_cast<gpu::Stream>(ctx.stream), &HoldStream, released));
+        return absl::OkStatus();
+      },
+      &r);
+}
+
+GpuBackendOptions StallOptions(absl::Duration stall_timeout) {
+  GpuBackendOptions o = SmallOptions();
+  o.stall_timeout = stall_timeout;
+  return o;
+}
+
 // --device-stall-timeout (docs/SERVICE.md "A stalled device"): a synchronise that waits past the
 // limit marks the device lost (health's callback runs, later calls fail UNAVAILABLE naming the
 // stall); the waiting call itself completes once its stream moves again.
 TEST(GpuBackendTest, AStalledSynchroniseMarksTheDeviceLost) {
   SKIP_WITHOUT_GPU();
-  GpuBackendOptions o = SmallOptions();
-  o.stall_timeout = absl::Milliseconds(300);
-  auto backend = GpuBackend::Create(o);
+  auto backend = GpuBackend::Create(StallOptions(absl::Milliseconds(300)));
   ASSERT_TRUE(backend.ok()) << backend.status();
   absl::Mutex mu;
   std::vector<std::string> reports;
@@ -231,15 +248,7 @@ TEST(GpuBackendTest, AStalledSynchroniseMarksTheDeviceLost) {
     }
     released = true;
   });
-  StepResult r;
-  const absl::Status held = (*backend)->Run(
-      "held",
-      [&](const kernels::ExecContext& ctx, std::string*) -> absl::Status {
-        GPU_RETURN_IF_ERROR(
-            gpu::LaunchHostFunc(static_cast<gpu::Stream>(ctx.stream), &HoldStream, &released));
-        return absl::OkStatus();
-      },
-      &r);
+  const absl::Status held = RunHeldStep(**backend, &released);
   releaser.join();
   EXPECT_TRUE(held.ok()) << held;
   ASSERT_EQ((*backend)->LostDevices().size(), 1u);
@@ -262,24 +271,14 @@ TEST(GpuBackendTest, AStalledSynchroniseMarksTheDeviceLost) {
 // Without a limit nothing is watched: the same hold, released after 500 ms, loses nothing.
 TEST(GpuBackendTest, AnUnwatchedLongSynchroniseLosesNothing) {
   SKIP_WITHOUT_GPU();
-  GpuBackendOptions o = SmallOptions();
-  o.stall_timeout = absl::ZeroDuration();
-  auto backend = GpuBackend::Create(o);
+  auto backend = GpuBackend::Create(StallOptions(absl::ZeroDuration()));
   ASSERT_TRUE(backend.ok()) << backend.status();
   std::atomic<bool> released{false};
   std::thread releaser([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     released = true;
   });
-  StepResult r;
-  const absl::Status held = (*backend)->Run(
-      "held",
-      [&](const kernels::ExecContext& ctx, std::string*) -> absl::Status {
-        GPU_RETURN_IF_ERROR(
-            gpu::LaunchHostFunc(static_cast<gpu::Stream>(ctx.stream), &HoldStream, &released));
-        return absl::OkStatus();
-      },
-      &r);
+  const absl::Status held = RunHeldStep(**backend, &released);
   releaser.join();
   EXPECT_TRUE(held.ok()) << held;
   EXPECT_TRUE((*backend)->LostDevices().empty());
