@@ -1,7 +1,10 @@
 #include "server/engine/stall_watch.h"
 
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace attnd::server::engine {
 
@@ -34,10 +37,10 @@ void StallWatch::Token::End() {
   watch_ = nullptr;
 }
 
-StallWatch::Token StallWatch::Begin(int tag, std::string what) {
+StallWatch::Token StallWatch::Begin(int tag, absl::string_view what, absl::string_view detail) {
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
-  waits_.emplace(id, Wait{tag, std::move(what), absl::Now()});
+  waits_.emplace(id, Wait{tag, what, detail, absl::Now()});
   return Token(this, id);
 }
 
@@ -72,7 +75,10 @@ void StallWatch::Loop() {
       if (!w.reported && now - w.start >= limit_) {
         w.reported = true;
         ++stalls_;
-        due.push_back({w.tag, w.what, now - w.start});
+        // Copied while the wait is registered (its views are valid until it ends).
+        std::string what(w.what);
+        if (!w.detail.empty()) absl::StrAppend(&what, " (", w.detail, ")");
+        due.push_back({w.tag, std::move(what), now - w.start});
       }
     }
     if (due.empty() || !on_stall_) continue;

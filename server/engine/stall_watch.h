@@ -7,7 +7,7 @@
 //   StallWatch watch(absl::Seconds(120), [](int tag, const std::string& what, absl::Duration w) {
 //     ...;  // e.g. mark device `tag` lost
 //   });
-//   { StallWatch::Token t = watch.Begin(device_index, "running sparse_mla"); Synchronize(); }
+//   { StallWatch::Token t = watch.Begin(device_index, "sparse_mla", impl); Synchronize(); }
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -52,8 +53,11 @@ class StallWatch {
     uint64_t id_ = 0;
   };
 
-  // Registers a wait starting now; `tag` and `what` go to on_stall if it outlives the limit.
-  Token Begin(int tag, std::string what) ABSL_LOCKS_EXCLUDED(mu_);
+  // Registers a wait starting now; if it outlives the limit, on_stall gets `tag` and `what`
+  // (with " (detail)" when `detail` is not empty). Nothing is copied here (a blocking call's
+  // path): both views must stay valid until the token ends.
+  Token Begin(int tag, absl::string_view what, absl::string_view detail = {})
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Duration limit() const { return limit_; }
   // Waits reported so far, and waits registered now.
@@ -63,7 +67,7 @@ class StallWatch {
  private:
   struct Wait {
     int tag;
-    std::string what;
+    absl::string_view what, detail;
     absl::Time start;
     bool reported = false;
   };

@@ -173,11 +173,11 @@ void GpuBackend::Log(int level, const std::string& message) const {
   if (options_.on_log) options_.on_log(level, message);
 }
 
-StallWatch::Token GpuBackend::WatchSync(const GpuDevice& device, std::string what) {
+StallWatch::Token GpuBackend::WatchSync(const GpuDevice& device, absl::string_view op,
+                                        absl::string_view impl) {
   if (stall_watch_ == nullptr) return {};
   for (size_t i = 0; i < devices_.size(); ++i) {
-    if (devices_[i].get() == &device)
-      return stall_watch_->Begin(static_cast<int>(i), std::move(what));
+    if (devices_[i].get() == &device) return stall_watch_->Begin(static_cast<int>(i), op, impl);
   }
   return {};
 }
@@ -185,8 +185,8 @@ StallWatch::Token GpuBackend::WatchSync(const GpuDevice& device, std::string wha
 void GpuBackend::OnStall(int device_index, const std::string& what, absl::Duration waited) {
   GpuDevice& device = *devices_[static_cast<size_t>(device_index)];
   const std::string why =
-      absl::StrCat("stalled: ", what, " has waited ", absl::FormatDuration(waited),
-                   " for the device (--device-stall-timeout ",
+      absl::StrCat("stalled: the synchronise after ", what, " has waited ",
+                   absl::FormatDuration(waited), " for the device (--device-stall-timeout ",
                    absl::FormatDuration(options_.stall_timeout), ")");
   device.MarkLost(absl::UnavailableError(why));
   Log(3, absl::StrCat(device.uuid(), " ", why));
@@ -216,7 +216,7 @@ int64_t GpuBackend::PoolBytes() const {
   return total;
 }
 
-absl::Status GpuBackend::Run(absl::string_view /*op*/, const StepFn& step, StepResult* result,
+absl::Status GpuBackend::Run(absl::string_view op, const StepFn& step, StepResult* result,
                              const StopToken* stop) {
   if (stop != nullptr && stop->stopped()) return stop->status("before the launch");
   GpuDevice& device = *devices_.front();
@@ -231,7 +231,7 @@ absl::Status GpuBackend::Run(absl::string_view /*op*/, const StepFn& step, StepR
   result->device = device.uuid();
   const absl::Time start = absl::Now();
   absl::Status s = step(ctx, &result->impl);
-  StallWatch::Token watched = WatchSync(device, "a step's synchronise");
+  StallWatch::Token watched = WatchSync(device, op, result->impl);
   absl::Status synced = GpuStatus(gpu::StreamSynchronize(lease.stream()), "running the step");
   watched.End();
   result->compute += absl::Now() - start;
@@ -322,10 +322,7 @@ absl::Status GpuBackend::RunOnDevice(GpuDevice& device, OpCall& call, StepResult
     // Watched only without a client's ready event: the stream then holds the daemon's own
     // work alone, whose time does not depend on a client.
     StallWatch::Token watched;
-    if (call.ready_event().empty()) {
-      watched =
-          WatchSync(device, absl::StrCat("the synchronise after ", call.op(), " (", impl, ")"));
-    }
+    if (call.ready_event().empty()) watched = WatchSync(device, call.op(), impl);
     ATTND_GPU_STATUS(gpu::StreamSynchronize(stream),
                      absl::StrCat("running ", call.op(), " (", impl, ") on ", device.uuid()));
   }

@@ -64,8 +64,10 @@ class GpuBackend : public Backend {
   absl::Status RunOnCpu(OpCall& call, StepResult* result, const StopToken* stop);
   void PublishPools(const GpuDevice& device) const;
   void Log(int level, const std::string& message) const;
-  // A watched synchronise of `device` (what: the log's words); an empty token when unwatched.
-  StallWatch::Token WatchSync(const GpuDevice& device, std::string what);
+  // A watched synchronise of `device` after `op` (`impl`; both valid until the token ends); an
+  // empty token when unwatched.
+  StallWatch::Token WatchSync(const GpuDevice& device, absl::string_view op,
+                              absl::string_view impl);
   void OnStall(int device_index, const std::string& what, absl::Duration waited);
 
   const GpuBackendOptions options_;
