@@ -21,4 +21,10 @@ namespace attnd::kernels {
 // static_assert against it.
 inline constexpr int kSm90MaxSmemBytes = 227 * 1024;
 
+// Registers per thread of a 384-thread CTA launched one per SM (65536 / 384, rounded down to a
+// multiple of 8): the pool that `setmaxnreg` redistributes among its three warpgroups. An inc
+// the pool cannot serve waits forever, so the roles' counts sum to at most 3 × this
+// (docs/KERNELS.md "Registers"); the Hopper tiles static_assert against it.
+inline constexpr int kSm90Regs384 = 168;
+
 }  // namespace attnd::kernels

@@ -31,6 +31,7 @@
 #include <cuda.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/tiles.h"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/common/gpu/wgmma_fp8.cuh"
 #include "kernels/common/math.h"
@@ -111,13 +112,10 @@ struct WgmmaIndexerTile {
   static constexpr int kSmemBytesHelpers = static_cast<int>(kVBarOffset + 2 * kValueStages * 8);
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp
-  // setmaxnreg only moves registers within the CTA's launch allocation (168 per thread: 65536 /
-  // 384 rounded down to a multiple of 8): an inc that the pool cannot serve waits forever, so
-  // the three warpgroups' counts must sum to at most 3 · 168 = 504, not 512 (docs/KERNELS.md).
-  static constexpr int kLaunchRegs = 168;
-  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * kLaunchRegs, "register budget");
+  // setmaxnreg moves registers within the launch allocation only (tiles.h kSm90Regs384).
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * kSm90Regs384, "register budget");
   static constexpr int kHelperRegs = 56;  // WG2 with the helper warps: the whole budget
-  static_assert(kHelperRegs + 2 * kConsumerRegs <= 3 * kLaunchRegs, "register budget");
+  static_assert(kHelperRegs + 2 * kConsumerRegs <= 3 * kSm90Regs384, "register budget");
   static_assert(kHeads % 8 == 0 && kWgQueries % 4 == 0, "whole queries per 8-column group");
 };
 

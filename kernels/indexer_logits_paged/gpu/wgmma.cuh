@@ -30,6 +30,7 @@
 #include <cuda.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/tiles.h"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/common/gpu/wgmma_fp8.cuh"
 #include "kernels/common/math.h"
@@ -80,8 +81,8 @@ struct WgmmaPagedTile {
   static constexpr int kSmemBytes = static_cast<int>(kPageOffset + kStages * 4);
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   static constexpr uint32_t kEmptyCount = 4;  // one arrival per warp of the page's consumer
-  // setmaxnreg moves registers within the launch allocation only: 3 · 168 per thread-triple.
-  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budget");
+  // setmaxnreg moves registers within the launch allocation only (tiles.h kSm90Regs384).
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * kSm90Regs384, "register budget");
   static_assert(kStages % 2 == 0, "a stage always serves the same consumer");
 };
 

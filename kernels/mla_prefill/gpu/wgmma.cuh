@@ -94,7 +94,7 @@ struct WgmmaPrefillTile {
   static constexpr int kSmemBytes = static_cast<int>(kItemOffset + 2 * sizeof(WgmmaPrefillItem));
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp (q_empty too)
-  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register budget (65536 / 128)");
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * kSm90Regs384, "register budget");
   static_assert(kSmemBytes <= kSm90MaxSmemBytes, "fits sm_90's 227 KiB of shared memory");
 };
 

@@ -97,7 +97,7 @@ struct WgmmaTile {
   static constexpr uint32_t PHiOffset(int stage) {
     return kPHiInRope ? kKvOffset + stage * kStageBytes + (kSlabs - 1) * kSlabBytes : kPHiOffset;
   }
-  static constexpr int kLaunchRegs = 168;  // 65536 / 384, rounded down to a multiple of 8
+  static constexpr int kLaunchRegs = kSm90Regs384;  // tiles.h
   static_assert(kProducerRegs + kSoftmaxRegs + kPvRegs <= 3 * kLaunchRegs, "register budget");
   static_assert(kProducerRegsFp8 + kSoftmaxRegs + kPvRegsFp8 <= 3 * kLaunchRegs, "register budget");
   static_assert(kProducerRegs <= kLaunchRegs && kProducerRegsFp8 <= kLaunchRegs &&
