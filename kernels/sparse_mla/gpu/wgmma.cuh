@@ -616,7 +616,7 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
           mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * j + e]);
         }
       }
-      WgmmaSoftmaxStep(s, mx, a.scale_log2, m_run, l_run, alpha);
+      WgmmaSoftmaxStep<32, !kExactP>(s, mx, a.scale_log2, m_run, l_run, alpha);
     };
     // P = hi + lo as A fragments; then (once WG1 is done with the previous ones) to shared
     // memory with alpha, and WG1 is told.
@@ -674,12 +674,16 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
         WgmmaWait<0>();
         FenceAccumulators(s);
         softmax(stage);
+        // FAST's lazy max: most tiles leave every row's max (alpha exactly 1); a warp skips the
+        // rescale when none of its rows moved. No accumulator is in flight here.
+        if (kExactP || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          o[4 * j + 0] *= alpha[0];
-          o[4 * j + 1] *= alpha[0];
-          o[4 * j + 2] *= alpha[1];
-          o[4 * j + 3] *= alpha[1];
+          for (int j = 0; j < 32; ++j) {
+            o[4 * j + 0] *= alpha[0];
+            o[4 * j + 1] *= alpha[0];
+            o[4 * j + 2] *= alpha[1];
+            o[4 * j + 3] *= alpha[1];
+          }
         }
         publish_p(stage);
       }
@@ -722,12 +726,14 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
       NamedBarSync(kBarPReady, 256);
       FenceProxyAsync();  // the stage's fills, acquired through WG0, before wgmma reads them
       const float alpha0 = alpha_s[r0], alpha1 = alpha_s[r0 + 8];
+      if (kExactP || __any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        o[4 * j + 0] *= alpha0;
-        o[4 * j + 1] *= alpha0;
-        o[4 * j + 2] *= alpha1;
-        o[4 * j + 3] *= alpha1;
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j + 0] *= alpha0;
+          o[4 * j + 1] *= alpha0;
+          o[4 * j + 2] *= alpha1;
+          o[4 * j + 3] *= alpha1;
+        }
       }
       const uint32_t kv_off = Tile::kKvOffset + stage * Tile::kStageBytes;
       uint64_t vd = SmemDescMnMajor(base + kv_off + 4 * Tile::kSlabBytes, Tile::kSlabBytes);

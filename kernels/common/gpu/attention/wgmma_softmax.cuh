@@ -29,7 +29,12 @@ namespace attnd::kernels {
 // exp2(s · scale_log2 - m_new) replaces s (masked scores give exactly 0). scale_log2 by reference:
 // callers pass their argument block's field, and the kernels' PTX stayed what it was when the
 // step was written inline in each of them.
-template <int kN>
+// kLazyMax: the running max moves only when the tile's max passes it by more than
+// kLazyMaxSlack (log2 units), so P may reach 2^kLazyMaxSlack and alpha is exactly 1 on most
+// tiles (callers may then skip the O rescale); O / l and the LSE are the same in exact
+// arithmetic, and P's bf16 rounding is relative. FAST only (docs/KERNELS.md).
+constexpr float kLazyMaxSlack = 8.0f;
+template <int kN, bool kLazyMax = false>
 __device__ __forceinline__ void WgmmaSoftmaxStep(float (&s)[kN], float (&mx)[2],
                                                  const float& scale_log2, float (&m_run)[2],
                                                  float (&l_run)[2], float (&alpha)[2]) {
@@ -39,7 +44,9 @@ __device__ __forceinline__ void WgmmaSoftmaxStep(float (&s)[kN], float (&mx)[2],
   for (int i = 0; i < 2; ++i) {
     mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 1));
     mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 2));
-    const float m_new = fmaxf(m_run[i], mx[i] * scale_log2);
+    const float m_tile = mx[i] * scale_log2;
+    float m_new = fmaxf(m_run[i], m_tile);
+    if constexpr (kLazyMax) m_new = m_tile - m_run[i] > kLazyMaxSlack ? m_new : m_run[i];
     alpha[i] = ::attnd::gpu::ptx::Exp2(m_run[i] - m_new);
     m_run[i] = m_new;
     neg_m[i] = -m_new;
