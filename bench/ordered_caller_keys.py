@@ -12,6 +12,11 @@ built per call (five per-layer views, as bench/decode_step builds them) or once 
 Form "torch_op": the same call made as `torch.ops.attnd.dsa_attention(**arguments)` with the
 ordered binding (attnd_client.torch_ops: the dispatcher, the op's checks, the version bumps,
 then the same caller.call), arguments built once per layer.
+--device cuda (on a GPU host) makes the ten tensors real CUDA tensors (everything else stays a
+stand-in), so the two runs differ only in what torch does per CUDA tensor. --micro adds the
+per-operation costs the key is made of (data_ptr, shape, stride, untyped_storage, a view, ...)
+on each device, the driver's stream memory operations through ctypes (CUDA only) and a pure
+Python loop, to tell a slower host from a costlier CUDA tensor.
     /work/venv-torch/bin/python bench/ordered_caller_keys.py [--steps 100] [--out FILE]
     # on a GPU host from a device bundle: PYTHONPATH=bundle/python python3 bench/ordered_caller_keys.py
 """
@@ -78,6 +83,9 @@ class Signals:
     def wait(self, word, value, stream):
         pass
 
+    def write_then_wait(self, ready, ready_value, done, done_value, stream):
+        ready.value = ready_value
+
 
 class Owner:
     def __init__(self):
@@ -109,26 +117,121 @@ def caller(depth):
     return c
 
 
+def per_op_ns(fn, n=20000):
+    """Median over 5 rounds of thread CPU ns per fn() call (n calls a round)."""
+    rounds = []
+    for _ in range(5):
+        t0 = time.thread_time_ns()
+        for _ in range(n):
+            fn()
+        rounds.append((time.thread_time_ns() - t0) / n)
+    return statistics.median(rounds)
+
+
+def micro(a, commit, date):
+    """The key's ingredients one by one (module docstring), one JSON line per (device, item)."""
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    items = []
+    for dev in devices:
+        x = torch.empty(61, 64, 128, 576, dtype=torch.bfloat16, device=dev)
+        v = x[3]
+        items += [
+            (dev, "view x[i]", lambda x=x: x[3]),
+            (dev, "data_ptr()", v.data_ptr),
+            (dev, "shape", lambda v=v: v.shape),
+            (dev, "stride()", v.stride),
+            (dev, "dtype", lambda v=v: v.dtype),
+            (dev, "is_cuda", lambda v=v: v.is_cuda),
+            (dev, "untyped_storage()", v.untyped_storage),
+            (dev, "type(v).__module__", lambda v=v: type(v).__module__.startswith("torch")),
+        ]
+    if torch.cuda.is_available():
+        from attnd_client.cuda_signals import StreamMemOps
+
+        ops = StreamMemOps()
+        word = torch.zeros(8, dtype=torch.int64, device="cuda")
+        address = word.data_ptr()
+        stream = torch.cuda.current_stream()
+        handle = stream.cuda_stream
+        import ctypes
+        import struct
+
+        params = ctypes.create_string_buffer(96)
+        struct.pack_into(
+            "<" + "I4xQQI4xQ8x" * 2, params, 0, 5, address, 0, 0, 0, 4, address, 0, 0, 0
+        )
+        batch, params_address = ops._driver.batch, ctypes.c_void_p(ctypes.addressof(params))
+        if batch is not None and batch(ctypes.c_void_p(handle), 2, params_address, 0) == 0:
+            items.append(
+                (
+                    "cuda",
+                    "cuStreamBatchMemOp write+wait (ctypes)",
+                    lambda: batch(ctypes.c_void_p(handle), 2, params_address, 0),
+                )
+            )
+        items += [
+            ("cuda", "torch.cuda.current_stream()", torch.cuda.current_stream),
+            ("cuda", "stream.cuda_stream", lambda: stream.cuda_stream),
+            ("cuda", "cuStreamWriteValue64 (ctypes)", lambda: ops.write(address, 0, handle)),
+            ("cuda", "cuStreamWaitValue64 (ctypes)", lambda: ops.wait(address, 0, handle)),
+        ]
+    items.append(("python", "dict of 9 + sorted + tuple hash", _pure_python))
+    print("| device | item | ns per call |\n|---|---|---|")
+    for dev, item, fn in items:
+        driver_call = "(ctypes)" in item
+        ns = per_op_ns(fn, 2000 if driver_call else 20000)
+        if driver_call:
+            torch.cuda.synchronize()
+        line = {
+            "op": "python_micro",
+            "device_of_item": dev,
+            "item": item,
+            "ns_per_call": round(ns, 1),
+            "commit": commit,
+            "date": date,
+            **host_fields("micro"),
+            "torch": torch.__version__,
+        }
+        emit(line, f"| {dev} | {item} | {ns:.0f} |", a.out)
+
+
+def _pure_python():
+    d = {"q": 1, "kv": 2, "out": 3, "lse": 4, "topk": 5, "a": 6, "b": 7, "c": 8, "e": 9}
+    return hash(tuple((k, d[k]) for k in sorted(d)))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--layers", type=int, default=61)
     p.add_argument("--out", help="append one JSON line per configuration here")
+    p.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where the tensors live"
+    )
+    p.add_argument("--micro", action="store_true", help="also the per-operation costs")
     a = p.parse_args()
+    if a.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: torch sees no CUDA device")
+    commit = subprocess.run(
+        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if a.micro:
+        micro(a, commit, date)
     ordered._is_cuda_tensor = lambda v: isinstance(v, torch.Tensor)
-    L, T = a.layers, 64
+    L, T, dev = a.layers, 64, a.device
     t = dict(
-        index_q=torch.empty(L, T, 1, 64, 128, dtype=torch.uint8),
-        index_weights=torch.empty(L, T, 64),
-        q=torch.empty(L, T, 128, 576, dtype=torch.bfloat16),
-        out=torch.empty(L, T, 128, 512, dtype=torch.bfloat16),
-        lse=torch.empty(L, T, 128),
+        index_q=torch.empty(L, T, 1, 64, 128, dtype=torch.uint8, device=dev),
+        index_weights=torch.empty(L, T, 64, device=dev),
+        q=torch.empty(L, T, 128, 576, dtype=torch.bfloat16, device=dev),
+        out=torch.empty(L, T, 128, 512, dtype=torch.bfloat16, device=dev),
+        lse=torch.empty(L, T, 128, device=dev),
     )
     shared = dict(
-        kv=torch.empty(4096, 656, dtype=torch.uint8),
-        index_cache=torch.empty(4096, 64 * 132, dtype=torch.uint8),
-        index_block_table=torch.empty(T, 512, dtype=torch.int32),
-        context_lens=torch.empty(T, dtype=torch.int32),
+        kv=torch.empty(4096, 656, dtype=torch.uint8, device=dev),
+        index_cache=torch.empty(4096, 64 * 132, dtype=torch.uint8, device=dev),
+        index_block_table=torch.empty(T, 512, dtype=torch.int32, device=dev),
+        context_lens=torch.empty(T, dtype=torch.int32, device=dev),
     )
 
     def args(layer):
@@ -165,10 +268,6 @@ def main():
         for n, *_ in c._pending:  # the "GPU" ends the step's calls
             c._done[n % c.depth].value = n
 
-    commit = subprocess.run(
-        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     print("| form | caller CPU µs p50 | p90 |\n|---|---|---|")
     for form in ("per_call", "prebuilt", "torch_op"):
         for _ in range(5):
@@ -183,6 +282,7 @@ def main():
             "form": "torch_op_cuda_standin"
             if form == "torch_op"
             else "ordered_caller_cuda_standin",
+            "tensors": dev,
             "arguments": "per_call" if form == "per_call" else "prebuilt",
             "client": "python",
             "calls": len(times),
@@ -191,7 +291,7 @@ def main():
             "prepares": c.prepares,
             "commit": commit,
             "date": date,
-            **host_fields("cpu (stand-ins)"),
+            **host_fields("cpu (stand-ins)" if dev == "cpu" else "cuda tensors, stand-ins"),
             "torch": torch.__version__,
         }
         emit(line, f"| {form} | {line['caller_cpu_us_p50']} | {line['caller_cpu_us_p90']} |", a.out)

@@ -11,6 +11,7 @@ import json
 import os
 import select
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -1054,6 +1055,171 @@ def test_ordered_caller_eviction_after_a_refused_stream_write(client, rng):
             assert time.monotonic() - t0 < 2, "the eviction waited for a call never made"
             caller.wait(timeout=30)
             assert caller.prepares == 2 and caller.prepared == 1
+    finally:
+        region.close()
+
+
+def batching_driver(result=0):
+    """A FakeDriver with cuStreamBatchMemOp: each batch is decoded from its parameter array
+    (cuda.h's 48-byte CUstreamBatchMemOpParams: operation, address, value, flags) and recorded
+    as ("batch", stream, [(operation, address, value, flags), ...]); its write operations land
+    200 ms later, as a busy stream's would (land_checks run first). `result` is what the
+    driver returns (then nothing lands)."""
+    driver = FakeDriver()
+    driver.land_checks = []
+
+    def batch(stream, count, params, flags):
+        raw = ctypes.string_at(params, 48 * count)
+        ops = []
+        for i in range(count):
+            op, address, value, op_flags = struct.unpack_from("<I4xQQI", raw, 48 * i)
+            ops.append((op, address, value, op_flags))
+        driver.calls.append(("batch", stream.value, ops))
+        assert flags == 0
+        if driver.result:
+            return driver.result
+        for op, address, value, _ in ops:
+            if op == 5:  # CU_STREAM_MEM_OP_WRITE_VALUE_64
+                host = address - FakeDriver.DEVICE_BASE + driver.registered[0]
+
+                def land(host=host, value=value):
+                    for check in driver.land_checks:
+                        check()
+                    ctypes.c_uint64.from_address(host).value = value
+
+                threading.Timer(0.2, land).start()
+        return 0
+
+    driver.result = result
+    driver.batch = batch
+    return driver
+
+
+def test_ordered_caller_enqueues_ready_and_done_in_one_driver_call(client, rng):
+    """With cuStreamBatchMemOp, each stream-ordered call makes one driver call: the ready write
+    (value n, the default flags: a barrier first) then the done wait (>= n), at the caller's
+    words' device addresses; the daemon runs the call only once the write lands (outputs stay
+    poisoned until then) and the outputs are the reference's."""
+    from attnd_client.cuda_signals import CU_STREAM_WAIT_VALUE_GEQ
+
+    region, cases, argss, outss = staged_cases(client, "ordered-batch", rng, 2)
+    driver = batching_driver()
+    try:
+        with client.ordered_caller(entries=4, depth=4, timeout=30, driver=driver) as caller:
+            for i in range(2):
+                for name, (dtype, _) in cases[i].outputs.items():
+                    outss[i][name][...] = POISON[dtype]
+                driver.land_checks = [
+                    lambda i=i: (
+                        None
+                        if poisoned(cases[i], outss[i])
+                        else pytest.fail("the call ran before its ready word")
+                    )
+                ]
+                assert caller.call("sparse_mla", stream=0x5EED, **argss[i]) == i + 1
+                caller.wait(timeout=30)
+                cases[i].check(outss[i])
+            base = FakeDriver.DEVICE_BASE - driver.registered[0] + caller.region.address
+            batches = [c for c in driver.calls if c[0] == "batch"]
+            assert batches == [
+                (
+                    "batch",
+                    0x5EED,
+                    [
+                        (5, base + caller.ready.offset, n, 0),
+                        (4, base + caller._done[n % 4].offset, n, CU_STREAM_WAIT_VALUE_GEQ),
+                    ],
+                )
+                for n in (1, 2)
+            ]
+            assert not [c for c in driver.calls if c[0] in ("write", "wait")]
+    finally:
+        region.close()
+
+
+def test_ordered_caller_without_batch_support_makes_two_driver_calls(client, rng):
+    """A driver that answers the batch with CUDA_ERROR_NOT_SUPPORTED (801): the call goes on
+    with a write and a wait (the batch is not tried again); the call runs once its ready word
+    lands."""
+    region, cases, argss, outss = staged_cases(client, "ordered-nobatch", rng, 2)
+    driver, land = deferred_driver()
+    tries = []
+
+    def batch(stream, count, params, flags):
+        tries.append(count)
+        return 801
+
+    driver.batch = batch
+    try:
+        with client.ordered_caller(entries=4, depth=4, timeout=30, driver=driver) as caller:
+            for i in range(2):
+                assert caller.call("sparse_mla", stream=7, **argss[i]) == i + 1
+                land(i)
+                caller.wait(timeout=30)
+                cases[i].check(outss[i])
+            assert tries == [2]
+            kinds = [c[0] for c in driver.calls if c[0] in ("write", "wait")]
+            assert kinds == ["write", "wait", "write", "wait"]
+    finally:
+        region.close()
+
+
+def test_ordered_caller_refused_batch_submits_nothing(client, rng):
+    """A batch the driver refuses (an error other than not-supported) enqueues nothing: the
+    call raises the driver's error, is not submitted, and the next call takes its number."""
+    from attnd_client.cuda_signals import CudaDriverError
+
+    region, cases, argss, outss = staged_cases(client, "ordered-batch-refused", rng, 1)
+    driver = batching_driver(result=1)
+    try:
+        with client.ordered_caller(entries=4, depth=4, timeout=5, driver=driver) as caller:
+            with pytest.raises(CudaDriverError, match="cuStreamBatchMemOp failed: CUresult 1"):
+                caller.call("sparse_mla", stream=9, **argss[0])
+            assert caller.calls == 0 and caller.pending == 0
+            assert caller.call("sparse_mla", **argss[0]) == 1
+            caller.wait(timeout=30)
+            cases[0].check(outss[0])
+    finally:
+        region.close()
+
+
+@pytest.mark.parametrize("where", ["wait", "ring"])
+def test_ordered_caller_stops_after_a_half_enqueued_call(client, rng, where):
+    """A call whose stream got its ready write but whose wait was refused (two driver calls,
+    the second failing), or whose entry could not go into the ring after its stream ops were
+    enqueued: the daemon never has call n, and a later call n would find its ready word
+    reached before its inputs. The call raises, its done word gets the failure bit (which
+    releases the stream's wait), the calls already made still end, and later calls raise
+    FAILED_PRECONDITION; close() works."""
+    from attnd_client.cuda_signals import CudaDriverError
+
+    region, cases, argss, outss = staged_cases(client, f"ordered-half-{where}", rng, 1)
+    driver = FakeDriver()
+    if where == "wait":
+        driver.wait = lambda *a: 1
+    try:
+        with client.ordered_caller(entries=4, depth=4, timeout=5, driver=driver) as caller:
+            assert caller.call("sparse_mla", **argss[0]) == 1
+            if where == "wait":
+                with pytest.raises(CudaDriverError) as e:
+                    caller.call("sparse_mla", stream=3, **argss[0])
+                assert e.value.ready_written
+            else:
+
+                def refuse(*a):
+                    raise AttndError(grpc.StatusCode.FAILED_PRECONDITION, "ring errored")
+
+                caller.ring.submit = refuse
+                with pytest.raises(AttndError, match="ring errored"):
+                    caller.call("sparse_mla", stream=3, **argss[0])
+                del caller.ring.submit
+            assert caller._done[2].get() == 2 | FAILURE_BIT
+            caller.wait(timeout=30)
+            cases[0].check(outss[0])
+            with pytest.raises(AttndError, match="takes no more calls") as e:
+                caller.call("sparse_mla", **argss[0])
+            assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert caller.calls == 1
     finally:
         region.close()
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import struct
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,10 +35,20 @@ CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_STREAM_WAIT_VALUE_GEQ = 0x0
 CU_STREAM_WRITE_VALUE_DEFAULT = 0x0  # a memory barrier before the write: prior work is visible
 CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
+CUDA_ERROR_NOT_SUPPORTED = 801
+CU_STREAM_MEM_OP_WAIT_VALUE_64 = 4
+CU_STREAM_MEM_OP_WRITE_VALUE_64 = 5
+# Two CUstreamBatchMemOpParams (cuda.h: a 48-byte union; for a 64-bit wait or write: the
+# operation u32 at 0, the address at 8, the value at 16, the flags u32 at 24, the driver's
+# `alias` at 32): a write, then a wait.
+_WRITE_THEN_WAIT = struct.Struct("<" + "I4xQQI4xQ8x" * 2)
 
 
 class CudaDriverError(RuntimeError):
-    """A CUDA driver call failed: its name and CUresult."""
+    """A CUDA driver call failed: its name and CUresult. `ready_written`: raised by
+    StreamSignals.write_then_wait after the write was enqueued (only its wait was refused)."""
+
+    ready_written = False
 
 
 def _load_driver() -> ctypes.CDLL:
@@ -75,6 +87,15 @@ class _Driver:
         self.wait.argtypes = [vp, u64, u64, uint]
         for f in (self.register, self.unregister, self.device_pointer, self.write, self.wait):
             f.restype = ctypes.c_int
+        # Both of a call's operations in one driver call (StreamSignals.write_then_wait); None
+        # where the driver lacks it (then two calls).
+        try:
+            self.batch = _symbol(lib, "cuStreamBatchMemOp_v2", "cuStreamBatchMemOp")
+        except CudaDriverError:
+            self.batch = None
+        else:
+            self.batch.argtypes = [vp, uint, vp, uint]
+            self.batch.restype = ctypes.c_int
 
 
 def _check(result: int, what: str) -> None:
@@ -142,6 +163,10 @@ class StreamSignals:
             "cuMemHostGetDevicePointer",
         )
         self._device = device.value
+        self._batch = getattr(self._driver, "batch", None)
+        self._batch_params = ctypes.create_string_buffer(_WRITE_THEN_WAIT.size)
+        self._batch_address = ctypes.c_void_p(ctypes.addressof(self._batch_params))
+        self._batch_lock = threading.Lock()
 
     def device_address(self, word: SignalWord) -> int:
         """The device address of `word` (it must lie in this region)."""
@@ -181,6 +206,44 @@ class StreamSignals:
             ),
             "cuStreamWaitValue64",
         )
+
+    def write_then_wait(
+        self, ready: SignalWord, ready_value: int, done: SignalWord, done_value: int, stream: int
+    ) -> None:
+        """write(ready, ready_value, stream) then wait(done, done_value, stream), in one driver
+        call (cuStreamBatchMemOp: the same two operations, enqueued in this order; refused, it
+        enqueues neither) where the driver has it, else in two (CudaDriverError with
+        `ready_written` when only the wait was refused). Each driver call costs the caller's
+        thread ~4–5 µs on a GPU host (docs/BENCHMARKS.md "Ordered callers: caller CPU")."""
+        batch = self._batch
+        if batch is not None:
+            ready_address, done_address = self.device_address(ready), self.device_address(done)
+            with self._batch_lock:  # one parameter buffer per StreamSignals
+                _WRITE_THEN_WAIT.pack_into(
+                    self._batch_params,
+                    0,
+                    CU_STREAM_MEM_OP_WRITE_VALUE_64,
+                    ready_address,
+                    int(ready_value),
+                    CU_STREAM_WRITE_VALUE_DEFAULT,
+                    0,
+                    CU_STREAM_MEM_OP_WAIT_VALUE_64,
+                    done_address,
+                    int(done_value),
+                    CU_STREAM_WAIT_VALUE_GEQ,
+                    0,
+                )
+                result = batch(ctypes.c_void_p(stream), 2, self._batch_address, 0)
+            if result != CUDA_ERROR_NOT_SUPPORTED:
+                _check(result, "cuStreamBatchMemOp")
+                return
+            self._batch = None  # nothing was enqueued: two calls from now on
+        self.write(ready, ready_value, stream)
+        try:
+            self.wait(done, done_value, stream)
+        except CudaDriverError as e:
+            e.ready_written = True
+            raise
 
     def close(self) -> None:
         if self._owned:

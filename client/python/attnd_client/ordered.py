@@ -42,6 +42,7 @@ import grpc
 import numpy as np
 
 from . import rings as _rings
+from .cuda_signals import CudaDriverError
 from .errors import AttndError
 from .stream_ordered import FAILURE_BIT, SignalWord
 from .tensors import RegionRef, Typed
@@ -110,6 +111,7 @@ class OrderedCaller:
         self._prepared: collections.OrderedDict[Any, list[int]] = collections.OrderedDict()
         self._failures: list[tuple[int, str]] = []
         self._dropped: list[tuple[int, int]] = []  # (call id, its last call) to release
+        self._broken: str | None = None  # why no more calls are taken (_break)
         ring = _rings.ring_bytes(entries)
         name = f"ordered-{os.getpid()}-{next(_names)}"
         self.region = owner.create_host_region(name, ring + WORD_BYTES * (depth + 1))
@@ -137,6 +139,8 @@ class OrderedCaller:
         TypeError for an argument that cannot be named in a prepared call."""
         with self._lock:
             ring = self._open_ring()
+            if self._broken is not None:
+                raise AttndError(grpc.StatusCode.FAILED_PRECONDITION, self._broken)
             self._poll()
             self._raise_failures()
             handle = None if stream is None else _stream_handle(stream)
@@ -151,25 +155,45 @@ class OrderedCaller:
                 call_id = self._prepared_call(op, key, arguments, n)
             done = self._done[n % self.depth]
             if handle is not None:
-                signals = self._stream_signals()
-                signals.write(self.ready, n, handle)
-            deadline = time.monotonic() + self.timeout
-            ready_offset = None if handle is None else self.ready.offset
-            while not ring.submit(call_id, ready_offset, n, done.offset, n):
-                if time.monotonic() >= deadline:
-                    raise AttndError(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"ordered caller: ring {ring.ring_id} stayed full for {self.timeout} s",
-                    )
-                time.sleep(20e-6)
+                # The stream's ready write and done wait in one driver call, before the entry
+                # goes in: refused, nothing is enqueued or submitted (the next call takes n).
+                try:
+                    self._stream_signals().write_then_wait(self.ready, n, done, n, handle)
+                except CudaDriverError as e:
+                    if e.ready_written:
+                        self._break(n, op, done, f"its stream's done wait was refused ({e})")
+                    raise
+                self._used_streams = True
+            try:
+                deadline = time.monotonic() + self.timeout
+                ready_offset = None if handle is None else self.ready.offset
+                while not ring.submit(call_id, ready_offset, n, done.offset, n):
+                    if time.monotonic() >= deadline:
+                        raise AttndError(
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"ordered caller: ring {ring.ring_id} stayed full for {self.timeout} s",
+                        )
+                    time.sleep(20e-6)
+            except BaseException as e:
+                if handle is not None:
+                    self._break(n, op, done, f"its ring entry was not submitted ({e})")
+                raise
             self.calls = n
             self._pending.append((n, op, (key, call_id), held))
-            if handle is not None:
-                self._used_streams = True
-                signals.wait(done, n, handle)
             if self._dropped:
                 self._release_dropped()
             return n
+
+    def _break(self, n: int, op: str, done: SignalWord, why: str) -> None:
+        """Call n's stream has its ready word written (and maybe a done wait) but the daemon
+        will never have the call: a later call numbered n would find its ready word reached
+        before its inputs are, so no call follows. The failure bit in the done word releases the
+        stream's wait (no call of this number exists to store it); later calls raise."""
+        done.set(n | FAILURE_BIT)
+        self._broken = (
+            f"ordered caller: call {n} ({op}) is not made: {why}; this caller takes no more "
+            "calls (close it and make another)"
+        )
 
     def wait(self, n: int | None = None, timeout: float | None = None) -> None:
         """Waits on the host until call `n` (default: the latest) and every call before it are
@@ -279,18 +303,22 @@ class OrderedCaller:
         cache collects dead storages once per call rather than once per tensor."""
         held: list[Any] = []
         parts: list[Any] = [op]
-        regions = None
+        names: list[str] = []
+        tensors: list[Any] = []
         for name in sorted(arguments):
             value = arguments[name]
             if value is None:
                 continue
             if _is_cuda_tensor(value):
-                if regions is None:
-                    regions = self._device_regions()
-                    regions.collect()
-                parts.append((name, self._cuda_part(regions, value, held)))
+                names.append(name)
+                tensors.append(value)
                 continue
             parts.append((name, self._part(name, value, held)))
+        if tensors:  # the CUDA tensors: one cache call for all of them
+            held.extend(tensors)
+            regions = self._device_regions()
+            regions.collect()
+            parts.extend(zip(names, regions.key_parts(tensors), strict=True))
         return tuple(parts), held
 
     def _part(self, name: str, value: Any, held: list[Any]) -> Any:
@@ -341,15 +369,9 @@ class OrderedCaller:
 
     @staticmethod
     def _cuda_part(regions: Any, value: Any, held: list[Any]) -> Any:
-        """A CUDA tensor's part of the key: the region of its storage (from the cache without a
-        lock when registered already) and its address, which with the region fix the offset (a
-        registration's storage starts at one address), shape, strides and dtype (torch.Size and
-        torch.dtype hash as they are)."""
+        """A CUDA tensor's part of the key inside a Typed (DeviceRegionCache.key_parts())."""
         held.append(value)
-        region = regions.known_name(value)
-        if region is None:
-            region = regions.region_slice(value)[0]
-        return ("cuda", region, value.data_ptr(), value.shape, value.stride(), value.dtype)
+        return ("cuda", *regions.key_parts([value])[0])
 
     def _host_region(self, address: int, nbytes: int) -> str | None:
         """The name of the client's host region holding [address, +nbytes), so that memory of a
