@@ -23,7 +23,8 @@ outputs are undefined) raises AttndError ABORTED from the next call(), wait() or
 sees it, once. A GPU stream's wait ends on a failed call's word too, so the stream never hangs on
 a failure; it hangs only if the daemon stops storing done words (it exited): wait() then raises
 UNAVAILABLE and stores the failure bit into the pending calls' words itself, which releases the
-streams (their outputs are undefined).
+streams (their outputs are undefined). A call whose stream ops were only partly enqueued, or
+enqueued without its ring entry going in, leaves the caller refusing further calls (_break).
 
 Lifetimes. Every tensor and array of a call is held by the caller until the call's done word is
 seen, so no region a queued call uses can be unregistered under it.
