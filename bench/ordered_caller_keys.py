@@ -111,7 +111,7 @@ def caller(depth):
     c.calls = c.retired = c.prepares = 0
     c._lock, c._driver, c._signals, c._used_streams = threading.RLock(), None, Signals(), False
     c._pending, c._prepared = collections.deque(), collections.OrderedDict()
-    c._failures, c._dropped = [], []
+    c._failures, c._dropped, c._broken = [], [], None
     c.ring, c.ready = Ring(), Word(0)
     c._done = [Word(64 * (i + 1)) for i in range(depth)]
     return c
