@@ -168,6 +168,19 @@ def _arg(tensor: torch.Tensor | None, want: str | tuple[str, ...]) -> Any:
 
 _FIELDS: dict[str, dict[str, Any]] = {}  # op -> its tensor fields (inputs and outputs) by name
 
+# The current stream's handle without a torch.cuda.Stream object: torch.cuda.current_stream()
+# builds one per call (4–7 µs on a GPU host, docs/BENCHMARKS.md "The Python caller's CPU, on the
+# host"); torch's own generated code reads the handle through this entry point. Absent (a CPU
+# build), the public form.
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream_handle(device: torch.device) -> int:
+    """The CUstream handle of `device`'s current stream (a CUDA device)."""
+    if _RAW_STREAM is not None and device.index is not None:
+        return int(_RAW_STREAM(device.index))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
 
 def _call(op: str, arguments: dict[str, Any]) -> None:
     """Runs op `op` on the bound client with an op's arguments by name (tensors for the fields
@@ -187,8 +200,7 @@ def _call(op: str, arguments: dict[str, Any]) -> None:
         if value is not None
     }
     if caller is not None and tensors and all(_on_cuda(t) for t in tensors):
-        stream = torch.cuda.current_stream(tensors[0].device)
-        caller.call(op, stream=stream.cuda_stream, **call)
+        caller.call(op, stream=_current_stream_handle(tensors[0].device), **call)
     else:
         target.call(op, **call)
     # The outputs were written in place (or will be, on the stream): their version counters

@@ -425,6 +425,19 @@ class FakeOrderedCaller:
         self.closed = True
 
 
+@pytest.mark.skipif(not CUDA, reason="CUDA tensors: set ATTND_TEST_CUDA=1 on a GPU")
+def test_ordered_calls_take_the_current_streams_handle():
+    """The handle an ordered op passes its caller is torch.cuda.current_stream()'s, on the
+    default stream and inside `with torch.cuda.stream(side)` (read without building a Stream
+    object, torch_ops._current_stream_handle)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    assert torch_ops._current_stream_handle(device) == torch.cuda.current_stream().cuda_stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert torch_ops._current_stream_handle(device) == side.cuda_stream
+    assert side.cuda_stream != torch.cuda.current_stream().cuda_stream
+
+
 @pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="torch without float8_e4m3fn")
 def test_ordered_binding_views_cuda_tensors_as_their_fields(client, rng, monkeypatch):
     """A CUDA tensor whose dtype only names its field's bytes differently goes to the ordered
