@@ -11,7 +11,10 @@ call, ring write or RPC in it. Thread CPU time (time.thread_time_ns) per call.ca
 built per call (five per-layer views, as bench/decode_step builds them) or once per layer.
 Form "torch_op": the same call made as `torch.ops.attnd.dsa_attention(**arguments)` with the
 ordered binding (attnd_client.torch_ops: the dispatcher, the op's checks, the version bumps,
-then the same caller.call), arguments built once per layer.
+then the same caller.call), arguments built once per layer. Form "bound": each layer's call
+bound once (OrderedCaller.bind) and run by `bound(stream)`: no key per call.
+--between runs untimed work before each call (a frontend's own ops between its calls leave
+other data in the caches; the call's cost depends on it).
 --device cuda (on a GPU host) makes the ten tensors real CUDA tensors (everything else stays a
 stand-in), so the two runs differ only in what torch does per CUDA tensor. --micro adds the
 per-operation costs the key is made of (data_ptr, shape, stride, untyped_storage, a view, ...)
@@ -111,10 +114,32 @@ def caller(depth):
     c.calls = c.retired = c.prepares = 0
     c._lock, c._driver, c._signals, c._used_streams = threading.RLock(), None, Signals(), False
     c._pending, c._prepared = collections.deque(), collections.OrderedDict()
-    c._failures, c._dropped, c._broken = [], [], None
+    c._failures, c._dropped, c._broken, c._bound = [], [], None, set()
     c.ring, c.ready = Ring(), Word(0)
     c._done = [Word(64 * (i + 1)) for i in range(depth)]
     return c
+
+
+BETWEEN = ("none", "torch_small", "matmul", "sweep")
+
+
+def between_work():
+    """The untimed work of --between, by name (on this thread, one torch thread: what a
+    frontend's own ops leave in the caches, without other threads competing for the core)."""
+    torch.set_num_threads(1)
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    big = torch.randn(4 << 20)
+
+    def torch_small():
+        for _ in range(4):
+            a.add_(1.0)
+
+    return {
+        "none": lambda: None,
+        "torch_small": torch_small,
+        "matmul": lambda: torch.mm(a, b),
+        "sweep": lambda: big.mul_(1.0),
+    }
 
 
 def per_op_ns(fn, n=20000):
@@ -209,6 +234,15 @@ def main():
         "--device", choices=("cpu", "cuda"), default="cpu", help="where the tensors live"
     )
     p.add_argument("--micro", action="store_true", help="also the per-operation costs")
+    p.add_argument(
+        "--between",
+        nargs="+",
+        default=["none"],
+        choices=BETWEEN,
+        help="work run (untimed) before each call, as a frontend's own ops would: none, "
+        "torch_small (four in-place adds on a 256x256 tensor), matmul (one 256x256 mm), "
+        "sweep (a 16 MiB in-place multiply: the caches emptied)",
+    )
     a = p.parse_args()
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: torch sees no CUDA device")
@@ -253,11 +287,20 @@ def main():
     stream = type("Stream", (), {"cuda_stream": 1})()
     torch.cuda.current_stream = lambda device=None: stream
 
-    def step(form, times):
+    work = between_work()
+    # An older library (no bind) still runs the other forms.
+    binds = hasattr(ordered.OrderedCaller, "bind")
+    bound = [c.bind("dsa_attention", **prebuilt[layer]) for layer in range(L)] if binds else []
+
+    def step(form, times, between="none"):
+        run_between = work[between]
         for layer in range(L):
+            run_between()
             t0 = time.thread_time_ns()
             if form == "torch_op":
                 torch.ops.attnd.dsa_attention(**prebuilt[layer])
+            elif form == "bound":
+                bound[layer](stream=1)
             else:
                 c.call(
                     "dsa_attention",
@@ -268,13 +311,16 @@ def main():
         for n, *_ in c._pending:  # the "GPU" ends the step's calls
             c._done[n % c.depth].value = n
 
-    print("| form | caller CPU µs p50 | p90 |\n|---|---|---|")
-    for form in ("per_call", "prebuilt", "torch_op"):
+    print("| form | between | caller CPU µs p50 | p90 |\n|---|---|---|---|")
+    forms = ("prebuilt", "bound") if binds else ("prebuilt",)
+    runs = [(form, "none") for form in ("per_call", *forms, "torch_op")]
+    runs += [(form, b) for b in a.between if b != "none" for form in forms]
+    for form, between in runs:
         for _ in range(5):
-            step(form, [])
+            step(form, [], between)
         times = []
         for _ in range(a.steps):
-            step(form, times)
+            step(form, times, between)
         times.sort()
         line = {
             "op": "ordered_caller_cpu",
@@ -283,7 +329,8 @@ def main():
             if form == "torch_op"
             else "ordered_caller_cuda_standin",
             "tensors": dev,
-            "arguments": "per_call" if form == "per_call" else "prebuilt",
+            "arguments": {"per_call": "per_call", "bound": "bound"}.get(form, "prebuilt"),
+            "between": between,
             "client": "python",
             "calls": len(times),
             "caller_cpu_us_p50": round(statistics.median(times) / 1e3, 2),
@@ -294,7 +341,8 @@ def main():
             **host_fields("cpu (stand-ins)" if dev == "cpu" else "cuda tensors, stand-ins"),
             "torch": torch.__version__,
         }
-        emit(line, f"| {form} | {line['caller_cpu_us_p50']} | {line['caller_cpu_us_p90']} |", a.out)
+        row = f"| {form} | {between} | {line['caller_cpu_us_p50']} | {line['caller_cpu_us_p90']} |"
+        emit(line, row, a.out)
 
 
 if __name__ == "__main__":

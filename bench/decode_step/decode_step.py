@@ -807,12 +807,14 @@ class Runner:
                 client.release_call(call_id)
             words.close()
 
-    def ordered_caller(self) -> dict:
+    def ordered_caller(self, bound: bool = False) -> dict:
         """The stream-ordered path through the client library's OrderedCaller (--submit
         ordered): per layer one caller.call(...) with the layer's torch tensors on the current
         stream (its prepared call made on the first step and cached by the tensors' regions,
-        host-region signal words). The caller CPU per call is the library's whole cost (on a
-        CPU daemon the call is host-ordered and waited for in the layer)."""
+        host-region signal words); with `bound` (--submit bound) each layer's call is bound
+        once (caller.bind) and run by `bound(stream)`. The caller CPU per call is the
+        library's whole cost (on a CPU daemon the call is host-ordered and waited for in the
+        layer)."""
         m, client = self.m, self.client
         stream = torch.cuda.current_stream().cuda_stream if self.cuda else None
         caller = client.ordered_caller(depth=4 * m.layers, timeout=self.a.stream_timeout)
@@ -830,10 +832,19 @@ class Runner:
 
             profile = cProfile.Profile()
 
+        bound_calls = (
+            [caller.bind("dsa_attention", **args[layer]) for layer in range(m.layers)]
+            if bound
+            else None
+        )
+
         def call(layer: int) -> None:
             if profile is not None:
                 profile.enable()
-            caller.call("dsa_attention", stream=stream, **args[layer])
+            if bound_calls is not None:
+                bound_calls[layer](stream)
+            else:
+                caller.call("dsa_attention", stream=stream, **args[layer])
             if profile is not None:
                 profile.disable()
             if stream is None:
@@ -860,7 +871,7 @@ class Runner:
         r["failed_layers"] = 0  # wait() raised otherwise
         r["done_words_ok"] = True
         r["prepares"] = prepares
-        r["arguments"] = "prebuilt"
+        r["arguments"] = "bound" if bound else "prebuilt"
         r["args_cpu_us_per_call"] = args_ns / 1e3
         if profile is not None:
             import io
@@ -877,10 +888,10 @@ class Runner:
         return r
 
     def stream_ordered(self, signals: str, submit: str) -> dict:
-        if submit == "ordered":
+        if submit in ("ordered", "bound"):
             if signals != "host":
-                raise NotImplementedError("--submit ordered: host signal words only")
-            return self.ordered_caller()
+                raise NotImplementedError(f"--submit {submit}: host signal words only")
+            return self.ordered_caller(bound=submit == "bound")
         m, client = self.m, self.client
         words = (
             DeviceWords(client, 2 * m.layers)
@@ -1022,9 +1033,10 @@ def main() -> int:
     )  # fmt: skip
     p.add_argument("--signals", nargs="+", default=["host"], choices=("host", "device"))
     p.add_argument(
-        "--submit", choices=("ring", "rpc", "ordered"), default="ring",
-        help="stream_ordered path: a hand-written ring, RunPrepared RPCs, or the client's "
-        "OrderedCaller (caller.call per layer; host words)",
+        "--submit", choices=("ring", "rpc", "ordered", "bound"), default="ring",
+        help="stream_ordered path: a hand-written ring, RunPrepared RPCs, the client's "
+        "OrderedCaller (caller.call per layer; host words), or its bound calls (caller.bind "
+        "once per layer, bound(stream) per call; host words)",
     )  # fmt: skip
     p.add_argument(
         "--blocking-via", nargs="+", default=["call"], choices=("call", "ring"),

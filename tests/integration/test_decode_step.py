@@ -48,7 +48,7 @@ def _run(daemon, tmp_path, *args):
     return [json.loads(s) for s in out.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("submit", ["ring", "rpc", "ordered"])
+@pytest.mark.parametrize("submit", ["ring", "rpc", "ordered", "bound"])
 def test_decode_step_cpu_smoke(daemon, tmp_path, submit):
     lines = _run(daemon, tmp_path, "--submit", submit)
     assert [x["path"] for x in lines] == ["stream_ordered", "blocking"]
@@ -60,6 +60,8 @@ def test_decode_step_cpu_smoke(daemon, tmp_path, submit):
         assert line["check"] == "bitwise", line
         assert line["step_us"] > 0 and line["caller_cpu_us_per_call"] > 0
     assert lines[0]["done_words_ok"] and lines[0]["signals"] == "host"
+    if submit in ("ordered", "bound"):
+        assert lines[0]["arguments"] == ("bound" if submit == "bound" else "prebuilt")
 
 
 def test_decode_step_ordered_profile_on_cpu(daemon, tmp_path):

@@ -1224,6 +1224,76 @@ def test_ordered_caller_stops_after_a_half_enqueued_call(client, rng, where):
         region.close()
 
 
+def test_ordered_caller_bound_calls_run_their_fixed_arguments(client, rng):
+    """bind(op, **arguments) prepares once (not in the max_prepared cache); each bound(...)
+    runs the op on the arguments' current contents (new data written in place, outputs
+    poisoned before each run, checked against the fp64 reference), with numbers shared with
+    call(); release() gives the prepared call back once its last call is over (the daemon no
+    longer knows it) and a released one refuses to run; close() releases the others."""
+    region, cases, argss, outss = staged_cases(client, "ordered-bind", rng, 2)
+    try:
+        with client.ordered_caller(entries=4, depth=2, max_prepared=1, timeout=30) as caller:
+            first = caller.bind("sparse_mla", **argss[0])
+            second = caller.bind("sparse_mla", **argss[1])
+            assert caller.prepares == 2 and caller.prepared == 0
+            numbers = []
+            for _ in range(3):
+                for bound, args, outs in (
+                    (first, argss[0], outss[0]),
+                    (second, argss[1], outss[1]),
+                ):
+                    case = make_case("sparse_mla", rng)  # same shapes, new data in place
+                    for name, array in case.inputs.items():
+                        args[name][...] = array
+                    for name, (dtype, _) in case.outputs.items():
+                        outs[name][...] = POISON[dtype]
+                    numbers.append(bound())
+                    caller.wait(timeout=30)
+                    case.check(outs)
+            assert numbers == [1, 2, 3, 4, 5, 6] and caller.prepares == 2
+            assert caller.call("sparse_mla", **argss[0]) == 7  # the cache's own prepared call
+            caller.wait(timeout=30)
+            assert caller.prepares == 3 and caller.prepared == 1
+            first.release()
+            with pytest.raises(AttndError) as e:
+                client.release_call(first.call_id)
+            assert e.value.code == grpc.StatusCode.NOT_FOUND
+            with pytest.raises(ValueError, match="was released"):
+                first()
+            first.release()  # idempotent
+            kept = second.call_id
+        with pytest.raises(AttndError) as e:
+            client.release_call(kept)
+        assert e.value.code == grpc.StatusCode.NOT_FOUND, "close() released the bound call"
+        assert second.released
+    finally:
+        region.close()
+
+
+def test_ordered_caller_bound_call_on_a_stream_waits_for_its_ready_word(client, rng):
+    """A bound call with a stream: one batched driver call per run (ready write, done wait),
+    and the daemon runs it only once the write lands (outputs poisoned until then)."""
+    region, cases, argss, outss = staged_cases(client, "ordered-bind-stream", rng, 1)
+    driver = batching_driver()
+    case, outs = cases[0], outss[0]
+    driver.land_checks = [
+        lambda: None if poisoned(case, outs) else pytest.fail("ran before its ready word")
+    ]
+    try:
+        with client.ordered_caller(entries=4, depth=4, timeout=30, driver=driver) as caller:
+            with caller.bind("sparse_mla", **argss[0]) as bound:
+                for n in (1, 2):
+                    for name, (dtype, _) in case.outputs.items():
+                        outs[name][...] = POISON[dtype]
+                    assert bound(stream=0x77) == n
+                    caller.wait(timeout=30)
+                    case.check(outs)
+            assert bound.released
+            assert [c[2][0][2] for c in driver.calls if c[0] == "batch"] == [1, 2]
+    finally:
+        region.close()
+
+
 def test_ordered_caller_keeps_a_call_prepared_after_an_older_failure(client, rng):
     """Two queued calls of one argument set fail, the first seen before the second runs: the
     set is prepared anew in between, and the second failure (of the old prepared call) must

@@ -11,6 +11,8 @@ the stream's later work sees the outputs, the host thread runs ahead of the GPU.
     caller.call("dsa_attention", stream=s, q=q, ..., out=out, lse=lse)   # every tensor CUDA
     consumer(out)                                     # queued on s after the done wait
     caller.wait()                                     # host: every call so far over (optional)
+    bound = caller.bind("dsa_attention", q=q, ..., out=out, lse=lse)  # fixed tensors: once
+    bound(s)                                          # as caller.call(...), without the key
     caller.close()
 
 Without `stream` the call is host-ordered: the daemon starts it as soon as it takes the entry
@@ -68,6 +70,35 @@ def _stream_handle(stream: Any) -> int:
     return handle
 
 
+class BoundCall:
+    """An OrderedCaller's call with its arguments fixed (OrderedCaller.bind): `bound(stream)`
+    runs it and returns its call number; release() gives its prepared call back (after its
+    last call), as the caller's close() does."""
+
+    __slots__ = ("call_id", "caller", "held", "key", "last", "op", "released")
+
+    def __init__(self, caller: OrderedCaller, op: str, call_id: int, key: Any, held: list[Any]):
+        self.caller = caller
+        self.op = op
+        self.call_id = call_id
+        self.key = key
+        self.held = held
+        self.last = 0  # its latest call's number
+        self.released = False
+
+    def __call__(self, stream: Any = None) -> int:
+        return self.caller._run_bound(self, stream)
+
+    def release(self) -> None:
+        self.caller._release_bound(self)
+
+    def __enter__(self) -> BoundCall:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class OrderedCaller:
     """Stream-ordered calls of prepared calls through a submission ring of the caller's own
     (module docstring). One host region holds the ring, one ready word and `depth` done words
@@ -113,6 +144,7 @@ class OrderedCaller:
         self._failures: list[tuple[int, str]] = []
         self._dropped: list[tuple[int, int]] = []  # (call id, its last call) to release
         self._broken: str | None = None  # why no more calls are taken (_break)
+        self._bound: set[BoundCall] = set()  # bind()'s calls not released yet
         ring = _rings.ring_bytes(entries)
         name = f"ordered-{os.getpid()}-{next(_names)}"
         self.region = owner.create_host_region(name, ring + WORD_BYTES * (depth + 1))
@@ -139,35 +171,100 @@ class OrderedCaller:
         call is new and refused (e.g. INVALID_ARGUMENT for an argument outside every region),
         TypeError for an argument that cannot be named in a prepared call."""
         with self._lock:
-            ring = self._open_ring()
-            if self._broken is not None:
-                raise AttndError(grpc.StatusCode.FAILED_PRECONDITION, self._broken)
-            self._poll()
-            self._raise_failures()
+            ring = self._ready_to_call()
             handle = None if stream is None else _stream_handle(stream)
             # The caller's stream orders the inputs: CUDA tensors are named (registered on first
             # use) and prepared without a synchronise.
             with ordered_by_ready():
                 key, held = self._key(op, arguments)
-                n = self.calls + 1
-                if n > self.depth:
-                    self._wait_retired(n - self.depth, self.timeout)  # word n % depth is free
-                    self._raise_failures()
+                n = self._next_number()
                 call_id = self._prepared_call(op, key, arguments, n)
-            done = self._done[n % self.depth]
-            if handle is not None:
-                # The stream's ready write and done wait in one driver call, before the entry
-                # goes in: refused, nothing is enqueued or submitted (the next call takes n).
-                try:
-                    self._stream_signals().write_then_wait(self.ready, n, done, n, handle)
-                except CudaDriverError as e:
-                    if e.ready_written:
-                        self._break(n, op, done, f"its stream's done wait was refused ({e})")
-                    raise
-                self._used_streams = True
+            return self._submit(ring, op, key, call_id, held, n, handle)
+
+    def bind(self, op: str, **arguments: Any) -> BoundCall:
+        """Prepares op `op` with these arguments once and returns a BoundCall: `bound(stream)`
+        then runs it as call(op, stream=stream, **arguments) would, without naming the
+        arguments again (no key, no cache look-up per call: the call's host cost is the ring
+        entry and the stream's two operations). The arguments are fixed: the same tensors at
+        the same addresses, shapes and strides, their contents written in place between calls
+        (static buffers, as a CUDA-graph serving loop keeps). The BoundCall holds them and its
+        prepared call (outside the `max_prepared` cache) until release() or close(). Raises as
+        call() does for refused arguments (PrepareCall's AttndError, TypeError)."""
+        with self._lock:
+            self._ready_to_call()
+            with ordered_by_ready():
+                key, held = self._key(op, arguments)
+                call_id = int(self.owner.prepare_call(op, timeout=self.timeout, **arguments))
+            self.prepares += 1
+            bound = BoundCall(self, op, call_id, key, held)
+            self._bound.add(bound)
+            return bound
+
+    def _run_bound(self, bound: BoundCall, stream: Any) -> int:
+        with self._lock:
+            ring = self._ready_to_call()
+            if bound.released:
+                raise ValueError(f"bound {bound.op} call {bound.call_id} was released")
+            handle = None if stream is None else _stream_handle(stream)
+            n = self._next_number()
+            bound.last = n
+            return self._submit(ring, bound.op, bound.key, bound.call_id, bound.held, n, handle)
+
+    def _release_bound(self, bound: BoundCall) -> None:
+        with self._lock:
+            if bound.released:
+                return
+            bound.released = True
+            self._bound.discard(bound)
+            # Released on the daemon once its last call is over (an entry still queued with it
+            # would be refused).
+            self._dropped.append((bound.call_id, min(bound.last, self.calls)))
+            if self.ring is not None:
+                self._poll()
+                self._release_dropped()
+
+    def _ready_to_call(self) -> _rings.SubmissionRing:
+        """The ring, after raising what stops a new call: closed, broken, an earlier failure."""
+        ring = self._open_ring()
+        if self._broken is not None:
+            raise AttndError(grpc.StatusCode.FAILED_PRECONDITION, self._broken)
+        self._poll()
+        self._raise_failures()
+        return ring
+
+    def _next_number(self) -> int:
+        """The next call's number, once its done word (n % depth) is free."""
+        n = self.calls + 1
+        if n > self.depth:
+            self._wait_retired(n - self.depth, self.timeout)
+            self._raise_failures()
+        return n
+
+    def _submit(
+        self,
+        ring: _rings.SubmissionRing,
+        op: str,
+        key: Any,
+        call_id: int,
+        held: list[Any],
+        n: int,
+        handle: int | None,
+    ) -> int:
+        done = self._done[n % self.depth]
+        if handle is not None:
+            # The stream's ready write and done wait in one driver call, before the entry goes
+            # in: refused, nothing is enqueued or submitted (the next call takes n).
             try:
+                self._stream_signals().write_then_wait(self.ready, n, done, n, handle)
+            except CudaDriverError as e:
+                if e.ready_written:
+                    self._break(n, op, done, f"its stream's done wait was refused ({e})")
+                raise
+            self._used_streams = True
+        try:
+            ready_offset = None if handle is None else self.ready.offset
+            if not ring.submit(call_id, ready_offset, n, done.offset, n):
                 deadline = time.monotonic() + self.timeout
-                ready_offset = None if handle is None else self.ready.offset
                 while not ring.submit(call_id, ready_offset, n, done.offset, n):
                     if time.monotonic() >= deadline:
                         raise AttndError(
@@ -175,15 +272,15 @@ class OrderedCaller:
                             f"ordered caller: ring {ring.ring_id} stayed full for {self.timeout} s",
                         )
                     time.sleep(20e-6)
-            except BaseException as e:
-                if handle is not None:
-                    self._break(n, op, done, f"its ring entry was not submitted ({e})")
-                raise
-            self.calls = n
-            self._pending.append((n, op, (key, call_id), held))
-            if self._dropped:
-                self._release_dropped()
-            return n
+        except BaseException as e:
+            if handle is not None:
+                self._break(n, op, done, f"its ring entry was not submitted ({e})")
+            raise
+        self.calls = n
+        self._pending.append((n, op, (key, call_id), held))
+        if self._dropped:
+            self._release_dropped()
+        return n
 
     def _break(self, n: int, op: str, done: SignalWord, why: str) -> None:
         """Call n's stream has its ready word written (and maybe a done wait) but the daemon
@@ -258,6 +355,10 @@ class OrderedCaller:
             for call_id, _ in self._prepared.values():
                 self._release(call_id)
             self._prepared.clear()
+            for bound in self._bound:
+                bound.released = True
+                self._release(bound.call_id)
+            self._bound.clear()
             self._release_dropped(everything=True)
             self._pending.clear()
             if self._signals is not None:
