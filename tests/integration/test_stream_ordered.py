@@ -1270,6 +1270,33 @@ def test_ordered_caller_bound_calls_run_their_fixed_arguments(client, rng):
         region.close()
 
 
+def test_ordered_caller_bound_call_fails_once_its_region_is_gone(client, rng):
+    """A bound call whose host region is closed: the daemon drops its prepared call, so each
+    later run fails (its ring entry refused: ABORTED from wait()), never touching the closed
+    region; a new binding over a new region runs."""
+    region, cases, argss, outss = staged_cases(client, "ordered-bind-gone", rng, 1)
+    with client.ordered_caller(entries=4, depth=4, timeout=30) as caller:
+        bound = caller.bind("sparse_mla", **argss[0])
+        bound()
+        caller.wait(timeout=30)
+        cases[0].check(outss[0])
+        region.close()
+        for _ in range(2):
+            bound()
+            with pytest.raises(AttndError) as e:
+                caller.wait(timeout=30)
+            assert e.value.code == grpc.StatusCode.ABORTED
+        again, cases, argss, outss = staged_cases(client, "ordered-bind-again", rng, 1)
+        try:
+            with caller.bind("sparse_mla", **argss[0]) as fresh:
+                fresh()
+                caller.wait(timeout=30)
+                cases[0].check(outss[0])
+        finally:
+            again.close()
+        bound.release()  # its prepared call is gone already: no error
+
+
 def test_ordered_caller_bound_call_on_a_stream_waits_for_its_ready_word(client, rng):
     """A bound call with a stream: one batched driver call per run (ready write, done wait),
     and the daemon runs it only once the write lands (outputs poisoned until then)."""
