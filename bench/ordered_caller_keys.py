@@ -13,6 +13,7 @@ Form "torch_op": the same call made as `torch.ops.attnd.dsa_attention(**argument
 ordered binding (attnd_client.torch_ops: the dispatcher, the op's checks, the version bumps,
 then the same caller.call), arguments built once per layer. Form "bound": each layer's call
 bound once (OrderedCaller.bind) and run by `bound(stream)`: no key per call.
+--torch-op-parts times the torch op in nested parts (dispatcher, kernel, _call, caller, checks).
 --between runs untimed work before each call (a frontend's own ops between its calls leave
 other data in the caches; the call's cost depends on it).
 --device cuda (on a GPU host) makes the ten tensors real CUDA tensors (everything else stays a
@@ -235,6 +236,12 @@ def main():
     )
     p.add_argument("--micro", action="store_true", help="also the per-operation costs")
     p.add_argument(
+        "--torch-op-parts",
+        action="store_true",
+        help="also the torch op's cost in parts: the op through the dispatcher, its Python "
+        "kernel called directly, its _call, the caller's call alone, its checks alone",
+    )
+    p.add_argument(
         "--between",
         nargs="+",
         default=["none"],
@@ -343,6 +350,48 @@ def main():
         }
         row = f"| {form} | {between} | {line['caller_cpu_us_p50']} | {line['caller_cpu_us_p90']} |"
         emit(line, row, a.out)
+    if a.torch_op_parts:
+        torch_op_parts(c, prebuilt, L, a.steps, a.out, commit, date)
+
+
+def torch_op_parts(c, prebuilt, layers, steps, out, commit, date):
+    """The torch op's cost in nested parts (--torch-op-parts), prebuilt arguments, µs p50."""
+    from attnd_client import torch_ops
+
+    unset = ("lse", "indices", "logits", "kv_block_table", "kv_block_size", "kv_block_stride")
+    unset += ("index_cache_layout", "precision", "kv_layout", "kv_scale")
+    parts = {
+        "torch.ops.attnd.dsa_attention": lambda a: torch.ops.attnd.dsa_attention(**a),
+        "its Python kernel, called directly": lambda a: torch_ops._dsa_attention(**a),
+        "torch_ops._call": lambda a: torch_ops._call("dsa_attention", dict(a)),
+        "caller.call": lambda a: c.call("dsa_attention", stream=1, **a),
+        "the op's checks": lambda a: torch_ops._check_dsa_attention(
+            **dict(dict.fromkeys(unset), **a)
+        ),
+    }
+    print("| part | caller CPU µs p50 |\n|---|---|")
+    for name, fn in parts.items():
+        times = []
+        for step in range(steps + 5):
+            for layer in range(layers):
+                t0 = time.thread_time_ns()
+                fn(prebuilt[layer])
+                if step >= 5:
+                    times.append(time.thread_time_ns() - t0)
+            for n, *_ in c._pending:
+                c._done[n % c.depth].value = n
+        line = {
+            "op": "torch_op_parts",
+            "preset": "dsa_attention_paged",
+            "part": name,
+            "caller_cpu_us_p50": round(statistics.median(times) / 1e3, 2),
+            "calls": len(times),
+            "commit": commit,
+            "date": date,
+            **host_fields("cpu (stand-ins)"),
+            "torch": torch.__version__,
+        }
+        emit(line, f"| {name} | {line['caller_cpu_us_p50']} |", out)
 
 
 if __name__ == "__main__":
