@@ -375,20 +375,13 @@ class DeviceRegionCache:
         """For each CUDA tensor, what names it in a prepared call: (region name, address,
         shape, strides, dtype) — the region and the address fix the offset (a registration's
         storage starts at one address); torch.Size and torch.dtype hash as they are. A storage
-        registered already costs no lock, RPC, synchronise or collect() (known_name()'s look-up,
-        in one frame for all the tensors of a call: the per-call path of OrderedCaller, which
-        calls collect() once itself); an unknown one is registered (region_slice())."""
-        by_storage, by_key = self._by_storage, self._by_key
+        registered already costs no lock, RPC, synchronise or collect() (known_name(), for all
+        the tensors of a call in one call: the per-call path of OrderedCaller, which calls
+        collect() once itself); an unknown one is registered (region_slice())."""
+        known = self.known_name
         parts = []
         for tensor in tensors:
-            storage = tensor.untyped_storage()
-            entry = by_storage.get(id(storage))
-            name = None
-            if entry is not None and by_key.get(entry.key) is entry:
-                for _, r in entry.users:
-                    if r() is storage:
-                        name = entry.name
-                        break
+            name = known(tensor)
             if name is None:
                 name = self.region_slice(tensor)[0]
             parts.append((name, tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype))
