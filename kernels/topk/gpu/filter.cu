@@ -80,7 +80,8 @@ constexpr uint32_t HeaderBytes() {
 template <int kThreads>
 struct Cta {
   Header<kThreads>* h;
-  uint2* entries;         // FilterCapacity(kThreads) (key, column) pairs; keys selectable
+  uint2* entries;         // FilterCapacity(kThreads) (f32 bits, column) pairs from the filter,
+                          // (key, column) from KeyRange on (SelectRow); keys selectable
   uint32_t* above;        // bitmap words of the window's columns: chosen above the threshold
   uint32_t* at;           // ... and at it (the first t.need of them in column order are chosen)
   uint32_t bitmap_words;  // words of each bitmap
@@ -187,66 +188,56 @@ __device__ __forceinline__ void ForEachInSegment(const Segment& s, F&& f) {
 
 // ---- Filtering a chunk into the buffer.
 
-// Appends the chunk's logits >= floor to the buffer (any order; positions past its capacity are
-// counted, not written). No barrier. When the warp's entries all fit (the usual case), each
-// element is one predicated shared store, no branch: per-element branches made this the
-// kernel's largest block of instructions (docs/KERNELS.md "Top-k, threshold filter").
+// The key of an admitted logit's f32 bits: radix::KeyOfBits' sign-flip map alone (an admitted
+// logit is never NaN).
+__device__ __forceinline__ uint32_t AdmittedKey(uint32_t bits) {
+  return bits ^ (static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u);
+}
+
+// Appends the chunk's logits >= floor to the buffer as (f32 bits, column), in any order; the
+// bits become keys once per candidate after the filter (KeyRange or MarkChosen's reader), not
+// once per logit here. No barrier. Each element costs a compare to count it and a compare, a
+// predicated shared store and a predicated add to append it: no branch per element (per-element
+// branches made this the kernel's largest block of instructions, docs/KERNELS.md "Top-k,
+// threshold filter"). A thread whose entries would pass the capacity only counts them: the count
+// then passes the capacity and the row takes the exact path, which never reads the buffer.
 template <int kThreads>
 __device__ __forceinline__ void AppendChunk(Cta<kThreads>& cta, const Segment& s, uint32_t base,
                                             const uint4 (&bits)[kV], float floor) {
-  uint32_t take = 0;  // bit 4v + q: element q of group v
+  uint32_t minus = 0;  // -(the thread's logits >= floor): set.ge gives ~0 for each
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      // NaN never passes; -inf lies below every floor.
-      take |= vendor::BitsToFloat(Elem(bits[v], q)) >= floor ? 1u << (4 * v + q) : 0u;
+      // NaN never passes (an ordered compare); -inf lies below every floor.
+      uint32_t ge;
+      asm("set.ge.u32.f32 %0, %1, %2;"
+          : "=r"(ge)
+          : "f"(vendor::BitsToFloat(Elem(bits[v], q))), "f"(floor));
+      minus += ge;
     }
   }
-  if (!__any_sync(kFullMask, take != 0)) return;  // warp-uniform
-  const uint32_t mine = static_cast<uint32_t>(__popc(take));
+  const uint32_t mine = 0u - minus;
+  if (!__any_sync(kFullMask, mine != 0)) return;  // warp-uniform
   const uint32_t incl = WarpInclusiveSum(mine);
   uint32_t pos = 0;
   if (LaneOf() == kLanes - 1) pos = atomicAdd(&cta.h->count, incl);
   pos = __shfl_sync(kFullMask, pos, kLanes - 1) + incl - mine;
-  if (take == 0) return;
-  constexpr uint32_t kCapacity = FilterCapacity(kThreads);
-  if (pos + mine <= kCapacity) {
-    // An admitted logit is never NaN, so its key is radix::KeyOfBits' sign-flip map alone.
-    const uint32_t entries = static_cast<uint32_t>(__cvta_generic_to_shared(cta.entries));
-#pragma unroll
-    for (int v = 0; v < kV; ++v) {
-      const uint32_t col = static_cast<uint32_t>(s.plan.first_col +
-                                                 kGroupElems * (base + v * kThreads + threadIdx.x));
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const uint32_t bits_q = Elem(bits[v], q);
-        const uint32_t key =
-            bits_q ^ (static_cast<uint32_t>(static_cast<int32_t>(bits_q) >> 31) | 0x80000000u);
-        const uint32_t t = (take >> (4 * v + q)) & 1u;
-        asm volatile(
-            "{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n"
-            " @p st.shared.v2.u32 [%1], {%2, %3};\n}\n" ::"r"(t),
-            "r"(entries + 8u * pos), "r"(key), "r"(col + q)
-            : "memory");
-        pos += t;
-      }
-    }
-    return;
-  }
+  if (mine == 0 || pos + mine > FilterCapacity(kThreads)) return;
+  uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(cta.entries)) + 8u * pos;
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
-    const int32_t col =
-        static_cast<int32_t>(s.plan.first_col + kGroupElems * (base + v * kThreads + threadIdx.x));
+    const uint32_t col =
+        static_cast<uint32_t>(s.plan.first_col + kGroupElems * (base + v * kThreads + threadIdx.x));
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      if ((take >> (4 * v + q)) & 1u) {
-        if (pos < kCapacity) {
-          cta.entries[pos] =
-              make_uint2(radix::KeyOfBits(Elem(bits[v], q)), static_cast<uint32_t>(col + q));
-        }
-        ++pos;
-      }
+      const uint32_t b = Elem(bits[v], q);
+      asm volatile(
+          "{\n .reg .pred p;\n setp.ge.f32 p, %1, %2;\n"
+          " @p st.shared.v2.u32 [%0], {%3, %4};\n @p add.u32 %0, %0, 8;\n}\n"
+          : "+r"(at)
+          : "f"(vendor::BitsToFloat(b)), "f"(floor), "r"(b), "r"(col + q)
+          : "memory");
     }
   }
 }
@@ -336,12 +327,18 @@ __device__ Threshold RadixSelect(Cta<kThreads>& cta, uint32_t k, Each each) {
 }
 
 // The buffer's smallest and largest key (total >= 1 entries), block-wide: each warp's extremes
-// into the header's range (reset to [~0, 0] with the count), then a block barrier.
-template <int kThreads>
+// into the header's range (reset to [~0, 0] with the count), then a block barrier. kFromBits:
+// the entries hold admitted f32 bits (AppendChunk), turned into keys in place here (each thread
+// rewrites the entries it reads; the barrier publishes them).
+template <int kThreads, bool kFromBits = false>
 __device__ void KeyRange(Cta<kThreads>& cta, uint32_t total, uint32_t* lo, uint32_t* hi) {
   uint32_t mn = 0xffffffffu, mx = 0u;
   for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
-    const uint32_t key = cta.entries[i].x;
+    uint32_t key = cta.entries[i].x;
+    if (kFromBits) {  // the filter's entries hold f32 bits until here
+      key = AdmittedKey(key);
+      cta.entries[i].x = key;
+    }
     mn = min(mn, key);
     mx = max(mx, key);
   }
@@ -580,22 +577,27 @@ __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, 
   }
   Threshold t;
   if (buffered) {
-    auto each = [&](auto&& f) {
-      for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
-        const uint2 e = cta.entries[i];
-        f(e.x, static_cast<int32_t>(e.y));
-      }
-    };
     if (total > a.k) {
       uint32_t lo, hi;
-      KeyRange(cta, total, &lo, &hi);
+      KeyRange<kThreads, /*kFromBits=*/true>(cta, total, &lo, &hi);  // the entries become keys
       t = FittedSelect(cta, a.k, total, lo, hi);
+      MarkChosen(cta, t, w.begin, [&](auto&& f) {
+        for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+          const uint2 e = cta.entries[i];
+          f(e.x, static_cast<int32_t>(e.y));
+        }
+      });
     } else {
       for (uint32_t i = threadIdx.x; i < 2 * cta.bitmap_words; i += kThreads) cta.above[i] = 0u;
       __syncthreads();
       t = radix::AllSelectable();
+      MarkChosen(cta, t, w.begin, [&](auto&& f) {  // the entries still hold f32 bits
+        for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+          const uint2 e = cta.entries[i];
+          f(AdmittedKey(e.x), static_cast<int32_t>(e.y));
+        }
+      });
     }
-    MarkChosen(cta, t, w.begin, each);
   } else {  // exact, from the window itself
     const Segment whole = MakeSegment(a, row, w, 0, 1);
     auto each = [&](auto&& f) { ForEachInSegment<kThreads>(whole, f); };
