@@ -7,6 +7,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "client/error_details.h"
+#include "common/grpc_hold.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -38,6 +39,7 @@ absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what) {
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ConnectOptions& options) {
   if (options.target.empty()) return absl::InvalidArgumentError("target is empty");
+  HoldGrpcForProcess();  // closing the last channel must not wait on gRPC's own shutdown
   const bool tls = options.tls || !options.tls_ca.empty() || !options.tls_cert.empty() ||
                    !options.tls_key.empty();
   std::shared_ptr<grpc::ChannelCredentials> creds;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/default_socket.h"
+#include "common/grpc_hold.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -52,18 +53,31 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
 Daemon::~Daemon() {
   if (started_) Shutdown();
   // Teardown order: nothing accepts or submits any more; jobs still referencing the runner finish
-  // first.
-  for (auto& listener : unix_listeners_) listener->Stop();
-  server_.reset();
-  scheduler_.reset();
-  service_.reset();
-  runner_.reset();
-  ops_.reset();
-  registry_.reset();  // regions still pinned keep the backend's opener/pinner alive themselves
-  backend_.reset();
-  pool_.reset();
-  metrics_endpoint_.reset();
-  metrics_.reset();
+  // first. A step that takes longer than a second is logged (a teardown should take
+  // milliseconds; a slow one is a thread that does not see the stop).
+  auto step = [](const char* what, auto&& reset) {
+    const absl::Time t0 = absl::Now();
+    reset();
+    const absl::Duration took = absl::Now() - t0;
+    if (took > absl::Seconds(1)) {
+      Log(LogLevel::kWarning, "slow teardown step",
+          {{"step", what}, {"took", absl::FormatDuration(took)}});
+    }
+  };
+  step("listeners", [&] {
+    for (auto& listener : unix_listeners_) listener->Stop();
+  });
+  step("server", [&] { server_.reset(); });
+  step("scheduler", [&] { scheduler_.reset(); });
+  step("service", [&] { service_.reset(); });
+  step("runner", [&] { runner_.reset(); });
+  step("ops", [&] { ops_.reset(); });
+  // Regions still pinned keep the backend's opener/pinner alive themselves.
+  step("regions", [&] { registry_.reset(); });
+  step("backend", [&] { backend_.reset(); });
+  step("pool", [&] { pool_.reset(); });
+  step("metrics endpoint", [&] { metrics_endpoint_.reset(); });
+  step("metrics", [&] { metrics_.reset(); });
 }
 
 absl::Status Daemon::Start() {
@@ -212,6 +226,7 @@ absl::Status Daemon::Start() {
 }
 
 absl::Status Daemon::StartGrpc() {
+  HoldGrpcForProcess();  // the destructor must not wait on gRPC's own shutdown
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

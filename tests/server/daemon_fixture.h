@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "attnd/v1/attention.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -157,13 +159,24 @@ class DaemonTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    const absl::Time t0 = absl::Now();
     stub_.reset();
     channel_.reset();
+    const absl::Time t1 = absl::Now();
     if (daemon_) {
       EXPECT_TRUE(daemon_->Shutdown());
     }
+    const absl::Time t2 = absl::Now();
     daemon_.reset();
+    const absl::Time t3 = absl::Now();
     ::rmdir(dir_.c_str());
+    // Closing the channel and destroying a stopped daemon take milliseconds (about a second
+    // with a metrics endpoint); Shutdown may drain for up to the drain timeout, so it is not
+    // checked here.
+    if (t1 - t0 > absl::Seconds(3) || t3 - t2 > absl::Seconds(3)) {
+      ADD_FAILURE() << "slow teardown: channel " << (t1 - t0) << ", Shutdown " << (t2 - t1)
+                    << ", destructor " << (t3 - t2);
+    }
   }
 
   virtual bool WithMetrics() const { return false; }
