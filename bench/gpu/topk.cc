@@ -69,11 +69,19 @@ const std::vector<kernels::Impl<topk::Params>>& SweepImpls() {
       topk::gpu::FilterConfig config;
     };
     const FilterVariant filter_variants[] = {
-        {"t256", {256, 0, true, false}},  {"t256_coarse", {256, 0, true, false, false}},
-        {"t512", {512, 0, true, false}},  {"t1024", {1024, 0, true, false}},
-        {"prefetch", {0, 0, true, true}}, {"noprefetch", {0, 0, true, false}},
-        {"c1", {1024, 1, true, false}},   {"c2", {1024, 2, true, false}},
-        {"c4", {1024, 4, true, false}},   {"c8", {1024, 8, true, false}},
+        {"t256", {256, 0, true, false}},
+        {"t256_coarse", {256, 0, true, false, false}},
+        {"t512", {512, 0, true, false}},
+        {"t1024", {1024, 0, true, false}},
+        {"prefetch", {0, 0, true, true}},
+        {"noprefetch", {0, 0, true, false}},
+        {"c1", {1024, 1, true, false}},
+        {"c2", {1024, 2, true, false}},
+        {"c4", {1024, 4, true, false}},
+        {"c8", {1024, 8, true, false}},
+        {"sigma3", {0, 0, true, false, true, 3.0f}},
+        {"sigma4", {0, 0, true, false, true, 4.0f}},
+        {"sigma5", {0, 0, true, false, true, 5.0f}},
     };
     for (const FilterVariant& var : filter_variants) {
       const topk::gpu::FilterConfig config = var.config;

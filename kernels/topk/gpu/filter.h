@@ -29,6 +29,11 @@ struct FilterConfig {
   // quarter octave below it, which their smaller buffer needs). Off only to measure or test it;
   // the wider CTAs never refine (docs/KERNELS.md "Top-k, threshold filter").
   bool fine_floor = true;
+  // The sampled floor's margin in standard deviations of the sample's count above the k-th
+  // largest (FloorRank; 0–16): a larger one admits more candidates and sends fewer rows down
+  // the exact re-reading path. -1: the measured default, 4 for 256-thread CTAs with the refined
+  // floor, 3 for the others (docs/KERNELS.md "Top-k, threshold filter").
+  float floor_sigmas = -1.0f;
 };
 
 // Whether the filter takes `rows` rows of `cols` columns on the current device: at most one wave

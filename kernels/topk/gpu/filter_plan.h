@@ -29,15 +29,15 @@ ATTND_TOPK_HD constexpr uint32_t FilterCapacity(int threads) {
 inline constexpr uint32_t kMinSelectableBits = 0xff7fffffu;
 
 // The rank, among `sample` sampled window entries, whose level-0 bin becomes the floor: the
-// expected number of sampled entries above the window's k-th largest plus three standard
+// expected number of sampled entries above the window's k-th largest plus `sigmas` standard
 // deviations and two, so that the floor very likely leaves >= k of the `len` entries (a miss
 // costs the exact re-reading path, never a wrong answer). 0 when the rank would not be below the
 // sample's size (no floor). In f32 with correctly rounded division and square root: the same on
 // host and device.
-ATTND_TOPK_HD uint32_t FloorRank(uint32_t k, uint32_t sample, uint32_t len) {
+ATTND_TOPK_HD uint32_t FloorRank(uint32_t k, uint32_t sample, uint32_t len, float sigmas = 3.0f) {
   if (sample == 0 || len == 0) return 0;
   const float mean = static_cast<float>(k) * (static_cast<float>(sample) / static_cast<float>(len));
-  const float rank = mean + 3.0f * sqrtf(mean) + 2.0f;
+  const float rank = mean + sigmas * sqrtf(mean) + 2.0f;
   if (rank >= static_cast<float>(sample)) return 0;
   return static_cast<uint32_t>(rank) + 1u;
 }

@@ -43,7 +43,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 std::string Name(const gpu::FilterConfig& c) {
   return "t" + std::to_string(c.threads) + "_c" + std::to_string(c.cluster) +
          (c.speculate ? "_spec" : "_nospec") + (c.prefetch ? "" : "_noprefetch") +
-         (c.fine_floor ? "" : "_coarse");
+         (c.fine_floor ? "" : "_coarse") +
+         (c.floor_sigmas >= 0.0f ? "_sigma" + std::to_string(static_cast<int>(c.floor_sigmas))
+                                 : "");
 }
 
 // Every forced launch choice.
@@ -73,6 +75,13 @@ std::vector<gpu::FilterConfig> AllConfigs() {
     c.cluster = 1;
     c.speculate = speculate;
     c.fine_floor = false;
+    out.push_back(c);
+  }
+  for (int threads : {256, 512, 1024}) {  // floor margins other than the defaults
+    gpu::FilterConfig c;
+    c.threads = threads;
+    c.cluster = threads == 1024 ? 4 : 1;
+    c.floor_sigmas = threads == 256 ? 3.0f : 5.0f;
     out.push_back(c);
   }
   return out;
