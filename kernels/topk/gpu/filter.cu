@@ -69,6 +69,7 @@ struct Header {
   // FittedSelect's last bin when it holds few keys: the keys, their number, and the answer
   // (the need-th largest key, how many keys equal to it are taken).
   uint32_t few[kLanes];
+  uint32_t few_col[kLanes];  // their columns (MarkWithFew: the few keys are marked by one warp)
   uint32_t few_count;
   uint32_t few_choice[2];
 };
@@ -364,11 +365,16 @@ __device__ void KeyRange(Cta<kThreads>& cta, uint32_t total, uint32_t* lo, uint3
 // selectable); the same thresholds as RadixSelect, usually after one level instead of three
 // (docs/KERNELS.md "Top-k, threshold filter"). Also clears the bitmaps (before its first
 // barrier).
-template <int kThreads>
+// kDeferFew: instead of collecting and ranking the last few keys here, return the bin-level
+// threshold with *few set (few_count still 0): MarkWithFew then collects them in its own pass
+// over the buffer, which saves one pass and its barrier per row.
+template <int kThreads, bool kDeferFew = false>
 __device__ Threshold FittedSelect(Cta<kThreads>& cta, uint32_t k, uint32_t total, uint32_t lo,
-                                  uint32_t hi) {
+                                  uint32_t hi, bool* few = nullptr) {
   for (uint32_t i = threadIdx.x; i < 2 * cta.bitmap_words; i += kThreads) cta.above[i] = 0u;
-  int s = 0;
+  // The smallest s with (hi >> s) - (lo >> s) < kBins is s0 or s0 + 1, s0 = bits(hi - lo) - 11
+  // (below s0, (hi - lo) >> s alone reaches kBins); a loop from 0 took ~14 steps per row.
+  int s = max(0, 32 - __clz(static_cast<int>(hi - lo)) - 11);
   while ((hi >> s) - (lo >> s) >= static_cast<uint32_t>(kBins)) ++s;
   uint32_t base = lo >> s;
   Threshold t = radix::Start(k);
@@ -391,32 +397,37 @@ __device__ Threshold FittedSelect(Cta<kThreads>& cta, uint32_t k, uint32_t total
     t.need -= c.above;
     if (c.count == t.need || s == 0) return t;  // the bin whole, or single keys
     if (c.count <= static_cast<uint32_t>(kLanes)) {
-      for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
-        const uint32_t key = cta.entries[i].x;
-        if ((key >> s) == t.prefix) cta.h->few[atomicAdd(&cta.h->few_count, 1u)] = key;
-      }
-      __syncthreads();
-      if (WarpOf() == 0) {
-        const uint32_t n = cta.h->few_count;
-        const int lane = LaneOf();
-        const uint32_t key = static_cast<uint32_t>(lane) < n ? cta.h->few[lane] : 0u;
-        uint32_t greater = 0, equal = 0;
-        for (uint32_t j = 0; j < n; ++j) {
-          const uint32_t other = __shfl_sync(kFullMask, key, static_cast<int>(j));
-          greater += other > key ? 1u : 0u;
-          equal += other == key ? 1u : 0u;
+      if constexpr (kDeferFew) {
+        *few = true;
+        return t;
+      } else {
+        for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+          const uint32_t key = cta.entries[i].x;
+          if ((key >> s) == t.prefix) cta.h->few[atomicAdd(&cta.h->few_count, 1u)] = key;
         }
-        // The need-th largest: lanes holding an equal key write the same answer.
-        if (static_cast<uint32_t>(lane) < n && greater < t.need && t.need <= greater + equal) {
-          cta.h->few_choice[0] = key;
-          cta.h->few_choice[1] = t.need - greater;
+        __syncthreads();
+        if (WarpOf() == 0) {
+          const uint32_t n = cta.h->few_count;
+          const int lane = LaneOf();
+          const uint32_t key = static_cast<uint32_t>(lane) < n ? cta.h->few[lane] : 0u;
+          uint32_t greater = 0, equal = 0;
+          for (uint32_t j = 0; j < n; ++j) {
+            const uint32_t other = __shfl_sync(kFullMask, key, static_cast<int>(j));
+            greater += other > key ? 1u : 0u;
+            equal += other == key ? 1u : 0u;
+          }
+          // The need-th largest: lanes holding an equal key write the same answer.
+          if (static_cast<uint32_t>(lane) < n && greater < t.need && t.need <= greater + equal) {
+            cta.h->few_choice[0] = key;
+            cta.h->few_choice[1] = t.need - greater;
+          }
         }
+        __syncthreads();
+        t.prefix = cta.h->few_choice[0];
+        t.shift = 0;
+        t.need = cta.h->few_choice[1];
+        return t;
       }
-      __syncthreads();
-      t.prefix = cta.h->few_choice[0];
-      t.shift = 0;
-      t.need = cta.h->few_choice[1];
-      return t;
     }
     first = false;
     in_prefix = t.prefix;
@@ -443,6 +454,84 @@ __device__ void MarkChosen(Cta<kThreads>& cta, const Threshold& t, int64_t begin
   __syncthreads();
 }
 
+// MarkChosen over the buffer's `total` keys for a bin-level threshold t (shift s > 0) whose bin
+// holds at most kLanes keys (FittedSelect<kDeferFew>): keys above the bin are marked, the bin's
+// keys collected with their columns; then one warp ranks those (each lane counts the keys greater
+// than and equal to its own), marks the ones above the need-th largest and, at it, the ties, and
+// returns the shift-0 threshold WriteRow applies: the same marks and threshold as FittedSelect's
+// own few path followed by MarkChosen. Ends with a block barrier.
+template <int kThreads>
+__device__ Threshold MarkWithFew(Cta<kThreads>& cta, Threshold t, int64_t begin, uint32_t total) {
+  for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+    const uint2 e = cta.entries[i];
+    const uint32_t bin = e.x >> t.shift;
+    if (bin > t.prefix) {
+      const uint32_t rel = static_cast<uint32_t>(static_cast<int32_t>(e.y) - begin);
+      atomicOr(cta.above + (rel >> 5), 1u << (rel & 31u));
+    } else if (bin == t.prefix) {
+      const uint32_t j = atomicAdd(&cta.h->few_count, 1u);  // < kLanes: the bin's count
+      cta.h->few[j] = e.x;
+      cta.h->few_col[j] = e.y;
+    }
+  }
+  __syncthreads();
+  if (WarpOf() == 0) {
+    const uint32_t n = cta.h->few_count;
+    const int lane = LaneOf();
+    const bool mine = static_cast<uint32_t>(lane) < n;
+    const uint32_t key = mine ? cta.h->few[lane] : 0u;
+    uint32_t greater = 0, equal = 0;
+    for (uint32_t j = 0; j < n; ++j) {
+      const uint32_t other = __shfl_sync(kFullMask, key, static_cast<int>(j));
+      greater += other > key ? 1u : 0u;
+      equal += other == key ? 1u : 0u;
+    }
+    // The need-th largest: lanes holding an equal key write the same answer.
+    const bool is_threshold = mine && greater < t.need && t.need <= greater + equal;
+    if (is_threshold) {
+      cta.h->few_choice[0] = key;
+      cta.h->few_choice[1] = t.need - greater;
+    }
+    // Keys above the need-th largest are the ones with fewer than need keys greater than them.
+    const bool is_above = mine && greater + equal < t.need;
+    if (is_above || is_threshold) {
+      const uint32_t rel =
+          static_cast<uint32_t>(static_cast<int32_t>(cta.h->few_col[lane]) - begin);
+      atomicOr((is_above ? cta.above : cta.at) + (rel >> 5), 1u << (rel & 31u));
+    }
+  }
+  __syncthreads();
+  t.prefix = cta.h->few_choice[0];
+  t.shift = 0;
+  t.need = cta.h->few_choice[1];
+  return t;
+}
+
+// The general walk of WriteRow: each thread over its bitmap words [w0, w1), with g / e chosen-above
+// / at columns before them; ties at the threshold past t.need are skipped.
+template <int kThreads>
+__device__ __forceinline__ void WriteMarked(const Cta<kThreads>& cta, const RowArgs& a,
+                                            const RowDest& out, const uint32_t* src,
+                                            const RowSpan& w, const Threshold& t, uint32_t w0,
+                                            uint32_t w1, uint32_t g, uint32_t e) {
+  for (uint32_t x = w0; x < w1; ++x) {
+    const uint32_t above = cta.above[x], at = cta.at[x];
+    uint32_t m = above | at;
+    while (m != 0u) {
+      const int bit = __ffs(static_cast<int>(m)) - 1;
+      m &= m - 1u;
+      const bool is_above = (above >> bit) & 1u;
+      if (radix::IsChosen(t, is_above, !is_above, e)) {
+        const uint32_t pos = radix::OutputPosition(t, g, e);
+        const int32_t col = static_cast<int32_t>(w.begin + 32 * static_cast<int64_t>(x) + bit);
+        if (pos < a.k) out.Write(pos, col, out.values != nullptr ? __ldg(src + col) : 0u);
+      }
+      g += is_above ? 1u : 0u;
+      e += is_above ? 0u : 1u;
+    }
+  }
+}
+
 // Writes row `row`'s output from the bitmaps: chosen columns ascending (radix::OutputPosition),
 // then -1 / -inf padding to k.
 template <int kThreads>
@@ -463,21 +552,51 @@ __device__ void WriteRow(Cta<kThreads>& cta, const RowArgs& a, int64_t row, cons
   if (a.row_start_base) out.origin = static_cast<int32_t>(w.begin);
   const uint32_t* src = a.logits + row * a.logits_ld;
   uint32_t g = excl[0], e = excl[1];
-  for (uint32_t x = w0; x < w1; ++x) {
-    const uint32_t above = cta.above[x], at = cta.at[x];
-    uint32_t m = above | at;
-    while (m != 0u) {
-      const int bit = __ffs(static_cast<int>(m)) - 1;
-      m &= m - 1u;
-      const bool is_above = (above >> bit) & 1u;
-      if (radix::IsChosen(t, is_above, !is_above, e)) {
-        const uint32_t pos = radix::OutputPosition(t, g, e);
-        const int32_t col = static_cast<int32_t>(w.begin + 32 * static_cast<int64_t>(x) + bit);
-        if (pos < a.k) out.Write(pos, col, out.values != nullptr ? __ldg(src + col) : 0u);
+  if (total[1] <= t.need && out.table_row == nullptr) {
+    // Every marked column is chosen (no tie is left out: the usual case, one key at the
+    // threshold), so a column's position is the number of marked columns before it: one count
+    // per set bit, no above/at split, and the row's pointers computed once (WriteMarked's walk
+    // costs ~45 instructions per set bit, this ~12: docs/KERNELS.md "Top-k, threshold filter").
+    int32_t* const indices = out.indices;
+    float* const values = out.values;
+    uint32_t pos = g + e;
+    if (values == nullptr) {  // two loops: the indices-only one keeps its pointer in registers
+      // Through a shuffle (the same value in every lane), so ptxas cannot re-derive it as
+      // `indices + row * ld` inside the loop (64-bit multiplies per set bit); st.global takes it.
+      const uint64_t dst = __shfl_sync(
+          kFullMask, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(indices)), 0);
+      for (uint32_t x = w0; x < w1; ++x) {
+        uint32_t m = cta.above[x] | cta.at[x];
+        const int32_t base = static_cast<int32_t>(w.begin + 32 * static_cast<int64_t>(x)) -
+                             out.origin;  // the word's column 0, as written
+        while (m != 0u) {
+          const int bit = __ffs(static_cast<int>(m)) - 1;
+          m &= m - 1u;
+          if (pos < a.k) {
+            asm volatile("st.global.b32 [%0], %1;" ::"l"(dst + 4ull * pos), "r"(base + bit)
+                         : "memory");
+          }
+          ++pos;
+        }
       }
-      g += is_above ? 1u : 0u;
-      e += is_above ? 0u : 1u;
+    } else {
+      for (uint32_t x = w0; x < w1; ++x) {
+        uint32_t m = cta.above[x] | cta.at[x];
+        const int64_t first = w.begin + 32 * static_cast<int64_t>(x);  // the word's column 0
+        const int32_t base = static_cast<int32_t>(first) - out.origin;
+        while (m != 0u) {
+          const int bit = __ffs(static_cast<int>(m)) - 1;
+          m &= m - 1u;
+          if (pos < a.k) {
+            indices[pos] = base + bit;
+            values[pos] = vendor::BitsToFloat(__ldg(src + first + bit));
+          }
+          ++pos;
+        }
+      }
     }
+  } else {
+    WriteMarked(cta, a, out, src, w, t, w0, w1, g, e);
   }
   const uint32_t chosen = total[0] + min(total[1], t.need);
   for (uint32_t j = min(chosen, a.k) + threadIdx.x; j < a.k; j += kThreads) out.PadOne(j);
@@ -582,13 +701,18 @@ __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, 
     if (total > a.k) {
       uint32_t lo, hi;
       KeyRange<kThreads, /*kFromBits=*/true>(cta, total, &lo, &hi);  // the entries become keys
-      t = FittedSelect(cta, a.k, total, lo, hi);
-      MarkChosen(cta, t, w.begin, [&](auto&& f) {
-        for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
-          const uint2 e = cta.entries[i];
-          f(e.x, static_cast<int32_t>(e.y));
-        }
-      });
+      bool few = false;
+      t = FittedSelect<kThreads, /*kDeferFew=*/true>(cta, a.k, total, lo, hi, &few);
+      if (few) {
+        t = MarkWithFew(cta, t, w.begin, total);
+      } else {
+        MarkChosen(cta, t, w.begin, [&](auto&& f) {
+          for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+            const uint2 e = cta.entries[i];
+            f(e.x, static_cast<int32_t>(e.y));
+          }
+        });
+      }
     } else {
       for (uint32_t i = threadIdx.x; i < 2 * cta.bitmap_words; i += kThreads) cta.above[i] = 0u;
       __syncthreads();

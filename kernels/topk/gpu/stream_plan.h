@@ -55,8 +55,10 @@ struct SegmentPlan {
   uint32_t full_hi = 0;
 };
 
-// floor(groups * part / cluster) in 32-bit arithmetic (part <= cluster).
+// floor(groups * part / cluster) in 32-bit arithmetic (part <= cluster). One CTA per row (the
+// many-row launches) skips the divisions, which every warp of the filter kernel repeats per row.
 ATTND_TOPK_HD uint32_t SplitPoint(uint32_t groups, uint32_t part, uint32_t cluster) {
+  if (cluster == 1) return groups * part;
   return groups / cluster * part + groups % cluster * part / cluster;
 }
 
