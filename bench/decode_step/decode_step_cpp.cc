@@ -1088,7 +1088,8 @@ int Main(int argc, char** argv) {
       ok = ok && (via == "session" || via == "unary" || via == "prepared" || via == "ring" ||
                   via == "ring_stream");
     if (!ok || (o.submit != "ring" && o.submit != "rpc" && o.submit != "ordered") ||
-        (o.regions != "per_kind" && o.regions != "one")) {
+        (o.regions != "per_kind" && o.regions != "one") ||
+        (o.mps != "auto" && o.mps != "true" && o.mps != "false")) {
       std::cerr << "decode_step_cpp: bad argument '" << a << "' (see the file's header)\n";
       return 2;
     }
