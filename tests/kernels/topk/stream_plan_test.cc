@@ -79,6 +79,20 @@ TEST(TopKStreamPlan, AdmitBitsIsAFloatFloorForKeys) {
   }
 }
 
+// SplitPoint is floor(groups * part / cluster) without 64-bit arithmetic, and the one-CTA
+// shortcut (no divisions) agrees with it.
+TEST(TopKStreamPlan, SplitPointIsTheFlooredShare) {
+  for (uint32_t groups : {0u, 1u, 3u, 7u, 1000u, 65535u, 1u << 20, (1u << 29) + 7u, 0xffffffffu}) {
+    for (uint32_t cluster : {1u, 2u, 3u, 4u, 8u}) {
+      for (uint32_t part = 0; part <= cluster; ++part) {
+        const uint64_t want = uint64_t{groups} * part / cluster;
+        ASSERT_EQ(gpu::SplitPoint(groups, part, cluster), want)
+            << groups << " " << part << "/" << cluster;
+      }
+    }
+  }
+}
+
 TEST(TopKStreamPlan, SegmentsCoverTheWindowInOrder) {
   for (int64_t begin : {0, 1, 2, 3, 5, 1000}) {
     for (uint32_t len : {0u, 1u, 3u, 4u, 5u, 63u, 4096u, 100003u}) {
