@@ -398,6 +398,9 @@ absl::Status LaunchWithSplits(const sparse_mla::Params& p, sparse_mla::gpu::GpuK
     case sparse_mla::gpu::GpuKernel::kWgmma:
       GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaWgmma(p, splits, workspace, stream));
       break;
+    case sparse_mla::gpu::GpuKernel::kWgmmaPp:
+      GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaWgmmaPp(p, splits, workspace, stream));
+      break;
     case sparse_mla::gpu::GpuKernel::kMma:
       GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaMma(p, splits, workspace, stream));
       break;
@@ -414,6 +417,7 @@ absl::Status LaunchWithSplits(const sparse_mla::Params& p, sparse_mla::gpu::GpuK
 const char* KernelImplName(sparse_mla::gpu::GpuKernel kernel) {
   switch (kernel) {
     case sparse_mla::gpu::GpuKernel::kWgmma: return "cuda_wgmma";
+    case sparse_mla::gpu::GpuKernel::kWgmmaPp: return "cuda_wgmma_pp";
     case sparse_mla::gpu::GpuKernel::kMma: return "cuda_mma";
     case sparse_mla::gpu::GpuKernel::kMmaLowH: return "cuda_mma_lowh";
     case sparse_mla::gpu::GpuKernel::kSimt: break;

@@ -25,5 +25,6 @@ if(ATTND_GPU_ENABLED)
     ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_d512.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_d576.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_fp8.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_pp.cu
   )
 endif()

@@ -130,6 +130,10 @@ Impl<Params> KernelImpl(absl::string_view kind, gpu::GpuKernel kernel) {
           GPU_RETURN_IF_ERROR(gpu::LaunchSparseMlaWgmma(p, splits, ctx.workspace, stream));
           return absl::OkStatus();
         }
+        if (kernel == gpu::GpuKernel::kWgmmaPp) {
+          GPU_RETURN_IF_ERROR(gpu::LaunchSparseMlaWgmmaPp(p, splits, ctx.workspace, stream));
+          return absl::OkStatus();
+        }
         if (kernel == gpu::GpuKernel::kMma) {
           GPU_RETURN_IF_ERROR(gpu::LaunchSparseMlaMma(p, splits, ctx.workspace, stream));
           return absl::OkStatus();
@@ -254,6 +258,9 @@ const std::vector<Impl<Params>>& Implementations() {
 #if defined(ATTND_GPU_CUDA)
     // sm_90a, H % 64 == 0: first where it runs.
     KernelImpl("wgmma", gpu::GpuKernel::kWgmma),
+        // sm_90a, H % 64 == 0, FAST, bf16 cache: the consumers in ping-pong (by name until
+        // measured: docs/KERNELS.md "Sparse MLA in ping-pong").
+        KernelImpl("wgmma_pp", gpu::GpuKernel::kWgmmaPp),
         // H <= 32, bf16 cache: cuda_mma_lowh when the sampled neighbours share rows, else
         // cuda_mma, decided by a device-side estimate (gpu/mma_auto.cu).
         MmaAutoImpl(), KernelImpl("mma", gpu::GpuKernel::kMma),

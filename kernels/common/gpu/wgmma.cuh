@@ -191,10 +191,11 @@ ATTND_WGMMA_SPECIALISATION(256, 128, ATTND_WGMMA_P128, ATTND_WGMMA_D128, "128", 
 #undef ATTND_WGMMA_D8
 // D = A·Bᵀ over kSlabs 64-column slabs of K-major A (64 rows) and B (kN rows), both from
 // shared memory: 4 k16 steps per slab (32 bytes apart), the next slab `slab_bytes` on (the same
-// for A and B); one wgmma per step, the first overwriting D. Issues only: the caller fences
+// for A and B); one wgmma per step, the first overwriting D (kAccumulate: adding to it, for a
+// product split over two calls). Issues only: the caller fences
 // before and commits after. The empty asm keeps one live descriptor pair instead of letting the
 // compiler precompute every step's pair (dozens of 64-bit registers).
-template <int kN, int kSlabs>
+template <int kN, int kSlabs, bool kAccumulate = false>
 __device__ __forceinline__ void WgmmaSsOverSlabs(float (&d)[kN / 2], uint64_t a_desc,
                                                  uint64_t b_desc, uint32_t slab_bytes) {
 #pragma unroll
@@ -202,7 +203,7 @@ __device__ __forceinline__ void WgmmaSsOverSlabs(float (&d)[kN / 2], uint64_t a_
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       asm volatile("" : "+l"(a_desc), "+l"(b_desc));
-      Wgmma<kN, WgmmaA::kSmem>::template Run<false>(d, a_desc, b_desc, sl + kk > 0);
+      Wgmma<kN, WgmmaA::kSmem>::template Run<false>(d, a_desc, b_desc, kAccumulate || sl + kk > 0);
       const uint32_t step = kk < 3 ? 32 : slab_bytes - 3 * 32;
       a_desc = DescAdvance(a_desc, step);
       b_desc = DescAdvance(b_desc, step);

@@ -22,6 +22,8 @@ enum class GpuKernel {
              // selections gathered once as a union (mma_lowh.cuh), bf16 mma.sync
   kWgmma,    // CUDA sm_90a, H % 64 == 0, either KV format: one token x 64 heads per CTA, three
              // warpgroups (producer, softmax + left P·V, right P·V), wgmma (wgmma.cuh)
+  kWgmmaPp,  // CUDA sm_90a, H % 64 == 0, bf16 cache, FAST only: kWgmma's CTA with the blocks in
+             // pairs and both consumers running Q·Kᵀ and softmax in ping-pong (wgmma_pp.cuh)
 };
 
 inline constexpr int kMaxSplits = 32;
@@ -68,6 +70,9 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 // kWgmma: splits from GpuSplits' heuristic (one CTA per SM).
 ::attnd::gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace,
                                          ::attnd::gpu::Stream stream);
+// kWgmmaPp: the same, FAST precision and the bf16 cache only.
+::attnd::gpu::Error LaunchSparseMlaWgmmaPp(const Params& p, int splits, void* workspace,
+                                           ::attnd::gpu::Stream stream);
 
 // cuda_mma_auto (mma_auto.cu), H <= 32 with a bf16 cache: kMmaLowH where the 64 / H
 // neighbouring tokens it stacks share most of their rows, else kMma, decided on the device. A

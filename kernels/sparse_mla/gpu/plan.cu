@@ -95,11 +95,11 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
     return Refuse(why, "the low-head mma.sync kernel is CUDA-only");
 #endif
   }
-  if (kernel == GpuKernel::kWgmma) {
+  if (kernel == GpuKernel::kWgmma || kernel == GpuKernel::kWgmmaPp) {
 #if defined(ATTND_GPU_CUDA)
-    return WgmmaSupports(p, why);
+    return kernel == GpuKernel::kWgmma ? WgmmaSupports(p, why) : WgmmaPpSupports(p, why);
 #else
-    return Refuse(why, "the wgmma kernel is CUDA-only");
+    return Refuse(why, "the wgmma kernels are CUDA-only");
 #endif
   }
   if (kernel == GpuKernel::kMma && !RunsMmaSync(d, why)) return false;
@@ -138,8 +138,9 @@ int GpuSplits(const Params& p, GpuKernel kernel) {
   if (tokens == 0 || !::attnd::gpu::CurrentDeviceFacts(&d)) return 1;  // before any occupancy query
   const KernelShape shape = kernel == GpuKernel::kSimt ? SimtShape(p)
 #if defined(ATTND_GPU_CUDA)
-                            : kernel == GpuKernel::kWgmma ? WgmmaShape(p)
-                                                          : MmaShape(p);
+                            : kernel == GpuKernel::kWgmma   ? WgmmaShape(p)
+                            : kernel == GpuKernel::kWgmmaPp ? WgmmaPpShape(p)
+                                                            : MmaShape(p);
 #else
                                                        : KernelShape{};
 #endif

@@ -34,6 +34,10 @@ int MmaLowhSplits(const Params& p);
 // capability 9.0 (sm_90a), H a multiple of 64, either KV format.
 KernelShape WgmmaShape(const Params& p);
 bool WgmmaSupports(const Params& p, std::string* why);
+// The ping-pong wgmma kernel's (wgmma_pp.cu): WgmmaSupports' checks, precision FAST and the
+// bf16 cache.
+KernelShape WgmmaPpShape(const Params& p);
+bool WgmmaPpSupports(const Params& p, std::string* why);
 #endif
 
 // The kernels' view of p (device pointers), with the split workspace carved as KernelArgs says.

@@ -96,19 +96,22 @@ TEST(SparseMlaWgmma, PtxLayoutsMatchAMatmul) {
   EXPECT_EQ(bad, 0);
 }
 
-// Runs the wgmma kernel with exactly `splits` splits on device mirrors of `p`; the device KV
-// carries the case's NaN guard rows on both sides (a read of index -2, -1, S or S+1 poisons
-// the output).
-absl::Status RunWgmma(const Params& p, int splits) {
+// Runs the wgmma kernel (`kernel`: kWgmma or the ping-pong kWgmmaPp) with exactly `splits`
+// splits on device mirrors of `p`; the device KV carries the case's NaN guard rows on both sides
+// (a read of index -2, -1, S or S+1 poisons the output).
+absl::Status RunWgmma(const Params& p, int splits, GpuKernel kernel = GpuKernel::kWgmma) {
   return RunWithSplitsOnGpu(
-      [](const Params& d, int s, void* workspace, gpu::Stream stream) {
-        return kernels::sparse_mla::gpu::LaunchSparseMlaWgmma(d, s, workspace, stream);
+      [kernel](const Params& d, int s, void* workspace, gpu::Stream stream) {
+        return kernel == GpuKernel::kWgmmaPp
+                   ? kernels::sparse_mla::gpu::LaunchSparseMlaWgmmaPp(d, s, workspace, stream)
+                   : kernels::sparse_mla::gpu::LaunchSparseMlaWgmma(d, s, workspace, stream);
       },
       p, splits);
 }
 
-// Every split count, both precisions and both selection forms of `c` against the reference;
-// rows listed in `empty_rows` must come out as +0.0 with lse -inf.
+// Every split count, both precisions and both selection forms of `c` against the reference,
+// on kWgmma and, where it runs (FAST, bf16 cache), on kWgmmaPp; rows listed in `empty_rows`
+// must come out as +0.0 with lse -inf.
 void ExpectCase(SparseMlaCase& c, std::initializer_list<int> split_counts,
                 const std::vector<int64_t>& empty_rows) {
   for (bool csr : {false, true}) {
@@ -119,18 +122,29 @@ void ExpectCase(SparseMlaCase& c, std::initializer_list<int> split_counts,
     const Reference ref = ComputeReference(p);
     for (const auto& [precision, splits] : PrecisionsAndSplits(split_counts)) {
       p.precision = precision;
-      const std::string what =
-          std::string(csr ? "csr" : "table") + " splits " + std::to_string(splits);
-      for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
-      const absl::Status s = RunWgmma(p, splits);
-      ASSERT_TRUE(s.ok()) << what << ": " << s;
-      ExpectOutputs(c, p, ref, what);
-      for (int64_t t : empty_rows) {
-        for (int64_t h = 0; h < c.spec().h; ++h) {
-          if (p.lse.present()) {
-            EXPECT_EQ(c.lse().At({t, h}), -std::numeric_limits<double>::infinity()) << what;
+      for (const GpuKernel kernel : {GpuKernel::kWgmma, GpuKernel::kWgmmaPp}) {
+        const bool pp = kernel == GpuKernel::kWgmmaPp;
+        if (pp) {
+          const bool runs = kernels::sparse_mla::gpu::GpuSupports(kernel, p, &why);
+          // The ping-pong kernel takes exactly FAST over the bf16 cache.
+          ASSERT_EQ(runs,
+                    precision == kernels::Precision::kFast && c.spec().kv_format == KvFormat::kBf16)
+              << why;
+          if (!runs) continue;
+        }
+        const std::string what = std::string(pp ? "wgmma_pp " : "wgmma ") +
+                                 (csr ? "csr" : "table") + " splits " + std::to_string(splits);
+        for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
+        const absl::Status s = RunWgmma(p, splits, kernel);
+        ASSERT_TRUE(s.ok()) << what << ": " << s;
+        ExpectOutputs(c, p, ref, what);
+        for (int64_t t : empty_rows) {
+          for (int64_t h = 0; h < c.spec().h; ++h) {
+            if (p.lse.present()) {
+              EXPECT_EQ(c.lse().At({t, h}), -std::numeric_limits<double>::infinity()) << what;
+            }
+            EXPECT_EQ(c.out().data<uint16_t>()[c.out().Offset({t, h, 0})], 0u) << what;
           }
-          EXPECT_EQ(c.out().data<uint16_t>()[c.out().Offset({t, h, 0})], 0u) << what;
         }
       }
     }
@@ -323,27 +337,34 @@ TEST(SparseMlaWgmma, KvPoolPast2To31Elements) {
   host.kv = kernels::Tensor{};  // not mirrored: the pool is already on the device
   host.indices = indices.tensor();
   for (const auto& [precision, split_count] : PrecisionsAndSplits({1, 3})) {
-    const int splits = split_count;  // captured below (a structured binding cannot be)
-    host.precision = precision;
-    SCOPED_TRACE("splits " + std::to_string(splits) + " " + kernels::PrecisionName(precision));
-    PoisonNaN(out);
-    PoisonNaN(lse);
-    kernels::Impl<Params> impl(
-        "cuda_wgmma forced", GpuBackend(), nullptr,
-        [splits, pool](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
-          Params call = d;
-          call.kv = kernels::MakeTensor(pool, DType::kBF16, {kRows, kDqk});
-          GPU_RETURN_IF_ERROR(kernels::sparse_mla::gpu::LaunchSparseMlaWgmma(
-              call, splits, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
-          return absl::OkStatus();
-        },
-        [splits](const Params& hp) {
-          return kernels::sparse_mla::gpu::SplitWorkspaceBytes(hp, splits);
-        });
-    const absl::Status s = RunOnGpu(impl, host);
-    ASSERT_TRUE(s.ok()) << s;
-    ExpectAttentionOut(ToDoubles(out), ref.out, ref.out_abs, precision, kOutTol, "out");
-    ExpectClose(ToDoubles(lse), ref.lse, kLseTol, "lse");
+    for (const bool pp : {false, true}) {  // kWgmma, and kWgmmaPp (FAST only)
+      if (pp && precision != kernels::Precision::kFast) continue;
+      const int splits = split_count;  // captured below (a structured binding cannot be)
+      host.precision = precision;
+      SCOPED_TRACE("splits " + std::to_string(splits) + " " + kernels::PrecisionName(precision) +
+                   (pp ? " wgmma_pp" : " wgmma"));
+      PoisonNaN(out);
+      PoisonNaN(lse);
+      kernels::Impl<Params> impl(
+          "cuda_wgmma forced", GpuBackend(), nullptr,
+          [splits, pool, pp](const Params& d, const kernels::ExecContext& ctx) -> absl::Status {
+            Params call = d;
+            call.kv = kernels::MakeTensor(pool, DType::kBF16, {kRows, kDqk});
+            const auto stream = static_cast<gpu::Stream>(ctx.stream);
+            GPU_RETURN_IF_ERROR(pp ? kernels::sparse_mla::gpu::LaunchSparseMlaWgmmaPp(
+                                         call, splits, ctx.workspace, stream)
+                                   : kernels::sparse_mla::gpu::LaunchSparseMlaWgmma(
+                                         call, splits, ctx.workspace, stream));
+            return absl::OkStatus();
+          },
+          [splits](const Params& hp) {
+            return kernels::sparse_mla::gpu::SplitWorkspaceBytes(hp, splits);
+          });
+      const absl::Status s = RunOnGpu(impl, host);
+      ASSERT_TRUE(s.ok()) << s;
+      ExpectAttentionOut(ToDoubles(out), ref.out, ref.out_abs, precision, kOutTol, "out");
+      ExpectClose(ToDoubles(lse), ref.lse, kLseTol, "lse");
+    }
   }
 }
 

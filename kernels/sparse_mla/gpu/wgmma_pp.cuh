@@ -1,0 +1,552 @@
+// The Hopper sparse MLA kernel with the two consumer warpgroups in ping-pong (CUDA sm_90a;
+// `cuda_wgmma_pp`, FAST precision and the bf16 cache only; docs/KERNELS.md "Sparse MLA in
+// ping-pong"). The CTA is wgmma.cuh's (one token x 64 heads x one split, 384 threads, two
+// 64-row KV stages, V read from K's bytes), but the blocks go in pairs: block 2i in stage 0,
+// block 2i + 1 in stage 1, and each stage is two halves by column, L = slabs 0..3 (K and V
+// columns 0..255) and R = slabs 4.. (columns 256..511 and the rope), each with its own full and
+// empty mbarrier:
+//   WG2 (producer)  per pair fills L of stage 0, R of stage 1, R of stage 0, L of stage 1 (the
+//                   order in which the consumers free them), each after its empty barrier.
+//   WG0             S0 = Q·Kᵀ of stage 0, its softmax (running max m0, shared through shared
+//                   memory), O[:, 0:256] += P0·V_L(0) with P0 from registers; then, with WG1's
+//                   max m1 >= m0, P0·2^(m0-m1) to shared memory for WG1, O·2^(m0-m1), and
+//                   O += P1·V_L(1) with WG1's P1 from shared memory; then the next pair's
+//                   Q·Kᵀ behind it.
+//   WG1             S1 = Q·Kᵀ of stage 1 (R half first) on the tensor cores while WG0 runs its
+//                   softmax, its softmax from m0, O[:, 256:512] += P1·V_R(1) (registers) and
+//                   += P0·V_R(0) (shared memory).
+// So one warpgroup's softmax runs under the other's MMAs, and each half of a stage is refilled
+// as soon as the warpgroup that reads it last is done with it. Each warpgroup keeps the row sums
+// of its own P; the epilogue adds them. A pair past the last block is all masked (zeros, P 0).
+// The running max is wgmma_softmax.cuh's lazy one (FAST). Instantiated in wgmma_pp.cu.
+#pragma once
+
+#if !defined(ATTND_GPU_CUDA)
+#error "kernels/sparse_mla/gpu/wgmma_pp.cuh is CUDA-only"
+#endif
+
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "kernels/common/gpu/attention/wgmma_softmax.cuh"
+#include "kernels/common/gpu/tiles.h"
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/common/gpu/wgmma.cuh"
+#include "kernels/sparse_mla/gpu/common.cuh"
+#include "kernels/sparse_mla/gpu/wgmma.cuh"
+
+namespace attnd::kernels::sparse_mla::gpu {
+
+template <int kDqk>
+struct WgmmaPpTile {
+  static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
+  static constexpr int kThreads = 384;  // WG0, WG1 consumers, WG2 producer
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = 64;
+  static constexpr int kSlabs = kDqk / 64;
+  static constexpr int kLSlabs = 4;                 // columns 0..255
+  static constexpr int kRSlabs = kSlabs - kLSlabs;  // 256..511 and the rope
+  static constexpr uint32_t kSlabBytes = 64 * 128;
+  static constexpr uint32_t kStageBytes = kSlabs * kSlabBytes;
+  // Shared memory: Q | stage 0 | stage 1 | P1 | P0 (d512 only: d576 keeps P0 in stage 0's rope
+  // slab, dead once S0 is complete and refilled only after WG1's P0·V_R) | m (f32 [64]) |
+  // row sums of WG0 and of WG1 (f32 [64] each) | validity (u64 [2]) | barriers.
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKvOffset = kQOffset + kSlabs * kSlabBytes;
+  static constexpr uint32_t kP1Offset = kKvOffset + 2 * kStageBytes;
+  static constexpr bool kP0InRope = kDqk == 576;
+  static constexpr uint32_t kP0Offset =
+      kP0InRope ? kKvOffset + (kSlabs - 1) * kSlabBytes : kP1Offset + kSlabBytes;
+  static constexpr uint32_t kStatOffset = kP1Offset + (kP0InRope ? 1 : 2) * kSlabBytes;
+  static constexpr uint32_t kMaxOffset = kStatOffset;
+  static constexpr uint32_t kSum0Offset = kMaxOffset + 4 * kBlockM;
+  static constexpr uint32_t kSum1Offset = kSum0Offset + 4 * kBlockM;
+  static constexpr uint32_t kMaskOffset = kSum1Offset + 4 * kBlockM;
+  // full[stage][half] at + 8·(2·stage + half), empty the same + 32, q at + 64.
+  static constexpr uint32_t kBarOffset = kMaskOffset + 16;
+  static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 9 * 8);
+  static constexpr int kProducerRegs = 72, kConsumerRegs = 216;
+  // full: per producer thread one cp.async arrival (noinc) and one ordinary one; empty: one
+  // arrival per warp of the warpgroup that frees the half.
+  static constexpr uint32_t kFullCount = 256, kEmptyCount = 4, kQCount = 128;
+  static constexpr int kLaunchRegs = kSm90Regs384;  // tiles.h
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * kLaunchRegs, "register budget");
+  static_assert(kProducerRegs <= kLaunchRegs && kConsumerRegs >= kLaunchRegs,
+                "setmaxnreg: dec for the producer, inc for the consumers");
+  static_assert(kSmemBytes <= kSm90MaxSmemBytes, "fits sm_90's 227 KiB of shared memory per block");
+  static_assert(kSplitAlign % kBlockN == 0, "splits are whole KV blocks");
+};
+
+// Named barriers between WG0 and WG1 (256 threads each; 0 is __syncthreads).
+enum WgmmaPpBarrier : uint32_t {
+  kPpBarMax0 = 1,   // WG0 -> WG1: m0 of the pair is in shared memory
+  kPpBarMax1 = 2,   // WG1 -> WG0: m1 of the pair replaced it
+  kPpBarP0 = 3,     // WG0 -> WG1: P0·2^(m0-m1) is in shared memory
+  kPpBarP1 = 4,     // WG1 -> WG0: P1 is in shared memory
+  kPpBarStats = 5,  // both: the final row sums are written
+};
+
+namespace wgmma_pp_internal {
+
+// One online-softmax step whose new running max starts from `m_from` (>= m_run: the other
+// warpgroup's max of this pair) rather than from m_run: m_new = lazy max(m_from, tile max), alpha
+// = 2^(m_run - m_new) for this warpgroup's O and row sums, P = 2^(s·scale_log2 - m_new) in place
+// of s. With m_from = m_run it is WgmmaSoftmaxStep<kN, true>.
+template <int kN>
+__device__ __forceinline__ void SoftmaxStepFrom(float (&s)[kN], float (&mx)[2],
+                                                const float& scale_log2, const float (&m_from)[2],
+                                                float (&m_run)[2], float (&l_run)[2],
+                                                float (&alpha)[2]) {
+  float neg_m[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 1));
+    mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 2));
+    const float m_tile = mx[i] * scale_log2;
+    const float m_new = m_tile - m_from[i] > kLazyMaxSlack ? fmaxf(m_from[i], m_tile) : m_from[i];
+    alpha[i] = ::attnd::gpu::ptx::Exp2(m_run[i] - m_new);
+    m_run[i] = m_new;
+    neg_m[i] = -m_new;
+    l_run[i] *= alpha[i];
+  }
+#pragma unroll
+  for (int j = 0; j < kN / 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pe = ::attnd::gpu::ptx::Exp2(fmaf(s[4 * j + e], scale_log2, neg_m[e >> 1]));
+      s[4 * j + e] = pe;
+      l_run[e >> 1] += pe;
+    }
+  }
+}
+
+// o (a thread's two rows, wgmma accumulator layout) times the rows' factors.
+__device__ __forceinline__ void ScaleRows(float (&o)[128], const float (&f)[2]) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    o[4 * j + 0] *= f[0];
+    o[4 * j + 1] *= f[0];
+    o[4 * j + 2] *= f[1];
+    o[4 * j + 3] *= f[1];
+  }
+}
+
+// Whether any row of the warp has a factor other than 1 (FAST's lazy max leaves most at 1).
+__device__ __forceinline__ bool AnyNotOne(const float (&f)[2]) {
+  return __any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f);
+}
+
+}  // namespace wgmma_pp_internal
+
+// Src as for WgmmaAttention (wgmma.cuh), without TMA pages. FAST precision, bf16 rows.
+template <int kDqk, class Src>
+__device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a) {
+  static_assert(!Src::kTmaPages, "rows by cp.async only");
+#if ATTND_SM90A
+  using Tile = WgmmaPpTile<kDqk>;
+  using namespace ::attnd::gpu::wgmma;
+  using wgmma_internal::OpaqueDescriptors;
+  using wgmma_pp_internal::AnyNotOne;
+  using wgmma_pp_internal::ScaleRows;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = SmemAddr(smem);
+  if ((base & (kSwizzleAtomBytes - 1)) != 0) __trap();  // swizzle atoms need 1024-B alignment
+
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
+  const typename Src::Work w = Src::Begin(a);
+  // Uniform to ptxas: it decides which wgmmas are issued.
+  const int n_blocks = __shfl_sync(0xffffffffu, Src::Blocks(w), 0);
+  const int n_pairs = (n_blocks + 1) / 2;
+
+  const uint32_t bar = base + Tile::kBarOffset;
+  auto full_bar = [&](int stage, int half) { return bar + 8 * (2 * stage + half); };
+  auto empty_bar = [&](int stage, int half) { return bar + 32 + 8 * (2 * stage + half); };
+  const uint32_t q_bar = bar + 64;
+  constexpr int kL = 0, kR = 1;
+  if (tid == 0) {
+    for (int i = 0; i < 4; ++i) {
+      MbarInit(bar + 8 * i, Tile::kFullCount);
+      MbarInit(bar + 32 + 8 * i, Tile::kEmptyCount);
+    }
+    MbarInit(q_bar, Tile::kQCount);
+    FenceMbarInit();
+  }
+  __syncthreads();
+  auto stage_off = [](int stage) { return Tile::kKvOffset + stage * Tile::kStageBytes; };
+
+  if (wg == 2) {
+    // ---- Producer: thread (warp pw, lane) fills 16-byte chunk lane % 8 of every slab of rows
+    // pw·16 + 4i + lane / 8 (i < 4) of both blocks of a pair.
+    SetMaxRegsDec<Tile::kProducerRegs>();
+    const int p = tid - 256, pw = p / 32, lane = p % 32, chunk = lane & 7;
+    int rows[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) rows[i] = pw * 16 + 4 * i + (lane >> 3);
+    if (n_pairs == 0) return;
+    const uint16_t* q_tok = Src::QueryBase(a, w);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t* src = q_tok + static_cast<int64_t>(rows[i]) * Src::QueryStride(a) + chunk * 8;
+      const uint32_t dst = base + Tile::kQOffset + SwizzledOffset(rows[i], chunk);
+#pragma unroll
+      for (int s = 0; s < Tile::kSlabs; ++s) {
+        CpAsync16(dst + s * Tile::kSlabBytes, src + s * 64, 16);
+      }
+    }
+    CpAsyncArriveNoinc(q_bar);
+
+    typename Src::Row kv[2][4];  // the pair's rows: block 2i, block 2i + 1
+    auto load_pair = [&](int pair) {
+#pragma unroll
+      for (int blk = 0; blk < 2; ++blk) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          kv[blk][i] = Src::LoadRow(a, w, int64_t{Tile::kBlockN} * (2 * pair + blk), rows[i]);
+        }
+      }
+    };
+    // This warp's 16 validity bits of block `blk` (bit r: row pw·16 + r).
+    auto mask_bits = [&](int blk) {
+      uint32_t bits = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t vote = __ballot_sync(0xffffffffu, kv[blk][i] >= 0);
+#pragma unroll
+        for (int sub = 0; sub < 4; ++sub) bits |= ((vote >> (8 * sub)) & 1u) << (4 * i + sub);
+      }
+      return bits;
+    };
+    // Slabs [kFirst, kFirst + kCount) of block `blk`'s rows into `stage` (a masked row as
+    // zeros), then this thread's two arrivals on the half's full barrier.
+    auto fill_half = [&](int stage, int blk, auto first, auto count, uint32_t full) {
+      constexpr int kFirst = decltype(first)::value, kCount = decltype(count)::value;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t off = stage_off(stage) + SwizzledOffset(rows[i], chunk);
+        if (kv[blk][i] >= 0) {
+          const uint16_t* src = Src::RowPtr(a, kv[blk][i], chunk * 8);
+#pragma unroll
+          for (int s = kFirst; s < kFirst + kCount; ++s) {
+            CpAsync16(base + off + s * Tile::kSlabBytes, src + s * 64, 16);
+          }
+        } else {
+#pragma unroll
+          for (int s = kFirst; s < kFirst + kCount; ++s) {
+            *reinterpret_cast<uint4*>(smem + off + s * Tile::kSlabBytes) = make_uint4(0, 0, 0, 0);
+          }
+        }
+      }
+      CpAsyncArriveNoinc(full);
+      MbarArrive(full);
+    };
+    using LFirst = std::integral_constant<int, 0>;
+    using LCount = std::integral_constant<int, Tile::kLSlabs>;
+    using RFirst = std::integral_constant<int, Tile::kLSlabs>;
+    using RCount = std::integral_constant<int, Tile::kRSlabs>;
+    load_pair(0);
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      const uint32_t parity = (pair - 1) & 1;  // of the previous pair's frees
+      const uint32_t bits0 = mask_bits(0), bits1 = mask_bits(1);
+      // Stage 0's validity is read by WG0, which frees L of stage 0: written with that half;
+      // stage 1's by WG1, which frees R of stage 1.
+      if (pair > 0) MbarWait(empty_bar(0, kL), parity);
+      if (lane == 0) {
+        *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 2 * pw) =
+            static_cast<uint16_t>(bits0);
+      }
+      fill_half(0, 0, LFirst{}, LCount{}, full_bar(0, kL));
+      if (pair > 0) MbarWait(empty_bar(1, kR), parity);
+      if (lane == 0) {
+        *reinterpret_cast<uint16_t*>(smem + Tile::kMaskOffset + 8 + 2 * pw) =
+            static_cast<uint16_t>(bits1);
+      }
+      fill_half(1, 1, RFirst{}, RCount{}, full_bar(1, kR));
+      if (pair > 0) MbarWait(empty_bar(0, kR), parity);
+      fill_half(0, 0, RFirst{}, RCount{}, full_bar(0, kR));
+      if (pair > 0) MbarWait(empty_bar(1, kL), parity);
+      fill_half(1, 1, LFirst{}, LCount{}, full_bar(1, kL));
+      if (pair + 1 < n_pairs) {
+        load_pair(pair + 1);
+        // Pools larger than the L2 (decode): the next pair's rows into L2 while these stages
+        // are in use (wgmma.cuh's producer does the same a block ahead).
+        if (Src::PrefetchL2(a) && chunk == 0) {
+#pragma unroll
+          for (int blk = 0; blk < 2; ++blk) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              if (kv[blk][i] >= 0) {
+                PrefetchL2(Src::RowPtr(a, kv[blk][i], 0), static_cast<uint32_t>(2 * kDqk));
+              }
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: warp w of the warpgroup owns rows 16w + lane/4 and + 8 of S and O.
+  SetMaxRegsInc<Tile::kConsumerRegs>();
+  const int warp = (tid / 32) % 4, lane = tid % 32;
+  const int r0 = 16 * warp + lane / 4, cq = 2 * (lane % 4);
+  float* max_s = reinterpret_cast<float*>(smem + Tile::kMaxOffset);
+  float* sum0_s = reinterpret_cast<float*>(smem + Tile::kSum0Offset);
+  float* sum1_s = reinterpret_cast<float*>(smem + Tile::kSum1Offset);
+  float o[128];  // O[:, 0:256] (WG0) or O[:, 256:512] (WG1)
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  float m_run[2] = {kInitialMax, kInitialMax};  // log2 units
+  float l_run[2] = {0.0f, 0.0f};                // this warpgroup's P only
+  float s[32];
+  uint32_t p[4][4];  // this warpgroup's P as A fragments
+  const uint64_t q_desc = SmemDescKMajor(base + Tile::kQOffset);
+  constexpr uint32_t kRBytes = Tile::kLSlabs * Tile::kSlabBytes;
+
+  // S (+)= Q·Kᵀ over the L or R slabs of `stage` (no commit).
+  auto qk_l = [&](int stage, auto accumulate) {
+    WgmmaSsOverSlabs<64, Tile::kLSlabs, decltype(accumulate)::value>(
+        s, q_desc, SmemDescKMajor(base + stage_off(stage)), Tile::kSlabBytes);
+  };
+  auto qk_r = [&](int stage, auto accumulate) {
+    WgmmaSsOverSlabs<64, Tile::kRSlabs, decltype(accumulate)::value>(
+        s, DescAdvance(q_desc, kRBytes), SmemDescKMajor(base + stage_off(stage) + kRBytes),
+        Tile::kSlabBytes);
+  };
+  // O += P·V over 256 columns of V starting at `v_addr`, P from registers (one commit group).
+  auto pv_regs = [&](uint32_t v_addr) {
+    uint64_t vd = SmemDescMnMajor(v_addr, Tile::kSlabBytes);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      OpaqueDescriptors(vd);
+      Wgmma<256, WgmmaA::kRegs>::Run<true>(o, p[kk], vd, true);
+      vd = DescAdvance(vd, 2048);
+    }
+    WgmmaCommit();
+  };
+  // The same with P from the slab at `p_addr` (one commit group).
+  auto pv_smem = [&](uint32_t p_addr, uint32_t v_addr) {
+    uint64_t pd = SmemDescKMajor(p_addr);
+    uint64_t vd = SmemDescMnMajor(v_addr, Tile::kSlabBytes);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      OpaqueDescriptors(pd, vd);
+      Wgmma<256, WgmmaA::kSmem>::Run<true>(o, pd, vd, true);
+      pd = DescAdvance(pd, 32);
+      vd = DescAdvance(vd, 2048);
+    }
+    WgmmaCommit();
+  };
+  // This thread's maxima of the completed S with the stage's masked slots at -inf.
+  auto mask_max = [&](int stage, float(&mx)[2]) {
+    const uint64_t mask = *reinterpret_cast<const uint64_t*>(smem + Tile::kMaskOffset + 8 * stage);
+    mx[0] = -INFINITY;
+    mx[1] = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * j + cq + (e & 1);
+        if (((mask >> col) & 1u) == 0) s[4 * j + e] = -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * j + e]);
+      }
+    }
+  };
+  // p to the slab at `off` (the A layout of a K-major 64 x 64 bf16 tile, 128-byte swizzle).
+  auto store_p = [&](uint32_t off) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int row = r0 + 8 * (q & 1);
+        *reinterpret_cast<uint32_t*>(smem + off + SwizzledOffset(row, 2 * kk + (q >> 1)) +
+                                     4 * (lane % 4)) = p[kk][q];
+      }
+    }
+  };
+  auto free_half = [&](int stage, int half) {
+    if (lane == 0) MbarArrive(empty_bar(stage, half));
+  };
+  using Zero = std::integral_constant<bool, false>;
+  using Acc = std::integral_constant<bool, true>;
+  uint32_t unused_lo[4][4];
+
+  if (wg == 0) {
+    if (n_pairs > 0) {
+      MbarWait(q_bar, 0);
+      MbarWait(full_bar(0, kL), 0);
+      FenceProxyAsync();  // the cp.async fills (generic proxy) before wgmma reads them
+      WgmmaFence();
+      qk_l(0, Zero{});
+      WgmmaCommit();
+      MbarWait(full_bar(0, kR), 0);
+      FenceProxyAsync();
+      WgmmaFence();  // (ptxas puts one here otherwise: the accumulators cross the wait's loop)
+      qk_r(0, Acc{});
+      WgmmaCommit();
+      WgmmaWait<0>();
+      FenceAccumulators(s);
+    }
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      float mx[2], alpha[2];
+      mask_max(0, mx);
+      WgmmaSoftmaxStep<32, true>(s, mx, a.scale_log2, m_run, l_run, alpha);
+      if (AnyNotOne(alpha)) ScaleRows(o, alpha);
+      if (lane % 4 == 0) {
+        max_s[r0] = m_run[0];
+        max_s[r0 + 8] = m_run[1];
+      }
+      NamedBarArrive(kPpBarMax0, 256);
+      WgmmaPackP<4, false>(s, p, unused_lo);
+      WgmmaFence();
+      pv_regs(base + stage_off(0));
+      WgmmaWait<0>();
+      FenceAccumulators(o);
+      free_half(0, kL);
+      // WG1's max of the pair: P0 and O to it.
+      NamedBarSync(kPpBarMax1, 256);
+      float beta[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float m1 = max_s[r0 + 8 * i];
+        beta[i] = ::attnd::gpu::ptx::Exp2(m_run[i] - m1);
+        m_run[i] = m1;
+        l_run[i] *= beta[i];
+      }
+      const bool rescale = AnyNotOne(beta);
+      if (rescale) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) s[j] *= beta[j % 4 < 2 ? 0 : 1];
+        WgmmaPackP<4, false>(s, p, unused_lo);
+      }
+      store_p(Tile::kP0Offset);
+      FenceProxyAsync();  // P0 (generic stores) before WG1's wgmma reads it
+      NamedBarArrive(kPpBarP0, 256);
+      NamedBarSync(kPpBarP1, 256);
+      if (rescale) ScaleRows(o, beta);
+      WgmmaFence();
+      pv_smem(base + Tile::kP1Offset, base + stage_off(1));
+      if (pair + 1 < n_pairs) {
+        // The next pair's S0 behind P1·V_L(1).
+        const uint32_t parity = (pair + 1) & 1;
+        MbarWait(full_bar(0, kL), parity);
+        FenceProxyAsync();
+        WgmmaFence();
+        qk_l(0, Zero{});
+        WgmmaCommit();
+        WgmmaWait<1>();
+        FenceAccumulators(o);
+        free_half(1, kL);
+        MbarWait(full_bar(0, kR), parity);
+        FenceProxyAsync();
+        WgmmaFence();
+        qk_r(0, Acc{});
+        WgmmaCommit();
+        WgmmaWait<0>();
+        FenceAccumulators(s);
+      } else {
+        WgmmaWait<0>();
+        FenceAccumulators(o);
+        free_half(1, kL);
+      }
+    }
+  } else {
+    if (n_pairs > 0) MbarWait(q_bar, 0);
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      const uint32_t parity = pair & 1;
+      MbarWait(full_bar(1, kR), parity);
+      FenceProxyAsync();
+      WgmmaFence();
+      qk_r(1, Zero{});
+      MbarWait(full_bar(1, kL), parity);
+      FenceProxyAsync();
+      WgmmaFence();
+      qk_l(1, Acc{});
+      WgmmaCommit();
+      WgmmaWait<0>();
+      FenceAccumulators(s);
+      float mx[2], alpha[2], m0[2];
+      mask_max(1, mx);
+      NamedBarSync(kPpBarMax0, 256);
+      m0[0] = max_s[r0];
+      m0[1] = max_s[r0 + 8];
+      wgmma_pp_internal::SoftmaxStepFrom<32>(s, mx, a.scale_log2, m0, m_run, l_run, alpha);
+      __syncwarp();  // the quad's reads of m0 before its writer's store
+      if (lane % 4 == 0) {
+        max_s[r0] = m_run[0];
+        max_s[r0 + 8] = m_run[1];
+      }
+      NamedBarArrive(kPpBarMax1, 256);
+      if (AnyNotOne(alpha)) ScaleRows(o, alpha);
+      WgmmaPackP<4, false>(s, p, unused_lo);
+      WgmmaFence();
+      pv_regs(base + stage_off(1) + kRBytes);
+      store_p(Tile::kP1Offset);
+      FenceProxyAsync();  // P1 before WG0's wgmma reads it
+      NamedBarArrive(kPpBarP1, 256);
+      NamedBarSync(kPpBarP0, 256);
+      pv_smem(base + Tile::kP0Offset, base + stage_off(0) + kRBytes);
+      WgmmaWait<1>();
+      free_half(1, kR);
+      WgmmaWait<0>();
+      FenceAccumulators(o);
+      free_half(0, kR);
+    }
+  }
+  // Epilogue: both warpgroups' row sums; both hold the final running max.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l_run[i] += ::attnd::gpu::ShflXor(l_run[i], 1);
+    l_run[i] += ::attnd::gpu::ShflXor(l_run[i], 2);
+  }
+  float* mine = wg == 0 ? sum0_s : sum1_s;
+  const float* other = wg == 0 ? sum1_s : sum0_s;
+  if (lane % 4 == 0) {
+    mine[r0] = l_run[0];
+    mine[r0 + 8] = l_run[1];
+  }
+  NamedBarSync(kPpBarStats, 256);
+  const float l[2] = {l_run[0] + other[r0], l_run[1] + other[r0 + 8]};
+  Src::StoreO(a, w, o, r0, (wg == 0 ? 0 : kDimV / 2) + cq, l);
+  if (wg == 0 && lane % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) Src::StoreLse(a, w, r0 + 8 * i, m_run[i], l[i]);
+  }
+#else
+  __trap();  // sm_90a only: GpuSupports refuses other devices
+#endif
+}
+
+template <int kDqk>
+__global__ void __launch_bounds__(384, 1) SparseMlaWgmmaPpKernel(const KernelArgs a) {
+  WgmmaPingPong<kDqk, SparseRows>(a);
+}
+
+template <int kDqk>
+::attnd::gpu::Error LaunchWgmmaPpInstance(const KernelArgs& a, ::attnd::gpu::Stream stream) {
+  using Tile = WgmmaPpTile<kDqk>;
+  const void* fn = reinterpret_cast<const void*>(&SparseMlaWgmmaPpKernel<kDqk>);
+  const ::attnd::gpu::Error e = ::attnd::gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
+  if (e != ::attnd::gpu::kSuccess) return e;
+  const int groups = a.heads / Tile::kBlockM;
+  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
+                  static_cast<unsigned>(a.splits));
+  SparseMlaWgmmaPpKernel<kDqk><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
+  return ::attnd::gpu::GetLastError();
+}
+
+template <int kDqk>
+KernelShape WgmmaPpInstanceShape() {
+  using Tile = WgmmaPpTile<kDqk>;
+  KernelShape s;
+  s.block_m = Tile::kBlockM;
+  s.smem_bytes = Tile::kSmemBytes;
+  s.ctas_per_sm =
+      ::attnd::gpu::BlocksPerSm(reinterpret_cast<const void*>(&SparseMlaWgmmaPpKernel<kDqk>),
+                                Tile::kThreads, Tile::kSmemBytes);
+  return s;
+}
+
+}  // namespace attnd::kernels::sparse_mla::gpu
