@@ -77,6 +77,10 @@ absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
     GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeWgmma(p, splits, ctx.workspace, stream));
     return absl::OkStatus();
   }
+  if constexpr (kKernel == gpu::GpuKernel::kWgmmaPp) {
+    GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeWgmmaPp(p, splits, ctx.workspace, stream));
+    return absl::OkStatus();
+  }
 #endif
   GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeSimt(p, splits, ctx.workspace, stream));
   return absl::OkStatus();
@@ -180,6 +184,10 @@ const std::vector<Impl<Params>>& Implementations() {
 #if defined(ATTND_GPU_CUDA)
     GpuImpl<Params>("wgmma", SupportsGpu<gpu::GpuKernel::kWgmma>, RunGpu<gpu::GpuKernel::kWgmma>,
                     GpuWorkspace<gpu::GpuKernel::kWgmma>),
+        // FAST only, the consumers in ping-pong: by name until measured (docs/KERNELS.md
+        // "Sparse MLA in ping-pong").
+        GpuImpl<Params>("wgmma_pp", SupportsGpu<gpu::GpuKernel::kWgmmaPp>,
+                        RunGpu<gpu::GpuKernel::kWgmmaPp>, GpuWorkspace<gpu::GpuKernel::kWgmmaPp>),
         GpuImpl<Params>("mma", SupportsGpu<gpu::GpuKernel::kMma>, RunGpu<gpu::GpuKernel::kMma>,
                         GpuWorkspace<gpu::GpuKernel::kMma>),
 #endif

@@ -16,12 +16,14 @@
 namespace attnd::kernels::mla_decode::gpu {
 
 enum class GpuKernel {
-  kSimt,   // portable CUDA/HIP: 16 rows per CTA, 32-token tiles, f32 FMA
-  kMma,    // CUDA sm_80+: 16, 32 or 64 rows per CTA, 64-token tiles, bf16 mma.sync (bf16 or
-           // per-tensor FP8 cache, the latter converted to bf16 in shared memory)
-  kWgmma,  // CUDA sm_90a, H % 64 == 0, bf16 cache: 64 rows (one MTP token's 64 heads) per CTA,
-           // 64-position blocks, the sparse MLA wgmma kernel (three warpgroups) reading the
-           // pages through the block table (wgmma.cuh)
+  kSimt,     // portable CUDA/HIP: 16 rows per CTA, 32-token tiles, f32 FMA
+  kMma,      // CUDA sm_80+: 16, 32 or 64 rows per CTA, 64-token tiles, bf16 mma.sync (bf16 or
+             // per-tensor FP8 cache, the latter converted to bf16 in shared memory)
+  kWgmma,    // CUDA sm_90a, H % 64 == 0, bf16 cache: 64 rows (one MTP token's 64 heads) per CTA,
+             // 64-position blocks, the sparse MLA wgmma kernel (three warpgroups) reading the
+             // pages through the block table (wgmma.cuh)
+  kWgmmaPp,  // CUDA sm_90a, kWgmma's calls at FAST precision: the same CTA with its consumer
+             // warpgroups in ping-pong (kernels/sparse_mla/gpu/wgmma_pp.cuh)
 };
 
 inline constexpr int kMaxSplits = 128;
@@ -65,6 +67,9 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
                                        ::attnd::gpu::Stream stream);
 ::attnd::gpu::Error LaunchMlaDecodeWgmma(const Params& p, int splits, void* workspace,
                                          ::attnd::gpu::Stream stream);
+// kWgmmaPp: the same calls at FAST precision (wgmma_pp.cu).
+::attnd::gpu::Error LaunchMlaDecodeWgmmaPp(const Params& p, int splits, void* workspace,
+                                           ::attnd::gpu::Stream stream);
 #endif
 
 }  // namespace attnd::kernels::mla_decode::gpu

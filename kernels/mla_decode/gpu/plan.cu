@@ -23,6 +23,7 @@ KernelShape ShapeOf(GpuKernel kernel, const Params& p) {
 #if defined(ATTND_GPU_CUDA)
   if (kernel == GpuKernel::kMma) return MmaShape(p);
   if (kernel == GpuKernel::kWgmma) return WgmmaShape(p);
+  if (kernel == GpuKernel::kWgmmaPp) return WgmmaPpShape(p);
 #endif
   if (kernel == GpuKernel::kSimt) return SimtShape(p);
   return KernelShape{};
@@ -105,7 +106,11 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   if (Rows(p) > kMaxInt32) {
     return Refuse(why, "q: s_q x H is ", Rows(p), ", want < 2^31");
   }
-  if (kernel == GpuKernel::kWgmma) {
+  if (kernel == GpuKernel::kWgmmaPp && p.precision != Precision::kFast) {
+    return Refuse(why, "precision HIGH runs on cuda_wgmma (this kernel rounds P to bf16 once)");
+  }
+  const bool wgmma = kernel == GpuKernel::kWgmma || kernel == GpuKernel::kWgmmaPp;
+  if (wgmma) {
     if (d.cc_major != 9 || d.cc_minor != 0) {
       return Refuse(why, "needs compute capability 9.0 (sm_90a wgmma), device has ", d.cc_major,
                     ".", d.cc_minor);
@@ -115,7 +120,7 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
       return Refuse(why, "q: dim 2 (heads) is ", p.q.dim(2), ", want a multiple of 64");
     }
   }
-  if (kernel == GpuKernel::kMma || kernel == GpuKernel::kWgmma) {
+  if (kernel == GpuKernel::kMma || wgmma) {
     if (kernel == GpuKernel::kMma && !RunsMmaSync(d, why)) return false;
     if (!Bf16RowsAligned16(p.q)) {
       return Refuse(why, "q: needs 16-byte alignment (base and leading strides multiples of 8)");

@@ -27,6 +27,8 @@ KernelShape SimtShape(const Params& p);
 KernelShape MmaShape(const Params& p);
 // wgmma.cu: the sm_90a instance for p (none for the FP8 cache or H not a multiple of 64).
 KernelShape WgmmaShape(const Params& p);
+// wgmma_pp.cu: the ping-pong instance for p (FAST, bf16 cache, H a multiple of 64).
+KernelShape WgmmaPpShape(const Params& p);
 #endif
 
 // The kernels' view of p, with `block_m` rows per CTA and the split workspace carved as

@@ -19,7 +19,10 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <string>
+
 #include "kernels/common/gpu/device_facts.h"
+#include "kernels/common/gpu/tma.h"
 #include "kernels/common/gpu/wgmma.cuh"
 #include "kernels/mla_decode/gpu/common.cuh"
 #include "kernels/mla_decode/gpu/plan.h"
@@ -145,7 +148,46 @@ struct PagedRowsTma : PagedRows {
     }
 #endif
   }
+  // The ping-pong kernel's half stage (kernels/sparse_mla/gpu/wgmma_pp.cuh): `slabs` boxes of
+  // columns from 64·first_slab into `dst`, one thread's expect-tx arrival on `full_bar` for
+  // them; no validity bits (the caller takes them from LoadRow).
+  static __device__ __forceinline__ void TmaSlabs(const Args& a, const Work& w, int64_t block_begin,
+                                                  const void* kv_map, uint32_t dst, int first_slab,
+                                                  int slabs, uint32_t slab_bytes,
+                                                  uint32_t full_bar) {
+#if ATTND_SM90A
+    using namespace ::attnd::gpu::wgmma;
+    const int64_t page = (w.begin + block_begin) >> 6;
+    const int64_t id = a.block_table[w.b * a.table_stride_b + page * a.table_stride_page];
+    const int32_t c2 = id >= 0 && id < a.num_pages ? static_cast<int32_t>(id) : -1;
+    MbarArriveExpectTx(full_bar, static_cast<uint32_t>(slabs) * slab_bytes);
+    for (int sl = 0; sl < slabs; ++sl) {
+      TmaLoad3d(dst + static_cast<uint32_t>(sl) * slab_bytes, kv_map, full_bar,
+                64 * (first_slab + sl), 0, c2);
+    }
+#endif
+  }
 };
+
+// The cache as a tensor map for PagedRowsTma (wgmma.cuh): page size 64, fewer than 2^31 pages
+// (the kernel's page coordinate is an int32), bf16 [num_pages][64][d_qk] with the innermost
+// dimension dense; the strides (bytes) multiples of 16, which GpuSupports' alignment rules
+// already give. False (the cp.async kernel runs) when any of that fails or the driver refuses.
+inline bool EncodeWgmmaKvMap(const Params& p, CUtensorMap* map) {
+  const Tensor& kv = p.kv_cache;
+  if (kv.dim(1) != 64 || kv.dim(0) < 1 || kv.dim(0) > int64_t{0x7fffffff} || kv.stride(2) != 1) {
+    return false;
+  }
+  const uint64_t slot_bytes = static_cast<uint64_t>(kv.stride(1)) * 2;
+  const uint64_t page_bytes = static_cast<uint64_t>(kv.stride(0)) * 2;
+  if (kv.stride(1) <= 0 || kv.stride(0) <= 0 || slot_bytes % 16 != 0 || page_bytes % 16 != 0) {
+    return false;
+  }
+  std::string why;
+  return ::attnd::gpu::EncodeBf16Map3d(
+      map, kv.data, {static_cast<uint64_t>(kv.dim(2)), 64, static_cast<uint64_t>(kv.dim(0))},
+      {slot_bytes, page_bytes}, {64, 64, 1}, &why);
+}
 
 // kExactP: Precision::kHigh (P hi + lo); false: kFast (bf16 P).
 template <int kDqk, bool kExactP>

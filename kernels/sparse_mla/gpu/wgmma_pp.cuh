@@ -140,10 +140,13 @@ __device__ __forceinline__ bool AnyNotOne(const float (&f)[2]) {
 
 }  // namespace wgmma_pp_internal
 
-// Src as for WgmmaAttention (wgmma.cuh), without TMA pages. FAST precision, bf16 rows.
+// Src as for WgmmaAttention (wgmma.cuh). FAST precision, bf16 rows. With Src::kTmaPages a
+// block that is one whole page (Src::WholePageBlock) comes by TMA through `kv_map`, each half
+// as its own boxes (Src::TmaSlabs, one thread; an out-of-range page reads as zeros); its
+// validity bits still come from Src::LoadRow, which masks exactly the rows of such a page.
 template <int kDqk, class Src>
-__device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a) {
-  static_assert(!Src::kTmaPages, "rows by cp.async only");
+__device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
+                                              const void* kv_map = nullptr) {
 #if ATTND_SM90A
   using Tile = WgmmaPpTile<kDqk>;
   using namespace ::attnd::gpu::wgmma;
@@ -199,13 +202,15 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a) {
     CpAsyncArriveNoinc(q_bar);
 
     typename Src::Row kv[2][4];  // the pair's rows: block 2i, block 2i + 1
+    int64_t block_begin[2];
+    bool by_tma[2] = {false, false};  // whole pages by TMA (Src::kTmaPages)
     auto load_pair = [&](int pair) {
 #pragma unroll
       for (int blk = 0; blk < 2; ++blk) {
+        block_begin[blk] = int64_t{Tile::kBlockN} * (2 * pair + blk);
+        if constexpr (Src::kTmaPages) by_tma[blk] = Src::WholePageBlock(a, w, block_begin[blk]);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          kv[blk][i] = Src::LoadRow(a, w, int64_t{Tile::kBlockN} * (2 * pair + blk), rows[i]);
-        }
+        for (int i = 0; i < 4; ++i) kv[blk][i] = Src::LoadRow(a, w, block_begin[blk], rows[i]);
       }
     };
     // This warp's 16 validity bits of block `blk` (bit r: row pw·16 + r).
@@ -223,6 +228,18 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a) {
     // zeros), then this thread's two arrivals on the half's full barrier.
     auto fill_half = [&](int stage, int blk, auto first, auto count, uint32_t full) {
       constexpr int kFirst = decltype(first)::value, kCount = decltype(count)::value;
+      if constexpr (Src::kTmaPages) {
+        if (by_tma[blk]) {  // one thread's expect-tx arrival and 255 plain ones, as below
+          if (p == 0) {
+            Src::TmaSlabs(a, w, block_begin[blk], kv_map,
+                          base + stage_off(stage) + kFirst * Tile::kSlabBytes, kFirst, kCount,
+                          Tile::kSlabBytes, full);
+          }
+          MbarArrive(full);
+          if (p != 0) MbarArrive(full);
+          return;
+        }
+      }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint32_t off = stage_off(stage) + SwizzledOffset(rows[i], chunk);

@@ -344,20 +344,21 @@ TEST(MlaDecodeGpu, PerTensorFp8MmaMatchesBf16MmaOnRoundedCache) {
   }
 }
 
-// The sm_90a wgmma kernel (cuda_wgmma: bf16 cache, H 64 / 128) in both precisions against the
-// fp64 reference: ragged cache_seqlens (0, 1, around the 64-position block, long and random),
+// The sm_90a wgmma kernels (cuda_wgmma: bf16 cache, H 64 / 128, in both precisions;
+// cuda_wgmma_pp, the ping-pong body: FAST only, and it must refuse HIGH) against the fp64
+// reference: ragged cache_seqlens (0, 1, around the 64-position block, long and random),
 // permuted block tables with masked pages, B 1..128, s_q 1..3 causal, d_qk 576 and 512, with
 // its own split plan and with one split (no workspace). Skipped where it does not apply (not
 // sm_90a).
 TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
-  const Impl<Params>* wgmma = nullptr;
+  std::vector<const Impl<Params>*> kernels;
   for (const auto& impl : Implementations()) {
     if (impl.backend == testing::GpuBackend() && impl.name.find("_wgmma") != std::string::npos) {
-      wgmma = &impl;
+      kernels.push_back(&impl);
     }
   }
-  if (wgmma == nullptr) GTEST_SKIP() << "no wgmma kernel in this build";
+  if (kernels.empty()) GTEST_SKIP() << "no wgmma kernel in this build";
   struct Shape {
     int64_t batch, heads, d_qk, s_q;
     bool causal;
@@ -390,23 +391,30 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
     c.invalid_ids = {-1, 1 << 30};
     DecodeTensors t(c, rng);
     Params p = t.params();
-    std::string why;
-    if (!wgmma->supports(p, &why)) GTEST_SKIP() << wgmma->name << ": " << why;
     std::vector<double> ref_out, ref_lse, ref_abs;
     Reference(p, &ref_out, &ref_lse, &ref_abs);
-    for (const Precision precision : testing::kPrecisions) {
-      p.precision = precision;
-      for (const int64_t bytes : {wgmma->workspace(p), int64_t{0}}) {
-        Impl<Params> sized = *wgmma;
-        sized.workspace = [bytes](const Params&) { return bytes; };
-        for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
-        const absl::Status status = testing::RunOnGpu(sized, p);
-        ASSERT_TRUE(status.ok()) << status;
-        const std::string what = wgmma->name + " " + PrecisionName(precision) + " " + shape +
-                                 " workspace " + std::to_string(bytes);
-        testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, precision,
-                                    kOutTol, what + " out");
-        ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
+    for (const Impl<Params>* wgmma : kernels) {
+      const bool pp = wgmma->name.find("_pp") != std::string::npos;
+      for (const Precision precision : testing::kPrecisions) {
+        p.precision = precision;
+        std::string why;
+        if (!wgmma->supports(p, &why)) {
+          if (pp && precision == Precision::kHigh) continue;  // FAST only
+          GTEST_SKIP() << wgmma->name << ": " << why;
+        }
+        EXPECT_FALSE(pp && precision == Precision::kHigh) << wgmma->name << " accepts HIGH";
+        for (const int64_t bytes : {wgmma->workspace(p), int64_t{0}}) {
+          Impl<Params> sized = *wgmma;
+          sized.workspace = [bytes](const Params&) { return bytes; };
+          for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
+          const absl::Status status = testing::RunOnGpu(sized, p);
+          ASSERT_TRUE(status.ok()) << status;
+          const std::string what = wgmma->name + " " + PrecisionName(precision) + " " + shape +
+                                   " workspace " + std::to_string(bytes);
+          testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, precision,
+                                      kOutTol, what + " out");
+          ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
+        }
       }
     }
   }
