@@ -124,7 +124,10 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
           std::vector<std::string> impls = {"cuda_mma"};
           // The sm_90a wgmma kernel where it applies (bf16 cache, H a multiple of 64); skipped
           // below on other devices.
-          if (!fp8 && heads % 64 == 0) impls.insert(impls.begin(), "cuda_wgmma");
+          if (!fp8 && heads % 64 == 0) {
+            impls.insert(impls.begin(), "cuda_wgmma");
+            impls.insert(impls.begin() + 1, "cuda_wgmma_pp");  // FAST only (skipped at HIGH)
+          }
           if (ctx == 4096) impls.push_back("cuda_simt");  // the portable path, at the short context
           bool wanted = false;
           for (const std::string& impl : impls) {
@@ -153,13 +156,19 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
               mla_decode::Params p = call->p;
               p.batch_invariant = invariant;
               std::string why;
-              if (name == "cuda_wgmma" && impl != nullptr && !impl->supports(p, &why)) continue;
+              if ((name == "cuda_wgmma" || name == "cuda_wgmma_pp") && impl != nullptr &&
+                  !impl->supports(p, &why)) {
+                continue;
+              }
               if (impl == nullptr || !impl->supports(p, &why)) {
                 return absl::FailedPreconditionError(absl::StrCat(preset, " ", name, ": ", why));
               }
               const absl::StatusOr<Workspace> ws = WorkspaceFor(*impl, p, *arena);
               if (!ws.ok()) return ws.status();
               for (const kernels::Precision precision : kBenchPrecisions) {
+                mla_decode::Params at = p;
+                at.precision = precision;
+                if (!impl->supports(at, &why)) continue;  // cuda_wgmma_pp at HIGH
                 GpuBenchCase c;
                 c.op = "mla_decode";
                 c.preset = case_preset;
