@@ -183,6 +183,27 @@ absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
   return c;
 }
 
+// cuda_wgmma_pp's case with the gathered rows' L2 policy forced to evict_normal (impl
+// "cuda_wgmma_pp_l2normal"; the served kernel uses evict_last where the pool fits the L2): the
+// A/B of that policy, through the launcher with the plan's split count.
+absl::StatusOr<GpuBenchCase> PpL2NormalCase(Call call, const std::string& preset,
+                                            const kernels::Impl<sparse_mla::Params>& impl,
+                                            kernels::Precision precision) {
+  absl::StatusOr<GpuBenchCase> c = ImplCase(call, preset, impl, precision);
+  if (!c.ok()) return c;
+  call.p.precision = precision;
+  const absl::StatusOr<Workspace> ws = WorkspaceFor(impl, call.p, *call.arena);
+  if (!ws.ok()) return ws.status();
+  c->impl = "cuda_wgmma_pp_l2normal";
+  c->launch = [p = call.p, w = *ws, keep = call.keep](gpu::Stream stream) -> absl::Status {
+    const int splits = sparse_mla::gpu::SplitsThatFit(
+        p, sparse_mla::gpu::GpuSplits(p, sparse_mla::gpu::GpuKernel::kWgmmaPp), w.bytes);
+    GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaWgmmaPp(p, splits, w.ptr, stream, 0));
+    return absl::OkStatus();
+  };
+  return c;
+}
+
 // GLM-5.3 prefill with the causal "kpool4" selection, defined here: queries at positions
 // prefix + i (i < T = 2048) form pools of 4 consecutive positions; pool [p0, p0 + 3] shares one
 // selection of min(2048, p0 + 1) distinct positions drawn uniformly from [0, p0] (sorted), and
@@ -346,11 +367,17 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSparseMlaCases(const std::string& 
       if (!call.ok()) return call.status();
       for (const kernels::Precision precision : kBenchPrecisions) {  // one call's buffers, both
         auto c = ImplCase(*call, preset.name, impl, precision);
-        if (absl::IsUnimplemented(c.status())) {  // this implementation refuses the shape
-          std::cerr << "skipping " << name << ": " << c.status().message() << "\n";
-          break;
+        if (absl::IsUnimplemented(c.status())) {  // refused: the shape, or this precision
+          std::cerr << "skipping " << name << " " << kernels::PrecisionName(precision) << ": "
+                    << c.status().message() << "\n";
+          continue;
         }
         if (!c.ok()) return c.status();
+        if (impl.name == "cuda_wgmma_pp") {
+          auto normal = PpL2NormalCase(*call, preset.name, impl, precision);
+          if (!normal.ok()) return normal.status();
+          cases.push_back(std::move(*normal));
+        }
         cases.push_back(std::move(*c));
       }
     }

@@ -70,9 +70,11 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 // kWgmma: splits from GpuSplits' heuristic (one CTA per SM).
 ::attnd::gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace,
                                          ::attnd::gpu::Stream stream);
-// kWgmmaPp: the same, FAST precision and the bf16 cache only.
+// kWgmmaPp: the same, FAST precision and the bf16 cache only. `keep_kv_in_l2` 0 / 1 overrides
+// the kernel's L2 policy for the gathered rows (evict_normal / evict_last; -1: evict_last where
+// the pool fits the L2), for the benchmark's A/B.
 ::attnd::gpu::Error LaunchSparseMlaWgmmaPp(const Params& p, int splits, void* workspace,
-                                           ::attnd::gpu::Stream stream);
+                                           ::attnd::gpu::Stream stream, int keep_kv_in_l2 = -1);
 
 // cuda_mma_auto (mma_auto.cu), H <= 32 with a bf16 cache: kMmaLowH where the 64 / H
 // neighbouring tokens it stacks share most of their rows, else kMma, decided on the device. A

@@ -28,9 +28,10 @@ bool WgmmaPpSupports(const Params& p, std::string* why) {
 }
 
 ::attnd::gpu::Error LaunchSparseMlaWgmmaPp(const Params& p, int splits, void* workspace,
-                                           ::attnd::gpu::Stream stream) {
+                                           ::attnd::gpu::Stream stream, int keep_kv_in_l2) {
   if (p.q.dim(0) == 0) return ::attnd::gpu::kSuccess;
-  const KernelArgs a = MakeKernelArgs(p, splits, workspace);
+  KernelArgs a = MakeKernelArgs(p, splits, workspace);
+  if (keep_kv_in_l2 >= 0) a.keep_kv_in_l2 = keep_kv_in_l2 != 0;
   const ::attnd::gpu::Error e = p.q.dim(2) == 576 ? LaunchWgmmaPpInstance<576>(a, stream)
                                                   : LaunchWgmmaPpInstance<512>(a, stream);
   if (e != ::attnd::gpu::kSuccess || splits == 1) return e;
