@@ -124,10 +124,9 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
           std::vector<std::string> impls = {"cuda_mma"};
           // The sm_90a wgmma kernel where it applies (bf16 cache, H a multiple of 64); skipped
           // below on other devices.
-          if (!fp8 && heads % 64 == 0) {
-            impls.insert(impls.begin(), "cuda_wgmma");
-            impls.insert(impls.begin() + 1, "cuda_wgmma_pp");  // FAST only (skipped at HIGH)
-          }
+          // cuda_wgmma_pp: FAST only (skipped at HIGH), and H < 64 too (rows padded to 64).
+          if (!fp8) impls.insert(impls.begin(), "cuda_wgmma_pp");
+          if (!fp8 && heads % 64 == 0) impls.insert(impls.begin(), "cuda_wgmma");
           if (ctx == 4096) impls.push_back("cuda_simt");  // the portable path, at the short context
           bool wanted = false;
           for (const std::string& impl : impls) {

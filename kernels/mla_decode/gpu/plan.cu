@@ -116,8 +116,17 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
                     ".", d.cc_minor);
     }
     if (p.kv_is_fp8()) return Refuse(why, "kv_cache: the per-tensor FP8 cache is not read here");
-    if (p.q.dim(2) % 64 != 0) {
-      return Refuse(why, "q: dim 2 (heads) is ", p.q.dim(2), ", want a multiple of 64");
+    const int64_t heads = p.q.dim(2);
+    // kWgmmaPp also takes H < 64 where every row of a 64-row block sees the same positions
+    // (s_q 1, or not causal): the block's rows are padded to 64 (WgmmaPpRowsShareLimit).
+    if (kernel == GpuKernel::kWgmmaPp && heads < 64) {
+      if (!WgmmaPpRowsShareLimit(p)) {
+        return Refuse(why, "q: H ", heads, " < 64 with causal s_q ", p.q.dim(1),
+                      " > 1: a 64-row block would mix MTP tokens' causal limits");
+      }
+    } else if (heads % 64 != 0) {
+      return Refuse(why, "q: dim 2 (heads) is ", heads, ", want a multiple of 64",
+                    kernel == GpuKernel::kWgmmaPp ? " (or < 64 with s_q 1 or not causal)" : "");
     }
   }
   if (kernel == GpuKernel::kMma || wgmma) {

@@ -51,6 +51,12 @@ struct PagedRows {
     return QueryRow(a, w.b, w.row0);
   }
   static __device__ __forceinline__ int64_t QueryStride(const Args& a) { return a.q_stride_h; }
+  // Row r of the block, of any (MTP token, head) (the ping-pong kernel's form, which also takes
+  // blocks of fewer than 64 rows when H < 64: rows past w.nrows are padding, null).
+  static __device__ __forceinline__ const uint16_t* QueryRowPtr(const Args& a, const Work& w,
+                                                                int r) {
+    return r < w.nrows ? QueryRow(a, w.b, w.row0 + r) : nullptr;
+  }
   // Position begin + block_begin + r: masked past the work item's end (the block table is then
   // not read: end <= seqlen <= max_pages·page_size keeps the entry inside the request's row)
   // and when its page id is out of [0, num_pages).
@@ -83,6 +89,7 @@ struct PagedRows {
                                                 int r, int col0, const float (&l)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
+      if (r + 8 * i >= w.nrows) continue;  // a padding row (H < 64, the ping-pong kernel)
       const int32_t row = w.row0 + r + 8 * i;
       const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
       if (a.splits == 1) {
@@ -106,6 +113,7 @@ struct PagedRows {
   // when empty; skipped when absent).
   static __device__ __forceinline__ void StoreLse(const Args& a, const Work& w, int r,
                                                   float max_log2, float sum) {
+    if (r >= w.nrows) return;  // a padding row
     const int32_t row = w.row0 + r;
     const float lse2 = sum > 0.0f ? max_log2 + log2f(sum) : -INFINITY;
     if (a.splits > 1) {

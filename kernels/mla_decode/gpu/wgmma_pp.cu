@@ -42,7 +42,9 @@ KernelShape PpShape() {
 
 template <bool kTma>
 KernelShape ShapeOf(const Params& p) {
-  if (p.kv_is_fp8() || p.precision != Precision::kFast || p.q.dim(2) % kWgmmaBlockM != 0) {
+  const int64_t heads = p.q.dim(2);
+  if (p.kv_is_fp8() || p.precision != Precision::kFast ||
+      (heads % kWgmmaBlockM != 0 && !(heads < kWgmmaBlockM && WgmmaPpRowsShareLimit(p)))) {
     return KernelShape{};
   }
   if (p.q.dim(3) == 576) return PpShape<576, kTma>();

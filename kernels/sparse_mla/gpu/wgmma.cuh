@@ -792,6 +792,11 @@ struct SparseRows {
     return a.q + w.t * a.q_stride_t + static_cast<int64_t>(w.h0) * a.q_stride_h;
   }
   static __device__ __forceinline__ int64_t QueryStride(const Args& a) { return a.q_stride_h; }
+  // Every row of the block is a head (H is a multiple of 64).
+  static __device__ __forceinline__ const uint16_t* QueryRowPtr(const Args& a, const Work& w,
+                                                                int r) {
+    return QueryBase(a, w) + static_cast<int64_t>(r) * a.q_stride_h;
+  }
   static __device__ __forceinline__ Row LoadRow(const Args& a, const Work& w, int64_t block_begin,
                                                 int r) {
     return ::attnd::kernels::sparse_mla::gpu::LoadRow(a, w.range, w.range.begin + block_begin + r);

@@ -141,7 +141,9 @@ __device__ __forceinline__ bool AnyNotOne(const float (&f)[2]) {
 }  // namespace wgmma_pp_internal
 
 // Src as for WgmmaAttention (wgmma.cuh), plus Src::KeepRowsInL2(a): gather the rows with the L2
-// policy evict_last (else evict_normal; Q always evict_first). FAST precision, bf16 rows. With
+// policy evict_last (else evict_normal; Q always evict_first), and Src::QueryRowPtr(a, w, r):
+// query row r of the block (null: a padding row, zeros; row 0 is never one), in place of
+// QueryBase / QueryStride. FAST precision, bf16 rows. With
 // Src::kTmaPages a block that is one whole page (Src::WholePageBlock) comes by TMA through
 // `kv_map`, each half as its own boxes (Src::TmaSlabs, one thread; an out-of-range page reads as
 // zeros); its validity bits still come from Src::LoadRow, which masks exactly the rows of such a
@@ -195,14 +197,17 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
     // the pool fits the L2 and other CTAs read the same rows).
     const uint64_t q_policy = L2PolicyEvictFirst();
     const uint64_t kv_policy = Src::KeepRowsInL2(a) ? L2PolicyEvictLast() : L2PolicyEvictNormal();
-    const uint16_t* q_tok = Src::QueryBase(a, w);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint16_t* src = q_tok + static_cast<int64_t>(rows[i]) * Src::QueryStride(a) + chunk * 8;
+      // A padding row (Src::QueryRowPtr null: a block of fewer than 64 rows) is zero-filled by
+      // the same cp.async (source size 0, which reads nothing) from the block's row 0.
+      const uint16_t* row = Src::QueryRowPtr(a, w, rows[i]);
+      const uint32_t bytes = row != nullptr ? 16 : 0;
+      const uint16_t* src = (row != nullptr ? row : Src::QueryRowPtr(a, w, 0)) + chunk * 8;
       const uint32_t dst = base + Tile::kQOffset + SwizzledOffset(rows[i], chunk);
 #pragma unroll
       for (int s = 0; s < Tile::kSlabs; ++s) {
-        CpAsync16Hint(dst + s * Tile::kSlabBytes, src + s * 64, 16, q_policy);
+        CpAsync16Hint(dst + s * Tile::kSlabBytes, src + s * 64, bytes, q_policy);
       }
     }
     CpAsyncArriveNoinc(q_bar);

@@ -345,11 +345,12 @@ TEST(MlaDecodeGpu, PerTensorFp8MmaMatchesBf16MmaOnRoundedCache) {
 }
 
 // The sm_90a wgmma kernels (cuda_wgmma: bf16 cache, H 64 / 128, in both precisions;
-// cuda_wgmma_pp, the ping-pong body: FAST only, and it must refuse HIGH) against the fp64
-// reference: ragged cache_seqlens (0, 1, around the 64-position block, long and random),
-// permuted block tables with masked pages, B 1..128, s_q 1..3 causal, d_qk 576 and 512, with
-// its own split plan and with one split (no workspace). Skipped where it does not apply (not
-// sm_90a).
+// cuda_wgmma_pp, the ping-pong body: FAST only, and it must refuse HIGH; it also takes H 16 / 32
+// with s_q 1 or not causal, its 64-row blocks padded, spanning MTP tokens when not causal)
+// against the fp64 reference: ragged cache_seqlens (0, 1, around the 64-position block, long
+// and random), permuted block tables with masked pages, B 1..128, s_q 1..3 causal, d_qk 576 and
+// 512, with its own split plan and with one split (no workspace). Skipped where it does not
+// apply (not sm_90a).
 TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
   std::vector<const Impl<Params>*> kernels;
@@ -363,10 +364,20 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
     int64_t batch, heads, d_qk, s_q;
     bool causal;
   };
-  const Shape shapes[] = {{1, 64, 576, 1, false},   {1, 128, 512, 1, false},
-                          {2, 128, 576, 1, false},  {9, 64, 576, 1, false},
-                          {9, 128, 512, 2, true},   {5, 64, 576, 3, true},
-                          {33, 128, 576, 1, false}, {128, 64, 576, 1, false}};
+  const Shape shapes[] = {{1, 64, 576, 1, false},
+                          {1, 128, 512, 1, false},
+                          {2, 128, 576, 1, false},
+                          {9, 64, 576, 1, false},
+                          {9, 128, 512, 2, true},
+                          {5, 64, 576, 3, true},
+                          {33, 128, 576, 1, false},
+                          {128, 64, 576, 1, false},
+                          // H < 64: cuda_wgmma_pp only (cuda_wgmma refuses them).
+                          {9, 16, 576, 1, false},
+                          {33, 32, 512, 1, true},
+                          {5, 16, 576, 3, false},
+                          {9, 32, 576, 2, false},
+                          {128, 16, 576, 1, false}};
   for (const Shape& s : shapes) {
     const std::string shape = "B " + std::to_string(s.batch) + " H " + std::to_string(s.heads) +
                               " d_qk " + std::to_string(s.d_qk) + " s_q " + std::to_string(s.s_q) +
@@ -400,6 +411,10 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
         std::string why;
         if (!wgmma->supports(p, &why)) {
           if (pp && precision == Precision::kHigh) continue;  // FAST only
+          if (!pp && s.heads < 64) {
+            EXPECT_NE(why.find("multiple of 64"), std::string::npos) << why;
+            continue;
+          }
           GTEST_SKIP() << wgmma->name << ": " << why;
         }
         EXPECT_FALSE(pp && precision == Precision::kHigh) << wgmma->name << " accepts HIGH";
@@ -417,6 +432,21 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
         }
       }
     }
+  }
+  // H < 64 with causal MTP tokens would put rows of different causal limits into one block:
+  // the ping-pong kernel refuses it (cuda_mma runs it).
+  for (const Impl<Params>* wgmma : kernels) {
+    if (wgmma->name.find("_pp") == std::string::npos) continue;
+    auto rng = testing::MakeRng();
+    DecodeCase c;
+    c.heads = 16;
+    c.s_q = 2;
+    c.causal = true;
+    c.seqlens = {300, 70};
+    DecodeTensors t(c, rng);
+    std::string why;
+    EXPECT_FALSE(wgmma->supports(t.params(), &why));
+    EXPECT_NE(why.find("causal limits"), std::string::npos) << why;
   }
 }
 
