@@ -184,16 +184,19 @@ const std::vector<Impl<Params>>& Implementations() {
 #if defined(ATTND_GPU_CUDA)
     GpuImpl<Params>("wgmma", SupportsGpu<gpu::GpuKernel::kWgmma>, RunGpu<gpu::GpuKernel::kWgmma>,
                     GpuWorkspace<gpu::GpuKernel::kWgmma>),
-        // FAST only, the consumers in ping-pong: by name until measured (docs/KERNELS.md
-        // "Sparse MLA in ping-pong").
-        GpuImpl<Params>("wgmma_pp", SupportsGpu<gpu::GpuKernel::kWgmmaPp>,
-                        RunGpu<gpu::GpuKernel::kWgmmaPp>, GpuWorkspace<gpu::GpuKernel::kWgmmaPp>),
         GpuImpl<Params>("mma", SupportsGpu<gpu::GpuKernel::kMma>, RunGpu<gpu::GpuKernel::kMma>,
                         GpuWorkspace<gpu::GpuKernel::kMma>),
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
         GpuImpl<Params>("simt", SupportsGpu<gpu::GpuKernel::kSimt>, RunGpu<gpu::GpuKernel::kSimt>,
                         GpuWorkspace<gpu::GpuKernel::kSimt>),
+#endif
+#if defined(ATTND_GPU_CUDA)
+        // FAST, the consumers in ping-pong (also H < 64, padded). After the kernel that takes
+        // any call, so dispatch never picks it: by name until measured (docs/KERNELS.md
+        // "Sparse MLA in ping-pong").
+        GpuImpl<Params>("wgmma_pp", SupportsGpu<gpu::GpuKernel::kWgmmaPp>,
+                        RunGpu<gpu::GpuKernel::kWgmmaPp>, GpuWorkspace<gpu::GpuKernel::kWgmmaPp>),
 #endif
         CpuImpl(internal::RunCpu),
   };

@@ -258,9 +258,6 @@ const std::vector<Impl<Params>>& Implementations() {
 #if defined(ATTND_GPU_CUDA)
     // sm_90a, H % 64 == 0: first where it runs.
     KernelImpl("wgmma", gpu::GpuKernel::kWgmma),
-        // sm_90a, H % 64 == 0, FAST, bf16 cache: the consumers in ping-pong (by name until
-        // measured: docs/KERNELS.md "Sparse MLA in ping-pong").
-        KernelImpl("wgmma_pp", gpu::GpuKernel::kWgmmaPp),
         // H <= 32, bf16 cache: cuda_mma_lowh when the sampled neighbours share rows, else
         // cuda_mma, decided by a device-side estimate (gpu/mma_auto.cu).
         MmaAutoImpl(), KernelImpl("mma", gpu::GpuKernel::kMma),
@@ -272,6 +269,12 @@ const std::vector<Impl<Params>>& Implementations() {
 #endif
 #if defined(ATTND_GPU_CUDA) || defined(ATTND_GPU_HIP)
         KernelImpl("simt", gpu::GpuKernel::kSimt),
+#endif
+#if defined(ATTND_GPU_CUDA)
+        // sm_90a, FAST, bf16 cache, H a multiple of 64 or below 64 (padded): the consumers in
+        // ping-pong. After every kernel that takes any call, so dispatch never picks it: by
+        // name until measured (docs/KERNELS.md "Sparse MLA in ping-pong").
+        KernelImpl("wgmma_pp", gpu::GpuKernel::kWgmmaPp),
 #endif
         CpuImpl(RunCpu),
   };

@@ -34,8 +34,8 @@ int MmaLowhSplits(const Params& p);
 // capability 9.0 (sm_90a), H a multiple of 64, either KV format.
 KernelShape WgmmaShape(const Params& p);
 bool WgmmaSupports(const Params& p, std::string* why);
-// The ping-pong wgmma kernel's (wgmma_pp.cu): WgmmaSupports' checks, precision FAST and the
-// bf16 cache.
+// The ping-pong wgmma kernel's (wgmma_pp.cu): compute capability 9.0, precision FAST, the
+// bf16 cache, H a multiple of 64 or at most 64 (one token's heads padded to a 64-row block).
 KernelShape WgmmaPpShape(const Params& p);
 bool WgmmaPpSupports(const Params& p, std::string* why);
 #endif

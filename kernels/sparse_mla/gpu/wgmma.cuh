@@ -186,12 +186,16 @@ __device__ __forceinline__ void DequantFp8x16Int(const uint4& codes, uint32_t sc
 }
 
 // O / l of this thread's two rows (r0, r0 + 8) and 128 columns starting at `col0` to out (bf16)
-// or to the split's partial (f32, rows with l > 0 only).
+// or to the split's partial (f32, rows with l > 0 only). kGuardRows: heads h >= h_end are
+// padding and not stored (the ping-pong kernel at H < 64).
+template <bool kGuardRows = false>
 __device__ __forceinline__ void StoreO(const KernelArgs& a, const float (&o)[128], int64_t t,
-                                       int split, int h_row0, int col0, const float (&l)[2]) {
+                                       int split, int h_row0, int col0, const float (&l)[2],
+                                       int h_end = 0) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t h = h_row0 + 8 * i;
+    if (kGuardRows && h >= h_end) continue;
     const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
     if (a.splits == 1) {
       uint16_t* dst = a.out + t * a.out_stride_t + h * a.out_stride_h + col0;

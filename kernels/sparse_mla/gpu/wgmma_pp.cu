@@ -15,14 +15,26 @@ KernelShape WgmmaPpShape(const Params& p) {
   return p.q.dim(2) == 576 ? WgmmaPpInstanceShape<576>() : WgmmaPpInstanceShape<512>();
 }
 
+// GpuSupports' common checks (alignment, the FP8 layouts) ran before this.
 bool WgmmaPpSupports(const Params& p, std::string* why) {
   if (p.precision != Precision::kFast) {
     return Refuse(why, "precision HIGH runs on cuda_wgmma (this kernel rounds P to bf16 once)");
   }
   if (p.kv_is_fp8()) return Refuse(why, "the FP8 cache runs on cuda_wgmma");
-  if (!WgmmaSupports(p, why)) return false;  // device, heads, T x head blocks, the FP8 layouts
   ::attnd::gpu::DeviceFacts d;
   if (!CurrentDevice(&d, why)) return false;
+  if (d.cc_major != 9 || d.cc_minor != 0) {
+    return Refuse(why, "needs compute capability 9.0 (sm_90a wgmma), device has ", d.cc_major, ".",
+                  d.cc_minor);
+  }
+  const int64_t heads = p.q.dim(1);
+  if (heads > 64 && heads % 64 != 0) {
+    return Refuse(why, "q: dim 1 is ", heads, ", want a multiple of 64 or at most 64 (heads)");
+  }
+  const int64_t groups = heads >= 64 ? heads / 64 : 1;
+  if (p.q.dim(0) * groups > kMaxInt32) {
+    return Refuse(why, "T x head blocks is ", p.q.dim(0) * groups, ", want < 2^31");
+  }
   const KernelShape shape = WgmmaPpShape(p);
   return FitsDevice(shape.smem_bytes, shape.ctas_per_sm, d, why);
 }

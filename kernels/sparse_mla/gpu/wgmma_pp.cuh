@@ -547,9 +547,41 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
 #endif
 }
 
+// SparseRows for the ping-pong kernel at any H that is a multiple of 64 or below 64: a CTA takes
+// one token's 64-head group, or at H < 64 all its H heads as rows 0..H-1 of a block padded to 64
+// (Q zero-filled, O and LSE of the padding rows not stored; FlashMLA pads low head counts to 64
+// the same way). Grid: T · ceil(H / 64) CTAs x splits.
+struct SparseRowsAnyH : SparseRows {
+  struct Work : SparseRows::Work {
+    int nrows;  // real heads of the block: 64, or H below 64
+  };
+  static __device__ __forceinline__ Work Begin(const Args& a) {
+    const int groups = a.heads >= 64 ? a.heads / 64 : 1;
+    Work w;
+    w.t = blockIdx.x / groups;
+    w.h0 = static_cast<int>(blockIdx.x % groups) * 64;
+    w.nrows = a.heads >= 64 ? 64 : a.heads;
+    w.split = blockIdx.y;
+    w.range = SplitSlots(a, w.t, w.split);
+    return w;
+  }
+  static __device__ __forceinline__ const uint16_t* QueryRowPtr(const Args& a, const Work& w,
+                                                                int r) {
+    return r < w.nrows ? SparseRows::QueryRowPtr(a, w, r) : nullptr;
+  }
+  static __device__ __forceinline__ void StoreO(const Args& a, const Work& w, const float (&o)[128],
+                                                int r, int col0, const float (&l)[2]) {
+    wgmma_internal::StoreO<true>(a, o, w.t, w.split, w.h0 + r, col0, l, w.h0 + w.nrows);
+  }
+  static __device__ __forceinline__ void StoreLse(const Args& a, const Work& w, int r,
+                                                  float max_log2, float sum) {
+    if (r < w.nrows) SparseRows::StoreLse(a, w, r, max_log2, sum);
+  }
+};
+
 template <int kDqk>
 __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaPpKernel(const KernelArgs a) {
-  WgmmaPingPong<kDqk, SparseRows>(a);
+  WgmmaPingPong<kDqk, SparseRowsAnyH>(a);
 }
 
 template <int kDqk>
@@ -558,7 +590,7 @@ template <int kDqk>
   const void* fn = reinterpret_cast<const void*>(&SparseMlaWgmmaPpKernel<kDqk>);
   const ::attnd::gpu::Error e = ::attnd::gpu::AllowDynamicSmem(fn, Tile::kSmemBytes);
   if (e != ::attnd::gpu::kSuccess) return e;
-  const int groups = a.heads / Tile::kBlockM;
+  const int groups = a.heads >= Tile::kBlockM ? a.heads / Tile::kBlockM : 1;  // SparseRowsAnyH
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.tokens) * groups),
                   static_cast<unsigned>(a.splits));
   SparseMlaWgmmaPpKernel<kDqk><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);

@@ -35,15 +35,19 @@ using kernels::sparse_mla::Reference;
 
 using kernels::sparse_mla::gpu::GpuKernel;
 
+// kWgmmaPp (sm_90a, FAST, bf16 cache; H a multiple of 64 or below 64) only where it applies:
+// EveryCountMatchesReference skips its refusals.
 std::vector<GpuKernel> Kernels() {
 #if defined(ATTND_GPU_CUDA)
-  return {GpuKernel::kMma, GpuKernel::kSimt};
+  return {GpuKernel::kMma, GpuKernel::kSimt, GpuKernel::kWgmmaPp};
 #else
   return {GpuKernel::kSimt};
 #endif
 }
 
-const char* Name(GpuKernel k) { return k == GpuKernel::kMma ? "mma" : "simt"; }
+const char* Name(GpuKernel k) {
+  return k == GpuKernel::kMma ? "mma" : k == GpuKernel::kWgmmaPp ? "wgmma_pp" : "simt";
+}
 
 // Runs `kernel` with exactly `splits` splits on device mirrors of `p` (outputs come back to
 // the host tensors). The device KV carries the case's NaN guard rows on both sides, so a read
@@ -54,6 +58,9 @@ absl::Status RunWithSplits(GpuKernel kernel, const Params& p, int splits) {
 #if defined(ATTND_GPU_CUDA)
         if (kernel == GpuKernel::kMma) {
           return kernels::sparse_mla::gpu::LaunchSparseMlaMma(d, s, workspace, stream);
+        }
+        if (kernel == GpuKernel::kWgmmaPp) {
+          return kernels::sparse_mla::gpu::LaunchSparseMlaWgmmaPp(d, s, workspace, stream);
         }
 #endif
         return kernels::sparse_mla::gpu::LaunchSparseMlaSimt(d, s, workspace, stream);
@@ -84,12 +91,14 @@ TEST_P(SparseMlaGpuSplits, EveryCountMatchesReference) {
     for (bool csr : {false, true}) {
       Params p = c.MakeParams(csr);
       std::string why;
-      if (!kernels::sparse_mla::gpu::GpuSupports(kernel, p, &why)) {
+      const bool pp = kernel == GpuKernel::kWgmmaPp;
+      if (!pp && !kernels::sparse_mla::gpu::GpuSupports(kernel, p, &why)) {
         ADD_FAILURE() << Name(kernel) << " refuses a supported shape: " << why;
         continue;
       }
       for (const auto& [precision, splits] : PrecisionsAndSplits({1, 2, 3, 6, 7, 32})) {
         p.precision = precision;
+        if (pp && !kernels::sparse_mla::gpu::GpuSupports(kernel, p, &why)) continue;
         const std::string what = std::string(Name(kernel)) + (csr ? " csr" : " table") +
                                  " splits " + std::to_string(splits);
         for (HostTensor* o : c.Outputs()) PoisonNaN(*o);
