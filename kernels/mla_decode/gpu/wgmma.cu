@@ -33,11 +33,9 @@ KernelShape WgmmaShape(const Params& p) { return ShapeOf<false>(p); }
 
 ::attnd::gpu::Error LaunchMlaDecodeWgmma(const Params& p, int splits, void* workspace,
                                          ::attnd::gpu::Stream stream) {
-  CUtensorMap map;
-  if (EncodeWgmmaKvMap(p, &map)) {
-    return LaunchDecode(p, ShapeOf<true>(p), splits, workspace, stream, &map);
-  }
-  return LaunchDecode(p, ShapeOf<false>(p), splits, workspace, stream);
+  return LaunchWgmmaDecode(
+      p, [&p](bool tma) { return tma ? ShapeOf<true>(p) : ShapeOf<false>(p); }, splits, workspace,
+      stream);
 }
 
 }  // namespace attnd::kernels::mla_decode::gpu

@@ -212,20 +212,39 @@ __global__ void __launch_bounds__(384, 1)
   ::attnd::kernels::sparse_mla::gpu::WgmmaAttention<kDqk, kExactP, false, PagedRowsTma>(a, &kv_map);
 }
 
-// kTma: MlaDecodeWgmmaTmaKernel (launched with its tensor map as the second argument).
-template <int kDqk, bool kExactP, bool kTma>
-KernelShape WgmmaDecodeShape() {
-  using Tile = ::attnd::kernels::sparse_mla::gpu::WgmmaTile<kDqk>;
+// The shape of a wgmma decode kernel whose CTA is `Tile` (wgmma.cuh's or the ping-pong one's).
+template <class Tile>
+KernelShape WgmmaKernelShape(const void* kernel) {
   static_assert(Tile::kBlockM == kWgmmaBlockM && Tile::kBlockN == kWgmmaBlockN, "tile shape");
   KernelShape s;
-  s.kernel = kTma ? reinterpret_cast<const void*>(&MlaDecodeWgmmaTmaKernel<kDqk, kExactP>)
-                  : reinterpret_cast<const void*>(&MlaDecodeWgmmaKernel<kDqk, kExactP>);
+  s.kernel = kernel;
   s.block_m = kWgmmaBlockM;
   s.block_n = kWgmmaBlockN;
   s.threads = Tile::kThreads;
   s.smem_bytes = Tile::kSmemBytes;
   s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
   return s;
+}
+
+// A wgmma decode launch: the instance `shape_of(true)` (whole pages by TMA, the kernel's second
+// argument the cache's tensor map) where EncodeWgmmaKvMap takes the cache, else
+// `shape_of(false)` (cp.async).
+template <class ShapeOf>
+::attnd::gpu::Error LaunchWgmmaDecode(const Params& p, ShapeOf shape_of, int splits,
+                                      void* workspace, ::attnd::gpu::Stream stream) {
+  CUtensorMap map;
+  if (EncodeWgmmaKvMap(p, &map)) {
+    return LaunchDecode(p, shape_of(true), splits, workspace, stream, &map);
+  }
+  return LaunchDecode(p, shape_of(false), splits, workspace, stream);
+}
+
+// kTma: MlaDecodeWgmmaTmaKernel (launched with its tensor map as the second argument).
+template <int kDqk, bool kExactP, bool kTma>
+KernelShape WgmmaDecodeShape() {
+  return WgmmaKernelShape<::attnd::kernels::sparse_mla::gpu::WgmmaTile<kDqk>>(
+      kTma ? reinterpret_cast<const void*>(&MlaDecodeWgmmaTmaKernel<kDqk, kExactP>)
+           : reinterpret_cast<const void*>(&MlaDecodeWgmmaKernel<kDqk, kExactP>));
 }
 
 // Both precisions of one d_qk, with and without TMA.

@@ -27,17 +27,9 @@ __global__ void __launch_bounds__(384, 1)
 
 template <int kDqk, bool kTma>
 KernelShape PpShape() {
-  using Tile = ::attnd::kernels::sparse_mla::gpu::WgmmaPpTile<kDqk>;
-  static_assert(Tile::kBlockM == kWgmmaBlockM && Tile::kBlockN == kWgmmaBlockN, "tile shape");
-  KernelShape s;
-  s.kernel = kTma ? reinterpret_cast<const void*>(&MlaDecodeWgmmaPpTmaKernel<kDqk>)
-                  : reinterpret_cast<const void*>(&MlaDecodeWgmmaPpKernel<kDqk>);
-  s.block_m = kWgmmaBlockM;
-  s.block_n = kWgmmaBlockN;
-  s.threads = Tile::kThreads;
-  s.smem_bytes = Tile::kSmemBytes;
-  s.blocks_per_sm = ::attnd::gpu::BlocksPerSm(s.kernel, s.threads, s.smem_bytes);
-  return s;
+  return WgmmaKernelShape<::attnd::kernels::sparse_mla::gpu::WgmmaPpTile<kDqk>>(
+      kTma ? reinterpret_cast<const void*>(&MlaDecodeWgmmaPpTmaKernel<kDqk>)
+           : reinterpret_cast<const void*>(&MlaDecodeWgmmaPpKernel<kDqk>));
 }
 
 template <bool kTma>
@@ -58,11 +50,9 @@ KernelShape WgmmaPpShape(const Params& p) { return ShapeOf<false>(p); }
 
 ::attnd::gpu::Error LaunchMlaDecodeWgmmaPp(const Params& p, int splits, void* workspace,
                                            ::attnd::gpu::Stream stream) {
-  CUtensorMap map;
-  if (EncodeWgmmaKvMap(p, &map)) {
-    return LaunchDecode(p, ShapeOf<true>(p), splits, workspace, stream, &map);
-  }
-  return LaunchDecode(p, ShapeOf<false>(p), splits, workspace, stream);
+  return LaunchWgmmaDecode(
+      p, [&p](bool tma) { return tma ? ShapeOf<true>(p) : ShapeOf<false>(p); }, splits, workspace,
+      stream);
 }
 
 }  // namespace attnd::kernels::mla_decode::gpu

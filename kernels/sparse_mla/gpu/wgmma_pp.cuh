@@ -90,38 +90,6 @@ enum WgmmaPpBarrier : uint32_t {
 
 namespace wgmma_pp_internal {
 
-// One online-softmax step whose new running max starts from `m_from` (>= m_run: the other
-// warpgroup's max of this pair) rather than from m_run: m_new = lazy max(m_from, tile max), alpha
-// = 2^(m_run - m_new) for this warpgroup's O and row sums, P = 2^(s·scale_log2 - m_new) in place
-// of s. With m_from = m_run it is WgmmaSoftmaxStep<kN, true>.
-template <int kN>
-__device__ __forceinline__ void SoftmaxStepFrom(float (&s)[kN], float (&mx)[2],
-                                                const float& scale_log2, const float (&m_from)[2],
-                                                float (&m_run)[2], float (&l_run)[2],
-                                                float (&alpha)[2]) {
-  float neg_m[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 1));
-    mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 2));
-    const float m_tile = mx[i] * scale_log2;
-    const float m_new = m_tile - m_from[i] > kLazyMaxSlack ? fmaxf(m_from[i], m_tile) : m_from[i];
-    alpha[i] = ::attnd::gpu::ptx::Exp2(m_run[i] - m_new);
-    m_run[i] = m_new;
-    neg_m[i] = -m_new;
-    l_run[i] *= alpha[i];
-  }
-#pragma unroll
-  for (int j = 0; j < kN / 4; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float pe = ::attnd::gpu::ptx::Exp2(fmaf(s[4 * j + e], scale_log2, neg_m[e >> 1]));
-      s[4 * j + e] = pe;
-      l_run[e >> 1] += pe;
-    }
-  }
-}
-
 // o (a thread's two rows, wgmma accumulator layout) times the rows' factors.
 __device__ __forceinline__ void ScaleRows(float (&o)[128], const float (&f)[2]) {
 #pragma unroll
@@ -500,7 +468,7 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
       NamedBarSync(kPpBarMax0, 256);
       m0[0] = max_s[r0];
       m0[1] = max_s[r0 + 8];
-      wgmma_pp_internal::SoftmaxStepFrom<32>(s, mx, a.scale_log2, m0, m_run, l_run, alpha);
+      WgmmaSoftmaxStepFrom<32, true>(s, mx, a.scale_log2, m0, m_run, l_run, alpha);
       __syncwarp();  // the quad's reads of m0 before its writer's store
       if (lane % 4 == 0) {
         max_s[r0] = m_run[0];

@@ -33,11 +33,17 @@ namespace attnd::kernels {
 // kLazyMaxSlack (log2 units), so P may reach 2^kLazyMaxSlack and alpha is exactly 1 on most
 // tiles (callers may then skip the O rescale); O / l and the LSE are the same in exact
 // arithmetic, and P's bf16 rounding is relative. FAST only (docs/KERNELS.md).
+// WgmmaSoftmaxStepFrom: the same step with the new running max taken from `m_from` (>= m_run)
+// instead of m_run, i.e. max(m_from, tile max) (lazily: m_from unless the tile passes it by more
+// than the slack), while alpha = exp2(m_run - m_new) still scales this thread's own O and l_run:
+// the ping-pong kernel (kernels/sparse_mla/gpu/wgmma_pp.cuh), whose second warpgroup starts from
+// the first one's max of the same pair. WgmmaSoftmaxStep is it with m_from = m_run.
 constexpr float kLazyMaxSlack = 8.0f;
 template <int kN, bool kLazyMax = false>
-__device__ __forceinline__ void WgmmaSoftmaxStep(float (&s)[kN], float (&mx)[2],
-                                                 const float& scale_log2, float (&m_run)[2],
-                                                 float (&l_run)[2], float (&alpha)[2]) {
+__device__ __forceinline__ void WgmmaSoftmaxStepFrom(float (&s)[kN], float (&mx)[2],
+                                                     const float& scale_log2,
+                                                     const float (&m_from)[2], float (&m_run)[2],
+                                                     float (&l_run)[2], float (&alpha)[2]) {
   static_assert(kN % 4 == 0, "an accumulator of whole n8 column groups");
   float neg_m[2];
 #pragma unroll
@@ -45,8 +51,8 @@ __device__ __forceinline__ void WgmmaSoftmaxStep(float (&s)[kN], float (&mx)[2],
     mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 1));
     mx[i] = fmaxf(mx[i], ::attnd::gpu::ShflXor(mx[i], 2));
     const float m_tile = mx[i] * scale_log2;
-    float m_new = fmaxf(m_run[i], m_tile);
-    if constexpr (kLazyMax) m_new = m_tile - m_run[i] > kLazyMaxSlack ? m_new : m_run[i];
+    float m_new = fmaxf(m_from[i], m_tile);
+    if constexpr (kLazyMax) m_new = m_tile - m_from[i] > kLazyMaxSlack ? m_new : m_from[i];
     alpha[i] = ::attnd::gpu::ptx::Exp2(m_run[i] - m_new);
     m_run[i] = m_new;
     neg_m[i] = -m_new;
@@ -61,6 +67,12 @@ __device__ __forceinline__ void WgmmaSoftmaxStep(float (&s)[kN], float (&mx)[2],
       l_run[e >> 1] += pe;
     }
   }
+}
+template <int kN, bool kLazyMax = false>
+__device__ __forceinline__ void WgmmaSoftmaxStep(float (&s)[kN], float (&mx)[2],
+                                                 const float& scale_log2, float (&m_run)[2],
+                                                 float (&l_run)[2], float (&alpha)[2]) {
+  WgmmaSoftmaxStepFrom<kN, kLazyMax>(s, mx, scale_log2, m_run, m_run, l_run, alpha);
 }
 
 // P (f32, accumulator layout, kSteps k16 steps of keys) as the A fragments of P·V with A in
