@@ -30,10 +30,12 @@ KernelShape WgmmaShape(const Params& p);
 // wgmma_pp.cu: the ping-pong instance for p (FAST, bf16 cache, H a multiple of 64, or H < 64
 // where WgmmaPpRowsShareLimit(p)).
 KernelShape WgmmaPpShape(const Params& p);
-// H < 64 on the ping-pong kernel: every row of a block (up to 64 rows of s_q · H, spanning MTP
-// tokens) sees the same positions, i.e. s_q is 1 or the call is not causal.
-inline bool WgmmaPpRowsShareLimit(const Params& p) { return p.q.dim(1) == 1 || !p.causal; }
 #endif
+
+// H < 64 on the ping-pong kernel (CUDA-only, but GpuSupports asks on every GPU build): every
+// row of a block (up to 64 rows of s_q · H, spanning MTP tokens) sees the same positions, i.e.
+// s_q is 1 or the call is not causal.
+inline bool WgmmaPpRowsShareLimit(const Params& p) { return p.q.dim(1) == 1 || !p.causal; }
 
 // The kernels' view of p, with `block_m` rows per CTA and the split workspace carved as
 // DecodeArgs says (ignored when splits == 1).
