@@ -118,7 +118,8 @@ TEST_P(SparseMlaGpuSplits, EveryCountMatchesReference) {
 // lse in the caller's layout (docs/CONTRACTS.md "Strided lse") from every GPU kernel's epilogue
 // (StoreRowLse) and the split combine: a [T, H] view of vLLM's [H, T + 3] buffer, split counts 1
 // (the kernel writes lse) and 3, 7 (the combine does), the poisoned gaps checked after each run
-// (ExpectOutputs). H 16 (simt, mma, mma_lowh) and 64 (simt, mma, wgmma on sm_90a).
+// (ExpectOutputs). H 16 (simt, mma, mma_lowh; wgmma_pp on sm_90a) and 64 (simt, mma, wgmma and
+// wgmma_pp on sm_90a).
 TEST(SparseMlaGpu, LseInCallersLayoutFromEveryKernelAndTheCombine) {
   if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
   namespace sg = kernels::sparse_mla::gpu;
@@ -140,6 +141,10 @@ TEST(SparseMlaGpu, LseInCallersLayoutFromEveryKernelAndTheCombine) {
     {GpuKernel::kWgmma, "wgmma",
      [](const Params& d, int n, void* w, gpu::Stream st) {
        return sg::LaunchSparseMlaWgmma(d, n, w, st);
+     }},
+    {GpuKernel::kWgmmaPp, "wgmma_pp",
+     [](const Params& d, int n, void* w, gpu::Stream st) {
+       return sg::LaunchSparseMlaWgmmaPp(d, n, w, st);
      }},
 #endif
     {GpuKernel::kSimt, "simt",
