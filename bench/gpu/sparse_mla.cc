@@ -156,10 +156,12 @@ absl::StatusOr<Call> MakeCall(const Preset& preset, uint64_t seed, KvPools* pool
 }
 
 // The case of `call` run through `impl` in `precision` (its Supports, workspace and split plan,
-// as served).
+// as served). `l2normal` (cuda_wgmma_pp only): the same launch with the gathered rows' L2 policy
+// forced to evict_normal (impl "cuda_wgmma_pp_l2normal"; the served kernel uses evict_last
+// where the pool fits the L2), the A/B of that policy.
 absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
                                       const kernels::Impl<sparse_mla::Params>& impl,
-                                      kernels::Precision precision) {
+                                      kernels::Precision precision, bool l2normal = false) {
   call.p.precision = precision;
   std::string why;
   if (impl.supports && !impl.supports(call.p, &why)) {
@@ -180,27 +182,15 @@ absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
   c.launch = [p = call.p, run, w = *ws, keep = call.keep](gpu::Stream stream) {
     return RunImpl(*run, p, w, stream);
   };
-  return c;
-}
-
-// cuda_wgmma_pp's case with the gathered rows' L2 policy forced to evict_normal (impl
-// "cuda_wgmma_pp_l2normal"; the served kernel uses evict_last where the pool fits the L2): the
-// A/B of that policy, through the launcher with the plan's split count.
-absl::StatusOr<GpuBenchCase> PpL2NormalCase(Call call, const std::string& preset,
-                                            const kernels::Impl<sparse_mla::Params>& impl,
-                                            kernels::Precision precision) {
-  absl::StatusOr<GpuBenchCase> c = ImplCase(call, preset, impl, precision);
-  if (!c.ok()) return c;
-  call.p.precision = precision;
-  const absl::StatusOr<Workspace> ws = WorkspaceFor(impl, call.p, *call.arena);
-  if (!ws.ok()) return ws.status();
-  c->impl = "cuda_wgmma_pp_l2normal";
-  c->launch = [p = call.p, w = *ws, keep = call.keep](gpu::Stream stream) -> absl::Status {
-    const int splits = sparse_mla::gpu::SplitsThatFit(
-        p, sparse_mla::gpu::GpuSplits(p, sparse_mla::gpu::GpuKernel::kWgmmaPp), w.bytes);
-    GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaWgmmaPp(p, splits, w.ptr, stream, 0));
-    return absl::OkStatus();
-  };
+  if (l2normal) {
+    c.impl = "cuda_wgmma_pp_l2normal";
+    c.launch = [p = call.p, w = *ws, keep = call.keep](gpu::Stream stream) -> absl::Status {
+      const int splits = sparse_mla::gpu::SplitsThatFit(
+          p, sparse_mla::gpu::GpuSplits(p, sparse_mla::gpu::GpuKernel::kWgmmaPp), w.bytes);
+      GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaWgmmaPp(p, splits, w.ptr, stream, 0));
+      return absl::OkStatus();
+    };
+  }
   return c;
 }
 
@@ -374,7 +364,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSparseMlaCases(const std::string& 
         }
         if (!c.ok()) return c.status();
         if (impl.name == "cuda_wgmma_pp") {
-          auto normal = PpL2NormalCase(*call, preset.name, impl, precision);
+          auto normal = ImplCase(*call, preset.name, impl, precision, /*l2normal=*/true);
           if (!normal.ok()) return normal.status();
           cases.push_back(std::move(*normal));
         }

@@ -84,12 +84,14 @@ struct PagedRows {
   // request's pages are read by its row blocks' CTAs only, and decode pools pass the L2.
   static __device__ __forceinline__ bool KeepRowsInL2(const Args&) { return false; }
   // O / l of this thread's block rows r, r + 8 and 128 columns from col0 (wgmma accumulator
-  // layout) to out (bf16) or the split's partial (f32, rows with l > 0 only).
+  // layout) to out (bf16) or the split's partial (f32, rows with l > 0 only). kPaddedRows: rows
+  // past w.nrows are padding and not stored (PaddedRows below).
+  template <bool kPaddedRows = false>
   static __device__ __forceinline__ void StoreO(const Args& a, const Work& w, const float (&o)[128],
                                                 int r, int col0, const float (&l)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      if (r + 8 * i >= w.nrows) continue;  // a padding row (H < 64, the ping-pong kernel)
+      if (kPaddedRows && r + 8 * i >= w.nrows) continue;
       const int32_t row = w.row0 + r + 8 * i;
       const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
       if (a.splits == 1) {
@@ -113,7 +115,6 @@ struct PagedRows {
   // when empty; skipped when absent).
   static __device__ __forceinline__ void StoreLse(const Args& a, const Work& w, int r,
                                                   float max_log2, float sum) {
-    if (r >= w.nrows) return;  // a padding row
     const int32_t row = w.row0 + r;
     const float lse2 = sum > 0.0f ? max_log2 + log2f(sum) : -INFINITY;
     if (a.splits > 1) {
@@ -199,6 +200,23 @@ inline bool EncodeWgmmaKvMap(const Params& p, CUtensorMap* map) {
       map, kv.data, {static_cast<uint64_t>(kv.dim(2)), 64, static_cast<uint64_t>(kv.dim(0))},
       {slot_bytes, page_bytes}, {64, 64, 1}, &why);
 }
+
+// A row source whose blocks may hold fewer than 64 rows (the ping-pong kernel at H < 64,
+// kernels/sparse_mla/gpu/wgmma_pp.cuh): rows past w.nrows are padding, their O and LSE not
+// stored. `Rows`: PagedRows or PagedRowsTma (whose kernels keep the unguarded epilogue).
+template <class Rows>
+struct PaddedRows : Rows {
+  using Args = typename Rows::Args;
+  using Work = typename Rows::Work;
+  static __device__ __forceinline__ void StoreO(const Args& a, const Work& w, const float (&o)[128],
+                                                int r, int col0, const float (&l)[2]) {
+    Rows::template StoreO<true>(a, w, o, r, col0, l);
+  }
+  static __device__ __forceinline__ void StoreLse(const Args& a, const Work& w, int r,
+                                                  float max_log2, float sum) {
+    if (r < w.nrows) Rows::StoreLse(a, w, r, max_log2, sum);
+  }
+};
 
 // kExactP: Precision::kHigh (P hi + lo); false: kFast (bf16 P).
 template <int kDqk, bool kExactP>

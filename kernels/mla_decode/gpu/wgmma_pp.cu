@@ -17,12 +17,12 @@ namespace {
 
 template <int kDqk>
 __global__ void __launch_bounds__(384, 1) MlaDecodeWgmmaPpKernel(const DecodeArgs a) {
-  ::attnd::kernels::sparse_mla::gpu::WgmmaPingPong<kDqk, PagedRows>(a);
+  ::attnd::kernels::sparse_mla::gpu::WgmmaPingPong<kDqk, PaddedRows<PagedRows>>(a);
 }
 template <int kDqk>
 __global__ void __launch_bounds__(384, 1)
     MlaDecodeWgmmaPpTmaKernel(const DecodeArgs a, const __grid_constant__ CUtensorMap kv_map) {
-  ::attnd::kernels::sparse_mla::gpu::WgmmaPingPong<kDqk, PagedRowsTma>(a, &kv_map);
+  ::attnd::kernels::sparse_mla::gpu::WgmmaPingPong<kDqk, PaddedRows<PagedRowsTma>>(a, &kv_map);
 }
 
 template <int kDqk, bool kTma>
