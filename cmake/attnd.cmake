@@ -18,10 +18,16 @@ endfunction()
 # CUDA targets: sm_90a code plus compute_80 PTX; warnings as errors on the host side.
 set(ATTND_CUDA_GENCODE
     "-gencode=arch=compute_90a,code=sm_90a" "-gencode=arch=compute_80,code=compute_80")
+# ATTND_DEBUG_HANG_TRAP: every mbarrier wait of the sm_90a kernels gives up after 4 s with a
+# message and a trap (a diagnostic build for a kernel that hangs; docs/KERNELS.md "Finding a hang").
+option(ATTND_DEBUG_HANG_TRAP "Diagnostic build: mbarrier waits trap after 4 s" OFF)
 function(attnd_cuda_flags target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:${ATTND_CUDA_GENCODE} --expt-relaxed-constexpr -lineinfo
                                -Xcompiler=-Wall,-Wextra -Werror=all-warnings>)
+  if(ATTND_DEBUG_HANG_TRAP)
+    target_compile_definitions(${target} PRIVATE ATTND_DEBUG_HANG_TRAP=1)
+  endif()
 endfunction()
 
 # HIP targets (ATTND_GPU=hip): warnings as errors in device and host code alike. The offload arch

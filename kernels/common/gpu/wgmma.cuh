@@ -16,6 +16,9 @@
 #endif
 
 #include <stdint.h>
+#if defined(ATTND_DEBUG_HANG_TRAP)
+#include <stdio.h>
+#endif
 
 #include "kernels/common/gpu/cluster.cuh"
 
@@ -250,9 +253,25 @@ __device__ __forceinline__ bool MbarTryWait(uint32_t bar, uint32_t parity) {
 }
 // Blocks until the phase with parity `parity` has completed. Phase k of a barrier has parity
 // k % 2; a waiter for phase k must not fall two phases behind.
+// A build with ATTND_DEBUG_HANG_TRAP (CMake option of that name, docs/KERNELS.md "Finding a
+// hang") gives up after 4 s: it prints the block, thread, barrier and parity, then traps.
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+#if defined(ATTND_DEBUG_HANG_TRAP)
+  uint64_t start;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (!MbarTryWait(bar, parity)) {
+    uint64_t now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > 4000000000ull) {
+      printf("attnd hang trap: block (%d,%d,%d) thread %d mbarrier smem 0x%x parity %u\n",
+             blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, bar, parity);
+      __trap();
+    }
+  }
+#else
   while (!MbarTryWait(bar, parity)) {
   }
+#endif
 }
 
 // ---- cp.async (16 bytes, L2 only) ----
