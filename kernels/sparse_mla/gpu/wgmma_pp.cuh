@@ -477,12 +477,18 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
       NamedBarArrive(kPpBarMax1, 256);
       if (AnyNotOne(alpha)) ScaleRows(o, alpha);
       WgmmaPackP<4, false>(s, p, unused_lo);
-      WgmmaFence();
-      pv_regs(base + stage_off(1) + kRBytes);
+      // P1 to shared memory before the wgmma that reads p from registers (reading an in-flight
+      // wgmma's A registers is undefined), which also hands it to WG0 sooner.
       store_p(Tile::kP1Offset);
       FenceProxyAsync();  // P1 before WG0's wgmma reads it
       NamedBarArrive(kPpBarP1, 256);
+      WgmmaFence();
+      pv_regs(base + stage_off(1) + kRBytes);
       NamedBarSync(kPpBarP0, 256);
+      // A fence before every wgmma group: without this one ptxas issued the group with no
+      // WARPGROUP.ARRIVE, the one such group in the binary, in the build whose first launch
+      // failed with an illegal instruction (docs/KERNELS.md "Sparse MLA in ping-pong").
+      WgmmaFence();
       pv_smem(base + Tile::kP0Offset, base + stage_off(0) + kRBytes);
       WgmmaWait<1>();
       free_half(1, kR);
