@@ -7,7 +7,8 @@
 #   # on the GPU host, from the repo root:  bundle/run-gpu-suite.sh OUT_DIR
 # Environment: ATTND_CUDA_BUILD_DIR (default build-cuda); ATTND_BUNDLE_SKIP_BUILD=1 bundles what
 # that folder already holds; ATTND_BUNDLE_ONLY="sparse_mla_test attn_gpu_bench" bundles only
-# those executables (a smaller, quicker transfer while iterating on one kernel). Every test
+# those executables (a smaller, quicker transfer while iterating on one kernel); CUOBJDUMP names
+# a cuobjdump for the SASS check (scripts/sass-check.sh, skipped without one). Every test
 # binary links all kernels (~30 MB each stripped): the whole bundle's .tar.xz is ~65 MB, so a
 # transport limited to 64 MiB takes a subset, e.g. ATTND_BUNDLE_ONLY="attnd attnctl
 # attn_gpu_bench dsa_test libattnd_inproc.so" (~29 MB).
@@ -71,6 +72,16 @@ cp -r tests/client/python_vllm "$BUNDLE/integration/tests/client/python_vllm"
 cp -r client/python_vllm "$BUNDLE/integration/client/python_vllm"
 find "$BUNDLE/integration" -name __pycache__ -prune -exec rm -rf {} +
 git rev-parse HEAD > "$BUNDLE/COMMIT" 2>/dev/null || echo unknown > "$BUNDLE/COMMIT"
+# The SASS check (scripts/sass-check.sh) on one binary that links every kernel, where cuobjdump
+# is found: a warpgroup MMA group issued without WARPGROUP.ARRIVE is reported before any launch.
+for exe in "$BUNDLE"/bin/attn_gpu_bench "$BUNDLE"/bin/*_test; do
+  [ -e "$exe" ] || continue
+  sass_rc=0
+  scripts/sass-check.sh "$exe" || sass_rc=$?
+  [ "$sass_rc" = 1 ] && echo "WARNING: $exe has HGMMA groups without WARPGROUP.ARRIVE (above)" >&2
+  [ "$sass_rc" = 2 ] && echo "note: SASS check skipped (no cuobjdump; scripts/sass-check.sh)" >&2
+  break
+done
 for l in "$BUNDLE"/lib/*; do strip --strip-unneeded "$l" 2>/dev/null || true; done
 # A compressed copy for transports with a size limit: tar xf bundle.tar.xz restores $BUNDLE/.
 tar -cJf "$BUNDLE.tar.xz" "$BUNDLE"
