@@ -71,7 +71,14 @@ cp -r tests/integration "$BUNDLE/integration/tests/integration"
 cp -r tests/client/python_vllm "$BUNDLE/integration/tests/client/python_vllm"
 cp -r client/python_vllm "$BUNDLE/integration/client/python_vllm"
 find "$BUNDLE/integration" -name __pycache__ -prune -exec rm -rf {} +
-git rev-parse HEAD > "$BUNDLE/COMMIT" 2>/dev/null || echo unknown > "$BUNDLE/COMMIT"
+# The commit the binaries were built from; "-dirty" when tracked files differ from it, so no
+# result is credited to a commit that lacks the code that produced it.
+if commit="$(git rev-parse HEAD 2>/dev/null)"; then
+  git diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
+  echo "$commit" > "$BUNDLE/COMMIT"
+else
+  echo unknown > "$BUNDLE/COMMIT"
+fi
 # The SASS check (scripts/sass-check.sh) on one binary that links every kernel, where cuobjdump
 # is found: a warpgroup MMA group issued without WARPGROUP.ARRIVE is reported before any launch.
 for exe in "$BUNDLE"/bin/attn_gpu_bench "$BUNDLE"/bin/*_test; do
