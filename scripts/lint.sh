@@ -8,9 +8,12 @@
 #     compile_commands.json that this script configures itself (see below)
 #   - commits: every commit after COMMIT_BASE has a subject of at most 72 characters and, when
 #     it has a body, a blank second line (merge commits are not checked)
+#   - kernel-asm: no tracked CUDA/C++ source uses an inline-PTX form known to build into a
+#     faulting instruction (today: cp.async with an L2::cache_hint operand, docs/KERNELS.md
+#     "Sparse MLA in ping-pong")
 # The tools come from scripts/setup.sh (ATTND_SKIP_BUILD=1 scripts/setup.sh installs only).
 #   scripts/lint.sh                       # everything
-#   scripts/lint.sh ruff shellcheck       # only these (any of the five names above)
+#   scripts/lint.sh ruff shellcheck       # only these (any of the six names above)
 # Environment: ATTND_LINT_BUILD_DIR (default build-lint): the CMake folder clang-tidy reads its
 # compile commands from (configured with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON; only the generated
 # headers are built there, nothing is compiled); ATTND_JOBS (default nproc): clang-tidy processes.
@@ -32,7 +35,7 @@ TIDY_SKIP=""
 LINT_BUILD_DIR="${ATTND_LINT_BUILD_DIR:-build-lint}"
 JOBS="${ATTND_JOBS:-$(nproc)}"
 
-ALL_TOOLS=(clang-format ruff shellcheck clang-tidy commits)
+ALL_TOOLS=(clang-format ruff shellcheck clang-tidy commits kernel-asm)
 if (($#)); then TOOLS=("$@"); else TOOLS=("${ALL_TOOLS[@]}"); fi
 for tool in "${TOOLS[@]}"; do
   case " ${ALL_TOOLS[*]} " in
@@ -239,6 +242,22 @@ lint_commits() {
   if ((nbad)); then
     DETAIL="$nbad of $DETAIL"
     echo "lint: commits: reword them (a subject of <= 72 characters, a blank line, the body)"
+    return 1
+  fi
+}
+
+# ---- kernel-asm ----
+# CUDA 13.0's ptxas turns `cp.async ... .L2::cache_hint ...` into an LDGSTS that faults with "an
+# illegal instruction" on sm_90 (a stand-alone kernel reproduces it); the plain form is fine.
+lint_kernel_asm() {
+  local files=() f hits
+  while IFS= read -r -d '' f; do files+=("$f"); done < <(tracked '*.cu' '*.cuh' '*.h' '*.cc')
+  DETAIL="${#files[@]} files"
+  hits="$(grep -nE 'cp\.async[^"]*L2::cache_hint' "${files[@]}" /dev/null)"
+  if [ -n "$hits" ]; then
+    echo "$hits"
+    echo "lint: kernel-asm: cp.async with an L2::cache_hint operand faults at run time (use the"
+    echo "  plain form; docs/KERNELS.md \"Sparse MLA in ping-pong\")"
     return 1
   fi
 }

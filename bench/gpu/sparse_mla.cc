@@ -51,6 +51,9 @@ constexpr Preset kPresets[] = {
     {"glm_prefill_t2048_s32768_h16_d512_k2048", 2048, 32768, 16, 512, 2048, true},
     {"glm_prefill_t2048_s32768_h8_d512_k2048", 2048, 32768, 8, 512, 2048, false},
     {"glm_prefill_t2048_s32768_h32_d512_k2048", 2048, 32768, 32, 512, 2048, false},
+    // Low heads at decode (GLM-5's 64 query heads over 4 GPUs): the union kernel has nothing to
+    // share here, so cuda_mma_auto runs its alternative.
+    {"glm_decode_b128_s4194304_h16_d512_k2048", 128, 128 * 32768, 16, 512, 2048, false},
     {"deepseek_decode_b64_s2097152_h128_d576_k2048", 64, 64 * 32768, 128, 576, 2048, true},
     {"deepseek_decode_b128_s4194304_h128_d576_k2048", 128, 128 * 32768, 128, 576, 2048, true},
     {"deepseek_decode_b1_s32768_h128_d576_k2048", 1, 32768, 128, 576, 2048, false},
@@ -156,12 +159,10 @@ absl::StatusOr<Call> MakeCall(const Preset& preset, uint64_t seed, KvPools* pool
 }
 
 // The case of `call` run through `impl` in `precision` (its Supports, workspace and split plan,
-// as served). `l2normal` (cuda_wgmma_pp only): the same launch with the gathered rows' L2 policy
-// forced to evict_normal (impl "cuda_wgmma_pp_l2normal"; the served kernel uses evict_last
-// where the pool fits the L2), the A/B of that policy.
+// as served).
 absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
                                       const kernels::Impl<sparse_mla::Params>& impl,
-                                      kernels::Precision precision, bool l2normal = false) {
+                                      kernels::Precision precision) {
   call.p.precision = precision;
   std::string why;
   if (impl.supports && !impl.supports(call.p, &why)) {
@@ -182,15 +183,6 @@ absl::StatusOr<GpuBenchCase> ImplCase(Call call, const std::string& preset,
   c.launch = [p = call.p, run, w = *ws, keep = call.keep](gpu::Stream stream) {
     return RunImpl(*run, p, w, stream);
   };
-  if (l2normal) {
-    c.impl = "cuda_wgmma_pp_l2normal";
-    c.launch = [p = call.p, w = *ws, keep = call.keep](gpu::Stream stream) -> absl::Status {
-      const int splits = sparse_mla::gpu::SplitsThatFit(
-          p, sparse_mla::gpu::GpuSplits(p, sparse_mla::gpu::GpuKernel::kWgmmaPp), w.bytes);
-      GPU_RETURN_IF_ERROR(sparse_mla::gpu::LaunchSparseMlaWgmmaPp(p, splits, w.ptr, stream, 0));
-      return absl::OkStatus();
-    };
-  }
   return c;
 }
 
@@ -363,11 +355,6 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeSparseMlaCases(const std::string& 
           continue;
         }
         if (!c.ok()) return c.status();
-        if (impl.name == "cuda_wgmma_pp") {
-          auto normal = ImplCase(*call, preset.name, impl, precision, /*l2normal=*/true);
-          if (!normal.ok()) return normal.status();
-          cases.push_back(std::move(*normal));
-        }
         cases.push_back(std::move(*c));
       }
     }

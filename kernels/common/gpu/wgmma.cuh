@@ -282,31 +282,8 @@ __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, uint32_
                "r"(src_bytes)
                : "memory");
 }
-// The same with an L2 cache policy (from the L2Policy* functions below) for the lines it reads.
-__device__ __forceinline__ void CpAsync16Hint(uint32_t dst, const void* src, uint32_t src_bytes,
-                                              uint64_t policy) {
-  asm volatile(
-      "cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
-      "l"(src), "r"(src_bytes), "l"(policy)
-      : "memory");
-}
-// L2 cache policies for the whole of what a load touches (fraction 1.0): lines kept ahead of
-// others (evict_last), as without a hint (evict_normal), or let go first (evict_first).
-__device__ __forceinline__ uint64_t L2PolicyEvictLast() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t L2PolicyEvictNormal() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t L2PolicyEvictFirst() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
+// No form with an `L2::cache_hint` operand: CUDA 13.0's ptxas makes an instruction of it that
+// faults at run time (docs/KERNELS.md "Sparse MLA in ping-pong"; scripts/lint.sh refuses it).
 // One arrival on `bar` once all of this thread's earlier cp.async have completed. noinc: the
 // arrival is one of the barrier's initial expected count (init with one per such thread).
 __device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {

@@ -80,9 +80,6 @@ struct PagedRows {
     return a.kv + row + col;
   }
   static __device__ __forceinline__ bool PrefetchL2(const Args& a) { return a.prefetch_l2; }
-  // The ping-pong kernel's L2 policy for the rows (kernels/sparse_mla/gpu/wgmma_pp.cuh): a
-  // request's pages are read by its row blocks' CTAs only, and decode pools pass the L2.
-  static __device__ __forceinline__ bool KeepRowsInL2(const Args&) { return false; }
   // O / l of this thread's block rows r, r + 8 and 128 columns from col0 (wgmma accumulator
   // layout) to out (bf16) or the split's partial (f32, rows with l > 0 only). kPaddedRows: rows
   // past w.nrows are padding and not stored (PaddedRows below).

@@ -68,10 +68,6 @@ struct KernelArgs {
   // Params::batch_invariant with the table form: each token's splits are InvariantSplitSpan's
   // fixed-size ranges of its own row (trailing splits empty), not `splits` even shares.
   bool invariant_splits;
-  // The ping-pong kernel (wgmma_pp.cuh) gathers KV rows with the L2 policy evict_last (the pool
-  // fits the L2 and its rows are read again by other CTAs) rather than evict_normal; MakeKernelArgs
-  // sets it to !prefetch_l2.
-  bool keep_kv_in_l2;
 };
 
 // Whether this CTA's kernel was chosen (a.gate, above); uniform over the CTA.

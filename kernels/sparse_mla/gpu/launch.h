@@ -22,8 +22,9 @@ enum class GpuKernel {
              // selections gathered once as a union (mma_lowh.cuh), bf16 mma.sync
   kWgmma,    // CUDA sm_90a, H % 64 == 0, either KV format: one token x 64 heads per CTA, three
              // warpgroups (producer, softmax + left P·V, right P·V), wgmma (wgmma.cuh)
-  kWgmmaPp,  // CUDA sm_90a, H % 64 == 0, bf16 cache, FAST only: kWgmma's CTA with the blocks in
-             // pairs and both consumers running Q·Kᵀ and softmax in ping-pong (wgmma_pp.cuh)
+  kWgmmaPp,  // CUDA sm_90a, H % 64 == 0 or H < 64 (padded), bf16 cache, FAST only: kWgmma's CTA
+             // with the blocks in pairs and both consumers running Q·Kᵀ and softmax in
+             // ping-pong (wgmma_pp.cuh)
 };
 
 inline constexpr int kMaxSplits = 32;
@@ -70,25 +71,28 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 // kWgmma: splits from GpuSplits' heuristic (one CTA per SM).
 ::attnd::gpu::Error LaunchSparseMlaWgmma(const Params& p, int splits, void* workspace,
                                          ::attnd::gpu::Stream stream);
-// kWgmmaPp: the same, FAST precision and the bf16 cache only. `keep_kv_in_l2` 0 / 1 overrides
-// the kernel's L2 policy for the gathered rows (evict_normal / evict_last; -1: evict_last where
-// the pool fits the L2), for the benchmark's A/B.
+// kWgmmaPp: the same, FAST precision and the bf16 cache only; H a multiple of 64 or below 64
+// (padded). `gate` as for kMma (cuda_mma_auto runs it gated where it is the alternative).
 ::attnd::gpu::Error LaunchSparseMlaWgmmaPp(const Params& p, int splits, void* workspace,
-                                           ::attnd::gpu::Stream stream, int keep_kv_in_l2 = -1);
+                                           ::attnd::gpu::Stream stream,
+                                           const int32_t* gate = nullptr, int32_t gate_open = 0);
 
 // cuda_mma_auto (mma_auto.cu), H <= 32 with a bf16 cache: kMmaLowH where the 64 / H
-// neighbouring tokens it stacks share most of their rows, else kMma, decided on the device. A
-// memset and an estimate kernel sample up to kAutoSampleGroups of those token groups
-// (kAutoBlocksPerGroup lockstep blocks each, as kMmaLowH walks them) into an MmaAutoHeader at
-// the start of the workspace; then both kernels are launched, gated by header.choice, each with
-// its own split count and workspace region. Capture-safe: the host never reads the selection.
-// Workspace: header (32 B) | kMma's split partials | kMmaLowH's, at 16-byte aligned offsets.
+// neighbouring tokens it stacks share most of their rows, else its alternative
+// (MmaAutoAlternative: kWgmmaPp where that runs, else kMma), decided on the device. A memset and
+// an estimate kernel sample up to kAutoSampleGroups of those token groups (kAutoBlocksPerGroup
+// lockstep blocks each, as kMmaLowH walks them) into an MmaAutoHeader at the start of the
+// workspace; then both kernels are launched, gated by header.choice, each with its own split
+// count and workspace region. Capture-safe: the host never reads the selection.
+// Workspace: header (32 B) | the alternative's split partials | kMmaLowH's, at 16-byte aligned
+// offsets.
 inline constexpr int kAutoSampleGroups = 32;
 inline constexpr int kAutoBlocksPerGroup = 4;
 inline constexpr int32_t kAutoChoseMma = 0;
 inline constexpr int32_t kAutoChoseLowh = 1;
+inline constexpr int32_t kAutoChosePp = 2;
 struct MmaAutoHeader {    // test hook: copy it back after a run to see what was chosen
-  int32_t choice;         // kAutoChoseLowh or kAutoChoseMma (MmaAutoPicksLowh)
+  int32_t choice;         // kAutoChoseLowh, or the alternative's kAutoChoseMma / kAutoChosePp
   int32_t union_rows;     // Σ over the sampled blocks: distinct valid rows
   int32_t valid_entries;  //   entries with 0 <= index < S
   int32_t walked_slots;   //   entries inside their token's row (what kMma walks)
@@ -96,17 +100,29 @@ struct MmaAutoHeader {    // test hook: copy it back after a run to see what was
   int32_t reserved[2];
 };
 static_assert(sizeof(MmaAutoHeader) == 32, "the header is two 16-byte units");
-// The rule (its measurements in mma_auto.cu): kMmaLowH when union_rows / walked_slots is below
-// 1/2 with 2 tokens a group (H 17-32), 9/20 with 4 (H 9-16), 2/5 with 8 (H <= 8); kMma on ties
-// and when nothing was walked.
-constexpr bool MmaAutoPicksLowh(int64_t union_rows, int64_t walked_slots, int group_tokens) {
-  return walked_slots > 0 && (group_tokens >= 8   ? 5 * union_rows < 2 * walked_slots
-                              : group_tokens >= 4 ? 20 * union_rows < 9 * walked_slots
-                                                  : 2 * union_rows < walked_slots);
+// The rule (its measurements in mma_auto.cu): kMmaLowH when x = union_rows / walked_slots is
+// below a threshold per group size, else the alternative (also on ties and when nothing was
+// walked). Against kMma: x < 1/2 with 2 tokens a group (H 17-32), 9/20 with 4 (H 9-16), 2/5
+// with 8 (H <= 8). Against kWgmmaPp (`against_pp`), which costs about 0.69 of kMma at H 16:
+// x < 1/8, 7/25, 3/10.
+constexpr bool MmaAutoPicksLowh(int64_t union_rows, int64_t walked_slots, int group_tokens,
+                                bool against_pp = false) {
+  if (walked_slots <= 0) return false;
+  if (against_pp) {
+    return group_tokens >= 8   ? 10 * union_rows < 3 * walked_slots
+           : group_tokens >= 4 ? 25 * union_rows < 7 * walked_slots
+                               : 8 * union_rows < walked_slots;
+  }
+  return group_tokens >= 8   ? 5 * union_rows < 2 * walked_slots
+         : group_tokens >= 4 ? 20 * union_rows < 9 * walked_slots
+                             : 2 * union_rows < walked_slots;
 }
 // Both kMmaLowH and kMma support `p`.
 bool MmaAutoSupports(const Params& p, std::string* why);
-// Header + both kernels' split workspaces (their GpuSplits).
+// cuda_mma_auto's kernel where kMmaLowH is not chosen: kWgmmaPp where it supports `p` (sm_90a,
+// FAST), else kMma.
+GpuKernel MmaAutoAlternative(const Params& p);
+// Header + the two kernels' split workspaces (their GpuSplits).
 int64_t MmaAutoWorkspaceBytes(const Params& p);
 // `workspace` holds `bytes` bytes (16-byte aligned); split counts shrink to fit. With no room
 // for the header (null or < 32 bytes) it runs kMma with one split, ungated.

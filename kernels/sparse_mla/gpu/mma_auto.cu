@@ -1,7 +1,9 @@
 // cuda_mma_auto (launch.h): the low-head union kernel (mma_lowh.cuh) where neighbouring tokens
-// share rows, the one-token kernel (mma.cuh) elsewhere, chosen on the device. A memset and the
-// estimate kernel sample token groups as kMmaLowH stacks them into MmaAutoHeader; both kernels
-// are then launched, each gated by the header's choice (the other's CTAs return at entry).
+// share rows, elsewhere the ping-pong wgmma kernel (wgmma_pp.cuh, its rows padded to 64) where
+// it runs and the one-token kernel (mma.cuh) where it does not, chosen on the device. A memset
+// and the estimate kernel sample token groups as kMmaLowH stacks them into MmaAutoHeader; both
+// kernels are then launched, each gated by the header's choice (the other's CTAs return at
+// entry).
 // Its cost over the chosen kernel alone is the estimate plus the empty grid of the kernel not
 // chosen (docs/BENCHMARKS.md "`cuda_mma_auto`: the union kernel where neighbours share rows").
 #if defined(ATTND_GPU_CUDA)  // CUDA-only (mma.sync); compiles to nothing for HIP
@@ -31,7 +33,9 @@ namespace {
 // measurements are in docs/BENCHMARKS.md
 // "`cuda_mma_auto`: the union kernel where neighbours share rows". The more tokens a CTA stacks,
 // the more a union row costs it (deduplication over 8 tokens' entries, multiplicities per token),
-// hence the lower threshold at H8.
+// hence the lower threshold at H8. Against kWgmmaPp the thresholds are where the same measured
+// kMmaLowH / kMma ratios reach kWgmmaPp / kMma (0.69 at H16, measured; its time does not depend
+// on H below 64, so about 0.55 at H32): docs/BENCHMARKS.md "Low heads on the ping-pong kernel".
 
 constexpr int kWarpsPerBlock = 2;  // two warps hash one sampled block
 constexpr int kEstimateThreads = 32 * kWarpsPerBlock * kAutoBlocksPerGroup;
@@ -58,7 +62,7 @@ int64_t Align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 // launcher's memset); the last CTA to arrive writes the totals and the choice. A CTA per group
 // spreads the shared atomics over SMs (one CTA for every group serialises them on one SM).
 __global__ void __launch_bounds__(kEstimateThreads)
-    SparseMlaAutoEstimateKernel(const KernelArgs a, int tokens, int block_n,
+    SparseMlaAutoEstimateKernel(const KernelArgs a, int tokens, int block_n, int32_t alternative,
                                 MmaAutoHeader* header) {
   __shared__ int32_t hash_s[kAutoBlocksPerGroup][kHashSlots];
   __shared__ const int32_t* slots_s[kMaxGroupTokens];
@@ -151,7 +155,9 @@ __global__ void __launch_bounds__(kEstimateThreads)
       const int64_t wa = static_cast<int64_t>(total & kFieldMask);
       header->union_rows = static_cast<int32_t>(un);
       header->walked_slots = static_cast<int32_t>(wa);
-      header->choice = MmaAutoPicksLowh(un, wa, tokens) ? kAutoChoseLowh : kAutoChoseMma;
+      header->choice = MmaAutoPicksLowh(un, wa, tokens, alternative == kAutoChosePp)
+                           ? kAutoChoseLowh
+                           : alternative;
     }
   }
 }
@@ -182,7 +188,7 @@ void LowhGroup(int64_t heads, int* tokens, int* block_n) {
   }
 }
 
-::attnd::gpu::Error LaunchEstimate(const Params& p, MmaAutoHeader* header,
+::attnd::gpu::Error LaunchEstimate(const Params& p, int32_t alternative, MmaAutoHeader* header,
                                    ::attnd::gpu::Stream stream) {
   int tokens = 0, block_n = 0;
   if (p.q.dim(2) == 576) {
@@ -196,7 +202,8 @@ void LowhGroup(int64_t heads, int* tokens, int* block_n) {
       ::attnd::gpu::MemsetAsync(header, 0, sizeof(MmaAutoHeader), stream);  // kMma, 0 sums
   if (e != ::attnd::gpu::kSuccess) return e;
   const KernelArgs a = MakeKernelArgs(p, 1, nullptr);
-  SparseMlaAutoEstimateKernel<<<ctas, kEstimateThreads, 0, stream>>>(a, tokens, block_n, header);
+  SparseMlaAutoEstimateKernel<<<ctas, kEstimateThreads, 0, stream>>>(a, tokens, block_n,
+                                                                     alternative, header);
   return ::attnd::gpu::GetLastError();
 }
 
@@ -210,9 +217,13 @@ bool MmaAutoSupports(const Params& p, std::string* why) {
   return GpuSupports(GpuKernel::kMmaLowH, p, why) && GpuSupports(GpuKernel::kMma, p, why);
 }
 
+GpuKernel MmaAutoAlternative(const Params& p) {
+  return GpuSupports(GpuKernel::kWgmmaPp, p, nullptr) ? GpuKernel::kWgmmaPp : GpuKernel::kMma;
+}
+
 int64_t MmaAutoWorkspaceBytes(const Params& p) {
   return static_cast<int64_t>(sizeof(MmaAutoHeader)) +
-         Align16(SplitWorkspaceBytes(p, GpuSplits(p, GpuKernel::kMma))) +
+         Align16(SplitWorkspaceBytes(p, GpuSplits(p, MmaAutoAlternative(p)))) +
          SplitWorkspaceBytes(p, GpuSplits(p, GpuKernel::kMmaLowH));
 }
 
@@ -222,17 +233,22 @@ int64_t MmaAutoWorkspaceBytes(const Params& p) {
   constexpr int64_t kHeader = sizeof(MmaAutoHeader);
   if (workspace == nullptr || bytes < kHeader) return LaunchSparseMlaMma(p, 1, nullptr, stream);
   auto* header = static_cast<MmaAutoHeader*>(workspace);
-  char* mma_ws = static_cast<char*>(workspace) + kHeader;
+  char* alt_ws = static_cast<char*>(workspace) + kHeader;
   const int64_t left = (bytes - kHeader) / 16 * 16;
-  const int mma_splits = SplitsThatFit(p, GpuSplits(p, GpuKernel::kMma), left);
-  const int64_t mma_bytes = Align16(SplitWorkspaceBytes(p, mma_splits));  // <= left
-  const int lowh_splits = SplitsThatFit(p, GpuSplits(p, GpuKernel::kMmaLowH), left - mma_bytes);
-  ::attnd::gpu::Error e = LaunchEstimate(p, header, stream);
+  const GpuKernel alt = MmaAutoAlternative(p);
+  const int32_t alt_choice = alt == GpuKernel::kWgmmaPp ? kAutoChosePp : kAutoChoseMma;
+  const int alt_splits = SplitsThatFit(p, GpuSplits(p, alt), left);
+  const int64_t alt_bytes = Align16(SplitWorkspaceBytes(p, alt_splits));  // <= left
+  const int lowh_splits = SplitsThatFit(p, GpuSplits(p, GpuKernel::kMmaLowH), left - alt_bytes);
+  ::attnd::gpu::Error e = LaunchEstimate(p, alt_choice, header, stream);
   if (e != ::attnd::gpu::kSuccess) return e;
-  e = LaunchSparseMlaMmaLowh(p, lowh_splits, mma_ws + mma_bytes, stream, &header->choice,
+  e = LaunchSparseMlaMmaLowh(p, lowh_splits, alt_ws + alt_bytes, stream, &header->choice,
                              kAutoChoseLowh);
   if (e != ::attnd::gpu::kSuccess) return e;
-  return LaunchSparseMlaMma(p, mma_splits, mma_ws, stream, &header->choice, kAutoChoseMma);
+  if (alt == GpuKernel::kWgmmaPp) {
+    return LaunchSparseMlaWgmmaPp(p, alt_splits, alt_ws, stream, &header->choice, kAutoChosePp);
+  }
+  return LaunchSparseMlaMma(p, alt_splits, alt_ws, stream, &header->choice, kAutoChoseMma);
 }
 
 }  // namespace attnd::kernels::sparse_mla::gpu

@@ -30,7 +30,6 @@ KernelArgs MakeKernelArgs(const Params& p, int splits, void* workspace) {
   ::attnd::gpu::DeviceFacts d;
   const int64_t pool_bytes = a.kv_rows * p.kv.stride(0) * DTypeSize(p.kv.dtype);
   a.prefetch_l2 = ::attnd::gpu::CurrentDeviceFacts(&d) && pool_bytes > d.l2_bytes;
-  a.keep_kv_in_l2 = !a.prefetch_l2;
   a.indices = p.indices.ptr<const int32_t>();
   if (p.is_csr()) {
     a.indptr = p.indptr.ptr<const int32_t>();

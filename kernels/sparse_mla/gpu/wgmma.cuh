@@ -809,8 +809,6 @@ struct SparseRows {
     return a.kv + static_cast<int64_t>(row) * a.kv_stride + col;
   }
   static __device__ __forceinline__ bool PrefetchL2(const Args& a) { return a.prefetch_l2; }
-  // The ping-pong kernel's L2 policy for the rows (wgmma_pp.cuh).
-  static __device__ __forceinline__ bool KeepRowsInL2(const Args& a) { return a.keep_kv_in_l2; }
   static __device__ __forceinline__ void StoreO(const Args& a, const Work& w, const float (&o)[128],
                                                 int r, int col0, const float (&l)[2]) {
     wgmma_internal::StoreO(a, o, w.t, w.split, w.h0 + r, col0, l);

@@ -40,14 +40,16 @@ bool WgmmaPpSupports(const Params& p, std::string* why) {
 }
 
 ::attnd::gpu::Error LaunchSparseMlaWgmmaPp(const Params& p, int splits, void* workspace,
-                                           ::attnd::gpu::Stream stream, int keep_kv_in_l2) {
+                                           ::attnd::gpu::Stream stream, const int32_t* gate,
+                                           int32_t gate_open) {
   if (p.q.dim(0) == 0) return ::attnd::gpu::kSuccess;
   KernelArgs a = MakeKernelArgs(p, splits, workspace);
-  if (keep_kv_in_l2 >= 0) a.keep_kv_in_l2 = keep_kv_in_l2 != 0;
+  a.gate = gate;
+  a.gate_open = gate_open;
   const ::attnd::gpu::Error e = p.q.dim(2) == 576 ? LaunchWgmmaPpInstance<576>(a, stream)
                                                   : LaunchWgmmaPpInstance<512>(a, stream);
   if (e != ::attnd::gpu::kSuccess || splits == 1) return e;
-  return LaunchSparseMlaCombine(p, splits, workspace, stream);
+  return LaunchSparseMlaCombine(p, splits, workspace, stream, gate, gate_open);
 }
 
 }  // namespace attnd::kernels::sparse_mla::gpu

@@ -108,14 +108,13 @@ __device__ __forceinline__ bool AnyNotOne(const float (&f)[2]) {
 
 }  // namespace wgmma_pp_internal
 
-// Src as for WgmmaAttention (wgmma.cuh), plus Src::KeepRowsInL2(a): gather the rows with the L2
-// policy evict_last (else evict_normal; Q always evict_first), and Src::QueryRowPtr(a, w, r):
-// query row r of the block (null: a padding row, zeros; row 0 is never one), in place of
-// QueryBase / QueryStride. FAST precision, bf16 rows. With
-// Src::kTmaPages a block that is one whole page (Src::WholePageBlock) comes by TMA through
-// `kv_map`, each half as its own boxes (Src::TmaSlabs, one thread; an out-of-range page reads as
-// zeros); its validity bits still come from Src::LoadRow, which masks exactly the rows of such a
-// page.
+// Src as for WgmmaAttention (wgmma.cuh), plus Src::QueryRowPtr(a, w, r): query row r of the
+// block (null: a padding row, zeros; row 0 is never one), in place of QueryBase / QueryStride.
+// Plain cp.async, no L2 policy operand: docs/KERNELS.md "Sparse MLA in ping-pong" says why. FAST
+// precision, bf16 rows. With Src::kTmaPages a block that is one whole page (Src::WholePageBlock)
+// comes by TMA through `kv_map`, each half as its own boxes (Src::TmaSlabs, one thread; an
+// out-of-range page reads as zeros); its validity bits still come from Src::LoadRow, which masks
+// exactly the rows of such a page.
 template <int kDqk, class Src>
 __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
                                               const void* kv_map = nullptr) {
@@ -161,10 +160,6 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
 #pragma unroll
     for (int i = 0; i < 4; ++i) rows[i] = pw * 16 + 4 * i + (lane >> 3);
     if (n_pairs == 0) return;
-    // L2 policies: Q is read once (evict_first); KV rows by Src::KeepRowsInL2 (evict_last where
-    // the pool fits the L2 and other CTAs read the same rows).
-    const uint64_t q_policy = L2PolicyEvictFirst();
-    const uint64_t kv_policy = Src::KeepRowsInL2(a) ? L2PolicyEvictLast() : L2PolicyEvictNormal();
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       // A padding row (Src::QueryRowPtr null: a block of fewer than 64 rows) is zero-filled by
@@ -175,7 +170,7 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
       const uint32_t dst = base + Tile::kQOffset + SwizzledOffset(rows[i], chunk);
 #pragma unroll
       for (int s = 0; s < Tile::kSlabs; ++s) {
-        CpAsync16Hint(dst + s * Tile::kSlabBytes, src + s * 64, bytes, q_policy);
+        CpAsync16(dst + s * Tile::kSlabBytes, src + s * 64, bytes);
       }
     }
     CpAsyncArriveNoinc(q_bar);
@@ -226,7 +221,7 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
           const uint16_t* src = Src::RowPtr(a, kv[blk][i], chunk * 8);
 #pragma unroll
           for (int s = kFirst; s < kFirst + kCount; ++s) {
-            CpAsync16Hint(base + off + s * Tile::kSlabBytes, src + s * 64, 16, kv_policy);
+            CpAsync16(base + off + s * Tile::kSlabBytes, src + s * 64, 16);
           }
         } else {
 #pragma unroll
@@ -555,6 +550,7 @@ struct SparseRowsAnyH : SparseRows {
 
 template <int kDqk>
 __global__ void __launch_bounds__(384, 1) SparseMlaWgmmaPpKernel(const KernelArgs a) {
+  if (GateClosed(a)) return;  // cuda_mma_auto chose another kernel (before any barrier)
   WgmmaPingPong<kDqk, SparseRowsAnyH>(a);
 }
 

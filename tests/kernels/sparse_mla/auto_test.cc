@@ -2,7 +2,8 @@
 // kernel writes at the start of the workspace is read back after each run and checked against
 // a host mirror of the documented sampling (groups, blocks, valid entries, distinct rows), and
 // the choice against the selection's sharing: pools of neighbours with the same rows -> the
-// low-head union kernel, uniform rows -> cuda_mma. Every run's output is checked against the
+// low-head union kernel, uniform rows -> its alternative (the ping-pong wgmma kernel where it
+// runs: sm_90a and FAST; else cuda_mma). Every run's output is checked against the
 // fp64 reference with NaN guard rows around the device KV (the harness in sparse_mla_test.cc
 // runs cuda_mma_auto on all its cases too). Skipped without a CUDA build and device.
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "tests/kernels/sparse_mla/case.h"
 
 #if defined(ATTND_GPU_CUDA)
+#include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/gpu/runtime.h"
 #include "kernels/sparse_mla/gpu/launch.h"
 #endif
@@ -35,6 +37,7 @@ using kernels::sparse_mla::Reference;
 using kernels::sparse_mla::gpu::kAutoBlocksPerGroup;
 using kernels::sparse_mla::gpu::kAutoChoseLowh;
 using kernels::sparse_mla::gpu::kAutoChoseMma;
+using kernels::sparse_mla::gpu::kAutoChosePp;
 using kernels::sparse_mla::gpu::kAutoSampleGroups;
 using kernels::sparse_mla::gpu::MmaAutoHeader;
 
@@ -127,8 +130,17 @@ std::vector<std::vector<int32_t>> Effective(std::vector<std::vector<int32_t>> sl
 struct AutoCase {
   int64_t h, d_qk, t, k, s, pool;
   bool topk_length;
-  int32_t want;  // kAutoChoseLowh, kAutoChoseMma
+  bool lowh;      // the union kernel, or else the alternative (whichever `p` gets)
+  double masked;  // the fraction of invalid slots (never a union row)
 };
+
+// The choice cuda_mma_auto makes where it does not pick the union kernel, for `p`.
+int32_t AlternativeChoice(const Params& p) {
+  return kernels::sparse_mla::gpu::MmaAutoAlternative(p) ==
+                 kernels::sparse_mla::gpu::GpuKernel::kWgmmaPp
+             ? kAutoChosePp
+             : kAutoChoseMma;
+}
 
 void CheckCase(const AutoCase& ac) {
   SCOPED_TRACE("H " + std::to_string(ac.h) + " d " + std::to_string(ac.d_qk) + " T " +
@@ -141,7 +153,7 @@ void CheckCase(const AutoCase& ac) {
   spec.t = ac.t;
   spec.k = ac.k;
   spec.s = ac.s;
-  spec.masked_fraction = 0.1;
+  spec.masked_fraction = ac.masked;
   const std::vector<std::vector<int32_t>> slots = PooledSlots(spec, ac.pool, rng);
   std::vector<int32_t> lengths;  // one per pool, so a pool's rows stay the same
   if (ac.topk_length) {
@@ -164,13 +176,16 @@ void CheckCase(const AutoCase& ac) {
       MmaAutoHeader got;
       const absl::Status st = RunAuto(p, &got);
       ASSERT_TRUE(st.ok()) << st;
-      const std::string what = csr ? "csr" : "table";
-      EXPECT_EQ(got.choice, ac.want)
+      const std::string what =
+          std::string(csr ? "csr" : "table") + " " + std::string(kernels::PrecisionName(precision));
+      const int32_t alternative = AlternativeChoice(p);
+      EXPECT_EQ(got.choice, ac.lowh ? kAutoChoseLowh : alternative)
           << what << ": union " << got.union_rows << " of walked " << got.walked_slots;
       EXPECT_EQ(got.choice, kernels::sparse_mla::gpu::MmaAutoPicksLowh(
-                                want.union_rows, want.walked_slots, GroupTokens(ac.h))
+                                want.union_rows, want.walked_slots, GroupTokens(ac.h),
+                                alternative == kAutoChosePp)
                                 ? kAutoChoseLowh
-                                : kAutoChoseMma)
+                                : alternative)
           << what << ": the documented rule";
       EXPECT_EQ(got.union_rows, want.union_rows) << what;
       EXPECT_EQ(got.valid_entries, want.valid_entries) << what;
@@ -180,31 +195,33 @@ void CheckCase(const AutoCase& ac) {
   }
 }
 
-// Pools of 8 tokens with the same rows: a CTA of cuda_mma_lowh (8 tokens at H8, 4 at H16)
-// gathers each row once for all of them (union / walked slots about 1/8 or 1/4) -> lowh. More
-// groups than are sampled (T 160 at H16: 40 groups), T not a multiple of the group, K tails,
-// d 576 (48-slot blocks), topk_length.
+// Pools of 8 tokens with the same rows, half their slots invalid: a CTA of cuda_mma_lowh (8
+// tokens at H8, 4 at H16) gathers each row once for all of them (union / walked slots about 1/16
+// or 1/8, a lone token's group 1/2) -> lowh, against either alternative. More groups than are
+// sampled (T 160 at H16: 40 groups), T not a multiple of the group, K tails, d 576 (48-slot
+// blocks), topk_length.
 TEST(SparseMlaAutoGpu, ChoosesLowhWhereNeighboursShareRows) {
   if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
   for (const AutoCase& ac : {
-           AutoCase{16, 512, 160, 300, 5000, 8, false, kAutoChoseLowh},
-           AutoCase{8, 512, 77, 600, 20000, 8, false, kAutoChoseLowh},
-           AutoCase{16, 576, 37, 150, 3000, 8, true, kAutoChoseLowh},
-           AutoCase{12, 512, 9, 130, 700, 8, false, kAutoChoseLowh},  // groups 4 + 4 + 1
+           AutoCase{16, 512, 160, 300, 5000, 8, false, true, 0.5},
+           AutoCase{8, 512, 77, 600, 20000, 8, false, true, 0.5},
+           AutoCase{16, 576, 37, 150, 3000, 8, true, true, 0.5},
+           AutoCase{12, 512, 9, 130, 700, 8, false, true, 0.5},  // groups 4 + 4 + 1
        }) {
     CheckCase(ac);
   }
 }
 
 // Uniform rows over a large cache (neighbours share almost nothing: union / walked slots ~ 0.9,
-// the valid fraction) -> cuda_mma; also a single token.
-TEST(SparseMlaAutoGpu, ChoosesMmaOnUniformSelections) {
+// the valid fraction) -> the alternative (cuda_wgmma_pp in FAST on sm_90a, else cuda_mma); also a
+// single token.
+TEST(SparseMlaAutoGpu, ChoosesTheAlternativeOnUniformSelections) {
   if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
   for (const AutoCase& ac : {
-           AutoCase{16, 512, 160, 300, 60000, 1, false, kAutoChoseMma},
-           AutoCase{8, 576, 20, 600, 60000, 1, true, kAutoChoseMma},
-           AutoCase{32, 512, 33, 200, 60000, 1, false, kAutoChoseMma},
-           AutoCase{16, 512, 1, 256, 60000, 1, false, kAutoChoseMma},
+           AutoCase{16, 512, 160, 300, 60000, 1, false, false, 0.1},
+           AutoCase{8, 576, 20, 600, 60000, 1, true, false, 0.1},
+           AutoCase{32, 512, 33, 200, 60000, 1, false, false, 0.1},
+           AutoCase{16, 512, 1, 256, 60000, 1, false, false, 0.1},
        }) {
     CheckCase(ac);
   }
@@ -269,7 +286,8 @@ TEST(SparseMlaAutoGpu, EmptySelectionsNoWorkspaceAndNoTokens) {
   }
 }
 
-// Dispatch picks cuda_mma_auto for H <= 32 with a bf16 cache, and not for H 64 or the FP8 cache.
+// Dispatch picks cuda_mma_auto for H <= 32 with a bf16 cache, and not for H 64 or the FP8 cache;
+// its alternative is the ping-pong kernel in FAST on compute capability 9.0, else cuda_mma.
 TEST(SparseMlaAutoGpu, DispatchOrder) {
   if (!GpuAvailable()) GTEST_SKIP() << "no GPU";
   std::mt19937_64 rng = MakeRng();
@@ -278,6 +296,18 @@ TEST(SparseMlaAutoGpu, DispatchOrder) {
   SparseMlaCase c(spec, rng);
   std::string why;
   EXPECT_TRUE(kernels::sparse_mla::gpu::MmaAutoSupports(c.MakeParams(false), &why)) << why;
+  {
+    using kernels::sparse_mla::gpu::GpuKernel;
+    using kernels::sparse_mla::gpu::MmaAutoAlternative;
+    gpu::DeviceFacts d;
+    ASSERT_TRUE(gpu::CurrentDeviceFacts(&d));
+    Params p = c.MakeParams(false);
+    p.precision = kernels::Precision::kHigh;
+    EXPECT_EQ(MmaAutoAlternative(p), GpuKernel::kMma);
+    p.precision = kernels::Precision::kFast;
+    EXPECT_EQ(MmaAutoAlternative(p),
+              d.cc_major == 9 && d.cc_minor == 0 ? GpuKernel::kWgmmaPp : GpuKernel::kMma);
+  }
   spec.h = 64;
   SparseMlaCase wide(spec, rng);
   EXPECT_FALSE(kernels::sparse_mla::gpu::MmaAutoSupports(wide.MakeParams(false), &why));
