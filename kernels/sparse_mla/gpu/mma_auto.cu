@@ -35,7 +35,8 @@ namespace {
 // the more a union row costs it (deduplication over 8 tokens' entries, multiplicities per token),
 // hence the lower threshold at H8. Against kWgmmaPp the thresholds are where the same measured
 // kMmaLowH / kMma ratios reach kWgmmaPp / kMma (0.69 at H16, measured; its time does not depend
-// on H below 64, so about 0.55 at H32): docs/BENCHMARKS.md "Low heads on the ping-pong kernel".
+// on H below 64, so about 0.55 at H32): docs/BENCHMARKS.md "Low heads through the ping-pong
+// kernel".
 
 constexpr int kWarpsPerBlock = 2;  // two warps hash one sampled block
 constexpr int kEstimateThreads = 32 * kWarpsPerBlock * kAutoBlocksPerGroup;
