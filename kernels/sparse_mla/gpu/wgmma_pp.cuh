@@ -67,7 +67,10 @@ struct WgmmaPpTile {
   // full[stage][half] at + 8·(2·stage + half), empty the same + 32, q at + 64.
   static constexpr uint32_t kBarOffset = kMaskOffset + 16;
   static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 9 * 8);
-  static constexpr int kProducerRegs = 72, kConsumerRegs = 216;
+  // 224 for the consumers: at 216 ptxas spilled 24 bytes of theirs, reloaded inside the pair loop
+  // (ncu: the kernel's top stall; docs/KERNELS.md "Sparse MLA in ping-pong"); the producer's 56
+  // keep a few spills of its own, outside the MMA path.
+  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   // full: per producer thread one cp.async arrival (noinc) and one ordinary one; empty: one
   // arrival per warp of the warpgroup that frees the half.
   static constexpr uint32_t kFullCount = 256, kEmptyCount = 4, kQCount = 128;
