@@ -16,8 +16,8 @@
 //                   (+8), 64 columns: Σ_h w·relu(s) is an in-register FFMA loop per query, then a
 //                   quad transpose-sum over the four lanes of the row; × k_scale; stored with
 //                   the window test (value inside, −inf outside when clean). The two consumers
-//                   share each k tile and take turns issuing (named barriers), so one's epilogue
-//                   runs under the other's MMA.
+//                   share each k tile and issue as soon as it is in, with no turns (measured
+//                   faster than alternating turns, docs/KERNELS.md "Prefill indexer on Hopper").
 // Only tiles that some row of the CTA sees are loaded (TileRanges: the same list for every role);
 // the windows are clipped to the chunk first, so a tile belongs to exactly one of "computed"
 // (consumers write all its columns of the CTA's rows) or "filled" (WG2 warps 1-3, clean only).
@@ -119,9 +119,8 @@ struct WgmmaIndexerTile {
   static_assert(kHeads % 8 == 0 && kWgQueries % 4 == 0, "whole queries per 8-column group");
 };
 
-// Named barriers of the consumers: WG0's issue turn (kIndexerBarTurn0), WG1's (+ 1); the
-// candidate form's end of a warpgroup's tiles (kIndexerBarDone0 + wg, 128 threads).
-inline constexpr uint32_t kIndexerBarTurn0 = 1;
+// Named barriers of the consumers: the candidate form's end of a warpgroup's tiles
+// (kIndexerBarDone0 + wg, 128 threads).
 inline constexpr uint32_t kIndexerBarDone0 = 3;
 // Keys (radix.h's map) at or above this are selectable: -FLT_MAX and up.
 inline constexpr uint32_t kCandMinKey = 0x00800000u;
@@ -577,28 +576,19 @@ __global__ void __launch_bounds__(384, 1)
   TileCursor cursor(ranges);
   // The candidate form without helpers: tiles since this warp's last floor raise.
   [[maybe_unused]] uint32_t since_floor = 0;
-  // Issue turns: WG0 first; each hands the turn to the other after issuing. Arrivals balance
-  // the syncs: WG1 gives the first turn and does not hand back after its last tile.
-  if (wg == 1 && !cursor.done()) NamedBarArrive(kIndexerBarTurn0, 256);
   for (uint32_t i = 0; !cursor.done(); ++i) {
     const uint32_t s = i % T::kStages;
     const int32_t t = cursor.tile();
     cursor.Advance();
     if (i == 0) MbarWait(q_full, 0);
     MbarWait(full + 8 * s, (i / T::kStages) & 1);
-    NamedBarSync(kIndexerBarTurn0 + wg, 256);
     WgmmaFence();
-    uint64_t k_desc = SmemDescKMajor(base + T::kKOffset + s * T::kTileBytes), qd = q_desc;
+    const uint64_t k_desc = SmemDescKMajor(base + T::kKOffset + s * T::kTileBytes);
 #pragma unroll
-    for (int kk = 0; kk < T::kSteps; ++kk) {
-      // One live descriptor pair (the compiler would otherwise keep every step's in registers).
-      asm volatile("" : "+l"(k_desc), "+l"(qd));
-      WgmmaFp8<256>::Run(acc, k_desc, qd, kk > 0);
-      k_desc = DescAdvance(k_desc, 32);  // next k32 step: 32 bytes on, inside the swizzle atom
-      qd = DescAdvance(qd, 32);
+    for (int kk = 0; kk < T::kSteps; ++kk) {  // k32 step kk: 32·kk bytes on, in the swizzle atom
+      WgmmaFp8<256>::Run(acc, DescAdvance(k_desc, 32 * kk), DescAdvance(q_desc, 32 * kk), kk > 0);
     }
     WgmmaCommit();
-    if (wg == 0 || !cursor.done()) NamedBarArrive(kIndexerBarTurn0 + (wg ^ 1), 256);
 
     const int64_t key0 = int64_t{t} * kWgmmaBlockN + 16 * warp + g;  // and key0 + 8
     float scale[2];
