@@ -285,7 +285,10 @@ TEST(MlaDecodeGpu, PerTensorFp8MmaMatchesBf16MmaOnRoundedCache) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
   const Impl<Params>* mma = nullptr;
   for (const auto& impl : Implementations()) {
-    if (impl.backend == testing::GpuBackend() && impl.name.find("mma") != std::string::npos) {
+    // The mma.sync kernel by its exact name: "mma" is also in the wgmma kernels' names, and
+    // they take the bf16 cache only.
+    if (impl.backend == testing::GpuBackend() &&
+        impl.name == std::string(BackendName(impl.backend)) + "_mma") {
       mma = &impl;
     }
   }
