@@ -563,12 +563,30 @@ __global__ void __launch_bounds__(384, 1)
   // each group of four in lane t4), their windows within the chunk.
   int32_t out_lo[T::kOut], out_hi[T::kOut];
   bool out_ok[T::kOut];
+  [[maybe_unused]] float* out_row[T::kOut];  // the logits form: this lane's rows
 #pragma unroll
   for (int u = 0; u < T::kOut; ++u) {
     const int query = q0 + 4 * u + t4;
     out_ok[u] = query < w.count;
     out_lo[u] = lo[query];
     out_hi[u] = hi[query];
+    out_row[u] = p.logits + (row0 + query) * p.ld;
+  }
+  // The keys every row of the CTA sees, [in_lo, in_hi) (windows already inside the chunk): a
+  // tile within it is stored without per-key window tests (the logits form at H 32, where a
+  // lane stores two queries a key; at H 64 the same path measured slower, docs/KERNELS.md
+  // "Prefill indexer on Hopper"). Empty when some row of the block is missing or sees nothing.
+  constexpr bool kInteriorPath = !kFused && T::kOut > 1;
+  int32_t in_lo = 0, in_hi = 0;
+  if constexpr (kInteriorPath) {
+    if (w.count == T::kQueries) {
+      in_lo = lo[0];
+      in_hi = hi[0];
+      for (int query = 1; query < T::kQueries; ++query) {
+        in_lo = lo[query] > in_lo ? lo[query] : in_lo;
+        in_hi = hi[query] < in_hi ? hi[query] : in_hi;
+      }
+    }
   }
 
   const uint64_t q_desc = SmemDescKMajor(base + T::kQOffset + wg * T::kQWgBytes);
@@ -612,18 +630,32 @@ __global__ void __launch_bounds__(384, 1)
     AddWeightedRelu<kHeads, 32, T::kWgQueries>(acc, wt, part);
     // ... then over the quad (all H heads), times the key's scale, stored.
     if constexpr (!kFused) {
+      const int32_t tile_key0 = t * static_cast<int32_t>(kWgmmaBlockN);  // < 2^31 - 64
+      if (kInteriorPath && tile_key0 >= in_lo &&
+          tile_key0 + static_cast<int32_t>(kWgmmaBlockN) <= in_hi) {
+        // Inside every row's window (so below c1): stored as they are.
 #pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int64_t key = key0 + 8 * rr;
+        for (int rr = 0; rr < 2; ++rr) {
 #pragma unroll
-        for (int u = 0; u < T::kOut; ++u) {
-          const float v = QuadTransposeSum(&part[rr][4 * u], t4);
-          if (!out_ok[u] || key >= w.c1) continue;
-          float* out = p.logits + (row0 + q0 + 4 * u + t4) * p.ld + key;
-          if (key >= out_lo[u] && key < out_hi[u]) {
-            *out = v * scale[rr];
-          } else if (p.clean) {
-            *out = kNegInf;
+          for (int u = 0; u < T::kOut; ++u) {
+            out_row[u][key0 + 8 * rr] = QuadTransposeSum(&part[rr][4 * u], t4) * scale[rr];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int64_t key = key0 + 8 * rr;
+#pragma unroll
+          for (int u = 0; u < T::kOut; ++u) {
+            const float v = QuadTransposeSum(&part[rr][4 * u], t4);
+            if (!out_ok[u] || key >= w.c1) continue;
+            float* out =
+                kInteriorPath ? out_row[u] + key : p.logits + (row0 + q0 + 4 * u + t4) * p.ld + key;
+            if (key >= out_lo[u] && key < out_hi[u]) {
+              *out = v * scale[rr];
+            } else if (p.clean) {
+              *out = kNegInf;
+            }
           }
         }
       }
