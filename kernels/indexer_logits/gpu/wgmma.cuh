@@ -110,12 +110,16 @@ struct WgmmaIndexerTile {
   static constexpr uint32_t kValueBytes = kQueries * kValueLd * 4;
   static constexpr uint32_t kVBarOffset = kValueOffset + kValueStages * kValueBytes;
   static constexpr int kSmemBytesHelpers = static_cast<int>(kVBarOffset + 2 * kValueStages * 8);
-  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+  // H 32's consumers keep a tile's sums across the next tile's MMA issue (the one-ahead loop
+  // of the logits form): 240 registers, the producer and filler down to 24.
+  static constexpr int kProducerRegs = kHeads == 32 ? 24 : 56;
+  static constexpr int kConsumerRegs = kHeads == 32 ? 240 : 224;
   static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp
   // setmaxnreg moves registers within the launch allocation only (tiles.h kSm90Regs384).
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * kSm90Regs384, "register budget");
   static constexpr int kHelperRegs = 56;  // WG2 with the helper warps: the whole budget
-  static_assert(kHelperRegs + 2 * kConsumerRegs <= 3 * kSm90Regs384, "register budget");
+  static constexpr int kHelperConsumerRegs = 224;
+  static_assert(kHelperRegs + 2 * kHelperConsumerRegs <= 3 * kSm90Regs384, "register budget");
   static_assert(kHeads % 8 == 0 && kWgQueries % 4 == 0, "whole queries per 8-column group");
 };
 
@@ -545,7 +549,7 @@ __global__ void __launch_bounds__(384, 1)
 
   // ---- Consumers: warpgroup wg owns the CTA's queries [q0, q0 + kWgQueries); warp `warp`
   // the tile's keys 16·warp + lane/4 and + 8; lane quad position t4 the columns 8j + 2·t4 + e.
-  SetMaxRegsInc<T::kConsumerRegs>();
+  SetMaxRegsInc<kHelpers ? T::kHelperConsumerRegs : T::kConsumerRegs>();
   const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   const int q0 = wg * T::kWgQueries;
   // The weights of this thread's 64 columns (0 for queries past the block: their q is zero).
@@ -563,7 +567,7 @@ __global__ void __launch_bounds__(384, 1)
   // each group of four in lane t4), their windows within the chunk.
   int32_t out_lo[T::kOut], out_hi[T::kOut];
   bool out_ok[T::kOut];
-  [[maybe_unused]] float* out_row[T::kOut];  // the logits form: this lane's rows
+  [[maybe_unused]] float* out_row[T::kOut];  // kOneAhead: this lane's output rows
 #pragma unroll
   for (int u = 0; u < T::kOut; ++u) {
     const int query = q0 + 4 * u + t4;
@@ -572,13 +576,14 @@ __global__ void __launch_bounds__(384, 1)
     out_hi[u] = hi[query];
     out_row[u] = p.logits + (row0 + query) * p.ld;
   }
-  // The keys every row of the CTA sees, [in_lo, in_hi) (windows already inside the chunk): a
-  // tile within it is stored without per-key window tests (the logits form at H 32, where a
-  // lane stores two queries a key; at H 64 the same path measured slower, docs/KERNELS.md
-  // "Prefill indexer on Hopper"). Empty when some row of the block is missing or sees nothing.
-  constexpr bool kInteriorPath = !kFused && T::kOut > 1;
+  // The logits form at H 32 (a lane stores two queries a key) runs the one-ahead loop below,
+  // which stores a tile inside [in_lo, in_hi), the keys every row of the CTA sees (windows
+  // already inside the chunk), without per-key window tests; empty when some row of the block
+  // is missing or sees nothing. At H 64 both measured slower (docs/KERNELS.md "Prefill indexer
+  // on Hopper"), so H 64 and the candidate form keep the loop after it.
+  constexpr bool kOneAhead = !kFused && T::kOut > 1;
   int32_t in_lo = 0, in_hi = 0;
-  if constexpr (kInteriorPath) {
+  if constexpr (kOneAhead) {
     if (w.count == T::kQueries) {
       in_lo = lo[0];
       in_hi = hi[0];
@@ -591,6 +596,78 @@ __global__ void __launch_bounds__(384, 1)
 
   const uint64_t q_desc = SmemDescKMajor(base + T::kQOffset + wg * T::kQWgBytes);
   float acc[128];  // S: keys 16·warp + g (+8) × this thread's 64 columns (accumulator layout)
+  if constexpr (kOneAhead) {
+    // One tile ahead: once a tile's accumulators are summed into `part`, the next tile's MMA
+    // is issued, and this tile's quad sums and stores run under it.
+    auto issue = [&](uint32_t i) {  // the MMA of the i-th needed tile, once its stage is full
+      const uint32_t s = i % T::kStages;
+      MbarWait(full + 8 * s, (i / T::kStages) & 1);
+      WgmmaFence();
+      const uint64_t k_desc = SmemDescKMajor(base + T::kKOffset + s * T::kTileBytes);
+#pragma unroll
+      for (int kk = 0; kk < T::kSteps; ++kk) {  // k32 step kk: 32·kk bytes on, in the atom
+        WgmmaFp8<256>::Run(acc, DescAdvance(k_desc, 32 * kk), DescAdvance(q_desc, 32 * kk), kk > 0);
+      }
+      WgmmaCommit();
+    };
+    TileCursor cursor(ranges);
+    if (!cursor.done()) {
+      MbarWait(q_full, 0);
+      issue(0);
+    }
+    for (uint32_t i = 0; !cursor.done(); ++i) {
+      const uint32_t s = i % T::kStages;
+      const int32_t t = cursor.tile();
+      cursor.Advance();
+      const int64_t key0 = int64_t{t} * kWgmmaBlockN + 16 * warp + g;  // and key0 + 8
+      float scale[2];
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int64_t key = key0 + 8 * rr;
+        scale[rr] = key < w.c1 ? __ldg(p.k_scale + key) : 0.0f;
+      }
+      WgmmaWait<0>();
+      FenceAccumulators(acc);
+      __syncwarp();
+      if (lane == 0) MbarArrive(empty + 8 * s);  // this warp's share of the tile is read
+      float part[2][T::kWgQueries];
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+#pragma unroll
+        for (int u = 0; u < T::kWgQueries; ++u) part[rr][u] = 0.0f;
+      }
+      AddWeightedRelu<kHeads, 32, T::kWgQueries>(acc, wt, part);
+      if (!cursor.done()) issue(i + 1);                                  // acc is free again
+      const int32_t tile_key0 = t * static_cast<int32_t>(kWgmmaBlockN);  // < 2^31 - 64
+      if (tile_key0 >= in_lo && tile_key0 + static_cast<int32_t>(kWgmmaBlockN) <= in_hi) {
+        // Inside every row's window (so below c1): stored as they are.
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+#pragma unroll
+          for (int u = 0; u < T::kOut; ++u) {
+            out_row[u][key0 + 8 * rr] = QuadTransposeSum(&part[rr][4 * u], t4) * scale[rr];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int64_t key = key0 + 8 * rr;
+#pragma unroll
+          for (int u = 0; u < T::kOut; ++u) {
+            const float v = QuadTransposeSum(&part[rr][4 * u], t4);
+            if (!out_ok[u] || key >= w.c1) continue;
+            float* out = out_row[u] + key;
+            if (key >= out_lo[u] && key < out_hi[u]) {
+              *out = v * scale[rr];
+            } else if (p.clean) {
+              *out = kNegInf;
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
   TileCursor cursor(ranges);
   // The candidate form without helpers: tiles since this warp's last floor raise.
   [[maybe_unused]] uint32_t since_floor = 0;
@@ -630,32 +707,18 @@ __global__ void __launch_bounds__(384, 1)
     AddWeightedRelu<kHeads, 32, T::kWgQueries>(acc, wt, part);
     // ... then over the quad (all H heads), times the key's scale, stored.
     if constexpr (!kFused) {
-      const int32_t tile_key0 = t * static_cast<int32_t>(kWgmmaBlockN);  // < 2^31 - 64
-      if (kInteriorPath && tile_key0 >= in_lo &&
-          tile_key0 + static_cast<int32_t>(kWgmmaBlockN) <= in_hi) {
-        // Inside every row's window (so below c1): stored as they are.
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
+      for (int rr = 0; rr < 2; ++rr) {
+        const int64_t key = key0 + 8 * rr;
 #pragma unroll
-          for (int u = 0; u < T::kOut; ++u) {
-            out_row[u][key0 + 8 * rr] = QuadTransposeSum(&part[rr][4 * u], t4) * scale[rr];
-          }
-        }
-      } else {
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const int64_t key = key0 + 8 * rr;
-#pragma unroll
-          for (int u = 0; u < T::kOut; ++u) {
-            const float v = QuadTransposeSum(&part[rr][4 * u], t4);
-            if (!out_ok[u] || key >= w.c1) continue;
-            float* out =
-                kInteriorPath ? out_row[u] + key : p.logits + (row0 + q0 + 4 * u + t4) * p.ld + key;
-            if (key >= out_lo[u] && key < out_hi[u]) {
-              *out = v * scale[rr];
-            } else if (p.clean) {
-              *out = kNegInf;
-            }
+        for (int u = 0; u < T::kOut; ++u) {
+          const float v = QuadTransposeSum(&part[rr][4 * u], t4);
+          if (!out_ok[u] || key >= w.c1) continue;
+          float* out = p.logits + (row0 + q0 + 4 * u + t4) * p.ld + key;
+          if (key >= out_lo[u] && key < out_hi[u]) {
+            *out = v * scale[rr];
+          } else if (p.clean) {
+            *out = kNegInf;
           }
         }
       }
