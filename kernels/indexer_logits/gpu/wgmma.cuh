@@ -18,6 +18,9 @@
 //                   the window test (value inside, −inf outside when clean). The two consumers
 //                   share each k tile and issue as soon as it is in, with no turns (measured
 //                   faster than alternating turns, docs/KERNELS.md "Prefill indexer on Hopper").
+//                   H32's logits form runs one tile ahead (the next tile's MMA is issued once
+//                   this tile's sums are in registers, its stores run under it) and stores a
+//                   tile inside every row's window without tests; H64 keeps the plain loop.
 // Only tiles that some row of the CTA sees are loaded (TileRanges: the same list for every role);
 // the windows are clipped to the chunk first, so a tile belongs to exactly one of "computed"
 // (consumers write all its columns of the CTA's rows) or "filled" (WG2 warps 1-3, clean only).
