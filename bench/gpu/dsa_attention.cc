@@ -1,5 +1,6 @@
 // GPU benchmarks of the fused DSA layer (dsa_attention): DeepSeek-V3.2's indexer (H_i 64, D_i
-// 128) and sparse MLA (H 128, d_qk 576, top-2048).
+// 128) and sparse MLA (H 128, d_qk 576, top-2048); one prefill preset with GLM-5's shapes
+// ("glm_prefill_*": indexer H_i 32, sparse MLA H 64, d_qk 512, K = V).
 // - Paged decode form ("decode_*"): B requests of a 32K context, block 64, one block table for
 //   both caches (as vLLM and SGLang keep them), each request's blocks drawn from a shuffled pool
 //   (a fragmented cache); the MLA cache is the FP8 656-byte rows (or bf16 where the preset says
@@ -14,6 +15,7 @@
 //   attn_gpu_bench --filter=dsa_attention/decode_b128
 //   attn_gpu_bench --filter=dsa_attention/prefill_t4096
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <numeric>
@@ -67,6 +69,7 @@ struct PrefillPreset {
 
 constexpr PrefillPreset kPrefillPresets[] = {
     {"prefill_t4096_s32768_hi64_h128_d576_k2048_bf16kv", 4096, 32768, 64, 128, 576, 2048},
+    {"glm_prefill_t4096_s32768_hi32_h64_d512_k2048_bf16kv", 4096, 32768, 32, 64, 512, 2048},
 };
 
 // The name of a preset's variant with the FAST indexer is the preset's with this appended.
@@ -173,7 +176,7 @@ absl::Status AddPrefillCases(const PrefillPreset& s, uint64_t* seed,
   p.topk = s.topk;
   p.q = MakeTensor(*q, DType::kBF16, {t, s.heads, s.d_qk});
   p.kv = MakeTensor(*kv, DType::kBF16, {n, s.d_qk});
-  p.sm_scale = 1.0f / 24.0f;  // 1/sqrt(576)
+  p.sm_scale = 1.0f / std::sqrt(static_cast<float>(s.d_qk));
   p.out = MakeTensor(*out, DType::kBF16, {t, s.heads, sparse_mla::kDimV});
   p.lse = MakeTensor(*lse, DType::kF32, {t, s.heads});
   ATTND_RETURN_IF_ERROR(dsa::Validate(p));
@@ -238,7 +241,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
     p.q = MakeTensor(*q, DType::kBF16, {t, s.heads, s.d_qk});
     p.kv = s.fp8_kv ? MakeTensor(*kv, DType::kU8, {kv_rows, sparse_mla::kFp8RowBytes})
                     : MakeTensor(*kv, DType::kBF16, {kv_rows, s.d_qk});
-    p.sm_scale = 1.0f / 24.0f;  // 1/sqrt(576)
+    p.sm_scale = 1.0f / std::sqrt(static_cast<float>(s.d_qk));
     p.out = MakeTensor(*out, DType::kBF16, {t, s.heads, sparse_mla::kDimV});
     p.lse = MakeTensor(*lse, DType::kF32, {t, s.heads});
     ATTND_RETURN_IF_ERROR(dsa::Validate(p));
