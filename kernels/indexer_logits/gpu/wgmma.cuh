@@ -601,7 +601,9 @@ __global__ void __launch_bounds__(384, 1)
   float acc[128];  // S: keys 16·warp + g (+8) × this thread's 64 columns (accumulator layout)
   if constexpr (kOneAhead) {
     // One tile ahead: once a tile's accumulators are summed into `part`, the next tile's MMA
-    // is issued, and this tile's quad sums and stores run under it.
+    // is issued, and this tile's quad sums and stores run under it. (Its issue and sums repeat
+    // the loop below on purpose: shared as lambdas, ptxas scheduled the H64 and candidate
+    // instances differently, and those are the measured code.)
     auto issue = [&](uint32_t i) {  // the MMA of the i-th needed tile, once its stage is full
       const uint32_t s = i % T::kStages;
       MbarWait(full + 8 * s, (i / T::kStages) & 1);
