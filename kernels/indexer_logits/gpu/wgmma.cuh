@@ -577,7 +577,8 @@ __global__ void __launch_bounds__(384, 1)
     out_ok[u] = query < w.count;
     out_lo[u] = lo[query];
     out_hi[u] = hi[query];
-    out_row[u] = p.logits + (row0 + query) * p.ld;
+    // Only where the logits are written (the candidates-only form has none to point into).
+    if constexpr (!kFused && T::kOut > 1) out_row[u] = p.logits + (row0 + query) * p.ld;
   }
   // The logits form at H 32 (a lane stores two queries a key) runs the one-ahead loop below,
   // which stores a tile inside [in_lo, in_hi), the keys every row of the CTA sees (windows
