@@ -657,8 +657,10 @@ def test_garbage_ring_entries_stay_in_their_ring(daemon, rng):
         finally:
             stop.set()
             thread.join()
-        # Then an overrun: the hostile ring errors, the good one goes on.
-        words[0] = int(words[8]) + 65
+        # Then an overrun: the hostile ring errors, the good one goes on. 65 past the last head,
+        # not past the tail read here: the daemon may still be taking that lap's entries, and a
+        # tail that moves after it was read would leave the new head only 64 or fewer past it.
+        words[0] = int(words[0]) + 65
         wait_until(lambda: bad_ring.state == 2, 10, what="the overrun ring errored")
         done = SignalWord(region)
         assert good_ring.submit(call_id, None, 0, done.offset, 7)
