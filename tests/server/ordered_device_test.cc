@@ -231,7 +231,8 @@ class OrderedRunnerTest : public ::testing::Test {
     runner_ = std::make_unique<ops::CallRunner>(&ops_, scheduler_.get(), registry_.get(), nullptr,
                                                 ops::CallRunner::Options{});
     ops::StreamOrderedRunner::Options so;
-    so.signal_timeout = absl::Milliseconds(300);
+    // Large: it caps every call's wait deadline, and the tests set the short ones they need.
+    so.signal_timeout = absl::Seconds(60);
     so.backend = &backend_;
     stream_ = std::make_unique<ops::StreamOrderedRunner>(runner_.get(), &ops_, registry_.get(),
                                                          nullptr, so);
@@ -388,8 +389,10 @@ TEST_F(OrderedRunnerTest, ALaterCallsDeadlineCancelsItWithoutReleasingTheEarlier
   auto q = stream_->NewQueue("session test");
   ASSERT_TRUE(Enqueue(q, Request(0, 1, 10, 1), 0).ok());
   ASSERT_TRUE(Enqueue(q, Request(1, 1, 11, 2), 1, absl::Milliseconds(50)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
   const auto all = device_.all();
+  // The watchdog cancels call 1 at its deadline (it may look late on a loaded machine).
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!all[1]->cancel.load() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(2));
   EXPECT_TRUE(all[1]->cancel.load());
   // Not released: call 0 still waits on its own word, and raising call 1's word now would not
   // free the stream anyway.

@@ -58,12 +58,14 @@ TEST(StallWatchTest, ReportsAWaitPastTheLimitOnceWithItsTagAndText) {
 
 TEST(StallWatchTest, WaitsThatEndInTimeAreNeverReported) {
   Seen seen;
-  StallWatch watch(absl::Milliseconds(200), seen.Callback(), absl::Milliseconds(5));
+  // A limit far above the 2 ms waits, so that a test thread descheduled mid-wait on a loaded
+  // machine does not make one of them a real stall.
+  StallWatch watch(absl::Seconds(1), seen.Callback(), absl::Milliseconds(5));
   for (int i = 0; i < 20; ++i) {
     StallWatch::Token t = watch.Begin(i, "short");
     absl::SleepFor(absl::Milliseconds(2));
   }
-  absl::SleepFor(absl::Milliseconds(300));  // past the limit of every one of them
+  absl::SleepFor(absl::Milliseconds(1100));  // past the limit of every one of them
   EXPECT_EQ(seen.count(), 0u);
   EXPECT_EQ(watch.stalls(), 0);
   EXPECT_EQ(watch.waiting(), 0);
@@ -71,7 +73,7 @@ TEST(StallWatchTest, WaitsThatEndInTimeAreNeverReported) {
 
 TEST(StallWatchTest, OnlyTheStalledWaitOfSeveralIsReported) {
   Seen seen;
-  StallWatch watch(absl::Milliseconds(60), seen.Callback(), absl::Milliseconds(5));
+  StallWatch watch(absl::Seconds(1), seen.Callback(), absl::Milliseconds(5));  // (as above)
   StallWatch::Token stuck = watch.Begin(1, "stuck");
   for (int i = 0; i < 10; ++i) {
     StallWatch::Token t = watch.Begin(2, "quick");
@@ -112,7 +114,8 @@ TEST(StallWatchTest, StopsAfterTheCallbackInProgress) {
         },
         absl::Milliseconds(2));
     StallWatch::Token t = watch.Begin(0, "held past the watch's end");
-    absl::SleepFor(absl::Milliseconds(40));
+    const absl::Time until = absl::Now() + absl::Seconds(10);  // reported: the callback runs
+    while (calls.load() == 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
     t.End();
   }
   EXPECT_EQ(calls.load(), 1);

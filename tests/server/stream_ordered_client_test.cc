@@ -171,7 +171,7 @@ TEST_F(StreamOrderedClientTest, WaitSignalReportsTheFailureBit) {
   Poison();
   absl::StatusOr<uint64_t> id =
       client::Enqueue(client_.get(), p_, Signal{"cpp-so", WordOffset(0), 1},
-                      Signal{"cpp-so", WordOffset(1), 1}, Timeout(absl::Milliseconds(300)));
+                      Signal{"cpp-so", WordOffset(1), 1}, Timeout(absl::Seconds(2)));
   ASSERT_TRUE(id.ok()) << id.status();
   absl::StatusOr<uint64_t> done = client::WaitSignal(words_ + 1, 1, absl::Seconds(10));
   EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();

@@ -284,7 +284,7 @@ TEST_F(StreamOrderedTest, WatchdogFailsUnsignalledCallOnlyInItsSession) {
   ASSERT_TRUE(a->Read(&resp));
   m.Clear();
   m.set_request_id(42);
-  m.set_timeout_seconds(0.5);
+  m.set_timeout_seconds(5);  // room for the other Session's calls on a loaded machine
   *m.mutable_sparse_mla() = RegionRequest();
   SetSignal(m.mutable_sparse_mla()->mutable_ready(), "r", kReady, 5);
   SetSignal(m.mutable_sparse_mla()->mutable_done(), "r", kDone, 5);
@@ -323,8 +323,8 @@ TEST_F(StreamOrderedTest, WatchdogFailsUnsignalledCallOnlyInItsSession) {
     ASSERT_EQ(resp.code(), 0) << resp.message();
     EXPECT_EQ(AwaitWord(kDone + 8, 5000), 3u);
     EXPECT_TRUE(OutputsMatch());
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500))
-        << "the second session waited for the first";
+    // Call 42 still pending after all of that: the second session did not wait for it.
+    EXPECT_EQ(Word(kDone).load(), 0u) << "the second session waited for the first";
     ASSERT_TRUE(b->WritesDone());
     EXPECT_FALSE(b->Read(&resp));
     EXPECT_TRUE(b->Finish().ok());
@@ -339,7 +339,8 @@ TEST_F(StreamOrderedTest, WatchdogFailsUnsignalledCallOnlyInItsSession) {
   EXPECT_EQ(resp.call_failed().server_request_id(), server_id);
   EXPECT_EQ(resp.call_failed().op(), "sparse_mla");
   EXPECT_EQ(Word(kDone).load(), 5u | kFail);
-  EXPECT_LT(waited, std::chrono::seconds(3));
+  EXPECT_GE(waited, std::chrono::milliseconds(4900));
+  EXPECT_LT(waited, std::chrono::seconds(8));
   EXPECT_TRUE(OutputsPoisoned()) << "the op ran on unready inputs";
   ASSERT_TRUE(a->WritesDone());
   EXPECT_FALSE(a->Read(&resp));

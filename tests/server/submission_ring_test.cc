@@ -290,6 +290,8 @@ TEST_F(SubmissionRingTest, EntriesWithValuesFromTheFailureBitUpAreRefused) {
   Put(16, ready_top);
   for (int k = 0; k < 4; ++k) Word(ReadyAt(k)).store(~0ull, std::memory_order_release);
   ASSERT_TRUE(AwaitEq(shm_, kRing + L::kTail, 4, 5000)) << "the poller took the entries";
+  // The tail moves past an entry before the entry is refused: the last refusal's store.
+  EXPECT_EQ(AwaitWord(DoneAt(3), 5000), 12 | kFail);
   std::this_thread::sleep_for(milliseconds(50));
   EXPECT_TRUE(OutputsPoisoned()) << "a refused entry ran";
   EXPECT_EQ(Word(DoneAt(0)).load(), kBit + 5);  // already has the bit: stored as it is
@@ -384,7 +386,11 @@ TEST(SubmissionRingTableTest, ForeignCallIdIsRefusedAndOwnersAreSeparate) {
   EXPECT_EQ(word(4096).load(), 5 | kFail) << "the foreign id's done word";
   EXPECT_EQ(word(4104).load(), 0u) << "a submitted call's done is the runner's to store";
   {
+    // The poller moves the tail past an entry before it submits it: wait for the submit.
     absl::MutexLock lock(&mu);
+    mu.AwaitWithTimeout(absl::Condition(
+                            +[](std::vector<uint64_t>* s) { return !s->empty(); }, &submitted),
+                        absl::Seconds(10));
     EXPECT_EQ(submitted, std::vector<uint64_t>{own});
   }
   EXPECT_EQ(table.open(), 1);
@@ -559,8 +565,11 @@ TEST_F(SubmissionRingTest, SlotsRewrittenWhileThePollerReadsThemAreHarmless) {
   }
   stop = true;
   flipper.join();
-  // Wait for the calls the storm queued to be over.
-  std::this_thread::sleep_for(milliseconds(1000));
+  // Wait for the calls the storm queued to be over: one more entry, on the same ordered queue,
+  // ends only after them (its done word, DoneAt(41), is no storm entry's).
+  Word(DoneAt(41)).store(0);
+  Put(kEntries, Entry(41, 4141, false));
+  EXPECT_EQ(AwaitWord(DoneAt(41), 60000) & ~kFail, 4141u);
   for (int k = 0; k < 32; ++k) {
     const uint64_t canary = Word(ReadyAt(k + 1)).load();
     EXPECT_EQ(canary, 0u) << "word DoneAt(" << k << ") + 8 was written";
@@ -610,7 +619,12 @@ TEST_F(SubmissionRingTest, TheBeatWordMovesWhileTheRingIsPolledOnly) {
   ASSERT_NE(first, 0u);
   ASSERT_LT(first, 777u) << "counted from 0 again";
   std::this_thread::sleep_for(milliseconds(30));
-  const uint64_t later = Word(kRing + L::kBeat).load();
+  uint64_t later = Word(kRing + L::kBeat).load();
+  // A poller descheduled for the whole 30 ms on a loaded machine: look a while longer.
+  for (int i = 0; i < 5000 && later == first; ++i) {
+    std::this_thread::sleep_for(milliseconds(1));
+    later = Word(kRing + L::kBeat).load();
+  }
   EXPECT_GT(later, first) << "at least every " << L::kBeatPeriod << " while the poller backs off";
   EXPECT_LT(later, 1000u) << "not faster than every " << L::kBeatPeriod;
   ASSERT_TRUE(CloseRing(stub_.get(), ring).ok());
