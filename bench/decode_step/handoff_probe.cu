@@ -211,6 +211,35 @@ __global__ void TailGate(cudaGraphExec_t body, unsigned int* words, unsigned lon
   }
 }
 
+// The enable forms' gate (no conditional node): reads control like DaemonGate and, instead of
+// setting an IF handle, enables or disables the body's kernel nodes for this launch through
+// their device-updatable handles. `lazy`: only when the decision differs from what the nodes
+// were left at (`left_disabled`, a device word), so a run after a run updates nothing; else every
+// launch sets every node.
+constexpr int kMaxBodyNodes = 16;
+struct BodyNodes {
+  cudaGraphDeviceNode_t node[kMaxBodyNodes];
+  int count;
+};
+__global__ void EnableGate(unsigned int* words, const __grid_constant__ BodyNodes nodes, int lazy,
+                           unsigned int* left_disabled, unsigned int* errors) {
+  const unsigned int control = *reinterpret_cast<volatile unsigned int*>(&words[0]);
+  const bool run = control != 1;
+  const unsigned int was_disabled = *reinterpret_cast<volatile unsigned int*>(left_disabled);
+  if (!lazy || (run ? was_disabled != 0 : was_disabled == 0)) {
+    for (int i = 0; i < nodes.count; ++i) {
+      if (cudaGraphKernelNodeSetEnabled(nodes.node[i], run) != cudaSuccess) atomicAdd(errors, 1u);
+    }
+    *reinterpret_cast<volatile unsigned int*>(left_disabled) = run ? 0u : 1u;
+  }
+  __threadfence_system();
+  *reinterpret_cast<volatile unsigned int*>(&words[1]) = run ? 1 : 2;
+  __threadfence_system();
+}
+
+// The enable check's body kernel: counts its runs.
+__global__ void CountRun(unsigned int* count) { atomicAdd(count, 1u); }
+
 struct Shared {  // the page both processes map
   unsigned long long ready;
   unsigned long long pad0[7];
@@ -520,6 +549,186 @@ int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 && to == 0 ? 0 : 1;
 }
 
+// The enable forms' graph: [EnableGate → the body (captured from `capture(stream)`, its kernel
+// nodes made device-updatable) → DaemonDone], instantiated and uploaded (a graph whose nodes are
+// updated from within it must be uploaded before its first launch). The gate's and done's
+// parameters are returned in `gp_args` / `dp_args` form through the nodes, for per-launch
+// SetParams. False, with `why`, when a body kernel node refuses the device-updatable attribute or
+// the body has more than kMaxBodyNodes kernel nodes; non-kernel nodes (a memset) stay, and run
+// whatever the gate decides.
+struct EnableGraphOut {
+  cudaGraphExec_t exec = nullptr;
+  cudaGraphNode_t gate = nullptr, done = nullptr;
+  BodyNodes nodes{};
+  int non_kernel = 0;
+};
+template <typename Capture>
+bool MakeEnableGraph(Capture capture, unsigned int* words, int lazy, unsigned int* left_disabled,
+                     unsigned int* errors, unsigned long long* done, EnableGraphOut* out,
+                     std::string* why) {
+  cudaGraph_t g = nullptr;
+  CHECK(cudaGraphCreate(&g, 0));
+  BodyNodes nodes{};
+  void* gargs[] = {&words, &nodes, &lazy, &left_disabled, &errors};
+  cudaKernelNodeParams gp = OneThread(&EnableGate, gargs);
+  CHECK(cudaGraphAddKernelNode(&out->gate, g, nullptr, 0, &gp));
+  cudaStream_t cap = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+  CHECK(cudaStreamBeginCaptureToGraph(cap, g, &out->gate, nullptr, 1,
+                                      cudaStreamCaptureModeThreadLocal));
+  capture(cap);
+  cudaGraph_t captured = nullptr;
+  CHECK(cudaStreamEndCapture(cap, &captured));
+  size_t count = 0;
+  CHECK(cudaGraphGetNodes(g, nullptr, &count));
+  std::vector<cudaGraphNode_t> all(count);
+  CHECK(cudaGraphGetNodes(g, all.data(), &count));
+  std::vector<cudaGraphNode_t> leaves;
+  bool ok = true;
+  for (cudaGraphNode_t x : all) {
+    size_t outs = 0;
+    CHECK(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &outs));
+    if (outs == 0) leaves.push_back(x);
+    if (x == out->gate) continue;
+    cudaGraphNodeType type;
+    CHECK(cudaGraphNodeGetType(x, &type));
+    if (type != cudaGraphNodeTypeKernel) {
+      ++out->non_kernel;
+      continue;
+    }
+    if (nodes.count == kMaxBodyNodes) {
+      *why = "more body kernel nodes than the gate takes";
+      ok = false;
+      break;
+    }
+    cudaLaunchAttributeValue v{};
+    v.deviceUpdatableKernelNode.deviceUpdatable = 1;
+    cudaError_t e =
+        cudaGraphKernelNodeSetAttribute(x, cudaLaunchAttributeDeviceUpdatableKernelNode, &v);
+    cudaLaunchAttributeValue got{};
+    if (e == cudaSuccess) {
+      e = cudaGraphKernelNodeGetAttribute(x, cudaLaunchAttributeDeviceUpdatableKernelNode, &got);
+    }
+    if (e != cudaSuccess || got.deviceUpdatableKernelNode.devNode == nullptr) {
+      *why = std::string("a body kernel node is not device-updatable: ") +
+             (e != cudaSuccess ? cudaGetErrorString(e) : "no handle returned");
+      (void)cudaGetLastError();
+      ok = false;
+      break;
+    }
+    nodes.node[nodes.count++] = got.deviceUpdatableKernelNode.devNode;
+  }
+  CHECK(cudaStreamDestroy(cap));
+  if (!ok) {
+    CHECK(cudaGraphDestroy(g));
+    return false;
+  }
+  out->nodes = nodes;
+  gp = OneThread(&EnableGate, gargs);  // gargs[1] points at `nodes`, now filled
+  CHECK(cudaGraphKernelNodeSetParams(out->gate, &gp));
+  unsigned long long v = 1;
+  void* dargs[] = {&done, &v, &words};
+  const cudaKernelNodeParams dp = OneThread(&DaemonDone, dargs);
+  CHECK(cudaGraphAddKernelNode(&out->done, g, leaves.data(), leaves.size(), &dp));
+  const cudaError_t ie = cudaGraphInstantiate(&out->exec, g, 0);
+  CHECK(cudaGraphDestroy(g));
+  if (ie != cudaSuccess) {
+    *why = std::string("instantiate: ") + cudaGetErrorString(ie);
+    (void)cudaGetLastError();
+    return false;
+  }
+  cudaStream_t up = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&up, cudaStreamNonBlocking));
+  CHECK(cudaGraphUpload(out->exec, up));
+  CHECK(cudaStreamSynchronize(up));
+  CHECK(cudaStreamDestroy(up));
+  return true;
+}
+
+// Whether the enable form skips the body: a graph [EnableGate → 4 × CountRun → DaemonDone]
+// launched with run / cancel decisions in turn (the gate's and done's parameters set before each
+// launch, as the daemon does), each launch waited for: the count must move by 4 exactly on the
+// runs (so a disabled node stays skipped within the launch that disabled it, and a later run
+// enables it again), and done must be the launch's value, with the failure bit on the cancels.
+// Both the lazy gate and the one that sets every node each launch. Prints and returns failures.
+int EnableCheck(const Args& a, FILE* out) {
+  unsigned int* hwords = nullptr;
+  CHECK(cudaHostAlloc(&hwords, 4096, cudaHostAllocMapped));
+  std::memset(hwords, 0, 4096);
+  unsigned int* words = nullptr;
+  CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&words), hwords, 0));
+  unsigned int *dev = nullptr, *count = nullptr;
+  CHECK(cudaMalloc(&dev, 64));
+  CHECK(cudaMemset(dev, 0, 64));
+  count = dev;                     // dev[0]: the body's runs
+  unsigned int* left = dev + 1;    // dev[1]: the nodes left disabled
+  unsigned int* errors = dev + 2;  // dev[2]: failed device-side updates
+  unsigned long long* done = nullptr;
+  CHECK(cudaMalloc(&done, 8));
+  CHECK(cudaMemset(done, 0, 8));
+  cudaStream_t st = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  int failures = 0;
+  const bool runs[] = {true, false, true, false, false, true, true, false, true};
+  for (int lazy : {1, 0}) {
+    CHECK(cudaMemset(dev, 0, 64));
+    EnableGraphOut g;
+    std::string why;
+    const bool made = MakeEnableGraph(
+        [&](cudaStream_t cap) {
+          for (int i = 0; i < 4; ++i) CountRun<<<1, 1, 0, cap>>>(count);
+        },
+        words, lazy, left, errors, done, &g, &why);
+    if (!made) {
+      std::printf("enable check (lazy %d): cannot build: %s\n", lazy, why.c_str());
+      ++failures;
+      continue;
+    }
+    unsigned int expect = 0;
+    int wrong = 0;
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); ++i) {
+      hwords[0] = runs[i] ? 0u : 1u;  // control: 1 cancels
+      BodyNodes nodes = g.nodes;
+      void* gargs[] = {&words, &nodes, &lazy, &left, &errors};
+      const cudaKernelNodeParams gp = OneThread(&EnableGate, gargs);
+      CHECK(cudaGraphExecKernelNodeSetParams(g.exec, g.gate, &gp));
+      unsigned long long v = i + 1;
+      void* dargs[] = {&done, &v, &words};
+      const cudaKernelNodeParams dp = OneThread(&DaemonDone, dargs);
+      CHECK(cudaGraphExecKernelNodeSetParams(g.exec, g.done, &dp));
+      CHECK(cudaGraphLaunch(g.exec, st));
+      CHECK(cudaStreamSynchronize(st));
+      if (runs[i]) expect += 4;
+      unsigned int got[3] = {};
+      unsigned long long d = 0;
+      CHECK(cudaMemcpy(got, dev, sizeof(got), cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(&d, done, 8, cudaMemcpyDeviceToHost));
+      const unsigned long long want_done = runs[i] ? v : (v | 1ull << 62);
+      const bool ok = got[0] == expect && d == want_done && got[2] == 0;
+      if (!ok) ++wrong;
+      std::printf(
+          "enable check (lazy %d) launch %zu %-6s: runs %u (want %u), done %s, update "
+          "errors %u: %s\n",
+          lazy, i, runs[i] ? "run" : "cancel", got[0], expect, d == want_done ? "right" : "WRONG",
+          got[2], ok ? "ok" : "FAIL");
+    }
+    failures += wrong;
+    if (out) {
+      std::fprintf(out,
+                   "{\"op\":\"handoff_probe_enable_check\",\"label\":\"%s\",\"lazy\":%d,"
+                   "\"launches\":%zu,\"failed\":%d}\n",
+                   a.label, lazy, sizeof(runs) / sizeof(runs[0]), wrong);
+    }
+    CHECK(cudaGraphExecDestroy(g.exec));
+  }
+  CHECK(cudaStreamDestroy(st));
+  CHECK(cudaFree(done));
+  CHECK(cudaFree(dev));
+  CHECK(cudaFreeHost(hwords));
+  std::printf("enable check: %s\n", failures == 0 ? "PASS" : "FAIL");
+  return failures;
+}
+
 // The in-process cost of the daemon's graph form (no second process): per iteration, a stamp,
 // the body of `k` kernels (each `us` of work over every SM) in one of these forms, a stamp:
 //   stream       the kernels launched one by one
@@ -532,6 +741,14 @@ int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
 //   cond_child   the IF body a child-graph node holding the kernels (host words)
 //   tail         [TailGate], which tail-launches a device-launchable graph [kernels → done]
 //                (no conditional node; host words)
+//   en_host      [EnableGate → kernels → done], no conditional node: the body's kernel nodes
+//                are device-updatable and the gate disables them for a cancelled launch (lazy:
+//                it updates them only when the decision changes, so a run of runs updates
+//                nothing); host words and the per-launch SetParams, as cond_host
+//   en_always    the same with the gate setting every node's enabled state at every launch
+//   en_dev       en_host with device words and no SetParams (as cond_dev)
+// Before the timings, EnableCheck proves the enable forms skip the body on a cancel and run it
+// again afterwards (a failure makes the exit status 1).
 // for bodies of `k` kernels of each kind (BodyKernel: plain; 200 KiB of shared memory; clusters
 // of two; a 1 KiB parameter block; a 4 KiB memset before each kernel; four distinct kernel
 // functions; kernels writing 16 MiB each; both; kernels of 169 / 82 / 225 / 1 KiB of shared
@@ -554,7 +771,12 @@ int GraphCost(const Args& a) {
   FILE* out = a.out != nullptr ? std::fopen(a.out, "a") : nullptr;
   const int n = a.warmup + a.iters;
   std::vector<uint64_t> st(2 * n);
-  const char* forms[] = {"stream", "graph", "gated", "cond_host", "cond_dev", "cond_child", "tail"};
+  const char* forms[] = {"stream",     "graph", "gated",   "cond_host", "cond_dev",
+                         "cond_child", "tail",  "en_host", "en_always", "en_dev"};
+  unsigned int* en_words = nullptr;  // [0] nodes left disabled (the lazy gates), [1] errors
+  CHECK(cudaMalloc(&en_words, 64));
+  CHECK(cudaMemset(en_words, 0, 64));
+  const int check_failures = EnableCheck(a, out);
   unsigned int* errors = nullptr;
   CHECK(cudaMalloc(&errors, sizeof(unsigned int)));
   CHECK(cudaMemset(errors, 0, sizeof(unsigned int)));
@@ -585,9 +807,31 @@ int GraphCost(const Args& a) {
         cudaGraphExec_t exec = nullptr, tail_body = nullptr;
         cudaGraphNode_t gate = nullptr, dn = nullptr;
         cudaGraphConditionalHandle h = 0;
-        unsigned int* words = f == "cond_dev" ? dwords : hwords_dev;
+        unsigned int* words = f == "cond_dev" || f == "en_dev" ? dwords : hwords_dev;
         int cond = f.rfind("cond", 0) == 0 ? 1 : 0;
-        if (f == "tail") {
+        const bool enable = f.rfind("en_", 0) == 0;
+        int lazy = f == "en_always" ? 0 : 1;
+        unsigned int* en_left = en_words;
+        unsigned int* en_errors = en_words + 1;
+        BodyNodes en_nodes{};
+        if (enable) {
+          CHECK(cudaMemset(en_left, 0, sizeof(unsigned int)));
+          EnableGraphOut eg;
+          std::string why;
+          const bool made = MakeEnableGraph(
+              [&](cudaStream_t cap) {
+                for (int i = 0; i < k; ++i) BodyKernel(kind, s.sms, ns, cap, scratch, i, big);
+              },
+              words, lazy, en_left, en_errors, done, &eg, &why);
+          if (!made) {
+            std::printf("%-8s %-12s %4d  %s\n", kind, form, k, why.c_str());
+            continue;
+          }
+          exec = eg.exec;
+          gate = eg.gate;
+          dn = eg.done;
+          en_nodes = eg.nodes;
+        } else if (f == "tail") {
           // The body: the kernels then DaemonDone, instantiated for device launch and uploaded.
           cudaGraph_t body = nullptr;
           CHECK(cudaGraphCreate(&body, 0));
@@ -684,6 +928,15 @@ int GraphCost(const Args& a) {
           if (exec == nullptr) {
             for (int j = 0; j < k; ++j) BodyKernel(kind, s.sms, ns, s.stream, scratch, j, big);
           } else {
+            if (f == "en_host" || f == "en_always") {  // as cond_host, with the enable gate
+              void* gargs[] = {&words, &en_nodes, &lazy, &en_left, &en_errors};
+              const cudaKernelNodeParams gp = OneThread(&EnableGate, gargs);
+              CHECK(cudaGraphExecKernelNodeSetParams(exec, gate, &gp));
+              unsigned long long v = static_cast<unsigned long long>(i + 1);
+              void* dargs[] = {&done, &v, &words};
+              const cudaKernelNodeParams dp = OneThread(&DaemonDone, dargs);
+              CHECK(cudaGraphExecKernelNodeSetParams(exec, dn, &dp));
+            }
             if (f == "cond_host") {  // the daemon's per-launch parameter updates
               void* gargs[] = {&h, &words, &cond};
               const cudaKernelNodeParams gp = OneThread(&DaemonGate, gargs);
@@ -718,11 +971,13 @@ int GraphCost(const Args& a) {
         if (tail_body != nullptr) CHECK(cudaGraphExecDestroy(tail_body));
       }
     }
-  unsigned int tail_errors = 0;
+  unsigned int tail_errors = 0, update_errors = 0;
   CHECK(cudaMemcpy(&tail_errors, errors, sizeof(tail_errors), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&update_errors, en_words + 1, sizeof(update_errors), cudaMemcpyDeviceToHost));
   if (tail_errors != 0) std::printf("tail: %u device-side launches failed\n", tail_errors);
+  if (update_errors != 0) std::printf("enable: %u device-side updates failed\n", update_errors);
   if (out) std::fclose(out);
-  return tail_errors == 0 ? 0 : 1;
+  return tail_errors == 0 && update_errors == 0 && check_failures == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The two ways the daemon's device-ordered graph skips a cancelled call's op, side by side on a
+# GPU host, from a device bundle (docs/SERVICE.md "Skipping a cancelled call's op"):
+#   1. bin/handoff_probe --graph-cost 1: first its enable check (a cancelled launch runs none of
+#      the body, the next runs all of it), then the graph forms' cost in process, the enable
+#      forms (en_host, en_always, en_dev) beside the conditional ones (cond_host, cond_dev);
+#   2. bin/gpu_runtime_test 'GpuOrderedTest.*' in the default (conditional) form, with
+#      ATTND_ORDERED_SKIP=enable, and with enable and ATTND_ORDERED_GATE=spin (no MPS);
+#   3. under one MPS server, the decode step (bench/decode_step/decode_step.py: B64 and B128,
+#      61 layers, stream-ordered through a submission ring, device signal words, the in-process
+#      chain as baseline) through a daemon in each form, alternating cond, enable, cond, enable;
+#      each daemon traces its calls (ATTND_ORDERED_TRACE), so the trace's "skip" field shows the
+#      form every call ran in, and its log says when an op fell back to the conditional form.
+# Results under OUT_DIR: graph_cost.jsonl and .txt, gpu_ordered_<form>.txt,
+# decode_step_skip_<form>.jsonl (one file per form, a line per configuration and round),
+# daemon-<form>-<round>.log and .trace.jsonl, skip_summary.txt.
+#   bundle/gpu-tests/run_skip_form_ab.sh OUT_DIR
+# Environment: PYTHON (default python3: needs torch with CUDA, grpcio, numpy), ROUNDS (default 2),
+# STEPS (default 30), ATTND_POOL_BYTES (default 8GiB).
+set -uo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+OUT="${1:?usage: run_skip_form_ab.sh OUT_DIR}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+PYTHON="${PYTHON:-python3}"
+# shellcheck source-path=SCRIPTDIR source=daemon.sh
+. "$HERE/daemon.sh"
+BIN="$ATTND_BUNDLE/bin"
+export LD_LIBRARY_PATH="$ATTND_BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+COMMIT="$(cat "$ATTND_BUNDLE/COMMIT" 2>/dev/null || echo unknown)"
+rc=0
+
+MPS_DIR=""
+quit_mps() {
+  [ -n "$MPS_DIR" ] || return 0
+  echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
+  local _
+  for _ in $(seq 100); do
+    echo get_server_list | nvidia-cuda-mps-control > /dev/null 2>&1 || break
+    sleep 0.1
+  done
+  cp "$MPS_DIR"/log/*.log "$OUT/" 2> /dev/null || true
+  rm -rf "$MPS_DIR"
+  MPS_DIR=""
+}
+trap 'attnd_stop; attnd_cleanup; quit_mps' EXIT
+
+echo "== 1. handoff_probe --graph-cost 1 (commit $COMMIT)"
+"$BIN/handoff_probe" --graph-cost 1 --iters 200 --b-us 5 --label "$COMMIT" \
+  --out "$OUT/graph_cost.jsonl" > "$OUT/graph_cost.txt" 2>&1 || rc=1
+grep -E "enable check|^plain|^cluster|^memset|^distinct " "$OUT/graph_cost.txt"
+
+echo "== 2. GpuOrderedTest in each form (no MPS)"
+for form in cond enable enable_spin; do
+  case "$form" in
+    cond) env_args=() ;;
+    enable) env_args=(ATTND_ORDERED_SKIP=enable) ;;
+    enable_spin) env_args=(ATTND_ORDERED_SKIP=enable ATTND_ORDERED_GATE=spin) ;;
+  esac
+  env "${env_args[@]}" timeout 300 "$BIN/gpu_runtime_test" --gtest_filter='GpuOrderedTest.*' \
+    > "$OUT/gpu_ordered_$form.txt" 2>&1 || rc=1
+  echo "$form: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gpu_ordered_$form.txt" | tr '\n' ' ')"
+done
+
+echo "== 3. decode step under MPS, cond / enable alternating"
+if ! "$PYTHON" -c "import grpc, numpy, torch; assert torch.cuda.is_available()" \
+  > "$OUT/python.txt" 2>&1; then
+  echo "run_skip_form_ab: $PYTHON cannot run the decode step:" >&2
+  cat "$OUT/python.txt" >&2
+  exit 1
+fi
+MPS_DIR="$(mktemp -d /tmp/attnd-mps.XXXXXX)"
+mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
+export CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
+nvidia-cuda-mps-control -d || { echo "MPS did not start" >&2; exit 1; }
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for form in cond enable; do
+    trace="$OUT/daemon-$form-$round.trace.jsonl"
+    ATTND_ORDERED_SKIP="$form" ATTND_ORDERED_TRACE="$trace" \
+      attnd_start "$OUT/daemon-$form-$round.log" --backend=cuda \
+      --pool-bytes="${ATTND_POOL_BYTES:-8GiB}" || { rc=1; continue; }
+    PYTHONPATH="$ATTND_BUNDLE/python${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" \
+      "$ATTND_BUNDLE/bench/decode_step/decode_step.py" --target "$ATTND_TARGET" \
+      --metrics "$ATTND_METRICS_URL" --batch 64 128 --paths stream_ordered --signals device \
+      --torch-stream new --steps "${STEPS:-30}" --inproc "$ATTND_BUNDLE/lib/libattnd_inproc.so" \
+      --commit "$COMMIT" --out "$OUT/decode_step_skip_$form.jsonl" \
+      > "$OUT/decode_step-$form-$round.txt" 2>&1 || rc=1
+    attnd_stop
+    {
+      echo "$form round $round: calls by skip form: $(grep -o '"skip":"[a-z]*"' "$trace" 2> /dev/null |
+        sort | uniq -c | tr '\n' ' ')"
+      grep "skipped by a conditional node instead" "$OUT/daemon-$form-$round.log" | head -3
+      tail -2 "$OUT/decode_step-$form-$round.txt"
+    } | tee -a "$OUT/skip_summary.txt"
+  done
+done
+quit_mps
+"$PYTHON" - "$OUT" << 'EOF'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+for form in ("cond", "enable"):
+    f = out / f"decode_step_skip_{form}.jsonl"
+    if not f.exists():
+        continue
+    for line in f.read_text().splitlines():
+        r = json.loads(line)
+        print(form, r.get("preset"), "added_us_per_layer", r.get("added_us_per_layer"),
+              "step_us", r.get("step_us"), "check", r.get("check"), r.get("error", ""))
+EOF
+echo "run_skip_form_ab: exit $rc (results in $OUT)"
+exit "$rc"
