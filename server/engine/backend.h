@@ -78,6 +78,7 @@ struct StepResult {
   std::string graph;            // "hit" | "update" | "capture" when a graph ran; empty otherwise
   int pre_memsets = 0;          // device-ordered: workspace memsets enqueued before the ready wait
   std::string gate;             // device-ordered with a ready word: "spin" | "wait"; else empty
+  std::string skip;             // device-ordered: how a cancel skips the op, "cond" | "enable"
 };
 
 struct DeviceDescription {

@@ -5,7 +5,8 @@
 // the failure bit; signal words in device memory; another queue's calls complete while one waits;
 // an inline input is staged at accept; a queue's calls share its workspace (graph hits); a kernel
 // launched for the first time while a call waits runs (eager module loading); unpinning host
-// memory does not wait for a pending call; the op's memsets run only after ready.
+// memory does not wait for a pending call; the op's memsets run only after ready; a cancelled
+// call's op is skipped in either skip form (ATTND_ORDERED_SKIP) and the next call runs it whole.
 #include <cuda.h>  // driver API types only: cuStreamWaitValue64 comes through the runtime
 #include <cuda_runtime.h>
 
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -188,6 +190,38 @@ class WorkspaceMemsetCall : public WorkspaceCopyCall {
  private:
   const uint64_t bytes_;
   const int value_;
+};
+
+// out = in by two copy kernels (each half), nothing else: an op the enable form of the gate can
+// take (docs/SERVICE.md "Skipping a cancelled call's op"), where CopyCall's memcpy node cannot.
+class KernelCopyCall : public CopyCall {
+ public:
+  KernelCopyCall(const std::string& uuid, void* in, void* out, uint64_t bytes)
+      : CopyCall(uuid, in, out, bytes, nullptr), words_(static_cast<unsigned int>(bytes / 4)) {}
+  absl::string_view op() const override { return "kernel_copy"; }
+  std::string LaunchKey() const override { return "kernel_copy|" + std::to_string(words_); }
+  absl::Status Select(const kernels::ExecContext&, const std::vector<void*>&, std::string* impl,
+                      int64_t* workspace) override {
+    *impl = "cuda_kernel_copy";
+    *workspace = 0;
+    return absl::OkStatus();
+  }
+  absl::Status Run(const kernels::ExecContext& ctx, const std::vector<void*>& data,
+                   std::string* impl) override {
+    *impl = "cuda_kernel_copy";
+    auto* s = static_cast<cudaStream_t>(ctx.stream);
+    const auto* in = static_cast<const unsigned int*>(data[0]);
+    auto* out = static_cast<unsigned int*>(data[1]);
+    const unsigned int half = words_ / 2;
+    if (testing::LaunchCopyWords(in, out, half, s) != cudaSuccess ||
+        testing::LaunchCopyWords(in + half, out + half, words_ - half, s) != cudaSuccess) {
+      return absl::InternalError("copy kernels");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const unsigned int words_;
 };
 
 struct Buffer {
@@ -487,6 +521,68 @@ TEST_F(GpuOrderedTest, WatchdogCancelAndReleaseSkipTheOpAndSetTheFailureBit) {
   ASSERT_EQ(Await(**next), DeviceCallState::kRan);
   EXPECT_EQ(words.Get(1), 9u);
   EXPECT_TRUE(All(out.Read(), 9));
+}
+
+// The skip forms (docs/SERVICE.md "Skipping a cancelled call's op"): an op of kernels only runs in
+// the form ATTND_ORDERED_SKIP names (the conditional by default; this binary is run both ways on
+// a GPU), a cancelled call runs none of its kernels, and the next call of the same graph runs all
+// of them again (the enable form leaves nothing disabled behind it); an op with a memcpy node runs
+// in the conditional form either way.
+TEST_F(GpuOrderedTest, SkipFormsSkipACancelledOpAndRunTheNextWhole) {
+  const char* env = std::getenv("ATTND_ORDERED_SKIP");
+  const std::string want = env != nullptr && std::string(env) == "enable" ? "enable" : "cond";
+  auto q = backend_->NewOrderedQueue();
+  ASSERT_NE(q, nullptr);
+  const uint64_t n = kMiB;
+  Buffer in(n), out(n);
+  in.Fill(9);
+  out.Fill(0xff);
+  KernelCopyCall call(uuid_, in.p, out.p, n);
+  HostWords words;
+  auto first = q->Enqueue(call, words.Signal(0, 1), words.Signal(1, 1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(All(out.Read(), 0xff)) << "the kernels ran before the ready word";
+  words.Set(0, 1);
+  ASSERT_EQ(Await(**first), DeviceCallState::kRan);
+  EXPECT_EQ(words.Get(1), 1u);
+  EXPECT_TRUE(All(out.Read(), 9));
+  StepResult r;
+  (*first)->Result(&r);
+  EXPECT_EQ(r.skip, want);
+
+  in.Fill(5);
+  out.Fill(0xff);
+  auto cancelled = q->Enqueue(call, words.Signal(0, 2), words.Signal(1, 2));
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  (*cancelled)->SetCancel();
+  ASSERT_TRUE((*cancelled)->Release().ok());
+  ASSERT_EQ(Await(**cancelled), DeviceCallState::kSkipped);
+  EXPECT_EQ(words.Get(1), 2u | kFail);
+  EXPECT_TRUE(All(out.Read(), 0xff)) << "a cancelled call's kernels ran";
+
+  for (uint64_t v = 3; v <= 4; ++v) {  // the same graph again, twice
+    auto next = q->Enqueue(call, words.Signal(0, v), words.Signal(1, v));
+    ASSERT_TRUE(next.ok()) << next.status();
+    words.Set(0, v);
+    ASSERT_EQ(Await(**next), DeviceCallState::kRan);
+    EXPECT_EQ(words.Get(1), v);
+    EXPECT_TRUE(All(out.Read(), 5)) << "the op's kernels stayed off after the cancelled call";
+    StepResult rn;
+    (*next)->Result(&rn);
+    EXPECT_EQ(rn.graph, "hit") << "the call built a graph of its own";
+    out.Fill(0xff);
+  }
+
+  CopyCall copy(uuid_, in.p, out.p, n, nullptr);
+  auto c = q->Enqueue(copy, words.Signal(0, 5), words.Signal(1, 5));
+  ASSERT_TRUE(c.ok()) << c.status();
+  words.Set(0, 5);
+  ASSERT_EQ(Await(**c), DeviceCallState::kRan);
+  EXPECT_TRUE(All(out.Read(), 5));
+  StepResult rc;
+  (*c)->Result(&rc);
+  EXPECT_EQ(rc.skip, "cond") << "a memcpy node cannot be skipped by the enable form";
 }
 
 TEST_F(GpuOrderedTest, DeviceWordsAndIndependentQueues) {

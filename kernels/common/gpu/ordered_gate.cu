@@ -35,6 +35,35 @@ __global__ void Gate(cudaGraphConditionalHandle handle, CallWords* words, uint32
   *reinterpret_cast<volatile unsigned long long*>(&words->gate_ns) = gate_ns;
 }
 
+__global__ void GateEnable(const __grid_constant__ BodyNodes nodes, CallWords* words,
+                           uint32_t* mirror, const unsigned long long* ready,
+                           unsigned long long value, unsigned int sleep_ns) {
+  unsigned long long waited = 0;
+  if (ready != nullptr) {
+    while (*reinterpret_cast<const volatile unsigned long long*>(ready) < value) {
+      __nanosleep(sleep_ns);
+    }
+    // As in Gate: the producer's writes came before its ready store.
+    __threadfence_system();
+    waited = GlobalTimer();
+  }
+  const unsigned long long gate_ns = GlobalTimer();
+  const uint32_t control = *reinterpret_cast<volatile uint32_t*>(&words->control);
+  const bool run = control != kControlCancel;
+  bool updated = true;
+  for (int i = 0; i < nodes.count; ++i) {
+    updated = cudaGraphKernelNodeSetEnabled(nodes.node[i], run) == cudaSuccess && updated;
+  }
+  // The updates before anything that follows the gate (what CUDA asks before a programmatic
+  // launch of a dependent; the daemon's graphs have none, and it costs one fence).
+  __threadfence();
+  const uint32_t state = !updated ? kStateUpdateFailed : run ? kStateRan : kStateSkipped;
+  *reinterpret_cast<volatile uint32_t*>(mirror) = state;
+  *reinterpret_cast<volatile uint32_t*>(&words->state) = state;
+  if (ready != nullptr) *reinterpret_cast<volatile unsigned long long*>(&words->wait_ns) = waited;
+  *reinterpret_cast<volatile unsigned long long*>(&words->gate_ns) = gate_ns;
+}
+
 __global__ void Done(unsigned long long* done, unsigned long long value, CallWords* words,
                      const uint32_t* mirror) {
   const unsigned long long done_ns = GlobalTimer();
@@ -60,6 +89,7 @@ __global__ void StampNow(unsigned long long* at) {
 }  // namespace
 
 const void* GateKernel() { return reinterpret_cast<const void*>(&Gate); }
+const void* GateEnableKernel() { return reinterpret_cast<const void*>(&GateEnable); }
 const void* DoneKernel() { return reinterpret_cast<const void*>(&Done); }
 
 cudaError_t LaunchRaise(unsigned long long* word, unsigned long long value, cudaStream_t stream) {

@@ -21,6 +21,10 @@ inline constexpr uint32_t kControlCancel = 1;
 inline constexpr uint32_t kStateNotGated = 0;
 inline constexpr uint32_t kStateRan = 1;
 inline constexpr uint32_t kStateSkipped = 2;
+// The enable form's gate could not set the op's kernel nodes as it decided (a device-side node
+// update failed): the op may have run, or not, whatever the control word said. The done word
+// gets the failure bit and the host fails the call.
+inline constexpr uint32_t kStateUpdateFailed = 3;
 // The failure bit of done words, the daemon's ops::kSignalFailureBit: bit 62, so that a stream
 // waiting for done >= value (a cyclic compare) also ends on a skipped call's done word
 // (docs/SERVICE.md "Failure bit").
@@ -50,6 +54,21 @@ static_assert(sizeof(CallWords) == 64, "one cache line per call");
 // (for the host), and last the stamps taken before: words->wait_ns (spin form: when the word was
 // seen) and words->gate_ns (before the decision).
 const void* GateKernel();
+// The enable form of the gate (docs/SERVICE.md "Skipping a cancelled call's op"): no conditional
+// node; the op's kernel nodes are device-updatable and `nodes` holds their handles.
+inline constexpr int kMaxBodyNodes = 32;
+struct BodyNodes {
+  cudaGraphDeviceNode_t node[kMaxBodyNodes];
+  int count;
+};
+// __global__ void gate_enable(const __grid_constant__ BodyNodes nodes, CallWords* words,
+//                             uint32_t* mirror, const unsigned long long* ready,
+//                             unsigned long long value, unsigned int sleep_ns): one thread.
+// The gate above, but instead of setting a conditional it enables every node of `nodes` (run) or
+// disables them (cancelled) for this launch of the graph and the later ones (each launch sets
+// them again: no state is carried from one launch to the next). The state it stores is
+// kStateUpdateFailed when a node update failed.
+const void* GateEnableKernel();
 // __global__ void done(unsigned long long* done, unsigned long long value, CallWords* words,
 //                      const uint32_t* mirror): one thread: reads the gate's *mirror,
 // __threadfence_system(), a volatile store of value (kStateRan) or value | kFailureBit (anything

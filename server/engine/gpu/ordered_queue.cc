@@ -57,7 +57,8 @@ absl::Status Cuda(cudaError_t e, absl::string_view what) {
   return GpuStatus(e, what);
 }
 
-// One cached executable parent graph: [gate] → [IF body = the op] → [done], and the op's
+// One cached executable parent graph: [gate] → [IF body = the op] → [done], or in the enable
+// form [gate] → the op → [done] (docs/SERVICE.md "Skipping a cancelled call's op"), and the op's
 // workspace memsets taken out of the body: enqueued before the ready wait (docs/SERVICE.md
 // "Workspace memsets before the wait").
 struct OrderedGraph {
@@ -68,6 +69,11 @@ struct OrderedGraph {
   cudaGraphConditionalHandle handle = 0;
   std::vector<cudaMemsetParams> pre;
   uint64_t last_use = 0;
+  // The enable form (docs/SERVICE.md "Skipping a cancelled call's op"): no conditional node; the
+  // gate enables or disables `nodes`, the op's device-updatable kernel nodes, at every launch.
+  bool enable = false;
+  bool uploaded = false;  // a graph updated from the device is uploaded before its first launch
+  ko::BodyNodes nodes{};
 };
 
 // Moves the body's leading byte memsets that write only inside [workspace, +bytes) into *pre, in
@@ -96,6 +102,56 @@ absl::Status HoistWorkspaceMemsets(cudaGraph_t body, const void* workspace, int6
     if (dst < lo || dst > hi || span > hi - dst) return absl::OkStatus();
     pre->push_back(m);
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphDestroyNode(root), "taking a memset out of the body"));
+  }
+}
+
+// The enable form's HoistWorkspaceMemsets: the op follows `gate` in the same graph, so the
+// candidates are the gate's only dependent, one after another; each memset taken out hands its
+// dependents to the gate (ordinary edges: a memset has no other kind).
+absl::Status HoistWorkspaceMemsetsAfter(cudaGraph_t graph, cudaGraphNode_t gate,
+                                        const void* workspace, int64_t bytes,
+                                        std::vector<cudaMemsetParams>* pre) {
+  if (workspace == nullptr || bytes <= 0) return absl::OkStatus();
+  const auto lo = reinterpret_cast<uintptr_t>(workspace);
+  const uintptr_t hi = lo + static_cast<uintptr_t>(bytes);
+  for (;;) {
+    size_t n = 0;
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphNodeGetDependentNodes(gate, nullptr, nullptr, &n), "listing the op"));
+    if (n != 1) return absl::OkStatus();
+    cudaGraphNode_t first = nullptr;
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphNodeGetDependentNodes(gate, &first, nullptr, &n), "listing the op"));
+    size_t ins = 0;
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphNodeGetDependencies(first, nullptr, nullptr, &ins), "listing the op"));
+    if (ins != 1) return absl::OkStatus();  // something else of the op comes before it
+    cudaGraphNodeType type;
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphNodeGetType(first, &type), "reading an op node"));
+    if (type != cudaGraphNodeTypeMemset) return absl::OkStatus();
+    cudaMemsetParams m{};
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphMemsetNodeGetParams(first, &m), "reading a memset"));
+    if (m.elementSize != 1 || m.width == 0 || m.height == 0) return absl::OkStatus();
+    const auto dst = reinterpret_cast<uintptr_t>(m.dst);
+    if (m.height > 1 && m.pitch < m.width) return absl::OkStatus();
+    const uintptr_t span = (m.height - 1) * m.pitch + m.width;
+    if (dst < lo || dst > hi || span > hi - dst) return absl::OkStatus();
+    size_t outs = 0;
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphNodeGetDependentNodes(first, nullptr, nullptr, &outs), "listing the op"));
+    std::vector<cudaGraphNode_t> next(outs);
+    if (outs > 0) {
+      ATTND_RETURN_IF_ERROR(Cuda(cudaGraphNodeGetDependentNodes(first, next.data(), nullptr, &outs),
+                                 "listing the op"));
+    }
+    pre->push_back(m);
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphDestroyNode(first), "taking a memset out of the op"));
+    std::vector<cudaGraphNode_t> from(next.size(), gate);
+    if (!next.empty()) {
+      ATTND_RETURN_IF_ERROR(
+          Cuda(cudaGraphAddDependencies(graph, from.data(), next.data(), nullptr, next.size()),
+               "reconnecting the op to the gate"));
+    }
   }
 }
 
@@ -155,6 +211,15 @@ class OrderedRuntime {
   void SetGateForm(GateForm f) { gate_form_ = f; }
   // ATTND_ORDERED_SPIN_NS: the spin form's sleep between two loads of the ready word.
   void SetSpinSleep(unsigned int ns) { spin_sleep_ns_ = ns; }
+  // ATTND_ORDERED_SKIP=cond|enable: how a cancelled call's op is skipped (docs/SERVICE.md
+  // "Skipping a cancelled call's op"): a conditional node around it (the default) or the gate
+  // disabling its device-updatable kernel nodes; an op that the enable form cannot take runs
+  // in the conditional form, saying so through `log`. Set once, before any queue exists.
+  enum class SkipForm { kConditional, kEnable };
+  void SetSkipForm(SkipForm f, std::function<void(const std::string&)> log) {
+    skip_form_ = f;
+    log_ = std::move(log);
+  }
   bool SpinGate(bool mps) const {
     return gate_form_ == GateForm::kSpin || (gate_form_ == GateForm::kAuto && mps);
   }
@@ -287,7 +352,7 @@ class OrderedRuntime {
   absl::Status Launch(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
                       const std::string& key, size_t slot, void* done, uint64_t done_value,
                       const void* spin, uint64_t spin_value, cudaStream_t stream, std::string* impl,
-                      std::string* outcome) ABSL_LOCKS_EXCLUDED(mu_) {
+                      std::string* outcome, bool* enable_form) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<uint32_t*> mirrors = Mirrors(ctx.device);
     if (!mirrors.ok()) return mirrors.status();
@@ -307,14 +372,18 @@ class OrderedRuntime {
     }
     OrderedGraph& g = it->second;
     g.last_use = ++clock_;
+    *enable_form = g.enable;
     ko::CallWords* words = device_words(slot);
     uint32_t* mirror = *mirrors + slot;
     cudaGraphConditionalHandle handle = g.handle;
     const void* ready = spin;
     unsigned long long ready_value = spin_value;
     unsigned int sleep_ns = spin_sleep_ns_;
-    void* gate_args[] = {&handle, &words, &mirror, &ready, &ready_value, &sleep_ns};
-    cudaKernelNodeParams gp = KernelParams(ko::GateKernel(), gate_args);
+    ko::BodyNodes nodes = g.nodes;
+    void* cond_args[] = {&handle, &words, &mirror, &ready, &ready_value, &sleep_ns};
+    void* enable_args[] = {&nodes, &words, &mirror, &ready, &ready_value, &sleep_ns};
+    cudaKernelNodeParams gp = g.enable ? KernelParams(ko::GateEnableKernel(), enable_args)
+                                       : KernelParams(ko::GateKernel(), cond_args);
     unsigned long long done_ull = done_value;
     void* done_ptr = done;
     void* done_args[] = {&done_ptr, &done_ull, &words, &mirror};
@@ -325,6 +394,11 @@ class OrderedRuntime {
         Cuda(cudaGraphExecKernelNodeSetParams(g.exec, g.gate, &gp), "setting the gate"));
     ATTND_RETURN_IF_ERROR(
         Cuda(cudaGraphExecKernelNodeSetParams(g.exec, g.done, &dp), "setting the done store"));
+    if (g.enable && !g.uploaded) {  // in stream order, before the first launch
+      ATTND_RETURN_IF_ERROR(
+          Cuda(cudaGraphUpload(g.exec, stream), "uploading the device-ordered graph"));
+      g.uploaded = true;
+    }
     return Cuda(cudaGraphLaunch(g.exec, stream), "launching the device-ordered graph");
   }
 
@@ -374,6 +448,142 @@ class OrderedRuntime {
   absl::Status Build(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
                      OrderedGraph* g, std::string* impl, bool* refused)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (skip_form_ == SkipForm::kEnable) {
+      std::string why;
+      const absl::Status built = BuildEnable(call, ctx, data, g, impl, refused, &why);
+      if (built.ok() || why.empty()) return built;  // built, or the op's own error
+      Destroy(*g);
+      if (log_) {
+        log_(absl::StrCat("device-ordered graph of ", call.op(), ": ", why,
+                          ": its op is skipped by a conditional node instead"));
+      }
+    }
+    return BuildConditional(call, ctx, data, g, impl, refused);
+  }
+
+  // The enable form: [gate] → the op's launches, captured right after it in the same graph, each
+  // kernel node made device-updatable → [done]. OK, or the op's own error (with `why` empty), or
+  // a reason in `why` (with an error status) when the op's launches do not suit the form: a node
+  // that is not a kernel (it could not be skipped), a programmatic edge out of the gate (the op
+  // could start before the gate's decision), more than ko::kMaxBodyNodes kernels, a kernel node
+  // the driver will not make device-updatable.
+  absl::Status BuildEnable(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
+                           OrderedGraph* g, std::string* impl, bool* refused, std::string* why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphCreate(&g->graph, 0), "creating a graph"));
+    ko::CallWords* words = device_words(0);
+    absl::StatusOr<uint32_t*> mirrors = Mirrors(ctx.device);
+    if (!mirrors.ok()) return mirrors.status();
+    uint32_t* mirror = *mirrors;
+    const void* ready = nullptr;
+    unsigned long long ready_value = 0;
+    unsigned int sleep_ns = 0;
+    ko::BodyNodes nodes{};
+    void* gate_args[] = {&nodes, &words, &mirror, &ready, &ready_value, &sleep_ns};
+    cudaKernelNodeParams gp = KernelParams(ko::GateEnableKernel(), gate_args);
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphAddKernelNode(&g->gate, g->graph, nullptr, 0, &gp), "adding the gate"));
+    absl::StatusOr<cudaStream_t> cs = Stream(&capture_streams_, ctx.device);
+    if (!cs.ok()) return cs.status();
+    ctx.stream = *cs;
+    ATTND_RETURN_IF_ERROR(Cuda(cudaStreamBeginCaptureToGraph(*cs, g->graph, &g->gate, nullptr, 1,
+                                                             cudaStreamCaptureModeThreadLocal),
+                               "capturing the op after the gate"));
+    const absl::Status run = call.Run(ctx, data, impl);
+    cudaGraph_t captured = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(*cs, &captured);
+    if (!run.ok()) {
+      (void)cudaGetLastError();
+      *refused = run.code() != absl::StatusCode::kInternal && end == cudaSuccess;
+      return run;
+    }
+    auto unsuitable = [why](std::string reason) {
+      *why = std::move(reason);
+      return absl::FailedPreconditionError(*why);
+    };
+    if (end != cudaSuccess) {
+      (void)cudaGetLastError();
+      return unsuitable(
+          absl::StrCat("its launches cannot be captured (", cudaGetErrorString(end), ")"));
+    }
+    if (!keep_memsets_) {
+      ATTND_RETURN_IF_ERROR(HoistWorkspaceMemsetsAfter(g->graph, g->gate, ctx.workspace,
+                                                       ctx.workspace_bytes, &g->pre));
+    }
+    size_t outs = 0;
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphNodeGetDependentNodes(g->gate, nullptr, nullptr, &outs), "listing the op"));
+    std::vector<cudaGraphNode_t> firsts(outs);
+    std::vector<cudaGraphEdgeData> edges(outs);
+    if (outs > 0) {
+      ATTND_RETURN_IF_ERROR(
+          Cuda(cudaGraphNodeGetDependentNodes(g->gate, firsts.data(), edges.data(), &outs),
+               "listing the op"));
+    }
+    for (const cudaGraphEdgeData& e : edges) {
+      if (e.type != cudaGraphDependencyTypeDefault || e.from_port != 0) {
+        return unsuitable("a programmatic edge follows the gate");
+      }
+    }
+    size_t count = 0;
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(g->graph, nullptr, &count), "listing the op"));
+    std::vector<cudaGraphNode_t> all(count);
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(g->graph, all.data(), &count), "listing the op"));
+    std::vector<cudaGraphNode_t> leaves;
+    for (cudaGraphNode_t x : all) {
+      size_t n = 0;
+      ATTND_RETURN_IF_ERROR(
+          Cuda(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &n), "listing the op"));
+      if (n == 0) leaves.push_back(x);
+      if (x == g->gate) continue;
+      cudaGraphNodeType type;
+      ATTND_RETURN_IF_ERROR(Cuda(cudaGraphNodeGetType(x, &type), "reading an op node"));
+      if (type != cudaGraphNodeTypeKernel) {
+        return unsuitable(absl::StrCat("a node of type ", static_cast<int>(type),
+                                       " (not a kernel) in its launches"));
+      }
+      if (nodes.count == ko::kMaxBodyNodes) {
+        return unsuitable(absl::StrCat("more than ", ko::kMaxBodyNodes, " kernels"));
+      }
+      cudaLaunchAttributeValue v{};
+      v.deviceUpdatableKernelNode.deviceUpdatable = 1;
+      cudaError_t e =
+          cudaGraphKernelNodeSetAttribute(x, cudaLaunchAttributeDeviceUpdatableKernelNode, &v);
+      cudaLaunchAttributeValue got{};
+      if (e == cudaSuccess) {
+        e = cudaGraphKernelNodeGetAttribute(x, cudaLaunchAttributeDeviceUpdatableKernelNode, &got);
+      }
+      if (e != cudaSuccess || got.deviceUpdatableKernelNode.devNode == nullptr) {
+        (void)cudaGetLastError();
+        return unsuitable(absl::StrCat(
+            "a kernel node that cannot be made device-updatable (",
+            e != cudaSuccess ? cudaGetErrorString(e) : "the driver returned no handle", ")"));
+      }
+      nodes.node[nodes.count++] = got.deviceUpdatableKernelNode.devNode;
+    }
+    gp = KernelParams(ko::GateEnableKernel(), gate_args);  // gate_args[0]: `nodes`, now filled
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphKernelNodeSetParams(g->gate, &gp), "setting the gate's nodes"));
+    unsigned long long zero = 0;
+    void* done_ptr = &words->scratch;
+    void* done_args[] = {&done_ptr, &zero, &words, &mirror};
+    cudaKernelNodeParams dp = KernelParams(ko::DoneKernel(), done_args);
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphAddKernelNode(&g->done, g->graph, leaves.data(), leaves.size(), &dp),
+             "adding the done store"));
+    const cudaError_t ie = cudaGraphInstantiate(&g->exec, g->graph, 0);
+    if (ie != cudaSuccess) {
+      (void)cudaGetLastError();
+      return unsuitable(absl::StrCat("instantiating it failed (", cudaGetErrorString(ie), ")"));
+    }
+    g->enable = true;
+    g->nodes = nodes;
+    return absl::OkStatus();
+  }
+
+  absl::Status BuildConditional(OpCall& call, kernels::ExecContext ctx,
+                                const std::vector<void*>& data, OrderedGraph* g, std::string* impl,
+                                bool* refused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphCreate(&g->graph, 0), "creating a graph"));
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphConditionalHandleCreate(&g->handle, g->graph, 0, 0),
                                "creating a conditional handle"));
@@ -435,10 +645,12 @@ class OrderedRuntime {
 
   GpuBackend* const backend_;
   const WaitValue64Fn wait_;
-  std::FILE* trace_ = nullptr;            // set once, before any queue exists
-  bool keep_memsets_ = false;             // set once, before any queue exists
-  GateForm gate_form_ = GateForm::kAuto;  // set once, before any queue exists
-  unsigned int spin_sleep_ns_ = 64;       // set once, before any queue exists
+  std::FILE* trace_ = nullptr;                   // set once, before any queue exists
+  bool keep_memsets_ = false;                    // set once, before any queue exists
+  GateForm gate_form_ = GateForm::kAuto;         // set once, before any queue exists
+  unsigned int spin_sleep_ns_ = 64;              // set once, before any queue exists
+  SkipForm skip_form_ = SkipForm::kConditional;  // set once, before any queue exists
+  std::function<void(const std::string&)> log_;  // set with skip_form_
   absl::Mutex trace_mu_;
   ko::CallWords* const host_words_;
   ko::CallWords* const device_words_;
@@ -524,6 +736,13 @@ class GpuOrderedCall : public DeviceOrderedCall {
     const ko::CallWords* w = rt_->host_words(slot_);
     const uint32_t s = __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
     state_ = s == ko::kStateRan ? DeviceCallState::kRan : DeviceCallState::kSkipped;
+    if (s == ko::kStateUpdateFailed) {  // the enable form's gate; done has the failure bit
+      error_ = absl::InternalError(absl::StrCat(
+          op_, " (device-ordered) on ", result_.device,
+          ": the gate could not enable or disable the op's kernel nodes (a device-side graph "
+          "update failed), so whether the op ran is unknown"));
+      state_ = DeviceCallState::kFailed;
+    }
     if (state_ == DeviceCallState::kRan) {
       // %globaltimer from the gate's decision to the done kernel's start: the op and the
       // conditional node around it (docs/SERVICE.md "Timestamps").
@@ -535,15 +754,15 @@ class GpuOrderedCall : public DeviceOrderedCall {
       for (const Readback& r : readbacks_) std::memcpy(r.to, r.block.data(), r.n);
     }
     if (rt_->tracing()) {
-      rt_->Trace(absl::StrCat(
-          "{\"op\":\"", op_, "\",\"slot\":", slot_,
-          ",\"ready\":", ready_.present ? ready_.value : 0, ",\"done\":", done_value_,
-          ",\"state\":\"", state_ == DeviceCallState::kRan ? "ran" : "skipped",
-          "\",\"wait_ns\":", __atomic_load_n(&w->wait_ns, __ATOMIC_ACQUIRE),
-          ",\"gate_ns\":", __atomic_load_n(&w->gate_ns, __ATOMIC_ACQUIRE),
-          ",\"done_ns\":", __atomic_load_n(&w->done_ns, __ATOMIC_ACQUIRE),
-          ",\"compute_us\":", absl::ToDoubleMicroseconds(result_.compute),
-          ",\"pre_memsets\":", result_.pre_memsets, ",\"gate\":\"", result_.gate, "\"}"));
+      rt_->Trace(absl::StrCat("{\"op\":\"", op_, "\",\"slot\":", slot_, ",\"ready\":",
+                              ready_.present ? ready_.value : 0, ",\"done\":", done_value_,
+                              ",\"state\":\"", state_ == DeviceCallState::kRan ? "ran" : "skipped",
+                              "\",\"wait_ns\":", __atomic_load_n(&w->wait_ns, __ATOMIC_ACQUIRE),
+                              ",\"gate_ns\":", __atomic_load_n(&w->gate_ns, __ATOMIC_ACQUIRE),
+                              ",\"done_ns\":", __atomic_load_n(&w->done_ns, __ATOMIC_ACQUIRE),
+                              ",\"compute_us\":", absl::ToDoubleMicroseconds(result_.compute),
+                              ",\"pre_memsets\":", result_.pre_memsets, ",\"gate\":\"",
+                              result_.gate, "\",\"skip\":\"", result_.skip, "\"}"));
     }
     readbacks_.clear();
     staged_.clear();
@@ -752,9 +971,12 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
           "stamping the end of the ready wait (trace)"));
     }
     std::string unused;
-    ATTND_RETURN_IF_ERROR(
-        rt_->Launch(call, ctx, data, key, *slot, done_address, done.present ? done.value : 0,
-                    spin ? r.device_address : nullptr, spin ? r.value : 0, stream, &impl, &unused));
+    bool enable_form = false;
+    ATTND_RETURN_IF_ERROR(rt_->Launch(call, ctx, data, key, *slot, done_address,
+                                      done.present ? done.value : 0,
+                                      spin ? r.device_address : nullptr, spin ? r.value : 0, stream,
+                                      &impl, &unused, &enable_form));
+    c->result_.skip = enable_form ? "enable" : "cond";
     // The readback copies run on the device's readback stream after the op (stop_), so the
     // lane's next call need not wait for them; the completion event follows them there.
     cudaStream_t tail = stream;
@@ -877,6 +1099,19 @@ std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
       if (log) log(absl::StrCat("ATTND_ORDERED_SPIN_NS=", v, ": the spin form's sleep"));
     } else if (log) {
       log(absl::StrCat("ATTND_ORDERED_SPIN_NS=", ns, " is not 0..100000: ignored"));
+    }
+  }
+  if (const char* skip = std::getenv("ATTND_ORDERED_SKIP"); skip != nullptr && *skip != '\0') {
+    const std::string f(skip);
+    if (f == "enable" || f == "cond") {
+      rt->SetSkipForm(f == "enable" ? OrderedRuntime::SkipForm::kEnable
+                                    : OrderedRuntime::SkipForm::kConditional,
+                      log);
+      if (log)
+        log(absl::StrCat("ATTND_ORDERED_SKIP=", f, ": a cancelled call's op is skipped by ",
+                         f == "enable" ? "disabling its kernel nodes" : "a conditional node"));
+    } else if (log) {
+      log(absl::StrCat("ATTND_ORDERED_SKIP=", f, " is neither cond nor enable: ignored"));
     }
   }
   if (const char* keep = std::getenv("ATTND_ORDERED_KEEP_MEMSETS");
