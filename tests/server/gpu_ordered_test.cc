@@ -74,14 +74,14 @@ class CopyCall : public OpCall {
     uses_[0].device = nullptr;
     uses_[0].host = host;
   }
-  absl::string_view op() const override { return "copy"; }
+  absl::string_view op() const override { return name_; }
   const std::vector<TensorUse>& tensors() const override { return uses_; }
   const std::string& ready_event() const override { return none_; }
   const std::string& device_uuid() const override { return none_; }
-  std::string LaunchKey() const override { return "copy|" + std::to_string(bytes_); }
+  std::string LaunchKey() const override { return name_ + "|" + std::to_string(bytes_); }
   absl::Status Select(const kernels::ExecContext&, const std::vector<void*>&, std::string* impl,
                       int64_t* workspace) override {
-    *impl = "cuda_copy";
+    *impl = "cuda_" + name_;
     *workspace = 0;
     return absl::OkStatus();
   }
@@ -99,6 +99,9 @@ class CopyCall : public OpCall {
   std::vector<TensorUse> uses_;
   std::string none_;
   const uint64_t bytes_;
+
+ protected:
+  std::string name_ = "copy";  // the op's name, its launch key's and its impl's
 };
 
 // out = in through the call's workspace (two copies): a workspace of `workspace` bytes >= bytes.
@@ -197,14 +200,8 @@ class WorkspaceMemsetCall : public WorkspaceCopyCall {
 class KernelCopyCall : public CopyCall {
  public:
   KernelCopyCall(const std::string& uuid, void* in, void* out, uint64_t bytes)
-      : CopyCall(uuid, in, out, bytes, nullptr), words_(static_cast<unsigned int>(bytes / 4)) {}
-  absl::string_view op() const override { return "kernel_copy"; }
-  std::string LaunchKey() const override { return "kernel_copy|" + std::to_string(words_); }
-  absl::Status Select(const kernels::ExecContext&, const std::vector<void*>&, std::string* impl,
-                      int64_t* workspace) override {
-    *impl = "cuda_kernel_copy";
-    *workspace = 0;
-    return absl::OkStatus();
+      : CopyCall(uuid, in, out, bytes, nullptr), words_(static_cast<unsigned int>(bytes / 4)) {
+    name_ = "kernel_copy";
   }
   absl::Status Run(const kernels::ExecContext& ctx, const std::vector<void*>& data,
                    std::string* impl) override {

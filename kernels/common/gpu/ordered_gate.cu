@@ -10,43 +10,47 @@ __device__ unsigned long long GlobalTimer() {
   return t;
 }
 
+// The spin form's wait (ready != nullptr): until *ready >= value, then the fence; the time it
+// ended (0 without a wait).
+__device__ __forceinline__ unsigned long long AwaitReady(const unsigned long long* ready,
+                                                         unsigned long long value,
+                                                         unsigned int sleep_ns) {
+  if (ready == nullptr) return 0;
+  while (*reinterpret_cast<const volatile unsigned long long*>(ready) < value) {
+    __nanosleep(sleep_ns);
+  }
+  // The producer's writes came before its ready store: the op's kernels, after this one, read
+  // them.
+  __threadfence_system();
+  return GlobalTimer();
+}
+
+// The decision's state into the device mirror and the host's word, then the stamps.
+__device__ __forceinline__ void StoreGateState(CallWords* words, uint32_t* mirror, uint32_t state,
+                                               bool waited_for_ready, unsigned long long waited,
+                                               unsigned long long gate_ns) {
+  *reinterpret_cast<volatile uint32_t*>(mirror) = state;
+  *reinterpret_cast<volatile uint32_t*>(&words->state) = state;
+  if (waited_for_ready) *reinterpret_cast<volatile unsigned long long*>(&words->wait_ns) = waited;
+  *reinterpret_cast<volatile unsigned long long*>(&words->gate_ns) = gate_ns;
+}
+
 __global__ void Gate(cudaGraphConditionalHandle handle, CallWords* words, uint32_t* mirror,
                      const unsigned long long* ready, unsigned long long value,
                      unsigned int sleep_ns) {
-  unsigned long long waited = 0;
-  if (ready != nullptr) {
-    while (*reinterpret_cast<const volatile unsigned long long*>(ready) < value) {
-      __nanosleep(sleep_ns);
-    }
-    // The producer's writes came before its ready store: the op's kernels, after this one,
-    // read them.
-    __threadfence_system();
-    waited = GlobalTimer();
-  }
+  const unsigned long long waited = AwaitReady(ready, value, sleep_ns);
   const unsigned long long gate_ns = GlobalTimer();
   // The decision first; the stamps and the host's state word (posted writes) after it.
   const uint32_t control = *reinterpret_cast<volatile uint32_t*>(&words->control);
   const bool run = control != kControlCancel;
   cudaGraphSetConditional(handle, run ? 1u : 0u);
-  const uint32_t state = run ? kStateRan : kStateSkipped;
-  *reinterpret_cast<volatile uint32_t*>(mirror) = state;
-  *reinterpret_cast<volatile uint32_t*>(&words->state) = state;
-  if (ready != nullptr) *reinterpret_cast<volatile unsigned long long*>(&words->wait_ns) = waited;
-  *reinterpret_cast<volatile unsigned long long*>(&words->gate_ns) = gate_ns;
+  StoreGateState(words, mirror, run ? kStateRan : kStateSkipped, ready != nullptr, waited, gate_ns);
 }
 
 __global__ void GateEnable(const __grid_constant__ BodyNodes nodes, CallWords* words,
                            uint32_t* mirror, const unsigned long long* ready,
                            unsigned long long value, unsigned int sleep_ns) {
-  unsigned long long waited = 0;
-  if (ready != nullptr) {
-    while (*reinterpret_cast<const volatile unsigned long long*>(ready) < value) {
-      __nanosleep(sleep_ns);
-    }
-    // As in Gate: the producer's writes came before its ready store.
-    __threadfence_system();
-    waited = GlobalTimer();
-  }
+  const unsigned long long waited = AwaitReady(ready, value, sleep_ns);
   const unsigned long long gate_ns = GlobalTimer();
   const uint32_t control = *reinterpret_cast<volatile uint32_t*>(&words->control);
   const bool run = control != kControlCancel;
@@ -57,11 +61,11 @@ __global__ void GateEnable(const __grid_constant__ BodyNodes nodes, CallWords* w
   // The updates before anything that follows the gate (what CUDA asks before a programmatic
   // launch of a dependent; the daemon's graphs have none, and it costs one fence).
   __threadfence();
-  const uint32_t state = !updated ? kStateUpdateFailed : run ? kStateRan : kStateSkipped;
-  *reinterpret_cast<volatile uint32_t*>(mirror) = state;
-  *reinterpret_cast<volatile uint32_t*>(&words->state) = state;
-  if (ready != nullptr) *reinterpret_cast<volatile unsigned long long*>(&words->wait_ns) = waited;
-  *reinterpret_cast<volatile unsigned long long*>(&words->gate_ns) = gate_ns;
+  StoreGateState(words, mirror,
+                 !updated ? kStateUpdateFailed
+                 : run    ? kStateRan
+                          : kStateSkipped,
+                 ready != nullptr, waited, gate_ns);
 }
 
 __global__ void Done(unsigned long long* done, unsigned long long value, CallWords* words,

@@ -76,30 +76,40 @@ struct OrderedGraph {
   ko::BodyNodes nodes{};
 };
 
+// Whether `node` is a byte memset whose every byte lies in [workspace, +bytes); *m its
+// parameters then.
+absl::StatusOr<bool> WorkspaceMemset(cudaGraphNode_t node, const void* workspace, int64_t bytes,
+                                     cudaMemsetParams* m) {
+  cudaGraphNodeType type;
+  ATTND_RETURN_IF_ERROR(Cuda(cudaGraphNodeGetType(node, &type), "reading an op node"));
+  if (type != cudaGraphNodeTypeMemset) return false;
+  *m = cudaMemsetParams{};
+  ATTND_RETURN_IF_ERROR(Cuda(cudaGraphMemsetNodeGetParams(node, m), "reading a memset"));
+  if (m->elementSize != 1 || m->width == 0 || m->height == 0) return false;
+  if (m->height > 1 && m->pitch < m->width) return false;
+  const auto lo = reinterpret_cast<uintptr_t>(workspace);
+  const uintptr_t hi = lo + static_cast<uintptr_t>(bytes);
+  const auto dst = reinterpret_cast<uintptr_t>(m->dst);
+  const uintptr_t span = (m->height - 1) * m->pitch + m->width;
+  return dst >= lo && dst <= hi && span <= hi - dst;
+}
+
 // Moves the body's leading byte memsets that write only inside [workspace, +bytes) into *pre, in
 // order: each a root of the body (nothing of the op before it) whose every byte lies in the
 // queue's workspace. The rest of the body keeps its order; a memset after any other node stays.
 absl::Status HoistWorkspaceMemsets(cudaGraph_t body, const void* workspace, int64_t bytes,
                                    std::vector<cudaMemsetParams>* pre) {
   if (workspace == nullptr || bytes <= 0) return absl::OkStatus();
-  const auto lo = reinterpret_cast<uintptr_t>(workspace);
-  const uintptr_t hi = lo + static_cast<uintptr_t>(bytes);
   for (;;) {
     size_t n = 0;
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetRootNodes(body, nullptr, &n), "listing the body"));
     if (n != 1) return absl::OkStatus();  // an empty body, or branches: left as captured
     cudaGraphNode_t root = nullptr;
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetRootNodes(body, &root, &n), "listing the body"));
-    cudaGraphNodeType type;
-    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphNodeGetType(root, &type), "reading a body node"));
-    if (type != cudaGraphNodeTypeMemset) return absl::OkStatus();
     cudaMemsetParams m{};
-    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphMemsetNodeGetParams(root, &m), "reading a memset"));
-    if (m.elementSize != 1 || m.width == 0 || m.height == 0) return absl::OkStatus();
-    const auto dst = reinterpret_cast<uintptr_t>(m.dst);
-    if (m.height > 1 && m.pitch < m.width) return absl::OkStatus();
-    const uintptr_t span = (m.height - 1) * m.pitch + m.width;
-    if (dst < lo || dst > hi || span > hi - dst) return absl::OkStatus();
+    absl::StatusOr<bool> hoist = WorkspaceMemset(root, workspace, bytes, &m);
+    if (!hoist.ok()) return hoist.status();
+    if (!*hoist) return absl::OkStatus();
     pre->push_back(m);
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphDestroyNode(root), "taking a memset out of the body"));
   }
@@ -112,8 +122,6 @@ absl::Status HoistWorkspaceMemsetsAfter(cudaGraph_t graph, cudaGraphNode_t gate,
                                         const void* workspace, int64_t bytes,
                                         std::vector<cudaMemsetParams>* pre) {
   if (workspace == nullptr || bytes <= 0) return absl::OkStatus();
-  const auto lo = reinterpret_cast<uintptr_t>(workspace);
-  const uintptr_t hi = lo + static_cast<uintptr_t>(bytes);
   for (;;) {
     size_t n = 0;
     ATTND_RETURN_IF_ERROR(
@@ -126,16 +134,10 @@ absl::Status HoistWorkspaceMemsetsAfter(cudaGraph_t graph, cudaGraphNode_t gate,
     ATTND_RETURN_IF_ERROR(
         Cuda(cudaGraphNodeGetDependencies(first, nullptr, nullptr, &ins), "listing the op"));
     if (ins != 1) return absl::OkStatus();  // something else of the op comes before it
-    cudaGraphNodeType type;
-    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphNodeGetType(first, &type), "reading an op node"));
-    if (type != cudaGraphNodeTypeMemset) return absl::OkStatus();
     cudaMemsetParams m{};
-    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphMemsetNodeGetParams(first, &m), "reading a memset"));
-    if (m.elementSize != 1 || m.width == 0 || m.height == 0) return absl::OkStatus();
-    const auto dst = reinterpret_cast<uintptr_t>(m.dst);
-    if (m.height > 1 && m.pitch < m.width) return absl::OkStatus();
-    const uintptr_t span = (m.height - 1) * m.pitch + m.width;
-    if (dst < lo || dst > hi || span > hi - dst) return absl::OkStatus();
+    absl::StatusOr<bool> hoist = WorkspaceMemset(first, workspace, bytes, &m);
+    if (!hoist.ok()) return hoist.status();
+    if (!*hoist) return absl::OkStatus();
     size_t outs = 0;
     ATTND_RETURN_IF_ERROR(
         Cuda(cudaGraphNodeGetDependentNodes(first, nullptr, nullptr, &outs), "listing the op"));
