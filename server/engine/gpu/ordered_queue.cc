@@ -447,6 +447,30 @@ class OrderedRuntime {
     return static_cast<uint32_t*>(m);
   }
 
+  // The op's launches captured into `graph` (after `after`, or as its roots when null) on the
+  // device's capture stream, used for nothing else. The op's own error is returned, with
+  // *refused when it is the call's answer (bad arguments); the capture's end in *end.
+  absl::Status CaptureOp(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
+                         cudaGraph_t graph, const cudaGraphNode_t* after, std::string* impl,
+                         bool* refused, cudaError_t* end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<cudaStream_t> cs = Stream(&capture_streams_, ctx.device);
+    if (!cs.ok()) return cs.status();
+    ctx.stream = *cs;
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaStreamBeginCaptureToGraph(*cs, graph, after, nullptr, after != nullptr ? 1 : 0,
+                                           cudaStreamCaptureModeThreadLocal),
+             "capturing the op"));
+    const absl::Status run = call.Run(ctx, data, impl);
+    cudaGraph_t captured = nullptr;
+    *end = cudaStreamEndCapture(*cs, &captured);
+    if (!run.ok()) {
+      (void)cudaGetLastError();
+      *refused = run.code() != absl::StatusCode::kInternal && *end == cudaSuccess;
+      return run;
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Build(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
                      OrderedGraph* g, std::string* impl, bool* refused)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -485,20 +509,8 @@ class OrderedRuntime {
     cudaKernelNodeParams gp = KernelParams(ko::GateEnableKernel(), gate_args);
     ATTND_RETURN_IF_ERROR(
         Cuda(cudaGraphAddKernelNode(&g->gate, g->graph, nullptr, 0, &gp), "adding the gate"));
-    absl::StatusOr<cudaStream_t> cs = Stream(&capture_streams_, ctx.device);
-    if (!cs.ok()) return cs.status();
-    ctx.stream = *cs;
-    ATTND_RETURN_IF_ERROR(Cuda(cudaStreamBeginCaptureToGraph(*cs, g->graph, &g->gate, nullptr, 1,
-                                                             cudaStreamCaptureModeThreadLocal),
-                               "capturing the op after the gate"));
-    const absl::Status run = call.Run(ctx, data, impl);
-    cudaGraph_t captured = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(*cs, &captured);
-    if (!run.ok()) {
-      (void)cudaGetLastError();
-      *refused = run.code() != absl::StatusCode::kInternal && end == cudaSuccess;
-      return run;
-    }
+    cudaError_t end = cudaSuccess;
+    ATTND_RETURN_IF_ERROR(CaptureOp(call, ctx, data, g->graph, &g->gate, impl, refused, &end));
     auto unsuitable = [why](std::string reason) {
       *why = std::move(reason);
       return absl::FailedPreconditionError(*why);
@@ -610,21 +622,8 @@ class OrderedRuntime {
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphAddNode(&cond, g->graph, &g->gate, nullptr, 1, &cp),
                                "adding the conditional node"));
     cudaGraph_t body = cp.conditional.phGraph_out[0];
-    // The op's launches, captured into the body on a stream used for nothing else.
-    absl::StatusOr<cudaStream_t> cs = Stream(&capture_streams_, ctx.device);
-    if (!cs.ok()) return cs.status();
-    ctx.stream = *cs;
-    ATTND_RETURN_IF_ERROR(Cuda(cudaStreamBeginCaptureToGraph(*cs, body, nullptr, nullptr, 0,
-                                                             cudaStreamCaptureModeThreadLocal),
-                               "capturing the op into the conditional body"));
-    const absl::Status run = call.Run(ctx, data, impl);
-    cudaGraph_t captured = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(*cs, &captured);
-    if (!run.ok()) {
-      (void)cudaGetLastError();
-      *refused = run.code() != absl::StatusCode::kInternal && end == cudaSuccess;
-      return run;
-    }
+    cudaError_t end = cudaSuccess;
+    ATTND_RETURN_IF_ERROR(CaptureOp(call, ctx, data, body, nullptr, impl, refused, &end));
     if (end != cudaSuccess) {
       (void)cudaGetLastError();
       return absl::FailedPreconditionError(
