@@ -8,6 +8,7 @@
 // A2 − B1 the B→A one, each including one tiny kernel launch (the "local" row: two stamps back to
 // back in one stream). Every mode of signalling and waiting is run:
 //   signal  memop: cuStreamWriteValue64 · kernel: one thread, __threadfence_system + volatile store
+//           · kernel_gpu: the same with __threadfence (GPU scope; device words only)
 //   wait    memop: cuStreamWaitValue64 (GEQ) · spin: one warp polling the word (with a timeout)
 //   word    host: one page of shared memory mapped into both contexts · device: cudaMalloc by A,
 //           opened by B through CUDA IPC
@@ -171,6 +172,13 @@ __global__ void KernelSignal(unsigned long long* word, unsigned long long value)
   *reinterpret_cast<volatile unsigned long long*>(word) = value;
   __threadfence_system();
 }
+// The same with GPU-scope fences only: enough for a word in device memory that only streams and
+// kernels of the same GPU wait on (signal mode kernel_gpu, device words only).
+__global__ void KernelSignalGpu(unsigned long long* word, unsigned long long value) {
+  __threadfence();
+  *reinterpret_cast<volatile unsigned long long*>(word) = value;
+  __threadfence();
+}
 
 __global__ void Gate(cudaGraphConditionalHandle h, const unsigned int* control) {
   cudaGraphSetConditional(h, *reinterpret_cast<const volatile unsigned int*>(control) == 0 ? 1 : 0);
@@ -255,7 +263,7 @@ struct Shared {  // the page both processes map
 constexpr size_t kShared = (sizeof(Shared) + 4095) / 4096 * 4096;
 
 struct Mode {
-  const char* signal;  // memop | kernel
+  const char* signal;  // memop | kernel | kernel_gpu
   const char* wait;    // memop | spin
   const char* word;    // host | device
   const char* body;    // plain | graph | cond
@@ -288,6 +296,8 @@ void Signal(const Side& s, const Mode& m, unsigned long long* word, unsigned lon
       std::fprintf(stderr, "cuStreamWriteValue64 failed\n");
       std::_Exit(2);
     }
+  } else if (std::strcmp(m.signal, "kernel_gpu") == 0) {
+    KernelSignalGpu<<<1, 1, 0, s.stream>>>(word, v);
   } else {
     KernelSignal<<<1, 1, 0, s.stream>>>(word, v);
   }
@@ -406,12 +416,13 @@ double Pct(std::vector<double> v, double p) {
 }
 
 const Mode kModes[] = {
-    {"memop", "memop", "host", "plain"},   {"memop", "memop", "device", "plain"},
-    {"kernel", "memop", "host", "plain"},  {"kernel", "memop", "device", "plain"},
-    {"memop", "spin", "host", "plain"},    {"memop", "spin", "device", "plain"},
-    {"kernel", "spin", "host", "plain"},   {"kernel", "spin", "device", "plain"},
-    {"memop", "memop", "device", "graph"}, {"memop", "memop", "device", "cond"},
-    {"kernel", "memop", "device", "cond"}, {"kernel", "spin", "device", "cond"},
+    {"memop", "memop", "host", "plain"},        {"memop", "memop", "device", "plain"},
+    {"kernel", "memop", "host", "plain"},       {"kernel", "memop", "device", "plain"},
+    {"memop", "spin", "host", "plain"},         {"memop", "spin", "device", "plain"},
+    {"kernel", "spin", "host", "plain"},        {"kernel", "spin", "device", "plain"},
+    {"memop", "memop", "device", "graph"},      {"memop", "memop", "device", "cond"},
+    {"kernel", "memop", "device", "cond"},      {"kernel", "spin", "device", "cond"},
+    {"kernel_gpu", "memop", "device", "plain"}, {"kernel_gpu", "spin", "device", "plain"},
 };
 
 // The daemon side: runs every mode in step with A.

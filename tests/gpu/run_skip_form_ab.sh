@@ -6,12 +6,14 @@
 #      forms (en_host, en_always, en_dev) beside the conditional ones (cond_host, cond_dev);
 #   2. bin/gpu_runtime_test 'GpuOrderedTest.*' in the default (conditional) form, with
 #      ATTND_ORDERED_SKIP=enable, and with enable and ATTND_ORDERED_GATE=spin (no MPS);
-#   3. under one MPS server, the decode step (bench/decode_step/decode_step.py: B64 and B128,
-#      61 layers, stream-ordered through a submission ring, device signal words, the in-process
-#      chain as baseline) through a daemon in each form, alternating cond, enable, cond, enable;
+#   3. under one MPS server, handoff_probe's two-process hand-offs (with the kernel_gpu signal:
+#      GPU-scope fences around the done store), then the decode step
+#      (bench/decode_step/decode_step.py: B64 and B128, 61 layers, stream-ordered through a
+#      submission ring, device signal words, the in-process chain as baseline) through a daemon
+#      in each form, alternating cond, enable, cond, enable;
 #      each daemon traces its calls (ATTND_ORDERED_TRACE), so the trace's "skip" field shows the
 #      form every call ran in, and its log says when an op fell back to the conditional form.
-# Results under OUT_DIR: graph_cost.jsonl and .txt, gpu_ordered_<form>.txt,
+# Results under OUT_DIR: graph_cost.jsonl and .txt, gpu_ordered_<form>.txt, handoff_mps.jsonl,
 # decode_step_skip_<form>.jsonl (one file per form, a line per configuration and round),
 # daemon-<form>-<round>.log and .trace.jsonl, skip_summary.txt.
 #   bundle/gpu-tests/run_skip_form_ab.sh OUT_DIR
@@ -73,6 +75,10 @@ MPS_DIR="$(mktemp -d /tmp/attnd-mps.XXXXXX)"
 mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
 export CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
 nvidia-cuda-mps-control -d || { echo "MPS did not start" >&2; exit 1; }
+# The two-process hand-offs under MPS, the GPU-scope done store (kernel_gpu) among them.
+"$BIN/handoff_probe" --iters 300 --a-us 20 --b-us 100 --kernels 4 --label "$COMMIT" \
+  --out "$OUT/handoff_mps.jsonl" > "$OUT/handoff_mps.txt" 2>&1 || rc=1
+cat "$OUT/handoff_mps.txt"
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for form in cond enable; do
     trace="$OUT/daemon-$form-$round.trace.jsonl"
