@@ -248,6 +248,17 @@ __global__ void EnableGate(unsigned int* words, const __grid_constant__ BodyNode
 // The enable check's body kernel: counts its runs.
 __global__ void CountRun(unsigned int* count) { atomicAdd(count, 1u); }
 
+// The cluster check's body kernel: out[0] counts the CTAs that ran, out[1] the largest
+// blockIdx.x, out[2] the largest cluster size (%cluster_nctarank) seen.
+__global__ void CountCtas(unsigned int* out) {
+  if (threadIdx.x != 0) return;
+  unsigned int rank_count = 0;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(rank_count));
+  atomicAdd(&out[0], 1u);
+  atomicMax(&out[1], blockIdx.x);
+  atomicMax(&out[2], rank_count);
+}
+
 struct Shared {  // the page both processes map
   unsigned long long ready;
   unsigned long long pad0[7];
@@ -568,6 +579,9 @@ int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
 // the body has more than kMaxBodyNodes kernel nodes; non-kernel nodes (a memset) stay, and run
 // whatever the gate decides.
 struct EnableGraphOut {
+  // The template graph stays alive with the executable one: the gate's and done's per-launch
+  // parameters (cudaGraphExecKernelNodeSetParams) name their nodes in it.
+  cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   cudaGraphNode_t gate = nullptr, done = nullptr;
   BodyNodes nodes{};
@@ -642,12 +656,13 @@ bool MakeEnableGraph(Capture capture, unsigned int* words, int lazy, unsigned in
   const cudaKernelNodeParams dp = OneThread(&DaemonDone, dargs);
   CHECK(cudaGraphAddKernelNode(&out->done, g, leaves.data(), leaves.size(), &dp));
   const cudaError_t ie = cudaGraphInstantiate(&out->exec, g, 0);
-  CHECK(cudaGraphDestroy(g));
   if (ie != cudaSuccess) {
+    CHECK(cudaGraphDestroy(g));
     *why = std::string("instantiate: ") + cudaGetErrorString(ie);
     (void)cudaGetLastError();
     return false;
   }
+  out->graph = g;
   cudaStream_t up = nullptr;
   CHECK(cudaStreamCreateWithFlags(&up, cudaStreamNonBlocking));
   CHECK(cudaGraphUpload(out->exec, up));
@@ -731,6 +746,7 @@ int EnableCheck(const Args& a, FILE* out) {
                    a.label, lazy, sizeof(runs) / sizeof(runs[0]), wrong);
     }
     CHECK(cudaGraphExecDestroy(g.exec));
+    CHECK(cudaGraphDestroy(g.graph));
   }
   CHECK(cudaStreamDestroy(st));
   CHECK(cudaFree(done));
@@ -766,6 +782,107 @@ int EnableCheck(const Args& a, FILE* out) {
 // memory in turn, without and with the most-shared-memory carveout preference); k 1, 4, 8 and 16
 // for plain, 4 for the others. Every iteration is enqueued ahead of the GPU; p50 of (stamp after
 // − stamp before) is printed.
+// Whether a kernel launched in clusters keeps its grid in a graph whose kernel nodes are
+// device-updatable (the enable form): one launch of CountCtas, grid 8 CTAs in clusters of 2,
+// captured into (a) a plain graph, (b) the same with the node made device-updatable, (c) the
+// enable form's graph [EnableGate → it → DaemonDone] with the gate running it. Each must run 8
+// CTAs, blockIdx.x up to 7, in clusters of 2. Prints and returns failures.
+int ClusterCheck(const Args& a, FILE* out) {
+  constexpr unsigned int kGrid = 8, kCluster = 2;
+  unsigned int* counts = nullptr;
+  CHECK(cudaMalloc(&counts, 64));
+  auto launch = [&](cudaStream_t s) {
+    cudaLaunchConfig_t c = {};
+    c.gridDim = dim3(kGrid, 1, 1);
+    c.blockDim = dim3(32, 1, 1);
+    c.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = kCluster;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    c.attrs = at;
+    c.numAttrs = 1;
+    CHECK(cudaLaunchKernelEx(&c, CountCtas, counts));
+  };
+  cudaStream_t st = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  unsigned int* hwords = nullptr;
+  CHECK(cudaHostAlloc(&hwords, 4096, cudaHostAllocMapped));
+  std::memset(hwords, 0, 4096);  // control 0: the gate runs the body
+  unsigned int* words = nullptr;
+  CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&words), hwords, 0));
+  unsigned int* en = nullptr;  // [0] left disabled, [1] update errors
+  CHECK(cudaMalloc(&en, 64));
+  CHECK(cudaMemset(en, 0, 64));
+  unsigned long long* done = nullptr;
+  CHECK(cudaMalloc(&done, 8));
+  int failures = 0;
+  for (const char* form : {"plain", "updatable", "enable_gate"}) {
+    const std::string f = form;
+    CHECK(cudaMemset(counts, 0, 64));
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    unsigned int cluster_attr = 0;
+    if (f == "enable_gate") {
+      EnableGraphOut eg;
+      std::string why;
+      if (!MakeEnableGraph([&](cudaStream_t cap) { launch(cap); }, words, 0, en, en + 1, done, &eg,
+                           &why)) {
+        std::printf("cluster check %-11s: cannot build: %s\n", form, why.c_str());
+        ++failures;
+        continue;
+      }
+      g = eg.graph;
+      exec = eg.exec;
+    } else {
+      CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      launch(st);
+      CHECK(cudaStreamEndCapture(st, &g));
+      size_t n = 1;
+      cudaGraphNode_t node = nullptr;
+      CHECK(cudaGraphGetNodes(g, &node, &n));
+      if (f == "updatable") {
+        cudaLaunchAttributeValue v{};
+        v.deviceUpdatableKernelNode.deviceUpdatable = 1;
+        CHECK(cudaGraphKernelNodeSetAttribute(node, cudaLaunchAttributeDeviceUpdatableKernelNode,
+                                              &v));
+      }
+      cudaLaunchAttributeValue cv{};
+      CHECK(cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeClusterDimension, &cv));
+      cluster_attr = cv.clusterDim.x * cv.clusterDim.y * cv.clusterDim.z;
+      CHECK(cudaGraphInstantiate(&exec, g, 0));
+      CHECK(cudaGraphUpload(exec, st));
+    }
+    CHECK(cudaGraphLaunch(exec, st));
+    CHECK(cudaStreamSynchronize(st));
+    unsigned int got[3] = {};
+    CHECK(cudaMemcpy(got, counts, sizeof(got), cudaMemcpyDeviceToHost));
+    const bool ok = got[0] == kGrid && got[1] == kGrid - 1 && got[2] == kCluster;
+    if (!ok) ++failures;
+    std::printf(
+        "cluster check %-11s: grid %u in clusters of %u: %u CTAs ran, blockIdx.x up to %u, "
+        "cluster size %u (node attribute %u): %s\n",
+        form, kGrid, kCluster, got[0], got[1], got[2], cluster_attr, ok ? "ok" : "WRONG");
+    if (out) {
+      std::fprintf(out,
+                   "{\"op\":\"handoff_probe_cluster_check\",\"label\":\"%s\",\"form\":\"%s\","
+                   "\"grid\":%u,\"cluster\":%u,\"ctas\":%u,\"max_block\":%u,"
+                   "\"cluster_seen\":%u,\"ok\":%s}\n",
+                   a.label, form, kGrid, kCluster, got[0], got[1], got[2], ok ? "true" : "false");
+    }
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g));
+  }
+  CHECK(cudaFree(done));
+  CHECK(cudaFree(en));
+  CHECK(cudaFreeHost(hwords));
+  CHECK(cudaFree(counts));
+  CHECK(cudaStreamDestroy(st));
+  std::printf("cluster check: %s\n", failures == 0 ? "PASS" : "FAIL");
+  return failures;
+}
+
 int GraphCost(const Args& a) {
   Side s;
   SetupSide(&s);
@@ -787,7 +904,7 @@ int GraphCost(const Args& a) {
   unsigned int* en_words = nullptr;  // [0] nodes left disabled (the lazy gates), [1] errors
   CHECK(cudaMalloc(&en_words, 64));
   CHECK(cudaMemset(en_words, 0, 64));
-  const int check_failures = EnableCheck(a, out);
+  const int check_failures = EnableCheck(a, out) + ClusterCheck(a, out);
   unsigned int* errors = nullptr;
   CHECK(cudaMalloc(&errors, sizeof(unsigned int)));
   CHECK(cudaMemset(errors, 0, sizeof(unsigned int)));
@@ -825,6 +942,7 @@ int GraphCost(const Args& a) {
         unsigned int* en_left = en_words;
         unsigned int* en_errors = en_words + 1;
         BodyNodes en_nodes{};
+        cudaGraph_t en_graph = nullptr;
         if (enable) {
           CHECK(cudaMemset(en_left, 0, sizeof(unsigned int)));
           EnableGraphOut eg;
@@ -839,6 +957,7 @@ int GraphCost(const Args& a) {
             continue;
           }
           exec = eg.exec;
+          en_graph = eg.graph;
           gate = eg.gate;
           dn = eg.done;
           en_nodes = eg.nodes;
@@ -979,6 +1098,7 @@ int GraphCost(const Args& a) {
                        a.label, kind, form, k, a.b_us, a.iters, p50, Pct(d, 0.9));
         }
         if (exec != nullptr) CHECK(cudaGraphExecDestroy(exec));
+        if (en_graph != nullptr) CHECK(cudaGraphDestroy(en_graph));
         if (tail_body != nullptr) CHECK(cudaGraphExecDestroy(tail_body));
       }
     }

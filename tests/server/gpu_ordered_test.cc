@@ -6,7 +6,8 @@
 // an inline input is staged at accept; a queue's calls share its workspace (graph hits); a kernel
 // launched for the first time while a call waits runs (eager module loading); unpinning host
 // memory does not wait for a pending call; the op's memsets run only after ready; a cancelled
-// call's op is skipped in either skip form (ATTND_ORDERED_SKIP) and the next call runs it whole.
+// call's op is skipped in either skip form (ATTND_ORDERED_SKIP) and the next call runs it whole;
+// an op launched in clusters runs its grid once in either form.
 #include <cuda.h>  // driver API types only: cuStreamWaitValue64 comes through the runtime
 #include <cuda_runtime.h>
 
@@ -219,6 +220,33 @@ class KernelCopyCall : public CopyCall {
 
  private:
   const unsigned int words_;
+};
+
+// out = in by one copy kernel launched in clusters of two CTAs, each CTA counting itself into
+// `ctas` (device memory): the enable form leaves such an op to the conditional form
+// (docs/SERVICE.md "Skipping a cancelled call's op").
+class ClusterCopyCall : public CopyCall {
+ public:
+  ClusterCopyCall(const std::string& uuid, void* in, void* out, uint64_t bytes, unsigned int* ctas)
+      : CopyCall(uuid, in, out, bytes, nullptr),
+        words_(static_cast<unsigned int>(bytes / 4)),
+        ctas_(ctas) {
+    name_ = "cluster_copy";
+  }
+  absl::Status Run(const kernels::ExecContext& ctx, const std::vector<void*>& data,
+                   std::string* impl) override {
+    *impl = "cuda_cluster_copy";
+    if (testing::LaunchClusterCopyWords(static_cast<const unsigned int*>(data[0]),
+                                        static_cast<unsigned int*>(data[1]), words_, ctas_,
+                                        static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess) {
+      return absl::InternalError("cluster copy kernel");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const unsigned int words_;
+  unsigned int* const ctas_;
 };
 
 struct Buffer {
@@ -580,6 +608,37 @@ TEST_F(GpuOrderedTest, SkipFormsSkipACancelledOpAndRunTheNextWhole) {
   StepResult rc;
   (*c)->Result(&rc);
   EXPECT_EQ(rc.skip, "cond") << "a memcpy node cannot be skipped by the enable form";
+}
+
+// A kernel launched in clusters, made device-updatable, ran cluster-size times its grid (the
+// enable form's fault in the decode step: docs/SERVICE.md "Skipping a cancelled call's op"); in
+// either form such an op runs its grid once, by the conditional form.
+TEST_F(GpuOrderedTest, AClusterLaunchedOpRunsItsGridOnceInEitherForm) {
+  auto q = backend_->NewOrderedQueue();
+  ASSERT_NE(q, nullptr);
+  const uint64_t n = kMiB;
+  Buffer in(n), out(n), ctas(64);
+  in.Fill(0x37);
+  HostWords words;
+  ClusterCopyCall call(uuid_, in.p, out.p, n, static_cast<unsigned int*>(ctas.p));
+  const unsigned int grid = testing::ClusterCopyGrid(static_cast<unsigned int>(n / 4));
+  for (uint64_t v = 1; v <= 2; ++v) {  // a capture, then a graph hit
+    out.Fill(0xff);
+    ctas.Fill(0);
+    auto c = q->Enqueue(call, words.Signal(0, v), words.Signal(1, v));
+    ASSERT_TRUE(c.ok()) << c.status();
+    words.Set(0, v);
+    ASSERT_EQ(Await(**c), DeviceCallState::kRan);
+    EXPECT_EQ(words.Get(1), v);
+    EXPECT_TRUE(All(out.Read(), 0x37));
+    const std::vector<unsigned char> counted = ctas.Read();
+    unsigned int ran = 0;
+    std::memcpy(&ran, counted.data(), sizeof(ran));
+    EXPECT_EQ(ran, grid) << "CTAs of the cluster-launched kernel that ran (launch " << v << ")";
+    StepResult r;
+    (*c)->Result(&r);
+    EXPECT_EQ(r.skip, "cond");
+  }
 }
 
 TEST_F(GpuOrderedTest, DeviceWordsAndIndependentQueues) {
