@@ -785,8 +785,9 @@ int EnableCheck(const Args& a, FILE* out) {
 // Whether a kernel launched in clusters keeps its grid in a graph whose kernel nodes are
 // device-updatable (the enable form): one launch of CountCtas, grid 8 CTAs in clusters of 2,
 // captured into (a) a plain graph, (b) the same with the node made device-updatable, (c) the
-// enable form's graph [EnableGate → it → DaemonDone] with the gate running it. Each must run 8
-// CTAs, blockIdx.x up to 7, in clusters of 2. Prints and returns failures.
+// enable form's graph [EnableGate → it → DaemonDone] with a lazy gate (no node update on a run),
+// (d) the same with the gate enabling the node at every launch. Each must run 8 CTAs,
+// blockIdx.x up to 7, in clusters of 2. Prints and returns the wrong ones.
 int ClusterCheck(const Args& a, FILE* out) {
   constexpr unsigned int kGrid = 8, kCluster = 2;
   unsigned int* counts = nullptr;
@@ -818,23 +819,33 @@ int ClusterCheck(const Args& a, FILE* out) {
   unsigned long long* done = nullptr;
   CHECK(cudaMalloc(&done, 8));
   int failures = 0;
-  for (const char* form : {"plain", "updatable", "enable_gate"}) {
+  for (const char* form : {"plain", "updatable", "enable_lazy", "enable_gate"}) {
     const std::string f = form;
     CHECK(cudaMemset(counts, 0, 64));
     cudaGraph_t g = nullptr;
     cudaGraphExec_t exec = nullptr;
     unsigned int cluster_attr = 0;
-    if (f == "enable_gate") {
+    if (f.rfind("enable_", 0) == 0) {
+      // enable_lazy: the gate updates no node on a run (nothing was disabled); enable_gate: it
+      // enables the node from the device at every launch, as the daemon's gate does.
+      CHECK(cudaMemset(en, 0, 64));
       EnableGraphOut eg;
       std::string why;
-      if (!MakeEnableGraph([&](cudaStream_t cap) { launch(cap); }, words, 0, en, en + 1, done, &eg,
-                           &why)) {
+      const int lazy = f == "enable_lazy" ? 1 : 0;
+      if (!MakeEnableGraph([&](cudaStream_t cap) { launch(cap); }, words, lazy, en, en + 1, done,
+                           &eg, &why)) {
         std::printf("cluster check %-11s: cannot build: %s\n", form, why.c_str());
         ++failures;
         continue;
       }
       g = eg.graph;
       exec = eg.exec;
+      size_t n = 1;
+      cudaGraphNode_t body = nullptr;
+      CHECK(cudaGraphNodeGetDependentNodes(eg.gate, &body, nullptr, &n));
+      cudaLaunchAttributeValue cv{};
+      CHECK(cudaGraphKernelNodeGetAttribute(body, cudaLaunchAttributeClusterDimension, &cv));
+      cluster_attr = cv.clusterDim.x * cv.clusterDim.y * cv.clusterDim.z;
     } else {
       CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
       launch(st);
@@ -879,7 +890,11 @@ int ClusterCheck(const Args& a, FILE* out) {
   CHECK(cudaFreeHost(hwords));
   CHECK(cudaFree(counts));
   CHECK(cudaStreamDestroy(st));
-  std::printf("cluster check: %s\n", failures == 0 ? "PASS" : "FAIL");
+  // A finding about the driver, not a failure of the probe: the daemon keeps ops with such
+  // kernels in the conditional form (docs/SERVICE.md "Skipping a cancelled call's op").
+  std::printf("cluster check: %s\n",
+              failures == 0 ? "PASS"
+                            : "WRONG grids (the daemon keeps cluster-launched ops conditional)");
   return failures;
 }
 
@@ -904,7 +919,8 @@ int GraphCost(const Args& a) {
   unsigned int* en_words = nullptr;  // [0] nodes left disabled (the lazy gates), [1] errors
   CHECK(cudaMalloc(&en_words, 64));
   CHECK(cudaMemset(en_words, 0, 64));
-  const int check_failures = EnableCheck(a, out) + ClusterCheck(a, out);
+  const int check_failures = EnableCheck(a, out);
+  (void)ClusterCheck(a, out);  // reported, not a failure (see ClusterCheck)
   unsigned int* errors = nullptr;
   CHECK(cudaMalloc(&errors, sizeof(unsigned int)));
   CHECK(cudaMemset(errors, 0, sizeof(unsigned int)));

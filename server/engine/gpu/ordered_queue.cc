@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -498,9 +499,10 @@ class OrderedRuntime {
       const absl::Status built = BuildEnable(call, ctx, data, g, impl, refused, &why);
       if (built.ok() || why.empty()) return built;  // built, or the op's own error
       Destroy(*g);
-      if (log_) {
-        log_(absl::StrCat("device-ordered graph of ", call.op(), ": ", why,
-                          ": its op is skipped by a conditional node instead"));
+      // Once per op and reason: a model's layers build one graph each, for the same reason.
+      if (log_ && fallbacks_logged_.insert(absl::StrCat(call.op(), "|", why)).second) {
+        log_(absl::StrCat("device-ordered graphs of ", call.op(), ": ", why,
+                          ": its op is skipped by a conditional node instead (logged once)"));
       }
     }
     return BuildConditional(call, ctx, data, g, impl, refused);
@@ -684,6 +686,7 @@ class OrderedRuntime {
   SlotTable slots_;
   absl::Mutex mu_;
   std::map<std::string, OrderedGraph> graphs_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> fallbacks_logged_ ABSL_GUARDED_BY(mu_);  // op and reason
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, cudaStream_t> capture_streams_ ABSL_GUARDED_BY(mu_);
   std::map<int, cudaStream_t> watchdog_streams_ ABSL_GUARDED_BY(mu_);
