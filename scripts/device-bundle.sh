@@ -66,10 +66,14 @@ cp scripts/run-gpu-suite.sh "$BUNDLE/"
 # The integration tests and the vLLM plugin (package and fixtures), in the repository's layout
 # (the tests find each other by relative paths), run against the bundled daemon by
 # `run-gpu-suite.sh OUT integration`.
-mkdir -p "$BUNDLE/integration/tests/client" "$BUNDLE/integration/client"
+# test_decode_step runs bench/decode_step/decode_step.py with client/python on its path.
+mkdir -p "$BUNDLE/integration/tests/client" "$BUNDLE/integration/client" \
+  "$BUNDLE/integration/bench/decode_step"
 cp -r tests/integration "$BUNDLE/integration/tests/integration"
 cp -r tests/client/python_vllm "$BUNDLE/integration/tests/client/python_vllm"
 cp -r client/python_vllm "$BUNDLE/integration/client/python_vllm"
+cp -r client/python "$BUNDLE/integration/client/python"
+cp bench/decode_step/decode_step.py "$BUNDLE/integration/bench/decode_step/"
 find "$BUNDLE/integration" -name __pycache__ -prune -exec rm -rf {} +
 # The commit the binaries were built from; "-dirty" when tracked files differ from it, so no
 # result is credited to a commit that lacks the code that produced it.

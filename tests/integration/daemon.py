@@ -19,6 +19,9 @@ import urllib.request
 import attnd_client
 
 READY_TIMEOUT = 60.0
+# The backend the daemon under test serves with: "cpu" (ctest's build), or what a GPU host's run
+# sets (scripts/run-gpu-suite.sh: "cuda"); the tests of backend-dependent defaults read it.
+BACKEND = os.environ.get("ATTND_EXPECT_BACKEND", "cpu")
 
 
 class Daemon:

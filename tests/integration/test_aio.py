@@ -24,7 +24,7 @@ async def connected(daemon, tcp=False):
     return client
 
 
-def test_ready_health_info(daemon):
+def test_ready_health_info(daemon, backend):
     async def go():
         async with await connected(daemon) as client:
             info = await client.info()
@@ -35,7 +35,7 @@ def test_ready_health_info(daemon):
             return info, health, first
 
     info, health, first = run(go())
-    assert info.backend == "cpu" and info.version
+    assert info.backend == backend and info.version
     assert health == "SERVING" and first == "SERVING"
 
 

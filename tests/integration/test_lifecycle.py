@@ -16,7 +16,7 @@ import pytest
 
 import attnd_client as ac
 
-from daemon import parse_metrics, sample, wait_until
+from daemon import BACKEND, parse_metrics, sample, wait_until
 from slow import SlowCall
 
 
@@ -160,7 +160,8 @@ def test_second_signal_exits_at_once(make_daemon):
 
 
 def test_worker_spin_flag(attnd_bin, make_daemon, tmp_path):
-    """--worker-spin: auto (the default) is 0 on the CPU backend, a duration is taken as given
+    """--worker-spin: auto (the default) is 0 on the CPU backend and 1 ms on a GPU one
+    (docs/OPERATIONS.md "CPU"), a duration is taken as given
     (the log and GetInfo's limits.worker_spin_ns say which), anything else stops attnd at start
     (exit 2) with the flag named."""
 
@@ -168,7 +169,11 @@ def test_worker_spin_flag(attnd_bin, make_daemon, tmp_path):
         line = next(x for x in d.log().splitlines() if "attnd serving" in x)
         return re.search(r"worker_spin=(\S+)", line).group(1)
 
-    quiet = make_daemon("--workers=1", "--cpu-threads=1")
+    auto = make_daemon("--workers=1", "--cpu-threads=1")
+    want = ("0", 0) if BACKEND == "cpu" else ("1ms", 1_000_000)
+    assert serving_spin(auto) == want[0]
+    assert auto.client().info().limits.worker_spin_ns == want[1]
+    quiet = make_daemon("--workers=1", "--cpu-threads=1", "--worker-spin=0")
     assert serving_spin(quiet) == "0"
     assert quiet.client().info().limits.worker_spin_ns == 0
     d = make_daemon("--workers=1", "--cpu-threads=1", "--worker-spin=250us")

@@ -1,7 +1,10 @@
 """100k register/unregister cycles against one daemon without growth of its open fds, mappings
 or RSS (docs/SERVICE.md "Security rules": nothing leaks). Each cycle is two Python unary calls
 over the unix socket, so the full count takes over a minute on a small machine;
-ATTND_REGION_CYCLES overrides the count."""
+ATTND_REGION_CYCLES overrides the count. Mappings are counted after each half of the cycles: a
+leak per cycle grows both halves by thousands, while the allocator's per-thread arenas and a GPU
+driver's caches add a few mappings once (16 over 100k cycles on a 16-core GPU host), so the
+second half's growth is held to the slack."""
 
 import os
 import time
@@ -13,6 +16,7 @@ WARMUP = 2000
 PAGE = 4096
 RSS_SLACK = 16 << 20  # allocator and gRPC caches; a leaked Region per cycle is >= 30 MB
 FD_SLACK = 2  # a transient gRPC wakeup fd
+MAPS_SLACK = 8  # the second half's mappings: a late thread arena or two
 
 
 def footprint(daemon):
@@ -36,15 +40,19 @@ def test_register_unregister_cycles_leak_nothing(daemon, client):
         run(WARMUP)
         fds0, maps0, rss0 = footprint(daemon)
         started = time.monotonic()
-        run(CYCLES)
+        run(CYCLES // 2)
+        maps_half = len(daemon.maps())
+        run(CYCLES - CYCLES // 2)
         took = time.monotonic() - started
         fds1, maps1, rss1 = footprint(daemon)
         print(
             f"{CYCLES} cycles in {took:.1f} s ({took / CYCLES * 1e6:.0f} us/cycle); "
-            f"fds {fds0}->{fds1}, mappings {maps0}->{maps1}, RSS {rss0 >> 10}->{rss1 >> 10} KiB"
+            f"fds {fds0}->{fds1}, mappings {maps0}->{maps_half}->{maps1}, "
+            f"RSS {rss0 >> 10}->{rss1 >> 10} KiB"
         )
         assert fds1 <= fds0 + FD_SLACK, f"fds grew {fds0} -> {fds1}"
-        assert maps1 <= maps0 + 8, f"mappings grew {maps0} -> {maps1}"
+        assert maps1 <= maps_half + MAPS_SLACK, f"mappings grew {maps0} -> {maps_half} -> {maps1}"
+        assert maps1 <= maps0 + MAPS_SLACK + CYCLES // 1000, f"mappings grew {maps0} -> {maps1}"
         assert rss1 <= rss0 + RSS_SLACK, f"RSS grew {rss0} -> {rss1}"
         assert not [line for line in daemon.shm_mappings() if shm.key[1:] in line]
         assert not [r for r in client.list_regions() if r.name.startswith("cyc-")]

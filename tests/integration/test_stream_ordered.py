@@ -25,7 +25,7 @@ from attnd_client import AttndError
 from attnd_client.stream_ordered import FAILURE_BIT, Signal, SignalWord
 
 from cases import POISON, make_case, region_bytes
-from daemon import parse_metrics, sample, wait_until
+from daemon import BACKEND, parse_metrics, sample, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -759,9 +759,11 @@ def test_ring_caller_with_a_stream_waits_for_the_streams_ready_word(client, rng)
 
 def test_poll_spin_seconds_count_each_polling_thread(make_daemon, daemon, rng):
     """attnd_poll_spin_seconds_total{thread}: zero on a daemon that does not poll (the CPU
-    default); with --worker-spin=1ms, ring calls make the worker and the ring poller spin and a
-    call whose ready word comes later makes the waiter spin (docs/SERVICE.md "Metrics")."""
-    quiet = parse_metrics(daemon.scrape())
+    default; a GPU daemon polls unless --worker-spin=0); with --worker-spin=1ms, ring calls make
+    the worker and the ring poller spin and a call whose ready word comes later makes the waiter
+    spin (docs/SERVICE.md "Metrics")."""
+    not_polling = daemon if BACKEND == "cpu" else make_daemon("--worker-spin=0")
+    quiet = parse_metrics(not_polling.scrape())
     for thread in ("worker", "ring", "waiter"):
         assert sample(quiet, "attnd_poll_spin_seconds_total", thread=thread) == 0, thread
     d = make_daemon("--worker-spin=1ms")

@@ -11,6 +11,7 @@ import pytest
 
 import attnd_client as ac
 
+from daemon import BACKEND
 from pki import tls_flags
 
 REFUSED_TIMEOUT = 10.0
@@ -20,7 +21,7 @@ def works(client):
     logits = np.random.default_rng().standard_normal((2, 50)).astype(np.float32)
     res = client.topk(logits=logits, lengths=np.array([50, 10], np.int32), k=4, timeout=60)
     assert res.indices.shape == (2, 4)
-    assert client.info(timeout=60).backend == "cpu"
+    assert client.info(timeout=60).backend == BACKEND
 
 
 def refused(client):
