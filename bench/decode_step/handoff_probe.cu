@@ -892,9 +892,9 @@ int ClusterCheck(const Args& a, FILE* out) {
   CHECK(cudaStreamDestroy(st));
   // A finding about the driver, not a failure of the probe: the daemon keeps ops with such
   // kernels in the conditional form (docs/SERVICE.md "Skipping a cancelled call's op").
-  std::printf("cluster check: %s\n",
-              failures == 0 ? "PASS"
-                            : "WRONG grids (the daemon keeps cluster-launched ops conditional)");
+  std::printf(
+      "cluster check: %s\n",
+      failures == 0 ? "PASS" : "WRONG grids (the daemon keeps cluster-launched ops conditional)");
   return failures;
 }
 

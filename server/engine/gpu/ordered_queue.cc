@@ -165,15 +165,15 @@ absl::StatusOr<unsigned> ClusterSize(cudaGraphNode_t node) {
   ATTND_RETURN_IF_ERROR(
       Cuda(cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeClusterDimension, &v),
            "reading a kernel node's cluster size"));
-  const unsigned launched = std::max(v.clusterDim.x, 1u) * std::max(v.clusterDim.y, 1u) *
-                            std::max(v.clusterDim.z, 1u);
+  const unsigned launched =
+      std::max(v.clusterDim.x, 1u) * std::max(v.clusterDim.y, 1u) * std::max(v.clusterDim.z, 1u);
   if (launched > 1) return launched;
   cudaKernelNodeParams p{};
   ATTND_RETURN_IF_ERROR(Cuda(cudaGraphKernelNodeGetParams(node, &p), "reading a kernel node"));
   cudaFuncAttributes fa{};
   ATTND_RETURN_IF_ERROR(Cuda(cudaFuncGetAttributes(&fa, p.func), "reading a kernel's attributes"));
-  const int compiled = std::max(fa.requiredClusterWidth, 1) * std::max(fa.requiredClusterHeight, 1) *
-                       std::max(fa.requiredClusterDepth, 1);
+  const int compiled = std::max(fa.requiredClusterWidth, 1) *
+                       std::max(fa.requiredClusterHeight, 1) * std::max(fa.requiredClusterDepth, 1);
   return static_cast<unsigned>(compiled);
 }
 
