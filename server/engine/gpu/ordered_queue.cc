@@ -159,19 +159,25 @@ absl::Status HoistWorkspaceMemsetsAfter(cudaGraph_t graph, cudaGraphNode_t gate,
 }
 
 // The number of CTAs in a cluster of kernel node `node`: its launch attribute's, or the kernel's
-// own (__cluster_dims__) when the launch set none; 1 without clusters.
-absl::StatusOr<unsigned> ClusterSize(cudaGraphNode_t node) {
+// own (__cluster_dims__) when the launch set none; 1 without clusters; 0 when the driver does not
+// say (the caller then treats the node as clustered).
+unsigned ClusterSize(cudaGraphNode_t node) {
   cudaLaunchAttributeValue v{};
-  ATTND_RETURN_IF_ERROR(
-      Cuda(cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeClusterDimension, &v),
-           "reading a kernel node's cluster size"));
+  if (cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeClusterDimension, &v) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
   const unsigned launched =
       std::max(v.clusterDim.x, 1u) * std::max(v.clusterDim.y, 1u) * std::max(v.clusterDim.z, 1u);
   if (launched > 1) return launched;
   cudaKernelNodeParams p{};
-  ATTND_RETURN_IF_ERROR(Cuda(cudaGraphKernelNodeGetParams(node, &p), "reading a kernel node"));
   cudaFuncAttributes fa{};
-  ATTND_RETURN_IF_ERROR(Cuda(cudaFuncGetAttributes(&fa, p.func), "reading a kernel's attributes"));
+  if (cudaGraphKernelNodeGetParams(node, &p) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, p.func) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
   const int compiled = std::max(fa.requiredClusterWidth, 1) *
                        std::max(fa.requiredClusterHeight, 1) * std::max(fa.requiredClusterDepth, 1);
   return static_cast<unsigned>(compiled);
@@ -582,10 +588,12 @@ class OrderedRuntime {
       }
       // A kernel launched in clusters: made device-updatable it ran cluster-size times its grid
       // (docs/SERVICE.md "Skipping a cancelled call's op"), so it stays with the conditional form.
-      absl::StatusOr<unsigned> cluster = ClusterSize(x);
-      if (!cluster.ok()) return cluster.status();
-      if (*cluster > 1) {
-        return unsuitable(absl::StrCat("a kernel launched in clusters of ", *cluster));
+      const unsigned cluster = ClusterSize(x);
+      if (cluster == 0) {
+        return unsuitable("a kernel node whose cluster size the driver does not say");
+      }
+      if (cluster > 1) {
+        return unsuitable(absl::StrCat("a kernel launched in clusters of ", cluster));
       }
       cudaLaunchAttributeValue v{};
       v.deviceUpdatableKernelNode.deviceUpdatable = 1;
