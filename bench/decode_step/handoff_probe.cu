@@ -195,6 +195,20 @@ __global__ void DaemonGate(cudaGraphConditionalHandle h, unsigned int* words, in
   *reinterpret_cast<volatile unsigned int*>(&words[1]) = run ? 1 : 2;
   __threadfence_system();
 }
+// The cond_in form's gate: DaemonGate that, when it cancels, also stores done = value | 2^62
+// itself, so that the done store of a run can sit inside the IF body, after the op's kernels,
+// with no node after the conditional.
+__global__ void DaemonGateDone(cudaGraphConditionalHandle h, unsigned int* words,
+                               unsigned long long* done, unsigned long long value) {
+  const unsigned int control = *reinterpret_cast<volatile unsigned int*>(&words[0]);
+  const bool run = control != 1;
+  cudaGraphSetConditional(h, run ? 1u : 0u);
+  *reinterpret_cast<volatile unsigned int*>(&words[1]) = run ? 1 : 2;
+  if (!run) {
+    __threadfence_system();
+    *reinterpret_cast<volatile unsigned long long*>(done) = value | (1ull << 62);
+  }
+}
 __global__ void DaemonDone(unsigned long long* done, unsigned long long value,
                            const unsigned int* words) {
   const unsigned int state = *reinterpret_cast<const volatile unsigned int*>(&words[1]);
@@ -765,6 +779,8 @@ int EnableCheck(const Args& a, FILE* out) {
 //                (the daemon's form), with the daemon's two cudaGraphExecKernelNodeSetParams
 //                before every launch
 //   cond_dev     the same with the words in device memory, no SetParams
+//   cond_in      [gate → IF{kernels → done}]: cond_dev with the done store inside the body and
+//                nothing after the conditional (the gate stores done | 2^62 itself on a cancel)
 //   cond_child   the IF body a child-graph node holding the kernels (host words)
 //   tail         [TailGate], which tail-launches a device-launchable graph [kernels → done]
 //                (no conditional node; host words)
@@ -775,7 +791,8 @@ int EnableCheck(const Args& a, FILE* out) {
 //   en_always    the same with the gate setting every node's enabled state at every launch
 //   en_dev       en_host with device words and no SetParams (as cond_dev)
 // Before the timings, EnableCheck proves the enable forms skip the body on a cancel and run it
-// again afterwards (a failure makes the exit status 1).
+// again afterwards (a failure makes the exit status 1), and ClusterCheck reports whether a
+// cluster-launched kernel keeps its grid in each form (reported only).
 // for bodies of `k` kernels of each kind (BodyKernel: plain; 200 KiB of shared memory; clusters
 // of two; a 1 KiB parameter block; a 4 KiB memset before each kernel; four distinct kernel
 // functions; kernels writing 16 MiB each; both; kernels of 169 / 82 / 225 / 1 KiB of shared
@@ -914,7 +931,7 @@ int GraphCost(const Args& a) {
   FILE* out = a.out != nullptr ? std::fopen(a.out, "a") : nullptr;
   const int n = a.warmup + a.iters;
   std::vector<uint64_t> st(2 * n);
-  const char* forms[] = {"stream",     "graph", "gated",   "cond_host", "cond_dev",
+  const char* forms[] = {"stream",     "graph", "gated",   "cond_host", "cond_dev", "cond_in",
                          "cond_child", "tail",  "en_host", "en_always", "en_dev"};
   unsigned int* en_words = nullptr;  // [0] nodes left disabled (the lazy gates), [1] errors
   CHECK(cudaMalloc(&en_words, 64));
@@ -951,7 +968,8 @@ int GraphCost(const Args& a) {
         cudaGraphExec_t exec = nullptr, tail_body = nullptr;
         cudaGraphNode_t gate = nullptr, dn = nullptr;
         cudaGraphConditionalHandle h = 0;
-        unsigned int* words = f == "cond_dev" || f == "en_dev" ? dwords : hwords_dev;
+        unsigned int* words =
+            f == "cond_dev" || f == "cond_in" || f == "en_dev" ? dwords : hwords_dev;
         int cond = f.rfind("cond", 0) == 0 ? 1 : 0;
         const bool enable = f.rfind("en_", 0) == 0;
         int lazy = f == "en_always" ? 0 : 1;
@@ -1022,8 +1040,11 @@ int GraphCost(const Args& a) {
           CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
           if (f != "graph") {
             if (cond) CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, 0));
+            unsigned long long one = 1;
             void* gargs[] = {&h, &words, &cond};
-            const cudaKernelNodeParams gp = OneThread(&DaemonGate, gargs);
+            void* in_args[] = {&h, &words, &done, &one};
+            const cudaKernelNodeParams gp = f == "cond_in" ? OneThread(&DaemonGateDone, in_args)
+                                                           : OneThread(&DaemonGate, gargs);
             CHECK(cudaGraphAddKernelNode(&gate, g, nullptr, 0, &gp));
             cnode = gate;
             if (cond) {
@@ -1040,13 +1061,17 @@ int GraphCost(const Args& a) {
                                                 cudaStreamCaptureModeThreadLocal));
           }
           for (int i = 0; i < k; ++i) BodyKernel(kind, s.sms, ns, cap, scratch, i, big);
+          if (f == "cond_in") {  // the done store inside the body, after the kernels
+            unsigned long long v = 1;
+            DaemonDone<<<1, 1, 0, cap>>>(done, v, words);
+          }
           cudaGraph_t captured = nullptr;
           CHECK(cudaStreamEndCapture(cap, &captured));
           if (f == "cond_child") {
             cudaGraphNode_t child = nullptr;
             CHECK(cudaGraphAddChildGraphNode(&child, target, nullptr, 0, body));
           }
-          if (f != "graph") {
+          if (f != "graph" && f != "cond_in") {
             std::vector<cudaGraphNode_t> leaves;
             if (f == "gated") {
               size_t count = 0;
