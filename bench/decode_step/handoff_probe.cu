@@ -804,8 +804,9 @@ int EnableCheck(const Args& a, FILE* out) {
 // captured into (a) a plain graph, (b) the same with the node made device-updatable, (c) the
 // enable form's graph [EnableGate → it → DaemonDone] with a lazy gate (no node update on a run),
 // (d) the same with the gate enabling the node at every launch. Each must run 8 CTAs,
-// blockIdx.x up to 7, in clusters of 2. Prints and returns the wrong ones.
-int ClusterCheck(const Args& a, FILE* out) {
+// blockIdx.x up to 7, in clusters of 2. Prints each form's count (a finding about the driver,
+// not a failure of the probe).
+void ClusterCheck(const Args& a, FILE* out) {
   constexpr unsigned int kGrid = 8, kCluster = 2;
   unsigned int* counts = nullptr;
   CHECK(cudaMalloc(&counts, 64));
@@ -912,7 +913,6 @@ int ClusterCheck(const Args& a, FILE* out) {
   std::printf(
       "cluster check: %s\n",
       failures == 0 ? "PASS" : "WRONG grids (the daemon keeps cluster-launched ops conditional)");
-  return failures;
 }
 
 int GraphCost(const Args& a) {
@@ -937,7 +937,7 @@ int GraphCost(const Args& a) {
   CHECK(cudaMalloc(&en_words, 64));
   CHECK(cudaMemset(en_words, 0, 64));
   const int check_failures = EnableCheck(a, out);
-  (void)ClusterCheck(a, out);  // reported, not a failure (see ClusterCheck)
+  ClusterCheck(a, out);
   unsigned int* errors = nullptr;
   CHECK(cudaMalloc(&errors, sizeof(unsigned int)));
   CHECK(cudaMemset(errors, 0, sizeof(unsigned int)));

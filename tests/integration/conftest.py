@@ -11,7 +11,7 @@ import secrets
 import numpy as np
 import pytest
 
-from daemon import BACKEND, Daemon
+from daemon import Daemon
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -27,11 +27,6 @@ def attnd_bin():
     if path is None:
         pytest.fail("attnd binary not found: set ATTND_BIN (ctest does)")
     return path
-
-
-@pytest.fixture(scope="session")
-def backend():
-    return BACKEND
 
 
 @pytest.fixture(scope="session")

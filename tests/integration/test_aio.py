@@ -10,6 +10,7 @@ import pytest
 import attnd_client as ac
 
 import cases
+from daemon import BACKEND
 
 OPS = ["indexer_logits", "indexer_logits_paged", "topk", "sparse_mla", "mla_decode", "mla_prefill"]
 
@@ -24,7 +25,7 @@ async def connected(daemon, tcp=False):
     return client
 
 
-def test_ready_health_info(daemon, backend):
+def test_ready_health_info(daemon):
     async def go():
         async with await connected(daemon) as client:
             info = await client.info()
@@ -35,7 +36,7 @@ def test_ready_health_info(daemon, backend):
             return info, health, first
 
     info, health, first = run(go())
-    assert info.backend == backend and info.version
+    assert info.backend == BACKEND and info.version
     assert health == "SERVING" and first == "SERVING"
 
 

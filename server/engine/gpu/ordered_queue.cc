@@ -518,8 +518,9 @@ class OrderedRuntime {
   // kernel node made device-updatable → [done]. OK, or the op's own error (with `why` empty), or
   // a reason in `why` (with an error status) when the op's launches do not suit the form: a node
   // that is not a kernel (it could not be skipped), a programmatic edge out of the gate (the op
-  // could start before the gate's decision), more than ko::kMaxBodyNodes kernels, a kernel node
-  // the driver will not make device-updatable.
+  // could start before the gate's decision), more than ko::kMaxBodyNodes kernels, a kernel
+  // launched in clusters (or whose cluster size is unknown), a kernel node the driver will not
+  // make device-updatable.
   absl::Status BuildEnable(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
                            OrderedGraph* g, std::string* impl, bool* refused, std::string* why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
