@@ -79,6 +79,7 @@ struct StepResult {
   int pre_memsets = 0;          // device-ordered: workspace memsets enqueued before the ready wait
   std::string gate;             // device-ordered with a ready word: "spin" | "wait"; else empty
   std::string skip;             // device-ordered: how a cancel skips the op, "cond" | "enable"
+  std::string done_at;          // device-ordered, "cond": "body" (done ends the IF body) | "after"
 };
 
 struct DeviceDescription {

@@ -6,8 +6,9 @@
 // an inline input is staged at accept; a queue's calls share its workspace (graph hits); a kernel
 // launched for the first time while a call waits runs (eager module loading); unpinning host
 // memory does not wait for a pending call; the op's memsets run only after ready; a cancelled
-// call's op is skipped in either skip form (ATTND_ORDERED_SKIP) and the next call runs it whole;
-// an op launched in clusters runs its grid once in either form.
+// call's op is skipped in either skip form (ATTND_ORDERED_SKIP) and the next call runs it whole,
+// with the conditional form's done store where ATTND_ORDERED_DONE puts it (the body's end by
+// default); an op launched in clusters runs its grid once in either form.
 #include <cuda.h>  // driver API types only: cuStreamWaitValue64 comes through the runtime
 #include <cuda_runtime.h>
 
@@ -552,10 +553,15 @@ TEST_F(GpuOrderedTest, WatchdogCancelAndReleaseSkipTheOpAndSetTheFailureBit) {
 // the form ATTND_ORDERED_SKIP names (the conditional by default; this binary is run both ways on
 // a GPU), a cancelled call runs none of its kernels, and the next call of the same graph runs all
 // of them again (the enable form leaves nothing disabled behind it); an op with a memcpy node runs
-// in the conditional form either way.
+// in the conditional form either way. The conditional form's done store is where
+// ATTND_ORDERED_DONE says (docs/SERVICE.md "The done store inside the body"): a cancelled call's
+// done word then comes from the gate, a run's from the body.
 TEST_F(GpuOrderedTest, SkipFormsSkipACancelledOpAndRunTheNextWhole) {
   const char* env = std::getenv("ATTND_ORDERED_SKIP");
   const std::string want = env != nullptr && std::string(env) == "enable" ? "enable" : "cond";
+  const char* done_env = std::getenv("ATTND_ORDERED_DONE");
+  const std::string want_done =
+      done_env != nullptr && std::string(done_env) == "after" ? "after" : "body";
   auto q = backend_->NewOrderedQueue();
   ASSERT_NE(q, nullptr);
   const uint64_t n = kMiB;
@@ -575,6 +581,7 @@ TEST_F(GpuOrderedTest, SkipFormsSkipACancelledOpAndRunTheNextWhole) {
   StepResult r;
   (*first)->Result(&r);
   EXPECT_EQ(r.skip, want);
+  EXPECT_EQ(r.done_at, want == "cond" ? want_done : "");
 
   in.Fill(5);
   out.Fill(0xff);
@@ -608,6 +615,7 @@ TEST_F(GpuOrderedTest, SkipFormsSkipACancelledOpAndRunTheNextWhole) {
   StepResult rc;
   (*c)->Result(&rc);
   EXPECT_EQ(rc.skip, "cond") << "a memcpy node cannot be skipped by the enable form";
+  EXPECT_EQ(rc.done_at, want_done);
 }
 
 // A kernel launched in clusters, made device-updatable, ran cluster-size times its grid (the

@@ -47,6 +47,24 @@ __global__ void Gate(cudaGraphConditionalHandle handle, CallWords* words, uint32
   StoreGateState(words, mirror, run ? kStateRan : kStateSkipped, ready != nullptr, waited, gate_ns);
 }
 
+__global__ void GateDone(cudaGraphConditionalHandle handle, CallWords* words, uint32_t* mirror,
+                         const unsigned long long* ready, unsigned long long value,
+                         unsigned int sleep_ns, unsigned long long* done,
+                         unsigned long long done_value) {
+  const unsigned long long waited = AwaitReady(ready, value, sleep_ns);
+  const unsigned long long gate_ns = GlobalTimer();
+  const uint32_t control = *reinterpret_cast<volatile uint32_t*>(&words->control);
+  const bool run = control != kControlCancel;
+  cudaGraphSetConditional(handle, run ? 1u : 0u);
+  StoreGateState(words, mirror, run ? kStateRan : kStateSkipped, ready != nullptr, waited, gate_ns);
+  if (!run) {  // the body, and the done store in it, will not run
+    const unsigned long long done_ns = GlobalTimer();
+    __threadfence_system();
+    *reinterpret_cast<volatile unsigned long long*>(done) = done_value | kFailureBit;
+    *reinterpret_cast<volatile unsigned long long*>(&words->done_ns) = done_ns;
+  }
+}
+
 __global__ void GateEnable(const __grid_constant__ BodyNodes nodes, CallWords* words,
                            uint32_t* mirror, const unsigned long long* ready,
                            unsigned long long value, unsigned int sleep_ns) {
@@ -93,6 +111,7 @@ __global__ void StampNow(unsigned long long* at) {
 }  // namespace
 
 const void* GateKernel() { return reinterpret_cast<const void*>(&Gate); }
+const void* GateDoneKernel() { return reinterpret_cast<const void*>(&GateDone); }
 const void* GateEnableKernel() { return reinterpret_cast<const void*>(&GateEnable); }
 const void* DoneKernel() { return reinterpret_cast<const void*>(&Done); }
 

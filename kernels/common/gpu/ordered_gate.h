@@ -54,6 +54,15 @@ static_assert(sizeof(CallWords) == 64, "one cache line per call");
 // (for the host), and last the stamps taken before: words->wait_ns (spin form: when the word was
 // seen) and words->gate_ns (before the decision).
 const void* GateKernel();
+// __global__ void gate_done(cudaGraphConditionalHandle handle, CallWords* words, uint32_t* mirror,
+//                           const unsigned long long* ready, unsigned long long value,
+//                           unsigned int sleep_ns, unsigned long long* done,
+//                           unsigned long long done_value): one thread.
+// The gate above for a graph whose done store sits inside the IF body, after the op
+// (docs/SERVICE.md "The done store inside the body"): when it cancels, nothing of the body runs,
+// so it stores done_value | kFailureBit into *done itself (after __threadfence_system) and then
+// words->done_ns; when it runs the op it leaves *done to the body's done kernel.
+const void* GateDoneKernel();
 // The enable form of the gate (docs/SERVICE.md "Skipping a cancelled call's op"): no conditional
 // node; the op's kernel nodes are device-updatable and `nodes` holds their handles.
 inline constexpr int kMaxBodyNodes = 32;

@@ -58,16 +58,18 @@ absl::Status Cuda(cudaError_t e, absl::string_view what) {
   return GpuStatus(e, what);
 }
 
-// One cached executable parent graph: [gate] → [IF body = the op] → [done], or in the enable
-// form [gate] → the op → [done] (docs/SERVICE.md "Skipping a cancelled call's op"), and the op's
+// One cached executable parent graph: [gate] → [IF body = the op → done] (docs/SERVICE.md "The
+// done store inside the body"), or [gate] → [IF body = the op] → [done], or in the enable form
+// [gate] → the op → [done] (docs/SERVICE.md "Skipping a cancelled call's op"), and the op's
 // workspace memsets taken out of the body: enqueued before the ready wait (docs/SERVICE.md
 // "Workspace memsets before the wait").
 struct OrderedGraph {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   cudaGraphNode_t gate = nullptr;
-  cudaGraphNode_t done = nullptr;
+  cudaGraphNode_t done = nullptr;  // in the IF body when done_in_body
   cudaGraphConditionalHandle handle = 0;
+  bool done_in_body = false;  // the gate is GateDoneKernel (it stores done on a cancel)
   std::vector<cudaMemsetParams> pre;
   uint64_t last_use = 0;
   // The enable form (docs/SERVICE.md "Skipping a cancelled call's op"): no conditional node; the
@@ -248,6 +250,10 @@ class OrderedRuntime {
     skip_form_ = f;
     log_ = std::move(log);
   }
+  // ATTND_ORDERED_DONE=body|after: where the conditional form's done store sits (docs/SERVICE.md
+  // "The done store inside the body"): inside the IF body after the op (the default), or in a
+  // node after the conditional. Set once, before any queue exists.
+  void SetDoneAfter(bool after) { done_after_ = after; }
   bool SpinGate(bool mps) const {
     return gate_form_ == GateForm::kSpin || (gate_form_ == GateForm::kAuto && mps);
   }
@@ -380,7 +386,8 @@ class OrderedRuntime {
   absl::Status Launch(OpCall& call, kernels::ExecContext ctx, const std::vector<void*>& data,
                       const std::string& key, size_t slot, void* done, uint64_t done_value,
                       const void* spin, uint64_t spin_value, cudaStream_t stream, std::string* impl,
-                      std::string* outcome, bool* enable_form) ABSL_LOCKS_EXCLUDED(mu_) {
+                      std::string* outcome, bool* enable_form, bool* done_in_body)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<uint32_t*> mirrors = Mirrors(ctx.device);
     if (!mirrors.ok()) return mirrors.status();
@@ -401,6 +408,7 @@ class OrderedRuntime {
     OrderedGraph& g = it->second;
     g.last_use = ++clock_;
     *enable_form = g.enable;
+    *done_in_body = g.done_in_body;
     ko::CallWords* words = device_words(slot);
     uint32_t* mirror = *mirrors + slot;
     cudaGraphConditionalHandle handle = g.handle;
@@ -408,12 +416,15 @@ class OrderedRuntime {
     unsigned long long ready_value = spin_value;
     unsigned int sleep_ns = spin_sleep_ns_;
     ko::BodyNodes nodes = g.nodes;
-    void* cond_args[] = {&handle, &words, &mirror, &ready, &ready_value, &sleep_ns};
-    void* enable_args[] = {&nodes, &words, &mirror, &ready, &ready_value, &sleep_ns};
-    cudaKernelNodeParams gp = g.enable ? KernelParams(ko::GateEnableKernel(), enable_args)
-                                       : KernelParams(ko::GateKernel(), cond_args);
     unsigned long long done_ull = done_value;
     void* done_ptr = done;
+    void* cond_args[] = {&handle, &words, &mirror, &ready, &ready_value, &sleep_ns};
+    void* in_args[] = {&handle,   &words,    &mirror,  &ready,
+                       &ready_value, &sleep_ns, &done_ptr, &done_ull};
+    void* enable_args[] = {&nodes, &words, &mirror, &ready, &ready_value, &sleep_ns};
+    cudaKernelNodeParams gp = g.enable         ? KernelParams(ko::GateEnableKernel(), enable_args)
+                              : g.done_in_body ? KernelParams(ko::GateDoneKernel(), in_args)
+                                               : KernelParams(ko::GateKernel(), cond_args);
     void* done_args[] = {&done_ptr, &done_ull, &words, &mirror};
     cudaKernelNodeParams dp = KernelParams(ko::DoneKernel(), done_args);
     // Only future launches see the new parameters: launches already enqueued keep theirs
@@ -511,7 +522,19 @@ class OrderedRuntime {
                           ": its op is skipped by a conditional node instead (logged once)"));
       }
     }
-    return BuildConditional(call, ctx, data, g, impl, refused);
+    if (!done_after_) {
+      std::string why;
+      const absl::Status built =
+          BuildConditional(call, ctx, data, g, impl, refused, /*done_in_body=*/true, &why);
+      if (built.ok() || why.empty()) return built;  // built, or the op's own error
+      Destroy(*g);
+      if (log_ && fallbacks_logged_.insert(absl::StrCat(call.op(), "|", why)).second) {
+        log_(absl::StrCat("device-ordered graphs of ", call.op(), ": ", why,
+                          ": its done store follows the conditional node instead (logged once)"));
+      }
+    }
+    std::string unused;
+    return BuildConditional(call, ctx, data, g, impl, refused, /*done_in_body=*/false, &unused);
   }
 
   // The enable form: [gate] → the op's launches, captured right after it in the same graph, each
@@ -632,9 +655,15 @@ class OrderedRuntime {
     return absl::OkStatus();
   }
 
+  // The conditional form: [gate] → [IF body = the op → done] with done_in_body, else [gate] →
+  // [IF body = the op] → [done]. OK, or the op's own error (with `why` empty), or, only with
+  // done_in_body, a reason in `why` (with an error status) when the driver will not set the
+  // parameters of a kernel node inside the body of the instantiated graph, which every launch
+  // does for the done store.
   absl::Status BuildConditional(OpCall& call, kernels::ExecContext ctx,
                                 const std::vector<void*>& data, OrderedGraph* g, std::string* impl,
-                                bool* refused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                bool* refused, bool done_in_body, std::string* why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphCreate(&g->graph, 0), "creating a graph"));
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphConditionalHandleCreate(&g->handle, g->graph, 0, 0),
                                "creating a conditional handle"));
@@ -645,9 +674,13 @@ class OrderedRuntime {
     const void* ready = nullptr;
     unsigned long long ready_value = 0;
     unsigned int sleep_ns = 0;
+    unsigned long long zero = 0;
+    void* done_ptr = &words->scratch;
     cudaGraphConditionalHandle handle = g->handle;
     void* gate_args[] = {&handle, &words, &mirror, &ready, &ready_value, &sleep_ns};
-    cudaKernelNodeParams gp = KernelParams(ko::GateKernel(), gate_args);
+    void* in_args[] = {&handle, &words, &mirror, &ready, &ready_value, &sleep_ns, &done_ptr, &zero};
+    cudaKernelNodeParams gp = done_in_body ? KernelParams(ko::GateDoneKernel(), in_args)
+                                           : KernelParams(ko::GateKernel(), gate_args);
     ATTND_RETURN_IF_ERROR(
         Cuda(cudaGraphAddKernelNode(&g->gate, g->graph, nullptr, 0, &gp), "adding the gate"));
     cudaGraphNodeParams cp{};
@@ -671,14 +704,45 @@ class OrderedRuntime {
       ATTND_RETURN_IF_ERROR(
           HoistWorkspaceMemsets(body, ctx.workspace, ctx.workspace_bytes, &g->pre));
     }
-    unsigned long long zero = 0;
-    void* done_ptr = &words->scratch;
     void* done_args[] = {&done_ptr, &zero, &words, &mirror};
     cudaKernelNodeParams dp = KernelParams(ko::DoneKernel(), done_args);
-    ATTND_RETURN_IF_ERROR(
-        Cuda(cudaGraphAddKernelNode(&g->done, g->graph, &cond, 1, &dp), "adding the done store"));
-    return Cuda(cudaGraphInstantiate(&g->exec, g->graph, 0),
-                "instantiating the device-ordered graph");
+    if (done_in_body) {
+      // After every leaf of the op: the body's nodes that nothing follows.
+      size_t count = 0;
+      ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(body, nullptr, &count), "listing the body"));
+      std::vector<cudaGraphNode_t> all(count);
+      if (count > 0) {
+        ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(body, all.data(), &count), "listing the body"));
+      }
+      std::vector<cudaGraphNode_t> leaves;
+      for (cudaGraphNode_t x : all) {
+        size_t n = 0;
+        ATTND_RETURN_IF_ERROR(
+            Cuda(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &n), "listing the body"));
+        if (n == 0) leaves.push_back(x);
+      }
+      ATTND_RETURN_IF_ERROR(
+          Cuda(cudaGraphAddKernelNode(&g->done, body, leaves.data(), leaves.size(), &dp),
+               "adding the done store to the body"));
+    } else {
+      ATTND_RETURN_IF_ERROR(Cuda(cudaGraphAddKernelNode(&g->done, g->graph, &cond, 1, &dp),
+                                 "adding the done store"));
+    }
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphInstantiate(&g->exec, g->graph, 0),
+                               "instantiating the device-ordered graph"));
+    if (done_in_body) {
+      // Every launch sets the body's done node; a driver that refuses that for a node inside a
+      // conditional body gets the form with the done store after the conditional.
+      const cudaError_t e = cudaGraphExecKernelNodeSetParams(g->exec, g->done, &dp);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *why = absl::StrCat("the driver does not set a kernel node inside a conditional body (",
+                            cudaGetErrorString(e), ")");
+        return absl::FailedPreconditionError(*why);
+      }
+      g->done_in_body = true;
+    }
+    return absl::OkStatus();
   }
 
   GpuBackend* const backend_;
@@ -688,6 +752,7 @@ class OrderedRuntime {
   GateForm gate_form_ = GateForm::kAuto;         // set once, before any queue exists
   unsigned int spin_sleep_ns_ = 64;              // set once, before any queue exists
   SkipForm skip_form_ = SkipForm::kConditional;  // set once, before any queue exists
+  bool done_after_ = false;                      // set once, before any queue exists
   std::function<void(const std::string&)> log_;  // set with skip_form_
   absl::Mutex trace_mu_;
   ko::CallWords* const host_words_;
@@ -801,7 +866,8 @@ class GpuOrderedCall : public DeviceOrderedCall {
                               ",\"done_ns\":", __atomic_load_n(&w->done_ns, __ATOMIC_ACQUIRE),
                               ",\"compute_us\":", absl::ToDoubleMicroseconds(result_.compute),
                               ",\"pre_memsets\":", result_.pre_memsets, ",\"gate\":\"",
-                              result_.gate, "\",\"skip\":\"", result_.skip, "\"}"));
+                              result_.gate, "\",\"skip\":\"", result_.skip, "\",\"done_at\":\"",
+                              result_.done_at, "\"}"));
     }
     readbacks_.clear();
     staged_.clear();
@@ -1010,12 +1076,13 @@ class GpuOrderedQueue : public DeviceOrderedQueue {
           "stamping the end of the ready wait (trace)"));
     }
     std::string unused;
-    bool enable_form = false;
+    bool enable_form = false, done_in_body = false;
     ATTND_RETURN_IF_ERROR(rt_->Launch(call, ctx, data, key, *slot, done_address,
                                       done.present ? done.value : 0,
                                       spin ? r.device_address : nullptr, spin ? r.value : 0, stream,
-                                      &impl, &unused, &enable_form));
+                                      &impl, &unused, &enable_form, &done_in_body));
     c->result_.skip = enable_form ? "enable" : "cond";
+    c->result_.done_at = enable_form ? "" : done_in_body ? "body" : "after";
     // The readback copies run on the device's readback stream after the op (stop_), so the
     // lane's next call need not wait for them; the completion event follows them there.
     cudaStream_t tail = stream;
@@ -1151,6 +1218,18 @@ std::shared_ptr<OrderedRuntime> MakeOrderedRuntime(
                          f == "enable" ? "disabling its kernel nodes" : "a conditional node"));
     } else if (log) {
       log(absl::StrCat("ATTND_ORDERED_SKIP=", f, " is neither cond nor enable: ignored"));
+    }
+  }
+  if (const char* where = std::getenv("ATTND_ORDERED_DONE"); where != nullptr && *where != '\0') {
+    const std::string f(where);
+    if (f == "body" || f == "after") {
+      rt->SetDoneAfter(f == "after");
+      if (log) {
+        log(absl::StrCat("ATTND_ORDERED_DONE=", f, ": the conditional form's done store ",
+                         f == "after" ? "follows the conditional node" : "ends its body"));
+      }
+    } else if (log) {
+      log(absl::StrCat("ATTND_ORDERED_DONE=", f, " is neither body nor after: ignored"));
     }
   }
   if (const char* keep = std::getenv("ATTND_ORDERED_KEEP_MEMSETS");
