@@ -419,7 +419,7 @@ class OrderedRuntime {
     unsigned long long done_ull = done_value;
     void* done_ptr = done;
     void* cond_args[] = {&handle, &words, &mirror, &ready, &ready_value, &sleep_ns};
-    void* in_args[] = {&handle,   &words,    &mirror,  &ready,
+    void* in_args[] = {&handle,      &words,    &mirror,   &ready,
                        &ready_value, &sleep_ns, &done_ptr, &done_ull};
     void* enable_args[] = {&nodes, &words, &mirror, &ready, &ready_value, &sleep_ns};
     cudaKernelNodeParams gp = g.enable         ? KernelParams(ko::GateEnableKernel(), enable_args)
@@ -712,7 +712,8 @@ class OrderedRuntime {
       ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(body, nullptr, &count), "listing the body"));
       std::vector<cudaGraphNode_t> all(count);
       if (count > 0) {
-        ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(body, all.data(), &count), "listing the body"));
+        ATTND_RETURN_IF_ERROR(
+            Cuda(cudaGraphGetNodes(body, all.data(), &count), "listing the body"));
       }
       std::vector<cudaGraphNode_t> leaves;
       for (cudaGraphNode_t x : all) {
@@ -725,8 +726,8 @@ class OrderedRuntime {
           Cuda(cudaGraphAddKernelNode(&g->done, body, leaves.data(), leaves.size(), &dp),
                "adding the done store to the body"));
     } else {
-      ATTND_RETURN_IF_ERROR(Cuda(cudaGraphAddKernelNode(&g->done, g->graph, &cond, 1, &dp),
-                                 "adding the done store"));
+      ATTND_RETURN_IF_ERROR(
+          Cuda(cudaGraphAddKernelNode(&g->done, g->graph, &cond, 1, &dp), "adding the done store"));
     }
     ATTND_RETURN_IF_ERROR(Cuda(cudaGraphInstantiate(&g->exec, g->graph, 0),
                                "instantiating the device-ordered graph"));
@@ -858,16 +859,16 @@ class GpuOrderedCall : public DeviceOrderedCall {
       for (const Readback& r : readbacks_) std::memcpy(r.to, r.block.data(), r.n);
     }
     if (rt_->tracing()) {
-      rt_->Trace(absl::StrCat("{\"op\":\"", op_, "\",\"slot\":", slot_, ",\"ready\":",
-                              ready_.present ? ready_.value : 0, ",\"done\":", done_value_,
-                              ",\"state\":\"", state_ == DeviceCallState::kRan ? "ran" : "skipped",
-                              "\",\"wait_ns\":", __atomic_load_n(&w->wait_ns, __ATOMIC_ACQUIRE),
-                              ",\"gate_ns\":", __atomic_load_n(&w->gate_ns, __ATOMIC_ACQUIRE),
-                              ",\"done_ns\":", __atomic_load_n(&w->done_ns, __ATOMIC_ACQUIRE),
-                              ",\"compute_us\":", absl::ToDoubleMicroseconds(result_.compute),
-                              ",\"pre_memsets\":", result_.pre_memsets, ",\"gate\":\"",
-                              result_.gate, "\",\"skip\":\"", result_.skip, "\",\"done_at\":\"",
-                              result_.done_at, "\"}"));
+      rt_->Trace(absl::StrCat(
+          "{\"op\":\"", op_, "\",\"slot\":", slot_,
+          ",\"ready\":", ready_.present ? ready_.value : 0, ",\"done\":", done_value_,
+          ",\"state\":\"", state_ == DeviceCallState::kRan ? "ran" : "skipped",
+          "\",\"wait_ns\":", __atomic_load_n(&w->wait_ns, __ATOMIC_ACQUIRE),
+          ",\"gate_ns\":", __atomic_load_n(&w->gate_ns, __ATOMIC_ACQUIRE),
+          ",\"done_ns\":", __atomic_load_n(&w->done_ns, __ATOMIC_ACQUIRE),
+          ",\"compute_us\":", absl::ToDoubleMicroseconds(result_.compute),
+          ",\"pre_memsets\":", result_.pre_memsets, ",\"gate\":\"", result_.gate, "\",\"skip\":\"",
+          result_.skip, "\",\"done_at\":\"", result_.done_at, "\"}"));
     }
     readbacks_.clear();
     staged_.clear();
