@@ -35,9 +35,11 @@ __device__ __forceinline__ void StoreGateState(CallWords* words, uint32_t* mirro
   *reinterpret_cast<volatile unsigned long long*>(&words->gate_ns) = gate_ns;
 }
 
-__global__ void Gate(cudaGraphConditionalHandle handle, CallWords* words, uint32_t* mirror,
-                     const unsigned long long* ready, unsigned long long value,
-                     unsigned int sleep_ns) {
+// The conditional gate's decision: waits for the ready word (spin form), reads the control word,
+// sets the conditional (run unless cancelled), stores the state and stamps; whether it runs.
+__device__ __forceinline__ bool Decide(cudaGraphConditionalHandle handle, CallWords* words,
+                                       uint32_t* mirror, const unsigned long long* ready,
+                                       unsigned long long value, unsigned int sleep_ns) {
   const unsigned long long waited = AwaitReady(ready, value, sleep_ns);
   const unsigned long long gate_ns = GlobalTimer();
   // The decision first; the stamps and the host's state word (posted writes) after it.
@@ -45,19 +47,21 @@ __global__ void Gate(cudaGraphConditionalHandle handle, CallWords* words, uint32
   const bool run = control != kControlCancel;
   cudaGraphSetConditional(handle, run ? 1u : 0u);
   StoreGateState(words, mirror, run ? kStateRan : kStateSkipped, ready != nullptr, waited, gate_ns);
+  return run;
+}
+
+__global__ void Gate(cudaGraphConditionalHandle handle, CallWords* words, uint32_t* mirror,
+                     const unsigned long long* ready, unsigned long long value,
+                     unsigned int sleep_ns) {
+  (void)Decide(handle, words, mirror, ready, value, sleep_ns);
 }
 
 __global__ void GateDone(cudaGraphConditionalHandle handle, CallWords* words, uint32_t* mirror,
                          const unsigned long long* ready, unsigned long long value,
                          unsigned int sleep_ns, unsigned long long* done,
                          unsigned long long done_value) {
-  const unsigned long long waited = AwaitReady(ready, value, sleep_ns);
-  const unsigned long long gate_ns = GlobalTimer();
-  const uint32_t control = *reinterpret_cast<volatile uint32_t*>(&words->control);
-  const bool run = control != kControlCancel;
-  cudaGraphSetConditional(handle, run ? 1u : 0u);
-  StoreGateState(words, mirror, run ? kStateRan : kStateSkipped, ready != nullptr, waited, gate_ns);
-  if (!run) {  // the body, and the done store in it, will not run
+  if (!Decide(handle, words, mirror, ready, value, sleep_ns)) {
+    // The body, and the done store in it, will not run.
     const unsigned long long done_ns = GlobalTimer();
     __threadfence_system();
     *reinterpret_cast<volatile unsigned long long*>(done) = done_value | kFailureBit;

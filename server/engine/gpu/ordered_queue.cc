@@ -97,6 +97,26 @@ absl::StatusOr<bool> WorkspaceMemset(cudaGraphNode_t node, const void* workspace
   return dst >= lo && dst <= hi && span <= hi - dst;
 }
 
+// The nodes of `graph` (top level) into *all, and those no node depends on into *leaves.
+absl::Status ListNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* all,
+                       std::vector<cudaGraphNode_t>* leaves) {
+  size_t count = 0;
+  ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(graph, nullptr, &count), "listing a graph"));
+  all->assign(count, nullptr);
+  if (count > 0) {
+    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(graph, all->data(), &count), "listing a graph"));
+  }
+  all->resize(count);
+  leaves->clear();
+  for (cudaGraphNode_t x : *all) {
+    size_t n = 0;
+    ATTND_RETURN_IF_ERROR(
+        Cuda(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &n), "listing a graph"));
+    if (n == 0) leaves->push_back(x);
+  }
+  return absl::OkStatus();
+}
+
 // Moves the body's leading byte memsets that write only inside [workspace, +bytes) into *pre, in
 // order: each a root of the body (nothing of the op before it) whose every byte lies in the
 // queue's workspace. The rest of the body keeps its order; a memset after any other node stays.
@@ -591,16 +611,9 @@ class OrderedRuntime {
         return unsuitable("a programmatic edge follows the gate");
       }
     }
-    size_t count = 0;
-    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(g->graph, nullptr, &count), "listing the op"));
-    std::vector<cudaGraphNode_t> all(count);
-    ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(g->graph, all.data(), &count), "listing the op"));
-    std::vector<cudaGraphNode_t> leaves;
+    std::vector<cudaGraphNode_t> all, leaves;
+    ATTND_RETURN_IF_ERROR(ListNodes(g->graph, &all, &leaves));
     for (cudaGraphNode_t x : all) {
-      size_t n = 0;
-      ATTND_RETURN_IF_ERROR(
-          Cuda(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &n), "listing the op"));
-      if (n == 0) leaves.push_back(x);
       if (x == g->gate) continue;
       cudaGraphNodeType type;
       ATTND_RETURN_IF_ERROR(Cuda(cudaGraphNodeGetType(x, &type), "reading an op node"));
@@ -709,20 +722,8 @@ class OrderedRuntime {
     cudaKernelNodeParams dp = KernelParams(ko::DoneKernel(), done_args);
     if (done_in_body) {
       // After every leaf of the op: the body's nodes that nothing follows.
-      size_t count = 0;
-      ATTND_RETURN_IF_ERROR(Cuda(cudaGraphGetNodes(body, nullptr, &count), "listing the body"));
-      std::vector<cudaGraphNode_t> all(count);
-      if (count > 0) {
-        ATTND_RETURN_IF_ERROR(
-            Cuda(cudaGraphGetNodes(body, all.data(), &count), "listing the body"));
-      }
-      std::vector<cudaGraphNode_t> leaves;
-      for (cudaGraphNode_t x : all) {
-        size_t n = 0;
-        ATTND_RETURN_IF_ERROR(
-            Cuda(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &n), "listing the body"));
-        if (n == 0) leaves.push_back(x);
-      }
+      std::vector<cudaGraphNode_t> all, leaves;
+      ATTND_RETURN_IF_ERROR(ListNodes(body, &all, &leaves));
       ATTND_RETURN_IF_ERROR(
           Cuda(cudaGraphAddKernelNode(&g->done, body, leaves.data(), leaves.size(), &dp),
                "adding the done store to the body"));
