@@ -781,6 +781,9 @@ int EnableCheck(const Args& a, FILE* out) {
 //   cond_dev     the same with the words in device memory, no SetParams
 //   cond_in      [gate → IF{kernels → done}]: cond_dev with the done store inside the body and
 //                nothing after the conditional (the gate stores done | 2^62 itself on a cancel)
+//   cond_dev_set cond_dev with the daemon's two SetParams before every launch (gate, done)
+//   cond_in_set  cond_in with them, the done node's inside the body: the daemon's
+//                ATTND_ORDERED_DONE=body form on device words
 //   cond_child   the IF body a child-graph node holding the kernels (host words)
 //   tail         [TailGate], which tail-launches a device-launchable graph [kernels → done]
 //                (no conditional node; host words)
@@ -931,8 +934,9 @@ int GraphCost(const Args& a) {
   FILE* out = a.out != nullptr ? std::fopen(a.out, "a") : nullptr;
   const int n = a.warmup + a.iters;
   std::vector<uint64_t> st(2 * n);
-  const char* forms[] = {"stream",     "graph", "gated",   "cond_host", "cond_dev", "cond_in",
-                         "cond_child", "tail",  "en_host", "en_always", "en_dev"};
+  const char* forms[] = {"stream",  "graph",        "gated",       "cond_host",  "cond_dev",
+                         "cond_in", "cond_dev_set", "cond_in_set", "cond_child", "tail",
+                         "en_host", "en_always",    "en_dev"};
   unsigned int* en_words = nullptr;  // [0] nodes left disabled (the lazy gates), [1] errors
   CHECK(cudaMalloc(&en_words, 64));
   CHECK(cudaMemset(en_words, 0, 64));
@@ -969,7 +973,9 @@ int GraphCost(const Args& a) {
         cudaGraphNode_t gate = nullptr, dn = nullptr;
         cudaGraphConditionalHandle h = 0;
         unsigned int* words =
-            f == "cond_dev" || f == "cond_in" || f == "en_dev" ? dwords : hwords_dev;
+            f.rfind("cond_dev", 0) == 0 || f.rfind("cond_in", 0) == 0 || f == "en_dev" ? dwords
+                                                                                       : hwords_dev;
+        const bool in_body = f.rfind("cond_in", 0) == 0;  // cond_in, cond_in_set
         int cond = f.rfind("cond", 0) == 0 ? 1 : 0;
         const bool enable = f.rfind("en_", 0) == 0;
         int lazy = f == "en_always" ? 0 : 1;
@@ -1043,8 +1049,8 @@ int GraphCost(const Args& a) {
             unsigned long long one = 1;
             void* gargs[] = {&h, &words, &cond};
             void* in_args[] = {&h, &words, &done, &one};
-            const cudaKernelNodeParams gp = f == "cond_in" ? OneThread(&DaemonGateDone, in_args)
-                                                           : OneThread(&DaemonGate, gargs);
+            const cudaKernelNodeParams gp =
+                in_body ? OneThread(&DaemonGateDone, in_args) : OneThread(&DaemonGate, gargs);
             CHECK(cudaGraphAddKernelNode(&gate, g, nullptr, 0, &gp));
             cnode = gate;
             if (cond) {
@@ -1061,7 +1067,7 @@ int GraphCost(const Args& a) {
                                                 cudaStreamCaptureModeThreadLocal));
           }
           for (int i = 0; i < k; ++i) BodyKernel(kind, s.sms, ns, cap, scratch, i, big);
-          if (f == "cond_in") {  // the done store inside the body, after the kernels
+          if (in_body) {  // the done store inside the body, after the kernels
             unsigned long long v = 1;
             DaemonDone<<<1, 1, 0, cap>>>(done, v, words);
           }
@@ -1071,7 +1077,18 @@ int GraphCost(const Args& a) {
             cudaGraphNode_t child = nullptr;
             CHECK(cudaGraphAddChildGraphNode(&child, target, nullptr, 0, body));
           }
-          if (f != "graph" && f != "cond_in") {
+          if (in_body) {  // the body's one leaf: the done store captured last
+            size_t count = 0;
+            CHECK(cudaGraphGetNodes(body, nullptr, &count));
+            std::vector<cudaGraphNode_t> all(count);
+            CHECK(cudaGraphGetNodes(body, all.data(), &count));
+            for (cudaGraphNode_t x : all) {
+              size_t outs = 0;
+              CHECK(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &outs));
+              if (outs == 0) dn = x;
+            }
+          }
+          if (f != "graph" && !in_body) {
             std::vector<cudaGraphNode_t> leaves;
             if (f == "gated") {
               size_t count = 0;
@@ -1108,9 +1125,15 @@ int GraphCost(const Args& a) {
               const cudaKernelNodeParams dp = OneThread(&DaemonDone, dargs);
               CHECK(cudaGraphExecKernelNodeSetParams(exec, dn, &dp));
             }
-            if (f == "cond_host") {  // the daemon's per-launch parameter updates
+            if (f == "cond_host" || f == "cond_dev_set" || f == "cond_in_set") {
+              // The daemon's per-launch parameter updates: the gate, then the done node (inside
+              // the body for cond_in_set).
+              unsigned long long gv = static_cast<unsigned long long>(i + 1);
               void* gargs[] = {&h, &words, &cond};
-              const cudaKernelNodeParams gp = OneThread(&DaemonGate, gargs);
+              void* in_args[] = {&h, &words, &done, &gv};
+              const cudaKernelNodeParams gp = f == "cond_in_set"
+                                                  ? OneThread(&DaemonGateDone, in_args)
+                                                  : OneThread(&DaemonGate, gargs);
               CHECK(cudaGraphExecKernelNodeSetParams(exec, gate, &gp));
               unsigned long long v = static_cast<unsigned long long>(i + 1);
               void* dargs[] = {&done, &v, &words};
