@@ -1,6 +1,7 @@
 #include "bench/gpu/gpu_bench.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -163,6 +164,9 @@ absl::Status TimeCase(const GpuBenchCase& c, const Options& o, void* flush, size
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A reader of stdout that exits early (`| head`) must not end the run: writes to a closed
+  // pipe then fail instead of raising SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -217,10 +221,10 @@ int main(int argc, char** argv) {
       if (!s.ok()) ++failures;
       for (auto [cache, us] : {std::pair<const char*, double>{"warm", warm}, {"cold", cold}}) {
         const std::string line = Json(c, cache, us, o, device, date, err);
-        std::cout << line << std::endl;
-        // Flushed per line: a run killed in a later case (a hang, a call's time limit) keeps
-        // what it measured.
+        // The file first, flushed per line: a run killed in a later case (a hang, a call's time
+        // limit) keeps what it measured, and so does one whose stdout was closed early.
         if (out.is_open()) out << line << std::endl;
+        std::cout << line << std::endl;
         if (!s.ok()) break;
       }
     }
