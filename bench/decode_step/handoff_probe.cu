@@ -356,6 +356,20 @@ cudaKernelNodeParams OneThread(Kernel* fn, void** args) {
   return p;
 }
 
+// The nodes of `g` (top level) that no node depends on.
+std::vector<cudaGraphNode_t> Leaves(cudaGraph_t g) {
+  size_t count = 0;
+  CHECK(cudaGraphGetNodes(g, nullptr, &count));
+  std::vector<cudaGraphNode_t> all(count), leaves;
+  if (count > 0) CHECK(cudaGraphGetNodes(g, all.data(), &count));
+  for (cudaGraphNode_t x : all) {
+    size_t outs = 0;
+    CHECK(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &outs));
+    if (outs == 0) leaves.push_back(x);
+  }
+  return leaves;
+}
+
 // An IF node on handle `h` after `after` in `g`; returns its body.
 cudaGraph_t AddIf(cudaGraph_t g, cudaGraphNode_t after, cudaGraphConditionalHandle h,
                   cudaGraphNode_t* node) {
@@ -1077,32 +1091,10 @@ int GraphCost(const Args& a) {
             cudaGraphNode_t child = nullptr;
             CHECK(cudaGraphAddChildGraphNode(&child, target, nullptr, 0, body));
           }
-          if (in_body) {  // the body's one leaf: the done store captured last
-            size_t count = 0;
-            CHECK(cudaGraphGetNodes(body, nullptr, &count));
-            std::vector<cudaGraphNode_t> all(count);
-            CHECK(cudaGraphGetNodes(body, all.data(), &count));
-            for (cudaGraphNode_t x : all) {
-              size_t outs = 0;
-              CHECK(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &outs));
-              if (outs == 0) dn = x;
-            }
-          }
+          if (in_body) dn = Leaves(body).back();  // the body's one leaf: the done store
           if (f != "graph" && !in_body) {
-            std::vector<cudaGraphNode_t> leaves;
-            if (f == "gated") {
-              size_t count = 0;
-              CHECK(cudaGraphGetNodes(g, nullptr, &count));
-              std::vector<cudaGraphNode_t> all(count);
-              CHECK(cudaGraphGetNodes(g, all.data(), &count));
-              for (cudaGraphNode_t x : all) {
-                size_t outs = 0;
-                CHECK(cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &outs));
-                if (outs == 0) leaves.push_back(x);
-              }
-            } else {
-              leaves.push_back(cnode);
-            }
+            const std::vector<cudaGraphNode_t> leaves =
+                f == "gated" ? Leaves(g) : std::vector<cudaGraphNode_t>{cnode};
             unsigned long long v = 1;
             void* dargs[] = {&done, &v, &words};
             const cudaKernelNodeParams dp = OneThread(&DaemonDone, dargs);
