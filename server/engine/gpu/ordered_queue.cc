@@ -543,12 +543,13 @@ class OrderedRuntime {
                           ": its op is skipped by a conditional node instead (logged once)"));
       }
     }
-    if (!done_after_) {
+    if (!done_after_ && !body_refused_) {
       std::string why;
       const absl::Status built =
           BuildConditional(call, ctx, data, g, impl, refused, /*done_in_body=*/true, &why);
       if (built.ok() || why.empty()) return built;  // built, or the op's own error
       Destroy(*g);
+      body_refused_ = true;  // the driver's answer holds for every later graph too
       if (log_ && fallbacks_logged_.insert(absl::StrCat(call.op(), "|", why)).second) {
         log_(absl::StrCat("device-ordered graphs of ", call.op(), ": ", why,
                           ": its done store follows the conditional node instead (logged once)"));
@@ -764,6 +765,7 @@ class OrderedRuntime {
   absl::Mutex mu_;
   std::map<std::string, OrderedGraph> graphs_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> fallbacks_logged_ ABSL_GUARDED_BY(mu_);  // op and reason
+  bool body_refused_ ABSL_GUARDED_BY(mu_) = false;  // the driver refused a node inside a body
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, cudaStream_t> capture_streams_ ABSL_GUARDED_BY(mu_);
   std::map<int, cudaStream_t> watchdog_streams_ ABSL_GUARDED_BY(mu_);
