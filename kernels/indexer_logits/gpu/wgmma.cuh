@@ -448,6 +448,16 @@ __device__ __forceinline__ void CandidateHelpers(uint8_t* smem, uint32_t base,
   }
 }
 
+// The k_scale of this thread's two keys of a tile, key0 and key0 + 8 (0 past the chunk end c1).
+__device__ __forceinline__ void LoadKeyScales(const IndexerProblem& p, int64_t key0, int64_t c1,
+                                              float (&scale)[2]) {
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int64_t key = key0 + 8 * rr;
+    scale[rr] = key < c1 ? __ldg(p.k_scale + key) : 0.0f;
+  }
+}
+
 // kFused: the candidate form (H 64, one key chunk per row; args.cand), else the logits only;
 // kHelpers (with kFused): its appends, histograms and floors on WG2's warps 1-3
 // (CandidateHelpers) instead of the consumers.
@@ -519,7 +529,7 @@ __global__ void __launch_bounds__(384, 1)
 
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
   if (wg == 2) {
-    SetMaxRegsDec<kHelpers                        ? T::kHelperRegs
+    SetMaxRegsDec<kHelpers                    ? T::kHelperRegs
                   : (kHalves && kHeads == 64) ? T::kHalvesProducerRegs
                                               : T::kProducerRegs>();
     const int ptid = tid - 256;
@@ -562,7 +572,7 @@ __global__ void __launch_bounds__(384, 1)
 
   // ---- Consumers: warpgroup wg owns the CTA's queries [q0, q0 + kWgQueries); warp `warp`
   // the tile's keys 16·warp + lane/4 and + 8; lane quad position t4 the columns 8j + 2·t4 + e.
-  SetMaxRegsInc<kHelpers                        ? T::kHelperConsumerRegs
+  SetMaxRegsInc<kHelpers                    ? T::kHelperConsumerRegs
                 : (kHalves && kHeads == 64) ? T::kHalvesConsumerRegs
                                             : T::kConsumerRegs>();
   const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t4 = lane % 4;
@@ -639,11 +649,7 @@ __global__ void __launch_bounds__(384, 1)
       cursor.Advance();
       const int64_t key0 = int64_t{t} * kWgmmaBlockN + 16 * warp + g;  // and key0 + 8
       float scale[2];
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int64_t key = key0 + 8 * rr;
-        scale[rr] = key < w.c1 ? __ldg(p.k_scale + key) : 0.0f;
-      }
+      LoadKeyScales(p, key0, w.c1, scale);
       WgmmaWait<0>();
       FenceAccumulators(acc);
       __syncwarp();
@@ -693,12 +699,12 @@ __global__ void __launch_bounds__(384, 1)
     // is issued and half 1 summed under it, so the tensor core has this warpgroup's work queued
     // while its epilogue runs (docs/KERNELS.md "Prefill indexer on Hopper").
     constexpr int kHalfQ = T::kWgQueries / 2;  // queries of a half
-    float (&acc0)[64] = *reinterpret_cast<float(*)[64]>(&acc[0]);
-    float (&acc1)[64] = *reinterpret_cast<float(*)[64]>(&acc[64]);
-    const float (&wt0)[16][2] = *reinterpret_cast<const float(*)[16][2]>(&wt[0][0]);
-    const float (&wt1)[16][2] = *reinterpret_cast<const float(*)[16][2]>(&wt[16][0]);
-    const uint64_t q_desc1 = SmemDescKMajor(base + T::kQOffset + wg * T::kQWgBytes +
-                                            T::kQWgBytes / 2);  // rows 128..255
+    float(&acc0)[64] = *reinterpret_cast<float(*)[64]>(&acc[0]);
+    float(&acc1)[64] = *reinterpret_cast<float(*)[64]>(&acc[64]);
+    const float(&wt0)[16][2] = *reinterpret_cast<const float(*)[16][2]>(&wt[0][0]);
+    const float(&wt1)[16][2] = *reinterpret_cast<const float(*)[16][2]>(&wt[16][0]);
+    const uint64_t q_desc1 =
+        SmemDescKMajor(base + T::kQOffset + wg * T::kQWgBytes + T::kQWgBytes / 2);  // rows 128..255
     auto issue = [&](float(&a)[64], uint64_t qd, uint32_t i) {
       const uint32_t s = i % T::kStages;
       WgmmaFence();
@@ -764,11 +770,7 @@ __global__ void __launch_bounds__(384, 1)
       issue(acc1, q_desc1, i);
       const int64_t key0 = int64_t{t} * kWgmmaBlockN + 16 * warp + g;  // and key0 + 8
       float scale[2];
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int64_t key = key0 + 8 * rr;
-        scale[rr] = key < w.c1 ? __ldg(p.k_scale + key) : 0.0f;
-      }
+      LoadKeyScales(p, key0, w.c1, scale);
       float part0[2][kHalfQ], part1[2][kHalfQ];
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
@@ -823,12 +825,10 @@ __global__ void __launch_bounds__(384, 1)
     WgmmaCommit();
 
     const int64_t key0 = int64_t{t} * kWgmmaBlockN + 16 * warp + g;  // and key0 + 8
+
     float scale[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const int64_t key = key0 + 8 * rr;
-      scale[rr] = key < w.c1 ? __ldg(p.k_scale + key) : 0.0f;
-    }
+
+    LoadKeyScales(p, key0, w.c1, scale);
     WgmmaWait<0>();
     FenceAccumulators(acc);
     __syncwarp();
