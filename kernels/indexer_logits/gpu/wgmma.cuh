@@ -602,11 +602,12 @@ __global__ void __launch_bounds__(384, 1)
     // Only where the logits are written (the candidates-only form has none to point into).
     if constexpr (!kFused && T::kOut > 1) out_row[u] = p.logits + (row0 + query) * p.ld;
   }
-  // The logits form at H 32 (a lane stores two queries a key) runs the one-ahead loop below,
-  // which stores a tile inside [in_lo, in_hi), the keys every row of the CTA sees (windows
-  // already inside the chunk), without per-key window tests; empty when some row of the block
-  // is missing or sees nothing. At H 64 both measured slower (docs/KERNELS.md "Prefill indexer
-  // on Hopper"), so H 64 and the candidate form keep the loop after it.
+  // The logits form at H 32 (a lane stores two queries a key) runs the one-ahead loop below (or,
+  // kHalves, the halves loop), which stores a tile inside [in_lo, in_hi), the keys every row of
+  // the CTA sees (windows already inside the chunk), without per-key window tests; empty when
+  // some row of the block is missing or sees nothing. At H 64 both measured slower
+  // (docs/KERNELS.md "Prefill indexer on Hopper"), so H 64 and the candidate form keep the loop
+  // after the halves loop.
   constexpr bool kOneAhead = !kFused && T::kOut > 1 && !kHalves;
   int32_t in_lo = 0, in_hi = 0;
   if constexpr (!kFused && T::kOut > 1) {
@@ -783,6 +784,8 @@ __global__ void __launch_bounds__(384, 1)
       // Pinned here: otherwise the compiler spills half 0 and sums it after the next issue.
       FenceAccumulators(part0[0]);
       FenceAccumulators(part0[1]);
+      // The last tile's tail in its own branch that merges before the `break`: the only shape
+      // of this loop ptxas does not serialise (docs/KERNELS.md "Prefill indexer on Hopper").
       const bool more = !cursor.done();
       if (more) {
         MbarWait(full + 8 * ((i + 1) % T::kStages), ((i + 1) / T::kStages) & 1);
@@ -825,9 +828,7 @@ __global__ void __launch_bounds__(384, 1)
     WgmmaCommit();
 
     const int64_t key0 = int64_t{t} * kWgmmaBlockN + 16 * warp + g;  // and key0 + 8
-
     float scale[2];
-
     LoadKeyScales(p, key0, w.c1, scale);
     WgmmaWait<0>();
     FenceAccumulators(acc);
