@@ -203,18 +203,23 @@ absl::StatusOr<uint64_t> SubmissionRing::Call(uint64_t call_id, uint64_t ready_o
 absl::Status SubmissionRing::Close() {
   if (!open_) return absl::OkStatus();
   open_ = false;
+  absl::Status s;
   if (session_ != nullptr) {
     v1::SessionRequest message;
     message.mutable_close_ring()->set_ring_id(ring_id_);
-    return session_->Exchange(std::move(message), timeout_).status();
+    s = session_->Exchange(std::move(message), timeout_).status();
+  } else {
+    v1::CloseRingRequest request;
+    request.set_ring_id(ring_id_);
+    v1::CloseRingResponse response;
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, timeout_);
+    const grpc::Status g = client_->stub()->CloseRing(&ctx, request, &response);
+    if (!g.ok()) s = FromGrpcStatus(g, "CloseRing");
   }
-  v1::CloseRingRequest request;
-  request.set_ring_id(ring_id_);
-  v1::CloseRingResponse response;
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout_);
-  grpc::Status s = client_->stub()->CloseRing(&ctx, request, &response);
-  return s.ok() ? absl::OkStatus() : FromGrpcStatus(s, "CloseRing");
+  // NOT_FOUND for an id OpenRing gave: the daemon closed the ring already (a region of it
+  // unregistered, its lease over, a protocol error; docs/SERVICE.md "Submission rings").
+  return absl::IsNotFound(s) ? absl::OkStatus() : s;
 }
 
 uint64_t SubmissionRing::taken() const { return LoadAcquire(base_ + L::kTail); }

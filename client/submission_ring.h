@@ -103,7 +103,8 @@ class SubmissionRing {
                                 uint64_t done_offset, uint64_t done_value, absl::Duration timeout,
                                 absl::Duration spin = absl::ZeroDuration());
 
-  // CloseRing (or the Session's close_ring); idempotent. Entries already taken still run.
+  // CloseRing (or the Session's close_ring); idempotent, and OK when the daemon closed the ring
+  // already (its NOT_FOUND). Entries already taken still run.
   absl::Status Close();
 
   uint64_t ring_id() const { return ring_id_; }

@@ -180,6 +180,12 @@ absl::Status SubmissionRingTable::Close(const std::string& owner, uint64_t id) {
     absl::MutexLock lock(&mu_);
     auto it = rings_.find(id);
     if (it == rings_.end() || it->second->spec.owner != owner) {
+      // A ring the daemon closed itself says why (docs/SERVICE.md "Submission rings").
+      auto c = closed_.find(id);
+      if (c != closed_.end() && c->second.first == owner) {
+        return absl::NotFoundError(
+            absl::StrCat("submission ring ", id, " is closed already: ", c->second.second));
+      }
       return absl::NotFoundError(absl::StrCat("no submission ring ", id, " (OpenRing gives ids)"));
     }
   }

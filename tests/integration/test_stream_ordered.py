@@ -501,6 +501,17 @@ def test_ring_with_signal_words_in_a_region_named_at_open(client, rng):
         with pytest.raises(ValueError, match="does not poll"):
             ring.call(call_id, done, 6, timeout=5)
         ring.close()
+        # The signal region unregistered under an open ring: the daemon closes the ring, its
+        # CloseRing says why, and the client's close() takes that as closed (it does not raise).
+        gone = client.create_host_region("named-signals-gone", 4096)
+        ring = client.open_ring(slots, offset=64, entries=4, signals=gone.name)
+        client.unregister_region(gone.name)
+        gone.close(unregister=False)
+        with pytest.raises(AttndError) as e:
+            client.close_ring(ring.ring_id)
+        assert e.value.code == grpc.StatusCode.NOT_FOUND
+        assert "closed already: a region it uses was unregistered" in str(e.value), e.value
+        ring.close()
         with pytest.raises(AttndError) as e:
             client.open_ring(slots, offset=64, entries=4, signals="no-such-region")
         assert "signal_region" in str(e.value), e.value

@@ -7,7 +7,7 @@
 // launched for the first time while a call waits runs (eager module loading); unpinning host
 // memory does not wait for a pending call; the op's memsets run only after ready; a cancelled
 // call's op is skipped in either skip form (ATTND_ORDERED_SKIP) and the next call runs it whole,
-// with the conditional form's done store where ATTND_ORDERED_DONE puts it (after the conditional
+// with the conditional form's done store where ATTND_ORDERED_DONE puts it (inside the body
 // by default; this binary is run both ways on a GPU); an op launched in clusters runs its grid
 // once in either form.
 #include <cuda.h>  // driver API types only: cuStreamWaitValue64 comes through the runtime
@@ -562,7 +562,7 @@ TEST_F(GpuOrderedTest, SkipFormsSkipACancelledOpAndRunTheNextWhole) {
   const std::string want = env != nullptr && std::string(env) == "enable" ? "enable" : "cond";
   const char* done_env = std::getenv("ATTND_ORDERED_DONE");
   const std::string want_done =
-      done_env != nullptr && std::string(done_env) == "body" ? "body" : "after";
+      done_env != nullptr && std::string(done_env) == "after" ? "after" : "body";
   auto q = backend_->NewOrderedQueue();
   ASSERT_NE(q, nullptr);
   const uint64_t n = kMiB;

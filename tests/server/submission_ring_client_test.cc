@@ -196,6 +196,27 @@ TEST_F(SubmissionRingClientTest, RingOnASessionEndsWithIt) {
   ring->reset();  // its CloseRing on the ended Session fails quietly
 }
 
+// A ring whose signal region is unregistered is closed by the daemon; the client's Close() then
+// gets NOT_FOUND from CloseRing and takes it as closed (docs/SERVICE.md "Submission rings").
+TEST_F(SubmissionRingClientTest, CloseAfterTheDaemonClosedTheRingIsOk) {
+  client::HostRegionOptions ro;
+  ro.bytes = 4096;
+  ro.name = "cpp-signals-gone";
+  absl::StatusOr<std::unique_ptr<client::HostRegion>> gone =
+      client::HostRegion::Create(client_.get(), ro);
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  absl::StatusOr<std::unique_ptr<client::SubmissionRing>> ring =
+      client::SubmissionRing::Open(client_.get(), *ring_region_, 8192, 4, gone->get());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  gone->reset();  // unregisters the ring's signal region: the daemon closes the ring
+  for (int i = 0; i < 5000 && (*ring)->state() != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ((*ring)->state(), 1u);
+  EXPECT_TRUE((*ring)->Close().ok());
+  EXPECT_TRUE((*ring)->Close().ok());  // idempotent
+}
+
 // SubmissionRing::Call: each call's outputs are complete when it returns (poisoned before),
 // its errors are the done word's (failure bit, deadline) or the ring's (closed).
 TEST_F(SubmissionRingClientTest, CallWaitsForItsDoneWord) {

@@ -400,6 +400,15 @@ TEST(SubmissionRingTableTest, ForeignCallIdIsRefusedAndOwnersAreSeparate) {
   EXPECT_EQ(table.open(), 0);
   EXPECT_EQ(word(L::kState).load(), L::kClosed);
   EXPECT_EQ(table.closed_reason("uid:a", *ring), "a region it uses was unregistered");
+  // CloseRing of the ring the daemon closed: NOT_FOUND saying why; another owner's: unknown.
+  const absl::Status again = table.Close("uid:a", *ring);
+  EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(again.message().find("closed already: a region it uses was unregistered"),
+            std::string::npos)
+      << again;
+  const absl::Status other = table.Close("uid:b", *ring);
+  EXPECT_EQ(other.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(other.message().find("closed already"), std::string::npos) << other;
 }
 
 TEST(SubmissionRingTableTest, RingsPerOwnerAreBoundedAndGoWithTheirLease) {

@@ -228,10 +228,16 @@ class SubmissionRing:
         return int(self._words[STATE])
 
     def close(self, timeout: float | None = None) -> None:
-        """CloseRing (idempotent). Entries the daemon took already still run."""
+        """CloseRing (idempotent; also quiet when the daemon closed the ring already: a region it
+        uses unregistered, its lease over, a protocol error, which CloseRing answers NOT_FOUND).
+        Entries the daemon took already still run."""
         if self._open:
             self._open = False
-            self.owner.close_ring(self.ring_id, timeout)
+            try:
+                self.owner.close_ring(self.ring_id, timeout)
+            except AttndError as e:
+                if e.code != grpc.StatusCode.NOT_FOUND:
+                    raise
 
     def __enter__(self) -> SubmissionRing:
         return self
