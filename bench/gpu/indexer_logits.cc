@@ -34,10 +34,10 @@ using kernels::WorkCount;
 constexpr int64_t kDim = 128;
 constexpr int64_t kBlockSize = 64;
 
-// The GPU implementations a case runs, in order (the opt-in forms cuda_wgmma_halves, of the
-// prefill operator, and cuda_wgmma2p, of the paged one: FindImpl finds each in its own only).
+// The GPU implementations a case runs, in order (cuda_wgmma2p: the paged operator's opt-in form;
+// FindImpl finds it there only).
 std::vector<std::string> GpuImpls() {
-  return {"cuda_wgmma", "cuda_wgmma_halves", "cuda_wgmma2p", "cuda_mma", "cuda_simt"};
+  return {"cuda_wgmma", "cuda_wgmma2p", "cuda_mma", "cuda_simt"};
 }
 
 bool Wanted(const std::string& filter, const std::string& op, const std::string& preset,

@@ -66,14 +66,11 @@ WorkCount Count(const Params& p) {
 // the device only; nothing here calls Count (it reads ks/ke on the host). cuda_wgmma runs FAST
 // only and refuses HIGH, so FAST picks it on sm_90 and HIGH falls through to cuda_mma; the others
 // run both precisions the same way (exact products summed in f32: HIGH meets FAST's bound).
-// cuda_wgmma_halves has cuda_wgmma's Supports and comes after it, so it runs only when asked for
-// by name (docs/KERNELS.md "Prefill indexer on Hopper").
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>>{
-      ATTND_IF_CUDA(GpuImpl("wgmma", gpu::WgmmaSupports, gpu::LaunchWgmma))               //
-      ATTND_IF_CUDA(GpuImpl("wgmma_halves", gpu::WgmmaSupports, gpu::LaunchWgmmaHalves))  //
-      ATTND_IF_CUDA(GpuImpl("mma", gpu::MmaSupports, gpu::LaunchMma))                     //
-      ATTND_IF_GPU(GpuImpl("simt", gpu::SimtSupports, gpu::LaunchSimt))                   //
+      ATTND_IF_CUDA(GpuImpl("wgmma", gpu::WgmmaSupports, gpu::LaunchWgmma))  //
+      ATTND_IF_CUDA(GpuImpl("mma", gpu::MmaSupports, gpu::LaunchMma))        //
+      ATTND_IF_GPU(GpuImpl("simt", gpu::SimtSupports, gpu::LaunchSimt))      //
       CpuImpl(RunCpu)};
   return *impls;
 }

@@ -24,9 +24,6 @@ bool SimtSupports(const Params& p, std::string* why);
 // 9.0 (sm_90a).
 bool WgmmaSupports(const Params& p, std::string* why);
 ::attnd::gpu::Error LaunchWgmma(const Params& p, ::attnd::gpu::Stream stream);
-// The same kernel with the halves form of its loop (`cuda_wgmma_halves`, opt-in until measured
-// faster: docs/KERNELS.md "Prefill indexer on Hopper"); WgmmaSupports' rules.
-::attnd::gpu::Error LaunchWgmmaHalves(const Params& p, ::attnd::gpu::Stream stream);
 
 // The same kernel's top-k candidate form (docs/KERNELS.md "Indexer → top-k candidates"): instead
 // of (or, with p.logits present, as well as) the logits, each row's logits that may be among its

@@ -51,10 +51,10 @@ IndexerProblem SplitWgmma(const Params& p) {
   return x;
 }
 
-template <int kHeads, bool kFused = false, bool kHelpers = false, bool kHalves = false>
+template <int kHeads, bool kFused = false, bool kHelpers = false>
 ::attnd::gpu::Error LaunchInstance(const WgmmaIndexerArgs& args, ::attnd::gpu::Stream stream) {
   using T = WgmmaIndexerTile<kHeads>;
-  const auto kernel = IndexerWgmmaKernel<kHeads, kFused, kHelpers, kHalves>;
+  const auto kernel = IndexerWgmmaKernel<kHeads, kFused, kHelpers>;
   const int smem = kHelpers ? T::kSmemBytesHelpers : kFused ? T::kSmemBytesFused : T::kSmemBytes;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -95,29 +95,16 @@ bool WgmmaSupports(const Params& p, std::string* why) {
   return true;
 }
 
-namespace {
-
-template <bool kHalves>
-::attnd::gpu::Error LaunchLogits(const Params& p, ::attnd::gpu::Stream stream) {
+::attnd::gpu::Error LaunchWgmma(const Params& p, ::attnd::gpu::Stream stream) {
   if (p.q.dim(0) == 0 || p.k.dim(0) == 0) return cudaSuccess;
   WgmmaIndexerArgs args;
   if (!EncodeMaps(p, &args, nullptr)) return cudaErrorInvalidValue;  // refused by WgmmaSupports
   args.p = SplitWgmma(p);
   switch (args.p.heads) {
-    case 32: return LaunchInstance<32, false, false, kHalves>(args, stream);
-    case 64: return LaunchInstance<64, false, false, kHalves>(args, stream);
+    case 32: return LaunchInstance<32, false>(args, stream);
+    case 64: return LaunchInstance<64, false>(args, stream);
   }
   return cudaErrorInvalidValue;  // refused by WgmmaSupports
-}
-
-}  // namespace
-
-::attnd::gpu::Error LaunchWgmma(const Params& p, ::attnd::gpu::Stream stream) {
-  return LaunchLogits<false>(p, stream);
-}
-
-::attnd::gpu::Error LaunchWgmmaHalves(const Params& p, ::attnd::gpu::Stream stream) {
-  return LaunchLogits<true>(p, stream);
 }
 
 bool WgmmaCandidatesSupports(const Params& p, int64_t k, std::string* why) {

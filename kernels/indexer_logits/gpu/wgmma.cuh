@@ -120,11 +120,6 @@ struct WgmmaIndexerTile {
   static constexpr uint32_t kEmptyCount = 8;  // one arrival per consumer warp
   // setmaxnreg moves registers within the launch allocation only (tiles.h kSm90Regs384).
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * kSm90Regs384, "register budget");
-  // The halves form at H 64 (cuda_wgmma_halves) keeps one half's accumulators in flight while it
-  // sums the other's: 232 registers, the producer and filler down to 40 (H 32 keeps 240 / 24).
-  static constexpr int kHalvesProducerRegs = 40;
-  static constexpr int kHalvesConsumerRegs = 232;
-  static_assert(kHalvesProducerRegs + 2 * kHalvesConsumerRegs <= 3 * kSm90Regs384, "budget");
   static constexpr int kHelperRegs = 56;  // WG2 with the helper warps: the whole budget
   static constexpr int kHelperConsumerRegs = 224;
   static_assert(kHelperRegs + 2 * kHelperConsumerRegs <= 3 * kSm90Regs384, "register budget");
@@ -461,14 +456,11 @@ __device__ __forceinline__ void LoadKeyScales(const IndexerProblem& p, int64_t k
 // kFused: the candidate form (H 64, one key chunk per row; args.cand), else the logits only;
 // kHelpers (with kFused): its appends, histograms and floors on WG2's warps 1-3
 // (CandidateHelpers) instead of the consumers.
-// kHalves: the opt-in halves form of the logits loop (`cuda_wgmma_halves`, docs/KERNELS.md
-// "Prefill indexer on Hopper"); the logits form only.
-template <int kHeads, bool kFused, bool kHelpers = false, bool kHalves = false>
+template <int kHeads, bool kFused, bool kHelpers = false>
 __global__ void __launch_bounds__(384, 1)
     IndexerWgmmaKernel(const __grid_constant__ WgmmaIndexerArgs args) {
 #if ATTND_SM90A
   using T = WgmmaIndexerTile<kHeads>;
-  static_assert(!(kHalves && kFused), "the halves form writes the logits only");
   using namespace ::attnd::gpu::wgmma;
   const IndexerProblem& p = args.p;
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -529,9 +521,7 @@ __global__ void __launch_bounds__(384, 1)
 
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform role
   if (wg == 2) {
-    SetMaxRegsDec<kHelpers                    ? T::kHelperRegs
-                  : (kHalves && kHeads == 64) ? T::kHalvesProducerRegs
-                                              : T::kProducerRegs>();
+    SetMaxRegsDec<kHelpers ? T::kHelperRegs : T::kProducerRegs>();
     const int ptid = tid - 256;
     if (ptid == 0) {
       // ---- Producer: q once (before the first tile), then the needed tiles in order.
@@ -572,9 +562,7 @@ __global__ void __launch_bounds__(384, 1)
 
   // ---- Consumers: warpgroup wg owns the CTA's queries [q0, q0 + kWgQueries); warp `warp`
   // the tile's keys 16·warp + lane/4 and + 8; lane quad position t4 the columns 8j + 2·t4 + e.
-  SetMaxRegsInc<kHelpers                    ? T::kHelperConsumerRegs
-                : (kHalves && kHeads == 64) ? T::kHalvesConsumerRegs
-                                            : T::kConsumerRegs>();
+  SetMaxRegsInc<kHelpers ? T::kHelperConsumerRegs : T::kConsumerRegs>();
   const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   const int q0 = wg * T::kWgQueries;
   // The weights of this thread's 64 columns (0 for queries past the block: their q is zero).
@@ -602,15 +590,14 @@ __global__ void __launch_bounds__(384, 1)
     // Only where the logits are written (the candidates-only form has none to point into).
     if constexpr (!kFused && T::kOut > 1) out_row[u] = p.logits + (row0 + query) * p.ld;
   }
-  // The logits form at H 32 (a lane stores two queries a key) runs the one-ahead loop below (or,
-  // kHalves, the halves loop), which stores a tile inside [in_lo, in_hi), the keys every row of
-  // the CTA sees (windows already inside the chunk), without per-key window tests; empty when
-  // some row of the block is missing or sees nothing. At H 64 both measured slower
-  // (docs/KERNELS.md "Prefill indexer on Hopper"), so H 64 and the candidate form keep the loop
-  // after the halves loop.
-  constexpr bool kOneAhead = !kFused && T::kOut > 1 && !kHalves;
+  // The logits form at H 32 (a lane stores two queries a key) runs the one-ahead loop below,
+  // which stores a tile inside [in_lo, in_hi), the keys every row of the CTA sees (windows
+  // already inside the chunk), without per-key window tests; empty when some row of the block
+  // is missing or sees nothing. At H 64 both measured slower (docs/KERNELS.md "Prefill indexer
+  // on Hopper"), so H 64 and the candidate form keep the loop after it.
+  constexpr bool kOneAhead = !kFused && T::kOut > 1;
   int32_t in_lo = 0, in_hi = 0;
-  if constexpr (!kFused && T::kOut > 1) {
+  if constexpr (kOneAhead) {
     if (w.count == T::kQueries) {
       in_lo = lo[0];
       in_hi = hi[0];
@@ -690,123 +677,6 @@ __global__ void __launch_bounds__(384, 1)
           }
         }
       }
-    }
-    return;
-  }
-  if constexpr (kHalves) {
-    // The halves form: the warpgroup's 256 columns as two N = 128 halves (its first and second
-    // half of queries), each with its own 64 accumulators and commit group, pipelined across
-    // tiles: half 0 of a tile is summed while half 1's MMA runs, then half 0 of the next tile
-    // is issued and half 1 summed under it, so the tensor core has this warpgroup's work queued
-    // while its epilogue runs (docs/KERNELS.md "Prefill indexer on Hopper").
-    constexpr int kHalfQ = T::kWgQueries / 2;  // queries of a half
-    float(&acc0)[64] = *reinterpret_cast<float(*)[64]>(&acc[0]);
-    float(&acc1)[64] = *reinterpret_cast<float(*)[64]>(&acc[64]);
-    const float(&wt0)[16][2] = *reinterpret_cast<const float(*)[16][2]>(&wt[0][0]);
-    const float(&wt1)[16][2] = *reinterpret_cast<const float(*)[16][2]>(&wt[16][0]);
-    const uint64_t q_desc1 =
-        SmemDescKMajor(base + T::kQOffset + wg * T::kQWgBytes + T::kQWgBytes / 2);  // rows 128..255
-    auto issue = [&](float(&a)[64], uint64_t qd, uint32_t i) {
-      const uint32_t s = i % T::kStages;
-      WgmmaFence();
-      const uint64_t k_desc = SmemDescKMajor(base + T::kKOffset + s * T::kTileBytes);
-#pragma unroll
-      for (int kk = 0; kk < T::kSteps; ++kk) {
-        WgmmaFp8<128>::Run(a, DescAdvance(k_desc, 32 * kk), DescAdvance(qd, 32 * kk), kk > 0);
-      }
-      WgmmaCommit();
-    };
-    // Stores a tile's sums: keys key0 and key0 + 8 of this thread; at H 64 query q0 + t4 (the
-    // quad transpose-sum over both halves' two queries each), at H 32 queries q0 + t4 (half 0)
-    // and q0 + 4 + t4 (half 1); a tile inside every row's window without the per-key tests.
-    auto store = [&](int32_t t, int64_t key0, const float(&scale)[2],
-                     const float(&part0)[2][kHalfQ], const float(&part1)[2][kHalfQ]) {
-      float v[2][T::kOut];
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        if constexpr (T::kOut == 1) {
-          const float v4[4] = {part0[rr][0], part0[rr][1], part1[rr][0], part1[rr][1]};
-          v[rr][0] = QuadTransposeSum(v4, t4);
-        } else {
-          v[rr][0] = QuadTransposeSum(part0[rr], t4);
-          v[rr][1] = QuadTransposeSum(part1[rr], t4);
-        }
-      }
-      const int32_t tile_key0 = t * static_cast<int32_t>(kWgmmaBlockN);  // < 2^31 - 64
-      if (T::kOut > 1 && tile_key0 >= in_lo &&
-          tile_key0 + static_cast<int32_t>(kWgmmaBlockN) <= in_hi) {
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-#pragma unroll
-          for (int u = 0; u < T::kOut; ++u) out_row[u][key0 + 8 * rr] = v[rr][u] * scale[rr];
-        }
-        return;
-      }
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int64_t key = key0 + 8 * rr;
-#pragma unroll
-        for (int u = 0; u < T::kOut; ++u) {
-          if (!out_ok[u] || key >= w.c1) continue;
-          float* out = p.logits + (row0 + q0 + 4 * u + t4) * p.ld + key;
-          if (key >= out_lo[u] && key < out_hi[u]) {
-            *out = v[rr][u] * scale[rr];
-          } else if (p.clean) {
-            *out = kNegInf;
-          }
-        }
-      }
-    };
-    TileCursor cursor(ranges);
-    if (cursor.done()) return;
-    MbarWait(q_full, 0);
-    MbarWait(full, 0);
-    issue(acc0, q_desc, 0);
-    // Each pass starts with half 0 of tile i in flight (at most one commit group crosses the
-    // loop's back edge: with two, ptxas serialises every wgmma of the kernel).
-    for (uint32_t i = 0;; ++i) {
-      const uint32_t s = i % T::kStages;
-      const int32_t t = cursor.tile();
-      cursor.Advance();
-      issue(acc1, q_desc1, i);
-      const int64_t key0 = int64_t{t} * kWgmmaBlockN + 16 * warp + g;  // and key0 + 8
-      float scale[2];
-      LoadKeyScales(p, key0, w.c1, scale);
-      float part0[2][kHalfQ], part1[2][kHalfQ];
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-#pragma unroll
-        for (int u = 0; u < kHalfQ; ++u) part0[rr][u] = part1[rr][u] = 0.0f;
-      }
-      WgmmaWait<1>();  // half 0 of tile i (half 1 may still run)
-      FenceAccumulators(acc0);
-      AddWeightedRelu<kHeads, 16, kHalfQ>(acc0, wt0, part0);
-      // Pinned here: otherwise the compiler spills half 0 and sums it after the next issue.
-      FenceAccumulators(part0[0]);
-      FenceAccumulators(part0[1]);
-      // The last tile's tail in its own branch that merges before the `break`: the only shape
-      // of this loop ptxas does not serialise (docs/KERNELS.md "Prefill indexer on Hopper").
-      const bool more = !cursor.done();
-      if (more) {
-        MbarWait(full + 8 * ((i + 1) % T::kStages), ((i + 1) / T::kStages) & 1);
-        issue(acc0, q_desc, i + 1);
-        WgmmaWait<1>();  // half 1 of tile i (half 0 of tile i + 1 may still run)
-        FenceAccumulators(acc1);
-        __syncwarp();
-        if (lane == 0) MbarArrive(empty + 8 * s);  // both halves have read this warp's share
-        AddWeightedRelu<kHeads, 16, kHalfQ>(acc1, wt1, part1);
-        FenceAccumulators(part1[0]);
-        FenceAccumulators(part1[1]);
-        store(t, key0, scale, part0, part1);
-      } else {  // the last tile
-        WgmmaWait<0>();
-        FenceAccumulators(acc1);
-        __syncwarp();
-        if (lane == 0) MbarArrive(empty + 8 * s);
-        AddWeightedRelu<kHeads, 16, kHalfQ>(acc1, wt1, part1);
-        store(t, key0, scale, part0, part1);
-      }
-      if (!more) break;
     }
     return;
   }
