@@ -181,10 +181,9 @@ absl::Status SubmissionRingTable::Close(const std::string& owner, uint64_t id) {
     auto it = rings_.find(id);
     if (it == rings_.end() || it->second->spec.owner != owner) {
       // A ring the daemon closed itself says why (docs/SERVICE.md "Submission rings").
-      auto c = closed_.find(id);
-      if (c != closed_.end() && c->second.first == owner) {
+      if (std::string why = ClosedReasonLocked(owner, id); !why.empty()) {
         return absl::NotFoundError(
-            absl::StrCat("submission ring ", id, " is closed already: ", c->second.second));
+            absl::StrCat("submission ring ", id, " is closed already: ", why));
       }
       return absl::NotFoundError(absl::StrCat("no submission ring ", id, " (OpenRing gives ids)"));
     }
@@ -228,6 +227,10 @@ int64_t SubmissionRingTable::open() const {
 
 std::string SubmissionRingTable::closed_reason(const std::string& owner, uint64_t id) const {
   absl::MutexLock lock(&mu_);
+  return ClosedReasonLocked(owner, id);
+}
+
+std::string SubmissionRingTable::ClosedReasonLocked(const std::string& owner, uint64_t id) const {
   auto it = closed_.find(id);
   return it != closed_.end() && it->second.first == owner ? it->second.second : std::string();
 }

@@ -132,6 +132,8 @@ class SubmissionRingTable {
                      uint64_t state) ABSL_LOCKS_EXCLUDED(mu_);
   void Shutdown(const std::vector<std::shared_ptr<Ring>>& rings) ABSL_LOCKS_EXCLUDED(sweep_mu_);
   void ReportLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string ClosedReasonLocked(const std::string& owner, uint64_t id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const regions::RegionRegistry* const registry_;
   metrics::Metrics* const metrics_;
