@@ -173,29 +173,56 @@ __global__ void __launch_bounds__(384, (kColumns == 64 ? 2 : 1))
     // the pages ≡ its warp (mod 2), i.e. the pages of one consumer (an even stage count keeps
     // stage parity = page parity, so each stage has one producer).
     constexpr int kProducers = kTwoProducers ? 2 : 1;
-    if (kTwoProducers ? (ptid == 0 || ptid == 32) : ptid == 0) {
+    // At N 64 (two CTAs per SM) the producer warps' lanes read the block table 32 of their
+    // pages at a time, one batch ahead (coalesced, off the issue path), and lane 0 takes each
+    // entry by a shuffle; wider N keeps one table read per page in the issuing lane, which
+    // measured faster there (docs/KERNELS.md "Paged indexer on Hopper").
+    constexpr bool kTableByWarp = kColumns == 64;
+    const int pw = ptid / 32, plane = ptid % 32;
+    const int32_t* table = p.block_table + w.group * p.table_stride;
+    // Page i of the chunk (page id `page`, untrusted: masked unless in [0, num_pages)) into
+    // stage i % kStages, by the issuing lane.
+    auto issue = [&](int32_t i, int64_t page) {
+      const int32_t s = i % T::kStages;
+      // Stage s last held page i - kStages: completion (i / kStages) - 1 of its empty barrier.
+      if (i >= T::kStages) MbarWait(empty + 8 * s, ((i / T::kStages) - 1) & 1);
+      const bool valid = page >= 0 && page < p.num_pages;
+      stage_page[s] = valid ? static_cast<int32_t>(page) : -1;
+      if (valid) {
+        MbarArriveExpectTx(full + 8 * s, T::kTileBytes + T::kScaleBytes);
+        TmaLoad3d(base + T::kKOffset + s * T::kTileBytes, &args.k_map, full + 8 * s, 0, 0,
+                  static_cast<int32_t>(page));
+        // The scales right after the page's keys (16-byte aligned: Supports), a bulk copy on
+        // the same barrier, so the epilogue never waits on a global load.
+        BulkLoad(base + T::kScaleOffset + s * T::kScaleBytes,
+                 p.cache + page * p.cache_stride + kWgmmaPagedBlock * kWgmmaPagedDim,
+                 T::kScaleBytes, full + 8 * s);
+      } else {
+        MbarArrive(full + 8 * s);  // nothing to load; the consumer writes −inf
+      }
+    };
+    if (kTableByWarp && ptid < 32 * kProducers) {
+      // ---- Producer warp(s): warp pw takes the chunk's pages i ≡ pw (mod kProducers) in order.
+      if (plane == 0) PrefetchTensorMap(&args.k_map);
+      auto entry = [&](int32_t n) -> int32_t {  // the table entry of this producer's n-th page
+        const int32_t i = pw + kProducers * n;
+        return i < n_pages ? table[page0 + i] : -1;
+      };
+      int32_t cur = entry(plane), nxt = entry(32 + plane);
+      for (int32_t n = 0, i = pw; i < n_pages; ++n, i += kProducers) {
+        if (n > 0 && n % 32 == 0) {
+          cur = nxt;
+          nxt = entry(n + 32 + plane);
+        }
+        const int64_t page = __shfl_sync(0xffffffffu, cur, n % 32);
+        if (plane == 0) issue(i, page);
+        __syncwarp();
+      }
+    } else if (!kTableByWarp && (kTwoProducers ? (ptid == 0 || ptid == 32) : ptid == 0)) {
       // ---- Producer: the chunk's needed pages in order.
       PrefetchTensorMap(&args.k_map);
-      const int32_t* table = p.block_table + w.group * p.table_stride;
       for (int32_t i = kTwoProducers ? ptid / 32 : 0; i < n_pages; i += kProducers) {
-        const int32_t s = i % T::kStages;
-        // Stage s last held page i - kStages: completion (i / kStages) - 1 of its empty barrier.
-        if (i >= T::kStages) MbarWait(empty + 8 * s, ((i / T::kStages) - 1) & 1);
-        const int64_t page = table[page0 + i];  // untrusted: masked unless in [0, num_pages)
-        const bool valid = page >= 0 && page < p.num_pages;
-        stage_page[s] = valid ? static_cast<int32_t>(page) : -1;
-        if (valid) {
-          MbarArriveExpectTx(full + 8 * s, T::kTileBytes + T::kScaleBytes);
-          TmaLoad3d(base + T::kKOffset + s * T::kTileBytes, &args.k_map, full + 8 * s, 0, 0,
-                    static_cast<int32_t>(page));
-          // The scales right after the page's keys (16-byte aligned: Supports), a bulk copy on
-          // the same barrier, so the epilogue never waits on a global load.
-          BulkLoad(base + T::kScaleOffset + s * T::kScaleBytes,
-                   p.cache + page * p.cache_stride + kWgmmaPagedBlock * kWgmmaPagedDim,
-                   T::kScaleBytes, full + 8 * s);
-        } else {
-          MbarArrive(full + 8 * s);  // nothing to load; the consumer writes −inf
-        }
+        issue(i, table[page0 + i]);
       }
     } else if (ptid >= 32 * kProducers) {
       // ---- Filler (the warps after the producers'): −inf on the block's rows over
