@@ -4,10 +4,12 @@
 //
 // CTA = one query block of a request (kQueries = kColumns / H of its next_n tokens) × one key
 // chunk (a run of whole 64-token pages), three warpgroups:
-//   WG2 (producer)  thread 0 of warp 0: for each page of the chunk that some row sees, reads its
-//                   id from the block table (once) into the stage's slot and, when it is a valid
-//                   page, a TMA of its 64 keys (64 rows × 128 bytes, 128-byte swizzle) and a bulk
-//                   copy of their 64 scales into the stage; a masked page only arrives.
+//   WG2 (producer)  thread 0 of warp 0: for each page of the chunk that some row sees, writes its
+//                   id from the block table (read once) into the stage's slot and, when it is a
+//                   valid page, a TMA of its 64 keys (64 rows × 128 bytes, 128-byte swizzle) and
+//                   a bulk copy of their 64 scales into the stage; a masked page only arrives.
+//                   At kColumns 64 the producer warp's lanes read the table entries, 32 pages
+//                   at a time and one batch ahead, and thread 0 takes each by a shuffle.
 //                   Warps 1-3: −inf on the chunk's columns past the computed pages (no row of
 //                   the block sees them). kTwoProducers: lanes 0 of warps 0 and 1 load the even
 //                   and the odd pages, warps 2-3 fill.
