@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -205,6 +206,66 @@ TEST(IndexerLogitsFastBound, ClosedFormCoversTheDataBound) {
     EXPECT_GT(std::fabs(model - exact), 0.0) << "the case loses nothing";
     EXPECT_LE(std::fabs(model - exact), bound) << "D " << dim;
   }
+}
+
+// Dense params of one query row over n keys, all in the window, fresh random data (H 32, D 128:
+// the paged operator's test shapes).
+struct OneRow {
+  HostTensor q, k, k_scale, weights, ks, ke, logits;
+  Params p;
+  OneRow(int64_t n, std::mt19937_64& rng)
+      : q(HostTensor::Dense(DType::kFp8E4M3, {1, 32, 128})),
+        k(HostTensor::Dense(DType::kFp8E4M3, {n, 128})),
+        k_scale(HostTensor::Dense(DType::kF32, {n})),
+        weights(HostTensor::Dense(DType::kF32, {1, 32})),
+        ks(HostTensor::Dense(DType::kI32, {1})),
+        ke(HostTensor::Dense(DType::kI32, {1})),
+        logits(HostTensor::Dense(DType::kF32, {1, n})) {
+    testing::FillNormal(q, rng, 1.0);
+    testing::FillNormal(k, rng, 1.0);
+    testing::FillUniform(k_scale, rng, 0.01, 0.1);
+    testing::FillNormal(weights, rng, 1.0);
+    ks.data<int32_t>()[0] = 0;
+    ke.data<int32_t>()[0] = static_cast<int32_t>(n);
+    p.q = q.tensor();
+    p.k = k.tensor();
+    p.k_scale = k_scale.tensor();
+    p.weights = weights.tensor();
+    p.ks = ks.tensor();
+    p.ke = ke.tensor();
+    p.logits = logits.tensor();
+  }
+};
+
+// The norm bound is statistical (docs/ACCURACY.md "Indexer logits, FAST"): over one or two
+// values the accumulator model exceeds it for about one draw in seven or sixteen (a logit near
+// zero after the heads' weighted sum), which failed a GPU test of two values on 2026-12-07; so
+// ExpectLogits applies it over kMinValuesForNormBound values or more and holds fewer to the
+// per-element bound alone. Here: a one-value draw over the norm bound passes the check, and at
+// the threshold the check still rejects logits rounded to bf16.
+TEST(IndexerLogitsFastBound, NormBoundNeedsManyValues) {
+  auto rng = testing::MakeRng();
+  const testing::LogitsTolerance fast = testing::ToleranceFor(32, 128, Precision::kFast);
+  bool found = false;
+  for (int draw = 0; draw < 400 && !found; ++draw) {  // P(none of 400 over) < 1e-20
+    OneRow one(1, rng);
+    const RefLogits ref = Reference(one.p);
+    ModelLogits(one.p, {13, false, -1});
+    const double got = one.logits.data<float>()[0], want = ref.value[0];
+    if (std::fabs(got - want) <= fast.rel_l2 * std::fabs(want)) continue;
+    found = true;
+    testing::ExpectLogits(one.logits.tensor(), ref, fast, "one value", false);
+  }
+  EXPECT_TRUE(found) << "no one-value draw exceeded the norm bound";
+  OneRow many(testing::kMinValuesForNormBound, rng);
+  const RefLogits ref = Reference(many.p);
+  ModelLogits(many.p, {13, false, -1});
+  testing::ExpectLogits(many.logits.tensor(), ref, fast, "64 values", false);
+  ModelLogits(many.p, {13, false, -1}, /*bf16_result=*/true);
+  const auto failures = Failures([&] {
+    testing::ExpectLogits(many.logits.tensor(), ref, fast, "bf16", /*padding_poisoned=*/false);
+  });
+  EXPECT_TRUE(AnyContains(failures, "relative L2 error")) << failures.size();
 }
 
 }  // namespace

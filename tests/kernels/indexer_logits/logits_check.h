@@ -37,6 +37,13 @@ struct LogitsTolerance {
 // rel_l2 ceil(D/32)·2^-13: each k32 step truncates the running sum (and the small products it
 // aligns) once, by less than one unit of its 14th significant bit — a statistical bound, as
 // FAST attention's. A dropped k-step (~0.5), a bf16 rounding of the logits (~1.6e-3) fail it.
+// The norm bounds (both precisions) are statistical: ExpectLogits applies them over this many
+// in-window values or more; fewer are held to the per-element bound alone. The FP8 accumulator
+// model exceeds FAST's norm bound for ~14 % of one-value draws, ~6 % of two-value draws and 2 of
+// 8000 sixteen-value draws, none of 8000 at 32 or 64 (worst 3.1e-4 of 4.9e-4 at 64:
+// docs/ACCURACY.md "Indexer logits, FAST").
+inline constexpr int64_t kMinValuesForNormBound = 64;
+
 inline LogitsTolerance ToleranceFor(int64_t heads, int64_t dim,
                                     kernels::Precision precision = kernels::Precision::kHigh) {
   if (precision == kernels::Precision::kFast) {
@@ -98,7 +105,7 @@ inline void ExpectLogits(const kernels::Tensor& logits,
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.rows << "x" << ref.cols
                     << " elements wrong:" << first.str();
-  if (values > 0) {
+  if (values >= kMinValuesForNormBound) {
     const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
     EXPECT_LE(rel, tol.rel_l2) << what << ": relative L2 error " << rel;
   }
