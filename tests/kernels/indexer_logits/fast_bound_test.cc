@@ -112,35 +112,45 @@ bool AnyContains(const std::vector<std::string>& failures, const std::string& wh
                      [&](const std::string& f) { return f.find(what) != std::string::npos; });
 }
 
+// Dense params of m query rows over n keys with fresh random data, causal windows (row i sees
+// the first n - m + i + 1 keys: the last m of n tokens; m 1 sees all n).
+struct Problem {
+  HostTensor q, k, k_scale, weights, ks, ke, logits;
+  Params p;
+  Problem(int64_t m, int64_t n, int64_t heads, int64_t dim, std::mt19937_64& rng)
+      : q(HostTensor::Dense(DType::kFp8E4M3, {m, heads, dim})),
+        k(HostTensor::Dense(DType::kFp8E4M3, {n, dim})),
+        k_scale(HostTensor::Dense(DType::kF32, {n})),
+        weights(HostTensor::Dense(DType::kF32, {m, heads})),
+        ks(HostTensor::Dense(DType::kI32, {m})),
+        ke(HostTensor::Dense(DType::kI32, {m})),
+        logits(HostTensor::Dense(DType::kF32, {m, n})) {
+    testing::FillNormal(q, rng, 1.0);
+    testing::FillNormal(k, rng, 1.0);
+    testing::FillUniform(k_scale, rng, 0.01, 0.1);
+    testing::FillNormal(weights, rng, 1.0);
+    for (int64_t i = 0; i < m; ++i) {
+      ks.data<int32_t>()[i] = 0;
+      ke.data<int32_t>()[i] = static_cast<int32_t>(n - m + i + 1);
+    }
+    p.q = q.tensor();
+    p.k = k.tensor();
+    p.k_scale = k_scale.tensor();
+    p.weights = weights.tensor();
+    p.ks = ks.tensor();
+    p.ke = ke.tensor();
+    p.logits = logits.tensor();
+  }
+};
+
 class FastBoundTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
 
 TEST_P(FastBoundTest, AdmitsTheAccumulatorModelAndRejectsBrokenResults) {
   const auto [heads, dim] = GetParam();
   auto rng = testing::MakeRng();
-  const int64_t m = 24, n = 160;
-  HostTensor q = HostTensor::Dense(DType::kFp8E4M3, {m, heads, dim});
-  HostTensor k = HostTensor::Dense(DType::kFp8E4M3, {n, dim});
-  HostTensor k_scale = HostTensor::Dense(DType::kF32, {n});
-  HostTensor weights = HostTensor::Dense(DType::kF32, {m, heads});
-  HostTensor ks = HostTensor::Dense(DType::kI32, {m});
-  HostTensor ke = HostTensor::Dense(DType::kI32, {m});
-  HostTensor logits = HostTensor::Dense(DType::kF32, {m, n});
-  testing::FillNormal(q, rng, 1.0);
-  testing::FillNormal(k, rng, 1.0);
-  testing::FillUniform(k_scale, rng, 0.01, 0.1);
-  testing::FillNormal(weights, rng, 1.0);
-  for (int64_t i = 0; i < m; ++i) {  // causal: the last m of n tokens
-    ks.data<int32_t>()[i] = 0;
-    ke.data<int32_t>()[i] = static_cast<int32_t>(n - m + i + 1);
-  }
-  Params p;
-  p.q = q.tensor();
-  p.k = k.tensor();
-  p.k_scale = k_scale.tensor();
-  p.weights = weights.tensor();
-  p.ks = ks.tensor();
-  p.ke = ke.tensor();
-  p.logits = logits.tensor();
+  Problem prob(24, 160, heads, dim, rng);
+  const Params& p = prob.p;
+  HostTensor& logits = prob.logits;
   const RefLogits ref = Reference(p);
   const testing::LogitsTolerance fast = testing::ToleranceFor(heads, dim, Precision::kFast);
   const testing::LogitsTolerance high = testing::ToleranceFor(heads, dim, Precision::kHigh);
@@ -208,35 +218,6 @@ TEST(IndexerLogitsFastBound, ClosedFormCoversTheDataBound) {
   }
 }
 
-// Dense params of one query row over n keys, all in the window, fresh random data (H 32, D 128:
-// the paged operator's test shapes).
-struct OneRow {
-  HostTensor q, k, k_scale, weights, ks, ke, logits;
-  Params p;
-  OneRow(int64_t n, std::mt19937_64& rng)
-      : q(HostTensor::Dense(DType::kFp8E4M3, {1, 32, 128})),
-        k(HostTensor::Dense(DType::kFp8E4M3, {n, 128})),
-        k_scale(HostTensor::Dense(DType::kF32, {n})),
-        weights(HostTensor::Dense(DType::kF32, {1, 32})),
-        ks(HostTensor::Dense(DType::kI32, {1})),
-        ke(HostTensor::Dense(DType::kI32, {1})),
-        logits(HostTensor::Dense(DType::kF32, {1, n})) {
-    testing::FillNormal(q, rng, 1.0);
-    testing::FillNormal(k, rng, 1.0);
-    testing::FillUniform(k_scale, rng, 0.01, 0.1);
-    testing::FillNormal(weights, rng, 1.0);
-    ks.data<int32_t>()[0] = 0;
-    ke.data<int32_t>()[0] = static_cast<int32_t>(n);
-    p.q = q.tensor();
-    p.k = k.tensor();
-    p.k_scale = k_scale.tensor();
-    p.weights = weights.tensor();
-    p.ks = ks.tensor();
-    p.ke = ke.tensor();
-    p.logits = logits.tensor();
-  }
-};
-
 // The norm bound is statistical (docs/ACCURACY.md "Indexer logits, FAST"): over one or two
 // values the accumulator model exceeds it for about one draw in seven or sixteen (a logit near
 // zero after the heads' weighted sum), which failed a GPU test of two values on 2026-12-07; so
@@ -248,7 +229,7 @@ TEST(IndexerLogitsFastBound, NormBoundNeedsManyValues) {
   const testing::LogitsTolerance fast = testing::ToleranceFor(32, 128, Precision::kFast);
   bool found = false;
   for (int draw = 0; draw < 400 && !found; ++draw) {  // P(none of 400 over) < 1e-20
-    OneRow one(1, rng);
+    Problem one(1, 1, 32, 128, rng);
     const RefLogits ref = Reference(one.p);
     ModelLogits(one.p, {13, false, -1});
     const double got = one.logits.data<float>()[0], want = ref.value[0];
@@ -257,7 +238,7 @@ TEST(IndexerLogitsFastBound, NormBoundNeedsManyValues) {
     testing::ExpectLogits(one.logits.tensor(), ref, fast, "one value", false);
   }
   EXPECT_TRUE(found) << "no one-value draw exceeded the norm bound";
-  OneRow many(testing::kMinValuesForNormBound, rng);
+  Problem many(1, testing::kMinValuesForNormBound, 32, 128, rng);
   const RefLogits ref = Reference(many.p);
   ModelLogits(many.p, {13, false, -1});
   testing::ExpectLogits(many.logits.tensor(), ref, fast, "64 values", false);
