@@ -235,13 +235,13 @@ TEST(IndexerLogitsFastBound, NormBoundNeedsManyValues) {
     const double got = one.logits.data<float>()[0], want = ref.value[0];
     if (std::fabs(got - want) <= fast.rel_l2 * std::fabs(want)) continue;
     found = true;
-    testing::ExpectLogits(one.logits.tensor(), ref, fast, "one value", false);
+    testing::ExpectLogits(one.logits.tensor(), ref, fast, "one value", /*padding_poisoned=*/false);
   }
   EXPECT_TRUE(found) << "no one-value draw exceeded the norm bound";
   Problem many(1, testing::kMinValuesForNormBound, 32, 128, rng);
   const RefLogits ref = Reference(many.p);
   ModelLogits(many.p, {13, false, -1});
-  testing::ExpectLogits(many.logits.tensor(), ref, fast, "64 values", false);
+  testing::ExpectLogits(many.logits.tensor(), ref, fast, "64 values", /*padding_poisoned=*/false);
   ModelLogits(many.p, {13, false, -1}, /*bf16_result=*/true);
   const auto failures = Failures([&] {
     testing::ExpectLogits(many.logits.tensor(), ref, fast, "bf16", /*padding_poisoned=*/false);

@@ -26,6 +26,13 @@ struct LogitsTolerance {
   bool fast_bound = false;  // the per-element bound is RefLogits::fast_bound
 };
 
+// The norm bounds (both precisions) are statistical: ExpectLogits applies them over this many
+// in-window values or more; fewer are held to the per-element bound alone. The FP8 accumulator
+// model exceeds FAST's norm bound for ~14 % of one-value draws, ~6 % of two-value draws and 2 of
+// 8000 sixteen-value draws, none of 8000 at 32 or 64 (worst 3.1e-4 of 4.9e-4 at 64:
+// docs/ACCURACY.md "Indexer logits, FAST").
+inline constexpr int64_t kMinValuesForNormBound = 64;
+
 // The bounds of docs/ACCURACY.md "Indexer logits".
 // HIGH: the inputs are exact in f32 (fp8 codes, f32 weights and scales), so every error is f32
 // rounding: a D-term dot product (γ_D), relu (exact), an H-term weighted sum (γ_{H+1}) and one
@@ -37,13 +44,6 @@ struct LogitsTolerance {
 // rel_l2 ceil(D/32)·2^-13: each k32 step truncates the running sum (and the small products it
 // aligns) once, by less than one unit of its 14th significant bit — a statistical bound, as
 // FAST attention's. A dropped k-step (~0.5), a bf16 rounding of the logits (~1.6e-3) fail it.
-// The norm bounds (both precisions) are statistical: ExpectLogits applies them over this many
-// in-window values or more; fewer are held to the per-element bound alone. The FP8 accumulator
-// model exceeds FAST's norm bound for ~14 % of one-value draws, ~6 % of two-value draws and 2 of
-// 8000 sixteen-value draws, none of 8000 at 32 or 64 (worst 3.1e-4 of 4.9e-4 at 64:
-// docs/ACCURACY.md "Indexer logits, FAST").
-inline constexpr int64_t kMinValuesForNormBound = 64;
-
 inline LogitsTolerance ToleranceFor(int64_t heads, int64_t dim,
                                     kernels::Precision precision = kernels::Precision::kHigh) {
   if (precision == kernels::Precision::kFast) {
