@@ -12,10 +12,19 @@
 //   wait    memop: cuStreamWaitValue64 (GEQ) · spin: one warp polling the word (with a timeout)
 //   word    host: one page of shared memory mapped into both contexts · device: cudaMalloc by A,
 //           opened by B through CUDA IPC
+//   event   signal and wait "event", word "ipc": no signal word; A records ready event i (one of
+//           kEventRing interprocess events made by A, opened by B through cudaIpcOpenEventHandle)
+//           and B's stream waits on it (cudaStreamWaitEvent), B records done event i and A waits
+//           on it. A stream waits on an event's latest record at the time of the call, so each
+//           side's host enqueues its wait only once the other's host has enqueued that record
+//           (counters in the shared page); both still run ahead of the GPU. An event is recorded
+//           again kEventRing iterations later, after the other side has enqueued its wait on it.
 // and B's body as plain launches, one graph, or the daemon's form [gate kernel → conditional IF
 // body → done kernel] (server/engine/gpu/ordered_queue.cc). One JSON line per mode to --out;
 // a table on stdout. Run it twice, with and without MPS (nvidia-cuda-mps-control -d).
 //   handoff_probe --iters 300 --a-us 20 --b-us 100 --kernels 4 --out probe.jsonl
+// --signal NAME runs only the modes whose signal is NAME (memop, kernel, kernel_gpu or event); the
+// event modes run only when named.
 // --graph-cost 1 runs the in-process experiment on the graph form instead (GraphCost below):
 //   handoff_probe --graph-cost 1 --iters 200 --b-us 5 --out graph_cost.jsonl
 #include <cuda.h>
@@ -38,6 +47,7 @@ using WaitFn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 using WriteFn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 
 constexpr int kMaxIters = 4096;
+constexpr int kEventRing = 64;  // interprocess events per direction (signal mode "event")
 constexpr uint64_t kSpinTimeoutNs = 2000000000ull;  // 2 s: a lost signal ends the spin
 
 #define CHECK(x)                                                                              \
@@ -281,6 +291,14 @@ struct Shared {  // the page both processes map
   unsigned int control;  // the gate's (always "run")
   unsigned int pad2[15];
   cudaIpcMemHandle_t words_handle;  // A's device words (ready at 0, done at 64 bytes)
+  // Signal mode "event": A's interprocess events (ready, then done), and how many records of each
+  // direction the recording side's host has enqueued (the waiting side's host reads them).
+  cudaIpcEventHandle_t ready_events[kEventRing];
+  cudaIpcEventHandle_t done_events[kEventRing];
+  unsigned long long ready_recorded;
+  unsigned long long pad3[7];
+  unsigned long long done_recorded;
+  unsigned long long pad4[7];
   uint64_t b_stamps[2 * kMaxIters];
 };
 
@@ -288,9 +306,9 @@ struct Shared {  // the page both processes map
 constexpr size_t kShared = (sizeof(Shared) + 4095) / 4096 * 4096;
 
 struct Mode {
-  const char* signal;  // memop | kernel | kernel_gpu
-  const char* wait;    // memop | spin
-  const char* word;    // host | device
+  const char* signal;  // memop | kernel | kernel_gpu | event
+  const char* wait;    // memop | spin | event
+  const char* word;    // host | device | ipc (events: no word)
   const char* body;    // plain | graph | cond
 };
 
@@ -302,8 +320,32 @@ struct Args {
   int kernels = 4;
   const char* out = nullptr;
   const char* label = "";
-  bool graph_cost = false;  // --graph-cost 1: the in-process graph-form experiment only
+  bool graph_cost = false;       // --graph-cost 1: the in-process graph-form experiment only
+  const char* signal = nullptr;  // --signal: only the modes with this signal
 };
+
+// The modes a run takes: those of --signal, else every mode but the event ones (new, not yet run
+// on a GPU: asked for by name, so a failure there never costs the other modes' figures).
+bool Selected(const Args& a, const char* signal) {
+  if (a.signal == nullptr) return std::strcmp(signal, "event") != 0;
+  return std::strcmp(a.signal, signal) == 0;
+}
+
+// A host counter in the shared page that the other process's host advances.
+unsigned long long LoadCounter(const unsigned long long* c) {
+  return __atomic_load_n(c, __ATOMIC_ACQUIRE);
+}
+void AdvanceCounter(unsigned long long* c, unsigned long long v) {
+  __atomic_store_n(c, v, __ATOMIC_RELEASE);
+}
+// Spins (yielding) until *c >= v; false after 10 s (the other side died).
+bool AwaitCounter(const unsigned long long* c, unsigned long long v) {
+  for (long spins = 0; LoadCounter(c) < v; ++spins) {
+    if (spins > 10000000) return false;
+    usleep(1);
+  }
+  return true;
+}
 
 struct Side {
   WaitFn wait = nullptr;
@@ -462,6 +504,7 @@ const Mode kModes[] = {
     {"memop", "memop", "device", "graph"},      {"memop", "memop", "device", "cond"},
     {"kernel", "memop", "device", "cond"},      {"kernel", "spin", "device", "cond"},
     {"kernel_gpu", "memop", "device", "plain"}, {"kernel_gpu", "spin", "device", "plain"},
+    {"event", "event", "ipc", "plain"},         {"event", "event", "ipc", "cond"},
 };
 
 // The daemon side: runs every mode in step with A.
@@ -474,8 +517,17 @@ void RunB(Shared* sh, const Pipes& p, const Args& a) {
   Recv(p.a2b[0]);  // A's IPC handle is in the page
   void* dwords = nullptr;
   CHECK(cudaIpcOpenMemHandle(&dwords, sh->words_handle, cudaIpcMemLazyEnablePeerAccess));
+  cudaEvent_t ready_ev[kEventRing] = {}, done_ev[kEventRing] = {};
+  if (Selected(a, "event")) {
+    for (int e = 0; e < kEventRing; ++e) {
+      CHECK(cudaIpcOpenEventHandle(&ready_ev[e], sh->ready_events[e]));
+      CHECK(cudaIpcOpenEventHandle(&done_ev[e], sh->done_events[e]));
+    }
+  }
   const int n = a.warmup + a.iters;
   for (const Mode& m : kModes) {
+    if (!Selected(a, m.signal)) continue;
+    const bool events = std::strcmp(m.signal, "event") == 0;
     const bool host = std::strcmp(m.word, "host") == 0;
     auto* ready = host ? &dsh->ready : static_cast<unsigned long long*>(dwords);
     auto* done = host ? &dsh->done : static_cast<unsigned long long*>(dwords) + 8;
@@ -488,7 +540,12 @@ void RunB(Shared* sh, const Pipes& p, const Args& a) {
     Recv(p.a2b[0]);  // words reset: go
     for (int i = 0; i < n; ++i) {
       const auto v = static_cast<unsigned long long>(i + 1);
-      Wait(s, m, ready, v);
+      if (events) {
+        if (!AwaitCounter(&sh->ready_recorded, v)) std::_Exit(4);  // A's record i is enqueued
+        CHECK(cudaStreamWaitEvent(s.stream, ready_ev[i % kEventRing], 0));
+      } else {
+        Wait(s, m, ready, v);
+      }
       Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i);
       if (exec != nullptr) {
         CHECK(cudaGraphLaunch(exec, s.stream));
@@ -496,7 +553,15 @@ void RunB(Shared* sh, const Pipes& p, const Args& a) {
         Body(s, a, s.stream);
       }
       Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i + 1);
-      Signal(s, m, done, v);
+      if (events) {
+        // Record i % kEventRing again only after A enqueued its wait on the previous record of
+        // it (iteration i - kEventRing): A enqueues that wait before its record i - kEventRing + 1,
+        // which the wait above has seen.
+        CHECK(cudaEventRecord(done_ev[i % kEventRing], s.stream));
+        AdvanceCounter(&sh->done_recorded, v);
+      } else {
+        Signal(s, m, done, v);
+      }
     }
     CHECK(cudaStreamSynchronize(s.stream));
     CHECK(cudaMemcpy(sh->b_stamps, s.stamps, 2 * n * sizeof(uint64_t), cudaMemcpyDeviceToHost));
@@ -506,6 +571,10 @@ void RunB(Shared* sh, const Pipes& p, const Args& a) {
   unsigned int to = 0;
   CHECK(cudaMemcpy(&to, s.timeouts, sizeof(to), cudaMemcpyDeviceToHost));
   if (to != 0) std::fprintf(stderr, "B: %u spin waits timed out\n", to);
+  for (int e = 0; e < kEventRing; ++e) {
+    if (ready_ev[e] != nullptr) CHECK(cudaEventDestroy(ready_ev[e]));
+    if (done_ev[e] != nullptr) CHECK(cudaEventDestroy(done_ev[e]));
+  }
   CHECK(cudaIpcCloseMemHandle(dwords));
 }
 
@@ -518,6 +587,16 @@ int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
   unsigned long long* dwords = nullptr;
   CHECK(cudaMalloc(&dwords, 4096));
   CHECK(cudaIpcGetMemHandle(&sh->words_handle, dwords));
+  cudaEvent_t ready_ev[kEventRing] = {}, done_ev[kEventRing] = {};
+  if (Selected(a, "event")) {
+    for (int e = 0; e < kEventRing; ++e) {
+      for (cudaEvent_t* ev : {&ready_ev[e], &done_ev[e]}) {
+        CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming | cudaEventInterprocess));
+      }
+      CHECK(cudaIpcGetEventHandle(&sh->ready_events[e], ready_ev[e]));
+      CHECK(cudaIpcGetEventHandle(&sh->done_events[e], done_ev[e]));
+    }
+  }
   Send(p.a2b[1]);
   const int n = a.warmup + a.iters;
   std::vector<uint64_t> as(2 * n);
@@ -546,6 +625,8 @@ int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
   std::printf("%-32s %9s %9s %9s %9s %9s\n", "signal/wait/word/body", "A->B p50", "p90", "B->A p50",
               "p90", "iter p50");
   for (const Mode& m : kModes) {
+    if (!Selected(a, m.signal)) continue;
+    const bool events = std::strcmp(m.signal, "event") == 0;
     const bool host = std::strcmp(m.word, "host") == 0;
     auto* ready = host ? &dsh->ready : dwords;
     auto* done = host ? &dsh->done : dwords + 8;
@@ -553,6 +634,8 @@ int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
     sh->ready = 0;
     sh->done = 0;
     sh->control = 0;
+    AdvanceCounter(&sh->ready_recorded, 0);
+    AdvanceCounter(&sh->done_recorded, 0);
     CHECK(cudaMemset(dwords, 0, 4096));
     CHECK(cudaDeviceSynchronize());
     Send(p.a2b[1]);
@@ -560,8 +643,18 @@ int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
       const auto v = static_cast<unsigned long long>(i + 1);
       Work<<<s.sms, 128, 0, s.stream>>>(static_cast<uint64_t>(a.a_us * 1000));
       Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i);
-      Signal(s, m, ready, v);
-      Wait(s, m, done, v);
+      if (events) {
+        // Record i % kEventRing again only after B enqueued its wait on the previous record of it
+        // (iteration i - kEventRing), which it did before its done record i - kEventRing, which
+        // this host waited for.
+        CHECK(cudaEventRecord(ready_ev[i % kEventRing], s.stream));
+        AdvanceCounter(&sh->ready_recorded, v);
+        if (!AwaitCounter(&sh->done_recorded, v)) std::_Exit(4);  // B's record i is enqueued
+        CHECK(cudaStreamWaitEvent(s.stream, done_ev[i % kEventRing], 0));
+      } else {
+        Signal(s, m, ready, v);
+        Wait(s, m, done, v);
+      }
       Stamp<<<1, 1, 0, s.stream>>>(s.stamps + 2 * i + 1);
     }
     CHECK(cudaStreamSynchronize(s.stream));
@@ -593,6 +686,10 @@ int RunA(Shared* sh, const Pipes& p, const Args& a, pid_t child) {
   unsigned int to = 0;
   CHECK(cudaMemcpy(&to, s.timeouts, sizeof(to), cudaMemcpyDeviceToHost));
   if (to != 0) std::fprintf(stderr, "A: %u spin waits timed out\n", to);
+  for (int e = 0; e < kEventRing; ++e) {
+    if (ready_ev[e] != nullptr) CHECK(cudaEventDestroy(ready_ev[e]));
+    if (done_ev[e] != nullptr) CHECK(cudaEventDestroy(done_ev[e]));
+  }
   if (out) std::fclose(out);
   int status = 0;
   waitpid(child, &status, 0);
@@ -1194,6 +1291,8 @@ int main(int argc, char** argv) {
       a.label = v;
     } else if (k == "--graph-cost") {
       a.graph_cost = std::atoi(v) != 0;
+    } else if (k == "--signal") {
+      a.signal = v;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
