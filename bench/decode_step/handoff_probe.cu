@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -340,8 +341,10 @@ void AdvanceCounter(unsigned long long* c, unsigned long long v) {
 }
 // Spins (yielding) until *c >= v; false after 10 s (the other side died).
 bool AwaitCounter(const unsigned long long* c, unsigned long long v) {
-  for (long spins = 0; LoadCounter(c) < v; ++spins) {
-    if (spins > 10000000) return false;
+  // By the clock: usleep(1) sleeps tens of µs, so a count of sleeps would wait minutes.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (LoadCounter(c) < v) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
     usleep(1);
   }
   return true;
@@ -1298,6 +1301,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     ++i;
+  }
+  if (a.signal != nullptr) {
+    bool known = false;
+    for (const Mode& m : kModes) known = known || std::strcmp(m.signal, a.signal) == 0;
+    if (!known) {
+      std::fprintf(stderr,
+                   "--signal %s: not a signal of any mode (memop, kernel, kernel_gpu, event)\n",
+                   a.signal);
+      return 2;
+    }
   }
   if (a.iters < 1 || a.warmup < 0 || a.iters + a.warmup > kMaxIters || a.kernels < 1 ||
       a.a_us < 0 || a.b_us < 0) {
