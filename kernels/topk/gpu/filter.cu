@@ -246,6 +246,30 @@ __device__ __forceinline__ void AppendChunk(Cta<kThreads>& cta, const Segment& s
 
 // ---- Histograms and the radix select.
 
+// Calls f(i) for every buffer entry i < total, each once: kThreads consecutive entries a step,
+// a warp's lanes kSpread entries apart (odd, so a bijection of each step's entries); the passes
+// that mark the chosen columns take it. The filter appends a thread's admitted logits next to
+// each other, and a thread's columns all fall in one bank of the column bitmaps (its groups are
+// kThreads · 4 columns apart, a multiple of 32 words; two banks when they straddle a word), so
+// lanes on consecutive entries marked words of one bank, or one word, together: by a model of
+// the addresses at 4096 × 32768 causal, about a third of ncu's shared wavefronts past the ideal.
+// Entries kSpread apart come from threads about as far apart, mostly of distinct banks, and the
+// lanes' 8-byte entries stay in distinct bank pairs (docs/KERNELS.md "Top-k, threshold filter").
+// A mark's order changes nothing it marks. The passes that count or take extremes keep the
+// plain order: keys are in no order, so their conflicts are the random ones either way, and the
+// spread's last step busies every warp.
+constexpr uint32_t kSpread = 7;
+
+template <int kThreads, class F>
+__device__ __forceinline__ void ForEachBuffered(uint32_t total, F&& f) {
+  static_assert((kThreads & (kThreads - 1)) == 0, "the spread is a bijection mod a power of two");
+  const uint32_t spread = (threadIdx.x * kSpread) & (kThreads - 1);
+  for (uint32_t step = 0; step < total; step += kThreads) {
+    const uint32_t i = step + spread;
+    if (i < total) f(i);
+  }
+}
+
 template <int kThreads>
 __device__ __forceinline__ void ClearHist(Cta<kThreads>& cta) {
   for (int i = threadIdx.x; i < kBins; i += kThreads) cta.h->hist[i] = 0u;
@@ -462,7 +486,7 @@ __device__ void MarkChosen(Cta<kThreads>& cta, const Threshold& t, int64_t begin
 // own few path followed by MarkChosen. Ends with a block barrier.
 template <int kThreads>
 __device__ Threshold MarkWithFew(Cta<kThreads>& cta, Threshold t, int64_t begin, uint32_t total) {
-  for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+  ForEachBuffered<kThreads>(total, [&](uint32_t i) {
     const uint2 e = cta.entries[i];
     const uint32_t bin = e.x >> t.shift;
     if (bin > t.prefix) {
@@ -473,7 +497,7 @@ __device__ Threshold MarkWithFew(Cta<kThreads>& cta, Threshold t, int64_t begin,
       cta.h->few[j] = e.x;
       cta.h->few_col[j] = e.y;
     }
-  }
+  });
   __syncthreads();
   if (WarpOf() == 0) {
     const uint32_t n = cta.h->few_count;
@@ -707,10 +731,10 @@ __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, 
         t = MarkWithFew(cta, t, w.begin, total);
       } else {
         MarkChosen(cta, t, w.begin, [&](auto&& f) {
-          for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+          ForEachBuffered<kThreads>(total, [&](uint32_t i) {
             const uint2 e = cta.entries[i];
             f(e.x, static_cast<int32_t>(e.y));
-          }
+          });
         });
       }
     } else {
@@ -718,10 +742,10 @@ __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, 
       __syncthreads();
       t = radix::AllSelectable();
       MarkChosen(cta, t, w.begin, [&](auto&& f) {  // the entries still hold f32 bits
-        for (uint32_t i = threadIdx.x; i < total; i += kThreads) {
+        ForEachBuffered<kThreads>(total, [&](uint32_t i) {
           const uint2 e = cta.entries[i];
           f(AdmittedKey(e.x), static_cast<int32_t>(e.y));
-        }
+        });
       });
     }
   } else {  // exact, from the window itself
