@@ -49,6 +49,8 @@ constexpr int kBins = radix::kBins;
 // (docs/KERNELS.md "Top-k, threshold filter").
 constexpr int kMaxDefaultCluster = 4;
 constexpr int kV = 4;  // 16-byte groups per thread per chunk
+// WriteRow stages up to k indices (4 bytes each) in the buffer of 8-byte entries.
+static_assert(2 * static_cast<int64_t>(kFilterCapacitySmall) >= kMaxK, "k indices fit the buffer");
 
 struct FilterArgs : RowArgs {
   uint32_t cluster = 1;  // CTAs per row; the launch's cluster dimension
@@ -557,7 +559,7 @@ __device__ __forceinline__ void WriteMarked(const Cta<kThreads>& cta, const RowA
 }
 
 // Writes row `row`'s output from the bitmaps: chosen columns ascending (radix::OutputPosition),
-// then -1 / -inf padding to k.
+// then -1 / -inf padding to k. Uses the buffer as scratch (k indices): call after the marks.
 template <int kThreads>
 __device__ void WriteRow(Cta<kThreads>& cta, const RowArgs& a, int64_t row, const RowSpan& w,
                          const Threshold& t) {
@@ -585,10 +587,14 @@ __device__ void WriteRow(Cta<kThreads>& cta, const RowArgs& a, int64_t row, cons
     float* const values = out.values;
     uint32_t pos = g + e;
     if (values == nullptr) {  // two loops: the indices-only one keeps its pointer in registers
-      // Through a shuffle (the same value in every lane), so ptxas cannot re-derive it as
-      // `indices + row * ld` inside the loop (64-bit multiplies per set bit); st.global takes it.
-      const uint64_t dst = __shfl_sync(
-          kFullMask, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(indices)), 0);
+      // Staged: each thread puts its indices at their positions in shared memory (the buffer,
+      // which nothing reads past the marks' barrier), then each warp stores its own positions,
+      // a contiguous range, 32 consecutive indices a store. Stored directly, a warp's lanes
+      // wrote ~k / threads positions apart, one 32-byte sector per index (at 4096 × 32768
+      // causal, by a model of the addresses, ncu's excess global sectors are these stores;
+      // docs/KERNELS.md "Top-k, threshold filter").
+      uint32_t* const stage = reinterpret_cast<uint32_t*>(cta.entries);
+      const uint32_t first = pos;
       for (uint32_t x = w0; x < w1; ++x) {
         uint32_t m = cta.above[x] | cta.at[x];
         const int32_t base = static_cast<int32_t>(w.begin + 32 * static_cast<int64_t>(x)) -
@@ -596,12 +602,20 @@ __device__ void WriteRow(Cta<kThreads>& cta, const RowArgs& a, int64_t row, cons
         while (m != 0u) {
           const int bit = __ffs(static_cast<int>(m)) - 1;
           m &= m - 1u;
-          if (pos < a.k) {
-            asm volatile("st.global.b32 [%0], %1;" ::"l"(dst + 4ull * pos), "r"(base + bit)
-                         : "memory");
-          }
+          if (pos < a.k) stage[pos] = static_cast<uint32_t>(base + bit);
           ++pos;
         }
+      }
+      __syncwarp();
+      // Positions grow with the thread: the warp's are [lane 0's first, lane 31's end).
+      const uint32_t lo = __shfl_sync(kFullMask, first, 0);
+      const uint32_t hi = min(__shfl_sync(kFullMask, pos, kLanes - 1), a.k);
+      // Through a shuffle (the same value in every lane), so ptxas cannot re-derive it as
+      // `indices + row * ld` inside the loop (64-bit multiplies per store); st.global takes it.
+      const uint64_t dst = __shfl_sync(
+          kFullMask, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(indices)), 0);
+      for (uint32_t p = lo + static_cast<uint32_t>(LaneOf()); p < hi; p += kLanes) {
+        asm volatile("st.global.b32 [%0], %1;" ::"l"(dst + 4ull * p), "r"(stage[p]) : "memory");
       }
     } else {
       for (uint32_t x = w0; x < w1; ++x) {

@@ -213,6 +213,27 @@ TEST_F(TopKFilterGpu, ManyRowsCausalWindows) {
   ExpectEveryConfigEqualsCpu(c);
 }
 
+// Indices only and no block table, the bench's and the indexer's form (WriteRow stages each
+// warp's indices in the buffer and stores them in order), over the persistent loop: causal
+// windows, misaligned starts, rows shorter than k, k 2048 and 4096 (the 256-thread CTA stages
+// 4096 indices in its smaller buffer), both index bases.
+TEST_F(TopKFilterGpu, IndicesOnly) {
+  auto rng = MakeRng();
+  for (int64_t k : {2048, 4096}) {
+    SCOPED_TRACE(::testing::Message() << "k " << k);
+    const int64_t m = 300, n = 40000;
+    TopKCase c(m, n, k, WindowForm::kKsKe, /*with_values=*/false, /*logits_ld=*/0,
+               /*out_ld=*/k + 5);
+    testing::FillNormal(c.logits, rng, 1.0);
+    for (int64_t r = 0; r < m; ++r) c.SetWindow(r, r % 3 == 0 ? r % 29 : 0, n - m + r + 1);
+    c.SetWindow(3, 10, 10 + k / 2);  // shorter than k: -1 padding
+    c.SetWindow(4, 7, 7);            // empty
+    c.SetWindow(5, 1, 2 + k);        // k + 1 columns
+    if (k == 4096) c.p.index_base = IndexBase::kRowStart;
+    ExpectEveryConfigEqualsCpu(c);
+  }
+}
+
 TEST_F(TopKFilterGpu, TiesAndSpecials) {
   auto rng = MakeRng();
   const int64_t n = 40000 + 3;
