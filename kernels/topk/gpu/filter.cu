@@ -713,8 +713,8 @@ __device__ void SelectRow(Cta<kThreads>& cta, const FilterArgs& a, int64_t row, 
     if (g + 2 * kStep <= min(seg.plan.full_hi, seg.plan.group_hi) && (LaneOf() & 7) == 0) {
 #pragma unroll
       for (int v = 0; v < kV; ++v) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(seg.groups + g + kStep + v * kThreads +
-                                                      threadIdx.x));
+        asm volatile(
+            "prefetch.global.L2 [%0];" ::"l"(seg.groups + g + kStep + v * kThreads + threadIdx.x));
       }
     }
 #endif
