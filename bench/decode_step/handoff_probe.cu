@@ -325,8 +325,9 @@ struct Args {
   const char* signal = nullptr;  // --signal: only the modes with this signal
 };
 
-// The modes a run takes: those of --signal, else every mode but the event ones (new, not yet run
-// on a GPU: asked for by name, so a failure there never costs the other modes' figures).
+// The modes a run takes: those of --signal, else every mode but the event ones (asked for by
+// name only: measured slower than signal words under MPS, docs/BENCHMARKS.md "Session of
+// 2026-12-07, 09:08 UTC").
 bool Selected(const Args& a, const char* signal) {
   if (a.signal == nullptr) return std::strcmp(signal, "event") != 0;
   return std::strcmp(a.signal, signal) == 0;

@@ -257,9 +257,10 @@ __device__ __forceinline__ void AppendChunk(Cta<kThreads>& cta, const Segment& s
 // the addresses at 4096 × 32768 causal, about a third of ncu's shared wavefronts past the ideal.
 // Entries kSpread apart come from threads about as far apart, mostly of distinct banks, and the
 // lanes' 8-byte entries stay in distinct bank pairs (docs/KERNELS.md "Top-k, threshold filter").
-// A mark's order changes nothing it marks. The passes that count or take extremes keep the
-// plain order: keys are in no order, so their conflicts are the random ones either way, and the
-// spread's last step busies every warp.
+// A mark's order changes nothing it marks. Measured alone it moved no time (the marks are not on
+// a row's critical chain); kept with the staged index stores, the build measured together. The
+// passes that count or take extremes keep the plain order: keys are in no order, so their
+// conflicts are the random ones either way, and the spread's last step busies every warp.
 constexpr uint32_t kSpread = 7;
 
 template <int kThreads, class F>
