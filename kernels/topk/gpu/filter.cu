@@ -568,10 +568,40 @@ __device__ void WriteRow(Cta<kThreads>& cta, const RowArgs& a, int64_t row, cons
   const uint32_t per = (words + kThreads - 1) / kThreads;
   const uint32_t w0 = min(words, threadIdx.x * per);
   const uint32_t w1 = min(words, w0 + per);
+  // Four words a thread (rows to 32K columns at 256 threads, 64K at 512) come in one 16-byte
+  // load per bitmap, kept in registers for both passes: single words at a lane stride of four
+  // met 4-way bank conflicts (docs/KERNELS.md "Top-k filter: which shared and global accesses
+  // conflict"). w0 is then a multiple of 4 and, with bitmap_words one too, so is `at`'s offset.
+  const bool vec = per == 4 && (cta.bitmap_words & 3u) == 0u;  // the same in every thread
+  uint32_t av[4] = {0u, 0u, 0u, 0u}, tv[4] = {0u, 0u, 0u, 0u};
   uint32_t cnt[2] = {0u, 0u};
-  for (uint32_t x = w0; x < w1; ++x) {
-    cnt[0] += static_cast<uint32_t>(__popc(cta.above[x]));
-    cnt[1] += static_cast<uint32_t>(__popc(cta.at[x]));
+  if (vec) {
+    if (w0 < w1) {  // w0 + 4 <= bitmap_words: in bounds; words at or past w1 are dropped
+      const uint4 va = *reinterpret_cast<const uint4*>(cta.above + w0);
+      const uint4 vt = *reinterpret_cast<const uint4*>(cta.at + w0);
+      av[0] = va.x;
+      av[1] = va.y;
+      av[2] = va.z;
+      av[3] = va.w;
+      tv[0] = vt.x;
+      tv[1] = vt.y;
+      tv[2] = vt.z;
+      tv[3] = vt.w;
+#pragma unroll
+      for (int i = 1; i < 4; ++i) {
+        if (w0 + i >= w1) av[i] = tv[i] = 0u;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      cnt[0] += static_cast<uint32_t>(__popc(av[i]));
+      cnt[1] += static_cast<uint32_t>(__popc(tv[i]));
+    }
+  } else {
+    for (uint32_t x = w0; x < w1; ++x) {
+      cnt[0] += static_cast<uint32_t>(__popc(cta.above[x]));
+      cnt[1] += static_cast<uint32_t>(__popc(cta.at[x]));
+    }
   }
   uint32_t excl[2], total[2];
   BlockExclusiveScan<kThreads, 2>(cnt, excl, total, cta.slots.Next());
@@ -597,7 +627,18 @@ __device__ void WriteRow(Cta<kThreads>& cta, const RowArgs& a, int64_t row, cons
       uint32_t* const stage = reinterpret_cast<uint32_t*>(cta.entries);
       const uint32_t first = pos;
       for (uint32_t x = w0; x < w1; ++x) {
-        uint32_t m = cta.above[x] | cta.at[x];
+        uint32_t m;
+        if (vec) {  // the words in registers, first one first
+          m = av[0] | tv[0];
+          av[0] = av[1];
+          av[1] = av[2];
+          av[2] = av[3];
+          tv[0] = tv[1];
+          tv[1] = tv[2];
+          tv[2] = tv[3];
+        } else {
+          m = cta.above[x] | cta.at[x];
+        }
         const int32_t base = static_cast<int32_t>(w.begin + 32 * static_cast<int64_t>(x)) -
                              out.origin;  // the word's column 0, as written
         while (m != 0u) {

@@ -234,6 +234,26 @@ TEST_F(TopKFilterGpu, IndicesOnly) {
   }
 }
 
+// Rows of up to 32K columns in a 32768-column tensor (bitmaps of 1024 words): WriteRow reads a
+// thread's four bitmap words as one 16-byte load each, where 256 threads have four words each
+// (windows of 24577..32768 columns) — with the last thread's words partly past the window, and
+// misaligned starts — with and without values.
+TEST_F(TopKFilterGpu, WordsInRegisters) {
+  auto rng = MakeRng();
+  for (const bool with_values : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "values " << with_values);
+    const int64_t m = 260, n = 32768, k = 2048;
+    TopKCase c(m, n, k, WindowForm::kKsKe, with_values, /*logits_ld=*/0, /*out_ld=*/k + 3);
+    testing::FillNormal(c.logits, rng, 1.0);
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t start = r % 5 == 0 ? r % 37 : 0;
+      const int64_t len = r % 2 == 0 ? n - start - r : 24577 + 31 * r;
+      c.SetWindow(r, start, std::min(n, start + len));
+    }
+    ExpectEveryConfigEqualsCpu(c);
+  }
+}
+
 TEST_F(TopKFilterGpu, TiesAndSpecials) {
   auto rng = MakeRng();
   const int64_t n = 40000 + 3;
