@@ -122,11 +122,10 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
           const std::string preset = absl::StrCat("dense_decode_b", batch, "_ctx", ctx, "_h", heads,
                                                   "_d576", fp8 ? "_fp8" : "");
           std::vector<std::string> impls = {"cuda_mma"};
-          // The sm_90a wgmma kernel where it applies (bf16 cache, H a multiple of 64); skipped
-          // below on other devices.
-          // cuda_wgmma_pp: FAST only (skipped at HIGH), and H < 64 too (rows padded to 64).
+          // The sm_90a wgmma kernels where they apply (bf16 cache; H < 64 with rows padded to
+          // 64); skipped below on other devices. cuda_wgmma_pp: FAST only (skipped at HIGH).
           if (!fp8) impls.insert(impls.begin(), "cuda_wgmma_pp");
-          if (!fp8 && heads % 64 == 0) impls.insert(impls.begin(), "cuda_wgmma");
+          if (!fp8) impls.insert(impls.begin(), "cuda_wgmma");
           if (ctx == 4096) impls.push_back("cuda_simt");  // the portable path, at the short context
           bool wanted = false;
           for (const std::string& impl : impls) {

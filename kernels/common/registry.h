@@ -79,18 +79,30 @@ struct Impl {
   RunFn run;
   // Bytes of device scratch run() needs for `p` (split-K partials, counters); null means none.
   WorkspaceFn workspace;
+  // Dispatch's preference (null: always). For a call `supports` takes, false (the reason in
+  // *why) makes dispatch pass this implementation over for the next one that supports the call;
+  // it comes back to the first one passed over only when no later one does. A request that
+  // names the implementation runs it whatever this says (docs/CONTRACTS.md "Dispatch").
+  SupportsFn prefer;
 };
 
-// The first implementation for ctx.backend that supports p, or null with the reasons in *why.
+// The first implementation for ctx.backend that supports p and prefers it (Impl::prefer); else
+// the first that supports it; else null with the reasons in *why.
 template <class Params>
 const Impl<Params>* SelectImpl(const std::vector<Impl<Params>>& impls, const Params& p,
                                const ExecContext& ctx, std::string* why) {
+  const Impl<Params>* passed_over = nullptr;
   for (const auto& impl : impls) {
     if (impl.backend != ctx.backend) continue;
     std::string reason;
-    if (!impl.supports || impl.supports(p, &reason)) return &impl;
-    absl::StrAppend(why, why->empty() ? "" : "; ", impl.name, ": ", reason);
+    if (impl.supports && !impl.supports(p, &reason)) {
+      absl::StrAppend(why, why->empty() ? "" : "; ", impl.name, ": ", reason);
+      continue;
+    }
+    if (!impl.prefer || impl.prefer(p, &reason)) return &impl;
+    if (passed_over == nullptr) passed_over = &impl;
   }
+  if (passed_over != nullptr) return passed_over;
   if (why->empty())
     absl::StrAppend(why, "no implementation for backend ", BackendName(ctx.backend));
   return nullptr;

@@ -179,11 +179,24 @@ WorkCount Count(const Params& p) {
   return w;
 }
 
+#if defined(ATTND_GPU_CUDA)
+namespace {
+// cuda_wgmma: preferred at H < 64 (rows padded) only where the cache's bytes bound the call
+// (gpu::WgmmaPrefers); elsewhere dispatch runs cuda_mma.
+Impl<Params> WgmmaImpl() {
+  Impl<Params> impl =
+      GpuImpl<Params>("wgmma", SupportsGpu<gpu::GpuKernel::kWgmma>, RunGpu<gpu::GpuKernel::kWgmma>,
+                      GpuWorkspace<gpu::GpuKernel::kWgmma>);
+  impl.prefer = [](const Params& p, std::string* why) { return gpu::WgmmaPrefers(p, why); };
+  return impl;
+}
+}  // namespace
+#endif
+
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>> {
 #if defined(ATTND_GPU_CUDA)
-    GpuImpl<Params>("wgmma", SupportsGpu<gpu::GpuKernel::kWgmma>, RunGpu<gpu::GpuKernel::kWgmma>,
-                    GpuWorkspace<gpu::GpuKernel::kWgmma>),
+    WgmmaImpl(),
         GpuImpl<Params>("mma", SupportsGpu<gpu::GpuKernel::kMma>, RunGpu<gpu::GpuKernel::kMma>,
                         GpuWorkspace<gpu::GpuKernel::kMma>),
 #endif

@@ -19,7 +19,8 @@ enum class GpuKernel {
   kSimt,     // portable CUDA/HIP: 16 rows per CTA, 32-token tiles, f32 FMA
   kMma,      // CUDA sm_80+: 16, 32 or 64 rows per CTA, 64-token tiles, bf16 mma.sync (bf16 or
              // per-tensor FP8 cache, the latter converted to bf16 in shared memory)
-  kWgmma,    // CUDA sm_90a, H % 64 == 0, bf16 cache: 64 rows (one MTP token's 64 heads) per CTA,
+  kWgmma,    // CUDA sm_90a, bf16 cache, H % 64 == 0 (64 rows, one MTP token's 64 heads, per
+             // CTA) or H < 64 with s_q 1 or not causal (up to 64 rows of s_q · H, padded):
              // 64-position blocks, the sparse MLA wgmma kernel (three warpgroups) reading the
              // pages through the block table (wgmma.cuh)
   kWgmmaPp,  // CUDA sm_90a, kWgmma's calls at FAST precision: the same CTA with its consumer
@@ -32,11 +33,19 @@ static_assert(kInvariantMaxSplits == kMaxSplits, "invariant_plan.h caps splits a
 // Whether `kernel` can run `p` on the current device; otherwise false with the reason.
 // kSimt: any validated call with B · row blocks · splits < 2^31 and s_q · H < 2^31.
 // kMma and kWgmma additionally: compute capability >= 8.0 (kWgmma: exactly 9.0, a bf16 cache
-// and H a multiple of 64); q and kv_cache 16-byte aligned (base and
-// leading strides multiples of 8 bf16 elements; for the per-tensor FP8 cache, u8, multiples of
-// 16 bytes); out 4-byte aligned (base and leading strides even); its shared memory (up to
-// ~226 KiB at 64 rows, d_qk 576, the same for both caches) available per block.
+// and H a multiple of 64, or below 64 where WgmmaPpRowsShareLimit); q and kv_cache 16-byte aligned
+// (base and leading strides multiples of 8 bf16 elements; for the per-tensor FP8 cache, u8,
+// multiples of 16 bytes); out 4-byte aligned (base and leading strides even); its shared memory (up
+// to ~226 KiB at 64 rows, d_qk 576, the same for both caches) available per block.
 bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why);
+
+// Dispatch's preference for kWgmma (registry.h Impl::prefer): every call it takes at H a
+// multiple of 64; at H < 64 (rows padded to 64, so a tile costs the MMAs of 64 rows) only where
+// each CTA streams at least kWgmmaPaddedMinTiles tiles of the table's capacity under its split
+// plan, i.e. where the cache's bytes, not the MMAs or the latency of a short split, bound the
+// call (docs/KERNELS.md "MLA decode on Hopper"). False with the reason in *why otherwise.
+inline constexpr int64_t kWgmmaPaddedMinTiles = 16;
+bool WgmmaPrefers(const Params& p, std::string* why);
 
 // Split-K count for `p` on the current device (shapes only: the lengths are device data, so
 // the plan assumes the table's capacity max_pages · page_size). Heuristic: items = B · row

@@ -117,16 +117,16 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
     }
     if (p.kv_is_fp8()) return Refuse(why, "kv_cache: the per-tensor FP8 cache is not read here");
     const int64_t heads = p.q.dim(2);
-    // kWgmmaPp also takes H < 64 where every row of a 64-row block sees the same positions
-    // (s_q 1, or not causal): the block's rows are padded to 64 (WgmmaPpRowsShareLimit).
-    if (kernel == GpuKernel::kWgmmaPp && heads < 64) {
+    // Both also take H < 64 where every row of a 64-row block sees the same positions (s_q 1,
+    // or not causal): the block's rows are padded to 64 (WgmmaPpRowsShareLimit).
+    if (heads < 64) {
       if (!WgmmaPpRowsShareLimit(p)) {
         return Refuse(why, "q: H ", heads, " < 64 with causal s_q ", p.q.dim(1),
                       " > 1: a 64-row block would mix MTP tokens' causal limits");
       }
     } else if (heads % 64 != 0) {
-      return Refuse(why, "q: dim 2 (heads) is ", heads, ", want a multiple of 64",
-                    kernel == GpuKernel::kWgmmaPp ? " (or < 64 with s_q 1 or not causal)" : "");
+      return Refuse(why, "q: dim 2 (heads) is ", heads,
+                    ", want a multiple of 64 (or < 64 with s_q 1 or not causal)");
     }
   }
   if (kernel == GpuKernel::kMma || wgmma) {
@@ -185,6 +185,17 @@ int GpuSplits(const Params& p, GpuKernel kernel) {
   splits = std::min<int64_t>(
       {splits, kMaxSplits, std::max<int64_t>(1, capacity_tiles / kMinSplitTiles)});
   return static_cast<int>(std::max<int64_t>(splits, 1));
+}
+
+bool WgmmaPrefers(const Params& p, std::string* why) {
+  constexpr int64_t kRows = 64, kTile = 64;  // the wgmma kernel's rows and positions a CTA step
+  const int64_t heads = p.q.dim(2);
+  if (heads % kRows == 0) return true;
+  const int splits = GpuSplits(p, GpuKernel::kWgmma);
+  const int64_t tiles = CeilDiv(CeilDiv(Capacity(p), kTile), int64_t{splits});
+  if (tiles >= kWgmmaPaddedMinTiles) return true;
+  return Refuse(why, "H ", heads, " < 64 padded: ", tiles, " tiles a split (", splits,
+                " splits), under ", kWgmmaPaddedMinTiles);
 }
 
 int64_t SplitWorkspaceBytes(const Params& p, int splits) {

@@ -25,14 +25,15 @@ struct KernelShape {
 KernelShape SimtShape(const Params& p);
 #if defined(ATTND_GPU_CUDA)
 KernelShape MmaShape(const Params& p);
-// wgmma.cu: the sm_90a instance for p (none for the FP8 cache or H not a multiple of 64).
+// wgmma.cu: the sm_90a instance for p (none for the FP8 cache, or for H not a multiple of 64
+// unless H < 64 where WgmmaPpRowsShareLimit(p)).
 KernelShape WgmmaShape(const Params& p);
 // wgmma_pp.cu: the ping-pong instance for p (FAST, bf16 cache, H a multiple of 64, or H < 64
 // where WgmmaPpRowsShareLimit(p)).
 KernelShape WgmmaPpShape(const Params& p);
 #endif
 
-// H < 64 on the ping-pong kernel (CUDA-only, but GpuSupports asks on every GPU build): every
+// H < 64 on the wgmma kernels (CUDA-only, but GpuSupports asks on every GPU build): every
 // row of a block (up to 64 rows of s_q · H, spanning MTP tokens) sees the same positions, i.e.
 // s_q is 1 or the call is not causal.
 inline bool WgmmaPpRowsShareLimit(const Params& p) { return p.q.dim(1) == 1 || !p.causal; }

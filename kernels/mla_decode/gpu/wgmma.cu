@@ -11,19 +11,33 @@ namespace attnd::kernels::mla_decode::gpu {
 
 ATTND_MLA_DECODE_WGMMA_INSTANCE(extern, 512)
 ATTND_MLA_DECODE_WGMMA_INSTANCE(extern, 576)
+ATTND_MLA_DECODE_WGMMA_INSTANCE_P(extern, 512, true)
+ATTND_MLA_DECODE_WGMMA_INSTANCE_P(extern, 576, true)
 
 namespace {
 
-template <bool kTma>
+template <bool kTma, bool kPadded>
 KernelShape ShapeOf(const Params& p) {
-  if (p.kv_is_fp8() || p.q.dim(2) % kWgmmaBlockM != 0) return KernelShape{};
   const bool high = p.precision == Precision::kHigh;
   if (p.q.dim(3) == 576) {
-    return high ? WgmmaDecodeShape<576, true, kTma>() : WgmmaDecodeShape<576, false, kTma>();
+    return high ? WgmmaDecodeShape<576, true, kTma, kPadded>()
+                : WgmmaDecodeShape<576, false, kTma, kPadded>();
   }
   if (p.q.dim(3) == 512) {
-    return high ? WgmmaDecodeShape<512, true, kTma>() : WgmmaDecodeShape<512, false, kTma>();
+    return high ? WgmmaDecodeShape<512, true, kTma, kPadded>()
+                : WgmmaDecodeShape<512, false, kTma, kPadded>();
   }
+  return KernelShape{};
+}
+
+// H a multiple of 64: the unpadded instances; H < 64 where every row of a block sees the same
+// positions: the padded ones (rows past s_q · H are padding).
+template <bool kTma>
+KernelShape ShapeOf(const Params& p) {
+  const int64_t heads = p.q.dim(2);
+  if (p.kv_is_fp8()) return KernelShape{};
+  if (heads % kWgmmaBlockM == 0) return ShapeOf<kTma, false>(p);
+  if (heads < kWgmmaBlockM && WgmmaPpRowsShareLimit(p)) return ShapeOf<kTma, true>(p);
   return KernelShape{};
 }
 

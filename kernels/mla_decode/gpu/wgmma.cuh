@@ -1,14 +1,16 @@
 // The Hopper dense MLA decode kernel (CUDA sm_90a): the sparse MLA wgmma kernel
 // (kernels/sparse_mla/gpu/wgmma.cuh, WgmmaAttention) with its rows taken from the paged cache
 // instead of an index list. A CTA takes one request, 64 query rows (one MTP token's 64 heads: H
-// is a multiple of 64, so a row block never straddles two tokens and shares one causal limit)
-// and one split of the positions the block sees, in 64-position blocks; position j of request
-// b is row j % page_size of page block_table[b][j / page_size]. Untrusted data is masked as
-// docs/CONTRACTS.md "Untrusted data" says: cache_seqlens clamped to [0, max_pages·page_size]
-// (DecodeWorkItem), a page id outside [0, num_pages) masks its positions (never read, score
-// -inf), nothing past the work item's end is read (block table entries included). Split-K
-// partials and the combine are the mla_decode ones (common.cuh, combine.cu).
-// Instantiated in wgmma_d512.cu / wgmma_d576.cu; launched by wgmma.cu.
+// is a multiple of 64, so a row block never straddles two tokens and shares one causal limit;
+// or, in the padded instances, up to 64 rows of s_q · H < 64 where every row sees the same
+// positions, PaddedRows) and one split of the positions the block sees, in 64-position blocks;
+// position j of request b is row j % page_size of page block_table[b][j / page_size]. Untrusted
+// data is masked as docs/CONTRACTS.md "Untrusted data" says: cache_seqlens clamped to [0,
+// max_pages·page_size] (DecodeWorkItem), a page id outside [0, num_pages) masks its positions
+// (never read, score -inf), nothing past the work item's end is read (block table entries
+// included). Split-K partials and the combine are the mla_decode ones (common.cuh, combine.cu).
+// Instantiated in wgmma_d512.cu / wgmma_d576.cu (padded: wgmma_pad_d512.cu / wgmma_pad_d576.cu);
+// launched by wgmma.cu.
 #pragma once
 
 #if !defined(ATTND_GPU_CUDA)
@@ -20,6 +22,7 @@
 #include <stdint.h>
 
 #include <string>
+#include <type_traits>
 
 #include "kernels/common/gpu/device_facts.h"
 #include "kernels/common/gpu/tma.h"
@@ -40,6 +43,7 @@ struct PagedRows {
   using Row = int64_t;  // element offset of the position's cache row, -1: masked
   using Work = WorkItem;
   static constexpr bool kTmaPages = false;
+  static constexpr bool kPaddedRows = false;  // PaddedRows below: blocks of fewer than 64 rows
   static __device__ __forceinline__ Work Begin(const Args& a) {
     return DecodeWorkItem(a, blockIdx.x, kWgmmaBlockN);
   }
@@ -198,11 +202,14 @@ inline bool EncodeWgmmaKvMap(const Params& p, CUtensorMap* map) {
       {slot_bytes, page_bytes}, {64, 64, 1}, &why);
 }
 
-// A row source whose blocks may hold fewer than 64 rows (the ping-pong kernel at H < 64,
-// kernels/sparse_mla/gpu/wgmma_pp.cuh): rows past w.nrows are padding, their O and LSE not
-// stored. `Rows`: PagedRows or PagedRowsTma (whose kernels keep the unguarded epilogue).
+// A row source whose blocks may hold fewer than 64 rows (H < 64: the ping-pong kernel,
+// kernels/sparse_mla/gpu/wgmma_pp.cuh, and the padded wgmma instances): rows past w.nrows are
+// padding, their Q zero-filled (QueryRowPtr null; WgmmaAttention reads Q row by row where
+// kPaddedRows), their O and LSE not stored. `Rows`: PagedRows or PagedRowsTma (whose own
+// instances keep the unguarded epilogue and the strided Q load).
 template <class Rows>
 struct PaddedRows : Rows {
+  static constexpr bool kPaddedRows = true;
   using Args = typename Rows::Args;
   using Work = typename Rows::Work;
   static __device__ __forceinline__ void StoreO(const Args& a, const Work& w, const float (&o)[128],
@@ -215,16 +222,19 @@ struct PaddedRows : Rows {
   }
 };
 
-// kExactP: Precision::kHigh (P hi + lo); false: kFast (bf16 P).
-template <int kDqk, bool kExactP>
+// kExactP: Precision::kHigh (P hi + lo); false: kFast (bf16 P). kPadded: H < 64, rows padded
+// (PaddedRows).
+template <int kDqk, bool kExactP, bool kPadded = false>
 __global__ void __launch_bounds__(384, 1) MlaDecodeWgmmaKernel(const DecodeArgs a) {
-  ::attnd::kernels::sparse_mla::gpu::WgmmaAttention<kDqk, kExactP, false, PagedRows>(a);
+  using Rows = std::conditional_t<kPadded, PaddedRows<PagedRows>, PagedRows>;
+  ::attnd::kernels::sparse_mla::gpu::WgmmaAttention<kDqk, kExactP, false, Rows>(a);
 }
 // The same with whole pages by TMA through `kv_map` (PagedRowsTma).
-template <int kDqk, bool kExactP>
+template <int kDqk, bool kExactP, bool kPadded = false>
 __global__ void __launch_bounds__(384, 1)
     MlaDecodeWgmmaTmaKernel(const DecodeArgs a, const __grid_constant__ CUtensorMap kv_map) {
-  ::attnd::kernels::sparse_mla::gpu::WgmmaAttention<kDqk, kExactP, false, PagedRowsTma>(a, &kv_map);
+  using Rows = std::conditional_t<kPadded, PaddedRows<PagedRowsTma>, PagedRowsTma>;
+  ::attnd::kernels::sparse_mla::gpu::WgmmaAttention<kDqk, kExactP, false, Rows>(a, &kv_map);
 }
 
 // The shape of a wgmma decode kernel whose CTA is `Tile` (wgmma.cuh's or the ping-pong one's).
@@ -255,18 +265,20 @@ template <class ShapeOf>
 }
 
 // kTma: MlaDecodeWgmmaTmaKernel (launched with its tensor map as the second argument).
-template <int kDqk, bool kExactP, bool kTma>
+template <int kDqk, bool kExactP, bool kTma, bool kPadded = false>
 KernelShape WgmmaDecodeShape() {
   return WgmmaKernelShape<::attnd::kernels::sparse_mla::gpu::WgmmaTile<kDqk>>(
-      kTma ? reinterpret_cast<const void*>(&MlaDecodeWgmmaTmaKernel<kDqk, kExactP>)
-           : reinterpret_cast<const void*>(&MlaDecodeWgmmaKernel<kDqk, kExactP>));
+      kTma ? reinterpret_cast<const void*>(&MlaDecodeWgmmaTmaKernel<kDqk, kExactP, kPadded>)
+           : reinterpret_cast<const void*>(&MlaDecodeWgmmaKernel<kDqk, kExactP, kPadded>));
 }
 
-// Both precisions of one d_qk, with and without TMA.
-#define ATTND_MLA_DECODE_WGMMA_INSTANCE(EXTERN, D)                 \
-  EXTERN template KernelShape WgmmaDecodeShape<D, true, false>();  \
-  EXTERN template KernelShape WgmmaDecodeShape<D, false, false>(); \
-  EXTERN template KernelShape WgmmaDecodeShape<D, true, true>();   \
-  EXTERN template KernelShape WgmmaDecodeShape<D, false, true>();
+// Both precisions of one d_qk, with and without TMA (P: true for the padded instances).
+#define ATTND_MLA_DECODE_WGMMA_INSTANCE_P(EXTERN, D, P)               \
+  EXTERN template KernelShape WgmmaDecodeShape<D, true, false, P>();  \
+  EXTERN template KernelShape WgmmaDecodeShape<D, false, false, P>(); \
+  EXTERN template KernelShape WgmmaDecodeShape<D, true, true, P>();   \
+  EXTERN template KernelShape WgmmaDecodeShape<D, false, true, P>();
+#define ATTND_MLA_DECODE_WGMMA_INSTANCE(EXTERN, D) \
+  ATTND_MLA_DECODE_WGMMA_INSTANCE_P(EXTERN, D, false)
 
 }  // namespace attnd::kernels::mla_decode::gpu

@@ -230,7 +230,9 @@ __device__ __forceinline__ void StoreO(const KernelArgs& a, const float (&o)[128
 // Src::RowPtr(a, row, col) column col of the handle's bf16 row; Src::PrefetchL2(a) whether to
 // prefetch the next block's rows to L2; Src::StoreO / StoreLse the epilogue of block row r;
 // Src::kTmaPages whether whole-page blocks come by TMA through `kv_map` (Src::WholePageBlock /
-// TmaBlock: mla_decode's PagedRowsTma). kFp8 is SparseRows only.
+// TmaBlock: mla_decode's PagedRowsTma); Src::kPaddedRows whether a block may hold fewer than 64
+// rows (Src::QueryRowPtr per row, null for a padding row; StoreO / StoreLse skip those rows:
+// mla_decode's PagedRows at H < 64). kFp8 is SparseRows only.
 template <int kDqk, bool kExactP, bool kFp8, class Src>
 __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
                                                const void* kv_map = nullptr) {
@@ -296,10 +298,18 @@ __device__ __forceinline__ void WgmmaAttention(const typename Src::Args& a,
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint16_t* src = q_tok + static_cast<int64_t>(rows[i]) * Src::QueryStride(a) + chunk * 8;
+      uint32_t bytes = 16;
+      if constexpr (Src::kPaddedRows) {
+        // A padding row (QueryRowPtr null: a block of fewer than 64 rows) is zero-filled by the
+        // same cp.async (source size 0 reads nothing) from the block's row 0.
+        const uint16_t* row = Src::QueryRowPtr(a, w, rows[i]);
+        bytes = row != nullptr ? 16 : 0;
+        src = (row != nullptr ? row : Src::QueryRowPtr(a, w, 0)) + chunk * 8;
+      }
       const uint32_t dst = base + Tile::kQOffset + SwizzledOffset(rows[i], chunk);
 #pragma unroll
       for (int s = 0; s < Tile::kSlabs; ++s) {
-        CpAsync16(dst + s * Tile::kSlabBytes, src + s * 64, 16);
+        CpAsync16(dst + s * Tile::kSlabBytes, src + s * 64, bytes);
       }
     }
     CpAsyncArriveNoinc(q_bar);
@@ -796,6 +806,7 @@ struct SparseRows {
     return a.q + w.t * a.q_stride_t + static_cast<int64_t>(w.h0) * a.q_stride_h;
   }
   static __device__ __forceinline__ int64_t QueryStride(const Args& a) { return a.q_stride_h; }
+  static constexpr bool kPaddedRows = false;  // every block has 64 rows (H % 64 == 0)
   // Every row of the block is a head (H is a multiple of 64).
   static __device__ __forceinline__ const uint16_t* QueryRowPtr(const Args& a, const Work& w,
                                                                 int r) {
