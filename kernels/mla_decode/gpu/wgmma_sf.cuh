@@ -12,6 +12,8 @@
 //     after its wait for that read (WG0: L of stage 0 after P0·V_L, L of stage 1 after P1·V_L;
 //     WG1: R of stage 1 after P1·V_R, R of stage 0 after P0·V_R), so no empty barrier, no
 //     producer hand-off and no register cap below 255 per thread;
+//   - WG1 signals P1 only once it has issued both of its P·V, so WG0's P1·V_L and its next
+//     Q·Kᵀ queue behind them on the tensor cores and the R halves WG1 refills land sooner;
 //   - the validity of a block is a count of leading valid positions (64, fewer in the work
 //     item's last block, 0 for a masked page), computed from the block table by every thread;
 //     scores past it are selected to -inf, and where a page is partly valid the warpgroup that
@@ -79,7 +81,7 @@ enum WgmmaSfBarrier : uint32_t {
   kSfBarMax0 = 1,   // WG0 -> WG1: m0 of the pair is in shared memory
   kSfBarMax1 = 2,   // WG1 -> WG0: m1 of the pair replaced it
   kSfBarP0 = 3,     // WG0 -> WG1: P0·2^(m0-m1) is in shared memory
-  kSfBarP1 = 4,     // WG1 -> WG0: P1 is in shared memory
+  kSfBarP1 = 4,     // WG1 -> WG0: P1 is in shared memory and both of WG1's P·V are issued
   kSfBarStats = 5,  // both: the final row sums are written
   kSfBarWg = 6,     // + wg: a warpgroup's zero stores are done
 };
@@ -422,7 +424,6 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
       // wgmma's A registers is undefined), which also hands it to WG0 sooner.
       store_p(Tile::kP1Offset);
       FenceProxyAsync();  // P1 before WG0's wgmma reads it
-      NamedBarArrive(kSfBarP1, 256);
       // Both V halves this warpgroup reads, while none of its wgmmas is in flight: R of
       // stage 1 (its own S1 is complete) and R of stage 0 (WG0's S0 is: it passed kSfBarMax0).
       if (valid1 > 0 && valid1 < 64) zero_tail(1, kR, Tile::kLSlabs, valid1, parity);
@@ -432,6 +433,10 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
       NamedBarSync(kSfBarP0, 256);
       WgmmaFence();  // before every wgmma group (docs/KERNELS.md "Sparse MLA in ping-pong")
       pv_smem(base + Tile::kP0Offset, base + stage_off(0) + kRBytes);
+      // Only now WG0 may queue P1·V_L and its next Q·Kᵀ: the tensor cores run both of this
+      // warpgroup's P·V first, so the refills of R below are issued while WG0's MMAs still
+      // run, and R of stage 0 can land before WG0's next Q·Kᵀ reaches it.
+      NamedBarArrive(kSfBarP1, 256);
       WgmmaWait<1>();
       // R of stage 1 is read: the next pair's second block into it.
       if (wtid == 0 && pair + 1 < n_pairs) issue_half(1, kR, id_next[1]);
