@@ -4,7 +4,8 @@
 // the host from the shape: FLOPs 2·B·s_q·H·L·(d_qk + 512); bytes = q + the cache rows read once
 // (2·d_qk·B·L) + out + lse + block table + seqlens. Every case in both precisions (FAST, HIGH).
 // Each shape also with vLLM's per-tensor FP8 cache (preset suffix "_fp8": u8 e4m3 codes, kv_scale
-// 0.037, d_qk bytes per row read). cuda_wgmma beside cuda_mma where it applies (bf16, H 64 / 128).
+// 0.037, d_qk bytes per row read). cuda_wgmma beside cuda_mma where it applies (bf16, H 64 / 128),
+// cuda_wgmma_pp and cuda_wgmma_sf (FAST, bf16, any H of these).
 // The split-K sweep (op mla_decode_splits, below) runs only when --filter names it.
 #include <algorithm>
 #include <cstdint>
@@ -125,6 +126,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
           // The sm_90a wgmma kernels where they apply (bf16 cache; H < 64 with rows padded to
           // 64); skipped below on other devices. cuda_wgmma_pp: FAST only (skipped at HIGH).
           if (!fp8) impls.insert(impls.begin(), "cuda_wgmma_pp");
+          // cuda_wgmma_sf: the same calls (FAST) with no producer, stages by TMA (page size 64).
+          if (!fp8) impls.insert(impls.begin(), "cuda_wgmma_sf");
           if (!fp8) impls.insert(impls.begin(), "cuda_wgmma");
           if (ctx == 4096) impls.push_back("cuda_simt");  // the portable path, at the short context
           bool wanted = false;
@@ -154,7 +157,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
               mla_decode::Params p = call->p;
               p.batch_invariant = invariant;
               std::string why;
-              if ((name == "cuda_wgmma" || name == "cuda_wgmma_pp") && impl != nullptr &&
+              if ((name == "cuda_wgmma" || name == "cuda_wgmma_pp" || name == "cuda_wgmma_sf") &&
+                  impl != nullptr &&
                   !impl->supports(p, &why)) {
                 continue;
               }
@@ -166,7 +170,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
               for (const kernels::Precision precision : kBenchPrecisions) {
                 mla_decode::Params at = p;
                 at.precision = precision;
-                if (!impl->supports(at, &why)) continue;  // cuda_wgmma_pp at HIGH
+                if (!impl->supports(at, &why)) continue;  // cuda_wgmma_pp / _sf at HIGH
                 GpuBenchCase c;
                 c.op = "mla_decode";
                 c.preset = case_preset;

@@ -81,6 +81,10 @@ absl::Status RunGpu(const Params& p, const ExecContext& ctx) {
     GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeWgmmaPp(p, splits, ctx.workspace, stream));
     return absl::OkStatus();
   }
+  if constexpr (kKernel == gpu::GpuKernel::kWgmmaSf) {
+    GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeWgmmaSf(p, splits, ctx.workspace, stream));
+    return absl::OkStatus();
+  }
 #endif
   GPU_RETURN_IF_ERROR(gpu::LaunchMlaDecodeSimt(p, splits, ctx.workspace, stream));
   return absl::OkStatus();
@@ -210,6 +214,10 @@ const std::vector<Impl<Params>>& Implementations() {
         // "Sparse MLA in ping-pong").
         GpuImpl<Params>("wgmma_pp", SupportsGpu<gpu::GpuKernel::kWgmmaPp>,
                         RunGpu<gpu::GpuKernel::kWgmmaPp>, GpuWorkspace<gpu::GpuKernel::kWgmmaPp>),
+        // The same math with no producer warpgroup, stages loaded by TMA (page size 64); by
+        // name until measured (docs/KERNELS.md "Dense MLA decode, self-fed").
+        GpuImpl<Params>("wgmma_sf", SupportsGpu<gpu::GpuKernel::kWgmmaSf>,
+                        RunGpu<gpu::GpuKernel::kWgmmaSf>, GpuWorkspace<gpu::GpuKernel::kWgmmaSf>),
 #endif
         CpuImpl(internal::RunCpu),
   };

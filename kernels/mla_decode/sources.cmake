@@ -17,6 +17,7 @@ if(ATTND_GPU_ENABLED)
     ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_pad_d512.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_pad_d576.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_pp.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_sf.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d512.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d576.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma_d512_fast.cu

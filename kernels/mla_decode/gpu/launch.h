@@ -25,6 +25,8 @@ enum class GpuKernel {
              // pages through the block table (wgmma.cuh)
   kWgmmaPp,  // CUDA sm_90a, kWgmma's calls at FAST precision: the same CTA with its consumer
              // warpgroups in ping-pong (kernels/sparse_mla/gpu/wgmma_pp.cuh)
+  kWgmmaSf,  // CUDA sm_90a, kWgmmaPp's calls with page size 64: the ping-pong math in two
+             // warpgroups that load their own stages by TMA, no producer (wgmma_sf.cuh)
 };
 
 inline constexpr int kMaxSplits = 128;
@@ -78,6 +80,9 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
                                          ::attnd::gpu::Stream stream);
 // kWgmmaPp: the same calls at FAST precision (wgmma_pp.cu).
 ::attnd::gpu::Error LaunchMlaDecodeWgmmaPp(const Params& p, int splits, void* workspace,
+                                           ::attnd::gpu::Stream stream);
+// kWgmmaSf (wgmma_sf.cu): also an error where the driver will not map the cache.
+::attnd::gpu::Error LaunchMlaDecodeWgmmaSf(const Params& p, int splits, void* workspace,
                                            ::attnd::gpu::Stream stream);
 #endif
 

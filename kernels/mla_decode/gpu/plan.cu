@@ -24,6 +24,7 @@ KernelShape ShapeOf(GpuKernel kernel, const Params& p) {
   if (kernel == GpuKernel::kMma) return MmaShape(p);
   if (kernel == GpuKernel::kWgmma) return WgmmaShape(p);
   if (kernel == GpuKernel::kWgmmaPp) return WgmmaPpShape(p);
+  if (kernel == GpuKernel::kWgmmaSf) return WgmmaSfShape(p);
 #endif
   if (kernel == GpuKernel::kSimt) return SimtShape(p);
   return KernelShape{};
@@ -106,10 +107,21 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
   if (Rows(p) > kMaxInt32) {
     return Refuse(why, "q: s_q x H is ", Rows(p), ", want < 2^31");
   }
-  if (kernel == GpuKernel::kWgmmaPp && p.precision != Precision::kFast) {
+  // The ping-pong math (kWgmmaPp, and kWgmmaSf's) rounds P to bf16 once: FAST only.
+  const bool pp = kernel == GpuKernel::kWgmmaPp || kernel == GpuKernel::kWgmmaSf;
+  if (pp && p.precision != Precision::kFast) {
     return Refuse(why, "precision HIGH runs on cuda_wgmma (this kernel rounds P to bf16 once)");
   }
-  const bool wgmma = kernel == GpuKernel::kWgmma || kernel == GpuKernel::kWgmmaPp;
+  if (kernel == GpuKernel::kWgmmaSf) {
+    // Every block is one page by TMA: page coordinates are 32-bit.
+    if (p.kv_cache.dim(1) != 64) {
+      return Refuse(why, "kv_cache: page size ", p.kv_cache.dim(1), ", want 64");
+    }
+    if (p.kv_cache.dim(0) > kMaxInt32) {
+      return Refuse(why, "kv_cache: ", p.kv_cache.dim(0), " pages, want < 2^31");
+    }
+  }
+  const bool wgmma = kernel == GpuKernel::kWgmma || pp;
   if (wgmma) {
     if (d.cc_major != 9 || d.cc_minor != 0) {
       return Refuse(why, "needs compute capability 9.0 (sm_90a wgmma), device has ", d.cc_major,
@@ -117,8 +129,8 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
     }
     if (p.kv_is_fp8()) return Refuse(why, "kv_cache: the per-tensor FP8 cache is not read here");
     const int64_t heads = p.q.dim(2);
-    // Both also take H < 64 where every row of a 64-row block sees the same positions (s_q 1,
-    // or not causal): the block's rows are padded to 64 (WgmmaPpRowsShareLimit).
+    // All three also take H < 64 where every row of a 64-row block sees the same positions
+    // (s_q 1, or not causal): the block's rows are padded to 64 (WgmmaPpRowsShareLimit).
     if (heads < 64) {
       if (!WgmmaPpRowsShareLimit(p)) {
         return Refuse(why, "q: H ", heads, " < 64 with causal s_q ", p.q.dim(1),

@@ -56,6 +56,10 @@ struct DecodeCase {
   // token row written the way vLLM's cache writer does (tests/harness/fp8_kv.h
   // QuantizeMlaRowPerTensor) from a bf16 row with subnormal and saturating values.
   float fp8_kv_scale = 0;
+  // bf16 cache: every position a request's table maps at or past its length (the rest of its
+  // last page, and whole pages after it) holds NaN, so a kernel that lets a position past the
+  // length reach its arithmetic (even as 0 · V) poisons its output.
+  bool nan_past_length = false;
 };
 
 // Every f32 element in lse's span that the view does not address still holds PoisonNaN's pattern.

@@ -352,12 +352,13 @@ TEST(MlaDecodeGpu, PerTensorFp8MmaMatchesBf16MmaOnRoundedCache) {
 }
 
 // The sm_90a wgmma kernels (cuda_wgmma: bf16 cache, in both precisions; cuda_wgmma_pp, the
-// ping-pong body: FAST only, and it must refuse HIGH; both take H 64 / 128, and H 16 / 32 with
-// s_q 1 or not causal, their 64-row blocks padded, spanning MTP tokens when not causal)
-// against the fp64 reference: ragged cache_seqlens (0, 1, around the 64-position block, long
-// and random), permuted block tables with masked pages, B 1..128, s_q 1..3 causal, d_qk 576 and
-// 512, with its own split plan and with one split (no workspace). Skipped where it does not
-// apply (not sm_90a).
+// ping-pong body, and cuda_wgmma_sf, the same math fed by TMA with no producer: FAST only, and
+// they must refuse HIGH; all three take H 64 / 128, and H 16 / 32 with s_q 1 or not causal,
+// their 64-row blocks padded, spanning MTP tokens when not causal) against the fp64 reference:
+// ragged cache_seqlens (0, 1, around the 64-position block, long and random), NaN in every
+// cache row past a request's length (the tail of its last page included), permuted block tables
+// with masked pages, B 1..128, s_q 1..3 causal, d_qk 576 and 512, with its own split plan and
+// with one split (no workspace). Skipped where it does not apply (not sm_90a).
 TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
   std::vector<const Impl<Params>*> kernels;
@@ -397,6 +398,7 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
     c.d_qk = s.d_qk;
     c.s_q = s.s_q;
     c.causal = s.causal;
+    c.nan_past_length = true;  // a partly valid page's tail must never reach P·V
     const std::vector<int32_t> fixed = {1000, 0, 1, 63, 64, 65, 130, 2};
     c.seqlens.clear();
     for (int64_t b = 0; b < s.batch; ++b) {
@@ -413,7 +415,9 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
     std::vector<double> ref_out, ref_lse, ref_abs;
     Reference(p, &ref_out, &ref_lse, &ref_abs);
     for (const Impl<Params>* wgmma : kernels) {
-      const bool pp = wgmma->name.find("_pp") != std::string::npos;
+      // The ping-pong math (cuda_wgmma_pp, and cuda_wgmma_sf's): FAST only.
+      const bool pp = wgmma->name.find("_pp") != std::string::npos ||
+                      wgmma->name.find("_sf") != std::string::npos;
       for (const Precision precision : testing::kPrecisions) {
         p.precision = precision;
         std::string why;
@@ -442,7 +446,7 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
     }
   }
   // H < 64 with causal MTP tokens would put rows of different causal limits into one block:
-  // both kernels refuse it (cuda_mma runs it).
+  // every one of them refuses it (cuda_mma runs it).
   for (const Impl<Params>* wgmma : kernels) {
     auto rng = testing::MakeRng();
     DecodeCase c;
@@ -454,6 +458,21 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
     std::string why;
     EXPECT_FALSE(wgmma->supports(t.params(), &why));
     EXPECT_NE(why.find("causal limits"), std::string::npos) << why;
+  }
+  // cuda_wgmma_sf loads every block as one page by TMA: other page sizes are refused.
+  for (const Impl<Params>* wgmma : kernels) {
+    if (wgmma->name.find("_sf") == std::string::npos) continue;
+    auto rng = testing::MakeRng();
+    DecodeCase c;
+    c.heads = 64;
+    c.page_size = 32;
+    c.seqlens = {100};
+    DecodeTensors t(c, rng);
+    Params p = t.params();
+    p.precision = Precision::kFast;
+    std::string why;
+    EXPECT_FALSE(wgmma->supports(p, &why));
+    EXPECT_NE(why.find("page size 32"), std::string::npos) << why;
   }
 }
 
