@@ -158,8 +158,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
               p.batch_invariant = invariant;
               std::string why;
               if ((name == "cuda_wgmma" || name == "cuda_wgmma_pp" || name == "cuda_wgmma_sf") &&
-                  impl != nullptr &&
-                  !impl->supports(p, &why)) {
+                  impl != nullptr && !impl->supports(p, &why)) {
                 continue;
               }
               if (impl == nullptr || !impl->supports(p, &why)) {

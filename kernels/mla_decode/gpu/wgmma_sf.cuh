@@ -148,8 +148,7 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
     }
   };
   // Pools larger than the L2: page `id` into L2 ahead of its TMA (a hint; nothing waits).
-  const uint64_t page_span =
-      static_cast<uint64_t>(63 * a.kv_stride_slot + kDqk) * sizeof(uint16_t);
+  const uint64_t page_span = static_cast<uint64_t>(63 * a.kv_stride_slot + kDqk) * sizeof(uint16_t);
   const bool prefetch = a.prefetch_l2 && page_span < (uint64_t{1} << 31);
   auto prefetch_page = [&](int32_t id) {
     if (prefetch && id >= 0) {
@@ -312,7 +311,9 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
       const int valid0 = __shfl_sync(0xffffffffu, block_valid(2 * pair, id_cur[0]), 0);
       const int valid1 = __shfl_sync(0xffffffffu, block_valid(2 * pair + 1, id_cur[1]), 0);
 #pragma unroll
-      for (int k = 0; k < 2; ++k) id_pf[k] = __shfl_sync(0xffffffffu, block_id(2 * pair + 4 + k), 0);
+      for (int k = 0; k < 2; ++k) {
+        id_pf[k] = __shfl_sync(0xffffffffu, block_id(2 * pair + 4 + k), 0);
+      }
       float mx[2], alpha[2];
       mask_max(valid0, mx);
       WgmmaSoftmaxStep<32, true>(s, mx, a.scale_log2, m_run, l_run, alpha);
@@ -396,7 +397,9 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
       const int valid0 = __shfl_sync(0xffffffffu, block_valid(2 * pair, id_cur[0]), 0);
       const int valid1 = __shfl_sync(0xffffffffu, block_valid(2 * pair + 1, id_cur[1]), 0);
 #pragma unroll
-      for (int k = 0; k < 2; ++k) id_pf[k] = __shfl_sync(0xffffffffu, block_id(2 * pair + 4 + k), 0);
+      for (int k = 0; k < 2; ++k) {
+        id_pf[k] = __shfl_sync(0xffffffffu, block_id(2 * pair + 4 + k), 0);
+      }
       MbarWait(full_bar(1, kR), parity);
       WgmmaFence();
       qk_r(1, Zero{});

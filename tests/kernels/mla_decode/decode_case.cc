@@ -90,12 +90,12 @@ DecodeTensors::DecodeTensors(const DecodeCase& c, std::mt19937_64& rng) {
   for (int64_t b = 0; b < batch; ++b) seqlens_.data<int32_t>()[b] = c.seqlens[b];
   if (c.nan_past_length && !fp8) {
     for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t pos = std::max<int64_t>(c.seqlens[b], 0); pos < max_pages * c.page_size;
-           ++pos) {
+      for (int64_t pos = std::max<int64_t>(c.seqlens[b], 0); pos < max_pages * c.page_size; ++pos) {
         const int32_t id =
             tt.ptr<int32_t>()[b * tt.strides[0] + (pos / c.page_size) * tt.strides[1]];
         if (id < 0 || id >= num_pages) continue;
-        bf16_t* row = kv_view.ptr<bf16_t>() + id * kv.strides[0] + (pos % c.page_size) * kv.strides[1];
+        bf16_t* row =
+            kv_view.ptr<bf16_t>() + id * kv.strides[0] + (pos % c.page_size) * kv.strides[1];
         std::fill(row, row + c.d_qk, FloatToBf16(std::nanf("")));
       }
     }
