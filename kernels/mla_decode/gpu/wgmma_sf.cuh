@@ -42,33 +42,16 @@
 
 namespace attnd::kernels::mla_decode::gpu {
 
+// The ping-pong kernel's layout (PairTileLayout: Q | stage 0 | stage 1 | P1 | P0 at d512 |
+// m | row sums) | full[stage][half] (u64 at + 8·(2·stage + half)), q (u64).
 template <int kDqk>
-struct WgmmaSfTile {
-  static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
+struct WgmmaSfTile : ::attnd::kernels::sparse_mla::gpu::PairTileLayout<kDqk> {
+  using Layout = ::attnd::kernels::sparse_mla::gpu::PairTileLayout<kDqk>;
+  using Layout::kBlockM;
+  using Layout::kBlockN;
   static constexpr int kThreads = 256;  // WG0, WG1; no producer
-  static constexpr int kBlockM = 64;
-  static constexpr int kBlockN = 64;  // one page
-  static constexpr int kSlabs = kDqk / 64;
-  static constexpr int kLSlabs = 4;                 // K and V columns 0..255
-  static constexpr int kRSlabs = kSlabs - kLSlabs;  // 256..511 and the rope
-  static constexpr int kVSlabs = 4;                 // V slabs of a half (the rope is not V)
-  static constexpr uint32_t kSlabBytes = 64 * 128;
-  static constexpr uint32_t kStageBytes = kSlabs * kSlabBytes;
-  // Shared memory: Q | stage 0 | stage 1 | P1 | P0 (d512 only: d576 keeps P0 in stage 0's rope
-  // slab, dead once S0 is complete and refilled only after WG1's P0·V_R) | m (f32 [64]) | row
-  // sums of WG0 and of WG1 (f32 [64] each) | full[stage][half] (u64 at + 8·(2·stage + half)),
-  // q (u64).
-  static constexpr uint32_t kQOffset = 0;
-  static constexpr uint32_t kKvOffset = kQOffset + kSlabs * kSlabBytes;
-  static constexpr uint32_t kP1Offset = kKvOffset + 2 * kStageBytes;
-  static constexpr bool kP0InRope = kDqk == 576;
-  static constexpr uint32_t kP0Offset =
-      kP0InRope ? kKvOffset + (kSlabs - 1) * kSlabBytes : kP1Offset + kSlabBytes;
-  static constexpr uint32_t kStatOffset = kP1Offset + (kP0InRope ? 1 : 2) * kSlabBytes;
-  static constexpr uint32_t kMaxOffset = kStatOffset;
-  static constexpr uint32_t kSum0Offset = kMaxOffset + 4 * kBlockM;
-  static constexpr uint32_t kSum1Offset = kSum0Offset + 4 * kBlockM;
-  static constexpr uint32_t kBarOffset = kSum1Offset + 4 * kBlockM;
+  static constexpr int kVSlabs = 4;     // V slabs of a half (the rope is not V)
+  static constexpr uint32_t kBarOffset = Layout::kStatEnd;
   static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 5 * 8);
   // q: one cp.async arrival (noinc) per thread.
   static constexpr uint32_t kQCount = kThreads;
@@ -93,8 +76,12 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
 #if ATTND_SM90A
   using Tile = WgmmaSfTile<kDqk>;
   using namespace ::attnd::gpu::wgmma;
-  using ::attnd::kernels::sparse_mla::gpu::wgmma_internal::OpaqueDescriptors;
   using ::attnd::kernels::sparse_mla::gpu::wgmma_pp_internal::AnyNotOne;
+  using ::attnd::kernels::sparse_mla::gpu::wgmma_pp_internal::PairPvRegs;
+  using ::attnd::kernels::sparse_mla::gpu::wgmma_pp_internal::PairPvSmem;
+  using ::attnd::kernels::sparse_mla::gpu::wgmma_pp_internal::PairQk;
+  using ::attnd::kernels::sparse_mla::gpu::wgmma_pp_internal::PairStoreP;
+  using ::attnd::kernels::sparse_mla::gpu::wgmma_pp_internal::PairTakeMax1;
   using ::attnd::kernels::sparse_mla::gpu::wgmma_pp_internal::ScaleRows;
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t base = SmemAddr(smem);
@@ -211,39 +198,20 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
   const uint64_t q_desc = SmemDescKMajor(base + Tile::kQOffset);
   constexpr uint32_t kRBytes = Tile::kLSlabs * Tile::kSlabBytes;
 
-  // S (+)= Q·Kᵀ over the L or R slabs of `stage` (no commit).
+  // The ping-pong kernel's MMA steps (kernels/sparse_mla/gpu/wgmma_pp.cuh): S (+)= Q·Kᵀ over
+  // the L or R slabs of `stage` (no commit), O += P·V with P from registers or a slab (one
+  // commit group each).
   auto qk_l = [&](int stage, auto accumulate) {
-    WgmmaSsOverSlabs<64, Tile::kLSlabs, decltype(accumulate)::value>(
-        s, q_desc, SmemDescKMajor(base + stage_off(stage)), Tile::kSlabBytes);
+    PairQk<Tile::kLSlabs, decltype(accumulate)::value>(s, q_desc, base + stage_off(stage),
+                                                       Tile::kSlabBytes);
   };
   auto qk_r = [&](int stage, auto accumulate) {
-    WgmmaSsOverSlabs<64, Tile::kRSlabs, decltype(accumulate)::value>(
-        s, DescAdvance(q_desc, kRBytes), SmemDescKMajor(base + stage_off(stage) + kRBytes),
-        Tile::kSlabBytes);
+    PairQk<Tile::kRSlabs, decltype(accumulate)::value>(
+        s, DescAdvance(q_desc, kRBytes), base + stage_off(stage) + kRBytes, Tile::kSlabBytes);
   };
-  // O += P·V over 256 columns of V starting at `v_addr`, P from registers (one commit group).
-  auto pv_regs = [&](uint32_t v_addr) {
-    uint64_t vd = SmemDescMnMajor(v_addr, Tile::kSlabBytes);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      OpaqueDescriptors(vd);
-      Wgmma<256, WgmmaA::kRegs>::Run<true>(o, p[kk], vd, true);
-      vd = DescAdvance(vd, 2048);
-    }
-    WgmmaCommit();
-  };
-  // The same with P from the slab at `p_addr` (one commit group).
+  auto pv_regs = [&](uint32_t v_addr) { PairPvRegs(o, p, v_addr, Tile::kSlabBytes); };
   auto pv_smem = [&](uint32_t p_addr, uint32_t v_addr) {
-    uint64_t pd = SmemDescKMajor(p_addr);
-    uint64_t vd = SmemDescMnMajor(v_addr, Tile::kSlabBytes);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      OpaqueDescriptors(pd, vd);
-      Wgmma<256, WgmmaA::kSmem>::Run<true>(o, pd, vd, true);
-      pd = DescAdvance(pd, 32);
-      vd = DescAdvance(vd, 2048);
-    }
-    WgmmaCommit();
+    PairPvSmem(o, p_addr, v_addr, Tile::kSlabBytes);
   };
   // This thread's maxima of the completed S with the positions from `valid` on at -inf
   // (a select: the scores of unread or stale rows never enter arithmetic).
@@ -260,21 +228,19 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
       }
     }
   };
-  // p to the slab at `off` (the A layout of a K-major 64 x 64 bf16 tile, 128-byte swizzle).
-  auto store_p = [&](uint32_t off) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int row = r0 + 8 * (q & 1);
-        *reinterpret_cast<uint32_t*>(smem + off + SwizzledOffset(row, 2 * kk + (q >> 1)) +
-                                     4 * (lane % 4)) = p[kk][q];
-      }
-    }
-  };
+  auto store_p = [&](uint32_t off) { PairStoreP(smem, off, p, r0, lane); };
   // A partly valid page: this warpgroup zeroes the V rows from `valid` on of the four V slabs
   // from `first_slab` of `stage` (whose TMA has landed: `parity` of its full barrier), then
   // makes the stores visible to its wgmmas. Called with no wgmma of this warpgroup in flight.
+  // The pair's valid counts (ids of the current pair) and the ids two pairs on (id_pf).
+  auto pair_blocks = [&](int pair, int& valid0, int& valid1) {
+    valid0 = __shfl_sync(0xffffffffu, block_valid(2 * pair, id_cur[0]), 0);
+    valid1 = __shfl_sync(0xffffffffu, block_valid(2 * pair + 1, id_cur[1]), 0);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      id_pf[k] = __shfl_sync(0xffffffffu, block_id(2 * pair + 4 + k), 0);
+    }
+  };
   auto zero_tail = [&](int stage, int half, int first_slab, int valid, uint32_t parity) {
     MbarWait(full_bar(stage, half), parity);
     const int chunks = (64 - valid) * 8 * Tile::kVSlabs;
@@ -308,12 +274,8 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
     }
     for (int pair = 0; pair < n_pairs; ++pair) {
       const uint32_t parity = pair & 1;
-      const int valid0 = __shfl_sync(0xffffffffu, block_valid(2 * pair, id_cur[0]), 0);
-      const int valid1 = __shfl_sync(0xffffffffu, block_valid(2 * pair + 1, id_cur[1]), 0);
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        id_pf[k] = __shfl_sync(0xffffffffu, block_id(2 * pair + 4 + k), 0);
-      }
+      int valid0, valid1;
+      pair_blocks(pair, valid0, valid1);
       float mx[2], alpha[2];
       mask_max(valid0, mx);
       WgmmaSoftmaxStep<32, true>(s, mx, a.scale_log2, m_run, l_run, alpha);
@@ -334,19 +296,7 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
       // WG1's max of the pair: P0 and O to it.
       NamedBarSync(kSfBarMax1, 256);
       float beta[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float m1 = max_s[r0 + 8 * i];
-        beta[i] = ::attnd::gpu::ptx::Exp2(m_run[i] - m1);
-        m_run[i] = m1;
-        l_run[i] *= beta[i];
-      }
-      const bool rescale = AnyNotOne(beta);
-      if (rescale) {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) s[j] *= beta[j % 4 < 2 ? 0 : 1];
-        WgmmaPackP<4, false>(s, p, unused_lo);
-      }
+      const bool rescale = PairTakeMax1(max_s, r0, m_run, l_run, s, p, beta);
       store_p(Tile::kP0Offset);
       FenceProxyAsync();  // P0 (generic stores) before WG1's wgmma reads it
       NamedBarArrive(kSfBarP0, 256);
@@ -394,12 +344,8 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
     }
     for (int pair = 0; pair < n_pairs; ++pair) {
       const uint32_t parity = pair & 1;
-      const int valid0 = __shfl_sync(0xffffffffu, block_valid(2 * pair, id_cur[0]), 0);
-      const int valid1 = __shfl_sync(0xffffffffu, block_valid(2 * pair + 1, id_cur[1]), 0);
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        id_pf[k] = __shfl_sync(0xffffffffu, block_id(2 * pair + 4 + k), 0);
-      }
+      int valid0, valid1;
+      pair_blocks(pair, valid0, valid1);
       MbarWait(full_bar(1, kR), parity);
       WgmmaFence();
       qk_r(1, Zero{});
@@ -409,9 +355,10 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
       WgmmaCommit();
       WgmmaWait<0>();
       FenceAccumulators(s);
-      float mx[2], alpha[2], m0[2];
+      float mx[2], alpha[2];
       mask_max(valid1, mx);
       NamedBarSync(kSfBarMax0, 256);
+      float m0[2];
       m0[0] = max_s[r0];
       m0[1] = max_s[r0 + 8];
       WgmmaSoftmaxStepFrom<32, true>(s, mx, a.scale_log2, m0, m_run, l_run, alpha);

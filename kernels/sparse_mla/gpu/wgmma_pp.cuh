@@ -39,10 +39,13 @@
 
 namespace attnd::kernels::sparse_mla::gpu {
 
+// The shared-memory layout both ping-pong kernels start with (this one and
+// kernels/mla_decode/gpu/wgmma_sf.cuh's): Q | stage 0 | stage 1 | P1 | P0 (d512 only: d576
+// keeps P0 in stage 0's rope slab, dead once S0 is complete and refilled only after WG1's
+// P0·V_R) | m (f32 [64]) | row sums of WG0 and of WG1 (f32 [64] each), then kStatEnd.
 template <int kDqk>
-struct WgmmaPpTile {
+struct PairTileLayout {
   static_assert(kDqk == 512 || kDqk == 576, "d_qk 512 or 576");
-  static constexpr int kThreads = 384;  // WG0, WG1 consumers, WG2 producer
   static constexpr int kBlockM = 64;
   static constexpr int kBlockN = 64;
   static constexpr int kSlabs = kDqk / 64;
@@ -50,9 +53,6 @@ struct WgmmaPpTile {
   static constexpr int kRSlabs = kSlabs - kLSlabs;  // 256..511 and the rope
   static constexpr uint32_t kSlabBytes = 64 * 128;
   static constexpr uint32_t kStageBytes = kSlabs * kSlabBytes;
-  // Shared memory: Q | stage 0 | stage 1 | P1 | P0 (d512 only: d576 keeps P0 in stage 0's rope
-  // slab, dead once S0 is complete and refilled only after WG1's P0·V_R) | m (f32 [64]) |
-  // row sums of WG0 and of WG1 (f32 [64] each) | validity (u64 [2]) | barriers.
   static constexpr uint32_t kQOffset = 0;
   static constexpr uint32_t kKvOffset = kQOffset + kSlabs * kSlabBytes;
   static constexpr uint32_t kP1Offset = kKvOffset + 2 * kStageBytes;
@@ -63,7 +63,17 @@ struct WgmmaPpTile {
   static constexpr uint32_t kMaxOffset = kStatOffset;
   static constexpr uint32_t kSum0Offset = kMaxOffset + 4 * kBlockM;
   static constexpr uint32_t kSum1Offset = kSum0Offset + 4 * kBlockM;
-  static constexpr uint32_t kMaskOffset = kSum1Offset + 4 * kBlockM;
+  static constexpr uint32_t kStatEnd = kSum1Offset + 4 * kBlockM;
+};
+
+// PairTileLayout | validity (u64 [2]) | barriers.
+template <int kDqk>
+struct WgmmaPpTile : PairTileLayout<kDqk> {
+  using Layout = PairTileLayout<kDqk>;
+  using Layout::kBlockM;
+  using Layout::kBlockN;
+  static constexpr int kThreads = 384;  // WG0, WG1 consumers, WG2 producer
+  static constexpr uint32_t kMaskOffset = Layout::kStatEnd;
   // full[stage][half] at + 8·(2·stage + half), empty the same + 32, q at + 64.
   static constexpr uint32_t kBarOffset = kMaskOffset + 16;
   static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 9 * 8);
@@ -109,6 +119,84 @@ __device__ __forceinline__ bool AnyNotOne(const float (&f)[2]) {
   return __any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f);
 }
 
+#if ATTND_SM90A
+// The consumer warpgroups' MMA steps of the ping-pong kernels (WgmmaPingPong below, and
+// kernels/mla_decode/gpu/wgmma_sf.cuh's WgmmaSelfFed), on 64-row tiles of 64-column slabs
+// (`slab_bytes` apart). Issue only, except where a commit is named.
+// S (+)= Q·Kᵀ over kSlabs slabs of Q at `q_desc` and of a stage's rows at `k_addr` (no commit).
+template <int kSlabs, bool kAccumulate>
+__device__ __forceinline__ void PairQk(float (&s)[32], uint64_t q_desc, uint32_t k_addr,
+                                       uint32_t slab_bytes) {
+  using namespace ::attnd::gpu::wgmma;
+  WgmmaSsOverSlabs<64, kSlabs, kAccumulate>(s, q_desc, SmemDescKMajor(k_addr), slab_bytes);
+}
+// O += P·V over 256 columns of V starting at `v_addr`, P from registers (one commit group).
+__device__ __forceinline__ void PairPvRegs(float (&o)[128], const uint32_t (&p)[4][4],
+                                           uint32_t v_addr, uint32_t slab_bytes) {
+  using namespace ::attnd::gpu::wgmma;
+  uint64_t vd = SmemDescMnMajor(v_addr, slab_bytes);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    wgmma_internal::OpaqueDescriptors(vd);
+    Wgmma<256, WgmmaA::kRegs>::Run<true>(o, p[kk], vd, true);
+    vd = DescAdvance(vd, 2048);
+  }
+  WgmmaCommit();
+}
+// The same with P from the slab at `p_addr` (one commit group).
+__device__ __forceinline__ void PairPvSmem(float (&o)[128], uint32_t p_addr, uint32_t v_addr,
+                                           uint32_t slab_bytes) {
+  using namespace ::attnd::gpu::wgmma;
+  uint64_t pd = SmemDescKMajor(p_addr);
+  uint64_t vd = SmemDescMnMajor(v_addr, slab_bytes);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    wgmma_internal::OpaqueDescriptors(pd, vd);
+    Wgmma<256, WgmmaA::kSmem>::Run<true>(o, pd, vd, true);
+    pd = DescAdvance(pd, 32);
+    vd = DescAdvance(vd, 2048);
+  }
+  WgmmaCommit();
+}
+// This thread's P (rows r0 and r0 + 8 of the warpgroup's tile) to the slab at `smem + off`, the
+// A layout of a K-major 64 x 64 bf16 tile with the 128-byte swizzle.
+__device__ __forceinline__ void PairStoreP(uint8_t* smem, uint32_t off, const uint32_t (&p)[4][4],
+                                           int r0, int lane) {
+  using ::attnd::gpu::wgmma::SwizzledOffset;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int row = r0 + 8 * (q & 1);
+      *reinterpret_cast<uint32_t*>(smem + off + SwizzledOffset(row, 2 * kk + (q >> 1)) +
+                                   4 * (lane % 4)) = p[kk][q];
+    }
+  }
+}
+// WG0, once WG1's max m1 of the pair is in shared memory: beta = 2^(m0 - m1) for its O and row
+// sums, m_run = m1, and its P (f32 in s, bf16 in p) scaled by beta where a row's beta is not 1.
+// Returns whether any row of the warp has beta != 1 (O then needs ScaleRows(o, beta)).
+__device__ __forceinline__ bool PairTakeMax1(const float* max_s, int r0, float (&m_run)[2],
+                                             float (&l_run)[2], float (&s)[32], uint32_t (&p)[4][4],
+                                             float (&beta)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float m1 = max_s[r0 + 8 * i];
+    beta[i] = ::attnd::gpu::ptx::Exp2(m_run[i] - m1);
+    m_run[i] = m1;
+    l_run[i] *= beta[i];
+  }
+  const bool rescale = AnyNotOne(beta);
+  if (rescale) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) s[j] *= beta[j % 4 < 2 ? 0 : 1];
+    uint32_t unused_lo[4][4];
+    WgmmaPackP<4, false>(s, p, unused_lo);
+  }
+  return rescale;
+}
+#endif  // ATTND_SM90A
+
 }  // namespace wgmma_pp_internal
 
 // Src as for WgmmaAttention (wgmma.cuh), plus Src::QueryRowPtr(a, w, r): query row r of the
@@ -124,7 +212,6 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
 #if ATTND_SM90A
   using Tile = WgmmaPpTile<kDqk>;
   using namespace ::attnd::gpu::wgmma;
-  using wgmma_internal::OpaqueDescriptors;
   using wgmma_pp_internal::AnyNotOne;
   using wgmma_pp_internal::ScaleRows;
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -299,39 +386,20 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
   const uint64_t q_desc = SmemDescKMajor(base + Tile::kQOffset);
   constexpr uint32_t kRBytes = Tile::kLSlabs * Tile::kSlabBytes;
 
-  // S (+)= Q·Kᵀ over the L or R slabs of `stage` (no commit).
+  // S (+)= Q·Kᵀ over the L or R slabs of `stage` (no commit); the P·V steps (one commit group).
   auto qk_l = [&](int stage, auto accumulate) {
-    WgmmaSsOverSlabs<64, Tile::kLSlabs, decltype(accumulate)::value>(
-        s, q_desc, SmemDescKMajor(base + stage_off(stage)), Tile::kSlabBytes);
+    wgmma_pp_internal::PairQk<Tile::kLSlabs, decltype(accumulate)::value>(
+        s, q_desc, base + stage_off(stage), Tile::kSlabBytes);
   };
   auto qk_r = [&](int stage, auto accumulate) {
-    WgmmaSsOverSlabs<64, Tile::kRSlabs, decltype(accumulate)::value>(
-        s, DescAdvance(q_desc, kRBytes), SmemDescKMajor(base + stage_off(stage) + kRBytes),
-        Tile::kSlabBytes);
+    wgmma_pp_internal::PairQk<Tile::kRSlabs, decltype(accumulate)::value>(
+        s, DescAdvance(q_desc, kRBytes), base + stage_off(stage) + kRBytes, Tile::kSlabBytes);
   };
-  // O += P·V over 256 columns of V starting at `v_addr`, P from registers (one commit group).
   auto pv_regs = [&](uint32_t v_addr) {
-    uint64_t vd = SmemDescMnMajor(v_addr, Tile::kSlabBytes);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      OpaqueDescriptors(vd);
-      Wgmma<256, WgmmaA::kRegs>::Run<true>(o, p[kk], vd, true);
-      vd = DescAdvance(vd, 2048);
-    }
-    WgmmaCommit();
+    wgmma_pp_internal::PairPvRegs(o, p, v_addr, Tile::kSlabBytes);
   };
-  // The same with P from the slab at `p_addr` (one commit group).
   auto pv_smem = [&](uint32_t p_addr, uint32_t v_addr) {
-    uint64_t pd = SmemDescKMajor(p_addr);
-    uint64_t vd = SmemDescMnMajor(v_addr, Tile::kSlabBytes);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      OpaqueDescriptors(pd, vd);
-      Wgmma<256, WgmmaA::kSmem>::Run<true>(o, pd, vd, true);
-      pd = DescAdvance(pd, 32);
-      vd = DescAdvance(vd, 2048);
-    }
-    WgmmaCommit();
+    wgmma_pp_internal::PairPvSmem(o, p_addr, v_addr, Tile::kSlabBytes);
   };
   // This thread's maxima of the completed S with the stage's masked slots at -inf.
   auto mask_max = [&](int stage, float(&mx)[2]) {
@@ -348,18 +416,7 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
       }
     }
   };
-  // p to the slab at `off` (the A layout of a K-major 64 x 64 bf16 tile, 128-byte swizzle).
-  auto store_p = [&](uint32_t off) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int row = r0 + 8 * (q & 1);
-        *reinterpret_cast<uint32_t*>(smem + off + SwizzledOffset(row, 2 * kk + (q >> 1)) +
-                                     4 * (lane % 4)) = p[kk][q];
-      }
-    }
-  };
+  auto store_p = [&](uint32_t off) { wgmma_pp_internal::PairStoreP(smem, off, p, r0, lane); };
   auto free_half = [&](int stage, int half) {
     if (lane == 0) MbarArrive(empty_bar(stage, half));
   };
@@ -402,19 +459,7 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
       // WG1's max of the pair: P0 and O to it.
       NamedBarSync(kPpBarMax1, 256);
       float beta[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float m1 = max_s[r0 + 8 * i];
-        beta[i] = ::attnd::gpu::ptx::Exp2(m_run[i] - m1);
-        m_run[i] = m1;
-        l_run[i] *= beta[i];
-      }
-      const bool rescale = AnyNotOne(beta);
-      if (rescale) {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) s[j] *= beta[j % 4 < 2 ? 0 : 1];
-        WgmmaPackP<4, false>(s, p, unused_lo);
-      }
+      const bool rescale = wgmma_pp_internal::PairTakeMax1(max_s, r0, m_run, l_run, s, p, beta);
       store_p(Tile::kP0Offset);
       FenceProxyAsync();  // P0 (generic stores) before WG1's wgmma reads it
       NamedBarArrive(kPpBarP0, 256);
@@ -461,9 +506,10 @@ __device__ __forceinline__ void WgmmaPingPong(const typename Src::Args& a,
       WgmmaCommit();
       WgmmaWait<0>();
       FenceAccumulators(s);
-      float mx[2], alpha[2], m0[2];
+      float mx[2], alpha[2];
       mask_max(1, mx);
       NamedBarSync(kPpBarMax0, 256);
+      float m0[2];
       m0[0] = max_s[r0];
       m0[1] = max_s[r0 + 8];
       WgmmaSoftmaxStepFrom<32, true>(s, mx, a.scale_log2, m0, m_run, l_run, alpha);
