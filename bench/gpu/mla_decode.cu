@@ -4,8 +4,8 @@
 // the host from the shape: FLOPs 2·B·s_q·H·L·(d_qk + 512); bytes = q + the cache rows read once
 // (2·d_qk·B·L) + out + lse + block table + seqlens. Every case in both precisions (FAST, HIGH).
 // Each shape also with vLLM's per-tensor FP8 cache (preset suffix "_fp8": u8 e4m3 codes, kv_scale
-// 0.037, d_qk bytes per row read). cuda_wgmma beside cuda_mma where it applies (bf16, H 64 / 128),
-// cuda_wgmma_pp and cuda_wgmma_sf (FAST, bf16, any H of these).
+// 0.037, d_qk bytes per row read). With the bf16 cache also cuda_wgmma (both precisions; H 16
+// rows padded to 64), cuda_wgmma_pp and cuda_wgmma_sf (FAST only).
 // The split-K sweep (op mla_decode_splits, below) runs only when --filter names it.
 #include <algorithm>
 #include <cstdint>
