@@ -3,12 +3,15 @@
 // the host from the shape: FLOPs 2·H·(d_qk + d_v)·T(T+1)/2 valid pairs; bytes = q + k + v +
 // out + lse + both cu_seqlens. Every case in both precisions (FAST, HIGH).
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/gpu_bench.h"
+#include "kernels/mla_prefill/gpu/launch.h"
 #include "kernels/mla_prefill/mla_prefill.h"
 
 namespace attnd::bench {
@@ -19,6 +22,21 @@ namespace mla_prefill = kernels::mla_prefill;
 
 constexpr int64_t kHeads = 128, kDqk = 192, kDv = 128;
 
+// `cuda_wgmma` with its items' heads interleaved in groups of a forced size (impl "sweep_hg<N>";
+// the default picks WgmmaHeadGroup's, docs/KERNELS.md "MLA prefill on Hopper"), so one run
+// compares the orders.
+kernels::Impl<mla_prefill::Params> HeadGroupImpl(const kernels::Impl<mla_prefill::Params>& wgmma,
+                                                 int32_t head_group) {
+  return kernels::Impl<mla_prefill::Params>(
+      absl::StrCat("sweep_hg", head_group), kernels::Backend::kCuda, wgmma.supports,
+      [head_group](const mla_prefill::Params& p, const kernels::ExecContext& ctx) -> absl::Status {
+        GPU_RETURN_IF_ERROR(mla_prefill::gpu::LaunchMlaPrefillWgmmaWith(
+            p, head_group, ctx.workspace, static_cast<gpu::Stream>(ctx.stream)));
+        return absl::OkStatus();
+      },
+      wgmma.workspace);
+}
+
 absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
   std::vector<GpuBenchCase> cases;
   uint64_t seed = 100;
@@ -26,6 +44,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
     const std::string preset = absl::StrCat("prefill_causal_t", tokens, "_h", kHeads, "_d192_v128");
     std::vector<std::string> impls = {"cuda_wgmma", "cuda_mma"};
     if (tokens == 4096) impls.push_back("cuda_simt");  // the portable path, at the short length
+    constexpr int32_t kHeadGroups[] = {1, 2, 4, 8, 16};
+    for (const int32_t hg : kHeadGroups) impls.push_back(absl::StrCat("sweep_hg", hg));
     bool wanted = false;
     for (const std::string& impl : impls) {
       wanted |= MayMatch(absl::StrCat("mla_prefill/", preset, "/", impl), filter);
@@ -59,6 +79,16 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
                  4.0 * tokens * kHeads + 8.0 * 2;
     for (const std::string& name : impls) {
       const auto* impl = FindImpl(mla_prefill::Implementations(), name);
+      if (absl::StartsWith(name, "sweep_hg")) {
+        const auto* wgmma = FindImpl(mla_prefill::Implementations(), "cuda_wgmma");
+        if (wgmma == nullptr ||
+            !MayMatch(absl::StrCat("mla_prefill/", preset, "/", name), filter)) {
+          continue;
+        }
+        static std::deque<kernels::Impl<mla_prefill::Params>> swept;  // lives with the cases
+        swept.push_back(HeadGroupImpl(*wgmma, std::stoi(name.substr(8))));
+        impl = &swept.back();
+      }
       std::string why;
       if (impl == nullptr || !impl->supports(p, &why)) {
         return absl::FailedPreconditionError(absl::StrCat(preset, " ", name, ": ", why));

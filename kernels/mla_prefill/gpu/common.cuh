@@ -43,6 +43,9 @@ struct PrefillArgs {
   int32_t batch, heads, group;  // group = H / H_kv query heads per kv head
   int32_t d_qk, d_v;
   int32_t block_m;  // query rows per CTA
+  // The wgmma kernel's item order: heads in groups of head_group whose items interleave
+  // (docs/KERNELS.md "MLA prefill on Hopper", "Work"); 1 = heads in order. Others ignore it.
+  int32_t head_group;
   int32_t causal;
   float scale_log2;  // sm_scale · log2(e)
   // Precision::kHigh: P·V keeps f32-path accuracy (P as bf16 hi + lo, or f32 P); false (kFast):

@@ -86,6 +86,7 @@ PrefillArgs MakePrefillArgs(const Params& p, int block_m, void* workspace) {
   a.d_qk = static_cast<int32_t>(p.q.dim(2));
   a.d_v = static_cast<int32_t>(p.v.dim(2));
   a.block_m = block_m;
+  a.head_group = 1;
   a.causal = p.causal ? 1 : 0;
   a.scale_log2 = p.sm_scale * kLog2e;
   a.exact_p = p.precision == Precision::kHigh;

@@ -46,6 +46,16 @@ bool EncodeMaps(const Params& p, Maps* m, std::string* why) {
 
 }  // namespace
 
+int32_t WgmmaHeadGroup(const Params& p) {
+  // Interleave as many heads as keep their K and V (every key row of the call: an upper bound of
+  // what the items in flight read) within kL2Budget, whole kv heads' query heads at a time.
+  constexpr int64_t kL2Budget = int64_t{24} << 20;
+  const int64_t heads = p.q.dim(1), group = heads / p.k.dim(1);
+  const int64_t kv_head_bytes = p.k.dim(0) * (p.q.dim(2) + p.v.dim(2)) * 2;
+  const int64_t kv_heads = std::max<int64_t>(1, kL2Budget / std::max<int64_t>(kv_head_bytes, 1));
+  return static_cast<int32_t>(std::min(heads, kv_heads * group));
+}
+
 KernelShape WgmmaShape(const Params& p) {
   if (p.q.dim(2) == 192 && p.v.dim(2) == 128) return WgmmaPrefillShape<192, 128>();
   return KernelShape{};
@@ -75,6 +85,11 @@ bool WgmmaSupports(const Params& p, std::string* why) {
 
 ::attnd::gpu::Error LaunchMlaPrefillWgmma(const Params& p, void* workspace,
                                           ::attnd::gpu::Stream stream) {
+  return LaunchMlaPrefillWgmmaWith(p, 0, workspace, stream);
+}
+
+::attnd::gpu::Error LaunchMlaPrefillWgmmaWith(const Params& p, int32_t head_group, void* workspace,
+                                              ::attnd::gpu::Stream stream) {
   if (p.q.dim(0) == 0) return ::attnd::gpu::kSuccess;  // no query row: nothing to write
   const KernelShape shape = WgmmaShape(p);
   if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return ::attnd::gpu::kErrorInvalidValue;
@@ -93,6 +108,8 @@ bool WgmmaSupports(const Params& p, std::string* why) {
   args.k_map = maps.k;
   args.v_map = maps.v;
   args.a = MakePrefillArgs(p, shape.block_m, workspace);
+  args.a.head_group = static_cast<int32_t>(
+      std::clamp<int64_t>(head_group > 0 ? head_group : WgmmaHeadGroup(p), 1, p.q.dim(1)));
   const ::attnd::gpu::Error e = LaunchPrefillSchedule(args.a, stream);
   if (e != ::attnd::gpu::kSuccess) return e;
   return p.precision == Precision::kHigh

@@ -1,7 +1,7 @@
 // The Hopper MLA prefill kernel (CUDA sm_90a: TMA, warpgroup MMA, mbarriers, setmaxnreg),
 // FlashAttention-3 style (docs/KERNELS.md "MLA prefill on Hopper"). Persistent CTAs of three
-// warpgroups, one per SM, take work items in order from a counter in the workspace (so the CTAs
-// in flight share one head's K and V in L2, as a launch of one CTA per item would): 128 queries
+// warpgroups, one per SM, take work items in order from a counter in the workspace (heads in
+// groups small enough that the CTAs in flight share the group's K and V in L2): 128 queries
 // of one sequence and one head (the schedule of common.cuh: a sequence's last, heaviest query
 // tile first), whose keys (up to what the item's last query sees) go in tiles of 128:
 //   WG2 (producer)  one thread: takes the next item (atomicAdd), describes it (sequence, rows,
@@ -138,18 +138,34 @@ __global__ void __launch_bounds__(384, 1)
   }
   __syncthreads();
 
-  // Work items: item = slot + slots · h (a sequence's heaviest query tile first, heads in order),
-  // taken in that order from *a.work_counter (zeroed by the schedule kernel) by the producer,
-  // which describes the n-th for the consumers in ring entry n % 2. Tiles (g) and loaded items
-  // (qi) are counted over the CTA's life, so stages and phases run on across items.
+  // Work items: heads in groups of a.head_group, the first group H mod head_group heads wide when
+  // that is not 0 (so the last group, whose heavy items start last, is a whole one); a group's
+  // items in slot order (a sequence's heaviest query tile first), its heads interleaved within a
+  // slot: item = (the group's first item) + slot · width + (h − the group's first head). Taken
+  // in that order from *a.work_counter (zeroed by the schedule kernel) by the producer, which
+  // describes the n-th for the consumers in ring entry n % 2. Tiles (g) and loaded items (qi) are
+  // counted over the CTA's life, so stages and phases run on across items.
   const int64_t n_items = a.slots * a.heads;
   using Item = WgmmaPrefillItem;
   auto describe = [&](int64_t item, Item* it) {
     it->end = item >= n_items;
     it->n_tiles = -1;
+    if (it->end) return;
+    // item < slots · H < 2^31 and 1 <= head_group <= H (GpuSupports, the launcher): 32-bit.
+    const uint32_t slots = static_cast<uint32_t>(a.slots), hg = static_cast<uint32_t>(a.head_group);
+    const uint32_t first_w =
+        static_cast<uint32_t>(a.heads) % hg == 0 ? hg : static_cast<uint32_t>(a.heads) % hg;
+    uint32_t h0 = 0, width = first_w, r = static_cast<uint32_t>(item);
+    if (r >= slots * first_w) {
+      r -= slots * first_w;
+      const uint32_t k = r / (slots * hg);
+      h0 = first_w + k * hg;
+      width = hg;
+      r -= k * slots * hg;
+    }
     int64_t b, tile;
-    if (it->end || !FindTile(a, item % a.slots, &b, &tile)) return;
-    it->h = item / a.slots;
+    if (!FindTile(a, r / width, &b, &tile)) return;
+    it->h = h0 + r % width;
     it->s = SequenceRange(a, b);
     it->row0 = tile * T::kBlockM;  // first query of the item, in the sequence
     it->nrows = static_cast<int>(Min64(T::kBlockM, it->s.lq - it->row0));

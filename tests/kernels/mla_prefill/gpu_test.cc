@@ -14,6 +14,11 @@
 #include "tests/harness/host_tensor.h"
 #include "tests/kernels/mla_prefill/prefill_case.h"
 
+#if defined(ATTND_GPU_CUDA)
+#include "kernels/common/gpu/runtime.h"
+#include "kernels/mla_prefill/gpu/launch.h"
+#endif
+
 namespace attnd::kernels::mla_prefill {
 namespace {
 
@@ -125,6 +130,75 @@ TEST(MlaPrefillGpu, HopperKernelTakesTheModelDims) {
   if (!runs && why.rfind("needs compute capability", 0) == 0) GTEST_SKIP() << why;
   EXPECT_TRUE(runs) << why;
 }
+
+#if defined(ATTND_GPU_CUDA)
+// The wgmma kernel with its items' heads interleaved in groups of `head_group` (forced).
+Impl<Params> HeadGroupImpl(const Impl<Params>& wgmma, int32_t head_group) {
+  return Impl<Params>(
+      "cuda_wgmma_hg" + std::to_string(head_group), testing::GpuBackend(), wgmma.supports,
+      [head_group](const Params& p, const ExecContext& ctx) -> absl::Status {
+        const ::attnd::gpu::Error e = gpu::LaunchMlaPrefillWgmmaWith(
+            p, head_group, ctx.workspace, static_cast<::attnd::gpu::Stream>(ctx.stream));
+        if (e != ::attnd::gpu::kSuccess) return absl::InternalError(::attnd::gpu::ErrorString(e));
+        return absl::OkStatus();
+      },
+      wgmma.workspace);
+}
+
+// The item order (docs/KERNELS.md "MLA prefill on Hopper", "Work") changes which CTA runs an
+// item, never its arithmetic: every forced head-group size gives the bytes of group 1 (heads in
+// order), which meets the reference. 12 query heads over 4 kv heads, so groups of 5 leave a
+// first group of 2 and 40 is clamped to 12; sequences of several query and key tiles, an empty
+// one, Lq > Lk, rows past the last sequence, NaN keys past the last sequence.
+TEST(MlaPrefillGpu, HeadGroupsGiveTheSameBytes) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  const Impl<Params>* wgmma = nullptr;
+  for (const auto& impl : Implementations()) {
+    if (impl.name == "cuda_wgmma") wgmma = &impl;
+  }
+  if (wgmma == nullptr) GTEST_SKIP() << "no cuda_wgmma in this build";
+  PrefillCase c;
+  c.heads = 12;
+  c.heads_kv = 4;
+  c.lens = {{300, 300}, {0, 40}, {150, 90}, {45, 400}, {260, 260}};
+  c.extra_q_rows = 3;
+  c.extra_k_rows = 5;
+  auto rng = testing::MakeRng();
+  PrefillTensors t(c, rng);
+  Params p = t.params();
+  std::string why;
+  if (!wgmma->supports(p, &why)) GTEST_SKIP() << why;
+  const int32_t hg = gpu::WgmmaHeadGroup(p);
+  EXPECT_GE(hg, 1);
+  EXPECT_LE(hg, 12);
+  std::vector<double> ref_out, ref_lse, ref_abs;
+  Reference(p, &ref_out, &ref_lse, &ref_abs);
+  for (const Precision precision : testing::kPrecisions) {
+    p.precision = precision;
+    SCOPED_TRACE(PrecisionName(precision));
+    std::vector<uint8_t> want_out, want_lse;
+    for (const int32_t group : {1, 2, 5, 12, 40}) {
+      SCOPED_TRACE("head_group " + std::to_string(group));
+      testing::PoisonNaN(t.out());
+      testing::PoisonNaN(t.lse());
+      const absl::Status status = testing::RunOnGpu(HeadGroupImpl(*wgmma, group), p);
+      ASSERT_TRUE(status.ok()) << status;
+      std::vector<uint8_t> out(t.out().raw(), t.out().raw() + t.out().bytes());
+      std::vector<uint8_t> lse(t.lse().raw(), t.lse().raw() + t.lse().bytes());
+      if (group == 1) {
+        testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, precision,
+                                    kOutTol, "out");
+        ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, "lse");
+        want_out = out;
+        want_lse = lse;
+      } else {
+        EXPECT_TRUE(out == want_out) << "out bytes differ from head_group 1";
+        EXPECT_TRUE(lse == want_lse) << "lse bytes differ from head_group 1";
+      }
+    }
+  }
+}
+#endif  // ATTND_GPU_CUDA
 
 }  // namespace
 }  // namespace attnd::kernels::mla_prefill
