@@ -120,6 +120,9 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
     if (p.kv_cache.dim(0) > kMaxInt32) {
       return Refuse(why, "kv_cache: ", p.kv_cache.dim(0), " pages, want < 2^31");
     }
+#if defined(ATTND_GPU_CUDA)
+    if (!WgmmaSfMapsKv(p, why)) return false;
+#endif
   }
   const bool wgmma = kernel == GpuKernel::kWgmma || pp;
   if (wgmma) {

@@ -31,8 +31,11 @@ KernelShape WgmmaShape(const Params& p);
 // wgmma_pp.cu: the ping-pong instance for p (FAST, bf16 cache, H a multiple of 64, or H < 64
 // where WgmmaPpRowsShareLimit(p)).
 KernelShape WgmmaPpShape(const Params& p);
-// wgmma_sf.cu: the self-fed instance for p (WgmmaPpShape's calls with page size 64).
+// wgmma_sf.cu: the self-fed instance for p (WgmmaPpShape's calls with page size 64), and
+// whether its one tensor map of kv_cache encodes (else false with the reason: it has no gather
+// path to fall back on).
 KernelShape WgmmaSfShape(const Params& p);
+bool WgmmaSfMapsKv(const Params& p, std::string* why);
 #endif
 
 // H < 64 on the wgmma kernels (CUDA-only, but GpuSupports asks on every GPU build): every

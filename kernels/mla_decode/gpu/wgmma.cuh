@@ -191,9 +191,11 @@ inline bool EncodeWgmmaKvMap(const Params& p, CUtensorMap* map) {
   if (kv.dim(1) != 64 || kv.dim(0) < 1 || kv.dim(0) > int64_t{0x7fffffff} || kv.stride(2) != 1) {
     return false;
   }
+  // One page: its stride means nothing (any value, 0 included), the packed one is mapped.
+  const int64_t page_stride = kv.dim(0) == 1 ? 64 * kv.stride(1) : kv.stride(0);
   const uint64_t slot_bytes = static_cast<uint64_t>(kv.stride(1)) * 2;
-  const uint64_t page_bytes = static_cast<uint64_t>(kv.stride(0)) * 2;
-  if (kv.stride(1) <= 0 || kv.stride(0) <= 0 || slot_bytes % 16 != 0 || page_bytes % 16 != 0) {
+  const uint64_t page_bytes = static_cast<uint64_t>(page_stride) * 2;
+  if (kv.stride(1) <= 0 || page_stride <= 0 || slot_bytes % 16 != 0 || page_bytes % 16 != 0) {
     return false;
   }
   std::string why;

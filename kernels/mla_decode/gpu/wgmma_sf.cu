@@ -4,6 +4,8 @@
 #if defined(ATTND_GPU_CUDA)  // CUDA-only (sm_90a wgmma, TMA)
 #include <cuda.h>
 
+#include <string>
+
 #include "kernels/mla_decode/gpu/launch.h"
 #include "kernels/mla_decode/gpu/plan.h"
 #include "kernels/mla_decode/gpu/wgmma.cuh"
@@ -29,6 +31,14 @@ KernelShape WgmmaSfShape(const Params& p) {
   if (p.q.dim(3) == 576) return SfShape<576>();
   if (p.q.dim(3) == 512) return SfShape<512>();
   return KernelShape{};
+}
+
+bool WgmmaSfMapsKv(const Params& p, std::string* why) {
+  CUtensorMap map;
+  if (EncodeWgmmaKvMap(p, &map)) return true;
+  return Refuse(why,
+                "kv_cache: no TMA tensor map of it (the columns contiguous, slot and page strides "
+                "positive multiples of 16 bytes, the driver's limits)");
 }
 
 ::attnd::gpu::Error LaunchMlaDecodeWgmmaSf(const Params& p, int splits, void* workspace,

@@ -474,6 +474,33 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
     EXPECT_FALSE(wgmma->supports(p, &why));
     EXPECT_NE(why.find("page size 32"), std::string::npos) << why;
   }
+  // A cache of one page, whose page stride means nothing (here 0): its tensor map takes the
+  // packed stride, so cuda_wgmma_sf (no gather path to fall back on) runs it; it used to accept
+  // the call and fail at launch.
+  for (const Impl<Params>* wgmma : kernels) {
+    if (wgmma->name.find("_sf") == std::string::npos) continue;
+    auto rng = testing::MakeRng();
+    DecodeCase c;
+    c.heads = 64;
+    c.seqlens = {40};
+    c.spare_pages = 0;
+    c.nan_past_length = true;
+    DecodeTensors t(c, rng);
+    Params p = t.params();
+    ASSERT_EQ(p.kv_cache.dim(0), 1);
+    p.kv_cache.strides[0] = 0;
+    p.precision = Precision::kFast;
+    std::string why;
+    ASSERT_TRUE(wgmma->supports(p, &why)) << why;
+    std::vector<double> ref_out, ref_lse, ref_abs;
+    Reference(p, &ref_out, &ref_lse, &ref_abs);
+    for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
+    const absl::Status status = testing::RunOnGpu(*wgmma, p);
+    ASSERT_TRUE(status.ok()) << status;
+    testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, p.precision, kOutTol,
+                                wgmma->name + " one page out");
+    ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, wgmma->name + " one page lse");
+  }
 }
 
 // Dispatch at H < 64 (Impl::prefer, gpu::WgmmaPrefers): cuda_wgmma pads the rows to 64, so it
