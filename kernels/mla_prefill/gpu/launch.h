@@ -49,7 +49,7 @@ int64_t WorkspaceBytes(const Params& p);
 ::attnd::gpu::Error LaunchMlaPrefillWgmmaWith(const Params& p, int32_t head_group, void* workspace,
                                               ::attnd::gpu::Stream stream);
 // The group size LaunchMlaPrefillWgmma uses: as many query heads as keep their kv heads' K and V
-// within 24 MiB of L2 (docs/KERNELS.md "MLA prefill on Hopper", "Work"), at least 1, at most H.
+// within 12 MiB of L2 (docs/KERNELS.md "MLA prefill on Hopper", "Work"), at least 1, at most H.
 int32_t WgmmaHeadGroup(const Params& p);
 #endif
 
