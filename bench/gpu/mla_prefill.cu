@@ -23,8 +23,9 @@ namespace mla_prefill = kernels::mla_prefill;
 constexpr int64_t kHeads = 128, kDqk = 192, kDv = 128;
 
 // `cuda_wgmma` with its items' heads interleaved in groups of a forced size (impl "sweep_hg<N>";
-// the default picks WgmmaHeadGroup's, docs/KERNELS.md "MLA prefill on Hopper"), so one run
-// compares the orders.
+// 0: WgmmaHeadGroup's size, 1: heads in order, what `cuda_wgmma` runs; docs/KERNELS.md "MLA
+// prefill on Hopper"), so one run compares the orders. Filter with the precision
+// (".../sweep_hg1/fast"): "sweep_hg1" alone also matches sweep_hg16.
 kernels::Impl<mla_prefill::Params> HeadGroupImpl(const kernels::Impl<mla_prefill::Params>& wgmma,
                                                  int32_t head_group) {
   return kernels::Impl<mla_prefill::Params>(
@@ -44,7 +45,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
     const std::string preset = absl::StrCat("prefill_causal_t", tokens, "_h", kHeads, "_d192_v128");
     std::vector<std::string> impls = {"cuda_wgmma", "cuda_mma"};
     if (tokens == 4096) impls.push_back("cuda_simt");  // the portable path, at the short length
-    constexpr int32_t kHeadGroups[] = {1, 2, 4, 8, 16};
+    // sweep_hg0: WgmmaHeadGroup's size (the candidate default); sweep_hg1: heads in order.
+    constexpr int32_t kHeadGroups[] = {0, 1, 2, 4, 8, 16};
     for (const int32_t hg : kHeadGroups) impls.push_back(absl::StrCat("sweep_hg", hg));
     bool wanted = false;
     for (const std::string& impl : impls) {

@@ -44,12 +44,13 @@ int64_t WorkspaceBytes(const Params& p);
 ::attnd::gpu::Error LaunchMlaPrefillWgmma(const Params& p, void* workspace,
                                           ::attnd::gpu::Stream stream);
 // The wgmma kernel with its items' heads interleaved in groups of `head_group` (clamped to
-// [1, H]; 1: heads in order) instead of WgmmaHeadGroup(p)'s choice (head_group <= 0). The same
-// output bytes at every group size; for the tests and the benchmark's forced variants.
+// [1, H]; 1: heads in order, what LaunchMlaPrefillWgmma runs until the grouped order is
+// measured) or of WgmmaHeadGroup(p)'s size (head_group <= 0). The same output bytes at every
+// group size; for the tests and the benchmark's forced variants.
 ::attnd::gpu::Error LaunchMlaPrefillWgmmaWith(const Params& p, int32_t head_group, void* workspace,
                                               ::attnd::gpu::Stream stream);
-// The group size LaunchMlaPrefillWgmma uses: as many query heads as keep their kv heads' K and V
-// within 12 MiB of L2 (docs/KERNELS.md "MLA prefill on Hopper", "Work"), at least 1, at most H.
+// The candidate group size: as many query heads as keep their kv heads' K and V within 12 MiB
+// of L2 (docs/KERNELS.md "MLA prefill on Hopper", "Work"), at least 1, at most H.
 int32_t WgmmaHeadGroup(const Params& p);
 #endif
 

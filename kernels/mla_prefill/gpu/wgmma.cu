@@ -87,7 +87,9 @@ bool WgmmaSupports(const Params& p, std::string* why) {
 
 ::attnd::gpu::Error LaunchMlaPrefillWgmma(const Params& p, void* workspace,
                                           ::attnd::gpu::Stream stream) {
-  return LaunchMlaPrefillWgmmaWith(p, 0, workspace, stream);
+  // Heads in order until the grouped order is measured on a GPU (docs/KERNELS.md "MLA prefill
+  // on Hopper", "Work"): WgmmaHeadGroup's choice runs when asked for (head_group 0).
+  return LaunchMlaPrefillWgmmaWith(p, 1, workspace, stream);
 }
 
 ::attnd::gpu::Error LaunchMlaPrefillWgmmaWith(const Params& p, int32_t head_group, void* workspace,

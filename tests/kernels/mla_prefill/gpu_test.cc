@@ -147,9 +147,10 @@ Impl<Params> HeadGroupImpl(const Impl<Params>& wgmma, int32_t head_group) {
 
 // The item order (docs/KERNELS.md "MLA prefill on Hopper", "Work") changes which CTA runs an
 // item, never its arithmetic: every forced head-group size gives the bytes of group 1 (heads in
-// order), which meets the reference. 12 query heads over 4 kv heads, so groups of 5 leave a
-// first group of 2 and 40 is clamped to 12; sequences of several query and key tiles, an empty
-// one, Lq > Lk, rows past the last sequence, NaN keys past the last sequence.
+// order), which meets the reference; 0 is WgmmaHeadGroup's size. 12 query heads over 4 kv
+// heads, so groups of 5 leave a first group of 2 and 40 is clamped to 12; sequences of several
+// query and key tiles, an empty one, Lq > Lk, rows past the last sequence, NaN keys past the last
+// sequence.
 TEST(MlaPrefillGpu, HeadGroupsGiveTheSameBytes) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
   const Impl<Params>* wgmma = nullptr;
@@ -177,7 +178,7 @@ TEST(MlaPrefillGpu, HeadGroupsGiveTheSameBytes) {
     p.precision = precision;
     SCOPED_TRACE(PrecisionName(precision));
     std::vector<uint8_t> want_out, want_lse;
-    for (const int32_t group : {1, 2, 5, 12, 40}) {
+    for (const int32_t group : {1, 0, 2, 5, 12, 40}) {
       SCOPED_TRACE("head_group " + std::to_string(group));
       testing::PoisonNaN(t.out());
       testing::PoisonNaN(t.lse());
