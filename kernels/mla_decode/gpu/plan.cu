@@ -120,9 +120,6 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
     if (p.kv_cache.dim(0) > kMaxInt32) {
       return Refuse(why, "kv_cache: ", p.kv_cache.dim(0), " pages, want < 2^31");
     }
-#if defined(ATTND_GPU_CUDA)
-    if (!WgmmaSfMapsKv(p, why)) return false;
-#endif
   }
   const bool wgmma = kernel == GpuKernel::kWgmma || pp;
   if (wgmma) {
@@ -163,6 +160,11 @@ bool GpuSupports(GpuKernel kernel, const Params& p, std::string* why) {
       return Refuse(why, "out: needs 4-byte alignment (base and leading strides even)");
     }
   }
+#if defined(ATTND_GPU_CUDA)
+  // After the device, cache-type and alignment checks, so their reasons come first; a driver
+  // call (the map is encoded again at launch).
+  if (kernel == GpuKernel::kWgmmaSf && !WgmmaSfMapsKv(p, why)) return false;
+#endif
   const KernelShape shape = ShapeOf(kernel, p);
   if (shape.kernel == nullptr) return Refuse(why, "no kernel instance for this shape");
   if (!FitsDevice(shape.smem_bytes, shape.blocks_per_sm, d, why)) return false;
