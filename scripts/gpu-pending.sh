@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs the pending device measurements of bench/gpu/pending.txt from a device bundle (made by
+# scripts/device-bundle.sh, or its .tar.xz), in the list's order, within a time budget, so a
+# device call can start on the backlog without any preparation (docs/BENCHMARKS.md "The pending
+# list").
+#   scripts/gpu-pending.sh BUNDLE_DIR_OR_TAR_XZ OUT_DIR [SECONDS] [LIST]
+# SECONDS (default 540) is the budget for the whole run: a line starts only while at least its
+# reserve (below) is left, and each runs under `timeout` with what is left, so what has been
+# written under OUT_DIR survives a call's time limit. LIST defaults to bench/gpu/pending.txt.
+# List lines (blank lines and `#` comments skipped):
+#   test BINARY [GTEST_FILTER]   the bundle's test binary, log in OUT_DIR/tests/, one line in
+#                                OUT_DIR/tests.txt (name, filter, rc, seconds, last summary)
+#   bench FILTER                 attn_gpu_bench --replays=$ATTND_PENDING_REPLAYS (20)
+#                                --filter=FILTER, results appended to OUT_DIR/bench.jsonl
+#   sanitize BINARY GTEST_FILTER compute-sanitizer memcheck of that binary and filter
+#   reserve SECONDS              lines after it start only while SECONDS are left (default 20)
+# Skipped lines go to OUT_DIR/skipped.txt. Exits 0 unless the bundle cannot be used; test
+# failures are in OUT_DIR/tests.txt.
+set -uo pipefail
+SRC="${1:?usage: gpu-pending.sh BUNDLE_DIR_OR_TAR_XZ OUT_DIR [SECONDS] [LIST]}"
+OUT="${2:?usage: gpu-pending.sh BUNDLE_DIR_OR_TAR_XZ OUT_DIR [SECONDS] [LIST]}"
+BUDGET="${3:-540}"
+LIST="${4:-$(cd "$(dirname "$0")/.." && pwd)/bench/gpu/pending.txt}"
+T0=$(date +%s)
+mkdir -p "$OUT/tests"
+if [[ "$SRC" == *.tar.xz ]]; then
+  X="$(mktemp -d /tmp/attnd-pending.XXXXXX)"
+  tar xJf "$SRC" -C "$X" || { echo "gpu-pending: cannot extract $SRC" >&2; exit 2; }
+  SRC="$(find "$X" -mindepth 1 -maxdepth 1 -type d | head -1)"
+fi
+[[ -x "$SRC/bin/attn_gpu_bench" || -d "$SRC/bin" ]] || { echo "gpu-pending: $SRC has no bin/" >&2; exit 2; }
+[[ -r "$LIST" ]] || { echo "gpu-pending: no list $LIST" >&2; exit 2; }
+export LD_LIBRARY_PATH="$SRC/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+COMMIT="$(cat "$SRC/COMMIT" 2>/dev/null || echo unknown)"
+REPLAYS="${ATTND_PENDING_REPLAYS:-20}"
+nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm,clocks.max.mem --format=csv \
+  > "$OUT/device.csv" 2>&1
+echo "commit $COMMIT list $LIST budget ${BUDGET}s start $(date -u +%FT%TZ)" > "$OUT/pending.log"
+reserve=20
+left() { echo $((BUDGET - ($(date +%s) - T0))); }
+n=0
+while IFS= read -r line || [[ -n "$line" ]]; do
+  line="${line%%#*}"
+  read -r kind a b <<< "$line"
+  [[ -z "${kind:-}" ]] && continue
+  n=$((n + 1))
+  if [[ "$kind" == reserve ]]; then reserve="$a"; continue; fi
+  l=$(left)
+  if ((l < reserve)); then
+    echo "$kind $a ${b:-} (${l}s left, reserve ${reserve}s)" >> "$OUT/skipped.txt"
+    continue
+  fi
+  s=$(date +%s)
+  case "$kind" in
+    test)
+      log="$OUT/tests/$(printf '%03d' "$n")-$a.log"
+      timeout "$l" "$SRC/bin/$a" ${b:+"--gtest_filter=$b"} > "$log" 2>&1 < /dev/null
+      rc=$?
+      echo "$a ${b:-} rc=$rc $(($(date +%s) - s))s $(grep -E '^\[  (PASSED|FAILED) ' "$log" | tr '\n' ' ')" \
+        >> "$OUT/tests.txt"
+      ;;
+    bench)
+      timeout "$l" "$SRC/bin/attn_gpu_bench" --replays="$REPLAYS" --filter="$a" \
+        --out="$OUT/bench.jsonl" --commit="$COMMIT" >> "$OUT/bench.log" 2>&1 < /dev/null
+      rc=$?
+      ;;
+    sanitize)
+      log="$OUT/tests/$(printf '%03d' "$n")-memcheck-$a.log"
+      timeout "$l" compute-sanitizer --tool memcheck --error-exitcode 3 "$SRC/bin/$a" \
+        ${b:+"--gtest_filter=$b"} > "$log" 2>&1 < /dev/null
+      rc=$?
+      echo "memcheck $a ${b:-} rc=$rc $(($(date +%s) - s))s $(grep -E 'ERROR SUMMARY' "$log" | tail -1)" \
+        >> "$OUT/tests.txt"
+      ;;
+    *)
+      echo "unknown line kind: $line" >> "$OUT/skipped.txt"
+      continue
+      ;;
+  esac
+  echo "$kind $a ${b:-} rc=$rc $(($(date +%s) - s))s" >> "$OUT/pending.log"
+done < "$LIST"
+echo "end $(date -u +%FT%TZ) after $(($(date +%s) - T0))s" >> "$OUT/pending.log"
