@@ -5,7 +5,8 @@
 // (2·d_qk·B·L) + out + lse + block table + seqlens. Every case in both precisions (FAST, HIGH).
 // Each shape also with vLLM's per-tensor FP8 cache (preset suffix "_fp8": u8 e4m3 codes, kv_scale
 // 0.037, d_qk bytes per row read). With the bf16 cache also cuda_wgmma (both precisions; H 16
-// rows padded to 64), cuda_wgmma_pp and cuda_wgmma_sf (FAST only).
+// rows padded to 64), cuda_wgmma_pp and cuda_wgmma_sf (FAST only), and the launch-option
+// variants of cuda_wgmma and cuda_wgmma_sf (FindDecodeImpl: "_bal", "_nopf").
 // The split-K sweep (op mla_decode_splits, below) runs only when --filter names it.
 #include <algorithm>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/gpu_bench.h"
 #include "kernels/mla_decode/mla_decode.h"
@@ -112,6 +114,58 @@ absl::StatusOr<Call> MakeCall(const Cache& cache, int64_t batch, int64_t ctx, in
   return call;
 }
 
+// Launch-option variants of the wgmma kernels, by name: "<impl>_bal" runs the wave-balanced
+// split plan (launch.h DecodeLaunchOptions::balanced; even splits where it does not apply),
+// "<impl>_nopf" turns the L2 prefetch off (docs/BENCHMARKS.md "Wave-balanced splits and the L2
+// prefetch, built"). The registered implementation's supports; its launcher's `...With` form.
+const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name) {
+  static const auto* variants = [] {
+    auto* v = new std::map<std::string, kernels::Impl<mla_decode::Params>>();
+    using mla_decode::gpu::GpuKernel;
+    for (const auto& [base, kernel] :
+         {std::pair<std::string, GpuKernel>{"cuda_wgmma", GpuKernel::kWgmma},
+          {"cuda_wgmma_sf", GpuKernel::kWgmmaSf}}) {
+      const auto* impl = FindImpl(mla_decode::Implementations(), base);
+      if (impl == nullptr) continue;
+      for (const bool balanced : {true, false}) {
+        mla_decode::gpu::DecodeLaunchOptions options;
+        options.balanced = balanced;
+        options.prefetch_l2 = balanced ? -1 : 0;
+        auto splits_of = [kernel = kernel, balanced](const mla_decode::Params& p) {
+          const int bal = balanced ? mla_decode::gpu::BalancedSplits(p, kernel) : 0;
+          return bal > 0 ? bal : mla_decode::gpu::GpuSplits(p, kernel);
+        };
+        kernels::Impl<mla_decode::Params> variant = *impl;
+        variant.name = base + (balanced ? "_bal" : "_nopf");
+        variant.workspace = [splits_of](const mla_decode::Params& p) {
+          return mla_decode::gpu::SplitWorkspaceBytes(p, splits_of(p));
+        };
+        variant.run = [splits_of, kernel = kernel, options](const mla_decode::Params& p,
+                                                            const kernels::ExecContext& ctx) {
+          const int splits = splits_of(p);
+          if (mla_decode::gpu::SplitWorkspaceBytes(p, splits) > ctx.workspace_bytes) {
+            return absl::ResourceExhaustedError("workspace");
+          }
+          const auto stream = static_cast<gpu::Stream>(ctx.stream);
+          if (kernel == GpuKernel::kWgmmaSf) {
+            GPU_RETURN_IF_ERROR(mla_decode::gpu::LaunchMlaDecodeWgmmaSfWith(
+                p, splits, ctx.workspace, stream, options));
+          } else {
+            GPU_RETURN_IF_ERROR(mla_decode::gpu::LaunchMlaDecodeWgmmaWith(p, splits, ctx.workspace,
+                                                                          stream, options));
+          }
+          return absl::OkStatus();
+        };
+        v->emplace(variant.name, std::move(variant));
+      }
+    }
+    return v;
+  }();
+  const auto it = variants->find(name);
+  if (it != variants->end()) return &it->second;
+  return FindImpl(mla_decode::Implementations(), name);
+}
+
 absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
   std::vector<GpuBenchCase> cases;
   Caches caches;
@@ -130,6 +184,12 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
           if (!fp8) impls.insert(impls.begin(), "cuda_wgmma_sf");
           if (!fp8) impls.insert(impls.begin(), "cuda_wgmma");
           if (ctx == 4096) impls.push_back("cuda_simt");  // the portable path, at the short context
+          if (!fp8 && ctx == 32768 && batch >= 32) {      // launch-option variants (FindDecodeImpl)
+            for (const char* v :
+                 {"cuda_wgmma_bal", "cuda_wgmma_nopf", "cuda_wgmma_sf_bal", "cuda_wgmma_sf_nopf"}) {
+              impls.push_back(v);
+            }
+          }
           bool wanted = false;
           for (const std::string& impl : impls) {
             wanted |= MayMatch(absl::StrCat("mla_decode/", preset, "/", impl), filter) ||
@@ -153,12 +213,14 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
             const std::string case_preset = invariant ? preset + "_invariant" : preset;
             for (const std::string& name : impls) {
               if (!MayMatch(absl::StrCat("mla_decode/", case_preset, "/", name), filter)) continue;
-              const auto* impl = FindImpl(mla_decode::Implementations(), name);
+              const bool variant = absl::EndsWith(name, "_bal") || absl::EndsWith(name, "_nopf");
+              if (invariant && variant) continue;  // the invariant plan has its own splits
+              const auto* impl = FindDecodeImpl(name);
               mla_decode::Params p = call->p;
               p.batch_invariant = invariant;
               std::string why;
-              if ((name == "cuda_wgmma" || name == "cuda_wgmma_pp" || name == "cuda_wgmma_sf") &&
-                  impl != nullptr && !impl->supports(p, &why)) {
+              if (absl::StartsWith(name, "cuda_wgmma") && impl != nullptr &&
+                  !impl->supports(p, &why)) {
                 continue;
               }
               if (impl == nullptr || !impl->supports(p, &why)) {

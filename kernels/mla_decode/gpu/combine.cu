@@ -56,11 +56,13 @@ __global__ void __launch_bounds__(kThreads, 4) MlaDecodeCombineKernel(const Deco
     const int32_t row = static_cast<int32_t>(r % a.rows);
     const int64_t at0 = PartialRow(a, 0, b, row);
     if (tid < 4) live_s[tid] = 0;  // published by the reductions' barriers
+    // The balanced plan fills BalancedPiecesOf slots of request b (the rest are not written).
+    const int32_t splits = a.bal.ranges > 0 ? BalancedPiecesOf(a.bal, b) : a.splits;
     // Thread s holds lse_s; the row max M (-inf when every split is empty).
-    const float lse = tid < a.splits ? a.partial_lse[at0 + tid * split_rows] : -INFINITY;
+    const float lse = tid < splits ? a.partial_lse[at0 + tid * split_rows] : -INFINITY;
     const float max_lse = BlockReduce<true>(lse, red_s[0]);
     const float w = max_lse == -INFINITY || lse == -INFINITY ? 0.0f : exp2f(lse - max_lse);
-    if (tid < a.splits) {
+    if (tid < splits) {
       weight_s[tid] = w;
       if (w != 0.0f) atomicOr(&live_s[tid / 32], 1u << (tid % 32));
     }
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 4) MlaDecodeCombineKernel(const Deco
     uint64_t live_hi = live_s[2] | static_cast<uint64_t>(live_s[3]) << 32;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const float* o_row = a.partial_o + at0 * kDimV + col;
-    for (int s0 = 0; s0 < a.splits; s0 += kLoadBatch) {
+    for (int s0 = 0; s0 < splits; s0 += kLoadBatch) {
       const uint32_t bits = static_cast<uint32_t>(live_lo) & ((1u << kLoadBatch) - 1);
       live_lo = live_lo >> kLoadBatch | live_hi << (64 - kLoadBatch);
       live_hi >>= kLoadBatch;

@@ -9,6 +9,7 @@
 #include "kernels/common/gpu/attention.cuh"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/common/math.h"
+#include "kernels/mla_decode/balanced_plan.h"
 #include "kernels/mla_decode/invariant_plan.h"
 
 namespace attnd::kernels::mla_decode::gpu {
@@ -57,6 +58,12 @@ struct DecodeArgs {
   // Params::batch_invariant: each request's splits are InvariantSplitTiles' fixed-size ranges
   // of its own context (trailing splits empty), not `splits` even shares.
   bool invariant_splits;
+  // The wave-balanced plan (balanced_plan.h; a launch option, bal.ranges 0: off): CTA group
+  // g = blockIdx.x / m_blocks runs BalancedPieceAt(bal, bal_order, g) (tiles of block_n, its
+  // partial in the piece's slot), `splits` is bal.max_pieces, and request b's combine merges
+  // BalancedPiecesOf(bal, b) partials.
+  BalancedShape bal;
+  uint8_t bal_order[kBalancedMaxRanges];
 };
 
 // One CTA's share: rows [row0, row0 + nrows) of request b, positions [begin, end) of the
@@ -71,14 +78,24 @@ struct WorkItem {
 };
 
 // blockIdx.x = ((b · splits) + split) · m_blocks + row_block: the row blocks of one split,
-// which read the same pages, are neighbours in launch order.
+// which read the same pages, are neighbours in launch order. Under the balanced plan
+// (a.bal.ranges > 0) blockIdx.x = group · m_blocks + row_block, the group's piece naming the
+// request, its tiles and its partial slot.
 __device__ __forceinline__ WorkItem DecodeWorkItem(const DecodeArgs& a, int64_t block,
                                                    int block_n) {
   WorkItem w;
   const int32_t rb = static_cast<int32_t>(block % a.m_blocks);
   const int64_t bs = block / a.m_blocks;
-  w.split = static_cast<int32_t>(bs % a.splits);
-  w.b = bs / a.splits;
+  const bool balanced = a.bal.ranges > 0;
+  BalancedPiece piece{0, 0, 0, 0};
+  if (balanced) {
+    piece = BalancedPieceAt(a.bal, a.bal_order, bs);
+    w.split = piece.slot;
+    w.b = piece.request;
+  } else {
+    w.split = static_cast<int32_t>(bs % a.splits);
+    w.b = bs / a.splits;
+  }
   w.row0 = rb * a.block_m;
   w.nrows = a.rows - w.row0 < a.block_m ? a.rows - w.row0 : a.block_m;
   const int64_t raw = a.seqlens[w.b * a.seqlens_stride];
@@ -94,9 +111,14 @@ __device__ __forceinline__ WorkItem DecodeWorkItem(const DecodeArgs& a, int64_t 
     return w;
   }
   const int64_t tiles = (limit + block_n - 1) / block_n;
-  const int64_t per_split = (tiles + a.splits - 1) / a.splits;
-  w.begin = Min64(w.split * per_split, tiles) * block_n;
-  w.end = Min64(Min64((w.split + 1) * per_split, tiles) * block_n, limit);
+  if (balanced) {  // the piece's tiles of the table's capacity, clipped to what the rows see
+    w.begin = Min64(piece.begin, tiles) * block_n;
+    w.end = Min64(Min64(piece.end, tiles) * block_n, limit);
+  } else {
+    const int64_t per_split = (tiles + a.splits - 1) / a.splits;
+    w.begin = Min64(w.split * per_split, tiles) * block_n;
+    w.end = Min64(Min64((w.split + 1) * per_split, tiles) * block_n, limit);
+  }
   if (w.end < w.begin) w.end = w.begin;
   return w;
 }

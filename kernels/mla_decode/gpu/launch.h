@@ -67,6 +67,25 @@ int64_t SplitWorkspaceBytes(const Params& p, int splits);
 // The largest split count <= `splits` whose workspace fits in `bytes` (1 always fits).
 int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 
+// Launch options of the wgmma kernels' `...With` launchers (the plain launchers run the
+// defaults; the bench and the GPU tests force the others).
+struct DecodeLaunchOptions {
+  // The L2 prefetch of the next pages (DecodeArgs::prefetch_l2): -1 as the plan says (pools
+  // larger than the L2), 0 off, 1 on.
+  int prefetch_l2 = -1;
+  // The wave-balanced plan (balanced_plan.h; docs/KERNELS.md "Wave-balanced splits") where
+  // BalancedSplits(p, kernel) > 0; `splits` must then be that count. Elsewhere even splits.
+  bool balanced = false;
+};
+
+// The partial slots (the split count to size the workspace with, SplitWorkspaceBytes) of the
+// wave-balanced plan for `p` on `kernel` on the current device, or 0 where it does not apply:
+// batch_invariant, no range slots left over past one per request (B · row blocks >= SMs x
+// resident CTAs), or ranges of fewer than two tiles... (BalancedShapeFor). Shapes only, like
+// GpuSplits: every request is assumed to fill its table's capacity, and a shorter one leaves
+// its pieces' CTAs with less to do.
+int BalancedSplits(const Params& p, GpuKernel kernel);
+
 // Runs the decode with `splits` splits (then the combine when splits > 1) on `stream`.
 // `workspace` holds SplitWorkspaceBytes(p, splits) bytes (may be null when splits == 1); its
 // contents on entry do not matter. Returns an error for a call GpuSupports refuses or `splits`
@@ -78,12 +97,18 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
                                        ::attnd::gpu::Stream stream);
 ::attnd::gpu::Error LaunchMlaDecodeWgmma(const Params& p, int splits, void* workspace,
                                          ::attnd::gpu::Stream stream);
+::attnd::gpu::Error LaunchMlaDecodeWgmmaWith(const Params& p, int splits, void* workspace,
+                                             ::attnd::gpu::Stream stream,
+                                             const DecodeLaunchOptions& options);
 // kWgmmaPp: the same calls at FAST precision (wgmma_pp.cu).
 ::attnd::gpu::Error LaunchMlaDecodeWgmmaPp(const Params& p, int splits, void* workspace,
                                            ::attnd::gpu::Stream stream);
 // kWgmmaSf (wgmma_sf.cu): also an error where the driver will not map the cache.
 ::attnd::gpu::Error LaunchMlaDecodeWgmmaSf(const Params& p, int splits, void* workspace,
                                            ::attnd::gpu::Stream stream);
+::attnd::gpu::Error LaunchMlaDecodeWgmmaSfWith(const Params& p, int splits, void* workspace,
+                                               ::attnd::gpu::Stream stream,
+                                               const DecodeLaunchOptions& options);
 #endif
 
 }  // namespace attnd::kernels::mla_decode::gpu

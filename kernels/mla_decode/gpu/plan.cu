@@ -215,6 +215,21 @@ bool WgmmaPrefers(const Params& p, std::string* why) {
                 " splits), under ", kWgmmaPaddedMinTiles);
 }
 
+BalancedShape BalancedPlanFor(const Params& p, const KernelShape& shape) {
+  if (p.batch_invariant || shape.kernel == nullptr || shape.blocks_per_sm < 1) return {};
+  ::attnd::gpu::DeviceFacts d;
+  if (!::attnd::gpu::CurrentDeviceFacts(&d)) return {};
+  const int64_t m_blocks = CeilDiv(Rows(p), shape.block_m);
+  if (m_blocks < 1) return {};
+  const int64_t groups = static_cast<int64_t>(d.sm_count) * shape.blocks_per_sm / m_blocks;
+  const int64_t tiles = CeilDiv(std::min<int64_t>(Capacity(p), kMaxInt32), shape.block_n);
+  return BalancedShapeFor(p.q.dim(0), tiles, groups, kMinSplitTiles, kMaxSplits);
+}
+
+int BalancedSplits(const Params& p, GpuKernel kernel) {
+  return BalancedPlanFor(p, ShapeOf(kernel, p)).max_pieces;
+}
+
 int64_t SplitWorkspaceBytes(const Params& p, int splits) {
   if (splits <= 1) return 0;
   return static_cast<int64_t>(splits) * p.q.dim(0) * Rows(p) * (kDimV + 1) * 4;
@@ -227,16 +242,23 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
 
 ::attnd::gpu::Error LaunchDecode(const Params& p, const KernelShape& shape, int splits,
                                  void* workspace, ::attnd::gpu::Stream stream,
-                                 const void* second_arg) {
+                                 const void* second_arg, const DecodeLaunchOptions& options) {
   if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return ::attnd::gpu::kErrorInvalidValue;
+  const BalancedShape bal = options.balanced ? BalancedPlanFor(p, shape) : BalancedShape{};
+  if (bal.ranges > 0 && splits != bal.max_pieces) return ::attnd::gpu::kErrorInvalidValue;
   if (splits < 1 || splits > kMaxSplits) return ::attnd::gpu::kErrorInvalidValue;
   if (splits > 1 && (workspace == nullptr || !Aligned(workspace, 16))) {
     return ::attnd::gpu::kErrorInvalidValue;
   }
-  const int64_t grid = WorkItems(p, shape.block_m) * splits;
+  int64_t grid = WorkItems(p, shape.block_m) * splits;
   if (grid == 0) return ::attnd::gpu::kSuccess;
   if (grid > kMaxInt32) return ::attnd::gpu::kErrorInvalidValue;
   DecodeArgs a = MakeDecodeArgs(p, shape.block_m, splits, workspace);
+  if (options.prefetch_l2 >= 0) a.prefetch_l2 = options.prefetch_l2 != 0;
+  if (bal.ranges > 0) {  // (ranges + cut ranges) groups of m_blocks CTAs, at most 2 · 255
+    a.bal = bal;
+    grid = (static_cast<int64_t>(bal.ranges) + BalancedOrder(bal, a.bal_order)) * a.m_blocks;
+  }
   void* args[] = {&a, const_cast<void*>(second_arg)};  // the kernel reads what it declares
   ::attnd::gpu::Error e =
       ::attnd::gpu::LaunchKernel(shape.kernel, dim3(static_cast<unsigned>(grid)),

@@ -6,7 +6,9 @@
 #include <stdint.h>
 
 #include "kernels/common/gpu/vendor.h"
+#include "kernels/mla_decode/balanced_plan.h"
 #include "kernels/mla_decode/gpu/common.cuh"
+#include "kernels/mla_decode/gpu/launch.h"
 #include "kernels/mla_decode/params.h"
 
 namespace attnd::kernels::mla_decode::gpu {
@@ -53,10 +55,16 @@ int64_t WorkItems(const Params& p, int block_m);
 // combine.cu: merges the a.splits partials into out and lse.
 ::attnd::gpu::Error LaunchMlaDecodeCombine(const DecodeArgs& a, ::attnd::gpu::Stream stream);
 
-// Launches `shape.kernel` over B · row blocks · splits CTAs, then the combine when split.
-// `second_arg`: the kernel's second parameter when it has one (the TMA kernel's tensor map).
+// The wave-balanced plan of p for `shape` on the current device (ranges 0: none; launch.h
+// BalancedSplits).
+BalancedShape BalancedPlanFor(const Params& p, const KernelShape& shape);
+
+// Launches `shape.kernel` over B · row blocks · splits CTAs (under options.balanced where the
+// plan applies: its groups' CTAs), then the combine when split. `second_arg`: the kernel's
+// second parameter when it has one (the TMA kernel's tensor map).
 ::attnd::gpu::Error LaunchDecode(const Params& p, const KernelShape& shape, int splits,
                                  void* workspace, ::attnd::gpu::Stream stream,
-                                 const void* second_arg = nullptr);
+                                 const void* second_arg = nullptr,
+                                 const DecodeLaunchOptions& options = {});
 
 }  // namespace attnd::kernels::mla_decode::gpu

@@ -45,11 +45,17 @@ KernelShape ShapeOf(const Params& p) {
 
 KernelShape WgmmaShape(const Params& p) { return ShapeOf<false>(p); }
 
-::attnd::gpu::Error LaunchMlaDecodeWgmma(const Params& p, int splits, void* workspace,
-                                         ::attnd::gpu::Stream stream) {
+::attnd::gpu::Error LaunchMlaDecodeWgmmaWith(const Params& p, int splits, void* workspace,
+                                             ::attnd::gpu::Stream stream,
+                                             const DecodeLaunchOptions& options) {
   return LaunchWgmmaDecode(
       p, [&p](bool tma) { return tma ? ShapeOf<true>(p) : ShapeOf<false>(p); }, splits, workspace,
-      stream);
+      stream, options);
+}
+
+::attnd::gpu::Error LaunchMlaDecodeWgmma(const Params& p, int splits, void* workspace,
+                                         ::attnd::gpu::Stream stream) {
+  return LaunchMlaDecodeWgmmaWith(p, splits, workspace, stream, DecodeLaunchOptions{});
 }
 
 }  // namespace attnd::kernels::mla_decode::gpu

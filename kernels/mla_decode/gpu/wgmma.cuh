@@ -258,12 +258,13 @@ KernelShape WgmmaKernelShape(const void* kernel) {
 // `shape_of(false)` (cp.async).
 template <class ShapeOf>
 ::attnd::gpu::Error LaunchWgmmaDecode(const Params& p, ShapeOf shape_of, int splits,
-                                      void* workspace, ::attnd::gpu::Stream stream) {
+                                      void* workspace, ::attnd::gpu::Stream stream,
+                                      const DecodeLaunchOptions& options = {}) {
   CUtensorMap map;
   if (EncodeWgmmaKvMap(p, &map)) {
-    return LaunchDecode(p, shape_of(true), splits, workspace, stream, &map);
+    return LaunchDecode(p, shape_of(true), splits, workspace, stream, &map, options);
   }
-  return LaunchDecode(p, shape_of(false), splits, workspace, stream);
+  return LaunchDecode(p, shape_of(false), splits, workspace, stream, nullptr, options);
 }
 
 // kTma: MlaDecodeWgmmaTmaKernel (launched with its tensor map as the second argument).

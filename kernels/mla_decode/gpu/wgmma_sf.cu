@@ -41,11 +41,17 @@ bool WgmmaSfMapsKv(const Params& p, std::string* why) {
                 "positive multiples of 16 bytes, the driver's limits)");
 }
 
-::attnd::gpu::Error LaunchMlaDecodeWgmmaSf(const Params& p, int splits, void* workspace,
-                                           ::attnd::gpu::Stream stream) {
+::attnd::gpu::Error LaunchMlaDecodeWgmmaSfWith(const Params& p, int splits, void* workspace,
+                                               ::attnd::gpu::Stream stream,
+                                               const DecodeLaunchOptions& options) {
   CUtensorMap map;
   if (!EncodeWgmmaKvMap(p, &map)) return ::attnd::gpu::kErrorInvalidValue;
-  return LaunchDecode(p, WgmmaSfShape(p), splits, workspace, stream, &map);
+  return LaunchDecode(p, WgmmaSfShape(p), splits, workspace, stream, &map, options);
+}
+
+::attnd::gpu::Error LaunchMlaDecodeWgmmaSf(const Params& p, int splits, void* workspace,
+                                           ::attnd::gpu::Stream stream) {
+  return LaunchMlaDecodeWgmmaSfWith(p, splits, workspace, stream, DecodeLaunchOptions{});
 }
 
 }  // namespace attnd::kernels::mla_decode::gpu

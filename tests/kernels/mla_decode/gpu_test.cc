@@ -15,6 +15,10 @@
 #include "tests/harness/harness.h"
 #include "tests/harness/host_tensor.h"
 #include "tests/kernels/mla_decode/decode_case.h"
+#if defined(ATTND_GPU_CUDA)
+#include "kernels/common/gpu/vendor.h"
+#include "kernels/mla_decode/gpu/launch.h"
+#endif
 
 namespace attnd::kernels::mla_decode {
 namespace {
@@ -502,6 +506,123 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
     ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, wgmma->name + " one page lse");
   }
 }
+
+#if defined(ATTND_GPU_CUDA)
+// cuda_wgmma and cuda_wgmma_sf through their `...With` launchers (gpu/launch.h
+// DecodeLaunchOptions): the wave-balanced split plan (balanced_plan.h; the bench's "_bal"
+// variants) and the L2 prefetch forced off and on (the "_nopf" variants), against the fp64
+// reference. Shapes where the plan applies on this device (fewer requests than range slots):
+// ragged lengths with empty pieces (lengths far under the table's capacity, so whole pieces are
+// clipped away and must leave LSE -inf in their slot), masked pages, NaN past every length,
+// H 128 (two row blocks a group), causal MTP, and H 16 padded to 64 rows. The workspace starts
+// as NaN (the harness fills it with 0xff), so a partial slot the combine reads but no piece
+// wrote poisons the output. The plan's own arithmetic: MlaDecodeBalancedPlan.*.
+TEST(MlaDecodeGpu, WgmmaBalancedSplitsAndPrefetch) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  struct Kernel {
+    const char* name;
+    gpu::GpuKernel kernel;
+  };
+  const Kernel kernels[] = {{"cuda_wgmma", gpu::GpuKernel::kWgmma},
+                            {"cuda_wgmma_sf", gpu::GpuKernel::kWgmmaSf}};
+  struct Shape {
+    int64_t batch, heads, d_qk, s_q, max_pages;
+    bool causal;
+  };
+  const Shape shapes[] = {{9, 64, 576, 1, 40, false},  {5, 128, 512, 1, 24, false},
+                          {7, 128, 576, 2, 20, true},  {3, 16, 576, 1, 30, false},
+                          {30, 64, 576, 1, 12, false}, {1, 64, 576, 1, 33, false}};
+  int balanced_runs = 0;
+  for (const Shape& s : shapes) {
+    const std::string shape = "B " + std::to_string(s.batch) + " H " + std::to_string(s.heads) +
+                              " d_qk " + std::to_string(s.d_qk) + " s_q " + std::to_string(s.s_q) +
+                              " pages " + std::to_string(s.max_pages) + (s.causal ? " causal" : "");
+    SCOPED_TRACE(shape);
+    auto rng = testing::MakeRng();
+    DecodeCase c;
+    c.heads = s.heads;
+    c.d_qk = s.d_qk;
+    c.s_q = s.s_q;
+    c.causal = s.causal;
+    c.max_pages = s.max_pages;
+    c.nan_past_length = true;
+    const int32_t capacity = static_cast<int32_t>(s.max_pages * 64);
+    for (int64_t b = 0; b < s.batch; ++b) {  // full, empty, one position, ragged
+      const int32_t pick[] = {
+          capacity, 0, 1, capacity - 1, 64, 65, static_cast<int32_t>(rng() % capacity)};
+      c.seqlens.push_back(b == 0 ? capacity : pick[rng() % 7]);
+    }
+    if (s.batch >= 5) c.invalid_pages = {{0, 3}, {3, 0}};
+    DecodeTensors t(c, rng);
+    Params p = t.params();
+    p.precision = Precision::kFast;
+    std::vector<double> ref_out, ref_lse, ref_abs;
+    Reference(p, &ref_out, &ref_lse, &ref_abs);
+    for (const Kernel& k : kernels) {
+      const Impl<Params>* base = nullptr;
+      for (const auto& impl : Implementations()) {
+        if (impl.name == k.name) base = &impl;
+      }
+      if (base == nullptr) GTEST_SKIP() << "no " << k.name << " in this build";
+      std::string why;
+      if (!base->supports(p, &why)) {
+        if (why.find("compute capability") != std::string::npos) GTEST_SKIP() << why;
+        ADD_FAILURE() << k.name << " refuses: " << why;
+        continue;
+      }
+      for (int form = 0; form < 3; ++form) {
+        gpu::DecodeLaunchOptions options;
+        options.balanced = form == 0;
+        options.prefetch_l2 = form == 0 ? -1 : form - 1;  // form 1: off, form 2: on
+        const int bal = form == 0 ? gpu::BalancedSplits(p, k.kernel) : 0;
+        if (form == 0) {
+          EXPECT_GT(bal, 1) << k.name << ": the plan should apply (fewer requests than ranges)";
+          if (bal > 0) ++balanced_runs;
+        }
+        const int splits = bal > 0 ? bal : gpu::GpuSplits(p, k.kernel);
+        Impl<Params> forced = *base;
+        forced.workspace = [splits](const Params& q) {
+          return gpu::SplitWorkspaceBytes(q, splits);
+        };
+        forced.run = [splits, options, kernel = k.kernel](const Params& q, const ExecContext& ctx) {
+          const auto stream = static_cast<::attnd::gpu::Stream>(ctx.stream);
+          const ::attnd::gpu::Error e =
+              kernel == gpu::GpuKernel::kWgmmaSf
+                  ? gpu::LaunchMlaDecodeWgmmaSfWith(q, splits, ctx.workspace, stream, options)
+                  : gpu::LaunchMlaDecodeWgmmaWith(q, splits, ctx.workspace, stream, options);
+          if (e != ::attnd::gpu::kSuccess) {
+            return absl::InternalError(std::string("launch: ") + ::attnd::gpu::ErrorString(e));
+          }
+          return absl::OkStatus();
+        };
+        for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
+        const absl::Status status = testing::RunOnGpu(forced, p);
+        ASSERT_TRUE(status.ok()) << k.name << " form " << form << ": " << status;
+        const std::string what = std::string(k.name) +
+                                 (form == 0   ? " balanced (" + std::to_string(bal) + " slots)"
+                                  : form == 1 ? " prefetch off"
+                                              : " prefetch on") +
+                                 " " + shape;
+        testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, p.precision,
+                                    kOutTol, what + " out");
+        ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
+      }
+      // A split count other than the plan's is refused, not run with a short workspace.
+      const int bal = gpu::BalancedSplits(p, k.kernel);
+      if (bal > 1) {
+        gpu::DecodeLaunchOptions options;
+        options.balanced = true;
+        const ::attnd::gpu::Error e =
+            k.kernel == gpu::GpuKernel::kWgmmaSf
+                ? gpu::LaunchMlaDecodeWgmmaSfWith(p, bal - 1, nullptr, nullptr, options)
+                : gpu::LaunchMlaDecodeWgmmaWith(p, bal - 1, nullptr, nullptr, options);
+        EXPECT_EQ(e, ::attnd::gpu::kErrorInvalidValue) << k.name;
+      }
+    }
+  }
+  EXPECT_GT(balanced_runs, 0);
+}
+#endif  // ATTND_GPU_CUDA
 
 // Dispatch at H < 64 (Impl::prefer, gpu::WgmmaPrefers): cuda_wgmma pads the rows to 64, so it
 // is chosen only where each CTA streams kWgmmaPaddedMinTiles tiles or more (B128 over a 32K
