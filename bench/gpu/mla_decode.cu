@@ -6,7 +6,9 @@
 // Each shape also with vLLM's per-tensor FP8 cache (preset suffix "_fp8": u8 e4m3 codes, kv_scale
 // 0.037, d_qk bytes per row read). With the bf16 cache also cuda_wgmma (both precisions; H 16
 // rows padded to 64), cuda_wgmma_pp and cuda_wgmma_sf (FAST only), and the launch-option
-// variants of cuda_wgmma and cuda_wgmma_sf (FindDecodeImpl: "_bal", "_nopf").
+// variants of cuda_wgmma and cuda_wgmma_sf (FindDecodeImpl: "_bal", "_nopf", "_sched"). Presets
+// "..._ragged" (B 32 and 128, H 64 and 128, 32K, bf16): lengths drawn from [1, 32768], the
+// work counted over them.
 // The split-K sweep (op mla_decode_splits, below) runs only when --filter names it.
 #include <algorithm>
 #include <cstdint>
@@ -88,9 +90,25 @@ struct Call {
 };
 
 absl::StatusOr<Call> MakeCall(const Cache& cache, int64_t batch, int64_t ctx, int64_t heads,
-                              bool fp8, uint64_t seed) {
+                              bool fp8, uint64_t seed, bool ragged = false) {
   Call call;
   call.arena = std::make_shared<DeviceArena>();
+  // ragged: lengths uniform in [1, ctx] from `seed` (the table and cache as for ctx), in their
+  // own buffer; the work counts their sum.
+  double positions = static_cast<double>(batch) * ctx;
+  void* seqlens = cache.seqlens;
+  if (ragged) {
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> lens(static_cast<size_t>(batch));
+    positions = 0;
+    for (int32_t& l : lens) {
+      l = static_cast<int32_t>(1 + rng() % static_cast<uint64_t>(ctx));
+      positions += l;
+    }
+    auto l = call.arena->Upload(lens.data(), batch * 4);
+    if (!l.ok()) return l.status();
+    seqlens = *l;
+  }
   auto q = call.arena->Random(DType::kBF16, batch * heads * kDqk, 1.0f, seed);
   auto out = call.arena->Alloc(batch * heads * mla_decode::kDv * 2);
   auto lse = call.arena->Alloc(batch * heads * 4);
@@ -102,22 +120,23 @@ absl::StatusOr<Call> MakeCall(const Cache& cache, int64_t batch, int64_t ctx, in
                                    {batch * max_pages, kPage, kDqk});
   if (fp8) p.kv_scale = kFp8KvScale;
   p.block_table = kernels::MakeTensor(cache.table, DType::kI32, {batch, max_pages});
-  p.cache_seqlens = kernels::MakeTensor(cache.seqlens, DType::kI32, {batch});
+  p.cache_seqlens = kernels::MakeTensor(seqlens, DType::kI32, {batch});
   p.out = kernels::MakeTensor(*out, DType::kBF16, {batch, 1, heads, mla_decode::kDv});
   p.lse = kernels::MakeTensor(*lse, DType::kF32, {batch, 1, heads});
   p.sm_scale = 1.0f / 24.0f;
   const double rows = static_cast<double>(batch) * heads;
-  call.work.flops = 2.0 * rows * ctx * (kDqk + mla_decode::kDv);
+  call.work.flops = 2.0 * heads * positions * (kDqk + mla_decode::kDv);
   const double kv_row_bytes = (fp8 ? 1.0 : 2.0) * kDqk;
-  call.work.bytes = 2.0 * rows * kDqk + kv_row_bytes * batch * ctx + 2.0 * rows * mla_decode::kDv +
+  call.work.bytes = 2.0 * rows * kDqk + kv_row_bytes * positions + 2.0 * rows * mla_decode::kDv +
                     4.0 * rows + 4.0 * batch * (max_pages + 1);
   return call;
 }
 
 // Launch-option variants of the wgmma kernels, by name: "<impl>_bal" runs the wave-balanced
 // split plan (launch.h DecodeLaunchOptions::balanced; even splits where it does not apply),
-// "<impl>_nopf" turns the L2 prefetch off (docs/BENCHMARKS.md "Wave-balanced splits and the L2
-// prefetch, built"). The registered implementation's supports; its launcher's `...With` form.
+// "<impl>_sched" the length-aware schedule (DecodeLaunchOptions::schedule), "<impl>_nopf" turns
+// the L2 prefetch off (docs/KERNELS.md "Wave-balanced splits", "A schedule from the lengths").
+// The registered implementation's supports; its launcher's `...With` form.
 const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name) {
   static const auto* variants = [] {
     auto* v = new std::map<std::string, kernels::Impl<mla_decode::Params>>();
@@ -127,25 +146,27 @@ const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name)
           {"cuda_wgmma_sf", GpuKernel::kWgmmaSf}}) {
       const auto* impl = FindImpl(mla_decode::Implementations(), base);
       if (impl == nullptr) continue;
-      for (const bool balanced : {true, false}) {
+      for (const char* form : {"_bal", "_nopf", "_sched"}) {
         mla_decode::gpu::DecodeLaunchOptions options;
-        options.balanced = balanced;
-        options.prefetch_l2 = balanced ? -1 : 0;
-        auto splits_of = [kernel = kernel, balanced](const mla_decode::Params& p) {
-          const int bal = balanced ? mla_decode::gpu::BalancedSplits(p, kernel) : 0;
+        options.balanced = form == std::string("_bal");
+        options.schedule = form == std::string("_sched");
+        options.prefetch_l2 = form == std::string("_nopf") ? 0 : -1;
+        auto splits_of = [kernel = kernel, options](const mla_decode::Params& p) {
+          const int bal = options.balanced ? mla_decode::gpu::BalancedSplits(p, kernel) : 0;
           return bal > 0 ? bal : mla_decode::gpu::GpuSplits(p, kernel);
         };
-        kernels::Impl<mla_decode::Params> variant = *impl;
-        variant.name = base + (balanced ? "_bal" : "_nopf");
-        variant.workspace = [splits_of](const mla_decode::Params& p) {
-          return mla_decode::gpu::SplitWorkspaceBytes(p, splits_of(p));
+        auto bytes_of = [kernel = kernel, options, splits_of](const mla_decode::Params& p) {
+          const int64_t sched =
+              options.schedule ? mla_decode::gpu::ScheduleWorkspaceBytes(p, kernel) : 0;
+          return sched > 0 ? sched : mla_decode::gpu::SplitWorkspaceBytes(p, splits_of(p));
         };
-        variant.run = [splits_of, kernel = kernel, options](const mla_decode::Params& p,
-                                                            const kernels::ExecContext& ctx) {
+        kernels::Impl<mla_decode::Params> variant = *impl;
+        variant.name = base + form;
+        variant.workspace = bytes_of;
+        variant.run = [splits_of, bytes_of, kernel = kernel, options](
+                          const mla_decode::Params& p, const kernels::ExecContext& ctx) {
           const int splits = splits_of(p);
-          if (mla_decode::gpu::SplitWorkspaceBytes(p, splits) > ctx.workspace_bytes) {
-            return absl::ResourceExhaustedError("workspace");
-          }
+          if (bytes_of(p) > ctx.workspace_bytes) return absl::ResourceExhaustedError("workspace");
           const auto stream = static_cast<gpu::Stream>(ctx.stream);
           if (kernel == GpuKernel::kWgmmaSf) {
             GPU_RETURN_IF_ERROR(mla_decode::gpu::LaunchMlaDecodeWgmmaSfWith(
@@ -174,79 +195,90 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
     for (const int64_t batch : {1, 32, 128}) {
       for (const int64_t ctx : {4096, 32768}) {
         for (const int64_t heads : {16, 64, 128}) {
-          const std::string preset = absl::StrCat("dense_decode_b", batch, "_ctx", ctx, "_h", heads,
-                                                  "_d576", fp8 ? "_fp8" : "");
-          std::vector<std::string> impls = {"cuda_mma"};
-          // The sm_90a wgmma kernels where they apply (bf16 cache; H < 64 with rows padded to
-          // 64); skipped below on other devices. cuda_wgmma_pp: FAST only (skipped at HIGH).
-          if (!fp8) impls.insert(impls.begin(), "cuda_wgmma_pp");
-          // cuda_wgmma_sf: the same calls (FAST) with no producer, stages by TMA (page size 64).
-          if (!fp8) impls.insert(impls.begin(), "cuda_wgmma_sf");
-          if (!fp8) impls.insert(impls.begin(), "cuda_wgmma");
-          if (ctx == 4096) impls.push_back("cuda_simt");  // the portable path, at the short context
-          if (!fp8 && ctx == 32768 && batch >= 32) {      // launch-option variants (FindDecodeImpl)
-            for (const char* v :
-                 {"cuda_wgmma_bal", "cuda_wgmma_nopf", "cuda_wgmma_sf_bal", "cuda_wgmma_sf_nopf"}) {
-              impls.push_back(v);
+          for (const bool ragged : {false, true}) {
+            // "_ragged": the same table with lengths drawn from [1, ctx] (MakeCall), where a
+            // plan from the shapes alone waits for the longest request (bf16, B >= 32, 32K).
+            if (ragged && (fp8 || ctx != 32768 || batch < 32 || heads == 16)) continue;
+            const std::string preset =
+                absl::StrCat("dense_decode_b", batch, "_ctx", ctx, "_h", heads, "_d576",
+                             fp8 ? "_fp8" : "", ragged ? "_ragged" : "");
+            std::vector<std::string> impls = {"cuda_mma"};
+            // The sm_90a wgmma kernels where they apply (bf16 cache; H < 64 with rows padded to
+            // 64); skipped below on other devices. cuda_wgmma_pp: FAST only (skipped at HIGH).
+            if (!fp8) impls.insert(impls.begin(), "cuda_wgmma_pp");
+            // cuda_wgmma_sf: the same calls (FAST) with no producer, stages by TMA (page size 64).
+            if (!fp8) impls.insert(impls.begin(), "cuda_wgmma_sf");
+            if (!fp8) impls.insert(impls.begin(), "cuda_wgmma");
+            if (ctx == 4096)
+              impls.push_back("cuda_simt");             // the portable path, at the short context
+            if (!fp8 && ctx == 32768 && batch >= 32) {  // launch-option variants (FindDecodeImpl)
+              for (const char* v :
+                   {"cuda_wgmma_bal", "cuda_wgmma_nopf", "cuda_wgmma_sched", "cuda_wgmma_sf_bal",
+                    "cuda_wgmma_sf_nopf", "cuda_wgmma_sf_sched"}) {
+                impls.push_back(v);
+              }
             }
-          }
-          bool wanted = false;
-          for (const std::string& impl : impls) {
-            wanted |= MayMatch(absl::StrCat("mla_decode/", preset, "/", impl), filter) ||
-                      MayMatch(absl::StrCat("mla_decode/", preset, "_invariant/", impl), filter);
-          }
-          if (!wanted) continue;
-          auto cache = CacheFor(&caches, batch, ctx, fp8, &seed);
-          if (!cache.ok()) return cache.status();
-          auto call = MakeCall(**cache, batch, ctx, heads, fp8, ++seed);
-          if (!call.ok()) return absl::ResourceExhaustedError(preset);
-          const auto& arena = call->arena;
-          const kernels::WorkCount& work = call->work;
-          // The batch-invariant plan beside the default one (preset "<shape>_invariant"; docs/
-          // BENCHMARKS.md "Batch invariance"): the compute-bound B32 H128 32K and the
-          // launch-bound B1 H128 4K shapes, bf16 cache.
-          const bool with_invariant =
-              !fp8 && heads == 128 &&
-              ((batch == 32 && ctx == 32768) || (batch == 1 && ctx == 4096));
-          for (const bool invariant : {false, true}) {
-            if (invariant && !with_invariant) continue;
-            const std::string case_preset = invariant ? preset + "_invariant" : preset;
-            for (const std::string& name : impls) {
-              if (!MayMatch(absl::StrCat("mla_decode/", case_preset, "/", name), filter)) continue;
-              const bool variant = absl::EndsWith(name, "_bal") || absl::EndsWith(name, "_nopf");
-              if (invariant && variant) continue;  // the invariant plan has its own splits
-              const auto* impl = FindDecodeImpl(name);
-              mla_decode::Params p = call->p;
-              p.batch_invariant = invariant;
-              std::string why;
-              if (absl::StartsWith(name, "cuda_wgmma") && impl != nullptr &&
-                  !impl->supports(p, &why)) {
-                continue;
-              }
-              if (impl == nullptr || !impl->supports(p, &why)) {
-                return absl::FailedPreconditionError(absl::StrCat(preset, " ", name, ": ", why));
-              }
-              const absl::StatusOr<Workspace> ws = WorkspaceFor(*impl, p, *arena);
-              if (!ws.ok()) return ws.status();
-              for (const kernels::Precision precision : kBenchPrecisions) {
-                mla_decode::Params at = p;
-                at.precision = precision;
-                if (!impl->supports(at, &why)) continue;  // cuda_wgmma_pp / _sf at HIGH
-                GpuBenchCase c;
-                c.op = "mla_decode";
-                c.preset = case_preset;
-                c.impl = name;
-                c.precision = kernels::PrecisionName(precision);
-                c.work = work;
-                c.peak = PeakKind::kBf16;
-                c.arena = arena;
-                auto keep_cache = (*cache)->arena;
-                mla_decode::Params pp = p;
-                pp.precision = precision;
-                c.launch = [impl, pp, w = *ws, keep_cache](gpu::Stream stream) {
-                  return RunImpl(*impl, pp, w, stream);
-                };
-                cases.push_back(std::move(c));
+            bool wanted = false;
+            for (const std::string& impl : impls) {
+              wanted |= MayMatch(absl::StrCat("mla_decode/", preset, "/", impl), filter) ||
+                        MayMatch(absl::StrCat("mla_decode/", preset, "_invariant/", impl), filter);
+            }
+            if (!wanted) continue;
+            auto cache = CacheFor(&caches, batch, ctx, fp8, &seed);
+            if (!cache.ok()) return cache.status();
+            auto call = MakeCall(**cache, batch, ctx, heads, fp8, ++seed, ragged);
+            if (!call.ok()) return absl::ResourceExhaustedError(preset);
+            const auto& arena = call->arena;
+            const kernels::WorkCount& work = call->work;
+            // The batch-invariant plan beside the default one (preset "<shape>_invariant"; docs/
+            // BENCHMARKS.md "Batch invariance"): the compute-bound B32 H128 32K and the
+            // launch-bound B1 H128 4K shapes, bf16 cache.
+            const bool with_invariant =
+                !fp8 && !ragged && heads == 128 &&
+                ((batch == 32 && ctx == 32768) || (batch == 1 && ctx == 4096));
+            for (const bool invariant : {false, true}) {
+              if (invariant && !with_invariant) continue;
+              const std::string case_preset = invariant ? preset + "_invariant" : preset;
+              for (const std::string& name : impls) {
+                if (!MayMatch(absl::StrCat("mla_decode/", case_preset, "/", name), filter))
+                  continue;
+                const bool variant = absl::EndsWith(name, "_bal") ||
+                                     absl::EndsWith(name, "_nopf") ||
+                                     absl::EndsWith(name, "_sched");
+                if (invariant && variant) continue;  // the invariant plan has its own splits
+                const auto* impl = FindDecodeImpl(name);
+                mla_decode::Params p = call->p;
+                p.batch_invariant = invariant;
+                std::string why;
+                if (absl::StartsWith(name, "cuda_wgmma") && impl != nullptr &&
+                    !impl->supports(p, &why)) {
+                  continue;
+                }
+                if (impl == nullptr || !impl->supports(p, &why)) {
+                  return absl::FailedPreconditionError(absl::StrCat(preset, " ", name, ": ", why));
+                }
+                const absl::StatusOr<Workspace> ws = WorkspaceFor(*impl, p, *arena);
+                if (!ws.ok()) return ws.status();
+                for (const kernels::Precision precision : kBenchPrecisions) {
+                  mla_decode::Params at = p;
+                  at.precision = precision;
+                  if (!impl->supports(at, &why)) continue;  // cuda_wgmma_pp / _sf at HIGH
+                  GpuBenchCase c;
+                  c.op = "mla_decode";
+                  c.preset = case_preset;
+                  c.impl = name;
+                  c.precision = kernels::PrecisionName(precision);
+                  c.work = work;
+                  c.peak = PeakKind::kBf16;
+                  c.arena = arena;
+                  auto keep_cache = (*cache)->arena;
+                  mla_decode::Params pp = p;
+                  pp.precision = precision;
+                  c.launch = [impl, pp, w = *ws, keep_cache](gpu::Stream stream) {
+                    return RunImpl(*impl, pp, w, stream);
+                  };
+                  cases.push_back(std::move(c));
+                }
               }
             }
           }

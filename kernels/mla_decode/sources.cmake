@@ -10,6 +10,7 @@ if(ATTND_GPU_ENABLED)
     ${CMAKE_CURRENT_LIST_DIR}/gpu/plan.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/simt.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/combine.cu
+    ${CMAKE_CURRENT_LIST_DIR}/gpu/schedule.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/mma.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma.cu
     ${CMAKE_CURRENT_LIST_DIR}/gpu/wgmma_d512.cu

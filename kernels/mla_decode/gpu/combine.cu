@@ -50,14 +50,22 @@ __global__ void __launch_bounds__(kThreads, 4) MlaDecodeCombineKernel(const Deco
   const int tid = threadIdx.x;
   const int col = tid * 4;
   const int64_t total = static_cast<int64_t>(a.batch) * a.rows;
-  const int64_t split_rows = total;  // partial rows between two splits
   for (int64_t r = blockIdx.x; r < total; r += gridDim.x) {
     const int64_t b = r / a.rows;
     const int32_t row = static_cast<int32_t>(r % a.rows);
-    const int64_t at0 = PartialRow(a, 0, b, row);
     if (tid < 4) live_s[tid] = 0;  // published by the reductions' barriers
-    // The balanced plan fills BalancedPiecesOf slots of request b (the rest are not written).
-    const int32_t splits = a.bal.ranges > 0 ? BalancedPiecesOf(a.bal, b) : a.splits;
+    // The balanced plan fills BalancedPiecesOf slots of request b (the rest are not written);
+    // the schedule the slots [sched_first[b], + sched_pieces[b]), one request's rows each.
+    int32_t splits = a.splits;
+    int64_t at0 = PartialRow(a, 0, b, row);
+    int64_t split_rows = total;  // partial rows between two splits
+    if (a.sched != nullptr) {
+      splits = a.sched_pieces[b];
+      at0 = PartialRow(a, a.sched_first[b], b, row);
+      split_rows = a.rows;
+    } else if (a.bal.ranges > 0) {
+      splits = BalancedPiecesOf(a.bal, b);
+    }
     // Thread s holds lse_s; the row max M (-inf when every split is empty).
     const float lse = tid < splits ? a.partial_lse[at0 + tid * split_rows] : -INFINITY;
     const float max_lse = BlockReduce<true>(lse, red_s[0]);

@@ -64,6 +64,15 @@ struct DecodeArgs {
   // BalancedPiecesOf(bal, b) partials.
   BalancedShape bal;
   uint8_t bal_order[kBalancedMaxRanges];
+  // The length-aware schedule (schedule_plan.h; a launch option, sched null: off), in the
+  // workspace after the partials: entry g (4 ints: request, tiles lo, hi, piece slot) of each
+  // of sched_groups launched groups, written by the schedule kernel; the decode's CTA group g
+  // runs entry g, its partial at piece slot · rows (PartialRow), and request b's combine merges
+  // slots [sched_first[b], + sched_pieces[b]).
+  int32_t* sched;
+  int32_t* sched_first;
+  int32_t* sched_pieces;
+  int32_t sched_groups;
 };
 
 // One CTA's share: rows [row0, row0 + nrows) of request b, positions [begin, end) of the
@@ -86,9 +95,14 @@ __device__ __forceinline__ WorkItem DecodeWorkItem(const DecodeArgs& a, int64_t 
   WorkItem w;
   const int32_t rb = static_cast<int32_t>(block % a.m_blocks);
   const int64_t bs = block / a.m_blocks;
-  const bool balanced = a.bal.ranges > 0;
+  const bool balanced = a.bal.ranges > 0 || a.sched != nullptr;
   BalancedPiece piece{0, 0, 0, 0};
-  if (balanced) {
+  if (a.sched != nullptr) {  // the schedule kernel's entry for this group (broadcast loads)
+    const int32_t* e = a.sched + 4 * bs;
+    piece = BalancedPiece{e[0], e[1], e[2], e[3]};
+    w.split = piece.slot;
+    w.b = piece.request;
+  } else if (balanced) {
     piece = BalancedPieceAt(a.bal, a.bal_order, bs);
     w.split = piece.slot;
     w.b = piece.request;
@@ -157,9 +171,11 @@ __device__ __forceinline__ float* LseAt(const DecodeArgs& a, int64_t b, int32_t 
 }
 
 // Index of (split, request b, row) in the partial arrays (64-bit: splits·B·rows·512 may pass
-// 2^31).
+// 2^31); under the length-aware schedule `split` is the piece slot, whose rows hold one
+// request's.
 __device__ __forceinline__ int64_t PartialRow(const DecodeArgs& a, int32_t split, int64_t b,
                                               int32_t row) {
+  if (a.sched != nullptr) return static_cast<int64_t>(split) * a.rows + row;
   return (static_cast<int64_t>(split) * a.batch + b) * a.rows + row;
 }
 

@@ -76,7 +76,17 @@ struct DecodeLaunchOptions {
   // The wave-balanced plan (balanced_plan.h; docs/KERNELS.md "Wave-balanced splits") where
   // BalancedSplits(p, kernel) > 0; `splits` must then be that count. Elsewhere even splits.
   bool balanced = false;
+  // The length-aware schedule (schedule_plan.h; docs/KERNELS.md "A schedule from the lengths")
+  // where ScheduleWorkspaceBytes(p, kernel) > 0: a schedule kernel reads cache_seqlens and
+  // places the pieces, `splits` is ignored and the workspace must hold that many bytes.
+  // Elsewhere as without it. Takes precedence over `balanced`.
+  bool schedule = false;
 };
+
+// The workspace bytes of the length-aware schedule for `p` on `kernel` on the current device,
+// or 0 where it does not apply (batch_invariant, or no fewer requests than CTA groups: SMs x
+// resident CTAs over the row blocks of a request, at most kScheduleMaxGroups).
+int64_t ScheduleWorkspaceBytes(const Params& p, GpuKernel kernel);
 
 // The partial slots (the split count to size the workspace with, SplitWorkspaceBytes) of the
 // wave-balanced plan for `p` on `kernel` on the current device, or 0 where it does not apply:

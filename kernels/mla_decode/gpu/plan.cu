@@ -230,6 +230,28 @@ int BalancedSplits(const Params& p, GpuKernel kernel) {
   return BalancedPlanFor(p, ShapeOf(kernel, p)).max_pieces;
 }
 
+int32_t ScheduleGroupsFor(const Params& p, const KernelShape& shape) {
+  if (p.batch_invariant || shape.kernel == nullptr || shape.blocks_per_sm < 1) return 0;
+  ::attnd::gpu::DeviceFacts d;
+  if (!::attnd::gpu::CurrentDeviceFacts(&d)) return 0;
+  const int64_t m_blocks = CeilDiv(Rows(p), shape.block_m);
+  if (m_blocks < 1) return 0;
+  const int64_t groups = std::min<int64_t>(
+      static_cast<int64_t>(d.sm_count) * shape.blocks_per_sm / m_blocks, kScheduleMaxGroups);
+  return p.q.dim(0) < groups ? static_cast<int32_t>(groups) : 0;
+}
+
+// Partials of every launched group's piece, then the entries and the per-request arrays.
+int64_t ScheduleBytes(const Params& p, int32_t groups) {
+  const int64_t launched = groups + p.q.dim(0);
+  return launched * Rows(p) * (kDimV + 1) * 4 + (4 * launched + 2 * p.q.dim(0)) * 4;
+}
+
+int64_t ScheduleWorkspaceBytes(const Params& p, GpuKernel kernel) {
+  const int32_t groups = ScheduleGroupsFor(p, ShapeOf(kernel, p));
+  return groups > 0 ? ScheduleBytes(p, groups) : 0;
+}
+
 int64_t SplitWorkspaceBytes(const Params& p, int splits) {
   if (splits <= 1) return 0;
   return static_cast<int64_t>(splits) * p.q.dim(0) * Rows(p) * (kDimV + 1) * 4;
@@ -244,6 +266,26 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
                                  void* workspace, ::attnd::gpu::Stream stream,
                                  const void* second_arg, const DecodeLaunchOptions& options) {
   if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return ::attnd::gpu::kErrorInvalidValue;
+  const int32_t sched_groups = options.schedule ? ScheduleGroupsFor(p, shape) : 0;
+  if (sched_groups > 0) {
+    if (workspace == nullptr || !Aligned(workspace, 16)) return ::attnd::gpu::kErrorInvalidValue;
+    DecodeArgs a = MakeDecodeArgs(p, shape.block_m, kMaxSplits, nullptr);
+    if (options.prefetch_l2 >= 0) a.prefetch_l2 = options.prefetch_l2 != 0;
+    const int64_t launched = sched_groups + p.q.dim(0);
+    a.partial_o = static_cast<float*>(workspace);
+    a.partial_lse = a.partial_o + launched * Rows(p) * kDimV;
+    a.sched = reinterpret_cast<int32_t*>(a.partial_lse + launched * Rows(p));
+    a.sched_first = a.sched + 4 * launched;
+    a.sched_pieces = a.sched_first + p.q.dim(0);
+    a.sched_groups = static_cast<int32_t>(launched);
+    ::attnd::gpu::Error e = LaunchMlaDecodeSchedule(a, sched_groups, shape.block_n, stream);
+    if (e != ::attnd::gpu::kSuccess) return e;
+    void* args[] = {&a, const_cast<void*>(second_arg)};
+    e = ::attnd::gpu::LaunchKernel(shape.kernel, dim3(static_cast<unsigned>(launched * a.m_blocks)),
+                                   dim3(shape.threads), args, shape.smem_bytes, stream);
+    if (e != ::attnd::gpu::kSuccess) return e;
+    return LaunchMlaDecodeCombine(a, stream);
+  }
   const BalancedShape bal = options.balanced ? BalancedPlanFor(p, shape) : BalancedShape{};
   if (bal.ranges > 0 && splits != bal.max_pieces) return ::attnd::gpu::kErrorInvalidValue;
   if (splits < 1 || splits > kMaxSplits) return ::attnd::gpu::kErrorInvalidValue;

@@ -10,6 +10,7 @@
 #include "kernels/mla_decode/gpu/common.cuh"
 #include "kernels/mla_decode/gpu/launch.h"
 #include "kernels/mla_decode/params.h"
+#include "kernels/mla_decode/schedule_plan.h"
 
 namespace attnd::kernels::mla_decode::gpu {
 
@@ -58,6 +59,16 @@ int64_t WorkItems(const Params& p, int block_m);
 // The wave-balanced plan of p for `shape` on the current device (ranges 0: none; launch.h
 // BalancedSplits).
 BalancedShape BalancedPlanFor(const Params& p, const KernelShape& shape);
+
+// The CTA groups the length-aware schedule cuts the work for (SMs x resident CTAs over the
+// row blocks of a request, at most kScheduleMaxGroups), or 0 where it does not apply; it
+// launches ScheduleGroupsFor + B groups.
+int32_t ScheduleGroupsFor(const Params& p, const KernelShape& shape);
+int64_t ScheduleBytes(const Params& p, int32_t groups);
+
+// schedule.cu: the schedule kernel, writing a.sched, a.sched_first and a.sched_pieces.
+::attnd::gpu::Error LaunchMlaDecodeSchedule(const DecodeArgs& a, int32_t groups, int32_t block_n,
+                                            ::attnd::gpu::Stream stream);
 
 // Launches `shape.kernel` over B · row blocks · splits CTAs (under options.balanced where the
 // plan applies: its groups' CTAs), then the combine when split. `second_arg`: the kernel's

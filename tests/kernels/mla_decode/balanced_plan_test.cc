@@ -4,7 +4,7 @@
 // combine reads exactly those), and a model of two waves on as many slots as ranges (second-wave
 // groups taken in launch order by the slot that frees first) ends near one range's width, where
 // even splits end at a whole request. The GPU side (the same pieces run by the kernels) is
-// MlaDecodeGpu.WgmmaBalancedSplitsAndPrefetch.
+// MlaDecodeGpu.WgmmaBalancedScheduledAndPrefetch.
 #include <algorithm>
 #include <cstdint>
 #include <functional>

@@ -510,14 +510,16 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
 #if defined(ATTND_GPU_CUDA)
 // cuda_wgmma and cuda_wgmma_sf through their `...With` launchers (gpu/launch.h
 // DecodeLaunchOptions): the wave-balanced split plan (balanced_plan.h; the bench's "_bal"
-// variants) and the L2 prefetch forced off and on (the "_nopf" variants), against the fp64
-// reference. Shapes where the plan applies on this device (fewer requests than range slots):
-// ragged lengths with empty pieces (lengths far under the table's capacity, so whole pieces are
-// clipped away and must leave LSE -inf in their slot), masked pages, NaN past every length,
-// H 128 (two row blocks a group), causal MTP, and H 16 padded to 64 rows. The workspace starts
-// as NaN (the harness fills it with 0xff), so a partial slot the combine reads but no piece
-// wrote poisons the output. The plan's own arithmetic: MlaDecodeBalancedPlan.*.
-TEST(MlaDecodeGpu, WgmmaBalancedSplitsAndPrefetch) {
+// variants), the L2 prefetch forced off and on (the "_nopf" variants) and the length-aware
+// schedule (schedule_plan.h, gpu/schedule.cu; "_sched"), against the fp64 reference. Shapes
+// where the plans apply on this device (fewer requests than CTA groups): ragged lengths with
+// empty pieces (lengths far under the table's capacity, so capacity-based pieces are clipped
+// away and must leave LSE -inf in their slot; a request of length 0 has no scheduled piece),
+// masked pages, NaN past every length, H 128 (two row blocks a group), causal MTP, and H 16
+// padded to 64 rows. The workspace starts as NaN (the harness fills it with 0xff), so a partial
+// slot the combine reads but no piece wrote poisons the output. The plans' own arithmetic:
+// MlaDecodeBalancedPlan.*, MlaDecodeSchedulePlan.*.
+TEST(MlaDecodeGpu, WgmmaBalancedScheduledAndPrefetch) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
   struct Kernel {
     const char* name;
@@ -532,7 +534,7 @@ TEST(MlaDecodeGpu, WgmmaBalancedSplitsAndPrefetch) {
   const Shape shapes[] = {{9, 64, 576, 1, 40, false},  {5, 128, 512, 1, 24, false},
                           {7, 128, 576, 2, 20, true},  {3, 16, 576, 1, 30, false},
                           {30, 64, 576, 1, 12, false}, {1, 64, 576, 1, 33, false}};
-  int balanced_runs = 0;
+  int planned_runs = 0;
   for (const Shape& s : shapes) {
     const std::string shape = "B " + std::to_string(s.batch) + " H " + std::to_string(s.heads) +
                               " d_qk " + std::to_string(s.d_qk) + " s_q " + std::to_string(s.s_q) +
@@ -570,19 +572,26 @@ TEST(MlaDecodeGpu, WgmmaBalancedSplitsAndPrefetch) {
         ADD_FAILURE() << k.name << " refuses: " << why;
         continue;
       }
-      for (int form = 0; form < 3; ++form) {
+      const char* forms[] = {" balanced", " prefetch off", " prefetch on", " schedule"};
+      for (int form = 0; form < 4; ++form) {
         gpu::DecodeLaunchOptions options;
         options.balanced = form == 0;
-        options.prefetch_l2 = form == 0 ? -1 : form - 1;  // form 1: off, form 2: on
+        options.schedule = form == 3;
+        options.prefetch_l2 = form == 1 ? 0 : form == 2 ? 1 : -1;
         const int bal = form == 0 ? gpu::BalancedSplits(p, k.kernel) : 0;
+        const int64_t sched = form == 3 ? gpu::ScheduleWorkspaceBytes(p, k.kernel) : 0;
         if (form == 0) {
           EXPECT_GT(bal, 1) << k.name << ": the plan should apply (fewer requests than ranges)";
-          if (bal > 0) ++balanced_runs;
+          planned_runs += bal > 0 ? 1 : 0;
+        }
+        if (form == 3) {
+          EXPECT_GT(sched, 0) << k.name << ": the schedule should apply";
+          planned_runs += sched > 0 ? 1 : 0;
         }
         const int splits = bal > 0 ? bal : gpu::GpuSplits(p, k.kernel);
         Impl<Params> forced = *base;
-        forced.workspace = [splits](const Params& q) {
-          return gpu::SplitWorkspaceBytes(q, splits);
+        forced.workspace = [splits, sched](const Params& q) {
+          return sched > 0 ? sched : gpu::SplitWorkspaceBytes(q, splits);
         };
         forced.run = [splits, options, kernel = k.kernel](const Params& q, const ExecContext& ctx) {
           const auto stream = static_cast<::attnd::gpu::Stream>(ctx.stream);
@@ -597,30 +606,30 @@ TEST(MlaDecodeGpu, WgmmaBalancedSplitsAndPrefetch) {
         };
         for (testing::HostTensor* o : t.outputs()) testing::PoisonNaN(*o);
         const absl::Status status = testing::RunOnGpu(forced, p);
-        ASSERT_TRUE(status.ok()) << k.name << " form " << form << ": " << status;
-        const std::string what = std::string(k.name) +
-                                 (form == 0   ? " balanced (" + std::to_string(bal) + " slots)"
-                                  : form == 1 ? " prefetch off"
-                                              : " prefetch on") +
-                                 " " + shape;
+        ASSERT_TRUE(status.ok()) << k.name << forms[form] << ": " << status;
+        const std::string what = std::string(k.name) + forms[form] + " " + shape;
         testing::ExpectAttentionOut(testing::ToDoubles(t.out()), ref_out, ref_abs, p.precision,
                                     kOutTol, what + " out");
         ExpectClose(testing::ToDoubles(t.lse()), ref_lse, kLseTol, what + " lse");
       }
-      // A split count other than the plan's is refused, not run with a short workspace.
+      // A split count other than the plan's is refused, not run with a short workspace; the
+      // schedule without a workspace too.
       const int bal = gpu::BalancedSplits(p, k.kernel);
-      if (bal > 1) {
+      for (const bool schedule : {false, true}) {
         gpu::DecodeLaunchOptions options;
-        options.balanced = true;
+        options.balanced = !schedule;
+        options.schedule = schedule;
+        const int splits = schedule ? 1 : bal - 1;
+        if (!schedule && bal <= 1) continue;
         const ::attnd::gpu::Error e =
             k.kernel == gpu::GpuKernel::kWgmmaSf
-                ? gpu::LaunchMlaDecodeWgmmaSfWith(p, bal - 1, nullptr, nullptr, options)
-                : gpu::LaunchMlaDecodeWgmmaWith(p, bal - 1, nullptr, nullptr, options);
-        EXPECT_EQ(e, ::attnd::gpu::kErrorInvalidValue) << k.name;
+                ? gpu::LaunchMlaDecodeWgmmaSfWith(p, splits, nullptr, nullptr, options)
+                : gpu::LaunchMlaDecodeWgmmaWith(p, splits, nullptr, nullptr, options);
+        EXPECT_EQ(e, ::attnd::gpu::kErrorInvalidValue) << k.name << " schedule " << schedule;
       }
     }
   }
-  EXPECT_GT(balanced_runs, 0);
+  EXPECT_GT(planned_runs, 0);
 }
 #endif  // ATTND_GPU_CUDA
 
