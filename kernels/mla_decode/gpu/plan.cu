@@ -269,7 +269,9 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
   const int32_t sched_groups = options.schedule ? ScheduleGroupsFor(p, shape) : 0;
   if (sched_groups > 0) {
     if (workspace == nullptr || !Aligned(workspace, 16)) return ::attnd::gpu::kErrorInvalidValue;
-    DecodeArgs a = MakeDecodeArgs(p, shape.block_m, kMaxSplits, nullptr);
+    // The partials are laid out here, not by MakeDecodeArgs; splits > 1 marks them in use.
+    DecodeArgs a = MakeDecodeArgs(p, shape.block_m, 1, nullptr);
+    a.splits = kMaxSplits;
     if (options.prefetch_l2 >= 0) a.prefetch_l2 = options.prefetch_l2 != 0;
     const int64_t launched = sched_groups + p.q.dim(0);
     a.partial_o = static_cast<float*>(workspace);
