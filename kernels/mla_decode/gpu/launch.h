@@ -88,6 +88,13 @@ struct DecodeLaunchOptions {
 // resident CTAs over the row blocks of a request, at most kScheduleMaxGroups).
 int64_t ScheduleWorkspaceBytes(const Params& p, GpuKernel kernel);
 
+// The schedule kernel alone (its tests): for `groups` groups (more than B, at most
+// kScheduleMaxGroups) of tiles of `block_n` positions, writes the entries of groups + B
+// launched groups (4 int32 each), then each request's first slot, then its piece count, into
+// `out` ((4 · (groups + B) + 2 · B) · 4 bytes of device memory).
+::attnd::gpu::Error LaunchMlaDecodeScheduleOnly(const Params& p, int32_t groups, int32_t block_n,
+                                                void* out, ::attnd::gpu::Stream stream);
+
 // The partial slots (the split count to size the workspace with, SplitWorkspaceBytes) of the
 // wave-balanced plan for `p` on `kernel` on the current device, or 0 where it does not apply:
 // batch_invariant, no range slots left over past one per request (B · row blocks >= SMs x

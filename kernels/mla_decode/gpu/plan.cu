@@ -248,6 +248,18 @@ int64_t ScheduleBytes(const Params& p, int32_t groups) {
   return launched * Rows(p) * (kDimV + 1) * 4 + (4 * launched + 2 * p.q.dim(0)) * 4;
 }
 
+::attnd::gpu::Error LaunchMlaDecodeScheduleOnly(const Params& p, int32_t groups, int32_t block_n,
+                                                void* out, ::attnd::gpu::Stream stream) {
+  if (out == nullptr || block_n < 1) return ::attnd::gpu::kErrorInvalidValue;
+  DecodeArgs a = MakeDecodeArgs(p, block_n, 1, nullptr);
+  const int64_t launched = groups + p.q.dim(0);
+  a.sched = static_cast<int32_t*>(out);
+  a.sched_first = a.sched + 4 * launched;
+  a.sched_pieces = a.sched_first + p.q.dim(0);
+  a.sched_groups = static_cast<int32_t>(launched);
+  return LaunchMlaDecodeSchedule(a, groups, block_n, stream);
+}
+
 int64_t ScheduleWorkspaceBytes(const Params& p, GpuKernel kernel) {
   const int32_t groups = ScheduleGroupsFor(p, ShapeOf(kernel, p));
   return groups > 0 ? ScheduleBytes(p, groups) : 0;

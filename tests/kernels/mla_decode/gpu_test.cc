@@ -18,6 +18,7 @@
 #if defined(ATTND_GPU_CUDA)
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/mla_decode/gpu/launch.h"
+#include "kernels/mla_decode/schedule_plan.h"
 #endif
 
 namespace attnd::kernels::mla_decode {
@@ -630,6 +631,83 @@ TEST(MlaDecodeGpu, WgmmaBalancedScheduledAndPrefetch) {
     }
   }
   EXPECT_GT(planned_runs, 0);
+}
+
+// The schedule kernel alone (gpu/schedule.cu) against its host reference (schedule_plan.h
+// BuildSchedule): the launched groups' entries, each request's first slot and piece count,
+// for ragged, equal, zero and over-capacity lengths (clamped to the table, as DecodeWorkItem
+// clamps them) and 1, 7 and 1023 groups' worth of requests. The table is widened as a view:
+// the kernel reads cache_seqlens and the capacity only.
+TEST(MlaDecodeGpu, ScheduleKernelMatchesHostReference) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  struct Case {
+    int64_t batch, groups, max_pages;
+    int kind;  // 0 ragged, 1 equal (full), 2 mostly empty, 3 past the capacity and negative
+  };
+  const Case cases[] = {{1, 132, 512, 0},    {128, 132, 512, 0}, {128, 132, 512, 1},
+                        {32, 66, 512, 0},    {7, 8, 3, 2},       {100, 1024, 4096, 3},
+                        {1023, 1024, 64, 0}, {5, 132, 1, 1}};
+  auto rng = testing::MakeRng();
+  for (const Case& k : cases) {
+    const std::string what = "B " + std::to_string(k.batch) + " groups " +
+                             std::to_string(k.groups) + " pages " + std::to_string(k.max_pages) +
+                             " kind " + std::to_string(k.kind);
+    SCOPED_TRACE(what);
+    // A small call of k.batch requests (one page each) whose table is then widened as a view.
+    DecodeCase c;
+    c.heads = 16;
+    c.max_pages = 1;
+    c.spare_pages = 0;
+    c.seqlens.assign(static_cast<size_t>(k.batch), 40);
+    DecodeTensors t(c, rng);
+    Params p = t.params();
+    p.block_table.shape[1] = k.max_pages;
+    const int64_t capacity = k.max_pages * 64;
+    // The lengths the kernel reads, and the tiles they give clamped to [0, capacity].
+    std::vector<int32_t> lens;
+    std::vector<int64_t> tiles;
+    for (int64_t b = 0; b < k.batch; ++b) {
+      int64_t len = 0;
+      switch (k.kind) {
+        case 0: len = static_cast<int64_t>(rng() % (capacity + 1)); break;
+        case 1: len = capacity; break;
+        case 2: len = rng() % 5 == 0 ? 1 + static_cast<int64_t>(rng() % capacity) : 0; break;
+        default: len = b % 2 == 0 ? capacity + 100 : -5; break;
+      }
+      lens.push_back(static_cast<int32_t>(len));
+      tiles.push_back((std::min(std::max<int64_t>(len, 0), capacity) + 63) / 64);
+    }
+    p.cache_seqlens = MakeTensor(lens.data(), DType::kI32, {k.batch});
+    testing::DeviceMirror mirror;
+    ASSERT_TRUE(mirror.Mirror(p.cache_seqlens).ok());
+    const int64_t launched = k.groups + k.batch;
+    void* ws = nullptr;
+    ASSERT_TRUE(mirror.Allocate((4 * launched + 2 * k.batch) * 4, &ws).ok());
+    ASSERT_EQ(gpu::LaunchMlaDecodeScheduleOnly(p, static_cast<int32_t>(k.groups), 64, ws,
+                                               static_cast<::attnd::gpu::Stream>(mirror.stream())),
+              ::attnd::gpu::kSuccess);
+    std::vector<int32_t> got(static_cast<size_t>(4 * launched + 2 * k.batch));
+    const Tensor host = MakeTensor(got.data(), DType::kI32, {static_cast<int64_t>(got.size())});
+    const Tensor dev = MakeTensor(ws, DType::kI32, {static_cast<int64_t>(got.size())});
+    ASSERT_TRUE(mirror.CopyBack(dev, host).ok());
+    ASSERT_TRUE(mirror.Synchronize().ok());
+    std::vector<int32_t> first, pieces;
+    const std::vector<ScheduleEntry> want =
+        BuildSchedule(tiles, k.groups, launched, 2, gpu::kMaxSplits, &first, &pieces);
+    for (int64_t g = 0; g < launched; ++g) {
+      const int32_t* e = got.data() + 4 * g;
+      const ScheduleEntry& x = want[static_cast<size_t>(g)];
+      EXPECT_TRUE(e[0] == x.request && e[1] == x.lo && e[2] == x.hi && e[3] == x.slot)
+          << "group " << g << ": got " << e[0] << " [" << e[1] << ", " << e[2] << ") slot " << e[3]
+          << ", want " << x.request << " [" << x.lo << ", " << x.hi << ") slot " << x.slot;
+    }
+    for (int64_t b = 0; b < k.batch; ++b) {
+      EXPECT_EQ(got[static_cast<size_t>(4 * launched + b)], first[static_cast<size_t>(b)]) << b;
+      EXPECT_EQ(got[static_cast<size_t>(4 * launched + k.batch + b)],
+                pieces[static_cast<size_t>(b)])
+          << b;
+    }
+  }
 }
 #endif  // ATTND_GPU_CUDA
 
