@@ -51,6 +51,23 @@ void FillFast(HostTensor& t, uint64_t seed) {
   }
 }
 
+// "B .. H .. d_qk .. s_q .. [causal]", for traces.
+std::string ShapeName(int64_t batch, int64_t heads, int64_t d_qk, int64_t s_q, bool causal) {
+  return "B " + std::to_string(batch) + " H " + std::to_string(heads) + " d_qk " +
+         std::to_string(d_qk) + " s_q " + std::to_string(s_q) + (causal ? " causal" : "");
+}
+
+// A wgmma test's case: the shape, and NaN at every cache position past a request's length.
+DecodeCase WgmmaCase(int64_t heads, int64_t d_qk, int64_t s_q, bool causal) {
+  DecodeCase c;
+  c.heads = heads;
+  c.d_qk = d_qk;
+  c.s_q = s_q;
+  c.causal = causal;
+  c.nan_past_length = true;
+  return c;
+}
+
 // Checks requests [b0, b0 + n) of p (outputs already on the host) against the reference.
 void CheckRequests(const Params& p, int64_t b0, int64_t n, const std::string& what) {
   Params sub = p;
@@ -393,17 +410,11 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
                           {9, 32, 576, 2, false},
                           {128, 16, 576, 1, false}};
   for (const Shape& s : shapes) {
-    const std::string shape = "B " + std::to_string(s.batch) + " H " + std::to_string(s.heads) +
-                              " d_qk " + std::to_string(s.d_qk) + " s_q " + std::to_string(s.s_q) +
-                              (s.causal ? " causal" : "");
+    const std::string shape = ShapeName(s.batch, s.heads, s.d_qk, s.s_q, s.causal);
     SCOPED_TRACE(shape);
     auto rng = testing::MakeRng();
-    DecodeCase c;
-    c.heads = s.heads;
-    c.d_qk = s.d_qk;
-    c.s_q = s.s_q;
-    c.causal = s.causal;
-    c.nan_past_length = true;  // a partly valid page's tail must never reach P·V
+    // NaN past every length: a partly valid page's tail must never reach P·V.
+    DecodeCase c = WgmmaCase(s.heads, s.d_qk, s.s_q, s.causal);
     const std::vector<int32_t> fixed = {1000, 0, 1, 63, 64, 65, 130, 2};
     c.seqlens.clear();
     for (int64_t b = 0; b < s.batch; ++b) {
@@ -537,18 +548,12 @@ TEST(MlaDecodeGpu, WgmmaBalancedScheduledAndPrefetch) {
                           {30, 64, 576, 1, 12, false}, {1, 64, 576, 1, 33, false}};
   int planned_runs = 0;
   for (const Shape& s : shapes) {
-    const std::string shape = "B " + std::to_string(s.batch) + " H " + std::to_string(s.heads) +
-                              " d_qk " + std::to_string(s.d_qk) + " s_q " + std::to_string(s.s_q) +
-                              " pages " + std::to_string(s.max_pages) + (s.causal ? " causal" : "");
+    const std::string shape = ShapeName(s.batch, s.heads, s.d_qk, s.s_q, s.causal) + " pages " +
+                              std::to_string(s.max_pages);
     SCOPED_TRACE(shape);
     auto rng = testing::MakeRng();
-    DecodeCase c;
-    c.heads = s.heads;
-    c.d_qk = s.d_qk;
-    c.s_q = s.s_q;
-    c.causal = s.causal;
+    DecodeCase c = WgmmaCase(s.heads, s.d_qk, s.s_q, s.causal);
     c.max_pages = s.max_pages;
-    c.nan_past_length = true;
     const int32_t capacity = static_cast<int32_t>(s.max_pages * 64);
     for (int64_t b = 0; b < s.batch; ++b) {  // full, empty, one position, ragged
       const int32_t pick[] = {
