@@ -272,6 +272,10 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePrefillCases(const std::string& fi
 
 struct PagedPreset {
   int64_t heads, batch, context, next_n;
+  // Lengths uniform in [next_n, context] (seeded) instead of all `context`: the work split
+  // reads the shapes only, so a ragged batch waits for its longest request (docs/KERNELS.md
+  // "A schedule from the lengths" has the decode's form of it). Work counted over them.
+  bool ragged = false;
 };
 
 absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filter) {
@@ -279,18 +283,19 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filt
   // B132 H64 next_n 1: 264 CTAs, exactly two per SM of an H200 (B128 leaves 8 of 264 CTA slots
   // empty), so B132 / B128 tells how much of B128's time is that imbalance.
   static constexpr PagedPreset kPresets[] = {
-      {64, 64, 32768, 1}, {64, 128, 32768, 1}, {64, 64, 32768, 2}, {64, 128, 32768, 2},
-      {64, 64, 32768, 4}, {64, 128, 32768, 4}, {32, 64, 32768, 1}, {32, 128, 32768, 1},
-      {32, 64, 32768, 2}, {32, 128, 32768, 2}, {32, 64, 32768, 4}, {32, 128, 32768, 4},
-      {64, 132, 32768, 1}};
+      {64, 64, 32768, 1},  {64, 128, 32768, 1},      {64, 64, 32768, 2}, {64, 128, 32768, 2},
+      {64, 64, 32768, 4},  {64, 128, 32768, 4},      {32, 64, 32768, 1}, {32, 128, 32768, 1},
+      {32, 64, 32768, 2},  {32, 128, 32768, 2},      {32, 64, 32768, 4}, {32, 128, 32768, 4},
+      {64, 132, 32768, 1}, {64, 128, 32768, 1, true}};
   // A reference to the static list: the cases keep pointers into it until they run.
   const std::vector<kernels::Impl<ilp::Params>>& impls = ilp::Implementations();
   std::vector<GpuBenchCase> cases;
   uint64_t seed = 101;
   std::mt19937_64 rng(7);
   for (const PagedPreset& s : kPresets) {
-    const std::string preset = absl::StrCat("deepseek_v32_h", s.heads, "_b", s.batch, "_ctx",
-                                            s.context, "_next", s.next_n);
+    const std::string preset =
+        absl::StrCat("deepseek_v32_h", s.heads, "_b", s.batch, "_ctx", s.context, "_next", s.next_n,
+                     s.ragged ? "_ragged" : "");
     if (!Wanted(filter, "indexer_logits_paged", preset, GpuImpls())) {
       continue;
     }
@@ -301,6 +306,12 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filt
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
     std::vector<int32_t> contexts(s.batch, static_cast<int32_t>(s.context));
+    if (s.ragged) {
+      for (int32_t& c : contexts) {
+        c = static_cast<int32_t>(s.next_n +
+                                 rng() % static_cast<uint64_t>(s.context - s.next_n + 1));
+      }
+    }
     auto arena = std::make_shared<DeviceArena>();
     auto q = arena->Random(DType::kFp8E4M3, rows * s.heads * kDim, 1.0f, seed++);
     auto cache = arena->Random(DType::kFp8E4M3, pages * block_bytes, 1.0f, seed++);
@@ -321,15 +332,15 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakePagedCases(const std::string& filt
     p.logits = MakeTensor(*logits, DType::kF32, {rows, s.context});
     ATTND_RETURN_IF_ERROR(ilp::Validate(p));
     // Row j of a request sees context − next_n + j + 1 positions; keys are read once.
-    double pairs = 0;
-    for (int64_t j = 0; j < s.next_n; ++j)
-      pairs += static_cast<double>(s.context - s.next_n + j + 1);
-    pairs *= static_cast<double>(s.batch);
+    double pairs = 0, keys = 0;
+    for (const int32_t c : contexts) {
+      for (int64_t j = 0; j < s.next_n; ++j) pairs += static_cast<double>(c - s.next_n + j + 1);
+      keys += c;
+    }
     WorkCount work;
     work.flops = 2.0 * static_cast<double>(s.heads * kDim) * pairs;
-    work.bytes = static_cast<double>(rows * s.heads * kDim) +
-                 static_cast<double>(s.batch * s.context * (kDim + 4)) + 4.0 * pages +
-                 4.0 * s.batch + 4.0 * static_cast<double>(rows * s.heads) +
+    work.bytes = static_cast<double>(rows * s.heads * kDim) + keys * static_cast<double>(kDim + 4) +
+                 4.0 * pages + 4.0 * s.batch + 4.0 * static_cast<double>(rows * s.heads) +
                  4.0 * static_cast<double>(rows * s.context);
     const bool with_simt = s.batch <= 64 && s.heads == 64 && s.next_n <= 2;
     AddCases("indexer_logits_paged", preset, p, work, with_simt, arena, impls, &cases);
