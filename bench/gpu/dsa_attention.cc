@@ -5,7 +5,8 @@
 //   both caches (as vLLM and SGLang keep them), each request's blocks drawn from a shuffled pool
 //   (a fragmented cache); the MLA cache is the FP8 656-byte rows (or bf16 where the preset says
 //   so). FLOPs and logical bytes: dsa::Count on a host copy of context_lens (every token sees its
-//   full context − next_n + j + 1 positions).
+//   full context − next_n + j + 1 positions). "..._ragged": context lengths uniform in
+//   [next_n, 32768] instead.
 // - Gathered prefill form ("prefill_*"): T prompt tokens after P = N − T cached ones, causal
 //   windows ks = 0, ke = P + t + 1 (issue 13's whole layer: T 4096 over N 32K, bf16 cache).
 //   dsa::Count on host copies of ks / ke.
@@ -49,6 +50,10 @@ struct Preset {
   const char* name;
   int64_t batch, context, next_n, index_heads, heads, d_qk, topk;
   bool fp8_kv;
+  // Context lengths uniform in [next_n, context] (seeded) instead of all `context`: the paged
+  // indexer's chunks come from the shapes, so the layer may wait for its longest request
+  // (docs/BENCHMARKS.md "Session of 2026-12-07, 20:26 UTC").
+  bool ragged = false;
 };
 
 constexpr Preset kPresets[] = {
@@ -60,6 +65,8 @@ constexpr Preset kPresets[] = {
      false},
     {"decode_b64_ctx32768_next1_hi64_h128_d576_k2048_fp8kv", 64, 32768, 1, 64, 128, 576, 2048,
      true},
+    {"decode_b128_ctx32768_next1_hi64_h128_d576_k2048_fp8kv_ragged", 128, 32768, 1, 64, 128, 576,
+     2048, true, true},
 };
 
 struct PrefillPreset {
@@ -202,6 +209,12 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
     std::vector<int32_t> contexts(static_cast<size_t>(s.batch), static_cast<int32_t>(s.context));
+    if (s.ragged) {
+      for (int32_t& c : contexts) {
+        c = static_cast<int32_t>(s.next_n +
+                                 rng() % static_cast<uint64_t>(s.context - s.next_n + 1));
+      }
+    }
 
     auto arena = std::make_shared<DeviceArena>();
     auto index_q = arena->Random(DType::kFp8E4M3, t * s.index_heads * kIndexDim, 1.0f, seed++);
