@@ -22,9 +22,10 @@
 
 namespace attnd::kernels::mla_decode {
 
-// Requests at most (one schedule thread each) and groups at most (so the piece list fits the
-// schedule kernel's shared memory): the schedule applies only with fewer requests than groups.
-inline constexpr int32_t kScheduleMaxGroups = 1024;
+// Groups plus requests at most: the schedule kernel runs a thread per request and counts each
+// piece's rank against the others (at most groups + requests - 1 pieces), so this bounds its
+// work and shared memory. Larger batches keep the even plan.
+inline constexpr int32_t kScheduleMaxLaunched = 512;
 
 // Tiles a piece spans at most: the total over the groups, at least `min_width`, and wide
 // enough that no request is cut into more than `max_pieces` (>= 2) pieces. 0 when the total

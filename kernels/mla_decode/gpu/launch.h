@@ -84,12 +84,13 @@ struct DecodeLaunchOptions {
 };
 
 // The workspace bytes of the length-aware schedule for `p` on `kernel` on the current device,
-// or 0 where it does not apply (batch_invariant, or no fewer requests than CTA groups: SMs x
-// resident CTAs over the row blocks of a request, at most kScheduleMaxGroups).
+// or 0 where it does not apply (batch_invariant, an empty batch, or more than
+// kScheduleMaxLaunched CTA groups and requests together; a group is SMs x resident CTAs over
+// the row blocks of a request).
 int64_t ScheduleWorkspaceBytes(const Params& p, GpuKernel kernel);
 
-// The schedule kernel alone (its tests): for `groups` groups (more than B, at most
-// kScheduleMaxGroups) of tiles of `block_n` positions, writes the entries of groups + B
+// The schedule kernel alone (its tests): for `groups` groups (groups + B at most
+// kScheduleMaxLaunched) of tiles of `block_n` positions, writes the entries of groups + B
 // launched groups (4 int32 each), then each request's first slot, then its piece count, into
 // `out` ((4 · (groups + B) + 2 · B) · 4 bytes of device memory).
 ::attnd::gpu::Error LaunchMlaDecodeScheduleOnly(const Params& p, int32_t groups, int32_t block_n,

@@ -236,10 +236,11 @@ int32_t ScheduleGroupsFor(const Params& p, const KernelShape& shape) {
   if (!::attnd::gpu::CurrentDeviceFacts(&d)) return 0;
   const int64_t m_blocks = CeilDiv(Rows(p), shape.block_m);
   if (m_blocks < 1) return 0;
-  const int64_t groups = std::min<int64_t>(
-      static_cast<int64_t>(d.sm_count) * shape.blocks_per_sm / m_blocks, kScheduleMaxGroups);
+  const int64_t groups = static_cast<int64_t>(d.sm_count) * shape.blocks_per_sm / m_blocks;
   // An empty batch launches nothing (LaunchDecode's even path returns at once).
-  return p.q.dim(0) >= 1 && p.q.dim(0) < groups ? static_cast<int32_t>(groups) : 0;
+  const int64_t b = p.q.dim(0);
+  return b >= 1 && groups >= 1 && b + groups <= kScheduleMaxLaunched ? static_cast<int32_t>(groups)
+                                                                     : 0;
 }
 
 // Partials of every launched group's piece, then the entries and the per-request arrays.

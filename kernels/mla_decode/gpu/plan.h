@@ -61,8 +61,8 @@ int64_t WorkItems(const Params& p, int block_m);
 BalancedShape BalancedPlanFor(const Params& p, const KernelShape& shape);
 
 // The CTA groups the length-aware schedule cuts the work for (SMs x resident CTAs over the
-// row blocks of a request, at most kScheduleMaxGroups), or 0 where it does not apply; it
-// launches ScheduleGroupsFor + B groups.
+// row blocks of a request), or 0 where it does not apply (groups + B over
+// kScheduleMaxLaunched); it launches ScheduleGroupsFor + B groups.
 int32_t ScheduleGroupsFor(const Params& p, const KernelShape& shape);
 int64_t ScheduleBytes(const Params& p, int32_t groups);
 

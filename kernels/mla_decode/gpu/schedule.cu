@@ -15,8 +15,8 @@
 namespace attnd::kernels::mla_decode::gpu {
 namespace {
 
-constexpr int kThreads = kScheduleMaxGroups;            // a request per thread (B < groups)
-constexpr int kMaxPieces = 2 * kScheduleMaxGroups - 1;  // ranges + requests - 1 at most
+constexpr int kThreads = kScheduleMaxLaunched;    // a request per thread
+constexpr int kMaxPieces = kScheduleMaxLaunched;  // ranges + requests - 1 at most
 
 // Inclusive scan of v over the block through buf (kThreads entries); every thread calls it.
 template <class T>
@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(kThreads)
 
 ::attnd::gpu::Error LaunchMlaDecodeSchedule(const DecodeArgs& a, int32_t groups, int32_t block_n,
                                             ::attnd::gpu::Stream stream) {
-  if (a.sched == nullptr || a.batch < 1 || a.batch >= groups || groups > kScheduleMaxGroups ||
-      a.sched_groups < groups + a.batch || a.sched_groups > kMaxPieces + 1 || block_n < 1) {
+  if (a.sched == nullptr || a.batch < 1 || groups < 1 || a.sched_groups < groups + a.batch ||
+      a.sched_groups > kScheduleMaxLaunched || block_n < 1) {
     return ::attnd::gpu::kErrorInvalidValue;
   }
   MlaDecodeScheduleKernel<<<1, kThreads, 0, stream>>>(a, groups, block_n);

@@ -524,7 +524,8 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
 // DecodeLaunchOptions): the wave-balanced split plan (balanced_plan.h; the bench's "_bal"
 // variants), the L2 prefetch forced off and on (the "_nopf" variants) and the length-aware
 // schedule (schedule_plan.h, gpu/schedule.cu; "_sched"), against the fp64 reference. Shapes
-// where the plans apply on this device (fewer requests than CTA groups): ragged lengths with
+// where the plans apply on this device (fewer requests than CTA groups: the balanced plan
+// needs it; the schedule also runs past it): ragged lengths with
 // empty pieces (lengths far under the table's capacity, so capacity-based pieces are clipped
 // away and must leave LSE -inf in their slot; a request of length 0 has no scheduled piece),
 // masked pages, NaN past every length, H 128 (two row blocks a group), causal MTP, and H 16
@@ -641,17 +642,18 @@ TEST(MlaDecodeGpu, WgmmaBalancedScheduledAndPrefetch) {
 // The schedule kernel alone (gpu/schedule.cu) against its host reference (schedule_plan.h
 // BuildSchedule): the launched groups' entries, each request's first slot and piece count,
 // for ragged, equal, zero and over-capacity lengths (clamped to the table, as DecodeWorkItem
-// clamps them) and 1, 7 and 1023 groups' worth of requests. The table is widened as a view:
-// the kernel reads cache_seqlens and the capacity only.
+// clamps them), fewer and more requests than groups, up to kScheduleMaxLaunched of both
+// together. The table is widened as a view: the kernel reads cache_seqlens and the capacity
+// only.
 TEST(MlaDecodeGpu, ScheduleKernelMatchesHostReference) {
   if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
   struct Case {
     int64_t batch, groups, max_pages;
     int kind;  // 0 ragged, 1 equal (full), 2 mostly empty, 3 past the capacity and negative
   };
-  const Case cases[] = {{1, 132, 512, 0},    {128, 132, 512, 0}, {128, 132, 512, 1},
-                        {32, 66, 512, 0},    {7, 8, 3, 2},       {100, 1024, 4096, 3},
-                        {1023, 1024, 64, 0}, {5, 132, 1, 1}};
+  const Case cases[] = {{1, 132, 512, 0}, {128, 132, 512, 0}, {128, 132, 512, 1},
+                        {32, 66, 512, 0}, {7, 8, 3, 2},       {100, 132, 4096, 3},
+                        {446, 66, 64, 0}, {5, 132, 1, 1},     {200, 66, 512, 0}};
   auto rng = testing::MakeRng();
   for (const Case& k : cases) {
     const std::string what = "B " + std::to_string(k.batch) + " groups " +
