@@ -168,12 +168,14 @@ const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name)
           const int splits = splits_of(p);
           if (bytes_of(p) > ctx.workspace_bytes) return absl::ResourceExhaustedError("workspace");
           const auto stream = static_cast<gpu::Stream>(ctx.stream);
+          mla_decode::gpu::DecodeLaunchOptions sized = options;
+          sized.workspace_bytes = ctx.workspace_bytes;
           if (kernel == GpuKernel::kWgmmaSf) {
             GPU_RETURN_IF_ERROR(mla_decode::gpu::LaunchMlaDecodeWgmmaSfWith(
-                p, splits, ctx.workspace, stream, options));
+                p, splits, ctx.workspace, stream, sized));
           } else {
-            GPU_RETURN_IF_ERROR(mla_decode::gpu::LaunchMlaDecodeWgmmaWith(p, splits, ctx.workspace,
-                                                                          stream, options));
+            GPU_RETURN_IF_ERROR(
+                mla_decode::gpu::LaunchMlaDecodeWgmmaWith(p, splits, ctx.workspace, stream, sized));
           }
           return absl::OkStatus();
         };

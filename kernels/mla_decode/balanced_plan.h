@@ -21,7 +21,9 @@
 //   const BalancedPiece piece = BalancedPieceAt(s, order, cut, blockIdx.x / m_blocks);
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 
 namespace attnd::kernels::mla_decode {
 
@@ -91,27 +93,17 @@ constexpr int64_t BalancedFirstTiles(const BalancedRange& r) {
 
 // Fills order[0, s.ranges) with the range ids in launch order: the cut ranges first, by their
 // first piece's tiles (then id), then the others by tiles (then id). Returns the number of cut
-// ranges, i.e. of second-wave groups (a selection sort: ranges <= 255, host only).
+// ranges, i.e. of second-wave groups. Host only (every launch: each key computed once).
 inline int32_t BalancedOrder(const BalancedShape& s, uint8_t* order) {
+  std::pair<int64_t, int32_t> keyed[kBalancedMaxRanges];
   int32_t cut = 0;
   for (int32_t c = 0; c < s.ranges; ++c) {
-    order[c] = static_cast<uint8_t>(c);
-    if (BalancedRangeOf(s, c).cut >= 0) ++cut;
-  }
-  auto key = [&s](int32_t c) {
     const BalancedRange r = BalancedRangeOf(s, c);
-    return (r.cut >= 0 ? 0 : s.tiles + 1) + BalancedFirstTiles(r);
-  };
-  for (int32_t i = 0; i < s.ranges; ++i) {
-    int32_t best = i;
-    for (int32_t j = i + 1; j < s.ranges; ++j) {
-      const int64_t kj = key(order[j]), kb = key(order[best]);
-      if (kj < kb || (kj == kb && order[j] < order[best])) best = j;
-    }
-    const uint8_t t = order[i];
-    order[i] = order[best];
-    order[best] = t;
+    if (r.cut >= 0) ++cut;
+    keyed[c] = {(r.cut >= 0 ? 0 : s.tiles + 1) + BalancedFirstTiles(r), c};
   }
+  std::sort(keyed, keyed + s.ranges);
+  for (int32_t i = 0; i < s.ranges; ++i) order[i] = static_cast<uint8_t>(keyed[i].second);
   return cut;
 }
 

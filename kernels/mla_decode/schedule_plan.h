@@ -17,6 +17,7 @@
 //   const ScheduleSpan s = SchedulePiece(prefix, tiles, w, k);  // its k-th, tiles [lo, hi)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -26,6 +27,8 @@ namespace attnd::kernels::mla_decode {
 // piece's rank against the others (at most groups + requests - 1 pieces), so this bounds its
 // work and shared memory. Larger batches keep the even plan.
 inline constexpr int32_t kScheduleMaxLaunched = 512;
+// Tiles a piece spans at least (the even plan's two tiles a split, gpu/plan.cu).
+inline constexpr int64_t kScheduleMinWidth = 2;
 
 // Tiles a piece spans at most: the total over the groups, at least `min_width`, and wide
 // enough that no request is cut into more than `max_pieces` (>= 2) pieces. 0 when the total
@@ -80,7 +83,7 @@ inline std::vector<ScheduleEntry> BuildSchedule(const std::vector<int64_t>& tile
   first->assign(tiles.size(), 0);
   pieces->assign(tiles.size(), 0);
   int64_t prefix = 0;
-  for (size_t b = 0; b < tiles.size(); ++b) {
+  for (std::size_t b = 0; b < tiles.size(); ++b) {
     const int32_t n = SchedulePiecesOf(prefix, tiles[b], w);
     (*first)[b] = static_cast<int32_t>(flat.size());
     (*pieces)[b] = n;
@@ -93,18 +96,18 @@ inline std::vector<ScheduleEntry> BuildSchedule(const std::vector<int64_t>& tile
   }
   // Longest first, ties in piece order (the device's rank: the pieces longer than it, or as
   // long and earlier).
-  std::vector<ScheduleEntry> out(static_cast<size_t>(groups_launched));
-  for (size_t i = 0; i < flat.size(); ++i) {
+  std::vector<ScheduleEntry> out(static_cast<std::size_t>(groups_launched));
+  for (std::size_t i = 0; i < flat.size(); ++i) {
     int64_t rank = 0;
     const int32_t len = flat[i].hi - flat[i].lo;
-    for (size_t j = 0; j < flat.size(); ++j) {
+    for (std::size_t j = 0; j < flat.size(); ++j) {
       const int32_t lj = flat[j].hi - flat[j].lo;
       rank += lj > len || (lj == len && j < i) ? 1 : 0;
     }
-    if (rank < groups_launched) out[static_cast<size_t>(rank)] = flat[i];
+    if (rank < groups_launched) out[static_cast<std::size_t>(rank)] = flat[i];
   }
   for (int64_t g = static_cast<int64_t>(flat.size()); g < groups_launched; ++g) {
-    out[static_cast<size_t>(g)] = {0, 0, 0, static_cast<int32_t>(g)};
+    out[static_cast<std::size_t>(g)] = {0, 0, 0, static_cast<int32_t>(g)};
   }
   return out;
 }

@@ -81,6 +81,9 @@ struct DecodeLaunchOptions {
   // places the pieces, `splits` is ignored and the workspace must hold that many bytes.
   // Elsewhere as without it. Takes precedence over `balanced`.
   bool schedule = false;
+  // The workspace's bytes when known (>= 0): the schedule's launch is refused when they are
+  // fewer than it needs (the even paths keep the launchers' contract: SplitWorkspaceBytes).
+  int64_t workspace_bytes = -1;
 };
 
 // The workspace bytes of the length-aware schedule for `p` on `kernel` on the current device,

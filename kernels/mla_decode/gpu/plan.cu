@@ -223,6 +223,7 @@ BalancedShape BalancedPlanFor(const Params& p, const KernelShape& shape) {
   if (m_blocks < 1) return {};
   const int64_t groups = static_cast<int64_t>(d.sm_count) * shape.blocks_per_sm / m_blocks;
   const int64_t tiles = CeilDiv(std::min<int64_t>(Capacity(p), kMaxInt32), shape.block_n);
+  static_assert(kMinSplitTiles == kScheduleMinWidth, "one least width for both plans");
   return BalancedShapeFor(p.q.dim(0), tiles, groups, kMinSplitTiles, kMaxSplits);
 }
 
@@ -251,7 +252,10 @@ int64_t ScheduleBytes(const Params& p, int32_t groups) {
 
 ::attnd::gpu::Error LaunchMlaDecodeScheduleOnly(const Params& p, int32_t groups, int32_t block_n,
                                                 void* out, ::attnd::gpu::Stream stream) {
-  if (out == nullptr || block_n < 1) return ::attnd::gpu::kErrorInvalidValue;
+  if (out == nullptr || block_n < 1 || groups < 1 || p.q.dim(0) < 1 ||
+      groups + p.q.dim(0) > kScheduleMaxLaunched) {
+    return ::attnd::gpu::kErrorInvalidValue;
+  }
   DecodeArgs a = MakeDecodeArgs(p, block_n, 1, nullptr);
   const int64_t launched = groups + p.q.dim(0);
   a.sched = static_cast<int32_t*>(out);
@@ -282,7 +286,11 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
   if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return ::attnd::gpu::kErrorInvalidValue;
   const int32_t sched_groups = options.schedule ? ScheduleGroupsFor(p, shape) : 0;
   if (sched_groups > 0) {
-    if (workspace == nullptr || !Aligned(workspace, 16)) return ::attnd::gpu::kErrorInvalidValue;
+    if (workspace == nullptr || !Aligned(workspace, 16) ||
+        (options.workspace_bytes >= 0 &&
+         options.workspace_bytes < ScheduleBytes(p, sched_groups))) {
+      return ::attnd::gpu::kErrorInvalidValue;
+    }
     // The partials are laid out here, not by MakeDecodeArgs; splits > 1 marks them in use.
     DecodeArgs a = MakeDecodeArgs(p, shape.block_m, 1, nullptr);
     a.splits = kMaxSplits;

@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t end = BlockInclusiveScan<int64_t>(tiles, scan64_s);  // also orders longest_s
   const int64_t total = scan64_s[kThreads - 1];
   const int64_t prefix = end - tiles;
-  const int64_t width = ScheduleWidth(total, longest_s, groups, 2, kMaxSplits);
+  const int64_t width = ScheduleWidth(total, longest_s, groups, kScheduleMinWidth, kMaxSplits);
   const int32_t n = b < a.batch ? SchedulePiecesOf(prefix, tiles, width) : 0;
   const int32_t first = BlockInclusiveScan<int32_t>(n, scan32_s) - n;
   const int32_t count = scan32_s[kThreads - 1];
