@@ -170,13 +170,8 @@ const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name)
           const auto stream = static_cast<gpu::Stream>(ctx.stream);
           mla_decode::gpu::DecodeLaunchOptions sized = options;
           sized.workspace_bytes = ctx.workspace_bytes;
-          if (kernel == GpuKernel::kWgmmaSf) {
-            GPU_RETURN_IF_ERROR(mla_decode::gpu::LaunchMlaDecodeWgmmaSfWith(
-                p, splits, ctx.workspace, stream, sized));
-          } else {
-            GPU_RETURN_IF_ERROR(
-                mla_decode::gpu::LaunchMlaDecodeWgmmaWith(p, splits, ctx.workspace, stream, sized));
-          }
+          GPU_RETURN_IF_ERROR(mla_decode::gpu::LaunchMlaDecodeWith(kernel, p, splits, ctx.workspace,
+                                                                   stream, sized));
           return absl::OkStatus();
         };
         v->emplace(variant.name, std::move(variant));

@@ -118,18 +118,17 @@ int BalancedSplits(const Params& p, GpuKernel kernel);
                                        ::attnd::gpu::Stream stream);
 ::attnd::gpu::Error LaunchMlaDecodeWgmma(const Params& p, int splits, void* workspace,
                                          ::attnd::gpu::Stream stream);
-::attnd::gpu::Error LaunchMlaDecodeWgmmaWith(const Params& p, int splits, void* workspace,
-                                             ::attnd::gpu::Stream stream,
-                                             const DecodeLaunchOptions& options);
 // kWgmmaPp: the same calls at FAST precision (wgmma_pp.cu).
 ::attnd::gpu::Error LaunchMlaDecodeWgmmaPp(const Params& p, int splits, void* workspace,
                                            ::attnd::gpu::Stream stream);
 // kWgmmaSf (wgmma_sf.cu): also an error where the driver will not map the cache.
 ::attnd::gpu::Error LaunchMlaDecodeWgmmaSf(const Params& p, int splits, void* workspace,
                                            ::attnd::gpu::Stream stream);
-::attnd::gpu::Error LaunchMlaDecodeWgmmaSfWith(const Params& p, int splits, void* workspace,
-                                               ::attnd::gpu::Stream stream,
-                                               const DecodeLaunchOptions& options);
+// kWgmma or kWgmmaSf with launch options (the bench's variants and their tests); another
+// kernel: kErrorInvalidValue.
+::attnd::gpu::Error LaunchMlaDecodeWith(GpuKernel kernel, const Params& p, int splits,
+                                        void* workspace, ::attnd::gpu::Stream stream,
+                                        const DecodeLaunchOptions& options);
 #endif
 
 }  // namespace attnd::kernels::mla_decode::gpu

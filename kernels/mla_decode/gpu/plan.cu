@@ -215,13 +215,25 @@ bool WgmmaPrefers(const Params& p, std::string* why) {
                 " splits), under ", kWgmmaPaddedMinTiles);
 }
 
-BalancedShape BalancedPlanFor(const Params& p, const KernelShape& shape) {
-  if (p.batch_invariant || shape.kernel == nullptr || shape.blocks_per_sm < 1) return {};
+namespace {
+
+// The CTA groups of both plans (a group: the row blocks of one request, which read the same
+// pages together) on the current device, or 0 where neither applies (batch_invariant: its own
+// plan).
+int64_t PlanGroups(const Params& p, const KernelShape& shape) {
+  if (p.batch_invariant || shape.kernel == nullptr || shape.blocks_per_sm < 1) return 0;
   ::attnd::gpu::DeviceFacts d;
-  if (!::attnd::gpu::CurrentDeviceFacts(&d)) return {};
+  if (!::attnd::gpu::CurrentDeviceFacts(&d)) return 0;
   const int64_t m_blocks = CeilDiv(Rows(p), shape.block_m);
-  if (m_blocks < 1) return {};
-  const int64_t groups = static_cast<int64_t>(d.sm_count) * shape.blocks_per_sm / m_blocks;
+  if (m_blocks < 1) return 0;
+  return static_cast<int64_t>(d.sm_count) * shape.blocks_per_sm / m_blocks;
+}
+
+}  // namespace
+
+BalancedShape BalancedPlanFor(const Params& p, const KernelShape& shape) {
+  const int64_t groups = PlanGroups(p, shape);
+  if (groups < 1) return {};
   const int64_t tiles = CeilDiv(std::min<int64_t>(Capacity(p), kMaxInt32), shape.block_n);
   static_assert(kMinSplitTiles == kScheduleMinWidth, "one least width for both plans");
   return BalancedShapeFor(p.q.dim(0), tiles, groups, kMinSplitTiles, kMaxSplits);
@@ -232,12 +244,7 @@ int BalancedSplits(const Params& p, GpuKernel kernel) {
 }
 
 int32_t ScheduleGroupsFor(const Params& p, const KernelShape& shape) {
-  if (p.batch_invariant || shape.kernel == nullptr || shape.blocks_per_sm < 1) return 0;
-  ::attnd::gpu::DeviceFacts d;
-  if (!::attnd::gpu::CurrentDeviceFacts(&d)) return 0;
-  const int64_t m_blocks = CeilDiv(Rows(p), shape.block_m);
-  if (m_blocks < 1) return 0;
-  const int64_t groups = static_cast<int64_t>(d.sm_count) * shape.blocks_per_sm / m_blocks;
+  const int64_t groups = PlanGroups(p, shape);
   // An empty batch launches nothing (LaunchDecode's even path returns at once).
   const int64_t b = p.q.dim(0);
   return b >= 1 && groups >= 1 && b + groups <= kScheduleMaxLaunched ? static_cast<int32_t>(groups)
@@ -284,17 +291,18 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
                                  void* workspace, ::attnd::gpu::Stream stream,
                                  const void* second_arg, const DecodeLaunchOptions& options) {
   if (shape.kernel == nullptr || shape.blocks_per_sm < 1) return ::attnd::gpu::kErrorInvalidValue;
+  DecodeArgs a;
+  int64_t grid;
   const int32_t sched_groups = options.schedule ? ScheduleGroupsFor(p, shape) : 0;
-  if (sched_groups > 0) {
+  if (sched_groups > 0) {  // the schedule kernel first, then (ScheduleGroupsFor + B) groups
     if (workspace == nullptr || !Aligned(workspace, 16) ||
         (options.workspace_bytes >= 0 &&
          options.workspace_bytes < ScheduleBytes(p, sched_groups))) {
       return ::attnd::gpu::kErrorInvalidValue;
     }
     // The partials are laid out here, not by MakeDecodeArgs; splits > 1 marks them in use.
-    DecodeArgs a = MakeDecodeArgs(p, shape.block_m, 1, nullptr);
+    a = MakeDecodeArgs(p, shape.block_m, 1, nullptr);
     a.splits = kMaxSplits;
-    if (options.prefetch_l2 >= 0) a.prefetch_l2 = options.prefetch_l2 != 0;
     const int64_t launched = sched_groups + p.q.dim(0);
     a.partial_o = static_cast<float*>(workspace);
     a.partial_lse = a.partial_o + launched * Rows(p) * kDimV;
@@ -302,34 +310,31 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
     a.sched_first = a.sched + 4 * launched;
     a.sched_pieces = a.sched_first + p.q.dim(0);
     a.sched_groups = static_cast<int32_t>(launched);
-    ::attnd::gpu::Error e = LaunchMlaDecodeSchedule(a, sched_groups, shape.block_n, stream);
+    grid = launched * a.m_blocks;
+    const ::attnd::gpu::Error e = LaunchMlaDecodeSchedule(a, sched_groups, shape.block_n, stream);
     if (e != ::attnd::gpu::kSuccess) return e;
-    void* args[] = {&a, const_cast<void*>(second_arg)};
-    e = ::attnd::gpu::LaunchKernel(shape.kernel, dim3(static_cast<unsigned>(launched * a.m_blocks)),
-                                   dim3(shape.threads), args, shape.smem_bytes, stream);
-    if (e != ::attnd::gpu::kSuccess) return e;
-    return LaunchMlaDecodeCombine(a, stream);
+  } else {
+    const BalancedShape bal = options.balanced ? BalancedPlanFor(p, shape) : BalancedShape{};
+    if (bal.ranges > 0 && splits != bal.max_pieces) return ::attnd::gpu::kErrorInvalidValue;
+    if (splits < 1 || splits > kMaxSplits) return ::attnd::gpu::kErrorInvalidValue;
+    if (splits > 1 && (workspace == nullptr || !Aligned(workspace, 16))) {
+      return ::attnd::gpu::kErrorInvalidValue;
+    }
+    grid = WorkItems(p, shape.block_m) * splits;
+    if (grid == 0) return ::attnd::gpu::kSuccess;
+    if (grid > kMaxInt32) return ::attnd::gpu::kErrorInvalidValue;
+    a = MakeDecodeArgs(p, shape.block_m, splits, workspace);
+    if (bal.ranges > 0) {  // (ranges + cut ranges) groups of m_blocks CTAs, at most 2 · 255
+      a.bal = bal;
+      grid = (static_cast<int64_t>(bal.ranges) + BalancedOrder(bal, a.bal_order)) * a.m_blocks;
+    }
   }
-  const BalancedShape bal = options.balanced ? BalancedPlanFor(p, shape) : BalancedShape{};
-  if (bal.ranges > 0 && splits != bal.max_pieces) return ::attnd::gpu::kErrorInvalidValue;
-  if (splits < 1 || splits > kMaxSplits) return ::attnd::gpu::kErrorInvalidValue;
-  if (splits > 1 && (workspace == nullptr || !Aligned(workspace, 16))) {
-    return ::attnd::gpu::kErrorInvalidValue;
-  }
-  int64_t grid = WorkItems(p, shape.block_m) * splits;
-  if (grid == 0) return ::attnd::gpu::kSuccess;
-  if (grid > kMaxInt32) return ::attnd::gpu::kErrorInvalidValue;
-  DecodeArgs a = MakeDecodeArgs(p, shape.block_m, splits, workspace);
   if (options.prefetch_l2 >= 0) a.prefetch_l2 = options.prefetch_l2 != 0;
-  if (bal.ranges > 0) {  // (ranges + cut ranges) groups of m_blocks CTAs, at most 2 · 255
-    a.bal = bal;
-    grid = (static_cast<int64_t>(bal.ranges) + BalancedOrder(bal, a.bal_order)) * a.m_blocks;
-  }
   void* args[] = {&a, const_cast<void*>(second_arg)};  // the kernel reads what it declares
   ::attnd::gpu::Error e =
       ::attnd::gpu::LaunchKernel(shape.kernel, dim3(static_cast<unsigned>(grid)),
                                  dim3(shape.threads), args, shape.smem_bytes, stream);
-  if (e != ::attnd::gpu::kSuccess || splits == 1) return e;
+  if (e != ::attnd::gpu::kSuccess || a.splits == 1) return e;
   return LaunchMlaDecodeCombine(a, stream);
 }
 

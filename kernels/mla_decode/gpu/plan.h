@@ -39,6 +39,13 @@ KernelShape WgmmaPpShape(const Params& p);
 // path to fall back on).
 KernelShape WgmmaSfShape(const Params& p);
 bool WgmmaSfMapsKv(const Params& p, std::string* why);
+// wgmma.cu / wgmma_sf.cu: their launchers with options (launch.h LaunchMlaDecodeWith).
+::attnd::gpu::Error LaunchMlaDecodeWgmmaWith(const Params& p, int splits, void* workspace,
+                                             ::attnd::gpu::Stream stream,
+                                             const DecodeLaunchOptions& options);
+::attnd::gpu::Error LaunchMlaDecodeWgmmaSfWith(const Params& p, int splits, void* workspace,
+                                               ::attnd::gpu::Stream stream,
+                                               const DecodeLaunchOptions& options);
 #endif
 
 // H < 64 on the wgmma kernels (CUDA-only, but GpuSupports asks on every GPU build): every

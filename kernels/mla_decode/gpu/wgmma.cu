@@ -58,6 +58,18 @@ KernelShape WgmmaShape(const Params& p) { return ShapeOf<false>(p); }
   return LaunchMlaDecodeWgmmaWith(p, splits, workspace, stream, DecodeLaunchOptions{});
 }
 
+::attnd::gpu::Error LaunchMlaDecodeWith(GpuKernel kernel, const Params& p, int splits,
+                                        void* workspace, ::attnd::gpu::Stream stream,
+                                        const DecodeLaunchOptions& options) {
+  if (kernel == GpuKernel::kWgmma) {
+    return LaunchMlaDecodeWgmmaWith(p, splits, workspace, stream, options);
+  }
+  if (kernel == GpuKernel::kWgmmaSf) {
+    return LaunchMlaDecodeWgmmaSfWith(p, splits, workspace, stream, options);
+  }
+  return ::attnd::gpu::kErrorInvalidValue;
+}
+
 }  // namespace attnd::kernels::mla_decode::gpu
 
 #endif  // defined(ATTND_GPU_CUDA)

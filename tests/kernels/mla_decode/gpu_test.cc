@@ -606,9 +606,7 @@ TEST(MlaDecodeGpu, WgmmaBalancedScheduledAndPrefetch) {
           gpu::DecodeLaunchOptions sized = options;
           sized.workspace_bytes = ctx.workspace_bytes;
           const ::attnd::gpu::Error e =
-              kernel == gpu::GpuKernel::kWgmmaSf
-                  ? gpu::LaunchMlaDecodeWgmmaSfWith(q, splits, ctx.workspace, stream, sized)
-                  : gpu::LaunchMlaDecodeWgmmaWith(q, splits, ctx.workspace, stream, sized);
+              gpu::LaunchMlaDecodeWith(kernel, q, splits, ctx.workspace, stream, sized);
           if (e != ::attnd::gpu::kSuccess) {
             return absl::InternalError(std::string("launch: ") + ::attnd::gpu::ErrorString(e));
           }
@@ -639,9 +637,7 @@ TEST(MlaDecodeGpu, WgmmaBalancedScheduledAndPrefetch) {
         }
         const int splits = refusal == 0 ? bal - 1 : 1;
         const ::attnd::gpu::Error e =
-            k.kernel == gpu::GpuKernel::kWgmmaSf
-                ? gpu::LaunchMlaDecodeWgmmaSfWith(p, splits, ws, nullptr, options)
-                : gpu::LaunchMlaDecodeWgmmaWith(p, splits, ws, nullptr, options);
+            gpu::LaunchMlaDecodeWith(k.kernel, p, splits, ws, nullptr, options);
         EXPECT_EQ(e, ::attnd::gpu::kErrorInvalidValue) << k.name << " refusal " << refusal;
       }
     }
