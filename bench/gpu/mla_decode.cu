@@ -135,9 +135,8 @@ absl::StatusOr<Call> MakeCall(const Cache& cache, int64_t batch, int64_t ctx, in
 // Launch-option variants of the wgmma kernels, by name: "<impl>_bal" runs the wave-balanced
 // split plan (launch.h DecodeLaunchOptions::balanced; even splits where it does not apply),
 // "<impl>_sched" the length-aware schedule (DecodeLaunchOptions::schedule), "<impl>_nopf" turns
-// the L2 prefetch off, "cuda_wgmma_sf_slab" a full barrier per slab (::slab_barriers)
-// (docs/KERNELS.md "Wave-balanced splits", "A schedule from the lengths"). The registered
-// implementation's supports; its launcher's `...With` form.
+// the L2 prefetch off (docs/KERNELS.md "Wave-balanced splits", "A schedule from the lengths").
+// The registered implementation's supports; its launcher's `...With` form.
 const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name) {
   static const auto* variants = [] {
     auto* v = new std::map<std::string, kernels::Impl<mla_decode::Params>>();
@@ -147,10 +146,8 @@ const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name)
           {"cuda_wgmma_sf", GpuKernel::kWgmmaSf}}) {
       const auto* impl = FindImpl(mla_decode::Implementations(), base);
       if (impl == nullptr) continue;
-      for (const char* form : {"_bal", "_nopf", "_sched", "_slab"}) {
-        if (form == std::string("_slab") && kernel != GpuKernel::kWgmmaSf) continue;
+      for (const char* form : {"_bal", "_nopf", "_sched"}) {
         mla_decode::gpu::DecodeLaunchOptions options;
-        options.slab_barriers = form == std::string("_slab");
         options.balanced = form == std::string("_bal");
         options.schedule = form == std::string("_sched");
         options.prefetch_l2 = form == std::string("_nopf") ? 0 : -1;
@@ -214,7 +211,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
             if (!fp8 && ctx == 32768 && batch >= 32) {  // launch-option variants (FindDecodeImpl)
               for (const char* v :
                    {"cuda_wgmma_bal", "cuda_wgmma_nopf", "cuda_wgmma_sched", "cuda_wgmma_sf_bal",
-                    "cuda_wgmma_sf_nopf", "cuda_wgmma_sf_sched", "cuda_wgmma_sf_slab"}) {
+                    "cuda_wgmma_sf_nopf", "cuda_wgmma_sf_sched"}) {
                 impls.push_back(v);
               }
             }
@@ -242,9 +239,9 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
               for (const std::string& name : impls) {
                 if (!MayMatch(absl::StrCat("mla_decode/", case_preset, "/", name), filter))
                   continue;
-                const bool variant =
-                    absl::EndsWith(name, "_bal") || absl::EndsWith(name, "_nopf") ||
-                    absl::EndsWith(name, "_sched") || absl::EndsWith(name, "_slab");
+                const bool variant = absl::EndsWith(name, "_bal") ||
+                                     absl::EndsWith(name, "_nopf") ||
+                                     absl::EndsWith(name, "_sched");
                 if (invariant && variant) continue;  // the invariant plan has its own splits
                 const auto* impl = FindDecodeImpl(name);
                 mla_decode::Params p = call->p;

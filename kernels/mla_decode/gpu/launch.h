@@ -81,10 +81,6 @@ struct DecodeLaunchOptions {
   // places the pieces, `splits` is ignored and the workspace must hold that many bytes.
   // Elsewhere as without it. Takes precedence over `balanced`.
   bool schedule = false;
-  // cuda_wgmma_sf only: a full barrier per 64-column slab of a stage instead of per half, so
-  // each slab's Q·Kᵀ waits only for that slab's TMA (docs/KERNELS.md "Dense MLA decode,
-  // self-fed"). Ignored by the other kernels.
-  bool slab_barriers = false;
   // The workspace's bytes when known (>= 0): the schedule's launch is refused when they are
   // fewer than it needs (the even paths keep the launchers' contract: SplitWorkspaceBytes).
   int64_t workspace_bytes = -1;

@@ -36,9 +36,8 @@ KernelShape WgmmaShape(const Params& p);
 KernelShape WgmmaPpShape(const Params& p);
 // wgmma_sf.cu: the self-fed instance for p (WgmmaPpShape's calls with page size 64), and
 // whether its one tensor map of kv_cache encodes (else false with the reason: it has no gather
-// path to fall back on). slab_barriers: the instance with a full barrier per slab
-// (DecodeLaunchOptions::slab_barriers; the same CTA size and, within 128 bytes, shared memory).
-KernelShape WgmmaSfShape(const Params& p, bool slab_barriers = false);
+// path to fall back on).
+KernelShape WgmmaSfShape(const Params& p);
 bool WgmmaSfMapsKv(const Params& p, std::string* why);
 // wgmma.cu / wgmma_sf.cu: their launchers with options (launch.h LaunchMlaDecodeWith).
 ::attnd::gpu::Error LaunchMlaDecodeWgmmaWith(const Params& p, int splits, void* workspace,

@@ -15,23 +15,21 @@ namespace attnd::kernels::mla_decode::gpu {
 namespace {
 
 template <int kDqk>
-KernelShape SfShape(bool slab_barriers) {
-  return slab_barriers ? WgmmaKernelShape<WgmmaSfTile<kDqk, true>>(
-                             reinterpret_cast<const void*>(&MlaDecodeWgmmaSfKernel<kDqk, true>))
-                       : WgmmaKernelShape<WgmmaSfTile<kDqk, false>>(
-                             reinterpret_cast<const void*>(&MlaDecodeWgmmaSfKernel<kDqk, false>));
+KernelShape SfShape() {
+  return WgmmaKernelShape<WgmmaSfTile<kDqk>>(
+      reinterpret_cast<const void*>(&MlaDecodeWgmmaSfKernel<kDqk>));
 }
 
 }  // namespace
 
-KernelShape WgmmaSfShape(const Params& p, bool slab_barriers) {
+KernelShape WgmmaSfShape(const Params& p) {
   const int64_t heads = p.q.dim(2);
   if (p.kv_is_fp8() || p.precision != Precision::kFast || p.kv_cache.dim(1) != 64 ||
       (heads % kWgmmaBlockM != 0 && !(heads < kWgmmaBlockM && WgmmaPpRowsShareLimit(p)))) {
     return KernelShape{};
   }
-  if (p.q.dim(3) == 576) return SfShape<576>(slab_barriers);
-  if (p.q.dim(3) == 512) return SfShape<512>(slab_barriers);
+  if (p.q.dim(3) == 576) return SfShape<576>();
+  if (p.q.dim(3) == 512) return SfShape<512>();
   return KernelShape{};
 }
 
@@ -48,8 +46,7 @@ bool WgmmaSfMapsKv(const Params& p, std::string* why) {
                                                const DecodeLaunchOptions& options) {
   CUtensorMap map;
   if (!EncodeWgmmaKvMap(p, &map)) return ::attnd::gpu::kErrorInvalidValue;
-  return LaunchDecode(p, WgmmaSfShape(p, options.slab_barriers), splits, workspace, stream, &map,
-                      options);
+  return LaunchDecode(p, WgmmaSfShape(p), splits, workspace, stream, &map, options);
 }
 
 ::attnd::gpu::Error LaunchMlaDecodeWgmmaSf(const Params& p, int splits, void* workspace,

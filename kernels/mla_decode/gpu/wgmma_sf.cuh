@@ -7,9 +7,7 @@
 // of both blocks), but the CTA is two warpgroups and no producer:
 //   - every block is one whole page, loaded by TMA through the cache's tensor map (an id outside
 //     [0, num_pages), or a block past the work item's end, as a box wholly out of range: zeros);
-//     each half has one full mbarrier (count 1: the issuing thread's expect-tx arrival), or with
-//     kSlabBars each 64-column slab has its own, so Q·Kᵀ starts on a slab as soon as it lands
-//     (DecodeLaunchOptions::slab_barriers); a half is
+//     each half has one full mbarrier (count 1: the issuing thread's expect-tx arrival) and is
 //     refilled with the next pair's block by thread 0 of the warpgroup that reads it last, right
 //     after its wait for that read (WG0: L of stage 0 after P0·V_L, L of stage 1 after P1·V_L;
 //     WG1: R of stage 1 after P1·V_R, R of stage 0 after P0·V_R), so no empty barrier, no
@@ -45,9 +43,8 @@
 namespace attnd::kernels::mla_decode::gpu {
 
 // The ping-pong kernel's layout (PairTileLayout: Q | stage 0 | stage 1 | P1 | P0 at d512 |
-// m | row sums) | full[stage][half] (u64 at + 8·(2·stage + half)), or with kSlabBars
-// full[stage][slab] (at + 8·(kSlabs·stage + slab)), then q (u64).
-template <int kDqk, bool kSlabBars = false>
+// m | row sums) | full[stage][half] (u64 at + 8·(2·stage + half)), q (u64).
+template <int kDqk>
 struct WgmmaSfTile : ::attnd::kernels::sparse_mla::gpu::PairTileLayout<kDqk> {
   using Layout = ::attnd::kernels::sparse_mla::gpu::PairTileLayout<kDqk>;
   using Layout::kBlockM;
@@ -55,8 +52,7 @@ struct WgmmaSfTile : ::attnd::kernels::sparse_mla::gpu::PairTileLayout<kDqk> {
   static constexpr int kThreads = 256;  // WG0, WG1; no producer
   static constexpr int kVSlabs = 4;     // V slabs of a half (the rope is not V)
   static constexpr uint32_t kBarOffset = Layout::kStatEnd;
-  static constexpr int kFullBars = kSlabBars ? 2 * Layout::kSlabs : 4;
-  static constexpr int kSmemBytes = static_cast<int>(kBarOffset + (kFullBars + 1) * 8);
+  static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 5 * 8);
   // q: one cp.async arrival (noinc) per thread.
   static constexpr uint32_t kQCount = kThreads;
   static_assert(kSmemBytes <= kSm90MaxSmemBytes, "fits sm_90's 227 KiB of shared memory per block");
@@ -74,12 +70,11 @@ enum WgmmaSfBarrier : uint32_t {
 };
 
 // Rows: PaddedRows<PagedRows> (wgmma.cuh; blocks of fewer than 64 rows at H < 64 are padding
-// past w.nrows). kv_map: the cache's tensor map (EncodeWgmmaKvMap). kSlabBars: a full barrier
-// per slab instead of per half.
-template <int kDqk, bool kSlabBars, class Rows>
+// past w.nrows). kv_map: the cache's tensor map (EncodeWgmmaKvMap).
+template <int kDqk, class Rows>
 __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv_map) {
 #if ATTND_SM90A
-  using Tile = WgmmaSfTile<kDqk, kSlabBars>;
+  using Tile = WgmmaSfTile<kDqk>;
   using namespace ::attnd::gpu::wgmma;
   using ::attnd::kernels::sparse_mla::gpu::wgmma_pp_internal::AnyNotOne;
   using ::attnd::kernels::sparse_mla::gpu::wgmma_pp_internal::PairPvRegs;
@@ -101,15 +96,13 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
   const int n_pairs = (n_blocks + 1) / 2;
 
   const uint32_t bar = base + Tile::kBarOffset;
-  // The full barrier of `half` of `stage` (per-half form) or of `slab` of `stage` (kSlabBars).
   auto full_bar = [&](int stage, int half) { return bar + 8 * (2 * stage + half); };
-  auto slab_bar = [&](int stage, int slab) { return bar + 8 * (Tile::kSlabs * stage + slab); };
-  const uint32_t q_bar = bar + 8 * Tile::kFullBars;
+  const uint32_t q_bar = bar + 32;
   constexpr int kL = 0, kR = 1;
   auto stage_off = [](int stage) { return Tile::kKvOffset + stage * Tile::kStageBytes; };
   if (tid == 0) {
     PrefetchTensorMap(kv_map);
-    for (int i = 0; i < Tile::kFullBars; ++i) MbarInit(bar + 8 * i, 1);
+    for (int i = 0; i < 4; ++i) MbarInit(bar + 8 * i, 1);
     MbarInit(q_bar, Tile::kQCount);
     FenceMbarInit();
   }
@@ -130,29 +123,15 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
     const int64_t left = w.end - w.begin - int64_t{64} * k;
     return left >= 64 ? 64 : static_cast<int>(left);
   };
-  // One thread: slabs of half `half` of `stage` from page `id`, under one expect-tx arrival
-  // (kSlabBars: one per slab, on the slab's barrier).
+  // One thread: slabs of half `half` of `stage` from page `id`, under one expect-tx arrival.
   auto issue_half = [&](int stage, int half, int32_t id) {
     const int first = half == kL ? 0 : Tile::kLSlabs;
     const int count = half == kL ? Tile::kLSlabs : Tile::kRSlabs;
-    if constexpr (!kSlabBars) {
-      MbarArriveExpectTx(full_bar(stage, half), static_cast<uint32_t>(count) * Tile::kSlabBytes);
-    }
+    const uint32_t fb = full_bar(stage, half);
+    MbarArriveExpectTx(fb, static_cast<uint32_t>(count) * Tile::kSlabBytes);
     for (int sl = 0; sl < count; ++sl) {
-      const uint32_t fb = kSlabBars ? slab_bar(stage, first + sl) : full_bar(stage, half);
-      if constexpr (kSlabBars) MbarArriveExpectTx(fb, Tile::kSlabBytes);
       TmaLoad3d(base + stage_off(stage) + static_cast<uint32_t>(first + sl) * Tile::kSlabBytes,
                 kv_map, fb, 64 * (first + sl), 0, id);
-    }
-  };
-  // Every thread: until `half` of `stage` has landed (`parity`).
-  auto wait_half = [&](int stage, int half, uint32_t parity) {
-    if constexpr (kSlabBars) {
-      const int first = half == kL ? 0 : Tile::kLSlabs;
-      const int count = half == kL ? Tile::kLSlabs : Tile::kRSlabs;
-      for (int sl = 0; sl < count; ++sl) MbarWait(slab_bar(stage, first + sl), parity);
-    } else {
-      MbarWait(full_bar(stage, half), parity);
     }
   };
   // Pools larger than the L2: page `id` into L2 ahead of its TMA (a hint; nothing waits).
@@ -220,43 +199,15 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
   constexpr uint32_t kRBytes = Tile::kLSlabs * Tile::kSlabBytes;
 
   // The ping-pong kernel's MMA steps (kernels/sparse_mla/gpu/wgmma_pp.cuh): S (+)= Q·Kᵀ over
-  // the L or R slabs of `stage` once they have landed (`parity`; no commit), O += P·V with P
-  // from registers or a slab (one commit group each). kSlabBars: each slab's k-steps after
-  // that slab's own wait, so the first ones run while the rest of the half is in flight.
-  auto qk_slabs = [&](int stage, auto first, auto count, auto accumulate, uint32_t parity) {
-    constexpr int kFirst = decltype(first)::value;
-    constexpr int kCount = decltype(count)::value;
-    if constexpr (kSlabBars) {
-#pragma unroll
-      for (int sl = 0; sl < kCount; ++sl) {
-        const uint32_t off = static_cast<uint32_t>(kFirst + sl) * Tile::kSlabBytes;
-        MbarWait(slab_bar(stage, kFirst + sl), parity);
-        WgmmaFence();
-        if (sl == 0) {
-          PairQk<1, decltype(accumulate)::value>(s, DescAdvance(q_desc, off),
-                                                 base + stage_off(stage) + off, Tile::kSlabBytes);
-        } else {
-          PairQk<1, true>(s, DescAdvance(q_desc, off), base + stage_off(stage) + off,
-                          Tile::kSlabBytes);
-        }
-      }
-    } else {
-      constexpr uint32_t off = static_cast<uint32_t>(kFirst) * Tile::kSlabBytes;
-      MbarWait(full_bar(stage, kFirst == 0 ? kL : kR), parity);
-      WgmmaFence();
-      PairQk<kCount, decltype(accumulate)::value>(s, DescAdvance(q_desc, off),
-                                                  base + stage_off(stage) + off, Tile::kSlabBytes);
-    }
+  // the L or R slabs of `stage` (no commit), O += P·V with P from registers or a slab (one
+  // commit group each).
+  auto qk_l = [&](int stage, auto accumulate) {
+    PairQk<Tile::kLSlabs, decltype(accumulate)::value>(s, q_desc, base + stage_off(stage),
+                                                       Tile::kSlabBytes);
   };
-  using LFirst = std::integral_constant<int, 0>;
-  using LCount = std::integral_constant<int, Tile::kLSlabs>;
-  using RFirst = std::integral_constant<int, Tile::kLSlabs>;
-  using RCount = std::integral_constant<int, Tile::kRSlabs>;
-  auto qk_l = [&](int stage, auto accumulate, uint32_t parity) {
-    qk_slabs(stage, LFirst{}, LCount{}, accumulate, parity);
-  };
-  auto qk_r = [&](int stage, auto accumulate, uint32_t parity) {
-    qk_slabs(stage, RFirst{}, RCount{}, accumulate, parity);
+  auto qk_r = [&](int stage, auto accumulate) {
+    PairQk<Tile::kRSlabs, decltype(accumulate)::value>(
+        s, DescAdvance(q_desc, kRBytes), base + stage_off(stage) + kRBytes, Tile::kSlabBytes);
   };
   auto pv_regs = [&](uint32_t v_addr) { PairPvRegs(o, p, v_addr, Tile::kSlabBytes); };
   auto pv_smem = [&](uint32_t p_addr, uint32_t v_addr) {
@@ -291,7 +242,7 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
     }
   };
   auto zero_tail = [&](int stage, int half, int first_slab, int valid, uint32_t parity) {
-    wait_half(stage, half, parity);
+    MbarWait(full_bar(stage, half), parity);
     const int chunks = (64 - valid) * 8 * Tile::kVSlabs;
     for (int i = wtid; i < chunks; i += 128) {
       const int row = valid + i / (8 * Tile::kVSlabs);
@@ -310,11 +261,13 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
     if (n_pairs > 0) {
       MbarWait(q_bar, 0);
       FenceProxyAsync();  // Q's cp.async fills (generic proxy) before wgmma reads them
-      // (A WgmmaFence after each wait inside qk_*: ptxas puts one there otherwise, the
-      // accumulators crossing the wait's loop.)
-      qk_l(0, Zero{}, 0);
+      MbarWait(full_bar(0, kL), 0);
+      WgmmaFence();
+      qk_l(0, Zero{});
       WgmmaCommit();
-      qk_r(0, Acc{}, 0);
+      MbarWait(full_bar(0, kR), 0);
+      WgmmaFence();  // (ptxas puts one here otherwise: the accumulators cross the wait's loop)
+      qk_r(0, Acc{});
       WgmmaCommit();
       WgmmaWait<0>();
       FenceAccumulators(s);
@@ -356,7 +309,9 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
       if (pair + 1 < n_pairs) {
         // The next pair's S0 behind P1·V_L(1).
         const uint32_t next = parity ^ 1u;
-        qk_l(0, Zero{}, next);
+        MbarWait(full_bar(0, kL), next);
+        WgmmaFence();
+        qk_l(0, Zero{});
         WgmmaCommit();
         WgmmaWait<1>();
         FenceAccumulators(o);
@@ -366,7 +321,9 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
           prefetch_page(id_pf[0]);
           prefetch_page(id_pf[1]);
         }
-        qk_r(0, Acc{}, next);
+        MbarWait(full_bar(0, kR), next);
+        WgmmaFence();
+        qk_r(0, Acc{});
         WgmmaCommit();
         WgmmaWait<0>();
         FenceAccumulators(s);
@@ -389,8 +346,12 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
       const uint32_t parity = pair & 1;
       int valid0, valid1;
       pair_blocks(pair, valid0, valid1);
-      qk_r(1, Zero{}, parity);
-      qk_l(1, Acc{}, parity);
+      MbarWait(full_bar(1, kR), parity);
+      WgmmaFence();
+      qk_r(1, Zero{});
+      MbarWait(full_bar(1, kL), parity);
+      WgmmaFence();
+      qk_l(1, Acc{});
       WgmmaCommit();
       WgmmaWait<0>();
       FenceAccumulators(s);
@@ -464,10 +425,10 @@ __device__ __forceinline__ void WgmmaSelfFed(const DecodeArgs& a, const void* kv
 #endif
 }
 
-template <int kDqk, bool kSlabBars>
+template <int kDqk>
 __global__ void __launch_bounds__(256, 1)
     MlaDecodeWgmmaSfKernel(const DecodeArgs a, const __grid_constant__ CUtensorMap kv_map) {
-  WgmmaSelfFed<kDqk, kSlabBars, PaddedRows<PagedRows>>(a, &kv_map);
+  WgmmaSelfFed<kDqk, PaddedRows<PagedRows>>(a, &kv_map);
 }
 
 }  // namespace attnd::kernels::mla_decode::gpu

@@ -523,8 +523,7 @@ TEST(MlaDecodeGpu, WgmmaRaggedLengthsPermutedPages) {
 // cuda_wgmma and cuda_wgmma_sf through their `...With` launchers (gpu/launch.h
 // DecodeLaunchOptions): the wave-balanced split plan (balanced_plan.h; the bench's "_bal"
 // variants), the L2 prefetch forced off and on (the "_nopf" variants) and the length-aware
-// schedule (schedule_plan.h, gpu/schedule.cu; "_sched"), and cuda_wgmma_sf's full barrier per
-// slab ("_slab"), alone and with the schedule, against the fp64 reference. Shapes
+// schedule (schedule_plan.h, gpu/schedule.cu; "_sched"), against the fp64 reference. Shapes
 // where the plans apply on this device (fewer requests than CTA groups: the balanced plan
 // needs it; the schedule also runs past it): ragged lengths with
 // empty pieces (lengths far under the table's capacity, so capacity-based pieces are clipped
@@ -585,18 +584,14 @@ TEST(MlaDecodeGpu, WgmmaBalancedScheduledAndPrefetch) {
         ADD_FAILURE() << k.name << " refuses: " << why;
         continue;
       }
-      const char* forms[] = {" balanced", " prefetch off",  " prefetch on",
-                             " schedule", " slab barriers", " slab barriers schedule"};
-      for (int form = 0; form < 6; ++form) {
-        // The slab barriers: cuda_wgmma_sf's alone (the others ignore the option).
-        if (form >= 4 && k.kernel != gpu::GpuKernel::kWgmmaSf) continue;
+      const char* forms[] = {" balanced", " prefetch off", " prefetch on", " schedule"};
+      for (int form = 0; form < 4; ++form) {
         gpu::DecodeLaunchOptions options;
         options.balanced = form == 0;
-        options.schedule = form == 3 || form == 5;
-        options.slab_barriers = form >= 4;
+        options.schedule = form == 3;
         options.prefetch_l2 = form == 1 ? 0 : form == 2 ? 1 : -1;
         const int bal = form == 0 ? gpu::BalancedSplits(p, k.kernel) : 0;
-        const int64_t sched = options.schedule ? gpu::ScheduleWorkspaceBytes(p, k.kernel) : 0;
+        const int64_t sched = form == 3 ? gpu::ScheduleWorkspaceBytes(p, k.kernel) : 0;
         // Whether a plan applies depends on the device's SMs (a MIG slice may have few):
         // counted, and at least one run of each is wanted below.
         if (form == 0 && bal > 0) ++balanced_runs;
