@@ -12,6 +12,8 @@
 #                                OUT_DIR/tests.txt (name, filter, rc, seconds, last summary)
 #   bench FILTER                 attn_gpu_bench --replays=$ATTND_PENDING_REPLAYS (20)
 #                                --filter=FILTER, results appended to OUT_DIR/bench.jsonl
+#   ibench FILTER                the same with --interleave (the selected cases' warm replays
+#                                in rounds: for A/Bs, docs/BENCHMARKS.md "Order in one process")
 #   sanitize BINARY GTEST_FILTER compute-sanitizer memcheck of that binary and filter
 #   reserve SECONDS              lines after it start only while SECONDS are left (default 20)
 # Skipped lines go to OUT_DIR/skipped.txt. Exits 0 unless the bundle cannot be used; test
@@ -59,9 +61,12 @@ while IFS= read -r line || [[ -n "$line" ]]; do
       echo "$a ${b:-} rc=$rc $(($(date +%s) - s))s $(grep -E '^\[  (PASSED|FAILED) ' "$log" | tr '\n' ' ')" \
         >> "$OUT/tests.txt"
       ;;
-    bench)
+    bench | ibench)
+      extra=()
+      [[ "$kind" == ibench ]] && extra=(--interleave)
       timeout "$l" "$SRC/bin/attn_gpu_bench" --replays="$REPLAYS" --filter="$a" \
-        --out="$OUT/bench.jsonl" --commit="$COMMIT" >> "$OUT/bench.log" 2>&1 < /dev/null
+        --out="$OUT/bench.jsonl" --commit="$COMMIT" "${extra[@]}" \
+        >> "$OUT/bench.log" 2>&1 < /dev/null
       rc=$?
       ;;
     sanitize)

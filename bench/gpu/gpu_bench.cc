@@ -7,6 +7,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -82,6 +83,11 @@ struct Options {
   int replays = 60;
   std::string out;
   std::string commit = "unknown";
+  // --interleave: the warm replays of an op's selected cases taken in rounds (one replay of
+  // each case per round) instead of case after case, so that a drift of the card's clocks
+  // over the run (a card that starts idle and cool runs its first heavy case faster: 4 % on
+  // an H100, docs/BENCHMARKS.md "Order in one process") falls on every case alike.
+  bool interleave = false;
 };
 
 double Median(std::vector<float> v) {
@@ -104,32 +110,51 @@ std::string Json(const GpuBenchCase& c, const char* cache, double median_us, con
     << ", \"bytes\": " << c.work.bytes << ", \"commit\": \"" << o.commit << "\", \"date\": \""
     << date << "\", \"device\": \"" << device << "\"";
   if (!c.precision.empty()) j << ", \"precision\": \"" << c.precision << "\"";
+  if (o.interleave) j << ", \"interleaved\": true";
   if (!error.empty()) j << ", \"error\": \"" << error << "\"";
   j << "}";
   return j.str();
 }
 
-absl::Status TimeCase(const GpuBenchCase& c, const Options& o, void* flush, size_t flush_bytes,
-                      double* warm_us, double* cold_us) {
-  cudaStream_t stream;
-  GPU_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+// One case's captured graph (kLaunchesPerGraph launches), its stream and timing events.
+struct CaseTimer {
+  cudaStream_t stream = nullptr;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  GPU_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  absl::Status launch_status;
-  for (int i = 0; i < kLaunchesPerGraph && launch_status.ok(); ++i)
-    launch_status = c.launch(stream);
-  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-  if (!launch_status.ok()) return launch_status;
-  GPU_RETURN_IF_ERROR(end);
-  GPU_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  GPU_RETURN_IF_ERROR(cudaEventCreate(&e0));
-  GPU_RETURN_IF_ERROR(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) GPU_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
-  GPU_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  std::vector<float> warm, cold;
-  for (int r = 0; r < o.replays; ++r) {
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  std::vector<float> warm;  // ms per graph replay
+
+  CaseTimer() = default;
+  CaseTimer(const CaseTimer&) = delete;
+  CaseTimer& operator=(const CaseTimer&) = delete;
+  ~CaseTimer() {
+    if (e0 != nullptr) cudaEventDestroy(e0);
+    if (e1 != nullptr) cudaEventDestroy(e1);
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  // Captures the graph and replays it three times untimed.
+  absl::Status Prepare(const GpuBenchCase& c) {
+    GPU_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    GPU_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    absl::Status launch_status;
+    for (int i = 0; i < kLaunchesPerGraph && launch_status.ok(); ++i)
+      launch_status = c.launch(stream);
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    if (!launch_status.ok()) return launch_status;
+    GPU_RETURN_IF_ERROR(end);
+    GPU_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+    GPU_RETURN_IF_ERROR(cudaEventCreate(&e0));
+    GPU_RETURN_IF_ERROR(cudaEventCreate(&e1));
+    for (int i = 0; i < 3; ++i) GPU_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
+    GPU_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return absl::OkStatus();
+  }
+
+  // One timed replay of the graph, appended to `warm`.
+  absl::Status TimeWarm() {
     GPU_RETURN_IF_ERROR(cudaEventRecord(e0, stream));
     GPU_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
     GPU_RETURN_IF_ERROR(cudaEventRecord(e1, stream));
@@ -137,28 +162,38 @@ absl::Status TimeCase(const GpuBenchCase& c, const Options& o, void* flush, size
     float ms;
     GPU_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e0, e1));
     warm.push_back(ms);
+    return absl::OkStatus();
   }
-  for (int r = 0; r < o.replays / 2; ++r) {
-    // Evict L2 (60 MB) by writing a much larger buffer, outside the timed region. Cold here
-    // means "first launch after the flush": one graph of 10 launches is timed per flush, so
-    // only the first launch is really cold; we report the graph's first-launch-dominated mean.
-    GPU_RETURN_IF_ERROR(cudaMemsetAsync(flush, r & 0xff, flush_bytes, stream));
-    GPU_RETURN_IF_ERROR(cudaEventRecord(e0, stream));
-    ATTND_RETURN_IF_ERROR(c.launch(stream));
-    GPU_RETURN_IF_ERROR(cudaEventRecord(e1, stream));
-    GPU_RETURN_IF_ERROR(cudaEventSynchronize(e1));
-    float ms;
-    GPU_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e0, e1));
-    cold.push_back(ms);
+
+  // `runs` single launches, each after evicting L2 (60 MB) by writing a much larger buffer
+  // outside the timed region: the median µs of a first launch after the flush.
+  absl::Status TimeCold(const GpuBenchCase& c, int runs, void* flush, size_t flush_bytes,
+                        double* cold_us) {
+    std::vector<float> cold;
+    for (int r = 0; r < runs; ++r) {
+      GPU_RETURN_IF_ERROR(cudaMemsetAsync(flush, r & 0xff, flush_bytes, stream));
+      GPU_RETURN_IF_ERROR(cudaEventRecord(e0, stream));
+      ATTND_RETURN_IF_ERROR(c.launch(stream));
+      GPU_RETURN_IF_ERROR(cudaEventRecord(e1, stream));
+      GPU_RETURN_IF_ERROR(cudaEventSynchronize(e1));
+      float ms;
+      GPU_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e0, e1));
+      cold.push_back(ms);
+    }
+    *cold_us = Median(cold) * 1e3;
+    return absl::OkStatus();
   }
-  *warm_us = Median(warm) * 1e3 / kLaunchesPerGraph;
-  *cold_us = Median(cold) * 1e3;
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  return absl::OkStatus();
+
+  double WarmUs() const { return Median(warm) * 1e3 / kLaunchesPerGraph; }
+};
+
+absl::Status TimeCase(const GpuBenchCase& c, const Options& o, void* flush, size_t flush_bytes,
+                      double* warm_us, double* cold_us) {
+  CaseTimer t;
+  ATTND_RETURN_IF_ERROR(t.Prepare(c));
+  for (int r = 0; r < o.replays; ++r) ATTND_RETURN_IF_ERROR(t.TimeWarm());
+  *warm_us = t.WarmUs();
+  return t.TimeCold(c, o.replays / 2, flush, flush_bytes, cold_us);
 }
 
 }  // namespace
@@ -182,9 +217,11 @@ int main(int argc, char** argv) {
       o.out = v;
     else if (const char* v = value("--commit"))
       o.commit = v;
+    else if (a == "--interleave")
+      o.interleave = true;
     else {
       std::cerr << "usage: attn_gpu_bench [--filter=SUBSTR] [--replays=N] [--out=FILE.jsonl] "
-                   "[--commit=SHA]\n";
+                   "[--commit=SHA] [--interleave]\n";
       return 2;
     }
   }
@@ -210,13 +247,7 @@ int main(int argc, char** argv) {
       ++failures;
       continue;
     }
-    for (const auto& c : *cases) {
-      const std::string name = absl::StrCat(c.op, "/", c.preset, "/", c.impl,
-                                            c.precision.empty() ? "" : "/", c.precision);
-      if (!o.filter.empty() && name.find(o.filter) == std::string::npos) continue;
-      std::cerr << "running " << name << "\n";
-      double warm = 0, cold = 0;
-      const absl::Status s = TimeCase(c, o, flush, flush_bytes, &warm, &cold);
+    auto write = [&](const GpuBenchCase& c, double warm, double cold, const absl::Status& s) {
       const std::string err = s.ok() ? "" : std::string(s.message());
       if (!s.ok()) ++failures;
       for (auto [cache, us] : {std::pair<const char*, double>{"warm", warm}, {"cold", cold}}) {
@@ -227,6 +258,43 @@ int main(int argc, char** argv) {
         std::cout << line << std::endl;
         if (!s.ok()) break;
       }
+    };
+    std::vector<const GpuBenchCase*> selected;
+    for (const auto& c : *cases) {
+      const std::string name = absl::StrCat(c.op, "/", c.preset, "/", c.impl,
+                                            c.precision.empty() ? "" : "/", c.precision);
+      if (!o.filter.empty() && name.find(o.filter) == std::string::npos) continue;
+      if (!o.interleave) {
+        std::cerr << "running " << name << "\n";
+        double warm = 0, cold = 0;
+        const absl::Status s = TimeCase(c, o, flush, flush_bytes, &warm, &cold);
+        write(c, warm, cold, s);
+        continue;
+      }
+      selected.push_back(&c);
+    }
+    if (selected.empty()) continue;
+    // Interleaved: every graph prepared, then o.replays rounds of one replay each, then the
+    // cold launches case by case. A case that fails is reported and left out of the rounds.
+    std::vector<std::unique_ptr<CaseTimer>> timers;
+    std::vector<absl::Status> status(selected.size());
+    for (size_t i = 0; i < selected.size(); ++i) {
+      timers.push_back(std::make_unique<CaseTimer>());
+      status[i] = timers[i]->Prepare(*selected[i]);
+    }
+    std::cerr << "interleaving " << selected.size() << " " << op << " cases, " << o.replays
+              << " rounds\n";
+    for (int r = 0; r < o.replays; ++r) {
+      for (size_t i = 0; i < selected.size(); ++i) {
+        if (status[i].ok()) status[i] = timers[i]->TimeWarm();
+      }
+    }
+    for (size_t i = 0; i < selected.size(); ++i) {
+      double cold = 0;
+      if (status[i].ok()) {
+        status[i] = timers[i]->TimeCold(*selected[i], o.replays / 2, flush, flush_bytes, &cold);
+      }
+      write(*selected[i], status[i].ok() ? timers[i]->WarmUs() : 0, cold, status[i]);
     }
   }
   cudaFree(flush);

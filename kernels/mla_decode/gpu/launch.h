@@ -78,7 +78,10 @@ struct DecodeLaunchOptions {
   bool balanced = false;
   // The length-aware schedule (schedule_plan.h; docs/KERNELS.md "A schedule from the lengths")
   // where ScheduleWorkspaceBytes(p, kernel) > 0: a schedule kernel reads cache_seqlens and
-  // places the pieces, `splits` is ignored and the workspace must hold that many bytes.
+  // places the pieces, `splits` is the even plan's count (GpuSplits; in [1, kMaxSplits], else
+  // the launch is refused) whose per-request cut it keeps where its own end-to-end cut would
+  // gain too little (equal lengths: schedule_plan.h ScheduleEvenWidth), and the workspace must
+  // hold that many bytes.
   // Elsewhere as without it. Takes precedence over `balanced`.
   bool schedule = false;
   // The workspace's bytes when known (>= 0): the schedule's launch is refused when they are
@@ -93,11 +96,13 @@ struct DecodeLaunchOptions {
 int64_t ScheduleWorkspaceBytes(const Params& p, GpuKernel kernel);
 
 // The schedule kernel alone (its tests): for `groups` groups (groups + B at most
-// kScheduleMaxLaunched) of tiles of `block_n` positions, writes the entries of groups + B
-// launched groups (4 int32 each), then each request's first slot, then its piece count, into
-// `out` ((4 · (groups + B) + 2 · B) · 4 bytes of device memory).
+// kScheduleMaxLaunched) of tiles of `block_n` positions and the even plan's `even_splits` (0:
+// never its cut), writes the entries of groups + B launched groups (4 int32 each), then each
+// request's first slot, then its piece count, into `out` ((4 · (groups + B) + 2 · B) · 4
+// bytes of device memory).
 ::attnd::gpu::Error LaunchMlaDecodeScheduleOnly(const Params& p, int32_t groups, int32_t block_n,
-                                                void* out, ::attnd::gpu::Stream stream);
+                                                int32_t even_splits, void* out,
+                                                ::attnd::gpu::Stream stream);
 
 // The partial slots (the split count to size the workspace with, SplitWorkspaceBytes) of the
 // wave-balanced plan for `p` on `kernel` on the current device, or 0 where it does not apply:

@@ -258,7 +258,8 @@ int64_t ScheduleBytes(const Params& p, int32_t groups) {
 }
 
 ::attnd::gpu::Error LaunchMlaDecodeScheduleOnly(const Params& p, int32_t groups, int32_t block_n,
-                                                void* out, ::attnd::gpu::Stream stream) {
+                                                int32_t even_splits, void* out,
+                                                ::attnd::gpu::Stream stream) {
   if (out == nullptr || block_n < 1 || groups < 1 || p.q.dim(0) < 1 ||
       groups + p.q.dim(0) > kScheduleMaxLaunched) {
     return ::attnd::gpu::kErrorInvalidValue;
@@ -269,7 +270,7 @@ int64_t ScheduleBytes(const Params& p, int32_t groups) {
   a.sched_first = a.sched + 4 * launched;
   a.sched_pieces = a.sched_first + p.q.dim(0);
   a.sched_groups = static_cast<int32_t>(launched);
-  return LaunchMlaDecodeSchedule(a, groups, block_n, stream);
+  return LaunchMlaDecodeSchedule(a, groups, block_n, even_splits, stream);
 }
 
 int64_t ScheduleWorkspaceBytes(const Params& p, GpuKernel kernel) {
@@ -295,7 +296,8 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
   int64_t grid;
   const int32_t sched_groups = options.schedule ? ScheduleGroupsFor(p, shape) : 0;
   if (sched_groups > 0) {  // the schedule kernel first, then (ScheduleGroupsFor + B) groups
-    if (workspace == nullptr || !Aligned(workspace, 16) ||
+    // `splits`: the even plan's count, whose cut the schedule keeps at near-equal lengths.
+    if (splits < 1 || splits > kMaxSplits || workspace == nullptr || !Aligned(workspace, 16) ||
         (options.workspace_bytes >= 0 &&
          options.workspace_bytes < ScheduleBytes(p, sched_groups))) {
       return ::attnd::gpu::kErrorInvalidValue;
@@ -311,7 +313,8 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes) {
     a.sched_pieces = a.sched_first + p.q.dim(0);
     a.sched_groups = static_cast<int32_t>(launched);
     grid = launched * a.m_blocks;
-    const ::attnd::gpu::Error e = LaunchMlaDecodeSchedule(a, sched_groups, shape.block_n, stream);
+    const ::attnd::gpu::Error e =
+        LaunchMlaDecodeSchedule(a, sched_groups, shape.block_n, splits, stream);
     if (e != ::attnd::gpu::kSuccess) return e;
   } else {
     const BalancedShape bal = options.balanced ? BalancedPlanFor(p, shape) : BalancedShape{};

@@ -73,9 +73,10 @@ BalancedShape BalancedPlanFor(const Params& p, const KernelShape& shape);
 int32_t ScheduleGroupsFor(const Params& p, const KernelShape& shape);
 int64_t ScheduleBytes(const Params& p, int32_t groups);
 
-// schedule.cu: the schedule kernel, writing a.sched, a.sched_first and a.sched_pieces.
+// schedule.cu: the schedule kernel, writing a.sched, a.sched_first and a.sched_pieces;
+// even_splits: the even plan's split count (schedule_plan.h ScheduleEvenWidth; 0: never its cut).
 ::attnd::gpu::Error LaunchMlaDecodeSchedule(const DecodeArgs& a, int32_t groups, int32_t block_n,
-                                            ::attnd::gpu::Stream stream);
+                                            int32_t even_splits, ::attnd::gpu::Stream stream);
 
 // Launches `shape.kernel` over B · row blocks · splits CTAs (under options.balanced where the
 // plan applies: its groups' CTAs), then the combine when split. `second_arg`: the kernel's

@@ -1,9 +1,11 @@
 // The length-aware schedule of the MLA decode (portable CUDA/HIP; schedule_plan.h has the
 // arithmetic and docs/KERNELS.md "A schedule from the lengths" the scheme): one CTA reads
 // cache_seqlens (clamped as DecodeWorkItem clamps them), cuts the requests' tiles laid end to
-// end into pieces of at most `width` tiles, and writes into the workspace each launched
-// group's piece, longest first, and each request's first piece slot and piece count for the
-// combine. Runs on the stream before the decode kernel, which reads its group's entry.
+// end into pieces of at most `width` tiles (or each request alone, as the even plan of
+// `even_splits` would, where that cut gains too little: ScheduleEvenWidth), and writes into the
+// workspace each launched group's piece, longest first, and each request's first piece slot and
+// piece count for the combine. Runs on the stream before the decode kernel, which reads its group's
+// entry.
 #include <stdint.h>
 
 #include "kernels/common/gpu/attention.cuh"
@@ -34,7 +36,8 @@ __device__ __forceinline__ T BlockInclusiveScan(T v, T* buf) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-    MlaDecodeScheduleKernel(const DecodeArgs a, int32_t groups, int32_t block_n) {
+    MlaDecodeScheduleKernel(const DecodeArgs a, int32_t groups, int32_t block_n,
+                            int32_t even_splits) {
   __shared__ int64_t scan64_s[kThreads];
   __shared__ int32_t scan32_s[kThreads];
   __shared__ int32_t lo_s[kMaxPieces], hi_s[kMaxPieces], req_s[kMaxPieces];
@@ -54,12 +57,16 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t end = BlockInclusiveScan<int64_t>(tiles, scan64_s);  // also orders longest_s
   const int64_t total = scan64_s[kThreads - 1];
   const int64_t prefix = end - tiles;
-  const int64_t width = ScheduleWidth(total, longest_s, groups, kScheduleMinWidth, kMaxSplits);
-  const int32_t n = b < a.batch ? SchedulePiecesOf(prefix, tiles, width) : 0;
+  const int64_t e2e = ScheduleWidth(total, longest_s, groups, kScheduleMinWidth, kMaxSplits);
+  const int64_t even = ScheduleEvenWidth(e2e, longest_s, a.batch, groups, a.sched_groups,
+                                         even_splits, kScheduleMinWidth);
+  const int64_t width = even > 0 ? even : e2e;
+  const int64_t at = even > 0 ? 0 : prefix;  // the even cut starts every request afresh
+  const int32_t n = b < a.batch ? SchedulePiecesOf(at, tiles, width) : 0;
   const int32_t first = BlockInclusiveScan<int32_t>(n, scan32_s) - n;
   const int32_t count = scan32_s[kThreads - 1];
   for (int32_t k = 0; k < n; ++k) {
-    const ScheduleSpan s = SchedulePiece(prefix, tiles, width, k);
+    const ScheduleSpan s = SchedulePiece(at, tiles, width, k);
     lo_s[first + k] = static_cast<int32_t>(s.lo);
     hi_s[first + k] = static_cast<int32_t>(s.hi);
     req_s[first + k] = b;
@@ -96,12 +103,12 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 ::attnd::gpu::Error LaunchMlaDecodeSchedule(const DecodeArgs& a, int32_t groups, int32_t block_n,
-                                            ::attnd::gpu::Stream stream) {
+                                            int32_t even_splits, ::attnd::gpu::Stream stream) {
   if (a.sched == nullptr || a.batch < 1 || groups < 1 || a.sched_groups < groups + a.batch ||
       a.sched_groups > kScheduleMaxLaunched || block_n < 1) {
     return ::attnd::gpu::kErrorInvalidValue;
   }
-  MlaDecodeScheduleKernel<<<1, kThreads, 0, stream>>>(a, groups, block_n);
+  MlaDecodeScheduleKernel<<<1, kThreads, 0, stream>>>(a, groups, block_n, even_splits);
   return ::attnd::gpu::GetLastError();
 }
 

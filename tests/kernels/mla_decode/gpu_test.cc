@@ -657,15 +657,20 @@ TEST(MlaDecodeGpu, ScheduleKernelMatchesHostReference) {
   struct Case {
     int64_t batch, groups, max_pages;
     int kind;  // 0 ragged, 1 equal (full), 2 mostly empty, 3 past the capacity and negative
+    int32_t even_splits;  // the even plan's count (0: never its cut)
   };
-  const Case cases[] = {{1, 132, 512, 0}, {128, 132, 512, 0}, {128, 132, 512, 1},
-                        {32, 66, 512, 0}, {7, 8, 3, 2},       {100, 132, 4096, 3},
-                        {446, 66, 64, 0}, {5, 132, 1, 1},     {200, 66, 512, 0}};
+  // Equal lengths with an even count take the even plan's cut (checked below); ragged ones
+  // keep the end-to-end cut.
+  const Case cases[] = {{1, 132, 512, 0, 0},   {128, 132, 512, 0, 1},  {128, 132, 512, 1, 1},
+                        {128, 132, 512, 1, 0}, {32, 66, 512, 0, 2},    {32, 66, 512, 1, 2},
+                        {7, 8, 3, 2, 1},       {100, 132, 4096, 3, 1}, {446, 66, 64, 0, 0},
+                        {5, 132, 1, 1, 4},     {200, 66, 512, 0, 1},   {3, 132, 512, 1, 40}};
   auto rng = testing::MakeRng();
   for (const Case& k : cases) {
     const std::string what = "B " + std::to_string(k.batch) + " groups " +
                              std::to_string(k.groups) + " pages " + std::to_string(k.max_pages) +
-                             " kind " + std::to_string(k.kind);
+                             " kind " + std::to_string(k.kind) + " even " +
+                             std::to_string(k.even_splits);
     SCOPED_TRACE(what);
     // A small call of k.batch requests (one page each) whose table is then widened as a view.
     DecodeCase c;
@@ -697,17 +702,26 @@ TEST(MlaDecodeGpu, ScheduleKernelMatchesHostReference) {
     const int64_t launched = k.groups + k.batch;
     void* ws = nullptr;
     ASSERT_TRUE(mirror.Allocate((4 * launched + 2 * k.batch) * 4, &ws).ok());
-    ASSERT_EQ(gpu::LaunchMlaDecodeScheduleOnly(p, static_cast<int32_t>(k.groups), 64, ws,
-                                               static_cast<::attnd::gpu::Stream>(mirror.stream())),
-              ::attnd::gpu::kSuccess);
+    ASSERT_EQ(
+        gpu::LaunchMlaDecodeScheduleOnly(p, static_cast<int32_t>(k.groups), 64, k.even_splits, ws,
+                                         static_cast<::attnd::gpu::Stream>(mirror.stream())),
+        ::attnd::gpu::kSuccess);
     std::vector<int32_t> got(static_cast<size_t>(4 * launched + 2 * k.batch));
     const Tensor host = MakeTensor(got.data(), DType::kI32, {static_cast<int64_t>(got.size())});
     const Tensor dev = MakeTensor(ws, DType::kI32, {static_cast<int64_t>(got.size())});
     ASSERT_TRUE(mirror.CopyBack(dev, host).ok());
     ASSERT_TRUE(mirror.Synchronize().ok());
     std::vector<int32_t> first, pieces;
-    const std::vector<ScheduleEntry> want =
-        BuildSchedule(tiles, k.groups, launched, 2, gpu::kMaxSplits, &first, &pieces);
+    const std::vector<ScheduleEntry> want = BuildSchedule(
+        tiles, k.groups, launched, 2, gpu::kMaxSplits, &first, &pieces, k.even_splits);
+    // Equal lengths with an even count: every request in even_splits pieces (its tiles over
+    // that count, at least two tiles a piece), as the even plan cuts them.
+    if (k.kind == 1 && k.even_splits > 0) {
+      const int64_t per = std::max<int64_t>((tiles[0] + k.even_splits - 1) / k.even_splits, 2);
+      for (int64_t b = 0; b < k.batch; ++b) {
+        EXPECT_EQ(pieces[static_cast<size_t>(b)], (tiles[0] + per - 1) / per) << b;
+      }
+    }
     for (int64_t g = 0; g < launched; ++g) {
       const int32_t* e = got.data() + 4 * g;
       const ScheduleEntry& x = want[static_cast<size_t>(g)];

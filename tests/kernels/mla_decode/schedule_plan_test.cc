@@ -24,12 +24,13 @@ namespace {
 constexpr int64_t kMaxPieces = 128;  // gpu/launch.h kMaxSplits: the combine's slots a request
 
 // Checks every property of BuildSchedule's output for `tiles` over `groups`; returns the entries.
+// even_splits: the even plan's count (BuildSchedule's fallback; 0 never).
 std::vector<ScheduleEntry> Checked(const std::vector<int64_t>& tiles, int64_t groups,
-                                   const std::string& what) {
+                                   const std::string& what, int64_t even_splits = 0) {
   const int64_t launched = groups + static_cast<int64_t>(tiles.size());
   std::vector<int32_t> first, pieces;
   const std::vector<ScheduleEntry> e =
-      BuildSchedule(tiles, groups, launched, 2, kMaxPieces, &first, &pieces);
+      BuildSchedule(tiles, groups, launched, 2, kMaxPieces, &first, &pieces, even_splits);
   EXPECT_EQ(static_cast<int64_t>(e.size()), launched) << what;
   int64_t count = 0;
   for (const int32_t n : pieces) count += n;
@@ -116,7 +117,10 @@ TEST(MlaDecodeSchedulePlan, EveryTileOnceSlotsContiguousLongestFirst) {
           const std::string what = "groups " + std::to_string(groups) + " B " +
                                    std::to_string(batch) + " tiles " + std::to_string(max_tiles) +
                                    " kind " + std::to_string(kind);
-          Checked(Lengths(batch, max_tiles, kind, rng), groups, what);
+          const std::vector<int64_t> tiles = Lengths(batch, max_tiles, kind, rng);
+          for (const int64_t even : {0, 2}) {
+            Checked(tiles, groups, what + " even " + std::to_string(even), even);
+          }
         }
       }
     }
@@ -129,6 +133,64 @@ TEST(MlaDecodeSchedulePlan, EveryTileOnceSlotsContiguousLongestFirst) {
   // One request of 100000 tiles over 511 groups would be 511 pieces: widened to 128 at most.
   EXPECT_LE(SchedulePiecesOf(0, 100000, ScheduleWidth(100000, 100000, 511, 2, kMaxPieces)),
             kMaxPieces);
+}
+
+TEST(MlaDecodeSchedulePlan, EvenCutWhereTheEndToEndCutGainsLittle) {
+  // Equal lengths (512 tiles, a 32K table): B128 over 132 groups with one even split, B32 over
+  // 66 with two. The end-to-end width (497, 249) is within 7/8 of the even makespan (512,
+  // 256): each request is cut alone, as even splits cut it, with no short remainder.
+  struct Shape {
+    int64_t batch, groups, even_splits;
+  };
+  for (const Shape& k : {Shape{128, 132, 1}, Shape{32, 66, 2}, Shape{64, 66, 2}}) {
+    const std::string what = "B " + std::to_string(k.batch) + " groups " +
+                             std::to_string(k.groups) + " even " + std::to_string(k.even_splits);
+    const std::vector<int64_t> tiles(static_cast<size_t>(k.batch), 512);
+    const int64_t launched = k.groups + k.batch;
+    const int64_t width = ScheduleWidth(512 * k.batch, 512, k.groups, 2, kMaxPieces);
+    const int64_t per = 512 / k.even_splits;
+    EXPECT_EQ(ScheduleEvenWidth(width, 512, k.batch, k.groups, launched, k.even_splits, 2), per)
+        << what;
+    std::vector<int32_t> first, pieces;
+    const auto e =
+        BuildSchedule(tiles, k.groups, launched, 2, kMaxPieces, &first, &pieces, k.even_splits);
+    Checked(tiles, k.groups, what, k.even_splits);
+    for (int64_t b = 0; b < k.batch; ++b) {
+      EXPECT_EQ(pieces[static_cast<size_t>(b)], k.even_splits) << what << " request " << b;
+    }
+    for (int64_t g = 0; g < k.batch * k.even_splits; ++g) {
+      EXPECT_EQ(e[static_cast<size_t>(g)].hi - e[static_cast<size_t>(g)].lo, per) << what;
+    }
+    // Without the even count, the end-to-end cut leaves short remainders.
+    const auto cut = BuildSchedule(tiles, k.groups, launched, 2, kMaxPieces, &first, &pieces);
+    int32_t shortest = 512;
+    for (int64_t g = 0; g < launched; ++g) {
+      const ScheduleEntry& x = cut[static_cast<size_t>(g)];
+      if (x.hi > x.lo) shortest = std::min(shortest, x.hi - x.lo);
+    }
+    EXPECT_LT(shortest, per / 4) << what;
+  }
+  // Ragged lengths (uniform, bimodal) over the same shapes keep the end-to-end cut.
+  std::mt19937_64 rng(11);
+  for (const int kind : {1, 2}) {
+    for (const Shape& k : {Shape{128, 132, 1}, Shape{32, 66, 2}}) {
+      const std::vector<int64_t> tiles = Lengths(k.batch, 512, kind, rng);
+      int64_t total = 0, longest = 0;
+      for (const int64_t t : tiles) {
+        total += t;
+        longest = std::max(longest, t);
+      }
+      const int64_t width = ScheduleWidth(total, longest, k.groups, 2, kMaxPieces);
+      EXPECT_EQ(ScheduleEvenWidth(width, longest, k.batch, k.groups, k.groups + k.batch,
+                                  k.even_splits, 2),
+                0)
+          << "kind " << kind << " B " << k.batch;
+    }
+  }
+  // Never where the even cut's pieces would not fit the launched groups, or without a count.
+  EXPECT_EQ(ScheduleEvenWidth(497, 512, 128, 132, 260, 3, 2), 0);
+  EXPECT_EQ(ScheduleEvenWidth(497, 512, 128, 132, 260, 0, 2), 0);
+  EXPECT_EQ(ScheduleEvenWidth(497, 512, 128, 132, 260, 2, 2), 256);
 }
 
 TEST(MlaDecodeSchedulePlan, RaggedBatchesEndNearOneWidth) {
