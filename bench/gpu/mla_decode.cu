@@ -6,7 +6,7 @@
 // Each shape also with vLLM's per-tensor FP8 cache (preset suffix "_fp8": u8 e4m3 codes, kv_scale
 // 0.037, d_qk bytes per row read). With the bf16 cache also cuda_wgmma (both precisions; H 16
 // rows padded to 64), cuda_wgmma_pp and cuda_wgmma_sf (FAST only), and the launch-option
-// variants of cuda_wgmma and cuda_wgmma_sf (FindDecodeImpl: "_bal", "_nopf", "_sched"). Presets
+// variants of cuda_wgmma and cuda_wgmma_sf (FindDecodeImpl: "_bal", "_pf", "_sched"). Presets
 // "..._ragged" (B 32 and 128, H 64 and 128, 32K, bf16): lengths drawn from [1, 32768], the
 // work counted over them.
 // The split-K sweep (op mla_decode_splits, below) runs only when --filter names it.
@@ -134,9 +134,10 @@ absl::StatusOr<Call> MakeCall(const Cache& cache, int64_t batch, int64_t ctx, in
 
 // Launch-option variants of the wgmma kernels, by name: "<impl>_bal" runs the wave-balanced
 // split plan (launch.h DecodeLaunchOptions::balanced; even splits where it does not apply),
-// "<impl>_sched" the length-aware schedule (DecodeLaunchOptions::schedule), "<impl>_nopf" turns
-// the L2 prefetch off (docs/KERNELS.md "Wave-balanced splits", "A schedule from the lengths").
-// The registered implementation's supports; its launcher's `...With` form.
+// "<impl>_sched" the length-aware schedule (DecodeLaunchOptions::schedule), "<impl>_pf" turns
+// the L2 prefetch on (off by default since 2026-12-08; docs/KERNELS.md "Wave-balanced splits",
+// "A schedule from the lengths"). The registered implementation's supports; its launcher's
+// `...With` form.
 const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name) {
   static const auto* variants = [] {
     auto* v = new std::map<std::string, kernels::Impl<mla_decode::Params>>();
@@ -146,11 +147,11 @@ const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name)
           {"cuda_wgmma_sf", GpuKernel::kWgmmaSf}}) {
       const auto* impl = FindImpl(mla_decode::Implementations(), base);
       if (impl == nullptr) continue;
-      for (const char* form : {"_bal", "_nopf", "_sched"}) {
+      for (const char* form : {"_bal", "_pf", "_sched"}) {
         mla_decode::gpu::DecodeLaunchOptions options;
         options.balanced = form == std::string("_bal");
         options.schedule = form == std::string("_sched");
-        options.prefetch_l2 = form == std::string("_nopf") ? 0 : -1;
+        options.prefetch_l2 = form == std::string("_pf") ? 1 : -1;
         auto splits_of = [kernel = kernel, options](const mla_decode::Params& p) {
           const int bal = options.balanced ? mla_decode::gpu::BalancedSplits(p, kernel) : 0;
           return bal > 0 ? bal : mla_decode::gpu::GpuSplits(p, kernel);
@@ -210,8 +211,8 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
               impls.push_back("cuda_simt");             // the portable path, at the short context
             if (!fp8 && ctx == 32768 && batch >= 32) {  // launch-option variants (FindDecodeImpl)
               for (const char* v :
-                   {"cuda_wgmma_bal", "cuda_wgmma_nopf", "cuda_wgmma_sched", "cuda_wgmma_sf_bal",
-                    "cuda_wgmma_sf_nopf", "cuda_wgmma_sf_sched"}) {
+                   {"cuda_wgmma_bal", "cuda_wgmma_pf", "cuda_wgmma_sched", "cuda_wgmma_sf_bal",
+                    "cuda_wgmma_sf_pf", "cuda_wgmma_sf_sched"}) {
                 impls.push_back(v);
               }
             }
@@ -239,8 +240,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
               for (const std::string& name : impls) {
                 if (!MayMatch(absl::StrCat("mla_decode/", case_preset, "/", name), filter))
                   continue;
-                const bool variant = absl::EndsWith(name, "_bal") ||
-                                     absl::EndsWith(name, "_nopf") ||
+                const bool variant = absl::EndsWith(name, "_bal") || absl::EndsWith(name, "_pf") ||
                                      absl::EndsWith(name, "_sched");
                 if (invariant && variant) continue;  // the invariant plan has its own splits
                 const auto* impl = FindDecodeImpl(name);

@@ -53,6 +53,9 @@ __global__ void __launch_bounds__(kThreads, 4) MlaDecodeCombineKernel(const Deco
   for (int64_t r = blockIdx.x; r < total; r += gridDim.x) {
     const int64_t b = r / a.rows;
     const int32_t row = static_cast<int32_t>(r % a.rows);
+    // Under the schedule a request in one piece wrote out and lse itself (WorkItem::direct).
+    // The same answer for the whole block: none of its threads reaches a barrier this row.
+    if (a.sched != nullptr && a.sched_pieces[b] == 1) continue;
     if (tid < 4) live_s[tid] = 0;  // published by the reductions' barriers
     // The balanced plan fills BalancedPiecesOf slots of request b (the rest are not written);
     // the schedule the slots [sched_first[b], + sched_pieces[b]), one request's rows each.

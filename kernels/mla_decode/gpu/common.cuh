@@ -84,6 +84,9 @@ struct WorkItem {
   int32_t row0, nrows;
   int64_t seqlen;  // cache_seqlens[b] clamped to [0, max_pages · page_size]
   int64_t begin, end;
+  // Writes out and lse itself: one split, or under the schedule a request in one piece (whose
+  // combine then skips it). Otherwise a partial in slot `split`.
+  bool direct;
 };
 
 // blockIdx.x = ((b · splits) + split) · m_blocks + row_block: the row blocks of one split,
@@ -102,13 +105,17 @@ __device__ __forceinline__ WorkItem DecodeWorkItem(const DecodeArgs& a, int64_t 
     piece = BalancedPiece{e[0], e[1], e[2], e[3]};
     w.split = piece.slot;
     w.b = piece.request;
+    // A group past the pieces (an empty span) writes only its own slot, never request 0's out.
+    w.direct = piece.end > piece.begin && a.sched_pieces[w.b] == 1;
   } else if (balanced) {
     piece = BalancedPieceAt(a.bal, a.bal_order, bs);
     w.split = piece.slot;
     w.b = piece.request;
+    w.direct = false;
   } else {
     w.split = static_cast<int32_t>(bs % a.splits);
     w.b = bs / a.splits;
+    w.direct = a.splits == 1;
   }
   w.row0 = rb * a.block_m;
   w.nrows = a.rows - w.row0 < a.block_m ? a.rows - w.row0 : a.block_m;
@@ -179,10 +186,10 @@ __device__ __forceinline__ int64_t PartialRow(const DecodeArgs& a, int32_t split
   return (static_cast<int64_t>(split) * a.batch + b) * a.rows + row;
 }
 
-// Writes what a CTA with no position to read owes: partial LSE -inf for its rows when split
-// (the combine then ignores them), else out 0 and lse -inf. Issues no loads.
+// Writes what a CTA with no position to read owes: partial LSE -inf for its rows when it
+// writes a partial (the combine then ignores them), else out 0 and lse -inf. Issues no loads.
 __device__ __forceinline__ void WriteEmptyRows(const DecodeArgs& a, const WorkItem& w) {
-  if (a.splits > 1) {
+  if (!w.direct) {
     for (int r = threadIdx.x; r < w.nrows; r += blockDim.x) {
       a.partial_lse[PartialRow(a, w.split, w.b, w.row0 + r)] = -INFINITY;
     }

@@ -70,8 +70,8 @@ int SplitsThatFit(const Params& p, int splits, int64_t bytes);
 // Launch options of the wgmma kernels' `...With` launchers (the plain launchers run the
 // defaults; the bench and the GPU tests force the others).
 struct DecodeLaunchOptions {
-  // The L2 prefetch of the next pages (DecodeArgs::prefetch_l2): -1 as the plan says (pools
-  // larger than the L2), 0 off, 1 on.
+  // The L2 prefetch of the next pages (DecodeArgs::prefetch_l2): -1 as the plan says (off since
+  // 2026-12-08: measured slower, docs/KERNELS.md "Wave-balanced splits"), 0 off, 1 on.
   int prefetch_l2 = -1;
   // The wave-balanced plan (balanced_plan.h; docs/KERNELS.md "Wave-balanced splits") where
   // BalancedSplits(p, kernel) > 0; `splits` must then be that count. Elsewhere even splits.

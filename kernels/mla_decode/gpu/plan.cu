@@ -57,12 +57,10 @@ DecodeArgs MakeDecodeArgs(const Params& p, int block_m, int splits, void* worksp
     a.kv = p.kv_cache.ptr<const uint16_t>();
   }
   a.kv_stride_page = p.kv_cache.stride(0);
-  {
-    ::attnd::gpu::DeviceFacts d;
-    const int64_t pool_bytes =
-        p.kv_cache.dim(0) * p.kv_cache.stride(0) * DTypeSize(p.kv_cache.dtype);
-    a.prefetch_l2 = ::attnd::gpu::CurrentDeviceFacts(&d) && pool_bytes > d.l2_bytes;
-  }
+  // No L2 prefetch of the next pages unless asked for (DecodeLaunchOptions::prefetch_l2 1):
+  // with it, the dense decode ran up to 9 % slower and never faster (H100, interleaved,
+  // docs/BENCHMARKS.md "Session of 2026-12-07, 23:14 UTC"). The sparse decode's is its own.
+  a.prefetch_l2 = false;
   a.kv_stride_slot = p.kv_cache.stride(1);
   a.num_pages = p.kv_cache.dim(0);
   a.page_size = p.kv_cache.dim(1);

@@ -85,8 +85,8 @@ struct PagedRows {
   }
   static __device__ __forceinline__ bool PrefetchL2(const Args& a) { return a.prefetch_l2; }
   // O / l of this thread's block rows r, r + 8 and 128 columns from col0 (wgmma accumulator
-  // layout) to out (bf16) or the split's partial (f32, rows with l > 0 only). kPaddedRows: rows
-  // past w.nrows are padding and not stored (PaddedRows below).
+  // layout) to out (bf16; w.direct) or the split's partial (f32, rows with l > 0 only).
+  // kPaddedRows: rows past w.nrows are padding and not stored (PaddedRows below).
   template <bool kPaddedRows = false>
   static __device__ __forceinline__ void StoreO(const Args& a, const Work& w, const float (&o)[128],
                                                 int r, int col0, const float (&l)[2]) {
@@ -95,7 +95,7 @@ struct PagedRows {
       if (kPaddedRows && r + 8 * i >= w.nrows) continue;
       const int32_t row = w.row0 + r + 8 * i;
       const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-      if (a.splits == 1) {
+      if (w.direct) {
         uint16_t* dst = OutRow(a, w.b, row) + col0;
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
@@ -118,7 +118,7 @@ struct PagedRows {
                                                   float max_log2, float sum) {
     const int32_t row = w.row0 + r;
     const float lse2 = sum > 0.0f ? max_log2 + log2f(sum) : -INFINITY;
-    if (a.splits > 1) {
+    if (!w.direct) {
       a.partial_lse[PartialRow(a, w.split, w.b, row)] = lse2;
     } else if (a.lse != nullptr) {
       *LseAt(a, w.b, row) = sum > 0.0f ? lse2 * kLn2 : -INFINITY;
