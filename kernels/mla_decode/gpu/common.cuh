@@ -111,7 +111,7 @@ __device__ __forceinline__ WorkItem DecodeWorkItem(const DecodeArgs& a, int64_t 
     piece = BalancedPieceAt(a.bal, a.bal_order, bs);
     w.split = piece.slot;
     w.b = piece.request;
-    w.direct = false;
+    w.direct = a.splits == 1;  // as before: the combine runs only when splits > 1
   } else {
     w.split = static_cast<int32_t>(bs % a.splits);
     w.b = bs / a.splits;
