@@ -136,8 +136,9 @@ absl::StatusOr<Call> MakeCall(const Cache& cache, int64_t batch, int64_t ctx, in
 // split plan (launch.h DecodeLaunchOptions::balanced; even splits where it does not apply),
 // "<impl>_sched" the length-aware schedule (DecodeLaunchOptions::schedule), "<impl>_pf" turns
 // the L2 prefetch on (off by default since 2026-12-08; docs/KERNELS.md "Wave-balanced splits",
-// "A schedule from the lengths"). The registered implementation's supports; its launcher's
-// `...With` form.
+// "A schedule from the lengths"), "<impl>_ctl" the default options again (listed last: a
+// control of an A/B, whose figure should match the plain impl's). The registered
+// implementation's supports; its launcher's `...With` form.
 const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name) {
   static const auto* variants = [] {
     auto* v = new std::map<std::string, kernels::Impl<mla_decode::Params>>();
@@ -147,7 +148,7 @@ const kernels::Impl<mla_decode::Params>* FindDecodeImpl(const std::string& name)
           {"cuda_wgmma_sf", GpuKernel::kWgmmaSf}}) {
       const auto* impl = FindImpl(mla_decode::Implementations(), base);
       if (impl == nullptr) continue;
-      for (const char* form : {"_bal", "_pf", "_sched"}) {
+      for (const char* form : {"_bal", "_pf", "_sched", "_ctl"}) {
         mla_decode::gpu::DecodeLaunchOptions options;
         options.balanced = form == std::string("_bal");
         options.schedule = form == std::string("_sched");
@@ -212,7 +213,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
             if (!fp8 && ctx == 32768 && batch >= 32) {  // launch-option variants (FindDecodeImpl)
               for (const char* v :
                    {"cuda_wgmma_bal", "cuda_wgmma_pf", "cuda_wgmma_sched", "cuda_wgmma_sf_bal",
-                    "cuda_wgmma_sf_pf", "cuda_wgmma_sf_sched"}) {
+                    "cuda_wgmma_sf_pf", "cuda_wgmma_sf_sched", "cuda_wgmma_ctl"}) {
                 impls.push_back(v);
               }
             }
@@ -241,7 +242,7 @@ absl::StatusOr<std::vector<GpuBenchCase>> MakeCases(const std::string& filter) {
                 if (!MayMatch(absl::StrCat("mla_decode/", case_preset, "/", name), filter))
                   continue;
                 const bool variant = absl::EndsWith(name, "_bal") || absl::EndsWith(name, "_pf") ||
-                                     absl::EndsWith(name, "_sched");
+                                     absl::EndsWith(name, "_sched") || absl::EndsWith(name, "_ctl");
                 if (invariant && variant) continue;  // the invariant plan has its own splits
                 const auto* impl = FindDecodeImpl(name);
                 mla_decode::Params p = call->p;
