@@ -154,16 +154,27 @@ struct CaseTimer {
     return absl::OkStatus();
   }
 
-  // One timed replay of the graph, appended to `warm`.
-  absl::Status TimeWarm() {
+  // The ms between two events around what `enqueue` puts on the stream, appended to `into`.
+  template <class Enqueue>
+  absl::Status Timed(Enqueue enqueue, std::vector<float>* into) {
     GPU_RETURN_IF_ERROR(cudaEventRecord(e0, stream));
-    GPU_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
+    ATTND_RETURN_IF_ERROR(enqueue());
     GPU_RETURN_IF_ERROR(cudaEventRecord(e1, stream));
     GPU_RETURN_IF_ERROR(cudaEventSynchronize(e1));
     float ms;
     GPU_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e0, e1));
-    warm.push_back(ms);
+    into->push_back(ms);
     return absl::OkStatus();
+  }
+
+  // One timed replay of the graph, appended to `warm`.
+  absl::Status TimeWarm() {
+    return Timed(
+        [&]() -> absl::Status {
+          GPU_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream));
+          return absl::OkStatus();
+        },
+        &warm);
   }
 
   // `runs` single launches, each after evicting L2 (60 MB) by writing a much larger buffer
@@ -173,13 +184,7 @@ struct CaseTimer {
     std::vector<float> cold;
     for (int r = 0; r < runs; ++r) {
       GPU_RETURN_IF_ERROR(cudaMemsetAsync(flush, r & 0xff, flush_bytes, stream));
-      GPU_RETURN_IF_ERROR(cudaEventRecord(e0, stream));
-      ATTND_RETURN_IF_ERROR(c.launch(stream));
-      GPU_RETURN_IF_ERROR(cudaEventRecord(e1, stream));
-      GPU_RETURN_IF_ERROR(cudaEventSynchronize(e1));
-      float ms;
-      GPU_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e0, e1));
-      cold.push_back(ms);
+      ATTND_RETURN_IF_ERROR(Timed([&] { return c.launch(stream); }, &cold));
     }
     *cold_us = Median(cold) * 1e3;
     return absl::OkStatus();
