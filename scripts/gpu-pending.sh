@@ -16,7 +16,8 @@
 #                                in rounds: for A/Bs, docs/BENCHMARKS.md "Order in one process")
 #   sanitize BINARY GTEST_FILTER compute-sanitizer memcheck of that binary and filter
 #   reserve SECONDS              lines after it start only while SECONDS are left (default 20)
-# Skipped lines go to OUT_DIR/skipped.txt. Exits 0 unless the bundle cannot be used; test
+# Skipped lines go to OUT_DIR/skipped.txt; OUT_DIR/clocks.csv samples the card's SM and memory
+# clocks, power and temperature every 200 ms. Exits 0 unless the bundle cannot be used; test
 # failures are in OUT_DIR/tests.txt.
 set -uo pipefail
 SRC="${1:?usage: gpu-pending.sh BUNDLE_DIR_OR_TAR_XZ OUT_DIR [SECONDS] [LIST]}"
@@ -38,6 +39,13 @@ REPLAYS="${ATTND_PENDING_REPLAYS:-20}"
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm,clocks.max.mem --format=csv \
   > "$OUT/device.csv" 2>&1
 echo "commit $COMMIT list $LIST budget ${BUDGET}s start $(date -u +%FT%TZ)" > "$OUT/pending.log"
+# The card's clocks, power and temperature every 200 ms while the list runs, to set beside the
+# lines' start times in pending.log (docs/BENCHMARKS.md "Order in one process": whether the
+# first heavy case of a process runs at a higher clock was never logged).
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+  --format=csv -lms 200 > "$OUT/clocks.csv" 2>&1 &
+SAMPLER=$!
+trap 'kill "$SAMPLER" 2> /dev/null' EXIT
 reserve=20
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
 n=0
@@ -82,6 +90,6 @@ while IFS= read -r line || [[ -n "$line" ]]; do
       continue
       ;;
   esac
-  echo "$kind $a ${b:-} rc=$rc $(($(date +%s) - s))s" >> "$OUT/pending.log"
+  echo "$kind $a ${b:-} rc=$rc $(($(date +%s) - s))s from $(date -u -d "@$s" +%T)" >> "$OUT/pending.log"
 done < "$LIST"
 echo "end $(date -u +%FT%TZ) after $(($(date +%s) - T0))s" >> "$OUT/pending.log"
