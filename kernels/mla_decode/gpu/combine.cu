@@ -53,10 +53,6 @@ __global__ void __launch_bounds__(kThreads, 4) MlaDecodeCombineKernel(const Deco
   for (int64_t r = blockIdx.x; r < total; r += gridDim.x) {
     const int64_t b = r / a.rows;
     const int32_t row = static_cast<int32_t>(r % a.rows);
-    // Under the schedule a request in one piece wrote out and lse itself (WorkItem::direct).
-    // The same answer for the whole block: none of its threads reaches a barrier this row.
-    if (a.sched != nullptr && a.sched_pieces[b] == 1) continue;
-    if (tid < 4) live_s[tid] = 0;  // published by the reductions' barriers
     // The balanced plan fills BalancedPiecesOf slots of request b (the rest are not written);
     // the schedule the slots [sched_first[b], + sched_pieces[b]), one request's rows each.
     int32_t splits = a.splits;
@@ -64,11 +60,15 @@ __global__ void __launch_bounds__(kThreads, 4) MlaDecodeCombineKernel(const Deco
     int64_t split_rows = total;  // partial rows between two splits
     if (a.sched != nullptr) {
       splits = a.sched_pieces[b];
+      // A request in one piece wrote out and lse itself (WorkItem::direct). The same answer
+      // for the whole block: none of its threads reaches a barrier this row.
+      if (splits == 1) continue;
       at0 = PartialRow(a, a.sched_first[b], b, row);
       split_rows = a.rows;
     } else if (a.bal.ranges > 0) {
       splits = BalancedPiecesOf(a.bal, b);
     }
+    if (tid < 4) live_s[tid] = 0;  // published by the reductions' barriers
     // Thread s holds lse_s; the row max M (-inf when every split is empty).
     const float lse = tid < splits ? a.partial_lse[at0 + tid * split_rows] : -INFINITY;
     const float max_lse = BlockReduce<true>(lse, red_s[0]);
