@@ -15,6 +15,9 @@
 #   ibench FILTER                the same with --interleave (the selected cases' warm replays
 #                                in rounds: for A/Bs, docs/BENCHMARKS.md "Order in one process")
 #   sanitize BINARY GTEST_FILTER compute-sanitizer memcheck of that binary and filter
+#   ncu KERNEL_REGEX FILTER      ncu --set full --clock-control none of one launch (the fourth)
+#                                of the kernels matching KERNEL_REGEX in attn_gpu_bench
+#                                --replays=2 --filter=FILTER, text in OUT_DIR/ncu/
 #   reserve SECONDS              lines after it start only while SECONDS are left (default 20)
 # Skipped lines go to OUT_DIR/skipped.txt; OUT_DIR/clocks.csv samples the card's SM and memory
 # clocks, power and temperature every 200 ms. Exits 0 unless the bundle cannot be used; test
@@ -25,7 +28,7 @@ OUT="${2:?usage: gpu-pending.sh BUNDLE_DIR_OR_TAR_XZ OUT_DIR [SECONDS] [LIST]}"
 BUDGET="${3:-540}"
 LIST="${4:-$(cd "$(dirname "$0")/.." && pwd)/bench/gpu/pending.txt}"
 T0=$(date +%s)
-mkdir -p "$OUT/tests"
+mkdir -p "$OUT/tests" "$OUT/ncu"
 if [[ "$SRC" == *.tar.xz ]]; then
   X="$(mktemp -d /tmp/attnd-pending.XXXXXX)"
   tar xJf "$SRC" -C "$X" || { echo "gpu-pending: cannot extract $SRC" >&2; exit 2; }
@@ -84,6 +87,12 @@ while IFS= read -r line || [[ -n "$line" ]]; do
       rc=$?
       echo "memcheck $a ${b:-} rc=$rc $(($(date +%s) - s))s $(grep -E 'ERROR SUMMARY' "$log" | tail -1)" \
         >> "$OUT/tests.txt"
+      ;;
+    ncu)
+      log="$OUT/ncu/$(printf '%03d' "$n")-$(tr -c 'A-Za-z0-9_.-' '_' <<< "${b:-all}").txt"
+      timeout "$l" ncu --clock-control none --set full -k "regex:$a" --launch-skip 3 -c 1 \
+        "$SRC/bin/attn_gpu_bench" --replays=2 --filter="$b" > "$log" 2>&1 < /dev/null
+      rc=$?
       ;;
     *)
       echo "unknown line kind: $line" >> "$OUT/skipped.txt"
