@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Static checks of the sm_90a SASS of built binaries (docs/KERNELS.md "Finding a hang" and
-# "Sparse MLA in ping-pong"). For every kernel it reports a warpgroup MMA group (an HGMMA after
-# the previous group's last, scoreboarded HGMMA) that ptxas issued with no WARPGROUP.ARRIVE
-# before it. The one such group found so far (the ping-pong kernels of 2f7b7e0, a wgmma group
+# "Sparse MLA in ping-pong"). For every kernel it reports a warpgroup MMA group (an HGMMA, or
+# QGMMA for fp8 and IGMMA for int8, after the previous group's last, scoreboarded one) that
+# ptxas issued with no WARPGROUP.ARRIVE before it. The one such group found so far (the ping-pong kernels of 2f7b7e0, a wgmma group
 # without a wgmma.fence before it) was in the build whose first launch failed with an illegal
 # instruction; the other sm_90a kernels have none.
 #   scripts/sass-check.sh BINARY_OR_CUBIN...
@@ -29,7 +29,7 @@ for bin in "$@"; do
   report=$("$CUOBJDUMP" -sass "$bin" 2>/dev/null | awk '
     /Function : / { fn = $NF; after_group = 0; arrived = 0; next }
     /WARPGROUP\.ARRIVE/ { arrived = 1 }
-    /HGMMA/ {
+    /[HQI]GMMA\./ {
       if (after_group && !arrived) { bad[fn]++; hgmma = $0; sub(/^[ \t]*/, "", hgmma); sub(/;.*/, ";", hgmma); first[fn] = hgmma }
       arrived = 0
       after_group = ($0 ~ /gsb0/)
@@ -42,11 +42,11 @@ for bin in "$@"; do
   groups=$(sed -n 's/^#groups //p' <<<"$report")
   missing=$(grep -v '^#groups' <<<"$report" || true)
   if [ -n "$missing" ]; then
-    echo "$bin: HGMMA groups without WARPGROUP.ARRIVE:"
+    echo "$bin: warpgroup MMA groups without WARPGROUP.ARRIVE:"
     echo "$missing"
     status=1
   else
-    echo "$bin: ok (${groups:-0} HGMMA instructions, every group after an ARRIVE)"
+    echo "$bin: ok (${groups:-0} warpgroup MMA instructions, every group after an ARRIVE)"
   fi
 done
 exit "$status"

@@ -99,15 +99,16 @@ WorkCount Count(const Params& p) {
 }
 
 // GPU implementations first (dispatch picks by backend, then by Supports; `wgmma2p` has
-// `wgmma`'s rules, so it runs only when asked for by name). They read
-// context_lens and block_table on the device only; nothing here calls Count or VisibleLength
+// `wgmma`'s rules and `wgmma_bal` a subset of them, so they run only when asked for by name). They
+// read context_lens and block_table on the device only; nothing here calls Count or VisibleLength
 // (they read context_lens on the host).
 const std::vector<Impl<Params>>& Implementations() {
   static const auto* impls = new std::vector<Impl<Params>>{
-      ATTND_IF_CUDA(GpuImpl("wgmma", gpu::WgmmaSupports, gpu::LaunchWgmma))      //
-      ATTND_IF_CUDA(GpuImpl("wgmma2p", gpu::WgmmaSupports, gpu::LaunchWgmma2p))  //
-      ATTND_IF_CUDA(GpuImpl("mma", gpu::MmaSupports, gpu::LaunchMma))            //
-      ATTND_IF_GPU(GpuImpl("simt", gpu::SimtSupports, gpu::LaunchSimt))          //
+      ATTND_IF_CUDA(GpuImpl("wgmma", gpu::WgmmaSupports, gpu::LaunchWgmma))            //
+      ATTND_IF_CUDA(GpuImpl("wgmma2p", gpu::WgmmaSupports, gpu::LaunchWgmma2p))        //
+      ATTND_IF_CUDA(GpuImpl("wgmma_bal", gpu::WgmmaBalSupports, gpu::LaunchWgmmaBal))  //
+      ATTND_IF_CUDA(GpuImpl("mma", gpu::MmaSupports, gpu::LaunchMma))                  //
+      ATTND_IF_GPU(GpuImpl("simt", gpu::SimtSupports, gpu::LaunchSimt))                //
       CpuImpl(RunCpu)};
   return *impls;
 }

@@ -32,6 +32,12 @@ bool WgmmaSupports(const Params& p, std::string* why);
 // The same kernel with one producer thread per consumer warpgroup (`cuda_wgmma2p`, opt-in until
 // measured faster: docs/KERNELS.md "Paged indexer on Hopper"); WgmmaSupports' rules.
 ::attnd::gpu::Error LaunchWgmma2p(const Params& p, ::attnd::gpu::Stream stream);
+// The same kernel with the split from the lengths (`cuda_wgmma_bal`, opt-in until measured:
+// docs/KERNELS.md "A split from the lengths"): each query block cut into pieces by its own
+// visible length, read on the device; WgmmaSupports' rules and at most
+// kPagedBalancedMaxBlocks query blocks.
+bool WgmmaBalSupports(const Params& p, std::string* why);
+::attnd::gpu::Error LaunchWgmmaBal(const Params& p, ::attnd::gpu::Stream stream);
 #endif
 
 }  // namespace attnd::kernels::indexer_logits_paged::gpu

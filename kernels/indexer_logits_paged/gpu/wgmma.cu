@@ -1,6 +1,7 @@
 // The paged operator's Hopper kernel (wgmma.cuh): instantiations for H 64 × wgmma N {64, 128,
-// 256} and H 32 × N {64, 128}, the Supports rules, the cache's tensor map, the work split and the
-// launcher. CUDA only; the kernels trap off sm_90a.
+// 256} and H 32 × N {64, 128}, the Supports rules, the cache's tensor map, the work split (even,
+// or from the lengths in the balanced form) and the launchers. CUDA only; the kernels trap off
+// sm_90a.
 #if defined(ATTND_GPU_CUDA)
 
 #include <cuda.h>
@@ -13,6 +14,7 @@
 #include "kernels/common/gpu/tma.h"
 #include "kernels/common/supports.h"
 #include "kernels/indexer_logits/gpu/wgmma_supports.h"
+#include "kernels/indexer_logits_paged/balanced_split.h"
 #include "kernels/indexer_logits_paged/gpu/launch.h"
 #include "kernels/indexer_logits_paged/gpu/paged_problem.h"
 #include "kernels/indexer_logits_paged/gpu/wgmma.cuh"
@@ -73,10 +75,20 @@ IndexerProblem SplitWgmma(const Params& p, int columns) {
   return x;
 }
 
-template <int kHeads, int kColumns, bool kTwoProducers>
-::attnd::gpu::Error LaunchInstance(const WgmmaPagedArgs& args, ::attnd::gpu::Stream stream) {
+// The balanced form's grid (balanced_split.h): the CTA slots, or one CTA a query block where
+// the blocks are more; 0 where the blocks are past what its CTAs stage (the form refuses).
+int64_t BalancedCtas(const IndexerProblem& x, int columns) {
+  const int64_t blocks = x.num_groups * x.blocks_per_group;
+  if (blocks < 1 || blocks > kPagedBalancedMaxBlocks) return 0;
+  const int64_t slots = ::attnd::gpu::CurrentDeviceSmCount() * (columns == 64 ? 2 : 1);
+  return blocks > slots ? blocks : slots;
+}
+
+template <int kHeads, int kColumns, bool kTwoProducers, bool kBalanced>
+::attnd::gpu::Error LaunchInstance(const WgmmaPagedArgs& args, int64_t ctas,
+                                   ::attnd::gpu::Stream stream) {
   using T = WgmmaPagedTile<kHeads, kColumns>;
-  const auto kernel = IndexerPagedWgmmaKernel<kHeads, kColumns, kTwoProducers>;
+  const auto kernel = IndexerPagedWgmmaKernel<kHeads, kColumns, kTwoProducers, kBalanced>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -84,7 +96,7 @@ template <int kHeads, int kColumns, bool kTwoProducers>
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
-  kernel<<<static_cast<unsigned>(GridCtas(args.p)), T::kThreads, T::kSmemBytes, stream>>>(args);
+  kernel<<<static_cast<unsigned>(ctas), T::kThreads, T::kSmemBytes, stream>>>(args);
   return cudaGetLastError();
 }
 
@@ -134,21 +146,36 @@ bool WgmmaSupports(const Params& p, std::string* why) {
   return true;
 }
 
+bool WgmmaBalSupports(const Params& p, std::string* why) {
+  if (!WgmmaSupports(p, why)) return false;
+  if (Empty(p)) return true;
+  const int columns = Columns(p.q.dim(2), p.q.dim(1));
+  const IndexerProblem x = SplitWgmma(p, columns);
+  if (BalancedCtas(x, columns) == 0) {
+    return Refuse(why, "the split from the lengths takes at most ", kPagedBalancedMaxBlocks,
+                  " query blocks, the call has ", x.num_groups * x.blocks_per_group);
+  }
+  return true;
+}
+
 namespace {
 
-template <bool kTwoProducers>
+template <bool kTwoProducers, bool kBalanced = false>
 ::attnd::gpu::Error LaunchForm(const Params& p, ::attnd::gpu::Stream stream) {
   if (Empty(p)) return cudaSuccess;
   WgmmaPagedArgs args;
   if (!EncodeCacheMap(p, &args, nullptr)) return cudaErrorInvalidValue;  // refused by Supports
   const int columns = Columns(p.q.dim(2), p.q.dim(1));
   args.p = SplitWgmma(p, columns);
+  // The balanced kernel ignores the chunks of the even split and takes its grid's CTAs.
+  const int64_t ctas = kBalanced ? BalancedCtas(args.p, columns) : GridCtas(args.p);
+  if (ctas < 1) return cudaErrorInvalidValue;  // refused by WgmmaBalSupports
   switch (args.p.heads * 1000 + columns) {
-    case 32064: return LaunchInstance<32, 64, kTwoProducers>(args, stream);
-    case 32128: return LaunchInstance<32, 128, kTwoProducers>(args, stream);
-    case 64064: return LaunchInstance<64, 64, kTwoProducers>(args, stream);
-    case 64128: return LaunchInstance<64, 128, kTwoProducers>(args, stream);
-    case 64256: return LaunchInstance<64, 256, kTwoProducers>(args, stream);
+    case 32064: return LaunchInstance<32, 64, kTwoProducers, kBalanced>(args, ctas, stream);
+    case 32128: return LaunchInstance<32, 128, kTwoProducers, kBalanced>(args, ctas, stream);
+    case 64064: return LaunchInstance<64, 64, kTwoProducers, kBalanced>(args, ctas, stream);
+    case 64128: return LaunchInstance<64, 128, kTwoProducers, kBalanced>(args, ctas, stream);
+    case 64256: return LaunchInstance<64, 256, kTwoProducers, kBalanced>(args, ctas, stream);
   }
   return cudaErrorInvalidValue;  // refused by WgmmaSupports
 }
@@ -161,6 +188,10 @@ template <bool kTwoProducers>
 
 ::attnd::gpu::Error LaunchWgmma2p(const Params& p, ::attnd::gpu::Stream stream) {
   return LaunchForm<true>(p, stream);
+}
+
+::attnd::gpu::Error LaunchWgmmaBal(const Params& p, ::attnd::gpu::Stream stream) {
+  return LaunchForm</*kTwoProducers=*/false, /*kBalanced=*/true>(p, stream);
 }
 
 }  // namespace attnd::kernels::indexer_logits_paged::gpu

@@ -38,6 +38,7 @@
 #include "kernels/common/math.h"
 #include "kernels/indexer_logits/gpu/common.cuh"
 #include "kernels/indexer_logits/gpu/problem.h"
+#include "kernels/indexer_logits_paged/balanced_split.h"
 
 namespace attnd::kernels::indexer_logits_paged::gpu {
 
@@ -107,11 +108,145 @@ __device__ __forceinline__ float SelectQuery(const float (&v)[kN], int u) {
   return r;
 }
 
+// The balanced split (kBalanced, the opt-in `cuda_wgmma_bal` form; balanced_split.h and docs/
+// KERNELS.md "A split from the lengths"): this CTA's query block and chunk, computed from the
+// lengths by every CTA alike (all kThreads threads; `scratch`: 4 · (blocks + 1) + 296 bytes of
+// shared memory, 8-byte aligned, that nothing else uses yet). `*none` when the pieces are fewer
+// than the CTAs and this one has no piece. Each block's page count is read once into shared memory,
+// so the CTA's plan is consistent even if the lengths change while it runs (a client racing its own
+// inputs gets wrong logits, never a write outside its rows and [0, N)).
+template <int kThreads>
+__device__ __forceinline__ indexer_logits::gpu::BlockWork BalancedBlock(const IndexerProblem& p,
+                                                                        int32_t* scratch,
+                                                                        bool* none) {
+  using indexer_logits::gpu::RowWindow;
+  static_assert(kThreads == 32 * kPagedSearchWarps, "a search candidate per warp");
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int32_t blocks = static_cast<int32_t>(p.num_groups * p.blocks_per_group);  // <= 2048
+  int32_t* pages = scratch;                                                        // n_j
+  // Per-warp totals and maxima, then the search's verdicts: 3 × 12 int64.
+  int64_t* red = reinterpret_cast<int64_t*>(scratch + ((blocks + 1) & ~1));
+  // n_j = ceil(longest window of block j / 64), and their total and maximum.
+  int64_t total = 0, longest = 0;
+  for (int32_t j = tid; j < blocks; j += kThreads) {
+    const int64_t g = j / p.blocks_per_group;
+    const int64_t first = (j - g * p.blocks_per_group) * p.queries_per_block;
+    const int64_t left = p.rows_per_group - first;
+    const int count = static_cast<int>(left < p.queries_per_block ? left : p.queries_per_block);
+    int64_t hi_max = 0;
+    for (int u = 0; u < count; ++u) {
+      int64_t lo = 0, hi = 0;
+      RowWindow</*kPaged=*/true>(p, g, first + u, &lo, &hi);
+      hi_max = hi > hi_max ? hi : hi_max;
+    }
+    const int32_t n = static_cast<int32_t>((hi_max + kWgmmaPagedBlock - 1) / kWgmmaPagedBlock);
+    pages[j] = n;
+    total += n;
+    longest = n > longest ? n : longest;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    total += ::attnd::gpu::ShflXor(total, o);
+    const int64_t other = ::attnd::gpu::ShflXor(longest, o);
+    longest = other > longest ? other : longest;
+  }
+  if (lane == 0) {
+    red[warp] = total;
+    red[kPagedSearchWarps + warp] = longest;
+  }
+  __syncthreads();
+  total = 0;
+  longest = 0;
+#pragma unroll
+  for (int w = 0; w < kPagedSearchWarps; ++w) {
+    total += red[w];
+    longest = red[kPagedSearchWarps + w] > longest ? red[kPagedSearchWarps + w] : longest;
+  }
+  // The smallest width that fits the grid: each pass, warp w sums the pieces at its candidate.
+  const int64_t ctas = gridDim.x;  // >= blocks (the launcher's grid)
+  PagedWidthRange r = PagedWidthBounds(total, longest, blocks, ctas);
+  int64_t* fit = red + 2 * kPagedSearchWarps;
+  while (r.lo < r.hi) {  // uniform: every thread holds the same r
+    const uint32_t t = PagedSearchCandidate(r.lo, r.hi, warp);
+    int64_t pieces = 0;
+    for (int32_t j = lane; j < blocks; j += 32) pieces += PagedPiecesOf(pages[j], t);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) pieces += ::attnd::gpu::ShflXor(pieces, o);
+    __syncthreads();  // the previous pass's reads of fit[] are done
+    if (lane == 0) fit[warp] = pieces <= ctas ? 1 : 0;
+    __syncthreads();
+    uint32_t lo = r.lo, hi = r.hi;
+#pragma unroll
+    for (int w = 0; w < kPagedSearchWarps; ++w) {
+      const uint32_t c = PagedSearchCandidate(r.lo, r.hi, w);
+      if (fit[w] != 0) {
+        hi = c < hi ? c : hi;
+      } else {
+        lo = c + 1 > lo ? c + 1 : lo;
+      }
+    }
+    r.lo = lo;
+    r.hi = hi;
+  }
+  const uint32_t t = r.lo;
+  // This CTA's piece: the blocks' piece counts scanned in contiguous runs of `per` blocks a
+  // thread; the thread whose run holds piece blockIdx.x names the block and the piece.
+  const int32_t per = (blocks + kThreads - 1) / kThreads;
+  const int32_t j0 = tid * per, j1 = j0 + per < blocks ? j0 + per : blocks;
+  int64_t mine = 0;
+  for (int32_t j = j0; j < j1; ++j) mine += PagedPiecesOf(pages[j], t);
+  int64_t incl = mine;  // inclusive scan over the warp, then over the warps
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const int64_t v = ::attnd::gpu::Shfl(incl, lane - o < 0 ? 0 : lane - o);
+    if (lane >= o) incl += v;
+  }
+  __syncthreads();  // the search's reads of red[] are done
+  if (lane == 31) red[warp] = incl;
+  int32_t* found = scratch + ((blocks + 1) & ~1) + 2 * 3 * kPagedSearchWarps;  // j, piece
+  if (tid == 0) found[0] = -1;
+  __syncthreads();
+  int64_t before = incl - mine, all = 0;
+#pragma unroll
+  for (int w = 0; w < kPagedSearchWarps; ++w) {
+    before += w < warp ? red[w] : 0;
+    all += red[w];
+  }
+  const int64_t b = blockIdx.x;
+  if (b >= before && b < before + mine) {
+    int64_t at = before;
+    for (int32_t j = j0; j < j1; ++j) {
+      const int64_t k = PagedPiecesOf(pages[j], t);
+      if (b < at + k) {
+        found[0] = j;
+        found[1] = static_cast<int32_t>(b - at);
+        break;
+      }
+      at += k;
+    }
+  }
+  __syncthreads();
+  indexer_logits::gpu::BlockWork w{};
+  const int32_t j = found[0];
+  *none = b >= all || j < 0;
+  if (*none) return w;
+  const uint32_t n = static_cast<uint32_t>(pages[j]), k = PagedPiecesOf(n, t);
+  const uint32_t piece = static_cast<uint32_t>(found[1]);
+  w.group = j / p.blocks_per_group;
+  w.first = (j - w.group * p.blocks_per_group) * p.queries_per_block;
+  const int64_t left = p.rows_per_group - w.first;
+  w.count = static_cast<int>(left < p.queries_per_block ? left : p.queries_per_block);
+  w.c0 = int64_t{PagedPieceStart(n, k, piece)} * kWgmmaPagedBlock;
+  w.c1 = piece + 1 == k ? p.num_cols : int64_t{PagedPieceStart(n, k, piece + 1)} * kWgmmaPagedBlock;
+  return w;
+}
+
 // kTwoProducers (the opt-in `cuda_wgmma2p` form, docs/KERNELS.md "Paged indexer on Hopper"):
 // lane 0 of WG2 warp 0 loads the even pages and lane 0 of warp 1 the odd ones, so each consumer's
 // stages are refilled by a producer of its own (one slow page no longer holds up the other
 // consumer's refills); warps 2-3 fill.
-template <int kHeads, int kColumns, bool kTwoProducers = false>
+// kBalanced: the split from the lengths (BalancedBlock above) instead of DecodeBlock's.
+template <int kHeads, int kColumns, bool kTwoProducers = false, bool kBalanced = false>
 __global__ void __launch_bounds__(384, (kColumns == 64 ? 2 : 1))
     IndexerPagedWgmmaKernel(const __grid_constant__ WgmmaPagedArgs args) {
 #if ATTND_SM90A
@@ -126,7 +261,15 @@ __global__ void __launch_bounds__(384, (kColumns == 64 ? 2 : 1))
   if ((base & (kSwizzleAtomBytes - 1)) != 0) __trap();  // swizzle atoms need 1024-B alignment
 
   const int tid = threadIdx.x;
-  const BlockWork w = DecodeBlock</*kLongestFirst=*/false>(p);
+  BlockWork w;
+  if constexpr (kBalanced) {
+    // The K stages are free until the producer's first copy, after the __syncthreads below.
+    bool none = false;
+    w = BalancedBlock<T::kThreads>(p, reinterpret_cast<int32_t*>(smem + T::kKOffset), &none);
+    if (none) return;  // uniform: every thread read the same piece
+  } else {
+    w = DecodeBlock</*kLongestFirst=*/false>(p);
+  }
   const uint32_t full = base + T::kBarOffset, empty = full + 8 * T::kStages;  // + 8·stage
   int32_t* stage_page = reinterpret_cast<int32_t*>(smem + T::kPageOffset);
   if (tid == 0) {

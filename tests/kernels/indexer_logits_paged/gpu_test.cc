@@ -1,8 +1,9 @@
 // GPU-only cases of indexer_logits_paged (skipped without a GPU): the block table read only below
 // each context, checked against a device allocation that ends right after the last request's
 // used entries, so compute-sanitizer (memcheck) reports any later read; the ROCm frontends'
-// caches on the GPU implementations alone; the Hopper kernel (cuda_wgmma, FAST) on its own at
-// every wgmma width, with masked pages, many key chunks, per-token lengths and padded strides.
+// caches on the GPU implementations alone; the Hopper kernel (cuda_wgmma, FAST, and its opt-in
+// forms) on its own at every wgmma width, with masked pages, many key chunks, per-token lengths,
+// padded strides and, for the split from the lengths, ragged batches.
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -102,11 +103,12 @@ TEST(IndexerLogitsPagedGpu, ReadsBlockTableOnlyBelowContext) {
 }
 
 #if defined(ATTND_GPU_CUDA)
-// The Hopper kernel in FAST on `prob`, in each of its forms (cuda_wgmma, and cuda_wgmma2p with a
-// producer per consumer), each against the reference on poisoned logits; skips off compute
-// capability 9.0. Fails when a form refuses the params for any other reason.
+// The Hopper kernel in FAST on `prob`, in each of its forms (cuda_wgmma, cuda_wgmma2p with a
+// producer per consumer, cuda_wgmma_bal with the split from the lengths), each against the
+// reference on poisoned logits; skips off compute capability 9.0. Fails when a form refuses the
+// params for any other reason.
 void ExpectWgmmaRuns(PagedProblem& prob, const Params& p) {
-  for (const char* name : {"cuda_wgmma", "cuda_wgmma2p"}) {
+  for (const char* name : {"cuda_wgmma", "cuda_wgmma2p", "cuda_wgmma_bal"}) {
     std::string why;
     const bool ran = prob.RunOne(p, name, Precision::kFast, &why);
     if (!ran && why.find("compute capability") != std::string::npos) {
@@ -173,6 +175,57 @@ TEST(IndexerLogitsPagedGpu, WgmmaTokenLengthsAndPaddedStrides) {
   PagedProblem prob({3, 4, 32, 128, 64, 10, 30, 640, 16}, rng);
   prob.SetTokenLengths({{640, 0, 65, 64}, {1, 2, 3, 4}, {300, 129, 600, 0}}, /*row_pad=*/3);
   ExpectWgmmaRuns(prob, prob.params());
+}
+
+// The split from the lengths (cuda_wgmma_bal) where it cuts unevenly: ragged batches with
+// empty, one-page, partial-page and clamped contexts; fewer query blocks than CTA slots (many
+// one-page pieces), more (one piece a block), and next_n 3 with per-token lengths (wgmma N
+// 256, one CTA per SM). More than kPagedBalancedMaxBlocks query blocks are refused by name.
+TEST(IndexerLogitsPagedGpu, WgmmaBalancedRaggedBatches) {
+  if (!testing::GpuAvailable()) GTEST_SKIP() << "no GPU";
+  auto rng = MakeRng();
+  const auto ragged = [&](int64_t batch, int64_t cols) {
+    std::uniform_int_distribution<int64_t> len(0, cols + 100);
+    std::vector<int64_t> c(static_cast<size_t>(batch));
+    for (int64_t& v : c) v = len(rng);
+    c[0] = 0;
+    c[1] = 1;
+    c[2] = 64;
+    c[3] = cols;
+    c[4] = cols + 1000;  // past the table: clamped
+    return c;
+  };
+  {
+    SCOPED_TRACE("B 200 next_n 1 H64, N 2048");
+    PagedProblem prob({200, 1, 64, 128, 64, 32, 900, 2048}, rng);
+    prob.SetContexts(ragged(200, 2048));
+    ExpectWgmmaRuns(prob, prob.params());
+  }
+  {
+    SCOPED_TRACE("B 300 next_n 1 H32, N 512: more blocks than CTA slots");
+    PagedProblem prob({300, 1, 32, 128, 64, 8, 700, 512}, rng);
+    prob.SetContexts(ragged(300, 512));
+    ExpectWgmmaRuns(prob, prob.params());
+  }
+  {
+    SCOPED_TRACE("B 40 next_n 3 H64, N 1000, per-token lengths");
+    PagedProblem prob({40, 3, 64, 128, 64, 16, 400, 1000}, rng);
+    std::vector<std::vector<int64_t>> lens(40);
+    std::uniform_int_distribution<int64_t> len(0, 1000);
+    for (auto& row : lens) row = {len(rng), len(rng), len(rng)};
+    lens[0] = {0, 0, 0};
+    lens[1] = {1000, 0, 65};
+    prob.SetTokenLengths(lens);
+    ExpectWgmmaRuns(prob, prob.params());
+  }
+  {
+    PagedProblem prob({2049, 1, 64, 128, 64, 1, 64, 64}, rng);
+    prob.SetContexts(std::vector<int64_t>(2049, 64));
+    std::string why;
+    if (!gpu::WgmmaSupports(prob.params(), &why)) GTEST_SKIP() << why;
+    EXPECT_FALSE(gpu::WgmmaBalSupports(prob.params(), &why));
+    EXPECT_NE(why.find("query blocks"), std::string::npos) << why;
+  }
 }
 
 // HIGH is refused naming the precision, so dispatch gives FAST to cuda_wgmma and HIGH to the
