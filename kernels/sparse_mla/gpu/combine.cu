@@ -1,9 +1,12 @@
 // Split-K combine for sparse MLA (portable CUDA/HIP): a 128-thread block per (token, head) row,
-// 4 of the 512 columns per thread. Partial LSEs are log2; weights exp2(lse_i - max) over the
-// non-empty splits (an empty split, lse -inf, is never read); all empty: out 0, lse -inf.
+// 4 of the 512 columns per thread. The merge of a row is the shared one (kernels/common/gpu/
+// attention/combine.cuh, mla_decode's too: every split's LSE loaded at once, the live partial
+// rows kLoadBatch at a time; an empty split, lse -inf, is never read; all empty: out 0, lse
+// -inf; docs/KERNELS.md "Split-K and the combine").
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/common/gpu/attention/combine.cuh"
 #include "kernels/common/gpu/convert.cuh"
 #include "kernels/common/gpu/vendor.h"
 #include "kernels/sparse_mla/gpu/common.cuh"
@@ -14,33 +17,23 @@ namespace attnd::kernels::sparse_mla::gpu {
 namespace {
 
 constexpr int kCombineThreads = kDimV / 4;
+constexpr int kLoadBatch = 16;  // partial rows whose loads are in flight together
 
-__global__ void __launch_bounds__(kCombineThreads) SparseMlaCombineKernel(const KernelArgs a) {
+// At most 4 blocks per SM, as mla_decode's combine: up to 128 registers, so that ptxas keeps
+// kLoadBatch loads in flight (without the bound it chose 72 and two loads at a time).
+__global__ void __launch_bounds__(kCombineThreads, 4) SparseMlaCombineKernel(const KernelArgs a) {
+  __shared__ float weight_s[kMaxSplits];            // w_s, 0 for an empty split
+  __shared__ float red_s[2][kCombineThreads / 32];  // per-group max, then per-group sum
+  __shared__ uint32_t live_s[4];                    // bit s % 32 of word s / 32: w_s != 0
   if (GateClosed(a)) return;       // its kernel was not chosen for this call (common.cuh)
   const int64_t row = blockIdx.x;  // t·H + h
   const int64_t t = row / a.heads, h = row % a.heads;
   const int col = 4 * threadIdx.x;
-
-  float max_lse = -INFINITY;
-  for (int s = 0; s < a.splits; ++s)
-    max_lse = fmaxf(max_lse, a.partial_lse[PartialRow(a, s, t, h)]);
-
-  float sum = 0.0f;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (max_lse > -INFINITY) {
-    for (int s = 0; s < a.splits; ++s) {
-      const float lse = a.partial_lse[PartialRow(a, s, t, h)];
-      if (!(lse > -INFINITY)) continue;  // empty split: its partial O was never written
-      const float w = exp2f(lse - max_lse);
-      const float4 o =
-          *reinterpret_cast<const float4*>(a.partial_o + PartialRow(a, s, t, h) * kDimV + col);
-      sum += w;
-      acc[0] = fmaf(w, o.x, acc[0]);
-      acc[1] = fmaf(w, o.y, acc[1]);
-      acc[2] = fmaf(w, o.z, acc[2]);
-      acc[3] = fmaf(w, o.w, acc[3]);
-    }
-  }
+  // Split s of row (t, h) is partial row PartialRow(a, s, t, h) = that of split 0 + s·T·H.
+  float acc[4], sum, max_lse;
+  SplitCombineRow<kCombineThreads, kDimV, kLoadBatch, kMaxSplits>(
+      a.partial_lse, a.partial_o, PartialRow(a, 0, t, h), static_cast<int64_t>(a.tokens) * a.heads,
+      a.splits, weight_s, red_s, live_s, acc, &sum, &max_lse);
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   uint32_t* dst =
       reinterpret_cast<uint32_t*>(a.out + t * a.out_stride_t + h * a.out_stride_h + col);
@@ -61,6 +54,8 @@ __global__ void __launch_bounds__(kCombineThreads) SparseMlaCombineKernel(const 
                                            int32_t gate_open) {
   const int64_t rows = p.q.dim(0) * p.q.dim(1);
   if (rows == 0) return ::attnd::gpu::kSuccess;
+  // The merge stages one weight per split (kMaxSplits) and loads one LSE per thread.
+  if (splits < 1 || splits > kMaxSplits) return ::attnd::gpu::kErrorInvalidValue;
   KernelArgs a = MakeKernelArgs(p, splits, const_cast<void*>(workspace));
   a.gate = gate;
   a.gate_open = gate_open;
