@@ -18,6 +18,12 @@
 #   ncu KERNEL_REGEX FILTER      ncu --set full --clock-control none of one launch (the fourth)
 #                                of the kernels matching KERNEL_REGEX in attn_gpu_bench
 #                                --replays=2 --filter=FILTER, text in OUT_DIR/ncu/
+#   abbench FILTER               the same cases from a base bundle (ATTND_PENDING_BASE: a bundle
+#                                dir or .tar.xz of another commit) and from this one, in
+#                                alternating processes (base first in even rounds, this one in
+#                                odd; ATTND_PENDING_AB_ROUNDS rounds, default 2), results in
+#                                OUT_DIR/bench_base.jsonl and OUT_DIR/bench.jsonl; skipped
+#                                without a base bundle
 #   reserve SECONDS              lines after it start only while SECONDS are left (default 20)
 # Skipped lines go to OUT_DIR/skipped.txt; OUT_DIR/clocks.csv samples the card's SM and memory
 # clocks, power and temperature every 200 ms. Exits 0 unless the bundle cannot be used; test
@@ -36,12 +42,27 @@ if [[ "$SRC" == *.tar.xz ]]; then
 fi
 [[ -x "$SRC/bin/attn_gpu_bench" || -d "$SRC/bin" ]] || { echo "gpu-pending: $SRC has no bin/" >&2; exit 2; }
 [[ -r "$LIST" ]] || { echo "gpu-pending: no list $LIST" >&2; exit 2; }
-export LD_LIBRARY_PATH="$SRC/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+LIBS="${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$SRC/lib${LIBS:+:$LIBS}"
 COMMIT="$(cat "$SRC/COMMIT" 2>/dev/null || echo unknown)"
+# The base bundle of abbench lines, if any.
+BASE="${ATTND_PENDING_BASE:-}"
+if [[ "$BASE" == *.tar.xz ]]; then
+  XB="$(mktemp -d /tmp/attnd-pending-base.XXXXXX)"
+  tar xJf "$BASE" -C "$XB" || { echo "gpu-pending: cannot extract $BASE" >&2; exit 2; }
+  BASE="$(find "$XB" -mindepth 1 -maxdepth 1 -type d | head -1)"
+fi
+if [[ -n "$BASE" && ! -x "$BASE/bin/attn_gpu_bench" ]]; then
+  echo "gpu-pending: base bundle $BASE has no bin/attn_gpu_bench" >&2
+  exit 2
+fi
+BASE_COMMIT="$(cat "$BASE/COMMIT" 2>/dev/null || echo unknown)"
+AB_ROUNDS="${ATTND_PENDING_AB_ROUNDS:-2}"
 REPLAYS="${ATTND_PENDING_REPLAYS:-20}"
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm,clocks.max.mem --format=csv \
   > "$OUT/device.csv" 2>&1
-echo "commit $COMMIT list $LIST budget ${BUDGET}s start $(date -u +%FT%TZ)" > "$OUT/pending.log"
+echo "commit $COMMIT list $LIST budget ${BUDGET}s start $(date -u +%FT%TZ)${BASE:+ base $BASE_COMMIT}" \
+  > "$OUT/pending.log"
 # The card's clocks, power and temperature every 200 ms while the list runs, to set beside the
 # lines' start times in pending.log (docs/BENCHMARKS.md "Order in one process": whether the
 # first heavy case of a process runs at a higher clock was never logged).
@@ -79,6 +100,28 @@ while IFS= read -r line || [[ -n "$line" ]]; do
         --out="$OUT/bench.jsonl" --commit="$COMMIT" "${extra[@]}" \
         >> "$OUT/bench.log" 2>&1 < /dev/null
       rc=$?
+      ;;
+    abbench)
+      if [[ -z "$BASE" ]]; then
+        echo "$kind $a (no base bundle: ATTND_PENDING_BASE)" >> "$OUT/skipped.txt"
+        continue
+      fi
+      rc=0
+      for ((r = 0; r < AB_ROUNDS; r++)); do
+        for side in $((r % 2)) $((1 - r % 2)); do  # 0: base, 1: this bundle
+          l=$(left)
+          ((l < reserve)) && break 2
+          if ((side == 0)); then
+            LD_LIBRARY_PATH="$BASE/lib${LIBS:+:$LIBS}" timeout "$l" "$BASE/bin/attn_gpu_bench" \
+              --replays="$REPLAYS" --filter="$a" --out="$OUT/bench_base.jsonl" \
+              --commit="$BASE_COMMIT" >> "$OUT/bench.log" 2>&1 < /dev/null || rc=$?
+          else
+            timeout "$l" "$SRC/bin/attn_gpu_bench" --replays="$REPLAYS" --filter="$a" \
+              --out="$OUT/bench.jsonl" --commit="$COMMIT" >> "$OUT/bench.log" 2>&1 < /dev/null ||
+              rc=$?
+          fi
+        done
+      done
       ;;
     sanitize)
       log="$OUT/tests/$(printf '%03d' "$n")-memcheck-$a.log"
