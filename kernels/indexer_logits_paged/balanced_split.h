@@ -56,11 +56,29 @@ constexpr PagedWidthRange PagedWidthBounds(int64_t total, int64_t longest, int64
   return {static_cast<uint32_t>(lo), static_cast<uint32_t>(hi)};
 }
 
-// The width warp w of a search pass tries over [lo, hi) (lo < hi): kPagedSearchWarps points
-// spread over the range, the first at lo when the range is narrow. A pass keeps hi = the
-// smallest width tried that fits and lo = one past the largest that does not, so it ends
-// with lo == hi, the smallest feasible width, after log13 of the range passes.
-constexpr uint32_t PagedSearchCandidate(uint32_t lo, uint32_t hi, int32_t w) {
+// The even split's width as a first guess: the longest block's pages over the pieces each
+// block would get if all were as long (at equal lengths this is the answer).
+constexpr uint32_t PagedWidthGuess(int64_t longest, int64_t blocks, int64_t ctas) {
+  const int64_t per = blocks > 0 && ctas > blocks ? ctas / blocks : 1;
+  const int64_t t = (longest + per - 1) / per;
+  return static_cast<uint32_t>(t < 1 ? 1 : t);
+}
+
+// The width warp w of a search pass tries over [lo, hi) (lo < hi). The first pass (guess > 0)
+// tries guess - 1 and guess (clamped into the range) in warps 0 and 1, so that at equal
+// lengths one pass settles it, and spreads the other warps over the range; later passes
+// (guess 0) spread all kPagedSearchWarps, the first at lo when the range is narrow. A pass
+// keeps hi = the smallest width tried that fits and lo = one past the largest that does not,
+// so it ends with lo == hi, the smallest feasible width, after about log13 of the range passes.
+constexpr uint32_t PagedSearchCandidate(uint32_t lo, uint32_t hi, int32_t w, uint32_t guess) {
+  if (guess > 0) {
+    if (w < 2) {
+      const uint32_t c = guess - 1 + static_cast<uint32_t>(w);
+      return c < lo ? lo : (c >= hi ? hi - 1 : c);
+    }
+    return lo + static_cast<uint32_t>(uint64_t{hi - lo} * static_cast<uint64_t>(w - 1) /
+                                      (kPagedSearchWarps - 1));
+  }
   return lo + static_cast<uint32_t>(uint64_t{hi - lo} * static_cast<uint64_t>(w + 1) /
                                     (kPagedSearchWarps + 1));
 }

@@ -122,15 +122,17 @@ __device__ __forceinline__ indexer_logits::gpu::BlockWork BalancedBlock(const In
   using indexer_logits::gpu::RowWindow;
   static_assert(kThreads == 32 * kPagedSearchWarps, "a search candidate per warp");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int32_t blocks = static_cast<int32_t>(p.num_groups * p.blocks_per_group);  // <= 2048
-  int32_t* pages = scratch;                                                        // n_j
+  // Block counts fit 32 bits here (<= kPagedBalancedMaxBlocks), so the divisions below do too.
+  const int32_t blocks = static_cast<int32_t>(p.num_groups * p.blocks_per_group);
+  const int32_t per_group = static_cast<int32_t>(p.blocks_per_group);
+  int32_t* pages = scratch;  // n_j
   // Per-warp totals and maxima, then the search's verdicts: 3 × 12 int64.
   int64_t* red = reinterpret_cast<int64_t*>(scratch + ((blocks + 1) & ~1));
   // n_j = ceil(longest window of block j / 64), and their total and maximum.
   int64_t total = 0, longest = 0;
   for (int32_t j = tid; j < blocks; j += kThreads) {
-    const int64_t g = j / p.blocks_per_group;
-    const int64_t first = (j - g * p.blocks_per_group) * p.queries_per_block;
+    const int32_t g = j / per_group;
+    const int64_t first = int64_t{j - g * per_group} * p.queries_per_block;
     const int64_t left = p.rows_per_group - first;
     const int count = static_cast<int>(left < p.queries_per_block ? left : p.queries_per_block);
     int64_t hi_max = 0;
@@ -165,9 +167,10 @@ __device__ __forceinline__ indexer_logits::gpu::BlockWork BalancedBlock(const In
   // The smallest width that fits the grid: each pass, warp w sums the pieces at its candidate.
   const int64_t ctas = gridDim.x;  // >= blocks (the launcher's grid)
   PagedWidthRange r = PagedWidthBounds(total, longest, blocks, ctas);
+  uint32_t guess = PagedWidthGuess(longest, blocks, ctas);
   int64_t* fit = red + 2 * kPagedSearchWarps;
   while (r.lo < r.hi) {  // uniform: every thread holds the same r
-    const uint32_t t = PagedSearchCandidate(r.lo, r.hi, warp);
+    const uint32_t t = PagedSearchCandidate(r.lo, r.hi, warp, guess);
     int64_t pieces = 0;
     for (int32_t j = lane; j < blocks; j += 32) pieces += PagedPiecesOf(pages[j], t);
 #pragma unroll
@@ -175,18 +178,27 @@ __device__ __forceinline__ indexer_logits::gpu::BlockWork BalancedBlock(const In
     __syncthreads();  // the previous pass's reads of fit[] are done
     if (lane == 0) fit[warp] = pieces <= ctas ? 1 : 0;
     __syncthreads();
+    // Lane w takes warp w's verdict: the smallest fitting candidate and one past the largest
+    // that does not, over the warp.
     uint32_t lo = r.lo, hi = r.hi;
-#pragma unroll
-    for (int w = 0; w < kPagedSearchWarps; ++w) {
-      const uint32_t c = PagedSearchCandidate(r.lo, r.hi, w);
-      if (fit[w] != 0) {
-        hi = c < hi ? c : hi;
+    if (lane < kPagedSearchWarps) {
+      const uint32_t c = PagedSearchCandidate(r.lo, r.hi, lane, guess);
+      if (fit[lane] != 0) {
+        hi = c;
       } else {
-        lo = c + 1 > lo ? c + 1 : lo;
+        lo = c + 1;
       }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+      const uint32_t other_hi = ::attnd::gpu::ShflXor(hi, o),
+                     other_lo = ::attnd::gpu::ShflXor(lo, o);
+      hi = other_hi < hi ? other_hi : hi;
+      lo = other_lo > lo ? other_lo : lo;
     }
     r.lo = lo;
     r.hi = hi;
+    guess = 0;
   }
   const uint32_t t = r.lo;
   // This CTA's piece: the blocks' piece counts scanned in contiguous runs of `per` blocks a
@@ -232,8 +244,8 @@ __device__ __forceinline__ indexer_logits::gpu::BlockWork BalancedBlock(const In
   if (*none) return w;
   const uint32_t n = static_cast<uint32_t>(pages[j]), k = PagedPiecesOf(n, t);
   const uint32_t piece = static_cast<uint32_t>(found[1]);
-  w.group = j / p.blocks_per_group;
-  w.first = (j - w.group * p.blocks_per_group) * p.queries_per_block;
+  w.group = j / per_group;
+  w.first = int64_t{j - static_cast<int32_t>(w.group) * per_group} * p.queries_per_block;
   const int64_t left = p.rows_per_group - w.first;
   w.count = static_cast<int>(left < p.queries_per_block ? left : p.queries_per_block);
   w.c0 = int64_t{PagedPieceStart(n, k, piece)} * kWgmmaPagedBlock;

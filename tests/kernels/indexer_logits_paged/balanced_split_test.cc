@@ -29,12 +29,14 @@ uint32_t SearchLikeDevice(const std::vector<uint32_t>& n, int64_t ctas, int* pas
     total += v;
     longest = std::max<int64_t>(longest, v);
   }
-  PagedWidthRange r = PagedWidthBounds(total, longest, static_cast<int64_t>(n.size()), ctas);
+  const int64_t blocks = static_cast<int64_t>(n.size());
+  PagedWidthRange r = PagedWidthBounds(total, longest, blocks, ctas);
+  uint32_t guess = PagedWidthGuess(longest, blocks, ctas);
   *passes = 0;
   while (r.lo < r.hi) {
     uint32_t lo = r.lo, hi = r.hi;
     for (int32_t w = 0; w < kPagedSearchWarps; ++w) {
-      const uint32_t c = PagedSearchCandidate(r.lo, r.hi, w);
+      const uint32_t c = PagedSearchCandidate(r.lo, r.hi, w, guess);
       EXPECT_GE(c, r.lo);
       EXPECT_LT(c, r.hi);
       if (Pieces(n, c) <= ctas) {
@@ -45,6 +47,7 @@ uint32_t SearchLikeDevice(const std::vector<uint32_t>& n, int64_t ctas, int* pas
     }
     EXPECT_LE(lo, hi);
     r = {lo, hi};
+    guess = 0;
     if (++*passes > 64) break;
   }
   return r.lo;
@@ -68,6 +71,18 @@ TEST(PagedBalancedSplit, EqualLengthsGiveTheEvenSplit) {
   // Empty blocks still take a piece (their -inf row); all empty: width 1.
   EXPECT_EQ(PagedBalancedWidth(std::vector<uint32_t>(10, 0), 264), 1u);
   EXPECT_EQ(PagedBalancedWidth({0, 0, 7}, 5), 3u);
+}
+
+// At equal lengths the device's first pass settles the width (its guess is the answer).
+TEST(PagedBalancedSplit, EqualLengthsTakeOnePass) {
+  for (const int64_t blocks : {1, 7, 64, 100, 128, 132, 200, 264}) {
+    for (const uint32_t pages : {1u, 3u, 64u, 511u, 512u, 4096u}) {
+      const std::vector<uint32_t> n(static_cast<size_t>(blocks), pages);
+      int passes = 0;
+      EXPECT_EQ(SearchLikeDevice(n, 264, &passes), PagedBalancedWidth(n, 264));
+      EXPECT_LE(passes, 1) << blocks << " blocks of " << pages << " pages";
+    }
+  }
 }
 
 TEST(PagedBalancedSplit, SmallestWidthAndDeviceSearchAgree) {
