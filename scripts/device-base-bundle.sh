@@ -10,18 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REV="${1:?usage: scripts/device-base-bundle.sh REV [OUT]}"
 OUT="${2:-devtmp/base.tar.xz}"
-git rev-parse --verify --quiet "$REV^{commit}" > /dev/null ||
-  { echo "device-base-bundle: '$REV' is not a revision" >&2; exit 2; }
-WORK="$(mktemp -d /tmp/attnd-base.XXXXXX)"
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-  git worktree remove --force "$WORK/src" > /dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-git worktree add --detach --quiet "$WORK/src" "$REV"
+# shellcheck source=scripts/worktree-lib.sh
+source scripts/worktree-lib.sh
+temp_worktree "$REV" device-base-bundle  # WORK, TREE
 (
-  cd "$WORK/src"
+  cd "$TREE"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTND_GPU=cuda \
     -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}" > /dev/null
   cmake --build build-cuda --target attn_gpu_bench -j "${ATTND_JOBS:-$(nproc)}"

@@ -37,18 +37,11 @@ fi
 if ((${#FILES[@]} == 0)); then
   mapfile -t FILES < <(git ls-files 'kernels/*.cu')
 fi
-git rev-parse --verify --quiet "$BASE^{commit}" >/dev/null ||
-  { echo "ptx-diff: '$BASE' is not a revision" >&2; exit 2; }
 JOBS="${ATTND_JOBS:-$(nproc)}"
-WORK=$(mktemp -d)
-BASE_TREE="$WORK/base"
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-  git worktree remove --force "$BASE_TREE" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-git worktree add --detach --quiet "$BASE_TREE" "$BASE"
+# shellcheck source=scripts/worktree-lib.sh
+source "$(dirname "$0")/worktree-lib.sh"
+temp_worktree "$BASE" ptx-diff  # WORK, TREE
+BASE_TREE="$TREE"
 
 # compile TREE FILE TARGET OUT: PTX of FILE in TREE for TARGET (sm_90a or compute_80).
 # shellcheck disable=SC2317  # called through xargs
