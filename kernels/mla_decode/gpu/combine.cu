@@ -24,7 +24,6 @@ constexpr int kThreads = kDimV / 4;               // one float4 of the row per t
 constexpr int kGroups = kThreads / 32;            // 32-lane groups (a warp, or half a HIP wave64)
 constexpr int kLoadBatch = 16;                    // partial rows whose loads are in flight together
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond this
-static_assert(kMaxSplits <= kThreads, "one split's LSE per thread");
 
 // At most 4 blocks per SM: up to 128 registers, so that ptxas keeps kLoadBatch loads in flight
 // (at 64 it interleaves them with the FMAs, two at a time).

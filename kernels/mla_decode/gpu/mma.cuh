@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
       for (int k = 0; k < T::kNGroups; ++k) l += red_s[row * T::kNGroups + k];
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       const int col0 = 64 * warp + 2 * cq;
-      if (a.splits == 1) {
+      if (w.direct) {
         uint16_t* out = OutRow(a, w.b, w.row0 + row) + col0;
 #pragma unroll
         for (int n = 0; n < T::kOTiles; ++n) {
@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(256, 1) MlaDecodeMmaKernel(const DecodeArgs a)
       }
       if (warp == 0 && cq == 0) {
         const float lse2 = l > 0.0f ? m_run[mt][h] + log2f(l) : -INFINITY;
-        if (a.splits > 1) {
+        if (!w.direct) {
           a.partial_lse[PartialRow(a, w.split, w.b, w.row0 + row)] = lse2;
         } else if (a.lse != nullptr) {
           *LseAt(a, w.b, w.row0 + row) = lse2 * kLn2;

@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
   for (int r = 0; r < kBlockM; ++r) {
     if (r >= w.nrows) continue;
     const float l = l_s[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
-    if (a.splits == 1) {
+    if (w.direct) {
       uint16_t* out = OutRow(a, w.b, w.row0 + r);
       out[2 * tid] = ::attnd::gpu::FloatToBf16(acc[r][0] * inv);
       out[2 * tid + 1] = ::attnd::gpu::FloatToBf16(acc[r][1] * inv);
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeSimtKernel(const DecodeArgs
   }
   if (tid < w.nrows) {
     const float l = l_s[tid], m = m_s[tid];
-    if (a.splits > 1) {
+    if (!w.direct) {
       a.partial_lse[PartialRow(a, w.split, w.b, w.row0 + tid)] =
           l > 0.0f ? m + log2f(l) : -INFINITY;
     } else if (a.lse != nullptr) {
